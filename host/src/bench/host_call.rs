@@ -1,0 +1,154 @@
+//! `modnode bench host-call`: the runtime's fixed costs.
+//!
+//! - `host_call_ns`: one guest→host call passing a 48-byte list (`registry.index-of`), from the
+//!   `fixture-hostcall` module looping over the call; the loop-free run is subtracted.
+//! - `instantiate_us`: instantiating a deposits module from its `InstancePre` in a fresh store.
+//! - `compile_ms`: compiling the deposits-v1 component.
+//! - `cached_load_ms`: loading deposits-v1's compiled artifact from the on-disk cache.
+
+use std::sync::{Arc, RwLock};
+use std::time::Instant;
+
+use serde::Serialize;
+
+use super::{median, ms_since};
+use modnode::runtime::cache::ArtifactCache;
+use modnode::runtime::deposits::{BlockContext, Deposit};
+use modnode::runtime::{LoadedModule, Runtime, RuntimeConfig};
+use modnode::state::{NewValidator, Registry, RegistryDelta, SharedRegistry};
+
+/// Results, as printed by `--json`.
+#[derive(Debug, Clone, Serialize)]
+pub struct HostCallReport {
+    /// Median nanoseconds per guest→host call with a small list argument.
+    pub host_call_ns: f64,
+    /// Median microseconds to instantiate from an `InstancePre`.
+    pub instantiate_us: f64,
+    /// Median milliseconds to compile deposits-v1.
+    pub compile_ms: f64,
+    /// Median milliseconds to load deposits-v1 from the artifact cache.
+    pub cached_load_ms: f64,
+    /// `compile_ms / cached_load_ms`.
+    pub compile_to_cached_ratio: f64,
+    /// Host calls per timed run.
+    pub calls_per_run: u64,
+}
+
+/// Parameters.
+#[derive(Debug, Clone)]
+pub struct HostCallParams {
+    /// Host calls per timed run.
+    pub calls: u64,
+    /// Timed runs per measurement.
+    pub runs: usize,
+}
+
+impl Default for HostCallParams {
+    fn default() -> Self {
+        Self {
+            calls: 200_000,
+            runs: 9,
+        }
+    }
+}
+
+/// Runs the benchmark. `hostcall_fixture` is the `fixture-hostcall` component.
+pub fn run(params: &HostCallParams, hostcall_fixture: &[u8]) -> anyhow::Result<HostCallReport> {
+    let runtime = Runtime::new(RuntimeConfig {
+        fuel_per_call: u64::MAX / 2,
+        ..RuntimeConfig::default()
+    })?;
+    let deposits_v1 = modnode::artifacts::embedded("deposits-v1")
+        .ok_or_else(|| anyhow::anyhow!("deposits-v1 is not embedded in this build"))?;
+
+    // A small registry holding the pubkey the fixture looks up.
+    let pubkey = [7u8; 48];
+    let mut registry = Registry::new();
+    registry.apply(&RegistryDelta {
+        added: vec![NewValidator {
+            pubkey,
+            withdrawal_credentials: [0; 32],
+            effective_balance: 1,
+            balance: 1,
+        }],
+        balances: Vec::new(),
+    });
+    let registry: SharedRegistry = Arc::new(RwLock::new(registry));
+
+    let LoadedModule::Deposits(fixture) = runtime.load(hostcall_fixture)? else {
+        anyhow::bail!("fixture-hostcall is not a deposits module");
+    };
+    let deposit = Deposit {
+        pubkey: pubkey.to_vec(),
+        withdrawal_credentials: vec![0; 32],
+        amount: 1,
+        signature: vec![0; 96],
+    };
+    let timed = |calls: u64| -> anyhow::Result<f64> {
+        let ctx = BlockContext {
+            height: 0,
+            slot: calls,
+            genesis_fork_version: vec![0; 4],
+        };
+        let start = Instant::now();
+        let out = fixture.process(registry.clone(), ctx, vec![deposit.clone()])?;
+        let elapsed = start.elapsed().as_secs_f64() * 1e9;
+        out.map_err(|e| anyhow::anyhow!("fixture rejected the block: {e:?}"))?;
+        Ok(elapsed)
+    };
+    timed(params.calls)?; // warm caches and the pool
+    let mut base = Vec::with_capacity(params.runs);
+    let mut looped = Vec::with_capacity(params.runs);
+    for _ in 0..params.runs {
+        base.push(timed(0)?);
+        looped.push(timed(params.calls)?);
+    }
+    let host_call_ns = ((median(&mut looped) - median(&mut base)) / params.calls as f64).max(0.0);
+
+    let LoadedModule::Deposits(v1) = runtime.load(deposits_v1)? else {
+        anyhow::bail!("deposits-v1 is not a deposits module");
+    };
+    let mut inst: Vec<f64> = v1
+        .time_instantiation(registry.clone(), 2_000)?
+        .into_iter()
+        .map(|ns| ns as f64 / 1e3)
+        .collect();
+    let instantiate_us = median(&mut inst);
+
+    let engine = runtime.engine();
+    let sha = v1.meta().component.sha256;
+    let mut compile = Vec::new();
+    for _ in 0..5 {
+        let cache = ArtifactCache::new(engine, None)?;
+        let start = Instant::now();
+        cache.load(engine, deposits_v1, &sha, "deposits-v1")?;
+        compile.push(ms_since(start));
+    }
+    let compile_ms = median(&mut compile);
+
+    let dir = tempfile::tempdir()?;
+    ArtifactCache::new(engine, Some(dir.path().to_path_buf()))?.load(
+        engine,
+        deposits_v1,
+        &sha,
+        "deposits-v1",
+    )?;
+    let mut cached = Vec::new();
+    for _ in 0..9 {
+        let cache = ArtifactCache::new(engine, Some(dir.path().to_path_buf()))?;
+        let start = Instant::now();
+        cache.load(engine, deposits_v1, &sha, "deposits-v1")?;
+        cached.push(ms_since(start));
+        anyhow::ensure!(cache.stats().hits() == 1, "cached artifact was not used");
+    }
+    let cached_load_ms = median(&mut cached);
+
+    Ok(HostCallReport {
+        host_call_ns,
+        instantiate_us,
+        compile_ms,
+        cached_load_ms,
+        compile_to_cached_ratio: compile_ms / cached_load_ms.max(1e-9),
+        calls_per_run: params.calls,
+    })
+}

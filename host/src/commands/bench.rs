@@ -1,0 +1,37 @@
+//! `modnode bench …`.
+
+use anyhow::Context as _;
+
+/// `modnode bench host-call`.
+pub fn host_call(json: bool, calls: u64) -> anyhow::Result<()> {
+    let path = modnode::artifacts::path("fixture-hostcall");
+    let fixture = std::fs::read(&path).with_context(|| {
+        format!(
+            "cannot read {} (the benchmark runs from a modnode checkout: `cargo build` first)",
+            path.display()
+        )
+    })?;
+    let params = crate::bench::host_call::HostCallParams {
+        calls,
+        ..Default::default()
+    };
+    let report = crate::bench::host_call::run(&params, &fixture)?;
+    if json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        println!(
+            "host call (48-byte list arg): {:.1} ns",
+            report.host_call_ns
+        );
+        println!(
+            "instantiate from InstancePre: {:.1} µs",
+            report.instantiate_us
+        );
+        println!("compile deposits-v1:          {:.1} ms", report.compile_ms);
+        println!(
+            "load cached deposits-v1:      {:.2} ms ({:.0}x faster)",
+            report.cached_load_ms, report.compile_to_cached_ratio
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,33 @@
+//! modnode: a blockchain node whose algorithms are WebAssembly components.
+//!
+//! The host owns everything that touches the outside world or must be trusted — storage, the
+//! state, cryptography — and loads WIT-described components that decide *how*: deposit
+//! processing, checkpoint chunking, gossip policy. See `ARCHITECTURE.md` for the design.
+//!
+//! - [`runtime`]: the sandboxed, deterministic wasmtime runtime, one host module per WIT world.
+//! - [`crypto`]: BLS12-381 verification (blst) offered to modules.
+//! - [`state`]: the validator registry and the per-call overlay modules write through.
+#![deny(missing_docs)]
+
+pub mod crypto;
+pub mod runtime;
+pub mod state;
+
+/// Build artifacts produced by `build.rs`: every module component, and the default ones
+/// embedded in the binary.
+pub mod artifacts {
+    include!(concat!(env!("OUT_DIR"), "/artifacts.rs"));
+
+    /// The embedded component with this artifact name, e.g. `deposits-v1`.
+    pub fn embedded(name: &str) -> Option<&'static [u8]> {
+        EMBEDDED
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, bytes)| *bytes)
+    }
+
+    /// Path of an artifact (fixture or not) in [`MODULES_DIR`].
+    pub fn path(name: &str) -> std::path::PathBuf {
+        std::path::Path::new(MODULES_DIR).join(format!("{name}.wasm"))
+    }
+}

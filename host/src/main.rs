@@ -1,0 +1,97 @@
+//! The `modnode` command: run a node, inspect and build modules, benchmark.
+//!
+//! `anyhow` lives here, at the edge; the library returns typed errors.
+
+mod bench;
+mod commands;
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+/// modnode: a blockchain node whose algorithms are WebAssembly components.
+#[derive(Debug, Parser)]
+#[command(name = "modnode", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run a node on its embedded defaults (single-node dev chain, default modules).
+    Run {
+        /// Data directory (created if missing).
+        #[arg(long, default_value = "modnode-data")]
+        data_dir: PathBuf,
+    },
+    /// Work with module components.
+    #[command(subcommand)]
+    Module(ModuleCommand),
+    /// Measure the node (`--json` for machines).
+    #[command(subcommand)]
+    Bench(BenchCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum ModuleCommand {
+    /// Print a module's kind, contract version, module version, hash, size, imports and exports.
+    Inspect {
+        /// The component file.
+        file: PathBuf,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Turn a core wasm module built with wit-bindgen into a component.
+    Componentize {
+        /// The core module (`target/wasm32-unknown-unknown/<profile>/<crate>.wasm`).
+        core: PathBuf,
+        /// Where to write the component.
+        #[arg(short, long)]
+        output: PathBuf,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum BenchCommand {
+    /// Runtime fixed costs: host call, instantiation, compile vs cached load.
+    HostCall {
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+        /// Host calls per timed run.
+        #[arg(long, default_value_t = 200_000)]
+        calls: u64,
+    },
+}
+
+fn main() -> std::process::ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Run { data_dir } => commands::run::run(&data_dir),
+        Command::Module(ModuleCommand::Inspect { file, json }) => {
+            commands::module::inspect(&file, json)
+        }
+        Command::Module(ModuleCommand::Componentize { core, output }) => {
+            commands::module::componentize(&core, &output)
+        }
+        Command::Bench(BenchCommand::HostCall { json, calls }) => {
+            commands::bench::host_call(json, calls)
+        }
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,81 @@
+//! The process-wide wasmtime [`Engine`] and its deterministic configuration.
+//!
+//! One engine per process: engines do not share compiled code or pools, and several of them
+//! multiply memory. Everything that decides consensus outcomes is deterministic here: NaNs are
+//! canonicalized, relaxed SIMD is off (and the threads proposal is not even compiled in: the
+//! `threads` cargo feature of wasmtime is off), and execution is bounded by fuel (counted
+//! per operator), never by wall-clock time.
+
+use std::sync::OnceLock;
+
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, OptLevel, PoolingAllocationConfig};
+
+/// Largest wasm stack a guest may use. Guest threads get [`GUEST_THREAD_STACK`], far more, so
+/// a runaway recursion always hits this limit (a clean trap) before the native stack's end.
+pub const MAX_WASM_STACK: usize = 1 << 20;
+/// Native stack of the threads guests run on.
+pub const GUEST_THREAD_STACK: usize = 16 << 20;
+/// Upper bound on any one linear memory, whatever a [`RuntimeConfig`](super::RuntimeConfig)
+/// asks for: the pooling allocator sizes its slots with it.
+pub const MAX_MEMORY_CEILING: usize = 256 << 20;
+/// Component instances the pool can hold at once (calls in flight across all modules).
+const POOL_COMPONENT_INSTANCES: u32 = 256;
+/// Core instances per component instance, at most (wit-component shims add a few).
+const CORE_INSTANCES_PER_COMPONENT: u32 = 8;
+
+/// The wasmtime configuration every modnode process uses.
+pub fn config() -> Config {
+    let mut config = Config::new();
+    config
+        .consume_fuel(true)
+        .cranelift_nan_canonicalization(true)
+        .cranelift_opt_level(OptLevel::Speed)
+        .wasm_relaxed_simd(false)
+        .concurrency_support(false)
+        .max_wasm_stack(MAX_WASM_STACK)
+        .parallel_compilation(true)
+        .memory_init_cow(true);
+    let mut pool = PoolingAllocationConfig::new();
+    pool.total_component_instances(POOL_COMPONENT_INSTANCES)
+        .total_core_instances(POOL_COMPONENT_INSTANCES * CORE_INSTANCES_PER_COMPONENT)
+        .total_memories(POOL_COMPONENT_INSTANCES)
+        .total_tables(POOL_COMPONENT_INSTANCES * CORE_INSTANCES_PER_COMPONENT)
+        .max_memories_per_module(1)
+        .max_memory_size(MAX_MEMORY_CEILING)
+        .max_unused_warm_slots(16);
+    config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+    config
+}
+
+/// The process-wide engine, created on first use.
+///
+/// # Panics
+/// Never in practice: [`config`] is a fixed, valid configuration for the platforms modnode
+/// builds on; if wasmtime rejects it the process cannot run any module at all.
+pub fn engine() -> &'static Engine {
+    static ENGINE: OnceLock<Engine> = OnceLock::new();
+    ENGINE.get_or_init(|| match Engine::new(&config()) {
+        Ok(engine) => engine,
+        Err(e) => panic!("wasmtime rejected modnode's engine configuration: {e:?}"),
+    })
+}
+
+/// A stable digest of everything that makes compiled artifacts compatible with this engine
+/// (wasmtime version, target, configuration). Part of the artifact cache key.
+pub fn compatibility_hash(engine: &Engine) -> [u8; 32] {
+    use sha2::{Digest, Sha256};
+    use std::hash::{Hash, Hasher};
+
+    struct Sha(Sha256);
+    impl Hasher for Sha {
+        fn finish(&self) -> u64 {
+            0
+        }
+        fn write(&mut self, bytes: &[u8]) {
+            self.0.update(bytes);
+        }
+    }
+    let mut hasher = Sha(Sha256::new());
+    engine.precompile_compatibility_hash().hash(&mut hasher);
+    hasher.0.finalize().into()
+}

@@ -1,0 +1,444 @@
+//! Static validation of module components: which world a component implements, which contract
+//! version it was built for, and whether it imports only modnode's host interfaces. Runs on the
+//! bytes alone, before anything is compiled.
+
+use std::fmt;
+
+use sha2::{Digest, Sha256};
+use wasmparser::{Encoding, Parser, Payload};
+
+/// Largest component accepted, in bytes.
+pub const MAX_COMPONENT_BYTES: usize = 16 << 20;
+
+/// The module kinds modnode knows, one per WIT world.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Kind {
+    /// `modnode:deposits` — deposit processing (consensus).
+    Deposits,
+    /// `modnode:checkpoint` — checkpoint chunking.
+    Checkpoint,
+    /// `modnode:gossip-policy` — gossip decisions.
+    GossipPolicy,
+}
+
+impl Kind {
+    /// Every kind.
+    pub const ALL: [Kind; 3] = [Kind::Deposits, Kind::Checkpoint, Kind::GossipPolicy];
+
+    /// The WIT package name (without namespace and version).
+    pub fn package(self) -> &'static str {
+        match self {
+            Kind::Deposits => "deposits",
+            Kind::Checkpoint => "checkpoint",
+            Kind::GossipPolicy => "gossip-policy",
+        }
+    }
+
+    /// The interface a component of this kind exports.
+    pub fn export_interface(self) -> &'static str {
+        match self {
+            Kind::Deposits => "processor",
+            Kind::Checkpoint => "chunker",
+            Kind::GossipPolicy => "policy",
+        }
+    }
+
+    /// Host interfaces of the kind's own package a component may import.
+    fn importable(self) -> &'static [&'static str] {
+        match self {
+            Kind::Deposits => &["types", "registry", "crypto"],
+            Kind::Checkpoint => &["types", "state-reader"],
+            Kind::GossipPolicy => &["types"],
+        }
+    }
+
+    /// The contract version this host implements.
+    pub fn contract(self) -> Version {
+        Version {
+            major: 1,
+            minor: 0,
+            patch: 0,
+        }
+    }
+
+    /// `modnode:<package>/<export>@<version>`, the export that identifies the world.
+    pub fn export_name(self) -> String {
+        format!(
+            "modnode:{}/{}@{}",
+            self.package(),
+            self.export_interface(),
+            self.contract()
+        )
+    }
+}
+
+impl fmt::Display for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.package())
+    }
+}
+
+impl std::str::FromStr for Kind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Kind::ALL
+            .into_iter()
+            .find(|k| k.package() == s)
+            .ok_or_else(|| {
+                format!(
+                    "unknown module kind `{s}` (expected deposits, checkpoint or gossip-policy)"
+                )
+            })
+    }
+}
+
+/// The version of the shared `modnode:types` package this host implements.
+const TYPES_CONTRACT: Version = Version {
+    major: 1,
+    minor: 0,
+    patch: 0,
+};
+
+/// A semantic version of a WIT package.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Version {
+    /// Major: incompatible changes.
+    pub major: u64,
+    /// Minor: additions.
+    pub minor: u64,
+    /// Patch: fixes.
+    pub patch: u64,
+}
+
+impl Version {
+    fn parse(s: &str) -> Option<Self> {
+        let mut parts = s.split('.');
+        let v = Version {
+            major: parts.next()?.parse().ok()?,
+            minor: parts.next()?.parse().ok()?,
+            patch: parts.next()?.split(['-', '+']).next()?.parse().ok()?,
+        };
+        parts.next().is_none().then_some(v)
+    }
+
+    /// A module built against `self` runs on a host implementing `host`: same major version, and
+    /// nothing newer than the host knows.
+    pub fn runs_on(self, host: Version) -> bool {
+        self.major == host.major && self <= host
+    }
+}
+
+impl fmt::Display for Version {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}.{}", self.major, self.minor, self.patch)
+    }
+}
+
+/// A parsed `namespace:package/interface@version` name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct InterfaceName<'a> {
+    namespace: &'a str,
+    package: &'a str,
+    interface: &'a str,
+    version: Option<Version>,
+}
+
+impl<'a> InterfaceName<'a> {
+    fn parse(name: &'a str) -> Option<Self> {
+        let (path, version) = match name.split_once('@') {
+            Some((path, v)) => (path, Some(Version::parse(v)?)),
+            None => (name, None),
+        };
+        let (namespace, rest) = path.split_once(':')?;
+        let (package, interface) = rest.split_once('/')?;
+        Some(Self {
+            namespace,
+            package,
+            interface,
+            version,
+        })
+    }
+}
+
+/// Why a component was rejected.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ValidationError {
+    /// The file is larger than [`MAX_COMPONENT_BYTES`].
+    #[error("module is {size} bytes; the limit is {limit} bytes")]
+    TooLarge {
+        /// Actual size.
+        size: usize,
+        /// The limit.
+        limit: usize,
+    },
+    /// The bytes are not WebAssembly at all.
+    #[error("not a WebAssembly file: {reason}")]
+    NotWasm {
+        /// What the first bytes look like.
+        reason: String,
+    },
+    /// A core module where a component is required.
+    #[error(
+        "this is a core WebAssembly module, not a component; modnode loads components \
+         (turn it into one with `modnode module componentize <core.wasm> -o <component.wasm>`)"
+    )]
+    CoreModule,
+    /// The component does not validate.
+    #[error("malformed component: {message}")]
+    Malformed {
+        /// The validator's message, with the byte offset.
+        message: String,
+    },
+    /// The component exports no modnode world's interface.
+    #[error(
+        "component implements no modnode world: it exports [{}]; a module must export one of {}",
+        exports.join(", "),
+        Kind::ALL.map(|k| format!("modnode:{}/{}", k.package(), k.export_interface())).join(", ")
+    )]
+    UnknownWorld {
+        /// What it exports.
+        exports: Vec<String>,
+    },
+    /// The component exports the interfaces of several worlds.
+    #[error("component exports the interfaces of several module kinds: {0}")]
+    AmbiguousWorld(String),
+    /// The component was built against a contract version this host does not implement.
+    #[error(
+        "incompatible contract version: the module was built for {found}, \
+         this node implements {supported}; rebuild the module against {supported}"
+    )]
+    IncompatibleContract {
+        /// The package and version the module uses.
+        found: String,
+        /// The package and version this host implements.
+        supported: String,
+    },
+    /// The component imports something besides modnode's host interfaces.
+    #[error(
+        "module imports `{import}`, which is not a modnode host interface; a {kind} module may \
+         import only [{}]",
+        allowed.join(", ")
+    )]
+    ForbiddenImport {
+        /// The offending import.
+        import: String,
+        /// The module's kind.
+        kind: Kind,
+        /// What it may import.
+        allowed: Vec<String>,
+    },
+}
+
+/// What static validation learned about a component.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ComponentInfo {
+    /// The world it implements.
+    pub kind: Kind,
+    /// The contract version it was built against (from its export's package version).
+    pub contract: Version,
+    /// SHA-256 of the bytes.
+    pub sha256: [u8; 32],
+    /// Size in bytes.
+    pub size: usize,
+    /// Top-level import names.
+    pub imports: Vec<String>,
+    /// Top-level export names.
+    pub exports: Vec<String>,
+}
+
+/// Validates a component and says what it is.
+pub fn validate(bytes: &[u8]) -> Result<ComponentInfo, ValidationError> {
+    if bytes.len() > MAX_COMPONENT_BYTES {
+        return Err(ValidationError::TooLarge {
+            size: bytes.len(),
+            limit: MAX_COMPONENT_BYTES,
+        });
+    }
+    if Parser::is_core_wasm(bytes) {
+        return Err(ValidationError::CoreModule);
+    }
+    if !Parser::is_component(bytes) {
+        return Err(ValidationError::NotWasm {
+            reason: describe_header(bytes),
+        });
+    }
+    let (imports, exports) = top_level_names(bytes)?;
+    wasmparser::Validator::new()
+        .validate_all(bytes)
+        .map_err(|e| ValidationError::Malformed {
+            message: e.to_string(),
+        })?;
+
+    let (kind, contract) = world_of(&exports)?;
+    check_imports(kind, &imports)?;
+    Ok(ComponentInfo {
+        kind,
+        contract,
+        sha256: Sha256::digest(bytes).into(),
+        size: bytes.len(),
+        imports,
+        exports,
+    })
+}
+
+fn describe_header(bytes: &[u8]) -> String {
+    match bytes.get(..4) {
+        None => format!("only {} bytes long", bytes.len()),
+        Some(b"\0asm") => "WebAssembly magic but an unknown version or layer".into(),
+        Some(magic) => format!("starts with {magic:02x?}, not the wasm magic \\0asm"),
+    }
+}
+
+fn top_level_names(bytes: &[u8]) -> Result<(Vec<String>, Vec<String>), ValidationError> {
+    let malformed = |e: wasmparser::BinaryReaderError| ValidationError::Malformed {
+        message: e.to_string(),
+    };
+    let mut imports = Vec::new();
+    let mut exports = Vec::new();
+    let mut depth = 0u32;
+    for payload in Parser::new(0).parse_all(bytes) {
+        match payload.map_err(malformed)? {
+            Payload::Version {
+                encoding: Encoding::Module,
+                ..
+            } if depth == 0 => {
+                return Err(ValidationError::CoreModule);
+            }
+            Payload::ModuleSection { .. } | Payload::ComponentSection { .. } => depth += 1,
+            Payload::End(_) => depth = depth.saturating_sub(1),
+            Payload::ComponentImportSection(reader) if depth == 0 => {
+                for import in reader {
+                    imports.push(import.map_err(malformed)?.name.name.to_string());
+                }
+            }
+            Payload::ComponentExportSection(reader) if depth == 0 => {
+                for export in reader {
+                    exports.push(export.map_err(malformed)?.name.name.to_string());
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok((imports, exports))
+}
+
+fn world_of(exports: &[String]) -> Result<(Kind, Version), ValidationError> {
+    let mut found: Vec<(Kind, Version, &str)> = Vec::new();
+    for name in exports {
+        let Some(parsed) = InterfaceName::parse(name) else {
+            continue;
+        };
+        if parsed.namespace != "modnode" {
+            continue;
+        }
+        let Some(kind) = Kind::ALL
+            .into_iter()
+            .find(|k| k.package() == parsed.package && k.export_interface() == parsed.interface)
+        else {
+            continue;
+        };
+        let Some(version) = parsed.version else {
+            return Err(ValidationError::IncompatibleContract {
+                found: format!("{name} (unversioned)"),
+                supported: kind.export_name(),
+            });
+        };
+        found.push((kind, version, name));
+    }
+    match found.as_slice() {
+        [] => Err(ValidationError::UnknownWorld {
+            exports: exports.to_vec(),
+        }),
+        [(kind, version, name)] => {
+            if version.runs_on(kind.contract()) {
+                Ok((*kind, *version))
+            } else {
+                Err(ValidationError::IncompatibleContract {
+                    found: (*name).to_string(),
+                    supported: kind.export_name(),
+                })
+            }
+        }
+        many => Err(ValidationError::AmbiguousWorld(
+            many.iter()
+                .map(|(_, _, n)| *n)
+                .collect::<Vec<_>>()
+                .join(", "),
+        )),
+    }
+}
+
+fn check_imports(kind: Kind, imports: &[String]) -> Result<(), ValidationError> {
+    let allowed: Vec<String> = std::iter::once(format!("modnode:types/types@{TYPES_CONTRACT}"))
+        .chain(
+            kind.importable()
+                .iter()
+                .map(|i| format!("modnode:{}/{i}@{}", kind.package(), kind.contract())),
+        )
+        .collect();
+    for import in imports {
+        let parsed = InterfaceName::parse(import);
+        let ok = parsed.as_ref().is_some_and(|p| {
+            let host_version = if p.package == "types" && p.interface == "types" {
+                Some(TYPES_CONTRACT)
+            } else if p.package == kind.package() && kind.importable().contains(&p.interface) {
+                Some(kind.contract())
+            } else {
+                None
+            };
+            p.namespace == "modnode"
+                && host_version.is_some_and(|host| p.version.is_some_and(|v| v.runs_on(host)))
+        });
+        if !ok {
+            // A modnode interface at the wrong version is a contract mismatch, not a stray import.
+            if let Some(p) = parsed.filter(|p| {
+                p.namespace == "modnode"
+                    && p.package == kind.package()
+                    && kind.importable().contains(&p.interface)
+            }) {
+                return Err(ValidationError::IncompatibleContract {
+                    found: import.clone(),
+                    supported: format!(
+                        "modnode:{}/{}@{}",
+                        kind.package(),
+                        p.interface,
+                        kind.contract()
+                    ),
+                });
+            }
+            return Err(ValidationError::ForbiddenImport {
+                import: import.clone(),
+                kind,
+                allowed,
+            });
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_parse_and_compare() {
+        let v = |s| Version::parse(s).unwrap();
+        assert!(v("1.0.0").runs_on(v("1.0.0")));
+        assert!(v("1.0.0").runs_on(v("1.2.0")));
+        assert!(!v("1.3.0").runs_on(v("1.2.0")));
+        assert!(!v("2.0.0").runs_on(v("1.0.0")));
+        assert!(Version::parse("1.0").is_none());
+        assert!(Version::parse("1.0.0.0").is_none());
+    }
+
+    #[test]
+    fn interface_names_parse() {
+        let n = InterfaceName::parse("modnode:deposits/processor@1.0.0").unwrap();
+        assert_eq!(
+            (n.namespace, n.package, n.interface),
+            ("modnode", "deposits", "processor")
+        );
+        assert_eq!(n.version, Version::parse("1.0.0"));
+        assert!(InterfaceName::parse("process").is_none());
+    }
+}

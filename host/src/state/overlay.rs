@@ -1,0 +1,178 @@
+//! The per-call overlay deposit modules write through.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, RwLock};
+
+use super::validator::{NewValidator, PUBKEY_LEN, Pubkey, WITHDRAWAL_CREDENTIALS_LEN};
+
+/// Read access to a registry, as the overlay needs it.
+pub trait RegistryRead: Send + Sync {
+    /// Index of the validator with this pubkey.
+    fn index_of(&self, pubkey: &Pubkey) -> Option<u32>;
+    /// Number of validators.
+    fn validator_count(&self) -> u32;
+    /// Balance of validator `index`.
+    fn balance(&self, index: u32) -> Option<u64>;
+}
+
+/// A registry shared between the importer (which applies deltas) and calls in flight (which
+/// read through it).
+pub type SharedRegistry = Arc<RwLock<dyn RegistryRead>>;
+
+/// Why the overlay refused a write. Mirrors the WIT `registry-error`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OverlayError {
+    /// The pubkey is already registered.
+    #[error("pubkey is already registered")]
+    DuplicatePubkey,
+    /// A field has the wrong length.
+    #[error("{0} has the wrong length")]
+    BadLength(&'static str),
+    /// No validator has this index.
+    #[error("no validator has index {0}")]
+    UnknownIndex(u32),
+    /// The balance would overflow.
+    #[error("balance of validator {0} would overflow")]
+    BalanceOverflow(u32),
+    /// The registry holds 2^32 - 1 validators.
+    #[error("the registry is full")]
+    RegistryFull,
+    /// The shared registry lock was poisoned by a panic elsewhere.
+    #[error("the registry lock is poisoned")]
+    Poisoned,
+}
+
+/// What a successful call changes: validators appended (in order) and final balances of
+/// existing validators whose balance changed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RegistryDelta {
+    /// Validators to append, in index order starting at the registry's count before the call.
+    pub added: Vec<NewValidator>,
+    /// (index, new balance) of pre-existing validators, sorted by index.
+    pub balances: Vec<(u32, u64)>,
+}
+
+impl RegistryDelta {
+    /// True if the call changed nothing.
+    pub fn is_empty(&self) -> bool {
+        self.added.is_empty() && self.balances.is_empty()
+    }
+}
+
+/// Pending writes over a read-only registry. Lookups see the pending additions.
+pub struct RegistryOverlay {
+    base: SharedRegistry,
+    base_count: u32,
+    added: Vec<NewValidator>,
+    added_index: HashMap<Pubkey, u32>,
+    balances: BTreeMap<u32, u64>,
+}
+
+impl RegistryOverlay {
+    /// An empty overlay over `base`.
+    pub fn new(base: SharedRegistry) -> Result<Self, OverlayError> {
+        let base_count = base
+            .read()
+            .map_err(|_| OverlayError::Poisoned)?
+            .validator_count();
+        Ok(Self {
+            base,
+            base_count,
+            added: Vec::new(),
+            added_index: HashMap::new(),
+            balances: BTreeMap::new(),
+        })
+    }
+
+    /// Index of the validator with this pubkey, pending additions included.
+    pub fn index_of(&self, pubkey: &[u8]) -> Result<Option<u32>, OverlayError> {
+        let Ok(pubkey) = <&Pubkey>::try_from(pubkey) else {
+            return Ok(None);
+        };
+        if let Some(&index) = self.added_index.get(pubkey) {
+            return Ok(Some(index));
+        }
+        Ok(self
+            .base
+            .read()
+            .map_err(|_| OverlayError::Poisoned)?
+            .index_of(pubkey))
+    }
+
+    /// Number of validators, pending additions included.
+    pub fn validator_count(&self) -> u32 {
+        // Bounded by `add_validator`, which refuses to pass u32::MAX.
+        self.base_count
+            .saturating_add(u32::try_from(self.added.len()).unwrap_or(u32::MAX))
+    }
+
+    /// Appends a validator.
+    pub fn add_validator(
+        &mut self,
+        pubkey: &[u8],
+        withdrawal_credentials: &[u8],
+        effective_balance: u64,
+        balance: u64,
+    ) -> Result<u32, OverlayError> {
+        let pubkey: Pubkey = pubkey
+            .try_into()
+            .map_err(|_| OverlayError::BadLength("pubkey"))?;
+        let withdrawal_credentials: [u8; WITHDRAWAL_CREDENTIALS_LEN] = withdrawal_credentials
+            .try_into()
+            .map_err(|_| OverlayError::BadLength("withdrawal-credentials"))?;
+        if self.index_of(&pubkey)?.is_some() {
+            return Err(OverlayError::DuplicatePubkey);
+        }
+        let index = self.validator_count();
+        if index == u32::MAX {
+            return Err(OverlayError::RegistryFull);
+        }
+        self.added.push(NewValidator {
+            pubkey,
+            withdrawal_credentials,
+            effective_balance,
+            balance,
+        });
+        self.added_index.insert(pubkey, index);
+        Ok(index)
+    }
+
+    /// Adds `amount` to validator `index`'s balance.
+    pub fn increase_balance(&mut self, index: u32, amount: u64) -> Result<(), OverlayError> {
+        if let Some(offset) = index.checked_sub(self.base_count) {
+            let added = usize::try_from(offset)
+                .ok()
+                .and_then(|i| self.added.get_mut(i))
+                .ok_or(OverlayError::UnknownIndex(index))?;
+            added.balance = added
+                .balance
+                .checked_add(amount)
+                .ok_or(OverlayError::BalanceOverflow(index))?;
+            return Ok(());
+        }
+        let current = match self.balances.get(&index) {
+            Some(&b) => b,
+            None => self
+                .base
+                .read()
+                .map_err(|_| OverlayError::Poisoned)?
+                .balance(index)
+                .ok_or(OverlayError::UnknownIndex(index))?,
+        };
+        let updated = current
+            .checked_add(amount)
+            .ok_or(OverlayError::BalanceOverflow(index))?;
+        self.balances.insert(index, updated);
+        Ok(())
+    }
+
+    /// The changes to apply if the call succeeds.
+    pub fn into_delta(self) -> RegistryDelta {
+        RegistryDelta {
+            added: self.added,
+            balances: self.balances.into_iter().collect(),
+        }
+    }
+}
+
+const _: () = assert!(PUBKEY_LEN == 48);

@@ -1,0 +1,167 @@
+//! Misbehaving modules are contained: typed errors, bounded memory, no partial state.
+
+use modnode::crypto::Keypair;
+use modnode::runtime::deposits::{BlockContext, Deposit};
+use modnode::runtime::{CallError, Resource};
+use modnode::state::{NewValidator, Registry, RegistryDelta, RegistryRead};
+
+use super::{deposits_module, runtime, shared, view};
+
+fn ctx() -> BlockContext {
+    BlockContext {
+        height: 1,
+        slot: 1,
+        genesis_fork_version: vec![0; 4],
+    }
+}
+
+fn deposit(pubkey: [u8; 48], amount: u64) -> Deposit {
+    Deposit {
+        pubkey: pubkey.to_vec(),
+        withdrawal_credentials: vec![1; 32],
+        amount,
+        signature: vec![0; 96],
+    }
+}
+
+fn registry_with(n: u8) -> Registry {
+    let mut registry = Registry::new();
+    registry.apply(&RegistryDelta {
+        added: (0..n)
+            .map(|i| NewValidator {
+                pubkey: [i; 48],
+                withdrawal_credentials: [0; 32],
+                effective_balance: 32,
+                balance: 32,
+            })
+            .collect(),
+        balances: Vec::new(),
+    });
+    registry
+}
+
+fn rss_bytes() -> u64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap();
+    let pages: u64 = statm.split_whitespace().nth(1).unwrap().parse().unwrap();
+    pages * 4096
+}
+
+#[test]
+fn infinite_loop_runs_out_of_fuel_deterministically() {
+    let rt = runtime(20_000_000);
+    let module = deposits_module(&rt, "fixture-loop");
+    let registry = shared(&Registry::new());
+    let first = module.process(view(&registry), ctx(), vec![]).unwrap_err();
+    let second = module.process(view(&registry), ctx(), vec![]).unwrap_err();
+    assert_eq!(
+        first,
+        CallError::OutOfFuel {
+            module: module.meta().name(),
+            budget: 20_000_000
+        }
+    );
+    assert_eq!(first, second);
+}
+
+#[test]
+fn successful_calls_use_identical_fuel() {
+    let rt = runtime(1_000_000_000);
+    let module = deposits_module(&rt, "deposits-v1");
+    let kp = Keypair::from_seed([3; 32]);
+    let block = vec![deposit(kp.pubkey, 32_000_000_000), deposit([0; 48], 5)];
+    let registry = shared(&registry_with(4));
+    let a = module
+        .process(view(&registry), ctx(), block.clone())
+        .unwrap()
+        .unwrap();
+    let b = module
+        .process(view(&registry), ctx(), block)
+        .unwrap()
+        .unwrap();
+    assert!(a.fuel_used > 0);
+    assert_eq!(a.fuel_used, b.fuel_used);
+    assert_eq!(a.outcomes, b.outcomes);
+}
+
+#[test]
+fn memory_bomb_hits_the_limit_and_host_memory_stays_bounded() {
+    let rt = runtime(u64::MAX / 2);
+    let module = deposits_module(&rt, "fixture-grow");
+    let registry = shared(&Registry::new());
+    let before = rss_bytes();
+    for _ in 0..4 {
+        match module.process(view(&registry), ctx(), vec![]).unwrap_err() {
+            CallError::LimitExceeded {
+                resource,
+                limit,
+                requested,
+                ..
+            } => {
+                assert_eq!(resource, Resource::Memory);
+                assert_eq!(limit, 64 << 20);
+                assert!(requested > limit);
+            }
+            other => panic!("expected a memory limit error, got {other:?}"),
+        }
+    }
+    let grown = rss_bytes().saturating_sub(before);
+    assert!(
+        grown < 128 << 20,
+        "RSS grew by {} MiB over four 64 MiB bombs",
+        grown >> 20
+    );
+}
+
+#[test]
+fn unbounded_recursion_overflows_and_the_process_keeps_serving() {
+    let rt = runtime(u64::MAX / 2);
+    let bomb = deposits_module(&rt, "fixture-recursion");
+    let good = deposits_module(&rt, "deposits-v1");
+    let registry = shared(&registry_with(1));
+    for _ in 0..3 {
+        let err = bomb.process(view(&registry), ctx(), vec![]).unwrap_err();
+        assert_eq!(
+            err,
+            CallError::StackOverflow {
+                module: bomb.meta().name()
+            }
+        );
+        let ok = good
+            .process(view(&registry), ctx(), vec![deposit([0; 48], 1)])
+            .unwrap()
+            .unwrap();
+        assert_eq!(ok.delta.balances, vec![(0, 33)]);
+    }
+}
+
+#[test]
+fn writes_then_trap_leave_host_state_identical() {
+    let rt = runtime(1_000_000_000);
+    let module = deposits_module(&rt, "fixture-write-trap");
+    let before = registry_with(8);
+    let shared_registry = shared(&before);
+    // Top-ups of existing validators and brand-new validators, then a trap.
+    let block: Vec<_> = (0..16u8).map(|i| deposit([i; 48], 1_000)).collect();
+    let err = module
+        .process(view(&shared_registry), ctx(), block.clone())
+        .unwrap_err();
+    assert!(
+        matches!(err, CallError::Trap { ref message, .. } if message.contains("unreachable")),
+        "{err:?}"
+    );
+    let after = shared_registry.read().unwrap();
+    assert_eq!(after.validator_count(), 8);
+    assert_eq!(after.balance(0), Some(32));
+    // Nothing was applied: every validator and balance equals the original.
+    assert_eq!(*after, before);
+    drop(after);
+    // The same writes without the trap do change the state, so the check above can fail.
+    let v1 = deposits_module(&rt, "deposits-v1");
+    let out = v1
+        .process(view(&shared_registry), ctx(), block)
+        .unwrap()
+        .unwrap();
+    let mut changed = before.clone();
+    changed.apply(&out.delta);
+    assert_ne!(changed, before);
+}

@@ -1,0 +1,332 @@
+//! The two deposit-processing algorithms. Both give identical outcomes; they differ only in how
+//! many signature checks they ask the host for.
+
+use crate::ssz::{self, Root};
+use crate::{BlockContext, Deposit, Outcome, ProcessError, RegistryError, SignatureSet};
+
+/// What the algorithms need from the host: the registry overlay and BLS verification.
+pub trait Host {
+    /// Index of the validator with this pubkey, seeing this block's additions.
+    fn index_of(&mut self, pubkey: &[u8]) -> Option<u32>;
+    /// Appends a validator; returns its index.
+    fn add_validator(
+        &mut self,
+        pubkey: &[u8],
+        withdrawal_credentials: &[u8],
+        effective_balance: u64,
+        balance: u64,
+    ) -> Result<u32, RegistryError>;
+    /// Adds to a validator's balance.
+    fn increase_balance(&mut self, index: u32, amount: u64) -> Result<(), RegistryError>;
+    /// Verifies one proof of possession.
+    fn bls_verify(&mut self, pubkey: &[u8], message: &[u8], signature: &[u8]) -> bool;
+    /// Verifies several at once; true only if all verify.
+    fn bls_verify_batch(&mut self, sets: &[SignatureSet]) -> bool;
+}
+
+/// A deposit whose fields have their fixed sizes.
+struct Checked<'a> {
+    pubkey: &'a [u8; 48],
+    withdrawal_credentials: &'a [u8; 32],
+    amount: u64,
+    signature: &'a [u8; 96],
+}
+
+impl Checked<'_> {
+    fn signing_root(&self, domain: &Root) -> Root {
+        let object =
+            ssz::deposit_message_root(self.pubkey, self.withdrawal_credentials, self.amount);
+        ssz::signing_root(&object, domain)
+    }
+
+    fn verify_alone<H: Host>(&self, host: &mut H, domain: &Root) -> bool {
+        host.bls_verify(self.pubkey, &self.signing_root(domain), self.signature)
+    }
+}
+
+fn field<'a, const N: usize>(
+    bytes: &'a [u8],
+    index: usize,
+    name: &str,
+) -> Result<&'a [u8; N], ProcessError> {
+    bytes.try_into().map_err(|_| {
+        ProcessError::Malformed(format!(
+            "deposit {index}: {name} is {} bytes, expected {N}",
+            bytes.len()
+        ))
+    })
+}
+
+fn check(deposits: &[Deposit]) -> Result<Vec<Checked<'_>>, ProcessError> {
+    deposits
+        .iter()
+        .enumerate()
+        .map(|(i, d)| {
+            Ok(Checked {
+                pubkey: field(&d.pubkey, i, "pubkey")?,
+                withdrawal_credentials: field(
+                    &d.withdrawal_credentials,
+                    i,
+                    "withdrawal-credentials",
+                )?,
+                amount: d.amount,
+                signature: field(&d.signature, i, "signature")?,
+            })
+        })
+        .collect()
+}
+
+fn domain(ctx: &BlockContext) -> Result<Root, ProcessError> {
+    let version: [u8; 4] = ctx
+        .genesis_fork_version
+        .as_slice()
+        .try_into()
+        .map_err(|_| {
+            ProcessError::BadContext(format!(
+                "genesis fork version is {} bytes, expected 4",
+                ctx.genesis_fork_version.len()
+            ))
+        })?;
+    Ok(ssz::deposit_domain(version))
+}
+
+/// `apply_deposit` for one deposit; `valid` is asked only when the pubkey is unknown.
+fn apply<H: Host>(
+    host: &mut H,
+    deposit: &Checked<'_>,
+    valid: impl FnOnce(&mut H) -> bool,
+) -> Result<Outcome, ProcessError> {
+    match host.index_of(deposit.pubkey) {
+        Some(index) => {
+            host.increase_balance(index, deposit.amount)
+                .map_err(ProcessError::Registry)?;
+            Ok(Outcome::ToppedUp(index))
+        }
+        None if valid(host) => {
+            let index = host
+                .add_validator(
+                    deposit.pubkey,
+                    deposit.withdrawal_credentials,
+                    crate::effective_balance(deposit.amount),
+                    deposit.amount,
+                )
+                .map_err(ProcessError::Registry)?;
+            Ok(Outcome::Created(index))
+        }
+        None => Ok(Outcome::InvalidSignature),
+    }
+}
+
+/// Version 1: each new validator's signature is verified on its own.
+pub fn process_one_by_one<H: Host>(
+    host: &mut H,
+    ctx: &BlockContext,
+    deposits: &[Deposit],
+) -> Result<Vec<Outcome>, ProcessError> {
+    let domain = domain(ctx)?;
+    let checked = check(deposits)?;
+    let mut outcomes = Vec::with_capacity(checked.len());
+    for deposit in &checked {
+        outcomes.push(apply(host, deposit, |host| {
+            deposit.verify_alone(host, &domain)
+        })?);
+    }
+    Ok(outcomes)
+}
+
+/// Version 2: the first deposit of every pubkey unknown before the block goes into one batch
+/// verification. If the batch verifies, every one of them is valid and no further checks are
+/// needed (later deposits for the same pubkeys are top-ups); if it fails, signatures are checked
+/// one by one exactly as in version 1.
+pub fn process_batched<H: Host>(
+    host: &mut H,
+    ctx: &BlockContext,
+    deposits: &[Deposit],
+) -> Result<Vec<Outcome>, ProcessError> {
+    let domain = domain(ctx)?;
+    let checked = check(deposits)?;
+
+    let mut in_batch = vec![false; checked.len()];
+    let mut sets = Vec::new();
+    let mut seen: Vec<&[u8; 48]> = Vec::with_capacity(checked.len());
+    for (deposit, member) in checked.iter().zip(in_batch.iter_mut()) {
+        if seen.contains(&deposit.pubkey) {
+            continue;
+        }
+        seen.push(deposit.pubkey);
+        if host.index_of(deposit.pubkey).is_none() {
+            *member = true;
+            sets.push(SignatureSet {
+                pubkey: deposit.pubkey.to_vec(),
+                message: deposit.signing_root(&domain).to_vec(),
+                signature: deposit.signature.to_vec(),
+            });
+        }
+    }
+    let batch_valid = match sets.len() {
+        0 => false,
+        1 => sets
+            .first()
+            .is_some_and(|s| host.bls_verify(&s.pubkey, &s.message, &s.signature)),
+        _ => host.bls_verify_batch(&sets),
+    };
+
+    let mut outcomes = Vec::with_capacity(checked.len());
+    for (deposit, member) in checked.iter().zip(in_batch) {
+        outcomes.push(apply(host, deposit, |host| {
+            (batch_valid && member) || deposit.verify_alone(host, &domain)
+        })?);
+    }
+    Ok(outcomes)
+}
+
+#[cfg(test)]
+#[allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::indexing_slicing,
+    clippy::arithmetic_side_effects,
+    clippy::panic
+)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    /// A registry in a map; a signature is "valid" when its first byte is 1.
+    #[derive(Default)]
+    struct MockHost {
+        pubkeys: Vec<Vec<u8>>,
+        balances: Vec<u64>,
+        single_checks: usize,
+        batch_checks: usize,
+    }
+
+    impl Host for MockHost {
+        fn index_of(&mut self, pubkey: &[u8]) -> Option<u32> {
+            let map: HashMap<&[u8], usize> = self
+                .pubkeys
+                .iter()
+                .enumerate()
+                .map(|(i, p)| (p.as_slice(), i))
+                .collect();
+            map.get(pubkey).map(|&i| i as u32)
+        }
+        fn add_validator(
+            &mut self,
+            pk: &[u8],
+            _: &[u8],
+            _: u64,
+            bal: u64,
+        ) -> Result<u32, RegistryError> {
+            self.pubkeys.push(pk.to_vec());
+            self.balances.push(bal);
+            Ok(self.pubkeys.len() as u32 - 1)
+        }
+        fn increase_balance(&mut self, index: u32, amount: u64) -> Result<(), RegistryError> {
+            let b = self
+                .balances
+                .get_mut(index as usize)
+                .ok_or(RegistryError::UnknownIndex(index))?;
+            *b = b
+                .checked_add(amount)
+                .ok_or(RegistryError::BalanceOverflow(index))?;
+            Ok(())
+        }
+        fn bls_verify(&mut self, _: &[u8], _: &[u8], sig: &[u8]) -> bool {
+            self.single_checks += 1;
+            sig.first() == Some(&1)
+        }
+        fn bls_verify_batch(&mut self, sets: &[SignatureSet]) -> bool {
+            self.batch_checks += 1;
+            sets.iter().all(|s| s.signature.first() == Some(&1))
+        }
+    }
+
+    fn deposit(pk: u8, amount: u64, valid: bool) -> Deposit {
+        Deposit {
+            pubkey: vec![pk; 48],
+            withdrawal_credentials: vec![0; 32],
+            amount,
+            signature: vec![u8::from(valid); 96],
+        }
+    }
+
+    fn ctx() -> BlockContext {
+        BlockContext {
+            height: 1,
+            slot: 1,
+            genesis_fork_version: vec![0; 4],
+        }
+    }
+
+    #[test]
+    fn both_algorithms_agree_on_the_spec_traps() {
+        let block = vec![
+            deposit(1, 32 * crate::GWEI_PER_ETH, true),
+            deposit(1, 5, false), // same pubkey later in the block: top-up, no signature check
+            deposit(2, 7, false), // invalid: skipped
+            deposit(2, 9, true),  // invalid-then-valid: the valid one creates
+            deposit(3, 0, true),  // zero amount
+        ];
+        let mut a = MockHost::default();
+        let mut b = MockHost::default();
+        let out_a = process_one_by_one(&mut a, &ctx(), &block).unwrap();
+        let out_b = process_batched(&mut b, &ctx(), &block).unwrap();
+        assert_eq!(out_a, out_b);
+        assert_eq!(
+            out_a,
+            vec![
+                Outcome::Created(0),
+                Outcome::ToppedUp(0),
+                Outcome::InvalidSignature,
+                Outcome::Created(1),
+                Outcome::Created(2)
+            ]
+        );
+        assert_eq!(a.balances, b.balances);
+        assert_eq!(a.balances, vec![32 * crate::GWEI_PER_ETH + 5, 9, 0]);
+        // The batch failed (deposit 2 is invalid), so v2 fell back to single checks.
+        assert_eq!(b.batch_checks, 1);
+    }
+
+    #[test]
+    fn batch_that_verifies_needs_no_single_checks() {
+        let block: Vec<_> = (1..=16).map(|i| deposit(i, 32, true)).collect();
+        let mut host = MockHost::default();
+        let out = process_batched(&mut host, &ctx(), &block).unwrap();
+        assert_eq!(out.len(), 16);
+        assert_eq!((host.batch_checks, host.single_checks), (1, 0));
+    }
+
+    #[test]
+    fn malformed_fields_and_overflow_invalidate_the_block() {
+        let mut short = deposit(1, 1, true);
+        short.pubkey.pop();
+        let err = process_one_by_one(&mut MockHost::default(), &ctx(), &[short]).unwrap_err();
+        assert!(matches!(err, ProcessError::Malformed(m) if m.contains("deposit 0: pubkey is 47")));
+
+        let block = vec![deposit(1, u64::MAX, true), deposit(1, 1, true)];
+        let err = process_batched(&mut MockHost::default(), &ctx(), &block).unwrap_err();
+        assert!(matches!(
+            err,
+            ProcessError::Registry(RegistryError::BalanceOverflow(0))
+        ));
+
+        let bad_ctx = BlockContext {
+            genesis_fork_version: vec![0; 3],
+            ..ctx()
+        };
+        let err = process_batched(&mut MockHost::default(), &bad_ctx, &[]).unwrap_err();
+        assert!(matches!(err, ProcessError::BadContext(_)));
+    }
+
+    #[test]
+    fn effective_balance_rounds_down_and_caps() {
+        assert_eq!(crate::effective_balance(0), 0);
+        assert_eq!(crate::effective_balance(1_500_000_000), 1_000_000_000);
+        assert_eq!(
+            crate::effective_balance(u64::MAX),
+            crate::MAX_EFFECTIVE_BALANCE
+        );
+    }
+}

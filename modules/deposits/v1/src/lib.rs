@@ -1,0 +1,28 @@
+//! `deposits-v1`: verifies each new validator's proof of possession on its own.
+
+use deposits_common::bindings::exports::modnode::deposits::processor::Guest;
+use deposits_common::{BlockContext, Deposit, ModuleInfo, Outcome, ProcessError};
+
+/// The exported implementation.
+pub struct DepositsV1;
+
+impl Guest for DepositsV1 {
+    fn describe() -> ModuleInfo {
+        deposits_common::module_info(
+            1,
+            "apply_deposit, one signature verification per new validator",
+        )
+    }
+
+    fn process(ctx: BlockContext, deposits: Vec<Deposit>) -> Result<Vec<Outcome>, ProcessError> {
+        deposits_common::process::process_one_by_one(
+            &mut deposits_common::wasm_host::WasmHost,
+            &ctx,
+            &deposits,
+        )
+    }
+}
+
+// Exported only on wasm: the export names are not valid native symbol names.
+#[cfg(target_arch = "wasm32")]
+deposits_common::export!(DepositsV1);
