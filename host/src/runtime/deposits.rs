@@ -221,10 +221,13 @@ impl DepositsModule {
                 };
                 let mut store = wasmtime::Store::new(&settings.engine, data);
                 store.limiter(|d| d.limiter());
+                store
+                    .set_fuel(settings.fuel)
+                    .map_err(|e| CallError::Host { module: name.clone(), message: format!("{e:?}") })?;
                 let start = std::time::Instant::now();
                 let instance = pre.instantiate(&mut store);
                 let elapsed = start.elapsed();
-                instance.map_err(|e| CallError::classify(&name, &e, None, 0))?;
+                instance.map_err(|e| CallError::classify(&name, &e, None, settings.fuel))?;
                 samples.push(u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX));
             }
             Ok(samples)
