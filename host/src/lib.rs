@@ -4,14 +4,18 @@
 //! state, cryptography — and loads WIT-described components that decide *how*: deposit
 //! processing, checkpoint chunking, gossip policy. See `ARCHITECTURE.md` for the design.
 //!
+//! - [`chain`]: blocks, genesis, block import with atomic durable commits.
 //! - [`runtime`]: the sandboxed, deterministic wasmtime runtime, one host module per WIT world.
 //! - [`crypto`]: BLS12-381 verification (blst) offered to modules.
-//! - [`state`]: the validator registry and the per-call overlay modules write through.
+//! - [`state`]: the validator registry, pubkey index, state tree and the per-call overlay.
+//! - [`store`]: durable storage (sled) behind a small trait, with an in-memory twin.
 #![deny(missing_docs)]
 
+pub mod chain;
 pub mod crypto;
 pub mod runtime;
 pub mod state;
+pub mod store;
 
 /// Build artifacts produced by `build.rs`: every module component, and the default ones
 /// embedded in the binary.

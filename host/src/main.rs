@@ -24,6 +24,9 @@ enum Command {
         /// Data directory (created if missing).
         #[arg(long, default_value = "modnode-data")]
         data_dir: PathBuf,
+        /// Genesis file (JSON); the embedded dev genesis if omitted.
+        #[arg(long)]
+        genesis: Option<PathBuf>,
     },
     /// Work with module components.
     #[command(subcommand)]
@@ -31,6 +34,22 @@ enum Command {
     /// Measure the node (`--json` for machines).
     #[command(subcommand)]
     Bench(BenchCommand),
+    /// Tools for tests and debugging.
+    #[command(subcommand, hide = true)]
+    Debug(DebugCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum DebugCommand {
+    /// Import generated dev blocks as fast as possible, printing each durable head.
+    ImportLoop {
+        /// Data directory.
+        #[arg(long)]
+        data_dir: PathBuf,
+        /// Blocks to import before exiting.
+        #[arg(long, default_value_t = u64::MAX)]
+        blocks: u64,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -76,7 +95,10 @@ fn main() -> std::process::ExitCode {
         .init();
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Run { data_dir } => commands::run::run(&data_dir),
+        Command::Run { data_dir, genesis } => commands::run::run(&data_dir, genesis.as_ref()),
+        Command::Debug(DebugCommand::ImportLoop { data_dir, blocks }) => {
+            commands::run::import_loop(&data_dir, blocks)
+        }
         Command::Module(ModuleCommand::Inspect { file, json }) => {
             commands::module::inspect(&file, json)
         }

@@ -1,15 +1,20 @@
-//! Chain state: the validator registry, its balances, and the overlay modules write through.
+//! Chain state: the validator registry, its balances, the pubkey index and the state tree, and
+//! the overlay modules write through.
 //!
 //! Modules never mutate the state directly. A call gets a [`RegistryOverlay`] over a read-only
 //! view of the state; the host turns the overlay into a [`RegistryDelta`] and applies it only
-//! when the whole call succeeded, so a trap or a rejected block leaves the state untouched.
+//! when the whole call succeeded and the resulting root matches the block, so a trap or a
+//! rejected block leaves the state untouched.
 
+pub mod merkle;
 mod overlay;
+pub mod pubkey_index;
 mod registry;
 mod validator;
 
 pub use overlay::{OverlayError, RegistryDelta, RegistryOverlay, RegistryRead, SharedRegistry};
-pub use registry::Registry;
+pub use registry::{Registry, StateError};
 pub use validator::{
-    FAR_FUTURE_EPOCH, NewValidator, PUBKEY_LEN, Pubkey, Validator, WITHDRAWAL_CREDENTIALS_LEN,
+    FAR_FUTURE_EPOCH, LEAF_BYTES, NewValidator, PUBKEY_LEN, Pubkey, RecordError, VALIDATOR_BYTES,
+    Validator, WITHDRAWAL_CREDENTIALS_LEN,
 };

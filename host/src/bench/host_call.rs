@@ -72,7 +72,7 @@ pub fn run(params: &HostCallParams, hostcall_fixture: &[u8]) -> anyhow::Result<H
             balance: 1,
         }],
         balances: Vec::new(),
-    });
+    })?;
     let registry: SharedRegistry = Arc::new(RwLock::new(registry));
 
     let LoadedModule::Deposits(fixture) = runtime.load(hostcall_fixture)? else {

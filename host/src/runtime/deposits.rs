@@ -35,16 +35,26 @@ impl HasLimiter for DepositsCtx {
     }
 }
 
+/// The WIT error for an overlay refusal; `None` for host failures (which trap).
+pub fn registry_error(e: &OverlayError) -> Option<RegistryError> {
+    Some(match e {
+        OverlayError::DuplicatePubkey => RegistryError::DuplicatePubkey,
+        OverlayError::BadLength(field) => RegistryError::BadLength((*field).to_string()),
+        OverlayError::UnknownIndex(i) => RegistryError::UnknownIndex(*i),
+        OverlayError::BalanceOverflow(i) => RegistryError::BalanceOverflow(*i),
+        OverlayError::RegistryFull => RegistryError::RegistryFull,
+        OverlayError::Poisoned => return None,
+    })
+}
+
 /// Maps an overlay refusal to the WIT error, or to a trap for host failures.
 fn registry_result<T>(r: Result<T, OverlayError>) -> wasmtime::Result<Result<T, RegistryError>> {
     match r {
         Ok(v) => Ok(Ok(v)),
-        Err(OverlayError::DuplicatePubkey) => Ok(Err(RegistryError::DuplicatePubkey)),
-        Err(OverlayError::BadLength(field)) => Ok(Err(RegistryError::BadLength(field.to_string()))),
-        Err(OverlayError::UnknownIndex(i)) => Ok(Err(RegistryError::UnknownIndex(i))),
-        Err(OverlayError::BalanceOverflow(i)) => Ok(Err(RegistryError::BalanceOverflow(i))),
-        Err(OverlayError::RegistryFull) => Ok(Err(RegistryError::RegistryFull)),
-        Err(e @ OverlayError::Poisoned) => Err(wasmtime::format_err!("{e}")),
+        Err(e) => match registry_error(&e) {
+            Some(wit) => Ok(Err(wit)),
+            None => Err(wasmtime::format_err!("{e}")),
+        },
     }
 }
 
@@ -221,9 +231,10 @@ impl DepositsModule {
                 };
                 let mut store = wasmtime::Store::new(&settings.engine, data);
                 store.limiter(|d| d.limiter());
-                store
-                    .set_fuel(settings.fuel)
-                    .map_err(|e| CallError::Host { module: name.clone(), message: format!("{e:?}") })?;
+                store.set_fuel(settings.fuel).map_err(|e| CallError::Host {
+                    module: name.clone(),
+                    message: format!("{e:?}"),
+                })?;
                 let start = std::time::Instant::now();
                 let instance = pre.instantiate(&mut store);
                 let elapsed = start.elapsed();

@@ -1,17 +1,59 @@
-//! An in-memory validator registry.
+//! The validator registry in memory: records, balances, the compact pubkey index and the Merkle
+//! commitment over them (the state root).
 
-use std::collections::HashMap;
-
+use super::merkle::{Hash32, MerkleError, MerkleTree};
 use super::overlay::{RegistryDelta, RegistryRead};
+use super::pubkey_index::{IndexError, PubkeyIndex};
 use super::validator::{Pubkey, Validator};
 
-/// Validators, their balances and a pubkey index, all in memory.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// Why a registry could not be built or changed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StateError {
+    /// The Merkle tree refused an update.
+    #[error("state tree: {0}")]
+    Merkle(#[from] MerkleError),
+    /// The pubkey index refused an insertion (e.g. a duplicate pubkey).
+    #[error("pubkey index: {0}")]
+    Index(#[from] IndexError),
+    /// A delta names a validator that does not exist.
+    #[error("no validator has index {0}")]
+    UnknownIndex(u32),
+    /// Validators and balances disagree in length.
+    #[error("{validators} validators but {balances} balances")]
+    LengthMismatch {
+        /// Validator count.
+        validators: usize,
+        /// Balance count.
+        balances: usize,
+    },
+    /// More than 2^32 - 1 validators.
+    #[error("the registry is full")]
+    Full,
+}
+
+/// Leaf replacements `(position, leaf)` and appended leaves of a delta.
+type LeafChanges = (Vec<(u64, Hash32)>, Vec<Hash32>);
+
+/// Validators, their balances, a pubkey → index map and the state tree.
+///
+/// Leaf `i` of the tree is `sha256(encode(validator i) || balance i)`; the state root is the
+/// tree's root (length mixed in). Every change updates the tree in O(log n) per changed leaf.
+#[derive(Debug, Clone, Default)]
 pub struct Registry {
     validators: Vec<Validator>,
     balances: Vec<u64>,
-    index: HashMap<Pubkey, u32>,
+    index: PubkeyIndex,
+    tree: MerkleTree,
 }
+
+/// Equality of contents; the index and tree are derived from them.
+impl PartialEq for Registry {
+    fn eq(&self, other: &Self) -> bool {
+        self.validators == other.validators && self.balances == other.balances
+    }
+}
+
+impl Eq for Registry {}
 
 impl Registry {
     /// An empty registry.
@@ -19,9 +61,50 @@ impl Registry {
         Self::default()
     }
 
+    /// Builds a registry from records and balances in one pass (startup, genesis).
+    pub fn from_parts(validators: Vec<Validator>, balances: Vec<u64>) -> Result<Self, StateError> {
+        if validators.len() != balances.len() {
+            return Err(StateError::LengthMismatch {
+                validators: validators.len(),
+                balances: balances.len(),
+            });
+        }
+        u32::try_from(validators.len()).map_err(|_| StateError::Full)?;
+        let keys: Vec<Pubkey> = validators.iter().map(|v| v.pubkey).collect();
+        let index = PubkeyIndex::from_keys(&keys)?;
+        drop(keys);
+        let leaves = validators
+            .iter()
+            .zip(&balances)
+            .map(|(v, b)| v.leaf_hash(*b))
+            .collect();
+        let tree = MerkleTree::from_leaves(leaves);
+        Ok(Self {
+            validators,
+            balances,
+            index,
+            tree,
+        })
+    }
+
+    /// Number of validators.
+    pub fn len(&self) -> u32 {
+        u32::try_from(self.validators.len()).unwrap_or(u32::MAX)
+    }
+
+    /// Whether there are no validators.
+    pub fn is_empty(&self) -> bool {
+        self.validators.is_empty()
+    }
+
     /// Validator `index`.
     pub fn validator(&self, index: u32) -> Option<&Validator> {
         self.validators.get(usize::try_from(index).ok()?)
+    }
+
+    /// All validators, in index order.
+    pub fn validators(&self) -> &[Validator] {
+        &self.validators
     }
 
     /// All balances, in index order.
@@ -29,32 +112,102 @@ impl Registry {
         &self.balances
     }
 
-    /// Applies a delta produced by an overlay over this registry.
-    pub fn apply(&mut self, delta: &RegistryDelta) {
-        for (index, balance) in &delta.balances {
-            if let Some(slot) = usize::try_from(*index)
+    /// The state root.
+    pub fn root(&self) -> Hash32 {
+        self.tree.root()
+    }
+
+    /// The state tree (for range proofs).
+    pub fn tree(&self) -> &MerkleTree {
+        &self.tree
+    }
+
+    /// Heap bytes of the pubkey index.
+    pub fn index_heap_bytes(&self) -> usize {
+        self.index.heap_bytes()
+    }
+
+    fn leaf_updates(&self, delta: &RegistryDelta) -> Result<LeafChanges, StateError> {
+        let mut updates = Vec::with_capacity(delta.balances.len());
+        for &(index, balance) in &delta.balances {
+            let validator = self
+                .validator(index)
+                .ok_or(StateError::UnknownIndex(index))?;
+            updates.push((u64::from(index), validator.leaf_hash(balance)));
+        }
+        let appended = delta
+            .added
+            .iter()
+            .map(|n| n.record().leaf_hash(n.balance))
+            .collect();
+        Ok((updates, appended))
+    }
+
+    /// The state root after `delta`, without applying it.
+    pub fn root_after(&self, delta: &RegistryDelta) -> Result<Hash32, StateError> {
+        let (updates, appended) = self.leaf_updates(delta)?;
+        Ok(self.tree.root_with(&updates, &appended)?)
+    }
+
+    /// Applies a delta produced by an overlay over this registry. Checked up front: on error
+    /// nothing changed.
+    pub fn apply(&mut self, delta: &RegistryDelta) -> Result<(), StateError> {
+        let (updates, appended) = self.leaf_updates(delta)?;
+        let new_len = self
+            .validators
+            .len()
+            .checked_add(delta.added.len())
+            .ok_or(StateError::Full)?;
+        u32::try_from(new_len).map_err(|_| StateError::Full)?;
+        // Index first: it is the only step that can refuse (a duplicate pubkey), and it is
+        // rolled back by rebuilding if a later insertion in the same delta fails.
+        let before = self.index.len();
+        let base = self.validators.len();
+        let validators = &self.validators;
+        let key_at = |i: u32| -> Option<&Pubkey> {
+            let i = usize::try_from(i).ok()?;
+            match i.checked_sub(base) {
+                None => validators.get(i).map(|v| &v.pubkey),
+                Some(offset) => delta.added.get(offset).map(|a| &a.pubkey),
+            }
+        };
+        for (offset, added) in delta.added.iter().enumerate() {
+            let index = u32::try_from(base.saturating_add(offset)).map_err(|_| StateError::Full)?;
+            if let Err(e) = self.index.insert(&added.pubkey, index, key_at) {
+                if offset > 0 {
+                    self.index = PubkeyIndex::rebuild(before, key_at)?;
+                }
+                return Err(e.into());
+            }
+        }
+        self.tree.set_many(&updates)?;
+        self.tree.extend_from_slice(&appended)?;
+        for &(index, balance) in &delta.balances {
+            if let Some(slot) = usize::try_from(index)
                 .ok()
                 .and_then(|i| self.balances.get_mut(i))
             {
-                *slot = *balance;
+                *slot = balance;
             }
         }
         for added in &delta.added {
-            let index = u32::try_from(self.validators.len()).unwrap_or(u32::MAX);
             self.validators.push(added.record());
             self.balances.push(added.balance);
-            self.index.insert(added.pubkey, index);
         }
+        Ok(())
     }
 }
 
 impl RegistryRead for Registry {
     fn index_of(&self, pubkey: &Pubkey) -> Option<u32> {
-        self.index.get(pubkey).copied()
+        let validators = &self.validators;
+        self.index.get(pubkey, |i| {
+            validators.get(usize::try_from(i).ok()?).map(|v| &v.pubkey)
+        })
     }
 
     fn validator_count(&self) -> u32 {
-        u32::try_from(self.validators.len()).unwrap_or(u32::MAX)
+        self.len()
     }
 
     fn balance(&self, index: u32) -> Option<u64> {

@@ -1,7 +1,9 @@
 //! The host crate's one integration-test binary (it links once).
 
 mod cache;
+mod chain;
 mod cli;
+mod crash;
 mod inspect;
 mod malicious;
 mod modules;

@@ -26,17 +26,19 @@ fn deposit(pubkey: [u8; 48], amount: u64) -> Deposit {
 
 fn registry_with(n: u8) -> Registry {
     let mut registry = Registry::new();
-    registry.apply(&RegistryDelta {
-        added: (0..n)
-            .map(|i| NewValidator {
-                pubkey: [i; 48],
-                withdrawal_credentials: [0; 32],
-                effective_balance: 32,
-                balance: 32,
-            })
-            .collect(),
-        balances: Vec::new(),
-    });
+    registry
+        .apply(&RegistryDelta {
+            added: (0..n)
+                .map(|i| NewValidator {
+                    pubkey: [i; 48],
+                    withdrawal_credentials: [0; 32],
+                    effective_balance: 32,
+                    balance: 32,
+                })
+                .collect(),
+            balances: Vec::new(),
+        })
+        .unwrap();
     registry
 }
 
@@ -162,6 +164,6 @@ fn writes_then_trap_leave_host_state_identical() {
         .unwrap()
         .unwrap();
     let mut changed = before.clone();
-    changed.apply(&out.delta);
+    changed.apply(&out.delta).unwrap();
     assert_ne!(changed, before);
 }

@@ -1,0 +1,566 @@
+//! The chain: blocks, genesis, and block import over the durable store.
+//!
+//! Import validates the header against the head, runs the active deposits module through the
+//! runtime, checks the resulting state root against the header *before* anything changes, and
+//! commits block + state changes + new head as one atomic, flushed batch; only then is the
+//! in-memory state updated. On startup the stored head, head block and state root are checked
+//! against each other and against the genesis the node is configured with.
+
+pub mod block;
+pub mod genesis;
+pub mod native_deposits;
+pub mod workload;
+
+use std::sync::{Arc, RwLock};
+
+use block::{Block, BlockHeader, DepositData, Hash};
+use genesis::Genesis;
+
+use crate::runtime::CallError;
+use crate::runtime::deposits::{BlockContext, Deposit, DepositsModule, Outcome, ProcessError};
+use crate::state::{Registry, RegistryDelta, RegistryRead, SharedRegistry, StateError, Validator};
+use crate::store::{KvStore, StoreError, WriteBatch, keys};
+
+/// Version of the store layout this node writes.
+pub const STORE_FORMAT: u32 = 1;
+
+/// Why the chain could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    /// Storage failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The genesis state is invalid.
+    #[error("genesis state: {0}")]
+    Genesis(#[from] StateError),
+    /// The data directory belongs to another chain.
+    #[error(
+        "the data directory holds chain with genesis {stored}, but the configured genesis is {configured}; \
+         use another --data-dir or the matching genesis file"
+    )]
+    GenesisMismatch {
+        /// Genesis hash in the store.
+        stored: String,
+        /// Genesis hash of the configuration.
+        configured: String,
+    },
+    /// The store is inconsistent; says what does not match.
+    #[error(
+        "corrupted store: {0}; restore the data directory from a backup or delete it and resync"
+    )]
+    Corrupt(String),
+}
+
+/// Why a block was not imported. Nothing was written.
+#[derive(Debug, thiserror::Error)]
+pub enum ImportError {
+    /// The header does not extend the head.
+    #[error("block {hash} does not extend the head: {reason}")]
+    NotNext {
+        /// The block's hash (hex).
+        hash: String,
+        /// What does not match.
+        reason: String,
+    },
+    /// The body does not match the header's body root, or has too many deposits.
+    #[error("block {hash} has an invalid body: {reason}")]
+    BadBody {
+        /// The block's hash (hex).
+        hash: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The deposits module rejected the block.
+    #[error("block {hash} is invalid: deposits rejected: {error:?}")]
+    Rejected {
+        /// The block's hash (hex).
+        hash: String,
+        /// The module's reason.
+        error: ProcessError,
+    },
+    /// The deposits module failed (trap, fuel, limits).
+    #[error("block {hash}: {0}", hash = .1)]
+    Module(#[source] CallError, String),
+    /// The state root after the block differs from the header's.
+    #[error("block {hash} claims state root {claimed}, but applying it gives {computed}")]
+    StateRootMismatch {
+        /// The block's hash (hex).
+        hash: String,
+        /// Root in the header.
+        claimed: String,
+        /// Root computed.
+        computed: String,
+    },
+    /// The state rejected the module's changes.
+    #[error("block {hash}: state update refused: {source}")]
+    State {
+        /// The block's hash (hex).
+        hash: String,
+        /// Why.
+        source: StateError,
+    },
+    /// Storage failed; the block was not imported.
+    #[error("storing block {hash} failed: {source}")]
+    Store {
+        /// The block's hash (hex).
+        hash: String,
+        /// Why.
+        source: StoreError,
+    },
+}
+
+/// The chain head.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Head {
+    /// Head block hash.
+    pub hash: Hash,
+    /// Height.
+    pub height: u64,
+    /// Slot.
+    pub slot: u64,
+    /// State root after the head block.
+    pub state_root: Hash,
+}
+
+impl Head {
+    fn encode(&self) -> Vec<u8> {
+        [
+            &self.hash[..],
+            &self.height.to_le_bytes(),
+            &self.slot.to_le_bytes(),
+            &self.state_root,
+        ]
+        .concat()
+    }
+
+    fn decode(bytes: &[u8]) -> Option<Self> {
+        let (hash, rest) = bytes.split_first_chunk::<32>()?;
+        let (height, rest) = rest.split_first_chunk::<8>()?;
+        let (slot, rest) = rest.split_first_chunk::<8>()?;
+        let state_root: &[u8; 32] = rest.try_into().ok()?;
+        Some(Self {
+            hash: *hash,
+            height: u64::from_le_bytes(*height),
+            slot: u64::from_le_bytes(*slot),
+            state_root: *state_root,
+        })
+    }
+}
+
+/// What importing a block did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Imported {
+    /// The new head.
+    pub head: Head,
+    /// One outcome per deposit.
+    pub outcomes: Vec<Outcome>,
+}
+
+/// How deposits are processed: a wasm module (the node) or the native reference (tests,
+/// benchmark baseline).
+#[derive(Clone)]
+pub enum DepositEngine {
+    /// A loaded deposits module.
+    Module(Box<DepositsModule>),
+    /// The native reference.
+    Native(native_deposits::Verification),
+}
+
+impl DepositEngine {
+    /// Runs the transition over `registry`. `Ok(Err(_))`: the block is invalid.
+    pub fn process(
+        &self,
+        registry: SharedRegistry,
+        ctx: &BlockContext,
+        deposits: &[DepositData],
+    ) -> Result<Result<(Vec<Outcome>, RegistryDelta), ProcessError>, CallError> {
+        match self {
+            DepositEngine::Module(module) => {
+                let module: &DepositsModule = module;
+                let wit: Vec<Deposit> = deposits.iter().map(to_wit).collect();
+                Ok(module
+                    .process(registry, ctx.clone(), wit)?
+                    .map(|out| (out.outcomes, out.delta)))
+            }
+            DepositEngine::Native(verification) => {
+                let fork: [u8; 4] = ctx
+                    .genesis_fork_version
+                    .as_slice()
+                    .try_into()
+                    .unwrap_or_default();
+                Ok(native_deposits::process(
+                    registry,
+                    fork,
+                    deposits,
+                    *verification,
+                ))
+            }
+        }
+    }
+}
+
+/// The WIT form of a deposit.
+pub fn to_wit(d: &DepositData) -> Deposit {
+    Deposit {
+        pubkey: d.pubkey.to_vec(),
+        withdrawal_credentials: d.withdrawal_credentials.to_vec(),
+        amount: d.amount,
+        signature: d.signature.to_vec(),
+    }
+}
+
+/// A chain over a store.
+pub struct Chain {
+    store: Arc<dyn KvStore>,
+    genesis: Genesis,
+    genesis_hash: Hash,
+    registry: Arc<RwLock<Registry>>,
+    head: Head,
+    deposits: DepositEngine,
+}
+
+fn hex32(h: &Hash) -> String {
+    hex::encode(h)
+}
+
+impl Chain {
+    /// Opens the chain in `store`, initialising it from `genesis` if the store is empty, and
+    /// checking head, head block and state root otherwise.
+    pub fn open(
+        store: Arc<dyn KvStore>,
+        genesis: Genesis,
+        deposits: DepositEngine,
+    ) -> Result<Self, OpenError> {
+        let registry_genesis = genesis.registry()?;
+        let genesis_block = genesis.block(&registry_genesis);
+        let genesis_hash = genesis_block.hash();
+        match store.get(keys::FORMAT)? {
+            None => {
+                let mut batch = WriteBatch::new();
+                for (i, (v, b)) in registry_genesis
+                    .validators()
+                    .iter()
+                    .zip(registry_genesis.balances())
+                    .enumerate()
+                {
+                    let i = u32::try_from(i)
+                        .map_err(|_| OpenError::Corrupt("too many genesis validators".into()))?;
+                    batch.put(keys::validator(i), v.encode().to_vec());
+                    batch.put(keys::balance(i), b.to_le_bytes().to_vec());
+                }
+                let head = Head {
+                    hash: genesis_hash,
+                    height: 0,
+                    slot: 0,
+                    state_root: registry_genesis.root(),
+                };
+                batch.put(keys::block(&genesis_hash), genesis_block.encode());
+                batch.put(keys::height(0), genesis_hash.to_vec());
+                batch.put(keys::HEAD, head.encode());
+                batch.put(keys::GENESIS, genesis_hash.to_vec());
+                batch.put(keys::FORMAT, STORE_FORMAT.to_le_bytes().to_vec());
+                store.commit(&batch)?;
+                Ok(Self {
+                    store,
+                    genesis,
+                    genesis_hash,
+                    registry: Arc::new(RwLock::new(registry_genesis)),
+                    head,
+                    deposits,
+                })
+            }
+            Some(format) => {
+                if format.as_slice() != STORE_FORMAT.to_le_bytes() {
+                    return Err(OpenError::Corrupt(format!(
+                        "unknown store format {format:02x?}"
+                    )));
+                }
+                let stored_genesis = store
+                    .get(keys::GENESIS)?
+                    .ok_or_else(|| OpenError::Corrupt("genesis hash missing".into()))?;
+                if stored_genesis.as_slice() != genesis_hash {
+                    return Err(OpenError::GenesisMismatch {
+                        stored: hex::encode(&stored_genesis),
+                        configured: hex32(&genesis_hash),
+                    });
+                }
+                drop(registry_genesis);
+                let head_bytes = store
+                    .get(keys::HEAD)?
+                    .ok_or_else(|| OpenError::Corrupt("head record missing".into()))?;
+                let head = Head::decode(&head_bytes)
+                    .ok_or_else(|| OpenError::Corrupt("head record malformed".into()))?;
+                let head_block = store.get(&keys::block(&head.hash))?.ok_or_else(|| {
+                    OpenError::Corrupt(format!("head block {} missing", hex32(&head.hash)))
+                })?;
+                let head_block = Block::decode(&head_block, genesis.max_deposits_per_block)
+                    .map_err(|e| {
+                        OpenError::Corrupt(format!("head block {}: {e}", hex32(&head.hash)))
+                    })?;
+                if head_block.hash() != head.hash || head_block.header.state_root != head.state_root
+                {
+                    return Err(OpenError::Corrupt(format!(
+                        "head record and head block {} disagree",
+                        hex32(&head.hash)
+                    )));
+                }
+                let registry = load_registry(store.as_ref())?;
+                if registry.root() != head.state_root {
+                    return Err(OpenError::Corrupt(format!(
+                        "state root {} does not match head block {} (height {}), which commits to {}",
+                        hex32(&registry.root()),
+                        hex32(&head.hash),
+                        head.height,
+                        hex32(&head.state_root)
+                    )));
+                }
+                Ok(Self {
+                    store,
+                    genesis,
+                    genesis_hash,
+                    registry: Arc::new(RwLock::new(registry)),
+                    head,
+                    deposits,
+                })
+            }
+        }
+    }
+
+    /// The head.
+    pub fn head(&self) -> Head {
+        self.head
+    }
+
+    /// The genesis hash.
+    pub fn genesis_hash(&self) -> Hash {
+        self.genesis_hash
+    }
+
+    /// The genesis configuration.
+    pub fn genesis(&self) -> &Genesis {
+        &self.genesis
+    }
+
+    /// The registry, shared with readers.
+    pub fn registry(&self) -> Arc<RwLock<Registry>> {
+        self.registry.clone()
+    }
+
+    /// Replaces the deposit engine (module upgrades; benchmarks).
+    pub fn set_deposit_engine(&mut self, engine: DepositEngine) {
+        self.deposits = engine;
+    }
+
+    /// The canonical block at `height`.
+    pub fn block_at(&self, height: u64) -> Result<Option<Block>, StoreError> {
+        let Some(hash) = self.store.get(&keys::height(height))? else {
+            return Ok(None);
+        };
+        let hash: Hash = hash
+            .try_into()
+            .map_err(|_| StoreError::Corrupt(format!("height index {height} malformed")))?;
+        let Some(bytes) = self.store.get(&keys::block(&hash))? else {
+            return Err(StoreError::Corrupt(format!(
+                "block {} indexed at height {height} missing",
+                hex32(&hash)
+            )));
+        };
+        Block::decode(&bytes, self.genesis.max_deposits_per_block)
+            .map(Some)
+            .map_err(|e| StoreError::Corrupt(format!("block {}: {e}", hex32(&hash))))
+    }
+
+    fn context(&self, header: &BlockHeader) -> BlockContext {
+        BlockContext {
+            height: header.height,
+            slot: header.slot,
+            genesis_fork_version: self.genesis.genesis_fork_version.to_vec(),
+        }
+    }
+
+    fn transition(
+        &self,
+        header: &BlockHeader,
+        deposits: &[DepositData],
+    ) -> Result<(Vec<Outcome>, RegistryDelta, Hash), ImportError> {
+        let hash = hex32(&header.hash());
+        let (outcomes, delta) = self
+            .deposits
+            .process(self.registry.clone(), &self.context(header), deposits)
+            .map_err(|e| ImportError::Module(e, hash.clone()))?
+            .map_err(|error| ImportError::Rejected {
+                hash: hash.clone(),
+                error,
+            })?;
+        let root = self
+            .registry
+            .read()
+            .map_err(|_| ImportError::State {
+                hash: hash.clone(),
+                source: StateError::Full,
+            })?
+            .root_after(&delta)
+            .map_err(|source| ImportError::State { hash, source })?;
+        Ok((outcomes, delta, root))
+    }
+
+    /// Builds the next block on the head at `slot` with `deposits` (the proposer's side).
+    pub fn build_block(
+        &self,
+        slot: u64,
+        proposer: u32,
+        deposits: Vec<DepositData>,
+    ) -> Result<Block, ImportError> {
+        let body = block::BlockBody { deposits };
+        let mut header = BlockHeader {
+            parent_hash: self.head.hash,
+            height: self.head.height.saturating_add(1),
+            slot,
+            proposer,
+            state_root: [0; 32],
+            body_root: body.root(),
+        };
+        let (_, _, root) = self.transition(&header, &body.deposits)?;
+        header.state_root = root;
+        Ok(Block { header, body })
+    }
+
+    /// Imports the next block. On `Ok` the block, its state changes and the new head are on
+    /// disk; on `Err` nothing changed.
+    pub fn import(&mut self, block: &Block) -> Result<Imported, ImportError> {
+        let header = &block.header;
+        let hash = block.hash();
+        let name = hex32(&hash);
+        let not_next = |reason: String| ImportError::NotNext {
+            hash: name.clone(),
+            reason,
+        };
+        if header.parent_hash != self.head.hash {
+            return Err(not_next(format!(
+                "parent {} is not the head {}",
+                hex32(&header.parent_hash),
+                hex32(&self.head.hash)
+            )));
+        }
+        if Some(header.height) != self.head.height.checked_add(1) {
+            return Err(not_next(format!(
+                "height {} after head height {}",
+                header.height, self.head.height
+            )));
+        }
+        if header.slot <= self.head.slot {
+            return Err(not_next(format!(
+                "slot {} is not after the head's slot {}",
+                header.slot, self.head.slot
+            )));
+        }
+        if block.body.deposits.len() > usize::from(self.genesis.max_deposits_per_block) {
+            return Err(ImportError::BadBody {
+                hash: name,
+                reason: format!(
+                    "{} deposits, limit {}",
+                    block.body.deposits.len(),
+                    self.genesis.max_deposits_per_block
+                ),
+            });
+        }
+        if block.body.root() != header.body_root {
+            return Err(ImportError::BadBody {
+                hash: name,
+                reason: "body does not match the header's body root".into(),
+            });
+        }
+
+        let (outcomes, delta, root) = self.transition(header, &block.body.deposits)?;
+        if root != header.state_root {
+            return Err(ImportError::StateRootMismatch {
+                hash: name,
+                claimed: hex32(&header.state_root),
+                computed: hex32(&root),
+            });
+        }
+
+        let head = Head {
+            hash,
+            height: header.height,
+            slot: header.slot,
+            state_root: root,
+        };
+        let mut batch = WriteBatch::new();
+        batch.put(keys::block(&hash), block.encode());
+        batch.put(keys::height(head.height), hash.to_vec());
+        let base = self.registry.read().map(|r| r.len()).unwrap_or(0);
+        for (offset, added) in (0u32..).zip(&delta.added) {
+            let index = base.saturating_add(offset);
+            batch.put(keys::validator(index), added.record().encode().to_vec());
+            batch.put(keys::balance(index), added.balance.to_le_bytes().to_vec());
+        }
+        for &(index, balance) in &delta.balances {
+            batch.put(keys::balance(index), balance.to_le_bytes().to_vec());
+        }
+        batch.put(keys::HEAD, head.encode());
+        self.store
+            .commit(&batch)
+            .map_err(|source| ImportError::Store {
+                hash: name.clone(),
+                source,
+            })?;
+
+        // The batch is durable; mirror it in memory. `root_after` already proved the delta
+        // applies, so a failure here means memory and disk diverged: the next start reloads.
+        let mut registry = self.registry.write().map_err(|_| ImportError::State {
+            hash: name.clone(),
+            source: StateError::Full,
+        })?;
+        registry
+            .apply(&delta)
+            .map_err(|source| ImportError::State { hash: name, source })?;
+        drop(registry);
+        self.head = head;
+        Ok(Imported { head, outcomes })
+    }
+}
+
+fn load_registry(store: &dyn KvStore) -> Result<Registry, OpenError> {
+    let mut validators = Vec::new();
+    store.scan_prefix(keys::VALIDATOR_PREFIX, &mut |key, value| {
+        let expected = u32::try_from(validators.len()).unwrap_or(u32::MAX);
+        if key != keys::validator(expected).as_slice() {
+            return Err(StoreError::Corrupt(format!(
+                "validator records are not dense at index {expected}"
+            )));
+        }
+        validators.push(
+            Validator::decode(value)
+                .map_err(|e| StoreError::Corrupt(format!("validator {expected}: {e}")))?,
+        );
+        Ok(())
+    })?;
+    let mut balances = Vec::with_capacity(validators.len());
+    store.scan_prefix(keys::BALANCE_PREFIX, &mut |key, value| {
+        let expected = u32::try_from(balances.len()).unwrap_or(u32::MAX);
+        if key != keys::balance(expected).as_slice() {
+            return Err(StoreError::Corrupt(format!(
+                "balances are not dense at index {expected}"
+            )));
+        }
+        let bytes: [u8; 8] = value
+            .try_into()
+            .map_err(|_| StoreError::Corrupt(format!("balance {expected} malformed")))?;
+        balances.push(u64::from_le_bytes(bytes));
+        Ok(())
+    })?;
+    if validators.len() != balances.len() {
+        return Err(OpenError::Corrupt(format!(
+            "{} validators but {} balances",
+            validators.len(),
+            balances.len()
+        )));
+    }
+    let registry = Registry::from_parts(validators, balances)?;
+    debug_assert_eq!(
+        registry.validator_count() as usize,
+        registry.validators().len()
+    );
+    Ok(registry)
+}

@@ -1,0 +1,295 @@
+//! Blocks: header, body, canonical versioned encoding, hashing.
+//!
+//! Encoding version 1, integers little-endian:
+//! - header (117 bytes): `version u8 | parent_hash 32 | height u64 | slot u64 | proposer u32 |
+//!   state_root 32 | body_root 32`
+//! - body: `version u8 | count u16 | count × deposit`, deposit (184 bytes):
+//!   `pubkey 48 | withdrawal_credentials 32 | amount u64 | signature 96`
+//! - block: header ‖ body.
+//!
+//! The block hash is `sha256(header)`, the body root `sha256(body)`.
+
+use sha2::{Digest, Sha256};
+
+/// Current encoding version of headers and bodies.
+pub const BLOCK_VERSION: u8 = 1;
+/// Encoded header size.
+pub const HEADER_BYTES: usize = 1 + 32 + 8 + 8 + 4 + 32 + 32;
+/// Encoded deposit size.
+pub const DEPOSIT_BYTES: usize = 48 + 32 + 8 + 96;
+/// Default `max_deposits_per_block` (phase0 `MAX_DEPOSITS`).
+pub const DEFAULT_MAX_DEPOSITS: u16 = 16;
+
+/// A 32-byte hash.
+pub type Hash = [u8; 32];
+
+/// Why bytes are not a block.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BlockError {
+    /// The bytes end early.
+    #[error("block truncated in {0}")]
+    Truncated(&'static str),
+    /// Unknown encoding version.
+    #[error("block {part} has encoding version {found}, this node reads version {BLOCK_VERSION}")]
+    Version {
+        /// Header or body.
+        part: &'static str,
+        /// The version found.
+        found: u8,
+    },
+    /// More deposits than allowed.
+    #[error("block has {count} deposits, the limit is {max}")]
+    TooManyDeposits {
+        /// Deposits in the body.
+        count: usize,
+        /// The chain's limit.
+        max: u16,
+    },
+    /// Bytes after the body.
+    #[error("{0} trailing bytes after the block body")]
+    Trailing(usize),
+}
+
+/// One deposit with its fixed-size fields.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DepositData {
+    /// BLS public key (compressed).
+    pub pubkey: [u8; 48],
+    /// Withdrawal credentials.
+    pub withdrawal_credentials: [u8; 32],
+    /// Amount in Gwei.
+    pub amount: u64,
+    /// BLS signature (compressed).
+    pub signature: [u8; 96],
+}
+
+/// A block header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlockHeader {
+    /// Hash of the parent block (for genesis: the hash of the chain configuration).
+    pub parent_hash: Hash,
+    /// Height (genesis is 0).
+    pub height: u64,
+    /// Slot.
+    pub slot: u64,
+    /// Index of the proposing authority.
+    pub proposer: u32,
+    /// State root after this block.
+    pub state_root: Hash,
+    /// `sha256` of the encoded body.
+    pub body_root: Hash,
+}
+
+/// A block body.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BlockBody {
+    /// Deposits, applied in order.
+    pub deposits: Vec<DepositData>,
+}
+
+/// A block.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Block {
+    /// Header.
+    pub header: BlockHeader,
+    /// Body.
+    pub body: BlockBody,
+}
+
+struct Reader<'a> {
+    bytes: &'a [u8],
+}
+
+impl<'a> Reader<'a> {
+    fn take<const N: usize>(&mut self, what: &'static str) -> Result<&'a [u8; N], BlockError> {
+        let (head, rest) = self
+            .bytes
+            .split_first_chunk::<N>()
+            .ok_or(BlockError::Truncated(what))?;
+        self.bytes = rest;
+        Ok(head)
+    }
+    fn u8(&mut self, what: &'static str) -> Result<u8, BlockError> {
+        Ok(self.take::<1>(what)?[0])
+    }
+    fn u64(&mut self, what: &'static str) -> Result<u64, BlockError> {
+        Ok(u64::from_le_bytes(*self.take::<8>(what)?))
+    }
+}
+
+impl BlockHeader {
+    /// Canonical encoding.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(HEADER_BYTES);
+        out.push(BLOCK_VERSION);
+        out.extend_from_slice(&self.parent_hash);
+        out.extend_from_slice(&self.height.to_le_bytes());
+        out.extend_from_slice(&self.slot.to_le_bytes());
+        out.extend_from_slice(&self.proposer.to_le_bytes());
+        out.extend_from_slice(&self.state_root);
+        out.extend_from_slice(&self.body_root);
+        out
+    }
+
+    /// The block hash: `sha256(encode())`.
+    pub fn hash(&self) -> Hash {
+        Sha256::digest(self.encode()).into()
+    }
+
+    fn decode_from(r: &mut Reader<'_>) -> Result<Self, BlockError> {
+        let version = r.u8("header version")?;
+        if version != BLOCK_VERSION {
+            return Err(BlockError::Version {
+                part: "header",
+                found: version,
+            });
+        }
+        Ok(Self {
+            parent_hash: *r.take("parent hash")?,
+            height: r.u64("height")?,
+            slot: r.u64("slot")?,
+            proposer: u32::from_le_bytes(*r.take("proposer")?),
+            state_root: *r.take("state root")?,
+            body_root: *r.take("body root")?,
+        })
+    }
+}
+
+impl BlockBody {
+    /// Canonical encoding.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(3 + self.deposits.len() * DEPOSIT_BYTES);
+        out.push(BLOCK_VERSION);
+        let count = u16::try_from(self.deposits.len()).unwrap_or(u16::MAX);
+        out.extend_from_slice(&count.to_le_bytes());
+        for d in self.deposits.iter().take(usize::from(count)) {
+            out.extend_from_slice(&d.pubkey);
+            out.extend_from_slice(&d.withdrawal_credentials);
+            out.extend_from_slice(&d.amount.to_le_bytes());
+            out.extend_from_slice(&d.signature);
+        }
+        out
+    }
+
+    /// `sha256(encode())`.
+    pub fn root(&self) -> Hash {
+        Sha256::digest(self.encode()).into()
+    }
+
+    fn decode_from(r: &mut Reader<'_>, max_deposits: u16) -> Result<Self, BlockError> {
+        let version = r.u8("body version")?;
+        if version != BLOCK_VERSION {
+            return Err(BlockError::Version {
+                part: "body",
+                found: version,
+            });
+        }
+        let count = u16::from_le_bytes(*r.take("deposit count")?);
+        if count > max_deposits {
+            return Err(BlockError::TooManyDeposits {
+                count: usize::from(count),
+                max: max_deposits,
+            });
+        }
+        let mut deposits = Vec::with_capacity(usize::from(count));
+        for _ in 0..count {
+            deposits.push(DepositData {
+                pubkey: *r.take("deposit pubkey")?,
+                withdrawal_credentials: *r.take("deposit withdrawal credentials")?,
+                amount: r.u64("deposit amount")?,
+                signature: *r.take("deposit signature")?,
+            });
+        }
+        Ok(Self { deposits })
+    }
+}
+
+impl Block {
+    /// Canonical encoding: header ‖ body.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = self.header.encode();
+        out.extend_from_slice(&self.body.encode());
+        out
+    }
+
+    /// Decodes a block, refusing bodies with more than `max_deposits` deposits.
+    pub fn decode(bytes: &[u8], max_deposits: u16) -> Result<Self, BlockError> {
+        let mut r = Reader { bytes };
+        let header = BlockHeader::decode_from(&mut r)?;
+        let body = BlockBody::decode_from(&mut r, max_deposits)?;
+        if !r.bytes.is_empty() {
+            return Err(BlockError::Trailing(r.bytes.len()));
+        }
+        Ok(Self { header, body })
+    }
+
+    /// The block hash.
+    pub fn hash(&self) -> Hash {
+        self.header.hash()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn deposit(seed: u8, amount: u64) -> DepositData {
+        DepositData {
+            pubkey: [seed; 48],
+            withdrawal_credentials: [seed ^ 1; 32],
+            amount,
+            signature: [seed ^ 2; 96],
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn roundtrip(height: u64, slot: u64, proposer: u32, seeds in proptest::collection::vec((any::<u8>(), any::<u64>()), 0..16)) {
+            let body = BlockBody { deposits: seeds.iter().map(|(s, a)| deposit(*s, *a)).collect() };
+            let header = BlockHeader { parent_hash: [1; 32], height, slot, proposer, state_root: [2; 32], body_root: body.root() };
+            let block = Block { header, body };
+            let bytes = block.encode();
+            prop_assert_eq!(Block::decode(&bytes, 16), Ok(block.clone()));
+            for cut in [0, 1, HEADER_BYTES, bytes.len() - 1] {
+                prop_assert!(Block::decode(&bytes[..cut], 16).is_err());
+            }
+        }
+    }
+
+    #[test]
+    fn limits_versions_and_trailing_bytes() {
+        let body = BlockBody {
+            deposits: (0..3).map(|i| deposit(i, 1)).collect(),
+        };
+        let header = BlockHeader {
+            parent_hash: [0; 32],
+            height: 1,
+            slot: 1,
+            proposer: 0,
+            state_root: [0; 32],
+            body_root: body.root(),
+        };
+        let bytes = Block { header, body }.encode();
+        assert_eq!(
+            Block::decode(&bytes, 2),
+            Err(BlockError::TooManyDeposits { count: 3, max: 2 })
+        );
+        let mut bad = bytes.clone();
+        bad[0] = 9;
+        assert_eq!(
+            Block::decode(&bad, 16),
+            Err(BlockError::Version {
+                part: "header",
+                found: 9
+            })
+        );
+        let mut long = bytes.clone();
+        long.push(0);
+        assert_eq!(Block::decode(&long, 16), Err(BlockError::Trailing(1)));
+        assert_eq!(
+            Block::decode(&bytes[..50], 16),
+            Err(BlockError::Truncated("height"))
+        );
+    }
+}

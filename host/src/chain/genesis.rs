@@ -1,0 +1,324 @@
+//! The genesis configuration: chain identity, deposit domain, block limits and the initial
+//! validators, from a JSON file or generated for development and benchmarks.
+
+use std::path::Path;
+
+use rand::{RngCore, SeedableRng};
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+
+use super::block::{Block, BlockBody, BlockHeader, DEFAULT_MAX_DEPOSITS, Hash};
+use crate::state::{Registry, StateError, Validator};
+
+/// Why a genesis configuration is unusable.
+#[derive(Debug, thiserror::Error)]
+pub enum GenesisError {
+    /// The file could not be read.
+    #[error("cannot read genesis file {path}: {source}")]
+    Read {
+        /// The file.
+        path: String,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The JSON is malformed or a field is invalid.
+    #[error("genesis file {path}: {message}")]
+    Invalid {
+        /// The file (or "<embedded>").
+        path: String,
+        /// What is wrong, naming the field.
+        message: String,
+    },
+    /// The validators do not form a valid registry (e.g. a duplicate pubkey).
+    #[error("genesis validators: {0}")]
+    State(#[from] StateError),
+}
+
+/// One validator at genesis.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GenesisValidator {
+    /// BLS public key.
+    pub pubkey: [u8; 48],
+    /// Withdrawal credentials.
+    pub withdrawal_credentials: [u8; 32],
+    /// Balance in Gwei.
+    pub balance: u64,
+}
+
+/// The genesis configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Genesis {
+    /// Human-readable chain identifier; peers must agree on it.
+    pub chain_id: String,
+    /// Fork version used in the deposit signing domain.
+    pub genesis_fork_version: [u8; 4],
+    /// Slot length in milliseconds.
+    pub slot_ms: u64,
+    /// Most deposits one block may carry.
+    pub max_deposits_per_block: u16,
+    /// Initial validators, active from epoch 0.
+    pub validators: Vec<GenesisValidator>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GenesisFile {
+    chain_id: String,
+    #[serde(default = "default_fork")]
+    genesis_fork_version: String,
+    #[serde(default = "default_slot_ms")]
+    slot_ms: u64,
+    #[serde(default = "default_max_deposits")]
+    max_deposits_per_block: u16,
+    #[serde(default)]
+    validators: Vec<ValidatorEntry>,
+    #[serde(default)]
+    generated_validators: Option<Generated>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ValidatorEntry {
+    pubkey: String,
+    withdrawal_credentials: String,
+    balance: u64,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Generated {
+    count: u32,
+    seed: u64,
+}
+
+fn default_fork() -> String {
+    "0x00000000".into()
+}
+fn default_slot_ms() -> u64 {
+    2_000
+}
+fn default_max_deposits() -> u16 {
+    DEFAULT_MAX_DEPOSITS
+}
+
+/// The embedded development genesis used by `modnode run` without a genesis file.
+pub const DEV_GENESIS_JSON: &str = r#"{
+  "chain_id": "modnode-dev",
+  "genesis_fork_version": "0x00000000",
+  "slot_ms": 2000,
+  "max_deposits_per_block": 16,
+  "generated_validators": { "count": 64, "seed": 1 }
+}"#;
+
+fn hex_field<const N: usize>(value: &str, field: &str) -> Result<[u8; N], String> {
+    let digits = value.strip_prefix("0x").unwrap_or(value);
+    let bytes = hex::decode(digits).map_err(|e| format!("{field}: not hex ({e})"))?;
+    bytes
+        .try_into()
+        .map_err(|b: Vec<u8>| format!("{field}: {} bytes, expected {N}", b.len()))
+}
+
+impl Genesis {
+    /// Parses a genesis JSON document; `origin` names it in errors.
+    pub fn from_json(text: &str, origin: &str) -> Result<Self, GenesisError> {
+        let invalid = |message: String| GenesisError::Invalid {
+            path: origin.to_string(),
+            message,
+        };
+        let file: GenesisFile = serde_json::from_str(text).map_err(|e| invalid(e.to_string()))?;
+        if file.chain_id.is_empty() || file.chain_id.len() > 64 {
+            return Err(invalid("chain_id must be 1 to 64 characters".into()));
+        }
+        if !(100..=3_600_000).contains(&file.slot_ms) {
+            return Err(invalid(format!(
+                "slot_ms {} is outside 100..=3600000",
+                file.slot_ms
+            )));
+        }
+        if file.max_deposits_per_block == 0 {
+            return Err(invalid("max_deposits_per_block must be at least 1".into()));
+        }
+        let genesis_fork_version =
+            hex_field::<4>(&file.genesis_fork_version, "genesis_fork_version").map_err(invalid)?;
+        let mut validators = Vec::with_capacity(file.validators.len());
+        for (i, v) in file.validators.iter().enumerate() {
+            validators.push(GenesisValidator {
+                pubkey: hex_field(&v.pubkey, &format!("validators[{i}].pubkey"))
+                    .map_err(invalid)?,
+                withdrawal_credentials: hex_field(
+                    &v.withdrawal_credentials,
+                    &format!("validators[{i}].withdrawal_credentials"),
+                )
+                .map_err(invalid)?,
+                balance: v.balance,
+            });
+        }
+        if let Some(generated) = file.generated_validators {
+            validators.extend(generated_validators(generated.count, generated.seed));
+        }
+        let genesis = Self {
+            chain_id: file.chain_id,
+            genesis_fork_version,
+            slot_ms: file.slot_ms,
+            max_deposits_per_block: file.max_deposits_per_block,
+            validators,
+        };
+        genesis.registry()?;
+        Ok(genesis)
+    }
+
+    /// Reads a genesis file.
+    pub fn from_file(path: &Path) -> Result<Self, GenesisError> {
+        let text = std::fs::read_to_string(path).map_err(|source| GenesisError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        Self::from_json(&text, &path.display().to_string())
+    }
+
+    /// The embedded development genesis.
+    pub fn dev() -> Self {
+        match Self::from_json(DEV_GENESIS_JSON, "<embedded dev genesis>") {
+            Ok(g) => g,
+            // The embedded document is fixed and covered by tests.
+            Err(e) => unreachable!("embedded dev genesis is invalid: {e}"),
+        }
+    }
+
+    /// A development genesis with `count` generated validators (random pubkeys — fine for
+    /// validators that already exist; they never sign anything here).
+    pub fn generated(chain_id: &str, count: u32, seed: u64) -> Self {
+        Self {
+            chain_id: chain_id.to_string(),
+            genesis_fork_version: [0; 4],
+            slot_ms: default_slot_ms(),
+            max_deposits_per_block: DEFAULT_MAX_DEPOSITS,
+            validators: generated_validators(count, seed).collect(),
+        }
+    }
+
+    /// The genesis registry.
+    pub fn registry(&self) -> Result<Registry, StateError> {
+        let records: Vec<Validator> = self
+            .validators
+            .iter()
+            .map(|v| Validator {
+                pubkey: v.pubkey,
+                withdrawal_credentials: v.withdrawal_credentials,
+                effective_balance: deposits_effective_balance(v.balance),
+                slashed: false,
+                activation_eligibility_epoch: 0,
+                activation_epoch: 0,
+                exit_epoch: crate::state::FAR_FUTURE_EPOCH,
+                withdrawable_epoch: crate::state::FAR_FUTURE_EPOCH,
+            })
+            .collect();
+        Registry::from_parts(records, self.validators.iter().map(|v| v.balance).collect())
+    }
+
+    /// Hash of everything in the configuration that is not in the genesis state.
+    pub fn config_hash(&self) -> Hash {
+        let mut h = Sha256::new();
+        h.update(b"modnode-genesis-v1");
+        h.update((self.chain_id.len() as u64).to_le_bytes());
+        h.update(self.chain_id.as_bytes());
+        h.update(self.genesis_fork_version);
+        h.update(self.slot_ms.to_le_bytes());
+        h.update(self.max_deposits_per_block.to_le_bytes());
+        h.finalize().into()
+    }
+
+    /// The genesis block for a registry built by [`Genesis::registry`].
+    pub fn block(&self, registry: &Registry) -> Block {
+        let body = BlockBody::default();
+        Block {
+            header: BlockHeader {
+                parent_hash: self.config_hash(),
+                height: 0,
+                slot: 0,
+                proposer: 0,
+                state_root: registry.root(),
+                body_root: body.root(),
+            },
+            body,
+        }
+    }
+}
+
+fn deposits_effective_balance(amount: u64) -> u64 {
+    const INCREMENT: u64 = 1_000_000_000;
+    amount
+        .saturating_sub(amount.checked_rem(INCREMENT).unwrap_or(0))
+        .min(32 * INCREMENT)
+}
+
+fn generated_validators(count: u32, seed: u64) -> impl Iterator<Item = GenesisValidator> {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    (0..count).map(move |_| {
+        let mut pubkey = [0u8; 48];
+        rng.fill_bytes(&mut pubkey);
+        let mut withdrawal_credentials = [0u8; 32];
+        rng.fill_bytes(&mut withdrawal_credentials);
+        GenesisValidator {
+            pubkey,
+            withdrawal_credentials,
+            balance: 32_000_000_000,
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dev_genesis_parses_and_is_stable() {
+        let a = Genesis::dev();
+        assert_eq!(a.validators.len(), 64);
+        assert_eq!(a, Genesis::dev());
+        let reg = a.registry().unwrap();
+        assert_eq!(
+            a.block(&reg).hash(),
+            Genesis::dev()
+                .block(&Genesis::dev().registry().unwrap())
+                .hash()
+        );
+    }
+
+    #[test]
+    fn bad_files_name_the_field() {
+        let err = Genesis::from_json(
+            r#"{"chain_id": "x", "genesis_fork_version": "0x0000"}"#,
+            "g.json",
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("g.json: genesis_fork_version: 2 bytes, expected 4"),
+            "{err}"
+        );
+        let err = Genesis::from_json(
+            r#"{"chain_id": "x", "validators": [{"pubkey": "zz", "withdrawal_credentials": "00", "balance": 1}]}"#,
+            "g.json",
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string().contains("validators[0].pubkey: not hex"),
+            "{err}"
+        );
+        let err = Genesis::from_json(r#"{"chain_id": "x", "bogus": 1}"#, "g.json").unwrap_err();
+        assert!(err.to_string().contains("bogus"), "{err}");
+        let dup = format!(
+            r#"{{"chain_id": "x", "validators": [{0}, {0}]}}"#,
+            format_args!(
+                r#"{{"pubkey": "{}", "withdrawal_credentials": "{}", "balance": 1}}"#,
+                "11".repeat(48),
+                "00".repeat(32)
+            )
+        );
+        assert!(matches!(
+            Genesis::from_json(&dup, "g.json"),
+            Err(GenesisError::State(_))
+        ));
+    }
+}

@@ -1,0 +1,137 @@
+//! A native Rust reference of the deposits transition (phase0 `apply_deposit`), written
+//! independently of the guest modules: the oracle for property tests and the baseline of
+//! `modnode bench deposits`.
+
+use sha2::{Digest, Sha256};
+
+use super::block::DepositData;
+use crate::crypto::{self, SignatureSet};
+use crate::runtime::deposits::{Outcome, ProcessError, registry_error};
+use crate::state::{RegistryDelta, RegistryOverlay, SharedRegistry};
+
+const GWEI_PER_ETH: u64 = 1_000_000_000;
+const MAX_EFFECTIVE_BALANCE: u64 = 32 * GWEI_PER_ETH;
+
+fn sha256_pair(a: &[u8], b: &[u8]) -> [u8; 32] {
+    let mut h = Sha256::new();
+    h.update(a);
+    h.update(b);
+    h.finalize().into()
+}
+
+/// `compute_signing_root(DepositMessage, compute_domain(DOMAIN_DEPOSIT, fork_version, 0))`.
+pub fn deposit_signing_root(deposit: &DepositData, fork_version: [u8; 4]) -> [u8; 32] {
+    let mut pubkey_chunks = [0u8; 64];
+    pubkey_chunks[..48].copy_from_slice(&deposit.pubkey);
+    let pubkey_root: [u8; 32] = Sha256::digest(pubkey_chunks).into();
+    let mut amount = [0u8; 32];
+    amount[..8].copy_from_slice(&deposit.amount.to_le_bytes());
+    let message_root = sha256_pair(
+        &sha256_pair(&pubkey_root, &deposit.withdrawal_credentials),
+        &sha256_pair(&amount, &[0u8; 32]),
+    );
+    let mut version = [0u8; 32];
+    version[..4].copy_from_slice(&fork_version);
+    let fork_data_root = sha256_pair(&version, &[0u8; 32]);
+    let mut domain = [0u8; 32];
+    domain[..4].copy_from_slice(&[3, 0, 0, 0]);
+    domain[4..].copy_from_slice(&fork_data_root[..28]);
+    sha256_pair(&message_root, &domain)
+}
+
+/// How the reference checks signatures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verification {
+    /// One verification per new validator.
+    OneByOne,
+    /// One batch per block, falling back to one by one if it fails.
+    Batched,
+}
+
+/// Applies `deposits` over `registry`; returns the outcomes and the delta, or why the block is
+/// invalid.
+pub fn process(
+    registry: SharedRegistry,
+    fork_version: [u8; 4],
+    deposits: &[DepositData],
+    verification: Verification,
+) -> Result<(Vec<Outcome>, RegistryDelta), ProcessError> {
+    let mut overlay =
+        RegistryOverlay::new(registry).map_err(|e| ProcessError::Malformed(e.to_string()))?;
+    let lookup_err = |e| {
+        registry_error(&e).map_or_else(
+            || ProcessError::Malformed(e_to_string(&e)),
+            ProcessError::Registry,
+        )
+    };
+
+    // Batch pass: first deposit of each pubkey unknown before the block.
+    let mut prevalidated = vec![false; deposits.len()];
+    if verification == Verification::Batched {
+        let mut members = Vec::new();
+        let mut roots = Vec::new();
+        for (i, d) in deposits.iter().enumerate() {
+            if deposits[..i].iter().any(|e| e.pubkey == d.pubkey) {
+                continue;
+            }
+            if overlay.index_of(&d.pubkey).map_err(lookup_err)?.is_none() {
+                members.push(i);
+                roots.push(deposit_signing_root(d, fork_version));
+            }
+        }
+        let sets: Vec<SignatureSet<'_>> = members
+            .iter()
+            .zip(&roots)
+            .map(|(&i, root)| SignatureSet {
+                pubkey: &deposits[i].pubkey,
+                message: root,
+                signature: &deposits[i].signature,
+            })
+            .collect();
+        let valid = match sets.as_slice() {
+            [] => false,
+            [one] => crypto::verify(one.pubkey, one.message, one.signature),
+            many => crypto::verify_batch(many),
+        };
+        if valid {
+            for i in members {
+                prevalidated[i] = true;
+            }
+        }
+    }
+
+    let mut outcomes = Vec::with_capacity(deposits.len());
+    for (d, pre) in deposits.iter().zip(prevalidated) {
+        let outcome = match overlay.index_of(&d.pubkey).map_err(lookup_err)? {
+            Some(index) => {
+                overlay
+                    .increase_balance(index, d.amount)
+                    .map_err(lookup_err)?;
+                Outcome::ToppedUp(index)
+            }
+            None => {
+                let valid = pre
+                    || crypto::verify(
+                        &d.pubkey,
+                        &deposit_signing_root(d, fork_version),
+                        &d.signature,
+                    );
+                if valid {
+                    let effective = (d.amount - d.amount % GWEI_PER_ETH).min(MAX_EFFECTIVE_BALANCE);
+                    let index = overlay
+                        .add_validator(&d.pubkey, &d.withdrawal_credentials, effective, d.amount)
+                        .map_err(lookup_err)?;
+                    Outcome::Created(index)
+                } else {
+                    Outcome::InvalidSignature
+                }
+            }
+        };
+        outcomes.push(outcome);
+    }
+    Ok((outcomes, overlay.into_delta()))
+}
+
+fn e_to_string(e: &crate::state::OverlayError) -> String {
+    e.to_string()
+}

@@ -1,0 +1,110 @@
+//! Durable storage behind a small trait: the sled backend for nodes, an in-memory one for fast
+//! tests.
+//!
+//! Everything a block import changes — the block, the state it touches and the new head — is
+//! one [`WriteBatch`], committed atomically and flushed to disk before
+//! [`KvStore::commit`] returns. Keys of the chain live in one keyspace (a single sled tree) so
+//! that one batch covers them all; see [`keys`].
+
+mod memory;
+mod sled_store;
+
+pub use memory::MemoryStore;
+pub use sled_store::SledStore;
+
+/// Why storage failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The database reported an error (I/O, corruption it detected).
+    #[error("database at {path}: {message}")]
+    Backend {
+        /// Where the database lives.
+        path: String,
+        /// The backend's message.
+        message: String,
+    },
+    /// A stored value does not decode.
+    #[error("corrupt store: {0}")]
+    Corrupt(String),
+}
+
+/// Writes applied together, all or nothing.
+#[derive(Debug, Clone, Default)]
+pub struct WriteBatch {
+    ops: Vec<(Vec<u8>, Option<Vec<u8>>)>,
+}
+
+impl WriteBatch {
+    /// An empty batch.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets `key` to `value`.
+    pub fn put(&mut self, key: impl Into<Vec<u8>>, value: impl Into<Vec<u8>>) {
+        self.ops.push((key.into(), Some(value.into())));
+    }
+
+    /// Removes `key`.
+    pub fn delete(&mut self, key: impl Into<Vec<u8>>) {
+        self.ops.push((key.into(), None));
+    }
+
+    /// The operations, in order.
+    pub fn ops(&self) -> &[(Vec<u8>, Option<Vec<u8>>)] {
+        &self.ops
+    }
+
+    /// Number of operations.
+    pub fn len(&self) -> usize {
+        self.ops.len()
+    }
+
+    /// Whether the batch is empty.
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+}
+
+/// Callback of [`KvStore::scan_prefix`]: called with each key and value; an error stops the scan.
+pub type Visitor<'a> = dyn FnMut(&[u8], &[u8]) -> Result<(), StoreError> + 'a;
+
+/// A key-value store with atomic, durable batches.
+pub trait KvStore: Send + Sync {
+    /// The value at `key`.
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError>;
+    /// Calls `visit` for every key starting with `prefix`, in key order.
+    fn scan_prefix(&self, prefix: &[u8], visit: &mut Visitor<'_>) -> Result<(), StoreError>;
+    /// Applies `batch` atomically; when this returns `Ok` the batch survives a crash.
+    fn commit(&self, batch: &WriteBatch) -> Result<(), StoreError>;
+}
+
+/// The chain's key layout. Integers in keys are big-endian so that scans come in order.
+pub mod keys {
+    /// Encoded block by hash: `b` ‖ hash.
+    pub fn block(hash: &[u8; 32]) -> Vec<u8> {
+        [b"b".as_slice(), hash].concat()
+    }
+    /// Canonical block hash at a height: `h` ‖ height.
+    pub fn height(height: u64) -> Vec<u8> {
+        [b"h".as_slice(), &height.to_be_bytes()].concat()
+    }
+    /// Prefix of validator records.
+    pub const VALIDATOR_PREFIX: &[u8] = b"v";
+    /// Validator record: `v` ‖ index.
+    pub fn validator(index: u32) -> Vec<u8> {
+        [VALIDATOR_PREFIX, &index.to_be_bytes()].concat()
+    }
+    /// Prefix of balances.
+    pub const BALANCE_PREFIX: &[u8] = b"l";
+    /// Balance: `l` ‖ index.
+    pub fn balance(index: u32) -> Vec<u8> {
+        [BALANCE_PREFIX, &index.to_be_bytes()].concat()
+    }
+    /// The head record.
+    pub const HEAD: &[u8] = b"mhead";
+    /// The genesis hash.
+    pub const GENESIS: &[u8] = b"mgenesis";
+    /// The store format version.
+    pub const FORMAT: &[u8] = b"mformat";
+}

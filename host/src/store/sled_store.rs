@@ -1,0 +1,93 @@
+//! The sled-backed [`KvStore`].
+//!
+//! sled 0.34 writes asynchronously and only guarantees recovery of what was flushed, so every
+//! commit is one `apply_batch` (atomic) followed by `flush` (durable) before it returns.
+
+use std::path::{Path, PathBuf};
+
+use super::{KvStore, StoreError, WriteBatch};
+
+/// A sled database holding the chain in one tree.
+pub struct SledStore {
+    path: PathBuf,
+    db: sled::Db,
+    chain: sled::Tree,
+}
+
+impl std::fmt::Debug for SledStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SledStore")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SledStore {
+    /// Opens (or creates) the database in `path`.
+    pub fn open(path: &Path) -> Result<Self, StoreError> {
+        let err = |e: sled::Error| StoreError::Backend {
+            path: path.display().to_string(),
+            message: format!(
+                "{e}; if the node was killed mid-write and sled cannot recover, move the directory \
+                 aside and resync"
+            ),
+        };
+        let db = sled::Config::new()
+            .path(path)
+            .cache_capacity(64 << 20)
+            .mode(sled::Mode::HighThroughput)
+            .open()
+            .map_err(err)?;
+        let chain = db.open_tree("chain").map_err(err)?;
+        Ok(Self {
+            path: path.to_path_buf(),
+            db,
+            chain,
+        })
+    }
+
+    fn err(&self, e: sled::Error) -> StoreError {
+        StoreError::Backend {
+            path: self.path.display().to_string(),
+            message: e.to_string(),
+        }
+    }
+
+    /// Bytes the database occupies on disk.
+    pub fn size_on_disk(&self) -> Result<u64, StoreError> {
+        self.db.size_on_disk().map_err(|e| self.err(e))
+    }
+}
+
+impl KvStore for SledStore {
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        Ok(self
+            .chain
+            .get(key)
+            .map_err(|e| self.err(e))?
+            .map(|v| v.to_vec()))
+    }
+
+    fn scan_prefix(&self, prefix: &[u8], visit: &mut super::Visitor<'_>) -> Result<(), StoreError> {
+        for item in self.chain.scan_prefix(prefix) {
+            let (k, v) = item.map_err(|e| self.err(e))?;
+            visit(&k, &v)?;
+        }
+        Ok(())
+    }
+
+    fn commit(&self, batch: &WriteBatch) -> Result<(), StoreError> {
+        let mut sled_batch = sled::Batch::default();
+        for (key, value) in batch.ops() {
+            match value {
+                Some(v) => sled_batch.insert(key.as_slice(), v.as_slice()),
+                None => sled_batch.remove(key.as_slice()),
+            }
+        }
+        self.chain
+            .apply_batch(sled_batch)
+            .map_err(|e| self.err(e))?;
+        self.db.flush().map_err(|e| self.err(e))?;
+        Ok(())
+    }
+}

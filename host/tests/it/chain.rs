@@ -1,0 +1,244 @@
+//! Block import: the spec's traps, invalid blocks leaving no trace, restarts, corruption.
+
+use std::sync::Arc;
+
+use modnode::chain::block::DepositData;
+use modnode::chain::genesis::Genesis;
+use modnode::chain::native_deposits::Verification;
+use modnode::chain::{Chain, DepositEngine, ImportError, OpenError, workload};
+use modnode::runtime::deposits::Outcome;
+use modnode::state::RegistryRead;
+use modnode::store::{KvStore, MemoryStore, SledStore, WriteBatch, keys};
+
+use super::{deposits_module, runtime};
+
+const ETH: u64 = 1_000_000_000;
+const FORK: [u8; 4] = [0; 4];
+
+fn engines() -> Vec<(&'static str, DepositEngine)> {
+    let rt = runtime(1_000_000_000);
+    vec![
+        (
+            "v1",
+            DepositEngine::Module(Box::new(deposits_module(&rt, "deposits-v1"))),
+        ),
+        (
+            "v2",
+            DepositEngine::Module(Box::new(deposits_module(&rt, "deposits-v2"))),
+        ),
+        ("native", DepositEngine::Native(Verification::OneByOne)),
+        (
+            "native-batched",
+            DepositEngine::Native(Verification::Batched),
+        ),
+    ]
+}
+
+fn genesis() -> Genesis {
+    Genesis::generated("test", 8, 7)
+}
+
+fn chain(engine: DepositEngine) -> Chain {
+    Chain::open(Arc::new(MemoryStore::new()), genesis(), engine).unwrap()
+}
+
+/// Builds and imports one block, returning the outcomes.
+fn import(chain: &mut Chain, deposits: Vec<DepositData>) -> Vec<Outcome> {
+    let slot = chain.head().slot + 1;
+    let block = chain.build_block(slot, 0, deposits).unwrap();
+    chain.import(&block).unwrap().outcomes
+}
+
+#[test]
+fn spec_traps_hold_for_every_engine() {
+    let existing = genesis().validators[3].pubkey;
+    let mut infinity = [0u8; 48];
+    infinity[0] = 0xc0;
+    let a = workload::new_validator(1, 40 * ETH + 123, FORK);
+    let b = workload::new_validator(2, ETH / 2, FORK);
+    let mut b_bad = b;
+    b_bad.signature = a.signature;
+    let mut wrong_fork = workload::new_validator(3, 32 * ETH, [1, 0, 0, 0]);
+    wrong_fork.amount = 32 * ETH;
+    let block = vec![
+        a,                                        // new, capped effective balance
+        workload::unsigned(a.pubkey, 7), // same pubkey later in the block: top-up, no signature check
+        workload::unsigned(existing, 5 * ETH), // existing validator: top-up, no signature check
+        b_bad,                           // invalid signature: skipped
+        b,                               // invalid-then-valid: creates
+        workload::unsigned([0x11; 48], 32 * ETH), // undecodable pubkey: invalid, no crash
+        workload::unsigned(infinity, 32 * ETH), // point at infinity: invalid
+        wrong_fork,                      // signed for another fork: invalid
+        workload::new_validator(4, 0, FORK), // zero amount: created with zero balance
+    ];
+    let mut roots = Vec::new();
+    for (name, engine) in engines() {
+        let mut chain = chain(engine);
+        let outcomes = import(&mut chain, block.clone());
+        assert_eq!(
+            outcomes,
+            vec![
+                Outcome::Created(8),
+                Outcome::ToppedUp(8),
+                Outcome::ToppedUp(3),
+                Outcome::InvalidSignature,
+                Outcome::Created(9),
+                Outcome::InvalidSignature,
+                Outcome::InvalidSignature,
+                Outcome::InvalidSignature,
+                Outcome::Created(10),
+            ],
+            "{name}"
+        );
+        let registry = chain.registry();
+        let registry = registry.read().unwrap();
+        assert_eq!(
+            registry.validator(8).unwrap().effective_balance,
+            32 * ETH,
+            "{name}"
+        );
+        assert_eq!(registry.balance(8), Some(40 * ETH + 123 + 7), "{name}");
+        assert_eq!(
+            registry.validator(9).unwrap().effective_balance,
+            0,
+            "{name}: 0.5 ETH rounds down to 0"
+        );
+        assert_eq!(registry.balance(3), Some(37 * ETH), "{name}");
+        assert_eq!(registry.index_of(&b.pubkey), Some(9), "{name}");
+        assert_eq!(registry.balance(10), Some(0), "{name}");
+        roots.push(chain.head().state_root);
+    }
+    assert!(
+        roots.windows(2).all(|w| w[0] == w[1]),
+        "engines disagree on the state root"
+    );
+}
+
+#[test]
+fn invalid_blocks_change_nothing() {
+    for (name, engine) in engines() {
+        let mut chain = chain(engine);
+        let before = (chain.head(), chain.registry().read().unwrap().clone());
+        let good = chain
+            .build_block(1, 0, vec![workload::new_validator(9, 32 * ETH, FORK)])
+            .unwrap();
+
+        let mut wrong_root = good.clone();
+        wrong_root.header.state_root = [7; 32];
+        assert!(
+            matches!(
+                chain.import(&wrong_root),
+                Err(ImportError::StateRootMismatch { .. })
+            ),
+            "{name}"
+        );
+
+        let mut wrong_parent = good.clone();
+        wrong_parent.header.parent_hash = [1; 32];
+        assert!(
+            matches!(
+                chain.import(&wrong_parent),
+                Err(ImportError::NotNext { .. })
+            ),
+            "{name}"
+        );
+
+        let mut wrong_body = good.clone();
+        wrong_body.body.deposits[0].amount += 1;
+        assert!(
+            matches!(chain.import(&wrong_body), Err(ImportError::BadBody { .. })),
+            "{name}"
+        );
+
+        let overflow = vec![workload::unsigned(genesis().validators[0].pubkey, u64::MAX)];
+        assert!(
+            matches!(
+                chain.build_block(1, 0, overflow),
+                Err(ImportError::Rejected { .. })
+            ),
+            "{name}"
+        );
+
+        assert_eq!(chain.head(), before.0, "{name}");
+        assert_eq!(*chain.registry().read().unwrap(), before.1, "{name}");
+        chain.import(&good).unwrap();
+        assert_eq!(chain.head().height, 1);
+    }
+}
+
+#[test]
+fn state_and_index_survive_a_restart_on_sled() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = runtime(1_000_000_000);
+    let engine = || DepositEngine::Module(Box::new(deposits_module(&rt, "deposits-v2")));
+    let open = || {
+        Chain::open(
+            Arc::new(SledStore::open(dir.path()).unwrap()),
+            genesis(),
+            engine(),
+        )
+        .unwrap()
+    };
+    let existing: Vec<[u8; 48]> = genesis().validators.iter().map(|v| v.pubkey).collect();
+    let (head, registry) = {
+        let mut chain = open();
+        for height in 1..=4 {
+            import(&mut chain, workload::dev_block(height, &existing, FORK));
+        }
+        (chain.head(), chain.registry().read().unwrap().clone())
+    };
+    let chain = open();
+    assert_eq!(chain.head(), head);
+    let reopened = chain.registry();
+    let reopened = reopened.read().unwrap();
+    assert_eq!(*reopened, registry);
+    assert_eq!(reopened.root(), head.state_root);
+    // The index was rebuilt: every validator is found at its position, and unknown keys are not.
+    for (i, v) in registry.validators().iter().enumerate() {
+        assert_eq!(reopened.index_of(&v.pubkey), Some(i as u32));
+    }
+    assert_eq!(reopened.index_of(&[0x42; 48]), None);
+    assert_eq!(chain.block_at(4).unwrap().unwrap().hash(), head.hash);
+}
+
+#[test]
+fn corrupted_store_and_wrong_genesis_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = runtime(1_000_000_000);
+    let engine = || DepositEngine::Module(Box::new(deposits_module(&rt, "deposits-v1")));
+    {
+        let store = Arc::new(SledStore::open(dir.path()).unwrap());
+        let mut chain = Chain::open(store.clone(), genesis(), engine()).unwrap();
+        import(&mut chain, vec![workload::new_validator(5, 32 * ETH, FORK)]);
+    }
+    let other = Genesis::generated("other", 8, 7);
+    let err = Chain::open(
+        Arc::new(SledStore::open(dir.path()).unwrap()),
+        other,
+        engine(),
+    )
+    .err()
+    .unwrap();
+    assert!(matches!(err, OpenError::GenesisMismatch { .. }), "{err}");
+
+    // Flip one balance behind the node's back.
+    let store = SledStore::open(dir.path()).unwrap();
+    let mut batch = WriteBatch::new();
+    batch.put(keys::balance(2), 1u64.to_le_bytes().to_vec());
+    store.commit(&batch).unwrap();
+    drop(store);
+    let err = Chain::open(
+        Arc::new(SledStore::open(dir.path()).unwrap()),
+        genesis(),
+        engine(),
+    )
+    .err()
+    .unwrap();
+    match &err {
+        OpenError::Corrupt(msg) => assert!(
+            msg.contains("state root") && msg.contains("height 1"),
+            "{msg}"
+        ),
+        other => panic!("expected a corrupt-store error, got {other}"),
+    }
+}
