@@ -289,6 +289,10 @@ mod tests {
         assert_eq!(Block::decode(&long, 16), Err(BlockError::Trailing(1)));
         assert_eq!(
             Block::decode(&bytes[..50], 16),
+            Err(BlockError::Truncated("proposer"))
+        );
+        assert_eq!(
+            Block::decode(&bytes[..40], 16),
             Err(BlockError::Truncated("height"))
         );
     }
