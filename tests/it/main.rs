@@ -1,0 +1,3 @@
+//! The workspace integration-test binary.
+
+mod deposits_equivalence;
