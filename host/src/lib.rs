@@ -6,6 +6,7 @@
 //!
 //! - [`chain`]: blocks, genesis, block import with atomic durable commits.
 //! - [`runtime`]: the sandboxed, deterministic wasmtime runtime, one host module per WIT world.
+//! - [`net`]: QUIC transport with mutually authenticated TLS 1.3 and message framing.
 //! - [`crypto`]: BLS12-381 verification (blst) offered to modules.
 //! - [`state`]: the validator registry, pubkey index, state tree and the per-call overlay.
 //! - [`store`]: durable storage (sled) behind a small trait, with an in-memory twin.
@@ -13,6 +14,7 @@
 
 pub mod chain;
 pub mod crypto;
+pub mod net;
 pub mod runtime;
 pub mod state;
 pub mod store;

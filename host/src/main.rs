@@ -94,6 +94,9 @@ enum BenchCommand {
         /// Deposits per scenario (processed in blocks of 16).
         #[arg(long, default_value_t = 4_000)]
         deposits: usize,
+        /// Timed runs per block; the fastest counts (the machine is noisy).
+        #[arg(long, default_value_t = 3)]
+        repeat: usize,
     },
 }
 
@@ -124,7 +127,8 @@ fn main() -> std::process::ExitCode {
             json,
             validators,
             deposits,
-        }) => commands::bench::deposits(json, validators, deposits),
+            repeat,
+        }) => commands::bench::deposits(json, validators, deposits, repeat),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -2,11 +2,17 @@
 //! deposits-v1, deposits-v2 and the native reference, against the bare cost of BLS batch
 //! verification.
 //!
-//! All three engines process the same blocks of 16 deposits, interleaved block by block (so
-//! machine noise hits them alike), each over its own copy of the same registry. `*_ms` is the
-//! state transition: module + host calls + crypto, up to the delta it produces. Applying that
-//! delta to the in-memory state (index insertions, state-tree updates) is reported separately
-//! as `state_apply_ms`; the durable commit is excluded.
+//! All three engines process the same blocks of 16 deposits, interleaved block by block in a
+//! rotating order (so machine noise hits them alike), each over its own copy of the same
+//! registry. `*_ms` is the state transition: module + host calls + crypto, up to the delta it
+//! produces. Applying that delta to the in-memory state (index insertions, state-tree updates)
+//! is reported separately as `state_apply_ms`; the durable commit is excluded.
+//!
+//! On a shared 2-core machine one batch verification of 16 signatures varies from 7 to 20 ms
+//! on identical input, so every block's transition (and the floor) is timed `repeat` times —
+//! the transition has no side effects until its delta is applied — and the fastest run counts.
+//! Totals are sums of those per-block minimums. Top-ups are timed once per block: a repeat would
+//! find the looked-up validators in cache.
 
 use std::sync::{Arc, RwLock};
 use std::time::Instant;
@@ -71,6 +77,8 @@ pub struct DepositsReport {
     pub validators: u32,
     /// Deposits per scenario.
     pub deposits: usize,
+    /// Timed runs per block (the fastest counts).
+    pub repeat: usize,
     /// New-validator deposits.
     pub new_validators: NewValidators,
     /// Top-up deposits.
@@ -119,13 +127,20 @@ fn step(
     registry: &Arc<RwLock<Registry>>,
     height: u64,
     block: &[DepositData],
+    repeat: usize,
 ) -> anyhow::Result<(f64, f64, Vec<Outcome>)> {
-    let view: SharedRegistry = registry.clone();
-    let start = Instant::now();
-    let (outcomes, delta) = engine
-        .process(view, &ctx(height), block)?
-        .map_err(|e| anyhow::anyhow!("block {height} rejected: {e:?}"))?;
-    let transition = super::ms_since(start);
+    let mut transition = f64::INFINITY;
+    let mut result = None;
+    for _ in 0..repeat.max(1) {
+        let view: SharedRegistry = registry.clone();
+        let start = Instant::now();
+        let out = engine
+            .process(view, &ctx(height), block)?
+            .map_err(|e| anyhow::anyhow!("block {height} rejected: {e:?}"))?;
+        transition = transition.min(super::ms_since(start));
+        result = Some(out);
+    }
+    let (outcomes, delta) = result.ok_or_else(|| anyhow::anyhow!("no run"))?;
     let start = Instant::now();
     registry
         .write()
@@ -167,11 +182,11 @@ fn signed_deposits(count: usize) -> Vec<DepositData> {
 
 /// Runs the benchmark on a guest thread, as the node's importer does, so module calls run in
 /// place instead of hopping to the guest pool.
-pub fn run(validators: u32, deposits: usize) -> anyhow::Result<DepositsReport> {
-    modnode::runtime::threads::run_on_guest_thread(move || run_here(validators, deposits))
+pub fn run(validators: u32, deposits: usize, repeat: usize) -> anyhow::Result<DepositsReport> {
+    modnode::runtime::threads::run_on_guest_thread(move || run_here(validators, deposits, repeat))
 }
 
-fn run_here(validators: u32, deposits: usize) -> anyhow::Result<DepositsReport> {
+fn run_here(validators: u32, deposits: usize, repeat: usize) -> anyhow::Result<DepositsReport> {
     let runtime = Runtime::new(RuntimeConfig::default())?;
     let load = |name: &str| -> anyhow::Result<DepositEngine> {
         let bytes = modnode::artifacts::embedded(name)
@@ -206,18 +221,48 @@ fn run_here(validators: u32, deposits: usize) -> anyhow::Result<DepositsReport> 
     let mut totals = [0.0f64; 3];
     let mut apply_total = 0.0;
     let mut per_block: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
-    for (height, block) in (1u64..).zip(&blocks) {
-        let mut outcomes = Vec::new();
-        for (i, (engine, reg)) in engines.iter().zip(&regs).enumerate() {
-            let (t, a, o) = step(engine, reg, height, block)?;
-            totals[i] += t;
-            if i == 1 {
+    // The floor: the same signatures in the same blocks, bare blst batch verification,
+    // measured in the same loop so it sees the same machine conditions.
+    let signing_roots: Vec<[u8; 32]> = new.iter().map(|d| deposit_signing_root(d, FORK)).collect();
+    let mut floor = 0.0;
+    for ((height, block), roots) in (1u64..).zip(&blocks).zip(signing_roots.chunks(BLOCK)) {
+        let sets: Vec<SignatureSet<'_>> = block
+            .iter()
+            .zip(roots)
+            .map(|(d, r)| SignatureSet {
+                pubkey: &d.pubkey,
+                message: r,
+                signature: &d.signature,
+            })
+            .collect();
+        // Rotate who goes first: what ran just before (a single-threaded v1 block, say) changes
+        // how warm the cores and blst's worker threads are.
+        let mut outcomes = vec![Vec::new(); engines.len()];
+        for turn in 0..=engines.len() {
+            let slot = (turn + height as usize) % (engines.len() + 1);
+            if slot == engines.len() {
+                let mut best = f64::INFINITY;
+                for _ in 0..repeat.max(1) {
+                    let start = Instant::now();
+                    anyhow::ensure!(
+                        crypto::verify_batch(&sets),
+                        "bench signatures do not verify"
+                    );
+                    best = best.min(super::ms_since(start));
+                }
+                floor += best;
+                continue;
+            }
+            let (engine, reg) = (engines[slot], &regs[slot]);
+            let (t, a, o) = step(engine, reg, height, block, repeat)?;
+            totals[slot] += t;
+            if slot == 1 {
                 apply_total += a;
             }
-            if let Some(samples) = per_block.get_mut(i) {
+            if let Some(samples) = per_block.get_mut(slot) {
                 samples.push(t);
             }
-            outcomes.push(o);
+            outcomes[slot] = o;
         }
         anyhow::ensure!(
             outcomes.windows(2).all(|w| w[0] == w[1]),
@@ -237,28 +282,6 @@ fn run_here(validators: u32, deposits: usize) -> anyhow::Result<DepositsReport> 
         "engines disagree on the state root"
     );
     drop(regs);
-
-    // The floor: the same signatures, the same blocks, bare blst batch verification.
-    let roots_per_deposit: Vec<[u8; 32]> =
-        new.iter().map(|d| deposit_signing_root(d, FORK)).collect();
-    let mut floor = 0.0;
-    for (block, roots) in new.chunks(BLOCK).zip(roots_per_deposit.chunks(BLOCK)) {
-        let sets: Vec<SignatureSet<'_>> = block
-            .iter()
-            .zip(roots)
-            .map(|(d, r)| SignatureSet {
-                pubkey: &d.pubkey,
-                message: r,
-                signature: &d.signature,
-            })
-            .collect();
-        let start = Instant::now();
-        anyhow::ensure!(
-            crypto::verify_batch(&sets),
-            "bench signatures do not verify"
-        );
-        floor += super::ms_since(start);
-    }
 
     // Top-ups of random existing validators, at N and at 10,000.
     eprintln!("top-ups at {validators} and at 10000 validators …");
@@ -281,11 +304,13 @@ fn run_here(validators: u32, deposits: usize) -> anyhow::Result<DepositsReport> 
     for (height, (block_n, block_small)) in
         (1u64..).zip(topups_n.chunks(BLOCK).zip(topups_small.chunks(BLOCK)))
     {
-        let (t, a, _) = step(&v2, &regs[0], height, block_n)?;
+        // One run each: repeating a block would warm the cache lines of exactly the validators
+        // it looks up, hiding the lookup cost at N that this scenario is about.
+        let (t, a, _) = step(&v2, &regs[0], height, block_n, 1)?;
         topup_totals[0] += t;
         topup_apply += a;
-        topup_totals[1] += step(&native, &regs[1], height, block_n)?.0;
-        topup_totals[2] += step(&v2, &regs[2], height, block_small)?.0;
+        topup_totals[1] += step(&native, &regs[1], height, block_n, 1)?.0;
+        topup_totals[2] += step(&v2, &regs[2], height, block_small, 1)?.0;
     }
     drop(regs);
 
@@ -295,6 +320,7 @@ fn run_here(validators: u32, deposits: usize) -> anyhow::Result<DepositsReport> 
     Ok(DepositsReport {
         validators,
         deposits,
+        repeat,
         new_validators: NewValidators {
             v1_ms,
             v2_ms,

@@ -37,10 +37,10 @@ pub fn host_call(json: bool, calls: u64) -> anyhow::Result<()> {
 }
 
 /// `modnode bench deposits`.
-pub fn deposits(json: bool, validators: u32, deposits: usize) -> anyhow::Result<()> {
+pub fn deposits(json: bool, validators: u32, deposits: usize, repeat: usize) -> anyhow::Result<()> {
     anyhow::ensure!(validators >= 1, "--validators must be at least 1");
     anyhow::ensure!(deposits >= 1, "--deposits must be at least 1");
-    let report = crate::bench::deposits::run(validators, deposits)?;
+    let report = crate::bench::deposits::run(validators, deposits, repeat)?;
     if json {
         println!("{}", serde_json::to_string(&report)?);
     } else {

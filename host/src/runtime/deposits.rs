@@ -23,6 +23,9 @@ pub use bindings::modnode::deposits::types::{
 };
 use bindings::modnode::deposits::{crypto, registry, types};
 
+/// What `registry.index-of` returns for an unknown pubkey (never a valid index).
+pub const NOT_FOUND: u32 = u32::MAX;
+
 /// Store data of one deposits call.
 pub struct DepositsCtx {
     overlay: RegistryOverlay,
@@ -59,9 +62,10 @@ fn registry_result<T>(r: Result<T, OverlayError>) -> wasmtime::Result<Result<T, 
 }
 
 impl registry::Host for DepositsCtx {
-    fn index_of(&mut self, pubkey: Vec<u8>) -> wasmtime::Result<Option<u32>> {
+    fn index_of(&mut self, pubkey: Vec<u8>) -> wasmtime::Result<u32> {
         self.overlay
             .index_of(&pubkey)
+            .map(|found| found.unwrap_or(NOT_FOUND))
             .map_err(|e| wasmtime::format_err!("{e}"))
     }
 

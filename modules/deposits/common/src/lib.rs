@@ -43,6 +43,9 @@ pub use bindings::modnode::deposits::types::{
 };
 pub use bindings::modnode::types::types::ModuleInfo;
 
+/// What `registry.index-of` returns for an unknown pubkey.
+pub const NOT_FOUND: u32 = u32::MAX;
+
 /// Gwei in one ETH.
 pub const GWEI_PER_ETH: u64 = 1_000_000_000;
 /// `MAX_EFFECTIVE_BALANCE` (phase0): 32 ETH.

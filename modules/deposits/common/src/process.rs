@@ -137,7 +137,8 @@ pub fn process_one_by_one<H: Host>(
 /// Version 2: the first deposit of every pubkey unknown before the block goes into one batch
 /// verification. If the batch verifies, every one of them is valid and no further checks are
 /// needed (later deposits for the same pubkeys are top-ups); if it fails, signatures are checked
-/// one by one exactly as in version 1.
+/// one by one exactly as in version 1. Pubkeys found before the block keep their index (the
+/// registry is append-only), so their deposits are applied without a second lookup.
 pub fn process_batched<H: Host>(
     host: &mut H,
     ctx: &BlockContext,
@@ -148,13 +149,15 @@ pub fn process_batched<H: Host>(
 
     let mut in_batch = vec![false; checked.len()];
     let mut sets = Vec::new();
-    let mut seen: Vec<&[u8; 48]> = Vec::with_capacity(checked.len());
+    // Every distinct pubkey of the block with its index before the block, if it had one.
+    let mut seen: Vec<(&[u8; 48], Option<u32>)> = Vec::with_capacity(checked.len());
     for (deposit, member) in checked.iter().zip(in_batch.iter_mut()) {
-        if seen.contains(&deposit.pubkey) {
+        if seen.iter().any(|(pk, _)| *pk == deposit.pubkey) {
             continue;
         }
-        seen.push(deposit.pubkey);
-        if host.index_of(deposit.pubkey).is_none() {
+        let before = host.index_of(deposit.pubkey);
+        seen.push((deposit.pubkey, before));
+        if before.is_none() {
             *member = true;
             sets.push(SignatureSet {
                 pubkey: deposit.pubkey.to_vec(),
@@ -173,9 +176,21 @@ pub fn process_batched<H: Host>(
 
     let mut outcomes = Vec::with_capacity(checked.len());
     for (deposit, member) in checked.iter().zip(in_batch) {
-        outcomes.push(apply(host, deposit, |host| {
-            (batch_valid && member) || deposit.verify_alone(host, &domain)
-        })?);
+        let known_before = seen
+            .iter()
+            .find(|(pk, _)| *pk == deposit.pubkey)
+            .and_then(|(_, index)| *index);
+        let outcome = match known_before {
+            Some(index) => {
+                host.increase_balance(index, deposit.amount)
+                    .map_err(ProcessError::Registry)?;
+                Outcome::ToppedUp(index)
+            }
+            None => apply(host, deposit, |host| {
+                (batch_valid && member) || deposit.verify_alone(host, &domain)
+            })?,
+        };
+        outcomes.push(outcome);
     }
     Ok(outcomes)
 }

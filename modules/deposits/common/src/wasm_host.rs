@@ -8,7 +8,8 @@ pub struct WasmHost;
 
 impl crate::process::Host for WasmHost {
     fn index_of(&mut self, pubkey: &[u8]) -> Option<u32> {
-        registry::index_of(pubkey)
+        let index = registry::index_of(pubkey);
+        (index != crate::NOT_FOUND).then_some(index)
     }
 
     fn add_validator(

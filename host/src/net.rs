@@ -1,0 +1,11 @@
+//! Peer-to-peer transport: QUIC (quinn) with mutually authenticated TLS 1.3.
+//!
+//! - [`identity`]: the node's persistent ed25519 key and its [`identity::NodeId`].
+//! - [`tls`]: rustls configurations that pin peers by `NodeId`.
+//! - [`codec`]: length-prefixed message framing.
+//! - [`endpoint`]: quinn endpoints with explicit resource limits.
+
+pub mod codec;
+pub mod endpoint;
+pub mod identity;
+pub mod tls;
