@@ -115,3 +115,65 @@ fn run<R: Send + 'static>(
     })
     .result
 }
+
+/// The module as the gossip engine's policy. Gossip policy is local, not consensus: if the
+/// module fails a call (trap, fuel), the message is flooded instead and the failure logged, so a
+/// broken policy degrades efficiency, never delivery.
+impl modnode_gossip::policy::Policy for GossipPolicyModule {
+    fn plan(
+        &mut self,
+        msg: &modnode_gossip::policy::MessageMeta,
+        peers: &[modnode_gossip::policy::PeerStats],
+    ) -> modnode_gossip::policy::SendPlan {
+        use modnode_gossip::policy as native;
+        let meta = MessageMeta {
+            kind: match msg.kind {
+                native::MessageKind::Block => MessageKind::Block,
+                native::MessageKind::Consensus => MessageKind::Consensus,
+                native::MessageKind::Deposit => MessageKind::Deposit,
+                native::MessageKind::PeerExchange => MessageKind::PeerExchange,
+            },
+            size: msg.size,
+            local_origin: msg.local_origin,
+            hops: msg.hops,
+            network_size: msg.network_size,
+        };
+        let stats = peers
+            .iter()
+            .map(|p| PeerStats {
+                peer: p.peer,
+                rtt_us: p.rtt_us,
+                queue_depth: p.queue_depth,
+                recent_failures: p.recent_failures,
+                has_message: p.has_message,
+                is_origin: p.is_origin,
+            })
+            .collect();
+        match GossipPolicyModule::plan(self, meta, stats) {
+            Ok(plan) => native::SendPlan {
+                targets: plan
+                    .targets
+                    .iter()
+                    .map(|t| native::Target {
+                        peer: t.peer,
+                        mode: match t.mode {
+                            SendMode::Push => native::SendMode::Push,
+                            SendMode::Announce => native::SendMode::Announce,
+                        },
+                    })
+                    .collect(),
+                quorum: plan.quorum,
+                timeout_ms: plan.timeout_ms,
+                priority: match plan.priority {
+                    Priority::High => native::Priority::High,
+                    Priority::Normal => native::Priority::Normal,
+                    Priority::Low => native::Priority::Low,
+                },
+            },
+            Err(e) => {
+                tracing::warn!(module = %self.meta.name(), error = %e, "gossip policy failed; flooding this message");
+                native::Flood.plan(msg, peers)
+            }
+        }
+    }
+}

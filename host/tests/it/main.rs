@@ -4,6 +4,7 @@ mod cache;
 mod chain;
 mod cli;
 mod crash;
+mod gossip;
 mod inspect;
 mod malicious;
 mod modules;

@@ -1,0 +1,945 @@
+//! The sans-IO gossip engine: one per node.
+//!
+//! Inputs arrive through `handle_*` methods and [`GossipEngine::publish`]; outputs are pulled
+//! with [`GossipEngine::poll_transmit`], [`GossipEngine::poll_event`] and
+//! [`GossipEngine::poll_timeout`]. The engine never reads a clock: every time-dependent call
+//! takes `now` ([`Time`], microseconds on any monotonic scale the driver chooses).
+//!
+//! Mechanics the engine owns, whatever the policy decides:
+//! - dedup of message ids: a bounded, expiring [`SeenCache`] marks an id the moment its payload
+//!   first arrives (before it is forwarded, while its forwards are queued or in flight), and
+//!   ids only announced so far are tracked as fetches, so they are requested once; a bounded,
+//!   expiring store of recent messages serves requests;
+//! - one FIFO per priority class and peer; high is always dequeued first, and each peer's
+//!   queues drain independently, limited only by that peer's `max_inflight_per_peer`;
+//! - per-send timeouts, counted into [`PeerStats::recent_failures`];
+//! - quorum-and-cancel: once `quorum` planned pushes of a message are delivered, its planned
+//!   pushes that have not started are cancelled (downgraded to announces by default); pushes
+//!   already in flight are left to finish;
+//! - announce → request → push: the request goes to the announcer with the fewest recent
+//!   failures and lowest RTT, moves on to another announcer if it is not acknowledged or not
+//!   answered in time (timeouts double per attempt and grow with the bytes being fetched), and
+//!   is hedged to a new announcer expected to answer much sooner;
+//! - batching of small items queued for the same peer and class into one transmission.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::ops::Bound;
+
+use crate::error::GossipError;
+use crate::peer::{Inflight, Item, PeerState, frame_for};
+use crate::policy::{MessageKind, MessageMeta, PeerStats, Policy, Priority, SendMode};
+use crate::seen::SeenCache;
+use crate::wire::{AnnounceItem, Frame, MAX_PAYLOAD, MessageId, Payload};
+use crate::{PeerId, Time};
+
+/// Identifies one transmission handed out by [`GossipEngine::poll_transmit`].
+pub type SendId = u64;
+
+const MS: Time = 1_000;
+
+/// Tunables of the engine mechanics (not of the policy).
+#[derive(Clone, Debug)]
+pub struct EngineConfig {
+    /// Transmissions a peer may have outstanding at once.
+    pub max_inflight_per_peer: usize,
+    /// Pushes with payloads smaller than this may be batched with other small items.
+    pub batch_threshold: usize,
+    /// Size cap of a batched transmission, in bytes.
+    pub batch_max_bytes: usize,
+    /// Ids the seen cache holds at most.
+    pub seen_capacity: usize,
+    /// How long an id stays in the seen cache.
+    pub seen_ttl: Time,
+    /// Messages the store (served to requests) holds at most.
+    pub store_capacity: usize,
+    /// How long a message stays in the store.
+    pub store_ttl: Time,
+    /// Time for a request to be acknowledged by the announcer before another announcer is
+    /// asked (doubles with every attempt).
+    pub request_ack_timeout: Time,
+    /// How much earlier a new announcer must be expected to acknowledge a request than the
+    /// current, unacknowledged one before it is asked too.
+    pub request_hedge_margin: Time,
+    /// Base time to wait for the answer once the request was acknowledged (doubles with every
+    /// attempt).
+    pub request_timeout: Time,
+    /// Added to `request_timeout` per KiB of all messages being fetched (a slow inbound link
+    /// with many fetches outstanding must not time out and re-request them all).
+    pub request_timeout_per_kib: Time,
+    /// Requests made for one id before the fetch is given up.
+    pub max_request_attempts: u32,
+    /// Timeout of pushes that answer requests.
+    pub serve_timeout: Time,
+    /// Failures older than this no longer count in `recent_failures`.
+    pub failure_window: Time,
+    /// RTT reported for a peer before any sample, in microseconds.
+    pub initial_rtt_us: u32,
+    /// Sends completing faster than this give RTT samples (larger ones measure bandwidth).
+    pub rtt_sample_max_bytes: usize,
+    /// Cancelled planned pushes become announces (so the peer can still pull).
+    pub announce_cancelled_pushes: bool,
+    /// A planned push that times out or fails is followed by an announce.
+    pub announce_failed_pushes: bool,
+    /// Check that a pushed payload hashes to its id before accepting it.
+    pub verify_payload_ids: bool,
+    /// Messages that travelled this many hops are delivered but not forwarded.
+    pub max_hops: u32,
+    /// Network size given to the policy; `None` = connected peers + 1.
+    pub network_size: Option<u32>,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            max_inflight_per_peer: 4,
+            batch_threshold: 1024,
+            batch_max_bytes: 16 * 1024,
+            seen_capacity: 65_536,
+            seen_ttl: 120_000 * MS,
+            store_capacity: 4_096,
+            store_ttl: 30_000 * MS,
+            request_ack_timeout: 100 * MS,
+            request_hedge_margin: 20 * MS,
+            request_timeout: 150 * MS,
+            request_timeout_per_kib: 2 * MS,
+            max_request_attempts: 10,
+            serve_timeout: 2_000 * MS,
+            failure_window: 10_000 * MS,
+            initial_rtt_us: 100_000,
+            rtt_sample_max_bytes: 2048,
+            announce_cancelled_pushes: true,
+            announce_failed_pushes: true,
+            verify_payload_ids: true,
+            max_hops: 64,
+            network_size: None,
+        }
+    }
+}
+
+/// A transmission the driver must send to `peer`, then report with
+/// [`GossipEngine::handle_send_complete`] or [`GossipEngine::handle_send_failed`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Transmit {
+    /// Destination.
+    pub peer: PeerId,
+    /// Handle to report completion with.
+    pub send_id: SendId,
+    /// Priority class (maps to a stream priority in a real transport).
+    pub priority: Priority,
+    /// What to send.
+    pub frame: Frame,
+}
+
+impl Transmit {
+    /// The wire bytes of the frame.
+    pub fn encode(&self) -> Result<Vec<u8>, crate::error::WireError> {
+        self.frame.encode()
+    }
+}
+
+/// Something the application should know about.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Event {
+    /// A message arrived for the first time.
+    Delivered {
+        /// Its id.
+        id: MessageId,
+        /// Its kind.
+        kind: MessageKind,
+        /// The message.
+        payload: Payload,
+        /// The peer that sent it.
+        from: PeerId,
+    },
+}
+
+/// Counters for diagnostics and tests.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct EngineStats {
+    /// Pushes received for ids already seen.
+    pub duplicate_pushes: u64,
+    /// Pushes whose payload did not hash to their id.
+    pub invalid_pushes: u64,
+    /// Messages delivered to the application.
+    pub delivered: u64,
+    /// Transmissions handed to the driver.
+    pub transmits: u64,
+    /// Transmissions that carried more than one item.
+    pub batched_transmits: u64,
+    /// Transmissions that timed out.
+    pub send_timeouts: u64,
+    /// Transmissions the driver reported failed.
+    pub send_failures: u64,
+    /// Planned pushes cancelled because the quorum was met.
+    pub quorum_cancelled: u64,
+    /// Queued items dropped because the peer turned out to have the message.
+    pub redundant_dropped: u64,
+    /// Requests queued.
+    pub requests_sent: u64,
+    /// Pushes queued to answer requests.
+    pub requests_served: u64,
+    /// Fetches given up after `max_request_attempts`.
+    pub fetches_abandoned: u64,
+}
+
+#[derive(Debug)]
+struct Stored {
+    kind: MessageKind,
+    payload: Payload,
+    /// Hops the message travelled to reach this node.
+    hops: u32,
+    expires: Time,
+    /// Peers known to have it.
+    have: BTreeSet<PeerId>,
+    quorum: u32,
+    pushes_done: u32,
+    priority: Priority,
+    timeout: Time,
+}
+
+#[derive(Debug)]
+struct Fetch {
+    kind: MessageKind,
+    size: u32,
+    /// Peers that announced the id, in order of arrival.
+    announcers: Vec<PeerId>,
+    /// Announcers asked in the current round.
+    tried: Vec<PeerId>,
+    attempts: u32,
+    current: Option<PeerId>,
+    /// The current request was acknowledged.
+    acked: bool,
+    /// When the current request was queued.
+    asked_at: Time,
+    deadline: Time,
+}
+
+/// The gossip engine of one node, generic over its [`Policy`].
+#[derive(Debug)]
+pub struct GossipEngine<P> {
+    cfg: EngineConfig,
+    policy: P,
+    peers: BTreeMap<PeerId, PeerState>,
+    seen: SeenCache,
+    store: BTreeMap<MessageId, Stored>,
+    store_order: VecDeque<(Time, MessageId)>,
+    fetches: BTreeMap<MessageId, Fetch>,
+    events: VecDeque<Event>,
+    next_send_id: SendId,
+    rr_cursor: Option<PeerId>,
+    stats: EngineStats,
+}
+
+impl<P: Policy> GossipEngine<P> {
+    /// A node with no peers.
+    pub fn new(cfg: EngineConfig, policy: P) -> Self {
+        GossipEngine {
+            seen: SeenCache::new(cfg.seen_capacity, cfg.seen_ttl),
+            cfg,
+            policy,
+            peers: BTreeMap::new(),
+            store: BTreeMap::new(),
+            store_order: VecDeque::new(),
+            fetches: BTreeMap::new(),
+            events: VecDeque::new(),
+            next_send_id: 0,
+            rr_cursor: None,
+            stats: EngineStats::default(),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &EngineConfig {
+        &self.cfg
+    }
+
+    /// The policy.
+    pub fn policy(&self) -> &P {
+        &self.policy
+    }
+
+    /// Diagnostic counters.
+    pub fn stats(&self) -> &EngineStats {
+        &self.stats
+    }
+
+    /// Sets the network size given to the policy.
+    pub fn set_network_size(&mut self, n: u32) {
+        self.cfg.network_size = Some(n);
+    }
+
+    /// Connected peer handles, ascending.
+    pub fn peers(&self) -> impl Iterator<Item = PeerId> + '_ {
+        self.peers.keys().copied()
+    }
+
+    /// Registers a connected peer.
+    pub fn add_peer(&mut self, peer: PeerId) -> Result<(), GossipError> {
+        if self.peers.contains_key(&peer) {
+            return Err(GossipError::PeerExists(peer));
+        }
+        self.peers.insert(peer, PeerState::default());
+        Ok(())
+    }
+
+    /// Forgets a disconnected peer: its queues and sends in flight are dropped, and fetches
+    /// waiting on it move to another announcer.
+    pub fn remove_peer(&mut self, peer: PeerId, now: Time) -> Result<(), GossipError> {
+        self.peers
+            .remove(&peer)
+            .ok_or(GossipError::UnknownPeer(peer))?;
+        let mut retry = Vec::new();
+        for (id, fetch) in &mut self.fetches {
+            fetch.announcers.retain(|&p| p != peer);
+            if fetch.current == Some(peer) {
+                retry.push(*id);
+            }
+        }
+        for msg in self.store.values_mut() {
+            msg.have.remove(&peer);
+        }
+        for id in retry {
+            self.next_fetch_attempt(id, now);
+        }
+        Ok(())
+    }
+
+    /// Feeds an RTT measurement of the transport (e.g. QUIC's) for `peer`.
+    pub fn handle_rtt_sample(&mut self, peer: PeerId, rtt_us: u32) {
+        if let Some(state) = self.peers.get_mut(&peer) {
+            state.rtt_sample(rtt_us);
+        }
+    }
+
+    /// True if the message is held in the store.
+    pub fn has_message(&self, id: &MessageId) -> bool {
+        self.store.contains_key(id)
+    }
+
+    /// Statistics of every peer as the policy would see them for message `id`.
+    pub fn peer_stats(&self, id: Option<&MessageId>, now: Time) -> Vec<PeerStats> {
+        let have = id.and_then(|id| self.store.get(id)).map(|m| &m.have);
+        self.stats_for(have, None, now)
+    }
+
+    /// Publishes a message created by this node and plans its first sends.
+    pub fn publish(
+        &mut self,
+        kind: MessageKind,
+        payload: impl Into<Payload>,
+        now: Time,
+    ) -> Result<MessageId, GossipError> {
+        let payload: Payload = payload.into();
+        if payload.len() > MAX_PAYLOAD as usize {
+            return Err(GossipError::PayloadTooLarge(payload.len()));
+        }
+        self.expire(now);
+        let id = MessageId::of(&payload);
+        if self.seen.contains(&id, now) || self.store.contains_key(&id) {
+            return Err(GossipError::Duplicate);
+        }
+        self.seen.insert(id, now);
+        let announcers = self.finish_fetch(&id);
+        self.store_insert(id, kind, payload, 0, now);
+        for peer in announcers {
+            self.note_has(id, peer);
+        }
+        self.disseminate(id, None, now);
+        Ok(id)
+    }
+
+    /// Decodes and handles a datagram received from `from`.
+    pub fn handle_datagram(
+        &mut self,
+        from: PeerId,
+        bytes: &[u8],
+        now: Time,
+    ) -> Result<(), GossipError> {
+        let frame = Frame::decode(bytes)?;
+        self.handle_frame(from, frame, now)
+    }
+
+    /// Handles a frame received from `from`.
+    pub fn handle_frame(
+        &mut self,
+        from: PeerId,
+        frame: Frame,
+        now: Time,
+    ) -> Result<(), GossipError> {
+        if !self.peers.contains_key(&from) {
+            return Err(GossipError::UnknownPeer(from));
+        }
+        self.expire(now);
+        self.on_frame(from, frame, now);
+        Ok(())
+    }
+
+    fn on_frame(&mut self, from: PeerId, frame: Frame, now: Time) {
+        match frame {
+            Frame::Push {
+                id,
+                kind,
+                hops,
+                payload,
+            } => self.on_push(from, id, kind, hops, payload, now),
+            Frame::Announce { items } => {
+                for item in items {
+                    self.on_announce(from, item, now);
+                }
+            }
+            Frame::Request { ids } => {
+                for id in ids {
+                    self.on_request(from, id);
+                }
+            }
+            Frame::Batch { frames } => {
+                for inner in frames {
+                    self.on_frame(from, inner, now);
+                }
+            }
+        }
+    }
+
+    fn on_push(
+        &mut self,
+        from: PeerId,
+        id: MessageId,
+        kind: MessageKind,
+        hops: u32,
+        payload: Payload,
+        now: Time,
+    ) {
+        if self.seen.contains(&id, now) || self.store.contains_key(&id) {
+            self.stats.duplicate_pushes += 1;
+            self.note_has(id, from);
+            return;
+        }
+        if self.cfg.verify_payload_ids && MessageId::of(&payload) != id {
+            self.stats.invalid_pushes += 1;
+            return;
+        }
+        self.seen.insert(id, now);
+        let announcers = self.finish_fetch(&id);
+        let hops = hops.saturating_add(1);
+        self.store_insert(id, kind, payload.clone(), hops, now);
+        self.note_has(id, from);
+        for peer in announcers {
+            self.note_has(id, peer);
+        }
+        self.stats.delivered += 1;
+        self.events.push_back(Event::Delivered {
+            id,
+            kind,
+            payload,
+            from,
+        });
+        if hops < self.cfg.max_hops {
+            self.disseminate(id, Some(from), now);
+        }
+    }
+
+    fn on_announce(&mut self, from: PeerId, item: AnnounceItem, now: Time) {
+        let id = item.id;
+        if self.seen.contains(&id, now) || self.store.contains_key(&id) {
+            self.note_has(id, from);
+            return;
+        }
+        if let Some(fetch) = self.fetches.get_mut(&id) {
+            if fetch.announcers.contains(&from) {
+                return;
+            }
+            fetch.announcers.push(from);
+            // Hedge: if the unacknowledged request is expected to be acknowledged clearly later
+            // (by `request_hedge_margin`) than a request to the new announcer would be, ask the
+            // new announcer too.
+            let rtt = |p: Option<PeerId>| {
+                p.and_then(|p| self.peers.get(&p))
+                    .and_then(|s| s.srtt_us)
+                    .map_or(Time::from(self.cfg.initial_rtt_us), Time::from)
+            };
+            let (current, new) = (rtt(fetch.current), rtt(Some(from)));
+            let margin = self.cfg.request_hedge_margin;
+            if !fetch.acked
+                && fetch.asked_at.saturating_add(current)
+                    > now.saturating_add(2 * new).saturating_add(margin)
+            {
+                fetch.tried.retain(|&p| p != from);
+                self.next_fetch_attempt(id, now);
+            }
+            return;
+        }
+        self.fetches.insert(
+            id,
+            Fetch {
+                kind: item.kind,
+                size: item.size,
+                announcers: vec![from],
+                tried: Vec::new(),
+                attempts: 0,
+                current: None,
+                acked: false,
+                asked_at: now,
+                deadline: now,
+            },
+        );
+        self.next_fetch_attempt(id, now);
+    }
+
+    fn on_request(&mut self, from: PeerId, id: MessageId) {
+        let Some(msg) = self.store.get(&id) else {
+            return;
+        };
+        let Some(peer) = self.peers.get_mut(&from) else {
+            return;
+        };
+        if peer.has_push(&id) {
+            return;
+        }
+        let item = Item::Push {
+            id,
+            kind: msg.kind,
+            hops: msg.hops,
+            payload: msg.payload.clone(),
+            planned: false,
+        };
+        if peer.enqueue(msg.kind.default_priority(), item, self.cfg.serve_timeout) {
+            self.stats.requests_served += 1;
+        }
+    }
+
+    /// Asks the best announcer of `id` not yet asked this round (fewest recent failures, then
+    /// lowest RTT, then earliest announce), or gives the fetch up.
+    fn next_fetch_attempt(&mut self, id: MessageId, now: Time) {
+        let window = self.cfg.failure_window;
+        let initial_rtt = self.cfg.initial_rtt_us;
+        let Some(fetch) = self.fetches.get_mut(&id) else {
+            return;
+        };
+        if fetch.announcers.is_empty() || fetch.attempts >= self.cfg.max_request_attempts {
+            self.fetches.remove(&id);
+            self.stats.fetches_abandoned += 1;
+            return;
+        }
+        if fetch.announcers.iter().all(|p| fetch.tried.contains(p)) {
+            fetch.tried.clear();
+        }
+        let peers = &self.peers;
+        let best = fetch
+            .announcers
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| !fetch.tried.contains(p))
+            .min_by_key(|&(i, p)| {
+                let (failures, rtt) = peers.get(p).map_or((u32::MAX, u32::MAX), |s| {
+                    (
+                        s.recent_failures(now, window),
+                        s.srtt_us.unwrap_or(initial_rtt),
+                    )
+                });
+                (failures, rtt, i)
+            })
+            .map(|(_, p)| *p);
+        let Some(peer) = best else {
+            self.fetches.remove(&id);
+            self.stats.fetches_abandoned += 1;
+            return;
+        };
+        let previous = fetch.current.replace(peer);
+        fetch.tried.push(peer);
+        let round = fetch.attempts.min(6);
+        fetch.attempts += 1;
+        fetch.acked = false;
+        fetch.asked_at = now;
+        let ack_timeout = self.cfg.request_ack_timeout.saturating_mul(1 << round);
+        let priority = fetch.kind.default_priority();
+        // Until the announcer acknowledges the request (which may first wait in our queue to
+        // it), only the acknowledgement timeout applies.
+        fetch.deadline = now.saturating_add(ack_timeout);
+        // A request still queued to the previous announcer is no longer wanted.
+        if let Some(prev) = previous.filter(|&p| p != peer)
+            && let Some(state) = self.peers.get_mut(&prev)
+        {
+            state.remove_queued(|item| matches!(item, Item::Request { id: i } if *i == id));
+        }
+        if let Some(state) = self.peers.get_mut(&peer)
+            && state.enqueue(priority, Item::Request { id }, ack_timeout)
+        {
+            self.stats.requests_sent += 1;
+        }
+    }
+
+    /// Time to wait for an acknowledged request's answer: proportional to everything being
+    /// fetched, doubled per attempt round.
+    fn response_timeout(&self, round: u32) -> Time {
+        let bytes: u64 = self.fetches.values().map(|f| u64::from(f.size)).sum();
+        let kib = bytes.div_ceil(1024);
+        self.cfg
+            .request_timeout
+            .saturating_add(kib.saturating_mul(self.cfg.request_timeout_per_kib))
+            .saturating_mul(1 << round.min(6))
+    }
+
+    /// Ends a fetch because the message arrived; returns the peers that announced it.
+    fn finish_fetch(&mut self, id: &MessageId) -> Vec<PeerId> {
+        let Some(fetch) = self.fetches.remove(id) else {
+            return Vec::new();
+        };
+        for peer in self.peers.values_mut() {
+            peer.remove_queued(|item| matches!(item, Item::Request { id: i } if i == id));
+        }
+        fetch.announcers
+    }
+
+    /// Records that `peer` has `id` and drops queued pushes/announces of it to that peer.
+    fn note_has(&mut self, id: MessageId, peer: PeerId) {
+        if let Some(msg) = self.store.get_mut(&id) {
+            msg.have.insert(peer);
+        }
+        if let Some(state) = self.peers.get_mut(&peer) {
+            let dropped = state.remove_queued(|item| {
+                matches!(item, Item::Push { id: i, .. } | Item::Announce { id: i, .. } if *i == id)
+            });
+            self.stats.redundant_dropped += dropped as u64;
+        }
+    }
+
+    fn network_size(&self) -> u32 {
+        self.cfg.network_size.unwrap_or_else(|| {
+            u32::try_from(self.peers.len())
+                .unwrap_or(u32::MAX)
+                .saturating_add(1)
+        })
+    }
+
+    fn stats_for(
+        &self,
+        have: Option<&BTreeSet<PeerId>>,
+        origin: Option<PeerId>,
+        now: Time,
+    ) -> Vec<PeerStats> {
+        self.peers
+            .iter()
+            .map(|(&peer, state)| PeerStats {
+                peer,
+                rtt_us: state.srtt_us.unwrap_or(self.cfg.initial_rtt_us),
+                queue_depth: u32::try_from(state.depth()).unwrap_or(u32::MAX),
+                recent_failures: state.recent_failures(now, self.cfg.failure_window),
+                has_message: have.is_some_and(|h| h.contains(&peer)),
+                is_origin: origin == Some(peer),
+            })
+            .collect()
+    }
+
+    /// Asks the policy for a plan for a stored message and queues its sends.
+    fn disseminate(&mut self, id: MessageId, origin: Option<PeerId>, now: Time) {
+        let Some(msg) = self.store.get(&id) else {
+            return;
+        };
+        let meta = MessageMeta {
+            kind: msg.kind,
+            size: u32::try_from(msg.payload.len()).unwrap_or(u32::MAX),
+            local_origin: origin.is_none(),
+            hops: msg.hops,
+            network_size: self.network_size(),
+        };
+        let peer_stats = self.stats_for(Some(&msg.have), origin, now);
+        let plan = self.policy.plan(&meta, &peer_stats);
+        let (kind, hops, payload) = (msg.kind, msg.hops, msg.payload.clone());
+        let timeout = Time::from(plan.timeout_ms.max(1)) * MS;
+        let mut chosen = BTreeSet::new();
+        for target in &plan.targets {
+            let Some(state) = self.peers.get_mut(&target.peer) else {
+                continue;
+            };
+            if !chosen.insert(target.peer) {
+                continue;
+            }
+            let item = match target.mode {
+                SendMode::Push => Item::Push {
+                    id,
+                    kind,
+                    hops,
+                    payload: payload.clone(),
+                    planned: true,
+                },
+                SendMode::Announce => Item::Announce {
+                    id,
+                    kind,
+                    size: meta.size,
+                },
+            };
+            state.enqueue(plan.priority, item, timeout);
+        }
+        if let Some(msg) = self.store.get_mut(&id) {
+            msg.quorum = plan.quorum;
+            msg.priority = plan.priority;
+            msg.timeout = timeout;
+        }
+    }
+
+    fn store_insert(
+        &mut self,
+        id: MessageId,
+        kind: MessageKind,
+        payload: Payload,
+        hops: u32,
+        now: Time,
+    ) {
+        let expires = now.saturating_add(self.cfg.store_ttl);
+        self.store.insert(
+            id,
+            Stored {
+                kind,
+                payload,
+                hops,
+                expires,
+                have: BTreeSet::new(),
+                quorum: 0,
+                pushes_done: 0,
+                priority: kind.default_priority(),
+                timeout: self.cfg.serve_timeout,
+            },
+        );
+        self.store_order.push_back((expires, id));
+        while self.store.len() > self.cfg.store_capacity.max(1) {
+            let Some((_, old)) = self.store_order.pop_front() else {
+                break;
+            };
+            self.store.remove(&old);
+        }
+    }
+
+    fn expire(&mut self, now: Time) {
+        self.seen.expire(now);
+        while let Some(&(expires, id)) = self.store_order.front() {
+            if expires > now {
+                break;
+            }
+            self.store_order.pop_front();
+            if self.store.get(&id).is_some_and(|m| m.expires == expires) {
+                self.store.remove(&id);
+            }
+        }
+    }
+
+    /// Reports that transmission `send_id` to `peer` was delivered. Returns `false` if it was
+    /// unknown (already timed out, or never handed out).
+    pub fn handle_send_complete(&mut self, peer: PeerId, send_id: SendId, now: Time) -> bool {
+        let Some(state) = self.peers.get_mut(&peer) else {
+            return false;
+        };
+        let Some(pos) = state.inflight.iter().position(|f| f.send_id == send_id) else {
+            return false;
+        };
+        let done = state.inflight.swap_remove(pos);
+        if done.rtt_sample {
+            let sample = now.saturating_sub(done.started);
+            state.rtt_sample(u32::try_from(sample).unwrap_or(u32::MAX));
+        }
+        for item in done.items {
+            match item {
+                Item::Push { id, planned, .. } => {
+                    let Some(msg) = self.store.get_mut(&id) else {
+                        continue;
+                    };
+                    msg.have.insert(peer);
+                    if planned {
+                        msg.pushes_done += 1;
+                        if msg.quorum > 0 && msg.pushes_done == msg.quorum {
+                            self.cancel_planned_pushes(id);
+                        }
+                    }
+                }
+                Item::Request { id } => self.request_acked(id, peer, now),
+                Item::Announce { .. } => {}
+            }
+        }
+        true
+    }
+
+    /// The announcer got our request: now wait for the answer.
+    fn request_acked(&mut self, id: MessageId, peer: PeerId, now: Time) {
+        let Some(fetch) = self.fetches.get(&id) else {
+            return;
+        };
+        if fetch.current != Some(peer) || fetch.acked {
+            return;
+        }
+        let round = fetch.attempts.saturating_sub(1);
+        let deadline = now.saturating_add(self.response_timeout(round));
+        if let Some(fetch) = self.fetches.get_mut(&id) {
+            fetch.acked = true;
+            fetch.deadline = deadline;
+        }
+    }
+
+    /// Reports that transmission `send_id` to `peer` failed (e.g. the stream was reset).
+    pub fn handle_send_failed(&mut self, peer: PeerId, send_id: SendId, now: Time) -> bool {
+        let Some(state) = self.peers.get_mut(&peer) else {
+            return false;
+        };
+        let Some(pos) = state.inflight.iter().position(|f| f.send_id == send_id) else {
+            return false;
+        };
+        let failed = state.inflight.swap_remove(pos);
+        self.stats.send_failures += 1;
+        self.on_send_failed(peer, failed, now);
+        true
+    }
+
+    fn on_send_failed(&mut self, peer: PeerId, failed: Inflight, now: Time) {
+        let window = self.cfg.failure_window;
+        if let Some(state) = self.peers.get_mut(&peer) {
+            state.record_failure(now, window);
+        }
+        for item in failed.items {
+            match item {
+                Item::Push {
+                    id, planned: true, ..
+                } if self.cfg.announce_failed_pushes => self.announce_to(peer, id),
+                Item::Request { id }
+                    if self
+                        .fetches
+                        .get(&id)
+                        .is_some_and(|f| f.current == Some(peer)) =>
+                {
+                    self.next_fetch_attempt(id, now);
+                }
+                _ => {}
+            }
+        }
+    }
+
+    fn announce_to(&mut self, peer: PeerId, id: MessageId) {
+        let Some(msg) = self.store.get(&id) else {
+            return;
+        };
+        if msg.have.contains(&peer) {
+            return;
+        }
+        let item = Item::Announce {
+            id,
+            kind: msg.kind,
+            size: u32::try_from(msg.payload.len()).unwrap_or(u32::MAX),
+        };
+        if let Some(state) = self.peers.get_mut(&peer) {
+            state.enqueue(msg.priority, item, msg.timeout);
+        }
+    }
+
+    /// Quorum met: planned pushes of `id` that have not started are cancelled.
+    fn cancel_planned_pushes(&mut self, id: MessageId) {
+        let Some(msg) = self.store.get(&id) else {
+            return;
+        };
+        let announce = Item::Announce {
+            id,
+            kind: msg.kind,
+            size: u32::try_from(msg.payload.len()).unwrap_or(u32::MAX),
+        };
+        let is_target =
+            |item: &Item| matches!(item, Item::Push { id: i, planned: true, .. } if *i == id);
+        for state in self.peers.values_mut() {
+            let n = if self.cfg.announce_cancelled_pushes {
+                state.replace_queued(|item| is_target(item).then(|| announce.clone()))
+            } else {
+                state.remove_queued(is_target)
+            };
+            self.stats.quorum_cancelled += n as u64;
+        }
+    }
+
+    /// Times out sends and fetches whose deadline is at or before `now`.
+    pub fn handle_timeout(&mut self, now: Time) {
+        self.expire(now);
+        let mut expired = Vec::new();
+        for (&peer, state) in &mut self.peers {
+            let mut i = 0;
+            while i < state.inflight.len() {
+                if state.inflight[i].deadline <= now {
+                    expired.push((peer, state.inflight.remove(i)));
+                } else {
+                    i += 1;
+                }
+            }
+        }
+        for (peer, failed) in expired {
+            self.stats.send_timeouts += 1;
+            // The round trip took at least this long: let the RTT estimate see it.
+            if failed.rtt_sample
+                && let Some(state) = self.peers.get_mut(&peer)
+            {
+                let elapsed = now.saturating_sub(failed.started);
+                state.rtt_sample(u32::try_from(elapsed).unwrap_or(u32::MAX));
+            }
+            self.on_send_failed(peer, failed, now);
+        }
+        let due: Vec<MessageId> = self
+            .fetches
+            .iter()
+            .filter(|(_, f)| f.deadline <= now)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in due {
+            self.next_fetch_attempt(id, now);
+        }
+    }
+
+    /// The earliest time [`GossipEngine::handle_timeout`] has work to do, if any.
+    pub fn poll_timeout(&self) -> Option<Time> {
+        let sends = self
+            .peers
+            .values()
+            .flat_map(|s| s.inflight.iter().map(|f| f.deadline));
+        let fetches = self.fetches.values().map(|f| f.deadline);
+        sends.chain(fetches).min()
+    }
+
+    /// The next transmission, if some peer has queued work and a free in-flight slot. Peers are
+    /// served round-robin so none is starved.
+    pub fn poll_transmit(&mut self, now: Time) -> Option<Transmit> {
+        let max = self.cfg.max_inflight_per_peer.max(1);
+        let ready = |state: &PeerState| state.inflight.len() < max && state.queued() > 0;
+        let peer = match self.rr_cursor {
+            Some(c) => self
+                .peers
+                .range((Bound::Excluded(c), Bound::Unbounded))
+                .chain(self.peers.range(..=c))
+                .find(|(_, s)| ready(s))
+                .map(|(p, _)| *p),
+            None => self.peers.iter().find(|(_, s)| ready(s)).map(|(p, _)| *p),
+        }?;
+        self.rr_cursor = Some(peer);
+        let (threshold, max_bytes) = (self.cfg.batch_threshold, self.cfg.batch_max_bytes);
+        let rtt_max = self.cfg.rtt_sample_max_bytes;
+        let state = self.peers.get_mut(&peer)?;
+        let (priority, items, timeout) = state.take_next(threshold, max_bytes)?;
+        let send_id = self.next_send_id;
+        self.next_send_id += 1;
+        let frame = frame_for(&items);
+        self.stats.transmits += 1;
+        if items.len() > 1 {
+            self.stats.batched_transmits += 1;
+        }
+        let bytes: usize = items.iter().map(Item::wire_len).sum();
+        state.inflight.push(Inflight {
+            send_id,
+            started: now,
+            deadline: now.saturating_add(timeout),
+            items,
+            rtt_sample: bytes <= rtt_max,
+        });
+        Some(Transmit {
+            peer,
+            send_id,
+            priority,
+            frame,
+        })
+    }
+
+    /// The next application event.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+}

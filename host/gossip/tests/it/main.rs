@@ -1,0 +1,5 @@
+//! The gossip crate's one integration-test binary.
+
+mod engine;
+mod sim;
+mod wire_props;

@@ -1,0 +1,14 @@
+//! Gossip policies as pure functions, shared by the `gossip-policy-v*` guest modules (which wrap
+//! them in the WIT world) and the host's gossip engine and simulator (which run them natively
+//! to design and test them).
+//!
+//! - [`policy`]: the WIT types mirrored in Rust, the [`policy::Policy`] trait, and
+//!   [`policy::Flood`] (version 1).
+//! - [`policy_v2`]: version 2 — push to a few well-placed peers, announce to the rest.
+#![deny(missing_docs)]
+
+pub mod policy;
+pub mod policy_v2;
+
+/// Opaque handle of a connected peer (the `peer` field of the WIT `peer-stats`).
+pub type PeerId = u32;
