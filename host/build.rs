@@ -22,7 +22,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         .unwrap_or_else(|| workspace_root.join("target"));
     let cargo = PathBuf::from(std::env::var("CARGO")?);
 
-    for watched in ["modules", "wit", "Cargo.toml", "Cargo.lock"] {
+    for watched in ["modules", "examples", "wit", "Cargo.toml", "Cargo.lock"] {
         println!(
             "cargo::rerun-if-changed={}",
             workspace_root.join(watched).display()
@@ -52,7 +52,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         "/// The default modules built into the node: (artifact name, component bytes)."
     )?;
     writeln!(src, "pub const EMBEDDED: &[(&str, &[u8])] = &[")?;
-    for artifact in artifacts.iter().filter(|a| !a.guest.is_fixture()) {
+    for artifact in artifacts.iter().filter(|a| a.guest.is_embedded()) {
         writeln!(
             src,
             "    ({:?}, include_bytes!({:?})),",

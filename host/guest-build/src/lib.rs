@@ -25,6 +25,8 @@ pub const GUEST_TARGET: &str = "wasm32-unknown-unknown";
 pub const GUEST_PROFILE: &str = "guest";
 /// Artifacts whose name starts with this are test fixtures, never embedded in the node.
 pub const FIXTURE_PREFIX: &str = "fixture-";
+/// Artifacts whose name starts with this are examples for module authors, never embedded.
+pub const EXAMPLE_PREFIX: &str = "example-";
 
 /// A guest crate found under `modules/`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,6 +43,11 @@ impl GuestCrate {
     /// Whether this artifact is a test fixture.
     pub fn is_fixture(&self) -> bool {
         self.artifact.starts_with(FIXTURE_PREFIX)
+    }
+
+    /// Whether the node binary embeds this artifact (fixtures and examples it does not).
+    pub fn is_embedded(&self) -> bool {
+        !self.is_fixture() && !self.artifact.starts_with(EXAMPLE_PREFIX)
     }
 
     /// The cdylib file name cargo produces for this package.
@@ -143,10 +150,12 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
     }
 }
 
-/// Finds every guest crate below `<workspace_root>/modules`, sorted by artifact name.
+/// Finds every guest crate below `<workspace_root>/modules` and `<workspace_root>/examples`,
+/// sorted by artifact name.
 pub fn discover(workspace_root: &Path) -> Result<Vec<GuestCrate>, Error> {
     let mut manifests = Vec::new();
     collect_manifests(&workspace_root.join("modules"), 0, &mut manifests)?;
+    collect_manifests(&workspace_root.join("examples"), 0, &mut manifests)?;
     let mut guests = Vec::new();
     for manifest in manifests {
         if let Some(guest) = read_guest(&manifest)? {

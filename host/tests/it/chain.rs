@@ -49,9 +49,25 @@ fn import(chain: &mut Chain, deposits: Vec<DepositData>) -> Vec<Outcome> {
     chain.import(&block).unwrap().outcomes
 }
 
+/// 48 bytes that decompress to a point on the curve that is not in the G1 subgroup: found by
+/// trying x coordinates (about half are on the curve; almost none of those are in the subgroup).
+fn non_subgroup_pubkey() -> [u8; 48] {
+    for seed in 0u8..=255 {
+        let mut bytes = [seed; 48];
+        bytes[0] = 0x80 | (seed & 0x1f); // compressed, not infinity, x below the field modulus
+        let on_curve = blst::min_pk::PublicKey::from_bytes(&bytes).is_ok();
+        let in_subgroup = blst::min_pk::PublicKey::key_validate(&bytes).is_ok();
+        if on_curve && !in_subgroup {
+            return bytes;
+        }
+    }
+    panic!("no on-curve, out-of-subgroup x found")
+}
+
 #[test]
 fn spec_traps_hold_for_every_engine() {
     let existing = genesis().validators[3].pubkey;
+    let outside_subgroup = non_subgroup_pubkey();
     let mut infinity = [0u8; 48];
     infinity[0] = 0xc0;
     let a = workload::new_validator(1, 40 * ETH + 123, FORK);
@@ -68,6 +84,7 @@ fn spec_traps_hold_for_every_engine() {
         b,                               // invalid-then-valid: creates
         workload::unsigned([0x11; 48], 32 * ETH), // undecodable pubkey: invalid, no crash
         workload::unsigned(infinity, 32 * ETH), // point at infinity: invalid
+        workload::unsigned(outside_subgroup, 1), // on the curve, outside the subgroup: invalid
         wrong_fork,                      // signed for another fork: invalid
         workload::new_validator(4, 0, FORK), // zero amount: created with zero balance
     ];
@@ -83,6 +100,7 @@ fn spec_traps_hold_for_every_engine() {
                 Outcome::ToppedUp(3),
                 Outcome::InvalidSignature,
                 Outcome::Created(9),
+                Outcome::InvalidSignature,
                 Outcome::InvalidSignature,
                 Outcome::InvalidSignature,
                 Outcome::InvalidSignature,

@@ -101,3 +101,46 @@ fn gossip_policy_v1_floods_to_peers_lacking_the_message() {
     assert!(plan.targets.iter().all(|t| t.mode == SendMode::Push));
     assert_eq!(plan.priority, Priority::High);
 }
+
+#[test]
+fn module_template_builds_validates_and_plans() {
+    let bytes = artifact("example-nearest-peers");
+    let info = modnode::runtime::inspect::validate(&bytes).unwrap();
+    assert_eq!(info.kind, modnode::runtime::Kind::GossipPolicy);
+    assert!(
+        modnode::artifacts::embedded("example-nearest-peers").is_none(),
+        "examples are not embedded"
+    );
+    let rt = runtime(100_000_000);
+    let LoadedModule::GossipPolicy(module) = rt.load(&bytes).unwrap() else {
+        panic!()
+    };
+    let peers: Vec<PeerStats> = [(0, 900), (1, 100), (2, 300), (3, 200), (4, 50)]
+        .into_iter()
+        .map(|(peer, rtt_us)| PeerStats {
+            peer,
+            rtt_us,
+            queue_depth: 0,
+            recent_failures: 0,
+            has_message: false,
+            is_origin: false,
+        })
+        .collect();
+    let meta = MessageMeta {
+        kind: MessageKind::Deposit,
+        size: 100,
+        local_origin: true,
+        hops: 0,
+        network_size: 8,
+    };
+    let plan = module.plan(meta, peers).unwrap();
+    let pushed: Vec<u32> = plan
+        .targets
+        .iter()
+        .filter(|t| t.mode == SendMode::Push)
+        .map(|t| t.peer)
+        .collect();
+    assert_eq!(pushed, vec![1, 3, 4]);
+    assert_eq!(plan.targets.len(), 5);
+    assert_eq!(plan.priority, Priority::Normal);
+}
