@@ -2,6 +2,7 @@
 //! between its numbers are meaningful on a shared, noisy machine.
 
 pub mod deposits;
+pub mod gossip;
 pub mod host_call;
 
 /// Median of a sample set (the lower middle for even counts); 0 for an empty set.

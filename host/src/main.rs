@@ -83,6 +83,21 @@ enum BenchCommand {
         #[arg(long, default_value_t = 200_000)]
         calls: u64,
     },
+    /// Gossip over real QUIC on loopback: flood vs v2, then v2 with 25% slow nodes.
+    Gossip {
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+        /// Nodes.
+        #[arg(long, default_value_t = 32)]
+        nodes: usize,
+        /// Neighbours per node (at most).
+        #[arg(long, default_value_t = 8)]
+        degree: usize,
+        /// Topology and traffic seed.
+        #[arg(long, default_value_t = 7)]
+        seed: u64,
+    },
     /// Deposit processing through deposits-v1, -v2 and native against a large registry.
     Deposits {
         /// Print one JSON object.
@@ -123,6 +138,12 @@ fn main() -> std::process::ExitCode {
         Command::Bench(BenchCommand::HostCall { json, calls }) => {
             commands::bench::host_call(json, calls)
         }
+        Command::Bench(BenchCommand::Gossip {
+            json,
+            nodes,
+            degree,
+            seed,
+        }) => commands::bench::gossip(json, nodes, degree, seed),
         Command::Bench(BenchCommand::Deposits {
             json,
             validators,

@@ -3,9 +3,11 @@
 //! - [`identity`]: the node's persistent ed25519 key and its [`identity::NodeId`].
 //! - [`tls`]: rustls configurations that pin peers by `NodeId`.
 //! - [`codec`]: length-prefixed message framing.
+//! - [`gossip`]: the QUIC driver of the sans-IO gossip engine.
 //! - [`endpoint`]: quinn endpoints with explicit resource limits.
 
 pub mod codec;
 pub mod endpoint;
+pub mod gossip;
 pub mod identity;
 pub mod tls;

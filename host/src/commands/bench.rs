@@ -48,3 +48,20 @@ pub fn deposits(json: bool, validators: u32, deposits: usize, repeat: usize) -> 
     }
     Ok(())
 }
+
+/// `modnode bench gossip`.
+pub fn gossip(json: bool, nodes: usize, degree: usize, seed: u64) -> anyhow::Result<()> {
+    let params = crate::bench::gossip::GossipParams {
+        nodes,
+        degree,
+        seed,
+        ..Default::default()
+    };
+    let report = crate::bench::gossip::run(&params)?;
+    if json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    }
+    Ok(())
+}

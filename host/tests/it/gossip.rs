@@ -51,3 +51,179 @@ fn wasm_policies_match_their_native_twins_in_simulation() {
         wasm_flood.rmr
     );
 }
+
+mod loopback {
+    //! The QUIC driver with real endpoints on 127.0.0.1.
+
+    use std::time::Duration;
+
+    use modnode::net::endpoint::{self, TransportLimits};
+    use modnode::net::gossip::{self, GossipConfig, GossipEvent};
+    use modnode::net::identity::NodeIdentity;
+    use modnode_gossip::policy::MessageKind;
+    use modnode_gossip::policy_v2::PolicyV2;
+
+    async fn line_of(
+        n: usize,
+    ) -> Vec<(
+        quinn::Endpoint,
+        gossip::GossipHandle,
+        tokio::sync::mpsc::UnboundedReceiver<GossipEvent>,
+        NodeIdentity,
+    )> {
+        let limits = TransportLimits::default();
+        let mut nodes = Vec::new();
+        for _ in 0..n {
+            let identity = NodeIdentity::generate().unwrap();
+            let endpoint =
+                endpoint::make_endpoint("127.0.0.1:0".parse().unwrap(), &identity, &limits)
+                    .unwrap();
+            let (handle, events) = gossip::spawn(GossipConfig::default(), PolicyV2::default());
+            nodes.push((endpoint, handle, events, identity));
+        }
+        // A line 0 - 1 - 2 - …: every message needs several hops.
+        for i in 1..n {
+            let (left, right) = nodes.split_at_mut(i);
+            let (a, b) = (&left[i - 1], &right[0]);
+            let accept = {
+                let endpoint = b.0.clone();
+                let limits = limits.clone();
+                tokio::spawn(async move {
+                    endpoint::accept(endpoint.accept().await.unwrap(), &limits, 0)
+                        .await
+                        .unwrap()
+                })
+            };
+            let (conn, peer) = endpoint::connect(
+                &a.0,
+                b.0.local_addr().unwrap(),
+                Some(b.3.node_id()),
+                &limits,
+            )
+            .await
+            .unwrap();
+            a.1.add_peer(peer, conn).unwrap();
+            let (conn, peer) = accept.await.unwrap();
+            b.1.add_peer(peer, conn).unwrap();
+        }
+        nodes
+    }
+
+    async fn next_delivery(
+        events: &mut tokio::sync::mpsc::UnboundedReceiver<GossipEvent>,
+    ) -> (MessageKind, usize) {
+        loop {
+            match tokio::time::timeout(Duration::from_secs(10), events.recv())
+                .await
+                .expect("no delivery within 10 s")
+            {
+                Some(GossipEvent::Delivered { kind, payload, .. }) => return (kind, payload.len()),
+                Some(_) => continue,
+                None => panic!("driver stopped"),
+            }
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn messages_cross_a_line_of_four_nodes() {
+        let mut nodes = line_of(4).await;
+        nodes[0]
+            .1
+            .publish(MessageKind::Deposit, vec![1; 1000])
+            .await
+            .unwrap();
+        nodes[3]
+            .1
+            .publish(MessageKind::Block, vec![2; 200_000])
+            .await
+            .unwrap();
+        for i in 1..3 {
+            let mut got = vec![
+                next_delivery(&mut nodes[i].2).await,
+                next_delivery(&mut nodes[i].2).await,
+            ];
+            got.sort_by_key(|(_, len)| *len);
+            assert_eq!(
+                got,
+                vec![(MessageKind::Deposit, 1000), (MessageKind::Block, 200_000)],
+                "node {i}"
+            );
+        }
+        assert_eq!(
+            next_delivery(&mut nodes[3].2).await,
+            (MessageKind::Deposit, 1000)
+        );
+        assert_eq!(
+            next_delivery(&mut nodes[0].2).await,
+            (MessageKind::Block, 200_000)
+        );
+        // The origin does not get its own message back, and nobody gets one twice.
+        assert!(nodes[0].2.try_recv().is_err());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn garbage_on_a_stream_disconnects_that_peer_only() {
+        let limits = TransportLimits::default();
+        let mut nodes = line_of(2).await;
+        // An attacker with a valid identity connects to node 1 and writes garbage.
+        let attacker = NodeIdentity::generate().unwrap();
+        let attacker_ep =
+            endpoint::make_endpoint("127.0.0.1:0".parse().unwrap(), &attacker, &limits).unwrap();
+        let target = nodes[1].0.clone();
+        let accept = tokio::spawn({
+            let limits = limits.clone();
+            async move {
+                endpoint::accept(target.accept().await.unwrap(), &limits, 1)
+                    .await
+                    .unwrap()
+            }
+        });
+        let (conn, _) = endpoint::connect(
+            &attacker_ep,
+            nodes[1].0.local_addr().unwrap(),
+            Some(nodes[1].3.node_id()),
+            &limits,
+        )
+        .await
+        .unwrap();
+        let (server_side, attacker_id) = accept.await.unwrap();
+        nodes[1].1.add_peer(attacker_id, server_side).unwrap();
+        let mut stream = conn.open_uni().await.unwrap();
+        stream
+            .write_all(&[0, 0, 0, 9, 1, 1, 0xde, 0xad, 0xbe, 0xef, 0, 0, 0])
+            .await
+            .unwrap();
+        stream.finish().unwrap();
+        // Node 1 reports the violation and closes the attacker's connection …
+        loop {
+            match tokio::time::timeout(Duration::from_secs(10), nodes[1].2.recv())
+                .await
+                .unwrap()
+                .unwrap()
+            {
+                GossipEvent::Violation { peer, .. } => {
+                    assert_eq!(peer, attacker_id);
+                    break;
+                }
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        let closed = tokio::time::timeout(Duration::from_secs(10), conn.closed())
+            .await
+            .unwrap();
+        assert!(
+            matches!(closed, quinn::ConnectionError::ApplicationClosed(ref c) if c.error_code == quinn::VarInt::from_u32(endpoint::CLOSE_PROTOCOL_VIOLATION)),
+            "{closed:?}"
+        );
+        // … and keeps gossiping with its honest peer.
+        nodes[0]
+            .1
+            .publish(MessageKind::Deposit, vec![7; 500])
+            .await
+            .unwrap();
+        assert_eq!(
+            next_delivery(&mut nodes[1].2).await,
+            (MessageKind::Deposit, 500)
+        );
+    }
+}
