@@ -217,6 +217,13 @@ pub enum MerkleError {
         /// Most hashes a proof over a tree of this length can hold.
         max: u64,
     },
+    /// A truncation to more leaves than the tree holds.
+    TruncateBeyondLen {
+        /// The length asked for.
+        new_len: u64,
+        /// Number of leaves in the tree.
+        len: u64,
+    },
     /// An encoded proof is for a tree with no leaves, which has no non-empty range.
     ProofEmptyTree,
     /// Encoded proof bytes continue past the last hash.
@@ -262,6 +269,10 @@ impl fmt::Display for MerkleError {
             Self::ProofTooManyHashes { count, max } => write!(
                 f,
                 "range proof claims {count} hashes but a proof over its tree holds at most {max}"
+            ),
+            Self::TruncateBeyondLen { new_len, len } => write!(
+                f,
+                "cannot truncate a tree of {len} leaves to {new_len} leaves"
             ),
             Self::ProofEmptyTree => f.write_str("range proof is for an empty tree"),
             Self::ProofTrailingBytes { extra } => {
@@ -423,6 +434,36 @@ impl MerkleTree {
             first_changed = first_parent;
         }
         Ok(())
+    }
+
+    /// Drops the leaves at positions `new_len` and up, leaving the tree identical (every level,
+    /// hence the root) to [`from_leaves`](Self::from_leaves) of the leaves that remain.
+    ///
+    /// Chain reorganisations use it to roll the tree back to an earlier length. Costs the
+    /// `depth` hashes of the new last leaf's path; the levels keep their allocations for the
+    /// re-growth that usually follows (levels above the new depth are freed). Truncating to the
+    /// current length changes nothing; a `new_len` past it is an error and changes nothing.
+    pub fn truncate(&mut self, new_len: u64) -> Result<(), MerkleError> {
+        let len = self.len();
+        if new_len > len {
+            return Err(MerkleError::TruncateBeyondLen { new_len, len });
+        }
+        if new_len == len {
+            return Ok(());
+        }
+        let depth = depth_for_len(new_len);
+        self.levels.truncate(depth.saturating_add(1));
+        for (level_depth, level) in self.levels.iter_mut().enumerate() {
+            // At most the current level length, so it fits `usize`.
+            let count = usize::try_from(level_count(new_len, level_depth))
+                .map_err(|_| MerkleError::Internal("level length does not fit usize"))?;
+            level.truncate(count);
+        }
+        match new_len.checked_sub(1) {
+            // Only the last node of each level covered dropped leaves: the new last leaf's path.
+            Some(last) => self.update_path(to_usize(last, new_len)?),
+            None => Ok(()),
+        }
     }
 
     /// Replaces the leaf at `index`; O(log n).
@@ -912,6 +953,49 @@ mod tests {
     }
 
     #[test]
+    fn truncate_to_every_length_matches_from_leaves() {
+        let leaves: Vec<Hash32> = (0..=70).map(leaf).collect();
+        let full = MerkleTree::from_leaves(leaves.clone());
+        for n in 0..=70usize {
+            let mut tree = full.clone();
+            tree.truncate(n as u64).unwrap();
+            let built = MerkleTree::from_leaves(leaves[..n].to_vec());
+            assert_eq!(tree.levels, built.levels, "len {n}");
+            assert_eq!(tree.root(), naive_root(&leaves[..n]), "len {n}");
+            // Growing back gives the original tree.
+            tree.extend_from_slice(&leaves[n..]).unwrap();
+            assert_eq!(tree, full, "len {n}");
+        }
+        let mut tree = full.clone();
+        assert_eq!(
+            tree.truncate(72),
+            Err(MerkleError::TruncateBeyondLen {
+                new_len: 72,
+                len: 71
+            })
+        );
+        assert_eq!(
+            tree.truncate(u64::MAX),
+            Err(MerkleError::TruncateBeyondLen {
+                new_len: u64::MAX,
+                len: 71
+            })
+        );
+        tree.truncate(71).unwrap();
+        assert_eq!(tree, full);
+        tree.truncate(0).unwrap();
+        assert_eq!(tree, MerkleTree::new());
+        assert_eq!(tree.root(), MerkleTree::new().root());
+        tree.truncate(0).unwrap();
+        assert!(MerkleTree::new().truncate(1).is_err());
+        assert!(
+            MerkleError::TruncateBeyondLen { new_len: 3, len: 2 }
+                .to_string()
+                .contains("truncate")
+        );
+    }
+
+    #[test]
     fn out_of_range_updates_are_rejected_without_change() {
         let mut tree = MerkleTree::from_leaves((0..5).map(leaf).collect());
         let before = tree.clone();
@@ -1040,6 +1124,58 @@ mod tests {
         Extend(Vec<Hash32>),
         Set(usize, Hash32),
         SetMany(Vec<(usize, Hash32)>),
+        Truncate(Cut),
+    }
+
+    /// Where a truncation cuts, relative to the current length.
+    #[derive(Debug, Clone, Copy)]
+    enum Cut {
+        /// To `seed % (len + 1)`.
+        Within(usize),
+        ToZero,
+        /// To the current length: a no-op.
+        ToLen,
+        /// To `len + 1 + extra`: an error.
+        Past(u64),
+    }
+
+    fn cut() -> impl Strategy<Value = Cut> {
+        prop_oneof![
+            6 => any::<usize>().prop_map(Cut::Within),
+            1 => Just(Cut::ToZero),
+            1 => Just(Cut::ToLen),
+            1 => (0u64..3).prop_map(Cut::Past),
+        ]
+    }
+
+    /// Applies `cut` to both `tree` and `model`, checking the outcome.
+    fn apply_cut(
+        tree: &mut MerkleTree,
+        model: &mut Vec<Hash32>,
+        cut: Cut,
+    ) -> Result<(), TestCaseError> {
+        let len = model.len();
+        let new_len = match cut {
+            Cut::Within(seed) => seed % (len + 1),
+            Cut::ToZero => 0,
+            Cut::ToLen => len,
+            Cut::Past(extra) => {
+                let before = tree.clone();
+                let new_len = len as u64 + 1 + extra;
+                prop_assert_eq!(
+                    tree.truncate(new_len),
+                    Err(MerkleError::TruncateBeyondLen {
+                        new_len,
+                        len: len as u64
+                    })
+                );
+                prop_assert_eq!(&*tree, &before);
+                return Ok(());
+            }
+        };
+        tree.truncate(new_len as u64).unwrap();
+        model.truncate(new_len);
+        Ok(())
     }
 
     fn op() -> impl Strategy<Value = Op> {
@@ -1048,6 +1184,7 @@ mod tests {
             vec(any::<Hash32>(), 0..40).prop_map(Op::Extend),
             (any::<usize>(), any::<Hash32>()).prop_map(|(i, l)| Op::Set(i, l)),
             vec((any::<usize>(), any::<Hash32>()), 0..20).prop_map(Op::SetMany),
+            cut().prop_map(Op::Truncate),
         ]
     }
 
@@ -1100,10 +1237,58 @@ mod tests {
                             model[i as usize] = l;
                         }
                     }
+                    Op::Truncate(cut) => apply_cut(&mut tree, &mut model, cut)?,
                 }
                 let rebuilt = MerkleTree::from_leaves(model.clone());
                 prop_assert_eq!(tree.root(), rebuilt.root());
                 prop_assert_eq!(&tree, &rebuilt);
+            }
+            prop_assert_eq!(tree.root(), naive_root(&model));
+        }
+
+        /// Push / set / truncate, truncation-heavy, compared after every step with a rebuild of
+        /// a model `Vec` (root and every level), with `root_with` predicting each push and set.
+        #[test]
+        fn truncate_push_set_match_rebuild(
+            initial in vec(any::<Hash32>(), 0..200),
+            ops in vec(
+                prop_oneof![
+                    3 => any::<Hash32>().prop_map(Op::Push),
+                    2 => (any::<usize>(), any::<Hash32>()).prop_map(|(i, l)| Op::Set(i, l)),
+                    2 => cut().prop_map(Op::Truncate),
+                ],
+                0..40,
+            ),
+        ) {
+            let mut tree = MerkleTree::from_leaves(initial.clone());
+            let mut model = initial;
+            for op in ops {
+                match op {
+                    Op::Push(l) => {
+                        let predicted = tree.root_with(&[], &[l]).unwrap();
+                        prop_assert_eq!(tree.push(l).unwrap(), model.len() as u64);
+                        prop_assert_eq!(tree.root(), predicted);
+                        model.push(l);
+                    }
+                    Op::Set(i, l) if model.is_empty() => {
+                        prop_assert!(tree.set(i as u64, l).is_err());
+                    }
+                    Op::Set(i, l) => {
+                        let i = i % model.len();
+                        let predicted = tree.root_with(&[(i as u64, l)], &[]).unwrap();
+                        tree.set(i as u64, l).unwrap();
+                        prop_assert_eq!(tree.root(), predicted);
+                        model[i] = l;
+                    }
+                    Op::Truncate(cut) => apply_cut(&mut tree, &mut model, cut)?,
+                    Op::Extend(_) | Op::SetMany(_) => unreachable!("not generated"),
+                }
+                let rebuilt = MerkleTree::from_leaves(model.clone());
+                prop_assert_eq!(tree.len(), model.len() as u64);
+                prop_assert_eq!(tree.depth(), rebuilt.depth());
+                prop_assert_eq!(tree.root(), rebuilt.root());
+                // Every level, node for node (the derived `PartialEq` compares `levels`).
+                prop_assert_eq!(&tree.levels, &rebuilt.levels);
             }
             prop_assert_eq!(tree.root(), naive_root(&model));
         }

@@ -18,9 +18,11 @@
 //! index is not consensus state and is never persisted or hashed — rebuild it at startup with
 //! [`PubkeyIndex::from_keys`] or [`PubkeyIndex::rebuild`].
 //!
-//! **Dense indices.** The registry is append-only and every validator is inserted, so the index
-//! holds exactly `0..len()`. [`PubkeyIndex::insert`] enforces `index == len()`, and growth
-//! rehashes by asking `key_at` for each of `0..len()`.
+//! **Dense indices.** The registry grows only at the end and every validator is inserted, so the
+//! index holds exactly `0..len()`. [`PubkeyIndex::insert`] enforces `index == len()`, and growth
+//! rehashes by asking `key_at` for each of `0..len()`. A chain reorganisation shrinks the
+//! registry from the end; [`PubkeyIndex::truncate`] removes the same validators, deleting them
+//! by backward shift so no tombstones are left behind.
 
 // Consensus code: no panics, no unchecked indexing or arithmetic. Tests opt out below.
 #![deny(
@@ -77,6 +79,18 @@ pub enum IndexError {
         /// The validator index without a pubkey.
         index: u32,
     },
+    /// `key_at` returned a pubkey under which the index does not hold that validator.
+    KeyMismatch {
+        /// The validator index whose pubkey does not match.
+        index: u32,
+    },
+    /// A truncation to more validators than the index holds.
+    TruncateBeyondLen {
+        /// The length asked for.
+        new_len: u32,
+        /// Number of validators in the index.
+        len: u32,
+    },
     /// An internal invariant of the table was broken; this is a bug in this module.
     Internal(&'static str),
 }
@@ -103,6 +117,14 @@ impl fmt::Display for IndexError {
             Self::MissingKey { index } => write!(
                 f,
                 "the registry has no pubkey for validator {index}, which the pubkey index holds"
+            ),
+            Self::KeyMismatch { index } => write!(
+                f,
+                "the registry's pubkey for validator {index} is not the one the pubkey index holds"
+            ),
+            Self::TruncateBeyondLen { new_len, len } => write!(
+                f,
+                "cannot truncate a pubkey index of {len} validators to {new_len} validators"
             ),
             Self::Internal(what) => write!(f, "pubkey index invariant broken (bug): {what}"),
         }
@@ -174,7 +196,7 @@ pub struct PubkeyIndex {
     slots: Vec<u32>,
     /// Number of occupied slots, which are exactly validators `0..len`.
     len: u32,
-    /// Per-index SipHash keys.
+    /// Per-index random hash keys.
     hasher: KeyedHash,
 }
 
@@ -333,6 +355,164 @@ impl PubkeyIndex {
         Ok(())
     }
 
+    /// Removes validators `new_len..len()`, the most recently inserted, so that afterwards
+    /// [`get`](Self::get) finds exactly validators `0..new_len` and the next
+    /// [`insert`](Self::insert) is validator `new_len`.
+    ///
+    /// Chain reorganisations use it to roll the index back with the registry. `key_at` must
+    /// still return the pubkey of every validator below the *old* `len()`, so truncate the
+    /// registry after the index: each removed validator's slot is found through its pubkey, and
+    /// backward-shift deletion (no tombstones) rehashes the entries that follow it in its probe
+    /// run. That costs O(1) expected hashes per removed validator. When more than half of the
+    /// validators go, the table is instead rebuilt from `key_at` for `0..new_len`: O(new_len)
+    /// hashes plus a fresh table of the same size.
+    ///
+    /// The table never shrinks here (the registry usually grows back), so
+    /// [`heap_bytes`](Self::heap_bytes) stays where it was; [`rebuild`](Self::rebuild) gives a
+    /// table sized for the new length. Truncating to `len()` changes nothing. On error the
+    /// index holds the same validators as before (slots may have moved): `new_len > len()` is
+    /// [`IndexError::TruncateBeyondLen`]; a pubkey `key_at` cannot give is
+    /// [`IndexError::MissingKey`]; a removed validator not held under `key_at`'s pubkey is
+    /// [`IndexError::KeyMismatch`].
+    pub fn truncate<'k>(
+        &mut self,
+        new_len: u32,
+        key_at: impl Fn(u32) -> Option<&'k Pubkey>,
+    ) -> Result<(), IndexError> {
+        let len = self.len;
+        if new_len > len {
+            return Err(IndexError::TruncateBeyondLen { new_len, len });
+        }
+        if new_len == len {
+            return Ok(());
+        }
+        if new_len == 0 {
+            self.slots.fill(EMPTY);
+            self.len = 0;
+            return Ok(());
+        }
+        // `new_len < len`, so this never saturates.
+        if len.saturating_sub(new_len) > new_len {
+            *self = self.rehashed(self.slots.len(), new_len, &key_at)?;
+            return Ok(());
+        }
+        let mut homes = Vec::new();
+        while self.len > new_len {
+            if let Err(error) = self.remove_last(&key_at, &mut homes) {
+                self.restore(len, &key_at)?;
+                return Err(error);
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes validator `len() - 1` by backward-shift deletion. Every `key_at` call happens
+    /// before the first write, so on error the table is unchanged. `homes` is scratch space.
+    fn remove_last<'k>(
+        &mut self,
+        key_at: &impl Fn(u32) -> Option<&'k Pubkey>,
+        homes: &mut Vec<usize>,
+    ) -> Result<(), IndexError> {
+        // `self.len` is the slot encoding of validator `self.len - 1`.
+        let value = self.len;
+        let validator = value
+            .checked_sub(1)
+            .ok_or(IndexError::Internal("removing from an empty index"))?;
+        let key = key_at(validator).ok_or(IndexError::MissingKey { index: validator })?;
+        let size = self.slots.len();
+        let mask = size.wrapping_sub(1);
+
+        // The slot holding `value`, in the probe run of its pubkey.
+        let mut hole = self.home(key, mask);
+        let mut found = false;
+        for _ in 0..size {
+            match self.slots.get(hole) {
+                Some(&held) if held == value => {
+                    found = true;
+                    break;
+                }
+                Some(&EMPTY) | None => break,
+                Some(_) => hole = hole.wrapping_add(1) & mask,
+            }
+        }
+        if !found {
+            return Err(IndexError::KeyMismatch { index: validator });
+        }
+
+        // Home slots of the entries between the hole and the next empty slot.
+        homes.clear();
+        for step in 1..size {
+            match self.slots.get(hole.wrapping_add(step) & mask) {
+                Some(&EMPTY) => break,
+                Some(&held) => {
+                    let other = held.wrapping_sub(1);
+                    let other_key = key_at(other).ok_or(IndexError::MissingKey { index: other })?;
+                    homes.push(self.home(other_key, mask));
+                }
+                None => return Err(IndexError::Internal("probe left the table")),
+            }
+        }
+
+        // Shift back each entry whose probe run passes through the hole, i.e. whose home is not
+        // cyclically within (hole, slot]; the last hole becomes empty.
+        //
+        // Inserts, growth and truncation all place validators in index order, so the table is
+        // always laid out as if `0..len` had been inserted in order into it; then no entry's run
+        // passes through the last validator's slot and nothing moves. The shift keeps deletion
+        // correct for any linear-probing layout all the same.
+        let mut slot = hole;
+        for &home in homes.iter() {
+            slot = slot.wrapping_add(1) & mask;
+            let from_home = slot.wrapping_sub(home) & mask;
+            let from_hole = slot.wrapping_sub(hole) & mask;
+            if from_home >= from_hole {
+                let held = *self
+                    .slots
+                    .get(slot)
+                    .ok_or(IndexError::Internal("probe left the table"))?;
+                let cell = self
+                    .slots
+                    .get_mut(hole)
+                    .ok_or(IndexError::Internal("hole outside the table"))?;
+                *cell = held;
+                hole = slot;
+            }
+        }
+        let cell = self
+            .slots
+            .get_mut(hole)
+            .ok_or(IndexError::Internal("hole outside the table"))?;
+        *cell = EMPTY;
+        self.len = validator;
+        Ok(())
+    }
+
+    /// Re-inserts validators `len()..old_len`, which [`remove_last`](Self::remove_last) removed
+    /// with the same `key_at`, so a failed truncation leaves the contents unchanged.
+    fn restore<'k>(
+        &mut self,
+        old_len: u32,
+        key_at: &impl Fn(u32) -> Option<&'k Pubkey>,
+    ) -> Result<(), IndexError> {
+        while self.len < old_len {
+            let validator = self.len;
+            let key = key_at(validator).ok_or(IndexError::Internal(
+                "key_at forgot a pubkey during truncation",
+            ))?;
+            let slot = self.vacant_slot(key)?;
+            let value = validator
+                .checked_add(1)
+                .ok_or(IndexError::Internal("validator below len is u32::MAX"))?;
+            let cell = self
+                .slots
+                .get_mut(slot)
+                .ok_or(IndexError::Internal("vacant slot outside the table"))?;
+            *cell = value;
+            self.len = value;
+        }
+        Ok(())
+    }
+
     /// Whether holding `len` entries would put the table over 70% load.
     fn over_load(&self, len: u32) -> bool {
         let slots = u64::try_from(self.slots.len()).unwrap_or(u64::MAX);
@@ -392,26 +572,37 @@ impl PubkeyIndex {
     ) -> Result<(), IndexError> {
         let doubled = self.slots.len().saturating_mul(2);
         let slots = slots_for(u64::from(len))?.max(doubled);
-        let mut grown = Self {
+        *self = self.rehashed(slots, self.len, key_at)?;
+        Ok(())
+    }
+
+    /// A new table of `slots` slots, with this index's hash keys, holding validators `0..count`
+    /// read from `key_at`. `slots` must be a power of two that keeps `count` under the load cap.
+    fn rehashed<'k>(
+        &self,
+        slots: usize,
+        count: u32,
+        key_at: &impl Fn(u32) -> Option<&'k Pubkey>,
+    ) -> Result<Self, IndexError> {
+        let mut table = Self {
             slots: alloc_slots(slots)?,
             len: 0,
             hasher: self.hasher,
         };
-        for validator in 0..self.len {
+        for validator in 0..count {
             let key = key_at(validator).ok_or(IndexError::MissingKey { index: validator })?;
-            let slot = grown.vacant_slot(key)?;
+            let slot = table.vacant_slot(key)?;
             let value = validator
                 .checked_add(1)
                 .ok_or(IndexError::Internal("validator below len is u32::MAX"))?;
-            let cell = grown
+            let cell = table
                 .slots
                 .get_mut(slot)
                 .ok_or(IndexError::Internal("vacant slot outside the table"))?;
             *cell = value;
         }
-        grown.len = self.len;
-        *self = grown;
-        Ok(())
+        table.len = count;
+        Ok(table)
     }
 }
 
@@ -458,6 +649,216 @@ mod tests {
         fn get(&self, pubkey: &Pubkey) -> Option<u32> {
             self.index.get(pubkey, |i| self.keys.get(i as usize))
         }
+
+        /// Truncates the index while the registry still holds every key, then the registry.
+        fn truncate(&mut self, len: u32) -> Result<(), IndexError> {
+            let keys = &self.keys;
+            self.index.truncate(len, |i| keys.get(i as usize))?;
+            self.keys.truncate(len as usize);
+            Ok(())
+        }
+
+        /// A registry whose index hashes with fixed keys, so a failing case replays.
+        fn with_hash_keys(keys: [u64; 4]) -> Self {
+            Self {
+                keys: Vec::new(),
+                index: fixed_index(keys),
+            }
+        }
+    }
+
+    /// An empty index with the given hash keys instead of random ones.
+    fn fixed_index(keys: [u64; 4]) -> PubkeyIndex {
+        PubkeyIndex {
+            slots: Vec::new(),
+            len: 0,
+            hasher: KeyedHash {
+                keys: keys.map(|k| k | 1),
+            },
+        }
+    }
+
+    /// Checks the table itself: the occupied slots hold exactly `1..=len`, once each, and each
+    /// entry is reachable from its home slot without crossing an empty slot (which a deletion
+    /// that left a gap would break).
+    fn check_table(index: &PubkeyIndex, keys: &[Pubkey]) -> Result<(), TestCaseError> {
+        let mut seen = vec![false; index.len() as usize];
+        let mask = index.slots.len().wrapping_sub(1);
+        for (slot, &value) in index.slots.iter().enumerate() {
+            if value == EMPTY {
+                continue;
+            }
+            let validator = value as usize - 1;
+            prop_assert!(validator < seen.len(), "slot {} holds {}", slot, value);
+            prop_assert!(!seen[validator], "validator {} held twice", validator);
+            seen[validator] = true;
+            let mut probe = index.home(&keys[validator], mask);
+            while probe != slot {
+                prop_assert_ne!(
+                    index.slots[probe],
+                    EMPTY,
+                    "gap before validator {}",
+                    validator
+                );
+                probe = (probe + 1) & mask;
+            }
+        }
+        prop_assert!(seen.iter().all(|&s| s), "a validator below len has no slot");
+        prop_assert!(!index.over_load(index.len()));
+        prop_assert_eq!(index.heap_bytes(), index.slots.capacity() * 4);
+        Ok(())
+    }
+
+    /// `get` on every key of `keys`: index `i` for `i < len`, nothing for the rest.
+    fn check_gets(index: &PubkeyIndex, keys: &[Pubkey], len: u32) {
+        for (i, k) in keys.iter().enumerate() {
+            let expected = (i < len as usize).then_some(i as u32);
+            assert_eq!(index.get(k, |j| keys.get(j as usize)), expected, "key {i}");
+        }
+    }
+
+    #[test]
+    fn truncate_one_at_a_time_then_regrow() {
+        let keys: Vec<Pubkey> = (0..3000).map(key).collect();
+        let mut reg = Registry::with_hash_keys([1, 2, 3, 4]);
+        for k in &keys {
+            reg.add(*k).unwrap();
+        }
+        let slots = reg.index.slot_count();
+        let heap = reg.index.heap_bytes();
+        for len in (0..3000u32).rev() {
+            reg.truncate(len).unwrap();
+            assert_eq!(reg.index.len(), len);
+            if len % 97 == 0 {
+                check_table(&reg.index, &keys).unwrap();
+                check_gets(&reg.index, &keys, len);
+            }
+        }
+        assert!(reg.index.slots.iter().all(|&v| v == EMPTY));
+        assert_eq!(
+            (reg.index.slot_count(), reg.index.heap_bytes()),
+            (slots, heap)
+        );
+        // The same pubkeys come back at the same indices, without growing the table.
+        for (i, k) in keys.iter().enumerate() {
+            assert_eq!(reg.add(*k).unwrap(), i as u32);
+        }
+        assert_eq!(reg.index.slot_count(), slots);
+        check_table(&reg.index, &keys).unwrap();
+        check_gets(&reg.index, &keys, 3000);
+    }
+
+    #[test]
+    fn truncate_in_bulk_keeps_the_table_size() {
+        let keys: Vec<Pubkey> = (0..3000).map(key).collect();
+        let mut index = PubkeyIndex::from_keys(&keys).unwrap();
+        let slots = index.slot_count();
+        let key_at = |i: u32| keys.get(i as usize);
+        // More than half removed: rebuilt, at the same size.
+        index.truncate(1000, key_at).unwrap();
+        assert_eq!(index.slot_count(), slots);
+        assert_eq!(index.heap_bytes(), slots * 4);
+        check_table(&index, &keys).unwrap();
+        check_gets(&index, &keys, 1000);
+        // No-op, then to zero.
+        index.truncate(1000, |_| None).unwrap();
+        check_gets(&index, &keys, 1000);
+        index.truncate(0, |_| None).unwrap();
+        assert!(index.is_empty());
+        assert_eq!(index.slot_count(), slots);
+        check_gets(&index, &keys, 0);
+        index.truncate(0, |_| None).unwrap();
+        for (i, k) in keys.iter().enumerate() {
+            index.insert(k, i as u32, key_at).unwrap();
+        }
+        check_table(&index, &keys).unwrap();
+        check_gets(&index, &keys, 3000);
+    }
+
+    #[test]
+    fn truncate_failures_leave_contents_unchanged() {
+        let keys: Vec<Pubkey> = (0..1000).map(key).collect();
+        let mut reg = Registry::with_hash_keys([5, 6, 7, 8]);
+        for k in &keys {
+            reg.add(*k).unwrap();
+        }
+        let mut index = reg.index;
+        let heap = index.heap_bytes();
+        let key_at = |i: u32| keys.get(i as usize);
+        let unchanged = |index: &PubkeyIndex| {
+            assert_eq!(index.len(), 1000);
+            assert_eq!(index.heap_bytes(), heap);
+            check_table(index, &keys).unwrap();
+            check_gets(index, &keys, 1000);
+        };
+
+        let before = index.slots.clone();
+        assert_eq!(
+            index.truncate(1001, key_at),
+            Err(IndexError::TruncateBeyondLen {
+                new_len: 1001,
+                len: 1000
+            })
+        );
+        assert_eq!(index.slots, before);
+
+        // The last removed validator's pubkey is missing: the other 399 are put back.
+        let missing_last = |i: u32| if i == 600 { None } else { keys.get(i as usize) };
+        assert_eq!(
+            index.truncate(600, missing_last),
+            Err(IndexError::MissingKey { index: 600 })
+        );
+        unchanged(&index);
+
+        // Surviving validators' pubkeys are missing: some backward shift needs one.
+        let survivors_missing = |i: u32| if i < 600 { None } else { keys.get(i as usize) };
+        let result = index.truncate(600, survivors_missing);
+        assert!(
+            matches!(result, Err(IndexError::MissingKey { index }) if index < 600),
+            "{result:?}"
+        );
+        unchanged(&index);
+
+        // The registry's pubkey for a removed validator is not the one inserted.
+        let stranger = key(1_000_000);
+        let mismatched = |i: u32| {
+            if i == 700 {
+                Some(&stranger)
+            } else {
+                keys.get(i as usize)
+            }
+        };
+        assert_eq!(
+            index.truncate(600, mismatched),
+            Err(IndexError::KeyMismatch { index: 700 })
+        );
+        unchanged(&index);
+
+        // The bulk path (more than half removed) reads only the survivors' pubkeys, and fails
+        // before replacing the table.
+        let mut bulk = index.clone();
+        bulk.truncate(100, missing_last).unwrap();
+        check_gets(&bulk, &keys, 100);
+        let missing_survivor = |i: u32| if i == 50 { None } else { keys.get(i as usize) };
+        assert_eq!(
+            index.truncate(100, missing_survivor),
+            Err(IndexError::MissingKey { index: 50 })
+        );
+        check_gets(&index, &keys, 1000);
+
+        index.truncate(600, key_at).unwrap();
+        check_table(&index, &keys).unwrap();
+        check_gets(&index, &keys, 600);
+        assert!(
+            IndexError::TruncateBeyondLen { new_len: 3, len: 2 }
+                .to_string()
+                .contains("truncate")
+        );
+        assert!(
+            IndexError::KeyMismatch { index: 7 }
+                .to_string()
+                .contains('7')
+        );
     }
 
     fn bytes_per_validator(index: &PubkeyIndex) -> f64 {
@@ -615,6 +1016,22 @@ mod tests {
         Get(Result<usize, Pubkey>),
         /// Insert with a wrong index.
         InsertAt(u32, Pubkey),
+        /// Truncate the registry and the index.
+        Truncate(Cut),
+    }
+
+    /// Where a truncation cuts, relative to the current length.
+    #[derive(Debug, Clone, Copy)]
+    enum Cut {
+        /// To `seed % (len + 1)`.
+        Within(u32),
+        /// Remove only the last `n % (len + 1)` (the backward-shift path).
+        Last(u32),
+        ToZero,
+        /// To the current length: a no-op.
+        ToLen,
+        /// To `len + 1 + extra`: an error.
+        Past(u32),
     }
 
     fn op() -> impl Strategy<Value = Op> {
@@ -623,18 +1040,29 @@ mod tests {
             4 => pick.clone().prop_map(Op::Insert),
             4 => pick.prop_map(Op::Get),
             1 => (any::<u32>(), any::<[u8; 48]>()).prop_map(|(i, k)| Op::InsertAt(i, k)),
+            2 => prop_oneof![
+                3 => any::<u32>().prop_map(Cut::Within),
+                3 => (0u32..4).prop_map(Cut::Last),
+                1 => Just(Cut::ToZero),
+                1 => Just(Cut::ToLen),
+                1 => (0u32..3).prop_map(Cut::Past),
+            ]
+            .prop_map(Op::Truncate),
         ]
     }
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(256))]
 
+        /// Inserts (often of pubkeys removed by an earlier truncation), lookups and truncations
+        /// against a `HashMap` model, checking the table layout after every step.
         #[test]
         fn matches_hashmap_model(
+            hash_keys in any::<[u64; 4]>(),
             pool in vec(any::<[u8; 48]>(), 24),
             ops in vec(op(), 0..200),
         ) {
-            let mut reg = Registry::default();
+            let mut reg = Registry::with_hash_keys(hash_keys);
             let mut model: HashMap<Pubkey, u32> = HashMap::new();
             let resolve = |k: &Result<usize, Pubkey>| match k {
                 Ok(i) => pool[*i],
@@ -668,9 +1096,46 @@ mod tests {
                             );
                         }
                     }
+                    Op::Truncate(cut) => {
+                        let len = reg.index.len();
+                        let (slots, heap) = (reg.index.slots.clone(), reg.index.heap_bytes());
+                        let new_len = match cut {
+                            Cut::Within(seed) => seed % (len + 1),
+                            Cut::Last(n) => len - n % (len + 1),
+                            Cut::ToZero => 0,
+                            Cut::ToLen => len,
+                            Cut::Past(extra) => len + 1 + extra,
+                        };
+                        if new_len > len {
+                            prop_assert_eq!(
+                                reg.truncate(new_len),
+                                Err(IndexError::TruncateBeyondLen { new_len, len })
+                            );
+                            prop_assert_eq!(&reg.index.slots, &slots);
+                        } else {
+                            reg.truncate(new_len).unwrap();
+                            model.retain(|_, i| *i < new_len);
+                            prop_assert_eq!(reg.index.slot_count(), slots.len());
+                            if new_len == len {
+                                prop_assert_eq!(&reg.index.slots, &slots);
+                            }
+                        }
+                        prop_assert_eq!(reg.index.heap_bytes(), heap);
+                        // Every pool key: found exactly if the model holds it.
+                        for k in &pool {
+                            prop_assert_eq!(reg.get(k), model.get(k).copied());
+                        }
+                    }
                 }
                 prop_assert_eq!(reg.index.len() as usize, model.len());
-                prop_assert!(!reg.index.over_load(reg.index.len()));
+                check_table(&reg.index, &reg.keys)?;
+                // History independence: the layout is that of inserting `0..len` in order.
+                let keys = &reg.keys;
+                let fresh = reg
+                    .index
+                    .rehashed(reg.index.slot_count(), reg.index.len(), &|j| keys.get(j as usize))
+                    .unwrap();
+                prop_assert_eq!(&reg.index.slots, &fresh.slots);
             }
             for (k, i) in &model {
                 prop_assert_eq!(reg.get(k), Some(*i));
@@ -679,6 +1144,60 @@ mod tests {
             for (k, i) in &model {
                 prop_assert_eq!(rebuilt.get(k, |j| reg.keys.get(j as usize)), Some(*i));
             }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        /// The public operations only produce in-order layouts, where deleting the last
+        /// validator moves nothing; this lays validators out in a random insertion order so
+        /// the backward shift has entries to move.
+        #[test]
+        fn backward_shift_handles_any_layout(
+            hash_keys in any::<[u64; 4]>(),
+            keys in vec(any::<[u8; 48]>(), 1..80),
+            shuffle_seed in any::<u64>(),
+            cut in any::<u32>(),
+            first_missing in any::<u32>(),
+        ) {
+            let n = keys.len() as u32;
+            let mut index = fixed_index(hash_keys);
+            index.slots = alloc_slots(slots_for(u64::from(n)).unwrap()).unwrap();
+            let mut order: Vec<u32> = (0..n).collect();
+            order.shuffle(&mut StdRng::seed_from_u64(shuffle_seed));
+            for &v in &order {
+                let slot = index.vacant_slot(&keys[v as usize]).unwrap();
+                index.slots[slot] = v + 1;
+            }
+            index.len = n;
+            check_table(&index, &keys)?;
+            let key_at = |i: u32| keys.get(i as usize);
+
+            // At most half removed, so the backward-shift path runs.
+            let new_len = n - cut % (n / 2 + 1);
+
+            // A missing survivor pubkey may stop it; the contents then stay the same.
+            let missing = first_missing % n;
+            let partial = |i: u32| if i == missing { None } else { keys.get(i as usize) };
+            let mut failing = index.clone();
+            match failing.truncate(new_len, partial) {
+                Ok(()) => prop_assert_eq!(failing.len(), new_len),
+                Err(e) => {
+                    prop_assert_eq!(e, IndexError::MissingKey { index: missing });
+                    check_table(&failing, &keys)?;
+                    check_gets(&failing, &keys, n);
+                }
+            }
+
+            index.truncate(new_len, key_at).unwrap();
+            check_table(&index, &keys)?;
+            check_gets(&index, &keys, new_len);
+            for v in new_len..n {
+                index.insert(&keys[v as usize], v, key_at).unwrap();
+            }
+            check_table(&index, &keys)?;
+            check_gets(&index, &keys, n);
         }
     }
 
@@ -722,7 +1241,7 @@ mod tests {
         }
         let base_ns = t.elapsed().as_nanos() as f64 / N as f64;
         println!(
-            "baseline (random key fetch + SipHash, no table): {base_ns:.1} ns ({})",
+            "baseline (random key fetch + keyed hash, no table): {base_ns:.1} ns ({})",
             sink & 1
         );
 
