@@ -5,8 +5,11 @@
 //! - [`policy`]: the WIT types mirrored in Rust, the [`policy::Policy`] trait, and
 //!   [`policy::Flood`] (version 1).
 //! - [`policy_v2`]: version 2 — push to a few well-placed peers, announce to the rest.
+//! - [`guest`]: WIT bindings and conversions, so a guest module is a [`policy::Policy`] plus
+//!   `describe`.
 #![deny(missing_docs)]
 
+pub mod guest;
 pub mod policy;
 pub mod policy_v2;
 

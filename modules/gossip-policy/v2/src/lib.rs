@@ -5,50 +5,21 @@
 //! recent failures, and large messages use quorum-and-cancel. The algorithm is
 //! [`gossip_policy_common::policy_v2::plan_v2`], shared with the host's simulator that tuned it.
 
-#[allow(missing_docs, clippy::all)]
-mod bindings {
-    wit_bindgen::generate!({
-        path: ["../../../wit/types", "../../../wit/gossip-policy"],
-        world: "modnode:gossip-policy/gossip-policy",
-        generate_all,
-    });
-}
-
-use bindings::exports::modnode::gossip_policy::policy::Guest;
-use bindings::modnode::gossip_policy::types as wit;
-use bindings::modnode::types::types::ModuleInfo;
-use gossip_policy_common::policy as common;
-use gossip_policy_common::policy_v2::{V2Params, plan_v2};
+use gossip_policy_common::guest::{
+    self, Guest, ModuleInfo, bindings::modnode::gossip_policy::types as wit,
+};
+use gossip_policy_common::policy_v2::{PolicyV2 as Algorithm, V2Params};
 
 /// The exported implementation.
 pub struct PolicyV2;
 
-fn kind(k: wit::MessageKind) -> common::MessageKind {
-    match k {
-        wit::MessageKind::Block => common::MessageKind::Block,
-        wit::MessageKind::Consensus => common::MessageKind::Consensus,
-        wit::MessageKind::Deposit => common::MessageKind::Deposit,
-        wit::MessageKind::PeerExchange => common::MessageKind::PeerExchange,
-    }
-}
-
-fn priority(p: common::Priority) -> wit::Priority {
-    match p {
-        common::Priority::High => wit::Priority::High,
-        common::Priority::Normal => wit::Priority::Normal,
-        common::Priority::Low => wit::Priority::Low,
-    }
-}
-
 impl Guest for PolicyV2 {
     fn describe() -> ModuleInfo {
         let p = V2Params::default();
-        ModuleInfo {
-            kind: "gossip-policy".into(),
-            version: 2,
-            description:
-                "push to a few well-placed peers (log of network size), announce to the rest".into(),
-            params: vec![
+        guest::module_info(
+            2,
+            "push to a few well-placed peers (log of network size), announce to the rest",
+            vec![
                 ("large-threshold".into(), p.large_threshold.to_string()),
                 (
                     "large-origin-fanout-permille-ln-n".into(),
@@ -87,48 +58,14 @@ impl Guest for PolicyV2 {
                     p.timeout_bytes_per_ms.to_string(),
                 ),
             ],
-        }
+        )
     }
 
     fn plan(msg: wit::MessageMeta, peers: Vec<wit::PeerStats>) -> wit::SendPlan {
-        let meta = common::MessageMeta {
-            kind: kind(msg.kind),
-            size: msg.size,
-            local_origin: msg.local_origin,
-            hops: msg.hops,
-            network_size: msg.network_size,
-        };
-        let peers: Vec<common::PeerStats> = peers
-            .iter()
-            .map(|p| common::PeerStats {
-                peer: p.peer,
-                rtt_us: p.rtt_us,
-                queue_depth: p.queue_depth,
-                recent_failures: p.recent_failures,
-                has_message: p.has_message,
-                is_origin: p.is_origin,
-            })
-            .collect();
-        let plan = plan_v2(&V2Params::default(), &meta, &peers);
-        wit::SendPlan {
-            targets: plan
-                .targets
-                .iter()
-                .map(|t| wit::Target {
-                    peer: t.peer,
-                    mode: match t.mode {
-                        common::SendMode::Push => wit::SendMode::Push,
-                        common::SendMode::Announce => wit::SendMode::Announce,
-                    },
-                })
-                .collect(),
-            quorum: plan.quorum,
-            timeout_ms: plan.timeout_ms,
-            priority: priority(plan.priority),
-        }
+        guest::plan_with(&mut Algorithm::default(), msg, peers)
     }
 }
 
 // Exported only on wasm: the export names are not valid native symbol names.
 #[cfg(target_arch = "wasm32")]
-bindings::export!(PolicyV2 with_types_in bindings);
+gossip_policy_common::guest::export!(PolicyV2);
