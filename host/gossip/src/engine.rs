@@ -551,7 +551,19 @@ impl<P: Policy> GossipEngine<P> {
         fetch.attempts += 1;
         fetch.acked = false;
         fetch.asked_at = now;
-        let ack_timeout = self.cfg.request_ack_timeout.saturating_mul(1 << round);
+        // Never shorter than two round trips to the peer asked: on a loaded host (or a slow
+        // link) a fixed timeout fires before an honest answer can arrive, and every early
+        // re-request becomes a duplicate payload.
+        let srtt = self
+            .peers
+            .get(&peer)
+            .and_then(|s| s.srtt_us)
+            .map_or(0, Time::from);
+        let ack_timeout = self
+            .cfg
+            .request_ack_timeout
+            .max(srtt.saturating_mul(2))
+            .saturating_mul(1 << round);
         let priority = fetch.kind.default_priority();
         // Until the announcer acknowledges the request (which may first wait in our queue to
         // it), only the acknowledgement timeout applies.
