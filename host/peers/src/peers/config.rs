@@ -1,0 +1,83 @@
+//! [`PeerConfig`]: the tunables of a [`PeerManager`](super::PeerManager) and their defaults.
+
+use crate::backoff::Backoff;
+use crate::error::ConfigError;
+use crate::{MILLIS, NodeId, SECONDS, Time};
+
+/// Tunables of a [`PeerManager`](super::PeerManager). [`PeerConfig::new`] gives the defaults.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerConfig {
+    /// Our own node id; never dialed, never stored, never handed out.
+    pub local_id: NodeId,
+    /// Outbound connections to keep (pending ones count towards it). Default 8.
+    pub target_outbound: usize,
+    /// Inbound connections to accept at most (pending ones count towards it). Default 32.
+    pub max_inbound: usize,
+    /// Redial delays. Default base 500 ms, cap 60 s, jitter 50 %.
+    pub backoff: Backoff,
+    /// A connection that stayed up this long resets the peer's failure count. Default 30 s.
+    pub reset_backoff_after: Time,
+    /// Consecutive failures after which a non-bootstrap peer is forgotten. Default 10.
+    pub forget_after_failures: u32,
+    /// How long a dial may take before it is abandoned. Default 10 s.
+    pub connect_timeout: Time,
+    /// How long the application handshake may take after the transport is up. Default 10 s.
+    pub handshake_timeout: Time,
+    /// How long a peer stays banned after a violation. Default 10 min.
+    pub ban_duration: Time,
+    /// Most peers bans are kept for; the ban closest to expiry makes room. Default 4096.
+    pub max_bans: usize,
+    /// Most addresses returned for, and merged from, one peer exchange (K). Default 16.
+    pub exchange_max: usize,
+    /// How often to ask a connected peer for addresses while below the outbound target.
+    /// Default 60 s.
+    pub exchange_interval: Time,
+    /// Most nodes in the address book; exchanged and inbound entries are dropped beyond it,
+    /// bootstrap entries are always kept. Default 1024.
+    pub max_known: usize,
+    /// Most addresses kept per node (bootstrap addresses are always kept). Default 4.
+    pub max_addrs_per_node: usize,
+    /// Most addresses one peer's exchange answers may occupy in the book at once. Default 64.
+    pub max_per_source: usize,
+}
+
+impl PeerConfig {
+    /// The defaults for a node with id `local_id`.
+    pub fn new(local_id: NodeId) -> Self {
+        Self {
+            local_id,
+            target_outbound: 8,
+            max_inbound: 32,
+            backoff: Backoff {
+                base: 500 * MILLIS,
+                cap: 60 * SECONDS,
+                jitter_percent: 50,
+            },
+            reset_backoff_after: 30 * SECONDS,
+            forget_after_failures: 10,
+            connect_timeout: 10 * SECONDS,
+            handshake_timeout: 10 * SECONDS,
+            ban_duration: 600 * SECONDS,
+            max_bans: 4096,
+            exchange_max: 16,
+            exchange_interval: 60 * SECONDS,
+            max_known: 1024,
+            max_addrs_per_node: 4,
+            max_per_source: 64,
+        }
+    }
+
+    /// Checks that the values make sense.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.backoff.validate()?;
+        let counts = [
+            ("forget_after_failures", self.forget_after_failures > 0),
+            ("max_addrs_per_node", self.max_addrs_per_node > 0),
+            ("max_bans", self.max_bans > 0),
+        ];
+        match counts.iter().find(|(_, ok)| !ok) {
+            Some((name, _)) => Err(ConfigError::Zero(name)),
+            None => Ok(()),
+        }
+    }
+}

@@ -1,0 +1,510 @@
+//! [`RangeSync`]: catches the local chain up with peers that report higher heads, by
+//! requesting missing blocks by height range and handing them to the importer in order.
+//!
+//! Linear sync only: the target is the head of the best peer (highest head, ties to the lower
+//! hash); any peer whose head is at least a range's first height may serve that range. There
+//! is no fork handling beyond this: when the importer rejects block `h`, everything from the
+//! peer that served it is dropped, the peer is reported through
+//! [`poll_violation`](RangeSync::poll_violation), and `h` is requested again from another
+//! peer.
+//!
+//! Driver contract:
+//! - Report peer heads from handshakes and status messages with
+//!   [`handle_peer_status`](RangeSync::handle_peer_status) and disconnections with
+//!   [`handle_peer_disconnected`](RangeSync::handle_peer_disconnected).
+//! - Drain [`poll_request`](RangeSync::poll_request) after every input and when
+//!   [`poll_timeout`](RangeSync::poll_timeout) passes; answer each [`Request`] with
+//!   `handle_blocks` or `handle_request_failed`.
+//! - Drain [`poll_ready_block`](RangeSync::poll_ready_block): it hands out one block at a
+//!   time, at height head + 1, and the next only after the importer answered with
+//!   `handle_imported` or `handle_import_failed`.
+//! - Pass [`poll_violation`](RangeSync::poll_violation) results to
+//!   [`PeerManager::handle_violation`](crate::PeerManager::handle_violation).
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::fmt;
+
+use crate::error::{ConfigError, SyncError};
+use crate::violation::Violation;
+use crate::{BlockHash, NodeId, SECONDS, Time};
+
+/// Tunables of a [`RangeSync`]. `Default` gives 4 × 64 blocks in flight.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SyncConfig {
+    /// Most blocks per request. Default 64.
+    pub batch_size: u64,
+    /// Most requests in flight over all peers (M). Default 4.
+    pub max_in_flight: usize,
+    /// Most requests in flight to one peer. Default 4 (new requests go to the least loaded
+    /// peer anyway).
+    pub max_in_flight_per_peer: usize,
+    /// How long a peer may take to answer before its request is retried elsewhere.
+    /// Default 10 s.
+    pub request_timeout: Time,
+    /// Furthest a request may reach beyond the local head, bounding the blocks buffered while
+    /// an earlier range is outstanding. Default 512.
+    pub lookahead: u64,
+}
+
+impl Default for SyncConfig {
+    fn default() -> Self {
+        Self {
+            batch_size: 64,
+            max_in_flight: 4,
+            max_in_flight_per_peer: 4,
+            request_timeout: 10 * SECONDS,
+            lookahead: 512,
+        }
+    }
+}
+
+impl SyncConfig {
+    /// Checks that the values make sense.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let counts = [
+            ("batch_size", self.batch_size > 0),
+            ("max_in_flight", self.max_in_flight > 0),
+            ("max_in_flight_per_peer", self.max_in_flight_per_peer > 0),
+            ("request_timeout", self.request_timeout > 0),
+        ];
+        if let Some((name, _)) = counts.iter().find(|(_, ok)| !ok) {
+            return Err(ConfigError::Zero(name));
+        }
+        if self.lookahead < self.batch_size {
+            return Err(ConfigError::LookaheadBelowBatch {
+                lookahead: self.lookahead,
+                batch_size: self.batch_size,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Identifies a block request; unique within one [`RangeSync`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct RequestId(pub u64);
+
+impl fmt::Display for RequestId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "#{}", self.0)
+    }
+}
+
+/// Ask `peer` for the blocks `start_height .. start_height + count`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Request {
+    /// Pass it back with the answer.
+    pub id: RequestId,
+    /// The peer to ask.
+    pub peer: NodeId,
+    /// First height wanted.
+    pub start_height: u64,
+    /// Number of consecutive blocks wanted (at least 1).
+    pub count: u64,
+}
+
+/// A snapshot of sync progress.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SyncStatus {
+    /// Height of the local head.
+    pub head_height: u64,
+    /// Hash of the local head.
+    pub head_hash: BlockHash,
+    /// The best peer's head, if any peer reported one.
+    pub target: Option<(u64, BlockHash)>,
+    /// Requests in flight.
+    pub in_flight: usize,
+    /// Blocks received and waiting for their turn at the importer.
+    pub buffered: usize,
+    /// Peers that reported a head.
+    pub peers: usize,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct PeerHead {
+    height: u64,
+    hash: BlockHash,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct InFlight {
+    peer: NodeId,
+    start: u64,
+    count: u64,
+    deadline: Time,
+}
+
+impl InFlight {
+    fn end(&self) -> u64 {
+        self.start.saturating_add(self.count)
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Buffered {
+    bytes: Vec<u8>,
+    peer: NodeId,
+}
+
+/// Linear range sync towards the best peer's head. See the [module docs](self).
+#[derive(Debug)]
+pub struct RangeSync {
+    config: SyncConfig,
+    head_height: u64,
+    head_hash: BlockHash,
+    peers: BTreeMap<NodeId, PeerHead>,
+    /// Peers that served bad data; ignored until they disconnect.
+    rejected: BTreeSet<NodeId>,
+    in_flight: BTreeMap<RequestId, InFlight>,
+    buffer: BTreeMap<u64, Buffered>,
+    /// (first height of a failed request, peer): try someone else for that height first.
+    failed: BTreeSet<(u64, NodeId)>,
+    /// The block handed to the importer and not yet answered for.
+    awaiting_import: Option<(u64, NodeId)>,
+    violations: VecDeque<(NodeId, Violation)>,
+    next_id: u64,
+}
+
+impl RangeSync {
+    /// Sync starting from the local head `(head_height, head_hash)`.
+    pub fn new(
+        config: SyncConfig,
+        head_height: u64,
+        head_hash: BlockHash,
+    ) -> Result<Self, ConfigError> {
+        config.validate()?;
+        Ok(Self {
+            config,
+            head_height,
+            head_hash,
+            peers: BTreeMap::new(),
+            rejected: BTreeSet::new(),
+            in_flight: BTreeMap::new(),
+            buffer: BTreeMap::new(),
+            failed: BTreeSet::new(),
+            awaiting_import: None,
+            violations: VecDeque::new(),
+            next_id: 0,
+        })
+    }
+
+    // ----- inputs -------------------------------------------------------------------------
+
+    /// `peer` reports its head (handshake or status message). Ignored for a peer that served
+    /// bad data until it disconnects.
+    pub fn handle_peer_status(
+        &mut self,
+        peer: NodeId,
+        head_height: u64,
+        head_hash: BlockHash,
+        now: Time,
+    ) {
+        self.expire(now);
+        if self.rejected.contains(&peer) {
+            return;
+        }
+        self.peers.insert(
+            peer,
+            PeerHead {
+                height: head_height,
+                hash: head_hash,
+            },
+        );
+    }
+
+    /// `peer` disconnected: its requests are retried elsewhere; blocks it already served stay.
+    pub fn handle_peer_disconnected(&mut self, peer: NodeId) {
+        self.peers.remove(&peer);
+        self.rejected.remove(&peer);
+        self.in_flight.retain(|_, r| r.peer != peer);
+        self.failed.retain(|(_, p)| *p != peer);
+    }
+
+    /// `peer` answered request `id` with `(height, hash, bytes)` triples. The answer must be a
+    /// prefix of the requested range in order (the rest is requested again); an empty answer
+    /// counts as a failure, anything else as a [`Violation::InvalidBlocks`].
+    ///
+    /// Errors only for responses that match no request in flight (late after a timeout, or
+    /// from the wrong peer); drop them.
+    pub fn handle_blocks(
+        &mut self,
+        peer: NodeId,
+        id: RequestId,
+        blocks: Vec<(u64, BlockHash, Vec<u8>)>,
+    ) -> Result<(), SyncError> {
+        let request = self.take_request(peer, id)?;
+        if let Err(reason) = self.check_response(&request, &blocks) {
+            self.reject(
+                peer,
+                Violation::InvalidBlocks {
+                    request: id,
+                    reason,
+                },
+            );
+            return Ok(());
+        }
+        if blocks.is_empty() {
+            self.failed.insert((request.start, peer));
+            return Ok(());
+        }
+        let awaiting = self.awaiting_import.map(|(height, _)| height);
+        for (height, _, bytes) in blocks {
+            if height > self.head_height && Some(height) != awaiting {
+                self.buffer
+                    .entry(height)
+                    .or_insert(Buffered { bytes, peer });
+            }
+        }
+        Ok(())
+    }
+
+    /// Request `id` to `peer` failed (stream reset, peer refused): retry it on another peer.
+    pub fn handle_request_failed(&mut self, peer: NodeId, id: RequestId) -> Result<(), SyncError> {
+        let request = self.take_request(peer, id)?;
+        self.failed.insert((request.start, peer));
+        Ok(())
+    }
+
+    /// The local head is now `(height, hash)`: the importer accepted the block handed out
+    /// last, or a block arrived by other means (gossip). Lower heights are ignored (no
+    /// reorgs).
+    pub fn handle_imported(&mut self, height: u64, hash: BlockHash) {
+        if height <= self.head_height {
+            return;
+        }
+        self.head_height = height;
+        self.head_hash = hash;
+        if self.awaiting_import.is_some_and(|(h, _)| h <= height) {
+            self.awaiting_import = None;
+        }
+        self.buffer = self.buffer.split_off(&height.saturating_add(1));
+        self.failed.retain(|(h, _)| *h > height);
+    }
+
+    /// The importer rejected block `height` served by `peer`: drop everything from `peer`,
+    /// report it, and request `height` again from someone else.
+    pub fn handle_import_failed(&mut self, height: u64, peer: NodeId) {
+        if self.awaiting_import.is_some_and(|(h, _)| h == height) {
+            self.awaiting_import = None;
+        }
+        self.reject(peer, Violation::BadBlock { height });
+    }
+
+    // ----- outputs ------------------------------------------------------------------------
+
+    /// The next block request to send, if a range below the lookahead is missing, fewer
+    /// than [`SyncConfig::max_in_flight`] requests are in flight and some peer claims that
+    /// range. Requests that passed their deadline are retried on another peer first.
+    pub fn poll_request(&mut self, now: Time) -> Option<Request> {
+        self.expire(now);
+        if self.in_flight.len() >= self.config.max_in_flight {
+            return None;
+        }
+        let (target, _) = self.target()?;
+        let limit = target.min(self.head_height.saturating_add(self.config.lookahead));
+        let start = self.first_gap(limit)?;
+        let peer = self.choose_peer(start)?;
+        let peer_head = self.peers.get(&peer)?.height;
+        let end = self.gap_end(start, limit).min(peer_head.saturating_add(1));
+        let count = end.checked_sub(start).filter(|c| *c > 0)?;
+        let id = RequestId(self.next_id);
+        self.next_id = self.next_id.wrapping_add(1);
+        self.in_flight.insert(
+            id,
+            InFlight {
+                peer,
+                start,
+                count,
+                deadline: now.saturating_add(self.config.request_timeout),
+            },
+        );
+        Some(Request {
+            id,
+            peer,
+            start_height: start,
+            count,
+        })
+    }
+
+    /// The next block for the importer: always at height head + 1, one at a time (the next
+    /// comes after `handle_imported` or `handle_import_failed`). Returns
+    /// `(height, bytes, peer that served it)`.
+    pub fn poll_ready_block(&mut self) -> Option<(u64, Vec<u8>, NodeId)> {
+        if self.awaiting_import.is_some() {
+            return None;
+        }
+        let next = self.head_height.checked_add(1)?;
+        let block = self.buffer.remove(&next)?;
+        self.awaiting_import = Some((next, block.peer));
+        Some((next, block.bytes, block.peer))
+    }
+
+    /// A peer that served bad data, and what it did; pass to the peer manager.
+    pub fn poll_violation(&mut self) -> Option<(NodeId, Violation)> {
+        self.violations.pop_front()
+    }
+
+    /// The earliest request deadline; call `poll_request` then.
+    pub fn poll_timeout(&self) -> Option<Time> {
+        self.in_flight.values().map(|r| r.deadline).min()
+    }
+
+    // ----- queries ------------------------------------------------------------------------
+
+    /// The best peer's head: highest height, ties to the lower hash.
+    pub fn target(&self) -> Option<(u64, BlockHash)> {
+        self.peers
+            .values()
+            .max_by(|a, b| a.height.cmp(&b.height).then_with(|| b.hash.cmp(&a.hash)))
+            .map(|p| (p.height, p.hash))
+    }
+
+    /// Whether the local head has reached the best known peer head (or no peer is known).
+    pub fn is_synced(&self) -> bool {
+        self.target()
+            .is_none_or(|(height, _)| height <= self.head_height)
+    }
+
+    /// A snapshot of progress.
+    pub fn status(&self) -> SyncStatus {
+        SyncStatus {
+            head_height: self.head_height,
+            head_hash: self.head_hash,
+            target: self.target(),
+            in_flight: self.in_flight.len(),
+            buffered: self.buffer.len(),
+            peers: self.peers.len(),
+        }
+    }
+
+    /// Requests in flight to `peer`.
+    pub fn in_flight_to(&self, peer: &NodeId) -> usize {
+        self.in_flight.values().filter(|r| r.peer == *peer).count()
+    }
+
+    // ----- internals ----------------------------------------------------------------------
+
+    fn take_request(&mut self, peer: NodeId, id: RequestId) -> Result<InFlight, SyncError> {
+        match self.in_flight.get(&id) {
+            None => Err(SyncError::UnknownRequest { id }),
+            Some(r) if r.peer != peer => Err(SyncError::WrongPeer {
+                id,
+                expected: r.peer,
+                actual: peer,
+            }),
+            Some(_) => self
+                .in_flight
+                .remove(&id)
+                .ok_or(SyncError::UnknownRequest { id }),
+        }
+    }
+
+    fn check_response(
+        &self,
+        request: &InFlight,
+        blocks: &[(u64, BlockHash, Vec<u8>)],
+    ) -> Result<(), &'static str> {
+        if u64::try_from(blocks.len()).map_or(true, |len| len > request.count) {
+            return Err("more blocks than requested");
+        }
+        let claimed = self.peers.get(&request.peer).copied();
+        let mut expected = request.start;
+        for (height, hash, _) in blocks {
+            if *height != expected {
+                return Err("heights are not consecutive from the requested start");
+            }
+            if claimed.is_some_and(|head| head.height == *height && head.hash != *hash) {
+                return Err("block at the peer's claimed head height has another hash");
+            }
+            expected = expected.saturating_add(1);
+        }
+        Ok(())
+    }
+
+    fn reject(&mut self, peer: NodeId, violation: Violation) {
+        self.violations.push_back((peer, violation));
+        self.rejected.insert(peer);
+        self.peers.remove(&peer);
+        self.in_flight.retain(|_, r| r.peer != peer);
+        self.buffer.retain(|_, b| b.peer != peer);
+        self.failed.retain(|(_, p)| *p != peer);
+    }
+
+    fn expire(&mut self, now: Time) {
+        let expired: Vec<RequestId> = self
+            .in_flight
+            .iter()
+            .filter(|(_, r)| r.deadline <= now)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in expired {
+            if let Some(request) = self.in_flight.remove(&id) {
+                self.failed.insert((request.start, request.peer));
+            }
+        }
+    }
+
+    /// Whether `height` is handed out, buffered or requested.
+    fn covered_until(&self, height: u64) -> Option<u64> {
+        let awaiting = self.awaiting_import.is_some_and(|(h, _)| h == height);
+        if awaiting || self.buffer.contains_key(&height) {
+            return Some(height.saturating_add(1));
+        }
+        self.in_flight
+            .values()
+            .find(|r| r.start <= height && height < r.end())
+            .map(InFlight::end)
+    }
+
+    /// The lowest height in `head + 1 ..= limit` that nobody is taking care of.
+    fn first_gap(&self, limit: u64) -> Option<u64> {
+        let mut height = self.head_height.checked_add(1)?;
+        while height <= limit {
+            match self.covered_until(height) {
+                Some(next) if next > height => height = next,
+                Some(_) => return None,
+                None => return Some(height),
+            }
+        }
+        None
+    }
+
+    /// End (exclusive) of the request starting at the gap `start`: one batch, not past
+    /// `limit`, not into the next covered height.
+    fn gap_end(&self, start: u64, limit: u64) -> u64 {
+        let mut end = start
+            .saturating_add(self.config.batch_size)
+            .min(limit.saturating_add(1));
+        if let Some((height, _)) = self.buffer.range(start..).next() {
+            end = end.min(*height);
+        }
+        for request in self.in_flight.values().filter(|r| r.start > start) {
+            end = end.min(request.start);
+        }
+        if let Some((height, _)) = self.awaiting_import.filter(|(h, _)| *h > start) {
+            end = end.min(height);
+        }
+        end
+    }
+
+    /// The least loaded peer that claims `start` and has not failed it; if all such peers
+    /// failed it, their failures are forgotten and they are tried again.
+    fn choose_peer(&mut self, start: u64) -> Option<NodeId> {
+        let pick = |skip_failed: bool| {
+            self.peers
+                .iter()
+                .filter(|(_, head)| head.height >= start)
+                .filter(|(id, _)| !(skip_failed && self.failed.contains(&(start, **id))))
+                .map(|(id, _)| (self.in_flight_to(id), *id))
+                .filter(|(load, _)| *load < self.config.max_in_flight_per_peer)
+                .min()
+                .map(|(_, id)| id)
+        };
+        if let Some(peer) = pick(true) {
+            return Some(peer);
+        }
+        let peer = pick(false)?;
+        self.failed.retain(|(h, _)| *h != start);
+        Some(peer)
+    }
+}
