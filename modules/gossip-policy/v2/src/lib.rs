@@ -1,6 +1,6 @@
 //! `gossip-policy-v2`: cut duplicate payload bytes without slowing coverage. Large messages are
 //! pushed by their creator to about `2·ln N` peers and by first-hop relays to about
-//! `0.75·ln N`, then only announced (receivers pull what they lack); small messages are pushed
+//! `0.5·ln N`, then only announced (receivers pull what they lack); small messages are pushed
 //! to about `ln N` peers and announced to the rest; pushes prefer short queues, low RTT and no
 //! recent failures, and large messages use quorum-and-cancel. The algorithm is
 //! [`gossip_policy_common::policy_v2::plan_v2`], shared with the host's simulator that tuned it.
