@@ -4,10 +4,12 @@
 //! - [`tls`]: rustls configurations that pin peers by `NodeId`.
 //! - [`codec`]: length-prefixed message framing.
 //! - [`gossip`]: the QUIC driver of the sans-IO gossip engine.
+//! - [`handshake`]: the hello exchange that checks chain id and genesis hash.
 //! - [`endpoint`]: quinn endpoints with explicit resource limits.
 
 pub mod codec;
 pub mod endpoint;
 pub mod gossip;
+pub mod handshake;
 pub mod identity;
 pub mod tls;

@@ -222,3 +222,100 @@ mod loopback {
         );
     }
 }
+
+mod handshake {
+    //! The hello exchange over real connections.
+
+    use std::time::Duration;
+
+    use modnode::net::endpoint::{self, TransportLimits};
+    use modnode::net::handshake::{self, CLOSE_WRONG_CHAIN, HandshakeError, Hello, Role};
+    use modnode::net::identity::NodeIdentity;
+
+    fn hello(genesis: u8) -> Hello {
+        Hello {
+            protocol_version: handshake::PROTOCOL_VERSION,
+            chain_id: "modnode-test".into(),
+            genesis_hash: [genesis; 32],
+            head_height: 3,
+            head_hash: [4; 32],
+            listen_port: 0,
+        }
+    }
+
+    async fn pair(
+        dialer_genesis: u8,
+        acceptor_genesis: u8,
+    ) -> (
+        Result<Hello, HandshakeError>,
+        Result<Hello, HandshakeError>,
+        quinn::Connection,
+    ) {
+        let limits = TransportLimits::default();
+        let (a, b) = (
+            NodeIdentity::generate().unwrap(),
+            NodeIdentity::generate().unwrap(),
+        );
+        let ea = endpoint::make_endpoint("127.0.0.1:0".parse().unwrap(), &a, &limits).unwrap();
+        let eb = endpoint::make_endpoint("127.0.0.1:0".parse().unwrap(), &b, &limits).unwrap();
+        let acceptor = tokio::spawn({
+            let eb = eb.clone();
+            let limits = limits.clone();
+            async move {
+                let (conn, peer) = endpoint::accept(eb.accept().await.unwrap(), &limits, 0)
+                    .await
+                    .unwrap();
+                let result = handshake::exchange(
+                    &conn,
+                    peer,
+                    &hello(acceptor_genesis),
+                    Role::Acceptor,
+                    Duration::from_secs(5),
+                )
+                .await;
+                // Keep the connection open until the dialer has read our answer.
+                (result, conn, eb)
+            }
+        });
+        let (conn, peer) =
+            endpoint::connect(&ea, eb.local_addr().unwrap(), Some(b.node_id()), &limits)
+                .await
+                .unwrap();
+        let dialed = handshake::exchange(
+            &conn,
+            peer,
+            &hello(dialer_genesis),
+            Role::Dialer,
+            Duration::from_secs(5),
+        )
+        .await;
+        let (accepted, _acceptor_conn, _eb) = acceptor.await.unwrap();
+        (dialed, accepted, conn)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn same_chain_completes_on_both_sides() {
+        let (dialed, accepted, _conn) = pair(1, 1).await;
+        assert_eq!(dialed.unwrap().head_height, 3);
+        assert_eq!(accepted.unwrap().genesis_hash, [1; 32]);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn wrong_genesis_is_refused_by_both_and_names_both_hashes() {
+        let (dialed, accepted, conn) = pair(1, 2).await;
+        for err in [dialed.unwrap_err(), accepted.unwrap_err()] {
+            let msg = err.to_string();
+            assert!(matches!(err, HandshakeError::WrongChain(_)), "{msg}");
+            assert!(
+                msg.contains(&hex::encode([1u8; 32])) && msg.contains(&hex::encode([2u8; 32])),
+                "{msg}"
+            );
+        }
+        let closed = conn.closed().await;
+        assert!(
+            matches!(closed, quinn::ConnectionError::LocallyClosed)
+                || matches!(closed, quinn::ConnectionError::ApplicationClosed(ref c) if c.error_code == quinn::VarInt::from_u32(CLOSE_WRONG_CHAIN)),
+            "{closed:?}"
+        );
+    }
+}
