@@ -18,7 +18,9 @@ use genesis::Genesis;
 
 use crate::runtime::CallError;
 use crate::runtime::deposits::{BlockContext, Deposit, DepositsModule, Outcome, ProcessError};
-use crate::state::{Registry, RegistryDelta, RegistryRead, SharedRegistry, StateError, Validator};
+use crate::state::{
+    Registry, RegistryDelta, RegistryRead, RegistryUndo, SharedRegistry, StateError, Validator,
+};
 use crate::store::{KvStore, StoreError, WriteBatch, keys};
 
 /// Version of the store layout this node writes.
@@ -106,6 +108,36 @@ pub enum ImportError {
         hash: String,
         /// Why.
         source: StoreError,
+    },
+}
+
+/// Why the head block could not be reverted. Nothing was changed unless the error says so.
+#[derive(Debug, thiserror::Error)]
+pub enum RevertError {
+    /// Genesis cannot be reverted.
+    #[error("the head is genesis; there is nothing to revert")]
+    Genesis,
+    /// Storage failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// A record needed to revert is missing or malformed.
+    #[error("cannot revert block {hash}: {reason}")]
+    Corrupt {
+        /// The head block (hex).
+        hash: String,
+        /// What is missing or malformed.
+        reason: String,
+    },
+    /// The in-memory state refused the rollback after the store committed it; restart the node
+    /// to reload the state from the store.
+    #[error(
+        "reverted block {hash} on disk, but the in-memory state did not follow ({reason}); restart the node"
+    )]
+    Diverged {
+        /// The reverted block (hex).
+        hash: String,
+        /// Why.
+        reason: String,
     },
 }
 
@@ -486,8 +518,21 @@ impl Chain {
             slot: header.slot,
             state_root: root,
         };
+        let undo = self
+            .registry
+            .read()
+            .map_err(|_| ImportError::State {
+                hash: name.clone(),
+                source: StateError::Full,
+            })?
+            .undo_for(&delta)
+            .map_err(|source| ImportError::State {
+                hash: name.clone(),
+                source,
+            })?;
         let mut batch = WriteBatch::new();
         batch.put(keys::block(&hash), block.encode());
+        batch.put(keys::undo(&hash), undo.encode());
         batch.put(keys::height(head.height), hash.to_vec());
         let base = self.registry.read().map(|r| r.len()).unwrap_or(0);
         for (offset, added) in (0u32..).zip(&delta.added) {
@@ -518,6 +563,84 @@ impl Chain {
         drop(registry);
         self.head = head;
         Ok(Imported { head, outcomes })
+    }
+}
+
+impl Chain {
+    /// Reverts the head block: its state changes are undone and its parent becomes the head,
+    /// on disk (one flushed batch) and then in memory. The block itself stays stored so it can
+    /// be imported again. Fork choice uses this to roll back to a common ancestor.
+    pub fn revert_head(&mut self) -> Result<Head, RevertError> {
+        let head = self.head;
+        if head.height == 0 {
+            return Err(RevertError::Genesis);
+        }
+        let name = hex32(&head.hash);
+        let corrupt = |reason: String| RevertError::Corrupt {
+            hash: name.clone(),
+            reason,
+        };
+        let max = self.genesis.max_deposits_per_block;
+        let block = self
+            .store
+            .get(&keys::block(&head.hash))?
+            .ok_or_else(|| corrupt("head block missing".into()))?;
+        let block = Block::decode(&block, max).map_err(|e| corrupt(format!("head block: {e}")))?;
+        let undo = self
+            .store
+            .get(&keys::undo(&head.hash))?
+            .ok_or_else(|| corrupt("undo record missing".into()))?;
+        let undo =
+            RegistryUndo::decode(&undo).ok_or_else(|| corrupt("undo record malformed".into()))?;
+        let parent_hash = block.header.parent_hash;
+        let parent = self
+            .store
+            .get(&keys::block(&parent_hash))?
+            .ok_or_else(|| corrupt(format!("parent block {} missing", hex32(&parent_hash))))?;
+        let parent =
+            Block::decode(&parent, max).map_err(|e| corrupt(format!("parent block: {e}")))?;
+        let new_head = Head {
+            hash: parent_hash,
+            height: parent.header.height,
+            slot: parent.header.slot,
+            state_root: parent.header.state_root,
+        };
+
+        let current = self.registry.read().map(|r| r.len()).unwrap_or(0);
+        let mut batch = WriteBatch::new();
+        batch.delete(keys::height(head.height));
+        batch.delete(keys::undo(&head.hash));
+        for index in undo.validators_before..current {
+            batch.delete(keys::validator(index));
+            batch.delete(keys::balance(index));
+        }
+        for &(index, balance) in &undo.balances {
+            batch.put(keys::balance(index), balance.to_le_bytes().to_vec());
+        }
+        batch.put(keys::HEAD, new_head.encode());
+        self.store.commit(&batch)?;
+
+        let diverged = |reason: String| RevertError::Diverged {
+            hash: name.clone(),
+            reason,
+        };
+        let mut registry = self
+            .registry
+            .write()
+            .map_err(|_| diverged("registry lock poisoned".into()))?;
+        registry
+            .rollback(&undo)
+            .map_err(|e| diverged(e.to_string()))?;
+        if registry.root() != new_head.state_root {
+            return Err(diverged(format!(
+                "state root {} after rollback, parent commits to {}",
+                hex32(&registry.root()),
+                hex32(&new_head.state_root)
+            )));
+        }
+        drop(registry);
+        self.head = new_head;
+        Ok(new_head)
     }
 }
 

@@ -12,7 +12,9 @@ pub mod pubkey_index;
 mod registry;
 mod validator;
 
-pub use overlay::{OverlayError, RegistryDelta, RegistryOverlay, RegistryRead, SharedRegistry};
+pub use overlay::{
+    OverlayError, RegistryDelta, RegistryOverlay, RegistryRead, RegistryUndo, SharedRegistry,
+};
 pub use registry::{Registry, StateError};
 pub use validator::{
     FAR_FUTURE_EPOCH, LEAF_BYTES, NewValidator, PUBKEY_LEN, Pubkey, RecordError, VALIDATOR_BYTES,

@@ -89,6 +89,10 @@ pub mod keys {
     pub fn height(height: u64) -> Vec<u8> {
         [b"h".as_slice(), &height.to_be_bytes()].concat()
     }
+    /// Undo record of a block (what reverting it restores): `u` ‖ hash.
+    pub fn undo(hash: &[u8; 32]) -> Vec<u8> {
+        [b"u".as_slice(), hash].concat()
+    }
     /// Prefix of validator records.
     pub const VALIDATOR_PREFIX: &[u8] = b"v";
     /// Validator record: `v` ‖ index.

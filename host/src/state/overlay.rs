@@ -42,6 +42,52 @@ pub enum OverlayError {
     Poisoned,
 }
 
+/// What undoes a [`RegistryDelta`]: the validator count before it and the balances it
+/// overwrote. Kept per block so the chain can roll back to a common ancestor on a reorg.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RegistryUndo {
+    /// Validators before the delta.
+    pub validators_before: u32,
+    /// (index, balance before) of pre-existing validators whose balance the delta changed.
+    pub balances: Vec<(u32, u64)>,
+}
+
+impl RegistryUndo {
+    /// Canonical encoding: `validators_before u32 | count u32 | count × (index u32, balance u64)`,
+    /// little-endian.
+    pub fn encode(&self) -> Vec<u8> {
+        let count = u32::try_from(self.balances.len()).unwrap_or(u32::MAX);
+        let mut out = Vec::with_capacity(8 + self.balances.len() * 12);
+        out.extend_from_slice(&self.validators_before.to_le_bytes());
+        out.extend_from_slice(&count.to_le_bytes());
+        for (index, balance) in self.balances.iter().take(count as usize) {
+            out.extend_from_slice(&index.to_le_bytes());
+            out.extend_from_slice(&balance.to_le_bytes());
+        }
+        out
+    }
+
+    /// Decodes [`RegistryUndo::encode`]'s output.
+    pub fn decode(bytes: &[u8]) -> Option<Self> {
+        let (before, rest) = bytes.split_first_chunk::<4>()?;
+        let (count, mut rest) = rest.split_first_chunk::<4>()?;
+        let count = usize::try_from(u32::from_le_bytes(*count)).ok()?;
+        if rest.len() != count.checked_mul(12)? {
+            return None;
+        }
+        let mut balances = Vec::with_capacity(count);
+        while let Some((index, tail)) = rest.split_first_chunk::<4>() {
+            let (balance, tail) = tail.split_first_chunk::<8>()?;
+            balances.push((u32::from_le_bytes(*index), u64::from_le_bytes(*balance)));
+            rest = tail;
+        }
+        Some(Self {
+            validators_before: u32::from_le_bytes(*before),
+            balances,
+        })
+    }
+}
+
 /// What a successful call changes: validators appended (in order) and final balances of
 /// existing validators whose balance changed.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -178,3 +224,28 @@ impl RegistryOverlay {
 }
 
 const _: () = assert!(PUBKEY_LEN == 48);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn undo_roundtrip_and_malformed() {
+        let undo = RegistryUndo {
+            validators_before: 7,
+            balances: vec![(1, 2), (3, u64::MAX)],
+        };
+        let bytes = undo.encode();
+        assert_eq!(RegistryUndo::decode(&bytes), Some(undo));
+        for cut in 0..bytes.len() {
+            assert_eq!(
+                RegistryUndo::decode(&bytes[..cut]),
+                None,
+                "decoded at {cut}"
+            );
+        }
+        let mut long = bytes;
+        long.push(0);
+        assert_eq!(RegistryUndo::decode(&long), None);
+    }
+}

@@ -2,7 +2,7 @@
 //! commitment over them (the state root).
 
 use super::merkle::{Hash32, MerkleError, MerkleTree};
-use super::overlay::{RegistryDelta, RegistryRead};
+use super::overlay::{RegistryDelta, RegistryRead, RegistryUndo};
 use super::pubkey_index::{IndexError, PubkeyIndex};
 use super::validator::{Pubkey, Validator};
 
@@ -193,6 +193,63 @@ impl Registry {
         for added in &delta.added {
             self.validators.push(added.record());
             self.balances.push(added.balance);
+        }
+        Ok(())
+    }
+}
+
+impl Registry {
+    /// What undoes `delta` on this registry (call before applying it).
+    pub fn undo_for(&self, delta: &RegistryDelta) -> Result<RegistryUndo, StateError> {
+        let balances = delta
+            .balances
+            .iter()
+            .map(|&(index, _)| {
+                self.balance(index)
+                    .map(|b| (index, b))
+                    .ok_or(StateError::UnknownIndex(index))
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(RegistryUndo {
+            validators_before: self.len(),
+            balances,
+        })
+    }
+
+    /// Rolls back a delta: drops the validators it added and restores the balances it changed.
+    /// Checked up front; on error nothing changed.
+    pub fn rollback(&mut self, undo: &RegistryUndo) -> Result<(), StateError> {
+        let keep = undo.validators_before;
+        if keep > self.len() {
+            return Err(StateError::UnknownIndex(keep));
+        }
+        let mut updates = Vec::with_capacity(undo.balances.len());
+        for &(index, balance) in &undo.balances {
+            if index >= keep {
+                return Err(StateError::UnknownIndex(index));
+            }
+            let validator = self
+                .validator(index)
+                .ok_or(StateError::UnknownIndex(index))?;
+            updates.push((u64::from(index), validator.leaf_hash(balance)));
+        }
+        // The index needs every pubkey while it removes entries: truncate it first.
+        let validators = &self.validators;
+        self.index.truncate(keep, |i| {
+            validators.get(usize::try_from(i).ok()?).map(|v| &v.pubkey)
+        })?;
+        self.tree.truncate(u64::from(keep))?;
+        self.tree.set_many(&updates)?;
+        let keep = usize::try_from(keep).map_err(|_| StateError::Full)?;
+        self.validators.truncate(keep);
+        self.balances.truncate(keep);
+        for &(index, balance) in &undo.balances {
+            if let Some(slot) = usize::try_from(index)
+                .ok()
+                .and_then(|i| self.balances.get_mut(i))
+            {
+                *slot = balance;
+            }
         }
         Ok(())
     }

@@ -260,3 +260,67 @@ fn corrupted_store_and_wrong_genesis_are_refused() {
         other => panic!("expected a corrupt-store error, got {other}"),
     }
 }
+
+#[test]
+fn reverting_blocks_restores_earlier_state_and_survives_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = runtime(1_000_000_000);
+    let engine = || DepositEngine::Module(Box::new(deposits_module(&rt, "deposits-v2")));
+    let open = || {
+        Chain::open(
+            Arc::new(SledStore::open(dir.path()).unwrap()),
+            genesis(),
+            engine(),
+        )
+        .unwrap()
+    };
+    let existing: Vec<[u8; 48]> = genesis().validators.iter().map(|v| v.pubkey).collect();
+    let mut chain = open();
+    let mut snapshots = vec![(chain.head(), chain.registry().read().unwrap().clone())];
+    let mut blocks = vec![None];
+    for height in 1..=5 {
+        let block = chain
+            .build_block(height, 0, workload::dev_block(height, &existing, FORK))
+            .unwrap();
+        chain.import(&block).unwrap();
+        blocks.push(Some(block));
+        snapshots.push((chain.head(), chain.registry().read().unwrap().clone()));
+    }
+    for height in (2..5).rev() {
+        let head = chain.revert_head().unwrap();
+        assert_eq!(head, snapshots[height].0);
+        assert_eq!(*chain.registry().read().unwrap(), snapshots[height].1);
+        assert_eq!(chain.registry().read().unwrap().root(), head.state_root);
+    }
+    assert!(
+        chain.block_at(3).unwrap().is_none(),
+        "reverted heights leave the canonical index"
+    );
+    drop(chain);
+
+    // The reverted state is what a restart loads, and the index forgot the dropped validators.
+    let mut chain = open();
+    assert_eq!(chain.head(), snapshots[2].0);
+    assert_eq!(*chain.registry().read().unwrap(), snapshots[2].1);
+    let dropped = snapshots[5].1.validators().last().unwrap().pubkey;
+    assert_eq!(chain.registry().read().unwrap().index_of(&dropped), None);
+
+    // A different block 3 imports on top, and the original block 3 can come back after it is
+    // reverted too.
+    let other = vec![workload::new_validator(777, 32 * ETH, FORK)];
+    import(&mut chain, other);
+    assert_ne!(chain.head().hash, snapshots[3].0.hash);
+    chain.revert_head().unwrap();
+    chain.import(blocks[3].as_ref().unwrap()).unwrap();
+    assert_eq!(chain.head(), snapshots[3].0);
+    assert_eq!(*chain.registry().read().unwrap(), snapshots[3].1);
+
+    while chain.head().height > 0 {
+        chain.revert_head().unwrap();
+    }
+    assert_eq!(*chain.registry().read().unwrap(), snapshots[0].1);
+    assert!(matches!(
+        chain.revert_head(),
+        Err(modnode::chain::RevertError::Genesis)
+    ));
+}
