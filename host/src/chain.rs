@@ -7,6 +7,7 @@
 //! against each other and against the genesis the node is configured with.
 
 pub mod block;
+mod fork_choice;
 pub mod genesis;
 pub mod native_deposits;
 pub mod workload;
@@ -14,6 +15,7 @@ pub mod workload;
 use std::sync::{Arc, RwLock};
 
 use block::{Block, BlockHeader, DepositData, Hash};
+pub use fork_choice::{Added, ForkChoiceError};
 use genesis::Genesis;
 
 use crate::runtime::CallError;

@@ -56,6 +56,8 @@ pub struct Genesis {
     pub slot_ms: u64,
     /// Most deposits one block may carry.
     pub max_deposits_per_block: u16,
+    /// Blocks this far below the head are final: no reorganisation reaches them.
+    pub finality_depth: u64,
     /// Initial validators, active from epoch 0.
     pub validators: Vec<GenesisValidator>,
 }
@@ -70,6 +72,8 @@ struct GenesisFile {
     slot_ms: u64,
     #[serde(default = "default_max_deposits")]
     max_deposits_per_block: u16,
+    #[serde(default = "default_finality_depth")]
+    finality_depth: u64,
     #[serde(default)]
     validators: Vec<ValidatorEntry>,
     #[serde(default)]
@@ -100,6 +104,11 @@ fn default_slot_ms() -> u64 {
 fn default_max_deposits() -> u16 {
     DEFAULT_MAX_DEPOSITS
 }
+/// Default [`Genesis::finality_depth`].
+pub const DEFAULT_FINALITY_DEPTH: u64 = 32;
+fn default_finality_depth() -> u64 {
+    DEFAULT_FINALITY_DEPTH
+}
 
 /// The embedded development genesis used by `modnode run` without a genesis file.
 pub const DEV_GENESIS_JSON: &str = r#"{
@@ -107,6 +116,7 @@ pub const DEV_GENESIS_JSON: &str = r#"{
   "genesis_fork_version": "0x00000000",
   "slot_ms": 2000,
   "max_deposits_per_block": 16,
+  "finality_depth": 32,
   "generated_validators": { "count": 64, "seed": 1 }
 }"#;
 
@@ -138,6 +148,9 @@ impl Genesis {
         if file.max_deposits_per_block == 0 {
             return Err(invalid("max_deposits_per_block must be at least 1".into()));
         }
+        if file.finality_depth == 0 {
+            return Err(invalid("finality_depth must be at least 1".into()));
+        }
         let genesis_fork_version =
             hex_field::<4>(&file.genesis_fork_version, "genesis_fork_version").map_err(invalid)?;
         let mut validators = Vec::with_capacity(file.validators.len());
@@ -161,6 +174,7 @@ impl Genesis {
             genesis_fork_version,
             slot_ms: file.slot_ms,
             max_deposits_per_block: file.max_deposits_per_block,
+            finality_depth: file.finality_depth,
             validators,
         };
         genesis.registry()?;
@@ -193,6 +207,7 @@ impl Genesis {
             genesis_fork_version: [0; 4],
             slot_ms: default_slot_ms(),
             max_deposits_per_block: DEFAULT_MAX_DEPOSITS,
+            finality_depth: DEFAULT_FINALITY_DEPTH,
             validators: generated_validators(count, seed).collect(),
         }
     }
@@ -225,6 +240,7 @@ impl Genesis {
         h.update(self.genesis_fork_version);
         h.update(self.slot_ms.to_le_bytes());
         h.update(self.max_deposits_per_block.to_le_bytes());
+        h.update(self.finality_depth.to_le_bytes());
         h.finalize().into()
     }
 

@@ -324,3 +324,139 @@ fn reverting_blocks_restores_earlier_state_and_survives_a_restart() {
         Err(modnode::chain::RevertError::Genesis)
     ));
 }
+
+/// Builds `n` blocks on `chain` with deposits seeded by `seed`.
+fn branch(chain: &mut Chain, n: u64, seed: u64) -> Vec<modnode::chain::block::Block> {
+    (0..n)
+        .map(|i| {
+            let slot = chain.head().slot + 1;
+            let deposits = vec![workload::new_validator(seed * 100 + i, 32 * ETH, FORK)];
+            let block = chain.build_block(slot, 0, deposits).unwrap();
+            chain.import(&block).unwrap();
+            block
+        })
+        .collect()
+}
+
+#[test]
+fn fork_choice_follows_the_longest_valid_chain() {
+    use modnode::chain::{Added, ForkChoiceError};
+    let native = || DepositEngine::Native(Verification::Batched);
+    let fresh = || Chain::open(Arc::new(MemoryStore::new()), genesis(), native()).unwrap();
+    let (mut a, mut b) = (fresh(), fresh());
+    let a_blocks = branch(&mut a, 3, 1);
+    let b_blocks = branch(&mut b, 4, 2);
+
+    let mut node = fresh();
+    for block in &a_blocks {
+        assert!(matches!(node.add_block(block).unwrap(), Added::Extended(_)));
+    }
+    assert_eq!(node.add_block(&a_blocks[1]).unwrap(), Added::Known);
+    assert_eq!(node.add_block(&b_blocks[0]).unwrap(), Added::Stored);
+    assert_eq!(node.add_block(&b_blocks[1]).unwrap(), Added::Stored);
+    // Equal length: the lower tip hash wins.
+    let tie = node.add_block(&b_blocks[2]).unwrap();
+    if b_blocks[2].hash() < a_blocks[2].hash() {
+        assert!(
+            matches!(tie, Added::Reorganised { reverted: 3, .. }),
+            "{tie:?}"
+        );
+    } else {
+        assert_eq!(tie, Added::Stored);
+    }
+    // Longer: b wins either way (a reorganisation now, or an extension if b won the tie).
+    let longer = node.add_block(&b_blocks[3]).unwrap();
+    assert!(
+        matches!(longer, Added::Reorganised { .. } | Added::Extended(_)),
+        "{longer:?}"
+    );
+    assert_eq!(node.head(), b.head());
+    assert_eq!(
+        *node.registry().read().unwrap(),
+        *b.registry().read().unwrap()
+    );
+
+    // A longer branch with an invalid block: the node tries it, fails, and stays on b.
+    let mut c = fresh();
+    let mut c_blocks = branch(&mut c, 3, 3);
+    c_blocks[2].header.state_root = [0xee; 32];
+    let mut parent = c_blocks[2].header.hash();
+    for height in 4..=5 {
+        let body = modnode::chain::block::BlockBody::default();
+        let header = modnode::chain::block::BlockHeader {
+            parent_hash: parent,
+            height,
+            slot: height,
+            proposer: 0,
+            state_root: [0; 32],
+            body_root: body.root(),
+        };
+        parent = header.hash();
+        c_blocks.push(modnode::chain::block::Block { header, body });
+    }
+    for block in &c_blocks[..4] {
+        assert_eq!(node.add_block(block).unwrap(), Added::Stored);
+    }
+    let err = node.add_block(&c_blocks[4]).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ForkChoiceError::Invalid(ImportError::StateRootMismatch { .. })
+        ),
+        "{err}"
+    );
+    assert_eq!(node.head(), b.head());
+    assert_eq!(
+        *node.registry().read().unwrap(),
+        *b.registry().read().unwrap()
+    );
+
+    // A block whose parent nobody has seen.
+    let mut orphan = b_blocks[3].clone();
+    orphan.header.parent_hash = [0x42; 32];
+    assert!(matches!(
+        node.add_block(&orphan),
+        Err(ForkChoiceError::UnknownParent { .. })
+    ));
+}
+
+#[test]
+fn finalized_blocks_are_never_reorganised() {
+    use modnode::chain::ForkChoiceError;
+    let mut shallow = genesis();
+    shallow.finality_depth = 2;
+    let native = || DepositEngine::Native(Verification::Batched);
+    let fresh = || Chain::open(Arc::new(MemoryStore::new()), shallow.clone(), native()).unwrap();
+    let (mut a, mut b) = (fresh(), fresh());
+    let a_blocks = branch(&mut a, 4, 1);
+    let b_blocks = branch(&mut b, 6, 2);
+    let mut node = fresh();
+    for block in &a_blocks {
+        node.add_block(block).unwrap();
+    }
+    assert_eq!(node.finalized_height(), 2);
+    for block in &b_blocks[..3] {
+        assert_eq!(
+            node.add_block(block).unwrap(),
+            modnode::chain::Added::Stored
+        );
+    }
+    // The first b block that would win (the tie at height 4, or height 5) is refused: b forks
+    // at genesis, below the finalized height.
+    let err = b_blocks[3..]
+        .iter()
+        .find_map(|block| node.add_block(block).err())
+        .expect("a refusal");
+    assert!(
+        matches!(
+            err,
+            ForkChoiceError::BeyondFinality {
+                ancestor: 0,
+                finalized: 2,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert_eq!(node.head(), a.head());
+}

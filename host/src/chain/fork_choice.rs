@@ -1,0 +1,183 @@
+//! Fork choice: the longest valid chain wins, ties go to the lower tip hash, and nothing at or
+//! below `head - finality_depth` is ever reorganised.
+//!
+//! Blocks on side branches are stored (by hash) without being executed. When a side branch
+//! becomes preferable, the chain reverts to the common ancestor and imports the branch block by
+//! block; if any of them is invalid, the chain returns to the old branch and the error is
+//! reported, so a bad branch never leaves the node on a worse head.
+
+use super::block::{Block, BlockHeader, Hash};
+use super::{Chain, Head, ImportError, Imported, RevertError, hex32};
+use crate::store::{StoreError, WriteBatch, keys};
+
+/// What [`Chain::add_block`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Added {
+    /// The block was already known.
+    Known,
+    /// The block extended the head.
+    Extended(Imported),
+    /// The block is on a side branch that does not (yet) beat the head; it is stored.
+    Stored,
+    /// The block's branch beat the head: `reverted` blocks were undone and the branch imported.
+    Reorganised {
+        /// The new head.
+        head: Head,
+        /// Blocks reverted from the old branch.
+        reverted: u64,
+    },
+}
+
+/// Why a block was not added.
+#[derive(Debug, thiserror::Error)]
+pub enum ForkChoiceError {
+    /// The block's parent is unknown: the caller must fetch it first (range sync).
+    #[error("block {hash} at height {height}: parent {parent} is unknown; sync it first")]
+    UnknownParent {
+        /// The block (hex).
+        hash: String,
+        /// Its height.
+        height: u64,
+        /// The missing parent (hex).
+        parent: String,
+    },
+    /// The block's height does not follow its parent's.
+    #[error("block {hash} has height {height} but its parent is at height {parent_height}")]
+    BadHeight {
+        /// The block (hex).
+        hash: String,
+        /// Its height.
+        height: u64,
+        /// The parent's height.
+        parent_height: u64,
+    },
+    /// The branch forks below the finalized height.
+    #[error("block {hash} forks from height {ancestor}, below the finalized height {finalized}")]
+    BeyondFinality {
+        /// The block (hex).
+        hash: String,
+        /// Height of the common ancestor.
+        ancestor: u64,
+        /// The finalized height.
+        finalized: u64,
+    },
+    /// A block of the branch is invalid; the chain is back on its previous head.
+    #[error(transparent)]
+    Invalid(#[from] ImportError),
+    /// Reverting failed.
+    #[error(transparent)]
+    Revert(#[from] RevertError),
+    /// Storage failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl Chain {
+    /// Height at or below which blocks are final.
+    pub fn finalized_height(&self) -> u64 {
+        self.head.height.saturating_sub(self.genesis.finality_depth)
+    }
+
+    fn stored_block(&self, hash: &Hash) -> Result<Option<Block>, StoreError> {
+        let Some(bytes) = self.store.get(&keys::block(hash))? else {
+            return Ok(None);
+        };
+        Block::decode(&bytes, self.genesis.max_deposits_per_block)
+            .map(Some)
+            .map_err(|e| StoreError::Corrupt(format!("block {}: {e}", hex32(hash))))
+    }
+
+    fn is_canonical(&self, header: &BlockHeader) -> Result<bool, StoreError> {
+        let Some(hash) = self.store.get(&keys::height(header.height))? else {
+            return Ok(false);
+        };
+        Ok(hash.as_slice() == header.hash())
+    }
+
+    /// Adds a block from the network: extends the head, is stored as a side branch, or
+    /// reorganises the chain onto its branch (longest chain, ties to the lower hash, never
+    /// below the finalized height).
+    pub fn add_block(&mut self, block: &Block) -> Result<Added, ForkChoiceError> {
+        let hash = block.hash();
+        if hash == self.head.hash || self.is_canonical(&block.header)? {
+            return Ok(Added::Known);
+        }
+        if block.header.parent_hash == self.head.hash {
+            return Ok(Added::Extended(self.import(block)?));
+        }
+        let name = hex32(&hash);
+        let Some(parent) = self.stored_block(&block.header.parent_hash)? else {
+            return Err(ForkChoiceError::UnknownParent {
+                hash: name,
+                height: block.header.height,
+                parent: hex32(&block.header.parent_hash),
+            });
+        };
+        if Some(block.header.height) != parent.header.height.checked_add(1) {
+            return Err(ForkChoiceError::BadHeight {
+                hash: name,
+                height: block.header.height,
+                parent_height: parent.header.height,
+            });
+        }
+        let mut batch = WriteBatch::new();
+        batch.put(keys::block(&hash), block.encode());
+        self.store.commit(&batch)?;
+
+        let head = self.head;
+        let better = block.header.height > head.height
+            || (block.header.height == head.height && hash < head.hash);
+        if !better {
+            return Ok(Added::Stored);
+        }
+
+        // The branch, tip first, back to the first canonical ancestor.
+        let mut branch = vec![block.clone()];
+        let mut cursor = parent;
+        while !self.is_canonical(&cursor.header)? {
+            let parent_hash = cursor.header.parent_hash;
+            branch.push(cursor);
+            cursor =
+                self.stored_block(&parent_hash)?
+                    .ok_or_else(|| ForkChoiceError::UnknownParent {
+                        hash: name.clone(),
+                        height: block.header.height,
+                        parent: hex32(&parent_hash),
+                    })?;
+        }
+        let ancestor = cursor.header.height;
+        let finalized = self.finalized_height();
+        if ancestor < finalized {
+            return Err(ForkChoiceError::BeyondFinality {
+                hash: name,
+                ancestor,
+                finalized,
+            });
+        }
+
+        // Revert to the ancestor, keeping the old branch to restore on failure.
+        let mut old_branch = Vec::new();
+        while self.head.height > ancestor {
+            if let Some(old) = self.block_at(self.head.height)? {
+                old_branch.push(old);
+            }
+            self.revert_head()?;
+        }
+        for new in branch.iter().rev() {
+            if let Err(e) = self.import(new) {
+                tracing::warn!(block = %hex32(&new.hash()), error = %e, "invalid block on a competing branch; staying on the current one");
+                while self.head.height > ancestor {
+                    self.revert_head()?;
+                }
+                for old in old_branch.iter().rev() {
+                    self.import(old)?;
+                }
+                return Err(e.into());
+            }
+        }
+        Ok(Added::Reorganised {
+            head: self.head,
+            reverted: head.height.saturating_sub(ancestor),
+        })
+    }
+}
