@@ -66,6 +66,14 @@ pub enum ImportError {
         /// What does not match.
         reason: String,
     },
+    /// The proposer is not the slot's authority, or the seal does not verify.
+    #[error("block {hash} is not properly sealed: {reason}")]
+    BadSeal {
+        /// The block's hash (hex).
+        hash: String,
+        /// What is wrong.
+        reason: String,
+    },
     /// The body does not match the header's body root, or has too many deposits.
     #[error("block {hash} has an invalid body: {reason}")]
     BadBody {
@@ -438,6 +446,40 @@ impl Chain {
         Ok((outcomes, delta, root))
     }
 
+    /// Checks that the block comes from its slot's authority (chains with an authority set).
+    fn check_seal(&self, block: &Block, name: &str) -> Result<(), ImportError> {
+        let bad = |reason: String| ImportError::BadSeal {
+            hash: name.to_string(),
+            reason,
+        };
+        let Some(expected) = self.genesis.proposer_for(block.header.slot) else {
+            return Ok(());
+        };
+        if block.header.proposer != expected {
+            return Err(bad(format!(
+                "slot {} belongs to authority {expected}, the header names {}",
+                block.header.slot, block.header.proposer
+            )));
+        }
+        let authority = usize::try_from(expected)
+            .ok()
+            .and_then(|i| self.genesis.authorities.get(i))
+            .ok_or_else(|| bad(format!("authority {expected} does not exist")))?;
+        match &block.seal {
+            block::Seal::Unsigned => Err(bad("unsigned, but this chain has authorities".into())),
+            block::Seal::Ed25519(signature) => {
+                let id = crate::net::identity::NodeId::from_bytes(*authority);
+                if id.verify(&block.hash(), signature) {
+                    Ok(())
+                } else {
+                    Err(bad(format!(
+                        "signature does not verify against authority {id}"
+                    )))
+                }
+            }
+        }
+    }
+
     /// Builds the next block on the head at `slot` with `deposits` (the proposer's side).
     pub fn build_block(
         &self,
@@ -456,7 +498,11 @@ impl Chain {
         };
         let (_, _, root) = self.transition(&header, &body.deposits)?;
         header.state_root = root;
-        Ok(Block { header, body })
+        Ok(Block {
+            header,
+            body,
+            seal: block::Seal::Unsigned,
+        })
     }
 
     /// Imports the next block. On `Ok` the block, its state changes and the new head are on
@@ -498,6 +544,7 @@ impl Chain {
                 ),
             });
         }
+        self.check_seal(block, &name)?;
         if block.body.root() != header.body_root {
             return Err(ImportError::BadBody {
                 hash: name,

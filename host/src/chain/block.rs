@@ -5,7 +5,9 @@
 //!   state_root 32 | body_root 32`
 //! - body: `version u8 | count u16 | count × deposit`, deposit (184 bytes):
 //!   `pubkey 48 | withdrawal_credentials 32 | amount u64 | signature 96`
-//! - block: header ‖ body.
+//! - seal: `0` (unsigned; dev chains without authorities) or `1 | ed25519 signature 64` over the
+//!   block hash by the proposing authority.
+//! - block: header ‖ body ‖ seal.
 //!
 //! The block hash is `sha256(header)`, the body root `sha256(body)`.
 
@@ -45,9 +47,12 @@ pub enum BlockError {
         /// The chain's limit.
         max: u16,
     },
-    /// Bytes after the body.
-    #[error("{0} trailing bytes after the block body")]
+    /// Bytes after the seal.
+    #[error("{0} trailing bytes after the block seal")]
     Trailing(usize),
+    /// Unknown seal kind.
+    #[error("unknown block seal kind {0}")]
+    Seal(u8),
 }
 
 /// One deposit with its fixed-size fields.
@@ -87,6 +92,15 @@ pub struct BlockBody {
     pub deposits: Vec<DepositData>,
 }
 
+/// The proposer's signature over the block hash.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Seal {
+    /// No signature (dev chains without an authority set).
+    Unsigned,
+    /// An ed25519 signature by the authority at `header.proposer`.
+    Ed25519([u8; 64]),
+}
+
 /// A block.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Block {
@@ -94,6 +108,8 @@ pub struct Block {
     pub header: BlockHeader,
     /// Body.
     pub body: BlockBody,
+    /// Proposer signature.
+    pub seal: Seal,
 }
 
 struct Reader<'a> {
@@ -205,10 +221,17 @@ impl BlockBody {
 }
 
 impl Block {
-    /// Canonical encoding: header ‖ body.
+    /// Canonical encoding: header ‖ body ‖ seal.
     pub fn encode(&self) -> Vec<u8> {
         let mut out = self.header.encode();
         out.extend_from_slice(&self.body.encode());
+        match &self.seal {
+            Seal::Unsigned => out.push(0),
+            Seal::Ed25519(signature) => {
+                out.push(1);
+                out.extend_from_slice(signature);
+            }
+        }
         out
     }
 
@@ -217,10 +240,15 @@ impl Block {
         let mut r = Reader { bytes };
         let header = BlockHeader::decode_from(&mut r)?;
         let body = BlockBody::decode_from(&mut r, max_deposits)?;
+        let seal = match r.u8("seal")? {
+            0 => Seal::Unsigned,
+            1 => Seal::Ed25519(*r.take("seal signature")?),
+            other => return Err(BlockError::Seal(other)),
+        };
         if !r.bytes.is_empty() {
             return Err(BlockError::Trailing(r.bytes.len()));
         }
-        Ok(Self { header, body })
+        Ok(Self { header, body, seal })
     }
 
     /// The block hash.
@@ -248,7 +276,7 @@ mod tests {
         fn roundtrip(height: u64, slot: u64, proposer: u32, seeds in proptest::collection::vec((any::<u8>(), any::<u64>()), 0..16)) {
             let body = BlockBody { deposits: seeds.iter().map(|(s, a)| deposit(*s, *a)).collect() };
             let header = BlockHeader { parent_hash: [1; 32], height, slot, proposer, state_root: [2; 32], body_root: body.root() };
-            let block = Block { header, body };
+            let block = Block { header, body, seal: if height % 2 == 0 { Seal::Unsigned } else { Seal::Ed25519([7; 64]) } };
             let bytes = block.encode();
             prop_assert_eq!(Block::decode(&bytes, 16), Ok(block.clone()));
             for cut in [0, 1, HEADER_BYTES, bytes.len() - 1] {
@@ -270,7 +298,12 @@ mod tests {
             state_root: [0; 32],
             body_root: body.root(),
         };
-        let bytes = Block { header, body }.encode();
+        let bytes = Block {
+            header,
+            body,
+            seal: Seal::Unsigned,
+        }
+        .encode();
         assert_eq!(
             Block::decode(&bytes, 2),
             Err(BlockError::TooManyDeposits { count: 3, max: 2 })
@@ -287,6 +320,9 @@ mod tests {
         let mut long = bytes.clone();
         long.push(0);
         assert_eq!(Block::decode(&long, 16), Err(BlockError::Trailing(1)));
+        let mut bad_seal = bytes.clone();
+        *bad_seal.last_mut().unwrap() = 5;
+        assert_eq!(Block::decode(&bad_seal, 16), Err(BlockError::Seal(5)));
         assert_eq!(
             Block::decode(&bytes[..50], 16),
             Err(BlockError::Truncated("proposer"))

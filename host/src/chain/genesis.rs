@@ -58,6 +58,10 @@ pub struct Genesis {
     pub max_deposits_per_block: u16,
     /// Blocks this far below the head are final: no reorganisation reaches them.
     pub finality_depth: u64,
+    /// Node ids (ed25519 public keys) of the block producers; slot `s` belongs to
+    /// `authorities[s % len]`, and its block must be signed by it. Empty: an unpermissioned
+    /// single-node dev chain whose blocks are unsigned.
+    pub authorities: Vec<[u8; 32]>,
     /// Initial validators, active from epoch 0.
     pub validators: Vec<GenesisValidator>,
 }
@@ -74,6 +78,8 @@ struct GenesisFile {
     max_deposits_per_block: u16,
     #[serde(default = "default_finality_depth")]
     finality_depth: u64,
+    #[serde(default)]
+    authorities: Vec<String>,
     #[serde(default)]
     validators: Vec<ValidatorEntry>,
     #[serde(default)]
@@ -153,6 +159,14 @@ impl Genesis {
         }
         let genesis_fork_version =
             hex_field::<4>(&file.genesis_fork_version, "genesis_fork_version").map_err(invalid)?;
+        let mut authorities = Vec::with_capacity(file.authorities.len());
+        for (i, a) in file.authorities.iter().enumerate() {
+            let id: [u8; 32] = hex_field(a, &format!("authorities[{i}]")).map_err(invalid)?;
+            if authorities.contains(&id) {
+                return Err(invalid(format!("authorities[{i}]: {a} is listed twice")));
+            }
+            authorities.push(id);
+        }
         let mut validators = Vec::with_capacity(file.validators.len());
         for (i, v) in file.validators.iter().enumerate() {
             validators.push(GenesisValidator {
@@ -175,6 +189,7 @@ impl Genesis {
             slot_ms: file.slot_ms,
             max_deposits_per_block: file.max_deposits_per_block,
             finality_depth: file.finality_depth,
+            authorities,
             validators,
         };
         genesis.registry()?;
@@ -208,8 +223,17 @@ impl Genesis {
             slot_ms: default_slot_ms(),
             max_deposits_per_block: DEFAULT_MAX_DEPOSITS,
             finality_depth: DEFAULT_FINALITY_DEPTH,
+            authorities: Vec::new(),
             validators: generated_validators(count, seed).collect(),
         }
+    }
+
+    /// Index of the authority that proposes at `slot`, if the chain has authorities.
+    pub fn proposer_for(&self, slot: u64) -> Option<u32> {
+        let n = u64::try_from(self.authorities.len())
+            .ok()
+            .filter(|&n| n > 0)?;
+        u32::try_from(slot.checked_rem(n)?).ok()
     }
 
     /// The genesis registry.
@@ -241,6 +265,10 @@ impl Genesis {
         h.update(self.slot_ms.to_le_bytes());
         h.update(self.max_deposits_per_block.to_le_bytes());
         h.update(self.finality_depth.to_le_bytes());
+        h.update((self.authorities.len() as u64).to_le_bytes());
+        for authority in &self.authorities {
+            h.update(authority);
+        }
         h.finalize().into()
     }
 
@@ -257,6 +285,7 @@ impl Genesis {
                 body_root: body.root(),
             },
             body,
+            seal: super::block::Seal::Unsigned,
         }
     }
 }

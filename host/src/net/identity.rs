@@ -37,6 +37,13 @@ const MAX_KEY_FILE_BYTES: u64 = 4096;
 pub struct NodeId([u8; NODE_ID_LEN]);
 
 impl NodeId {
+    /// Whether `signature` is this node's ed25519 signature over `message`.
+    pub fn verify(&self, message: &[u8], signature: &[u8; 64]) -> bool {
+        ring::signature::UnparsedPublicKey::new(&ring::signature::ED25519, &self.0)
+            .verify(message, signature)
+            .is_ok()
+    }
+
     /// Wraps raw ed25519 public key bytes.
     pub const fn from_bytes(bytes: [u8; NODE_ID_LEN]) -> Self {
         Self(bytes)
@@ -214,6 +221,21 @@ impl NodeIdentity {
     /// This node's public identity.
     pub fn node_id(&self) -> NodeId {
         self.node_id
+    }
+
+    /// Signs `message` with the node key (ed25519), e.g. a block hash as its proposer.
+    pub fn sign(&self, message: &[u8]) -> Result<[u8; 64], IdentityError> {
+        let key = ring::signature::Ed25519KeyPair::from_pkcs8_maybe_unchecked(&self.pkcs8)
+            .map_err(|e| IdentityError::Generate {
+                reason: format!("node key unusable for signing: {e}"),
+            })?;
+        let signature = key.sign(message);
+        signature
+            .as_ref()
+            .try_into()
+            .map_err(|_| IdentityError::Generate {
+                reason: "ed25519 signature is not 64 bytes".into(),
+            })
     }
 
     /// The key file this identity was loaded from or written to, if any.

@@ -392,12 +392,21 @@ fn fork_choice_follows_the_longest_valid_chain() {
             body_root: body.root(),
         };
         parent = header.hash();
-        c_blocks.push(modnode::chain::block::Block { header, body });
+        c_blocks.push(modnode::chain::block::Block {
+            header,
+            body,
+            seal: modnode::chain::block::Seal::Unsigned,
+        });
     }
-    for block in &c_blocks[..4] {
+    for block in &c_blocks[..3] {
         assert_eq!(node.add_block(block).unwrap(), Added::Stored);
     }
-    let err = node.add_block(&c_blocks[4]).unwrap_err();
+    // The first c block that would win (a tie at height 4 if its hash is lower, else height 5)
+    // makes the node try the branch, which fails at the tampered block.
+    let err = c_blocks[3..]
+        .iter()
+        .find_map(|block| node.add_block(block).err())
+        .expect("the invalid branch is refused");
     assert!(
         matches!(
             err,
@@ -459,4 +468,84 @@ fn finalized_blocks_are_never_reorganised() {
         "{err}"
     );
     assert_eq!(node.head(), a.head());
+}
+
+#[test]
+fn authority_chains_accept_only_the_slot_authoritys_signed_blocks() {
+    use modnode::chain::block::Seal;
+    use modnode::net::identity::NodeIdentity;
+    let (a, b) = (
+        NodeIdentity::generate().unwrap(),
+        NodeIdentity::generate().unwrap(),
+    );
+    let mut g = genesis();
+    g.authorities = vec![*a.node_id().as_bytes(), *b.node_id().as_bytes()];
+    assert_eq!((g.proposer_for(1), g.proposer_for(2)), (Some(1), Some(0)));
+    let mut chain = Chain::open(
+        Arc::new(MemoryStore::new()),
+        g,
+        DepositEngine::Native(Verification::Batched),
+    )
+    .unwrap();
+    let seal = |block: &mut modnode::chain::block::Block, who: &NodeIdentity| {
+        block.seal = Seal::Ed25519(who.sign(&block.hash()).unwrap());
+    };
+
+    // Slot 1 belongs to authority 1 (b).
+    let mut block = chain.build_block(1, 1, vec![]).unwrap();
+    seal(&mut block, &b);
+    chain.import(&block).unwrap();
+
+    // Slot 2 belongs to authority 0 (a).
+    let mut wrong_proposer = chain.build_block(2, 1, vec![]).unwrap();
+    seal(&mut wrong_proposer, &b);
+    let unsigned = chain.build_block(2, 0, vec![]).unwrap();
+    let mut signed_by_b = unsigned.clone();
+    seal(&mut signed_by_b, &b);
+    for (what, bad) in [
+        ("wrong proposer", &wrong_proposer),
+        ("unsigned", &unsigned),
+        ("wrong signer", &signed_by_b),
+    ] {
+        let err = chain.import(bad).unwrap_err();
+        assert!(matches!(err, ImportError::BadSeal { .. }), "{what}: {err}");
+    }
+    let mut good = unsigned;
+    seal(&mut good, &a);
+    chain.import(&good).unwrap();
+    assert_eq!(chain.head().height, 2);
+}
+
+#[test]
+fn genesis_authorities_are_parsed_and_checked() {
+    let id = "ab".repeat(32);
+    let ok = Genesis::from_json(
+        &format!(r#"{{"chain_id": "x", "authorities": ["{id}"]}}"#),
+        "g.json",
+    )
+    .unwrap();
+    assert_eq!(ok.authorities, vec![[0xab; 32]]);
+    assert_ne!(
+        ok.config_hash(),
+        Genesis::from_json(r#"{"chain_id": "x"}"#, "g.json")
+            .unwrap()
+            .config_hash()
+    );
+    let dup = Genesis::from_json(
+        &format!(r#"{{"chain_id": "x", "authorities": ["{id}", "{id}"]}}"#),
+        "g.json",
+    )
+    .unwrap_err();
+    assert!(
+        dup.to_string().contains("authorities[1]") && dup.to_string().contains("twice"),
+        "{dup}"
+    );
+    let short =
+        Genesis::from_json(r#"{"chain_id": "x", "authorities": ["abcd"]}"#, "g.json").unwrap_err();
+    assert!(
+        short
+            .to_string()
+            .contains("authorities[0]: 2 bytes, expected 32"),
+        "{short}"
+    );
 }
