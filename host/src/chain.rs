@@ -5,151 +5,35 @@
 //! commits block + state changes + new head as one atomic, flushed batch; only then is the
 //! in-memory state updated. On startup the stored head, head block and state root are checked
 //! against each other and against the genesis the node is configured with.
+//!
+//! - [`block`]: header, body, seal, canonical encoding; [`genesis`]: the configuration.
+//! - [`native_deposits`]: the native reference transition; [`workload`]: signed test deposits.
+//! - Errors, the deposit engine choice, revert and fork choice live in private submodules and
+//!   are re-exported here.
 
 pub mod block;
+mod deposit_engine;
+mod errors;
 mod fork_choice;
 pub mod genesis;
 pub mod native_deposits;
+mod revert;
 pub mod workload;
 
 use std::sync::{Arc, RwLock};
 
 use block::{Block, BlockHeader, DepositData, Hash};
+pub use deposit_engine::{DepositEngine, to_wit};
+pub use errors::{ImportError, OpenError, RevertError};
 pub use fork_choice::{Added, ForkChoiceError};
 use genesis::Genesis;
 
-use crate::runtime::CallError;
-use crate::runtime::deposits::{BlockContext, Deposit, DepositsModule, Outcome, ProcessError};
-use crate::state::{
-    Registry, RegistryDelta, RegistryRead, RegistryUndo, SharedRegistry, StateError, Validator,
-};
+use crate::runtime::deposits::{BlockContext, Outcome};
+use crate::state::{Registry, RegistryDelta, RegistryRead, StateError, Validator};
 use crate::store::{KvStore, StoreError, WriteBatch, keys};
 
 /// Version of the store layout this node writes.
 pub const STORE_FORMAT: u32 = 1;
-
-/// Why the chain could not be opened.
-#[derive(Debug, thiserror::Error)]
-pub enum OpenError {
-    /// Storage failed.
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    /// The genesis state is invalid.
-    #[error("genesis state: {0}")]
-    Genesis(#[from] StateError),
-    /// The data directory belongs to another chain.
-    #[error(
-        "the data directory holds chain with genesis {stored}, but the configured genesis is {configured}; \
-         use another --data-dir or the matching genesis file"
-    )]
-    GenesisMismatch {
-        /// Genesis hash in the store.
-        stored: String,
-        /// Genesis hash of the configuration.
-        configured: String,
-    },
-    /// The store is inconsistent; says what does not match.
-    #[error(
-        "corrupted store: {0}; restore the data directory from a backup or delete it and resync"
-    )]
-    Corrupt(String),
-}
-
-/// Why a block was not imported. Nothing was written.
-#[derive(Debug, thiserror::Error)]
-pub enum ImportError {
-    /// The header does not extend the head.
-    #[error("block {hash} does not extend the head: {reason}")]
-    NotNext {
-        /// The block's hash (hex).
-        hash: String,
-        /// What does not match.
-        reason: String,
-    },
-    /// The proposer is not the slot's authority, or the seal does not verify.
-    #[error("block {hash} is not properly sealed: {reason}")]
-    BadSeal {
-        /// The block's hash (hex).
-        hash: String,
-        /// What is wrong.
-        reason: String,
-    },
-    /// The body does not match the header's body root, or has too many deposits.
-    #[error("block {hash} has an invalid body: {reason}")]
-    BadBody {
-        /// The block's hash (hex).
-        hash: String,
-        /// What is wrong.
-        reason: String,
-    },
-    /// The deposits module rejected the block.
-    #[error("block {hash} is invalid: deposits rejected: {error:?}")]
-    Rejected {
-        /// The block's hash (hex).
-        hash: String,
-        /// The module's reason.
-        error: ProcessError,
-    },
-    /// The deposits module failed (trap, fuel, limits).
-    #[error("block {hash}: {0}", hash = .1)]
-    Module(#[source] CallError, String),
-    /// The state root after the block differs from the header's.
-    #[error("block {hash} claims state root {claimed}, but applying it gives {computed}")]
-    StateRootMismatch {
-        /// The block's hash (hex).
-        hash: String,
-        /// Root in the header.
-        claimed: String,
-        /// Root computed.
-        computed: String,
-    },
-    /// The state rejected the module's changes.
-    #[error("block {hash}: state update refused: {source}")]
-    State {
-        /// The block's hash (hex).
-        hash: String,
-        /// Why.
-        source: StateError,
-    },
-    /// Storage failed; the block was not imported.
-    #[error("storing block {hash} failed: {source}")]
-    Store {
-        /// The block's hash (hex).
-        hash: String,
-        /// Why.
-        source: StoreError,
-    },
-}
-
-/// Why the head block could not be reverted. Nothing was changed unless the error says so.
-#[derive(Debug, thiserror::Error)]
-pub enum RevertError {
-    /// Genesis cannot be reverted.
-    #[error("the head is genesis; there is nothing to revert")]
-    Genesis,
-    /// Storage failed.
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    /// A record needed to revert is missing or malformed.
-    #[error("cannot revert block {hash}: {reason}")]
-    Corrupt {
-        /// The head block (hex).
-        hash: String,
-        /// What is missing or malformed.
-        reason: String,
-    },
-    /// The in-memory state refused the rollback after the store committed it; restart the node
-    /// to reload the state from the store.
-    #[error(
-        "reverted block {hash} on disk, but the in-memory state did not follow ({reason}); restart the node"
-    )]
-    Diverged {
-        /// The reverted block (hex).
-        hash: String,
-        /// Why.
-        reason: String,
-    },
-}
 
 /// The chain head.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -196,59 +80,6 @@ pub struct Imported {
     pub head: Head,
     /// One outcome per deposit.
     pub outcomes: Vec<Outcome>,
-}
-
-/// How deposits are processed: a wasm module (the node) or the native reference (tests,
-/// benchmark baseline).
-#[derive(Clone)]
-pub enum DepositEngine {
-    /// A loaded deposits module.
-    Module(Box<DepositsModule>),
-    /// The native reference.
-    Native(native_deposits::Verification),
-}
-
-impl DepositEngine {
-    /// Runs the transition over `registry`. `Ok(Err(_))`: the block is invalid.
-    pub fn process(
-        &self,
-        registry: SharedRegistry,
-        ctx: &BlockContext,
-        deposits: &[DepositData],
-    ) -> Result<Result<(Vec<Outcome>, RegistryDelta), ProcessError>, CallError> {
-        match self {
-            DepositEngine::Module(module) => {
-                let module: &DepositsModule = module;
-                let wit: Vec<Deposit> = deposits.iter().map(to_wit).collect();
-                Ok(module
-                    .process(registry, ctx.clone(), wit)?
-                    .map(|out| (out.outcomes, out.delta)))
-            }
-            DepositEngine::Native(verification) => {
-                let fork: [u8; 4] = ctx
-                    .genesis_fork_version
-                    .as_slice()
-                    .try_into()
-                    .unwrap_or_default();
-                Ok(native_deposits::process(
-                    registry,
-                    fork,
-                    deposits,
-                    *verification,
-                ))
-            }
-        }
-    }
-}
-
-/// The WIT form of a deposit.
-pub fn to_wit(d: &DepositData) -> Deposit {
-    Deposit {
-        pubkey: d.pubkey.to_vec(),
-        withdrawal_credentials: d.withdrawal_credentials.to_vec(),
-        amount: d.amount,
-        signature: d.signature.to_vec(),
-    }
 }
 
 /// A chain over a store.
@@ -612,84 +443,6 @@ impl Chain {
         drop(registry);
         self.head = head;
         Ok(Imported { head, outcomes })
-    }
-}
-
-impl Chain {
-    /// Reverts the head block: its state changes are undone and its parent becomes the head,
-    /// on disk (one flushed batch) and then in memory. The block itself stays stored so it can
-    /// be imported again. Fork choice uses this to roll back to a common ancestor.
-    pub fn revert_head(&mut self) -> Result<Head, RevertError> {
-        let head = self.head;
-        if head.height == 0 {
-            return Err(RevertError::Genesis);
-        }
-        let name = hex32(&head.hash);
-        let corrupt = |reason: String| RevertError::Corrupt {
-            hash: name.clone(),
-            reason,
-        };
-        let max = self.genesis.max_deposits_per_block;
-        let block = self
-            .store
-            .get(&keys::block(&head.hash))?
-            .ok_or_else(|| corrupt("head block missing".into()))?;
-        let block = Block::decode(&block, max).map_err(|e| corrupt(format!("head block: {e}")))?;
-        let undo = self
-            .store
-            .get(&keys::undo(&head.hash))?
-            .ok_or_else(|| corrupt("undo record missing".into()))?;
-        let undo =
-            RegistryUndo::decode(&undo).ok_or_else(|| corrupt("undo record malformed".into()))?;
-        let parent_hash = block.header.parent_hash;
-        let parent = self
-            .store
-            .get(&keys::block(&parent_hash))?
-            .ok_or_else(|| corrupt(format!("parent block {} missing", hex32(&parent_hash))))?;
-        let parent =
-            Block::decode(&parent, max).map_err(|e| corrupt(format!("parent block: {e}")))?;
-        let new_head = Head {
-            hash: parent_hash,
-            height: parent.header.height,
-            slot: parent.header.slot,
-            state_root: parent.header.state_root,
-        };
-
-        let current = self.registry.read().map(|r| r.len()).unwrap_or(0);
-        let mut batch = WriteBatch::new();
-        batch.delete(keys::height(head.height));
-        batch.delete(keys::undo(&head.hash));
-        for index in undo.validators_before..current {
-            batch.delete(keys::validator(index));
-            batch.delete(keys::balance(index));
-        }
-        for &(index, balance) in &undo.balances {
-            batch.put(keys::balance(index), balance.to_le_bytes().to_vec());
-        }
-        batch.put(keys::HEAD, new_head.encode());
-        self.store.commit(&batch)?;
-
-        let diverged = |reason: String| RevertError::Diverged {
-            hash: name.clone(),
-            reason,
-        };
-        let mut registry = self
-            .registry
-            .write()
-            .map_err(|_| diverged("registry lock poisoned".into()))?;
-        registry
-            .rollback(&undo)
-            .map_err(|e| diverged(e.to_string()))?;
-        if registry.root() != new_head.state_root {
-            return Err(diverged(format!(
-                "state root {} after rollback, parent commits to {}",
-                hex32(&registry.root()),
-                hex32(&new_head.state_root)
-            )));
-        }
-        drop(registry);
-        self.head = new_head;
-        Ok(new_head)
     }
 }
 

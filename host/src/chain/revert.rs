@@ -1,0 +1,84 @@
+//! Reverting the head block with its undo record: the basis of reorganisations.
+
+use super::block::Block;
+use super::{Chain, Head, RevertError, hex32};
+use crate::state::RegistryUndo;
+use crate::store::{WriteBatch, keys};
+
+impl Chain {
+    /// Reverts the head block: its state changes are undone and its parent becomes the head,
+    /// on disk (one flushed batch) and then in memory. The block itself stays stored so it can
+    /// be imported again. Fork choice uses this to roll back to a common ancestor.
+    pub fn revert_head(&mut self) -> Result<Head, RevertError> {
+        let head = self.head;
+        if head.height == 0 {
+            return Err(RevertError::Genesis);
+        }
+        let name = hex32(&head.hash);
+        let corrupt = |reason: String| RevertError::Corrupt {
+            hash: name.clone(),
+            reason,
+        };
+        let max = self.genesis.max_deposits_per_block;
+        let block = self
+            .store
+            .get(&keys::block(&head.hash))?
+            .ok_or_else(|| corrupt("head block missing".into()))?;
+        let block = Block::decode(&block, max).map_err(|e| corrupt(format!("head block: {e}")))?;
+        let undo = self
+            .store
+            .get(&keys::undo(&head.hash))?
+            .ok_or_else(|| corrupt("undo record missing".into()))?;
+        let undo =
+            RegistryUndo::decode(&undo).ok_or_else(|| corrupt("undo record malformed".into()))?;
+        let parent_hash = block.header.parent_hash;
+        let parent = self
+            .store
+            .get(&keys::block(&parent_hash))?
+            .ok_or_else(|| corrupt(format!("parent block {} missing", hex32(&parent_hash))))?;
+        let parent =
+            Block::decode(&parent, max).map_err(|e| corrupt(format!("parent block: {e}")))?;
+        let new_head = Head {
+            hash: parent_hash,
+            height: parent.header.height,
+            slot: parent.header.slot,
+            state_root: parent.header.state_root,
+        };
+
+        let current = self.registry.read().map(|r| r.len()).unwrap_or(0);
+        let mut batch = WriteBatch::new();
+        batch.delete(keys::height(head.height));
+        batch.delete(keys::undo(&head.hash));
+        for index in undo.validators_before..current {
+            batch.delete(keys::validator(index));
+            batch.delete(keys::balance(index));
+        }
+        for &(index, balance) in &undo.balances {
+            batch.put(keys::balance(index), balance.to_le_bytes().to_vec());
+        }
+        batch.put(keys::HEAD, new_head.encode());
+        self.store.commit(&batch)?;
+
+        let diverged = |reason: String| RevertError::Diverged {
+            hash: name.clone(),
+            reason,
+        };
+        let mut registry = self
+            .registry
+            .write()
+            .map_err(|_| diverged("registry lock poisoned".into()))?;
+        registry
+            .rollback(&undo)
+            .map_err(|e| diverged(e.to_string()))?;
+        if registry.root() != new_head.state_root {
+            return Err(diverged(format!(
+                "state root {} after rollback, parent commits to {}",
+                hex32(&registry.root()),
+                hex32(&new_head.state_root)
+            )));
+        }
+        drop(registry);
+        self.head = new_head;
+        Ok(new_head)
+    }
+}
