@@ -42,6 +42,17 @@ fn chain(engine: DepositEngine) -> Chain {
     Chain::open(Arc::new(MemoryStore::new()), genesis(), engine).unwrap()
 }
 
+/// Opens (or reopens) the test chain on sled in `dir`, running deposits-v2.
+fn open_sled(dir: &std::path::Path, rt: &modnode::runtime::Runtime) -> Chain {
+    let engine = DepositEngine::Module(Box::new(deposits_module(rt, "deposits-v2")));
+    Chain::open(Arc::new(SledStore::open(dir).unwrap()), genesis(), engine).unwrap()
+}
+
+/// Pubkeys of the genesis validators.
+fn genesis_pubkeys() -> Vec<[u8; 48]> {
+    genesis().validators.iter().map(|v| v.pubkey).collect()
+}
+
 /// Builds and imports one block, returning the outcomes.
 fn import(chain: &mut Chain, deposits: Vec<DepositData>) -> Vec<Outcome> {
     let slot = chain.head().slot + 1;
@@ -188,16 +199,8 @@ fn invalid_blocks_change_nothing() {
 fn state_and_index_survive_a_restart_on_sled() {
     let dir = tempfile::tempdir().unwrap();
     let rt = runtime(1_000_000_000);
-    let engine = || DepositEngine::Module(Box::new(deposits_module(&rt, "deposits-v2")));
-    let open = || {
-        Chain::open(
-            Arc::new(SledStore::open(dir.path()).unwrap()),
-            genesis(),
-            engine(),
-        )
-        .unwrap()
-    };
-    let existing: Vec<[u8; 48]> = genesis().validators.iter().map(|v| v.pubkey).collect();
+    let open = || open_sled(dir.path(), &rt);
+    let existing = genesis_pubkeys();
     let (head, registry) = {
         let mut chain = open();
         for height in 1..=4 {
@@ -265,16 +268,8 @@ fn corrupted_store_and_wrong_genesis_are_refused() {
 fn reverting_blocks_restores_earlier_state_and_survives_a_restart() {
     let dir = tempfile::tempdir().unwrap();
     let rt = runtime(1_000_000_000);
-    let engine = || DepositEngine::Module(Box::new(deposits_module(&rt, "deposits-v2")));
-    let open = || {
-        Chain::open(
-            Arc::new(SledStore::open(dir.path()).unwrap()),
-            genesis(),
-            engine(),
-        )
-        .unwrap()
-    };
-    let existing: Vec<[u8; 48]> = genesis().validators.iter().map(|v| v.pubkey).collect();
+    let open = || open_sled(dir.path(), &rt);
+    let existing = genesis_pubkeys();
     let mut chain = open();
     let mut snapshots = vec![(chain.head(), chain.registry().read().unwrap().clone())];
     let mut blocks = vec![None];
