@@ -29,7 +29,7 @@ pub use fork_choice::{Added, ForkChoiceError};
 use genesis::Genesis;
 
 use crate::runtime::deposits::{BlockContext, Outcome};
-use crate::state::{Registry, RegistryDelta, RegistryRead, StateError, Validator};
+use crate::state::{Registry, RegistryDelta, StateError, Validator};
 use crate::store::{KvStore, StoreError, WriteBatch, keys};
 
 /// Version of the store layout this node writes.
@@ -270,7 +270,7 @@ impl Chain {
             .read()
             .map_err(|_| ImportError::State {
                 hash: hash.clone(),
-                source: StateError::Full,
+                source: StateError::Poisoned,
             })?
             .root_after(&delta)
             .map_err(|source| ImportError::State { hash, source })?;
@@ -403,7 +403,7 @@ impl Chain {
             .read()
             .map_err(|_| ImportError::State {
                 hash: name.clone(),
-                source: StateError::Full,
+                source: StateError::Poisoned,
             })?
             .undo_for(&delta)
             .map_err(|source| ImportError::State {
@@ -414,9 +414,8 @@ impl Chain {
         batch.put(keys::block(&hash), block.encode());
         batch.put(keys::undo(&hash), undo.encode());
         batch.put(keys::height(head.height), hash.to_vec());
-        let base = self.registry.read().map(|r| r.len()).unwrap_or(0);
         for (offset, added) in (0u32..).zip(&delta.added) {
-            let index = base.saturating_add(offset);
+            let index = undo.validators_before.saturating_add(offset);
             batch.put(keys::validator(index), added.record().encode().to_vec());
             batch.put(keys::balance(index), added.balance.to_le_bytes().to_vec());
         }
@@ -435,7 +434,7 @@ impl Chain {
         // applies, so a failure here means memory and disk diverged: the next start reloads.
         let mut registry = self.registry.write().map_err(|_| ImportError::State {
             hash: name.clone(),
-            source: StateError::Full,
+            source: StateError::Poisoned,
         })?;
         registry
             .apply(&delta)
@@ -482,10 +481,5 @@ fn load_registry(store: &dyn KvStore) -> Result<Registry, OpenError> {
             balances.len()
         )));
     }
-    let registry = Registry::from_parts(validators, balances)?;
-    debug_assert_eq!(
-        registry.validator_count() as usize,
-        registry.validators().len()
-    );
-    Ok(registry)
+    Ok(Registry::from_parts(validators, balances)?)
 }

@@ -376,7 +376,7 @@ impl<P: Policy> Sim<P> {
                 self.nodes[node].link_busy = false;
                 if let Some(inc) = self.nodes[node].link.pop_front() {
                     self.rx_bytes += inc.bytes as u64;
-                    self.block_copies += count_block_pushes(&inc.frame);
+                    self.block_copies += inc.frame.block_pushes();
                     let from = peer_handle(inc.from);
                     if self.cfg.encode_frames {
                         let bytes = inc.frame.encode()?;
@@ -492,14 +492,6 @@ fn add_stats(sum: &mut EngineStats, s: &EngineStats) {
     sum.requests_sent += s.requests_sent;
     sum.requests_served += s.requests_served;
     sum.fetches_abandoned += s.fetches_abandoned;
-}
-
-fn count_block_pushes(frame: &Frame) -> u64 {
-    match frame {
-        Frame::Push { kind, .. } => u64::from(*kind == MessageKind::Block),
-        Frame::Batch { frames } => frames.iter().map(count_block_pushes).sum(),
-        Frame::Announce { .. } | Frame::Request { .. } => 0,
-    }
 }
 
 /// Nearest-rank percentile of sorted values (0 if empty).

@@ -112,6 +112,18 @@ pub enum Frame {
 }
 
 impl Frame {
+    /// Block payloads this frame carries (a batch counts its inner pushes): how redundancy is
+    /// measured, by the simulator and by real drivers alike.
+    pub fn block_pushes(&self) -> u64 {
+        match self {
+            Frame::Push { kind, .. } => u64::from(*kind == MessageKind::Block),
+            Frame::Batch { frames } => frames.iter().map(Frame::block_pushes).sum(),
+            Frame::Announce { .. } | Frame::Request { .. } => 0,
+        }
+    }
+}
+
+impl Frame {
     /// Encodes the frame, version byte included.
     ///
     /// Fails if the frame breaks a protocol limit (payload too large, too many or no items,

@@ -33,11 +33,12 @@ impl DepositEngine {
                     .map(|out| (out.outcomes, out.delta)))
             }
             DepositEngine::Native(verification) => {
-                let fork: [u8; 4] = ctx
-                    .genesis_fork_version
-                    .as_slice()
-                    .try_into()
-                    .unwrap_or_default();
+                let Ok(fork) = <[u8; 4]>::try_from(ctx.genesis_fork_version.as_slice()) else {
+                    return Ok(Err(ProcessError::BadContext(format!(
+                        "genesis fork version is {} bytes, expected 4",
+                        ctx.genesis_fork_version.len()
+                    ))));
+                };
                 Ok(native_deposits::process(
                     registry,
                     fork,

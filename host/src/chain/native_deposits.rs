@@ -60,7 +60,7 @@ pub fn process(
         RegistryOverlay::new(registry).map_err(|e| ProcessError::Malformed(e.to_string()))?;
     let lookup_err = |e| {
         registry_error(&e).map_or_else(
-            || ProcessError::Malformed(e_to_string(&e)),
+            || ProcessError::Malformed(e.to_string()),
             ProcessError::Registry,
         )
     };
@@ -130,8 +130,4 @@ pub fn process(
         outcomes.push(outcome);
     }
     Ok((outcomes, overlay.into_delta()))
-}
-
-fn e_to_string(e: &crate::state::OverlayError) -> String {
-    e.to_string()
 }

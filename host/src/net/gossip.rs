@@ -454,18 +454,7 @@ async fn read_one(
     let decoded = Frame::decode(&frame.payload).map_err(|e| e.to_string())?;
     if let Ok(mut t) = traffic.lock() {
         t.bytes_received = t.bytes_received.saturating_add(len);
-        t.block_copies = t.block_copies.saturating_add(block_pushes(&decoded));
+        t.block_copies = t.block_copies.saturating_add(decoded.block_pushes());
     }
     Ok(Some(decoded))
-}
-
-fn block_pushes(frame: &Frame) -> u64 {
-    match frame {
-        Frame::Push {
-            kind: MessageKind::Block,
-            ..
-        } => 1,
-        Frame::Batch { frames } => frames.iter().map(block_pushes).sum(),
-        _ => 0,
-    }
 }

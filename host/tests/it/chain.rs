@@ -544,3 +544,22 @@ fn genesis_authorities_are_parsed_and_checked() {
         "{short}"
     );
 }
+
+#[test]
+fn every_engine_rejects_a_malformed_fork_version_the_same_way() {
+    use modnode::runtime::deposits::{BlockContext, ProcessError};
+    let registry = Arc::new(std::sync::RwLock::new(genesis().registry().unwrap()));
+    let ctx = BlockContext {
+        height: 1,
+        slot: 1,
+        genesis_fork_version: vec![0; 3],
+    };
+    let deposits = [workload::new_validator(1, 32 * ETH, FORK)];
+    for (name, engine) in engines() {
+        let result = engine.process(registry.clone(), &ctx, &deposits).unwrap();
+        assert!(
+            matches!(result, Err(ProcessError::BadContext(_))),
+            "{name}: {result:?}"
+        );
+    }
+}
