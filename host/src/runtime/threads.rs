@@ -80,12 +80,12 @@ pub fn run_on_guest_thread<R: Send + 'static>(f: impl FnOnce() -> R + Send + 'st
     match (sent, rx.recv()) {
         (true, Ok(Ok(result))) => result,
         (true, Ok(Err(panic))) => std::panic::resume_unwind(panic),
-        _ => run_on_fresh_thread_boxed_fallback(),
+        _ => pool_gone(),
     }
 }
 
 #[cold]
-fn run_on_fresh_thread_boxed_fallback<R>() -> R {
+fn pool_gone<R>() -> R {
     panic!("the modnode guest thread pool is gone; cannot run module calls")
 }
 

@@ -3,7 +3,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, RwLock};
 
-use super::validator::{NewValidator, PUBKEY_LEN, Pubkey, WITHDRAWAL_CREDENTIALS_LEN};
+use super::validator::{NewValidator, Pubkey, WITHDRAWAL_CREDENTIALS_LEN};
 
 /// Read access to a registry, as the overlay needs it.
 pub trait RegistryRead: Send + Sync {
@@ -222,8 +222,6 @@ impl RegistryOverlay {
         }
     }
 }
-
-const _: () = assert!(PUBKEY_LEN == 48);
 
 #[cfg(test)]
 mod tests {
