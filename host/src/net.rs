@@ -4,6 +4,7 @@
 //! - [`tls`]: rustls configurations that pin peers by `NodeId`.
 //! - [`codec`]: length-prefixed message framing.
 //! - [`gossip`]: the QUIC driver of the sans-IO gossip engine.
+//! - [`rpc`]: request/response messages (status, block ranges, peer lists).
 //! - [`handshake`]: the hello exchange that checks chain id and genesis hash.
 //! - [`endpoint`]: quinn endpoints with explicit resource limits.
 
@@ -12,4 +13,5 @@ pub mod endpoint;
 pub mod gossip;
 pub mod handshake;
 pub mod identity;
+pub mod rpc;
 pub mod tls;

@@ -68,6 +68,44 @@ pub struct DepositData {
     pub signature: [u8; 96],
 }
 
+impl DepositData {
+    /// Canonical encoding: pubkey ‖ withdrawal credentials ‖ amount (LE) ‖ signature,
+    /// [`DEPOSIT_BYTES`] long (the form deposits take in a block body and in gossip).
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(DEPOSIT_BYTES);
+        out.extend_from_slice(&self.pubkey);
+        out.extend_from_slice(&self.withdrawal_credentials);
+        out.extend_from_slice(&self.amount.to_le_bytes());
+        out.extend_from_slice(&self.signature);
+        out
+    }
+
+    /// Decodes [`DepositData::encode`]'s output; anything but exactly [`DEPOSIT_BYTES`] bytes
+    /// is an error.
+    pub fn decode(bytes: &[u8]) -> Result<Self, BlockError> {
+        let mut r = Reader { bytes };
+        let deposit = Self::decode_from(&mut r)?;
+        if !r.bytes.is_empty() {
+            return Err(BlockError::Trailing(r.bytes.len()));
+        }
+        Ok(deposit)
+    }
+
+    fn decode_from(r: &mut Reader<'_>) -> Result<Self, BlockError> {
+        Ok(Self {
+            pubkey: *r.take("deposit pubkey")?,
+            withdrawal_credentials: *r.take("deposit withdrawal credentials")?,
+            amount: r.u64("deposit amount")?,
+            signature: *r.take("deposit signature")?,
+        })
+    }
+
+    /// Identifies the deposit: `sha256(encode())`.
+    pub fn id(&self) -> Hash {
+        Sha256::digest(self.encode()).into()
+    }
+}
+
 /// A block header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BlockHeader {
@@ -179,10 +217,7 @@ impl BlockBody {
         let count = u16::try_from(self.deposits.len()).unwrap_or(u16::MAX);
         out.extend_from_slice(&count.to_le_bytes());
         for d in self.deposits.iter().take(usize::from(count)) {
-            out.extend_from_slice(&d.pubkey);
-            out.extend_from_slice(&d.withdrawal_credentials);
-            out.extend_from_slice(&d.amount.to_le_bytes());
-            out.extend_from_slice(&d.signature);
+            out.extend_from_slice(&d.encode());
         }
         out
     }
@@ -209,12 +244,7 @@ impl BlockBody {
         }
         let mut deposits = Vec::with_capacity(usize::from(count));
         for _ in 0..count {
-            deposits.push(DepositData {
-                pubkey: *r.take("deposit pubkey")?,
-                withdrawal_credentials: *r.take("deposit withdrawal credentials")?,
-                amount: r.u64("deposit amount")?,
-                signature: *r.take("deposit signature")?,
-            });
+            deposits.push(DepositData::decode_from(r)?);
         }
         Ok(Self { deposits })
     }

@@ -52,6 +52,9 @@ pub struct Genesis {
     pub chain_id: String,
     /// Fork version used in the deposit signing domain.
     pub genesis_fork_version: [u8; 4],
+    /// Start of slot 0, in milliseconds since the Unix epoch; slot `s` starts at
+    /// `genesis_time_ms + s * slot_ms`. 0 (the embedded dev genesis) counts slots from the epoch.
+    pub genesis_time_ms: u64,
     /// Slot length in milliseconds.
     pub slot_ms: u64,
     /// Most deposits one block may carry.
@@ -72,6 +75,8 @@ struct GenesisFile {
     chain_id: String,
     #[serde(default = "default_fork")]
     genesis_fork_version: String,
+    #[serde(default)]
+    genesis_time_ms: u64,
     #[serde(default = "default_slot_ms")]
     slot_ms: u64,
     #[serde(default = "default_max_deposits")]
@@ -186,6 +191,7 @@ impl Genesis {
         let genesis = Self {
             chain_id: file.chain_id,
             genesis_fork_version,
+            genesis_time_ms: file.genesis_time_ms,
             slot_ms: file.slot_ms,
             max_deposits_per_block: file.max_deposits_per_block,
             finality_depth: file.finality_depth,
@@ -220,6 +226,7 @@ impl Genesis {
         Self {
             chain_id: chain_id.to_string(),
             genesis_fork_version: [0; 4],
+            genesis_time_ms: 0,
             slot_ms: default_slot_ms(),
             max_deposits_per_block: DEFAULT_MAX_DEPOSITS,
             finality_depth: DEFAULT_FINALITY_DEPTH,
@@ -234,6 +241,20 @@ impl Genesis {
             .ok()
             .filter(|&n| n > 0)?;
         u32::try_from(slot.checked_rem(n)?).ok()
+    }
+
+    /// The slot in progress at `unix_ms` (0 before genesis).
+    pub fn slot_at(&self, unix_ms: u64) -> u64 {
+        unix_ms
+            .saturating_sub(self.genesis_time_ms)
+            .checked_div(self.slot_ms)
+            .unwrap_or(0)
+    }
+
+    /// When `slot` starts, in milliseconds since the Unix epoch.
+    pub fn slot_start_ms(&self, slot: u64) -> u64 {
+        self.genesis_time_ms
+            .saturating_add(slot.saturating_mul(self.slot_ms))
     }
 
     /// The genesis registry.
@@ -262,6 +283,7 @@ impl Genesis {
         h.update((self.chain_id.len() as u64).to_le_bytes());
         h.update(self.chain_id.as_bytes());
         h.update(self.genesis_fork_version);
+        h.update(self.genesis_time_ms.to_le_bytes());
         h.update(self.slot_ms.to_le_bytes());
         h.update(self.max_deposits_per_block.to_le_bytes());
         h.update(self.finality_depth.to_le_bytes());

@@ -1,0 +1,390 @@
+//! Request/response messages exchanged on bidirectional streams after the hello: one request
+//! and one response per stream.
+//!
+//! Every message is one [`codec`](super::codec) frame; the frame's message type says which.
+//! Encodings (integers little-endian):
+//! - [`STATUS_REQUEST`]: empty. [`STATUS`]: `head height u64 | head hash 32 | finalized u64`.
+//! - [`BLOCKS_REQUEST`]: `start u64 | count u16` (1..=[`MAX_BLOCKS_PER_REQUEST`]).
+//!   [`BLOCKS`]: `n u16 | n × (len u32 | encoded block)`: consecutive canonical blocks from
+//!   `start`, possibly fewer than asked (the server stops at its head or at the size budget).
+//! - [`PEERS_REQUEST`]: empty. [`PEERS`]: `n u8 | n × (node id 32 | 4 or 6 | ip | port u16)`.
+//!
+//! Decoding checks every length and refuses trailing bytes; a malformed message is a protocol
+//! violation by the peer that sent it.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+
+use modnode_peers::PeerAddr;
+
+/// Frame type of a status request.
+pub const STATUS_REQUEST: u8 = 3;
+/// Frame type of a status answer.
+pub const STATUS: u8 = 4;
+/// Frame type of a block range request.
+pub const BLOCKS_REQUEST: u8 = 5;
+/// Frame type of a block range answer.
+pub const BLOCKS: u8 = 6;
+/// Frame type of a peer list request.
+pub const PEERS_REQUEST: u8 = 7;
+/// Frame type of a peer list answer.
+pub const PEERS: u8 = 8;
+
+/// Most blocks one request may ask for.
+pub const MAX_BLOCKS_PER_REQUEST: u16 = 64;
+/// Most entries in a peer list.
+pub const MAX_PEERS_PER_ANSWER: usize = 64;
+/// Largest request frame (requests are tiny; anything bigger is garbage).
+pub const MAX_REQUEST_BYTES: usize = 64;
+
+/// A peer's view of its chain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChainStatus {
+    /// Height of its head.
+    pub head_height: u64,
+    /// Hash of its head.
+    pub head_hash: [u8; 32],
+    /// Its finalized height.
+    pub finalized_height: u64,
+}
+
+/// A request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Request {
+    /// What is your head?
+    Status,
+    /// Send the canonical blocks `start .. start + count`.
+    Blocks {
+        /// First height.
+        start: u64,
+        /// How many (1..=[`MAX_BLOCKS_PER_REQUEST`]).
+        count: u16,
+    },
+    /// Which peers do you know?
+    Peers,
+}
+
+/// A response.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Response {
+    /// The sender's head.
+    Status(ChainStatus),
+    /// Encoded blocks, consecutive from the requested start.
+    Blocks(Vec<Vec<u8>>),
+    /// Known-good peer addresses.
+    Peers(Vec<PeerAddr>),
+}
+
+/// Why a message could not be decoded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RpcError {
+    /// The frame type is not the one expected here.
+    #[error("unexpected message type {found}, expected {expected}")]
+    UnexpectedType {
+        /// What arrived.
+        found: u8,
+        /// What was expected (a description).
+        expected: &'static str,
+    },
+    /// The payload ended early.
+    #[error("{what}: message truncated")]
+    Truncated {
+        /// Which field.
+        what: &'static str,
+    },
+    /// Bytes after the end of the message.
+    #[error("{0} trailing bytes after the message")]
+    Trailing(usize),
+    /// A field has an invalid value.
+    #[error("{field}: {reason}")]
+    Invalid {
+        /// Which field.
+        field: &'static str,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+struct Reader<'a>(&'a [u8]);
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize, what: &'static str) -> Result<&'a [u8], RpcError> {
+        if self.0.len() < n {
+            return Err(RpcError::Truncated { what });
+        }
+        let (head, rest) = self.0.split_at(n);
+        self.0 = rest;
+        Ok(head)
+    }
+    fn array<const N: usize>(&mut self, what: &'static str) -> Result<[u8; N], RpcError> {
+        let (head, rest) = self
+            .0
+            .split_first_chunk::<N>()
+            .ok_or(RpcError::Truncated { what })?;
+        self.0 = rest;
+        Ok(*head)
+    }
+    fn u64(&mut self, what: &'static str) -> Result<u64, RpcError> {
+        Ok(u64::from_le_bytes(self.array(what)?))
+    }
+    fn u16(&mut self, what: &'static str) -> Result<u16, RpcError> {
+        Ok(u16::from_le_bytes(self.array(what)?))
+    }
+    fn finish(self) -> Result<(), RpcError> {
+        match self.0.len() {
+            0 => Ok(()),
+            n => Err(RpcError::Trailing(n)),
+        }
+    }
+}
+
+impl Request {
+    /// Frame type and payload.
+    pub fn encode(&self) -> (u8, Vec<u8>) {
+        match self {
+            Self::Status => (STATUS_REQUEST, Vec::new()),
+            Self::Blocks { start, count } => {
+                let mut out = start.to_le_bytes().to_vec();
+                out.extend_from_slice(&count.to_le_bytes());
+                (BLOCKS_REQUEST, out)
+            }
+            Self::Peers => (PEERS_REQUEST, Vec::new()),
+        }
+    }
+
+    /// Decodes a request frame.
+    pub fn decode(msg_type: u8, payload: &[u8]) -> Result<Self, RpcError> {
+        let mut r = Reader(payload);
+        let request = match msg_type {
+            STATUS_REQUEST => Self::Status,
+            PEERS_REQUEST => Self::Peers,
+            BLOCKS_REQUEST => {
+                let start = r.u64("blocks request start")?;
+                let count = r.u16("blocks request count")?;
+                if !(1..=MAX_BLOCKS_PER_REQUEST).contains(&count) {
+                    return Err(RpcError::Invalid {
+                        field: "blocks request count",
+                        reason: format!("{count} is outside 1..={MAX_BLOCKS_PER_REQUEST}"),
+                    });
+                }
+                Self::Blocks { start, count }
+            }
+            found => {
+                return Err(RpcError::UnexpectedType {
+                    found,
+                    expected: "a request (status, blocks or peers)",
+                });
+            }
+        };
+        r.finish()?;
+        Ok(request)
+    }
+}
+
+impl Response {
+    /// Frame type and payload.
+    pub fn encode(&self) -> (u8, Vec<u8>) {
+        match self {
+            Self::Status(s) => {
+                let mut out = Vec::with_capacity(48);
+                out.extend_from_slice(&s.head_height.to_le_bytes());
+                out.extend_from_slice(&s.head_hash);
+                out.extend_from_slice(&s.finalized_height.to_le_bytes());
+                (STATUS, out)
+            }
+            Self::Blocks(blocks) => {
+                // Blocks over 4 GiB cannot be framed; the list stops before the first one.
+                let fitting: Vec<(u32, &Vec<u8>)> = blocks
+                    .iter()
+                    .take(usize::from(u16::MAX))
+                    .map_while(|b| u32::try_from(b.len()).ok().map(|len| (len, b)))
+                    .collect();
+                let n = u16::try_from(fitting.len()).unwrap_or(u16::MAX);
+                let mut out = n.to_le_bytes().to_vec();
+                for (len, block) in fitting {
+                    out.extend_from_slice(&len.to_le_bytes());
+                    out.extend_from_slice(block);
+                }
+                (BLOCKS, out)
+            }
+            Self::Peers(peers) => {
+                let n = peers.len().min(MAX_PEERS_PER_ANSWER);
+                let mut out = vec![u8::try_from(n).unwrap_or(u8::MAX)];
+                for peer in peers.iter().take(n) {
+                    out.extend_from_slice(&peer.node);
+                    match peer.addr.ip() {
+                        IpAddr::V4(ip) => {
+                            out.push(4);
+                            out.extend_from_slice(&ip.octets());
+                        }
+                        IpAddr::V6(ip) => {
+                            out.push(6);
+                            out.extend_from_slice(&ip.octets());
+                        }
+                    }
+                    out.extend_from_slice(&peer.addr.port().to_le_bytes());
+                }
+                (PEERS, out)
+            }
+        }
+    }
+
+    /// Decodes the answer to `request`: the frame type must match it.
+    pub fn decode(request: &Request, msg_type: u8, payload: &[u8]) -> Result<Self, RpcError> {
+        let (expected_type, expected) = match request {
+            Request::Status => (STATUS, "a status answer"),
+            Request::Blocks { .. } => (BLOCKS, "a blocks answer"),
+            Request::Peers => (PEERS, "a peers answer"),
+        };
+        if msg_type != expected_type {
+            return Err(RpcError::UnexpectedType {
+                found: msg_type,
+                expected,
+            });
+        }
+        let mut r = Reader(payload);
+        let response = match request {
+            Request::Status => Self::Status(ChainStatus {
+                head_height: r.u64("status head height")?,
+                head_hash: r.array("status head hash")?,
+                finalized_height: r.u64("status finalized height")?,
+            }),
+            Request::Blocks { count, .. } => {
+                let n = r.u16("blocks answer count")?;
+                if n > *count {
+                    return Err(RpcError::Invalid {
+                        field: "blocks answer count",
+                        reason: format!("{n} blocks for a request of {count}"),
+                    });
+                }
+                let mut blocks = Vec::with_capacity(usize::from(n));
+                for _ in 0..n {
+                    let len = u32::from_le_bytes(r.array("block length")?);
+                    let len = usize::try_from(len).map_err(|_| RpcError::Invalid {
+                        field: "block length",
+                        reason: format!("{len} does not fit in memory"),
+                    })?;
+                    blocks.push(r.take(len, "block bytes")?.to_vec());
+                }
+                Self::Blocks(blocks)
+            }
+            Request::Peers => {
+                let [n] = r.array::<1>("peers answer count")?;
+                if usize::from(n) > MAX_PEERS_PER_ANSWER {
+                    return Err(RpcError::Invalid {
+                        field: "peers answer count",
+                        reason: format!("{n} entries, at most {MAX_PEERS_PER_ANSWER}"),
+                    });
+                }
+                let mut peers = Vec::with_capacity(usize::from(n));
+                for _ in 0..n {
+                    let node = r.array::<32>("peer node id")?;
+                    let ip = match r.array::<1>("peer address family")? {
+                        [4] => IpAddr::V4(Ipv4Addr::from(r.array::<4>("peer ipv4 address")?)),
+                        [6] => IpAddr::V6(Ipv6Addr::from(r.array::<16>("peer ipv6 address")?)),
+                        [other] => {
+                            return Err(RpcError::Invalid {
+                                field: "peer address family",
+                                reason: format!("{other} is neither 4 nor 6"),
+                            });
+                        }
+                    };
+                    let port = r.u16("peer port")?;
+                    peers.push(PeerAddr {
+                        node,
+                        addr: SocketAddr::new(ip, port),
+                    });
+                }
+                Self::Peers(peers)
+            }
+        };
+        r.finish()?;
+        Ok(response)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn roundtrip(request: Request, response: Response) {
+        let (t, p) = request.encode();
+        assert_eq!(Request::decode(t, &p), Ok(request));
+        let (t, p) = response.encode();
+        assert_eq!(Response::decode(&request, t, &p), Ok(response.clone()));
+        for cut in 0..p.len() {
+            assert!(
+                Response::decode(&request, t, &p[..cut]).is_err(),
+                "{response:?} decoded when cut at {cut}"
+            );
+        }
+        let mut long = p.clone();
+        long.push(0);
+        assert_eq!(
+            Response::decode(&request, t, &long),
+            Err(RpcError::Trailing(1))
+        );
+    }
+
+    #[test]
+    fn every_message_roundtrips_and_every_truncation_fails() {
+        roundtrip(
+            Request::Status,
+            Response::Status(ChainStatus {
+                head_height: 9,
+                head_hash: [3; 32],
+                finalized_height: 2,
+            }),
+        );
+        roundtrip(
+            Request::Blocks { start: 5, count: 3 },
+            Response::Blocks(vec![vec![1, 2, 3], vec![], vec![9; 300]]),
+        );
+        roundtrip(
+            Request::Peers,
+            Response::Peers(vec![
+                PeerAddr {
+                    node: [7; 32],
+                    addr: "127.0.0.1:9000".parse().unwrap(),
+                },
+                PeerAddr {
+                    node: [8; 32],
+                    addr: "[::1]:9001".parse().unwrap(),
+                },
+            ]),
+        );
+    }
+
+    #[test]
+    fn malformed_requests_and_answers_are_refused_with_the_field_named() {
+        let (t, mut p) = Request::Blocks { start: 1, count: 0 }.encode();
+        let err = Request::decode(t, &p).unwrap_err().to_string();
+        assert!(err.contains("blocks request count"), "{err}");
+        p.push(1);
+        assert!(Request::decode(t, &p).is_err());
+        assert!(matches!(
+            Request::decode(STATUS, &[]),
+            Err(RpcError::UnexpectedType { found: STATUS, .. })
+        ));
+        // More blocks than asked for.
+        let (t, p) = Response::Blocks(vec![vec![1], vec![2]]).encode();
+        let request = Request::Blocks { start: 1, count: 1 };
+        let err = Response::decode(&request, t, &p).unwrap_err().to_string();
+        assert!(err.contains("2 blocks for a request of 1"), "{err}");
+        // A status answer to a peers request.
+        let (t, p) = Response::Status(ChainStatus {
+            head_height: 0,
+            head_hash: [0; 32],
+            finalized_height: 0,
+        })
+        .encode();
+        assert!(Response::decode(&Request::Peers, t, &p).is_err());
+        // A bad address family.
+        let mut p = vec![1];
+        p.extend_from_slice(&[0; 32]);
+        p.push(5);
+        let err = Response::decode(&Request::Peers, PEERS, &p)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("address family"), "{err}");
+    }
+}
