@@ -1,0 +1,134 @@
+//! The node's admin API: a small, strict HTTP/1.1 server on a local socket, and its client.
+//!
+//! The node binds it with [`server::bind`] (by default on `127.0.0.1:0`), which creates or loads
+//! the bearer token in `<data_dir>/admin.token` (mode `0600`) and writes the bound address to
+//! `<data_dir>/admin.addr`; [`server::serve`] then answers until told to shut down. The
+//! [`client`] functions find a running node from its data directory alone: anyone who can read
+//! the token file may administer the node.
+//!
+//! Routes:
+//! - `GET /status` (token): the node's status as JSON, from [`AdminBackend::status`].
+//! - `GET /metrics` (no token): Prometheus text format. Left open so a scraper needs no secret;
+//!   metrics carry no secrets and the socket is local unless the operator binds it elsewhere.
+//! - `POST /deposits` (token): a deposit as JSON (see [`deposit_json`]), handed to
+//!   [`AdminBackend::submit_deposit`]; answers `{"accepted":true,"id":"<hex>"}`.
+//!
+//! Every error answer is `{"error":"<what is wrong>"}` with a 4xx/5xx status, and every
+//! response closes the connection: one request per connection keeps the server simple.
+
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::pin::Pin;
+
+use crate::chain::block::DepositData;
+
+pub mod client;
+pub mod deposit_json;
+mod http;
+pub mod server;
+pub mod token;
+
+pub use token::{AdminToken, read_admin_addr};
+
+/// A boxed future returned by [`AdminBackend`].
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// What the admin API asks of the node.
+pub trait AdminBackend: Send + Sync + 'static {
+    /// The node's status as a JSON object (height, peers, ...). Called on the server's task,
+    /// so it must be cheap and must not block.
+    fn status(&self) -> serde_json::Value;
+    /// Metrics in the Prometheus text exposition format. Same constraints as [`Self::status`].
+    fn metrics(&self) -> String;
+    /// Submits a deposit to the node's mempool; Ok = accepted (returns its id, hex), Err =
+    /// refused with a reason (answered as a bad request).
+    fn submit_deposit(&self, deposit: DepositData) -> BoxFuture<'_, Result<String, String>>;
+}
+
+/// Why an admin operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum AdminError {
+    /// A file in the data directory could not be read or written.
+    #[error("cannot {action} {}: {source}", path.display())]
+    Io {
+        /// What was being done.
+        action: &'static str,
+        /// The file or directory.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: io::Error,
+    },
+    /// The token file exists but does not hold a token; it is never overwritten.
+    #[error(
+        "admin token file {} is malformed ({reason}); delete it to have the node create a new one",
+        path.display()
+    )]
+    CorruptToken {
+        /// The token file.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The address file does not exist: the node has not started its admin API.
+    #[error("no admin address file {}: is a node running with this data directory?", path.display())]
+    NoAddrFile {
+        /// The address file that was looked for.
+        path: PathBuf,
+    },
+    /// The address file does not hold a socket address.
+    #[error("admin address file {} is malformed ({reason}); restart the node to rewrite it", path.display())]
+    BadAddrFile {
+        /// The address file.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The listener could not be bound.
+    #[error("cannot bind the admin API on {addr}: {source}")]
+    Bind {
+        /// The requested address.
+        addr: SocketAddr,
+        /// The underlying error.
+        #[source]
+        source: io::Error,
+    },
+    /// Nothing listens at the address the node wrote: the node is not running.
+    #[error(
+        "the node at {addr} (data directory {}) is not running; start it first",
+        data_dir.display()
+    )]
+    NotRunning {
+        /// The address read from `admin.addr`.
+        addr: SocketAddr,
+        /// The data directory.
+        data_dir: PathBuf,
+    },
+    /// The connection failed or timed out mid-request.
+    #[error("admin request to {addr} failed: {source}")]
+    Connection {
+        /// The node's admin address.
+        addr: SocketAddr,
+        /// The underlying error.
+        #[source]
+        source: io::Error,
+    },
+    /// The node answered with a non-success status.
+    #[error("the node refused the request (HTTP {status}): {message}")]
+    Refused {
+        /// The HTTP status code.
+        status: u16,
+        /// The server's `error` message.
+        message: String,
+    },
+    /// The node's answer was not a well-formed response.
+    #[error("malformed response from the node at {addr}: {reason}")]
+    BadResponse {
+        /// The node's admin address.
+        addr: SocketAddr,
+        /// What is wrong with it.
+        reason: String,
+    },
+}
