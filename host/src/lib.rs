@@ -4,6 +4,8 @@
 //! state, cryptography — and loads WIT-described components that decide *how*: deposit
 //! processing, checkpoint chunking, gossip policy. See `ARCHITECTURE.md` for the design.
 //!
+//! - [`admin`]: the localhost admin HTTP API (status, metrics, deposit submission).
+//! - [`node`]: the node itself: chain worker, peers, sync, gossip and block production.
 //! - [`chain`]: blocks, genesis, block import with atomic durable commits.
 //! - [`runtime`]: the sandboxed, deterministic wasmtime runtime, one host module per WIT world.
 //! - [`net`]: QUIC transport with mutually authenticated TLS 1.3 and message framing.
@@ -12,9 +14,11 @@
 //! - [`store`]: durable storage (sled) behind a small trait, with an in-memory twin.
 #![deny(missing_docs)]
 
+pub mod admin;
 pub mod chain;
 pub mod crypto;
 pub mod net;
+pub mod node;
 pub mod runtime;
 pub mod state;
 pub mod store;

@@ -19,15 +19,13 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Run a node on its embedded defaults (single-node dev chain, default modules).
-    Run {
-        /// Data directory (created if missing).
-        #[arg(long, default_value = "modnode-data")]
-        data_dir: PathBuf,
-        /// Genesis file (JSON); the embedded dev genesis if omitted.
-        #[arg(long)]
-        genesis: Option<PathBuf>,
-    },
+    /// Run a node (on its embedded defaults: a single-node dev chain, default modules).
+    Run(commands::run::RunArgs),
+    /// Start N nodes on loopback with a live status table; Ctrl-C stops them.
+    Devnet(commands::devnet::DevnetArgs),
+    /// Deposits.
+    #[command(subcommand)]
+    Deposit(DepositCommand),
     /// Work with module components.
     #[command(subcommand)]
     Module(ModuleCommand),
@@ -37,6 +35,12 @@ enum Command {
     /// Tools for tests and debugging.
     #[command(subcommand, hide = true)]
     Debug(DebugCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum DepositCommand {
+    /// Submit a deposit to a running node through its admin API.
+    Submit(commands::deposit::SubmitArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -125,7 +129,9 @@ fn main() -> std::process::ExitCode {
         .init();
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Run { data_dir, genesis } => commands::run::run(&data_dir, genesis.as_ref()),
+        Command::Run(args) => commands::run::run(args),
+        Command::Devnet(args) => commands::devnet::devnet(args),
+        Command::Deposit(DepositCommand::Submit(args)) => commands::deposit::submit(args),
         Command::Debug(DebugCommand::ImportLoop { data_dir, blocks }) => {
             commands::run::import_loop(&data_dir, blocks)
         }

@@ -1,96 +1,77 @@
-//! `modnode run`: a single-node dev chain on the embedded defaults, and the hidden
-//! `modnode debug import-loop` the crash tests drive.
+//! `modnode run`: one node (the embedded single-node dev chain unless a genesis file is given),
+//! and the hidden `modnode debug import-loop` the crash tests drive.
 
 use std::io::Write as _;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::Context as _;
 use modnode::chain::genesis::Genesis;
-use modnode::chain::{Chain, DepositEngine, workload};
-use modnode::runtime::{LoadedModule, Runtime, RuntimeConfig};
-use modnode::state::RegistryRead;
-use modnode::store::SledStore;
+use modnode::chain::workload;
+use modnode::node::{self, Node, NodeConfig};
+use modnode_peers::PeerAddr;
 
-/// The deposits version a fresh node activates.
-pub const DEFAULT_DEPOSITS: &str = "deposits-v2";
-
-/// Opens the node's chain: runtime with the artifact cache, every embedded module loaded and
-/// warmed, the sled store, and the genesis (the embedded dev genesis unless a file is given).
-pub fn open_chain(data_dir: &Path, genesis: Option<&PathBuf>) -> anyhow::Result<Chain> {
-    std::fs::create_dir_all(data_dir)
-        .with_context(|| format!("cannot create data dir {}", data_dir.display()))?;
-    let runtime = Runtime::new(RuntimeConfig {
-        cache_dir: Some(data_dir.join("module-cache")),
-        ..RuntimeConfig::default()
-    })?;
-    let mut deposits = None;
-    for (name, bytes) in modnode::artifacts::EMBEDDED {
-        let module = runtime
-            .load(bytes)
-            .with_context(|| format!("embedded module {name} failed to load"))?;
-        tracing::info!(module = %module.meta().name(), contract = %module.meta().component.contract, "module ready");
-        if let (true, LoadedModule::Deposits(m)) = (*name == DEFAULT_DEPOSITS, module) {
-            deposits = Some(m);
-        }
-    }
-    let deposits =
-        deposits.with_context(|| format!("{DEFAULT_DEPOSITS} is not embedded in this build"))?;
-    let stats = runtime.cache().stats();
-    tracing::info!(
-        compiled = stats.compiles(),
-        from_cache = stats.hits(),
-        "modules warmed"
-    );
-    let genesis = match genesis {
-        Some(path) => Genesis::from_file(path)?,
-        None => Genesis::dev(),
-    };
-    let store = SledStore::open(&data_dir.join("chain"))?;
-    let chain = Chain::open(
-        Arc::new(store),
-        genesis,
-        DepositEngine::Module(Box::new(deposits)),
-    )
-    .with_context(|| format!("cannot open the chain in {}", data_dir.display()))?;
-    Ok(chain)
+/// Options of `modnode run`.
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    /// Data directory (created if missing): node key, chain, module cache, admin token.
+    #[arg(long, default_value = "modnode-data")]
+    pub data_dir: PathBuf,
+    /// Genesis file (JSON); the embedded dev genesis if omitted.
+    #[arg(long)]
+    pub genesis: Option<PathBuf>,
+    /// UDP address for peer connections.
+    #[arg(long, default_value = "127.0.0.1:9400")]
+    pub listen: SocketAddr,
+    /// A peer to connect to, as `<node id hex>@<ip:port>`; repeat for more.
+    #[arg(long = "bootstrap", value_name = "ID@ADDR")]
+    pub bootstrap: Vec<PeerAddr>,
+    /// TCP address of the admin API (status, metrics, `modnode deposit submit`).
+    #[arg(long, default_value = "127.0.0.1:9401")]
+    pub admin: SocketAddr,
+    /// Do not start the admin API.
+    #[arg(long)]
+    pub no_admin: bool,
+    /// Embedded gossip policy module to run.
+    #[arg(long, default_value = node::DEFAULT_GOSSIP_POLICY)]
+    pub gossip_policy: String,
+    /// Never produce blocks, even in this node's slots.
+    #[arg(long)]
+    pub no_produce: bool,
 }
 
-/// `modnode run`: produce and import a block every slot until Ctrl-C.
-pub fn run(data_dir: &Path, genesis: Option<&PathBuf>) -> anyhow::Result<()> {
-    let mut chain = open_chain(data_dir, genesis)?;
-    let head = chain.head();
-    tracing::info!(
-        data_dir = %data_dir.display(),
-        genesis = %hex::encode(chain.genesis_hash()),
-        height = head.height,
-        "node running; Ctrl-C stops it"
-    );
-    let slot = Duration::from_millis(chain.genesis().slot_ms);
-    let rt = tokio::runtime::Builder::new_current_thread()
+/// Reads the genesis file, or the embedded dev genesis.
+pub fn genesis(path: Option<&PathBuf>) -> anyhow::Result<Genesis> {
+    Ok(match path {
+        Some(path) => Genesis::from_file(path)?,
+        None => Genesis::dev(),
+    })
+}
+
+/// `modnode run`: runs the node until Ctrl-C, then stops it cleanly.
+pub fn run(args: RunArgs) -> anyhow::Result<()> {
+    let mut config = NodeConfig::new(args.data_dir.clone(), genesis(args.genesis.as_ref())?);
+    config.listen = args.listen;
+    config.bootstrap = args.bootstrap;
+    config.admin_listen = (!args.no_admin).then_some(args.admin);
+    config.gossip_policy = args.gossip_policy;
+    config.produce = !args.no_produce;
+    let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
     rt.block_on(async {
-        let mut ticker = tokio::time::interval(slot);
-        ticker.tick().await;
-        loop {
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => break,
-                _ = ticker.tick() => {
-                    let head = chain.head();
-                    let block = chain.build_block(head.slot.saturating_add(1), 0, Vec::new())?;
-                    let imported = chain.import(&block)?;
-                    let validators = chain.registry().read().map(|r| r.validator_count()).unwrap_or(0);
-                    tracing::info!(
-                        height = imported.head.height,
-                        hash = %hex::encode(&imported.head.hash[..8]),
-                        validators,
-                        "imported block"
-                    );
-                }
-            }
-        }
+        let node = Node::start(config)
+            .await
+            .with_context(|| format!("cannot start the node in {}", args.data_dir.display()))?;
+        tracing::info!(
+            peer_addr = %node.peer_addr().map(|a| a.to_string()).unwrap_or_default(),
+            "node running; give the peer address to other nodes' --bootstrap; Ctrl-C stops it"
+        );
+        tokio::signal::ctrl_c()
+            .await
+            .context("cannot listen for Ctrl-C")?;
+        tracing::info!("stopping");
+        node.shutdown().await;
         anyhow::Ok(())
     })?;
     tracing::info!("stopped cleanly");
@@ -100,7 +81,7 @@ pub fn run(data_dir: &Path, genesis: Option<&PathBuf>) -> anyhow::Result<()> {
 /// `modnode debug import-loop`: imports generated dev blocks as fast as possible, printing
 /// `imported <height> <state root>` after each durable commit (crash tests kill it at random).
 pub fn import_loop(data_dir: &Path, blocks: u64) -> anyhow::Result<()> {
-    let mut chain = open_chain(data_dir, None)?;
+    let mut chain = node::open_chain(data_dir, Genesis::dev())?;
     let existing: Vec<[u8; 48]> = chain
         .genesis()
         .validators

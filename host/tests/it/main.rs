@@ -8,6 +8,7 @@ mod gossip;
 mod inspect;
 mod malicious;
 mod modules;
+mod network;
 mod reproducible;
 
 use std::sync::{Arc, RwLock};

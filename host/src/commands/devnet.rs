@@ -1,0 +1,176 @@
+//! `modnode devnet --nodes N`: N nodes on loopback in one process, the first K of them
+//! authorities, with a live status table; Ctrl-C stops every node cleanly.
+//!
+//! The directory keeps one data directory per node and the shared `genesis.json`, so running
+//! the same command again restarts the same network where it stopped.
+
+use std::io::{IsTerminal as _, Write as _};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use modnode::chain::genesis::Genesis;
+use modnode::net::identity::NodeIdentity;
+use modnode::node::{Node, NodeConfig, NodeStatus};
+
+/// Options of `modnode devnet`.
+#[derive(Debug, clap::Args)]
+pub struct DevnetArgs {
+    /// Number of nodes.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub nodes: u16,
+    /// How many of them (the first ones) produce blocks.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub authorities: u16,
+    /// Directory for the nodes' data and the genesis file (reused if it exists).
+    #[arg(long, default_value = "modnode-devnet")]
+    pub dir: PathBuf,
+    /// Slot length in milliseconds (new networks only).
+    #[arg(long, default_value_t = 2_000)]
+    pub slot_ms: u64,
+}
+
+/// The genesis of the devnet in `dir`: read back if it exists, otherwise written with the
+/// first `authorities` node ids and slot 0 starting shortly.
+pub fn genesis(
+    dir: &Path,
+    ids: &[String],
+    authorities: usize,
+    slot_ms: u64,
+) -> anyhow::Result<Genesis> {
+    let path = dir.join("genesis.json");
+    if path.exists() {
+        let genesis = Genesis::from_file(&path)?;
+        let expected: Vec<String> = ids.iter().take(authorities).cloned().collect();
+        let found: Vec<String> = genesis.authorities.iter().map(hex::encode).collect();
+        anyhow::ensure!(
+            found == expected,
+            "{} names other authorities than the first {authorities} nodes in {}; use another --dir",
+            path.display(),
+            dir.display()
+        );
+        return Ok(genesis);
+    }
+    let start = modnode::node::chain_worker::unix_ms().saturating_add(1_000);
+    let text = serde_json::to_string_pretty(&serde_json::json!({
+        "chain_id": "modnode-devnet",
+        "genesis_time_ms": start,
+        "slot_ms": slot_ms,
+        "authorities": ids.iter().take(authorities).collect::<Vec<_>>(),
+        "generated_validators": { "count": 64, "seed": 1 },
+    }))?;
+    let genesis = Genesis::from_json(&text, &path.display().to_string())?;
+    let tmp = dir.join("genesis.json.tmp");
+    std::fs::write(&tmp, &text).with_context(|| format!("cannot write {}", tmp.display()))?;
+    std::fs::rename(&tmp, &path).with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(genesis)
+}
+
+/// Starts the nodes, shows the table until Ctrl-C, stops them.
+pub fn devnet(args: DevnetArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        args.authorities <= args.nodes,
+        "--authorities {} is more than --nodes {}",
+        args.authorities,
+        args.nodes
+    );
+    let dirs: Vec<PathBuf> = (0..args.nodes)
+        .map(|i| args.dir.join(format!("node-{i}")))
+        .collect();
+    let mut ids = Vec::new();
+    for dir in &dirs {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        ids.push(NodeIdentity::load_or_create(dir)?.node_id().to_string());
+    }
+    let genesis = genesis(&args.dir, &ids, usize::from(args.authorities), args.slot_ms)?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        let mut nodes: Vec<Node> = Vec::new();
+        for dir in &dirs {
+            let mut config = NodeConfig::new(dir.clone(), genesis.clone());
+            config.listen = SocketAddr::from(([127, 0, 0, 1], 0));
+            config.admin_listen = Some(SocketAddr::from(([127, 0, 0, 1], 0)));
+            // Each node knows the one started before it; peer exchange finds the rest.
+            config.bootstrap = nodes
+                .last()
+                .map(Node::peer_addr)
+                .transpose()?
+                .into_iter()
+                .collect();
+            let node = Node::start(config)
+                .await
+                .with_context(|| format!("cannot start the node in {}", dir.display()))?;
+            nodes.push(node);
+        }
+        eprintln!(
+            "devnet: {} nodes, {} authorities, slot {} ms, data in {}; Ctrl-C stops it",
+            args.nodes,
+            args.authorities,
+            genesis.slot_ms,
+            args.dir.display()
+        );
+        let live = std::io::stdout().is_terminal();
+        let mut ticker = tokio::time::interval(Duration::from_secs(if live { 1 } else { 5 }));
+        loop {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => break,
+                _ = ticker.tick() => {
+                    let statuses: Vec<NodeStatus> = nodes.iter().map(Node::status).collect();
+                    let mut out = std::io::stdout().lock();
+                    if live {
+                        let _ = write!(out, "\x1b[H\x1b[2J");
+                    }
+                    let _ = write!(out, "{}", table(&statuses, usize::from(args.authorities)));
+                    let _ = out.flush();
+                }
+            }
+        }
+        eprintln!("stopping {} nodes …", nodes.len());
+        for node in nodes {
+            node.shutdown().await;
+        }
+        anyhow::Ok(())
+    })?;
+    eprintln!("devnet stopped cleanly");
+    Ok(())
+}
+
+/// The status table: node, role, height, peers, validators, last block age.
+pub fn table(statuses: &[NodeStatus], authorities: usize) -> String {
+    let now = modnode::node::chain_worker::unix_ms();
+    let mut out = format!(
+        "{:<5} {:<10} {:<9} {:>7} {:>6} {:>10} {:>16} {:>8}\n",
+        "node", "id", "role", "height", "peers", "validators", "last block", "mempool"
+    );
+    for (i, s) in statuses.iter().enumerate() {
+        let age = match s.last_block_unix_ms {
+            0 => "-".to_string(),
+            t => format!(
+                "{:.1} s ago",
+                Duration::from_millis(now.saturating_sub(t)).as_secs_f64()
+            ),
+        };
+        let role = if i < authorities {
+            "authority"
+        } else if s.syncing {
+            "syncing"
+        } else {
+            "follower"
+        };
+        out.push_str(&format!(
+            "{:<5} {:<10} {:<9} {:>7} {:>6} {:>10} {:>16} {:>8}\n",
+            i,
+            s.node_id.get(..8).unwrap_or_default(),
+            role,
+            s.height,
+            s.peers,
+            s.validators,
+            age,
+            s.mempool
+        ));
+    }
+    out
+}

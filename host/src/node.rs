@@ -1,0 +1,527 @@
+//! The node: everything `modnode run` starts, as a library so `modnode devnet` and the
+//! integration tests start the same thing.
+//!
+//! A [`Node`] is a handful of tasks around one chain:
+//! - the [`chain_worker`] thread owns the chain and the mempool;
+//! - the [`network`] task owns the QUIC endpoint, the peer manager and range sync;
+//! - the [`gossip`](crate::net::gossip) driver spreads blocks and deposits, planned by the
+//!   gossip-policy module;
+//! - the producer task builds, seals and gossips a block in each of this node's slots;
+//! - the [`admin`](crate::admin) server answers `modnode deposit submit`, `/status` and
+//!   `/metrics` on localhost.
+//!
+//! [`Node::shutdown`] stops them in order and waits until the chain is closed, so a stopped node
+//! leaves nothing half-written.
+
+pub mod chain_worker;
+pub mod mempool;
+pub mod metrics;
+mod network;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use modnode_gossip::policy::MessageKind;
+use modnode_peers::{PeerAddr, PeerConfig, PeerManager, RangeSync, SyncConfig};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use self::chain_worker::{ChainHandle, unix_ms};
+use self::metrics::bump;
+pub use self::metrics::{Metrics, NodeStatus};
+use crate::admin::{self, AdminBackend, BoxFuture};
+use crate::chain::block::DepositData;
+use crate::chain::genesis::Genesis;
+use crate::chain::{Chain, DepositEngine};
+use crate::net::endpoint::{self, TransportLimits};
+use crate::net::gossip::{self, GossipConfig, GossipHandle};
+use crate::net::identity::NodeIdentity;
+use crate::runtime::{LoadedModule, Runtime, RuntimeConfig};
+use crate::store::SledStore;
+
+/// The deposits module a node activates.
+pub const DEFAULT_DEPOSITS: &str = "deposits-v2";
+/// The gossip policy a node activates.
+pub const DEFAULT_GOSSIP_POLICY: &str = "gossip-policy-v2";
+
+/// Everything a node is configured with.
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    /// Data directory: node key, chain database, module cache, admin token.
+    pub data_dir: PathBuf,
+    /// The chain.
+    pub genesis: Genesis,
+    /// UDP address for peer connections.
+    pub listen: SocketAddr,
+    /// Peers to connect to at start (and keep reconnecting to).
+    pub bootstrap: Vec<PeerAddr>,
+    /// TCP address of the admin API; `None` disables it.
+    pub admin_listen: Option<SocketAddr>,
+    /// Transport limits.
+    pub transport: TransportLimits,
+    /// Outbound connections to keep.
+    pub target_outbound: usize,
+    /// Inbound connections to accept.
+    pub max_inbound: usize,
+    /// Range sync tunables.
+    pub sync: SyncConfig,
+    /// Embedded gossip-policy module to run.
+    pub gossip_policy: String,
+    /// Produce blocks in this node's slots (when it is an authority, or on a chain without
+    /// authorities).
+    pub produce: bool,
+    /// Most deposits waiting for a block.
+    pub mempool_capacity: usize,
+}
+
+impl NodeConfig {
+    /// Defaults for a node in `data_dir` on `genesis`: listens on `127.0.0.1:9400`, admin API
+    /// on `127.0.0.1:9401`, produces when it may.
+    pub fn new(data_dir: PathBuf, genesis: Genesis) -> Self {
+        Self {
+            data_dir,
+            genesis,
+            listen: SocketAddr::from(([127, 0, 0, 1], 9400)),
+            bootstrap: Vec::new(),
+            admin_listen: Some(SocketAddr::from(([127, 0, 0, 1], 9401))),
+            transport: TransportLimits::default(),
+            target_outbound: 8,
+            max_inbound: 32,
+            sync: SyncConfig::default(),
+            gossip_policy: DEFAULT_GOSSIP_POLICY.into(),
+            produce: true,
+            mempool_capacity: 10_000,
+        }
+    }
+}
+
+/// Why a node could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    /// The data directory is unusable.
+    #[error("data directory {path}: {source}")]
+    DataDir {
+        /// The directory.
+        path: String,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The node key could not be loaded or created.
+    #[error(transparent)]
+    Identity(#[from] crate::net::identity::IdentityError),
+    /// A module could not be loaded.
+    #[error("module {name}: {reason}")]
+    Module {
+        /// The module.
+        name: String,
+        /// What failed.
+        reason: String,
+    },
+    /// The chain database could not be opened.
+    #[error("cannot open the chain in {path}: {reason}")]
+    Chain {
+        /// The data directory.
+        path: String,
+        /// What failed.
+        reason: String,
+    },
+    /// The QUIC endpoint could not be created.
+    #[error(transparent)]
+    Net(#[from] crate::net::endpoint::NetError),
+    /// A peer or sync setting is invalid.
+    #[error("invalid peer configuration: {0}")]
+    Config(#[from] modnode_peers::ConfigError),
+    /// The admin API could not start.
+    #[error("admin API: {0}")]
+    Admin(String),
+    /// A thread could not be started.
+    #[error("cannot start the chain worker thread: {0}")]
+    Thread(std::io::Error),
+}
+
+/// Loads every embedded module (warming the compiled-artifact cache in `data_dir`) and returns
+/// the runtime with the deposits module and the gossip policy `policy`.
+fn load_modules(
+    data_dir: &Path,
+    policy: &str,
+) -> Result<
+    (
+        crate::runtime::deposits::DepositsModule,
+        crate::runtime::gossip_policy::GossipPolicyModule,
+    ),
+    NodeError,
+> {
+    let module_err = |name: &str, reason: String| NodeError::Module {
+        name: name.to_string(),
+        reason,
+    };
+    let runtime = Runtime::new(RuntimeConfig {
+        cache_dir: Some(data_dir.join("module-cache")),
+        ..RuntimeConfig::default()
+    })
+    .map_err(|e| module_err("runtime", e.to_string()))?;
+    let (mut deposits, mut gossip_policy) = (None, None);
+    for (name, bytes) in crate::artifacts::EMBEDDED {
+        let module = runtime
+            .load(bytes)
+            .map_err(|e| module_err(name, e.to_string()))?;
+        tracing::debug!(module = %module.meta().name(), "module ready");
+        match module {
+            LoadedModule::Deposits(m) if *name == DEFAULT_DEPOSITS => deposits = Some(m),
+            LoadedModule::GossipPolicy(m) if *name == policy => gossip_policy = Some(m),
+            _ => {}
+        }
+    }
+    let stats = runtime.cache().stats();
+    tracing::info!(
+        compiled = stats.compiles(),
+        from_cache = stats.hits(),
+        "modules warmed"
+    );
+    let deposits = deposits
+        .ok_or_else(|| module_err(DEFAULT_DEPOSITS, "not embedded in this build".into()))?;
+    let gossip_policy = gossip_policy.ok_or_else(|| {
+        module_err(
+            policy,
+            "not an embedded gossip policy (try gossip-policy-v1 or gossip-policy-v2)".into(),
+        )
+    })?;
+    Ok((deposits, gossip_policy))
+}
+
+/// Opens the chain in `data_dir` with the embedded deposits module.
+pub fn open_chain(data_dir: &Path, genesis: Genesis) -> Result<Chain, NodeError> {
+    std::fs::create_dir_all(data_dir).map_err(|source| NodeError::DataDir {
+        path: data_dir.display().to_string(),
+        source,
+    })?;
+    let (deposits, _) = load_modules(data_dir, DEFAULT_GOSSIP_POLICY)?;
+    open_store(data_dir, genesis, deposits)
+}
+
+fn open_store(
+    data_dir: &Path,
+    genesis: Genesis,
+    deposits: crate::runtime::deposits::DepositsModule,
+) -> Result<Chain, NodeError> {
+    let chain_err = |reason: String| NodeError::Chain {
+        path: data_dir.display().to_string(),
+        reason,
+    };
+    let store = SledStore::open(&data_dir.join("chain")).map_err(|e| chain_err(e.to_string()))?;
+    Chain::open(
+        Arc::new(store),
+        genesis,
+        DepositEngine::Module(Box::new(deposits)),
+    )
+    .map_err(|e| chain_err(e.to_string()))
+}
+
+/// A running node.
+pub struct Node {
+    node_id: String,
+    p2p_addr: SocketAddr,
+    admin_addr: Option<SocketAddr>,
+    chain: ChainHandle,
+    metrics: Arc<Metrics>,
+    shutdown: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+    worker: Option<std::thread::JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Node {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Node")
+            .field("node_id", &self.node_id)
+            .field("p2p_addr", &self.p2p_addr)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Node {
+    /// Starts a node; must be called within a multi-threaded tokio runtime.
+    pub async fn start(config: NodeConfig) -> Result<Self, NodeError> {
+        let data_dir = config.data_dir.clone();
+        std::fs::create_dir_all(&data_dir).map_err(|source| NodeError::DataDir {
+            path: data_dir.display().to_string(),
+            source,
+        })?;
+        let identity = NodeIdentity::load_or_create(&data_dir)?;
+        let node_id = identity.node_id();
+        let genesis = config.genesis.clone();
+        let policy_name = config.gossip_policy.clone();
+        let (chain, policy) = {
+            let dir = data_dir.clone();
+            let genesis = genesis.clone();
+            tokio::task::spawn_blocking(move || {
+                let (deposits, policy) = load_modules(&dir, &policy_name)?;
+                Ok::<_, NodeError>((open_store(&dir, genesis, deposits)?, policy))
+            })
+            .await
+            .map_err(|e| NodeError::Admin(format!("startup task failed: {e}")))??
+        };
+        let genesis_hash = chain.genesis_hash();
+        let head = chain.head();
+        let (chain, worker) = chain_worker::spawn(chain, identity.clone(), config.mempool_capacity)
+            .map_err(NodeError::Thread)?;
+
+        let endpoint = endpoint::make_endpoint(config.listen, &identity, &config.transport)?;
+        let p2p_addr = endpoint.local_addr().map_err(|source| NodeError::DataDir {
+            path: config.listen.to_string(),
+            source,
+        })?;
+        let metrics = Arc::new(Metrics::default());
+        let (gossip, gossip_events) = gossip::spawn(
+            GossipConfig {
+                max_message_bytes: config.transport.max_message_bytes,
+                ..GossipConfig::default()
+            },
+            policy,
+        );
+        let mut peer_config = PeerConfig::new(*node_id.as_bytes());
+        peer_config.target_outbound = config.target_outbound;
+        peer_config.max_inbound = config.max_inbound;
+        peer_config.handshake_timeout =
+            u64::try_from(config.transport.handshake_timeout.as_micros())
+                .unwrap_or(u64::MAX)
+                .saturating_mul(2);
+        let seed = u64::from_le_bytes(
+            node_id
+                .as_bytes()
+                .first_chunk::<8>()
+                .copied()
+                .unwrap_or_default(),
+        );
+        let peers = PeerManager::new(peer_config, config.bootstrap.iter().copied(), seed, 0)?;
+        let sync = RangeSync::new(config.sync, head.height, head.hash)?;
+        let (shutdown, shutdown_rx) = watch::channel(false);
+        let slot = Duration::from_millis(genesis.slot_ms);
+
+        let mut tasks = Vec::new();
+        tasks.push(tokio::spawn(network::Network::run(
+            network::NetworkParts {
+                endpoint,
+                limits: config.transport.clone(),
+                genesis: genesis.clone(),
+                genesis_hash,
+                peers,
+                sync,
+                gossip: gossip.clone(),
+                gossip_events,
+                chain: chain.clone(),
+                metrics: metrics.clone(),
+                status_interval: slot.max(Duration::from_millis(500)),
+            },
+            shutdown_rx.clone(),
+        )));
+
+        let my_index = genesis
+            .authorities
+            .iter()
+            .position(|a| a == node_id.as_bytes());
+        let may_produce = config.produce && (genesis.authorities.is_empty() || my_index.is_some());
+        if may_produce {
+            tasks.push(tokio::spawn(produce(
+                genesis.clone(),
+                my_index,
+                chain.clone(),
+                gossip.clone(),
+                metrics.clone(),
+                shutdown_rx.clone(),
+            )));
+        }
+
+        let admin_addr = match config.admin_listen {
+            None => None,
+            Some(addr) => {
+                let backend = Arc::new(Backend {
+                    node_id: node_id.to_string(),
+                    p2p_addr: p2p_addr.to_string(),
+                    chain: chain.clone(),
+                    gossip,
+                    metrics: metrics.clone(),
+                });
+                let (listener, token) = admin::server::bind(addr, &data_dir)
+                    .await
+                    .map_err(|e| NodeError::Admin(e.to_string()))?;
+                let bound = listener
+                    .local_addr()
+                    .map_err(|e| NodeError::Admin(e.to_string()))?;
+                tasks.push(tokio::spawn(admin::server::serve(
+                    listener,
+                    token,
+                    backend,
+                    shutdown_rx.clone(),
+                )));
+                Some(bound)
+            }
+        };
+        tracing::info!(
+            node_id = %node_id,
+            %p2p_addr,
+            admin = ?admin_addr,
+            genesis = %hex::encode(genesis_hash),
+            height = head.height,
+            authority = ?my_index,
+            producing = may_produce,
+            "node started"
+        );
+        Ok(Self {
+            node_id: node_id.to_string(),
+            p2p_addr,
+            admin_addr,
+            chain,
+            metrics,
+            shutdown,
+            tasks,
+            worker: Some(worker),
+        })
+    }
+
+    /// The node's id (hex).
+    pub fn node_id(&self) -> &str {
+        &self.node_id
+    }
+
+    /// Where the node accepts peer connections.
+    pub fn p2p_addr(&self) -> SocketAddr {
+        self.p2p_addr
+    }
+
+    /// The node as a bootstrap entry for other nodes.
+    pub fn peer_addr(&self) -> Result<PeerAddr, modnode_peers::PeerAddrParseError> {
+        format!("{}@{}", self.node_id, self.p2p_addr).parse()
+    }
+
+    /// Where the admin API listens, if enabled.
+    pub fn admin_addr(&self) -> Option<SocketAddr> {
+        self.admin_addr
+    }
+
+    /// A snapshot of the node.
+    pub fn status(&self) -> NodeStatus {
+        self.metrics.status(
+            self.node_id.clone(),
+            self.p2p_addr.to_string(),
+            &self.chain.view(),
+        )
+    }
+
+    /// The node's counters.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// The chain worker, for reading state.
+    pub fn chain(&self) -> &ChainHandle {
+        &self.chain
+    }
+
+    /// Stops every task, closes connections and waits until the chain is closed.
+    pub async fn shutdown(mut self) {
+        let _ = self.shutdown.send(true);
+        for task in self.tasks.drain(..) {
+            let _ = task.await;
+        }
+        let worker = self.worker.take();
+        drop(self);
+        if let Some(worker) = worker {
+            let _ = tokio::task::spawn_blocking(move || worker.join()).await;
+        }
+    }
+}
+
+/// Builds a block at the start of each of this node's slots and gossips it.
+async fn produce(
+    genesis: Genesis,
+    my_index: Option<usize>,
+    chain: ChainHandle,
+    gossip: GossipHandle,
+    metrics: Arc<Metrics>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    loop {
+        let now = unix_ms();
+        let slot = genesis.slot_at(now).saturating_add(1);
+        let wait = genesis.slot_start_ms(slot).saturating_sub(now);
+        tokio::select! {
+            _ = shutdown.changed() => return,
+            _ = tokio::time::sleep(Duration::from_millis(wait)) => {}
+        }
+        let ours = match (genesis.proposer_for(slot), my_index) {
+            (None, _) => true,
+            (Some(proposer), Some(me)) => usize::try_from(proposer).ok() == Some(me),
+            (Some(_), None) => false,
+        };
+        if !ours {
+            continue;
+        }
+        if metrics.syncing.load(Ordering::Relaxed) {
+            tracing::info!(slot, "skipping our slot while catching up");
+            continue;
+        }
+        match chain.produce(slot).await {
+            Ok(Some(block)) => {
+                bump(&metrics.blocks_produced);
+                tracing::info!(
+                    slot,
+                    height = block.header.height,
+                    hash = %hex::encode(block.hash().get(..8).unwrap_or_default()),
+                    deposits = block.body.deposits.len(),
+                    "produced block"
+                );
+                if let Err(e) = gossip.publish(MessageKind::Block, block.encode()).await {
+                    tracing::warn!(error = %e, "cannot gossip our block");
+                }
+            }
+            Ok(None) => {}
+            Err(e) => tracing::error!(error = %e, "block production failed"),
+        }
+    }
+}
+
+/// The node as the admin API sees it.
+struct Backend {
+    node_id: String,
+    p2p_addr: String,
+    chain: ChainHandle,
+    gossip: GossipHandle,
+    metrics: Arc<Metrics>,
+}
+
+impl AdminBackend for Backend {
+    fn status(&self) -> serde_json::Value {
+        let status = self.metrics.status(
+            self.node_id.clone(),
+            self.p2p_addr.clone(),
+            &self.chain.view(),
+        );
+        serde_json::to_value(status).unwrap_or_default()
+    }
+
+    fn metrics(&self) -> String {
+        self.metrics.render(&self.chain.view())
+    }
+
+    fn submit_deposit(&self, deposit: DepositData) -> BoxFuture<'_, Result<String, String>> {
+        Box::pin(async move {
+            let id = self
+                .chain
+                .submit_deposit(deposit)
+                .await
+                .map_err(|e| e.to_string())?;
+            bump(&self.metrics.deposits_accepted);
+            if let Err(e) = self
+                .gossip
+                .publish(MessageKind::Deposit, deposit.encode())
+                .await
+            {
+                tracing::warn!(error = %e, "deposit accepted but not gossiped");
+            }
+            Ok(hex::encode(id))
+        })
+    }
+}

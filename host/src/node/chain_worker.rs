@@ -1,0 +1,345 @@
+//! The chain worker: one OS thread that owns the [`Chain`] and the [`Mempool`].
+//!
+//! Block import runs WebAssembly and writes to sled, both blocking, so it stays off the async
+//! runtime. Everything else talks to the worker through a [`ChainHandle`] (a command channel,
+//! answers on oneshot channels) and watches its [`ChainView`]. Commands are handled one at a
+//! time, so imports, block production and range serving never interleave.
+
+use std::sync::mpsc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use tokio::sync::{oneshot, watch};
+
+use super::mempool::{Mempool, MempoolError};
+use crate::chain::block::{Block, DepositData, Hash, Seal};
+use crate::chain::{Added, Chain, ForkChoiceError, Head};
+use crate::net::identity::NodeIdentity;
+use crate::state::RegistryRead;
+
+/// What the rest of the node sees of the chain; updated after every change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChainView {
+    /// The head.
+    pub head: Head,
+    /// Height at or below which blocks are final.
+    pub finalized_height: u64,
+    /// Validators in the head state.
+    pub validators: u32,
+    /// When the head last changed (ms since the Unix epoch; 0 = not since start).
+    pub last_block_unix_ms: u64,
+    /// Deposits waiting for a block.
+    pub mempool: usize,
+}
+
+/// Why the worker could not do what was asked.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerError {
+    /// The worker thread has stopped.
+    #[error("the chain worker has stopped")]
+    Stopped,
+    /// The block was refused by fork choice or import.
+    #[error(transparent)]
+    Block(#[from] ForkChoiceError),
+    /// The deposit was refused.
+    #[error(transparent)]
+    Mempool(#[from] MempoolError),
+    /// Building or signing our own block failed.
+    #[error("cannot produce a block at slot {slot}: {reason}")]
+    Produce {
+        /// The slot.
+        slot: u64,
+        /// What failed.
+        reason: String,
+    },
+    /// Reading stored blocks failed.
+    #[error("cannot read blocks: {0}")]
+    Store(String),
+}
+
+enum Command {
+    Add {
+        block: Box<Block>,
+        reply: oneshot::Sender<Result<Added, WorkerError>>,
+    },
+    Produce {
+        slot: u64,
+        reply: oneshot::Sender<Result<Option<Block>, WorkerError>>,
+    },
+    Blocks {
+        start: u64,
+        count: u64,
+        max_bytes: usize,
+        reply: oneshot::Sender<Result<Vec<Vec<u8>>, WorkerError>>,
+    },
+    Deposit {
+        deposit: DepositData,
+        reply: oneshot::Sender<Result<Hash, WorkerError>>,
+    },
+}
+
+/// Talks to the chain worker; cheap to clone. The worker stops when every handle is dropped.
+#[derive(Clone)]
+pub struct ChainHandle {
+    commands: mpsc::Sender<Command>,
+    view: watch::Receiver<ChainView>,
+}
+
+impl std::fmt::Debug for ChainHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChainHandle")
+            .field("view", &*self.view.borrow())
+            .finish_non_exhaustive()
+    }
+}
+
+impl ChainHandle {
+    async fn ask<T>(
+        &self,
+        command: impl FnOnce(oneshot::Sender<Result<T, WorkerError>>) -> Command,
+    ) -> Result<T, WorkerError> {
+        let (reply, rx) = oneshot::channel();
+        self.commands
+            .send(command(reply))
+            .map_err(|_| WorkerError::Stopped)?;
+        rx.await.map_err(|_| WorkerError::Stopped)?
+    }
+
+    /// Adds a block from the network (gossip or sync) through fork choice.
+    pub async fn add_block(&self, block: Block) -> Result<Added, WorkerError> {
+        self.ask(|reply| Command::Add {
+            block: Box::new(block),
+            reply,
+        })
+        .await
+    }
+
+    /// Builds, seals and imports our block for `slot` with pending deposits; `None` if the
+    /// head is already at or past `slot`.
+    pub async fn produce(&self, slot: u64) -> Result<Option<Block>, WorkerError> {
+        self.ask(|reply| Command::Produce { slot, reply }).await
+    }
+
+    /// Encoded canonical blocks from `start`, at most `count` and about `max_bytes` (at least
+    /// one block if `start` exists).
+    pub async fn blocks(
+        &self,
+        start: u64,
+        count: u64,
+        max_bytes: usize,
+    ) -> Result<Vec<Vec<u8>>, WorkerError> {
+        self.ask(|reply| Command::Blocks {
+            start,
+            count,
+            max_bytes,
+            reply,
+        })
+        .await
+    }
+
+    /// Adds a deposit to the mempool; returns its id.
+    pub async fn submit_deposit(&self, deposit: DepositData) -> Result<Hash, WorkerError> {
+        self.ask(|reply| Command::Deposit { deposit, reply }).await
+    }
+
+    /// The current view.
+    pub fn view(&self) -> ChainView {
+        *self.view.borrow()
+    }
+
+    /// A receiver that wakes on every change of the view.
+    pub fn watch(&self) -> watch::Receiver<ChainView> {
+        self.view.clone()
+    }
+}
+
+/// Starts the worker thread over `chain`. `identity` seals our blocks when the chain has
+/// authorities. The thread ends (closing the chain) once every handle is dropped.
+pub fn spawn(
+    chain: Chain,
+    identity: NodeIdentity,
+    mempool_capacity: usize,
+) -> std::io::Result<(ChainHandle, std::thread::JoinHandle<()>)> {
+    let (commands, rx) = mpsc::channel();
+    let mut worker = Worker {
+        chain,
+        identity,
+        mempool: Mempool::new(mempool_capacity),
+        last_block_unix_ms: 0,
+    };
+    let (view_tx, view) = watch::channel(worker.view());
+    let thread = std::thread::Builder::new()
+        .name("chain-worker".into())
+        .spawn(move || {
+            while let Ok(command) = rx.recv() {
+                worker.handle(command);
+                view_tx.send_if_modified(|v| {
+                    let new = worker.view();
+                    let changed = *v != new;
+                    *v = new;
+                    changed
+                });
+            }
+            tracing::debug!("chain worker stopped");
+        })?;
+    Ok((ChainHandle { commands, view }, thread))
+}
+
+struct Worker {
+    chain: Chain,
+    identity: NodeIdentity,
+    mempool: Mempool,
+    last_block_unix_ms: u64,
+}
+
+/// Milliseconds since the Unix epoch.
+pub fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
+
+impl Worker {
+    fn view(&self) -> ChainView {
+        let validators = self
+            .chain
+            .registry()
+            .read()
+            .map(|r| r.validator_count())
+            .unwrap_or(0);
+        ChainView {
+            head: self.chain.head(),
+            finalized_height: self.chain.finalized_height(),
+            validators,
+            last_block_unix_ms: self.last_block_unix_ms,
+            mempool: self.mempool.len(),
+        }
+    }
+
+    fn handle(&mut self, command: Command) {
+        match command {
+            Command::Add { block, reply } => {
+                let _ = reply.send(self.add(&block));
+            }
+            Command::Produce { slot, reply } => {
+                let _ = reply.send(self.produce(slot));
+            }
+            Command::Blocks {
+                start,
+                count,
+                max_bytes,
+                reply,
+            } => {
+                let _ = reply.send(self.blocks(start, count, max_bytes));
+            }
+            Command::Deposit { deposit, reply } => {
+                let _ = reply.send(self.mempool.insert(deposit).map_err(WorkerError::from));
+            }
+        }
+    }
+
+    fn add(&mut self, block: &Block) -> Result<Added, WorkerError> {
+        let before = self.chain.head();
+        let added = self.chain.add_block(block)?;
+        match &added {
+            Added::Extended(_) => self.included(std::slice::from_ref(block)),
+            Added::Reorganised { head, reverted } => {
+                // Deposits carried anywhere on the new branch are no longer pending. (Deposits
+                // only the abandoned branch carried are not put back: their submitters resend.)
+                let ancestor = before.height.saturating_sub(*reverted);
+                let mut branch = Vec::new();
+                for height in ancestor.saturating_add(1)..=head.height {
+                    if let Ok(Some(b)) = self.chain.block_at(height) {
+                        branch.push(b);
+                    }
+                }
+                self.included(&branch);
+            }
+            Added::Known | Added::Stored => {}
+        }
+        Ok(added)
+    }
+
+    fn included(&mut self, blocks: &[Block]) {
+        for block in blocks {
+            self.mempool.remove_included(&block.body.deposits);
+        }
+        self.last_block_unix_ms = unix_ms();
+    }
+
+    fn produce(&mut self, slot: u64) -> Result<Option<Block>, WorkerError> {
+        if slot <= self.chain.head().slot {
+            return Ok(None);
+        }
+        let genesis = self.chain.genesis();
+        let proposer = genesis.proposer_for(slot).unwrap_or(0);
+        let sealed = !genesis.authorities.is_empty();
+        let max = usize::from(genesis.max_deposits_per_block);
+        let deposits = self.mempool.take_for_block(max);
+        let block = match self.chain.build_block(slot, proposer, deposits.clone()) {
+            Ok(block) => block,
+            Err(e) if !deposits.is_empty() => {
+                // A deposit the module refuses must not stall production: drop the batch.
+                tracing::warn!(error = %e, dropped = deposits.len(), "pending deposits make the block invalid; dropping them");
+                self.mempool.remove_included(&deposits);
+                self.chain
+                    .build_block(slot, proposer, Vec::new())
+                    .map_err(|e| WorkerError::Produce {
+                        slot,
+                        reason: e.to_string(),
+                    })?
+            }
+            Err(e) => {
+                return Err(WorkerError::Produce {
+                    slot,
+                    reason: e.to_string(),
+                });
+            }
+        };
+        let mut block = block;
+        if sealed {
+            let signature =
+                self.identity
+                    .sign(&block.hash())
+                    .map_err(|e| WorkerError::Produce {
+                        slot,
+                        reason: e.to_string(),
+                    })?;
+            block.seal = Seal::Ed25519(signature);
+        }
+        self.chain
+            .import(&block)
+            .map_err(|e| WorkerError::Produce {
+                slot,
+                reason: e.to_string(),
+            })?;
+        self.included(std::slice::from_ref(&block));
+        Ok(Some(block))
+    }
+
+    fn blocks(
+        &self,
+        start: u64,
+        count: u64,
+        max_bytes: usize,
+    ) -> Result<Vec<Vec<u8>>, WorkerError> {
+        let mut out = Vec::new();
+        let mut bytes = 0usize;
+        for height in start..start.saturating_add(count) {
+            let Some(block) = self
+                .chain
+                .block_at(height)
+                .map_err(|e| WorkerError::Store(e.to_string()))?
+            else {
+                break;
+            };
+            let encoded = block.encode();
+            bytes = bytes.saturating_add(encoded.len().saturating_add(4));
+            if bytes > max_bytes && !out.is_empty() {
+                break;
+            }
+            out.push(encoded);
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,807 @@
+//! The network task: the async driver of [`PeerManager`] and [`RangeSync`] over QUIC.
+//!
+//! One task owns the endpoint's accept loop, the connection table, the peer manager and range
+//! sync. Everything slow (dials, handshakes, requests, block import) runs in spawned tasks that
+//! report back as [`Event`]s, so the loop itself never waits on a peer. Per connection:
+//! - the first bidirectional stream carries the hello ([`handshake`]); the peer counts as
+//!   connected only after it;
+//! - unidirectional streams carry gossip (the [`gossip`](crate::net::gossip) driver reads them);
+//! - later bidirectional streams carry one [`rpc`] request and its response each.
+//!
+//! A malformed message on any stream bans the peer ([`PeerManager::handle_violation`]) and
+//! closes its connection with [`CLOSE_PROTOCOL_VIOLATION`]; the node carries on.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use modnode_gossip::policy::MessageKind;
+use modnode_peers::{
+    Action, Direction, DisconnectReason, PeerAddr, PeerManager, RangeSync, Request as SyncRequest,
+    Violation,
+};
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::time::Instant;
+
+use super::chain_worker::{ChainHandle, WorkerError, unix_ms};
+use super::metrics::{Metrics, bump};
+use crate::chain::Added;
+use crate::chain::block::{Block, DepositData};
+use crate::chain::genesis::Genesis;
+use crate::net::codec;
+use crate::net::endpoint::{self, CLOSE_PROTOCOL_VIOLATION, NetError, TransportLimits};
+use crate::net::gossip::{GossipEvent, GossipHandle};
+use crate::net::handshake::{self, HandshakeError, Hello, PROTOCOL_VERSION, Role};
+use crate::net::identity::NodeId;
+use crate::net::rpc::{self, ChainStatus, MAX_BLOCKS_PER_REQUEST, Request, Response};
+
+/// QUIC close code for an orderly shutdown.
+const CLOSE_SHUTDOWN: u32 = 0;
+/// QUIC close code for a connection the peer manager refused (duplicate, full, banned).
+const CLOSE_REFUSED: u32 = 3;
+/// How long a peer may take to answer one request.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+type PeerKey = [u8; 32];
+
+/// A range answer as range sync takes it: `(height, hash, encoded block)`.
+type SyncedBlocks = Vec<(u64, [u8; 32], Vec<u8>)>;
+
+/// What spawned tasks report to the loop.
+enum Event {
+    Dialed {
+        node: PeerKey,
+        result: Result<(quinn::Connection, Hello), DialError>,
+    },
+    Inbound {
+        node: PeerKey,
+        addr: SocketAddr,
+        conn: quinn::Connection,
+    },
+    InboundHandshake {
+        node: PeerKey,
+        conn: quinn::Connection,
+        result: Result<Hello, HandshakeError>,
+    },
+    Closed {
+        node: PeerKey,
+        stable_id: usize,
+    },
+    Violation {
+        node: PeerKey,
+        reason: String,
+    },
+    PeersQuery {
+        from: PeerKey,
+        reply: oneshot::Sender<Vec<PeerAddr>>,
+    },
+    PeersAnswer {
+        node: PeerKey,
+        result: Result<Vec<PeerAddr>, String>,
+    },
+    StatusAnswer {
+        node: PeerKey,
+        status: ChainStatus,
+    },
+    BlocksAnswer {
+        request: SyncRequest,
+        result: Result<SyncedBlocks, String>,
+    },
+    SyncImported {
+        height: u64,
+        peer: PeerKey,
+        result: Result<[u8; 32], String>,
+    },
+    GossipBlock {
+        from: PeerKey,
+        block: Box<Block>,
+        result: Result<Added, WorkerError>,
+    },
+}
+
+enum DialError {
+    Net(NetError),
+    Handshake(HandshakeError),
+}
+
+struct Conn {
+    conn: quinn::Connection,
+    direction: Direction,
+}
+
+/// Static parts of the network task.
+pub(super) struct NetworkParts {
+    pub endpoint: quinn::Endpoint,
+    pub limits: TransportLimits,
+    pub genesis: Genesis,
+    pub genesis_hash: [u8; 32],
+    pub peers: PeerManager,
+    pub sync: RangeSync,
+    pub gossip: GossipHandle,
+    pub gossip_events: mpsc::UnboundedReceiver<GossipEvent>,
+    pub chain: ChainHandle,
+    pub metrics: Arc<Metrics>,
+    pub status_interval: Duration,
+}
+
+pub(super) struct Network {
+    endpoint: quinn::Endpoint,
+    limits: TransportLimits,
+    genesis: Genesis,
+    genesis_hash: [u8; 32],
+    listen_port: u16,
+    peers: PeerManager,
+    sync: RangeSync,
+    gossip: GossipHandle,
+    chain: ChainHandle,
+    metrics: Arc<Metrics>,
+    conns: HashMap<PeerKey, Conn>,
+    events: mpsc::UnboundedSender<Event>,
+    start: Instant,
+    importing: bool,
+    status_interval: Duration,
+    next_status_poll: Instant,
+}
+
+fn short(node: &PeerKey) -> String {
+    hex::encode(node.get(..4).unwrap_or_default())
+}
+
+impl Network {
+    /// Runs until `shutdown` turns true, then closes every connection.
+    pub(super) async fn run(parts: NetworkParts, mut shutdown: watch::Receiver<bool>) {
+        let (events, mut events_rx) = mpsc::unbounded_channel();
+        let listen_port = parts.endpoint.local_addr().map(|a| a.port()).unwrap_or(0);
+        let mut gossip_events = parts.gossip_events;
+        let mut chain_view = parts.chain.watch();
+        let endpoint = parts.endpoint.clone();
+        let mut net = Network {
+            endpoint: parts.endpoint,
+            limits: parts.limits,
+            genesis: parts.genesis,
+            genesis_hash: parts.genesis_hash,
+            listen_port,
+            peers: parts.peers,
+            sync: parts.sync,
+            gossip: parts.gossip,
+            chain: parts.chain,
+            metrics: parts.metrics,
+            conns: HashMap::new(),
+            events,
+            start: Instant::now(),
+            importing: false,
+            status_interval: parts.status_interval,
+            next_status_poll: Instant::now() + parts.status_interval,
+        };
+        loop {
+            net.drive();
+            let wake = net.next_wake();
+            tokio::select! {
+                _ = shutdown.changed() => break,
+                incoming = endpoint.accept() => match incoming {
+                    Some(incoming) => net.on_incoming(incoming),
+                    None => break,
+                },
+                Some(event) = events_rx.recv() => net.on_event(event),
+                Some(event) = gossip_events.recv() => net.on_gossip(event),
+                Ok(()) = chain_view.changed() => {
+                    let view = *chain_view.borrow_and_update();
+                    net.sync.handle_imported(view.head.height, view.head.hash);
+                }
+                _ = tokio::time::sleep_until(wake) => {}
+            }
+        }
+        for conn in net.conns.values() {
+            conn.conn.close(
+                quinn::VarInt::from_u32(CLOSE_SHUTDOWN),
+                b"node shutting down",
+            );
+        }
+        net.endpoint.close(
+            quinn::VarInt::from_u32(CLOSE_SHUTDOWN),
+            b"node shutting down",
+        );
+        let _ = tokio::time::timeout(Duration::from_secs(2), net.endpoint.wait_idle()).await;
+    }
+
+    fn now(&self) -> u64 {
+        u64::try_from(self.start.elapsed().as_micros()).unwrap_or(u64::MAX)
+    }
+
+    fn instant_at(&self, t: u64) -> Instant {
+        self.start + Duration::from_micros(t)
+    }
+
+    fn next_wake(&self) -> Instant {
+        let mut wake = self.next_status_poll;
+        for t in [self.peers.poll_timeout(), self.sync.poll_timeout()]
+            .into_iter()
+            .flatten()
+        {
+            wake = wake.min(self.instant_at(t));
+        }
+        wake
+    }
+
+    fn hello(&self) -> Hello {
+        let head = self.chain.view().head;
+        Hello {
+            protocol_version: PROTOCOL_VERSION,
+            chain_id: self.genesis.chain_id.clone(),
+            genesis_hash: self.genesis_hash,
+            head_height: head.height,
+            head_hash: head.hash,
+            listen_port: self.listen_port,
+        }
+    }
+
+    /// Carries out everything the state machines want done now.
+    fn drive(&mut self) {
+        let now = self.now();
+        if Instant::now() >= self.next_status_poll {
+            self.next_status_poll = Instant::now() + self.status_interval;
+            for (node, conn) in &self.conns {
+                self.spawn_status_request(*node, conn.conn.clone());
+            }
+        }
+        while let Some(action) = self.peers.poll_action(now) {
+            self.on_action(action);
+        }
+        while let Some(request) = self.sync.poll_request(now) {
+            self.spawn_blocks_request(request);
+        }
+        if !self.importing
+            && let Some((height, bytes, peer)) = self.sync.poll_ready_block()
+        {
+            self.import_synced(height, &bytes, peer);
+        }
+        while let Some((peer, violation)) = self.sync.poll_violation() {
+            tracing::warn!(peer = %short(&peer), %violation, "range sync: banning peer");
+            bump(&self.metrics.peer_violations);
+            self.peers.handle_violation(peer, violation, now);
+            while let Some(action) = self.peers.poll_action(now) {
+                self.on_action(action);
+            }
+        }
+        let target = self.sync.target().map_or(0, |(h, _)| h);
+        let head = self.chain.view().head.height;
+        self.metrics
+            .sync_target_height
+            .store(target, Ordering::Relaxed);
+        self.metrics
+            .syncing
+            .store(target > head.saturating_add(1), Ordering::Relaxed);
+        self.metrics.peers_connected.store(
+            u64::try_from(self.peers.connected_count()).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
+    }
+
+    fn on_action(&mut self, action: Action) {
+        match action {
+            Action::Dial { node, addr } => self.spawn_dial(node, addr),
+            Action::Disconnect { node, reason } => {
+                let code = match reason {
+                    DisconnectReason::Banned { .. } => CLOSE_PROTOCOL_VIOLATION,
+                    _ => CLOSE_REFUSED,
+                };
+                tracing::info!(peer = %short(&node), ?reason, "disconnecting peer");
+                if let Some(conn) = self.conns.remove(&node) {
+                    conn.conn
+                        .close(quinn::VarInt::from_u32(code), b"disconnected");
+                }
+                self.sync.handle_peer_disconnected(node);
+            }
+            Action::RequestPeers { node } => {
+                if let Some(conn) = self.conns.get(&node) {
+                    let conn = conn.conn.clone();
+                    let events = self.events.clone();
+                    let max = self.limits.max_message_bytes;
+                    tokio::spawn(async move {
+                        let result = match request(&conn, Request::Peers, max).await {
+                            Ok(Response::Peers(peers)) => Ok(peers),
+                            Ok(_) => Err("answer of the wrong kind".into()),
+                            Err(e) => Err(e),
+                        };
+                        let _ = events.send(Event::PeersAnswer { node, result });
+                    });
+                }
+            }
+        }
+    }
+
+    fn spawn_dial(&self, node: PeerKey, addr: SocketAddr) {
+        let endpoint = self.endpoint.clone();
+        let limits = self.limits.clone();
+        let hello = self.hello();
+        let events = self.events.clone();
+        let timeout = self.limits.handshake_timeout;
+        tokio::spawn(async move {
+            let expected = NodeId::from_bytes(node);
+            let result = match endpoint::connect(&endpoint, addr, Some(expected), &limits).await {
+                Err(e) => Err(DialError::Net(e)),
+                Ok((conn, id)) => {
+                    match handshake::exchange(&conn, id, &hello, Role::Dialer, timeout).await {
+                        Ok(theirs) => Ok((conn, theirs)),
+                        Err(e) => Err(DialError::Handshake(e)),
+                    }
+                }
+            };
+            let _ = events.send(Event::Dialed { node, result });
+        });
+    }
+
+    fn on_incoming(&mut self, incoming: quinn::Incoming) {
+        let limits = self.limits.clone();
+        let open = self.conns.len();
+        let events = self.events.clone();
+        tokio::spawn(async move {
+            let addr = incoming.remote_address();
+            match endpoint::accept(incoming, &limits, open).await {
+                Ok((conn, id)) => {
+                    let _ = events.send(Event::Inbound {
+                        node: *id.as_bytes(),
+                        addr,
+                        conn,
+                    });
+                }
+                Err(e) => tracing::info!(%addr, error = %e, "refused incoming connection"),
+            }
+        });
+    }
+
+    fn on_event(&mut self, event: Event) {
+        let now = self.now();
+        match event {
+            Event::Dialed { node, result } => match result {
+                Ok((conn, hello)) => {
+                    let accepted = self
+                        .peers
+                        .handle_outbound_connected(node, now)
+                        .and_then(|()| self.peers.handle_handshake_completed(node, now));
+                    match accepted {
+                        Ok(()) => self.connected(node, conn, Direction::Outbound, &hello),
+                        Err(e) => {
+                            tracing::debug!(peer = %short(&node), error = %e, "dropping superseded dial");
+                            conn.close(quinn::VarInt::from_u32(CLOSE_REFUSED), b"duplicate");
+                        }
+                    }
+                }
+                Err(DialError::Handshake(e)) => {
+                    self.handshake_failed(node, Direction::Outbound, &e)
+                }
+                Err(DialError::Net(e)) => {
+                    bump(&self.metrics.dial_failures);
+                    tracing::info!(peer = %short(&node), error = %e, "dial failed");
+                    self.peers
+                        .handle_disconnected(node, Direction::Outbound, now);
+                }
+            },
+            Event::Inbound { node, addr, conn } => {
+                if let Err(e) = self.peers.handle_inbound(node, addr, now) {
+                    tracing::info!(%addr, error = %e, "refused inbound peer");
+                    conn.close(quinn::VarInt::from_u32(CLOSE_REFUSED), b"refused");
+                    return;
+                }
+                let hello = self.hello();
+                let events = self.events.clone();
+                let timeout = self.limits.handshake_timeout;
+                tokio::spawn(async move {
+                    let id = NodeId::from_bytes(node);
+                    let result =
+                        handshake::exchange(&conn, id, &hello, Role::Acceptor, timeout).await;
+                    let _ = events.send(Event::InboundHandshake { node, conn, result });
+                });
+            }
+            Event::InboundHandshake { node, conn, result } => match result {
+                Ok(hello) => match self.peers.handle_handshake_completed(node, now) {
+                    Ok(()) => self.connected(node, conn, Direction::Inbound, &hello),
+                    Err(e) => {
+                        tracing::debug!(peer = %short(&node), error = %e, "handshake no longer expected");
+                        conn.close(quinn::VarInt::from_u32(CLOSE_REFUSED), b"refused");
+                    }
+                },
+                Err(e) => self.handshake_failed(node, Direction::Inbound, &e),
+            },
+            Event::Closed { node, stable_id } => {
+                let ours = self
+                    .conns
+                    .get(&node)
+                    .is_some_and(|c| c.conn.stable_id() == stable_id);
+                if ours && let Some(conn) = self.conns.remove(&node) {
+                    tracing::info!(peer = %short(&node), reason = ?conn.conn.close_reason(), "peer disconnected");
+                    self.peers.handle_disconnected(node, conn.direction, now);
+                    self.sync.handle_peer_disconnected(node);
+                }
+            }
+            Event::Violation { node, reason } => self.violation(node, reason),
+            Event::PeersQuery { from, reply } => {
+                let _ = reply.send(
+                    self.peers
+                        .handle_peers_request(from, now)
+                        .unwrap_or_default(),
+                );
+            }
+            Event::PeersAnswer { node, result } => match result {
+                Ok(list) => match self.peers.handle_peers_response(node, list, now) {
+                    Ok(report) => tracing::debug!(peer = %short(&node), ?report, "peer exchange"),
+                    Err(e) => {
+                        tracing::debug!(peer = %short(&node), error = %e, "peer list ignored")
+                    }
+                },
+                Err(e) => tracing::debug!(peer = %short(&node), error = %e, "peer exchange failed"),
+            },
+            Event::StatusAnswer { node, status } => {
+                if self.conns.contains_key(&node) {
+                    self.sync
+                        .handle_peer_status(node, status.head_height, status.head_hash, now);
+                }
+            }
+            Event::BlocksAnswer { request, result } => {
+                let outcome = match result {
+                    Ok(blocks) => self.sync.handle_blocks(request.peer, request.id, blocks),
+                    Err(e) => {
+                        tracing::debug!(peer = %short(&request.peer), error = %e, "block request failed");
+                        self.sync.handle_request_failed(request.peer, request.id)
+                    }
+                };
+                if let Err(e) = outcome {
+                    tracing::debug!(error = %e, "late block answer dropped");
+                }
+            }
+            Event::SyncImported {
+                height,
+                peer,
+                result,
+            } => {
+                self.importing = false;
+                match result {
+                    Ok(hash) => {
+                        bump(&self.metrics.blocks_synced);
+                        self.sync.handle_imported(height, hash);
+                    }
+                    Err(e) => {
+                        bump(&self.metrics.blocks_rejected);
+                        tracing::warn!(peer = %short(&peer), height, error = %e, "synced block refused");
+                        self.sync.handle_import_failed(height, peer);
+                    }
+                }
+            }
+            Event::GossipBlock {
+                from,
+                block,
+                result,
+            } => match result {
+                Ok(Added::Extended(_) | Added::Reorganised { .. }) => {
+                    bump(&self.metrics.blocks_gossip_imported);
+                }
+                Ok(Added::Known | Added::Stored) => {}
+                Err(WorkerError::Block(crate::chain::ForkChoiceError::UnknownParent {
+                    ..
+                })) => {
+                    // We are behind: the sender has this block, so range sync can fetch the gap.
+                    self.sync
+                        .handle_peer_status(from, block.header.height, block.hash(), now);
+                }
+                Err(e) => {
+                    bump(&self.metrics.blocks_rejected);
+                    tracing::warn!(peer = %short(&from), height = block.header.height, error = %e, "gossiped block refused");
+                }
+            },
+        }
+    }
+
+    fn handshake_failed(&mut self, node: PeerKey, direction: Direction, error: &HandshakeError) {
+        let now = self.now();
+        if direction == Direction::Outbound {
+            bump(&self.metrics.dial_failures);
+        }
+        match error {
+            HandshakeError::WrongChain(_) | HandshakeError::Version { .. } => {
+                bump(&self.metrics.wrong_chain_refusals);
+                tracing::warn!(peer = %short(&node), %error, "peer refused");
+                self.peers
+                    .handle_violation(node, Violation::WrongChain, now);
+            }
+            HandshakeError::Malformed { reason, .. } => {
+                bump(&self.metrics.peer_violations);
+                self.peers
+                    .handle_violation(node, Violation::Malformed(reason.clone()), now);
+            }
+            HandshakeError::Timeout { .. } | HandshakeError::Connection { .. } => {
+                tracing::info!(peer = %short(&node), %error, "handshake failed");
+                self.peers.handle_disconnected(node, direction, now);
+            }
+        }
+    }
+
+    fn connected(
+        &mut self,
+        node: PeerKey,
+        conn: quinn::Connection,
+        direction: Direction,
+        hello: &Hello,
+    ) {
+        bump(&self.metrics.handshakes_completed);
+        tracing::info!(peer = %short(&node), addr = %conn.remote_address(), ?direction, height = hello.head_height, "peer connected");
+        let id = NodeId::from_bytes(node);
+        if self.gossip.add_peer(id, conn.clone()).is_err() {
+            tracing::warn!("gossip driver stopped; peer not added to gossip");
+        }
+        let now = self.now();
+        self.sync
+            .handle_peer_status(node, hello.head_height, hello.head_hash, now);
+        let events = self.events.clone();
+        let watched = conn.clone();
+        tokio::spawn(async move {
+            watched.closed().await;
+            let _ = events.send(Event::Closed {
+                node,
+                stable_id: watched.stable_id(),
+            });
+        });
+        tokio::spawn(serve(
+            node,
+            conn.clone(),
+            self.chain.clone(),
+            self.events.clone(),
+            self.limits.max_message_bytes,
+        ));
+        self.conns.insert(node, Conn { conn, direction });
+    }
+
+    fn violation(&mut self, node: PeerKey, reason: String) {
+        let now = self.now();
+        tracing::warn!(peer = %short(&node), %reason, "protocol violation: disconnecting and banning peer");
+        bump(&self.metrics.peer_violations);
+        if let Some(conn) = self.conns.get(&node) {
+            conn.conn.close(
+                quinn::VarInt::from_u32(CLOSE_PROTOCOL_VIOLATION),
+                b"protocol violation",
+            );
+        }
+        self.peers
+            .handle_violation(node, Violation::Malformed(reason), now);
+    }
+
+    fn on_gossip(&mut self, event: GossipEvent) {
+        match event {
+            GossipEvent::Violation { peer, reason } => self.violation(*peer.as_bytes(), reason),
+            GossipEvent::Delivered {
+                kind,
+                payload,
+                from,
+                ..
+            } => {
+                let from = *from.as_bytes();
+                match kind {
+                    MessageKind::Block => self.on_gossip_block(from, &payload),
+                    MessageKind::Deposit => match DepositData::decode(&payload) {
+                        Ok(deposit) => {
+                            let chain = self.chain.clone();
+                            let metrics = self.metrics.clone();
+                            tokio::spawn(async move {
+                                if chain.submit_deposit(deposit).await.is_ok() {
+                                    bump(&metrics.deposits_accepted);
+                                }
+                            });
+                        }
+                        Err(e) => {
+                            tracing::info!(peer = %short(&from), error = %e, "undecodable gossiped deposit dropped")
+                        }
+                    },
+                    MessageKind::Consensus | MessageKind::PeerExchange => {}
+                }
+            }
+        }
+    }
+
+    fn on_gossip_block(&mut self, from: PeerKey, payload: &[u8]) {
+        // Relayers forward before validating, so a bad block says nothing about the peer that
+        // relayed it: it is dropped, not punished.
+        let block = match Block::decode(payload, self.genesis.max_deposits_per_block) {
+            Ok(block) => block,
+            Err(e) => {
+                bump(&self.metrics.blocks_rejected);
+                tracing::info!(peer = %short(&from), error = %e, "undecodable gossiped block dropped");
+                return;
+            }
+        };
+        let current = self.genesis.slot_at(unix_ms().saturating_add(500));
+        if block.header.slot > current {
+            bump(&self.metrics.blocks_rejected);
+            tracing::info!(peer = %short(&from), slot = block.header.slot, current, "block from a future slot dropped");
+            return;
+        }
+        let chain = self.chain.clone();
+        let events = self.events.clone();
+        tokio::spawn(async move {
+            let result = chain.add_block(block.clone()).await;
+            let _ = events.send(Event::GossipBlock {
+                from,
+                block: Box::new(block),
+                result,
+            });
+        });
+    }
+
+    fn import_synced(&mut self, height: u64, bytes: &[u8], peer: PeerKey) {
+        let block = match Block::decode(bytes, self.genesis.max_deposits_per_block) {
+            Ok(block) => block,
+            Err(e) => {
+                tracing::warn!(peer = %short(&peer), height, error = %e, "synced block undecodable");
+                self.sync.handle_import_failed(height, peer);
+                return;
+            }
+        };
+        self.importing = true;
+        let chain = self.chain.clone();
+        let events = self.events.clone();
+        tokio::spawn(async move {
+            let hash = block.hash();
+            let result = chain
+                .add_block(block)
+                .await
+                .map(|_| hash)
+                .map_err(|e| e.to_string());
+            let _ = events.send(Event::SyncImported {
+                height,
+                peer,
+                result,
+            });
+        });
+    }
+
+    fn spawn_status_request(&self, node: PeerKey, conn: quinn::Connection) {
+        let events = self.events.clone();
+        let max = self.limits.max_message_bytes;
+        tokio::spawn(async move {
+            if let Ok(Response::Status(status)) = request(&conn, Request::Status, max).await {
+                let _ = events.send(Event::StatusAnswer { node, status });
+            }
+        });
+    }
+
+    fn spawn_blocks_request(&self, sync_request: SyncRequest) {
+        let events = self.events.clone();
+        let Some(conn) = self.conns.get(&sync_request.peer).map(|c| c.conn.clone()) else {
+            let _ = events.send(Event::BlocksAnswer {
+                request: sync_request,
+                result: Err("peer is not connected".into()),
+            });
+            return;
+        };
+        let max = self.limits.max_message_bytes;
+        let max_deposits = self.genesis.max_deposits_per_block;
+        let count = u16::try_from(sync_request.count)
+            .unwrap_or(MAX_BLOCKS_PER_REQUEST)
+            .min(MAX_BLOCKS_PER_REQUEST);
+        tokio::spawn(async move {
+            let rpc_request = Request::Blocks {
+                start: sync_request.start_height,
+                count,
+            };
+            let result = match request(&conn, rpc_request, max).await {
+                Ok(Response::Blocks(encoded)) => encoded
+                    .into_iter()
+                    .map(|bytes| {
+                        let block = Block::decode(&bytes, max_deposits)
+                            .map_err(|e| format!("undecodable block in answer: {e}"))?;
+                        Ok((block.header.height, block.hash(), bytes))
+                    })
+                    .collect::<Result<SyncedBlocks, String>>(),
+                Ok(_) => Err("answer of the wrong kind".into()),
+                Err(e) => Err(e),
+            };
+            let _ = events.send(Event::BlocksAnswer {
+                request: sync_request,
+                result,
+            });
+        });
+    }
+}
+
+/// Sends one request on a new bidirectional stream and reads its answer.
+async fn request(
+    conn: &quinn::Connection,
+    request: Request,
+    max_message_bytes: usize,
+) -> Result<Response, String> {
+    let exchange = async {
+        let (mut send, mut recv) = conn.open_bi().await.map_err(|e| e.to_string())?;
+        let (msg_type, payload) = request.encode();
+        codec::write_frame(&mut send, msg_type, &payload, rpc::MAX_REQUEST_BYTES)
+            .await
+            .map_err(|e| e.to_string())?;
+        send.finish().map_err(|e| e.to_string())?;
+        let frame = codec::read_frame(&mut recv, max_message_bytes)
+            .await
+            .map_err(|e| e.to_string())?
+            .ok_or("stream ended without an answer")?;
+        Response::decode(&request, frame.msg_type, &frame.payload).map_err(|e| e.to_string())
+    };
+    tokio::time::timeout(REQUEST_TIMEOUT, exchange)
+        .await
+        .map_err(|_| format!("no answer within {REQUEST_TIMEOUT:?}"))?
+}
+
+/// Answers the requests `node` sends on `conn` until it closes; a malformed request is
+/// reported as a violation.
+async fn serve(
+    node: PeerKey,
+    conn: quinn::Connection,
+    chain: ChainHandle,
+    events: mpsc::UnboundedSender<Event>,
+    max_message_bytes: usize,
+) {
+    while let Ok((send, recv)) = conn.accept_bi().await {
+        let chain = chain.clone();
+        let events = events.clone();
+        tokio::spawn(async move {
+            let served = tokio::time::timeout(
+                REQUEST_TIMEOUT,
+                serve_one(node, send, recv, &chain, &events, max_message_bytes),
+            )
+            .await;
+            match served {
+                Ok(Err(Some(reason))) => {
+                    let _ = events.send(Event::Violation { node, reason });
+                }
+                Ok(Err(None)) | Ok(Ok(())) => {}
+                Err(_) => tracing::debug!(peer = %short(&node), "request not completed in time"),
+            }
+        });
+    }
+}
+
+/// `Err(Some(reason))` is a protocol violation, `Err(None)` a broken stream.
+async fn serve_one(
+    node: PeerKey,
+    mut send: quinn::SendStream,
+    mut recv: quinn::RecvStream,
+    chain: &ChainHandle,
+    events: &mpsc::UnboundedSender<Event>,
+    max_message_bytes: usize,
+) -> Result<(), Option<String>> {
+    let frame = match codec::read_frame(&mut recv, rpc::MAX_REQUEST_BYTES).await {
+        Ok(Some(frame)) => frame,
+        Ok(None) => return Err(Some("request stream ended without a request".into())),
+        Err(e) if e.is_protocol_violation() => return Err(Some(format!("request: {e}"))),
+        Err(_) => return Err(None),
+    };
+    let request = Request::decode(frame.msg_type, &frame.payload)
+        .map_err(|e| Some(format!("request: {e}")))?;
+    let response = match request {
+        Request::Status => {
+            let view = chain.view();
+            Response::Status(ChainStatus {
+                head_height: view.head.height,
+                head_hash: view.head.hash,
+                finalized_height: view.finalized_height,
+            })
+        }
+        Request::Blocks { start, count } => {
+            // Leave room for the length prefixes and the count.
+            let budget = max_message_bytes.saturating_sub(1024);
+            let blocks = chain
+                .blocks(start, u64::from(count), budget)
+                .await
+                .unwrap_or_default();
+            Response::Blocks(blocks)
+        }
+        Request::Peers => {
+            let (reply, rx) = oneshot::channel();
+            let _ = events.send(Event::PeersQuery { from: node, reply });
+            Response::Peers(rx.await.unwrap_or_default())
+        }
+    };
+    let (msg_type, payload) = response.encode();
+    codec::write_frame(&mut send, msg_type, &payload, max_message_bytes)
+        .await
+        .map_err(|_| None)?;
+    send.finish().map_err(|_| None)?;
+    let _ = send.stopped().await;
+    Ok(())
+}

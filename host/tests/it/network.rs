@@ -1,0 +1,278 @@
+//! Whole nodes over real QUIC on loopback: block production by two authorities, deposits
+//! through the admin API reaching every node's state, a late node catching up by range sync,
+//! and the refusals — wrong genesis, unexpected key, garbage on a stream.
+//!
+//! Waits are liveness bounds (generous, polled), not performance targets.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use modnode::chain::genesis::Genesis;
+use modnode::chain::workload;
+use modnode::net::codec;
+use modnode::net::endpoint::{self, CLOSE_PROTOCOL_VIOLATION, TransportLimits};
+use modnode::net::handshake::{self, Hello, Role};
+use modnode::net::identity::NodeIdentity;
+use modnode::net::rpc;
+use modnode::node::{Node, NodeConfig};
+use modnode_peers::PeerAddr;
+use tempfile::TempDir;
+
+const SLOT_MS: u64 = 300;
+const LIVENESS: Duration = Duration::from_secs(90);
+
+/// A genesis whose authorities are the node keys in the first `authorities` of `dirs`.
+fn genesis(chain_id: &str, dirs: &[&Path], authorities: usize) -> Genesis {
+    let ids: Vec<String> = dirs
+        .iter()
+        .take(authorities)
+        .map(|d| {
+            NodeIdentity::load_or_create(d)
+                .unwrap()
+                .node_id()
+                .to_string()
+        })
+        .collect();
+    let text = serde_json::json!({
+        "chain_id": chain_id,
+        "genesis_time_ms": modnode::node::chain_worker::unix_ms(),
+        "slot_ms": SLOT_MS,
+        "finality_depth": 8,
+        "authorities": ids,
+        "generated_validators": { "count": 8, "seed": 3 },
+    })
+    .to_string();
+    Genesis::from_json(&text, "<test>").unwrap()
+}
+
+async fn start(dir: &Path, genesis: &Genesis, bootstrap: Vec<PeerAddr>) -> Node {
+    let mut config = NodeConfig::new(dir.to_path_buf(), genesis.clone());
+    config.listen = SocketAddr::from(([127, 0, 0, 1], 0));
+    config.admin_listen = Some(SocketAddr::from(([127, 0, 0, 1], 0)));
+    config.bootstrap = bootstrap;
+    Node::start(config).await.unwrap()
+}
+
+/// Polls `check` until it holds; panics with `what` after [`LIVENESS`].
+async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + LIVENESS;
+    while !check() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn dirs(n: usize) -> Vec<TempDir> {
+    (0..n).map(|_| TempDir::new().unwrap()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deposits_reach_every_node_and_a_late_node_catches_up() {
+    let tmp = dirs(4);
+    let paths: Vec<&Path> = tmp.iter().map(TempDir::path).collect();
+    let genesis = genesis("modnode-it-four", &paths, 2);
+    let mut nodes: Vec<Node> = Vec::new();
+    // Each node bootstraps from the one before it; peer exchange finds the rest.
+    for dir in &paths[..3] {
+        let bootstrap = nodes
+            .last()
+            .map(|n| vec![n.peer_addr().unwrap()])
+            .unwrap_or_default();
+        nodes.push(start(dir, &genesis, bootstrap).await);
+    }
+    eventually("three nodes at height 3", || {
+        nodes.iter().all(|n| n.status().height >= 3)
+    })
+    .await;
+    eventually("node 2 connected to both others via peer exchange", || {
+        nodes[2].status().peers >= 2
+    })
+    .await;
+
+    // Deposits go to a follower through the admin API, the way `modnode deposit submit` does.
+    let fork = genesis.genesis_fork_version;
+    let deposits: Vec<_> = (0..3)
+        .map(|seed| workload::new_validator(1000 + seed, 32_000_000_000, fork))
+        .collect();
+    for d in &deposits {
+        modnode::admin::client::submit_deposit(paths[2], d)
+            .await
+            .unwrap();
+    }
+    let duplicate = modnode::admin::client::submit_deposit(paths[2], &deposits[0]).await;
+    let before = genesis.validators.len() as u32;
+    eventually("the deposits in every node's state", || {
+        nodes.iter().all(|n| n.status().validators == before + 3)
+    })
+    .await;
+    // Unless the first copy was already included, the second is refused as a duplicate.
+    if let Err(e) = duplicate {
+        assert!(e.to_string().contains("already pending"), "{e}");
+    }
+    let registry = nodes[0].chain().view();
+    assert_eq!(registry.mempool, 0);
+
+    // A node started late catches up by range sync from one bootstrap peer.
+    let height = nodes[0].status().height;
+    let late = start(paths[3], &genesis, vec![nodes[1].peer_addr().unwrap()]).await;
+    eventually("the late node reaching the others' height", || {
+        late.status().height >= height + 2
+    })
+    .await;
+    assert!(late.metrics().blocks_synced.load(Ordering::Relaxed) >= height);
+    assert_eq!(late.status().validators, before + 3);
+    // Same chain: the late node's block at some height is the others' block there.
+    let probe = late.status().height.min(nodes[0].status().height) - 1;
+    let ours = late.chain().blocks(probe, 1, usize::MAX).await.unwrap();
+    let theirs = nodes[0].chain().blocks(probe, 1, usize::MAX).await.unwrap();
+    assert_eq!(ours, theirs);
+    assert!(nodes[0].metrics().blocks_produced.load(Ordering::Relaxed) > 0);
+    assert!(nodes[1].metrics().blocks_produced.load(Ordering::Relaxed) > 0);
+    assert_eq!(
+        nodes[2].metrics().blocks_produced.load(Ordering::Relaxed),
+        0,
+        "a follower never produces"
+    );
+    late.shutdown().await;
+    for node in nodes {
+        node.shutdown().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_on_another_genesis_is_refused() {
+    let tmp = dirs(2);
+    let a = start(
+        tmp[0].path(),
+        &genesis("modnode-it-a", &[tmp[0].path()], 1),
+        vec![],
+    )
+    .await;
+    let b = start(
+        tmp[1].path(),
+        &genesis("modnode-it-b", &[tmp[1].path()], 1),
+        vec![a.peer_addr().unwrap()],
+    )
+    .await;
+    eventually("both sides refusing the other chain", || {
+        a.metrics().wrong_chain_refusals.load(Ordering::Relaxed) >= 1
+            && b.metrics().wrong_chain_refusals.load(Ordering::Relaxed) >= 1
+    })
+    .await;
+    assert_eq!(a.status().peers, 0);
+    assert_eq!(b.status().peers, 0);
+    assert_eq!(a.metrics().handshakes_completed.load(Ordering::Relaxed), 0);
+    b.shutdown().await;
+    a.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_presenting_an_unexpected_key_is_refused() {
+    let tmp = dirs(2);
+    let genesis = genesis("modnode-it-key", &[tmp[0].path()], 1);
+    let a = start(tmp[0].path(), &genesis, vec![]).await;
+    // B believes another key lives at A's address.
+    let impostor = NodeIdentity::generate().unwrap().node_id();
+    let wrong: PeerAddr = format!("{impostor}@{}", a.p2p_addr()).parse().unwrap();
+    let b = start(tmp[1].path(), &genesis, vec![wrong]).await;
+    eventually("B's dial failing on the key", || {
+        b.metrics().dial_failures.load(Ordering::Relaxed) >= 1
+    })
+    .await;
+    assert_eq!(b.status().peers, 0);
+    assert_eq!(a.status().peers, 0);
+    assert_eq!(b.metrics().handshakes_completed.load(Ordering::Relaxed), 0);
+    b.shutdown().await;
+    a.shutdown().await;
+}
+
+/// Connects to `node` as a fresh identity and completes the hello.
+async fn raw_peer(node: &Node, genesis: &Genesis, chain_genesis: [u8; 32]) -> quinn::Connection {
+    let limits = TransportLimits::default();
+    let me = NodeIdentity::generate().unwrap();
+    let ep = endpoint::make_endpoint("127.0.0.1:0".parse().unwrap(), &me, &limits).unwrap();
+    let (conn, peer) = endpoint::connect(&ep, node.p2p_addr(), None, &limits)
+        .await
+        .unwrap();
+    let hello = Hello {
+        protocol_version: handshake::PROTOCOL_VERSION,
+        chain_id: genesis.chain_id.clone(),
+        genesis_hash: chain_genesis,
+        head_height: 0,
+        head_hash: chain_genesis,
+        listen_port: 0,
+    };
+    handshake::exchange(&conn, peer, &hello, Role::Dialer, Duration::from_secs(10))
+        .await
+        .unwrap();
+    conn
+}
+
+fn closed_for_violation(error: &quinn::ConnectionError) -> bool {
+    matches!(error, quinn::ConnectionError::ApplicationClosed(c)
+        if c.error_code == quinn::VarInt::from_u32(CLOSE_PROTOCOL_VIOLATION))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn garbage_on_a_stream_disconnects_the_peer_while_the_node_keeps_producing() {
+    let tmp = dirs(1);
+    let genesis = genesis("modnode-it-garbage", &[tmp[0].path()], 1);
+    let node = start(tmp[0].path(), &genesis, vec![]).await;
+    eventually("the node producing", || node.status().height >= 2).await;
+    let genesis_hash = node
+        .chain()
+        .blocks(0, 1, usize::MAX)
+        .await
+        .unwrap()
+        .first()
+        .map(|b| modnode::chain::block::Block::decode(b, 16).unwrap().hash())
+        .unwrap();
+
+    // A well-behaved request is answered …
+    let conn = raw_peer(&node, &genesis, genesis_hash).await;
+    eventually("the raw peer counted", || node.status().peers == 1).await;
+    let (mut send, mut recv) = conn.open_bi().await.unwrap();
+    let (t, p) = rpc::Request::Status.encode();
+    codec::write_frame(&mut send, t, &p, 64).await.unwrap();
+    send.finish().unwrap();
+    let frame = codec::read_frame(&mut recv, 1 << 20)
+        .await
+        .unwrap()
+        .unwrap();
+    let rpc::Response::Status(status) =
+        rpc::Response::decode(&rpc::Request::Status, frame.msg_type, &frame.payload).unwrap()
+    else {
+        panic!("not a status answer");
+    };
+    assert!(status.head_height >= 2);
+
+    // … garbage on a gossip stream gets the peer disconnected.
+    let mut uni = conn.open_uni().await.unwrap();
+    uni.write_all(&[0xff; 64]).await.unwrap();
+    uni.finish().unwrap();
+    let closed = tokio::time::timeout(LIVENESS, conn.closed()).await.unwrap();
+    assert!(closed_for_violation(&closed), "{closed:?}");
+
+    // A second peer sending a garbage request on a bidirectional stream: the same.
+    let conn = raw_peer(&node, &genesis, genesis_hash).await;
+    let (mut send, _recv) = conn.open_bi().await.unwrap();
+    send.write_all(b"GET / HTTP/1.1\r\n\r\n").await.unwrap();
+    send.finish().unwrap();
+    let closed = tokio::time::timeout(LIVENESS, conn.closed()).await.unwrap();
+    assert!(closed_for_violation(&closed), "{closed:?}");
+    assert!(node.metrics().peer_violations.load(Ordering::Relaxed) >= 2);
+
+    // The node kept producing throughout.
+    let height = node.status().height;
+    eventually("the node producing after the attacks", || {
+        node.status().height >= height + 2
+    })
+    .await;
+    assert_eq!(node.status().peers, 0);
+    node.shutdown().await;
+}
