@@ -1,4 +1,4 @@
-//! The `modnode` binary's module commands, end to end.
+//! The `modnode` binary's commands, end to end.
 
 use std::process::Command;
 
@@ -106,4 +106,130 @@ fn componentize_turns_a_guest_core_module_into_the_same_component() {
     ]);
     assert!(!ok);
     assert!(err.contains("bare.wasm"), "{err}");
+}
+
+/// Kills the child if the test fails before it exits, so no node outlives the test (and holds
+/// the harness's output pipe open).
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `modnode run` on the embedded dev chain, `modnode deposit submit` against it, Ctrl-C.
+#[test]
+fn run_accepts_a_submitted_deposit_and_stops_cleanly_on_ctrl_c() {
+    use std::io::{BufRead, BufReader};
+    use std::time::{Duration, Instant};
+
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("node");
+    let data_arg = data.to_str().unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_modnode"))
+        .args([
+            "run",
+            "--data-dir",
+            data_arg,
+            "--listen",
+            "127.0.0.1:0",
+            "--admin",
+            "127.0.0.1:0",
+        ])
+        .env("RUST_LOG", "info")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut child = KillOnDrop(child);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !data.join("admin.addr").exists() {
+        assert!(Instant::now() < deadline, "node never wrote admin.addr");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (ok, out, err) = modnode(&[
+        "deposit",
+        "submit",
+        "--data-dir",
+        data_arg,
+        "--dev-seed",
+        "9",
+    ]);
+    assert!(ok, "{err}");
+    assert!(out.contains("accepted"), "{out}");
+    // The same deposit again is refused while pending, or was already included: either way the
+    // answer names it.
+    let (_, out2, err2) = modnode(&[
+        "deposit",
+        "submit",
+        "--data-dir",
+        data_arg,
+        "--dev-seed",
+        "9",
+    ]);
+    assert!(
+        out2.contains("accepted") || err2.contains("already pending"),
+        "{out2}{err2}"
+    );
+
+    // Wait for a block carrying the deposit, then stop the node as Ctrl-C would.
+    let stderr = child.0.stderr.take().unwrap();
+    let (lines_tx, lines) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines() {
+            if lines_tx.send(line.unwrap()).is_err() {
+                break;
+            }
+        }
+    });
+    let mut log = String::new();
+    while !log.contains("deposits=1") {
+        let line = lines
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            .unwrap_or_else(|_| panic!("no block with the deposit:\n{log}"));
+        log.push_str(&line);
+        log.push('\n');
+    }
+    unsafe { libc::kill(child.0.id() as i32, libc::SIGINT) };
+    let status = child.0.wait().unwrap();
+    reader.join().unwrap();
+    log.extend(lines.try_iter().map(|l| l + "\n"));
+    assert!(status.success(), "{log}");
+    assert!(log.contains("stopped cleanly"), "{log}");
+}
+
+#[test]
+fn network_commands_refuse_bad_arguments_with_the_culprit_named() {
+    let (ok, _, err) = modnode(&["run", "--bootstrap", "nothex@127.0.0.1:1"]);
+    assert!(!ok);
+    assert!(err.contains("--bootstrap"), "{err}");
+    let (ok, _, err) = modnode(&["devnet", "--nodes", "2", "--authorities", "3"]);
+    assert!(!ok);
+    assert!(
+        err.contains("--authorities 3 is more than --nodes 2"),
+        "{err}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().to_str().unwrap();
+    let (ok, _, err) = modnode(&["deposit", "submit", "--data-dir", data, "--dev-seed", "1"]);
+    assert!(!ok);
+    assert!(err.contains("is a node running"), "{err}");
+    let bad = dir.path().join("bad.json");
+    std::fs::write(
+        &bad,
+        r#"{"pubkey":"0x12","withdrawal_credentials":"00","amount":1,"signature":"00"}"#,
+    )
+    .unwrap();
+    let (ok, _, err) = modnode(&[
+        "deposit",
+        "submit",
+        "--data-dir",
+        data,
+        "--json",
+        bad.to_str().unwrap(),
+    ]);
+    assert!(!ok);
+    assert!(err.contains("bad.json") && err.contains("pubkey"), "{err}");
 }
