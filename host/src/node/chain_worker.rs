@@ -29,6 +29,8 @@ pub struct ChainView {
     pub last_block_unix_ms: u64,
     /// Deposits waiting for a block.
     pub mempool: usize,
+    /// Times fork choice switched to another branch since start.
+    pub reorgs: u64,
 }
 
 /// Why the worker could not do what was asked.
@@ -165,6 +167,7 @@ pub fn spawn(
         identity,
         mempool: Mempool::new(mempool_capacity),
         last_block_unix_ms: 0,
+        reorgs: 0,
     };
     let (view_tx, view) = watch::channel(worker.view());
     let thread = std::thread::Builder::new()
@@ -189,6 +192,7 @@ struct Worker {
     identity: NodeIdentity,
     mempool: Mempool,
     last_block_unix_ms: u64,
+    reorgs: u64,
 }
 
 /// Milliseconds since the Unix epoch.
@@ -213,6 +217,7 @@ impl Worker {
             validators,
             last_block_unix_ms: self.last_block_unix_ms,
             mempool: self.mempool.len(),
+            reorgs: self.reorgs,
         }
     }
 
@@ -246,6 +251,12 @@ impl Worker {
             Added::Reorganised { head, reverted } => {
                 // Deposits carried anywhere on the new branch are no longer pending. (Deposits
                 // only the abandoned branch carried are not put back: their submitters resend.)
+                self.reorgs = self.reorgs.saturating_add(1);
+                tracing::info!(
+                    reverted,
+                    height = head.height,
+                    "switched to a better branch"
+                );
                 let ancestor = before.height.saturating_sub(*reverted);
                 let mut branch = Vec::new();
                 for height in ancestor.saturating_add(1)..=head.height {

@@ -68,6 +68,8 @@ pub struct NodeStatus {
     pub sync_target_height: u64,
     /// Whether the node is catching up.
     pub syncing: bool,
+    /// Branch switches since start.
+    pub reorgs: u64,
 }
 
 impl Metrics {
@@ -86,6 +88,7 @@ impl Metrics {
             mempool: view.mempool,
             sync_target_height: self.sync_target_height.load(Ordering::Relaxed),
             syncing: self.syncing.load(Ordering::Relaxed),
+            reorgs: view.reorgs,
         }
     }
 
@@ -134,7 +137,8 @@ impl Metrics {
                 &self.peer_violations,
             ),
         ];
-        let gauges: [(&str, &str, u64); 7] = [
+        let gauges: [(&str, &str, u64); 8] = [
+            ("reorgs", "Branch switches since start", view.reorgs),
             ("head_height", "Height of the head", view.head.height),
             (
                 "finalized_height",

@@ -27,9 +27,9 @@ use tokio::time::Instant;
 
 use super::chain_worker::{ChainHandle, WorkerError, unix_ms};
 use super::metrics::{Metrics, bump};
-use crate::chain::Added;
 use crate::chain::block::{Block, DepositData};
 use crate::chain::genesis::Genesis;
+use crate::chain::{Added, ForkChoiceError};
 use crate::net::codec;
 use crate::net::endpoint::{self, CLOSE_PROTOCOL_VIOLATION, NetError, TransportLimits};
 use crate::net::gossip::{GossipEvent, GossipHandle};
@@ -92,13 +92,22 @@ enum Event {
     SyncImported {
         height: u64,
         peer: PeerKey,
-        result: Result<[u8; 32], String>,
+        result: Result<[u8; 32], SyncImportError>,
     },
     GossipBlock {
         from: PeerKey,
         block: Box<Block>,
         result: Result<Added, WorkerError>,
     },
+}
+
+/// Why a block from range sync was not imported.
+enum SyncImportError {
+    /// Its parent is unknown: the peer is on another branch; the block is kept so the branch
+    /// can be fetched and tried.
+    Fork(Box<Block>),
+    /// Anything else, including a branch that could not be resolved.
+    Refused(String),
 }
 
 enum DialError {
@@ -462,7 +471,8 @@ impl Network {
                         bump(&self.metrics.blocks_synced);
                         self.sync.handle_imported(height, hash);
                     }
-                    Err(e) => {
+                    Err(SyncImportError::Fork(block)) => self.resolve_fork(*block, peer),
+                    Err(SyncImportError::Refused(e)) => {
                         bump(&self.metrics.blocks_rejected);
                         tracing::warn!(peer = %short(&peer), height, error = %e, "synced block refused");
                         self.sync.handle_import_failed(height, peer);
@@ -641,11 +651,40 @@ impl Network {
         let events = self.events.clone();
         tokio::spawn(async move {
             let hash = block.hash();
-            let result = chain
-                .add_block(block)
+            let result = match chain.add_block(block.clone()).await {
+                Ok(_) => Ok(hash),
+                Err(WorkerError::Block(ForkChoiceError::UnknownParent { .. })) => {
+                    Err(SyncImportError::Fork(Box::new(block)))
+                }
+                Err(e) => Err(SyncImportError::Refused(e.to_string())),
+            };
+            let _ = events.send(Event::SyncImported {
+                height,
+                peer,
+                result,
+            });
+        });
+    }
+
+    /// A synced block's parent is unknown: `peer` is on another branch. Fetch the branch back
+    /// to [`MAX_BLOCKS_PER_REQUEST`] blocks (never below the finalized height), hand it to fork
+    /// choice oldest first, then the block itself. Fork choice decides whether the branch wins.
+    fn resolve_fork(&mut self, block: Block, peer: PeerKey) {
+        let height = block.header.height;
+        let Some(conn) = self.conns.get(&peer).map(|c| c.conn.clone()) else {
+            self.sync.handle_import_failed(height, peer);
+            return;
+        };
+        tracing::info!(peer = %short(&peer), height, "peer is on another branch; fetching it");
+        self.importing = true;
+        let chain = self.chain.clone();
+        let events = self.events.clone();
+        let max = self.limits.max_message_bytes;
+        let max_deposits = self.genesis.max_deposits_per_block;
+        tokio::spawn(async move {
+            let result = fetch_branch(&conn, &chain, block, max, max_deposits)
                 .await
-                .map(|_| hash)
-                .map_err(|e| e.to_string());
+                .map_err(SyncImportError::Refused);
             let _ = events.send(Event::SyncImported {
                 height,
                 peer,
@@ -701,6 +740,49 @@ impl Network {
             });
         });
     }
+}
+
+/// Fetches the branch below `tip` from `conn` and adds it, then `tip`, through fork choice.
+async fn fetch_branch(
+    conn: &quinn::Connection,
+    chain: &ChainHandle,
+    tip: Block,
+    max_message_bytes: usize,
+    max_deposits: u16,
+) -> Result<[u8; 32], String> {
+    let height = tip.header.height;
+    let start = chain
+        .view()
+        .finalized_height
+        .saturating_add(1)
+        .max(height.saturating_sub(u64::from(MAX_BLOCKS_PER_REQUEST)));
+    let count = u16::try_from(height.saturating_sub(start))
+        .map_err(|_| format!("branch below height {height} is too long"))?;
+    if count == 0 {
+        return Err(format!(
+            "block {height} forks at or below the finalized height"
+        ));
+    }
+    let branch = match request(conn, Request::Blocks { start, count }, max_message_bytes).await? {
+        Response::Blocks(blocks) => blocks,
+        _ => return Err("answer of the wrong kind".into()),
+    };
+    for bytes in branch {
+        let block = Block::decode(&bytes, max_deposits)
+            .map_err(|e| format!("undecodable block in the branch: {e}"))?;
+        match chain.add_block(block).await {
+            Ok(_) => {}
+            // Below the fork point on a chain we never saw: keep going up.
+            Err(WorkerError::Block(ForkChoiceError::UnknownParent { .. })) => {}
+            Err(e) => return Err(format!("branch block refused: {e}")),
+        }
+    }
+    let hash = tip.hash();
+    chain
+        .add_block(tip)
+        .await
+        .map(|_| hash)
+        .map_err(|e| format!("branch tip refused: {e}"))
 }
 
 /// Sends one request on a new bidirectional stream and reads its answer.

@@ -25,6 +25,15 @@ const LIVENESS: Duration = Duration::from_secs(90);
 
 /// A genesis whose authorities are the node keys in the first `authorities` of `dirs`.
 fn genesis(chain_id: &str, dirs: &[&Path], authorities: usize) -> Genesis {
+    genesis_with_finality(chain_id, dirs, authorities, 32)
+}
+
+fn genesis_with_finality(
+    chain_id: &str,
+    dirs: &[&Path],
+    authorities: usize,
+    finality_depth: u64,
+) -> Genesis {
     let ids: Vec<String> = dirs
         .iter()
         .take(authorities)
@@ -39,7 +48,7 @@ fn genesis(chain_id: &str, dirs: &[&Path], authorities: usize) -> Genesis {
         "chain_id": chain_id,
         "genesis_time_ms": modnode::node::chain_worker::unix_ms(),
         "slot_ms": SLOT_MS,
-        "finality_depth": 8,
+        "finality_depth": finality_depth,
         "authorities": ids,
         "generated_validators": { "count": 8, "seed": 3 },
     })
@@ -275,4 +284,82 @@ async fn garbage_on_a_stream_disconnects_the_peer_while_the_node_keeps_producing
     .await;
     assert_eq!(node.status().peers, 0);
     node.shutdown().await;
+}
+
+/// The canonical block at `height`, encoded.
+async fn block_at(node: &Node, height: u64) -> Vec<Vec<u8>> {
+    node.chain().blocks(height, 1, usize::MAX).await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn authorities_that_produced_apart_converge_on_one_chain() {
+    let tmp = dirs(3);
+    let paths: Vec<&Path> = tmp.iter().map(TempDir::path).collect();
+    let genesis = genesis("modnode-it-fork", &paths, 2);
+    // The two authorities start unaware of each other: each builds its own branch.
+    let a = start(paths[0], &genesis, vec![]).await;
+    let b = start(paths[1], &genesis, vec![]).await;
+    eventually("two branches of height 2", || {
+        a.status().height >= 2 && b.status().height >= 2
+    })
+    .await;
+    assert_ne!(a.status().head_hash, b.status().head_hash);
+    // A follower that knows both introduces them to each other (peer exchange).
+    let c = start(
+        paths[2],
+        &genesis,
+        vec![a.peer_addr().unwrap(), b.peer_addr().unwrap()],
+    )
+    .await;
+    eventually("the authorities connected", || a.status().peers >= 2).await;
+    // Eventually all three hold the same chain, on which both authorities sealed blocks: they
+    // build on each other's blocks now.
+    let deadline = tokio::time::Instant::now() + LIVENESS;
+    loop {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no common chain with both proposers: a {:?} b {:?} c {:?}",
+            a.status(),
+            b.status(),
+            c.status()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let height = [&a, &b, &c]
+            .iter()
+            .map(|n| n.status().height)
+            .min()
+            .unwrap()
+            .saturating_sub(1);
+        let blocks = [
+            block_at(&a, height).await,
+            block_at(&b, height).await,
+            block_at(&c, height).await,
+        ];
+        if height < 4 || blocks[0] != blocks[1] || blocks[1] != blocks[2] {
+            continue;
+        }
+        let proposers: std::collections::BTreeSet<u32> = c
+            .chain()
+            .blocks(height.saturating_sub(3), 4, usize::MAX)
+            .await
+            .unwrap()
+            .iter()
+            .map(|b| {
+                modnode::chain::block::Block::decode(b, 16)
+                    .unwrap()
+                    .header
+                    .proposer
+            })
+            .collect();
+        if proposers.len() == 2 {
+            break;
+        }
+    }
+    assert!(
+        a.status().reorgs + b.status().reorgs >= 1,
+        "one authority must have left its own branch"
+    );
+    for node in [c, b, a] {
+        node.shutdown().await;
+    }
 }
