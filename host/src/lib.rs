@@ -9,6 +9,7 @@
 //! - [`chain`]: blocks, genesis, block import with atomic durable commits.
 //! - [`runtime`]: the sandboxed, deterministic wasmtime runtime, one host module per WIT world.
 //! - [`net`]: QUIC transport with mutually authenticated TLS 1.3 and message framing.
+//! - [`files`]: crash-safe writes of small private files (node key, admin token).
 //! - [`crypto`]: BLS12-381 verification (blst) offered to modules.
 //! - [`state`]: the validator registry, pubkey index, state tree and the per-call overlay.
 //! - [`store`]: durable storage (sled) behind a small trait, with an in-memory twin.
@@ -17,6 +18,7 @@
 pub mod admin;
 pub mod chain;
 pub mod crypto;
+pub mod files;
 pub mod net;
 pub mod node;
 pub mod runtime;

@@ -4,8 +4,7 @@
 //! created on first start and reused afterwards so scripts keep working across restarts. A file
 //! that is not a token is an error, never replaced: the operator decides what happened to it.
 
-use std::fs::{self, File, OpenOptions};
-use std::io::Write;
+use std::fs;
 use std::net::SocketAddr;
 use std::path::Path;
 
@@ -116,38 +115,12 @@ pub fn read_admin_addr(data_dir: &Path) -> Result<SocketAddr, AdminError> {
     })
 }
 
-/// Writes `contents` to a `0600` temporary file next to `path`, fsyncs it and renames it into
-/// place, so a reader sees the old file or the whole new one, never a partial write.
 fn write_atomically(path: &Path, contents: &[u8]) -> Result<(), AdminError> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("admin");
-    let tmp = dir.join(format!(".{name}.{:016x}.tmp", rand::random::<u64>()));
-    let io_err = |action, path: &Path| {
-        let path = path.to_path_buf();
-        move |source| AdminError::Io {
-            action,
-            path,
-            source,
-        }
-    };
-    let mut options = OpenOptions::new();
-    options.write(true).create_new(true);
-    #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-    let result = options
-        .open(&tmp)
-        .and_then(|mut file| file.write_all(contents).and_then(|()| file.sync_all()))
-        .map_err(io_err("write temporary file", &tmp))
-        .and_then(|()| fs::rename(&tmp, path).map_err(io_err("move into place", path)));
-    if result.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
-    result?;
-    // Durability of the rename; the file is in place either way, so only warn.
-    if let Err(e) = File::open(dir).and_then(|d| d.sync_all()) {
-        tracing::warn!(dir = %dir.display(), error = %e, "could not fsync data directory");
-    }
-    Ok(())
+    crate::files::write_private_atomically(path, contents).map_err(|e| AdminError::Io {
+        action: e.action,
+        path: e.path,
+        source: e.source,
+    })
 }
 
 #[cfg(test)]

@@ -12,8 +12,8 @@
 //! would change the node's identity.
 
 use std::fmt;
-use std::fs::{self, File, OpenOptions};
-use std::io::{self, Write};
+use std::fs;
+use std::io;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
@@ -312,58 +312,21 @@ impl NodeIdentity {
             source,
         })?;
         let mut identity = Self::generate()?;
-        write_atomically(data_dir, path, &identity.pkcs8)?;
+        write_atomically(path, &identity.pkcs8)?;
         identity.key_path = Some(path.to_path_buf());
         tracing::info!(node_id = %identity.node_id, path = %path.display(), "created new node identity");
         Ok(identity)
     }
 }
 
-/// Writes `contents` to `path` via a `0600` temporary file in `dir` + rename.
-fn write_atomically(dir: &Path, path: &Path, contents: &[u8]) -> Result<(), IdentityError> {
-    let tmp = dir.join(format!(
-        ".{KEY_FILE_NAME}.{:016x}.tmp",
-        rand::random::<u64>()
-    ));
-    let result = write_tmp_and_rename(&tmp, path, contents);
-    if result.is_err() {
-        // Best effort: never leave a stray copy of a private key behind.
-        let _ = fs::remove_file(&tmp);
-    }
-    result?;
-    // Make the rename durable. The key is already in place if this fails, so
-    // only warn.
-    if let Err(e) = File::open(dir).and_then(|d| d.sync_all()) {
-        tracing::warn!(dir = %dir.display(), error = %e, "could not fsync data directory after writing node key");
-    }
-    Ok(())
-}
-
-fn write_tmp_and_rename(tmp: &Path, path: &Path, contents: &[u8]) -> Result<(), IdentityError> {
-    let io_err = |action: &'static str, p: &Path| {
-        let p = p.to_path_buf();
-        move |source| IdentityError::Io {
-            action,
-            path: p,
-            source,
-        }
-    };
-    let mut options = OpenOptions::new();
-    options.write(true).create_new(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        options.mode(0o600);
-    }
-    let mut file = options
-        .open(tmp)
-        .map_err(io_err("create temporary key file", tmp))?;
-    file.write_all(contents)
-        .map_err(io_err("write temporary key file", tmp))?;
-    file.sync_all()
-        .map_err(io_err("fsync temporary key file", tmp))?;
-    drop(file);
-    fs::rename(tmp, path).map_err(io_err("move new node key into place at", path))
+/// Writes the key through [`crate::files::write_private_atomically`] (0600, temp + rename),
+/// so a crash never leaves a half-written key file.
+fn write_atomically(path: &Path, contents: &[u8]) -> Result<(), IdentityError> {
+    crate::files::write_private_atomically(path, contents).map_err(|e| IdentityError::Io {
+        action: e.action,
+        path: e.path,
+        source: e.source,
+    })
 }
 
 #[cfg(unix)]

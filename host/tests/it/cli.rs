@@ -149,26 +149,22 @@ fn run_accepts_a_submitted_deposit_and_stops_cleanly_on_ctrl_c() {
         assert!(Instant::now() < deadline, "node never wrote admin.addr");
         std::thread::sleep(Duration::from_millis(50));
     }
-    let (ok, out, err) = modnode(&[
-        "deposit",
-        "submit",
-        "--data-dir",
-        data_arg,
-        "--dev-seed",
-        "9",
-    ]);
+    let submit = || {
+        modnode(&[
+            "deposit",
+            "submit",
+            "--data-dir",
+            data_arg,
+            "--dev-seed",
+            "9",
+        ])
+    };
+    let (ok, out, err) = submit();
     assert!(ok, "{err}");
     assert!(out.contains("accepted"), "{out}");
     // The same deposit again is refused while pending, or was already included: either way the
     // answer names it.
-    let (_, out2, err2) = modnode(&[
-        "deposit",
-        "submit",
-        "--data-dir",
-        data_arg,
-        "--dev-seed",
-        "9",
-    ]);
+    let (_, out2, err2) = submit();
     assert!(
         out2.contains("accepted") || err2.contains("already pending"),
         "{out2}{err2}"
