@@ -129,8 +129,13 @@ pub fn devnet(args: DevnetArgs) -> anyhow::Result<()> {
             }
         }
         eprintln!("stopping {} nodes …", nodes.len());
-        for node in nodes {
-            node.shutdown().await;
+        // Concurrently: each node spends up to two seconds letting its peers learn it closed.
+        let stopping: Vec<_> = nodes
+            .into_iter()
+            .map(|n| tokio::spawn(n.shutdown()))
+            .collect();
+        for node in stopping {
+            node.await.context("a node's shutdown task failed")?;
         }
         anyhow::Ok(())
     })?;

@@ -81,7 +81,7 @@ fn dirs(n: usize) -> Vec<TempDir> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn deposits_reach_every_node_and_a_late_node_catches_up() {
+async fn deposits_reach_every_node_and_late_or_restarted_nodes_catch_up() {
     let tmp = dirs(4);
     let paths: Vec<&Path> = tmp.iter().map(TempDir::path).collect();
     let genesis = genesis("modnode-it-four", &paths, 2);
@@ -147,6 +147,26 @@ async fn deposits_reach_every_node_and_a_late_node_catches_up() {
         0,
         "a follower never produces"
     );
+    // A follower that stops misses blocks; restarted on its data it catches up from there.
+    let follower = nodes.pop().unwrap();
+    let stopped_at = follower.status().height;
+    follower.shutdown().await;
+    let target = nodes[0].status().height + 4;
+    eventually("the chain moving on without the follower", || {
+        nodes[0].status().height >= target
+    })
+    .await;
+    let follower = start(paths[2], &genesis, vec![nodes[0].peer_addr().unwrap()]).await;
+    assert!(
+        follower.status().height >= stopped_at,
+        "reopened below its stored head"
+    );
+    eventually("the restarted follower catching up", || {
+        follower.status().height >= target
+    })
+    .await;
+    assert_eq!(follower.status().validators, before + 3);
+    follower.shutdown().await;
     late.shutdown().await;
     for node in nodes {
         node.shutdown().await;
