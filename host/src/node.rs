@@ -276,6 +276,10 @@ impl Node {
         let metrics = Arc::new(Metrics::default());
         let (gossip, gossip_events) = gossip::spawn(
             GossipConfig {
+                engine: modnode_gossip::EngineConfig {
+                    validate_before_relay: true,
+                    ..modnode_gossip::EngineConfig::default()
+                },
                 max_message_bytes: config.transport.max_message_bytes,
                 ..GossipConfig::default()
             },

@@ -86,6 +86,10 @@ pub struct EngineConfig {
     pub max_hops: u32,
     /// Network size given to the policy; `None` = connected peers + 1.
     pub network_size: Option<u32>,
+    /// Hold received messages until the application judged them
+    /// ([`GossipEngine::handle_validated`]): nothing is forwarded or served before, and a
+    /// rejected message never is, so an honest node relays only what it checked.
+    pub validate_before_relay: bool,
 }
 
 impl Default for EngineConfig {
@@ -112,6 +116,7 @@ impl Default for EngineConfig {
             verify_payload_ids: true,
             max_hops: 64,
             network_size: None,
+            validate_before_relay: false,
         }
     }
 }
@@ -225,6 +230,9 @@ pub struct GossipEngine<P> {
     store: BTreeMap<MessageId, Stored>,
     store_order: VecDeque<(Time, MessageId)>,
     fetches: BTreeMap<MessageId, Fetch>,
+    /// Received messages waiting for the application's verdict, with the peer to not send
+    /// them back to.
+    awaiting: BTreeMap<MessageId, PeerId>,
     events: VecDeque<Event>,
     next_send_id: SendId,
     rr_cursor: Option<PeerId>,
@@ -242,6 +250,7 @@ impl<P: Policy> GossipEngine<P> {
             store: BTreeMap::new(),
             store_order: VecDeque::new(),
             fetches: BTreeMap::new(),
+            awaiting: BTreeMap::new(),
             events: VecDeque::new(),
             next_send_id: 0,
             rr_cursor: None,
@@ -434,9 +443,30 @@ impl<P: Policy> GossipEngine<P> {
             payload,
             from,
         });
+        if self.cfg.validate_before_relay {
+            self.awaiting.insert(id, from);
+        } else if hops < self.cfg.max_hops {
+            self.disseminate(id, Some(from), now);
+        }
+    }
+
+    /// The application's verdict on a delivered message (with
+    /// [`EngineConfig::validate_before_relay`]): `valid` forwards it as planned by the policy
+    /// and serves it to requests; otherwise it is dropped (its id stays seen, so copies are
+    /// ignored). Returns `false` if the message was not awaiting a verdict.
+    pub fn handle_validated(&mut self, id: MessageId, valid: bool, now: Time) -> bool {
+        let Some(from) = self.awaiting.remove(&id) else {
+            return false;
+        };
+        if !valid {
+            self.store.remove(&id);
+            return true;
+        }
+        let hops = self.store.get(&id).map_or(u32::MAX, |m| m.hops);
         if hops < self.cfg.max_hops {
             self.disseminate(id, Some(from), now);
         }
+        true
     }
 
     fn on_announce(&mut self, from: PeerId, item: AnnounceItem, now: Time) {
@@ -487,6 +517,9 @@ impl<P: Policy> GossipEngine<P> {
     }
 
     fn on_request(&mut self, from: PeerId, id: MessageId) {
+        if self.awaiting.contains_key(&id) {
+            return;
+        }
         let Some(msg) = self.store.get(&id) else {
             return;
         };
@@ -731,6 +764,8 @@ impl<P: Policy> GossipEngine<P> {
             self.store_order.pop_front();
             if self.store.get(&id).is_some_and(|m| m.expires == expires) {
                 self.store.remove(&id);
+                // A verdict that never came: the message is gone, forget the wait too.
+                self.awaiting.remove(&id);
             }
         }
     }

@@ -141,6 +141,8 @@ async fn run_once(
         let config = GossipConfig {
             engine: EngineConfig {
                 network_size: Some(u32::try_from(n)?),
+                // As in a node: relay only after the application's verdict (here: at once).
+                validate_before_relay: true,
                 ..EngineConfig::default()
             },
             receive_rate_bps: slow.then_some(params.slow_bps),
@@ -148,10 +150,12 @@ async fn run_once(
         };
         let (handle, mut events) = gossip::spawn(config, policy.clone());
         let tx = tx.clone();
+        let verdicts = handle.clone();
         tokio::spawn(async move {
             while let Some(event) = events.recv().await {
                 if let GossipEvent::Delivered { id, .. } = event {
                     let _ = tx.send((i, id, Instant::now()));
+                    let _ = verdicts.validated(id, true);
                 }
             }
         });

@@ -111,6 +111,10 @@ enum Command {
     Stats {
         reply: oneshot::Sender<(modnode_gossip::EngineStats, TrafficStats)>,
     },
+    Validated {
+        id: MessageId,
+        valid: bool,
+    },
 }
 
 /// Handle to a running gossip driver; cheap to clone.
@@ -155,6 +159,15 @@ impl GossipHandle {
         rx.await
             .map_err(|_| GossipDriverError::Stopped)?
             .map_err(GossipDriverError::Publish)
+    }
+
+    /// The application's verdict on a delivered message, when the engine validates before
+    /// relaying ([`EngineConfig::validate_before_relay`]): valid messages are forwarded,
+    /// invalid ones dropped.
+    pub fn validated(&self, id: MessageId, valid: bool) -> Result<(), GossipDriverError> {
+        self.commands
+            .send(Command::Validated { id, valid })
+            .map_err(|_| GossipDriverError::Stopped)
     }
 
     /// The engine's counters and the received-traffic counters.
@@ -286,6 +299,9 @@ impl<P: Policy> Driver<P> {
                 if self.peers.remove(&peer).is_some() {
                     let _ = self.engine.remove_peer(peer, now);
                 }
+            }
+            Command::Validated { id, valid } => {
+                self.engine.handle_validated(id, valid, now);
             }
             Command::Stats { reply } => {
                 let traffic = self.traffic.lock().map(|t| *t).unwrap_or_default();

@@ -17,6 +17,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use modnode_gossip::MessageId;
 use modnode_gossip::policy::MessageKind;
 use modnode_peers::{
     Action, Direction, DisconnectReason, PeerAddr, PeerManager, RangeSync, Request as SyncRequest,
@@ -95,6 +96,7 @@ enum Event {
         result: Result<[u8; 32], SyncImportError>,
     },
     GossipBlock {
+        id: MessageId,
         from: PeerKey,
         block: Box<Block>,
         result: Result<Added, WorkerError>,
@@ -480,26 +482,48 @@ impl Network {
                 }
             }
             Event::GossipBlock {
+                id,
                 from,
                 block,
                 result,
-            } => match result {
-                Ok(Added::Extended(_) | Added::Reorganised { .. }) => {
-                    bump(&self.metrics.blocks_gossip_imported);
-                }
-                Ok(Added::Known | Added::Stored) => {}
-                Err(WorkerError::Block(crate::chain::ForkChoiceError::UnknownParent {
-                    ..
-                })) => {
-                    // We are behind: the sender has this block, so range sync can fetch the gap.
-                    self.sync
-                        .handle_peer_status(from, block.header.height, block.hash(), now);
-                }
-                Err(e) => {
-                    bump(&self.metrics.blocks_rejected);
-                    tracing::warn!(peer = %short(&from), height = block.header.height, error = %e, "gossiped block refused");
-                }
-            },
+            } => {
+                // Only blocks that extend what we know are relayed; only provably invalid ones
+                // are the sender's fault (honest nodes relay nothing they did not check).
+                let valid = match result {
+                    Ok(Added::Extended(_) | Added::Reorganised { .. }) => {
+                        bump(&self.metrics.blocks_gossip_imported);
+                        true
+                    }
+                    Ok(Added::Known | Added::Stored) => true,
+                    Err(WorkerError::Block(ForkChoiceError::UnknownParent { .. })) => {
+                        // We are behind: the sender has this block, so range sync can fetch
+                        // the gap.
+                        self.sync
+                            .handle_peer_status(from, block.header.height, block.hash(), now);
+                        false
+                    }
+                    Err(WorkerError::Block(ForkChoiceError::Invalid(e))) => {
+                        bump(&self.metrics.blocks_rejected);
+                        self.violation(
+                            from,
+                            format!("relayed invalid block {}: {e}", block.header.height),
+                        );
+                        false
+                    }
+                    Err(e) => {
+                        bump(&self.metrics.blocks_rejected);
+                        tracing::info!(peer = %short(&from), height = block.header.height, error = %e, "gossiped block not taken");
+                        false
+                    }
+                };
+                self.verdict(id, valid);
+            }
+        }
+    }
+
+    fn verdict(&self, id: MessageId, valid: bool) {
+        if self.gossip.validated(id, valid).is_err() {
+            tracing::warn!("gossip driver stopped");
         }
     }
 
@@ -580,16 +604,17 @@ impl Network {
         match event {
             GossipEvent::Violation { peer, reason } => self.violation(*peer.as_bytes(), reason),
             GossipEvent::Delivered {
+                id,
                 kind,
                 payload,
                 from,
-                ..
             } => {
                 let from = *from.as_bytes();
                 match kind {
-                    MessageKind::Block => self.on_gossip_block(from, &payload),
+                    MessageKind::Block => self.on_gossip_block(id, from, &payload),
                     MessageKind::Deposit => match DepositData::decode(&payload) {
-                        Ok(deposit) => {
+                        Ok(deposit) if deposit.amount > 0 => {
+                            self.verdict(id, true);
                             let chain = self.chain.clone();
                             let metrics = self.metrics.clone();
                             tokio::spawn(async move {
@@ -598,30 +623,37 @@ impl Network {
                                 }
                             });
                         }
+                        Ok(_) => {
+                            self.verdict(id, false);
+                            self.violation(from, "relayed a deposit of 0 Gwei".into());
+                        }
                         Err(e) => {
-                            tracing::info!(peer = %short(&from), error = %e, "undecodable gossiped deposit dropped")
+                            self.verdict(id, false);
+                            self.violation(from, format!("relayed an undecodable deposit: {e}"));
                         }
                     },
-                    MessageKind::Consensus | MessageKind::PeerExchange => {}
+                    // Not produced by this protocol version: not relayed.
+                    MessageKind::Consensus | MessageKind::PeerExchange => self.verdict(id, false),
                 }
             }
         }
     }
 
-    fn on_gossip_block(&mut self, from: PeerKey, payload: &[u8]) {
-        // Relayers forward before validating, so a bad block says nothing about the peer that
-        // relayed it: it is dropped, not punished.
+    fn on_gossip_block(&mut self, id: MessageId, from: PeerKey, payload: &[u8]) {
         let block = match Block::decode(payload, self.genesis.max_deposits_per_block) {
             Ok(block) => block,
             Err(e) => {
                 bump(&self.metrics.blocks_rejected);
-                tracing::info!(peer = %short(&from), error = %e, "undecodable gossiped block dropped");
+                self.verdict(id, false);
+                self.violation(from, format!("relayed an undecodable block: {e}"));
                 return;
             }
         };
         let current = self.genesis.slot_at(unix_ms().saturating_add(500));
         if block.header.slot > current {
+            // Possibly our clock is behind: not relayed, not punished.
             bump(&self.metrics.blocks_rejected);
+            self.verdict(id, false);
             tracing::info!(peer = %short(&from), slot = block.header.slot, current, "block from a future slot dropped");
             return;
         }
@@ -630,6 +662,7 @@ impl Network {
         tokio::spawn(async move {
             let result = chain.add_block(block.clone()).await;
             let _ = events.send(Event::GossipBlock {
+                id,
                 from,
                 block: Box::new(block),
                 result,

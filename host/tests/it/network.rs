@@ -383,3 +383,62 @@ async fn authorities_that_produced_apart_converge_on_one_chain() {
         node.shutdown().await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_relaying_an_invalid_block_is_disconnected_and_the_block_dropped() {
+    use modnode::chain::block::{Block, BlockBody, BlockHeader, Seal};
+    use modnode_gossip::policy::MessageKind;
+    use modnode_gossip::{Frame, MessageId};
+
+    // The node follows a chain whose only authority is elsewhere, so its head stays at genesis.
+    let tmp = dirs(2);
+    let genesis = genesis("modnode-it-invalid", &[tmp[1].path()], 1);
+    let node = start(tmp[0].path(), &genesis, vec![]).await;
+    let genesis_block = block_at(&node, 0).await;
+    let parent = Block::decode(&genesis_block[0], 16).unwrap();
+    let conn = raw_peer(&node, &genesis, parent.hash()).await;
+    eventually("the raw peer counted", || node.status().peers == 1).await;
+
+    // A block for the current slot, sealed by a key that is not the authority's.
+    let body = BlockBody::default();
+    let header = BlockHeader {
+        parent_hash: parent.hash(),
+        height: 1,
+        slot: genesis
+            .slot_at(modnode::node::chain_worker::unix_ms())
+            .max(1),
+        proposer: 0,
+        state_root: parent.header.state_root,
+        body_root: body.root(),
+    };
+    let forger = NodeIdentity::generate().unwrap();
+    let block = Block {
+        seal: Seal::Ed25519(forger.sign(&header.hash()).unwrap()),
+        header,
+        body,
+    };
+    let payload = block.encode();
+    let frame = Frame::Push {
+        id: MessageId::of(&payload),
+        kind: MessageKind::Block,
+        hops: 0,
+        payload: payload.into(),
+    }
+    .encode()
+    .unwrap();
+    let mut uni = conn.open_uni().await.unwrap();
+    codec::write_frame(
+        &mut uni,
+        modnode::net::gossip::GOSSIP_MESSAGE,
+        &frame,
+        1 << 20,
+    )
+    .await
+    .unwrap();
+    uni.finish().unwrap();
+    let closed = tokio::time::timeout(LIVENESS, conn.closed()).await.unwrap();
+    assert!(closed_for_violation(&closed), "{closed:?}");
+    assert_eq!(node.status().height, 0, "the forged block was not imported");
+    assert_eq!(node.metrics().blocks_rejected.load(Ordering::Relaxed), 1);
+    node.shutdown().await;
+}

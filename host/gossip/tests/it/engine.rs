@@ -536,3 +536,58 @@ fn slow_announcer_is_hedged() {
     assert_eq!(hedge[0].peer, 3);
     assert!(matches!(&hedge[0].frame, Frame::Request { .. }));
 }
+
+#[test]
+fn validate_before_relay_holds_messages_until_the_verdict() {
+    // b sits between a (handle 1) and c (handle 3) and validates before relaying.
+    let mut b = GossipEngine::new(
+        EngineConfig {
+            validate_before_relay: true,
+            ..config(4)
+        },
+        Fixed::push(),
+    );
+    b.add_peer(1).unwrap();
+    b.add_peer(3).unwrap();
+    let good = big(1);
+    let bad = big(2);
+    let good_id = MessageId::of(&good);
+    let bad_id = MessageId::of(&bad);
+    b.handle_frame(1, push_frame(&good, MessageKind::Block), 0)
+        .unwrap();
+    b.handle_frame(1, push_frame(&bad, MessageKind::Block), 0)
+        .unwrap();
+    assert_eq!(
+        events(&mut b).len(),
+        2,
+        "delivered to the application at once"
+    );
+    assert!(
+        drain(&mut b, MS).is_empty(),
+        "nothing relayed before a verdict"
+    );
+    // c learnt of the messages elsewhere and asks b: not served while unjudged.
+    b.handle_frame(3, Frame::Request { ids: vec![good_id] }, MS)
+        .unwrap();
+    assert!(drain(&mut b, MS).is_empty());
+
+    assert!(b.handle_validated(good_id, true, 2 * MS));
+    let relayed = drain(&mut b, 2 * MS);
+    assert_eq!(relayed.len(), 1);
+    assert_eq!(relayed[0].peer, 3, "not back to the sender");
+    assert!(matches!(&relayed[0].frame, Frame::Push { id, .. } if *id == good_id));
+
+    assert!(b.handle_validated(bad_id, false, 3 * MS));
+    assert!(
+        drain(&mut b, 3 * MS).is_empty(),
+        "a rejected message is never relayed"
+    );
+    b.handle_frame(3, Frame::Request { ids: vec![bad_id] }, 4 * MS)
+        .unwrap();
+    assert!(drain(&mut b, 4 * MS).is_empty(), "… nor served");
+    // Copies of it are still recognised as seen, and a second verdict is refused.
+    b.handle_frame(1, push_frame(&bad, MessageKind::Block), 5 * MS)
+        .unwrap();
+    assert!(events(&mut b).is_empty());
+    assert!(!b.handle_validated(bad_id, true, 5 * MS));
+}
