@@ -101,6 +101,9 @@ enum BenchCommand {
         /// Topology and traffic seed.
         #[arg(long, default_value_t = 7)]
         seed: u64,
+        /// Runs of each scenario; medians are reported.
+        #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..=20))]
+        repeat: u16,
     },
     /// Deposit processing through deposits-v1, -v2 and native against a large registry.
     Deposits {
@@ -150,7 +153,8 @@ fn main() -> std::process::ExitCode {
             nodes,
             degree,
             seed,
-        }) => commands::bench::gossip(json, nodes, degree, seed),
+            repeat,
+        }) => commands::bench::gossip(json, nodes, degree, seed, usize::from(repeat)),
         Command::Bench(BenchCommand::Deposits {
             json,
             validators,

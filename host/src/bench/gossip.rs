@@ -44,6 +44,8 @@ pub struct GossipParams {
     pub slow_bps: u64,
     /// Seed of topology, origins, payloads and the throttled set.
     pub seed: u64,
+    /// Runs of each scenario; the report gives per-metric medians (the machine is noisy).
+    pub repeat: usize,
 }
 
 impl Default for GossipParams {
@@ -56,6 +58,7 @@ impl Default for GossipParams {
             duration: Duration::from_secs(3),
             slow_bps: 8_000_000,
             seed: 7,
+            repeat: 3,
         }
     }
 }
@@ -86,25 +89,48 @@ pub struct SlowReport {
     pub hp_p99_ms: f64,
     /// The same metric without throttled nodes (the v2 run).
     pub hp_p99_ms_unthrottled: f64,
-    /// Pairs never delivered in the throttled run (throttled nodes included).
+    /// Pairs never delivered in the throttled runs (throttled nodes included), summed.
     pub missed: usize,
+    /// `hp_p99_ms / hp_p99_ms_unthrottled` of each repetition (the two runs back to back).
+    pub ratios: Vec<f64>,
     /// Nodes throttled.
     pub throttled: usize,
     /// Their receive rate, bits per second.
     pub slow_bps: u64,
 }
 
-/// The report printed by `--json`.
+/// The report printed by `--json`: per-metric medians over the repetitions, `missed` summed.
 #[derive(Debug, Clone, Serialize)]
 pub struct GossipReport {
     /// Nodes.
     pub nodes: usize,
+    /// Repetitions of each scenario.
+    pub repeats: usize,
     /// gossip-policy-v1.
     pub flood: RunReport,
     /// gossip-policy-v2.
     pub v2: RunReport,
     /// v2 with 25% slow nodes.
     pub slow25: SlowReport,
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    percentile_ms(&values, 50.0)
+}
+
+/// Per-metric medians of `runs`; `missed` is summed so that any miss shows.
+fn median_report(runs: &[RunReport]) -> RunReport {
+    let of = |f: fn(&RunReport) -> f64| median(runs.iter().map(f).collect());
+    RunReport {
+        t50_ms: of(|r| r.t50_ms),
+        t90_ms: of(|r| r.t90_ms),
+        t99_ms: of(|r| r.t99_ms),
+        missed: runs.iter().map(|r| r.missed).sum(),
+        rmr: of(|r| r.rmr),
+        bytes_per_node: of(|r| r.bytes_per_node),
+        hp_p99_ms: of(|r| r.hp_p99_ms),
+    }
 }
 
 fn percentile_ms(sorted: &[f64], pct: f64) -> f64 {
@@ -317,10 +343,6 @@ pub fn run(params: &GossipParams) -> anyhow::Result<GossipReport> {
         .build()?;
     rt.block_on(async {
         let none = vec![false; params.nodes];
-        eprintln!("flood (gossip-policy-v1) …");
-        let (flood, _) = run_once(params, &v1, &none).await?;
-        eprintln!("gossip-policy-v2 …");
-        let (v2_report, _) = run_once(params, &v2, &none).await?;
         let mut rng = rand::rngs::StdRng::seed_from_u64(params.seed ^ 0x510);
         let mut slow = vec![false; params.nodes];
         let throttled = params.nodes / 4;
@@ -328,15 +350,30 @@ pub fn run(params: &GossipParams) -> anyhow::Result<GossipReport> {
             let i = rng.random_range(0..params.nodes);
             slow[i] = true;
         }
-        eprintln!("gossip-policy-v2 with {throttled} throttled nodes …");
-        let (slow_report, missed) = run_once(params, &v2, &slow).await?;
+        let (mut floods, mut v2s, mut slows, mut ratios, mut slow_missed) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new(), 0);
+        for round in 1..=params.repeat.max(1) {
+            eprintln!("round {round}: flood (gossip-policy-v1) …");
+            floods.push(run_once(params, &v1, &none).await?.0);
+            eprintln!("round {round}: gossip-policy-v2 …");
+            let (v2_report, _) = run_once(params, &v2, &none).await?;
+            eprintln!("round {round}: gossip-policy-v2 with {throttled} throttled nodes …");
+            let (slow_report, missed) = run_once(params, &v2, &slow).await?;
+            ratios.push(slow_report.hp_p99_ms / v2_report.hp_p99_ms.max(f64::MIN_POSITIVE));
+            slow_missed += missed;
+            v2s.push(v2_report);
+            slows.push(slow_report);
+        }
+        let v2_report = median_report(&v2s);
         Ok(GossipReport {
             nodes: params.nodes,
-            flood,
+            repeats: floods.len(),
+            flood: median_report(&floods),
             slow25: SlowReport {
-                hp_p99_ms: slow_report.hp_p99_ms,
+                hp_p99_ms: median(slows.iter().map(|r| r.hp_p99_ms).collect()),
                 hp_p99_ms_unthrottled: v2_report.hp_p99_ms,
-                missed,
+                missed: slow_missed,
+                ratios,
                 throttled,
                 slow_bps: params.slow_bps,
             },

@@ -50,11 +50,18 @@ pub fn deposits(json: bool, validators: u32, deposits: usize, repeat: usize) -> 
 }
 
 /// `modnode bench gossip`.
-pub fn gossip(json: bool, nodes: usize, degree: usize, seed: u64) -> anyhow::Result<()> {
+pub fn gossip(
+    json: bool,
+    nodes: usize,
+    degree: usize,
+    seed: u64,
+    repeat: usize,
+) -> anyhow::Result<()> {
     let params = crate::bench::gossip::GossipParams {
         nodes,
         degree,
         seed,
+        repeat,
         ..Default::default()
     };
     let report = crate::bench::gossip::run(&params)?;
