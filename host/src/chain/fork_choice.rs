@@ -99,13 +99,15 @@ impl Chain {
     /// below the finalized height).
     pub fn add_block(&mut self, block: &Block) -> Result<Added, ForkChoiceError> {
         let hash = block.hash();
+        let name = hex32(&hash);
         if hash == self.head.hash || self.is_canonical(&block.header)? {
+            // The seal is not part of the hash: a known header with a forged seal is a forgery.
+            self.check_seal(block, &name)?;
             return Ok(Added::Known);
         }
         if block.header.parent_hash == self.head.hash {
             return Ok(Added::Extended(self.import(block)?));
         }
-        let name = hex32(&hash);
         let Some(parent) = self.stored_block(&block.header.parent_hash)? else {
             return Err(ForkChoiceError::UnknownParent {
                 hash: name,
@@ -120,6 +122,9 @@ impl Chain {
                 parent_height: parent.header.height,
             });
         }
+        // Side-branch blocks are executed only if their branch wins, but their seal is checked
+        // now: a forged copy must never overwrite the real block of a branch.
+        self.check_seal(block, &name)?;
         let mut batch = WriteBatch::new();
         batch.put(keys::block(&hash), block.encode());
         self.store.commit(&batch)?;

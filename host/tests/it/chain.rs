@@ -512,6 +512,65 @@ fn authority_chains_accept_only_the_slot_authoritys_signed_blocks() {
 }
 
 #[test]
+fn forged_seals_are_refused_on_known_and_side_branch_blocks() {
+    use modnode::chain::block::Seal;
+    use modnode::chain::{Added, ForkChoiceError};
+    use modnode::net::identity::NodeIdentity;
+    let a = NodeIdentity::generate().unwrap();
+    let forger = NodeIdentity::generate().unwrap();
+    let mut g = genesis();
+    g.authorities = vec![*a.node_id().as_bytes()];
+    let open = |g: &Genesis| {
+        Chain::open(
+            Arc::new(MemoryStore::new()),
+            g.clone(),
+            DepositEngine::Native(Verification::Batched),
+        )
+        .unwrap()
+    };
+    let mut chain = open(&g);
+    let mut side = open(&g);
+    let sealed = |chain: &Chain, slot: u64, who: &NodeIdentity| {
+        let mut block = chain.build_block(slot, 0, vec![]).unwrap();
+        block.seal = Seal::Ed25519(who.sign(&block.hash()).unwrap());
+        block
+    };
+    let block = sealed(&chain, 1, &a);
+    chain.add_block(&block).unwrap();
+    // The same header with a forged seal: not "known", a forgery.
+    let mut forged = block.clone();
+    forged.seal = Seal::Ed25519(forger.sign(&block.hash()).unwrap());
+    assert!(matches!(
+        chain.add_block(&forged),
+        Err(ForkChoiceError::Invalid(ImportError::BadSeal { .. }))
+    ));
+    assert_eq!(chain.add_block(&block).unwrap(), Added::Known);
+
+    // A competing branch (slot 2 instead of 1): its forged copy is refused before it is
+    // stored, so the genuine block can still be stored and win later.
+    let rival = sealed(&side, 2, &a);
+    side.add_block(&rival).unwrap();
+    let mut forged_rival = rival.clone();
+    forged_rival.seal = Seal::Ed25519(forger.sign(&rival.hash()).unwrap());
+    assert!(matches!(
+        chain.add_block(&forged_rival),
+        Err(ForkChoiceError::Invalid(ImportError::BadSeal { .. }))
+    ));
+    assert!(matches!(
+        chain.add_block(&rival).unwrap(),
+        Added::Stored | Added::Reorganised { .. }
+    ));
+    // Which of the two height-1 blocks wins the tie depends on their hashes; the longer
+    // branch wins either way.
+    let next = sealed(&side, 3, &a);
+    assert!(matches!(
+        chain.add_block(&next).unwrap(),
+        Added::Reorganised { .. } | Added::Extended(_)
+    ));
+    assert_eq!(chain.head().hash, next.hash());
+}
+
+#[test]
 fn genesis_authorities_are_parsed_and_checked() {
     let id = "ab".repeat(32);
     let ok = Genesis::from_json(
