@@ -140,6 +140,24 @@ pub enum NodeError {
     /// A thread could not be started.
     #[error("cannot start the chain worker thread: {0}")]
     Thread(std::io::Error),
+    /// The blocking startup task (module loading, opening the chain) panicked or was cancelled.
+    #[error("node startup task failed: {0}")]
+    Startup(String),
+    /// The bound peer-to-peer address could not be read back.
+    #[error("cannot read the address bound for {listen}: {source}")]
+    Listen {
+        /// The configured listen address.
+        listen: SocketAddr,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+}
+
+fn create_data_dir(data_dir: &Path) -> Result<(), NodeError> {
+    std::fs::create_dir_all(data_dir).map_err(|source| NodeError::DataDir {
+        path: data_dir.display().to_string(),
+        source,
+    })
 }
 
 /// Loads every embedded module (warming the compiled-artifact cache in `data_dir`) and returns
@@ -194,10 +212,7 @@ fn load_modules(
 
 /// Opens the chain in `data_dir` with the embedded deposits module.
 pub fn open_chain(data_dir: &Path, genesis: Genesis) -> Result<Chain, NodeError> {
-    std::fs::create_dir_all(data_dir).map_err(|source| NodeError::DataDir {
-        path: data_dir.display().to_string(),
-        source,
-    })?;
+    create_data_dir(data_dir)?;
     let (deposits, _) = load_modules(data_dir, DEFAULT_GOSSIP_POLICY)?;
     open_store(data_dir, genesis, deposits)
 }
@@ -245,10 +260,7 @@ impl Node {
     /// Starts a node; must be called within a multi-threaded tokio runtime.
     pub async fn start(config: NodeConfig) -> Result<Self, NodeError> {
         let data_dir = config.data_dir.clone();
-        std::fs::create_dir_all(&data_dir).map_err(|source| NodeError::DataDir {
-            path: data_dir.display().to_string(),
-            source,
-        })?;
+        create_data_dir(&data_dir)?;
         let identity = NodeIdentity::load_or_create(&data_dir)?;
         let node_id = identity.node_id();
         let genesis = config.genesis.clone();
@@ -261,7 +273,7 @@ impl Node {
                 Ok::<_, NodeError>((open_store(&dir, genesis, deposits)?, policy))
             })
             .await
-            .map_err(|e| NodeError::Admin(format!("startup task failed: {e}")))??
+            .map_err(|e| NodeError::Startup(e.to_string()))??
         };
         let genesis_hash = chain.genesis_hash();
         let head = chain.head();
@@ -269,8 +281,8 @@ impl Node {
             .map_err(NodeError::Thread)?;
 
         let endpoint = endpoint::make_endpoint(config.listen, &identity, &config.transport)?;
-        let p2p_addr = endpoint.local_addr().map_err(|source| NodeError::DataDir {
-            path: config.listen.to_string(),
+        let p2p_addr = endpoint.local_addr().map_err(|source| NodeError::Listen {
+            listen: config.listen,
             source,
         })?;
         let metrics = Arc::new(Metrics::default());

@@ -755,18 +755,14 @@ impl Network {
                 start: sync_request.start_height,
                 count,
             };
-            let result = match request(&conn, rpc_request, max).await {
-                Ok(Response::Blocks(encoded)) => encoded
-                    .into_iter()
-                    .map(|bytes| {
-                        let block = Block::decode(&bytes, max_deposits)
-                            .map_err(|e| format!("undecodable block in answer: {e}"))?;
-                        Ok((block.header.height, block.hash(), bytes))
-                    })
-                    .collect::<Result<SyncedBlocks, String>>(),
-                Ok(_) => Err("answer of the wrong kind".into()),
-                Err(e) => Err(e),
-            };
+            let result = request_blocks(&conn, rpc_request, max, max_deposits)
+                .await
+                .map(|blocks| {
+                    blocks
+                        .into_iter()
+                        .map(|(block, bytes)| (block.header.height, block.hash(), bytes))
+                        .collect::<SyncedBlocks>()
+                });
             let _ = events.send(Event::BlocksAnswer {
                 request: sync_request,
                 result,
@@ -796,13 +792,14 @@ async fn fetch_branch(
             "block {height} forks at or below the finalized height"
         ));
     }
-    let branch = match request(conn, Request::Blocks { start, count }, max_message_bytes).await? {
-        Response::Blocks(blocks) => blocks,
-        _ => return Err("answer of the wrong kind".into()),
-    };
-    for bytes in branch {
-        let block = Block::decode(&bytes, max_deposits)
-            .map_err(|e| format!("undecodable block in the branch: {e}"))?;
+    let branch = request_blocks(
+        conn,
+        Request::Blocks { start, count },
+        max_message_bytes,
+        max_deposits,
+    )
+    .await?;
+    for (block, _) in branch {
         match chain.add_block(block).await {
             Ok(_) => {}
             // Below the fork point on a chain we never saw: keep going up.
@@ -816,6 +813,26 @@ async fn fetch_branch(
         .await
         .map(|_| hash)
         .map_err(|e| format!("branch tip refused: {e}"))
+}
+
+/// Requests a block range and decodes every block of the answer, keeping its bytes.
+async fn request_blocks(
+    conn: &quinn::Connection,
+    blocks: Request,
+    max_message_bytes: usize,
+    max_deposits: u16,
+) -> Result<Vec<(Block, Vec<u8>)>, String> {
+    let Response::Blocks(encoded) = request(conn, blocks, max_message_bytes).await? else {
+        return Err("answer of the wrong kind".into());
+    };
+    encoded
+        .into_iter()
+        .map(|bytes| {
+            let block = Block::decode(&bytes, max_deposits)
+                .map_err(|e| format!("undecodable block in the answer: {e}"))?;
+            Ok((block, bytes))
+        })
+        .collect()
 }
 
 /// Sends one request on a new bidirectional stream and reads its answer.
