@@ -17,8 +17,9 @@
 //!   disconnected; a later `handle_disconnected` for it is ignored.
 //! - When both nodes dial each other at once, the connection dialed by the node with the
 //!   lower id survives: [`PeerManager::handle_inbound`] accepts an inbound connection that
-//!   supersedes our own pending dial only if the remote id is lower, and our dial's late
-//!   `handle_outbound_connected` then returns [`PeerError::UnexpectedState`].
+//!   supersedes our own pending dial only if the remote id is lower — or if it comes from
+//!   another address than the one we dial (our dial then targets a stale address) — and our
+//!   dial's late `handle_outbound_connected` returns [`PeerError::UnexpectedState`].
 
 mod book;
 mod config;
@@ -191,8 +192,15 @@ impl PeerManager {
         let failures = match self.book.get(&node).map(|p| p.state) {
             None => 0,
             Some(PeerState::Disconnected { failures, .. }) => failures,
-            // Simultaneous dial: the connection opened by the lower id survives.
-            Some(PeerState::Connecting { failures, .. }) if node < self.config.local_id => failures,
+            // Simultaneous dial: the connection opened by the lower id survives. Nodes dial from
+            // their listening socket, so an inbound connection from another address than the
+            // one we are dialing means our dial chases a stale address (the peer restarted
+            // elsewhere): the live inbound connection wins.
+            Some(PeerState::Connecting {
+                failures,
+                addr: dialing,
+                ..
+            }) if node < self.config.local_id || dialing != addr => failures,
             Some(_) => return Err(PeerError::DuplicateConnection { node }),
         };
         if self.counts().inbound() >= self.config.max_inbound {

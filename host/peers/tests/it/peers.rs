@@ -338,6 +338,30 @@ fn inbound_limits_duplicates_and_simultaneous_dials() {
 }
 
 #[test]
+fn inbound_from_a_new_address_supersedes_a_dial_to_a_stale_one() {
+    // 200 > LOCAL would lose a simultaneous dial, but it connects from another address than
+    // the one we keep dialing: it restarted elsewhere, and its live connection wins.
+    let mut pm = manager(exact_config(), &[200]);
+    let dialed = dials(&drain(&mut pm, 0));
+    assert_eq!(dialed, vec![id(200)]);
+    let moved = addr(201);
+    pm.handle_inbound(id(200), moved, 0).unwrap();
+    pm.handle_handshake_completed(id(200), 0).unwrap();
+    assert_eq!(pm.connected_count(), 1);
+    // The stale dial, if it ever completes, is refused.
+    assert!(matches!(
+        pm.handle_outbound_connected(id(200), 1),
+        Err(PeerError::UnexpectedState { .. })
+    ));
+    assert!(
+        pm.addresses(&id(200))
+            .unwrap()
+            .iter()
+            .any(|a| a.addr == moved)
+    );
+}
+
+#[test]
 fn violation_bans_until_expiry() {
     let ban = 600 * SECONDS;
     let mut pm = manager(exact_config(), &[1]);
