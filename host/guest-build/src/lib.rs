@@ -105,6 +105,13 @@ pub enum Error {
         /// The exit status.
         status: String,
     },
+    /// The toolchain has no standard library for [`GUEST_TARGET`] and it could not be installed.
+    MissingTarget {
+        /// The sysroot that lacks the target.
+        sysroot: PathBuf,
+        /// What to run to install it (or why the automatic install failed).
+        remedy: String,
+    },
     /// `wit-component` refused a core module.
     Componentize {
         /// The artifact at fault.
@@ -126,6 +133,11 @@ impl fmt::Display for Error {
                 f,
                 "building guest modules for {GUEST_TARGET} failed ({status}); \
                  if the target is missing, `rustup target add {GUEST_TARGET}`"
+            ),
+            Error::MissingTarget { sysroot, remedy } => write!(
+                f,
+                "the Rust toolchain at {} has no {GUEST_TARGET} standard library; {remedy}",
+                sysroot.display()
             ),
             Error::Componentize { artifact, message } => {
                 write!(f, "turning `{artifact}` into a component failed: {message}")
@@ -265,6 +277,7 @@ pub fn build(opts: &BuildOptions) -> Result<Vec<Artifact>, Error> {
     if guests.is_empty() {
         return Ok(Vec::new());
     }
+    ensure_guest_target()?;
     let mut cmd = Command::new(&opts.cargo);
     cmd.arg("build")
         .arg("--manifest-path")
@@ -315,6 +328,118 @@ pub fn componentize(core: &[u8]) -> Result<Vec<u8>, String> {
         .validate(true)
         .encode()
         .map_err(|e| format!("{e:#}"))
+}
+
+/// How the missing guest target gets installed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TargetInstall {
+    /// The sysroot already holds the target's standard library.
+    Present,
+    /// Run `rustup target add` for this toolchain.
+    Rustup {
+        /// The rustup binary.
+        rustup: PathBuf,
+        /// The toolchain name (e.g. `1.95.0-x86_64-unknown-linux-gnu`).
+        toolchain: String,
+    },
+    /// No rustup: the user must install the target another way.
+    Manual,
+}
+
+/// Decides how to get [`GUEST_TARGET`] into `sysroot`: nothing when it is there, `rustup target
+/// add` for the toolchain the sysroot belongs to when rustup is available, else by hand.
+/// `toolchain_env` is `RUSTUP_TOOLCHAIN` as rustup's proxies set it.
+pub fn plan_target_install(
+    sysroot: &Path,
+    rustup: Option<PathBuf>,
+    toolchain_env: Option<String>,
+) -> TargetInstall {
+    if sysroot
+        .join("lib/rustlib")
+        .join(GUEST_TARGET)
+        .join("lib")
+        .is_dir()
+    {
+        return TargetInstall::Present;
+    }
+    let Some(rustup) = rustup else {
+        return TargetInstall::Manual;
+    };
+    // A rustup toolchain's sysroot is `<rustup home>/toolchains/<name>`; that name is exact,
+    // whereas RUSTUP_TOOLCHAIN may be a file override path or a short channel name.
+    let from_sysroot = sysroot
+        .parent()
+        .filter(|p| p.file_name().is_some_and(|n| n == "toolchains"))
+        .and_then(|_| sysroot.file_name())
+        .map(|n| n.to_string_lossy().into_owned());
+    match from_sysroot.or(toolchain_env) {
+        Some(toolchain) => TargetInstall::Rustup { rustup, toolchain },
+        None => TargetInstall::Manual,
+    }
+}
+
+/// Makes sure the rustc that cargo uses (`RUSTC`, else `rustc`) can build for
+/// [`GUEST_TARGET`], installing the target with rustup when it is missing. A toolchain that
+/// was installed before `rust-toolchain.toml` listed the target does not get it by itself.
+fn ensure_guest_target() -> Result<(), Error> {
+    let rustc = std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
+    let output = Command::new(&rustc)
+        .args(["--print", "sysroot"])
+        .output()
+        .map_err(io(Path::new(&rustc)))?;
+    if !output.status.success() {
+        // Let the nested build report whatever is wrong with this rustc.
+        return Ok(());
+    }
+    let sysroot = PathBuf::from(String::from_utf8_lossy(&output.stdout).trim());
+    let manual =
+        format!("run `rustup target add {GUEST_TARGET}` (or install it for your toolchain)");
+    match plan_target_install(
+        &sysroot,
+        find_rustup(),
+        std::env::var("RUSTUP_TOOLCHAIN").ok(),
+    ) {
+        TargetInstall::Present => Ok(()),
+        TargetInstall::Manual => Err(Error::MissingTarget {
+            sysroot,
+            remedy: manual,
+        }),
+        TargetInstall::Rustup { rustup, toolchain } => {
+            println!(
+                "cargo::warning=installing the {GUEST_TARGET} target for toolchain {toolchain}"
+            );
+            let status = Command::new(&rustup)
+                .args(["target", "add", GUEST_TARGET, "--toolchain", &toolchain])
+                .status()
+                .map_err(io(&rustup))?;
+            if status.success() {
+                Ok(())
+            } else {
+                Err(Error::MissingTarget {
+                    sysroot,
+                    remedy: format!(
+                        "`{} target add {GUEST_TARGET} --toolchain {toolchain}` failed ({status}); \
+                         run it by hand",
+                        rustup.display()
+                    ),
+                })
+            }
+        }
+    }
+}
+
+/// The rustup binary: `$CARGO_HOME/bin/rustup` if present, else the first `rustup` on `PATH`.
+fn find_rustup() -> Option<PathBuf> {
+    let exe = |dir: &Path| dir.join("rustup");
+    if let Some(candidate) = cargo_home().map(|h| exe(&h.join("bin")))
+        && candidate.is_file()
+    {
+        return Some(candidate);
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| exe(&dir))
+        .find(|candidate| candidate.is_file())
 }
 
 fn remap_flags(opts: &BuildOptions) -> OsString {
@@ -396,5 +521,56 @@ mod tests {
         let err = discover(&dir).unwrap_err().to_string();
         assert!(err.contains("B V1"), "{err}");
         fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn target_install_plan_follows_sysroot_and_rustup() {
+        let home = std::env::temp_dir().join(format!("guest-target-test-{}", std::process::id()));
+        let sysroot = home.join("toolchains/1.95.0-x86_64-unknown-linux-gnu");
+        fs::create_dir_all(&sysroot).unwrap();
+        let rustup = Some(PathBuf::from("/opt/rustup"));
+
+        // Missing target, rustup present: install for the sysroot's own toolchain, whatever
+        // RUSTUP_TOOLCHAIN says (it may be an override path).
+        assert_eq!(
+            plan_target_install(&sysroot, rustup.clone(), Some("stable".into())),
+            TargetInstall::Rustup {
+                rustup: PathBuf::from("/opt/rustup"),
+                toolchain: "1.95.0-x86_64-unknown-linux-gnu".into()
+            }
+        );
+        // No rustup: the user is told what to do.
+        assert_eq!(
+            plan_target_install(&sysroot, None, None),
+            TargetInstall::Manual
+        );
+        // A sysroot outside rustup's layout falls back to RUSTUP_TOOLCHAIN, else manual.
+        let odd = home.join("custom-rust");
+        fs::create_dir_all(&odd).unwrap();
+        assert_eq!(
+            plan_target_install(&odd, rustup.clone(), None),
+            TargetInstall::Manual
+        );
+        assert!(matches!(
+            plan_target_install(&odd, rustup.clone(), Some("nightly".into())),
+            TargetInstall::Rustup { toolchain, .. } if toolchain == "nightly"
+        ));
+        // Target present: nothing to do.
+        fs::create_dir_all(sysroot.join("lib/rustlib").join(GUEST_TARGET).join("lib")).unwrap();
+        assert_eq!(
+            plan_target_install(&sysroot, rustup, None),
+            TargetInstall::Present
+        );
+        fs::remove_dir_all(&home).unwrap();
+
+        let message = Error::MissingTarget {
+            sysroot: PathBuf::from("/x"),
+            remedy: "run `rustup target add wasm32-unknown-unknown`".into(),
+        }
+        .to_string();
+        assert!(
+            message.contains("/x") && message.contains("rustup target add"),
+            "{message}"
+        );
     }
 }

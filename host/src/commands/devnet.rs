@@ -114,9 +114,14 @@ pub fn devnet(args: DevnetArgs) -> anyhow::Result<()> {
         );
         let live = std::io::stdout().is_terminal();
         let mut ticker = tokio::time::interval(Duration::from_secs(if live { 1 } else { 5 }));
+        let stop = super::shutdown_signal();
+        tokio::pin!(stop);
         loop {
             tokio::select! {
-                _ = tokio::signal::ctrl_c() => break,
+                signal = &mut stop => {
+                    signal.context("cannot listen for SIGINT/SIGTERM")?;
+                    break;
+                }
                 _ = ticker.tick() => {
                     let statuses: Vec<NodeStatus> = nodes.iter().map(Node::status).collect();
                     let mut out = std::io::stdout().lock();

@@ -48,7 +48,7 @@ pub fn genesis(path: Option<&PathBuf>) -> anyhow::Result<Genesis> {
     })
 }
 
-/// `modnode run`: runs the node until Ctrl-C, then stops it cleanly.
+/// `modnode run`: runs the node until Ctrl-C or SIGTERM, then stops it cleanly.
 pub fn run(args: RunArgs) -> anyhow::Result<()> {
     let mut config = NodeConfig::new(args.data_dir.clone(), genesis(args.genesis.as_ref())?);
     config.listen = args.listen;
@@ -67,10 +67,10 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
             peer_addr = %node.peer_addr().map(|a| a.to_string()).unwrap_or_default(),
             "node running; give the peer address to other nodes' --bootstrap; Ctrl-C stops it"
         );
-        tokio::signal::ctrl_c()
+        let signal = super::shutdown_signal()
             .await
-            .context("cannot listen for Ctrl-C")?;
-        tracing::info!("stopping");
+            .context("cannot listen for SIGINT/SIGTERM")?;
+        tracing::info!(signal, "stopping");
         node.shutdown().await;
         anyhow::Ok(())
     })?;

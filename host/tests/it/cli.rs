@@ -196,6 +196,68 @@ fn run_accepts_a_submitted_deposit_and_stops_cleanly_on_ctrl_c() {
     assert!(log.contains("stopped cleanly"), "{log}");
 }
 
+/// Starts `modnode <args>` with stderr piped, waits until `ready` exists, sends SIGTERM (what
+/// systemd, Docker and Kubernetes send) and returns (exit status, log).
+fn sigterm_after_start(
+    args: &[&str],
+    ready: &std::path::Path,
+) -> (std::process::ExitStatus, String) {
+    use std::io::Read as _;
+    use std::time::{Duration, Instant};
+    let child = Command::new(env!("CARGO_BIN_EXE_modnode"))
+        .args(args)
+        .env("RUST_LOG", "info")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut child = KillOnDrop(child);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !ready.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "{} never appeared",
+            ready.display()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    unsafe { libc::kill(child.0.id() as i32, libc::SIGTERM) };
+    let mut stderr = child.0.stderr.take().unwrap();
+    let mut log = String::new();
+    stderr.read_to_string(&mut log).unwrap();
+    let status = child.0.wait().unwrap();
+    (status, log)
+}
+
+#[test]
+fn sigterm_stops_run_and_devnet_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("node");
+    let (status, log) = sigterm_after_start(
+        &[
+            "run",
+            "--data-dir",
+            data.to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+            "--admin",
+            "127.0.0.1:0",
+        ],
+        &data.join("admin.addr"),
+    );
+    assert!(status.success(), "run exited with {status}:\n{log}");
+    assert!(log.contains("stopped cleanly"), "{log}");
+    assert!(log.contains("SIGTERM"), "{log}");
+
+    let net = dir.path().join("devnet");
+    let (status, log) = sigterm_after_start(
+        &["devnet", "--nodes", "2", "--dir", net.to_str().unwrap()],
+        &net.join("node-1").join("admin.addr"),
+    );
+    assert!(status.success(), "devnet exited with {status}:\n{log}");
+    assert!(log.contains("stopped cleanly"), "{log}");
+}
+
 #[test]
 fn network_commands_refuse_bad_arguments_with_the_culprit_named() {
     let (ok, _, err) = modnode(&["run", "--bootstrap", "nothex@127.0.0.1:1"]);
