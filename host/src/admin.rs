@@ -1,20 +1,28 @@
-//! The node's admin API: a small, strict HTTP/1.1 server on a local socket, and its client.
+//! The node's admin API: a strict HTTP/1.1 JSON API on a local socket (axum on hyper), and its
+//! client.
 //!
-//! The node binds it with [`server::bind`] (by default on `127.0.0.1:0`), which creates or loads
-//! the bearer token in `<data_dir>/admin.token` (mode `0600`) and writes the bound address to
+//! The node binds it with [`server::bind`] (by default on `127.0.0.1:0`; a non-loopback address
+//! only with `--admin-public`), which creates or loads the bearer token in
+//! `<data_dir>/admin.token` (mode `0600`) and writes the bound address to
 //! `<data_dir>/admin.addr`; [`server::serve`] then answers until told to shut down. The
-//! [`client`] functions find a running node from its data directory alone: anyone who can read
-//! the token file may administer the node.
+//! [`client`] finds a running node from its data directory alone (anyone who can read the
+//! token file may administer the node), or from a URL and a token file.
 //!
 //! Routes:
 //! - `GET /status` (token): the node's status as JSON, from [`AdminBackend::status`].
-//! - `GET /metrics` (no token): Prometheus text format. Left open so a scraper needs no secret;
+//! - `GET /metrics` (no token): OpenMetrics text. Left open so a scraper needs no secret;
 //!   metrics carry no secrets and the socket is local unless the operator binds it elsewhere.
 //! - `POST /deposits` (token): a deposit as JSON (see [`deposit_json`]), handed to
 //!   [`AdminBackend::submit_deposit`]; answers `{"accepted":true,"id":"<hex>"}`.
+//! - `POST /modules` (token): a module component as the raw body
+//!   (`application/wasm`, at most the configured module size), handed to
+//!   [`AdminBackend::upload_module`]; answers `{"status":"ready"|"already-stored","module":{…}}`
+//!   once the module is validated, compiled and warmed, or an error with a `reason` code.
+//! - `GET /modules` (token): per kind, the active module and every stored version.
 //!
-//! Every error answer is `{"error":"<what is wrong>"}` with a 4xx/5xx status, and every
-//! response closes the connection: one request per connection keeps the server simple.
+//! Every error answer is `{"error":"<what is wrong>"}` (plus `"reason"` for refused modules)
+//! with a 4xx/5xx status, and every response closes the connection: one request per
+//! connection keeps the server simple and its limits easy to reason about.
 
 use std::future::Future;
 use std::io;
@@ -23,10 +31,11 @@ use std::path::PathBuf;
 use std::pin::Pin;
 
 use crate::chain::block::DepositData;
+use crate::modules_store::upload::{UploadError, UploadOutcome};
 
 pub mod client;
 pub mod deposit_json;
-mod http;
+mod routes;
 pub mod server;
 pub mod token;
 
@@ -40,11 +49,20 @@ pub trait AdminBackend: Send + Sync + 'static {
     /// The node's status as a JSON object (height, peers, ...). Called on the server's task,
     /// so it must be cheap and must not block.
     fn status(&self) -> serde_json::Value;
-    /// Metrics in the Prometheus text exposition format. Same constraints as [`Self::status`].
+    /// Metrics in the OpenMetrics text format. Same constraints as [`Self::status`].
     fn metrics(&self) -> String;
     /// Submits a deposit to the node's mempool; Ok = accepted (returns its id, hex), Err =
     /// refused with a reason (answered as a bad request).
     fn submit_deposit(&self, deposit: DepositData) -> BoxFuture<'_, Result<String, String>>;
+    /// Validates, precompiles, warms and stores an uploaded module (`source` says who sent
+    /// it). Resolves only once the module is ready or refused.
+    fn upload_module(
+        &self,
+        bytes: Vec<u8>,
+        source: String,
+    ) -> BoxFuture<'_, Result<UploadOutcome, UploadError>>;
+    /// The node's modules: per kind the active one and every stored version, as JSON.
+    fn modules(&self) -> BoxFuture<'_, Result<serde_json::Value, String>>;
 }
 
 /// Why an admin operation failed.
@@ -86,6 +104,16 @@ pub enum AdminError {
         /// What is wrong with it.
         reason: String,
     },
+    /// A non-loopback address was asked for without `--admin-public`.
+    #[error(
+        "refusing to bind the admin API on {addr}, which is not a loopback address: the bearer \
+         token would travel in clear over the network; bind 127.0.0.1 (the default), or pass \
+         --admin-public if you really mean it (and put TLS in front)"
+    )]
+    PublicBind {
+        /// The requested address.
+        addr: SocketAddr,
+    },
     /// The listener could not be bound.
     #[error("cannot bind the admin API on {addr}: {source}")]
     Bind {
@@ -95,16 +123,21 @@ pub enum AdminError {
         #[source]
         source: io::Error,
     },
-    /// Nothing listens at the address the node wrote: the node is not running.
-    #[error(
-        "the node at {addr} (data directory {}) is not running; start it first",
-        data_dir.display()
-    )]
+    /// Nothing listens at the node's address: the node is not running.
+    #[error("the node at {addr} ({origin}) is not running; start it first")]
     NotRunning {
-        /// The address read from `admin.addr`.
+        /// The admin address.
         addr: SocketAddr,
-        /// The data directory.
-        data_dir: PathBuf,
+        /// Where the address came from (`data directory …` or `--node`).
+        origin: String,
+    },
+    /// A `--node` URL is not `http://<ip>:<port>`.
+    #[error("bad node URL {url:?}: {reason}")]
+    BadUrl {
+        /// The URL as given.
+        url: String,
+        /// What is wrong.
+        reason: String,
     },
     /// The connection failed or timed out mid-request.
     #[error("admin request to {addr} failed: {source}")]
@@ -122,6 +155,8 @@ pub enum AdminError {
         status: u16,
         /// The server's `error` message.
         message: String,
+        /// The server's `reason` code, if it gave one (refused modules).
+        reason: Option<String>,
     },
     /// The node's answer was not a well-formed response.
     #[error("malformed response from the node at {addr}: {reason}")]

@@ -19,6 +19,7 @@ pub mod admin;
 pub mod chain;
 pub mod crypto;
 pub mod files;
+pub mod modules_store;
 pub mod net;
 pub mod node;
 pub mod runtime;

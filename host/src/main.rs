@@ -66,6 +66,27 @@ enum ModuleCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Upload a module to a running node, which validates, compiles and warms it and answers
+    /// once it is ready (uploading the same bytes again is a no-op).
+    Upload {
+        /// The component file.
+        file: PathBuf,
+        /// Which node.
+        #[command(flatten)]
+        node: commands::module::NodeArgs,
+        /// Print the node's JSON answer.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List a running node's modules: per kind the active one and every stored version.
+    List {
+        /// Which node.
+        #[command(flatten)]
+        node: commands::module::NodeArgs,
+        /// Print the node's JSON answer.
+        #[arg(long)]
+        json: bool,
+    },
     /// Turn a core wasm module built with wit-bindgen into a component.
     Componentize {
         /// The core module (`target/wasm32-unknown-unknown/<profile>/<crate>.wasm`).
@@ -142,6 +163,10 @@ fn main() -> std::process::ExitCode {
         Command::Module(ModuleCommand::Inspect { file, json }) => {
             commands::module::inspect(&file, json)
         }
+        Command::Module(ModuleCommand::Upload { file, node, json }) => {
+            commands::module::upload(&file, &node, json)
+        }
+        Command::Module(ModuleCommand::List { node, json }) => commands::module::list(&node, json),
         Command::Module(ModuleCommand::Componentize { core, output }) => {
             commands::module::componentize(&core, &output)
         }

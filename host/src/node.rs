@@ -36,10 +36,12 @@ use crate::admin::{self, AdminBackend, BoxFuture};
 use crate::chain::block::DepositData;
 use crate::chain::genesis::Genesis;
 use crate::chain::{Chain, DepositEngine};
+use crate::modules_store::upload::{ModuleService, UploadConfig, UploadError, UploadOutcome};
+use crate::modules_store::{ActiveModule, ModuleStoreError};
 use crate::net::endpoint::{self, TransportLimits};
 use crate::net::gossip::{self, GossipConfig, GossipHandle};
 use crate::net::identity::NodeIdentity;
-use crate::runtime::{LoadedModule, Runtime, RuntimeConfig};
+use crate::runtime::{LoadedModule, ModuleMeta, Runtime, RuntimeConfig};
 use crate::store::SledStore;
 
 /// The deposits module a node activates.
@@ -60,6 +62,12 @@ pub struct NodeConfig {
     pub bootstrap: Vec<PeerAddr>,
     /// TCP address of the admin API; `None` disables it.
     pub admin_listen: Option<SocketAddr>,
+    /// Allow a non-loopback admin address (`--admin-public`; the token then travels in clear).
+    pub admin_public: bool,
+    /// Limits of the admin server.
+    pub admin: admin::server::ServerConfig,
+    /// Limits of module uploads.
+    pub upload: UploadConfig,
     /// Transport limits.
     pub transport: TransportLimits,
     /// Outbound connections to keep.
@@ -87,6 +95,9 @@ impl NodeConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 9400)),
             bootstrap: Vec::new(),
             admin_listen: Some(SocketAddr::from(([127, 0, 0, 1], 9401))),
+            admin_public: false,
+            admin: admin::server::ServerConfig::default(),
+            upload: UploadConfig::default(),
             transport: TransportLimits::default(),
             target_outbound: 8,
             max_inbound: 32,
@@ -137,6 +148,9 @@ pub enum NodeError {
     /// The admin API could not start.
     #[error("admin API: {0}")]
     Admin(String),
+    /// The module store could not be opened.
+    #[error(transparent)]
+    ModuleStore(#[from] ModuleStoreError),
     /// A thread could not be started.
     #[error("cannot start the chain worker thread: {0}")]
     Thread(std::io::Error),
@@ -160,6 +174,17 @@ fn create_data_dir(data_dir: &Path) -> Result<(), NodeError> {
     })
 }
 
+/// Directory of compiled module artifacts inside the data directory.
+const MODULE_CACHE_DIR: &str = "module-cache";
+
+fn active_module(meta: &ModuleMeta) -> ActiveModule {
+    ActiveModule {
+        kind: meta.component.kind.to_string(),
+        name: meta.name(),
+        sha256: hex::encode(meta.component.sha256),
+    }
+}
+
 /// Loads every embedded module (warming the compiled-artifact cache in `data_dir`) and returns
 /// the runtime with the deposits module and the gossip policy `policy`.
 fn load_modules(
@@ -177,7 +202,7 @@ fn load_modules(
         reason,
     };
     let runtime = Runtime::new(RuntimeConfig {
-        cache_dir: Some(data_dir.join("module-cache")),
+        cache_dir: Some(data_dir.join(MODULE_CACHE_DIR)),
         ..RuntimeConfig::default()
     })
     .map_err(|e| module_err("runtime", e.to_string()))?;
@@ -265,12 +290,20 @@ impl Node {
         let node_id = identity.node_id();
         let genesis = config.genesis.clone();
         let policy_name = config.gossip_policy.clone();
-        let (chain, policy) = {
+        let upload_config = config.upload.clone();
+        let (chain, policy, active, modules) = {
             let dir = data_dir.clone();
             let genesis = genesis.clone();
             tokio::task::spawn_blocking(move || {
                 let (deposits, policy) = load_modules(&dir, &policy_name)?;
-                Ok::<_, NodeError>((open_store(&dir, genesis, deposits)?, policy))
+                let active = vec![active_module(deposits.meta()), active_module(policy.meta())];
+                let modules = ModuleService::open(&dir, dir.join(MODULE_CACHE_DIR), upload_config)?;
+                Ok::<_, NodeError>((
+                    open_store(&dir, genesis, deposits)?,
+                    policy,
+                    active,
+                    modules,
+                ))
             })
             .await
             .map_err(|e| NodeError::Startup(e.to_string()))??
@@ -359,8 +392,10 @@ impl Node {
                     chain: chain.clone(),
                     gossip,
                     metrics: metrics.clone(),
+                    modules: Arc::new(modules),
+                    active,
                 });
-                let (listener, token) = admin::server::bind(addr, &data_dir)
+                let (listener, token) = admin::server::bind(addr, &data_dir, config.admin_public)
                     .await
                     .map_err(|e| NodeError::Admin(e.to_string()))?;
                 let bound = listener
@@ -370,6 +405,7 @@ impl Node {
                     listener,
                     token,
                     backend,
+                    config.admin.clone(),
                     shutdown_rx.clone(),
                 )));
                 Some(bound)
@@ -506,6 +542,8 @@ struct Backend {
     chain: ChainHandle,
     gossip: GossipHandle,
     metrics: Arc<Metrics>,
+    modules: Arc<ModuleService>,
+    active: Vec<ActiveModule>,
 }
 
 impl AdminBackend for Backend {
@@ -538,6 +576,30 @@ impl AdminBackend for Backend {
                 tracing::warn!(error = %e, "deposit accepted but not gossiped");
             }
             Ok(hex::encode(id))
+        })
+    }
+
+    fn upload_module(
+        &self,
+        bytes: Vec<u8>,
+        source: String,
+    ) -> BoxFuture<'_, Result<UploadOutcome, UploadError>> {
+        let modules = self.modules.clone();
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || modules.upload(&bytes, &source))
+                .await
+                .unwrap_or_else(|e| Err(UploadError::Internal(e.to_string())))
+        })
+    }
+
+    fn modules(&self) -> BoxFuture<'_, Result<serde_json::Value, String>> {
+        let modules = self.modules.clone();
+        Box::pin(async move {
+            let stored = tokio::task::spawn_blocking(move || modules.store().list())
+                .await
+                .map_err(|e| format!("module listing task failed: {e}"))?
+                .map_err(|e| e.to_string())?;
+            Ok(crate::modules_store::listing(&self.active, &stored))
         })
     }
 }

@@ -1,111 +1,208 @@
-//! The admin API client: finds a running node through its data directory (`admin.addr` and
-//! `admin.token`) and sends it one request per connection.
+//! The admin API client (hyper): finds a running node through its data directory
+//! (`admin.addr` and `admin.token`) or a `--node` URL and a token file, and sends it one
+//! request per connection.
 
 use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
+use axum::body::Bytes;
+use http_body_util::{BodyExt as _, Full, Limited};
+use hyper_util::rt::TokioIo;
 use serde_json::Value;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use super::http;
 use super::token::{AdminToken, read_admin_addr};
 use super::{AdminError, deposit_json};
 use crate::chain::block::DepositData;
 
-/// Time the node has to answer a request, connection included.
+/// Time the node has to answer a request, connection included. Uploads wait for the node to
+/// compile and warm the module, so they get [`UPLOAD_TIMEOUT`].
 pub const CLIENT_TIMEOUT: Duration = Duration::from_secs(30);
+/// Time the node has to validate, compile and warm an uploaded module.
+pub const UPLOAD_TIMEOUT: Duration = Duration::from_secs(180);
 /// Longest accepted response.
-const MAX_RESPONSE: u64 = 4 * 1024 * 1024;
+const MAX_RESPONSE: usize = 4 * 1024 * 1024;
+
+/// Which node to talk to, and with which token.
+#[derive(Debug, Clone)]
+pub struct Target {
+    addr: SocketAddr,
+    token: Option<AdminToken>,
+    origin: String,
+}
+
+impl Target {
+    /// The node running on `data_dir`: its address and token are read from there.
+    pub fn data_dir(data_dir: &Path) -> Result<Self, AdminError> {
+        Ok(Self {
+            addr: read_admin_addr(data_dir)?,
+            token: Some(AdminToken::load(data_dir)?),
+            origin: format!("data directory {}", data_dir.display()),
+        })
+    }
+
+    /// The node at `url` (`http://<ip>:<port>`, path ignored), with `token` (none: requests
+    /// that need one are refused by the node).
+    pub fn url(url: &str, token: Option<AdminToken>) -> Result<Self, AdminError> {
+        let bad = |reason: &str| AdminError::BadUrl {
+            url: url.to_string(),
+            reason: reason.to_string(),
+        };
+        let rest = url
+            .strip_prefix("http://")
+            .ok_or_else(|| bad("expected http://<ip>:<port> (the admin API speaks plain HTTP)"))?;
+        let authority = rest.split('/').next().unwrap_or_default();
+        let addr = authority
+            .parse()
+            .map_err(|_| bad("expected an IP address and a port, e.g. http://127.0.0.1:9401"))?;
+        Ok(Self {
+            addr,
+            token,
+            origin: format!("--node {url}"),
+        })
+    }
+
+    /// The node's admin address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+}
 
 /// The status of the node whose data directory is `data_dir`.
 pub async fn status(data_dir: &Path) -> Result<Value, AdminError> {
-    let (_, answer) = request(data_dir, "GET", "/status", None).await?;
-    Ok(answer)
+    let target = Target::data_dir(data_dir)?;
+    request(&target, "GET", "/status", None, CLIENT_TIMEOUT).await
 }
 
 /// Submits `deposit` to the node whose data directory is `data_dir`; returns its id (hex).
 pub async fn submit_deposit(data_dir: &Path, deposit: &DepositData) -> Result<String, AdminError> {
-    let body = deposit_json::encode(deposit).to_string();
-    let (addr, answer) = request(data_dir, "POST", "/deposits", Some(body)).await?;
+    let target = Target::data_dir(data_dir)?;
+    let body = deposit_json::encode(deposit).to_string().into_bytes();
+    let answer = request(
+        &target,
+        "POST",
+        "/deposits",
+        Some((body, "application/json")),
+        CLIENT_TIMEOUT,
+    )
+    .await?;
     answer
         .get("id")
         .and_then(Value::as_str)
         .map(str::to_string)
         .ok_or_else(|| AdminError::BadResponse {
-            addr,
+            addr: target.addr,
             reason: "no `id` in the answer to a deposit".into(),
         })
 }
 
-/// Sends one request; returns the node's address and its JSON answer.
+/// Uploads a module; returns the node's answer (`{"status": "ready" | "already-stored",
+/// "module": {…}}`) once the module is compiled and warmed.
+pub async fn upload_module(target: &Target, bytes: Vec<u8>) -> Result<Value, AdminError> {
+    request(
+        target,
+        "POST",
+        "/modules",
+        Some((bytes, "application/wasm")),
+        UPLOAD_TIMEOUT,
+    )
+    .await
+}
+
+/// The node's modules (`GET /modules`).
+pub async fn modules(target: &Target) -> Result<Value, AdminError> {
+    request(target, "GET", "/modules", None, CLIENT_TIMEOUT).await
+}
+
+/// Sends one request; returns the node's JSON answer.
 async fn request(
-    data_dir: &Path,
+    target: &Target,
     method: &str,
     path: &str,
-    body: Option<String>,
-) -> Result<(SocketAddr, Value), AdminError> {
-    let addr = read_admin_addr(data_dir)?;
-    let token = AdminToken::load(data_dir)?;
-    let mut request = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {}\r\nConnection: close\r\n",
-        token.to_hex()
-    );
-    if let Some(body) = &body {
-        request.push_str(&format!(
-            "Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-            body.len()
-        ));
-    } else {
-        request.push_str("\r\n");
+    body: Option<(Vec<u8>, &'static str)>,
+    limit: Duration,
+) -> Result<Value, AdminError> {
+    let addr = target.addr;
+    let io = |e: &dyn std::fmt::Display| AdminError::Connection {
+        addr,
+        source: std::io::Error::other(e.to_string()),
+    };
+    let mut builder = hyper::Request::builder()
+        .method(method)
+        .uri(path)
+        .header(hyper::header::HOST, addr.to_string())
+        .header(hyper::header::CONNECTION, "close");
+    if let Some(token) = &target.token {
+        builder = builder.header(
+            hyper::header::AUTHORIZATION,
+            format!("Bearer {}", token.to_hex()),
+        );
     }
+    let request = match body {
+        Some((bytes, content_type)) => builder
+            .header(hyper::header::CONTENT_TYPE, content_type)
+            .header(hyper::header::CONTENT_LENGTH, bytes.len())
+            .body(Full::new(Bytes::from(bytes))),
+        None => builder.body(Full::new(Bytes::new())),
+    }
+    .map_err(|e| io(&e))?;
     let exchange = async {
-        let mut stream = TcpStream::connect(addr).await.map_err(|source| {
+        let stream = TcpStream::connect(addr).await.map_err(|source| {
             if source.kind() == std::io::ErrorKind::ConnectionRefused {
                 AdminError::NotRunning {
                     addr,
-                    data_dir: data_dir.to_path_buf(),
+                    origin: target.origin.clone(),
                 }
             } else {
                 AdminError::Connection { addr, source }
             }
         })?;
-        let io = |source| AdminError::Connection { addr, source };
-        stream.write_all(request.as_bytes()).await.map_err(io)?;
-        let mut response = Vec::new();
-        stream
-            .take(MAX_RESPONSE)
-            .read_to_end(&mut response)
+        let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
             .await
-            .map_err(io)?;
-        Ok(response)
+            .map_err(|e| io(&e))?;
+        let driver = tokio::spawn(connection);
+        let response = sender.send_request(request).await.map_err(|e| io(&e))?;
+        let status = response.status().as_u16();
+        let body = Limited::new(response.into_body(), MAX_RESPONSE)
+            .collect()
+            .await
+            .map_err(|e| io(&e))?
+            .to_bytes();
+        driver.abort();
+        Ok::<_, AdminError>((status, body))
     };
-    let response = tokio::time::timeout(CLIENT_TIMEOUT, exchange)
-        .await
-        .map_err(|_| AdminError::Connection {
-            addr,
-            source: std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                format!("no answer within {CLIENT_TIMEOUT:?}"),
-            ),
-        })??;
-    let bad = |reason: String| AdminError::BadResponse { addr, reason };
-    let (status, body) = http::parse_response(&response).map_err(bad)?;
-    let value: Option<Value> = serde_json::from_slice(body).ok();
+    let (status, body) =
+        tokio::time::timeout(limit, exchange)
+            .await
+            .map_err(|_| AdminError::Connection {
+                addr,
+                source: std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("no answer within {limit:?}"),
+                ),
+            })??;
+    let value: Option<Value> = serde_json::from_slice(&body).ok();
     if !(200..300).contains(&status) {
-        let message = value
-            .as_ref()
-            .and_then(|v| v.get("error"))
-            .and_then(Value::as_str)
-            .map_or_else(
-                || String::from_utf8_lossy(body).chars().take(256).collect(),
-                str::to_string,
-            );
-        return Err(AdminError::Refused { status, message });
+        let field = |name: &str| {
+            value
+                .as_ref()
+                .and_then(|v| v.get(name))
+                .and_then(Value::as_str)
+                .map(str::to_string)
+        };
+        let message = field("error")
+            .unwrap_or_else(|| String::from_utf8_lossy(&body).chars().take(256).collect());
+        return Err(AdminError::Refused {
+            status,
+            message,
+            reason: field("reason"),
+        });
     }
-    let value = value.ok_or_else(|| bad("the answer is not JSON".into()))?;
-    Ok((addr, value))
+    value.ok_or_else(|| AdminError::BadResponse {
+        addr,
+        reason: "the answer is not JSON".into(),
+    })
 }
 
 #[cfg(test)]
@@ -115,9 +212,10 @@ mod tests {
     #[tokio::test]
     async fn stopped_node_is_reported_as_not_running() {
         let dir = tempfile::tempdir().unwrap();
-        let (listener, _) = super::super::server::bind("127.0.0.1:0".parse().unwrap(), dir.path())
-            .await
-            .unwrap();
+        let (listener, _) =
+            super::super::server::bind("127.0.0.1:0".parse().unwrap(), dir.path(), false)
+                .await
+                .unwrap();
         drop(listener);
         let err = status(dir.path()).await.unwrap_err();
         assert!(matches!(err, AdminError::NotRunning { .. }), "{err:?}");
@@ -125,5 +223,20 @@ mod tests {
             err.to_string().contains(&dir.path().display().to_string()),
             "{err}"
         );
+    }
+
+    #[test]
+    fn node_urls_are_parsed_strictly() {
+        let target = Target::url("http://127.0.0.1:9401/", None).unwrap();
+        assert_eq!(target.addr(), "127.0.0.1:9401".parse().unwrap());
+        for bad in [
+            "127.0.0.1:9401",
+            "https://127.0.0.1:9401",
+            "http://localhost:9401",
+        ] {
+            let err = Target::url(bad, None).unwrap_err();
+            assert!(matches!(err, AdminError::BadUrl { .. }), "{bad}: {err:?}");
+            assert!(err.to_string().contains(bad), "{err}");
+        }
     }
 }

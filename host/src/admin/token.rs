@@ -50,7 +50,14 @@ impl AdminToken {
 
     /// Loads an existing `<data_dir>/admin.token`.
     pub fn load(data_dir: &Path) -> Result<Self, AdminError> {
-        let path = data_dir.join(TOKEN_FILE);
+        Self::load_file(&data_dir.join(TOKEN_FILE))
+    }
+
+    /// Loads a token file (64 hex characters and a newline). Warns when other users can
+    /// read it: anyone who can read the token administers the node.
+    pub fn load_file(path: &Path) -> Result<Self, AdminError> {
+        let path = path.to_path_buf();
+        warn_if_readable_by_others(&path);
         let text = fs::read(&path).map_err(|source| AdminError::Io {
             action: "read admin token file",
             path: path.clone(),
@@ -92,6 +99,25 @@ impl AdminToken {
         std::hint::black_box(diff) == 0
     }
 }
+
+/// Logs a warning when `path` is readable or writable by users other than its owner.
+#[cfg(unix)]
+fn warn_if_readable_by_others(path: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    if let Ok(meta) = fs::metadata(path) {
+        let mode = meta.permissions().mode() & 0o777;
+        if mode & 0o077 != 0 {
+            tracing::warn!(
+                path = %path.display(),
+                mode = format_args!("{mode:o}"),
+                "admin token file is accessible to other users, who can administer the node with it; run `chmod 600` on it"
+            );
+        }
+    }
+}
+
+#[cfg(not(unix))]
+fn warn_if_readable_by_others(_path: &Path) {}
 
 /// Records the admin API's bound address in `<data_dir>/admin.addr` for clients.
 pub fn write_admin_addr(data_dir: &Path, addr: SocketAddr) -> Result<(), AdminError> {
@@ -146,6 +172,47 @@ mod tests {
         assert!(!created.matches("not hex"));
         // No temporary files left behind.
         assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+
+    /// Captures what `tracing` logs while `f` runs.
+    fn logs_of(f: impl FnOnce()) -> String {
+        use std::sync::{Arc, Mutex};
+        #[derive(Clone, Default)]
+        struct Buf(Arc<Mutex<Vec<u8>>>);
+        impl std::io::Write for Buf {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(b);
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let buf = Buf::default();
+        let writer = buf.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        tracing::subscriber::with_default(subscriber, f);
+        String::from_utf8(buf.0.lock().unwrap().clone()).unwrap()
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_token_readable_by_others_is_warned_about() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let token = AdminToken::load_or_create(dir.path()).unwrap();
+        let path = dir.path().join(TOKEN_FILE);
+        let quiet = logs_of(|| assert_eq!(AdminToken::load(dir.path()).unwrap(), token));
+        assert!(!quiet.contains("WARN"), "{quiet}");
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o644)).unwrap();
+        let logs = logs_of(|| assert_eq!(AdminToken::load(dir.path()).unwrap(), token));
+        assert!(
+            logs.contains("WARN") && logs.contains("chmod 600") && logs.contains("644"),
+            "{logs}"
+        );
     }
 
     #[test]

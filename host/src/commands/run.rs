@@ -32,6 +32,13 @@ pub struct RunArgs {
     /// Do not start the admin API.
     #[arg(long)]
     pub no_admin: bool,
+    /// Allow `--admin` on a non-loopback address. The bearer token and every request then
+    /// travel in clear: put a TLS proxy in front or firewall the port.
+    #[arg(long)]
+    pub admin_public: bool,
+    /// Largest module `modnode module upload` may send, in bytes.
+    #[arg(long, default_value_t = modnode::modules_store::upload::DEFAULT_MAX_MODULE_BYTES)]
+    pub max_module_bytes: usize,
     /// Embedded gossip policy module to run.
     #[arg(long, default_value = node::DEFAULT_GOSSIP_POLICY)]
     pub gossip_policy: String,
@@ -54,6 +61,9 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     config.listen = args.listen;
     config.bootstrap = args.bootstrap;
     config.admin_listen = (!args.no_admin).then_some(args.admin);
+    config.admin_public = args.admin_public;
+    config.upload.max_module_bytes = args.max_module_bytes;
+    config.admin.max_module_bytes = args.max_module_bytes;
     config.gossip_policy = args.gossip_policy;
     config.produce = !args.no_produce;
     let rt = tokio::runtime::Builder::new_multi_thread()

@@ -1,8 +1,13 @@
-//! Counters of a running node and its status snapshot, rendered for the admin API.
+//! Counters of a running node and its status snapshot, rendered for the admin API (metrics
+//! through `prometheus-client`).
 
-use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::registry::Registry;
 use serde::Serialize;
 
 use super::chain_worker::ChainView;
@@ -92,99 +97,167 @@ impl Metrics {
         }
     }
 
-    /// Prometheus text exposition of the counters and the chain view.
+    /// The counters and the chain view in the OpenMetrics text format (served with
+    /// [`METRICS_CONTENT_TYPE`]), encoded by `prometheus-client`. Counter names end in `_total`.
     pub fn render(&self, view: &ChainView) -> String {
-        let counters: [(&str, &str, &AtomicU64); 9] = [
-            (
-                "blocks_produced_total",
-                "Blocks this node produced",
-                &self.blocks_produced,
-            ),
-            (
-                "blocks_gossip_imported_total",
-                "Gossiped blocks imported",
-                &self.blocks_gossip_imported,
-            ),
-            (
-                "blocks_synced_total",
-                "Blocks imported by range sync",
-                &self.blocks_synced,
-            ),
-            (
-                "blocks_rejected_total",
-                "Blocks refused",
-                &self.blocks_rejected,
-            ),
-            (
-                "deposits_accepted_total",
-                "Deposits accepted into the mempool",
-                &self.deposits_accepted,
-            ),
-            (
-                "handshakes_completed_total",
-                "Peer handshakes completed",
-                &self.handshakes_completed,
-            ),
-            (
-                "wrong_chain_refusals_total",
-                "Peers refused for another chain id or genesis",
-                &self.wrong_chain_refusals,
-            ),
-            ("dial_failures_total", "Failed dials", &self.dial_failures),
-            (
-                "peer_violations_total",
-                "Peers banned for protocol violations",
-                &self.peer_violations,
-            ),
-        ];
-        let gauges: [(&str, &str, u64); 8] = [
-            ("reorgs", "Branch switches since start", view.reorgs),
-            ("head_height", "Height of the head", view.head.height),
-            (
-                "finalized_height",
-                "Finalized height",
-                view.finalized_height,
-            ),
-            (
-                "validators",
-                "Validators in the head state",
-                u64::from(view.validators),
-            ),
-            (
-                "mempool_deposits",
-                "Deposits waiting for a block",
-                u64::try_from(view.mempool).unwrap_or(u64::MAX),
-            ),
-            (
-                "peers_connected",
-                "Connected peers",
-                self.peers_connected.load(Ordering::Relaxed),
-            ),
-            (
-                "sync_target_height",
-                "Highest head reported by a peer",
-                self.sync_target_height.load(Ordering::Relaxed),
-            ),
-            (
-                "syncing",
-                "1 while catching up",
-                u64::from(self.syncing.load(Ordering::Relaxed)),
-            ),
-        ];
+        let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        let snapshot = Snapshot {
+            counters: [
+                (
+                    "blocks_produced",
+                    "Blocks this node produced",
+                    load(&self.blocks_produced),
+                ),
+                (
+                    "blocks_gossip_imported",
+                    "Gossiped blocks imported",
+                    load(&self.blocks_gossip_imported),
+                ),
+                (
+                    "blocks_synced",
+                    "Blocks imported by range sync",
+                    load(&self.blocks_synced),
+                ),
+                (
+                    "blocks_rejected",
+                    "Blocks refused",
+                    load(&self.blocks_rejected),
+                ),
+                (
+                    "deposits_accepted",
+                    "Deposits accepted into the mempool",
+                    load(&self.deposits_accepted),
+                ),
+                (
+                    "handshakes_completed",
+                    "Peer handshakes completed",
+                    load(&self.handshakes_completed),
+                ),
+                (
+                    "wrong_chain_refusals",
+                    "Peers refused for another chain id or genesis",
+                    load(&self.wrong_chain_refusals),
+                ),
+                ("dial_failures", "Failed dials", load(&self.dial_failures)),
+                (
+                    "peer_violations",
+                    "Peers banned for protocol violations",
+                    load(&self.peer_violations),
+                ),
+            ],
+            gauges: [
+                ("reorgs", "Branch switches since start", view.reorgs),
+                ("head_height", "Height of the head", view.head.height),
+                (
+                    "finalized_height",
+                    "Finalized height",
+                    view.finalized_height,
+                ),
+                (
+                    "validators",
+                    "Validators in the head state",
+                    u64::from(view.validators),
+                ),
+                (
+                    "mempool_deposits",
+                    "Deposits waiting for a block",
+                    u64::try_from(view.mempool).unwrap_or(u64::MAX),
+                ),
+                (
+                    "peers_connected",
+                    "Connected peers",
+                    load(&self.peers_connected),
+                ),
+                (
+                    "sync_target_height",
+                    "Highest head reported by a peer",
+                    load(&self.sync_target_height),
+                ),
+                (
+                    "syncing",
+                    "1 while catching up",
+                    u64::from(self.syncing.load(Ordering::Relaxed)),
+                ),
+            ],
+        };
+        let mut registry = Registry::with_prefix("modnode");
+        registry.register_collector(Box::new(snapshot));
         let mut out = String::new();
-        for (name, help, value) in counters {
-            let _ = writeln!(
-                out,
-                "# HELP modnode_{name} {help}\n# TYPE modnode_{name} counter\nmodnode_{name} {}",
-                value.load(Ordering::Relaxed)
-            );
-        }
-        for (name, help, value) in gauges {
-            let _ = writeln!(
-                out,
-                "# HELP modnode_{name} {help}\n# TYPE modnode_{name} gauge\nmodnode_{name} {value}"
-            );
-        }
+        // Writing into a String cannot fail; the encoder only fails when its writer does.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &registry);
         out
+    }
+}
+
+/// Content type of [`Metrics::render`]'s output.
+pub const METRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// The values of one scrape, handed to `prometheus-client` as a collector.
+#[derive(Debug)]
+struct Snapshot {
+    counters: [(&'static str, &'static str, u64); 9],
+    gauges: [(&'static str, &'static str, u64); 8],
+}
+
+impl Collector for Snapshot {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        for &(name, help, value) in &self.counters {
+            let counter = ConstCounter::new(value);
+            counter.encode(encoder.encode_descriptor(
+                name,
+                help,
+                None,
+                counter.metric_type(),
+            )?)?;
+        }
+        for &(name, help, value) in &self.gauges {
+            let gauge = ConstGauge::new(value);
+            gauge.encode(encoder.encode_descriptor(name, help, None, gauge.metric_type())?)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::chain::Head;
+
+    #[test]
+    fn render_is_openmetrics_with_every_counter_and_gauge() {
+        let metrics = Metrics::default();
+        bump(&metrics.blocks_produced);
+        bump(&metrics.blocks_produced);
+        metrics.syncing.store(true, Ordering::Relaxed);
+        let view = ChainView {
+            head: Head {
+                hash: [0; 32],
+                height: 42,
+                slot: 50,
+                state_root: [0; 32],
+            },
+            finalized_height: 10,
+            validators: 5,
+            last_block_unix_ms: 0,
+            mempool: 3,
+            reorgs: 1,
+        };
+        let text = metrics.render(&view);
+        for line in [
+            "# TYPE modnode_blocks_produced counter",
+            "modnode_blocks_produced_total 2",
+            "modnode_peer_violations_total 0",
+            "# TYPE modnode_head_height gauge",
+            "modnode_head_height 42",
+            "modnode_finalized_height 10",
+            "modnode_mempool_deposits 3",
+            "modnode_syncing 1",
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "{line:?} missing from\n{text}"
+            );
+        }
+        assert!(text.ends_with("# EOF\n"), "{text}");
     }
 }

@@ -1,0 +1,274 @@
+//! The admin API's routes on axum: the bearer-token check, the body limits and the JSON
+//! errors. Connection handling (timeouts of the head, caps) is in [`super::server`].
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use http_body_util::BodyExt as _;
+use serde_json::json;
+
+use super::server::ServerConfig;
+use super::token::AdminToken;
+use super::{AdminBackend, deposit_json};
+use crate::modules_store::upload::UploadOutcome;
+
+/// Content type of `/metrics`.
+const METRICS_TYPE: &str = crate::node::metrics::METRICS_CONTENT_TYPE;
+
+/// The client's address, put on every request by the connection handler.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ClientAddr(pub(crate) SocketAddr);
+
+/// What every handler shares.
+#[derive(Clone)]
+pub(crate) struct AppState {
+    pub(crate) token: Arc<AdminToken>,
+    pub(crate) backend: Arc<dyn AdminBackend>,
+    pub(crate) config: ServerConfig,
+}
+
+/// The whole API.
+pub(crate) fn router(state: AppState) -> Router {
+    let protected = Router::new()
+        .route("/status", get(status).fallback(not_allowed))
+        .route(
+            "/deposits",
+            axum::routing::post(deposits).fallback(not_allowed),
+        )
+        .route(
+            "/modules",
+            get(list_modules).post(upload_module).fallback(not_allowed),
+        )
+        .route_layer(middleware::from_fn_with_state(state.clone(), authorize));
+    Router::new()
+        .route("/metrics", get(metrics).fallback(not_allowed))
+        .merge(protected)
+        .fallback(not_found)
+        .with_state(state)
+}
+
+/// `{"error": message}` with `status`.
+pub(crate) fn error(status: StatusCode, message: impl Into<String>) -> Response {
+    (status, axum::Json(json!({ "error": message.into() }))).into_response()
+}
+
+async fn not_found(request: Request) -> Response {
+    let path: String = request.uri().path().chars().take(64).collect();
+    error(StatusCode::NOT_FOUND, format!("no such path {path:?}"))
+}
+
+async fn not_allowed(request: Request) -> Response {
+    let allow = match request.uri().path() {
+        "/deposits" => "POST",
+        "/modules" => "GET, POST",
+        _ => "GET",
+    };
+    let mut response = error(
+        StatusCode::METHOD_NOT_ALLOWED,
+        format!("method {} not allowed; use {allow}", request.method()),
+    );
+    response
+        .headers_mut()
+        .insert(header::ALLOW, HeaderValue::from_static(allow));
+    response
+}
+
+/// Refuses requests without the right bearer token. A refused request's body is read and
+/// thrown away (up to the route's limit, within the I/O timeout) so the client receives the
+/// answer instead of a connection reset; nothing of it is kept.
+async fn authorize(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let presented = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, t)| t.trim());
+    let message = match presented {
+        Some(t) if state.token.matches(t) => return next.run(request).await,
+        Some(_) => "wrong admin token",
+        None => {
+            "missing `Authorization: Bearer <token>`; the token is in the node's data directory, file admin.token"
+        }
+    };
+    let limit = body_limit(&state.config, request.method(), request.uri().path());
+    let _ = tokio::time::timeout(
+        state.config.io_timeout,
+        http_body_util::Limited::new(request.into_body(), limit).collect(),
+    )
+    .await;
+    let mut response = error(StatusCode::UNAUTHORIZED, message);
+    response
+        .headers_mut()
+        .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    response
+}
+
+/// The largest body a route takes.
+fn body_limit(config: &ServerConfig, method: &Method, path: &str) -> usize {
+    if method == Method::POST && path == "/modules" {
+        config.max_module_bytes
+    } else {
+        config.max_body
+    }
+}
+
+/// Reads a body announced by `Content-Length` of at most `limit` bytes within the I/O timeout.
+async fn read_body(
+    headers: &HeaderMap,
+    body: Body,
+    limit: usize,
+    timeout: Duration,
+) -> Result<Bytes, Response> {
+    if headers.contains_key(header::TRANSFER_ENCODING) {
+        return Err(error(
+            StatusCode::LENGTH_REQUIRED,
+            "Transfer-Encoding is not supported; send Content-Length",
+        ));
+    }
+    let len = headers
+        .get(header::CONTENT_LENGTH)
+        .ok_or_else(|| {
+            error(
+                StatusCode::LENGTH_REQUIRED,
+                "POST needs a Content-Length header",
+            )
+        })?
+        .to_str()
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .ok_or_else(|| error(StatusCode::BAD_REQUEST, "invalid Content-Length"))?;
+    if !usize::try_from(len).is_ok_and(|l| l <= limit) {
+        let message = format!("body of {len} bytes exceeds {limit} bytes");
+        return Err((
+            StatusCode::PAYLOAD_TOO_LARGE,
+            axum::Json(json!({"error": message, "reason": "too-large"})),
+        )
+            .into_response());
+    }
+    let collected =
+        tokio::time::timeout(timeout, http_body_util::Limited::new(body, limit).collect())
+            .await
+            .map_err(|_| {
+                error(
+                    StatusCode::REQUEST_TIMEOUT,
+                    format!("request body not received within {timeout:?}"),
+                )
+            })?
+            .map_err(|e| {
+                error(
+                    StatusCode::BAD_REQUEST,
+                    format!("cannot read the body: {e}"),
+                )
+            })?;
+    Ok(collected.to_bytes())
+}
+
+async fn status(State(state): State<AppState>) -> Response {
+    axum::Json(state.backend.status()).into_response()
+}
+
+async fn metrics(State(state): State<AppState>) -> Response {
+    (
+        [(header::CONTENT_TYPE, METRICS_TYPE)],
+        state.backend.metrics(),
+    )
+        .into_response()
+}
+
+async fn deposits(State(state): State<AppState>, request: Request) -> Response {
+    let (parts, body) = request.into_parts();
+    let body = match read_body(
+        &parts.headers,
+        body,
+        state.config.max_body,
+        state.config.io_timeout,
+    )
+    .await
+    {
+        Ok(body) => body,
+        Err(response) => return response,
+    };
+    let deposit = match deposit_json::decode(&body) {
+        Ok(deposit) => deposit,
+        Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string()),
+    };
+    match tokio::time::timeout(
+        state.config.backend_timeout,
+        state.backend.submit_deposit(deposit),
+    )
+    .await
+    {
+        Ok(Ok(id)) => axum::Json(json!({"accepted": true, "id": id})).into_response(),
+        Ok(Err(reason)) => error(StatusCode::BAD_REQUEST, reason),
+        Err(_) => error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the node did not take the deposit in time",
+        ),
+    }
+}
+
+async fn upload_module(State(state): State<AppState>, request: Request) -> Response {
+    let client = request
+        .extensions()
+        .get::<ClientAddr>()
+        .map_or_else(|| "unknown".to_string(), |c| c.0.to_string());
+    let (parts, body) = request.into_parts();
+    let body = match read_body(
+        &parts.headers,
+        body,
+        state.config.max_module_bytes,
+        state.config.io_timeout,
+    )
+    .await
+    {
+        Ok(body) => body,
+        Err(response) => return response,
+    };
+    let source = format!("admin upload from {client}");
+    let upload = state.backend.upload_module(body.to_vec(), source);
+    match tokio::time::timeout(state.config.upload_timeout, upload).await {
+        Ok(Ok(outcome)) => {
+            let status = match &outcome {
+                UploadOutcome::Ready(_) => "ready",
+                UploadOutcome::AlreadyStored(_) => "already-stored",
+            };
+            axum::Json(json!({"status": status, "module": outcome.module()})).into_response()
+        }
+        Ok(Err(e)) => {
+            let status = match e.code() {
+                "too-large" => StatusCode::PAYLOAD_TOO_LARGE,
+                "busy" => StatusCode::SERVICE_UNAVAILABLE,
+                _ if e.is_module_fault() => StatusCode::UNPROCESSABLE_ENTITY,
+                _ => StatusCode::INTERNAL_SERVER_ERROR,
+            };
+            (
+                status,
+                axum::Json(json!({"error": e.to_string(), "reason": e.code()})),
+            )
+                .into_response()
+        }
+        Err(_) => error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "the node did not finish the upload within {:?}",
+                state.config.upload_timeout
+            ),
+        ),
+    }
+}
+
+async fn list_modules(State(state): State<AppState>) -> Response {
+    match state.backend.modules().await {
+        Ok(value) => axum::Json(value).into_response(),
+        Err(message) => error(StatusCode::INTERNAL_SERVER_ERROR, message),
+    }
+}

@@ -1,0 +1,466 @@
+//! Upload of a module: validate, precompile on a worker thread under a deadline, warm, and only
+//! then store. A rejected upload leaves nothing behind: no store entry, no cached artifact.
+//!
+//! The order is cheapest check first: size, hash (a second upload of the same bytes is a no-op),
+//! static validation (component, known world, compatible contract, only modnode's imports),
+//! wasm features, code size, then compilation (bounded in time and output size) and warm-up.
+//! Compilation runs on its own thread and holds no lock the node's import path needs; a compile
+//! that overruns its deadline is abandoned (its thread finishes in the background, its output
+//! is dropped) and no other compile starts until it has finished, so a hostile module can cost
+//! the node at most one core for the length of one compile.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::RecvTimeoutError;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use sha2::{Digest, Sha256};
+use wasmparser::{Parser, Payload, Validator, WasmFeatures};
+
+use super::{ModuleStore, ModuleStoreError, StoredModule};
+use crate::runtime::{self, LoadError, LoadedModule, Runtime, RuntimeConfig, ValidationError};
+
+/// Default largest module accepted, in bytes.
+pub const DEFAULT_MAX_MODULE_BYTES: usize = 8 << 20;
+
+/// Limits of an upload.
+#[derive(Debug, Clone)]
+pub struct UploadConfig {
+    /// Largest component accepted, in bytes.
+    pub max_module_bytes: usize,
+    /// Largest single function body, in bytes of wasm code: huge bodies are what make
+    /// optimising compilers slow.
+    pub max_function_body_bytes: usize,
+    /// Largest compiled artifact, in bytes.
+    pub max_compiled_bytes: usize,
+    /// Longest a compile may take before the module is rejected.
+    pub compile_timeout: Duration,
+}
+
+impl Default for UploadConfig {
+    fn default() -> Self {
+        Self {
+            max_module_bytes: DEFAULT_MAX_MODULE_BYTES,
+            max_function_body_bytes: 1 << 20,
+            max_compiled_bytes: 64 << 20,
+            compile_timeout: Duration::from_secs(20),
+        }
+    }
+}
+
+/// The wasm features an uploaded module may use: WebAssembly 2.0 (which includes
+/// deterministic SIMD) and the component model. Threads, relaxed SIMD, GC, exceptions,
+/// memory64 and other proposals are refused up front with the feature named, before the
+/// engine sees the module.
+pub fn allowed_features() -> WasmFeatures {
+    WasmFeatures::WASM2 | WasmFeatures::COMPONENT_MODEL
+}
+
+/// Why an upload was refused. Every variant except [`UploadError::Busy`] (transient) and
+/// the node's own failures ([`UploadError::is_module_fault`] is false) is the module's fault
+/// and permanent.
+#[derive(Debug, thiserror::Error)]
+pub enum UploadError {
+    /// Larger than the configured cap.
+    #[error("module is {size} bytes; the upload limit is {limit} bytes")]
+    TooLarge {
+        /// Its size.
+        size: usize,
+        /// The cap.
+        limit: usize,
+    },
+    /// Static validation failed (not a component, unknown world, contract, imports).
+    #[error(transparent)]
+    Invalid(#[from] ValidationError),
+    /// It uses a wasm feature the engine does not enable for modules.
+    #[error("module uses a WebAssembly feature modnode does not enable: {message}")]
+    Feature {
+        /// The validator's message naming the feature.
+        message: String,
+    },
+    /// Its code is larger than allowed.
+    #[error("module code too large: {what} is {size} bytes, the limit is {limit} bytes")]
+    CodeTooLarge {
+        /// What was measured.
+        what: &'static str,
+        /// Its size.
+        size: usize,
+        /// The limit.
+        limit: usize,
+    },
+    /// Compiling it took longer than the bound.
+    #[error(
+        "module {name} took longer than {limit:?} to compile; refused so it cannot stall the node"
+    )]
+    CompileTooSlow {
+        /// The module.
+        name: String,
+        /// The bound.
+        limit: Duration,
+    },
+    /// The engine could not compile it.
+    #[error("module {name} does not compile: {message}")]
+    Compile {
+        /// The module.
+        name: String,
+        /// wasmtime's message.
+        message: String,
+    },
+    /// It compiled but could not be linked or failed its warm-up call.
+    #[error("module {name} failed to warm up: {source}")]
+    Warmup {
+        /// The module.
+        name: String,
+        /// What failed.
+        #[source]
+        source: LoadError,
+    },
+    /// A previous compile is still running (transient; retry later).
+    #[error("a previous module upload is still compiling; retry when it has finished")]
+    Busy,
+    /// The upload task itself failed (our fault).
+    #[error("the upload task failed: {0}")]
+    Internal(String),
+    /// The store failed (our fault).
+    #[error(transparent)]
+    Store(#[from] ModuleStoreError),
+    /// The staging directory or the artifact cache could not be written (our fault).
+    #[error("cannot {action} {}: {source}", path.display())]
+    Staging {
+        /// What was being done.
+        action: &'static str,
+        /// The path.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl UploadError {
+    /// A short stable code for the class of refusal, for clients and tests.
+    pub fn code(&self) -> &'static str {
+        match self {
+            UploadError::TooLarge { .. } => "too-large",
+            UploadError::Invalid(ValidationError::TooLarge { .. }) => "too-large",
+            UploadError::Invalid(
+                ValidationError::NotWasm { .. }
+                | ValidationError::CoreModule
+                | ValidationError::Malformed { .. },
+            ) => "not-a-component",
+            UploadError::Invalid(
+                ValidationError::UnknownWorld { .. } | ValidationError::AmbiguousWorld(_),
+            ) => "unknown-world",
+            UploadError::Invalid(ValidationError::IncompatibleContract { .. }) => {
+                "incompatible-contract"
+            }
+            UploadError::Invalid(ValidationError::ForbiddenImport { .. }) => "forbidden-import",
+            UploadError::Feature { .. } => "wasm-feature",
+            UploadError::CodeTooLarge { .. } => "code-too-large",
+            UploadError::CompileTooSlow { .. } => "compile-too-slow",
+            UploadError::Compile { .. } => "compile-failed",
+            UploadError::Warmup { .. } => "warm-up-failed",
+            UploadError::Busy => "busy",
+            UploadError::Store(_) | UploadError::Staging { .. } | UploadError::Internal(_) => {
+                "node-error"
+            }
+        }
+    }
+
+    /// Whether the module is at fault (and a retry with the same bytes will fail again).
+    pub fn is_module_fault(&self) -> bool {
+        !matches!(
+            self,
+            UploadError::Busy
+                | UploadError::Store(_)
+                | UploadError::Staging { .. }
+                | UploadError::Internal(_)
+        )
+    }
+}
+
+/// What an accepted upload did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UploadOutcome {
+    /// Validated, compiled, warmed and stored.
+    Ready(StoredModule),
+    /// The same bytes were already stored; nothing was done.
+    AlreadyStored(StoredModule),
+}
+
+impl UploadOutcome {
+    /// The module's metadata.
+    pub fn module(&self) -> &StoredModule {
+        match self {
+            UploadOutcome::Ready(m) | UploadOutcome::AlreadyStored(m) => m,
+        }
+    }
+}
+
+/// The node's module store with the upload pipeline in front of it, and the warmed modules
+/// uploaded since start.
+pub struct ModuleService {
+    store: ModuleStore,
+    data_dir: PathBuf,
+    cache_dir: PathBuf,
+    config: UploadConfig,
+    compiling: Arc<AtomicBool>,
+    ready: Mutex<HashMap<[u8; 32], LoadedModule>>,
+}
+
+impl std::fmt::Debug for ModuleService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ModuleService")
+            .field("store", &self.store)
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Clears the "a compile is running" flag when the compile thread ends, however it ends.
+struct CompileSlot(Arc<AtomicBool>);
+
+impl Drop for CompileSlot {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
+}
+
+/// A staging directory removed when dropped.
+struct Staging(PathBuf);
+
+impl Drop for Staging {
+    fn drop(&mut self) {
+        if let Err(e) = std::fs::remove_dir_all(&self.0)
+            && e.kind() != std::io::ErrorKind::NotFound
+        {
+            tracing::warn!(dir = %self.0.display(), error = %e, "cannot remove module staging directory");
+        }
+    }
+}
+
+impl ModuleService {
+    /// Opens the store in `data_dir`; compiled artifacts of accepted modules go to `cache_dir`
+    /// (the node's artifact cache, so later loads skip compilation).
+    pub fn open(
+        data_dir: &Path,
+        cache_dir: PathBuf,
+        config: UploadConfig,
+    ) -> Result<Self, ModuleStoreError> {
+        Ok(Self {
+            store: ModuleStore::open(data_dir)?,
+            data_dir: data_dir.to_path_buf(),
+            cache_dir,
+            config,
+            compiling: Arc::new(AtomicBool::new(false)),
+            ready: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The store.
+    pub fn store(&self) -> &ModuleStore {
+        &self.store
+    }
+
+    /// The limits.
+    pub fn config(&self) -> &UploadConfig {
+        &self.config
+    }
+
+    /// The warmed module uploaded since start with this hash, if any.
+    pub fn ready(&self, sha256: &[u8; 32]) -> Option<LoadedModule> {
+        self.ready
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(sha256)
+            .cloned()
+    }
+
+    /// Validates, precompiles, warms and stores `bytes`. Blocking (compiles): call it from a
+    /// blocking task. `source` says where the module came from, for the metadata.
+    pub fn upload(&self, bytes: &[u8], source: &str) -> Result<UploadOutcome, UploadError> {
+        if bytes.len() > self.config.max_module_bytes {
+            return Err(UploadError::TooLarge {
+                size: bytes.len(),
+                limit: self.config.max_module_bytes,
+            });
+        }
+        let sha256: [u8; 32] = Sha256::digest(bytes).into();
+        if let Some(existing) = self.store.meta(&sha256)? {
+            return Ok(UploadOutcome::AlreadyStored(existing));
+        }
+        let info = runtime::inspect::validate(bytes)?;
+        check_features(bytes)?;
+        check_code_size(bytes, self.config.max_function_body_bytes)?;
+        let name = format!(
+            "{}@{}",
+            info.kind,
+            hex::encode(sha256.get(..6).unwrap_or_default())
+        );
+
+        let started = Instant::now();
+        let artifact = self.compile(bytes, &name)?;
+        let compile_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        if artifact.len() > self.config.max_compiled_bytes {
+            return Err(UploadError::CodeTooLarge {
+                what: "the compiled artifact",
+                size: artifact.len(),
+                limit: self.config.max_compiled_bytes,
+            });
+        }
+
+        // Warm up from a private staging cache holding only this artifact, so a module that
+        // fails here leaves nothing in the node's cache.
+        let staging = Staging(self.data_dir.join("module-staging").join(format!(
+            "{}-{}",
+            hex::encode(sha256),
+            std::process::id()
+        )));
+        let staged_runtime = Runtime::new(RuntimeConfig {
+            cache_dir: Some(staging.0.clone()),
+            ..RuntimeConfig::default()
+        })
+        .map_err(|source| UploadError::Warmup {
+            name: name.clone(),
+            source,
+        })?;
+        let staged = staged_runtime
+            .cache()
+            .artifact_path(&sha256)
+            .ok_or_else(|| UploadError::Staging {
+                action: "find the staging artifact path in",
+                path: staging.0.clone(),
+                source: std::io::ErrorKind::NotFound.into(),
+            })?;
+        std::fs::write(&staged, &artifact).map_err(staging_error("write", &staged))?;
+        let warm_started = Instant::now();
+        let loaded = staged_runtime
+            .load(bytes)
+            .map_err(|source| UploadError::Warmup {
+                name: name.clone(),
+                source,
+            })?;
+        let warm_us = u64::try_from(warm_started.elapsed().as_micros()).unwrap_or(u64::MAX);
+        let meta = loaded.meta();
+        let stored = StoredModule {
+            sha256: hex::encode(sha256),
+            kind: info.kind.to_string(),
+            contract: info.contract.to_string(),
+            module_version: meta.info.version,
+            description: meta.info.description.clone(),
+            size: u64::try_from(bytes.len()).unwrap_or(u64::MAX),
+            first_seen_unix_ms: crate::node::chain_worker::unix_ms(),
+            source: source.to_string(),
+            compile_ms,
+            warm_us,
+            compiled_size: u64::try_from(artifact.len()).unwrap_or(u64::MAX),
+        };
+
+        // Commit: artifact into the node's cache first (harmless alone: keyed by hash), then
+        // the store entry; if the store fails, the artifact goes again.
+        std::fs::create_dir_all(&self.cache_dir)
+            .map_err(staging_error("create", &self.cache_dir))?;
+        let cached = self.cache_dir.join(staged.file_name().unwrap_or_default());
+        std::fs::rename(&staged, &cached)
+            .map_err(staging_error("move the artifact to", &cached))?;
+        if let Err(e) = self.store.insert(&sha256, bytes, &stored) {
+            let _ = std::fs::remove_file(&cached);
+            return Err(e.into());
+        }
+        tracing::info!(
+            module = %stored.name(),
+            compile_ms,
+            warm_us,
+            source,
+            "module uploaded, compiled and warmed: ready"
+        );
+        self.ready
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(sha256, loaded);
+        Ok(UploadOutcome::Ready(stored))
+    }
+
+    /// Compiles on a worker thread; gives up after the configured timeout.
+    fn compile(&self, bytes: &[u8], name: &str) -> Result<Vec<u8>, UploadError> {
+        if self
+            .compiling
+            .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            return Err(UploadError::Busy);
+        }
+        let slot = CompileSlot(self.compiling.clone());
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        let owned = bytes.to_vec();
+        let engine = runtime::engine::engine().clone();
+        let spawned = std::thread::Builder::new()
+            .name("module-compile".into())
+            .spawn(move || {
+                let _slot = slot;
+                let _ = tx.send(engine.precompile_component(&owned));
+            });
+        if let Err(source) = spawned {
+            return Err(UploadError::Staging {
+                action: "start a compile thread for",
+                path: PathBuf::from(name),
+                source,
+            });
+        }
+        match rx.recv_timeout(self.config.compile_timeout) {
+            Ok(Ok(artifact)) => Ok(artifact),
+            Ok(Err(e)) => Err(UploadError::Compile {
+                name: name.to_string(),
+                message: format!("{e:?}"),
+            }),
+            Err(RecvTimeoutError::Timeout) => Err(UploadError::CompileTooSlow {
+                name: name.to_string(),
+                limit: self.config.compile_timeout,
+            }),
+            Err(RecvTimeoutError::Disconnected) => Err(UploadError::Internal(format!(
+                "the compile thread for module {name} died"
+            ))),
+        }
+    }
+}
+
+/// An I/O failure of `action` on `path`, for `map_err`.
+fn staging_error(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> UploadError {
+    let path = path.to_path_buf();
+    move |source| UploadError::Staging {
+        action,
+        path,
+        source,
+    }
+}
+
+/// Validates `bytes` with only [`allowed_features`] enabled.
+pub fn check_features(bytes: &[u8]) -> Result<(), UploadError> {
+    Validator::new_with_features(allowed_features())
+        .validate_all(bytes)
+        .map(|_| ())
+        .map_err(|e| UploadError::Feature {
+            message: e.to_string(),
+        })
+}
+
+/// Refuses a module with a function body larger than `max_body` bytes.
+pub fn check_code_size(bytes: &[u8], max_body: usize) -> Result<(), UploadError> {
+    for payload in Parser::new(0).parse_all(bytes) {
+        // The module validated already; a parse error here cannot happen, and would be
+        // caught by the compiler anyway.
+        if let Ok(Payload::CodeSectionEntry(body)) = payload {
+            let size = body.range().len();
+            if size > max_body {
+                return Err(UploadError::CodeTooLarge {
+                    what: "a function body",
+                    size,
+                    limit: max_body,
+                });
+            }
+        }
+    }
+    Ok(())
+}
