@@ -13,6 +13,7 @@
 //! - [`crypto`]: BLS12-381 verification (blst) offered to modules.
 //! - [`state`]: the validator registry, pubkey index, state tree and the per-call overlay.
 //! - [`store`]: durable storage (sled) behind a small trait, with an in-memory twin.
+//! - [`upgrade_check`]: runs two versions of a module side by side on generated inputs.
 #![deny(missing_docs)]
 
 pub mod admin;
@@ -24,6 +25,7 @@ pub mod node;
 pub mod runtime;
 pub mod state;
 pub mod store;
+pub mod upgrade_check;
 
 /// Build artifacts produced by `build.rs`: every module component, and the default ones
 /// embedded in the binary.
