@@ -2,7 +2,8 @@
 //!
 //! The host owns everything that touches the outside world or must be trusted — storage, the
 //! state, cryptography — and loads WIT-described components that decide *how*: deposit
-//! processing, checkpoint chunking, gossip policy. See `ARCHITECTURE.md` for the design.
+//! processing, checkpoint chunking, gossip policy. `ARCHITECTURE.md` at the repository root maps
+//! the crates and how blocks, messages and modules flow through them.
 //!
 //! - [`admin`]: the localhost admin HTTP API (status, metrics, deposit submission).
 //! - [`node`]: the node itself: chain worker, peers, sync, gossip and block production.

@@ -5,6 +5,7 @@ mod chain;
 mod cli;
 mod crash;
 mod gossip;
+mod hostile;
 mod inspect;
 mod malicious;
 mod modules;
