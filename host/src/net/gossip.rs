@@ -190,8 +190,12 @@ pub fn spawn<P: Policy + Send + 'static>(
 ) -> (GossipHandle, mpsc::UnboundedReceiver<GossipEvent>) {
     let (commands, rx) = mpsc::unbounded_channel();
     let (events, events_rx) = mpsc::unbounded_channel();
+    // No message larger than a frame can ever arrive: an announce claiming one is a lie.
+    let mut engine = config.engine.clone();
+    let frame_limit = u32::try_from(config.max_message_bytes).unwrap_or(u32::MAX);
+    engine.max_announced_size = engine.max_announced_size.min(frame_limit);
     let driver = Driver {
-        engine: GossipEngine::new(config.engine.clone(), policy),
+        engine: GossipEngine::new(engine, policy),
         config,
         start: Instant::now(),
         peers: HashMap::new(),

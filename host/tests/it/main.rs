@@ -11,6 +11,7 @@ mod malicious;
 mod modules;
 mod network;
 mod reproducible;
+mod upgrade_check;
 
 use std::sync::{Arc, RwLock};
 
