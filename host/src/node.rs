@@ -13,6 +13,7 @@
 //! [`Node::shutdown`] stops them in order and waits until the chain is closed, so a stopped node
 //! leaves nothing half-written.
 
+mod bans;
 pub mod chain_worker;
 pub mod mempool;
 pub mod metrics;
@@ -40,7 +41,7 @@ use crate::net::endpoint::{self, TransportLimits};
 use crate::net::gossip::{self, GossipConfig, GossipHandle};
 use crate::net::identity::NodeIdentity;
 use crate::runtime::{LoadedModule, Runtime, RuntimeConfig};
-use crate::store::SledStore;
+use crate::store::{BanList, SledStore};
 
 /// The deposits module a node activates.
 pub const DEFAULT_DEPOSITS: &str = "deposits-v2";
@@ -214,25 +215,27 @@ fn load_modules(
 pub fn open_chain(data_dir: &Path, genesis: Genesis) -> Result<Chain, NodeError> {
     create_data_dir(data_dir)?;
     let (deposits, _) = load_modules(data_dir, DEFAULT_GOSSIP_POLICY)?;
-    open_store(data_dir, genesis, deposits)
+    open_store(data_dir, genesis, deposits).map(|(chain, _)| chain)
 }
 
 fn open_store(
     data_dir: &Path,
     genesis: Genesis,
     deposits: crate::runtime::deposits::DepositsModule,
-) -> Result<Chain, NodeError> {
+) -> Result<(Chain, BanList), NodeError> {
     let chain_err = |reason: String| NodeError::Chain {
         path: data_dir.display().to_string(),
         reason,
     };
     let store = SledStore::open(&data_dir.join("chain")).map_err(|e| chain_err(e.to_string()))?;
-    Chain::open(
+    let bans = store.ban_list().map_err(|e| chain_err(e.to_string()))?;
+    let chain = Chain::open(
         Arc::new(store),
         genesis,
         DepositEngine::Module(Box::new(deposits)),
     )
-    .map_err(|e| chain_err(e.to_string()))
+    .map_err(|e| chain_err(e.to_string()))?;
+    Ok((chain, bans))
 }
 
 /// A running node.
@@ -265,7 +268,7 @@ impl Node {
         let node_id = identity.node_id();
         let genesis = config.genesis.clone();
         let policy_name = config.gossip_policy.clone();
-        let (chain, policy) = {
+        let ((chain, bans), policy) = {
             let dir = data_dir.clone();
             let genesis = genesis.clone();
             tokio::task::spawn_blocking(move || {
@@ -311,7 +314,8 @@ impl Node {
                 .copied()
                 .unwrap_or_default(),
         );
-        let peers = PeerManager::new(peer_config, config.bootstrap.iter().copied(), seed, 0)?;
+        let mut peers = PeerManager::new(peer_config, config.bootstrap.iter().copied(), seed, 0)?;
+        bans::restore(&mut peers, &bans, unix_ms());
         let sync = RangeSync::new(config.sync, head.height, head.hash)?;
         let (shutdown, shutdown_rx) = watch::channel(false);
         let slot = Duration::from_millis(genesis.slot_ms);
@@ -330,6 +334,7 @@ impl Node {
                 chain: chain.clone(),
                 metrics: metrics.clone(),
                 status_interval: slot.max(Duration::from_millis(500)),
+                bans,
             },
             shutdown_rx.clone(),
         )));

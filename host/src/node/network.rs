@@ -37,6 +37,7 @@ use crate::net::gossip::{GossipEvent, GossipHandle};
 use crate::net::handshake::{self, HandshakeError, Hello, PROTOCOL_VERSION, Role};
 use crate::net::identity::NodeId;
 use crate::net::rpc::{self, ChainStatus, MAX_BLOCKS_PER_REQUEST, Request, Response};
+use crate::store::BanList;
 
 /// QUIC close code for an orderly shutdown.
 const CLOSE_SHUTDOWN: u32 = 0;
@@ -55,6 +56,10 @@ enum Event {
     Dialed {
         node: PeerKey,
         result: Result<(quinn::Connection, Hello), DialError>,
+    },
+    /// The transport handshake of an incoming connection ended (either way).
+    IncomingDone {
+        addr: SocketAddr,
     },
     Inbound {
         node: PeerKey,
@@ -135,6 +140,7 @@ pub(super) struct NetworkParts {
     pub chain: ChainHandle,
     pub metrics: Arc<Metrics>,
     pub status_interval: Duration,
+    pub bans: BanList,
 }
 
 pub(super) struct Network {
@@ -154,6 +160,7 @@ pub(super) struct Network {
     importing: bool,
     status_interval: Duration,
     next_status_poll: Instant,
+    bans: BanList,
 }
 
 fn short(node: &PeerKey) -> String {
@@ -185,6 +192,7 @@ impl Network {
             importing: false,
             status_interval: parts.status_interval,
             next_status_poll: Instant::now() + parts.status_interval,
+            bans: parts.bans,
         };
         loop {
             net.drive();
@@ -276,6 +284,7 @@ impl Network {
                 self.on_action(action);
             }
         }
+        super::bans::persist(&mut self.peers, &self.bans, now, unix_ms());
         let target = self.sync.target().map_or(0, |(h, _)| h);
         let head = self.chain.view().head.height;
         self.metrics
@@ -345,12 +354,20 @@ impl Network {
     }
 
     fn on_incoming(&mut self, incoming: quinn::Incoming) {
+        let addr = incoming.remote_address();
+        // Handshakes in progress count against the per-IP and per-subnet limits.
+        if let Err(e) = self.peers.handle_incoming(addr) {
+            tracing::info!(%addr, error = %e, "refused incoming connection");
+            incoming.refuse();
+            return;
+        }
         let limits = self.limits.clone();
         let open = self.conns.len();
         let events = self.events.clone();
         tokio::spawn(async move {
-            let addr = incoming.remote_address();
-            match endpoint::accept(incoming, &limits, open).await {
+            let accepted = endpoint::accept(incoming, &limits, open).await;
+            let _ = events.send(Event::IncomingDone { addr });
+            match accepted {
                 Ok((conn, id)) => {
                     let _ = events.send(Event::Inbound {
                         node: *id.as_bytes(),
@@ -366,6 +383,7 @@ impl Network {
     fn on_event(&mut self, event: Event) {
         let now = self.now();
         match event {
+            Event::IncomingDone { addr } => self.peers.handle_incoming_done(addr),
             Event::Dialed { node, result } => match result {
                 Ok((conn, hello)) => {
                     let accepted = self
