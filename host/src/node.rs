@@ -19,7 +19,7 @@ pub mod mempool;
 pub mod metrics;
 mod network;
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -67,6 +67,9 @@ pub struct NodeConfig {
     pub target_outbound: usize,
     /// Inbound connections to accept.
     pub max_inbound: usize,
+    /// IPs exempt from the per-IP and per-subnet inbound limits (loopback and bootstrap
+    /// addresses are exempt anyway).
+    pub trusted_ips: Vec<IpAddr>,
     /// Range sync tunables.
     pub sync: SyncConfig,
     /// Embedded gossip-policy module to run.
@@ -91,6 +94,7 @@ impl NodeConfig {
             transport: TransportLimits::default(),
             target_outbound: 8,
             max_inbound: 32,
+            trusted_ips: Vec::new(),
             sync: SyncConfig::default(),
             gossip_policy: DEFAULT_GOSSIP_POLICY.into(),
             produce: true,
@@ -303,6 +307,7 @@ impl Node {
         let mut peer_config = PeerConfig::new(*node_id.as_bytes());
         peer_config.target_outbound = config.target_outbound;
         peer_config.max_inbound = config.max_inbound;
+        peer_config.trusted_ips = config.trusted_ips.iter().copied().collect();
         peer_config.handshake_timeout =
             u64::try_from(config.transport.handshake_timeout.as_micros())
                 .unwrap_or(u64::MAX)
