@@ -18,6 +18,7 @@ pub mod chain_worker;
 pub mod mempool;
 pub mod metrics;
 mod network;
+pub mod verdict;
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};

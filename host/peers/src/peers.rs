@@ -20,6 +20,11 @@
 //!   supersedes our own pending dial only if the remote id is lower — or if it comes from
 //!   another address than the one we dial (our dial then targets a stale address) — and our
 //!   dial's late `handle_outbound_connected` returns [`PeerError::UnexpectedState`].
+//! - A new inbound connection from a peer that is already connected supersedes the old
+//!   connection (the peer restarted and lost it), unless it is the other half of a
+//!   simultaneous dial (our outbound connection is younger than the handshake timeout and the
+//!   lower-id rule keeps ours). On `Ok` from [`PeerManager::handle_inbound`] for a connected
+//!   peer the driver closes the old connection and ignores its later close.
 //! - Before accepting a transport connection, ask [`PeerManager::handle_incoming`]; once its
 //!   (TLS) handshake has ended either way, report [`PeerManager::handle_incoming_done`] —
 //!   before `handle_inbound`.
@@ -231,6 +236,7 @@ impl PeerManager {
         if let Some(until) = self.ban_end(&node, now) {
             return Err(PeerError::Banned { node, until });
         }
+        let mut replaces_inbound = false;
         let failures = match self.book.get(&node).map(|p| p.state) {
             None => 0,
             Some(PeerState::Disconnected { failures, .. }) => failures,
@@ -243,9 +249,31 @@ impl PeerManager {
                 addr: dialing,
                 ..
             }) if node < self.config.local_id || dialing != addr => failures,
+            // A new, authenticated connection from a connected peer supersedes the old one:
+            // the peer lost it (it restarted) and its old connection would otherwise lock it
+            // out until it times out. Only the other half of a simultaneous dial — our
+            // outbound connection, just established — keeps the lower-id rule.
+            Some(PeerState::Connected {
+                direction: Direction::Inbound,
+                failures,
+                ..
+            }) => {
+                replaces_inbound = true;
+                failures
+            }
+            Some(PeerState::Connected {
+                direction: Direction::Outbound,
+                since,
+                failures,
+                ..
+            }) if node < self.config.local_id
+                || now >= since.saturating_add(self.config.handshake_timeout) =>
+            {
+                failures
+            }
             Some(_) => return Err(PeerError::DuplicateConnection { node }),
         };
-        if self.counts().inbound() >= self.config.max_inbound {
+        if !replaces_inbound && self.counts().inbound() >= self.config.max_inbound {
             return Err(PeerError::InboundFull {
                 node,
                 max: self.config.max_inbound,
