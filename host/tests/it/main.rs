@@ -25,7 +25,7 @@ pub fn artifact(name: &str) -> Vec<u8> {
 /// A runtime with default limits and `fuel` per call.
 pub fn runtime(fuel: u64) -> Runtime {
     Runtime::new(RuntimeConfig {
-        fuel_per_call: fuel,
+        fuel_per_call: Some(fuel),
         ..RuntimeConfig::default()
     })
     .unwrap()
