@@ -9,7 +9,9 @@ mod inspect;
 mod malicious;
 mod modules;
 mod network;
+mod profile;
 mod reproducible;
+mod slots;
 
 use std::sync::{Arc, RwLock};
 
