@@ -14,6 +14,7 @@
 pub mod block;
 mod deposit_engine;
 mod errors;
+pub mod eth1;
 mod fork_choice;
 pub mod genesis;
 pub mod native_deposits;

@@ -5,6 +5,7 @@ pub mod deposit;
 pub mod devnet;
 pub mod module;
 pub mod run;
+pub mod upgrade_check;
 
 /// Waits for the first stop request: SIGINT (Ctrl-C) or SIGTERM (what systemd, Docker and
 /// Kubernetes send). Returns the signal's name for the log.

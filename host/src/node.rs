@@ -17,6 +17,7 @@ pub mod chain_worker;
 pub mod mempool;
 pub mod metrics;
 mod network;
+pub mod verdict;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

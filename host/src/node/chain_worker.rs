@@ -56,7 +56,21 @@ pub enum WorkerError {
     /// Reading stored blocks failed.
     #[error("cannot read blocks: {0}")]
     Store(String),
+    /// The block's slot has not started yet on our clock (beyond the skew allowance).
+    #[error("block {height} is for slot {slot}, but the current slot is {current}")]
+    FutureSlot {
+        /// The block's height.
+        height: u64,
+        /// Its slot.
+        slot: u64,
+        /// Our current slot (with the clock-skew allowance).
+        current: u64,
+    },
 }
+
+/// How far ahead of our clock a peer's clock may be: a block whose slot starts within this
+/// is accepted.
+pub const CLOCK_SKEW_MS: u64 = 500;
 
 enum Command {
     Add {
@@ -244,6 +258,19 @@ impl Worker {
     }
 
     fn add(&mut self, block: &Block) -> Result<Added, WorkerError> {
+        // Every path (gossip, range sync, branch fetch) comes through here: a block from a
+        // future slot would let an authority pre-produce its slots and reorg honest nodes.
+        let current = self
+            .chain
+            .genesis()
+            .slot_at(unix_ms().saturating_add(CLOCK_SKEW_MS));
+        if block.header.slot > current {
+            return Err(WorkerError::FutureSlot {
+                height: block.header.height,
+                slot: block.header.slot,
+                current,
+            });
+        }
         let before = self.chain.head();
         let added = self.chain.add_block(block)?;
         match &added {

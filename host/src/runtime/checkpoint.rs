@@ -172,22 +172,15 @@ impl World for Checkpoint {
     /// Plans a small state, then builds and opens its first chunk.
     fn dry_run(module: &CheckpointModule) -> Result<u64, CallError> {
         let reader: Arc<dyn StateReader> = Arc::new(WarmupState);
-        let count = reader.leaf_count();
         let params = PlanParams {
             target_chunk_bytes: 512,
         };
-        let (plan, mut fuel) = module.run_metered(reader.clone(), move |i, s| {
-            i.modnode_checkpoint_chunker().call_plan(s, count, params)
-        })?;
+        let (plan, mut fuel) = module.plan_metered(reader.clone(), params)?;
         if let Some(range) = plan.first().copied() {
-            let (chunk, built) = module.run_metered(reader, move |i, s| {
-                i.modnode_checkpoint_chunker().call_build_chunk(s, range)
-            })?;
+            let (chunk, built) = module.build_chunk_metered(reader, range)?;
             fuel = fuel.saturating_add(built);
             if let Ok(chunk) = chunk {
-                let (_, opened) = module.run_metered(Arc::new(NoState), move |i, s| {
-                    i.modnode_checkpoint_chunker().call_open_chunk(s, &chunk)
-                })?;
+                let (_, opened) = module.open_chunk_metered(chunk)?;
                 fuel = fuel.saturating_add(opened);
             }
         }
@@ -202,8 +195,17 @@ impl Module<Checkpoint> {
         reader: Arc<dyn StateReader>,
         params: PlanParams,
     ) -> Result<Vec<LeafRange>, CallError> {
+        self.plan_metered(reader, params).map(|(r, _)| r)
+    }
+
+    /// [`plan`](Self::plan), also returning the fuel the call used (`upgrade-check`).
+    pub fn plan_metered(
+        &self,
+        reader: Arc<dyn StateReader>,
+        params: PlanParams,
+    ) -> Result<(Vec<LeafRange>, u64), CallError> {
         let count = reader.leaf_count();
-        self.run(reader, move |i, s| {
+        self.run_metered(reader, move |i, s| {
             i.modnode_checkpoint_chunker().call_plan(s, count, params)
         })
     }
@@ -214,7 +216,16 @@ impl Module<Checkpoint> {
         reader: Arc<dyn StateReader>,
         range: LeafRange,
     ) -> Result<Result<Vec<u8>, ChunkError>, CallError> {
-        self.run(reader, move |i, s| {
+        self.build_chunk_metered(reader, range).map(|(r, _)| r)
+    }
+
+    /// [`build_chunk`](Self::build_chunk), also returning the fuel the call used.
+    pub fn build_chunk_metered(
+        &self,
+        reader: Arc<dyn StateReader>,
+        range: LeafRange,
+    ) -> Result<(Result<Vec<u8>, ChunkError>, u64), CallError> {
+        self.run_metered(reader, move |i, s| {
             i.modnode_checkpoint_chunker().call_build_chunk(s, range)
         })
     }
@@ -224,22 +235,17 @@ impl Module<Checkpoint> {
         &self,
         chunk: Vec<u8>,
     ) -> Result<Result<ChunkContents, ChunkError>, CallError> {
-        self.run(Arc::new(NoState), move |i, s| {
-            i.modnode_checkpoint_chunker().call_open_chunk(s, &chunk)
-        })
+        self.open_chunk_metered(chunk).map(|(r, _)| r)
     }
 
-    fn run<R: Send + 'static>(
+    /// [`open_chunk`](Self::open_chunk), also returning the fuel the call used.
+    pub fn open_chunk_metered(
         &self,
-        reader: Arc<dyn StateReader>,
-        f: impl FnOnce(
-            &bindings::Checkpoint,
-            &mut wasmtime::Store<CheckpointCtx>,
-        ) -> wasmtime::Result<R>
-        + Send
-        + 'static,
-    ) -> Result<R, CallError> {
-        self.run_metered(reader, f).map(|(r, _)| r)
+        chunk: Vec<u8>,
+    ) -> Result<(Result<ChunkContents, ChunkError>, u64), CallError> {
+        self.run_metered(Arc::new(NoState), move |i, s| {
+            i.modnode_checkpoint_chunker().call_open_chunk(s, &chunk)
+        })
     }
 
     fn run_metered<R: Send + 'static>(

@@ -277,8 +277,11 @@ pub struct DepositsOutput {
     pub outcomes: Vec<Outcome>,
     /// The registry changes to apply.
     pub delta: RegistryDelta,
-    /// Fuel the call used.
+    /// Fuel the call used: wasm operators and host calls together (what the budget bounds).
     pub fuel_used: u64,
+    /// The part of `fuel_used` charged for host calls (BLS verifications, registry access);
+    /// `fuel_used - host_fuel` is the module's own computation.
+    pub host_fuel: u64,
 }
 
 impl Module<Deposits> {
@@ -303,7 +306,7 @@ impl Module<Deposits> {
         );
         let fuel_used = outcome.fuel_used;
         let result = outcome.result?;
-        let Some(data) = outcome.data else {
+        let Some(mut data) = outcome.data else {
             return Err(HostFailure::new(
                 &self.meta().name(),
                 HostFailureKind::Runtime,
@@ -311,10 +314,12 @@ impl Module<Deposits> {
             )
             .into());
         };
+        let host_fuel = data.base.fuel().charged();
         Ok(result.map(|outcomes| DepositsOutput {
             outcomes,
             delta: data.overlay.into_delta(),
             fuel_used,
+            host_fuel,
         }))
     }
 }

@@ -116,13 +116,8 @@ impl World for GossipPolicy {
         ];
         let mut fuel = 0u64;
         for msg in messages {
-            let peers = peers.clone();
-            let outcome = module.call(
-                |base| Ok(PolicyCtx { base }),
-                move |i, s| i.modnode_gossip_policy_policy().call_plan(s, msg, &peers),
-            );
-            outcome.result?;
-            fuel = fuel.saturating_add(outcome.fuel_used);
+            let (_, used) = module.plan_metered(msg, peers.clone())?;
+            fuel = fuel.saturating_add(used);
         }
         Ok(fuel)
     }
@@ -131,11 +126,20 @@ impl World for GossipPolicy {
 impl Module<GossipPolicy> {
     /// Asks the policy how to spread one message.
     pub fn plan(&self, msg: MessageMeta, peers: Vec<PeerStats>) -> Result<SendPlan, CallError> {
-        self.call(
+        self.plan_metered(msg, peers).map(|(plan, _)| plan)
+    }
+
+    /// [`plan`](Self::plan), also returning the fuel the call used (`upgrade-check`).
+    pub fn plan_metered(
+        &self,
+        msg: MessageMeta,
+        peers: Vec<PeerStats>,
+    ) -> Result<(SendPlan, u64), CallError> {
+        let outcome = self.call(
             |base| Ok(PolicyCtx { base }),
             move |i, s| i.modnode_gossip_policy_policy().call_plan(s, msg, &peers),
-        )
-        .result
+        );
+        outcome.result.map(|plan| (plan, outcome.fuel_used))
     }
 }
 

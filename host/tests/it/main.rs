@@ -5,6 +5,8 @@ mod chain;
 mod cli;
 mod crash;
 mod gossip;
+mod gossip_hostile;
+mod hostile;
 mod inspect;
 mod malicious;
 mod modules;
@@ -12,6 +14,7 @@ mod network;
 mod profile;
 mod reproducible;
 mod slots;
+mod upgrade_check;
 
 use std::sync::{Arc, RwLock};
 
