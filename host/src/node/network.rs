@@ -20,8 +20,8 @@ use std::time::Duration;
 use modnode_gossip::MessageId;
 use modnode_gossip::policy::MessageKind;
 use modnode_peers::{
-    Action, Direction, DisconnectReason, PeerAddr, PeerManager, RangeSync, Request as SyncRequest,
-    Violation,
+    Action, Direction, DisconnectReason, PeerAddr, PeerManager, PeerState, RangeSync,
+    Request as SyncRequest, Violation,
 };
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
@@ -38,6 +38,7 @@ use crate::net::gossip::{GossipEvent, GossipHandle};
 use crate::net::handshake::{self, HandshakeError, Hello, PROTOCOL_VERSION, Role};
 use crate::net::identity::NodeId;
 use crate::net::rpc::{self, ChainStatus, MAX_BLOCKS_PER_REQUEST, Request, Response};
+use crate::store::BanList;
 
 /// QUIC close code for an orderly shutdown.
 const CLOSE_SHUTDOWN: u32 = 0;
@@ -56,6 +57,10 @@ enum Event {
     Dialed {
         node: PeerKey,
         result: Result<(quinn::Connection, Hello), DialError>,
+    },
+    /// The transport handshake of an incoming connection ended (either way).
+    IncomingDone {
+        addr: SocketAddr,
     },
     Inbound {
         node: PeerKey,
@@ -161,6 +166,11 @@ pub(super) struct NetworkParts {
     pub chain: ChainHandle,
     pub metrics: Arc<Metrics>,
     pub status_interval: Duration,
+    /// Known peers to try before producing.
+    pub bootstrap: Vec<PeerKey>,
+    /// Longest wait for them.
+    pub startup_wait: Duration,
+    pub bans: BanList,
 }
 
 pub(super) struct Network {
@@ -180,9 +190,12 @@ pub(super) struct Network {
     importing: bool,
     status_interval: Duration,
     next_status_poll: Instant,
+    bans: BanList,
     /// When range sync last imported a block: being behind is a fact only while sync makes
     /// progress, never on a peer's word alone.
     last_sync_import: Option<Instant>,
+    bootstrap: Vec<PeerKey>,
+    startup_deadline: Instant,
 }
 
 fn short(node: &PeerKey) -> String {
@@ -214,7 +227,10 @@ impl Network {
             importing: false,
             status_interval: parts.status_interval,
             next_status_poll: Instant::now() + parts.status_interval,
+            bans: parts.bans,
             last_sync_import: None,
+            bootstrap: parts.bootstrap,
+            startup_deadline: Instant::now() + parts.startup_wait,
         };
         loop {
             net.drive();
@@ -311,6 +327,11 @@ impl Network {
                 self.on_action(action);
             }
         }
+        if !self.metrics.started_up.load(Ordering::Relaxed) && self.may_produce_after_start() {
+            tracing::info!("tried the known peers and synced from them; production may start");
+            self.metrics.started_up.store(true, Ordering::Relaxed);
+        }
+        super::bans::persist(&mut self.peers, &self.bans, now, unix_ms());
         let target = self.sync.target().map_or(0, |(h, _)| h);
         let head = self.chain.view().head.height;
         self.metrics
@@ -330,6 +351,26 @@ impl Network {
             u64::try_from(self.peers.connected_count()).unwrap_or(u64::MAX),
             Ordering::Relaxed,
         );
+    }
+
+    fn may_produce_after_start(&self) -> bool {
+        let known: Vec<verdict::KnownPeer> = self
+            .bootstrap
+            .iter()
+            .map(|node| match self.peers.peer_state(node) {
+                Some(PeerState::Connected { .. }) => verdict::KnownPeer::Connected,
+                Some(state) if state.failures() > 0 => verdict::KnownPeer::Unreachable,
+                // Ourselves (skipped by the manager), or forgotten after a ban.
+                None => verdict::KnownPeer::Unreachable,
+                Some(_) => verdict::KnownPeer::Untried,
+            })
+            .collect();
+        let status = self.sync.status();
+        let sync_idle = status.in_flight == 0
+            && status.buffered == 0
+            && !self.importing
+            && self.sync.is_synced();
+        verdict::may_produce_after_start(Instant::now() >= self.startup_deadline, &known, sync_idle)
     }
 
     fn on_action(&mut self, action: Action) {
@@ -389,12 +430,20 @@ impl Network {
     }
 
     fn on_incoming(&mut self, incoming: quinn::Incoming) {
+        let addr = incoming.remote_address();
+        // Handshakes in progress count against the per-IP and per-subnet limits.
+        if let Err(e) = self.peers.handle_incoming(addr) {
+            tracing::info!(%addr, error = %e, "refused incoming connection");
+            incoming.refuse();
+            return;
+        }
         let limits = self.limits.clone();
         let open = self.conns.len();
         let events = self.events.clone();
         tokio::spawn(async move {
-            let addr = incoming.remote_address();
-            match endpoint::accept(incoming, &limits, open).await {
+            let accepted = endpoint::accept(incoming, &limits, open).await;
+            let _ = events.send(Event::IncomingDone { addr });
+            match accepted {
                 Ok((conn, id)) => {
                     let _ = events.send(Event::Inbound {
                         node: *id.as_bytes(),
@@ -410,6 +459,7 @@ impl Network {
     fn on_event(&mut self, event: Event) {
         let now = self.now();
         match event {
+            Event::IncomingDone { addr } => self.peers.handle_incoming_done(addr),
             Event::Dialed { node, result } => match result {
                 Ok((conn, hello)) => {
                     let accepted = self

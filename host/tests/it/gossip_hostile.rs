@@ -163,3 +163,116 @@ async fn unfinished_streams_never_hold_more_than_the_peer_budget() {
     );
     assert!(traffic.peak_held_bytes > 0);
 }
+
+mod bans {
+    //! A ban outlives a restart of the node.
+
+    use std::net::SocketAddr;
+    use std::path::Path;
+    use std::time::Duration;
+
+    use modnode::chain::block::Block;
+    use modnode::chain::genesis::Genesis;
+    use modnode::net::endpoint::{self, CLOSE_PROTOCOL_VIOLATION, TransportLimits};
+    use modnode::net::handshake::{self, Hello, Role};
+    use modnode::net::identity::NodeIdentity;
+    use modnode::node::{Node, NodeConfig};
+    use tempfile::TempDir;
+
+    const LIVENESS: Duration = Duration::from_secs(60);
+
+    fn genesis(dir: &Path) -> Genesis {
+        let id = NodeIdentity::load_or_create(dir).unwrap().node_id();
+        let text = serde_json::json!({
+            "chain_id": "modnode-it-bans",
+            "genesis_time_ms": modnode::node::chain_worker::unix_ms(),
+            "slot_ms": 300,
+            "finality_depth": 32,
+            "authorities": [id.to_string()],
+            "generated_validators": { "count": 8, "seed": 3 },
+        })
+        .to_string();
+        Genesis::from_json(&text, "<test>").unwrap()
+    }
+
+    async fn start(dir: &Path, genesis: &Genesis) -> Node {
+        let mut config = NodeConfig::new(dir.to_path_buf(), genesis.clone());
+        config.listen = SocketAddr::from(([127, 0, 0, 1], 0));
+        Node::start(config).await.unwrap()
+    }
+
+    /// Connects as `me` and completes the hello; `Err` if the node refused us.
+    async fn hello_as(
+        me: &NodeIdentity,
+        node: &Node,
+        genesis: &Genesis,
+        genesis_hash: [u8; 32],
+    ) -> Result<quinn::Connection, String> {
+        let limits = TransportLimits::default();
+        let ep = endpoint::make_endpoint("127.0.0.1:0".parse().unwrap(), me, &limits).unwrap();
+        let (conn, peer) = endpoint::connect(&ep, node.p2p_addr(), None, &limits)
+            .await
+            .map_err(|e| e.to_string())?;
+        let hello = Hello {
+            protocol_version: handshake::PROTOCOL_VERSION,
+            chain_id: genesis.chain_id.clone(),
+            genesis_hash,
+            head_height: 0,
+            head_hash: genesis_hash,
+            listen_port: 0,
+        };
+        handshake::exchange(&conn, peer, &hello, Role::Dialer, LIVENESS)
+            .await
+            .map_err(|e| e.to_string())?;
+        // The node may still refuse right after the hello: give it the chance to.
+        match tokio::time::timeout(Duration::from_millis(500), conn.closed()).await {
+            Ok(reason) => Err(reason.to_string()),
+            Err(_) => Ok(conn),
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_banned_key_stays_banned_after_the_node_restarts() {
+        let tmp = TempDir::new().unwrap();
+        let genesis = genesis(tmp.path());
+        let node = start(tmp.path(), &genesis).await;
+        let genesis_hash = node
+            .chain()
+            .blocks(0, 1, usize::MAX)
+            .await
+            .unwrap()
+            .first()
+            .map(|b| Block::decode(b, 16).unwrap().hash())
+            .unwrap();
+        let villain = NodeIdentity::generate().unwrap();
+        let conn = hello_as(&villain, &node, &genesis, genesis_hash)
+            .await
+            .unwrap();
+        let mut uni = conn.open_uni().await.unwrap();
+        uni.write_all(&[0xff; 64]).await.unwrap();
+        uni.finish().unwrap();
+        let closed = tokio::time::timeout(LIVENESS, conn.closed()).await.unwrap();
+        assert!(
+            matches!(&closed, quinn::ConnectionError::ApplicationClosed(c)
+                if c.error_code == quinn::VarInt::from_u32(CLOSE_PROTOCOL_VIOLATION)),
+            "{closed:?}"
+        );
+        assert!(
+            hello_as(&villain, &node, &genesis, genesis_hash)
+                .await
+                .is_err(),
+            "banned before the restart"
+        );
+        node.shutdown().await;
+
+        let node = start(tmp.path(), &genesis).await;
+        let refused = hello_as(&villain, &node, &genesis, genesis_hash).await;
+        assert!(refused.is_err(), "the ban was lifted by the restart");
+        // The refusal is the ban: another key from the same address gets in.
+        let honest = NodeIdentity::generate().unwrap();
+        hello_as(&honest, &node, &genesis, genesis_hash)
+            .await
+            .unwrap();
+        node.shutdown().await;
+    }
+}
