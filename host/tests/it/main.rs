@@ -8,6 +8,7 @@ mod gossip;
 mod gossip_hostile;
 mod hostile;
 mod inspect;
+mod live_swap;
 mod malicious;
 mod modules;
 mod network;
