@@ -18,6 +18,7 @@ pub mod mempool;
 pub mod metrics;
 mod network;
 pub mod verdict;
+pub mod worker_queue;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

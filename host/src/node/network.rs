@@ -1023,7 +1023,7 @@ async fn serve_one(
             // On our own failure say nothing (the requester sees a failed request), never
             // "no blocks": that is what a liar answers, and the requester bans for it.
             let blocks = chain
-                .blocks(start, u64::from(count), budget)
+                .blocks_for(Some(node), start, u64::from(count), budget)
                 .await
                 .map_err(|e| {
                     tracing::warn!(peer = %short(&node), error = %e, "cannot serve a block range");
