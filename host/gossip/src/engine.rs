@@ -850,6 +850,9 @@ impl<P: Policy> GossipEngine<P> {
                 break;
             };
             self.store.remove(&old);
+            // An evicted message can no longer be relayed: its verdict is not awaited either
+            // (or a peer's pushes would grow this map without bound).
+            self.awaiting.remove(&old);
         }
     }
 

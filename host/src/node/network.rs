@@ -38,6 +38,7 @@ use crate::net::gossip::{GossipEvent, GossipHandle};
 use crate::net::handshake::{self, HandshakeError, Hello, PROTOCOL_VERSION, Role};
 use crate::net::identity::NodeId;
 use crate::net::rpc::{self, ChainStatus, MAX_BLOCKS_PER_REQUEST, Request, Response};
+use crate::store::BanList;
 
 /// QUIC close code for an orderly shutdown.
 const CLOSE_SHUTDOWN: u32 = 0;
@@ -56,6 +57,10 @@ enum Event {
     Dialed {
         node: PeerKey,
         result: Result<(quinn::Connection, Hello), DialError>,
+    },
+    /// The transport handshake of an incoming connection ended (either way).
+    IncomingDone {
+        addr: SocketAddr,
     },
     Inbound {
         node: PeerKey,
@@ -165,6 +170,7 @@ pub(super) struct NetworkParts {
     pub bootstrap: Vec<PeerKey>,
     /// Longest wait for them.
     pub startup_wait: Duration,
+    pub bans: BanList,
 }
 
 pub(super) struct Network {
@@ -184,6 +190,7 @@ pub(super) struct Network {
     importing: bool,
     status_interval: Duration,
     next_status_poll: Instant,
+    bans: BanList,
     /// When range sync last imported a block: being behind is a fact only while sync makes
     /// progress, never on a peer's word alone.
     last_sync_import: Option<Instant>,
@@ -220,6 +227,7 @@ impl Network {
             importing: false,
             status_interval: parts.status_interval,
             next_status_poll: Instant::now() + parts.status_interval,
+            bans: parts.bans,
             last_sync_import: None,
             bootstrap: parts.bootstrap,
             startup_deadline: Instant::now() + parts.startup_wait,
@@ -323,6 +331,7 @@ impl Network {
             tracing::info!("tried the known peers and synced from them; production may start");
             self.metrics.started_up.store(true, Ordering::Relaxed);
         }
+        super::bans::persist(&mut self.peers, &self.bans, now, unix_ms());
         let target = self.sync.target().map_or(0, |(h, _)| h);
         let head = self.chain.view().head.height;
         self.metrics
@@ -421,12 +430,20 @@ impl Network {
     }
 
     fn on_incoming(&mut self, incoming: quinn::Incoming) {
+        let addr = incoming.remote_address();
+        // Handshakes in progress count against the per-IP and per-subnet limits.
+        if let Err(e) = self.peers.handle_incoming(addr) {
+            tracing::info!(%addr, error = %e, "refused incoming connection");
+            incoming.refuse();
+            return;
+        }
         let limits = self.limits.clone();
         let open = self.conns.len();
         let events = self.events.clone();
         tokio::spawn(async move {
-            let addr = incoming.remote_address();
-            match endpoint::accept(incoming, &limits, open).await {
+            let accepted = endpoint::accept(incoming, &limits, open).await;
+            let _ = events.send(Event::IncomingDone { addr });
+            match accepted {
                 Ok((conn, id)) => {
                     let _ = events.send(Event::Inbound {
                         node: *id.as_bytes(),
@@ -442,6 +459,7 @@ impl Network {
     fn on_event(&mut self, event: Event) {
         let now = self.now();
         match event {
+            Event::IncomingDone { addr } => self.peers.handle_incoming_done(addr),
             Event::Dialed { node, result } => match result {
                 Ok((conn, hello)) => {
                     let accepted = self

@@ -373,3 +373,61 @@ impl Phase for NetworkCheck {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::gossip_policy::{Priority, SendMode, Target};
+
+    fn peer(peer: u32, is_origin: bool) -> PeerStats {
+        PeerStats {
+            peer,
+            rtt_us: 1000,
+            queue_depth: 0,
+            recent_failures: 0,
+            has_message: false,
+            is_origin,
+        }
+    }
+
+    fn send_plan(targets: &[u32], quorum: u32) -> SendPlan {
+        SendPlan {
+            targets: targets
+                .iter()
+                .map(|&peer| Target {
+                    peer,
+                    mode: SendMode::Push,
+                })
+                .collect(),
+            quorum,
+            timeout_ms: 100,
+            priority: Priority::Normal,
+        }
+    }
+
+    #[test]
+    fn every_contract_violation_is_named() {
+        let peers = [peer(1, true), peer(2, false), peer(3, false)];
+        assert!(violations(&send_plan(&[2, 3], 2), &peers).is_empty());
+        let problems = violations(&send_plan(&[1, 2, 2, 9], 5), &peers);
+        assert_eq!(problems.len(), 4, "{problems:?}");
+        assert!(problems[0].contains("peer 1, where the message came from"));
+        assert!(problems[1].contains("peer 2 twice"));
+        assert!(problems[2].contains("peer 9, which is not a known peer"));
+        assert!(problems[3].contains("quorum 5 exceeds its 4 targets"));
+    }
+
+    #[test]
+    fn generated_plan_inputs_have_distinct_peers_and_at_most_one_origin() {
+        use proptest::strategy::ValueTree;
+        let mut runner = proptest::test_runner::TestRunner::deterministic();
+        for _ in 0..200 {
+            let case = plan_case().new_tree(&mut runner).unwrap().current();
+            let (meta, peers) = case.wit();
+            let ids: HashSet<u32> = peers.iter().map(|p| p.peer).collect();
+            assert_eq!(ids.len(), peers.len());
+            let origins = peers.iter().filter(|p| p.is_origin).count();
+            assert!(origins <= usize::from(!meta.local_origin));
+        }
+    }
+}

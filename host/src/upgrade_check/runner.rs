@@ -37,7 +37,7 @@ impl CaseRun {
         (ratio > settings.max_fuel_ratio).then_some(Failure::Fuel {
             old: self.fuel_old,
             new: self.fuel_new,
-            ratio: (ratio * 1000.0).round() / 1000.0,
+            ratio,
         })
     }
 }
@@ -170,4 +170,145 @@ pub(crate) fn replay<P: Phase>(
             case_file: None,
         }),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::upgrade_check::gossip::NetworkCase;
+
+    /// A phase without modules: inputs at or above `threshold` diverge; fuel grows with the
+    /// input above `fuel_from`.
+    struct Toy {
+        threshold: u16,
+        fuel_from: u16,
+    }
+
+    impl Phase for Toy {
+        type Input = u8;
+        fn kind(&self) -> Kind {
+            Kind::GossipPolicy
+        }
+        fn strategy(&self) -> BoxedStrategy<u8> {
+            any::<u8>().boxed()
+        }
+        fn wrap(input: u8) -> CaseInput {
+            CaseInput::GossipNetwork(NetworkCase {
+                seed: u64::from(input),
+                nodes: 0,
+                degree: 0,
+                deposits: 0,
+                blocks: 0,
+            })
+        }
+        fn run_case(&self, input: &u8) -> Result<CaseRun, CheckError> {
+            Ok(CaseRun {
+                fuel_old: 20_000,
+                fuel_new: if u16::from(*input) >= self.fuel_from {
+                    50_000
+                } else {
+                    20_000
+                },
+                divergence: (u16::from(*input) >= self.threshold).then(|| format!("input {input}")),
+            })
+        }
+    }
+
+    fn settings(seed: u64) -> Settings {
+        Settings {
+            cases: 256,
+            seed,
+            ..Settings::default()
+        }
+    }
+
+    #[test]
+    fn a_failure_shrinks_to_the_boundary_and_the_seed_reproduces_the_run() {
+        let toy = Toy {
+            threshold: 200,
+            fuel_from: 256,
+        };
+        let a = run(&toy, &settings(7)).unwrap();
+        let b = run(&toy, &settings(7)).unwrap();
+        assert_eq!(a.verdict, Verdict::Divergence);
+        let c = a.counterexample.clone().unwrap();
+        assert_eq!(
+            c.failure,
+            Failure::Divergence {
+                detail: "input 200".into()
+            }
+        );
+        assert_eq!(c.seed, 7);
+        assert_eq!(a.cases, b.cases);
+        assert_eq!(
+            a.counterexample.map(|c| c.input),
+            b.counterexample.map(|c| c.input)
+        );
+    }
+
+    #[test]
+    fn fuel_is_flagged_above_the_ratio_and_divergence_wins() {
+        let fuel = Toy {
+            threshold: 256,
+            fuel_from: 100,
+        };
+        let report = run(&fuel, &settings(1)).unwrap();
+        assert_eq!(report.verdict, Verdict::FuelRegression);
+        assert_eq!(
+            report.counterexample.unwrap().failure,
+            Failure::Fuel {
+                old: 20_000,
+                new: 50_000,
+                ratio: 2.5
+            }
+        );
+        let lenient = Settings {
+            max_fuel_ratio: 3.0,
+            ..settings(1)
+        };
+        let report = run(&fuel, &lenient).unwrap();
+        assert_eq!(report.verdict, Verdict::Pass);
+        assert_eq!(report.cases, 256);
+        assert_eq!(report.max_fuel_ratio, 2.5);
+
+        let both = CaseRun {
+            fuel_old: 1,
+            fuel_new: 1_000_000,
+            divergence: Some("x".into()),
+        };
+        assert!(matches!(
+            both.judge(&settings(1)),
+            Some(Failure::Divergence { .. })
+        ));
+    }
+
+    #[test]
+    fn cheap_calls_are_judged_against_the_fuel_floor() {
+        let cheap = CaseRun {
+            fuel_old: 300,
+            fuel_new: 740,
+            divergence: None,
+        };
+        assert_eq!(cheap.judge(&settings(0)), None);
+        let no_floor = Settings {
+            fuel_floor: 0,
+            ..settings(0)
+        };
+        assert!(matches!(
+            cheap.judge(&no_floor),
+            Some(Failure::Fuel {
+                old: 300,
+                new: 740,
+                ..
+            })
+        ));
+        let unmeasured = CaseRun {
+            fuel_old: 0,
+            fuel_new: 1_000_000,
+            divergence: None,
+        };
+        assert_eq!(unmeasured.judge(&no_floor), None);
+    }
 }

@@ -5,6 +5,7 @@ mod chain;
 mod cli;
 mod crash;
 mod gossip;
+mod gossip_hostile;
 mod hostile;
 mod inspect;
 mod malicious;

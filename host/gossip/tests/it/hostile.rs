@@ -149,3 +149,66 @@ fn announce_flood_stays_bounded_and_does_not_stretch_honest_timeouts() {
         "the honest fetch was not retried after its own timeout"
     );
 }
+
+/// A valid push of a fresh payload `n` (so its id is right and it is delivered).
+fn push(n: u64) -> Frame {
+    let payload = n.to_le_bytes().to_vec();
+    Frame::Push {
+        id: MessageId::of(&payload),
+        kind: MessageKind::Deposit,
+        hops: 0,
+        payload: payload.into(),
+    }
+}
+
+const HOSTILE_INPUTS: u64 = 100_000;
+
+#[test]
+fn a_hundred_thousand_pushes_and_requests_leave_every_map_bounded() {
+    let cfg = EngineConfig {
+        // Like the node: nothing is relayed before the application judged it, and this
+        // application never answers.
+        validate_before_relay: true,
+        ..EngineConfig::default()
+    };
+    let mut e = GossipEngine::new(cfg.clone(), Flood);
+    for p in [HONEST, ATTACKER] {
+        e.add_peer(p).unwrap();
+    }
+    let bounded = |e: &GossipEngine<Flood>| {
+        let sizes = e.state_sizes();
+        assert!(sizes.seen <= cfg.seen_capacity, "{sizes:?}");
+        assert!(sizes.stored <= cfg.store_capacity, "{sizes:?}");
+        assert!(sizes.awaiting <= cfg.store_capacity, "{sizes:?}");
+        assert!(sizes.fetches <= cfg.max_fetches, "{sizes:?}");
+        assert!(sizes.peer_items <= 2 * cfg.store_capacity, "{sizes:?}");
+    };
+    for n in 0..HOSTILE_INPUTS {
+        e.handle_frame(ATTACKER, push(n), n).unwrap();
+        while e.poll_event().is_some() {}
+    }
+    bounded(&e);
+    assert_eq!(e.stats().delivered, HOSTILE_INPUTS);
+
+    // Everything this node holds becomes servable; then the attacker asks for it over and
+    // over, and for ids nobody has.
+    let now = HOSTILE_INPUTS;
+    let held: Vec<MessageId> = (0..HOSTILE_INPUTS)
+        .map(|n| MessageId::of(&n.to_le_bytes()))
+        .filter(|id| e.has_message(id))
+        .collect();
+    for id in &held {
+        e.handle_validated(*id, true, now);
+    }
+    for round in 0..HOSTILE_INPUTS / u64::from(MAX_ITEMS) {
+        let ids = (0..u64::from(MAX_ITEMS))
+            .map(|i| match held.get(usize::try_from(i).unwrap()) {
+                Some(id) if round % 2 == 0 => *id,
+                _ => fake_id(0x77, round * u64::from(MAX_ITEMS) + i),
+            })
+            .collect();
+        e.handle_frame(ATTACKER, Frame::Request { ids }, now)
+            .unwrap();
+        bounded(&e);
+    }
+}
