@@ -65,6 +65,8 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     rt.block_on(async {
+        let mut signals =
+            super::ShutdownSignals::install().context("cannot listen for SIGINT/SIGTERM")?;
         let node = Node::start(config)
             .await
             .with_context(|| format!("cannot start the node in {}", args.data_dir.display()))?;
@@ -72,9 +74,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
             peer_addr = %node.peer_addr().map(|a| a.to_string()).unwrap_or_default(),
             "node running; give the peer address to other nodes' --bootstrap; Ctrl-C stops it"
         );
-        let signal = super::shutdown_signal()
-            .await
-            .context("cannot listen for SIGINT/SIGTERM")?;
+        let signal = signals.wait().await;
         tracing::info!(signal, "stopping");
         node.shutdown().await;
         anyhow::Ok(())
