@@ -71,7 +71,7 @@ impl WorkerError {
     pub fn fault(&self) -> Fault {
         match self {
             Self::Block(e) => e.fault(),
-            Self::FutureSlot { .. } => Fault::Transient,
+            Self::FutureSlot { .. } | Self::Busy => Fault::Transient,
             Self::Stopped | Self::Produce { .. } | Self::Store(_) => Fault::Ours,
             Self::Mempool(_) => Fault::Transient,
         }
