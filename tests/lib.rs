@@ -1,116 +1,13 @@
 //! Helpers shared by the workspace integration tests: generated deposit blocks that exercise
-//! every corner of `apply_deposit`, and the engines to run them through.
-
-use std::collections::HashMap;
+//! every corner of `apply_deposit` (from [`modnode::upgrade_check::deposit_inputs`]), and the
+//! engines to run them through.
 
 use modnode::chain::DepositEngine;
-use modnode::chain::block::DepositData;
-use modnode::chain::native_deposits::{Verification, deposit_signing_root};
-use modnode::chain::workload;
+use modnode::chain::native_deposits::Verification;
 use modnode::runtime::{LoadedModule, Runtime, RuntimeConfig};
-use proptest::prelude::*;
 
-/// Which pubkey a generated deposit uses.
-#[derive(Debug, Clone, Copy)]
-pub enum Key {
-    /// One of a small pool of real keypairs (so repeats within and across blocks happen).
-    Fresh(u8),
-    /// An existing genesis validator.
-    Existing(u8),
-    /// 48 bytes that do not decode as a point.
-    Undecodable,
-    /// The compressed point at infinity.
-    Infinity,
-}
-
-/// How a generated deposit is signed.
-#[derive(Debug, Clone, Copy)]
-pub enum Sig {
-    /// A valid proof of possession.
-    Valid,
-    /// Signed by the right key over another amount.
-    WrongMessage,
-    /// Garbage bytes.
-    Garbage,
-}
-
-/// A generated deposit, before signing.
-#[derive(Debug, Clone, Copy)]
-pub struct DepositSpec {
-    /// The pubkey.
-    pub key: Key,
-    /// Amount in Gwei.
-    pub amount: u64,
-    /// The signature.
-    pub sig: Sig,
-}
-
-/// Strategy for one deposit: new, top-up, invalid signature, malformed pubkey; zero and huge
-/// amounts.
-pub fn deposit_spec() -> impl Strategy<Value = DepositSpec> {
-    let key = prop_oneof![
-        6 => (0u8..6).prop_map(Key::Fresh),
-        2 => (0u8..4).prop_map(Key::Existing),
-        1 => Just(Key::Undecodable),
-        1 => Just(Key::Infinity),
-    ];
-    let amount = prop_oneof![
-        Just(0u64),
-        Just(1u64),
-        1_000_000_000u64..40_000_000_000,
-        Just(32_000_000_000u64),
-        Just(u64::MAX / 2),
-        Just(u64::MAX),
-    ];
-    let sig =
-        prop_oneof![6 => Just(Sig::Valid), 2 => Just(Sig::WrongMessage), 1 => Just(Sig::Garbage)];
-    (key, amount, sig).prop_map(|(key, amount, sig)| DepositSpec { key, amount, sig })
-}
-
-/// Turns specs into signed deposits, caching signatures (signing dominates otherwise).
-#[derive(Default)]
-pub struct Signer {
-    cache: HashMap<(u8, u64), [u8; 96]>,
-}
-
-impl Signer {
-    /// The deposit for `spec`; `existing` are the genesis pubkeys.
-    pub fn deposit(
-        &mut self,
-        spec: &DepositSpec,
-        existing: &[[u8; 48]],
-        fork: [u8; 4],
-    ) -> DepositData {
-        let pubkey = match spec.key {
-            Key::Fresh(i) => workload::keypair(u64::from(i)).pubkey,
-            Key::Existing(i) => existing[usize::from(i) % existing.len()],
-            Key::Undecodable => [0x11; 48],
-            Key::Infinity => {
-                let mut k = [0u8; 48];
-                k[0] = 0xc0;
-                k
-            }
-        };
-        let mut d = DepositData {
-            pubkey,
-            withdrawal_credentials: [0x01; 32],
-            amount: spec.amount,
-            signature: [0xab; 96],
-        };
-        if let (Key::Fresh(i), Sig::Valid | Sig::WrongMessage) = (spec.key, spec.sig) {
-            let signed_amount = match spec.sig {
-                Sig::Valid => spec.amount,
-                _ => spec.amount.wrapping_add(1),
-            };
-            d.signature = *self.cache.entry((i, signed_amount)).or_insert_with(|| {
-                let mut message = d;
-                message.amount = signed_amount;
-                workload::keypair(u64::from(i)).sign(&deposit_signing_root(&message, fork))
-            });
-        }
-        d
-    }
-}
+// The generators live in the library so `modnode upgrade-check` and these tests share them.
+pub use modnode::upgrade_check::deposit_inputs::{DepositSpec, Key, Sig, Signer, deposit_spec};
 
 /// Every deposit engine: both module versions and the native reference in both modes.
 pub fn all_engines(runtime: &Runtime) -> Vec<(&'static str, DepositEngine)> {

@@ -2,7 +2,8 @@
 //!
 //! The host owns everything that touches the outside world or must be trusted — storage, the
 //! state, cryptography — and loads WIT-described components that decide *how*: deposit
-//! processing, checkpoint chunking, gossip policy. See `ARCHITECTURE.md` for the design.
+//! processing, checkpoint chunking, gossip policy. `ARCHITECTURE.md` at the repository root maps
+//! the crates and how blocks, messages and modules flow through them.
 //!
 //! - [`admin`]: the localhost admin HTTP API (status, metrics, deposit submission).
 //! - [`node`]: the node itself: chain worker, peers, sync, gossip and block production.
@@ -14,6 +15,7 @@
 //! - [`crypto`]: BLS12-381 verification (blst) offered to modules.
 //! - [`state`]: the validator registry, pubkey index, state tree and the per-call overlay.
 //! - [`store`]: durable storage (sled) behind a small trait, with an in-memory twin.
+//! - [`upgrade_check`]: runs two versions of a module side by side on generated inputs.
 #![deny(missing_docs)]
 
 pub mod admin;
@@ -26,6 +28,7 @@ pub mod node;
 pub mod runtime;
 pub mod state;
 pub mod store;
+pub mod upgrade_check;
 
 /// Build artifacts produced by `build.rs`: every module component, and the default ones
 /// embedded in the binary.

@@ -29,6 +29,8 @@ enum Command {
     /// Work with module components.
     #[command(subcommand)]
     Module(ModuleCommand),
+    /// Run two versions of a module side by side; exit non-zero on divergence or fuel regression.
+    UpgradeCheck(commands::upgrade_check::UpgradeCheckArgs),
     /// Measure the node (`--json` for machines).
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -145,6 +147,11 @@ fn main() -> std::process::ExitCode {
         Command::Module(ModuleCommand::Componentize { core, output }) => {
             commands::module::componentize(&core, &output)
         }
+        Command::UpgradeCheck(args) => match commands::upgrade_check::upgrade_check(args) {
+            Ok(true) => Ok(()),
+            Ok(false) => return std::process::ExitCode::FAILURE,
+            Err(e) => Err(e),
+        },
         Command::Bench(BenchCommand::HostCall { json, calls }) => {
             commands::bench::host_call(json, calls)
         }

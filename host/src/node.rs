@@ -13,12 +13,14 @@
 //! [`Node::shutdown`] stops them in order and waits until the chain is closed, so a stopped node
 //! leaves nothing half-written.
 
+mod bans;
 pub mod chain_worker;
 pub mod mempool;
 pub mod metrics;
 mod network;
+pub mod verdict;
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -40,7 +42,7 @@ use crate::net::endpoint::{self, TransportLimits};
 use crate::net::gossip::{self, GossipConfig, GossipHandle};
 use crate::net::identity::NodeIdentity;
 use crate::runtime::{LoadedModule, Runtime, RuntimeConfig};
-use crate::store::SledStore;
+use crate::store::{BanList, SledStore};
 
 /// The deposits module a node activates.
 pub const DEFAULT_DEPOSITS: &str = "deposits-v2";
@@ -66,6 +68,9 @@ pub struct NodeConfig {
     pub target_outbound: usize,
     /// Inbound connections to accept.
     pub max_inbound: usize,
+    /// IPs exempt from the per-IP and per-subnet inbound limits (loopback and bootstrap
+    /// addresses are exempt anyway).
+    pub trusted_ips: Vec<IpAddr>,
     /// Range sync tunables.
     pub sync: SyncConfig,
     /// Embedded gossip-policy module to run.
@@ -90,6 +95,7 @@ impl NodeConfig {
             transport: TransportLimits::default(),
             target_outbound: 8,
             max_inbound: 32,
+            trusted_ips: Vec::new(),
             sync: SyncConfig::default(),
             gossip_policy: DEFAULT_GOSSIP_POLICY.into(),
             produce: true,
@@ -214,25 +220,27 @@ fn load_modules(
 pub fn open_chain(data_dir: &Path, genesis: Genesis) -> Result<Chain, NodeError> {
     create_data_dir(data_dir)?;
     let (deposits, _) = load_modules(data_dir, DEFAULT_GOSSIP_POLICY)?;
-    open_store(data_dir, genesis, deposits)
+    open_store(data_dir, genesis, deposits).map(|(chain, _)| chain)
 }
 
 fn open_store(
     data_dir: &Path,
     genesis: Genesis,
     deposits: crate::runtime::deposits::DepositsModule,
-) -> Result<Chain, NodeError> {
+) -> Result<(Chain, BanList), NodeError> {
     let chain_err = |reason: String| NodeError::Chain {
         path: data_dir.display().to_string(),
         reason,
     };
     let store = SledStore::open(&data_dir.join("chain")).map_err(|e| chain_err(e.to_string()))?;
-    Chain::open(
+    let bans = store.ban_list().map_err(|e| chain_err(e.to_string()))?;
+    let chain = Chain::open(
         Arc::new(store),
         genesis,
         DepositEngine::Module(Box::new(deposits)),
     )
-    .map_err(|e| chain_err(e.to_string()))
+    .map_err(|e| chain_err(e.to_string()))?;
+    Ok((chain, bans))
 }
 
 /// A running node.
@@ -265,7 +273,7 @@ impl Node {
         let node_id = identity.node_id();
         let genesis = config.genesis.clone();
         let policy_name = config.gossip_policy.clone();
-        let (chain, policy) = {
+        let ((chain, bans), policy) = {
             let dir = data_dir.clone();
             let genesis = genesis.clone();
             tokio::task::spawn_blocking(move || {
@@ -300,6 +308,7 @@ impl Node {
         let mut peer_config = PeerConfig::new(*node_id.as_bytes());
         peer_config.target_outbound = config.target_outbound;
         peer_config.max_inbound = config.max_inbound;
+        peer_config.trusted_ips = config.trusted_ips.iter().copied().collect();
         peer_config.handshake_timeout =
             u64::try_from(config.transport.handshake_timeout.as_micros())
                 .unwrap_or(u64::MAX)
@@ -311,7 +320,8 @@ impl Node {
                 .copied()
                 .unwrap_or_default(),
         );
-        let peers = PeerManager::new(peer_config, config.bootstrap.iter().copied(), seed, 0)?;
+        let mut peers = PeerManager::new(peer_config, config.bootstrap.iter().copied(), seed, 0)?;
+        bans::restore(&mut peers, &bans, unix_ms());
         let sync = RangeSync::new(config.sync, head.height, head.hash)?;
         let (shutdown, shutdown_rx) = watch::channel(false);
         let slot = Duration::from_millis(genesis.slot_ms);
@@ -330,6 +340,13 @@ impl Node {
                 chain: chain.clone(),
                 metrics: metrics.clone(),
                 status_interval: slot.max(Duration::from_millis(500)),
+                bootstrap: config.bootstrap.iter().map(|p| p.node).collect(),
+                startup_wait: config
+                    .transport
+                    .handshake_timeout
+                    .saturating_mul(2)
+                    .max(slot.saturating_mul(4)),
+                bans,
             },
             shutdown_rx.clone(),
         )));
@@ -473,6 +490,14 @@ async fn produce(
             (Some(_), None) => false,
         };
         if !ours {
+            continue;
+        }
+        if !metrics.started_up.load(Ordering::Relaxed) {
+            // A restarted authority that produced before syncing would fork off on its own.
+            tracing::info!(
+                slot,
+                "skipping our slot until we tried to sync with our peers"
+            );
             continue;
         }
         if metrics.syncing.load(Ordering::Relaxed) {

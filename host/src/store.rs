@@ -6,8 +6,11 @@
 //! [`KvStore::commit`] returns. Keys of the chain live in one keyspace (a single sled tree) so
 //! that one batch covers them all; see [`keys`].
 
+mod ban_list;
 mod memory;
 mod sled_store;
+
+pub use ban_list::BanList;
 
 pub use memory::MemoryStore;
 pub use sled_store::SledStore;

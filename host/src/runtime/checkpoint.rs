@@ -142,8 +142,17 @@ impl CheckpointModule {
         reader: Arc<dyn StateReader>,
         params: PlanParams,
     ) -> Result<Vec<LeafRange>, CallError> {
+        self.plan_metered(reader, params).map(|(r, _)| r)
+    }
+
+    /// [`plan`](Self::plan), also returning the fuel the call used (`upgrade-check`).
+    pub fn plan_metered(
+        &self,
+        reader: Arc<dyn StateReader>,
+        params: PlanParams,
+    ) -> Result<(Vec<LeafRange>, u64), CallError> {
         let count = reader.leaf_count();
-        run(
+        run_metered(
             &self.settings,
             &self.pre,
             &self.meta.name(),
@@ -158,7 +167,16 @@ impl CheckpointModule {
         reader: Arc<dyn StateReader>,
         range: LeafRange,
     ) -> Result<Result<Vec<u8>, ChunkError>, CallError> {
-        run(
+        self.build_chunk_metered(reader, range).map(|(r, _)| r)
+    }
+
+    /// [`build_chunk`](Self::build_chunk), also returning the fuel the call used.
+    pub fn build_chunk_metered(
+        &self,
+        reader: Arc<dyn StateReader>,
+        range: LeafRange,
+    ) -> Result<(Result<Vec<u8>, ChunkError>, u64), CallError> {
+        run_metered(
             &self.settings,
             &self.pre,
             &self.meta.name(),
@@ -172,7 +190,15 @@ impl CheckpointModule {
         &self,
         chunk: Vec<u8>,
     ) -> Result<Result<ChunkContents, ChunkError>, CallError> {
-        run(
+        self.open_chunk_metered(chunk).map(|(r, _)| r)
+    }
+
+    /// [`open_chunk`](Self::open_chunk), also returning the fuel the call used.
+    pub fn open_chunk_metered(
+        &self,
+        chunk: Vec<u8>,
+    ) -> Result<(Result<ChunkContents, ChunkError>, u64), CallError> {
+        run_metered(
             &self.settings,
             &self.pre,
             &self.meta.name(),
@@ -191,14 +217,28 @@ fn run<R: Send + 'static>(
     + Send
     + 'static,
 ) -> Result<R, CallError> {
+    run_metered(settings, pre, name, reader, f).map(|(r, _)| r)
+}
+
+/// [`run`], also returning the fuel the call used.
+fn run_metered<R: Send + 'static>(
+    settings: &CallSettings,
+    pre: &bindings::CheckpointPre<CheckpointCtx>,
+    name: &str,
+    reader: Arc<dyn StateReader>,
+    f: impl FnOnce(&bindings::Checkpoint, &mut wasmtime::Store<CheckpointCtx>) -> wasmtime::Result<R>
+    + Send
+    + 'static,
+) -> Result<(R, u64), CallError> {
     let data = CheckpointCtx {
         reader,
         limiter: Limiter::new(settings.limits),
     };
     let pre = pre.clone();
-    super::call(settings.clone(), name.to_string(), data, move |store| {
+    let outcome = super::call(settings.clone(), name.to_string(), data, move |store| {
         let instance = pre.instantiate(&mut *store)?;
         f(&instance, store)
-    })
-    .result
+    });
+    let fuel = outcome.fuel_used;
+    outcome.result.map(|r| (r, fuel))
 }

@@ -91,7 +91,16 @@ impl GossipPolicyModule {
 
     /// Asks the policy how to spread one message.
     pub fn plan(&self, msg: MessageMeta, peers: Vec<PeerStats>) -> Result<SendPlan, CallError> {
-        run(&self.settings, &self.pre, &self.meta.name(), move |i, s| {
+        self.plan_metered(msg, peers).map(|(plan, _)| plan)
+    }
+
+    /// [`plan`](Self::plan), also returning the fuel the call used (`upgrade-check`).
+    pub fn plan_metered(
+        &self,
+        msg: MessageMeta,
+        peers: Vec<PeerStats>,
+    ) -> Result<(SendPlan, u64), CallError> {
+        run_metered(&self.settings, &self.pre, &self.meta.name(), move |i, s| {
             i.modnode_gossip_policy_policy().call_plan(s, msg, &peers)
         })
     }
@@ -105,15 +114,28 @@ fn run<R: Send + 'static>(
     + Send
     + 'static,
 ) -> Result<R, CallError> {
+    run_metered(settings, pre, name, f).map(|(r, _)| r)
+}
+
+/// [`run`], also returning the fuel the call used.
+fn run_metered<R: Send + 'static>(
+    settings: &CallSettings,
+    pre: &bindings::GossipPolicyPre<PolicyCtx>,
+    name: &str,
+    f: impl FnOnce(&bindings::GossipPolicy, &mut wasmtime::Store<PolicyCtx>) -> wasmtime::Result<R>
+    + Send
+    + 'static,
+) -> Result<(R, u64), CallError> {
     let data = PolicyCtx {
         limiter: Limiter::new(settings.limits),
     };
     let pre = pre.clone();
-    super::call(settings.clone(), name.to_string(), data, move |store| {
+    let outcome = super::call(settings.clone(), name.to_string(), data, move |store| {
         let instance = pre.instantiate(&mut *store)?;
         f(&instance, store)
-    })
-    .result
+    });
+    let fuel = outcome.fuel_used;
+    outcome.result.map(|r| (r, fuel))
 }
 
 /// The module as the gossip engine's policy. Gossip policy is local, not consensus: if the

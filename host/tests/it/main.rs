@@ -5,11 +5,14 @@ mod chain;
 mod cli;
 mod crash;
 mod gossip;
+mod gossip_hostile;
+mod hostile;
 mod inspect;
 mod malicious;
 mod modules;
 mod network;
 mod reproducible;
+mod upgrade_check;
 
 use std::sync::{Arc, RwLock};
 

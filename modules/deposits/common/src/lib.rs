@@ -17,6 +17,7 @@
 
 pub mod process;
 pub mod ssz;
+pub mod tree;
 pub mod wasm_host;
 
 /// Bindings generated from `wit/deposits` for the `deposits` world.
