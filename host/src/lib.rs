@@ -7,6 +7,7 @@
 //!
 //! - [`admin`]: the localhost admin HTTP API (status, metrics, deposit submission).
 //! - [`node`]: the node itself: chain worker, peers, sync, gossip and block production.
+//! - [`deposit_source`]: the deposit contract an authority follows, and the proofs it needs.
 //! - [`chain`]: blocks, genesis, block import with atomic durable commits.
 //! - [`runtime`]: the sandboxed, deterministic wasmtime runtime, one host module per WIT world.
 //! - [`net`]: QUIC transport with mutually authenticated TLS 1.3 and message framing.
@@ -20,6 +21,7 @@
 pub mod admin;
 pub mod chain;
 pub mod crypto;
+pub mod deposit_source;
 pub mod files;
 pub mod net;
 pub mod node;
