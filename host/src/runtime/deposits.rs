@@ -19,7 +19,8 @@ mod bindings {
 }
 
 pub use bindings::modnode::deposits::types::{
-    BlockContext, Deposit, Outcome, ProcessError, RegistryError, SignatureSet,
+    BlockContext, Deposit, Eth1Data as WitEth1Data, Outcome, ProcessError, RegistryError,
+    SignatureSet,
 };
 use bindings::modnode::deposits::{crypto, registry, types};
 
@@ -137,6 +138,8 @@ pub struct DepositsOutput {
     pub outcomes: Vec<Outcome>,
     /// The registry changes to apply.
     pub delta: RegistryDelta,
+    /// The `eth1_deposit_index` after the block, as the module reports it.
+    pub eth1_deposit_index: u64,
     /// Fuel the call used.
     pub fuel_used: u64,
 }
@@ -204,9 +207,10 @@ impl DepositsModule {
                 .call_process(&mut *store, &ctx, &deposits)
         });
         let fuel_used = outcome.fuel_used;
-        Ok(outcome.result?.map(|outcomes| DepositsOutput {
-            outcomes,
+        Ok(outcome.result?.map(|processed| DepositsOutput {
+            outcomes: processed.outcomes,
             delta: outcome.data.overlay.into_delta(),
+            eth1_deposit_index: processed.eth1_deposit_index,
             fuel_used,
         }))
     }

@@ -54,8 +54,13 @@ impl Kind {
 
     /// The contract version this host implements.
     pub fn contract(self) -> Version {
+        // deposits 2.0.0: proofs against the agreed deposit root (issue 9).
+        let major = match self {
+            Kind::Deposits => 2,
+            Kind::Checkpoint | Kind::GossipPolicy => 1,
+        };
         Version {
-            major: 1,
+            major,
             minor: 0,
             patch: 0,
         }

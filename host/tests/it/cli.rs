@@ -21,7 +21,7 @@ fn inspect_prints_what_a_module_is() {
     assert!(ok, "{err}");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["kind"], "deposits");
-    assert_eq!(v["contract"], "modnode:deposits@1.0.0");
+    assert_eq!(v["contract"], "modnode:deposits@2.0.0");
     assert_eq!(v["module_version"], 2);
     assert_eq!(v["size"], std::fs::metadata(&path).unwrap().len());
     assert_eq!(v["sha256"].as_str().unwrap().len(), 64);
@@ -30,7 +30,7 @@ fn inspect_prints_what_a_module_is() {
             .as_array()
             .unwrap()
             .iter()
-            .any(|i| i == "modnode:deposits/crypto@1.0.0")
+            .any(|i| i == "modnode:deposits/crypto@2.0.0")
     );
 }
 
