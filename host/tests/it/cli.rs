@@ -121,6 +121,7 @@ impl Drop for KillOnDrop {
 
 /// `modnode run` on the embedded dev chain, `modnode deposit submit` against it, Ctrl-C.
 #[test]
+#[ignore = "submits a deposit through the admin mempool, which blocks no longer carry (issue 9): deposit-source rewrites it against the dev deposit contract"]
 fn run_accepts_a_submitted_deposit_and_stops_cleanly_on_ctrl_c() {
     use std::io::{BufRead, BufReader};
     use std::time::{Duration, Instant};
