@@ -96,6 +96,10 @@ pub mod keys {
     pub fn undo(hash: &[u8; 32]) -> Vec<u8> {
         [b"u".as_slice(), hash].concat()
     }
+    /// The eth1 state after a block (agreed eth1 data, deposit index, votes): `e` ‖ hash.
+    pub fn eth1(hash: &[u8; 32]) -> Vec<u8> {
+        [b"e".as_slice(), hash].concat()
+    }
     /// Prefix of validator records.
     pub const VALIDATOR_PREFIX: &[u8] = b"v";
     /// Validator record: `v` ‖ index.

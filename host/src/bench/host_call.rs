@@ -13,7 +13,7 @@ use serde::Serialize;
 
 use super::{median, ms_since};
 use modnode::runtime::cache::ArtifactCache;
-use modnode::runtime::deposits::{BlockContext, Deposit};
+use modnode::runtime::deposits::{BlockContext, Deposit, WitEth1Data};
 use modnode::runtime::{LoadedModule, Runtime, RuntimeConfig};
 use modnode::state::{NewValidator, Registry, RegistryDelta, SharedRegistry};
 
@@ -93,12 +93,19 @@ fn run_here(params: &HostCallParams, hostcall_fixture: &[u8]) -> anyhow::Result<
         withdrawal_credentials: vec![0; 32],
         amount: 1,
         signature: vec![0; 96],
+        proof: Vec::new(),
     };
     let timed = |calls: u64| -> anyhow::Result<f64> {
         let ctx = BlockContext {
             height: 0,
             slot: calls,
             genesis_fork_version: vec![0; 4],
+            eth1_data: WitEth1Data {
+                deposit_root: vec![0; 32],
+                deposit_count: 0,
+                block_hash: vec![0; 32],
+            },
+            eth1_deposit_index: 0,
         };
         let start = Instant::now();
         let out = fixture.process(registry.clone(), ctx, vec![deposit.clone()])?;

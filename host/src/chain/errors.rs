@@ -2,7 +2,7 @@
 
 use crate::runtime::deposits::ProcessError;
 use crate::runtime::{HostFailure, ModuleFault};
-use crate::state::StateError;
+use crate::state::{Eth1Error, StateError};
 use crate::store::StoreError;
 
 /// Why the chain could not be opened.
@@ -58,6 +58,41 @@ pub enum ImportError {
         hash: String,
         /// What is wrong.
         reason: String,
+    },
+    /// The block's eth1 vote does not fit the state (it moves the deposit count backwards).
+    #[error("block {hash} has an invalid eth1 vote: {source}")]
+    Eth1Vote {
+        /// The block's hash (hex).
+        hash: String,
+        /// Why.
+        source: Eth1Error,
+    },
+    /// The block does not carry exactly the due deposits: it omits (or invents) some.
+    #[error(
+        "block {hash} carries {found} deposits, but {expected} are due from deposit index {from}"
+    )]
+    WrongDepositCount {
+        /// The block's hash (hex).
+        hash: String,
+        /// `min(max_deposits_per_block, deposit_count - eth1_deposit_index)`.
+        expected: u64,
+        /// Deposits in the body.
+        found: u64,
+        /// The state's `eth1_deposit_index`.
+        from: u64,
+    },
+    /// The deposits module reported another deposit index than its deposits imply: the block
+    /// is invalid under this module.
+    #[error(
+        "block {hash}: the deposits module reports deposit index {reported} after the block, expected {expected}"
+    )]
+    DepositIndexMismatch {
+        /// The block's hash (hex).
+        hash: String,
+        /// What the module said.
+        reported: u64,
+        /// Index before the block plus its deposits.
+        expected: u64,
     },
     /// The deposits module rejected the block.
     #[error("block {hash} is invalid: deposits rejected: {error:?}")]
@@ -126,6 +161,17 @@ impl ImportError {
     pub fn is_fatal(&self) -> bool {
         matches!(self, Self::Diverged { .. })
     }
+}
+
+/// Why the producer could not build a block.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    /// The deposit source could not prove the due deposits.
+    #[error("cannot get the due deposits: {0}")]
+    Source(#[from] super::eth1::DepositProofsError),
+    /// The block would be invalid.
+    #[error(transparent)]
+    Invalid(#[from] ImportError),
 }
 
 /// Why the head block could not be reverted. Nothing was changed unless the error says so.

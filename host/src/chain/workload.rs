@@ -136,17 +136,18 @@ impl DepositProofs for DevDepositLog {
             .checked_add(count)
             .filter(|&end| end <= deposit_count)
             .ok_or(out_of_range.clone())?;
+        let proofs = self
+            .tree
+            .proofs(from, end, deposit_count)
+            .ok_or(out_of_range.clone())?;
         (from..end)
-            .map(|index| {
-                let data = usize::try_from(index)
+            .zip(proofs)
+            .map(|(index, proof)| {
+                usize::try_from(index)
                     .ok()
                     .and_then(|i| self.deposits.get(i))
-                    .copied();
-                let proof = self.tree.proof(index, deposit_count);
-                match (data, proof) {
-                    (Some(data), Some(proof)) => Ok(ProvenDeposit { data, proof }),
-                    _ => Err(out_of_range.clone()),
-                }
+                    .map(|data| ProvenDeposit { data: *data, proof })
+                    .ok_or(out_of_range.clone())
             })
             .collect()
     }

@@ -94,15 +94,29 @@ pub fn import_loop(data_dir: &Path, blocks: u64) -> anyhow::Result<()> {
         .map(|v| v.pubkey)
         .collect();
     let fork = chain.genesis().genesis_fork_version;
+    // The deposits of blocks already imported (a restart after a crash), then one block's
+    // worth per block: each block carries the deposits its vote makes due.
+    let mut log = workload::DevDepositLog::new();
+    for height in 1..=chain.head().height {
+        for d in workload::dev_block(height, &existing, fork) {
+            log.push(d);
+        }
+    }
+    anyhow::ensure!(
+        log.len() == chain.eth1_state().deposit_index,
+        "the chain applied {} deposits, the dev workload replays {}",
+        chain.eth1_state().deposit_index,
+        log.len()
+    );
     let mut out = std::io::stdout().lock();
     for _ in 0..blocks {
         let head = chain.head();
         let height = head.height.saturating_add(1);
-        let block = chain.build_block(
-            head.slot.saturating_add(1),
-            0,
-            workload::dev_block(height, &existing, fork),
-        )?;
+        for d in workload::dev_block(height, &existing, fork) {
+            log.push(d);
+        }
+        let block =
+            chain.build_block_from(head.slot.saturating_add(1), 0, log.eth1_data(), &log)?;
         let imported = chain.import(&block)?;
         writeln!(
             out,

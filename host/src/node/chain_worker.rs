@@ -384,7 +384,8 @@ impl Worker {
 
     fn included(&mut self, blocks: &[Block]) {
         for block in blocks {
-            self.mempool.remove_included(&block.body.deposits);
+            let included: Vec<_> = block.body.deposits.iter().map(|d| d.data).collect();
+            self.mempool.remove_included(&included);
         }
         self.last_block_unix_ms = unix_ms();
     }
@@ -396,37 +397,26 @@ impl Worker {
         let genesis = self.chain.genesis();
         let proposer = genesis.proposer_for(slot).unwrap_or(0);
         let sealed = !genesis.authorities.is_empty();
-        let max = usize::from(genesis.max_deposits_per_block);
-        let deposits = self.mempool.take_for_block(max);
-        let block = match self.chain.build_block(slot, proposer, deposits.clone()) {
-            Ok(block) => block,
-            Err(e) if !deposits.is_empty() => {
-                // A deposit the module refuses must not stall production: drop the batch.
-                tracing::warn!(error = %e, dropped = deposits.len(), "pending deposits make the block invalid; dropping them");
-                self.mempool.remove_included(&deposits);
-                self.chain
-                    .build_block(slot, proposer, Vec::new())
-                    .map_err(|e| WorkerError::Produce {
-                        slot,
-                        reason: e.to_string(),
-                    })?
-            }
-            Err(e) => {
-                return Err(WorkerError::Produce {
-                    slot,
-                    reason: e.to_string(),
-                });
-            }
-        };
+        // Until the node follows a deposit source, the producer votes the agreed eth1 data and
+        // carries no deposits (valid while none are due). Mempool deposits cannot be included:
+        // a block's deposits must be the contract's, with proofs.
+        let vote = self.chain.eth1_data();
+        let block = self
+            .chain
+            .build_block(slot, proposer, vote, Vec::new())
+            .map_err(|e| WorkerError::Produce {
+                slot,
+                reason: e.to_string(),
+            })?;
         let mut block = block;
         if sealed {
-            let signature =
-                self.identity
-                    .sign(&block.hash())
-                    .map_err(|e| WorkerError::Produce {
-                        slot,
-                        reason: e.to_string(),
-                    })?;
+            let signature = self
+                .identity
+                .sign(&self.chain.seal_message(&block.hash()))
+                .map_err(|e| WorkerError::Produce {
+                    slot,
+                    reason: e.to_string(),
+                })?;
             block.seal = Seal::Ed25519(signature);
         }
         self.chain.import(&block).map_err(|e| {

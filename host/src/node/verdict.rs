@@ -34,7 +34,12 @@ impl ImportError {
             | Self::BadSeal { .. }
             | Self::BadBody { .. }
             | Self::Rejected { .. }
-            | Self::StateRootMismatch { .. } => Fault::Peer,
+            | Self::StateRootMismatch { .. }
+            // A vote, deposit count or deposit index the chain's rules refuse: the block is
+            // invalid whoever checks it.
+            | Self::Eth1Vote { .. }
+            | Self::WrongDepositCount { .. }
+            | Self::DepositIndexMismatch { .. } => Fault::Peer,
             // Out of fuel, limits and traps are deterministic outcomes of the block; a host
             // failure is ours.
             Self::Host(..) => Fault::Ours,

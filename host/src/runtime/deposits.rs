@@ -20,7 +20,8 @@ mod bindings {
 }
 
 pub use bindings::modnode::deposits::types::{
-    BlockContext, Deposit, Outcome, ProcessError, RegistryError, SignatureSet,
+    BlockContext, Deposit, Eth1Data as WitEth1Data, Outcome, ProcessError, RegistryError,
+    SignatureSet,
 };
 use bindings::modnode::deposits::{crypto, registry, types};
 
@@ -242,19 +243,31 @@ fn warmup_block() -> &'static (BlockContext, Vec<Deposit>) {
             pubkey: other.pubkey,
             ..new
         };
+        // Proven against a deposit log, as every block's deposits are (issue 9).
+        let mut log = crate::chain::workload::DevDepositLog::new();
+        for d in [new, top_up, bad] {
+            log.push(d);
+        }
+        let eth1 = log.eth1_data();
         let ctx = BlockContext {
             height: 1,
             slot: 1,
             genesis_fork_version: fork.to_vec(),
+            eth1_data: WitEth1Data {
+                deposit_root: eth1.deposit_root.to_vec(),
+                deposit_count: eth1.deposit_count,
+                block_hash: eth1.block_hash.to_vec(),
+            },
+            eth1_deposit_index: 0,
         };
-        let deposits = [new, top_up, bad]
+        use crate::chain::eth1::DepositProofs as _;
+        // The log holds exactly these three deposits, so proving them cannot fail; an empty
+        // warm-up block would still run the module.
+        let deposits = log
+            .proven_deposits(0, eth1.deposit_count, eth1.deposit_count)
+            .unwrap_or_default()
             .iter()
-            .map(|d| Deposit {
-                pubkey: d.pubkey.to_vec(),
-                withdrawal_credentials: d.withdrawal_credentials.to_vec(),
-                amount: d.amount,
-                signature: d.signature.to_vec(),
-            })
+            .map(crate::chain::to_wit)
             .collect();
         (ctx, deposits)
     })
@@ -277,6 +290,8 @@ pub struct DepositsOutput {
     pub outcomes: Vec<Outcome>,
     /// The registry changes to apply.
     pub delta: RegistryDelta,
+    /// The `eth1_deposit_index` after the block, as the module reports it.
+    pub eth1_deposit_index: u64,
     /// Fuel the call used: wasm operators and host calls together (what the budget bounds).
     pub fuel_used: u64,
     /// The part of `fuel_used` charged for host calls (BLS verifications, registry access);
@@ -315,9 +330,10 @@ impl Module<Deposits> {
             .into());
         };
         let host_fuel = data.base.fuel().charged();
-        Ok(result.map(|outcomes| DepositsOutput {
-            outcomes,
+        Ok(result.map(|processed| DepositsOutput {
+            outcomes: processed.outcomes,
             delta: data.overlay.into_delta(),
+            eth1_deposit_index: processed.eth1_deposit_index,
             fuel_used,
             host_fuel,
         }))

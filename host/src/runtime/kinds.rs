@@ -58,12 +58,19 @@ const V1: Version = Version {
     patch: 0,
 };
 
+/// deposits 2.0.0: every deposit proven against the agreed deposit root (issue 9).
+const V2: Version = Version {
+    major: 2,
+    minor: 0,
+    patch: 0,
+};
+
 /// Every kind the host implements.
 pub const KINDS: [KindSpec; 3] = [
     KindSpec {
         kind: Kind::Deposits,
         package: "deposits",
-        contract: V1,
+        contract: V2,
         world: "modnode:deposits/deposits",
         export_interface: "processor",
         importable: &["types", "registry", "crypto"],

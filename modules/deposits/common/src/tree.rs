@@ -214,19 +214,29 @@ pub mod reference {
         /// The proof of leaf `index` against the root after the first `count` deposits;
         /// `None` unless `index < count <= len`.
         pub fn proof(&self, index: u64, count: u64) -> Option<DepositProof> {
-            if index >= count {
+            self.proofs(index, index.checked_add(1)?, count)?.pop()
+        }
+
+        /// The proofs of leaves `[from, to)` against the root after the first `count`
+        /// deposits, building the tree once; `None` unless `from <= to <= count <= len`.
+        pub fn proofs(&self, from: u64, to: u64, count: u64) -> Option<Vec<DepositProof>> {
+            if from > to || to > count {
                 return None;
             }
             let levels = self.levels(count)?;
             let zeros = zero_hashes();
-            let mut proof = [[0u8; 32]; DEPOSIT_CONTRACT_TREE_DEPTH + 1];
-            let mut position = usize::try_from(index).ok()?;
-            for ((slot, level), zero) in proof.iter_mut().zip(&levels).zip(&zeros) {
-                *slot = level.get(position ^ 1).copied().unwrap_or(*zero);
-                position >>= 1;
-            }
-            *proof.last_mut()? = count_chunk(count);
-            Some(proof)
+            (from..to)
+                .map(|index| {
+                    let mut proof = [[0u8; 32]; DEPOSIT_CONTRACT_TREE_DEPTH + 1];
+                    let mut position = usize::try_from(index).ok()?;
+                    for ((slot, level), zero) in proof.iter_mut().zip(&levels).zip(&zeros) {
+                        *slot = level.get(position ^ 1).copied().unwrap_or(*zero);
+                        position >>= 1;
+                    }
+                    *proof.last_mut()? = count_chunk(count);
+                    Some(proof)
+                })
+                .collect()
         }
     }
 }
