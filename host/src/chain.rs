@@ -29,6 +29,7 @@ pub use errors::{ImportError, OpenError, RevertError};
 pub use fork_choice::{Added, ForkChoiceError};
 use genesis::Genesis;
 
+use crate::runtime::CallError;
 use crate::runtime::deposits::{BlockContext, Outcome};
 use crate::state::{Registry, RegistryDelta, StateError, Validator};
 use crate::store::{KvStore, StoreError, WriteBatch, keys};
@@ -261,7 +262,10 @@ impl Chain {
         let (outcomes, delta) = self
             .deposits
             .process(self.registry.clone(), &self.context(header), deposits)
-            .map_err(|e| ImportError::Module(e, hash.clone()))?
+            .map_err(|e| match e {
+                CallError::Module(fault) => ImportError::Module(fault, hash.clone()),
+                CallError::Host(failure) => ImportError::Host(failure, hash.clone()),
+            })?
             .map_err(|error| ImportError::Rejected {
                 hash: hash.clone(),
                 error,

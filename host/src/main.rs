@@ -122,6 +122,18 @@ enum BenchCommand {
         #[arg(long, default_value_t = 3)]
         repeat: usize,
     },
+    /// A deposits version switch under block processing: warmed pointer swap vs cold switch.
+    Swap {
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+        /// Validators in the registry.
+        #[arg(long, default_value_t = 200_000)]
+        validators: u32,
+        /// Blocks (of 16 deposits) before and after the switch.
+        #[arg(long, default_value_t = 50)]
+        blocks: usize,
+    },
 }
 
 fn main() -> std::process::ExitCode {
@@ -168,6 +180,11 @@ fn main() -> std::process::ExitCode {
             deposits,
             repeat,
         }) => commands::bench::deposits(json, validators, deposits, repeat),
+        Command::Bench(BenchCommand::Swap {
+            json,
+            validators,
+            blocks,
+        }) => commands::bench::swap(json, validators, blocks),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

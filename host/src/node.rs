@@ -19,6 +19,7 @@ pub mod mempool;
 pub mod metrics;
 mod network;
 pub mod verdict;
+pub mod worker_queue;
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -41,13 +42,17 @@ use crate::chain::{Chain, DepositEngine};
 use crate::net::endpoint::{self, TransportLimits};
 use crate::net::gossip::{self, GossipConfig, GossipHandle};
 use crate::net::identity::NodeIdentity;
-use crate::runtime::{LoadedModule, Runtime, RuntimeConfig};
+use crate::runtime::modules::InitialModules;
+use crate::runtime::slot::SlotConfig;
+use crate::runtime::{Modules, Runtime, RuntimeConfig};
 use crate::store::{BanList, SledStore};
 
 /// The deposits module a node activates.
 pub const DEFAULT_DEPOSITS: &str = "deposits-v2";
 /// The gossip policy a node activates.
 pub const DEFAULT_GOSSIP_POLICY: &str = "gossip-policy-v2";
+/// The checkpoint module a node activates.
+pub const DEFAULT_CHECKPOINT: &str = "checkpoint-v1";
 
 /// Everything a node is configured with.
 #[derive(Debug, Clone)]
@@ -73,7 +78,7 @@ pub struct NodeConfig {
     pub trusted_ips: Vec<IpAddr>,
     /// Range sync tunables.
     pub sync: SyncConfig,
-    /// Embedded gossip-policy module to run.
+    /// Embedded gossip-policy module active at start (the slot can switch it live).
     pub gossip_policy: String,
     /// Produce blocks in this node's slots (when it is an authority, or on a chain without
     /// authorities).
@@ -146,6 +151,9 @@ pub enum NodeError {
     /// A thread could not be started.
     #[error("cannot start the chain worker thread: {0}")]
     Thread(std::io::Error),
+    /// The genesis engine profile is not the one this build implements.
+    #[error(transparent)]
+    EngineProfile(#[from] crate::runtime::profile::ProfileError),
     /// The blocking startup task (module loading, opening the chain) panicked or was cancelled.
     #[error("node startup task failed: {0}")]
     Startup(String),
@@ -166,18 +174,11 @@ fn create_data_dir(data_dir: &Path) -> Result<(), NodeError> {
     })
 }
 
-/// Loads every embedded module (warming the compiled-artifact cache in `data_dir`) and returns
-/// the runtime with the deposits module and the gossip policy `policy`.
-fn load_modules(
-    data_dir: &Path,
-    policy: &str,
-) -> Result<
-    (
-        crate::runtime::deposits::DepositsModule,
-        crate::runtime::gossip_policy::GossipPolicyModule,
-    ),
-    NodeError,
-> {
+/// Loads and warms every embedded module (warming the compiled-artifact cache in `data_dir`)
+/// and returns the node's module slots, with the default deposits module and the gossip policy
+/// `policy` active. Refuses a genesis whose engine profile is not this build's.
+fn load_modules(data_dir: &Path, genesis: &Genesis, policy: &str) -> Result<Modules, NodeError> {
+    genesis.engine_profile.check_against_build()?;
     let module_err = |name: &str, reason: String| NodeError::Module {
         name: name.to_string(),
         reason,
@@ -187,46 +188,44 @@ fn load_modules(
         ..RuntimeConfig::default()
     })
     .map_err(|e| module_err("runtime", e.to_string()))?;
-    let (mut deposits, mut gossip_policy) = (None, None);
+    let embedded = |name: &str, hint: &str| {
+        crate::artifacts::embedded(name)
+            .ok_or_else(|| module_err(name, format!("not embedded in this build{hint}")))
+    };
+    let initial = InitialModules {
+        deposits: embedded(DEFAULT_DEPOSITS, "")?,
+        checkpoint: embedded(DEFAULT_CHECKPOINT, "")?,
+        gossip_policy: embedded(policy, " (try gossip-policy-v1 or gossip-policy-v2)")?,
+    };
+    let modules = Modules::new(runtime, initial, SlotConfig::default())
+        .map_err(|e| module_err("initial modules", e.to_string()))?;
+    // Every embedded version is prepared, so an operator can activate any of them by hash.
     for (name, bytes) in crate::artifacts::EMBEDDED {
-        let module = runtime
-            .load(bytes)
+        let prepared = modules
+            .prepare(bytes)
             .map_err(|e| module_err(name, e.to_string()))?;
-        tracing::debug!(module = %module.meta().name(), "module ready");
-        match module {
-            LoadedModule::Deposits(m) if *name == DEFAULT_DEPOSITS => deposits = Some(m),
-            LoadedModule::GossipPolicy(m) if *name == policy => gossip_policy = Some(m),
-            _ => {}
-        }
+        tracing::debug!(module = %prepared.name, "module ready");
     }
-    let stats = runtime.cache().stats();
+    let stats = modules.runtime().cache().stats();
     tracing::info!(
         compiled = stats.compiles(),
         from_cache = stats.hits(),
         "modules warmed"
     );
-    let deposits = deposits
-        .ok_or_else(|| module_err(DEFAULT_DEPOSITS, "not embedded in this build".into()))?;
-    let gossip_policy = gossip_policy.ok_or_else(|| {
-        module_err(
-            policy,
-            "not an embedded gossip policy (try gossip-policy-v1 or gossip-policy-v2)".into(),
-        )
-    })?;
-    Ok((deposits, gossip_policy))
+    Ok(modules)
 }
 
 /// Opens the chain in `data_dir` with the embedded deposits module.
 pub fn open_chain(data_dir: &Path, genesis: Genesis) -> Result<Chain, NodeError> {
     create_data_dir(data_dir)?;
-    let (deposits, _) = load_modules(data_dir, DEFAULT_GOSSIP_POLICY)?;
-    open_store(data_dir, genesis, deposits).map(|(chain, _)| chain)
+    let modules = load_modules(data_dir, &genesis, DEFAULT_GOSSIP_POLICY)?;
+    open_store(data_dir, genesis, &modules).map(|(chain, _)| chain)
 }
 
 fn open_store(
     data_dir: &Path,
     genesis: Genesis,
-    deposits: crate::runtime::deposits::DepositsModule,
+    modules: &Modules,
 ) -> Result<(Chain, BanList), NodeError> {
     let chain_err = |reason: String| NodeError::Chain {
         path: data_dir.display().to_string(),
@@ -234,6 +233,7 @@ fn open_store(
     };
     let store = SledStore::open(&data_dir.join("chain")).map_err(|e| chain_err(e.to_string()))?;
     let bans = store.ban_list().map_err(|e| chain_err(e.to_string()))?;
+    let deposits: crate::runtime::deposits::DepositsModule = (*modules.deposits()).clone();
     let chain = Chain::open(
         Arc::new(store),
         genesis,
@@ -250,6 +250,7 @@ pub struct Node {
     admin_addr: Option<SocketAddr>,
     chain: ChainHandle,
     metrics: Arc<Metrics>,
+    modules: Arc<Modules>,
     shutdown: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
     worker: Option<std::thread::JoinHandle<()>>,
@@ -273,12 +274,12 @@ impl Node {
         let node_id = identity.node_id();
         let genesis = config.genesis.clone();
         let policy_name = config.gossip_policy.clone();
-        let ((chain, bans), policy) = {
+        let ((chain, bans), modules) = {
             let dir = data_dir.clone();
             let genesis = genesis.clone();
             tokio::task::spawn_blocking(move || {
-                let (deposits, policy) = load_modules(&dir, &policy_name)?;
-                Ok::<_, NodeError>((open_store(&dir, genesis, deposits)?, policy))
+                let modules = load_modules(&dir, &genesis, &policy_name)?;
+                Ok::<_, NodeError>((open_store(&dir, genesis, &modules)?, Arc::new(modules)))
             })
             .await
             .map_err(|e| NodeError::Startup(e.to_string()))??
@@ -303,7 +304,7 @@ impl Node {
                 max_message_bytes: config.transport.max_message_bytes,
                 ..GossipConfig::default()
             },
-            policy,
+            modules.gossip_policy(),
         );
         let mut peer_config = PeerConfig::new(*node_id.as_bytes());
         peer_config.target_outbound = config.target_outbound;
@@ -408,10 +409,16 @@ impl Node {
             admin_addr,
             chain,
             metrics,
+            modules,
             shutdown,
             tasks,
             worker: Some(worker),
         })
+    }
+
+    /// The node's module slots: prepare, activate (live, shadow, canary), roll back, status.
+    pub fn modules(&self) -> &Arc<Modules> {
+        &self.modules
     }
 
     /// The node's id (hex).

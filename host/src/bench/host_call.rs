@@ -65,7 +65,7 @@ pub fn run(params: &HostCallParams, hostcall_fixture: &[u8]) -> anyhow::Result<H
 
 fn run_here(params: &HostCallParams, hostcall_fixture: &[u8]) -> anyhow::Result<HostCallReport> {
     let runtime = Runtime::new(RuntimeConfig {
-        fuel_per_call: u64::MAX / 2,
+        fuel_per_call: Some(u64::MAX / 2),
         ..RuntimeConfig::default()
     })?;
     let deposits_v1 = modnode::artifacts::embedded("deposits-v1")
@@ -125,7 +125,7 @@ fn run_here(params: &HostCallParams, hostcall_fixture: &[u8]) -> anyhow::Result<
         anyhow::bail!("deposits-v1 is not a deposits module");
     };
     let mut inst: Vec<f64> = v1
-        .time_instantiation(registry.clone(), 2_000)?
+        .time_instantiation(2_000)?
         .into_iter()
         .map(|ns| ns as f64 / 1e3)
         .collect();

@@ -1,7 +1,7 @@
 //! Why opening the chain, importing a block or reverting one failed.
 
-use crate::runtime::CallError;
 use crate::runtime::deposits::ProcessError;
+use crate::runtime::{HostFailure, ModuleFault};
 use crate::state::StateError;
 use crate::store::StoreError;
 
@@ -67,9 +67,13 @@ pub enum ImportError {
         /// The module's reason.
         error: ProcessError,
     },
-    /// The deposits module failed (trap, fuel, limits).
+    /// The deposits module failed deterministically (trap, fuel, limits): the block is invalid.
     #[error("block {hash}: {0}", hash = .1)]
-    Module(#[source] CallError, String),
+    Module(#[source] ModuleFault, String),
+    /// The host failed while running the deposits module (poisoned lock, full instance pool,
+    /// I/O): our problem, not the block's; it was not imported and is not invalid.
+    #[error("block {hash} could not be checked: {0}", hash = .1)]
+    Host(#[source] HostFailure, String),
     /// The state root after the block differs from the header's.
     #[error("block {hash} claims state root {claimed}, but applying it gives {computed}")]
     StateRootMismatch {

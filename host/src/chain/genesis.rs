@@ -67,6 +67,9 @@ pub struct Genesis {
     pub authorities: Vec<[u8; 32]>,
     /// Initial validators, active from epoch 0.
     pub validators: Vec<GenesisValidator>,
+    /// The engine profile (wasmtime major, determinism, fuel costs and budgets) every node of
+    /// the chain runs; a file without one gets this build's.
+    pub engine_profile: crate::runtime::EngineProfile,
 }
 
 #[derive(Deserialize)]
@@ -89,6 +92,8 @@ struct GenesisFile {
     validators: Vec<ValidatorEntry>,
     #[serde(default)]
     generated_validators: Option<Generated>,
+    #[serde(default)]
+    engine_profile: Option<crate::runtime::EngineProfile>,
 }
 
 #[derive(Deserialize)]
@@ -197,6 +202,9 @@ impl Genesis {
             finality_depth: file.finality_depth,
             authorities,
             validators,
+            engine_profile: file
+                .engine_profile
+                .unwrap_or_else(|| crate::runtime::EngineProfile::build().clone()),
         };
         genesis.registry()?;
         Ok(genesis)
@@ -232,6 +240,7 @@ impl Genesis {
             finality_depth: DEFAULT_FINALITY_DEPTH,
             authorities: Vec::new(),
             validators: generated_validators(count, seed).collect(),
+            engine_profile: crate::runtime::EngineProfile::build().clone(),
         }
     }
 
@@ -291,6 +300,7 @@ impl Genesis {
         for authority in &self.authorities {
             h.update(authority);
         }
+        h.update(self.engine_profile.hash());
         h.finalize().into()
     }
 

@@ -3,7 +3,8 @@
 //! Block import runs WebAssembly and writes to sled, both blocking, so it stays off the async
 //! runtime. Everything else talks to the worker through a [`ChainHandle`] (a command channel,
 //! answers on oneshot channels) and watches its [`ChainView`]. Commands are handled one at a
-//! time, so imports, block production and range serving never interleave.
+//! time, so imports, block production and range serving never interleave; they wait in a
+//! [`WorkerQueue`] that puts production before imports before serving peers and bounds each.
 
 use std::sync::mpsc;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -11,6 +12,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use tokio::sync::{oneshot, watch};
 
 use super::mempool::{Mempool, MempoolError};
+use super::worker_queue::{JobClass, QueueLimits, Requester, WorkerQueue};
 use crate::chain::block::{Block, DepositData, Hash, Seal};
 use crate::chain::{Added, Chain, ForkChoiceError, Head};
 use crate::net::identity::NodeIdentity;
@@ -56,6 +58,9 @@ pub enum WorkerError {
     /// Reading stored blocks failed.
     #[error("cannot read blocks: {0}")]
     Store(String),
+    /// The worker's queue for this kind of job (or this peer's share of it) is full.
+    #[error("the chain worker is busy; try again later")]
+    Busy,
     /// The block's slot has not started yet on our clock (beyond the skew allowance).
     #[error("block {height} is for slot {slot}, but the current slot is {current}")]
     FutureSlot {
@@ -82,6 +87,7 @@ enum Command {
         reply: oneshot::Sender<Result<Option<Block>, WorkerError>>,
     },
     Blocks {
+        requester: Requester,
         start: u64,
         count: u64,
         max_bytes: usize,
@@ -143,7 +149,21 @@ impl ChainHandle {
         count: u64,
         max_bytes: usize,
     ) -> Result<Vec<Vec<u8>>, WorkerError> {
+        self.blocks_for(None, start, count, max_bytes).await
+    }
+
+    /// [`blocks`](Self::blocks) on behalf of peer `requester`: served after production and
+    /// imports, limited per peer ([`WorkerError::Busy`] beyond), and skipped if the requester
+    /// gave up waiting.
+    pub async fn blocks_for(
+        &self,
+        requester: Requester,
+        start: u64,
+        count: u64,
+        max_bytes: usize,
+    ) -> Result<Vec<Vec<u8>>, WorkerError> {
         self.ask(|reply| Command::Blocks {
+            requester,
             start,
             count,
             max_bytes,
@@ -188,7 +208,27 @@ pub fn spawn(
     let thread = std::thread::Builder::new()
         .name("chain-worker".into())
         .spawn(move || {
-            while let Ok(command) = rx.recv() {
+            let mut queue = WorkerQueue::new(QueueLimits::default());
+            loop {
+                // Take everything that arrived, then do the most urgent job.
+                if queue.is_empty() {
+                    match rx.recv() {
+                        Ok(command) => admit(&mut queue, command),
+                        Err(_) => break,
+                    }
+                }
+                while let Ok(command) = rx.try_recv() {
+                    admit(&mut queue, command);
+                }
+                let Some(command) = queue.pop() else {
+                    continue;
+                };
+                if let Command::Blocks { reply, .. } = &command
+                    && reply.is_closed()
+                {
+                    // The requester timed out and went away: nothing to serve.
+                    continue;
+                }
                 worker.handle(command);
                 view_tx.send_if_modified(|v| {
                     let new = worker.view();
@@ -206,6 +246,31 @@ pub fn spawn(
             tracing::debug!("chain worker stopped");
         })?;
     Ok((ChainHandle { commands, view }, thread))
+}
+
+/// Queues `command`, or answers it with [`WorkerError::Busy`] when its queue is full.
+fn admit(queue: &mut WorkerQueue<Command>, command: Command) {
+    let (class, requester) = match &command {
+        Command::Produce { .. } => (JobClass::Produce, None),
+        Command::Add { .. } | Command::Deposit { .. } => (JobClass::Import, None),
+        Command::Blocks { requester, .. } => (JobClass::Serve, *requester),
+    };
+    if let Err(refused) = queue.push(class, requester, command) {
+        match refused {
+            Command::Add { reply, .. } => {
+                let _ = reply.send(Err(WorkerError::Busy));
+            }
+            Command::Produce { reply, .. } => {
+                let _ = reply.send(Err(WorkerError::Busy));
+            }
+            Command::Blocks { reply, .. } => {
+                let _ = reply.send(Err(WorkerError::Busy));
+            }
+            Command::Deposit { reply, .. } => {
+                let _ = reply.send(Err(WorkerError::Busy));
+            }
+        }
+    }
 }
 
 struct Worker {
@@ -257,6 +322,7 @@ impl Worker {
                 count,
                 max_bytes,
                 reply,
+                ..
             } => {
                 let _ = reply.send(self.blocks(start, count, max_bytes));
             }

@@ -11,7 +11,6 @@ use modnode_gossip::policy::MessageKind;
 
 use super::chain_worker::WorkerError;
 use crate::chain::{Added, ForkChoiceError, ImportError};
-use crate::runtime::CallError;
 use crate::state::StateError;
 
 /// Who is at fault when something a peer sent is not taken.
@@ -38,7 +37,7 @@ impl ImportError {
             | Self::StateRootMismatch { .. } => Fault::Peer,
             // Out of fuel, limits and traps are deterministic outcomes of the block; a host
             // failure is ours.
-            Self::Module(CallError::Host { .. }, _) => Fault::Ours,
+            Self::Host(..) => Fault::Ours,
             Self::Module(..) => Fault::Peer,
             Self::State {
                 source: StateError::Poisoned,
@@ -72,7 +71,7 @@ impl WorkerError {
     pub fn fault(&self) -> Fault {
         match self {
             Self::Block(e) => e.fault(),
-            Self::FutureSlot { .. } => Fault::Transient,
+            Self::FutureSlot { .. } | Self::Busy => Fault::Transient,
             Self::Stopped | Self::Produce { .. } | Self::Store(_) => Fault::Ours,
             Self::Mempool(_) => Fault::Transient,
         }

@@ -95,7 +95,9 @@ impl Version {
             Ok(Ok(out)) => BlockRun::Applied {
                 outcomes: out.outcomes,
                 delta: out.delta,
-                fuel: out.fuel_used,
+                // The module's own computation: host-call fuel (BLS verifications above all)
+                // bounds a call but would hide a registry scan behind the signature checks.
+                fuel: out.fuel_used.saturating_sub(out.host_fuel),
             },
             Ok(Err(e)) => BlockRun::Rejected(e),
             Err(e) => BlockRun::Failed(e),
@@ -161,15 +163,17 @@ impl Version {
     }
 
     fn not_kind(&self, kind: &str) -> CallError {
-        CallError::Host {
-            module: self.name.clone(),
-            message: format!("upgrade-check called it as a {kind} module"),
-        }
+        crate::runtime::HostFailure::new(
+            &self.name,
+            crate::runtime::HostFailureKind::Runtime,
+            format!("upgrade-check called it as a {kind} module"),
+        )
+        .into()
     }
 }
 
 /// Whether a failed call is the module's deterministic fault (trap, fuel, limit) rather than
 /// ours (a host failure, which must abort the check instead of counting as a divergence).
 pub(crate) fn is_host_failure(e: &CallError) -> bool {
-    matches!(e, CallError::Host { .. })
+    matches!(e, CallError::Host(_))
 }

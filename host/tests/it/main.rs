@@ -8,10 +8,13 @@ mod gossip;
 mod gossip_hostile;
 mod hostile;
 mod inspect;
+mod live_swap;
 mod malicious;
 mod modules;
 mod network;
+mod profile;
 mod reproducible;
+mod slots;
 mod upgrade_check;
 
 use std::sync::{Arc, RwLock};
@@ -28,7 +31,7 @@ pub fn artifact(name: &str) -> Vec<u8> {
 /// A runtime with default limits and `fuel` per call.
 pub fn runtime(fuel: u64) -> Runtime {
     Runtime::new(RuntimeConfig {
-        fuel_per_call: fuel,
+        fuel_per_call: Some(fuel),
         ..RuntimeConfig::default()
     })
     .unwrap()

@@ -2,7 +2,7 @@
 
 use modnode::crypto::Keypair;
 use modnode::runtime::deposits::{BlockContext, Deposit};
-use modnode::runtime::{CallError, Resource};
+use modnode::runtime::{CallError, ModuleFault, Resource};
 use modnode::state::{NewValidator, Registry, RegistryDelta, RegistryRead};
 
 use super::{deposits_module, runtime, shared, view};
@@ -57,10 +57,10 @@ fn infinite_loop_runs_out_of_fuel_deterministically() {
     let second = module.process(view(&registry), ctx(), vec![]).unwrap_err();
     assert_eq!(
         first,
-        CallError::OutOfFuel {
+        CallError::Module(ModuleFault::OutOfFuel {
             module: module.meta().name(),
             budget: 20_000_000
-        }
+        })
     );
     assert_eq!(first, second);
 }
@@ -93,12 +93,12 @@ fn memory_bomb_hits_the_limit_and_host_memory_stays_bounded() {
     let before = rss_bytes();
     for _ in 0..4 {
         match module.process(view(&registry), ctx(), vec![]).unwrap_err() {
-            CallError::LimitExceeded {
+            CallError::Module(ModuleFault::LimitExceeded {
                 resource,
                 limit,
                 requested,
                 ..
-            } => {
+            }) => {
                 assert_eq!(resource, Resource::Memory);
                 assert_eq!(limit, 64 << 20);
                 assert!(requested > limit);
@@ -124,9 +124,9 @@ fn unbounded_recursion_overflows_and_the_process_keeps_serving() {
         let err = bomb.process(view(&registry), ctx(), vec![]).unwrap_err();
         assert_eq!(
             err,
-            CallError::StackOverflow {
+            CallError::Module(ModuleFault::StackOverflow {
                 module: bomb.meta().name()
-            }
+            })
         );
         let ok = good
             .process(view(&registry), ctx(), vec![deposit([0; 48], 1)])
@@ -148,7 +148,7 @@ fn writes_then_trap_leave_host_state_identical() {
         .process(view(&shared_registry), ctx(), block.clone())
         .unwrap_err();
     assert!(
-        matches!(err, CallError::Trap { ref message, .. } if message.contains("unreachable")),
+        matches!(err, CallError::Module(ModuleFault::Trap { ref message, .. }) if message.contains("unreachable")),
         "{err:?}"
     );
     let after = shared_registry.read().unwrap();
