@@ -28,7 +28,6 @@ use std::sync::Mutex;
 use self::cache::{CacheError, DepositCache};
 use self::dev_contract::Eth1Block;
 use self::follower::Followed;
-use crate::chain::block::DepositData;
 use crate::chain::eth1::{DepositProofs, DepositProofsError, Eth1Data, ProvenDeposit};
 
 /// The producer's vote: the deposit root and count at the followed block, and its hash.
@@ -213,6 +212,7 @@ impl DepositProofs for DepositSource {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::chain::block::DepositData;
     use crate::chain::eth1::empty_deposit_root;
 
     fn deposit(i: u8) -> DepositData {
