@@ -49,30 +49,10 @@ pub fn mix_in_count(node: &Node, count: u64) -> Node {
     hash_pair(node, &count_chunk(count))
 }
 
-/// `hash_tree_root(DepositData)` as phase0 SSZ defines it: pubkey (48 bytes, two chunks),
-/// withdrawal credentials, amount (uint64 little-endian in a chunk), signature (96 bytes,
-/// three chunks padded to four), padded to four fields.
+/// `hash_tree_root(DepositData)` as phase0 SSZ defines it (deposits-common's, shared with the
+/// deposits module that verifies the proofs).
 pub fn deposit_data_root(deposit: &DepositData) -> Node {
-    let mut pubkey_low = [0u8; 32];
-    let mut pubkey_high = [0u8; 32];
-    let (low, high) = deposit.pubkey.split_at(32);
-    pubkey_low.copy_from_slice(low);
-    let (dst, _) = pubkey_high.split_at_mut(high.len());
-    dst.copy_from_slice(high);
-    let pubkey_root = hash_pair(&pubkey_low, &pubkey_high);
-
-    let mut sig = [[0u8; 32]; 4];
-    for (chunk, bytes) in sig.iter_mut().zip(deposit.signature.chunks(32)) {
-        chunk.copy_from_slice(bytes);
-    }
-    let [s0, s1, s2, s3] = &sig;
-    let signature_root = hash_pair(&hash_pair(s0, s1), &hash_pair(s2, s3));
-
-    let amount = count_chunk(deposit.amount);
-    hash_pair(
-        &hash_pair(&pubkey_root, &deposit.withdrawal_credentials),
-        &hash_pair(&amount, &signature_root),
-    )
+    deposit.leaf()
 }
 
 /// Why a deposit cannot be added to the tree.
