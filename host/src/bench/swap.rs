@@ -15,9 +15,12 @@ use std::time::Instant;
 
 use serde::Serialize;
 
+use modnode::chain::eth1::DepositProofs as _;
 use modnode::chain::genesis::Genesis;
 use modnode::chain::workload;
-use modnode::runtime::deposits::{BlockContext, Deposit, Deposits, DepositsModule, Outcome};
+use modnode::runtime::deposits::{
+    BlockContext, Deposit, Deposits, DepositsModule, Outcome, WitEth1Data,
+};
 use modnode::runtime::slot::{Invocation, Ready, ShadowWorker, Slot, SlotConfig};
 use modnode::runtime::{CallError, LoadedModule, Mode, Runtime, RuntimeConfig};
 use modnode::state::SharedRegistry;
@@ -119,25 +122,32 @@ pub fn run(validators: u32, blocks: usize) -> anyhow::Result<SwapReport> {
         Genesis::generated("bench-swap", validators, 42).registry()?,
     ));
     eprintln!("signing {} deposits …", 3 * blocks * BLOCK);
-    let calls: Vec<Process> = (0..3 * blocks)
-        .map(|b| Process {
+    // Every deposit comes from one deposit log and is proven against its root, as in a block.
+    let mut log = workload::DevDepositLog::new();
+    for n in 0..3 * blocks * BLOCK {
+        log.push(workload::new_validator(n as u64, 32_000_000_000, FORK));
+    }
+    let eth1 = log.eth1_data();
+    let proven = log
+        .proven_deposits(0, eth1.deposit_count, eth1.deposit_count)
+        .map_err(|e| anyhow::anyhow!("proving the bench's deposits: {e}"))?;
+    let calls: Vec<Process> = proven
+        .chunks(BLOCK)
+        .zip(0u64..)
+        .map(|(chunk, b)| Process {
             registry: registry.clone(),
             ctx: BlockContext {
-                height: b as u64 + 1,
-                slot: b as u64 + 1,
+                height: b + 1,
+                slot: b + 1,
                 genesis_fork_version: FORK.to_vec(),
+                eth1_data: WitEth1Data {
+                    deposit_root: eth1.deposit_root.to_vec(),
+                    deposit_count: eth1.deposit_count,
+                    block_hash: eth1.block_hash.to_vec(),
+                },
+                eth1_deposit_index: b * BLOCK as u64,
             },
-            deposits: (0..BLOCK)
-                .map(|i| {
-                    let d = workload::new_validator((b * BLOCK + i) as u64, 32_000_000_000, FORK);
-                    Deposit {
-                        pubkey: d.pubkey.to_vec(),
-                        withdrawal_credentials: d.withdrawal_credentials.to_vec(),
-                        amount: d.amount,
-                        signature: d.signature.to_vec(),
-                    }
-                })
-                .collect(),
+            deposits: chunk.iter().map(modnode::chain::to_wit).collect(),
         })
         .collect();
     let (before, rest) = calls.split_at(blocks);

@@ -1,7 +1,7 @@
-//! Generated deposit blocks that exercise every corner of `apply_deposit`: new validators,
+//! Generated deposit blocks that exercise every corner of `process_deposit`: new validators,
 //! top-ups, bad and malformed signatures and keys, repeats within a block, invalid-then-valid
-//! for one pubkey, balance overflow, and amounts with edge bit patterns. Shared by
-//! `upgrade-check` and the workspace's equivalence tests.
+//! for one pubkey, balance overflow, amounts with edge bit patterns, and blocks whose proofs or
+//! indices are tampered with. Shared by `upgrade-check` and the workspace's equivalence tests.
 
 use std::collections::HashMap;
 
@@ -9,6 +9,7 @@ use proptest::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use crate::chain::block::DepositData;
+use crate::chain::eth1::ProvenDeposit;
 use crate::chain::native_deposits::deposit_signing_root;
 use crate::chain::workload;
 
@@ -76,12 +77,85 @@ pub fn deposit_spec() -> impl Strategy<Value = DepositSpec> {
     (key, amount(), sig).prop_map(|(key, amount, sig)| DepositSpec { key, amount, sig })
 }
 
-/// Up to `max_blocks` blocks of up to 16 deposits each.
-pub fn blocks(max_blocks: usize) -> impl Strategy<Value = Vec<Vec<DepositSpec>>> {
-    proptest::collection::vec(
-        proptest::collection::vec(deposit_spec(), 0..=16),
-        1..=max_blocks.max(1),
-    )
+/// How a generated block departs from the honest one (every version must agree on the verdict).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Tamper {
+    /// The due deposits, in order, with their proofs.
+    Honest,
+    /// One bit of one proof flipped (deposit and hash chosen by the value).
+    FlipProof(u16),
+    /// The first two deposits swapped (wrong indices).
+    Swap,
+    /// The first deposit repeated in place of the second (a duplicate).
+    Duplicate,
+    /// The last due deposit left out (wrong deposit count).
+    DropLast,
+    /// The first deposit carried twice (one more than due).
+    Extra,
+}
+
+/// Strategy for [`Tamper`]: mostly honest blocks.
+pub fn tamper() -> impl Strategy<Value = Tamper> {
+    prop_oneof![
+        5 => Just(Tamper::Honest),
+        1 => any::<u16>().prop_map(Tamper::FlipProof),
+        1 => Just(Tamper::Swap),
+        1 => Just(Tamper::Duplicate),
+        1 => Just(Tamper::DropLast),
+        1 => Just(Tamper::Extra),
+    ]
+}
+
+impl Tamper {
+    /// Applies the tampering to the honest list of due deposits.
+    pub fn apply(self, mut deposits: Vec<ProvenDeposit>) -> Vec<ProvenDeposit> {
+        match self {
+            Tamper::Honest => {}
+            Tamper::FlipProof(at) => {
+                let at = usize::from(at);
+                let n = deposits.len().max(1);
+                if let Some(byte) = deposits
+                    .get_mut(at % n)
+                    .and_then(|d| d.proof.get_mut(at % 33))
+                    .and_then(|hash| hash.get_mut(at % 32))
+                {
+                    *byte ^= 1 << (at % 8);
+                }
+            }
+            Tamper::Swap => {
+                if deposits.len() >= 2 {
+                    deposits.swap(0, 1);
+                }
+            }
+            Tamper::Duplicate => {
+                if let (Some(first), Some(second)) =
+                    (deposits.first().copied(), deposits.get_mut(1))
+                {
+                    *second = first;
+                }
+            }
+            Tamper::DropLast => {
+                deposits.pop();
+            }
+            Tamper::Extra => {
+                if let Some(first) = deposits.first().copied() {
+                    deposits.push(first);
+                }
+            }
+        }
+        deposits
+    }
+}
+
+/// One generated block: the deposits that enter the deposit contract before it, and how the
+/// block's due deposits are tampered with.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BlockSpec {
+    /// New deposits in the contract.
+    pub deposits: Vec<DepositSpec>,
+    /// What the block does to the due deposits.
+    pub tamper: Tamper,
 }
 
 /// A registry size and the blocks applied to it: one `upgrade-check deposits` case.
@@ -90,18 +164,21 @@ pub struct DepositCase {
     /// Validators in the generated genesis registry (random pubkeys, 32 ETH each).
     pub validators: u32,
     /// The blocks, in order.
-    pub blocks: Vec<Vec<DepositSpec>>,
+    pub blocks: Vec<BlockSpec>,
 }
 
-/// Strategy for a [`DepositCase`]: registries from 1 to `max_validators` validators (most
-/// small, some large enough that a per-deposit registry scan shows in the fuel) and 1 to 3
-/// blocks.
+/// Strategy for a [`DepositCase`]: registries from 1 to `max_validators` validators (half of
+/// them small, the others large enough that a per-deposit registry scan shows in the fuel) and
+/// 1 to 3 blocks, mostly honest.
 pub fn deposit_case(max_validators: u32) -> impl Strategy<Value = DepositCase> {
     let max = max_validators.max(1);
     let validators = prop_oneof![1u32..=max.min(16), 1u32..=max];
+    let block = (proptest::collection::vec(deposit_spec(), 0..=16), tamper())
+        .prop_map(|(deposits, tamper)| BlockSpec { deposits, tamper });
     // Blocks first: the shrinker simplifies the blocks, then finds the smallest registry on
     // which the simplified blocks still fail.
-    (blocks(3), validators).prop_map(|(blocks, validators)| DepositCase { validators, blocks })
+    (proptest::collection::vec(block, 1..=3), validators)
+        .prop_map(|(blocks, validators)| DepositCase { validators, blocks })
 }
 
 /// Turns specs into signed deposits, caching signatures (signing dominates otherwise).

@@ -1,17 +1,19 @@
-//! `--replay <data-dir>`: re-executes the canonical blocks a node recorded, with both versions,
-//! each on its own copy of the state from genesis. Every block's post-state root must be the
-//! same for both versions and equal to the root the block header commits to.
+//! `--replay <data-dir>`: re-executes the canonical blocks a node recorded, with both versions.
+//! Each version replays the chain from genesis in its own in-memory chain, exactly as a node
+//! syncing it would (the chain checks each block's state root against the header), and is also
+//! called directly on each block's context to measure its fuel. Both versions must accept every
+//! recorded block with the same outcomes and roots.
 
 use std::path::Path;
 use std::sync::Arc;
 
-use super::deposits::{BlockResult, first_difference, run_blocks};
-use super::versions::Version;
+use super::deposits::{BlockResult, context, first_difference};
+use super::versions::{BlockRun, Version, is_host_failure};
 use super::{CaseInput, CheckError, Counterexample, Failure, Kind, Report, Settings, Verdict};
+use crate::chain::block::Block;
 use crate::chain::genesis::Genesis;
 use crate::chain::{Chain, DepositEngine, native_deposits, to_wit};
-use crate::runtime::deposits::{BlockContext, Deposit};
-use crate::store::SledStore;
+use crate::store::{MemoryStore, SledStore};
 
 /// Replays `data_dir` (a node's data dir, which must not be in use) with both versions.
 pub(crate) fn replay(
@@ -34,37 +36,37 @@ pub(crate) fn replay(
     }
     let store = SledStore::open(&chain_dir)
         .map_err(|e| err(format!("{e} (is a node still running on it?)")))?;
-    let fork = genesis.genesis_fork_version;
-    let registry = genesis
-        .registry()
-        .map_err(|e| err(format!("genesis registry: {e}")))?;
     // Reading blocks needs no deposits engine; the native one is never called.
-    let chain = Chain::open(
+    let recorded = Chain::open(
         Arc::new(store),
-        genesis,
+        genesis.clone(),
         DepositEngine::Native(native_deposits::Verification::OneByOne),
     )
     .map_err(|e| err(format!("{e} (pass the genesis the node was started with)")))?;
-    let head = chain.head();
-    let mut blocks: Vec<(BlockContext, Vec<Deposit>)> = Vec::new();
-    let mut recorded = Vec::new();
-    for height in 1..=head.height {
-        let block = chain
-            .block_at(height)
-            .map_err(|e| err(e.to_string()))?
-            .ok_or_else(|| err(format!("no canonical block at height {height}")))?;
-        blocks.push((
-            BlockContext {
-                height,
-                slot: block.header.slot,
-                genesis_fork_version: fork.to_vec(),
-            },
-            block.body.deposits.iter().map(to_wit).collect(),
-        ));
-        recorded.push(block.header.state_root);
+    let blocks = (1..=recorded.head().height)
+        .map(|height| {
+            recorded
+                .block_at(height)
+                .map_err(|e| err(e.to_string()))?
+                .ok_or_else(|| err(format!("no canonical block at height {height}")))
+        })
+        .collect::<Result<Vec<Block>, CheckError>>()?;
+    drop(recorded);
+
+    let (old, fuel_old) = replay_version(from, &genesis, &blocks)?;
+    if let Some((height, result)) = (1u64..)
+        .zip(&old)
+        .find(|(_, r)| !matches!(r, BlockResult::Imported { .. }))
+    {
+        return Err(err(format!(
+            "the old version {} does not reproduce recorded block {height} ({}): wrong genesis, \
+             or not the version that built this chain",
+            from.name,
+            result.describe()
+        )));
     }
-    let (old, fuel_old) = run_blocks(from, registry.clone(), &blocks)?;
-    let (new, fuel_new) = run_blocks(to, registry, &blocks)?;
+    let (new, fuel_new) = replay_version(to, &genesis, &blocks)?;
+
     // Fuel per block: (height, old, new, new / old) of the block with the highest ratio.
     let worst = (1u64..)
         .zip(fuel_old.iter().zip(&fuel_new))
@@ -74,26 +76,12 @@ pub(crate) fn replay(
             (height, old, new, ratio)
         })
         .max_by(|a, b| a.3.total_cmp(&b.3));
-    let mut failure = first_difference(&old, &new).map(|detail| Failure::Divergence { detail });
-    if failure.is_none() {
-        failure = (1u64..)
-            .zip(new.iter().zip(&recorded))
-            .find_map(|(height, (result, root))| {
-                let matches = matches!(result, BlockResult::Imported { root: r, .. } if r == root);
-                (!matches).then(|| Failure::Divergence {
-                    detail: format!(
-                        "block {height}: both versions agree, but not with the recorded state root \
-                     {} (they give {result:?})",
-                        hex::encode(root)
-                    ),
-                })
-            });
-    }
-    if failure.is_none() {
-        failure = worst
+    let failure = match first_difference(&old, &new) {
+        Some(detail) => Some(Failure::Divergence { detail }),
+        None => worst
             .filter(|w| w.3 > settings.max_fuel_ratio)
-            .map(|(_, old, new, r)| Failure::Fuel { old, new, ratio: r });
-    }
+            .map(|(_, old, new, ratio)| Failure::Fuel { old, new, ratio }),
+    };
     Ok(Report {
         kind: Kind::Deposits,
         cases: u32::try_from(blocks.len()).unwrap_or(u32::MAX),
@@ -120,4 +108,54 @@ pub(crate) fn replay(
             }
         }),
     })
+}
+
+/// Replays `blocks` on a fresh in-memory chain running `version`: each block's import result,
+/// and the fuel of the version's call on it (0 when it was not accepted).
+fn replay_version(
+    version: &Version,
+    genesis: &Genesis,
+    blocks: &[Block],
+) -> Result<(Vec<BlockResult>, Vec<u64>), CheckError> {
+    let engine = version.deposit_engine().ok_or_else(|| CheckError::Host {
+        reason: format!("{} is not loaded as a deposits module", version.name),
+    })?;
+    let mut chain =
+        Chain::open(Arc::new(MemoryStore::new()), genesis.clone(), engine).map_err(|e| {
+            CheckError::Host {
+                reason: format!("in-memory chain for {}: {e}", version.name),
+            }
+        })?;
+    let fork = genesis.genesis_fork_version;
+    let mut results = Vec::with_capacity(blocks.len());
+    let mut fuel = Vec::with_capacity(blocks.len());
+    for block in blocks {
+        let header = &block.header;
+        let used = match chain.deposits_due(header.slot, header.proposer, &block.body.eth1_vote) {
+            Ok(due) => {
+                let ctx = context(header.height, header.slot, fork, &due.eth1_data, due.from);
+                let deposits = block.body.deposits.iter().map(to_wit).collect();
+                match version.process_deposits(chain.registry(), ctx, deposits) {
+                    BlockRun::Applied { fuel, .. } => fuel,
+                    BlockRun::Failed(e) if is_host_failure(&e) => {
+                        return Err(CheckError::Host {
+                            reason: e.to_string(),
+                        });
+                    }
+                    BlockRun::Rejected(_) | BlockRun::Failed(_) => 0,
+                }
+            }
+            Err(_) => 0,
+        };
+        fuel.push(used);
+        results.push(match chain.import(block) {
+            Ok(imported) => BlockResult::Imported {
+                outcomes: imported.outcomes,
+                eth1_deposit_index: chain.eth1_state().deposit_index,
+                root: imported.head.state_root,
+            },
+            Err(e) => BlockResult::Rejected(e.to_string()),
+        });
+    }
+    Ok((results, fuel))
 }

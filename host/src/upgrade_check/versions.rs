@@ -72,6 +72,7 @@ pub(crate) enum BlockRun {
     Applied {
         outcomes: Vec<Outcome>,
         delta: RegistryDelta,
+        eth1_deposit_index: u64,
         fuel: u64,
     },
     /// The module rejected the block (it is invalid). The runtime does not report fuel here.
@@ -95,12 +96,23 @@ impl Version {
             Ok(Ok(out)) => BlockRun::Applied {
                 outcomes: out.outcomes,
                 delta: out.delta,
+                eth1_deposit_index: out.eth1_deposit_index,
                 // The module's own computation: host-call fuel (BLS verifications above all)
                 // bounds a call but would hide a registry scan behind the signature checks.
                 fuel: out.fuel_used.saturating_sub(out.host_fuel),
             },
             Ok(Err(e)) => BlockRun::Rejected(e),
             Err(e) => BlockRun::Failed(e),
+        }
+    }
+
+    /// The deposits version as a chain's deposit engine (for replaying recorded blocks).
+    pub(crate) fn deposit_engine(&self) -> Option<crate::chain::DepositEngine> {
+        match &self.module {
+            LoadedModule::Deposits(module) => Some(crate::chain::DepositEngine::Module(Box::new(
+                module.clone(),
+            ))),
+            _ => None,
         }
     }
 

@@ -28,8 +28,10 @@ fn authority_chain(authority: &NodeIdentity) -> Chain {
 
 /// The next block on `chain`'s head at `slot`, sealed by `who`.
 fn sealed(chain: &Chain, slot: u64, who: &NodeIdentity) -> Block {
-    let mut block = chain.build_block(slot, 0, vec![]).unwrap();
-    block.seal = Seal::Ed25519(who.sign(&block.hash()).unwrap());
+    let mut block = chain
+        .build_block(slot, 0, chain.eth1_data(), vec![])
+        .unwrap();
+    block.seal = Seal::Ed25519(who.sign(&chain.seal_message(&block.hash())).unwrap());
     block
 }
 
@@ -39,7 +41,10 @@ fn body_swapped(block: &Block) -> Block {
     swapped
         .body
         .deposits
-        .push(workload::new_validator(77, 32_000_000_000, [0; 4]));
+        .push(modnode::chain::eth1::ProvenDeposit {
+            data: workload::new_validator(77, 32_000_000_000, [0; 4]),
+            proof: [[0; 32]; 33],
+        });
     assert_eq!(
         swapped.hash(),
         block.hash(),
@@ -375,7 +380,11 @@ fn a_poisoned_registry_never_makes_disk_and_memory_disagree() {
     };
     let mut chain = open();
     let deposit = workload::new_validator(900, 32_000_000_000, genesis.genesis_fork_version);
-    let block = chain.build_block(1, 0, vec![deposit]).unwrap();
+    let mut contract = workload::DevDepositLog::new();
+    contract.push(deposit);
+    let block = chain
+        .build_block_from(1, 0, contract.eth1_data(), &contract)
+        .unwrap();
     chain.import(&block).unwrap();
     let head = chain.head();
 

@@ -64,16 +64,25 @@ fn host_call_fuel_makes_a_bls_verify_loop_run_out_of_fuel() {
     let rt = runtime(budget);
     let module = deposits_module(&rt, "fixture-bls-loop");
     let kp = modnode::crypto::Keypair::from_seed([4; 32]);
+    // The fixture never looks at proofs; an empty deposit log's root keeps the context honest.
     let deposit = Deposit {
         pubkey: kp.pubkey.to_vec(),
         withdrawal_credentials: vec![0; 32],
         amount: 1,
         signature: kp.sign(b"something else").to_vec(),
+        proof: vec![0; 33 * 32],
     };
+    let empty = modnode::chain::workload::DevDepositLog::new().eth1_data();
     let ctx = |slot| BlockContext {
         height: 1,
         slot,
         genesis_fork_version: vec![0; 4],
+        eth1_data: modnode::runtime::deposits::WitEth1Data {
+            deposit_root: empty.deposit_root.to_vec(),
+            deposit_count: empty.deposit_count,
+            block_hash: empty.block_hash.to_vec(),
+        },
+        eth1_deposit_index: 0,
     };
     let registry = shared(&Registry::new());
     let started = std::time::Instant::now();

@@ -4,7 +4,9 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 
-use modnode::runtime::deposits::{BlockContext, Deposit, Deposits, DepositsModule, Outcome};
+use modnode::runtime::deposits::{
+    BlockContext, Deposit, Deposits, DepositsModule, Outcome, WitEth1Data,
+};
 use modnode::runtime::gossip_policy::{
     GossipPolicy, GossipPolicyModule, MessageKind, MessageMeta, PeerStats,
 };
@@ -228,16 +230,18 @@ fn a_call_in_flight_during_a_swap_finishes_on_the_version_it_started_on() {
     let registry: SharedRegistry = Arc::new(std::sync::RwLock::new(Registry::new()));
     let kp = modnode::crypto::Keypair::from_seed([9; 32]);
     // A well-formed signature over something else: each check is a full pairing, then false.
-    let deposit = Deposit {
-        pubkey: kp.pubkey.to_vec(),
-        withdrawal_credentials: vec![0; 32],
+    let (eth1_data, deposit) = proven(modnode::chain::block::DepositData {
+        pubkey: kp.pubkey,
+        withdrawal_credentials: [0; 32],
         amount: 32_000_000_000,
-        signature: kp.sign(b"not the deposit message").to_vec(),
-    };
+        signature: kp.sign(b"not the deposit message"),
+    });
     let ctx = BlockContext {
         height: 1,
         slot: 200,
         genesis_fork_version: vec![0; 4],
+        eth1_data,
+        eth1_deposit_index: 0,
     };
     let (started, started_rx) = mpsc::sync_channel(1);
     let call = SlowProcess {
@@ -422,4 +426,22 @@ fn the_modules_api_prepares_once_activates_local_kinds_and_refuses_consensus_one
     // `module list` is JSON over HTTP.
     let json = serde_json::to_value(&list).unwrap();
     assert_eq!(json[2]["kind"], "gossip-policy");
+}
+
+/// One deposit proven as the first of a fresh deposit log: the eth1 data to put in the block
+/// context and the deposit with its proof.
+fn proven(data: modnode::chain::block::DepositData) -> (WitEth1Data, Deposit) {
+    use modnode::chain::eth1::DepositProofs as _;
+    let mut log = modnode::chain::workload::DevDepositLog::new();
+    log.push(data);
+    let eth1 = log.eth1_data();
+    let deposit = log.proven_deposits(0, 1, 1).unwrap();
+    (
+        WitEth1Data {
+            deposit_root: eth1.deposit_root.to_vec(),
+            deposit_count: eth1.deposit_count,
+            block_hash: eth1.block_hash.to_vec(),
+        },
+        modnode::chain::to_wit(&deposit[0]),
+    )
 }

@@ -7,6 +7,7 @@ use std::process::Command;
 use std::sync::Arc;
 
 use modnode::chain::genesis::Genesis;
+use modnode::chain::workload::DevDepositLog;
 use modnode::chain::{Chain, DepositEngine, workload};
 use modnode::store::SledStore;
 use modnode::upgrade_check::{
@@ -117,7 +118,7 @@ fn the_registry_scan_fixture_is_rejected_for_fuel() {
     };
     // Shrunk to a few deposits on a registry large enough for the scan to show.
     assert!(
-        case.blocks.iter().map(Vec::len).sum::<usize>() <= 4,
+        case.blocks.iter().map(|b| b.deposits.len()).sum::<usize>() <= 4,
         "{case:?}"
     );
     assert!(case.validators > 16, "{case:?}");
@@ -146,12 +147,12 @@ fn the_wrong_topup_fixture_is_rejected_for_divergence() {
     assert!(
         case.blocks
             .iter()
-            .flatten()
+            .flat_map(|b| &b.deposits)
             .any(|d| d.amount.count_ones() == 1 && d.amount >= 1 << 32),
         "{case:?}"
     );
     assert!(
-        case.blocks.iter().map(Vec::len).sum::<usize>() <= 2,
+        case.blocks.iter().map(|b| b.deposits.len()).sum::<usize>() <= 2,
         "{case:?}"
     );
 }
@@ -201,7 +202,7 @@ fn a_written_case_file_replays() {
     assert!(err.to_string().contains("case.json"), "{err}");
 }
 
-/// A data dir with `blocks` dev blocks, then one block topping up a genesis validator by 2^32.
+/// A data dir with `blocks` dev blocks, the last one topping up a genesis validator by 2^32.
 fn recorded_data_dir(dir: &Path, blocks: u64) -> Genesis {
     let genesis = Genesis::dev();
     let rt = super::runtime(2_000_000_000);
@@ -210,13 +211,19 @@ fn recorded_data_dir(dir: &Path, blocks: u64) -> Genesis {
     let mut chain = Chain::open(Arc::new(store), genesis.clone(), engine).unwrap();
     let existing: Vec<[u8; 48]> = genesis.validators.iter().map(|v| v.pubkey).collect();
     let fork = genesis.genesis_fork_version;
+    let mut contract = DevDepositLog::new();
     for height in 1..=blocks {
         let deposits = if height == blocks {
             vec![workload::unsigned(existing[0], 1 << 32)]
         } else {
             workload::dev_block(height, &existing, fork)
         };
-        let block = chain.build_block(height, 0, deposits).unwrap();
+        for d in deposits {
+            contract.push(d);
+        }
+        let block = chain
+            .build_block_from(height, 0, contract.eth1_data(), &contract)
+            .unwrap();
         chain.import(&block).unwrap();
     }
     genesis
