@@ -1,5 +1,6 @@
 //! A local chain in a temporary directory: genesis with 1,000 validators, three blocks of real
-//! signed deposits through the embedded `deposits-v2` module, a restart, and a look at the
+//! signed deposits — put into an in-memory deposit contract, voted in and carried with their
+//! Merkle proofs — through the embedded `deposits-v2` module, a restart, and a look at the
 //! state.
 //!
 //! Run: `cargo run --example local_chain`
@@ -36,9 +37,12 @@ fn main() -> anyhow::Result<()> {
         )?)
     };
     let mut chain = open(module.clone())?;
+    let mut contract = workload::DevDepositLog::new();
     for height in 1..=3 {
-        let deposits = workload::dev_block(height, &existing, genesis.genesis_fork_version);
-        let block = chain.build_block(height, 0, deposits)?;
+        for deposit in workload::dev_block(height, &existing, genesis.genesis_fork_version) {
+            contract.push(deposit);
+        }
+        let block = chain.build_block_from(height, 0, contract.eth1_data(), &contract)?;
         let imported = chain.import(&block)?;
         println!("block {height}: {:?}", imported.outcomes);
     }
@@ -52,9 +56,10 @@ fn main() -> anyhow::Result<()> {
         .read()
         .map_err(|_| anyhow::anyhow!("lock poisoned"))?;
     println!(
-        "after restart: height {}, {} validators, state root {}",
+        "after restart: height {}, {} validators, {} deposits applied, state root {}",
         head.height,
         registry.validator_count(),
+        chain.eth1_state().deposit_index,
         hex::encode(head.state_root)
     );
     Ok(())

@@ -1,10 +1,11 @@
 //! Helpers shared by the workspace integration tests: generated deposit blocks that exercise
-//! every corner of `apply_deposit`, and the engines to run them through.
+//! every corner of `process_deposit` (proofs included), and the engines to run them through.
 
 use std::collections::HashMap;
 
 use modnode::chain::DepositEngine;
 use modnode::chain::block::DepositData;
+use modnode::chain::eth1::ProvenDeposit;
 use modnode::chain::native_deposits::{Verification, deposit_signing_root};
 use modnode::chain::workload;
 use modnode::runtime::{LoadedModule, Runtime, RuntimeConfig};
@@ -144,5 +145,69 @@ pub fn runtime() -> Runtime {
     match Runtime::new(RuntimeConfig::default()) {
         Ok(rt) => rt,
         Err(e) => panic!("runtime: {e}"),
+    }
+}
+
+/// How a generated block departs from the honest one (every engine must agree on the verdict).
+#[derive(Debug, Clone, Copy)]
+pub enum Tamper {
+    /// The due deposits, in order, with their proofs.
+    Honest,
+    /// One bit of one proof flipped (deposit and hash chosen by the value).
+    FlipProof(u16),
+    /// The first two deposits swapped (wrong indices).
+    Swap,
+    /// The first deposit repeated in place of the second (a duplicate).
+    Duplicate,
+    /// The last due deposit left out (wrong deposit count).
+    DropLast,
+    /// The first deposit carried twice (one more than due).
+    Extra,
+}
+
+/// Strategy for [`Tamper`]: mostly honest blocks.
+pub fn tamper() -> impl Strategy<Value = Tamper> {
+    prop_oneof![
+        5 => Just(Tamper::Honest),
+        1 => any::<u16>().prop_map(Tamper::FlipProof),
+        1 => Just(Tamper::Swap),
+        1 => Just(Tamper::Duplicate),
+        1 => Just(Tamper::DropLast),
+        1 => Just(Tamper::Extra),
+    ]
+}
+
+impl Tamper {
+    /// Applies the tampering to the honest list of due deposits.
+    pub fn apply(self, mut deposits: Vec<ProvenDeposit>) -> Vec<ProvenDeposit> {
+        match self {
+            Tamper::Honest => {}
+            Tamper::FlipProof(at) => {
+                if !deposits.is_empty() {
+                    let at = usize::from(at);
+                    let n = deposits.len();
+                    deposits[at % n].proof[at % 33][at % 32] ^= 1 << (at % 8);
+                }
+            }
+            Tamper::Swap => {
+                if deposits.len() >= 2 {
+                    deposits.swap(0, 1);
+                }
+            }
+            Tamper::Duplicate => {
+                if deposits.len() >= 2 {
+                    deposits[1] = deposits[0];
+                }
+            }
+            Tamper::DropLast => {
+                deposits.pop();
+            }
+            Tamper::Extra => {
+                if let Some(first) = deposits.first().copied() {
+                    deposits.push(first);
+                }
+            }
+        }
+        deposits
     }
 }

@@ -4,6 +4,7 @@
 pub mod deposits;
 pub mod gossip;
 pub mod host_call;
+pub mod swap;
 
 /// Median of a sample set (the lower middle for even counts); 0 for an empty set.
 pub fn median(samples: &mut [f64]) -> f64 {

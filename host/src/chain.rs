@@ -1,7 +1,10 @@
 //! The chain: blocks, genesis, and block import over the durable store.
 //!
-//! Import validates the header against the head, runs the active deposits module through the
-//! runtime, checks the resulting state root against the header *before* anything changes, and
+//! Import validates the header against the head, records the block's eth1 vote
+//! ([`eth1`]: phase0 `process_eth1_data`), checks that the body carries exactly the due
+//! deposits, runs the active deposits module (which verifies every deposit's proof against the
+//! agreed deposit root at the running index) through the runtime, checks the resulting state
+//! root (registry and eth1 state) against the header *before* anything changes, and
 //! commits block + state changes + new head as one atomic, flushed batch; only then is the
 //! in-memory state updated. On startup the stored head, head block and state root are checked
 //! against each other and against the genesis the node is configured with.
@@ -14,6 +17,7 @@
 pub mod block;
 mod deposit_engine;
 mod errors;
+pub mod eth1;
 mod fork_choice;
 pub mod genesis;
 pub mod native_deposits;
@@ -22,18 +26,21 @@ pub mod workload;
 
 use std::sync::{Arc, RwLock};
 
-use block::{Block, BlockHeader, DepositData, Hash};
-pub use deposit_engine::{DepositEngine, to_wit};
-pub use errors::{ImportError, OpenError, RevertError};
+use block::{Block, BlockHeader, Hash};
+pub use deposit_engine::{DepositEngine, DepositsResult, to_wit};
+pub use errors::{BuildError, ImportError, OpenError, RevertError};
+use eth1::{DepositProofs, DueDeposits, Eth1Data, Eth1State, ProvenDeposit};
 pub use fork_choice::{Added, ForkChoiceError};
 use genesis::Genesis;
 
-use crate::runtime::deposits::{BlockContext, Outcome};
-use crate::state::{Registry, RegistryDelta, StateError, Validator};
+use crate::runtime::CallError;
+use crate::runtime::deposits::{BlockContext, Outcome, WitEth1Data};
+use crate::state::{Registry, RegistryDelta, StateError, Validator, state_root};
 use crate::store::{KvStore, StoreError, WriteBatch, keys};
 
-/// Version of the store layout this node writes.
-pub const STORE_FORMAT: u32 = 1;
+/// Version of the store layout this node writes (2: eth1 state per block, state root over
+/// registry and eth1 state).
+pub const STORE_FORMAT: u32 = 2;
 
 /// The chain head.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -88,8 +95,17 @@ pub struct Chain {
     genesis: Genesis,
     genesis_hash: Hash,
     registry: Arc<RwLock<Registry>>,
+    eth1: Eth1State,
     head: Head,
     deposits: DepositEngine,
+}
+
+/// What a block's transition produced, before it is committed.
+struct Transition {
+    outcomes: Vec<Outcome>,
+    delta: RegistryDelta,
+    eth1: Eth1State,
+    root: Hash,
 }
 
 fn hex32(h: &Hash) -> String {
@@ -105,6 +121,7 @@ impl Chain {
         deposits: DepositEngine,
     ) -> Result<Self, OpenError> {
         let registry_genesis = genesis.registry()?;
+        let eth1_genesis = genesis.eth1_state();
         let genesis_block = genesis.block(&registry_genesis);
         let genesis_hash = genesis_block.hash();
         match store.get(keys::FORMAT)? {
@@ -125,9 +142,10 @@ impl Chain {
                     hash: genesis_hash,
                     height: 0,
                     slot: 0,
-                    state_root: registry_genesis.root(),
+                    state_root: genesis_block.header.state_root,
                 };
                 batch.put(keys::block(&genesis_hash), genesis_block.encode());
+                batch.put(keys::eth1(&genesis_hash), eth1_genesis.encode());
                 batch.put(keys::height(0), genesis_hash.to_vec());
                 batch.put(keys::HEAD, head.encode());
                 batch.put(keys::GENESIS, genesis_hash.to_vec());
@@ -138,6 +156,7 @@ impl Chain {
                     genesis,
                     genesis_hash,
                     registry: Arc::new(RwLock::new(registry_genesis)),
+                    eth1: eth1_genesis,
                     head,
                     deposits,
                 })
@@ -158,6 +177,7 @@ impl Chain {
                     });
                 }
                 drop(registry_genesis);
+                drop(eth1_genesis);
                 let head_bytes = store
                     .get(keys::HEAD)?
                     .ok_or_else(|| OpenError::Corrupt("head record missing".into()))?;
@@ -178,10 +198,12 @@ impl Chain {
                     )));
                 }
                 let registry = load_registry(store.as_ref())?;
-                if registry.root() != head.state_root {
+                let eth1 = load_eth1(store.as_ref(), &head.hash)?;
+                let root = state_root(&registry.root(), &eth1);
+                if root != head.state_root {
                     return Err(OpenError::Corrupt(format!(
                         "state root {} does not match head block {} (height {}), which commits to {}",
-                        hex32(&registry.root()),
+                        hex32(&root),
                         hex32(&head.hash),
                         head.height,
                         hex32(&head.state_root)
@@ -192,6 +214,7 @@ impl Chain {
                     genesis,
                     genesis_hash,
                     registry: Arc::new(RwLock::new(registry)),
+                    eth1,
                     head,
                     deposits,
                 })
@@ -212,6 +235,21 @@ impl Chain {
     /// The genesis configuration.
     pub fn genesis(&self) -> &Genesis {
         &self.genesis
+    }
+
+    /// The eth1 state after the head: agreed eth1 data, deposit index, this period's votes.
+    pub fn eth1_state(&self) -> &Eth1State {
+        &self.eth1
+    }
+
+    /// The agreed deposit contract checkpoint (what a producer without a deposit source votes).
+    pub fn eth1_data(&self) -> Eth1Data {
+        self.eth1.eth1_data
+    }
+
+    /// What an authority signs to seal the block with hash `block_hash` on this chain.
+    pub fn seal_message(&self, block_hash: &Hash) -> Hash {
+        block::seal_message(&self.genesis_hash, block_hash)
     }
 
     /// The registry, shared with readers.
@@ -243,38 +281,102 @@ impl Chain {
             .map_err(|e| StoreError::Corrupt(format!("block {}: {e}", hex32(&hash))))
     }
 
-    fn context(&self, header: &BlockHeader) -> BlockContext {
+    fn context(&self, header: &BlockHeader, eth1: &Eth1State) -> BlockContext {
         BlockContext {
             height: header.height,
             slot: header.slot,
             genesis_fork_version: self.genesis.genesis_fork_version.to_vec(),
+            eth1_data: WitEth1Data {
+                deposit_root: eth1.eth1_data.deposit_root.to_vec(),
+                deposit_count: eth1.eth1_data.deposit_count,
+                block_hash: eth1.eth1_data.block_hash.to_vec(),
+            },
+            eth1_deposit_index: eth1.deposit_index,
         }
+    }
+
+    /// The eth1 state after `proposer`'s vote at `slot` (`process_eth1_data`).
+    fn voted(
+        &self,
+        slot: u64,
+        proposer: u32,
+        vote: Eth1Data,
+        name: &str,
+    ) -> Result<Eth1State, ImportError> {
+        self.eth1
+            .with_vote(
+                slot,
+                proposer,
+                vote,
+                self.genesis.eth1_voting_period_slots,
+                self.genesis.authorities.len(),
+            )
+            .map_err(|source| ImportError::Eth1Vote {
+                hash: name.to_string(),
+                source,
+            })
     }
 
     fn transition(
         &self,
         header: &BlockHeader,
-        deposits: &[DepositData],
-    ) -> Result<(Vec<Outcome>, RegistryDelta, Hash), ImportError> {
+        body: &block::BlockBody,
+    ) -> Result<Transition, ImportError> {
         let hash = hex32(&header.hash());
-        let (outcomes, delta) = self
+        let voted = self.voted(header.slot, header.proposer, body.eth1_vote, &hash)?;
+        let expected = voted.due(u64::from(self.genesis.max_deposits_per_block));
+        let found = u64::try_from(body.deposits.len()).unwrap_or(u64::MAX);
+        if found != expected {
+            return Err(ImportError::WrongDepositCount {
+                hash,
+                expected,
+                found,
+                from: voted.deposit_index,
+            });
+        }
+        let result = self
             .deposits
-            .process(self.registry.clone(), &self.context(header), deposits)
-            .map_err(|e| ImportError::Module(e, hash.clone()))?
+            .process(
+                self.registry.clone(),
+                &self.context(header, &voted),
+                &body.deposits,
+            )
+            .map_err(|e| match e {
+                CallError::Module(fault) => ImportError::Module(fault, hash.clone()),
+                CallError::Host(failure) => ImportError::Host(failure, hash.clone()),
+            })?
             .map_err(|error| ImportError::Rejected {
                 hash: hash.clone(),
                 error,
             })?;
-        let root = self
+        let eth1 = voted
+            .after_deposits(found)
+            .map_err(|source| ImportError::Eth1Vote {
+                hash: hash.clone(),
+                source,
+            })?;
+        if result.eth1_deposit_index != eth1.deposit_index {
+            return Err(ImportError::DepositIndexMismatch {
+                hash,
+                reported: result.eth1_deposit_index,
+                expected: eth1.deposit_index,
+            });
+        }
+        let registry_root = self
             .registry
             .read()
             .map_err(|_| ImportError::State {
                 hash: hash.clone(),
                 source: StateError::Poisoned,
             })?
-            .root_after(&delta)
+            .root_after(&result.delta)
             .map_err(|source| ImportError::State { hash, source })?;
-        Ok((outcomes, delta, root))
+        Ok(Transition {
+            outcomes: result.outcomes,
+            delta: result.delta,
+            root: state_root(&registry_root, &eth1),
+            eth1,
+        })
     }
 
     /// Checks that the block comes from its slot's authority (chains with an authority set).
@@ -300,7 +402,7 @@ impl Chain {
             block::Seal::Unsigned => Err(bad("unsigned, but this chain has authorities".into())),
             block::Seal::Ed25519(signature) => {
                 let id = crate::net::identity::NodeId::from_bytes(*authority);
-                if id.verify(&block.hash(), signature) {
+                if id.verify(&self.seal_message(&block.hash()), signature) {
                     Ok(())
                 } else {
                     Err(bad(format!(
@@ -311,14 +413,36 @@ impl Chain {
         }
     }
 
-    /// Builds the next block on the head at `slot` with `deposits` (the proposer's side).
+    /// Which deposits the next block at `slot` by `proposer`, voting `vote`, must carry (the
+    /// vote counts first, as in phase0). Fails if the vote is invalid.
+    pub fn deposits_due(
+        &self,
+        slot: u64,
+        proposer: u32,
+        vote: &Eth1Data,
+    ) -> Result<DueDeposits, ImportError> {
+        let voted = self.voted(slot, proposer, *vote, "being built")?;
+        Ok(DueDeposits {
+            from: voted.deposit_index,
+            count: voted.due(u64::from(self.genesis.max_deposits_per_block)),
+            eth1_data: voted.eth1_data,
+        })
+    }
+
+    /// Builds the next block on the head at `slot`, voting `eth1_vote`, with `deposits` (the
+    /// proposer's side; unsealed). The deposits must be exactly the due ones
+    /// ([`Chain::deposits_due`]) or the block is refused like an imported one would be.
     pub fn build_block(
         &self,
         slot: u64,
         proposer: u32,
-        deposits: Vec<DepositData>,
+        eth1_vote: Eth1Data,
+        deposits: Vec<ProvenDeposit>,
     ) -> Result<Block, ImportError> {
-        let body = block::BlockBody { deposits };
+        let body = block::BlockBody {
+            eth1_vote,
+            deposits,
+        };
         let mut header = BlockHeader {
             parent_hash: self.head.hash,
             height: self.head.height.saturating_add(1),
@@ -327,13 +451,29 @@ impl Chain {
             state_root: [0; 32],
             body_root: body.root(),
         };
-        let (_, _, root) = self.transition(&header, &body.deposits)?;
-        header.state_root = root;
+        header.state_root = self.transition(&header, &body)?.root;
         Ok(Block {
             header,
             body,
             seal: block::Seal::Unsigned,
         })
+    }
+
+    /// Builds the next block voting `eth1_vote`, with the due deposits proven by `source`.
+    pub fn build_block_from(
+        &self,
+        slot: u64,
+        proposer: u32,
+        eth1_vote: Eth1Data,
+        source: &dyn DepositProofs,
+    ) -> Result<Block, BuildError> {
+        let due = self.deposits_due(slot, proposer, &eth1_vote)?;
+        let deposits = if due.count == 0 {
+            Vec::new()
+        } else {
+            source.proven_deposits(due.from, due.count, due.eth1_data.deposit_count)?
+        };
+        Ok(self.build_block(slot, proposer, eth1_vote, deposits)?)
     }
 
     /// Imports the next block. On `Ok` the block, its state changes and the new head are on
@@ -383,7 +523,12 @@ impl Chain {
             });
         }
 
-        let (outcomes, delta, root) = self.transition(header, &block.body.deposits)?;
+        let Transition {
+            outcomes,
+            delta,
+            eth1,
+            root,
+        } = self.transition(header, &block.body)?;
         if root != header.state_root {
             return Err(ImportError::StateRootMismatch {
                 hash: name,
@@ -413,6 +558,7 @@ impl Chain {
         let mut batch = WriteBatch::new();
         batch.put(keys::block(&hash), block.encode());
         batch.put(keys::undo(&hash), undo.encode());
+        batch.put(keys::eth1(&hash), eth1.encode());
         batch.put(keys::height(head.height), hash.to_vec());
         for (offset, added) in (0u32..).zip(&delta.added) {
             let index = undo.validators_before.saturating_add(offset);
@@ -431,18 +577,48 @@ impl Chain {
             })?;
 
         // The batch is durable; mirror it in memory. `root_after` already proved the delta
-        // applies, so a failure here means memory and disk diverged: the next start reloads.
-        let mut registry = self.registry.write().map_err(|_| ImportError::State {
+        // applies, so a failure here means memory and disk disagree: fatal (`Diverged`), the
+        // node stops and the next start reloads from disk. As revert does, the in-memory root
+        // is checked against the committed one.
+        let diverged = |memory_root: String, reason: String| ImportError::Diverged {
             hash: name.clone(),
-            source: StateError::Poisoned,
-        })?;
-        registry
-            .apply(&delta)
-            .map_err(|source| ImportError::State { hash: name, source })?;
+            height: head.height,
+            disk_root: hex32(&root),
+            memory_root,
+            reason,
+        };
+        let mut registry = self
+            .registry
+            .write()
+            .map_err(|_| diverged("unreadable".into(), "registry lock poisoned".into()))?;
+        if let Err(e) = registry.apply(&delta) {
+            return Err(diverged(
+                hex32(&state_root(&registry.root(), &eth1)),
+                e.to_string(),
+            ));
+        }
+        let memory_root = state_root(&registry.root(), &eth1);
+        if memory_root != root {
+            return Err(diverged(
+                hex32(&memory_root),
+                "the state root in memory after applying differs".into(),
+            ));
+        }
         drop(registry);
+        self.eth1 = eth1;
         self.head = head;
         Ok(Imported { head, outcomes })
     }
+}
+
+/// The eth1 state stored after block `hash`.
+fn load_eth1(store: &dyn KvStore, hash: &Hash) -> Result<Eth1State, StoreError> {
+    let bytes = store.get(&keys::eth1(hash))?.ok_or_else(|| {
+        StoreError::Corrupt(format!("eth1 state of block {} missing", hex32(hash)))
+    })?;
+    Eth1State::decode(&bytes).ok_or_else(|| {
+        StoreError::Corrupt(format!("eth1 state of block {} malformed", hex32(hash)))
+    })
 }
 
 fn load_registry(store: &dyn KvStore) -> Result<Registry, OpenError> {

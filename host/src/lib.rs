@@ -2,10 +2,12 @@
 //!
 //! The host owns everything that touches the outside world or must be trusted — storage, the
 //! state, cryptography — and loads WIT-described components that decide *how*: deposit
-//! processing, checkpoint chunking, gossip policy. See `ARCHITECTURE.md` for the design.
+//! processing, checkpoint chunking, gossip policy. `ARCHITECTURE.md` at the repository root maps
+//! the crates and how blocks, messages and modules flow through them.
 //!
 //! - [`admin`]: the localhost admin HTTP API (status, metrics, deposit submission).
 //! - [`node`]: the node itself: chain worker, peers, sync, gossip and block production.
+//! - [`deposit_source`]: the deposit contract an authority follows, and the proofs it needs.
 //! - [`chain`]: blocks, genesis, block import with atomic durable commits.
 //! - [`runtime`]: the sandboxed, deterministic wasmtime runtime, one host module per WIT world.
 //! - [`net`]: QUIC transport with mutually authenticated TLS 1.3 and message framing.
@@ -13,11 +15,13 @@
 //! - [`crypto`]: BLS12-381 verification (blst) offered to modules.
 //! - [`state`]: the validator registry, pubkey index, state tree and the per-call overlay.
 //! - [`store`]: durable storage (sled) behind a small trait, with an in-memory twin.
+//! - [`upgrade_check`]: runs two versions of a module side by side on generated inputs.
 #![deny(missing_docs)]
 
 pub mod admin;
 pub mod chain;
 pub mod crypto;
+pub mod deposit_source;
 pub mod files;
 pub mod modules_store;
 pub mod net;
@@ -25,6 +29,7 @@ pub mod node;
 pub mod runtime;
 pub mod state;
 pub mod store;
+pub mod upgrade_check;
 
 /// Build artifacts produced by `build.rs`: every module component, and the default ones
 /// embedded in the binary.

@@ -29,6 +29,8 @@ enum Command {
     /// Work with module components.
     #[command(subcommand)]
     Module(ModuleCommand),
+    /// Run two versions of a module side by side; exit non-zero on divergence or fuel regression.
+    UpgradeCheck(commands::upgrade_check::UpgradeCheckArgs),
     /// Measure the node (`--json` for machines).
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -141,6 +143,18 @@ enum BenchCommand {
         #[arg(long, default_value_t = 3)]
         repeat: usize,
     },
+    /// A deposits version switch under block processing: warmed pointer swap vs cold switch.
+    Swap {
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+        /// Validators in the registry.
+        #[arg(long, default_value_t = 200_000)]
+        validators: u32,
+        /// Blocks (of 16 deposits) before and after the switch.
+        #[arg(long, default_value_t = 50)]
+        blocks: usize,
+    },
 }
 
 fn main() -> std::process::ExitCode {
@@ -170,6 +184,11 @@ fn main() -> std::process::ExitCode {
         Command::Module(ModuleCommand::Componentize { core, output }) => {
             commands::module::componentize(&core, &output)
         }
+        Command::UpgradeCheck(args) => match commands::upgrade_check::upgrade_check(args) {
+            Ok(true) => Ok(()),
+            Ok(false) => return std::process::ExitCode::FAILURE,
+            Err(e) => Err(e),
+        },
         Command::Bench(BenchCommand::HostCall { json, calls }) => {
             commands::bench::host_call(json, calls)
         }
@@ -186,6 +205,11 @@ fn main() -> std::process::ExitCode {
             deposits,
             repeat,
         }) => commands::bench::deposits(json, validators, deposits, repeat),
+        Command::Bench(BenchCommand::Swap {
+            json,
+            validators,
+            blocks,
+        }) => commands::bench::swap(json, validators, blocks),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

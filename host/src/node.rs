@@ -13,12 +13,15 @@
 //! [`Node::shutdown`] stops them in order and waits until the chain is closed, so a stopped node
 //! leaves nothing half-written.
 
+mod bans;
 pub mod chain_worker;
 pub mod mempool;
 pub mod metrics;
 mod network;
+pub mod verdict;
+pub mod worker_queue;
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -41,13 +44,17 @@ use crate::modules_store::{ActiveModule, ModuleStoreError};
 use crate::net::endpoint::{self, TransportLimits};
 use crate::net::gossip::{self, GossipConfig, GossipHandle};
 use crate::net::identity::NodeIdentity;
-use crate::runtime::{LoadedModule, ModuleMeta, Runtime, RuntimeConfig};
-use crate::store::SledStore;
+use crate::runtime::modules::InitialModules;
+use crate::runtime::slot::SlotConfig;
+use crate::runtime::{Modules, Runtime, RuntimeConfig};
+use crate::store::{BanList, SledStore};
 
 /// The deposits module a node activates.
 pub const DEFAULT_DEPOSITS: &str = "deposits-v2";
 /// The gossip policy a node activates.
 pub const DEFAULT_GOSSIP_POLICY: &str = "gossip-policy-v2";
+/// The checkpoint module a node activates.
+pub const DEFAULT_CHECKPOINT: &str = "checkpoint-v1";
 
 /// Everything a node is configured with.
 #[derive(Debug, Clone)]
@@ -74,9 +81,12 @@ pub struct NodeConfig {
     pub target_outbound: usize,
     /// Inbound connections to accept.
     pub max_inbound: usize,
+    /// IPs exempt from the per-IP and per-subnet inbound limits (loopback and bootstrap
+    /// addresses are exempt anyway).
+    pub trusted_ips: Vec<IpAddr>,
     /// Range sync tunables.
     pub sync: SyncConfig,
-    /// Embedded gossip-policy module to run.
+    /// Embedded gossip-policy module active at start (the slot can switch it live).
     pub gossip_policy: String,
     /// Produce blocks in this node's slots (when it is an authority, or on a chain without
     /// authorities).
@@ -101,6 +111,7 @@ impl NodeConfig {
             transport: TransportLimits::default(),
             target_outbound: 8,
             max_inbound: 32,
+            trusted_ips: Vec::new(),
             sync: SyncConfig::default(),
             gossip_policy: DEFAULT_GOSSIP_POLICY.into(),
             produce: true,
@@ -154,6 +165,9 @@ pub enum NodeError {
     /// A thread could not be started.
     #[error("cannot start the chain worker thread: {0}")]
     Thread(std::io::Error),
+    /// The genesis engine profile is not the one this build implements.
+    #[error(transparent)]
+    EngineProfile(#[from] crate::runtime::profile::ProfileError),
     /// The blocking startup task (module loading, opening the chain) panicked or was cancelled.
     #[error("node startup task failed: {0}")]
     Startup(String),
@@ -177,26 +191,11 @@ fn create_data_dir(data_dir: &Path) -> Result<(), NodeError> {
 /// Directory of compiled module artifacts inside the data directory.
 const MODULE_CACHE_DIR: &str = "module-cache";
 
-fn active_module(meta: &ModuleMeta) -> ActiveModule {
-    ActiveModule {
-        kind: meta.component.kind.to_string(),
-        name: meta.name(),
-        sha256: hex::encode(meta.component.sha256),
-    }
-}
-
-/// Loads every embedded module (warming the compiled-artifact cache in `data_dir`) and returns
-/// the runtime with the deposits module and the gossip policy `policy`.
-fn load_modules(
-    data_dir: &Path,
-    policy: &str,
-) -> Result<
-    (
-        crate::runtime::deposits::DepositsModule,
-        crate::runtime::gossip_policy::GossipPolicyModule,
-    ),
-    NodeError,
-> {
+/// Loads and warms every embedded module (warming the compiled-artifact cache in `data_dir`)
+/// and returns the node's module slots, with the default deposits module and the gossip policy
+/// `policy` active. Refuses a genesis whose engine profile is not this build's.
+fn load_modules(data_dir: &Path, genesis: &Genesis, policy: &str) -> Result<Modules, NodeError> {
+    genesis.engine_profile.check_against_build()?;
     let module_err = |name: &str, reason: String| NodeError::Module {
         name: name.to_string(),
         reason,
@@ -206,58 +205,59 @@ fn load_modules(
         ..RuntimeConfig::default()
     })
     .map_err(|e| module_err("runtime", e.to_string()))?;
-    let (mut deposits, mut gossip_policy) = (None, None);
+    let embedded = |name: &str, hint: &str| {
+        crate::artifacts::embedded(name)
+            .ok_or_else(|| module_err(name, format!("not embedded in this build{hint}")))
+    };
+    let initial = InitialModules {
+        deposits: embedded(DEFAULT_DEPOSITS, "")?,
+        checkpoint: embedded(DEFAULT_CHECKPOINT, "")?,
+        gossip_policy: embedded(policy, " (try gossip-policy-v1 or gossip-policy-v2)")?,
+    };
+    let modules = Modules::new(runtime, initial, SlotConfig::default())
+        .map_err(|e| module_err("initial modules", e.to_string()))?;
+    // Every embedded version is prepared, so an operator can activate any of them by hash.
     for (name, bytes) in crate::artifacts::EMBEDDED {
-        let module = runtime
-            .load(bytes)
+        let prepared = modules
+            .prepare(bytes)
             .map_err(|e| module_err(name, e.to_string()))?;
-        tracing::debug!(module = %module.meta().name(), "module ready");
-        match module {
-            LoadedModule::Deposits(m) if *name == DEFAULT_DEPOSITS => deposits = Some(m),
-            LoadedModule::GossipPolicy(m) if *name == policy => gossip_policy = Some(m),
-            _ => {}
-        }
+        tracing::debug!(module = %prepared.name, "module ready");
     }
-    let stats = runtime.cache().stats();
+    let stats = modules.runtime().cache().stats();
     tracing::info!(
         compiled = stats.compiles(),
         from_cache = stats.hits(),
         "modules warmed"
     );
-    let deposits = deposits
-        .ok_or_else(|| module_err(DEFAULT_DEPOSITS, "not embedded in this build".into()))?;
-    let gossip_policy = gossip_policy.ok_or_else(|| {
-        module_err(
-            policy,
-            "not an embedded gossip policy (try gossip-policy-v1 or gossip-policy-v2)".into(),
-        )
-    })?;
-    Ok((deposits, gossip_policy))
+    Ok(modules)
 }
 
 /// Opens the chain in `data_dir` with the embedded deposits module.
 pub fn open_chain(data_dir: &Path, genesis: Genesis) -> Result<Chain, NodeError> {
     create_data_dir(data_dir)?;
-    let (deposits, _) = load_modules(data_dir, DEFAULT_GOSSIP_POLICY)?;
-    open_store(data_dir, genesis, deposits)
+    let modules = load_modules(data_dir, &genesis, DEFAULT_GOSSIP_POLICY)?;
+    open_store(data_dir, genesis, &modules).map(|(chain, _)| chain)
 }
 
 fn open_store(
     data_dir: &Path,
     genesis: Genesis,
-    deposits: crate::runtime::deposits::DepositsModule,
-) -> Result<Chain, NodeError> {
+    modules: &Modules,
+) -> Result<(Chain, BanList), NodeError> {
     let chain_err = |reason: String| NodeError::Chain {
         path: data_dir.display().to_string(),
         reason,
     };
     let store = SledStore::open(&data_dir.join("chain")).map_err(|e| chain_err(e.to_string()))?;
-    Chain::open(
+    let bans = store.ban_list().map_err(|e| chain_err(e.to_string()))?;
+    let deposits: crate::runtime::deposits::DepositsModule = (*modules.deposits()).clone();
+    let chain = Chain::open(
         Arc::new(store),
         genesis,
         DepositEngine::Module(Box::new(deposits)),
     )
-    .map_err(|e| chain_err(e.to_string()))
+    .map_err(|e| chain_err(e.to_string()))?;
+    Ok((chain, bans))
 }
 
 /// A running node.
@@ -267,6 +267,7 @@ pub struct Node {
     admin_addr: Option<SocketAddr>,
     chain: ChainHandle,
     metrics: Arc<Metrics>,
+    modules: Arc<Modules>,
     shutdown: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
     worker: Option<std::thread::JoinHandle<()>>,
@@ -291,18 +292,17 @@ impl Node {
         let genesis = config.genesis.clone();
         let policy_name = config.gossip_policy.clone();
         let upload_config = config.upload.clone();
-        let (chain, policy, active, modules) = {
+        let ((chain, bans), modules, module_store) = {
             let dir = data_dir.clone();
             let genesis = genesis.clone();
             tokio::task::spawn_blocking(move || {
-                let (deposits, policy) = load_modules(&dir, &policy_name)?;
-                let active = vec![active_module(deposits.meta()), active_module(policy.meta())];
-                let modules = ModuleService::open(&dir, dir.join(MODULE_CACHE_DIR), upload_config)?;
+                let modules = load_modules(&dir, &genesis, &policy_name)?;
+                let module_store =
+                    ModuleService::open(&dir, dir.join(MODULE_CACHE_DIR), upload_config)?;
                 Ok::<_, NodeError>((
-                    open_store(&dir, genesis, deposits)?,
-                    policy,
-                    active,
-                    modules,
+                    open_store(&dir, genesis, &modules)?,
+                    Arc::new(modules),
+                    module_store,
                 ))
             })
             .await
@@ -328,11 +328,12 @@ impl Node {
                 max_message_bytes: config.transport.max_message_bytes,
                 ..GossipConfig::default()
             },
-            policy,
+            modules.gossip_policy(),
         );
         let mut peer_config = PeerConfig::new(*node_id.as_bytes());
         peer_config.target_outbound = config.target_outbound;
         peer_config.max_inbound = config.max_inbound;
+        peer_config.trusted_ips = config.trusted_ips.iter().copied().collect();
         peer_config.handshake_timeout =
             u64::try_from(config.transport.handshake_timeout.as_micros())
                 .unwrap_or(u64::MAX)
@@ -344,7 +345,8 @@ impl Node {
                 .copied()
                 .unwrap_or_default(),
         );
-        let peers = PeerManager::new(peer_config, config.bootstrap.iter().copied(), seed, 0)?;
+        let mut peers = PeerManager::new(peer_config, config.bootstrap.iter().copied(), seed, 0)?;
+        bans::restore(&mut peers, &bans, unix_ms());
         let sync = RangeSync::new(config.sync, head.height, head.hash)?;
         let (shutdown, shutdown_rx) = watch::channel(false);
         let slot = Duration::from_millis(genesis.slot_ms);
@@ -363,6 +365,13 @@ impl Node {
                 chain: chain.clone(),
                 metrics: metrics.clone(),
                 status_interval: slot.max(Duration::from_millis(500)),
+                bootstrap: config.bootstrap.iter().map(|p| p.node).collect(),
+                startup_wait: config
+                    .transport
+                    .handshake_timeout
+                    .saturating_mul(2)
+                    .max(slot.saturating_mul(4)),
+                bans,
             },
             shutdown_rx.clone(),
         )));
@@ -392,8 +401,8 @@ impl Node {
                     chain: chain.clone(),
                     gossip,
                     metrics: metrics.clone(),
-                    modules: Arc::new(modules),
-                    active,
+                    module_store: Arc::new(module_store),
+                    slots: modules.clone(),
                 });
                 let (listener, token) = admin::server::bind(addr, &data_dir, config.admin_public)
                     .await
@@ -427,10 +436,16 @@ impl Node {
             admin_addr,
             chain,
             metrics,
+            modules,
             shutdown,
             tasks,
             worker: Some(worker),
         })
+    }
+
+    /// The node's module slots: prepare, activate (live, shadow, canary), roll back, status.
+    pub fn modules(&self) -> &Arc<Modules> {
+        &self.modules
     }
 
     /// The node's id (hex).
@@ -511,6 +526,14 @@ async fn produce(
         if !ours {
             continue;
         }
+        if !metrics.started_up.load(Ordering::Relaxed) {
+            // A restarted authority that produced before syncing would fork off on its own.
+            tracing::info!(
+                slot,
+                "skipping our slot until we tried to sync with our peers"
+            );
+            continue;
+        }
         if metrics.syncing.load(Ordering::Relaxed) {
             tracing::info!(slot, "skipping our slot while catching up");
             continue;
@@ -542,8 +565,8 @@ struct Backend {
     chain: ChainHandle,
     gossip: GossipHandle,
     metrics: Arc<Metrics>,
-    modules: Arc<ModuleService>,
-    active: Vec<ActiveModule>,
+    module_store: Arc<ModuleService>,
+    slots: Arc<Modules>,
 }
 
 impl AdminBackend for Backend {
@@ -584,7 +607,7 @@ impl AdminBackend for Backend {
         bytes: Vec<u8>,
         source: String,
     ) -> BoxFuture<'_, Result<UploadOutcome, UploadError>> {
-        let modules = self.modules.clone();
+        let modules = self.module_store.clone();
         Box::pin(async move {
             tokio::task::spawn_blocking(move || modules.upload(&bytes, &source))
                 .await
@@ -593,13 +616,31 @@ impl AdminBackend for Backend {
     }
 
     fn modules(&self) -> BoxFuture<'_, Result<serde_json::Value, String>> {
-        let modules = self.modules.clone();
+        let modules = self.module_store.clone();
         Box::pin(async move {
             let stored = tokio::task::spawn_blocking(move || modules.store().list())
                 .await
                 .map_err(|e| format!("module listing task failed: {e}"))?
                 .map_err(|e| e.to_string())?;
-            Ok(crate::modules_store::listing(&self.active, &stored))
+            // The slots say what serves now (a live swap changes it): active, scheduled,
+            // shadow with its divergences, canary share, previous, breaker trips.
+            let slots = self.slots.status();
+            let active: Vec<ActiveModule> = slots
+                .iter()
+                .map(|s| ActiveModule {
+                    kind: s.kind.to_string(),
+                    name: s.active.name.clone(),
+                    sha256: s.active.hash.clone(),
+                })
+                .collect();
+            let mut listing = crate::modules_store::listing(&active, &stored);
+            if let Some(map) = listing.as_object_mut() {
+                map.insert(
+                    "slots".into(),
+                    serde_json::to_value(&slots).unwrap_or_default(),
+                );
+            }
+            Ok(listing)
         })
     }
 }

@@ -8,7 +8,13 @@
 //!   big-stack guest thread ([`threads`]), and writes only to an overlay the caller applies on
 //!   success: a trap, an out-of-fuel or a limit breach is a typed [`CallError`] and changes
 //!   nothing.
-//! - One host module per WIT world: [`deposits`], [`checkpoint`], [`gossip_policy`].
+//! - The kinds are data ([`kinds::KINDS`]); one generic [`module::Module`] does loading,
+//!   instantiation, fuel (wasm and host calls), limits, error mapping and warm-up for all of
+//!   them; one small host module per WIT world ([`deposits`], [`checkpoint`],
+//!   [`gossip_policy`]) adds only its bindings and typed calls.
+//! - The [`profile::EngineProfile`] pins everything that decides consensus outcomes.
+//! - Each kind has a [`slot::Slot`] (active, scheduled, shadow, canary, previous) and
+//!   [`modules::Modules`] is the node-facing API over them.
 
 pub mod cache;
 pub mod checkpoint;
@@ -17,37 +23,37 @@ pub mod engine;
 pub mod error;
 pub mod gossip_policy;
 pub mod inspect;
+pub mod kinds;
 pub mod limits;
+pub mod module;
+pub mod modules;
+pub mod profile;
+pub mod slot;
 pub mod threads;
 
 use std::path::PathBuf;
-use std::sync::Arc;
 
-use wasmtime::{Engine, Store};
+use wasmtime::Engine;
 
-pub use error::{CallError, LoadError};
-pub use inspect::{ComponentInfo, Kind, ValidationError, Version};
+pub use error::{CallError, HostFailure, HostFailureKind, LoadError, ModuleFault};
+pub use inspect::{ComponentInfo, ValidationError, Version};
+pub use kinds::{KINDS, Kind, KindSpec, Scope};
 pub use limits::{Limits, Resource};
+pub use module::{Module, WarmupReport, World};
+pub use modules::{Modules, SlotError};
+pub use profile::EngineProfile;
+pub use slot::{Mode, SlotStatus};
 
 /// Tunables of a [`Runtime`].
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct RuntimeConfig {
-    /// Fuel each call starts with. Running out is a deterministic failure.
-    pub fuel_per_call: u64,
+    /// Fuel each call starts with, for every kind; `None` takes each kind's budget from this
+    /// build's [`EngineProfile`]. Running out is a deterministic failure.
+    pub fuel_per_call: Option<u64>,
     /// Memory, table and instance limits of each call's store.
     pub limits: Limits,
     /// Directory for compiled artifacts; `None` compiles on every load.
     pub cache_dir: Option<PathBuf>,
-}
-
-impl Default for RuntimeConfig {
-    fn default() -> Self {
-        Self {
-            fuel_per_call: 2_000_000_000,
-            limits: Limits::default(),
-            cache_dir: None,
-        }
-    }
 }
 
 /// What a module says about itself, read at load time from its `describe` export.
@@ -87,7 +93,7 @@ fn display_name(component: &ComponentInfo, version: Option<u32>) -> String {
     }
 }
 
-/// A loaded, compiled, linked and warmed module of any kind.
+/// A loaded, compiled and linked module of any kind.
 #[derive(Clone)]
 pub enum LoadedModule {
     /// A deposits module.
@@ -107,6 +113,15 @@ impl LoadedModule {
             LoadedModule::GossipPolicy(m) => m.meta(),
         }
     }
+
+    /// Warms the module (see [`Module::warm`]).
+    pub fn warm(&self) -> Result<WarmupReport, CallError> {
+        match self {
+            LoadedModule::Deposits(m) => m.warm(),
+            LoadedModule::Checkpoint(m) => m.warm(),
+            LoadedModule::GossipPolicy(m) => m.warm(),
+        }
+    }
 }
 
 /// Loads modules and runs calls into them.
@@ -114,7 +129,7 @@ pub struct Runtime {
     engine: Engine,
     cache: cache::ArtifactCache,
     config: RuntimeConfig,
-    linkers: Arc<Linkers>,
+    linkers: Linkers,
 }
 
 struct Linkers {
@@ -127,22 +142,24 @@ impl Runtime {
     /// A runtime on the process-wide engine.
     pub fn new(config: RuntimeConfig) -> Result<Self, LoadError> {
         let engine = engine::engine().clone();
-        let link_err = |kind: &str, e: wasmtime::Error| LoadError::Link {
+        let link_err = |kind: Kind, e: wasmtime::Error| LoadError::Link {
             module: format!("{kind} host interfaces"),
             message: format!("{e:?}"),
         };
         let linkers = Linkers {
-            deposits: deposits::linker(&engine).map_err(|e| link_err("deposits", e))?,
-            checkpoint: checkpoint::linker(&engine).map_err(|e| link_err("checkpoint", e))?,
-            gossip_policy: gossip_policy::linker(&engine)
-                .map_err(|e| link_err("gossip-policy", e))?,
+            deposits: <deposits::Deposits as World>::linker(&engine)
+                .map_err(|e| link_err(Kind::Deposits, e))?,
+            checkpoint: <checkpoint::Checkpoint as World>::linker(&engine)
+                .map_err(|e| link_err(Kind::Checkpoint, e))?,
+            gossip_policy: <gossip_policy::GossipPolicy as World>::linker(&engine)
+                .map_err(|e| link_err(Kind::GossipPolicy, e))?,
         };
         let cache = cache::ArtifactCache::new(&engine, config.cache_dir.clone())?;
         Ok(Self {
             engine,
             cache,
             config,
-            linkers: Arc::new(linkers),
+            linkers,
         })
     }
 
@@ -161,57 +178,34 @@ impl Runtime {
         &self.cache
     }
 
-    /// Validates, compiles (or loads from the cache), links and warms a module: after this
-    /// returns, the first real call pays no compilation.
+    /// Validates, compiles (or loads from the cache), links and instantiates a module once (its
+    /// `describe`): after this returns, no call pays compilation. [`LoadedModule::warm`] then
+    /// runs it on realistic inputs.
     pub fn load(&self, bytes: &[u8]) -> Result<LoadedModule, LoadError> {
-        let component_info = inspect::validate(bytes)?;
-        let name = display_name(&component_info, None);
-        let component = self
-            .cache
-            .load(&self.engine, bytes, &component_info.sha256, &name)?;
-        let link = |e: wasmtime::Error| LoadError::Link {
-            module: name.clone(),
-            message: format!("{e:?}"),
-        };
-        let module = match component_info.kind {
-            Kind::Deposits => {
-                let pre = self
-                    .linkers
-                    .deposits
-                    .instantiate_pre(&component)
-                    .map_err(link)?;
-                LoadedModule::Deposits(deposits::DepositsModule::prepare(
-                    self,
-                    pre,
-                    component_info,
-                )?)
-            }
-            Kind::Checkpoint => {
-                let pre = self
-                    .linkers
-                    .checkpoint
-                    .instantiate_pre(&component)
-                    .map_err(link)?;
-                LoadedModule::Checkpoint(checkpoint::CheckpointModule::prepare(
-                    self,
-                    pre,
-                    component_info,
-                )?)
-            }
-            Kind::GossipPolicy => {
-                let pre = self
-                    .linkers
-                    .gossip_policy
-                    .instantiate_pre(&component)
-                    .map_err(link)?;
-                LoadedModule::GossipPolicy(gossip_policy::GossipPolicyModule::prepare(
-                    self,
-                    pre,
-                    component_info,
-                )?)
-            }
-        };
-        Ok(module)
+        let info = inspect::validate(bytes)?;
+        let name = display_name(&info, None);
+        let component = self.cache.load(&self.engine, bytes, &info.sha256, &name)?;
+        let settings = self.call_settings(info.kind);
+        Ok(match info.kind {
+            Kind::Deposits => LoadedModule::Deposits(Module::prepare(
+                settings,
+                &self.linkers.deposits,
+                &component,
+                info,
+            )?),
+            Kind::Checkpoint => LoadedModule::Checkpoint(Module::prepare(
+                settings,
+                &self.linkers.checkpoint,
+                &component,
+                info,
+            )?),
+            Kind::GossipPolicy => LoadedModule::GossipPolicy(Module::prepare(
+                settings,
+                &self.linkers.gossip_policy,
+                &component,
+                info,
+            )?),
+        })
     }
 
     /// Loads a module that must be of `kind`.
@@ -226,63 +220,16 @@ impl Runtime {
         self.load(bytes)
     }
 
-    fn call_settings(&self) -> CallSettings {
-        CallSettings {
+    fn call_settings(&self, kind: Kind) -> module::CallSettings {
+        let profile = EngineProfile::build();
+        module::CallSettings {
             engine: self.engine.clone(),
-            fuel: self.config.fuel_per_call,
+            fuel: self
+                .config
+                .fuel_per_call
+                .unwrap_or_else(|| profile.budget(kind)),
             limits: self.config.limits,
+            host_calls: profile.host_calls,
         }
     }
-}
-
-/// What every call needs from the runtime; cheap to clone into a guest thread.
-#[derive(Clone)]
-pub(crate) struct CallSettings {
-    pub(crate) engine: Engine,
-    pub(crate) fuel: u64,
-    pub(crate) limits: Limits,
-}
-
-/// Store data of every world gives access to the call's limiter.
-pub(crate) trait HasLimiter: Send + 'static {
-    fn limiter(&mut self) -> &mut limits::Limiter;
-}
-
-/// Result of one call: the value or a typed error, the store data (overlays and so on) and the
-/// fuel used.
-pub(crate) struct CallOutcome<T, R> {
-    pub(crate) result: Result<R, CallError>,
-    pub(crate) data: T,
-    pub(crate) fuel_used: u64,
-}
-
-/// Runs `f` in a fresh store holding `data`, on a guest thread.
-pub(crate) fn call<T, R>(
-    settings: CallSettings,
-    module: String,
-    data: T,
-    f: impl FnOnce(&mut Store<T>) -> wasmtime::Result<R> + Send + 'static,
-) -> CallOutcome<T, R>
-where
-    T: HasLimiter,
-    R: Send + 'static,
-{
-    threads::run_on_guest_thread(move || {
-        let mut store = Store::new(&settings.engine, data);
-        store.limiter(|d| d.limiter());
-        let fueled = store.set_fuel(settings.fuel);
-        let result = match fueled {
-            Ok(()) => f(&mut store),
-            Err(e) => Err(e),
-        };
-        let remaining = store.get_fuel().unwrap_or(0);
-        let fuel_used = settings.fuel.saturating_sub(remaining);
-        let breach = store.data_mut().limiter().breach();
-        let result = result.map_err(|e| CallError::classify(&module, &e, breach, settings.fuel));
-        CallOutcome {
-            result,
-            data: store.into_data(),
-            fuel_used,
-        }
-    })
 }

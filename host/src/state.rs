@@ -1,17 +1,19 @@
-//! Chain state: the validator registry, its balances, the pubkey index and the state tree, and
-//! the overlay modules write through.
+//! Chain state: the validator registry, its balances, the pubkey index and the state tree, the
+//! eth1 part (agreed deposit root, deposit index, votes), and the overlay modules write through.
 //!
 //! Modules never mutate the state directly. A call gets a [`RegistryOverlay`] over a read-only
 //! view of the state; the host turns the overlay into a [`RegistryDelta`] and applies it only
 //! when the whole call succeeded and the resulting root matches the block, so a trap or a
 //! rejected block leaves the state untouched.
 
+mod eth1;
 pub mod merkle;
 mod overlay;
 pub mod pubkey_index;
 mod registry;
 mod validator;
 
+pub use eth1::{ETH1_DATA_BYTES, Eth1Data, Eth1Error, Eth1State, Eth1Vote, MAX_VOTES, state_root};
 pub use overlay::{
     OverlayError, RegistryDelta, RegistryOverlay, RegistryRead, RegistryUndo, SharedRegistry,
 };

@@ -6,8 +6,11 @@
 //! [`KvStore::commit`] returns. Keys of the chain live in one keyspace (a single sled tree) so
 //! that one batch covers them all; see [`keys`].
 
+mod ban_list;
 mod memory;
 mod sled_store;
+
+pub use ban_list::BanList;
 
 pub use memory::MemoryStore;
 pub use sled_store::SledStore;
@@ -92,6 +95,10 @@ pub mod keys {
     /// Undo record of a block (what reverting it restores): `u` ‖ hash.
     pub fn undo(hash: &[u8; 32]) -> Vec<u8> {
         [b"u".as_slice(), hash].concat()
+    }
+    /// The eth1 state after a block (agreed eth1 data, deposit index, votes): `e` ‖ hash.
+    pub fn eth1(hash: &[u8; 32]) -> Vec<u8> {
+        [b"e".as_slice(), hash].concat()
     }
     /// Prefix of validator records.
     pub const VALIDATOR_PREFIX: &[u8] = b"v";

@@ -20,13 +20,17 @@
 //!   failures and lowest RTT, moves on to another announcer if it is not acknowledged or not
 //!   answered in time (timeouts double per attempt and grow with the bytes being fetched), and
 //!   is hedged to a new announcer expected to answer much sooner;
-//! - batching of small items queued for the same peer and class into one transmission.
+//! - batching of small items queued for the same peer and class into one transmission;
+//! - bounds on what a peer can make us hold: fetches per announcer and in total, announced
+//!   sizes within the message limit (a larger one is a [`PeerFault`]), the answer timeout of
+//!   a request grows only with the bytes asked of that same peer and never beyond
+//!   [`EngineConfig::max_response_timeout`], and every per-peer queue is indexed.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::ops::Bound;
 
-use crate::error::GossipError;
-use crate::peer::{Inflight, Item, PeerState, frame_for};
+use crate::error::{GossipError, PeerFault};
+use crate::peer::{Inflight, Item, PeerState, Tag, frame_for};
 use crate::policy::{MessageKind, MessageMeta, PeerStats, Policy, Priority, SendMode};
 use crate::seen::SeenCache;
 use crate::wire::{AnnounceItem, Frame, MAX_PAYLOAD, MessageId, Payload};
@@ -63,9 +67,20 @@ pub struct EngineConfig {
     /// Base time to wait for the answer once the request was acknowledged (doubles with every
     /// attempt).
     pub request_timeout: Time,
-    /// Added to `request_timeout` per KiB of all messages being fetched (a slow inbound link
-    /// with many fetches outstanding must not time out and re-request them all).
+    /// Added to `request_timeout` per KiB of the messages being fetched from the same peer (a
+    /// slow link with many fetches outstanding must not time out and re-request them all).
     pub request_timeout_per_kib: Time,
+    /// Longest answer timeout of an acknowledged request, whatever was announced.
+    pub max_response_timeout: Time,
+    /// Fetches (ids announced but not yet received) tracked at most; announces of new ids
+    /// beyond it are ignored (the message can still be pushed or announced again later).
+    pub max_fetches: usize,
+    /// Fetches one peer may be an announcer of; a new id announced beyond it is a
+    /// [`PeerFault::TooManyFetches`] (an honest peer answers what it announced).
+    pub max_fetches_per_peer: usize,
+    /// Largest payload size an announce may claim; above it is a
+    /// [`PeerFault::AnnouncedSizeTooLarge`] (such a message could never be delivered).
+    pub max_announced_size: u32,
     /// Requests made for one id before the fetch is given up.
     pub max_request_attempts: u32,
     /// Timeout of pushes that answer requests.
@@ -106,6 +121,10 @@ impl Default for EngineConfig {
             request_hedge_margin: 20 * MS,
             request_timeout: 150 * MS,
             request_timeout_per_kib: 2 * MS,
+            max_response_timeout: 10_000 * MS,
+            max_fetches: 4_096,
+            max_fetches_per_peer: 1_024,
+            max_announced_size: MAX_PAYLOAD,
             max_request_attempts: 10,
             serve_timeout: 2_000 * MS,
             failure_window: 10_000 * MS,
@@ -186,6 +205,23 @@ pub struct EngineStats {
     pub requests_served: u64,
     /// Fetches given up after `max_request_attempts`.
     pub fetches_abandoned: u64,
+    /// Announces of new ids ignored because [`EngineConfig::max_fetches`] were in progress.
+    pub announces_dropped: u64,
+}
+
+/// How much state the engine holds: what the caps bound.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StateSizes {
+    /// Ids in the seen cache.
+    pub seen: usize,
+    /// Messages in the store.
+    pub stored: usize,
+    /// Fetches in progress.
+    pub fetches: usize,
+    /// Messages awaiting the application's verdict.
+    pub awaiting: usize,
+    /// Items queued to or in flight to peers, over all peers.
+    pub peer_items: usize,
 }
 
 #[derive(Debug)]
@@ -321,6 +357,17 @@ impl<P: Policy> GossipEngine<P> {
         }
     }
 
+    /// How much state the engine holds.
+    pub fn state_sizes(&self) -> StateSizes {
+        StateSizes {
+            seen: self.seen.len(),
+            stored: self.store.len(),
+            fetches: self.fetches.len(),
+            awaiting: self.awaiting.len(),
+            peer_items: self.peers.values().map(PeerState::items_held).sum(),
+        }
+    }
+
     /// True if the message is held in the store.
     pub fn has_message(&self, id: &MessageId) -> bool {
         self.store.contains_key(id)
@@ -370,6 +417,9 @@ impl<P: Policy> GossipEngine<P> {
     }
 
     /// Handles a frame received from `from`.
+    ///
+    /// A [`GossipError::Peer`] means the peer broke the protocol: the rest of the frame was
+    /// ignored; penalise the peer (the driver disconnects it).
     pub fn handle_frame(
         &mut self,
         from: PeerId,
@@ -380,11 +430,11 @@ impl<P: Policy> GossipEngine<P> {
             return Err(GossipError::UnknownPeer(from));
         }
         self.expire(now);
-        self.on_frame(from, frame, now);
+        self.on_frame(from, frame, now)?;
         Ok(())
     }
 
-    fn on_frame(&mut self, from: PeerId, frame: Frame, now: Time) {
+    fn on_frame(&mut self, from: PeerId, frame: Frame, now: Time) -> Result<(), PeerFault> {
         match frame {
             Frame::Push {
                 id,
@@ -394,7 +444,7 @@ impl<P: Policy> GossipEngine<P> {
             } => self.on_push(from, id, kind, hops, payload, now),
             Frame::Announce { items } => {
                 for item in items {
-                    self.on_announce(from, item, now);
+                    self.on_announce(from, item, now)?;
                 }
             }
             Frame::Request { ids } => {
@@ -404,10 +454,11 @@ impl<P: Policy> GossipEngine<P> {
             }
             Frame::Batch { frames } => {
                 for inner in frames {
-                    self.on_frame(from, inner, now);
+                    self.on_frame(from, inner, now)?;
                 }
             }
         }
+        Ok(())
     }
 
     fn on_push(
@@ -469,17 +520,37 @@ impl<P: Policy> GossipEngine<P> {
         true
     }
 
-    fn on_announce(&mut self, from: PeerId, item: AnnounceItem, now: Time) {
+    fn on_announce(
+        &mut self,
+        from: PeerId,
+        item: AnnounceItem,
+        now: Time,
+    ) -> Result<(), PeerFault> {
         let id = item.id;
+        if item.size > self.cfg.max_announced_size {
+            return Err(PeerFault::AnnouncedSizeTooLarge {
+                id,
+                size: item.size,
+                limit: self.cfg.max_announced_size,
+            });
+        }
         if self.seen.contains(&id, now) || self.store.contains_key(&id) {
             self.note_has(id, from);
-            return;
+            return Ok(());
         }
+        let per_peer = self.cfg.max_fetches_per_peer;
+        let Some(announcer) = self.peers.get_mut(&from) else {
+            return Ok(());
+        };
+        let at_peer_cap = announcer.fetches >= per_peer;
         if let Some(fetch) = self.fetches.get_mut(&id) {
-            if fetch.announcers.contains(&from) {
-                return;
+            // Joining a fetch costs one slot too, but an honest peer can announce what many
+            // others announce: over its cap it is just not asked.
+            if at_peer_cap || fetch.announcers.contains(&from) {
+                return Ok(());
             }
             fetch.announcers.push(from);
+            announcer.fetches += 1;
             // Hedge: if the unacknowledged request is expected to be acknowledged clearly later
             // (by `request_hedge_margin`) than a request to the new announcer would be, ask the
             // new announcer too.
@@ -497,8 +568,16 @@ impl<P: Policy> GossipEngine<P> {
                 fetch.tried.retain(|&p| p != from);
                 self.next_fetch_attempt(id, now);
             }
-            return;
+            return Ok(());
         }
+        if at_peer_cap {
+            return Err(PeerFault::TooManyFetches { limit: per_peer });
+        }
+        if self.fetches.len() >= self.cfg.max_fetches {
+            self.stats.announces_dropped += 1;
+            return Ok(());
+        }
+        announcer.fetches += 1;
         self.fetches.insert(
             id,
             Fetch {
@@ -514,6 +593,7 @@ impl<P: Policy> GossipEngine<P> {
             },
         );
         self.next_fetch_attempt(id, now);
+        Ok(())
     }
 
     fn on_request(&mut self, from: PeerId, id: MessageId) {
@@ -550,7 +630,7 @@ impl<P: Policy> GossipEngine<P> {
             return;
         };
         if fetch.announcers.is_empty() || fetch.attempts >= self.cfg.max_request_attempts {
-            self.fetches.remove(&id);
+            self.drop_fetch(&id);
             self.stats.fetches_abandoned += 1;
             return;
         }
@@ -574,11 +654,12 @@ impl<P: Policy> GossipEngine<P> {
             })
             .map(|(_, p)| *p);
         let Some(peer) = best else {
-            self.fetches.remove(&id);
+            self.drop_fetch(&id);
             self.stats.fetches_abandoned += 1;
             return;
         };
         let previous = fetch.current.replace(peer);
+        let size = u64::from(fetch.size);
         fetch.tried.push(peer);
         let round = fetch.attempts.min(6);
         fetch.attempts += 1;
@@ -601,37 +682,56 @@ impl<P: Policy> GossipEngine<P> {
         // Until the announcer acknowledges the request (which may first wait in our queue to
         // it), only the acknowledgement timeout applies.
         fetch.deadline = now.saturating_add(ack_timeout);
-        // A request still queued to the previous announcer is no longer wanted.
-        if let Some(prev) = previous.filter(|&p| p != peer)
-            && let Some(state) = self.peers.get_mut(&prev)
-        {
-            state.remove_queued(|item| matches!(item, Item::Request { id: i } if *i == id));
+        // A request still queued to the previous announcer is no longer wanted; the bytes
+        // asked move with the request.
+        if let Some(state) = previous.and_then(|p| self.peers.get_mut(&p)) {
+            state.fetch_bytes = state.fetch_bytes.saturating_sub(size);
+            if previous != Some(peer) {
+                state.remove_queued(&id, &[Tag::Request]);
+            }
         }
-        if let Some(state) = self.peers.get_mut(&peer)
-            && state.enqueue(priority, Item::Request { id }, ack_timeout)
-        {
-            self.stats.requests_sent += 1;
+        if let Some(state) = self.peers.get_mut(&peer) {
+            state.fetch_bytes = state.fetch_bytes.saturating_add(size);
+            if state.enqueue(priority, Item::Request { id }, ack_timeout) {
+                self.stats.requests_sent += 1;
+            }
         }
     }
 
-    /// Time to wait for an acknowledged request's answer: proportional to everything being
-    /// fetched, doubled per attempt round.
-    fn response_timeout(&self, round: u32) -> Time {
-        let bytes: u64 = self.fetches.values().map(|f| u64::from(f.size)).sum();
+    /// Time to wait for an acknowledged request's answer from `peer`: grows with the bytes
+    /// being fetched from that peer (so no other peer's announces can stretch it), doubled per
+    /// attempt round, at most [`EngineConfig::max_response_timeout`].
+    fn response_timeout(&self, peer: PeerId, round: u32) -> Time {
+        let bytes = self.peers.get(&peer).map_or(0, |s| s.fetch_bytes);
         let kib = bytes.div_ceil(1024);
         self.cfg
             .request_timeout
             .saturating_add(kib.saturating_mul(self.cfg.request_timeout_per_kib))
             .saturating_mul(1 << round.min(6))
+            .min(self.cfg.max_response_timeout)
+    }
+
+    /// Removes a fetch and releases what it counted against its announcers.
+    fn drop_fetch(&mut self, id: &MessageId) -> Option<Fetch> {
+        let fetch = self.fetches.remove(id)?;
+        for peer in &fetch.announcers {
+            if let Some(state) = self.peers.get_mut(peer) {
+                state.fetches = state.fetches.saturating_sub(1);
+            }
+        }
+        if let Some(state) = fetch.current.and_then(|p| self.peers.get_mut(&p)) {
+            state.fetch_bytes = state.fetch_bytes.saturating_sub(u64::from(fetch.size));
+        }
+        Some(fetch)
     }
 
     /// Ends a fetch because the message arrived; returns the peers that announced it.
     fn finish_fetch(&mut self, id: &MessageId) -> Vec<PeerId> {
-        let Some(fetch) = self.fetches.remove(id) else {
+        let Some(fetch) = self.drop_fetch(id) else {
             return Vec::new();
         };
         for peer in self.peers.values_mut() {
-            peer.remove_queued(|item| matches!(item, Item::Request { id: i } if i == id));
+            peer.remove_queued(id, &[Tag::Request]);
         }
         fetch.announcers
     }
@@ -642,9 +742,7 @@ impl<P: Policy> GossipEngine<P> {
             msg.have.insert(peer);
         }
         if let Some(state) = self.peers.get_mut(&peer) {
-            let dropped = state.remove_queued(|item| {
-                matches!(item, Item::Push { id: i, .. } | Item::Announce { id: i, .. } if *i == id)
-            });
+            let dropped = state.remove_queued(&id, &[Tag::Push, Tag::Announce]);
             self.stats.redundant_dropped += dropped as u64;
         }
     }
@@ -752,6 +850,9 @@ impl<P: Policy> GossipEngine<P> {
                 break;
             };
             self.store.remove(&old);
+            // An evicted message can no longer be relayed: its verdict is not awaited either
+            // (or a peer's pushes would grow this map without bound).
+            self.awaiting.remove(&old);
         }
     }
 
@@ -776,10 +877,9 @@ impl<P: Policy> GossipEngine<P> {
         let Some(state) = self.peers.get_mut(&peer) else {
             return false;
         };
-        let Some(pos) = state.inflight.iter().position(|f| f.send_id == send_id) else {
+        let Some(done) = state.finish(send_id) else {
             return false;
         };
-        let done = state.inflight.swap_remove(pos);
         if done.rtt_sample {
             let sample = now.saturating_sub(done.started);
             state.rtt_sample(u32::try_from(sample).unwrap_or(u32::MAX));
@@ -814,7 +914,7 @@ impl<P: Policy> GossipEngine<P> {
             return;
         }
         let round = fetch.attempts.saturating_sub(1);
-        let deadline = now.saturating_add(self.response_timeout(round));
+        let deadline = now.saturating_add(self.response_timeout(peer, round));
         if let Some(fetch) = self.fetches.get_mut(&id) {
             fetch.acked = true;
             fetch.deadline = deadline;
@@ -826,10 +926,9 @@ impl<P: Policy> GossipEngine<P> {
         let Some(state) = self.peers.get_mut(&peer) else {
             return false;
         };
-        let Some(pos) = state.inflight.iter().position(|f| f.send_id == send_id) else {
+        let Some(failed) = state.finish(send_id) else {
             return false;
         };
-        let failed = state.inflight.swap_remove(pos);
         self.stats.send_failures += 1;
         self.on_send_failed(peer, failed, now);
         true
@@ -885,15 +984,11 @@ impl<P: Policy> GossipEngine<P> {
             kind: msg.kind,
             size: u32::try_from(msg.payload.len()).unwrap_or(u32::MAX),
         };
-        let is_target =
-            |item: &Item| matches!(item, Item::Push { id: i, planned: true, .. } if *i == id);
+        let replacement = self.cfg.announce_cancelled_pushes.then_some(announce);
         for state in self.peers.values_mut() {
-            let n = if self.cfg.announce_cancelled_pushes {
-                state.replace_queued(|item| is_target(item).then(|| announce.clone()))
-            } else {
-                state.remove_queued(is_target)
-            };
-            self.stats.quorum_cancelled += n as u64;
+            if state.cancel_planned_push(&id, replacement.clone()) {
+                self.stats.quorum_cancelled += 1;
+            }
         }
     }
 
@@ -902,14 +997,7 @@ impl<P: Policy> GossipEngine<P> {
         self.expire(now);
         let mut expired = Vec::new();
         for (&peer, state) in &mut self.peers {
-            let mut i = 0;
-            while i < state.inflight.len() {
-                if state.inflight[i].deadline <= now {
-                    expired.push((peer, state.inflight.remove(i)));
-                } else {
-                    i += 1;
-                }
-            }
+            expired.extend(state.take_expired(now).into_iter().map(|f| (peer, f)));
         }
         for (peer, failed) in expired {
             self.stats.send_timeouts += 1;
@@ -935,10 +1023,7 @@ impl<P: Policy> GossipEngine<P> {
 
     /// The earliest time [`GossipEngine::handle_timeout`] has work to do, if any.
     pub fn poll_timeout(&self) -> Option<Time> {
-        let sends = self
-            .peers
-            .values()
-            .flat_map(|s| s.inflight.iter().map(|f| f.deadline));
+        let sends = self.peers.values().flat_map(PeerState::inflight_deadlines);
         let fetches = self.fetches.values().map(|f| f.deadline);
         sends.chain(fetches).min()
     }
@@ -947,7 +1032,7 @@ impl<P: Policy> GossipEngine<P> {
     /// served round-robin so none is starved.
     pub fn poll_transmit(&mut self, now: Time) -> Option<Transmit> {
         let max = self.cfg.max_inflight_per_peer.max(1);
-        let ready = |state: &PeerState| state.inflight.len() < max && state.queued() > 0;
+        let ready = |state: &PeerState| state.inflight_len() < max && state.queued() > 0;
         let peer = match self.rr_cursor {
             Some(c) => self
                 .peers
@@ -970,7 +1055,7 @@ impl<P: Policy> GossipEngine<P> {
             self.stats.batched_transmits += 1;
         }
         let bytes: usize = items.iter().map(Item::wire_len).sum();
-        state.inflight.push(Inflight {
+        state.start(Inflight {
             send_id,
             started: now,
             deadline: now.saturating_add(timeout),

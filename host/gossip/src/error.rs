@@ -1,6 +1,7 @@
 //! Error types of the crate.
 
 use crate::PeerId;
+use crate::wire::MessageId;
 
 /// Why a byte string is not a valid wire frame (or a frame cannot be encoded).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -56,7 +57,34 @@ pub enum GossipError {
     /// The payload is larger than the wire format allows.
     #[error("payload of {0} bytes is too large")]
     PayloadTooLarge(usize),
-    /// A received datagram did not decode.
+    /// A received datagram did not decode (the sending peer's fault).
     #[error("malformed frame: {0}")]
     Wire(#[from] WireError),
+    /// The sending peer broke the protocol with a well-formed frame; penalise it.
+    #[error("peer broke the protocol: {0}")]
+    Peer(#[from] PeerFault),
+}
+
+/// What a peer did wrong in a well-formed frame. Always the peer's fault, never transient.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PeerFault {
+    /// An announce claimed a size no message may have.
+    #[error("announced message {id} with size {size} bytes, above the limit of {limit}")]
+    AnnouncedSizeTooLarge {
+        /// The announced id.
+        id: MessageId,
+        /// The claimed size.
+        size: u32,
+        /// The largest size a message may have.
+        limit: u32,
+    },
+    /// The peer announced a new id while already being an announcer of `limit` messages we
+    /// are still fetching: it announces faster than it answers.
+    #[error(
+        "announced a new message while {limit} of its announced messages are still being fetched"
+    )]
+    TooManyFetches {
+        /// [`crate::EngineConfig::max_fetches_per_peer`].
+        limit: usize,
+    },
 }

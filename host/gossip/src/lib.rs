@@ -28,8 +28,8 @@ pub type Time = u64;
 
 pub use gossip_policy_common::PeerId;
 
-pub use engine::{EngineConfig, EngineStats, Event, GossipEngine, SendId, Transmit};
-pub use error::{GossipError, WireError};
+pub use engine::{EngineConfig, EngineStats, Event, GossipEngine, SendId, StateSizes, Transmit};
+pub use error::{GossipError, PeerFault, WireError};
 pub use policy::{
     Flood, MessageKind, MessageMeta, PeerStats, Policy, Priority, SendMode, SendPlan, Target,
 };

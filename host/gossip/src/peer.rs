@@ -1,7 +1,8 @@
-//! Per-peer state of the engine: send queues by priority class, sends in flight, RTT and
-//! failure statistics.
+//! Per-peer state of the engine: send queues by priority class (indexed, so dedup and removal
+//! never scan a queue that does not hold the message), sends in flight, RTT and failure
+//! statistics, and what the peer costs us in fetches.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, HashSet, VecDeque};
 
 use crate::Time;
 use crate::policy::{MessageKind, Priority};
@@ -55,14 +56,23 @@ impl Item {
         }
     }
 
-    fn same_as(&self, other: &Item) -> bool {
-        matches!(
-            (self, other),
-            (Item::Push { .. }, Item::Push { .. })
-                | (Item::Announce { .. }, Item::Announce { .. })
-                | (Item::Request { .. }, Item::Request { .. })
-        ) && self.id() == other.id()
+    /// What the queue index knows the item by: at most one item per key is queued.
+    pub(crate) fn key(&self) -> (Tag, MessageId) {
+        let tag = match self {
+            Item::Push { .. } => Tag::Push,
+            Item::Announce { .. } => Tag::Announce,
+            Item::Request { .. } => Tag::Request,
+        };
+        (tag, self.id())
     }
+}
+
+/// The kind of a queued [`Item`], without its contents.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Tag {
+    Push,
+    Announce,
+    Request,
 }
 
 /// An item waiting in a queue, with the timeout its send will get.
@@ -87,10 +97,19 @@ pub(crate) struct Inflight {
 #[derive(Debug, Default)]
 pub(crate) struct PeerState {
     /// One FIFO per priority class, indexed by [`Priority::index`].
-    pub(crate) queues: [VecDeque<Queued>; 3],
-    pub(crate) inflight: Vec<Inflight>,
+    queues: [VecDeque<Queued>; 3],
+    /// Keys of every queued item: dedup and "is it queued?" in O(1), so a frame of many items
+    /// costs linear, not quadratic, time.
+    queued_keys: HashSet<(Tag, MessageId)>,
+    inflight: Vec<Inflight>,
+    /// Pushes in flight per message id.
+    inflight_pushes: HashMap<MessageId, u32>,
     pub(crate) srtt_us: Option<u32>,
     failures: VecDeque<Time>,
+    /// Fetches this peer is an announcer of.
+    pub(crate) fetches: usize,
+    /// Announced bytes of the fetches currently asked of this peer.
+    pub(crate) fetch_bytes: u64,
 }
 
 impl PeerState {
@@ -104,9 +123,24 @@ impl PeerState {
         self.queued() + self.inflight.len()
     }
 
+    /// Items queued plus items of transmissions in flight (what the peer's queues hold).
+    pub(crate) fn items_held(&self) -> usize {
+        self.queued() + self.inflight.iter().map(|f| f.items.len()).sum::<usize>()
+    }
+
+    /// Transmissions in flight.
+    pub(crate) fn inflight_len(&self) -> usize {
+        self.inflight.len()
+    }
+
+    /// Deadlines of the transmissions in flight.
+    pub(crate) fn inflight_deadlines(&self) -> impl Iterator<Item = Time> + '_ {
+        self.inflight.iter().map(|f| f.deadline)
+    }
+
     /// Queues `item` unless the same kind of item for the same message is already queued.
     pub(crate) fn enqueue(&mut self, priority: Priority, item: Item, timeout: Time) -> bool {
-        if self.queues.iter().flatten().any(|q| q.item.same_as(&item)) {
+        if !self.queued_keys.insert(item.key()) {
             return false;
         }
         self.queues[priority.index()].push_back(Queued { item, timeout });
@@ -115,36 +149,105 @@ impl PeerState {
 
     /// True if a push of `id` is queued or in flight.
     pub(crate) fn has_push(&self, id: &MessageId) -> bool {
-        let is_push = |item: &Item| matches!(item, Item::Push { id: i, .. } if i == id);
-        self.queues.iter().flatten().any(|q| is_push(&q.item))
-            || self.inflight.iter().flat_map(|f| &f.items).any(is_push)
+        self.queued_keys.contains(&(Tag::Push, *id)) || self.inflight_pushes.contains_key(id)
     }
 
-    /// Removes queued items matching `pred`; returns how many.
-    pub(crate) fn remove_queued(&mut self, mut pred: impl FnMut(&Item) -> bool) -> usize {
+    /// Removes the queued items about `id` whose tag is in `tags`; returns how many. Queues
+    /// that hold none of them are not scanned.
+    pub(crate) fn remove_queued(&mut self, id: &MessageId, tags: &[Tag]) -> usize {
         let mut removed = 0;
-        for queue in &mut self.queues {
-            queue.retain(|q| {
-                let hit = pred(&q.item);
-                removed += usize::from(hit);
-                !hit
-            });
+        for tag in tags {
+            if !self.queued_keys.remove(&(*tag, *id)) {
+                continue;
+            }
+            for queue in &mut self.queues {
+                if let Some(pos) = queue.iter().position(|q| q.item.key() == (*tag, *id)) {
+                    queue.remove(pos);
+                    removed += 1;
+                    break;
+                }
+            }
         }
         removed
     }
 
-    /// Replaces queued items: `f` returns `Some(new)` to swap an item in place.
-    pub(crate) fn replace_queued(&mut self, mut f: impl FnMut(&Item) -> Option<Item>) -> usize {
-        let mut replaced = 0;
+    /// Cancels the queued *planned* push of `id`, if any: it becomes `replacement` in place
+    /// (unless an item with the replacement's key is already queued) or is removed. Returns
+    /// whether a push was cancelled.
+    pub(crate) fn cancel_planned_push(
+        &mut self,
+        id: &MessageId,
+        replacement: Option<Item>,
+    ) -> bool {
+        let key = (Tag::Push, *id);
+        if !self.queued_keys.contains(&key) {
+            return false;
+        }
+        let replacement = replacement.filter(|r| !self.queued_keys.contains(&r.key()));
         for queue in &mut self.queues {
-            for q in queue.iter_mut() {
-                if let Some(new) = f(&q.item) {
-                    q.item = new;
-                    replaced += 1;
+            let Some(pos) = queue.iter().position(
+                |q| matches!(q.item, Item::Push { id: i, planned: true, .. } if i == *id),
+            ) else {
+                continue;
+            };
+            self.queued_keys.remove(&key);
+            match replacement {
+                Some(new) => {
+                    self.queued_keys.insert(new.key());
+                    if let Some(q) = queue.get_mut(pos) {
+                        q.item = new;
+                    }
+                }
+                None => {
+                    queue.remove(pos);
+                }
+            }
+            return true;
+        }
+        false
+    }
+
+    /// Hands a transmission to the driver.
+    pub(crate) fn start(&mut self, inflight: Inflight) {
+        for item in &inflight.items {
+            if let Item::Push { id, .. } = item {
+                *self.inflight_pushes.entry(*id).or_default() += 1;
+            }
+        }
+        self.inflight.push(inflight);
+    }
+
+    /// Takes the transmission `send_id` back (completed or failed).
+    pub(crate) fn finish(&mut self, send_id: u64) -> Option<Inflight> {
+        let pos = self.inflight.iter().position(|f| f.send_id == send_id)?;
+        let done = self.inflight.swap_remove(pos);
+        self.forget_inflight(&done);
+        Some(done)
+    }
+
+    /// Takes back every transmission whose deadline is at or before `now`.
+    pub(crate) fn take_expired(&mut self, now: Time) -> Vec<Inflight> {
+        let (expired, live): (Vec<Inflight>, Vec<Inflight>) = std::mem::take(&mut self.inflight)
+            .into_iter()
+            .partition(|f| f.deadline <= now);
+        self.inflight = live;
+        for done in &expired {
+            self.forget_inflight(done);
+        }
+        expired
+    }
+
+    fn forget_inflight(&mut self, done: &Inflight) {
+        for item in &done.items {
+            if let Item::Push { id, .. } = item
+                && let Some(n) = self.inflight_pushes.get_mut(id)
+            {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    self.inflight_pushes.remove(id);
                 }
             }
         }
-        replaced
     }
 
     /// Takes the next transmission's items: the head of the highest non-empty class, plus,
@@ -160,6 +263,7 @@ impl PeerState {
             .find(|p| !self.queues[p.index()].is_empty())?;
         let queue = &mut self.queues[priority.index()];
         let first = queue.pop_front()?;
+        self.queued_keys.remove(&first.item.key());
         let mut timeout = first.timeout;
         let mut bytes = first.item.wire_len();
         let batch = first.item.batchable(threshold);
@@ -172,6 +276,7 @@ impl PeerState {
                 bytes += next.item.wire_len();
                 timeout = timeout.max(next.timeout);
                 if let Some(next) = queue.pop_front() {
+                    self.queued_keys.remove(&next.item.key());
                     items.push(next.item);
                 }
             }

@@ -1,7 +1,7 @@
 //! Error enums. Each message names the peer, request or setting at fault and, where the
 //! caller has a choice, what to do.
 
-use std::net::AddrParseError;
+use std::net::{AddrParseError, IpAddr};
 
 use crate::peer_addr::ShortId;
 use crate::sync::RequestId;
@@ -79,6 +79,31 @@ pub enum PeerError {
         /// The refused peer.
         node: NodeId,
         /// The configured maximum.
+        max: usize,
+    },
+    /// Too many inbound connections or handshakes from this IP; refuse the connection.
+    #[error("{max} inbound connections or handshakes from {ip} already; refuse the connection")]
+    TooManyFromIp {
+        /// The remote IP.
+        ip: IpAddr,
+        /// [`PeerConfig::max_inbound_per_ip`](crate::PeerConfig::max_inbound_per_ip).
+        max: usize,
+    },
+    /// Too many inbound connections or handshakes from this IP's subnet (/24 or /64); refuse.
+    #[error(
+        "{max} inbound connections or handshakes from the subnet of {ip} already; refuse the \
+         connection"
+    )]
+    TooManyFromSubnet {
+        /// The remote IP.
+        ip: IpAddr,
+        /// [`PeerConfig::max_inbound_per_subnet`](crate::PeerConfig::max_inbound_per_subnet).
+        max: usize,
+    },
+    /// Too many transport handshakes in progress; refuse the connection.
+    #[error("{max} incoming handshakes in progress already; refuse the connection")]
+    TooManyPending {
+        /// [`PeerConfig::max_pending_incoming`](crate::PeerConfig::max_pending_incoming).
         max: usize,
     },
     /// We already have a connection with this peer; close the new one.

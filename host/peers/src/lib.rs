@@ -74,6 +74,7 @@ pub type BlockHash = [u8; 32];
 pub use backoff::Backoff;
 pub use error::{ConfigError, PeerAddrParseError, PeerError, SyncError};
 pub use peer_addr::{PeerAddr, ShortId};
+pub use peers::origin::Subnet;
 pub use peers::{
     Action, AddrSource, Direction, DisconnectReason, KnownAddr, MergeReport, PeerConfig,
     PeerCounts, PeerManager, PeerState,

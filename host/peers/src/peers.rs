@@ -20,13 +20,29 @@
 //!   supersedes our own pending dial only if the remote id is lower — or if it comes from
 //!   another address than the one we dial (our dial then targets a stale address) — and our
 //!   dial's late `handle_outbound_connected` returns [`PeerError::UnexpectedState`].
+//! - A new inbound connection from a peer that is already connected supersedes the old
+//!   connection (the peer restarted and lost it), unless it is the other half of a
+//!   simultaneous dial (our outbound connection is younger than the handshake timeout and the
+//!   lower-id rule keeps ours). On `Ok` from [`PeerManager::handle_inbound`] for a connected
+//!   peer the driver closes the old connection and ignores its later close.
+//! - Before accepting a transport connection, ask [`PeerManager::handle_incoming`]; once its
+//!   (TLS) handshake has ended either way, report [`PeerManager::handle_incoming_done`] —
+//!   before `handle_inbound`.
+//! - Persist what [`PeerManager::poll_ban`] returns and hand it back with
+//!   [`PeerManager::restore_ban`] after a restart: keys are free, but a ban should not be.
+//!
+//! Keys are free, so the manager never trusts a key for more than it proves: inbound
+//! connections and handshakes in progress are limited per IP and per subnet ([`origin`];
+//! loopback, bootstrap and trusted addresses exempt, so a devnet on one machine works), and an
+//! address learned only from an inbound connection is never dialed unless confirmed.
 
 mod book;
 mod config;
+pub mod origin;
 mod state;
 
-use std::collections::{BTreeMap, VecDeque};
-use std::net::SocketAddr;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::net::{IpAddr, SocketAddr};
 
 use rand::SeedableRng;
 use rand::rngs::StdRng;
@@ -35,6 +51,7 @@ use rand::seq::{IndexedRandom, SliceRandom};
 pub use self::book::{AddrSource, KnownAddr};
 use self::book::{Peer, exchanged, is_dialable};
 pub use self::config::PeerConfig;
+use self::origin::{PendingIncoming, Subnet};
 pub use self::state::{Direction, PeerCounts, PeerState};
 use crate::error::{ConfigError, PeerError};
 use crate::peer_addr::PeerAddr;
@@ -101,6 +118,12 @@ pub struct PeerManager {
     book: BTreeMap<NodeId, Peer>,
     /// Ban end per peer; may hold expired entries until the next `poll_action`.
     bans: BTreeMap<NodeId, Time>,
+    /// Bans imposed since the driver last asked ([`PeerManager::poll_ban`]).
+    new_bans: VecDeque<(NodeId, Time)>,
+    /// Transport handshakes in progress per remote IP.
+    pending: PendingIncoming,
+    /// IPs of bootstrap entries: exempt from the per-IP and per-subnet limits.
+    bootstrap_ips: BTreeSet<IpAddr>,
     actions: VecDeque<Action>,
     next_exchange_at: Time,
     rng: StdRng,
@@ -122,6 +145,9 @@ impl PeerManager {
             config,
             book: BTreeMap::new(),
             bans: BTreeMap::new(),
+            new_bans: VecDeque::new(),
+            pending: PendingIncoming::default(),
+            bootstrap_ips: BTreeSet::new(),
             actions: VecDeque::new(),
             rng: StdRng::seed_from_u64(seed),
         };
@@ -136,6 +162,7 @@ impl PeerManager {
         if peer.node == self.config.local_id {
             return;
         }
+        self.bootstrap_ips.insert(peer.addr.ip().to_canonical());
         let entry = self.book.entry(peer.node).or_insert_with(|| Peer::new(now));
         match entry.addrs.iter_mut().find(|a| a.addr == peer.addr) {
             Some(known) => known.source = AddrSource::Bootstrap,
@@ -153,6 +180,26 @@ impl PeerManager {
     }
 
     // ----- inputs -------------------------------------------------------------------------
+
+    /// A transport connection from `addr` wants to start its (QUIC/TLS) handshake. On `Ok`
+    /// accept it and report [`handle_incoming_done`](Self::handle_incoming_done) when the
+    /// handshake ends, whatever the outcome; on `Err` refuse it. Handshakes in progress count
+    /// against the per-IP and per-subnet limits like connections do, and are capped in total.
+    pub fn handle_incoming(&mut self, addr: SocketAddr) -> Result<(), PeerError> {
+        let max = self.config.max_pending_incoming;
+        if self.pending.total() >= max {
+            return Err(PeerError::TooManyPending { max });
+        }
+        self.check_origin(addr.ip())?;
+        self.pending.add(addr.ip());
+        Ok(())
+    }
+
+    /// The transport handshake of a connection from `addr` admitted by
+    /// [`handle_incoming`](Self::handle_incoming) ended (established or failed).
+    pub fn handle_incoming_done(&mut self, addr: SocketAddr) {
+        self.pending.remove(addr.ip());
+    }
 
     /// Our dial to `node` reached the transport level; the application handshake starts.
     ///
@@ -189,6 +236,7 @@ impl PeerManager {
         if let Some(until) = self.ban_end(&node, now) {
             return Err(PeerError::Banned { node, until });
         }
+        let mut replaces_inbound = false;
         let failures = match self.book.get(&node).map(|p| p.state) {
             None => 0,
             Some(PeerState::Disconnected { failures, .. }) => failures,
@@ -201,14 +249,37 @@ impl PeerManager {
                 addr: dialing,
                 ..
             }) if node < self.config.local_id || dialing != addr => failures,
+            // A new, authenticated connection from a connected peer supersedes the old one:
+            // the peer lost it (it restarted) and its old connection would otherwise lock it
+            // out until it times out. Only the other half of a simultaneous dial — our
+            // outbound connection, just established — keeps the lower-id rule.
+            Some(PeerState::Connected {
+                direction: Direction::Inbound,
+                failures,
+                ..
+            }) => {
+                replaces_inbound = true;
+                failures
+            }
+            Some(PeerState::Connected {
+                direction: Direction::Outbound,
+                since,
+                failures,
+                ..
+            }) if node < self.config.local_id
+                || now >= since.saturating_add(self.config.handshake_timeout) =>
+            {
+                failures
+            }
             Some(_) => return Err(PeerError::DuplicateConnection { node }),
         };
-        if self.counts().inbound() >= self.config.max_inbound {
+        if !replaces_inbound && self.counts().inbound() >= self.config.max_inbound {
             return Err(PeerError::InboundFull {
                 node,
                 max: self.config.max_inbound,
             });
         }
+        self.check_origin(addr.ip())?;
         let max_addrs = self.config.max_addrs_per_node;
         let deadline = now.saturating_add(self.config.handshake_timeout);
         let peer = self.book.entry(node).or_insert_with(|| Peer::new(now));
@@ -293,6 +364,10 @@ impl PeerManager {
             }
         }
         self.bans.insert(node, until);
+        if self.new_bans.len() >= self.config.max_bans {
+            self.new_bans.pop_front();
+        }
+        self.new_bans.push_back((node, until));
 
         if let Some(peer) = self.book.get_mut(&node) {
             peer.exchange_pending = false;
@@ -325,7 +400,7 @@ impl PeerManager {
                 .retain(|a| a.confirmed || a.source != from_violator);
         }
         self.book.retain(|_, p| {
-            !p.addrs.is_empty() || !matches!(p.state, PeerState::Disconnected { .. })
+            p.has_dial_candidate() || !matches!(p.state, PeerState::Disconnected { .. })
         });
     }
 
@@ -389,6 +464,18 @@ impl PeerManager {
             let book_full = self.book.len() >= self.config.max_known;
             let added = match self.book.get_mut(&entry.node) {
                 _ if !acceptable => None,
+                // Another peer vouches for an address that only an inbound connection gave
+                // us: now it may be dialed.
+                Some(peer)
+                    if peer.addrs.iter().any(|a| {
+                        a.addr == entry.addr && a.source == AddrSource::Inbound && !a.confirmed
+                    }) =>
+                {
+                    for known in peer.addrs.iter_mut().filter(|a| a.addr == entry.addr) {
+                        known.source = AddrSource::Exchange { from };
+                    }
+                    Some(&mut report.added_addrs)
+                }
                 Some(peer) => (!peer.has_addr(entry.addr)
                     && peer.addrs.len() < self.config.max_addrs_per_node)
                     .then(|| {
@@ -450,7 +537,7 @@ impl PeerManager {
                 }
                 PeerState::Disconnected {
                     next_attempt_at, ..
-                } if slots_free && !peer.addrs.is_empty() => {
+                } if slots_free && peer.has_dial_candidate() => {
                     let ban = self.bans.get(node).copied().unwrap_or(0);
                     consider(next_attempt_at.max(ban));
                 }
@@ -520,7 +607,79 @@ impl PeerManager {
         self.bans.get(node).copied().filter(|until| *until > now)
     }
 
+    /// The next ban imposed since the last call, `(node, until)`: persist it, so that a
+    /// restart does not lift it.
+    pub fn poll_ban(&mut self) -> Option<(NodeId, Time)> {
+        self.new_bans.pop_front()
+    }
+
+    /// Re-imposes a ban that was in force before a restart (`until` on this manager's clock).
+    /// Keeps at most [`PeerConfig::max_bans`], dropping the one closest to expiry; not
+    /// reported again by [`poll_ban`](Self::poll_ban).
+    pub fn restore_ban(&mut self, node: NodeId, until: Time) {
+        if node == self.config.local_id {
+            return;
+        }
+        if self.bans.len() >= self.config.max_bans && !self.bans.contains_key(&node) {
+            let soonest = self.bans.iter().min_by_key(|(_, end)| **end);
+            match soonest {
+                Some((id, end)) if *end < until => {
+                    let id = *id;
+                    self.bans.remove(&id);
+                }
+                _ => return,
+            }
+        }
+        let end = self.bans.entry(node).or_insert(until);
+        *end = (*end).max(until);
+    }
+
     // ----- internals ----------------------------------------------------------------------
+
+    /// Refuses a new inbound connection or handshake from `ip` if that IP or its subnet already
+    /// has its share (handshakes in progress included), unless `ip` is exempt.
+    fn check_origin(&self, ip: IpAddr) -> Result<(), PeerError> {
+        let ip = ip.to_canonical();
+        if ip.is_loopback()
+            || self.config.trusted_ips.contains(&ip)
+            || self.bootstrap_ips.contains(&ip)
+        {
+            return Ok(());
+        }
+        let subnet = Subnet::of(ip);
+        let (mut from_ip, mut from_subnet) =
+            (self.pending.count_ip(ip), self.pending.count_subnet(subnet));
+        for peer in self.book.values() {
+            let remote = match peer.state {
+                PeerState::Handshaking {
+                    direction: Direction::Inbound,
+                    addr,
+                    ..
+                }
+                | PeerState::Connected {
+                    direction: Direction::Inbound,
+                    addr,
+                    ..
+                } => addr.ip().to_canonical(),
+                _ => continue,
+            };
+            from_ip = from_ip.saturating_add(usize::from(remote == ip));
+            from_subnet = from_subnet.saturating_add(usize::from(Subnet::of(remote) == subnet));
+        }
+        if from_ip >= self.config.max_inbound_per_ip {
+            return Err(PeerError::TooManyFromIp {
+                ip,
+                max: self.config.max_inbound_per_ip,
+            });
+        }
+        if from_subnet >= self.config.max_inbound_per_subnet {
+            return Err(PeerError::TooManyFromSubnet {
+                ip,
+                max: self.config.max_inbound_per_subnet,
+            });
+        }
+        Ok(())
+    }
 
     fn peer_mut(&mut self, node: NodeId, event: &'static str) -> Result<&mut Peer, PeerError> {
         self.book.get_mut(&node).ok_or(PeerError::UnexpectedState {
@@ -561,7 +720,7 @@ impl PeerManager {
                 known.confirmed = false;
             }
         }
-        let forget = peer.addrs.is_empty()
+        let forget = !peer.has_dial_candidate()
             || (!peer.is_bootstrap()
                 && (failures >= self.config.forget_after_failures || over_capacity));
         if forget {
@@ -600,7 +759,7 @@ impl PeerManager {
         let due: Vec<(NodeId, u32)> = self
             .book
             .iter()
-            .filter(|(node, peer)| !peer.addrs.is_empty() && self.ban_end(node, now).is_none())
+            .filter(|(node, peer)| peer.has_dial_candidate() && self.ban_end(node, now).is_none())
             .filter_map(|(node, peer)| match peer.state {
                 PeerState::Disconnected {
                     next_attempt_at,

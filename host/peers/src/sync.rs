@@ -2,7 +2,11 @@
 //! requesting missing blocks by height range and handing them to the importer in order.
 //!
 //! Linear sync only: the target is the head of the best peer (highest head, ties to the lower
-//! hash); any peer whose head is at least a range's first height may serve that range. There
+//! hash); any peer whose head is at least a range's first height may serve that range. A
+//! claimed head is not a fact: claims are capped by
+//! [`handle_height_bound`](RangeSync::handle_height_bound) (no chain is longer than its slot
+//! count), and a peer that answers a range it claims with nothing is reported as a liar and
+//! never asked again until it reconnects. There
 //! is no fork handling beyond this: when the importer rejects block `h`, everything from the
 //! peer that served it is dropped, the peer is reported through
 //! [`poll_violation`](RangeSync::poll_violation), and `h` is requested again from another
@@ -163,6 +167,8 @@ pub struct RangeSync {
     awaiting_import: Option<(u64, NodeId)>,
     violations: VecDeque<(NodeId, Violation)>,
     next_id: u64,
+    /// Highest head that can exist now; claims above it are capped.
+    max_height: u64,
 }
 
 impl RangeSync {
@@ -185,6 +191,7 @@ impl RangeSync {
             awaiting_import: None,
             violations: VecDeque::new(),
             next_id: 0,
+            max_height: u64::MAX,
         })
     }
 
@@ -212,6 +219,13 @@ impl RangeSync {
         );
     }
 
+    /// The highest head height that can exist now — heights grow by at most one per slot, so
+    /// the current slot plus the clock-skew allowance. Claims above it are capped to it, so a
+    /// peer's claim of a huge head costs at most one range request (and, unserved, a ban).
+    pub fn handle_height_bound(&mut self, max_height: u64) {
+        self.max_height = max_height;
+    }
+
     /// `peer` disconnected: its requests are retried elsewhere; blocks it already served stay.
     pub fn handle_peer_disconnected(&mut self, peer: NodeId) {
         self.peers.remove(&peer);
@@ -221,8 +235,9 @@ impl RangeSync {
     }
 
     /// `peer` answered request `id` with `(height, hash, bytes)` triples. The answer must be a
-    /// prefix of the requested range in order (the rest is requested again); an empty answer
-    /// counts as a failure, anything else as a [`Violation::InvalidBlocks`].
+    /// prefix of the requested range in order (the rest is requested again). An empty answer is a
+    /// [`Violation::UnservedClaim`] (the peer is only asked for heights it claims), any other
+    /// malformed answer a [`Violation::InvalidBlocks`].
     ///
     /// Errors only for responses that match no request in flight (late after a timeout, or
     /// from the wrong peer); drop them.
@@ -244,7 +259,15 @@ impl RangeSync {
             return Ok(());
         }
         if blocks.is_empty() {
-            self.failed.insert((request.start, peer));
+            // The peer was asked only for heights it claims: an honest head never shrinks, so
+            // an empty answer means the claim is a lie. Dropped, reported, not asked again.
+            self.reject(
+                peer,
+                Violation::UnservedClaim {
+                    request: id,
+                    start: request.start,
+                },
+            );
             return Ok(());
         }
         let awaiting = self.awaiting_import.map(|(height, _)| height);
@@ -290,6 +313,17 @@ impl RangeSync {
         self.reject(peer, Violation::BadBlock { height });
     }
 
+    /// The importer could not take block `height` from `peer` for a reason that is not the
+    /// peer's fault (our store failed, the worker stopped, the block's slot is ahead of our
+    /// clock): the block is dropped and `height` is requested again, from another peer first.
+    /// Nothing is reported.
+    pub fn handle_import_aborted(&mut self, height: u64, peer: NodeId) {
+        if self.awaiting_import.is_some_and(|(h, _)| h == height) {
+            self.awaiting_import = None;
+        }
+        self.failed.insert((height, peer));
+    }
+
     // ----- outputs ------------------------------------------------------------------------
 
     /// The next block request to send, if a range below the lookahead is missing, fewer
@@ -304,7 +338,7 @@ impl RangeSync {
         let limit = target.min(self.head_height.saturating_add(self.config.lookahead));
         let start = self.first_gap(limit)?;
         let peer = self.choose_peer(start)?;
-        let peer_head = self.peers.get(&peer)?.height;
+        let peer_head = self.claimed(self.peers.get(&peer)?);
         let end = self.gap_end(start, limit).min(peer_head.saturating_add(1));
         let count = end.checked_sub(start).filter(|c| *c > 0)?;
         let id = RequestId(self.next_id);
@@ -355,8 +389,8 @@ impl RangeSync {
     pub fn target(&self) -> Option<(u64, BlockHash)> {
         self.peers
             .values()
-            .max_by(|a, b| a.height.cmp(&b.height).then_with(|| b.hash.cmp(&a.hash)))
-            .map(|p| (p.height, p.hash))
+            .map(|p| (self.claimed(p), p.hash))
+            .max_by(|a, b| a.0.cmp(&b.0).then_with(|| b.1.cmp(&a.1)))
     }
 
     /// Whether the local head has reached the best known peer head (or no peer is known).
@@ -413,12 +447,19 @@ impl RangeSync {
             if *height != expected {
                 return Err("heights are not consecutive from the requested start");
             }
-            if claimed.is_some_and(|head| head.height == *height && head.hash != *hash) {
+            // Only an uncapped claim names the hash at its height.
+            let exact = claimed.filter(|head| head.height <= self.max_height);
+            if exact.is_some_and(|head| head.height == *height && head.hash != *hash) {
                 return Err("block at the peer's claimed head height has another hash");
             }
             expected = expected.saturating_add(1);
         }
         Ok(())
+    }
+
+    /// A peer's claimed head height, capped by the height bound.
+    fn claimed(&self, head: &PeerHead) -> u64 {
+        head.height.min(self.max_height)
     }
 
     fn reject(&mut self, peer: NodeId, violation: Violation) {
@@ -493,7 +534,7 @@ impl RangeSync {
         let pick = |skip_failed: bool| {
             self.peers
                 .iter()
-                .filter(|(_, head)| head.height >= start)
+                .filter(|(_, head)| self.claimed(head) >= start)
                 .filter(|(id, _)| !(skip_failed && self.failed.contains(&(start, **id))))
                 .map(|(id, _)| (self.in_flight_to(id), *id))
                 .filter(|(load, _)| *load < self.config.max_in_flight_per_peer)

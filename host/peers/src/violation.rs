@@ -22,6 +22,15 @@ pub enum Violation {
         /// What was wrong with the answer.
         reason: &'static str,
     },
+    /// The peer answered a range it claimed to hold with no blocks: its claimed head is a lie
+    /// (an honest head never shrinks).
+    #[error("answered request {request} with no blocks although it claimed height {start}")]
+    UnservedClaim {
+        /// The request that was answered.
+        request: RequestId,
+        /// First height of the request.
+        start: u64,
+    },
     /// The application handshake failed: another chain id or genesis hash.
     #[error("is on another chain (chain id or genesis hash mismatch)")]
     WrongChain,

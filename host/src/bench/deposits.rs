@@ -2,6 +2,10 @@
 //! deposits-v1, deposits-v2 and the native reference, against the bare cost of BLS batch
 //! verification.
 //!
+//! Every deposit carries its Merkle proof against the deposit root of a contract holding the
+//! scenario's deposits, and every engine verifies them (phase0 `process_deposit`);
+//! `proof_verify_ms` is the bare cost of those proof checks for all deposits.
+//!
 //! All three engines process the same blocks of 16 deposits, interleaved block by block in a
 //! rotating order (so machine noise hits them alike), each over its own copy of the same
 //! registry. `*_ms` is the state transition: module + host calls + crypto, up to the delta it
@@ -22,11 +26,12 @@ use serde::Serialize;
 
 use modnode::chain::DepositEngine;
 use modnode::chain::block::DepositData;
+use modnode::chain::eth1::{DepositProofs, Eth1Data, ProvenDeposit};
 use modnode::chain::genesis::Genesis;
 use modnode::chain::native_deposits::{Verification, deposit_signing_root};
 use modnode::chain::workload;
 use modnode::crypto::{self, SignatureSet};
-use modnode::runtime::deposits::{BlockContext, Outcome};
+use modnode::runtime::deposits::{BlockContext, Outcome, WitEth1Data};
 use modnode::runtime::{LoadedModule, Runtime, RuntimeConfig};
 use modnode::state::{Registry, SharedRegistry};
 
@@ -91,6 +96,8 @@ pub struct DepositsReport {
     pub peak_rss_mb: f64,
     /// Time to build the N-validator registry (index + state tree), ms.
     pub registry_build_ms: f64,
+    /// Verifying the Merkle proofs of the new-validator deposits alone (native), ms.
+    pub proof_verify_ms: f64,
     /// Ratios against the targets.
     pub ratios: Ratios,
 }
@@ -112,35 +119,61 @@ fn shared(registry: Registry) -> Arc<RwLock<Registry>> {
     Arc::new(RwLock::new(registry))
 }
 
-fn ctx(height: u64) -> BlockContext {
+fn ctx(height: u64, eth1: &Eth1Data, index: u64) -> BlockContext {
     BlockContext {
         height,
         slot: height,
         genesis_fork_version: FORK.to_vec(),
+        eth1_data: WitEth1Data {
+            deposit_root: eth1.deposit_root.to_vec(),
+            deposit_count: eth1.deposit_count,
+            block_hash: eth1.block_hash.to_vec(),
+        },
+        eth1_deposit_index: index,
     }
 }
 
-/// Runs one block through `engine` over `registry`, applies the delta; returns (transition ms,
-/// apply ms, outcomes).
+/// A deposit contract holding `deposits`: its checkpoint and every deposit with its proof.
+fn contract(deposits: &[DepositData]) -> anyhow::Result<(Eth1Data, Vec<ProvenDeposit>)> {
+    let mut log = workload::DevDepositLog::new();
+    for d in deposits {
+        log.push(*d);
+    }
+    let eth1 = log.eth1_data();
+    let proven = log.proven_deposits(0, log.len(), log.len())?;
+    Ok((eth1, proven))
+}
+
+/// Runs one block (its deposits proven from `index` on against `eth1`) through `engine` over
+/// `registry`, applies the delta; returns (transition ms, apply ms, outcomes).
 fn step(
     engine: &DepositEngine,
     registry: &Arc<RwLock<Registry>>,
     height: u64,
-    block: &[DepositData],
+    (eth1, index): (&Eth1Data, u64),
+    block: &[ProvenDeposit],
     repeat: usize,
 ) -> anyhow::Result<(f64, f64, Vec<Outcome>)> {
     let mut transition = f64::INFINITY;
     let mut result = None;
+    let ctx = ctx(height, eth1, index);
     for _ in 0..repeat.max(1) {
         let view: SharedRegistry = registry.clone();
         let start = Instant::now();
         let out = engine
-            .process(view, &ctx(height), block)?
+            .process(view, &ctx, block)?
             .map_err(|e| anyhow::anyhow!("block {height} rejected: {e:?}"))?;
         transition = transition.min(super::ms_since(start));
         result = Some(out);
     }
-    let (outcomes, delta) = result.ok_or_else(|| anyhow::anyhow!("no run"))?;
+    let out = result.ok_or_else(|| anyhow::anyhow!("no run"))?;
+    anyhow::ensure!(
+        out.eth1_deposit_index == index + block.len() as u64,
+        "block {height}: deposit index {} after the block, expected {}",
+        out.eth1_deposit_index,
+        index + block.len() as u64
+    );
+    let (outcomes, delta) = (out.outcomes, out.delta);
     let start = Instant::now();
     registry
         .write()
@@ -208,7 +241,17 @@ fn run_here(validators: u32, deposits: usize, repeat: usize) -> anyhow::Result<D
     let index_bytes_per_validator = base.index_heap_bytes() as f64 / f64::from(validators.max(1));
     eprintln!("signing {deposits} deposits …");
     let new = signed_deposits(deposits);
-    let blocks: Vec<&[DepositData]> = new.chunks(BLOCK).collect();
+    eprintln!("proving {deposits} deposits …");
+    let (eth1, proven) = contract(&new)?;
+    let start = Instant::now();
+    for (index, p) in (0u64..).zip(&proven) {
+        anyhow::ensure!(
+            p.verify(index, &eth1.deposit_root),
+            "deposit {index}'s proof does not verify"
+        );
+    }
+    let proof_verify_ms = super::ms_since(start);
+    let blocks: Vec<&[ProvenDeposit]> = proven.chunks(BLOCK).collect();
 
     // New validators: v1, v2, native interleaved per block.
     eprintln!("new validators through v1, v2, native …");
@@ -226,13 +269,14 @@ fn run_here(validators: u32, deposits: usize, repeat: usize) -> anyhow::Result<D
     let signing_roots: Vec<[u8; 32]> = new.iter().map(|d| deposit_signing_root(d, FORK)).collect();
     let mut floor = 0.0;
     for ((height, block), roots) in (1u64..).zip(&blocks).zip(signing_roots.chunks(BLOCK)) {
+        let index = (height - 1) * BLOCK as u64;
         let sets: Vec<SignatureSet<'_>> = block
             .iter()
             .zip(roots)
             .map(|(d, r)| SignatureSet {
-                pubkey: &d.pubkey,
+                pubkey: &d.data.pubkey,
                 message: r,
-                signature: &d.signature,
+                signature: &d.data.signature,
             })
             .collect();
         // Rotate who goes first: what ran just before (a single-threaded v1 block, say) changes
@@ -254,7 +298,7 @@ fn run_here(validators: u32, deposits: usize, repeat: usize) -> anyhow::Result<D
                 continue;
             }
             let (engine, reg) = (engines[slot], &regs[slot]);
-            let (t, a, o) = step(engine, reg, height, block, repeat)?;
+            let (t, a, o) = step(engine, reg, height, (&eth1, index), block, repeat)?;
             totals[slot] += t;
             if slot == 1 {
                 apply_total += a;
@@ -295,9 +339,9 @@ fn run_here(validators: u32, deposits: usize, repeat: usize) -> anyhow::Result<D
             })
             .collect()
     };
-    let topups_n = topups(&base, &mut rng);
+    let (eth1_n, topups_n) = contract(&topups(&base, &mut rng))?;
     let small = Genesis::generated("bench-10k", 10_000, 43).registry()?;
-    let topups_small = topups(&small, &mut rng);
+    let (eth1_small, topups_small) = contract(&topups(&small, &mut rng))?;
     let regs = [shared(base.clone()), shared(base), shared(small)];
     let mut topup_totals = [0.0f64; 3];
     let mut topup_apply = 0.0;
@@ -306,11 +350,12 @@ fn run_here(validators: u32, deposits: usize, repeat: usize) -> anyhow::Result<D
     {
         // One run each: repeating a block would warm the cache lines of exactly the validators
         // it looks up, hiding the lookup cost at N that this scenario is about.
-        let (t, a, _) = step(&v2, &regs[0], height, block_n, 1)?;
+        let index = (height - 1) * BLOCK as u64;
+        let (t, a, _) = step(&v2, &regs[0], height, (&eth1_n, index), block_n, 1)?;
         topup_totals[0] += t;
         topup_apply += a;
-        topup_totals[1] += step(&native, &regs[1], height, block_n, 1)?.0;
-        topup_totals[2] += step(&v2, &regs[2], height, block_small, 1)?.0;
+        topup_totals[1] += step(&native, &regs[1], height, (&eth1_n, index), block_n, 1)?.0;
+        topup_totals[2] += step(&v2, &regs[2], height, (&eth1_small, index), block_small, 1)?.0;
     }
     drop(regs);
 
@@ -341,6 +386,7 @@ fn run_here(validators: u32, deposits: usize, repeat: usize) -> anyhow::Result<D
         index_bytes_per_validator,
         peak_rss_mb: peak_rss_mb(),
         registry_build_ms,
+        proof_verify_ms,
         ratios: Ratios {
             v1_over_v2: v1_ms / v2_ms,
             v2_over_floor: v2_ms / floor,

@@ -13,7 +13,7 @@ use serde::Serialize;
 
 use super::{median, ms_since};
 use modnode::runtime::cache::ArtifactCache;
-use modnode::runtime::deposits::{BlockContext, Deposit};
+use modnode::runtime::deposits::{BlockContext, Deposit, WitEth1Data};
 use modnode::runtime::{LoadedModule, Runtime, RuntimeConfig};
 use modnode::state::{NewValidator, Registry, RegistryDelta, SharedRegistry};
 
@@ -65,7 +65,7 @@ pub fn run(params: &HostCallParams, hostcall_fixture: &[u8]) -> anyhow::Result<H
 
 fn run_here(params: &HostCallParams, hostcall_fixture: &[u8]) -> anyhow::Result<HostCallReport> {
     let runtime = Runtime::new(RuntimeConfig {
-        fuel_per_call: u64::MAX / 2,
+        fuel_per_call: Some(u64::MAX / 2),
         ..RuntimeConfig::default()
     })?;
     let deposits_v1 = modnode::artifacts::embedded("deposits-v1")
@@ -93,12 +93,19 @@ fn run_here(params: &HostCallParams, hostcall_fixture: &[u8]) -> anyhow::Result<
         withdrawal_credentials: vec![0; 32],
         amount: 1,
         signature: vec![0; 96],
+        proof: Vec::new(),
     };
     let timed = |calls: u64| -> anyhow::Result<f64> {
         let ctx = BlockContext {
             height: 0,
             slot: calls,
             genesis_fork_version: vec![0; 4],
+            eth1_data: WitEth1Data {
+                deposit_root: vec![0; 32],
+                deposit_count: 0,
+                block_hash: vec![0; 32],
+            },
+            eth1_deposit_index: 0,
         };
         let start = Instant::now();
         let out = fixture.process(registry.clone(), ctx, vec![deposit.clone()])?;
@@ -125,7 +132,7 @@ fn run_here(params: &HostCallParams, hostcall_fixture: &[u8]) -> anyhow::Result<
         anyhow::bail!("deposits-v1 is not a deposits module");
     };
     let mut inst: Vec<f64> = v1
-        .time_instantiation(registry.clone(), 2_000)?
+        .time_instantiation(2_000)?
         .into_iter()
         .map(|ns| ns as f64 / 1e3)
         .collect();

@@ -1,24 +1,44 @@
-//! Blocks: header, body, canonical versioned encoding, hashing.
+//! Blocks: header, body, canonical versioned encoding, hashing, the seal's signed message.
 //!
-//! Encoding version 1, integers little-endian:
+//! Encoding version 2, integers little-endian:
 //! - header (117 bytes): `version u8 | parent_hash 32 | height u64 | slot u64 | proposer u32 |
 //!   state_root 32 | body_root 32`
-//! - body: `version u8 | count u16 | count × deposit`, deposit (184 bytes):
-//!   `pubkey 48 | withdrawal_credentials 32 | amount u64 | signature 96`
-//! - seal: `0` (unsigned; dev chains without authorities) or `1 | ed25519 signature 64` over the
-//!   block hash by the proposing authority.
+//! - body: `version u8 | eth1 vote (deposit_root 32 | deposit_count u64 | block_hash 32) |
+//!   count u16 | count × proven deposit`, proven deposit (1240 bytes): deposit (184 bytes:
+//!   `pubkey 48 | withdrawal_credentials 32 | amount u64 | signature 96`) ‖ proof (33 × 32,
+//!   leaf level first, then the count chunk).
+//! - seal: `0` (unsigned; dev chains without authorities) or `1 | ed25519 signature 64` by the
+//!   proposing authority over [`seal_message`] — a domain-separated digest of the genesis and
+//!   block hashes, never the raw block hash (the node key signs other things too).
 //! - block: header ‖ body ‖ seal.
 //!
 //! The block hash is `sha256(header)`, the body root `sha256(body)`.
 
 use sha2::{Digest, Sha256};
 
-/// Current encoding version of headers and bodies.
-pub const BLOCK_VERSION: u8 = 1;
+use super::eth1::{DEPOSIT_PROOF_LEN, Eth1Data, ProvenDeposit};
+
+/// Current encoding version of headers and bodies (2: eth1 vote and deposit proofs).
+pub const BLOCK_VERSION: u8 = 2;
 /// Encoded header size.
 pub const HEADER_BYTES: usize = 1 + 32 + 8 + 8 + 4 + 32 + 32;
 /// Encoded deposit size.
 pub const DEPOSIT_BYTES: usize = 48 + 32 + 8 + 96;
+/// Encoded size of a deposit with its proof.
+pub const PROVEN_DEPOSIT_BYTES: usize = DEPOSIT_BYTES + DEPOSIT_PROOF_LEN * 32;
+/// Domain of the message a block seal signs.
+pub const SEAL_DOMAIN: &[u8] = b"modnode-block-seal-v1";
+
+/// What the proposer signs to seal a block: `sha256("modnode-block-seal-v1" ‖ genesis hash ‖
+/// block hash)`. Bound to the chain, and separated from anything else the node key signs (the
+/// TLS handshake signs raw 32-byte values too).
+pub fn seal_message(genesis_hash: &Hash, block_hash: &Hash) -> Hash {
+    let mut h = Sha256::new();
+    h.update(SEAL_DOMAIN);
+    h.update(genesis_hash);
+    h.update(block_hash);
+    h.finalize().into()
+}
 /// Default `max_deposits_per_block` (phase0 `MAX_DEPOSITS`).
 pub const DEFAULT_MAX_DEPOSITS: u16 = 16;
 
@@ -126,16 +146,18 @@ pub struct BlockHeader {
 /// A block body.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct BlockBody {
-    /// Deposits, applied in order.
-    pub deposits: Vec<DepositData>,
+    /// The proposer's view of the deposit contract.
+    pub eth1_vote: Eth1Data,
+    /// The due deposits, in index order, each with its proof.
+    pub deposits: Vec<ProvenDeposit>,
 }
 
-/// The proposer's signature over the block hash.
+/// The proposer's signature over [`seal_message`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Seal {
     /// No signature (dev chains without an authority set).
     Unsigned,
-    /// An ed25519 signature by the authority at `header.proposer`.
+    /// An ed25519 signature by the authority at `header.proposer` over [`seal_message`].
     Ed25519([u8; 64]),
 }
 
@@ -212,12 +234,18 @@ impl BlockHeader {
 impl BlockBody {
     /// Canonical encoding.
     pub fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(3 + self.deposits.len() * DEPOSIT_BYTES);
+        let mut out = Vec::with_capacity(
+            3 + super::eth1::ETH1_DATA_BYTES + self.deposits.len() * PROVEN_DEPOSIT_BYTES,
+        );
         out.push(BLOCK_VERSION);
+        out.extend_from_slice(&self.eth1_vote.encode());
         let count = u16::try_from(self.deposits.len()).unwrap_or(u16::MAX);
         out.extend_from_slice(&count.to_le_bytes());
         for d in self.deposits.iter().take(usize::from(count)) {
-            out.extend_from_slice(&d.encode());
+            out.extend_from_slice(&d.data.encode());
+            for hash in &d.proof {
+                out.extend_from_slice(hash);
+            }
         }
         out
     }
@@ -235,6 +263,7 @@ impl BlockBody {
                 found: version,
             });
         }
+        let eth1_vote = Eth1Data::decode(r.take("eth1 vote")?);
         let count = u16::from_le_bytes(*r.take("deposit count")?);
         if count > max_deposits {
             return Err(BlockError::TooManyDeposits {
@@ -244,9 +273,17 @@ impl BlockBody {
         }
         let mut deposits = Vec::with_capacity(usize::from(count));
         for _ in 0..count {
-            deposits.push(DepositData::decode_from(r)?);
+            let data = DepositData::decode_from(r)?;
+            let mut proof = [[0u8; 32]; DEPOSIT_PROOF_LEN];
+            for hash in &mut proof {
+                *hash = *r.take("deposit proof")?;
+            }
+            deposits.push(ProvenDeposit { data, proof });
         }
-        Ok(Self { deposits })
+        Ok(Self {
+            eth1_vote,
+            deposits,
+        })
     }
 }
 
@@ -292,24 +329,37 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn deposit(seed: u8, amount: u64) -> DepositData {
-        DepositData {
-            pubkey: [seed; 48],
-            withdrawal_credentials: [seed ^ 1; 32],
-            amount,
-            signature: [seed ^ 2; 96],
+    fn deposit(seed: u8, amount: u64) -> ProvenDeposit {
+        let mut proof = [[seed ^ 3; 32]; DEPOSIT_PROOF_LEN];
+        proof[32] = [seed ^ 4; 32];
+        ProvenDeposit {
+            data: DepositData {
+                pubkey: [seed; 48],
+                withdrawal_credentials: [seed ^ 1; 32],
+                amount,
+                signature: [seed ^ 2; 96],
+            },
+            proof,
+        }
+    }
+
+    fn vote(count: u64) -> Eth1Data {
+        Eth1Data {
+            deposit_root: [5; 32],
+            deposit_count: count,
+            block_hash: [6; 32],
         }
     }
 
     proptest! {
         #[test]
         fn roundtrip(height: u64, slot: u64, proposer: u32, seeds in proptest::collection::vec((any::<u8>(), any::<u64>()), 0..16)) {
-            let body = BlockBody { deposits: seeds.iter().map(|(s, a)| deposit(*s, *a)).collect() };
+            let body = BlockBody { eth1_vote: vote(height), deposits: seeds.iter().map(|(s, a)| deposit(*s, *a)).collect() };
             let header = BlockHeader { parent_hash: [1; 32], height, slot, proposer, state_root: [2; 32], body_root: body.root() };
             let block = Block { header, body, seal: if height % 2 == 0 { Seal::Unsigned } else { Seal::Ed25519([7; 64]) } };
             let bytes = block.encode();
             prop_assert_eq!(Block::decode(&bytes, 16), Ok(block.clone()));
-            for cut in [0, 1, HEADER_BYTES, bytes.len() - 1] {
+            for cut in [0, 1, HEADER_BYTES, HEADER_BYTES + 40, bytes.len() - 1] {
                 prop_assert!(Block::decode(&bytes[..cut], 16).is_err());
             }
         }
@@ -318,6 +368,7 @@ mod tests {
     #[test]
     fn limits_versions_and_trailing_bytes() {
         let body = BlockBody {
+            eth1_vote: vote(3),
             deposits: (0..3).map(|i| deposit(i, 1)).collect(),
         };
         let header = BlockHeader {
@@ -361,5 +412,36 @@ mod tests {
             Block::decode(&bytes[..40], 16),
             Err(BlockError::Truncated("height"))
         );
+        assert_eq!(
+            Block::decode(&bytes[..HEADER_BYTES + 10], 16),
+            Err(BlockError::Truncated("eth1 vote"))
+        );
+        let first_proof = HEADER_BYTES + 1 + 72 + 2 + DEPOSIT_BYTES;
+        assert_eq!(
+            Block::decode(&bytes[..first_proof + 100], 16),
+            Err(BlockError::Truncated("deposit proof"))
+        );
+        // A version-1 body (no vote, no proofs) is refused by name.
+        let mut v1 = bytes.clone();
+        v1[HEADER_BYTES] = 1;
+        assert_eq!(
+            Block::decode(&v1, 16),
+            Err(BlockError::Version {
+                part: "body",
+                found: 1
+            })
+        );
+    }
+
+    #[test]
+    fn the_seal_message_is_domain_separated_and_bound_to_the_chain() {
+        let block = [1u8; 32];
+        let m = seal_message(&[0; 32], &block);
+        assert_ne!(m, block);
+        assert_ne!(m, seal_message(&[9; 32], &block));
+        assert_ne!(m, seal_message(&[0; 32], &[2; 32]));
+        let expected: Hash =
+            Sha256::digest([b"modnode-block-seal-v1".as_slice(), &[0; 32], &block].concat()).into();
+        assert_eq!(m, expected);
     }
 }

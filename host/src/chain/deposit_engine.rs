@@ -1,6 +1,6 @@
 //! Which implementation of the deposits transition a chain runs.
 
-use super::block::DepositData;
+use super::eth1::ProvenDeposit;
 use super::native_deposits;
 use crate::runtime::CallError;
 use crate::runtime::deposits::{BlockContext, Deposit, DepositsModule, Outcome, ProcessError};
@@ -16,46 +16,54 @@ pub enum DepositEngine {
     Native(native_deposits::Verification),
 }
 
+/// What a block's deposits did, before the host checks and applies it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DepositsResult {
+    /// One outcome per deposit.
+    pub outcomes: Vec<Outcome>,
+    /// The registry changes.
+    pub delta: RegistryDelta,
+    /// `eth1_deposit_index` after the block, as the engine reports it.
+    pub eth1_deposit_index: u64,
+}
+
 impl DepositEngine {
     /// Runs the transition over `registry`. `Ok(Err(_))`: the block is invalid.
     pub fn process(
         &self,
         registry: SharedRegistry,
         ctx: &BlockContext,
-        deposits: &[DepositData],
-    ) -> Result<Result<(Vec<Outcome>, RegistryDelta), ProcessError>, CallError> {
+        deposits: &[ProvenDeposit],
+    ) -> Result<Result<DepositsResult, ProcessError>, CallError> {
         match self {
             DepositEngine::Module(module) => {
                 let module: &DepositsModule = module;
                 let wit: Vec<Deposit> = deposits.iter().map(to_wit).collect();
                 Ok(module
                     .process(registry, ctx.clone(), wit)?
-                    .map(|out| (out.outcomes, out.delta)))
+                    .map(|out| DepositsResult {
+                        outcomes: out.outcomes,
+                        delta: out.delta,
+                        eth1_deposit_index: out.eth1_deposit_index,
+                    }))
             }
-            DepositEngine::Native(verification) => {
-                let Ok(fork) = <[u8; 4]>::try_from(ctx.genesis_fork_version.as_slice()) else {
-                    return Ok(Err(ProcessError::BadContext(format!(
-                        "genesis fork version is {} bytes, expected 4",
-                        ctx.genesis_fork_version.len()
-                    ))));
-                };
-                Ok(native_deposits::process(
-                    registry,
-                    fork,
-                    deposits,
-                    *verification,
-                ))
-            }
+            DepositEngine::Native(verification) => Ok(native_deposits::process(
+                registry,
+                ctx,
+                deposits,
+                *verification,
+            )),
         }
     }
 }
 
-/// The WIT form of a deposit.
-pub fn to_wit(d: &DepositData) -> Deposit {
+/// The WIT form of a proven deposit.
+pub fn to_wit(d: &ProvenDeposit) -> Deposit {
     Deposit {
-        pubkey: d.pubkey.to_vec(),
-        withdrawal_credentials: d.withdrawal_credentials.to_vec(),
-        amount: d.amount,
-        signature: d.signature.to_vec(),
+        pubkey: d.data.pubkey.to_vec(),
+        withdrawal_credentials: d.data.withdrawal_credentials.to_vec(),
+        amount: d.data.amount,
+        signature: d.data.signature.to_vec(),
+        proof: d.proof.concat(),
     }
 }

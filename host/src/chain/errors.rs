@@ -1,8 +1,8 @@
 //! Why opening the chain, importing a block or reverting one failed.
 
-use crate::runtime::CallError;
 use crate::runtime::deposits::ProcessError;
-use crate::state::StateError;
+use crate::runtime::{HostFailure, ModuleFault};
+use crate::state::{Eth1Error, StateError};
 use crate::store::StoreError;
 
 /// Why the chain could not be opened.
@@ -59,6 +59,41 @@ pub enum ImportError {
         /// What is wrong.
         reason: String,
     },
+    /// The block's eth1 vote does not fit the state (it moves the deposit count backwards).
+    #[error("block {hash} has an invalid eth1 vote: {source}")]
+    Eth1Vote {
+        /// The block's hash (hex).
+        hash: String,
+        /// Why.
+        source: Eth1Error,
+    },
+    /// The block does not carry exactly the due deposits: it omits (or invents) some.
+    #[error(
+        "block {hash} carries {found} deposits, but {expected} are due from deposit index {from}"
+    )]
+    WrongDepositCount {
+        /// The block's hash (hex).
+        hash: String,
+        /// `min(max_deposits_per_block, deposit_count - eth1_deposit_index)`.
+        expected: u64,
+        /// Deposits in the body.
+        found: u64,
+        /// The state's `eth1_deposit_index`.
+        from: u64,
+    },
+    /// The deposits module reported another deposit index than its deposits imply: the block
+    /// is invalid under this module.
+    #[error(
+        "block {hash}: the deposits module reports deposit index {reported} after the block, expected {expected}"
+    )]
+    DepositIndexMismatch {
+        /// The block's hash (hex).
+        hash: String,
+        /// What the module said.
+        reported: u64,
+        /// Index before the block plus its deposits.
+        expected: u64,
+    },
     /// The deposits module rejected the block.
     #[error("block {hash} is invalid: deposits rejected: {error:?}")]
     Rejected {
@@ -67,9 +102,13 @@ pub enum ImportError {
         /// The module's reason.
         error: ProcessError,
     },
-    /// The deposits module failed (trap, fuel, limits).
+    /// The deposits module failed deterministically (trap, fuel, limits): the block is invalid.
     #[error("block {hash}: {0}", hash = .1)]
-    Module(#[source] CallError, String),
+    Module(#[source] ModuleFault, String),
+    /// The host failed while running the deposits module (poisoned lock, full instance pool,
+    /// I/O): our problem, not the block's; it was not imported and is not invalid.
+    #[error("block {hash} could not be checked: {0}", hash = .1)]
+    Host(#[source] HostFailure, String),
     /// The state root after the block differs from the header's.
     #[error("block {hash} claims state root {claimed}, but applying it gives {computed}")]
     StateRootMismatch {
@@ -96,6 +135,43 @@ pub enum ImportError {
         /// Why.
         source: StoreError,
     },
+    /// The block is committed on disk but the in-memory state did not follow: disk and memory
+    /// disagree, and the node must stop (a restart reloads the state from disk).
+    #[error(
+        "block {hash} at height {height} is on disk with state root {disk_root}, but the state \
+         in memory did not follow ({reason}; memory root {memory_root}); stop the node and \
+         restart it to reload the state from disk"
+    )]
+    Diverged {
+        /// The block (hex).
+        hash: String,
+        /// Its height.
+        height: u64,
+        /// The root on disk (the block's state root).
+        disk_root: String,
+        /// The root in memory, or why it cannot be read.
+        memory_root: String,
+        /// What failed.
+        reason: String,
+    },
+}
+
+impl ImportError {
+    /// Whether disk and memory disagree: the node must stop.
+    pub fn is_fatal(&self) -> bool {
+        matches!(self, Self::Diverged { .. })
+    }
+}
+
+/// Why the producer could not build a block.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    /// The deposit source could not prove the due deposits.
+    #[error("cannot get the due deposits: {0}")]
+    Source(#[from] super::eth1::DepositProofsError),
+    /// The block would be invalid.
+    #[error(transparent)]
+    Invalid(#[from] ImportError),
 }
 
 /// Why the head block could not be reverted. Nothing was changed unless the error says so.
@@ -115,6 +191,18 @@ pub enum RevertError {
         /// What is missing or malformed.
         reason: String,
     },
+    /// The registry lock is poisoned (a thread panicked while changing the state): nothing was
+    /// reverted; the node must stop.
+    #[error(
+        "cannot revert block {hash} at height {height}: the in-memory state is unusable (lock \
+         poisoned); nothing was reverted; restart the node to reload the state from disk"
+    )]
+    Poisoned {
+        /// The head block (hex).
+        hash: String,
+        /// Its height.
+        height: u64,
+    },
     /// The in-memory state refused the rollback after the store committed it; restart the node
     /// to reload the state from the store.
     #[error(
@@ -126,4 +214,11 @@ pub enum RevertError {
         /// Why.
         reason: String,
     },
+}
+
+impl RevertError {
+    /// Whether disk and memory disagree or memory is unusable: the node must stop.
+    pub fn is_fatal(&self) -> bool {
+        matches!(self, Self::Poisoned { .. } | Self::Diverged { .. })
+    }
 }

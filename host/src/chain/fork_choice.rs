@@ -100,9 +100,13 @@ impl Chain {
     pub fn add_block(&mut self, block: &Block) -> Result<Added, ForkChoiceError> {
         let hash = block.hash();
         let name = hex32(&hash);
+        // The hash covers the header only. Before a block is believed on any path (known,
+        // extending, side branch, unknown parent) its seal and its body must match the header:
+        // a forged seal or a swapped body is never "known", relayed or stored, and a sealed
+        // header is what makes its height worth believing.
+        self.check_seal(block, &name)?;
+        check_body(block, self.genesis.max_deposits_per_block, &name)?;
         if hash == self.head.hash || self.is_canonical(&block.header)? {
-            // The seal is not part of the hash: a known header with a forged seal is a forgery.
-            self.check_seal(block, &name)?;
             return Ok(Added::Known);
         }
         if block.header.parent_hash == self.head.hash {
@@ -122,12 +126,13 @@ impl Chain {
                 parent_height: parent.header.height,
             });
         }
-        // Side-branch blocks are executed only if their branch wins, but their seal is checked
-        // now: a forged copy must never overwrite the real block of a branch.
-        self.check_seal(block, &name)?;
-        let mut batch = WriteBatch::new();
-        batch.put(keys::block(&hash), block.encode());
-        self.store.commit(&batch)?;
+        // Side-branch blocks are executed only if their branch wins; seal and body were checked
+        // above, and a stored block is never overwritten.
+        if self.store.get(&keys::block(&hash))?.is_none() {
+            let mut batch = WriteBatch::new();
+            batch.put(keys::block(&hash), block.encode());
+            self.store.commit(&batch)?;
+        }
 
         let head = self.head;
         let better = block.header.height > head.height
@@ -185,4 +190,22 @@ impl Chain {
             reverted: head.height.saturating_sub(ancestor),
         })
     }
+}
+
+/// Checks that the body is the one the header commits to and within the deposit limit.
+fn check_body(block: &Block, max_deposits: u16, name: &str) -> Result<(), ImportError> {
+    let bad = |reason: String| ImportError::BadBody {
+        hash: name.to_string(),
+        reason,
+    };
+    if block.body.deposits.len() > usize::from(max_deposits) {
+        return Err(bad(format!(
+            "{} deposits, limit {max_deposits}",
+            block.body.deposits.len()
+        )));
+    }
+    if block.body.root() != block.header.body_root {
+        return Err(bad("body does not match the header's body root".into()));
+    }
+    Ok(())
 }

@@ -1,5 +1,11 @@
-//! The genesis configuration: chain identity, deposit domain, block limits and the initial
-//! validators, from a JSON file or generated for development and benchmarks.
+//! The genesis configuration: chain identity, deposit domain, block limits, the eth1 voting
+//! period, the initial validators and genesis deposits, from a JSON file or generated for
+//! development and benchmarks.
+//!
+//! Genesis deposits are the deposit contract's first deposits, processed like phase0's
+//! `initialize_beacon_state_from_eth1`: a new pubkey needs a valid proof of possession (else the
+//! deposit is skipped), a known one is topped up; the genesis `eth1_data` is the contract after
+//! them and `eth1_deposit_index` their count.
 
 use std::path::Path;
 
@@ -7,7 +13,8 @@ use rand::{RngCore, SeedableRng};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
-use super::block::{Block, BlockBody, BlockHeader, DEFAULT_MAX_DEPOSITS, Hash};
+use super::block::{Block, BlockBody, BlockHeader, DEFAULT_MAX_DEPOSITS, DepositData, Hash};
+use super::eth1::{Eth1Data, Eth1State};
 use crate::state::{Registry, StateError, Validator};
 
 /// Why a genesis configuration is unusable.
@@ -65,8 +72,17 @@ pub struct Genesis {
     /// `authorities[s % len]`, and its block must be signed by it. Empty: an unpermissioned
     /// single-node dev chain whose blocks are unsigned.
     pub authorities: Vec<[u8; 32]>,
+    /// Slots per eth1 voting period: a vote adopted by a majority of the authorities within one
+    /// period becomes the chain's `eth1_data`.
+    pub eth1_voting_period_slots: u64,
     /// Initial validators, active from epoch 0.
     pub validators: Vec<GenesisValidator>,
+    /// The engine profile (wasmtime major, determinism, fuel costs and budgets) every node of
+    /// the chain runs; a file without one gets this build's.
+    pub engine_profile: crate::runtime::EngineProfile,
+    /// The deposit contract's first deposits, applied after `validators` (checked like any
+    /// other deposit).
+    pub deposits: Vec<DepositData>,
 }
 
 #[derive(Deserialize)]
@@ -85,10 +101,24 @@ struct GenesisFile {
     finality_depth: u64,
     #[serde(default)]
     authorities: Vec<String>,
+    #[serde(default = "default_eth1_voting_period_slots")]
+    eth1_voting_period_slots: u64,
     #[serde(default)]
     validators: Vec<ValidatorEntry>,
     #[serde(default)]
     generated_validators: Option<Generated>,
+    #[serde(default)]
+    engine_profile: Option<crate::runtime::EngineProfile>,
+    deposits: Vec<DepositEntry>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DepositEntry {
+    pubkey: String,
+    withdrawal_credentials: String,
+    amount: u64,
+    signature: String,
 }
 
 #[derive(Deserialize)]
@@ -114,6 +144,11 @@ fn default_slot_ms() -> u64 {
 }
 fn default_max_deposits() -> u16 {
     DEFAULT_MAX_DEPOSITS
+}
+/// Default [`Genesis::eth1_voting_period_slots`]: devnet-sized.
+pub const DEFAULT_ETH1_VOTING_PERIOD_SLOTS: u64 = 8;
+fn default_eth1_voting_period_slots() -> u64 {
+    DEFAULT_ETH1_VOTING_PERIOD_SLOTS
 }
 /// Default [`Genesis::finality_depth`].
 pub const DEFAULT_FINALITY_DEPTH: u64 = 32;
@@ -162,6 +197,11 @@ impl Genesis {
         if file.finality_depth == 0 {
             return Err(invalid("finality_depth must be at least 1".into()));
         }
+        if file.eth1_voting_period_slots == 0 {
+            return Err(invalid(
+                "eth1_voting_period_slots must be at least 1".into(),
+            ));
+        }
         let genesis_fork_version =
             hex_field::<4>(&file.genesis_fork_version, "genesis_fork_version").map_err(invalid)?;
         let mut authorities = Vec::with_capacity(file.authorities.len());
@@ -188,6 +228,20 @@ impl Genesis {
         if let Some(generated) = file.generated_validators {
             validators.extend(generated_validators(generated.count, generated.seed));
         }
+        let mut deposits = Vec::with_capacity(file.deposits.len());
+        for (i, d) in file.deposits.iter().enumerate() {
+            let at = |field: &str| format!("deposits[{i}].{field}");
+            deposits.push(DepositData {
+                pubkey: hex_field(&d.pubkey, &at("pubkey")).map_err(invalid)?,
+                withdrawal_credentials: hex_field(
+                    &d.withdrawal_credentials,
+                    &at("withdrawal_credentials"),
+                )
+                .map_err(invalid)?,
+                amount: d.amount,
+                signature: hex_field(&d.signature, &at("signature")).map_err(invalid)?,
+            });
+        }
         let genesis = Self {
             chain_id: file.chain_id,
             genesis_fork_version,
@@ -196,7 +250,12 @@ impl Genesis {
             max_deposits_per_block: file.max_deposits_per_block,
             finality_depth: file.finality_depth,
             authorities,
+            eth1_voting_period_slots: file.eth1_voting_period_slots,
             validators,
+            engine_profile: file
+                .engine_profile
+                .unwrap_or_else(|| crate::runtime::EngineProfile::build().clone()),
+            deposits,
         };
         genesis.registry()?;
         Ok(genesis)
@@ -231,7 +290,10 @@ impl Genesis {
             max_deposits_per_block: DEFAULT_MAX_DEPOSITS,
             finality_depth: DEFAULT_FINALITY_DEPTH,
             authorities: Vec::new(),
+            eth1_voting_period_slots: DEFAULT_ETH1_VOTING_PERIOD_SLOTS,
             validators: generated_validators(count, seed).collect(),
+            engine_profile: crate::runtime::EngineProfile::build().clone(),
+            deposits: Vec::new(),
         }
     }
 
@@ -257,29 +319,68 @@ impl Genesis {
             .saturating_add(slot.saturating_mul(self.slot_ms))
     }
 
-    /// The genesis registry.
+    /// The genesis registry: the initial validators, then the genesis deposits.
     pub fn registry(&self) -> Result<Registry, StateError> {
-        let records: Vec<Validator> = self
+        let mut records: Vec<Validator> = self
             .validators
             .iter()
-            .map(|v| Validator {
-                pubkey: v.pubkey,
-                withdrawal_credentials: v.withdrawal_credentials,
-                effective_balance: deposits_effective_balance(v.balance),
-                slashed: false,
-                activation_eligibility_epoch: 0,
-                activation_epoch: 0,
-                exit_epoch: crate::state::FAR_FUTURE_EPOCH,
-                withdrawable_epoch: crate::state::FAR_FUTURE_EPOCH,
-            })
+            .map(|v| genesis_record(v.pubkey, v.withdrawal_credentials, v.balance))
             .collect();
-        Registry::from_parts(records, self.validators.iter().map(|v| v.balance).collect())
+        let mut balances: Vec<u64> = self.validators.iter().map(|v| v.balance).collect();
+        if !self.deposits.is_empty() {
+            let mut index: std::collections::HashMap<[u8; 48], usize> = records
+                .iter()
+                .enumerate()
+                .map(|(i, v)| (v.pubkey, i))
+                .collect();
+            for d in &self.deposits {
+                match index.get(&d.pubkey) {
+                    Some(&i) => {
+                        let name = u32::try_from(i).unwrap_or(u32::MAX);
+                        let balance = balances.get_mut(i).ok_or(StateError::UnknownIndex(name))?;
+                        *balance = balance
+                            .checked_add(d.amount)
+                            .ok_or(StateError::BalanceOverflow(name))?;
+                    }
+                    None => {
+                        let root = super::native_deposits::deposit_signing_root(
+                            d,
+                            self.genesis_fork_version,
+                        );
+                        if crate::crypto::verify(&d.pubkey, &root, &d.signature) {
+                            index.insert(d.pubkey, records.len());
+                            records.push(genesis_record(
+                                d.pubkey,
+                                d.withdrawal_credentials,
+                                d.amount,
+                            ));
+                            balances.push(d.amount);
+                        }
+                    }
+                }
+            }
+        }
+        Registry::from_parts(records, balances)
+    }
+
+    /// The genesis eth1 state: the deposit contract after the genesis deposits, all applied.
+    pub fn eth1_state(&self) -> Eth1State {
+        let mut tree = deposits_common::tree::reference::NaiveDepositTree::new();
+        for d in &self.deposits {
+            tree.push(d.leaf());
+        }
+        let data = Eth1Data {
+            deposit_root: tree.root(),
+            deposit_count: tree.len(),
+            block_hash: [0; 32],
+        };
+        Eth1State::genesis(data, tree.len())
     }
 
     /// Hash of everything in the configuration that is not in the genesis state.
     pub fn config_hash(&self) -> Hash {
         let mut h = Sha256::new();
-        h.update(b"modnode-genesis-v1");
+        h.update(b"modnode-genesis-v2");
         h.update((self.chain_id.len() as u64).to_le_bytes());
         h.update(self.chain_id.as_bytes());
         h.update(self.genesis_fork_version);
@@ -291,24 +392,44 @@ impl Genesis {
         for authority in &self.authorities {
             h.update(authority);
         }
+        h.update(self.engine_profile.hash());
+        h.update(self.eth1_voting_period_slots.to_le_bytes());
         h.finalize().into()
     }
 
-    /// The genesis block for a registry built by [`Genesis::registry`].
+    /// The genesis block for a registry built by [`Genesis::registry`] and the eth1 state of
+    /// [`Genesis::eth1_state`].
     pub fn block(&self, registry: &Registry) -> Block {
-        let body = BlockBody::default();
+        let eth1 = self.eth1_state();
+        let body = BlockBody {
+            eth1_vote: eth1.eth1_data,
+            deposits: Vec::new(),
+        };
         Block {
             header: BlockHeader {
                 parent_hash: self.config_hash(),
                 height: 0,
                 slot: 0,
                 proposer: 0,
-                state_root: registry.root(),
+                state_root: crate::state::state_root(&registry.root(), &eth1),
                 body_root: body.root(),
             },
             body,
             seal: super::block::Seal::Unsigned,
         }
+    }
+}
+
+fn genesis_record(pubkey: [u8; 48], withdrawal_credentials: [u8; 32], balance: u64) -> Validator {
+    Validator {
+        pubkey,
+        withdrawal_credentials,
+        effective_balance: deposits_effective_balance(balance),
+        slashed: false,
+        activation_eligibility_epoch: 0,
+        activation_epoch: 0,
+        exit_epoch: crate::state::FAR_FUTURE_EPOCH,
+        withdrawable_epoch: crate::state::FAR_FUTURE_EPOCH,
     }
 }
 
@@ -350,6 +471,50 @@ mod tests {
                 .block(&Genesis::dev().registry().unwrap())
                 .hash()
         );
+    }
+
+    #[test]
+    fn genesis_deposits_are_checked_like_any_other() {
+        use crate::chain::workload;
+        let fork = [0; 4];
+        let valid = workload::new_validator(1, 32_000_000_000, fork);
+        let forged = workload::unsigned(workload::keypair(2).pubkey, 32_000_000_000);
+        let top_up = workload::unsigned(valid.pubkey, 5);
+        let entry = |d: &DepositData| {
+            format!(
+                r#"{{"pubkey": "{}", "withdrawal_credentials": "{}", "amount": {}, "signature": "{}"}}"#,
+                hex::encode(d.pubkey),
+                hex::encode(d.withdrawal_credentials),
+                d.amount,
+                hex::encode(d.signature)
+            )
+        };
+        let json = format!(
+            r#"{{"chain_id": "x", "generated_validators": {{"count": 2, "seed": 1}}, "deposits": [{}, {}, {}]}}"#,
+            entry(&valid),
+            entry(&forged),
+            entry(&top_up)
+        );
+        let genesis = Genesis::from_json(&json, "g.json").unwrap();
+        let registry = genesis.registry().unwrap();
+        // The forged deposit is skipped; the top-up needs no signature.
+        assert_eq!(registry.len(), 3);
+        assert_eq!(registry.validator(2).unwrap().pubkey, valid.pubkey);
+        assert_eq!(registry.balances()[2], 32_000_000_005);
+        let eth1 = genesis.eth1_state();
+        assert_eq!((eth1.eth1_data.deposit_count, eth1.deposit_index), (3, 3));
+        let mut log = workload::DevDepositLog::new();
+        for d in [valid, forged, top_up] {
+            log.push(d);
+        }
+        assert_eq!(eth1.eth1_data.deposit_root, log.eth1_data().deposit_root);
+        // Without deposits the contract is empty.
+        let dev = Genesis::dev().eth1_state();
+        assert_eq!(
+            dev.eth1_data.deposit_root,
+            crate::chain::eth1::empty_deposit_root()
+        );
+        assert_eq!(dev.deposit_index, 0);
     }
 
     #[test]

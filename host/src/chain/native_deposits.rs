@@ -1,13 +1,18 @@
-//! A native Rust reference of the deposits transition (phase0 `apply_deposit`), written
-//! independently of the guest modules: the oracle for property tests and the baseline of
-//! `modnode bench deposits`.
+//! A native Rust reference of the deposits transition (phase0 `process_deposit`: the Merkle
+//! proof at the running index, then `apply_deposit`), written independently of the guest
+//! modules — its own SSZ leaf and branch check: the oracle for property tests and the
+//! baseline of `modnode bench deposits`.
+
+use std::collections::HashSet;
 
 use sha2::{Digest, Sha256};
 
 use super::block::DepositData;
+use super::deposit_engine::DepositsResult;
+use super::eth1::ProvenDeposit;
 use crate::crypto::{self, SignatureSet};
-use crate::runtime::deposits::{Outcome, ProcessError, registry_error};
-use crate::state::{RegistryDelta, RegistryOverlay, SharedRegistry};
+use crate::runtime::deposits::{BlockContext, Outcome, ProcessError, registry_error};
+use crate::state::{RegistryOverlay, SharedRegistry};
 
 const GWEI_PER_ETH: u64 = 1_000_000_000;
 const MAX_EFFECTIVE_BALANCE: u64 = 32 * GWEI_PER_ETH;
@@ -39,6 +44,47 @@ pub fn deposit_signing_root(deposit: &DepositData, fork_version: [u8; 4]) -> [u8
     sha256_pair(&message_root, &domain)
 }
 
+/// `hash_tree_root(DepositData)`: pubkey (2 chunks), withdrawal credentials, amount (uint64
+/// chunk), signature (3 chunks padded to 4).
+pub fn deposit_leaf(deposit: &DepositData) -> [u8; 32] {
+    let mut pubkey_chunks = [0u8; 64];
+    pubkey_chunks[..48].copy_from_slice(&deposit.pubkey);
+    let mut signature_chunks = [0u8; 128];
+    signature_chunks[..96].copy_from_slice(&deposit.signature);
+    let mut amount = [0u8; 32];
+    amount[..8].copy_from_slice(&deposit.amount.to_le_bytes());
+    let signature_root = sha256_pair(
+        &Sha256::digest(&signature_chunks[..64]),
+        &Sha256::digest(&signature_chunks[64..]),
+    );
+    sha256_pair(
+        &sha256_pair(
+            &Sha256::digest(pubkey_chunks),
+            &deposit.withdrawal_credentials,
+        ),
+        &sha256_pair(&amount, &signature_root),
+    )
+}
+
+/// Whether `proof` places `leaf` at deposit `index` (below 2^32) under `root`: 33 levels, the
+/// last one the count chunk.
+pub fn proof_is_valid(leaf: [u8; 32], proof: &[[u8; 32]; 33], index: u64, root: &[u8; 32]) -> bool {
+    if index >= 1 << 32 {
+        return false;
+    }
+    let node = proof
+        .iter()
+        .enumerate()
+        .fold(leaf, |node, (level, sibling)| {
+            if (index >> level) & 1 == 1 {
+                sha256_pair(sibling, &node)
+            } else {
+                sha256_pair(&node, sibling)
+            }
+        });
+    node == *root
+}
+
 /// How the reference checks signatures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verification {
@@ -48,14 +94,37 @@ pub enum Verification {
     Batched,
 }
 
-/// Applies `deposits` over `registry`; returns the outcomes and the delta, or why the block is
-/// invalid.
+/// Applies `deposits` over `registry`; returns the outcomes, the delta and the deposit index
+/// after the block, or why the block is invalid.
 pub fn process(
     registry: SharedRegistry,
-    fork_version: [u8; 4],
-    deposits: &[DepositData],
+    ctx: &BlockContext,
+    proven: &[ProvenDeposit],
     verification: Verification,
-) -> Result<(Vec<Outcome>, RegistryDelta), ProcessError> {
+) -> Result<DepositsResult, ProcessError> {
+    let fork_version = <[u8; 4]>::try_from(ctx.genesis_fork_version.as_slice()).map_err(|_| {
+        ProcessError::BadContext(format!(
+            "genesis fork version is {} bytes, expected 4",
+            ctx.genesis_fork_version.len()
+        ))
+    })?;
+    let root = <[u8; 32]>::try_from(ctx.eth1_data.deposit_root.as_slice()).map_err(|_| {
+        ProcessError::BadContext(format!(
+            "deposit root is {} bytes, expected 32",
+            ctx.eth1_data.deposit_root.len()
+        ))
+    })?;
+    let mut index = ctx.eth1_deposit_index;
+    for p in proven {
+        if !proof_is_valid(deposit_leaf(&p.data), &p.proof, index, &root) {
+            return Err(ProcessError::BadProof(index));
+        }
+        index = index
+            .checked_add(1)
+            .ok_or_else(|| ProcessError::BadContext("the eth1 deposit index overflows".into()))?;
+    }
+    let deposits: Vec<DepositData> = proven.iter().map(|p| p.data).collect();
+    let deposits = deposits.as_slice();
     let mut overlay =
         RegistryOverlay::new(registry).map_err(|e| ProcessError::Malformed(e.to_string()))?;
     let lookup_err = |e| {
@@ -70,8 +139,9 @@ pub fn process(
     if verification == Verification::Batched {
         let mut members = Vec::new();
         let mut roots = Vec::new();
+        let mut seen = HashSet::with_capacity(deposits.len());
         for (i, d) in deposits.iter().enumerate() {
-            if deposits[..i].iter().any(|e| e.pubkey == d.pubkey) {
+            if !seen.insert(d.pubkey) {
                 continue;
             }
             if overlay.index_of(&d.pubkey).map_err(lookup_err)?.is_none() {
@@ -129,5 +199,9 @@ pub fn process(
         };
         outcomes.push(outcome);
     }
-    Ok((outcomes, overlay.into_delta()))
+    Ok(DepositsResult {
+        outcomes,
+        delta: overlay.into_delta(),
+        eth1_deposit_index: index,
+    })
 }

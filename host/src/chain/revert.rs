@@ -1,8 +1,8 @@
 //! Reverting the head block with its undo record: the basis of reorganisations.
 
 use super::block::Block;
-use super::{Chain, Head, RevertError, hex32};
-use crate::state::RegistryUndo;
+use super::{Chain, Head, RevertError, hex32, load_eth1};
+use crate::state::{RegistryUndo, state_root};
 use crate::store::{WriteBatch, keys};
 
 impl Chain {
@@ -45,10 +45,22 @@ impl Chain {
             state_root: parent.header.state_root,
         };
 
-        let current = self.registry.read().map(|r| r.len()).unwrap_or(0);
+        let eth1 = load_eth1(self.store.as_ref(), &parent_hash)
+            .map_err(|e| corrupt(format!("parent eth1 state: {e}")))?;
+
+        // A poisoned lock is not "zero validators": refuse before anything is written.
+        let current = self
+            .registry
+            .read()
+            .map_err(|_| RevertError::Poisoned {
+                hash: name.clone(),
+                height: head.height,
+            })?
+            .len();
         let mut batch = WriteBatch::new();
         batch.delete(keys::height(head.height));
         batch.delete(keys::undo(&head.hash));
+        batch.delete(keys::eth1(&head.hash));
         for index in undo.validators_before..current {
             batch.delete(keys::validator(index));
             batch.delete(keys::balance(index));
@@ -70,14 +82,16 @@ impl Chain {
         registry
             .rollback(&undo)
             .map_err(|e| diverged(e.to_string()))?;
-        if registry.root() != new_head.state_root {
+        let root = state_root(&registry.root(), &eth1);
+        if root != new_head.state_root {
             return Err(diverged(format!(
                 "state root {} after rollback, parent commits to {}",
-                hex32(&registry.root()),
+                hex32(&root),
                 hex32(&new_head.state_root)
             )));
         }
         drop(registry);
+        self.eth1 = eth1;
         self.head = new_head;
         Ok(new_head)
     }

@@ -72,3 +72,14 @@ pub fn gossip(
     }
     Ok(())
 }
+
+/// `modnode bench swap`.
+pub fn swap(json: bool, validators: u32, blocks: usize) -> anyhow::Result<()> {
+    let report = crate::bench::swap::run(validators, blocks)?;
+    if json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    }
+    Ok(())
+}

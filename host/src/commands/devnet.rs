@@ -88,6 +88,9 @@ pub fn devnet(args: DevnetArgs) -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     rt.block_on(async {
+        // Before the first node starts: a stop request during startup is honoured afterwards.
+        let mut signals =
+            super::ShutdownSignals::install().context("cannot listen for SIGINT/SIGTERM")?;
         let mut nodes: Vec<Node> = Vec::new();
         for dir in &dirs {
             let mut config = NodeConfig::new(dir.clone(), genesis.clone());
@@ -114,12 +117,10 @@ pub fn devnet(args: DevnetArgs) -> anyhow::Result<()> {
         );
         let live = std::io::stdout().is_terminal();
         let mut ticker = tokio::time::interval(Duration::from_secs(if live { 1 } else { 5 }));
-        let stop = super::shutdown_signal();
-        tokio::pin!(stop);
         loop {
             tokio::select! {
-                signal = &mut stop => {
-                    signal.context("cannot listen for SIGINT/SIGTERM")?;
+                signal = signals.wait() => {
+                    eprintln!("{signal}: stopping");
                     break;
                 }
                 _ = ticker.tick() => {

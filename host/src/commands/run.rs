@@ -2,7 +2,7 @@
 //! and the hidden `modnode debug import-loop` the crash tests drive.
 
 use std::io::Write as _;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
@@ -26,6 +26,10 @@ pub struct RunArgs {
     /// A peer to connect to, as `<node id hex>@<ip:port>`; repeat for more.
     #[arg(long = "bootstrap", value_name = "ID@ADDR")]
     pub bootstrap: Vec<PeerAddr>,
+    /// An IP exempt from the per-IP and per-subnet inbound connection limits (e.g. your own
+    /// nodes behind one NAT); repeat for more. Loopback and bootstrap addresses are exempt.
+    #[arg(long = "trusted-addr", value_name = "IP")]
+    pub trusted_addr: Vec<IpAddr>,
     /// TCP address of the admin API (status, metrics, `modnode deposit submit`).
     #[arg(long, default_value = "127.0.0.1:9401")]
     pub admin: SocketAddr,
@@ -60,6 +64,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     let mut config = NodeConfig::new(args.data_dir.clone(), genesis(args.genesis.as_ref())?);
     config.listen = args.listen;
     config.bootstrap = args.bootstrap;
+    config.trusted_ips = args.trusted_addr;
     config.admin_listen = (!args.no_admin).then_some(args.admin);
     config.admin_public = args.admin_public;
     config.upload.max_module_bytes = args.max_module_bytes;
@@ -70,6 +75,8 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     rt.block_on(async {
+        let mut signals =
+            super::ShutdownSignals::install().context("cannot listen for SIGINT/SIGTERM")?;
         let node = Node::start(config)
             .await
             .with_context(|| format!("cannot start the node in {}", args.data_dir.display()))?;
@@ -77,9 +84,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
             peer_addr = %node.peer_addr().map(|a| a.to_string()).unwrap_or_default(),
             "node running; give the peer address to other nodes' --bootstrap; Ctrl-C stops it"
         );
-        let signal = super::shutdown_signal()
-            .await
-            .context("cannot listen for SIGINT/SIGTERM")?;
+        let signal = signals.wait().await;
         tracing::info!(signal, "stopping");
         node.shutdown().await;
         anyhow::Ok(())
@@ -99,15 +104,29 @@ pub fn import_loop(data_dir: &Path, blocks: u64) -> anyhow::Result<()> {
         .map(|v| v.pubkey)
         .collect();
     let fork = chain.genesis().genesis_fork_version;
+    // The deposits of blocks already imported (a restart after a crash), then one block's
+    // worth per block: each block carries the deposits its vote makes due.
+    let mut log = workload::DevDepositLog::new();
+    for height in 1..=chain.head().height {
+        for d in workload::dev_block(height, &existing, fork) {
+            log.push(d);
+        }
+    }
+    anyhow::ensure!(
+        log.len() == chain.eth1_state().deposit_index,
+        "the chain applied {} deposits, the dev workload replays {}",
+        chain.eth1_state().deposit_index,
+        log.len()
+    );
     let mut out = std::io::stdout().lock();
     for _ in 0..blocks {
         let head = chain.head();
         let height = head.height.saturating_add(1);
-        let block = chain.build_block(
-            head.slot.saturating_add(1),
-            0,
-            workload::dev_block(height, &existing, fork),
-        )?;
+        for d in workload::dev_block(height, &existing, fork) {
+            log.push(d);
+        }
+        let block =
+            chain.build_block_from(head.slot.saturating_add(1), 0, log.eth1_data(), &log)?;
         let imported = chain.import(&block)?;
         writeln!(
             out,

@@ -8,8 +8,15 @@
 //! message; a malformed frame closes the connection with
 //! [`CLOSE_PROTOCOL_VIOLATION`](super::endpoint::CLOSE_PROTOCOL_VIOLATION) and drops the peer,
 //! the node keeps running.
+//!
+//! What a peer's incoming streams cost us is bounded: every stream must deliver its frame within
+//! [`GossipConfig::stream_read_timeout`], and the bytes buffered for all of a peer's unfinished
+//! streams together stay within [`GossipConfig::peer_read_budget`]. A stream that misses its
+//! deadline or would go over the budget is stopped ([`STREAM_DEADLINE`], [`STREAM_OVER_BUDGET`])
+//! and the peer is reported as a violator.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -27,6 +34,16 @@ use super::identity::NodeId;
 /// Codec message type of gossip frames.
 pub const GOSSIP_MESSAGE: u8 = 1;
 
+/// Application code of a `STOP_SENDING` for a stream that missed its read deadline.
+pub const STREAM_DEADLINE: u32 = 1;
+
+/// Application code of a `STOP_SENDING` for a stream that would take its peer over its
+/// read budget.
+pub const STREAM_OVER_BUDGET: u32 = 2;
+
+/// Bytes read per call from a stream: the unit the read budget is charged in.
+const READ_CHUNK_BYTES: usize = 64 * 1024;
+
 /// Tunables of the driver.
 #[derive(Debug, Clone)]
 pub struct GossipConfig {
@@ -37,6 +54,12 @@ pub struct GossipConfig {
     /// If set, incoming data is consumed at most this fast (bits per second): a deliberately
     /// slow receiver, for tests and benchmarks.
     pub receive_rate_bps: Option<u64>,
+    /// Time an incoming stream has to deliver its whole frame (a full-size frame at 400 KiB/s
+    /// by default): a peer cannot pin a stream, and the buffer behind it, forever.
+    pub stream_read_timeout: Duration,
+    /// Bytes all of one peer's unfinished incoming streams may hold in memory together
+    /// (default: two full-size frames, whatever the number of streams).
+    pub peer_read_budget: usize,
 }
 
 impl Default for GossipConfig {
@@ -45,6 +68,8 @@ impl Default for GossipConfig {
             engine: EngineConfig::default(),
             max_message_bytes: codec::MAX_MESSAGE_BYTES,
             receive_rate_bps: None,
+            stream_read_timeout: Duration::from_secs(20),
+            peer_read_budget: 2 * codec::MAX_MESSAGE_BYTES,
         }
     }
 }
@@ -79,6 +104,52 @@ pub struct TrafficStats {
     pub bytes_received: u64,
     /// Block payloads received (pushes, duplicates included).
     pub block_copies: u64,
+    /// Most bytes one peer's unfinished streams held at once.
+    pub peak_held_bytes: u64,
+    /// Streams stopped for missing their read deadline.
+    pub streams_timed_out: u64,
+    /// Streams stopped because they would have taken their peer over its read budget.
+    pub streams_over_budget: u64,
+}
+
+/// Bytes one peer's unfinished incoming streams hold, against its budget.
+#[derive(Debug)]
+struct ReadBudget {
+    held: AtomicUsize,
+    limit: usize,
+}
+
+impl ReadBudget {
+    /// Charges `bytes`, or returns `None` if they would exceed the limit. The returned total
+    /// is what the peer holds afterwards.
+    fn try_charge(&self, bytes: usize) -> Option<usize> {
+        self.held
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |held| {
+                held.checked_add(bytes).filter(|total| *total <= self.limit)
+            })
+            .ok()
+            .and_then(|before| before.checked_add(bytes))
+    }
+}
+
+/// What one stream has charged to its peer's budget; released when the stream is done.
+struct Charge<'a> {
+    budget: &'a ReadBudget,
+    bytes: usize,
+}
+
+impl Drop for Charge<'_> {
+    fn drop(&mut self) {
+        self.budget.held.fetch_sub(self.bytes, Ordering::AcqRel);
+    }
+}
+
+/// Why reading one stream failed.
+enum StreamError {
+    /// The peer broke the framing or sent another message type.
+    Violation(String),
+    /// The stream would take the peer over its read budget.
+    OverBudget { held: usize, limit: usize },
 }
 
 enum Command {
@@ -190,8 +261,12 @@ pub fn spawn<P: Policy + Send + 'static>(
 ) -> (GossipHandle, mpsc::UnboundedReceiver<GossipEvent>) {
     let (commands, rx) = mpsc::unbounded_channel();
     let (events, events_rx) = mpsc::unbounded_channel();
+    // No message larger than a frame can ever arrive: an announce claiming one is a lie.
+    let mut engine = config.engine.clone();
+    let frame_limit = u32::try_from(config.max_message_bytes).unwrap_or(u32::MAX);
+    engine.max_announced_size = engine.max_announced_size.min(frame_limit);
     let driver = Driver {
-        engine: GossipEngine::new(config.engine.clone(), policy),
+        engine: GossipEngine::new(engine, policy),
         config,
         start: Instant::now(),
         peers: HashMap::new(),
@@ -380,6 +455,11 @@ impl<P: Policy> Driver<P> {
     fn spawn_reader(&self, peer: PeerId, conn: quinn::Connection) {
         let commands = self.commands.clone();
         let max = self.config.max_message_bytes;
+        let deadline = self.config.stream_read_timeout;
+        let budget = Arc::new(ReadBudget {
+            held: AtomicUsize::new(0),
+            limit: self.config.peer_read_budget,
+        });
         let traffic = self.traffic.clone();
         let throttle = self
             .config
@@ -399,8 +479,30 @@ impl<P: Policy> Driver<P> {
                 let commands = commands.clone();
                 let traffic = traffic.clone();
                 let throttle = throttle.clone();
+                let budget = budget.clone();
                 tokio::spawn(async move {
-                    let outcome = read_one(&mut stream, max, &traffic, throttle).await;
+                    let read = read_within_budget(&mut stream, max, &budget, &traffic);
+                    let outcome = match tokio::time::timeout(deadline, read).await {
+                        Ok(Ok(None)) => Ok(None),
+                        Ok(Ok(Some(frame))) => decode(frame, &traffic, throttle).await,
+                        Ok(Err(StreamError::Violation(reason))) => Err(reason),
+                        Ok(Err(StreamError::OverBudget { held, limit })) => {
+                            let _ = stream.stop(quinn::VarInt::from_u32(STREAM_OVER_BUDGET));
+                            bump_traffic(&traffic, |t| &mut t.streams_over_budget);
+                            Err(format!(
+                                "unfinished gossip streams would hold {held} bytes, over the \
+                                 budget of {limit}"
+                            ))
+                        }
+                        Err(_) => {
+                            let _ = stream.stop(quinn::VarInt::from_u32(STREAM_DEADLINE));
+                            bump_traffic(&traffic, |t| &mut t.streams_timed_out);
+                            Err(format!(
+                                "gossip stream not finished within {} ms",
+                                deadline.as_millis()
+                            ))
+                        }
+                    };
                     let Some(commands) = commands.upgrade() else {
                         return;
                     };
@@ -435,20 +537,63 @@ async fn send(
     }
 }
 
-/// Reads one gossip frame; `Err` is a protocol violation.
-async fn read_one(
+fn bump_traffic(traffic: &Mutex<TrafficStats>, field: impl FnOnce(&mut TrafficStats) -> &mut u64) {
+    if let Ok(mut t) = traffic.lock() {
+        let counter = field(&mut t);
+        *counter = counter.saturating_add(1);
+    }
+}
+
+/// Reads one codec frame from `stream`, charging every buffered byte to the peer's `budget`
+/// until the frame is complete. `Ok(None)`: the stream ended before a frame started, or the
+/// connection went away (not the peer's fault as far as we know).
+async fn read_within_budget(
     stream: &mut quinn::RecvStream,
     max: usize,
+    budget: &ReadBudget,
+    traffic: &Mutex<TrafficStats>,
+) -> Result<Option<codec::Frame>, StreamError> {
+    let mut decoder = codec::FrameDecoder::new(max);
+    let mut charge = Charge { budget, bytes: 0 };
+    loop {
+        match decoder.next_frame() {
+            Ok(Some(frame)) => return Ok(Some(frame)),
+            Ok(None) => {}
+            Err(e) => return Err(StreamError::Violation(e.to_string())),
+        }
+        let chunk = match stream.read_chunk(READ_CHUNK_BYTES, true).await {
+            Ok(Some(chunk)) => chunk,
+            Ok(None) => {
+                return match decoder.finish() {
+                    Ok(()) => Ok(None),
+                    Err(e) => Err(StreamError::Violation(e.to_string())),
+                };
+            }
+            Err(_) => return Ok(None),
+        };
+        let bytes = chunk.bytes.len();
+        let Some(held) = budget.try_charge(bytes) else {
+            return Err(StreamError::OverBudget {
+                held: budget.held.load(Ordering::Acquire).saturating_add(bytes),
+                limit: budget.limit,
+            });
+        };
+        charge.bytes = charge.bytes.saturating_add(bytes);
+        if let Ok(mut t) = traffic.lock() {
+            t.peak_held_bytes = t
+                .peak_held_bytes
+                .max(u64::try_from(held).unwrap_or(u64::MAX));
+        }
+        decoder.push(&chunk.bytes);
+    }
+}
+
+/// Checks and decodes a gossip frame read from a stream; `Err` is a protocol violation.
+async fn decode(
+    frame: codec::Frame,
     traffic: &Mutex<TrafficStats>,
     throttle: Option<(u64, Arc<Mutex<Instant>>)>,
 ) -> Result<Option<Frame>, String> {
-    let frame = match codec::read_frame(stream, max).await {
-        Ok(Some(frame)) => frame,
-        Ok(None) => return Ok(None),
-        Err(e) if e.is_protocol_violation() => return Err(e.to_string()),
-        // The connection went away mid-stream: not the peer's fault as far as we know.
-        Err(_) => return Ok(None),
-    };
     if frame.msg_type != GOSSIP_MESSAGE {
         return Err(format!(
             "unexpected message type {} on a gossip stream",
@@ -459,9 +604,7 @@ async fn read_one(
     if let Some((bps, next_free)) = throttle {
         let delay = Duration::from_micros(len.saturating_mul(8_000_000) / bps);
         let wake = {
-            let mut next = next_free
-                .lock()
-                .map_err(|_| "throttle lock poisoned".to_string())?;
+            let mut next = next_free.lock().unwrap_or_else(|e| e.into_inner());
             *next = (*next).max(Instant::now()) + delay;
             *next
         };

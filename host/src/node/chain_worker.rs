@@ -3,7 +3,8 @@
 //! Block import runs WebAssembly and writes to sled, both blocking, so it stays off the async
 //! runtime. Everything else talks to the worker through a [`ChainHandle`] (a command channel,
 //! answers on oneshot channels) and watches its [`ChainView`]. Commands are handled one at a
-//! time, so imports, block production and range serving never interleave.
+//! time, so imports, block production and range serving never interleave; they wait in a
+//! [`WorkerQueue`] that puts production before imports before serving peers and bounds each.
 
 use std::sync::mpsc;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -11,6 +12,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use tokio::sync::{oneshot, watch};
 
 use super::mempool::{Mempool, MempoolError};
+use super::worker_queue::{JobClass, QueueLimits, Requester, WorkerQueue};
 use crate::chain::block::{Block, DepositData, Hash, Seal};
 use crate::chain::{Added, Chain, ForkChoiceError, Head};
 use crate::net::identity::NodeIdentity;
@@ -56,7 +58,24 @@ pub enum WorkerError {
     /// Reading stored blocks failed.
     #[error("cannot read blocks: {0}")]
     Store(String),
+    /// The worker's queue for this kind of job (or this peer's share of it) is full.
+    #[error("the chain worker is busy; try again later")]
+    Busy,
+    /// The block's slot has not started yet on our clock (beyond the skew allowance).
+    #[error("block {height} is for slot {slot}, but the current slot is {current}")]
+    FutureSlot {
+        /// The block's height.
+        height: u64,
+        /// Its slot.
+        slot: u64,
+        /// Our current slot (with the clock-skew allowance).
+        current: u64,
+    },
 }
+
+/// How far ahead of our clock a peer's clock may be: a block whose slot starts within this
+/// is accepted.
+pub const CLOCK_SKEW_MS: u64 = 500;
 
 enum Command {
     Add {
@@ -68,6 +87,7 @@ enum Command {
         reply: oneshot::Sender<Result<Option<Block>, WorkerError>>,
     },
     Blocks {
+        requester: Requester,
         start: u64,
         count: u64,
         max_bytes: usize,
@@ -129,7 +149,21 @@ impl ChainHandle {
         count: u64,
         max_bytes: usize,
     ) -> Result<Vec<Vec<u8>>, WorkerError> {
+        self.blocks_for(None, start, count, max_bytes).await
+    }
+
+    /// [`blocks`](Self::blocks) on behalf of peer `requester`: served after production and
+    /// imports, limited per peer ([`WorkerError::Busy`] beyond), and skipped if the requester
+    /// gave up waiting.
+    pub async fn blocks_for(
+        &self,
+        requester: Requester,
+        start: u64,
+        count: u64,
+        max_bytes: usize,
+    ) -> Result<Vec<Vec<u8>>, WorkerError> {
         self.ask(|reply| Command::Blocks {
+            requester,
             start,
             count,
             max_bytes,
@@ -168,12 +202,33 @@ pub fn spawn(
         mempool: Mempool::new(mempool_capacity),
         last_block_unix_ms: 0,
         reorgs: 0,
+        fatal: None,
     };
     let (view_tx, view) = watch::channel(worker.view());
     let thread = std::thread::Builder::new()
         .name("chain-worker".into())
         .spawn(move || {
-            while let Ok(command) = rx.recv() {
+            let mut queue = WorkerQueue::new(QueueLimits::default());
+            loop {
+                // Take everything that arrived, then do the most urgent job.
+                if queue.is_empty() {
+                    match rx.recv() {
+                        Ok(command) => admit(&mut queue, command),
+                        Err(_) => break,
+                    }
+                }
+                while let Ok(command) = rx.try_recv() {
+                    admit(&mut queue, command);
+                }
+                let Some(command) = queue.pop() else {
+                    continue;
+                };
+                if let Command::Blocks { reply, .. } = &command
+                    && reply.is_closed()
+                {
+                    // The requester timed out and went away: nothing to serve.
+                    continue;
+                }
                 worker.handle(command);
                 view_tx.send_if_modified(|v| {
                     let new = worker.view();
@@ -181,10 +236,41 @@ pub fn spawn(
                     *v = new;
                     changed
                 });
+                if let Some(reason) = &worker.fatal {
+                    // Disk and memory disagree: going on would build on a state that is not
+                    // the one on disk. Every handle now gets `Stopped`.
+                    tracing::error!(%reason, "the chain worker stops: restart the node to reload the state from disk");
+                    break;
+                }
             }
             tracing::debug!("chain worker stopped");
         })?;
     Ok((ChainHandle { commands, view }, thread))
+}
+
+/// Queues `command`, or answers it with [`WorkerError::Busy`] when its queue is full.
+fn admit(queue: &mut WorkerQueue<Command>, command: Command) {
+    let (class, requester) = match &command {
+        Command::Produce { .. } => (JobClass::Produce, None),
+        Command::Add { .. } | Command::Deposit { .. } => (JobClass::Import, None),
+        Command::Blocks { requester, .. } => (JobClass::Serve, *requester),
+    };
+    if let Err(refused) = queue.push(class, requester, command) {
+        match refused {
+            Command::Add { reply, .. } => {
+                let _ = reply.send(Err(WorkerError::Busy));
+            }
+            Command::Produce { reply, .. } => {
+                let _ = reply.send(Err(WorkerError::Busy));
+            }
+            Command::Blocks { reply, .. } => {
+                let _ = reply.send(Err(WorkerError::Busy));
+            }
+            Command::Deposit { reply, .. } => {
+                let _ = reply.send(Err(WorkerError::Busy));
+            }
+        }
+    }
 }
 
 struct Worker {
@@ -193,6 +279,8 @@ struct Worker {
     mempool: Mempool,
     last_block_unix_ms: u64,
     reorgs: u64,
+    /// Set when disk and memory disagree; the worker stops after the current command.
+    fatal: Option<String>,
 }
 
 /// Milliseconds since the Unix epoch.
@@ -234,6 +322,7 @@ impl Worker {
                 count,
                 max_bytes,
                 reply,
+                ..
             } => {
                 let _ = reply.send(self.blocks(start, count, max_bytes));
             }
@@ -244,8 +333,30 @@ impl Worker {
     }
 
     fn add(&mut self, block: &Block) -> Result<Added, WorkerError> {
+        // Every path (gossip, range sync, branch fetch) comes through here: a block from a
+        // future slot would let an authority pre-produce its slots and reorg honest nodes.
+        let current = self
+            .chain
+            .genesis()
+            .slot_at(unix_ms().saturating_add(CLOCK_SKEW_MS));
+        if block.header.slot > current {
+            return Err(WorkerError::FutureSlot {
+                height: block.header.height,
+                slot: block.header.slot,
+                current,
+            });
+        }
         let before = self.chain.head();
-        let added = self.chain.add_block(block)?;
+        let added = self.chain.add_block(block).inspect_err(|e| {
+            let fatal = match e {
+                ForkChoiceError::Invalid(e) => e.is_fatal(),
+                ForkChoiceError::Revert(e) => e.is_fatal(),
+                _ => false,
+            };
+            if fatal {
+                self.fatal = Some(e.to_string());
+            }
+        })?;
         match &added {
             Added::Extended(_) => self.included(std::slice::from_ref(block)),
             Added::Reorganised { head, reverted } => {
@@ -273,7 +384,8 @@ impl Worker {
 
     fn included(&mut self, blocks: &[Block]) {
         for block in blocks {
-            self.mempool.remove_included(&block.body.deposits);
+            let included: Vec<_> = block.body.deposits.iter().map(|d| d.data).collect();
+            self.mempool.remove_included(&included);
         }
         self.last_block_unix_ms = unix_ms();
     }
@@ -285,45 +397,37 @@ impl Worker {
         let genesis = self.chain.genesis();
         let proposer = genesis.proposer_for(slot).unwrap_or(0);
         let sealed = !genesis.authorities.is_empty();
-        let max = usize::from(genesis.max_deposits_per_block);
-        let deposits = self.mempool.take_for_block(max);
-        let block = match self.chain.build_block(slot, proposer, deposits.clone()) {
-            Ok(block) => block,
-            Err(e) if !deposits.is_empty() => {
-                // A deposit the module refuses must not stall production: drop the batch.
-                tracing::warn!(error = %e, dropped = deposits.len(), "pending deposits make the block invalid; dropping them");
-                self.mempool.remove_included(&deposits);
-                self.chain
-                    .build_block(slot, proposer, Vec::new())
-                    .map_err(|e| WorkerError::Produce {
-                        slot,
-                        reason: e.to_string(),
-                    })?
-            }
-            Err(e) => {
-                return Err(WorkerError::Produce {
-                    slot,
-                    reason: e.to_string(),
-                });
-            }
-        };
-        let mut block = block;
-        if sealed {
-            let signature =
-                self.identity
-                    .sign(&block.hash())
-                    .map_err(|e| WorkerError::Produce {
-                        slot,
-                        reason: e.to_string(),
-                    })?;
-            block.seal = Seal::Ed25519(signature);
-        }
-        self.chain
-            .import(&block)
+        // Until the node follows a deposit source, the producer votes the agreed eth1 data and
+        // carries no deposits (valid while none are due). Mempool deposits cannot be included:
+        // a block's deposits must be the contract's, with proofs.
+        let vote = self.chain.eth1_data();
+        let block = self
+            .chain
+            .build_block(slot, proposer, vote, Vec::new())
             .map_err(|e| WorkerError::Produce {
                 slot,
                 reason: e.to_string(),
             })?;
+        let mut block = block;
+        if sealed {
+            let signature = self
+                .identity
+                .sign(&self.chain.seal_message(&block.hash()))
+                .map_err(|e| WorkerError::Produce {
+                    slot,
+                    reason: e.to_string(),
+                })?;
+            block.seal = Seal::Ed25519(signature);
+        }
+        self.chain.import(&block).map_err(|e| {
+            if e.is_fatal() {
+                self.fatal = Some(e.to_string());
+            }
+            WorkerError::Produce {
+                slot,
+                reason: e.to_string(),
+            }
+        })?;
         self.included(std::slice::from_ref(&block));
         Ok(Some(block))
     }

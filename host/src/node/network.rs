@@ -8,8 +8,14 @@
 //! - unidirectional streams carry gossip (the [`gossip`](crate::net::gossip) driver reads them);
 //! - later bidirectional streams carry one [`rpc`] request and its response each.
 //!
+//! Requests and imports of range sync live in [`sync_driver`], the answers to peers' requests
+//! in [`rpc_server`], and the verdict on what peers send in [`verdict`](super::verdict).
+//!
 //! A malformed message on any stream bans the peer ([`PeerManager::handle_violation`]) and
 //! closes its connection with [`CLOSE_PROTOCOL_VIOLATION`]; the node carries on.
+
+mod rpc_server;
+mod sync_driver;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -20,23 +26,27 @@ use std::time::Duration;
 use modnode_gossip::MessageId;
 use modnode_gossip::policy::MessageKind;
 use modnode_peers::{
-    Action, Direction, DisconnectReason, PeerAddr, PeerManager, RangeSync, Request as SyncRequest,
-    Violation,
+    Action, Direction, DisconnectReason, PeerAddr, PeerManager, PeerState, RangeSync,
+    Request as SyncRequest, Violation,
 };
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
-use super::chain_worker::{ChainHandle, WorkerError, unix_ms};
+use super::chain_worker::{CLOCK_SKEW_MS, ChainHandle, WorkerError, unix_ms};
 use super::metrics::{Metrics, bump};
+use super::verdict::{self, Fault, RequestError};
+use crate::chain::Added;
 use crate::chain::block::{Block, DepositData};
 use crate::chain::genesis::Genesis;
-use crate::chain::{Added, ForkChoiceError};
-use crate::net::codec;
 use crate::net::endpoint::{self, CLOSE_PROTOCOL_VIOLATION, NetError, TransportLimits};
 use crate::net::gossip::{GossipEvent, GossipHandle};
 use crate::net::handshake::{self, HandshakeError, Hello, PROTOCOL_VERSION, Role};
 use crate::net::identity::NodeId;
-use crate::net::rpc::{self, ChainStatus, MAX_BLOCKS_PER_REQUEST, Request, Response};
+use crate::net::rpc::{ChainStatus, Request, Response};
+use crate::store::BanList;
+
+use self::rpc_server::serve;
+use self::sync_driver::{SyncImportError, request};
 
 /// QUIC close code for an orderly shutdown.
 const CLOSE_SHUTDOWN: u32 = 0;
@@ -55,6 +65,10 @@ enum Event {
     Dialed {
         node: PeerKey,
         result: Result<(quinn::Connection, Hello), DialError>,
+    },
+    /// The transport handshake of an incoming connection ended (either way).
+    IncomingDone {
+        addr: SocketAddr,
     },
     Inbound {
         node: PeerKey,
@@ -80,7 +94,7 @@ enum Event {
     },
     PeersAnswer {
         node: PeerKey,
-        result: Result<Vec<PeerAddr>, String>,
+        result: Result<Vec<PeerAddr>, RequestError>,
     },
     StatusAnswer {
         node: PeerKey,
@@ -88,7 +102,7 @@ enum Event {
     },
     BlocksAnswer {
         request: SyncRequest,
-        result: Result<SyncedBlocks, String>,
+        result: Result<SyncedBlocks, RequestError>,
     },
     SyncImported {
         height: u64,
@@ -101,15 +115,6 @@ enum Event {
         block: Box<Block>,
         result: Result<Added, WorkerError>,
     },
-}
-
-/// Why a block from range sync was not imported.
-enum SyncImportError {
-    /// Its parent is unknown: the peer is on another branch; the block is kept so the branch
-    /// can be fetched and tried.
-    Fork(Box<Block>),
-    /// Anything else, including a branch that could not be resolved.
-    Refused(String),
 }
 
 enum DialError {
@@ -135,6 +140,11 @@ pub(super) struct NetworkParts {
     pub chain: ChainHandle,
     pub metrics: Arc<Metrics>,
     pub status_interval: Duration,
+    /// Known peers to try before producing.
+    pub bootstrap: Vec<PeerKey>,
+    /// Longest wait for them.
+    pub startup_wait: Duration,
+    pub bans: BanList,
 }
 
 pub(super) struct Network {
@@ -154,6 +164,12 @@ pub(super) struct Network {
     importing: bool,
     status_interval: Duration,
     next_status_poll: Instant,
+    bans: BanList,
+    /// When range sync last imported a block: being behind is a fact only while sync makes
+    /// progress, never on a peer's word alone.
+    last_sync_import: Option<Instant>,
+    bootstrap: Vec<PeerKey>,
+    startup_deadline: Instant,
 }
 
 fn short(node: &PeerKey) -> String {
@@ -185,6 +201,10 @@ impl Network {
             importing: false,
             status_interval: parts.status_interval,
             next_status_poll: Instant::now() + parts.status_interval,
+            bans: parts.bans,
+            last_sync_import: None,
+            bootstrap: parts.bootstrap,
+            startup_deadline: Instant::now() + parts.startup_wait,
         };
         loop {
             net.drive();
@@ -251,6 +271,11 @@ impl Network {
     /// Carries out everything the state machines want done now.
     fn drive(&mut self) {
         let now = self.now();
+        // No chain is longer than its slot count: claims beyond the current slot are capped.
+        self.sync.handle_height_bound(
+            self.genesis
+                .slot_at(unix_ms().saturating_add(CLOCK_SKEW_MS)),
+        );
         if Instant::now() >= self.next_status_poll {
             self.next_status_poll = Instant::now() + self.status_interval;
             for (node, conn) in &self.conns {
@@ -276,18 +301,50 @@ impl Network {
                 self.on_action(action);
             }
         }
+        if !self.metrics.started_up.load(Ordering::Relaxed) && self.may_produce_after_start() {
+            tracing::info!("tried the known peers and synced from them; production may start");
+            self.metrics.started_up.store(true, Ordering::Relaxed);
+        }
+        super::bans::persist(&mut self.peers, &self.bans, now, unix_ms());
         let target = self.sync.target().map_or(0, |(h, _)| h);
         let head = self.chain.view().head.height;
         self.metrics
             .sync_target_height
             .store(target, Ordering::Relaxed);
-        self.metrics
-            .syncing
-            .store(target > head.saturating_add(1), Ordering::Relaxed);
+        // Behind only while range sync is importing real blocks: a claimed head alone (which
+        // a liar can make up) never stops production.
+        let window = Duration::from_millis(self.genesis.slot_ms.saturating_mul(2));
+        let progressing = self
+            .last_sync_import
+            .is_some_and(|at| at.elapsed() <= window);
+        self.metrics.syncing.store(
+            progressing && target > head.saturating_add(1),
+            Ordering::Relaxed,
+        );
         self.metrics.peers_connected.store(
             u64::try_from(self.peers.connected_count()).unwrap_or(u64::MAX),
             Ordering::Relaxed,
         );
+    }
+
+    fn may_produce_after_start(&self) -> bool {
+        let known: Vec<verdict::KnownPeer> = self
+            .bootstrap
+            .iter()
+            .map(|node| match self.peers.peer_state(node) {
+                Some(PeerState::Connected { .. }) => verdict::KnownPeer::Connected,
+                Some(state) if state.failures() > 0 => verdict::KnownPeer::Unreachable,
+                // Ourselves (skipped by the manager), or forgotten after a ban.
+                None => verdict::KnownPeer::Unreachable,
+                Some(_) => verdict::KnownPeer::Untried,
+            })
+            .collect();
+        let status = self.sync.status();
+        let sync_idle = status.in_flight == 0
+            && status.buffered == 0
+            && !self.importing
+            && self.sync.is_synced();
+        verdict::may_produce_after_start(Instant::now() >= self.startup_deadline, &known, sync_idle)
     }
 
     fn on_action(&mut self, action: Action) {
@@ -313,7 +370,9 @@ impl Network {
                     tokio::spawn(async move {
                         let result = match request(&conn, Request::Peers, max).await {
                             Ok(Response::Peers(peers)) => Ok(peers),
-                            Ok(_) => Err("answer of the wrong kind".into()),
+                            Ok(_) => {
+                                Err(RequestError::Malformed("answer of the wrong kind".into()))
+                            }
                             Err(e) => Err(e),
                         };
                         let _ = events.send(Event::PeersAnswer { node, result });
@@ -345,12 +404,20 @@ impl Network {
     }
 
     fn on_incoming(&mut self, incoming: quinn::Incoming) {
+        let addr = incoming.remote_address();
+        // Handshakes in progress count against the per-IP and per-subnet limits.
+        if let Err(e) = self.peers.handle_incoming(addr) {
+            tracing::info!(%addr, error = %e, "refused incoming connection");
+            incoming.refuse();
+            return;
+        }
         let limits = self.limits.clone();
         let open = self.conns.len();
         let events = self.events.clone();
         tokio::spawn(async move {
-            let addr = incoming.remote_address();
-            match endpoint::accept(incoming, &limits, open).await {
+            let accepted = endpoint::accept(incoming, &limits, open).await;
+            let _ = events.send(Event::IncomingDone { addr });
+            match accepted {
                 Ok((conn, id)) => {
                     let _ = events.send(Event::Inbound {
                         node: *id.as_bytes(),
@@ -366,6 +433,7 @@ impl Network {
     fn on_event(&mut self, event: Event) {
         let now = self.now();
         match event {
+            Event::IncomingDone { addr } => self.peers.handle_incoming_done(addr),
             Event::Dialed { node, result } => match result {
                 Ok((conn, hello)) => {
                     let accepted = self
@@ -395,6 +463,14 @@ impl Network {
                     tracing::info!(%addr, error = %e, "refused inbound peer");
                     conn.close(quinn::VarInt::from_u32(CLOSE_REFUSED), b"refused");
                     return;
+                }
+                if let Some(old) = self.conns.remove(&node) {
+                    // The peer connected again (it restarted): its new, authenticated
+                    // connection supersedes the old one, whose close is then ignored.
+                    tracing::info!(peer = %short(&node), %addr, "peer connected again; closing its old connection");
+                    old.conn
+                        .close(quinn::VarInt::from_u32(CLOSE_REFUSED), b"superseded");
+                    self.sync.handle_peer_disconnected(node);
                 }
                 let hello = self.hello();
                 let events = self.events.clone();
@@ -455,7 +531,11 @@ impl Network {
                     Ok(blocks) => self.sync.handle_blocks(request.peer, request.id, blocks),
                     Err(e) => {
                         tracing::debug!(peer = %short(&request.peer), error = %e, "block request failed");
-                        self.sync.handle_request_failed(request.peer, request.id)
+                        let outcome = self.sync.handle_request_failed(request.peer, request.id);
+                        if e.fault() == Fault::Peer {
+                            self.violation(request.peer, format!("block range answer: {e}"));
+                        }
+                        outcome
                     }
                 };
                 if let Err(e) = outcome {
@@ -471,13 +551,20 @@ impl Network {
                 match result {
                     Ok(hash) => {
                         bump(&self.metrics.blocks_synced);
+                        self.last_sync_import = Some(Instant::now());
                         self.sync.handle_imported(height, hash);
                     }
                     Err(SyncImportError::Fork(block)) => self.resolve_fork(*block, peer),
-                    Err(SyncImportError::Refused(e)) => {
+                    Err(e) => {
                         bump(&self.metrics.blocks_rejected);
-                        tracing::warn!(peer = %short(&peer), height, error = %e, "synced block refused");
-                        self.sync.handle_import_failed(height, peer);
+                        if e.fault() == Fault::Peer {
+                            tracing::warn!(peer = %short(&peer), height, error = %e, "synced block invalid");
+                            self.sync.handle_import_failed(height, peer);
+                        } else {
+                            // Our failure or a transient one: the peer is not to blame.
+                            tracing::info!(peer = %short(&peer), height, error = %e, "synced block not taken");
+                            self.sync.handle_import_aborted(height, peer);
+                        }
                     }
                 }
             }
@@ -487,36 +574,30 @@ impl Network {
                 block,
                 result,
             } => {
-                // Only blocks that extend what we know are relayed; only provably invalid ones
-                // are the sender's fault (honest nodes relay nothing they did not check).
-                let valid = match result {
+                let height = block.header.height;
+                let verdict = verdict::gossip_block(height, &result);
+                match &result {
                     Ok(Added::Extended(_) | Added::Reorganised { .. }) => {
-                        bump(&self.metrics.blocks_gossip_imported);
-                        true
+                        bump(&self.metrics.blocks_gossip_imported)
                     }
-                    Ok(Added::Known | Added::Stored) => true,
-                    Err(WorkerError::Block(ForkChoiceError::UnknownParent { .. })) => {
-                        // We are behind: the sender has this block, so range sync can fetch
-                        // the gap.
-                        self.sync
-                            .handle_peer_status(from, block.header.height, block.hash(), now);
-                        false
-                    }
-                    Err(WorkerError::Block(ForkChoiceError::Invalid(e))) => {
-                        bump(&self.metrics.blocks_rejected);
-                        self.violation(
-                            from,
-                            format!("relayed invalid block {}: {e}", block.header.height),
-                        );
-                        false
-                    }
+                    Ok(_) => {}
                     Err(e) => {
-                        bump(&self.metrics.blocks_rejected);
-                        tracing::info!(peer = %short(&from), height = block.header.height, error = %e, "gossiped block not taken");
-                        false
+                        if !verdict.behind_sender {
+                            bump(&self.metrics.blocks_rejected);
+                        }
+                        tracing::info!(peer = %short(&from), height, error = %e, "gossiped block not taken");
                     }
-                };
-                self.verdict(id, valid);
+                }
+                if verdict.behind_sender {
+                    // Seal and body checked: the sender holds a real block at this height, so
+                    // range sync can fetch the gap from it.
+                    self.sync
+                        .handle_peer_status(from, height, block.hash(), now);
+                }
+                if let Some(reason) = verdict.penalty {
+                    self.violation(from, reason);
+                }
+                self.verdict(id, verdict.relay);
             }
         }
     }
@@ -610,6 +691,11 @@ impl Network {
                 from,
             } => {
                 let from = *from.as_bytes();
+                if let Err(reason) = verdict::gossip_kind(kind) {
+                    self.verdict(id, false);
+                    self.violation(from, reason);
+                    return;
+                }
                 match kind {
                     MessageKind::Block => self.on_gossip_block(id, from, &payload),
                     MessageKind::Deposit => match DepositData::decode(&payload) {
@@ -632,8 +718,8 @@ impl Network {
                             self.violation(from, format!("relayed an undecodable deposit: {e}"));
                         }
                     },
-                    // Not produced by this protocol version: not relayed.
-                    MessageKind::Consensus | MessageKind::PeerExchange => self.verdict(id, false),
+                    // Refused by `gossip_kind` above.
+                    MessageKind::Consensus | MessageKind::PeerExchange => {}
                 }
             }
         }
@@ -669,271 +755,4 @@ impl Network {
             });
         });
     }
-
-    fn import_synced(&mut self, height: u64, bytes: &[u8], peer: PeerKey) {
-        let block = match Block::decode(bytes, self.genesis.max_deposits_per_block) {
-            Ok(block) => block,
-            Err(e) => {
-                tracing::warn!(peer = %short(&peer), height, error = %e, "synced block undecodable");
-                self.sync.handle_import_failed(height, peer);
-                return;
-            }
-        };
-        self.importing = true;
-        let chain = self.chain.clone();
-        let events = self.events.clone();
-        tokio::spawn(async move {
-            let hash = block.hash();
-            let result = match chain.add_block(block.clone()).await {
-                Ok(_) => Ok(hash),
-                Err(WorkerError::Block(ForkChoiceError::UnknownParent { .. })) => {
-                    Err(SyncImportError::Fork(Box::new(block)))
-                }
-                Err(e) => Err(SyncImportError::Refused(e.to_string())),
-            };
-            let _ = events.send(Event::SyncImported {
-                height,
-                peer,
-                result,
-            });
-        });
-    }
-
-    /// A synced block's parent is unknown: `peer` is on another branch. Fetch the branch back
-    /// to [`MAX_BLOCKS_PER_REQUEST`] blocks (never below the finalized height), hand it to fork
-    /// choice oldest first, then the block itself. Fork choice decides whether the branch wins.
-    fn resolve_fork(&mut self, block: Block, peer: PeerKey) {
-        let height = block.header.height;
-        let Some(conn) = self.conns.get(&peer).map(|c| c.conn.clone()) else {
-            self.sync.handle_import_failed(height, peer);
-            return;
-        };
-        tracing::info!(peer = %short(&peer), height, "peer is on another branch; fetching it");
-        self.importing = true;
-        let chain = self.chain.clone();
-        let events = self.events.clone();
-        let max = self.limits.max_message_bytes;
-        let max_deposits = self.genesis.max_deposits_per_block;
-        tokio::spawn(async move {
-            let result = fetch_branch(&conn, &chain, block, max, max_deposits)
-                .await
-                .map_err(SyncImportError::Refused);
-            let _ = events.send(Event::SyncImported {
-                height,
-                peer,
-                result,
-            });
-        });
-    }
-
-    fn spawn_status_request(&self, node: PeerKey, conn: quinn::Connection) {
-        let events = self.events.clone();
-        let max = self.limits.max_message_bytes;
-        tokio::spawn(async move {
-            if let Ok(Response::Status(status)) = request(&conn, Request::Status, max).await {
-                let _ = events.send(Event::StatusAnswer { node, status });
-            }
-        });
-    }
-
-    fn spawn_blocks_request(&self, sync_request: SyncRequest) {
-        let events = self.events.clone();
-        let Some(conn) = self.conns.get(&sync_request.peer).map(|c| c.conn.clone()) else {
-            let _ = events.send(Event::BlocksAnswer {
-                request: sync_request,
-                result: Err("peer is not connected".into()),
-            });
-            return;
-        };
-        let max = self.limits.max_message_bytes;
-        let max_deposits = self.genesis.max_deposits_per_block;
-        let count = u16::try_from(sync_request.count)
-            .unwrap_or(MAX_BLOCKS_PER_REQUEST)
-            .min(MAX_BLOCKS_PER_REQUEST);
-        tokio::spawn(async move {
-            let rpc_request = Request::Blocks {
-                start: sync_request.start_height,
-                count,
-            };
-            let result = request_blocks(&conn, rpc_request, max, max_deposits)
-                .await
-                .map(|blocks| {
-                    blocks
-                        .into_iter()
-                        .map(|(block, bytes)| (block.header.height, block.hash(), bytes))
-                        .collect::<SyncedBlocks>()
-                });
-            let _ = events.send(Event::BlocksAnswer {
-                request: sync_request,
-                result,
-            });
-        });
-    }
-}
-
-/// Fetches the branch below `tip` from `conn` and adds it, then `tip`, through fork choice.
-async fn fetch_branch(
-    conn: &quinn::Connection,
-    chain: &ChainHandle,
-    tip: Block,
-    max_message_bytes: usize,
-    max_deposits: u16,
-) -> Result<[u8; 32], String> {
-    let height = tip.header.height;
-    let start = chain
-        .view()
-        .finalized_height
-        .saturating_add(1)
-        .max(height.saturating_sub(u64::from(MAX_BLOCKS_PER_REQUEST)));
-    let count = u16::try_from(height.saturating_sub(start))
-        .map_err(|_| format!("branch below height {height} is too long"))?;
-    if count == 0 {
-        return Err(format!(
-            "block {height} forks at or below the finalized height"
-        ));
-    }
-    let branch = request_blocks(
-        conn,
-        Request::Blocks { start, count },
-        max_message_bytes,
-        max_deposits,
-    )
-    .await?;
-    for (block, _) in branch {
-        match chain.add_block(block).await {
-            Ok(_) => {}
-            // Below the fork point on a chain we never saw: keep going up.
-            Err(WorkerError::Block(ForkChoiceError::UnknownParent { .. })) => {}
-            Err(e) => return Err(format!("branch block refused: {e}")),
-        }
-    }
-    let hash = tip.hash();
-    chain
-        .add_block(tip)
-        .await
-        .map(|_| hash)
-        .map_err(|e| format!("branch tip refused: {e}"))
-}
-
-/// Requests a block range and decodes every block of the answer, keeping its bytes.
-async fn request_blocks(
-    conn: &quinn::Connection,
-    blocks: Request,
-    max_message_bytes: usize,
-    max_deposits: u16,
-) -> Result<Vec<(Block, Vec<u8>)>, String> {
-    let Response::Blocks(encoded) = request(conn, blocks, max_message_bytes).await? else {
-        return Err("answer of the wrong kind".into());
-    };
-    encoded
-        .into_iter()
-        .map(|bytes| {
-            let block = Block::decode(&bytes, max_deposits)
-                .map_err(|e| format!("undecodable block in the answer: {e}"))?;
-            Ok((block, bytes))
-        })
-        .collect()
-}
-
-/// Sends one request on a new bidirectional stream and reads its answer.
-async fn request(
-    conn: &quinn::Connection,
-    request: Request,
-    max_message_bytes: usize,
-) -> Result<Response, String> {
-    let exchange = async {
-        let (mut send, mut recv) = conn.open_bi().await.map_err(|e| e.to_string())?;
-        let (msg_type, payload) = request.encode();
-        codec::write_frame(&mut send, msg_type, &payload, rpc::MAX_REQUEST_BYTES)
-            .await
-            .map_err(|e| e.to_string())?;
-        send.finish().map_err(|e| e.to_string())?;
-        let frame = codec::read_frame(&mut recv, max_message_bytes)
-            .await
-            .map_err(|e| e.to_string())?
-            .ok_or("stream ended without an answer")?;
-        Response::decode(&request, frame.msg_type, &frame.payload).map_err(|e| e.to_string())
-    };
-    tokio::time::timeout(REQUEST_TIMEOUT, exchange)
-        .await
-        .map_err(|_| format!("no answer within {REQUEST_TIMEOUT:?}"))?
-}
-
-/// Answers the requests `node` sends on `conn` until it closes; a malformed request is
-/// reported as a violation.
-async fn serve(
-    node: PeerKey,
-    conn: quinn::Connection,
-    chain: ChainHandle,
-    events: mpsc::UnboundedSender<Event>,
-    max_message_bytes: usize,
-) {
-    while let Ok((send, recv)) = conn.accept_bi().await {
-        let chain = chain.clone();
-        let events = events.clone();
-        tokio::spawn(async move {
-            let served = tokio::time::timeout(
-                REQUEST_TIMEOUT,
-                serve_one(node, send, recv, &chain, &events, max_message_bytes),
-            )
-            .await;
-            match served {
-                Ok(Err(Some(reason))) => {
-                    let _ = events.send(Event::Violation { node, reason });
-                }
-                Ok(Err(None)) | Ok(Ok(())) => {}
-                Err(_) => tracing::debug!(peer = %short(&node), "request not completed in time"),
-            }
-        });
-    }
-}
-
-/// `Err(Some(reason))` is a protocol violation, `Err(None)` a broken stream.
-async fn serve_one(
-    node: PeerKey,
-    mut send: quinn::SendStream,
-    mut recv: quinn::RecvStream,
-    chain: &ChainHandle,
-    events: &mpsc::UnboundedSender<Event>,
-    max_message_bytes: usize,
-) -> Result<(), Option<String>> {
-    let frame = match codec::read_frame(&mut recv, rpc::MAX_REQUEST_BYTES).await {
-        Ok(Some(frame)) => frame,
-        Ok(None) => return Err(Some("request stream ended without a request".into())),
-        Err(e) if e.is_protocol_violation() => return Err(Some(format!("request: {e}"))),
-        Err(_) => return Err(None),
-    };
-    let request = Request::decode(frame.msg_type, &frame.payload)
-        .map_err(|e| Some(format!("request: {e}")))?;
-    let response = match request {
-        Request::Status => {
-            let view = chain.view();
-            Response::Status(ChainStatus {
-                head_height: view.head.height,
-                head_hash: view.head.hash,
-                finalized_height: view.finalized_height,
-            })
-        }
-        Request::Blocks { start, count } => {
-            // Leave room for the length prefixes and the count.
-            let budget = max_message_bytes.saturating_sub(1024);
-            let blocks = chain
-                .blocks(start, u64::from(count), budget)
-                .await
-                .unwrap_or_default();
-            Response::Blocks(blocks)
-        }
-        Request::Peers => {
-            let (reply, rx) = oneshot::channel();
-            let _ = events.send(Event::PeersQuery { from: node, reply });
-            Response::Peers(rx.await.unwrap_or_default())
-        }
-    };
-    let (msg_type, payload) = response.encode();
-    codec::write_frame(&mut send, msg_type, &payload, max_message_bytes)
-        .await
-        .map_err(|_| None)?;
-    send.finish().map_err(|_| None)?;
-    let _ = send.stopped().await;
-    Ok(())
 }

@@ -5,16 +5,16 @@ use std::sync::Arc;
 
 use wasmtime::component::{HasSelf, Linker};
 
-use super::limits::Limiter;
-use super::{
-    CallError, CallSettings, ComponentInfo, HasLimiter, LoadError, ModuleInfo, ModuleMeta, Runtime,
-};
+use super::error::HostFailure;
+use super::module::{CallBase, Module, StoreData, World};
+use super::{CallError, Kind, ModuleInfo};
 
 mod bindings {
     wasmtime::component::bindgen!({
         path: ["../wit/types", "../wit/checkpoint"],
         world: "modnode:checkpoint/checkpoint",
         additional_derives: [PartialEq, Eq],
+        imports: { default: trappable },
     });
 }
 
@@ -36,44 +36,53 @@ pub trait StateReader: Send + Sync {
 /// Store data of one checkpoint call.
 pub struct CheckpointCtx {
     reader: Arc<dyn StateReader>,
-    limiter: Limiter,
+    base: CallBase,
 }
 
-impl HasLimiter for CheckpointCtx {
-    fn limiter(&mut self) -> &mut Limiter {
-        &mut self.limiter
+impl StoreData for CheckpointCtx {
+    fn base(&mut self) -> &mut CallBase {
+        &mut self.base
+    }
+}
+
+impl CheckpointCtx {
+    /// Charges for `[start, end)` clipped to the state: the leaves a read or proof touches.
+    fn charge_leaves(&mut self, range: LeafRange) -> wasmtime::Result<()> {
+        let end = range.end.min(self.reader.leaf_count());
+        let leaves = end.saturating_sub(range.start);
+        let per_leaf = self.base.fuel().costs().state_read_per_leaf;
+        self.base
+            .fuel()
+            .charge_call(0, per_leaf.saturating_mul(leaves))
     }
 }
 
 impl state_reader::Host for CheckpointCtx {
-    fn leaf_count(&mut self) -> u64 {
-        self.reader.leaf_count()
+    fn leaf_count(&mut self) -> wasmtime::Result<u64> {
+        self.base.fuel().charge_call(0, 0)?;
+        Ok(self.reader.leaf_count())
     }
 
-    fn leaf_size(&mut self) -> u32 {
-        self.reader.leaf_size()
+    fn leaf_size(&mut self) -> wasmtime::Result<u32> {
+        self.base.fuel().charge_call(0, 0)?;
+        Ok(self.reader.leaf_size())
     }
 
-    fn read_leaves(&mut self, range: LeafRange) -> Vec<Vec<u8>> {
-        self.reader.read_leaves(range.start, range.end)
+    fn read_leaves(&mut self, range: LeafRange) -> wasmtime::Result<Vec<Vec<u8>>> {
+        self.charge_leaves(range)?;
+        Ok(self.reader.read_leaves(range.start, range.end))
     }
 
-    fn range_proof(&mut self, range: LeafRange) -> Vec<u8> {
-        self.reader.range_proof(range.start, range.end)
+    fn range_proof(&mut self, range: LeafRange) -> wasmtime::Result<Vec<u8>> {
+        self.charge_leaves(range)?;
+        Ok(self.reader.range_proof(range.start, range.end))
     }
 }
 
 impl types::Host for CheckpointCtx {}
 impl bindings::modnode::types::types::Host for CheckpointCtx {}
 
-/// The checkpoint world's host interfaces, linked once per runtime.
-pub(crate) fn linker(engine: &wasmtime::Engine) -> wasmtime::Result<Linker<CheckpointCtx>> {
-    let mut linker = Linker::new(engine);
-    bindings::Checkpoint::add_to_linker::<_, HasSelf<CheckpointCtx>>(&mut linker, |ctx| ctx)?;
-    Ok(linker)
-}
-
-/// A state with no leaves, for calls that do not read the state (warm-up, opening chunks).
+/// A state with no leaves, for calls that do not read the state (describe, opening chunks).
 struct NoState;
 
 impl StateReader for NoState {
@@ -91,65 +100,114 @@ impl StateReader for NoState {
     }
 }
 
-/// A loaded checkpoint module.
-#[derive(Clone)]
-pub struct CheckpointModule {
-    meta: ModuleMeta,
-    pre: bindings::CheckpointPre<CheckpointCtx>,
-    settings: CallSettings,
+/// A small synthetic state for warm-up: 256 leaves of 8 bytes.
+struct WarmupState;
+
+impl StateReader for WarmupState {
+    fn leaf_count(&self) -> u64 {
+        256
+    }
+    fn leaf_size(&self) -> u32 {
+        8
+    }
+    fn read_leaves(&self, start: u64, end: u64) -> Vec<Vec<u8>> {
+        (start..end.min(256))
+            .map(|i| i.to_le_bytes().to_vec())
+            .collect()
+    }
+    fn range_proof(&self, start: u64, end: u64) -> Vec<u8> {
+        [start.to_le_bytes(), end.to_le_bytes()].concat()
+    }
 }
 
-impl CheckpointModule {
-    pub(crate) fn prepare(
-        runtime: &Runtime,
-        pre: wasmtime::component::InstancePre<CheckpointCtx>,
-        component: ComponentInfo,
-    ) -> Result<Self, LoadError> {
-        let name = super::display_name(&component, None);
-        let pre = bindings::CheckpointPre::new(pre).map_err(|e| LoadError::Link {
-            module: name.clone(),
-            message: format!("{e:?}"),
-        })?;
-        let settings = runtime.call_settings();
-        let info = run(&settings, &pre, &name, Arc::new(NoState), |i, s| {
-            i.modnode_checkpoint_chunker().call_describe(s)
+/// The `modnode:checkpoint` world.
+pub struct Checkpoint;
+
+/// A loaded checkpoint module.
+pub type CheckpointModule = Module<Checkpoint>;
+
+impl World for Checkpoint {
+    const KIND: Kind = Kind::Checkpoint;
+    type Data = CheckpointCtx;
+    type Pre = bindings::CheckpointPre<CheckpointCtx>;
+    type Instance = bindings::Checkpoint;
+
+    fn linker(engine: &wasmtime::Engine) -> wasmtime::Result<Linker<CheckpointCtx>> {
+        let mut linker = Linker::new(engine);
+        bindings::Checkpoint::add_to_linker::<_, HasSelf<CheckpointCtx>>(&mut linker, |ctx| ctx)?;
+        Ok(linker)
+    }
+
+    fn pre(pre: wasmtime::component::InstancePre<CheckpointCtx>) -> wasmtime::Result<Self::Pre> {
+        bindings::CheckpointPre::new(pre)
+    }
+
+    fn instantiate(
+        pre: &Self::Pre,
+        store: &mut wasmtime::Store<CheckpointCtx>,
+    ) -> wasmtime::Result<Self::Instance> {
+        pre.instantiate(store)
+    }
+
+    fn idle_data(base: CallBase) -> Result<CheckpointCtx, HostFailure> {
+        Ok(CheckpointCtx {
+            reader: Arc::new(NoState),
+            base,
         })
-        .map_err(|e| LoadError::Warmup {
-            module: name.clone(),
-            source: Box::new(e),
-        })?;
-        let info = ModuleInfo {
+    }
+
+    fn describe(
+        instance: &Self::Instance,
+        store: &mut wasmtime::Store<CheckpointCtx>,
+    ) -> wasmtime::Result<ModuleInfo> {
+        let info = instance.modnode_checkpoint_chunker().call_describe(store)?;
+        Ok(ModuleInfo {
             kind: info.kind,
             version: info.version,
             description: info.description,
             params: info.params,
-        };
-        Ok(Self {
-            meta: ModuleMeta { component, info },
-            pre,
-            settings,
         })
     }
 
-    /// The module's identity.
-    pub fn meta(&self) -> &ModuleMeta {
-        &self.meta
+    /// Plans a small state, then builds and opens its first chunk.
+    fn dry_run(module: &CheckpointModule) -> Result<u64, CallError> {
+        let reader: Arc<dyn StateReader> = Arc::new(WarmupState);
+        let params = PlanParams {
+            target_chunk_bytes: 512,
+        };
+        let (plan, mut fuel) = module.plan_metered(reader.clone(), params)?;
+        if let Some(range) = plan.first().copied() {
+            let (chunk, built) = module.build_chunk_metered(reader, range)?;
+            fuel = fuel.saturating_add(built);
+            if let Ok(chunk) = chunk {
+                let (_, opened) = module.open_chunk_metered(chunk)?;
+                fuel = fuel.saturating_add(opened);
+            }
+        }
+        Ok(fuel)
     }
+}
 
+impl Module<Checkpoint> {
     /// Splits the state into chunk ranges.
     pub fn plan(
         &self,
         reader: Arc<dyn StateReader>,
         params: PlanParams,
     ) -> Result<Vec<LeafRange>, CallError> {
+        self.plan_metered(reader, params).map(|(r, _)| r)
+    }
+
+    /// [`plan`](Self::plan), also returning the fuel the call used (`upgrade-check`).
+    pub fn plan_metered(
+        &self,
+        reader: Arc<dyn StateReader>,
+        params: PlanParams,
+    ) -> Result<(Vec<LeafRange>, u64), CallError> {
         let count = reader.leaf_count();
-        run(
-            &self.settings,
-            &self.pre,
-            &self.meta.name(),
-            reader,
-            move |i, s| i.modnode_checkpoint_chunker().call_plan(s, count, params),
-        )
+        self.run_metered(reader, move |i, s| {
+            i.modnode_checkpoint_chunker().call_plan(s, count, params)
+        })
     }
 
     /// Builds the chunk for one range.
@@ -158,13 +216,18 @@ impl CheckpointModule {
         reader: Arc<dyn StateReader>,
         range: LeafRange,
     ) -> Result<Result<Vec<u8>, ChunkError>, CallError> {
-        run(
-            &self.settings,
-            &self.pre,
-            &self.meta.name(),
-            reader,
-            move |i, s| i.modnode_checkpoint_chunker().call_build_chunk(s, range),
-        )
+        self.build_chunk_metered(reader, range).map(|(r, _)| r)
+    }
+
+    /// [`build_chunk`](Self::build_chunk), also returning the fuel the call used.
+    pub fn build_chunk_metered(
+        &self,
+        reader: Arc<dyn StateReader>,
+        range: LeafRange,
+    ) -> Result<(Result<Vec<u8>, ChunkError>, u64), CallError> {
+        self.run_metered(reader, move |i, s| {
+            i.modnode_checkpoint_chunker().call_build_chunk(s, range)
+        })
     }
 
     /// Decodes a chunk (the caller verifies its proof).
@@ -172,33 +235,30 @@ impl CheckpointModule {
         &self,
         chunk: Vec<u8>,
     ) -> Result<Result<ChunkContents, ChunkError>, CallError> {
-        run(
-            &self.settings,
-            &self.pre,
-            &self.meta.name(),
-            Arc::new(NoState),
-            move |i, s| i.modnode_checkpoint_chunker().call_open_chunk(s, &chunk),
-        )
+        self.open_chunk_metered(chunk).map(|(r, _)| r)
     }
-}
 
-fn run<R: Send + 'static>(
-    settings: &CallSettings,
-    pre: &bindings::CheckpointPre<CheckpointCtx>,
-    name: &str,
-    reader: Arc<dyn StateReader>,
-    f: impl FnOnce(&bindings::Checkpoint, &mut wasmtime::Store<CheckpointCtx>) -> wasmtime::Result<R>
-    + Send
-    + 'static,
-) -> Result<R, CallError> {
-    let data = CheckpointCtx {
-        reader,
-        limiter: Limiter::new(settings.limits),
-    };
-    let pre = pre.clone();
-    super::call(settings.clone(), name.to_string(), data, move |store| {
-        let instance = pre.instantiate(&mut *store)?;
-        f(&instance, store)
-    })
-    .result
+    /// [`open_chunk`](Self::open_chunk), also returning the fuel the call used.
+    pub fn open_chunk_metered(
+        &self,
+        chunk: Vec<u8>,
+    ) -> Result<(Result<ChunkContents, ChunkError>, u64), CallError> {
+        self.run_metered(Arc::new(NoState), move |i, s| {
+            i.modnode_checkpoint_chunker().call_open_chunk(s, &chunk)
+        })
+    }
+
+    fn run_metered<R: Send + 'static>(
+        &self,
+        reader: Arc<dyn StateReader>,
+        f: impl FnOnce(
+            &bindings::Checkpoint,
+            &mut wasmtime::Store<CheckpointCtx>,
+        ) -> wasmtime::Result<R>
+        + Send
+        + 'static,
+    ) -> Result<(R, u64), CallError> {
+        let outcome = self.call(move |base| Ok(CheckpointCtx { reader, base }), f);
+        outcome.result.map(|r| (r, outcome.fuel_used))
+    }
 }

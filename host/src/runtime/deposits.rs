@@ -1,12 +1,13 @@
 //! Host side of the `modnode:deposits` world: the registry overlay and BLS verification a
 //! deposits module imports, and typed calls into its `processor` export.
 
+use std::sync::OnceLock;
+
 use wasmtime::component::{HasSelf, Linker};
 
-use super::limits::Limiter;
-use super::{
-    CallError, CallSettings, ComponentInfo, HasLimiter, LoadError, ModuleInfo, ModuleMeta, Runtime,
-};
+use super::error::{HostFailure, HostFailureKind, HostFunctionFailure};
+use super::module::{CallBase, Module, StoreData, World};
+use super::{CallError, Kind, ModuleInfo};
 use crate::state::{OverlayError, RegistryDelta, RegistryOverlay, SharedRegistry};
 
 mod bindings {
@@ -19,7 +20,8 @@ mod bindings {
 }
 
 pub use bindings::modnode::deposits::types::{
-    BlockContext, Deposit, Outcome, ProcessError, RegistryError, SignatureSet,
+    BlockContext, Deposit, Eth1Data as WitEth1Data, Outcome, ProcessError, RegistryError,
+    SignatureSet,
 };
 use bindings::modnode::deposits::{crypto, registry, types};
 
@@ -29,13 +31,17 @@ pub const NOT_FOUND: u32 = u32::MAX;
 /// Store data of one deposits call.
 pub struct DepositsCtx {
     overlay: RegistryOverlay,
-    limiter: Limiter,
+    base: CallBase,
 }
 
-impl HasLimiter for DepositsCtx {
-    fn limiter(&mut self) -> &mut Limiter {
-        &mut self.limiter
+impl StoreData for DepositsCtx {
+    fn base(&mut self) -> &mut CallBase {
+        &mut self.base
     }
+}
+
+fn overlay_failure(e: &OverlayError) -> wasmtime::Error {
+    HostFunctionFailure::error(HostFailureKind::Poisoned, e)
 }
 
 /// The WIT error for an overlay refusal; `None` for host failures (which trap).
@@ -56,20 +62,23 @@ fn registry_result<T>(r: Result<T, OverlayError>) -> wasmtime::Result<Result<T, 
         Ok(v) => Ok(Ok(v)),
         Err(e) => match registry_error(&e) {
             Some(wit) => Ok(Err(wit)),
-            None => Err(wasmtime::format_err!("{e}")),
+            None => Err(overlay_failure(&e)),
         },
     }
 }
 
 impl registry::Host for DepositsCtx {
     fn index_of(&mut self, pubkey: Vec<u8>) -> wasmtime::Result<u32> {
+        let cost = self.base.fuel().costs().registry_lookup;
+        self.base.fuel().charge_call(pubkey.len(), cost)?;
         self.overlay
             .index_of(&pubkey)
             .map(|found| found.unwrap_or(NOT_FOUND))
-            .map_err(|e| wasmtime::format_err!("{e}"))
+            .map_err(|e| overlay_failure(&e))
     }
 
     fn validator_count(&mut self) -> wasmtime::Result<u32> {
+        self.base.fuel().charge_call(0, 0)?;
         Ok(self.overlay.validator_count())
     }
 
@@ -80,6 +89,9 @@ impl registry::Host for DepositsCtx {
         effective_balance: u64,
         balance: u64,
     ) -> wasmtime::Result<Result<u32, RegistryError>> {
+        let cost = self.base.fuel().costs().registry_write;
+        let bytes = pubkey.len().saturating_add(withdrawal_credentials.len());
+        self.base.fuel().charge_call(bytes, cost)?;
         registry_result(self.overlay.add_validator(
             &pubkey,
             &withdrawal_credentials,
@@ -93,6 +105,8 @@ impl registry::Host for DepositsCtx {
         index: u32,
         amount: u64,
     ) -> wasmtime::Result<Result<(), RegistryError>> {
+        let cost = self.base.fuel().costs().registry_write;
+        self.base.fuel().charge_call(0, cost)?;
         registry_result(self.overlay.increase_balance(index, amount))
     }
 }
@@ -104,10 +118,29 @@ impl crypto::Host for DepositsCtx {
         message: Vec<u8>,
         signature: Vec<u8>,
     ) -> wasmtime::Result<bool> {
+        let cost = self.base.fuel().costs().bls_verify;
+        let bytes = pubkey
+            .len()
+            .saturating_add(message.len())
+            .saturating_add(signature.len());
+        self.base.fuel().charge_call(bytes, cost)?;
         Ok(crate::crypto::verify(&pubkey, &message, &signature))
     }
 
     fn bls_verify_batch(&mut self, sets: Vec<SignatureSet>) -> wasmtime::Result<bool> {
+        let costs = *self.base.fuel().costs();
+        let n = u64::try_from(sets.len()).unwrap_or(u64::MAX);
+        let cost = costs
+            .bls_verify_batch_per_set
+            .checked_mul(n)
+            .and_then(|c| c.checked_add(costs.bls_verify_batch_base))
+            .unwrap_or(u64::MAX);
+        let bytes = sets.iter().fold(0usize, |acc, s| {
+            acc.saturating_add(s.pubkey.len())
+                .saturating_add(s.message.len())
+                .saturating_add(s.signature.len())
+        });
+        self.base.fuel().charge_call(bytes, cost)?;
         let sets: Vec<crate::crypto::SignatureSet<'_>> = sets
             .iter()
             .map(|s| crate::crypto::SignatureSet {
@@ -123,11 +156,131 @@ impl crypto::Host for DepositsCtx {
 impl types::Host for DepositsCtx {}
 impl bindings::modnode::types::types::Host for DepositsCtx {}
 
-/// The deposits world's host interfaces, linked once per runtime.
-pub(crate) fn linker(engine: &wasmtime::Engine) -> wasmtime::Result<Linker<DepositsCtx>> {
-    let mut linker = Linker::new(engine);
-    bindings::Deposits::add_to_linker::<_, HasSelf<DepositsCtx>>(&mut linker, |ctx| ctx)?;
-    Ok(linker)
+/// The `modnode:deposits` world.
+pub struct Deposits;
+
+/// A loaded deposits module.
+pub type DepositsModule = Module<Deposits>;
+
+impl World for Deposits {
+    const KIND: Kind = Kind::Deposits;
+    type Data = DepositsCtx;
+    type Pre = bindings::DepositsPre<DepositsCtx>;
+    type Instance = bindings::Deposits;
+
+    fn linker(engine: &wasmtime::Engine) -> wasmtime::Result<Linker<DepositsCtx>> {
+        let mut linker = Linker::new(engine);
+        bindings::Deposits::add_to_linker::<_, HasSelf<DepositsCtx>>(&mut linker, |ctx| ctx)?;
+        Ok(linker)
+    }
+
+    fn pre(pre: wasmtime::component::InstancePre<DepositsCtx>) -> wasmtime::Result<Self::Pre> {
+        bindings::DepositsPre::new(pre)
+    }
+
+    fn instantiate(
+        pre: &Self::Pre,
+        store: &mut wasmtime::Store<DepositsCtx>,
+    ) -> wasmtime::Result<Self::Instance> {
+        pre.instantiate(store)
+    }
+
+    fn idle_data(base: CallBase) -> Result<DepositsCtx, HostFailure> {
+        let registry: SharedRegistry =
+            std::sync::Arc::new(std::sync::RwLock::new(crate::state::Registry::new()));
+        data(registry, base, "deposits")
+    }
+
+    fn describe(
+        instance: &Self::Instance,
+        store: &mut wasmtime::Store<DepositsCtx>,
+    ) -> wasmtime::Result<ModuleInfo> {
+        let info = instance.modnode_deposits_processor().call_describe(store)?;
+        Ok(ModuleInfo {
+            kind: info.kind,
+            version: info.version,
+            description: info.description,
+            params: info.params,
+        })
+    }
+
+    /// A block's worth of the deposit shapes every chain sees: a new validator with a valid
+    /// signature, a top-up of it, and a new pubkey whose signature does not verify.
+    fn dry_run(module: &DepositsModule) -> Result<u64, CallError> {
+        let (ctx, deposits) = warmup_block().clone();
+        let registry: SharedRegistry =
+            std::sync::Arc::new(std::sync::RwLock::new(crate::state::Registry::new()));
+        let out = module.process(registry, ctx, deposits)?;
+        Ok(match out {
+            Ok(out) => out.fuel_used,
+            // A rejection is a valid answer for a dry run; the module ran.
+            Err(_) => 0,
+        })
+    }
+}
+
+fn warmup_block() -> &'static (BlockContext, Vec<Deposit>) {
+    static BLOCK: OnceLock<(BlockContext, Vec<Deposit>)> = OnceLock::new();
+    BLOCK.get_or_init(|| {
+        use crate::chain::block::DepositData;
+        let fork = [0u8; 4];
+        let key = crate::crypto::Keypair::from_seed([0x5a; 32]);
+        let mut new = DepositData {
+            pubkey: key.pubkey,
+            withdrawal_credentials: [1; 32],
+            amount: 32_000_000_000,
+            signature: [0; 96],
+        };
+        new.signature = key.sign(&crate::chain::native_deposits::deposit_signing_root(
+            &new, fork,
+        ));
+        let top_up = DepositData {
+            amount: 1_000_000_000,
+            ..new
+        };
+        let other = crate::crypto::Keypair::from_seed([0xa5; 32]);
+        let bad = DepositData {
+            pubkey: other.pubkey,
+            ..new
+        };
+        // Proven against a deposit log, as every block's deposits are (issue 9).
+        let mut log = crate::chain::workload::DevDepositLog::new();
+        for d in [new, top_up, bad] {
+            log.push(d);
+        }
+        let eth1 = log.eth1_data();
+        let ctx = BlockContext {
+            height: 1,
+            slot: 1,
+            genesis_fork_version: fork.to_vec(),
+            eth1_data: WitEth1Data {
+                deposit_root: eth1.deposit_root.to_vec(),
+                deposit_count: eth1.deposit_count,
+                block_hash: eth1.block_hash.to_vec(),
+            },
+            eth1_deposit_index: 0,
+        };
+        use crate::chain::eth1::DepositProofs as _;
+        // The log holds exactly these three deposits, so proving them cannot fail; an empty
+        // warm-up block would still run the module.
+        let deposits = log
+            .proven_deposits(0, eth1.deposit_count, eth1.deposit_count)
+            .unwrap_or_default()
+            .iter()
+            .map(crate::chain::to_wit)
+            .collect();
+        (ctx, deposits)
+    })
+}
+
+fn data(
+    registry: SharedRegistry,
+    base: CallBase,
+    module: &str,
+) -> Result<DepositsCtx, HostFailure> {
+    let overlay = RegistryOverlay::new(registry)
+        .map_err(|e| HostFailure::new(module, HostFailureKind::Poisoned, e.to_string()))?;
+    Ok(DepositsCtx { overlay, base })
 }
 
 /// What a successful deposits call produced.
@@ -137,146 +290,52 @@ pub struct DepositsOutput {
     pub outcomes: Vec<Outcome>,
     /// The registry changes to apply.
     pub delta: RegistryDelta,
-    /// Fuel the call used.
+    /// The `eth1_deposit_index` after the block, as the module reports it.
+    pub eth1_deposit_index: u64,
+    /// Fuel the call used: wasm operators and host calls together (what the budget bounds).
     pub fuel_used: u64,
+    /// The part of `fuel_used` charged for host calls (BLS verifications, registry access);
+    /// `fuel_used - host_fuel` is the module's own computation.
+    pub host_fuel: u64,
 }
 
-/// A loaded deposits module.
-#[derive(Clone)]
-pub struct DepositsModule {
-    meta: ModuleMeta,
-    pre: bindings::DepositsPre<DepositsCtx>,
-    settings: CallSettings,
-}
-
-impl DepositsModule {
-    pub(crate) fn prepare(
-        runtime: &Runtime,
-        pre: wasmtime::component::InstancePre<DepositsCtx>,
-        component: ComponentInfo,
-    ) -> Result<Self, LoadError> {
-        let name = super::display_name(&component, None);
-        let pre = bindings::DepositsPre::new(pre).map_err(|e| LoadError::Link {
-            module: name.clone(),
-            message: format!("{e:?}"),
-        })?;
-        let settings = runtime.call_settings();
-        // Warm-up: instantiate and describe once, so the first real call is not the first run.
-        let info = describe(&settings, &pre, &name).map_err(|e| LoadError::Warmup {
-            module: name,
-            source: Box::new(e),
-        })?;
-        Ok(Self {
-            meta: ModuleMeta { component, info },
-            pre,
-            settings,
-        })
-    }
-
-    /// The module's identity.
-    pub fn meta(&self) -> &ModuleMeta {
-        &self.meta
-    }
-
+impl Module<Deposits> {
     /// Applies a block's deposits over `registry`. `Ok(Err(_))` means the module rejected the
-    /// block (it is invalid); `Err(_)` means the module failed. Either way nothing was written:
-    /// the caller applies [`DepositsOutput::delta`] only on `Ok(Ok(_))`.
+    /// block (it is invalid); `Err(_)` means the module or the host failed (see [`CallError`]).
+    /// Either way nothing was written: the caller applies [`DepositsOutput::delta`] only on
+    /// `Ok(Ok(_))`.
     pub fn process(
         &self,
         registry: SharedRegistry,
         ctx: BlockContext,
         deposits: Vec<Deposit>,
     ) -> Result<Result<DepositsOutput, ProcessError>, CallError> {
-        let name = self.meta.name();
-        let overlay = RegistryOverlay::new(registry).map_err(|e| CallError::Host {
-            module: name.clone(),
-            message: e.to_string(),
-        })?;
-        let data = DepositsCtx {
-            overlay,
-            limiter: Limiter::new(self.settings.limits),
-        };
-        let pre = self.pre.clone();
-        let outcome = super::call(self.settings.clone(), name, data, move |store| {
-            let instance = pre.instantiate(&mut *store)?;
-            instance
-                .modnode_deposits_processor()
-                .call_process(&mut *store, &ctx, &deposits)
-        });
+        let name = self.meta().name();
+        let outcome = self.call(
+            move |base| data(registry, base, &name),
+            move |instance, store| {
+                instance
+                    .modnode_deposits_processor()
+                    .call_process(&mut *store, &ctx, &deposits)
+            },
+        );
         let fuel_used = outcome.fuel_used;
-        Ok(outcome.result?.map(|outcomes| DepositsOutput {
-            outcomes,
-            delta: outcome.data.overlay.into_delta(),
+        let result = outcome.result?;
+        let Some(mut data) = outcome.data else {
+            return Err(HostFailure::new(
+                &self.meta().name(),
+                HostFailureKind::Runtime,
+                "the call's store data is missing",
+            )
+            .into());
+        };
+        let host_fuel = data.base.fuel().charged();
+        Ok(result.map(|processed| DepositsOutput {
+            outcomes: processed.outcomes,
+            delta: data.overlay.into_delta(),
+            eth1_deposit_index: processed.eth1_deposit_index,
             fuel_used,
+            host_fuel,
         }))
     }
-
-    /// Instantiates the module `iterations` times in fresh stores and returns the nanoseconds
-    /// each took (for `modnode bench host-call`).
-    pub fn time_instantiation(
-        &self,
-        registry: SharedRegistry,
-        iterations: usize,
-    ) -> Result<Vec<u64>, CallError> {
-        let name = self.meta.name();
-        let settings = self.settings.clone();
-        let pre = self.pre.clone();
-        super::threads::run_on_guest_thread(move || {
-            let mut samples = Vec::with_capacity(iterations);
-            for _ in 0..iterations {
-                let overlay =
-                    RegistryOverlay::new(registry.clone()).map_err(|e| CallError::Host {
-                        module: name.clone(),
-                        message: e.to_string(),
-                    })?;
-                let data = DepositsCtx {
-                    overlay,
-                    limiter: Limiter::new(settings.limits),
-                };
-                let mut store = wasmtime::Store::new(&settings.engine, data);
-                store.limiter(|d| d.limiter());
-                store.set_fuel(settings.fuel).map_err(|e| CallError::Host {
-                    module: name.clone(),
-                    message: format!("{e:?}"),
-                })?;
-                let start = std::time::Instant::now();
-                let instance = pre.instantiate(&mut store);
-                let elapsed = start.elapsed();
-                instance.map_err(|e| CallError::classify(&name, &e, None, settings.fuel))?;
-                samples.push(u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX));
-            }
-            Ok(samples)
-        })
-    }
-}
-
-fn describe(
-    settings: &CallSettings,
-    pre: &bindings::DepositsPre<DepositsCtx>,
-    name: &str,
-) -> Result<ModuleInfo, CallError> {
-    let registry: SharedRegistry =
-        std::sync::Arc::new(std::sync::RwLock::new(crate::state::Registry::new()));
-    let overlay = RegistryOverlay::new(registry).map_err(|e| CallError::Host {
-        module: name.to_string(),
-        message: e.to_string(),
-    })?;
-    let data = DepositsCtx {
-        overlay,
-        limiter: Limiter::new(settings.limits),
-    };
-    let pre = pre.clone();
-    let info = super::call(settings.clone(), name.to_string(), data, move |store| {
-        let instance = pre.instantiate(&mut *store)?;
-        instance
-            .modnode_deposits_processor()
-            .call_describe(&mut *store)
-    })
-    .result?;
-    Ok(ModuleInfo {
-        kind: info.kind,
-        version: info.version,
-        description: info.description,
-        params: info.params,
-    })
 }

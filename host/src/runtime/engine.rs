@@ -25,12 +25,22 @@ const KEEP_RESIDENT: usize = 2 << 20;
 /// Core instances per component instance, at most (wit-component shims add a few).
 const CORE_INSTANCES_PER_COMPONENT: u32 = 8;
 
-/// The wasmtime configuration every modnode process uses.
+/// The wasmtime configuration every modnode process uses: this build's
+/// [`EngineProfile`](super::profile::EngineProfile) plus local tuning (pooling, stacks).
+///
+/// # Panics
+/// Never in practice: the build profile's fuel table is fixed and covered by a test.
 pub fn config() -> Config {
+    let profile = super::profile::EngineProfile::build();
+    let operator_cost = match profile.fuel.operator_cost() {
+        Ok(cost) => cost,
+        Err(e) => panic!("this build's engine profile is invalid: {e}"),
+    };
     let mut config = Config::new();
     config
         .consume_fuel(true)
-        .cranelift_nan_canonicalization(true)
+        .operator_cost(operator_cost)
+        .cranelift_nan_canonicalization(profile.determinism.nan_canonicalization)
         .cranelift_opt_level(OptLevel::Speed)
         .wasm_relaxed_simd(false)
         .concurrency_support(false)

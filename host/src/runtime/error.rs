@@ -45,8 +45,39 @@ pub enum LoadError {
 }
 
 /// Why a call into a module failed. The call had no effect on host state.
+///
+/// Two classes that never mix: a [`ModuleFault`] is the module's deterministic outcome (every
+/// node running the same module on the same input gets it: a block it causes is invalid), a
+/// [`HostFailure`] is ours (a poisoned lock, a full instance pool, I/O): transient or local, never
+/// a reason to reject a block or penalise a peer.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CallError {
+    /// The module failed deterministically.
+    #[error(transparent)]
+    Module(#[from] ModuleFault),
+    /// The host failed while serving the call.
+    #[error(transparent)]
+    Host(#[from] HostFailure),
+}
+
+impl CallError {
+    /// Whether this is the module's deterministic outcome (as opposed to a host failure).
+    pub fn is_deterministic(&self) -> bool {
+        matches!(self, CallError::Module(_))
+    }
+
+    /// The module fault, if this is one.
+    pub fn module_fault(&self) -> Option<&ModuleFault> {
+        match self {
+            CallError::Module(f) => Some(f),
+            CallError::Host(_) => None,
+        }
+    }
+}
+
+/// A module's deterministic failure: same module, same input, same fault on every node.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ModuleFault {
     /// The call used up its fuel budget (deterministic: same input, same point).
     #[error("module {module} ran out of fuel (budget {budget})")]
     OutOfFuel {
@@ -81,14 +112,74 @@ pub enum CallError {
         /// The trap and wasm backtrace.
         message: String,
     },
-    /// The host failed while serving the call (e.g. a poisoned lock).
-    #[error("host error while running module {module}: {message}")]
-    Host {
-        /// Module name.
-        module: String,
-        /// What failed.
-        message: String,
-    },
+}
+
+/// What part of the host failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HostFailureKind {
+    /// A lock was poisoned by a panic elsewhere; restart the node.
+    Poisoned,
+    /// Every pooled instance slot is in use; transient, retry later.
+    PoolExhausted,
+    /// Reading or writing local data failed.
+    Io,
+    /// The runtime itself failed (fuel accounting, thread pool).
+    Runtime,
+}
+
+impl std::fmt::Display for HostFailureKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            HostFailureKind::Poisoned => "poisoned lock",
+            HostFailureKind::PoolExhausted => "instance pool exhausted",
+            HostFailureKind::Io => "I/O",
+            HostFailureKind::Runtime => "runtime",
+        })
+    }
+}
+
+/// The host failed while serving a call: our problem, never the module's or a peer's.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("host failure ({kind}) while running module {module}: {message}")]
+pub struct HostFailure {
+    /// Module name.
+    pub module: String,
+    /// What part of the host failed.
+    pub kind: HostFailureKind,
+    /// What failed.
+    pub message: String,
+}
+
+impl HostFailure {
+    /// A host failure of `kind` while running `module`.
+    pub fn new(module: &str, kind: HostFailureKind, message: impl Into<String>) -> Self {
+        Self {
+            module: module.to_string(),
+            kind,
+            message: message.into(),
+        }
+    }
+}
+
+/// Raised inside a host function (as a `wasmtime::Error`) when the host, not the module, failed;
+/// [`CallError::classify`] turns it back into a [`HostFailure`] instead of a trap.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{kind}: {message}")]
+pub struct HostFunctionFailure {
+    /// What part of the host failed.
+    pub kind: HostFailureKind,
+    /// What failed.
+    pub message: String,
+}
+
+impl HostFunctionFailure {
+    /// A `wasmtime::Error` carrying a host failure, for host functions to return.
+    pub fn error(kind: HostFailureKind, message: impl std::fmt::Display) -> wasmtime::Error {
+        wasmtime::Error::new(Self {
+            kind,
+            message: message.to_string(),
+        })
+    }
 }
 
 impl CallError {
@@ -100,21 +191,40 @@ impl CallError {
         budget: u64,
     ) -> Self {
         let module = module.to_string();
+        if let Some(f) = error.downcast_ref::<HostFunctionFailure>() {
+            return CallError::Host(HostFailure {
+                module,
+                kind: f.kind,
+                message: f.message.clone(),
+            });
+        }
+        if error
+            .downcast_ref::<wasmtime::PoolConcurrencyLimitError>()
+            .is_some()
+        {
+            return CallError::Host(HostFailure {
+                module,
+                kind: HostFailureKind::PoolExhausted,
+                message: format!("{error:?}"),
+            });
+        }
         if let Some(b) = breach {
-            return CallError::LimitExceeded {
+            return ModuleFault::LimitExceeded {
                 module,
                 resource: b.resource,
                 requested: b.requested,
                 limit: b.limit,
-            };
+            }
+            .into();
         }
         match error.downcast_ref::<wasmtime::Trap>() {
-            Some(wasmtime::Trap::OutOfFuel) => CallError::OutOfFuel { module, budget },
-            Some(wasmtime::Trap::StackOverflow) => CallError::StackOverflow { module },
-            _ => CallError::Trap {
+            Some(wasmtime::Trap::OutOfFuel) => ModuleFault::OutOfFuel { module, budget }.into(),
+            Some(wasmtime::Trap::StackOverflow) => ModuleFault::StackOverflow { module }.into(),
+            _ => ModuleFault::Trap {
                 module,
                 message: format!("{error:?}"),
-            },
+            }
+            .into(),
         }
     }
 }

@@ -26,6 +26,9 @@ pub enum StateError {
         /// Balance count.
         balances: usize,
     },
+    /// A balance would exceed 2^64 - 1 Gwei (a genesis top-up).
+    #[error("the balance of validator {0} would overflow")]
+    BalanceOverflow(u32),
     /// More than 2^32 - 1 validators.
     #[error("the registry is full")]
     Full,

@@ -53,6 +53,12 @@ impl SledStore {
         }
     }
 
+    /// The node's persistent peer bans, in their own tree of this database.
+    pub fn ban_list(&self) -> Result<super::BanList, StoreError> {
+        let tree = self.db.open_tree("peer_bans").map_err(|e| self.err(e))?;
+        Ok(super::BanList::new(self.path.display().to_string(), tree))
+    }
+
     /// Bytes the database occupies on disk.
     pub fn size_on_disk(&self) -> Result<u64, StoreError> {
         self.db.size_on_disk().map_err(|e| self.err(e))

@@ -1,12 +1,14 @@
-//! Block import: the spec's traps, invalid blocks leaving no trace, restarts, corruption.
+//! Block import: the spec's traps, forced and proven deposits, invalid blocks leaving no trace,
+//! restarts, corruption, seals.
 
 use std::sync::Arc;
 
 use modnode::chain::block::DepositData;
 use modnode::chain::genesis::Genesis;
 use modnode::chain::native_deposits::Verification;
+use modnode::chain::workload::DevDepositLog;
 use modnode::chain::{Chain, DepositEngine, ImportError, OpenError, workload};
-use modnode::runtime::deposits::Outcome;
+use modnode::runtime::deposits::{Outcome, ProcessError};
 use modnode::state::RegistryRead;
 use modnode::store::{KvStore, MemoryStore, SledStore, WriteBatch, keys};
 
@@ -53,10 +55,24 @@ fn genesis_pubkeys() -> Vec<[u8; 48]> {
     genesis().validators.iter().map(|v| v.pubkey).collect()
 }
 
-/// Builds and imports one block, returning the outcomes.
-fn import(chain: &mut Chain, deposits: Vec<DepositData>) -> Vec<Outcome> {
+/// Adds `deposits` to the contract `log`, then builds the next block voting the contract's
+/// state (so they are due) and carrying them.
+fn build(
+    chain: &Chain,
+    log: &mut DevDepositLog,
+    slot: u64,
+    deposits: Vec<DepositData>,
+) -> Result<modnode::chain::block::Block, modnode::chain::BuildError> {
+    for d in deposits {
+        log.push(d);
+    }
+    chain.build_block_from(slot, 0, log.eth1_data(), log)
+}
+
+/// Builds and imports one block with `deposits`, returning the outcomes.
+fn import(chain: &mut Chain, log: &mut DevDepositLog, deposits: Vec<DepositData>) -> Vec<Outcome> {
     let slot = chain.head().slot + 1;
-    let block = chain.build_block(slot, 0, deposits).unwrap();
+    let block = build(chain, log, slot, deposits).unwrap();
     chain.import(&block).unwrap().outcomes
 }
 
@@ -102,7 +118,7 @@ fn spec_traps_hold_for_every_engine() {
     let mut roots = Vec::new();
     for (name, engine) in engines() {
         let mut chain = chain(engine);
-        let outcomes = import(&mut chain, block.clone());
+        let outcomes = import(&mut chain, &mut DevDepositLog::new(), block.clone());
         assert_eq!(
             outcomes,
             vec![
@@ -148,9 +164,14 @@ fn invalid_blocks_change_nothing() {
     for (name, engine) in engines() {
         let mut chain = chain(engine);
         let before = (chain.head(), chain.registry().read().unwrap().clone());
-        let good = chain
-            .build_block(1, 0, vec![workload::new_validator(9, 32 * ETH, FORK)])
-            .unwrap();
+        let mut log = DevDepositLog::new();
+        let good = build(
+            &chain,
+            &mut log,
+            1,
+            vec![workload::new_validator(9, 32 * ETH, FORK)],
+        )
+        .unwrap();
 
         let mut wrong_root = good.clone();
         wrong_root.header.state_root = [7; 32];
@@ -173,7 +194,7 @@ fn invalid_blocks_change_nothing() {
         );
 
         let mut wrong_body = good.clone();
-        wrong_body.body.deposits[0].amount += 1;
+        wrong_body.body.deposits[0].data.amount += 1;
         assert!(
             matches!(chain.import(&wrong_body), Err(ImportError::BadBody { .. })),
             "{name}"
@@ -182,8 +203,10 @@ fn invalid_blocks_change_nothing() {
         let overflow = vec![workload::unsigned(genesis().validators[0].pubkey, u64::MAX)];
         assert!(
             matches!(
-                chain.build_block(1, 0, overflow),
-                Err(ImportError::Rejected { .. })
+                build(&chain, &mut DevDepositLog::new(), 1, overflow),
+                Err(modnode::chain::BuildError::Invalid(
+                    ImportError::Rejected { .. }
+                ))
             ),
             "{name}"
         );
@@ -201,19 +224,34 @@ fn state_and_index_survive_a_restart_on_sled() {
     let rt = runtime(1_000_000_000);
     let open = || open_sled(dir.path(), &rt);
     let existing = genesis_pubkeys();
-    let (head, registry) = {
+    let (head, registry, eth1) = {
         let mut chain = open();
+        let mut log = DevDepositLog::new();
         for height in 1..=4 {
-            import(&mut chain, workload::dev_block(height, &existing, FORK));
+            import(
+                &mut chain,
+                &mut log,
+                workload::dev_block(height, &existing, FORK),
+            );
         }
-        (chain.head(), chain.registry().read().unwrap().clone())
+        (
+            chain.head(),
+            chain.registry().read().unwrap().clone(),
+            chain.eth1_state().clone(),
+        )
     };
     let chain = open();
     assert_eq!(chain.head(), head);
+    assert_eq!(*chain.eth1_state(), eth1);
+    assert!(eth1.deposit_index > 0);
+    assert_eq!(eth1.deposit_index, eth1.eth1_data.deposit_count);
     let reopened = chain.registry();
     let reopened = reopened.read().unwrap();
     assert_eq!(*reopened, registry);
-    assert_eq!(reopened.root(), head.state_root);
+    assert_eq!(
+        modnode::state::state_root(&reopened.root(), chain.eth1_state()),
+        head.state_root
+    );
     // The index was rebuilt: every validator is found at its position, and unknown keys are not.
     for (i, v) in registry.validators().iter().enumerate() {
         assert_eq!(reopened.index_of(&v.pubkey), Some(i as u32));
@@ -230,7 +268,11 @@ fn corrupted_store_and_wrong_genesis_are_refused() {
     {
         let store = Arc::new(SledStore::open(dir.path()).unwrap());
         let mut chain = Chain::open(store.clone(), genesis(), engine()).unwrap();
-        import(&mut chain, vec![workload::new_validator(5, 32 * ETH, FORK)]);
+        import(
+            &mut chain,
+            &mut DevDepositLog::new(),
+            vec![workload::new_validator(5, 32 * ETH, FORK)],
+        );
     }
     let other = Genesis::generated("other", 8, 7);
     let err = Chain::open(
@@ -271,21 +313,42 @@ fn reverting_blocks_restores_earlier_state_and_survives_a_restart() {
     let open = || open_sled(dir.path(), &rt);
     let existing = genesis_pubkeys();
     let mut chain = open();
-    let mut snapshots = vec![(chain.head(), chain.registry().read().unwrap().clone())];
+    let snapshot = |chain: &Chain| {
+        (
+            chain.head(),
+            chain.registry().read().unwrap().clone(),
+            chain.eth1_state().clone(),
+        )
+    };
+    let mut snapshots = vec![snapshot(&chain)];
     let mut blocks = vec![None];
+    let mut log = DevDepositLog::new();
+    let mut logs = vec![log.clone()];
     for height in 1..=5 {
-        let block = chain
-            .build_block(height, 0, workload::dev_block(height, &existing, FORK))
-            .unwrap();
+        let block = build(
+            &chain,
+            &mut log,
+            height,
+            workload::dev_block(height, &existing, FORK),
+        )
+        .unwrap();
         chain.import(&block).unwrap();
         blocks.push(Some(block));
-        snapshots.push((chain.head(), chain.registry().read().unwrap().clone()));
+        snapshots.push(snapshot(&chain));
+        logs.push(log.clone());
     }
     for height in (2..5).rev() {
         let head = chain.revert_head().unwrap();
         assert_eq!(head, snapshots[height].0);
         assert_eq!(*chain.registry().read().unwrap(), snapshots[height].1);
-        assert_eq!(chain.registry().read().unwrap().root(), head.state_root);
+        assert_eq!(*chain.eth1_state(), snapshots[height].2);
+        assert_eq!(
+            modnode::state::state_root(
+                &chain.registry().read().unwrap().root(),
+                chain.eth1_state()
+            ),
+            head.state_root
+        );
     }
     assert!(
         chain.block_at(3).unwrap().is_none(),
@@ -297,13 +360,14 @@ fn reverting_blocks_restores_earlier_state_and_survives_a_restart() {
     let mut chain = open();
     assert_eq!(chain.head(), snapshots[2].0);
     assert_eq!(*chain.registry().read().unwrap(), snapshots[2].1);
+    assert_eq!(*chain.eth1_state(), snapshots[2].2);
     let dropped = snapshots[5].1.validators().last().unwrap().pubkey;
     assert_eq!(chain.registry().read().unwrap().index_of(&dropped), None);
 
     // A different block 3 imports on top, and the original block 3 can come back after it is
     // reverted too.
     let other = vec![workload::new_validator(777, 32 * ETH, FORK)];
-    import(&mut chain, other);
+    import(&mut chain, &mut logs[2].clone(), other);
     assert_ne!(chain.head().hash, snapshots[3].0.hash);
     chain.revert_head().unwrap();
     chain.import(blocks[3].as_ref().unwrap()).unwrap();
@@ -320,13 +384,15 @@ fn reverting_blocks_restores_earlier_state_and_survives_a_restart() {
     ));
 }
 
-/// Builds `n` blocks on `chain` with deposits seeded by `seed`.
+/// Builds `n` blocks on `chain` with deposits seeded by `seed` (each branch follows its own
+/// deposit contract).
 fn branch(chain: &mut Chain, n: u64, seed: u64) -> Vec<modnode::chain::block::Block> {
+    let mut log = DevDepositLog::new();
     (0..n)
         .map(|i| {
             let slot = chain.head().slot + 1;
             let deposits = vec![workload::new_validator(seed * 100 + i, 32 * ETH, FORK)];
-            let block = chain.build_block(slot, 0, deposits).unwrap();
+            let block = build(chain, &mut log, slot, deposits).unwrap();
             chain.import(&block).unwrap();
             block
         })
@@ -482,31 +548,37 @@ fn authority_chains_accept_only_the_slot_authoritys_signed_blocks() {
         DepositEngine::Native(Verification::Batched),
     )
     .unwrap();
-    let seal = |block: &mut modnode::chain::block::Block, who: &NodeIdentity| {
-        block.seal = Seal::Ed25519(who.sign(&block.hash()).unwrap());
+    let seal = |chain: &Chain, block: &mut modnode::chain::block::Block, who: &NodeIdentity| {
+        block.seal = Seal::Ed25519(who.sign(&chain.seal_message(&block.hash())).unwrap());
     };
+    let vote = chain.eth1_data();
 
     // Slot 1 belongs to authority 1 (b).
-    let mut block = chain.build_block(1, 1, vec![]).unwrap();
-    seal(&mut block, &b);
+    let mut block = chain.build_block(1, 1, vote, vec![]).unwrap();
+    seal(&chain, &mut block, &b);
     chain.import(&block).unwrap();
 
     // Slot 2 belongs to authority 0 (a).
-    let mut wrong_proposer = chain.build_block(2, 1, vec![]).unwrap();
-    seal(&mut wrong_proposer, &b);
-    let unsigned = chain.build_block(2, 0, vec![]).unwrap();
+    let mut wrong_proposer = chain.build_block(2, 1, vote, vec![]).unwrap();
+    seal(&chain, &mut wrong_proposer, &b);
+    let unsigned = chain.build_block(2, 0, vote, vec![]).unwrap();
+    // Signed by the right authority, but over the raw block hash (what its key also signs in
+    // TLS handshakes) instead of the domain-separated seal message.
+    let mut raw_hash_seal = unsigned.clone();
+    raw_hash_seal.seal = Seal::Ed25519(a.sign(&unsigned.hash()).unwrap());
     let mut signed_by_b = unsigned.clone();
-    seal(&mut signed_by_b, &b);
+    seal(&chain, &mut signed_by_b, &b);
     for (what, bad) in [
         ("wrong proposer", &wrong_proposer),
         ("unsigned", &unsigned),
         ("wrong signer", &signed_by_b),
+        ("seal over the raw block hash", &raw_hash_seal),
     ] {
         let err = chain.import(bad).unwrap_err();
         assert!(matches!(err, ImportError::BadSeal { .. }), "{what}: {err}");
     }
     let mut good = unsigned;
-    seal(&mut good, &a);
+    seal(&chain, &mut good, &a);
     chain.import(&good).unwrap();
     assert_eq!(chain.head().height, 2);
 }
@@ -531,15 +603,17 @@ fn forged_seals_are_refused_on_known_and_side_branch_blocks() {
     let mut chain = open(&g);
     let mut side = open(&g);
     let sealed = |chain: &Chain, slot: u64, who: &NodeIdentity| {
-        let mut block = chain.build_block(slot, 0, vec![]).unwrap();
-        block.seal = Seal::Ed25519(who.sign(&block.hash()).unwrap());
+        let mut block = chain
+            .build_block(slot, 0, chain.eth1_data(), vec![])
+            .unwrap();
+        block.seal = Seal::Ed25519(who.sign(&chain.seal_message(&block.hash())).unwrap());
         block
     };
     let block = sealed(&chain, 1, &a);
     chain.add_block(&block).unwrap();
     // The same header with a forged seal: not "known", a forgery.
     let mut forged = block.clone();
-    forged.seal = Seal::Ed25519(forger.sign(&block.hash()).unwrap());
+    forged.seal = Seal::Ed25519(forger.sign(&chain.seal_message(&block.hash())).unwrap());
     assert!(matches!(
         chain.add_block(&forged),
         Err(ForkChoiceError::Invalid(ImportError::BadSeal { .. }))
@@ -551,7 +625,7 @@ fn forged_seals_are_refused_on_known_and_side_branch_blocks() {
     let rival = sealed(&side, 2, &a);
     side.add_block(&rival).unwrap();
     let mut forged_rival = rival.clone();
-    forged_rival.seal = Seal::Ed25519(forger.sign(&rival.hash()).unwrap());
+    forged_rival.seal = Seal::Ed25519(forger.sign(&chain.seal_message(&rival.hash())).unwrap());
     assert!(matches!(
         chain.add_block(&forged_rival),
         Err(ForkChoiceError::Invalid(ImportError::BadSeal { .. }))
@@ -606,14 +680,24 @@ fn genesis_authorities_are_parsed_and_checked() {
 
 #[test]
 fn every_engine_rejects_a_malformed_fork_version_the_same_way() {
-    use modnode::runtime::deposits::{BlockContext, ProcessError};
+    use modnode::chain::eth1::DepositProofs;
+    use modnode::runtime::deposits::{BlockContext, WitEth1Data};
     let registry = Arc::new(std::sync::RwLock::new(genesis().registry().unwrap()));
+    let mut log = DevDepositLog::new();
+    log.push(workload::new_validator(1, 32 * ETH, FORK));
+    let eth1 = log.eth1_data();
     let ctx = BlockContext {
         height: 1,
         slot: 1,
         genesis_fork_version: vec![0; 3],
+        eth1_data: WitEth1Data {
+            deposit_root: eth1.deposit_root.to_vec(),
+            deposit_count: eth1.deposit_count,
+            block_hash: eth1.block_hash.to_vec(),
+        },
+        eth1_deposit_index: 0,
     };
-    let deposits = [workload::new_validator(1, 32 * ETH, FORK)];
+    let deposits = log.proven_deposits(0, 1, 1).unwrap();
     for (name, engine) in engines() {
         let result = engine.process(registry.clone(), &ctx, &deposits).unwrap();
         assert!(
@@ -621,4 +705,167 @@ fn every_engine_rejects_a_malformed_fork_version_the_same_way() {
             "{name}: {result:?}"
         );
     }
+}
+
+#[test]
+fn blocks_must_carry_exactly_the_due_deposits_in_order_with_valid_proofs() {
+    use modnode::chain::eth1::DepositProofs;
+    let existing = genesis().validators[2].pubkey;
+    let deposits: Vec<DepositData> = (0..5)
+        .map(|i| match i {
+            2 => workload::unsigned(existing, ETH),
+            _ => workload::new_validator(40 + i, 32 * ETH, FORK),
+        })
+        .collect();
+    let mut log = DevDepositLog::new();
+    for d in &deposits {
+        log.push(*d);
+    }
+    let vote = log.eth1_data();
+    let proven = log.proven_deposits(0, 5, 5).unwrap();
+    // The same deposits proven against a contract that grew by one (a later root).
+    let mut longer = log.clone();
+    longer.push(workload::new_validator(99, 32 * ETH, FORK));
+    let shifted = longer.proven_deposits(1, 5, 6).unwrap();
+
+    for (name, engine) in engines() {
+        let mut chain = chain(engine);
+        let before = (chain.head(), chain.eth1_state().clone());
+        let due = chain.deposits_due(1, 0, &vote).unwrap();
+        assert_eq!((due.from, due.count), (0, 5), "{name}");
+        let attempt = |deposits: Vec<_>| chain.build_block(1, 0, vote, deposits).unwrap_err();
+        let count_err = |e: &ImportError, exp: u64, got: u64| matches!(e, ImportError::WrongDepositCount { expected, found, from: 0, .. } if *expected == exp && *found == got);
+        let proof_err = |e: &ImportError, at: u64| matches!(e, ImportError::Rejected { error: ProcessError::BadProof(i), .. } if *i == at);
+
+        let censored = attempt(vec![]);
+        assert!(
+            count_err(&censored, 5, 0),
+            "{name}: omitted all: {censored}"
+        );
+        let omitted = attempt(proven[..4].to_vec());
+        assert!(count_err(&omitted, 5, 4), "{name}: omitted one: {omitted}");
+        let extra = attempt([proven.clone(), vec![proven[0]]].concat());
+        assert!(count_err(&extra, 5, 6), "{name}: one too many: {extra}");
+        let mut reordered = proven.clone();
+        reordered.swap(0, 1);
+        let e = attempt(reordered);
+        assert!(proof_err(&e, 0), "{name}: reordered: {e}");
+        let mut duplicated = proven.clone();
+        duplicated[1] = proven[0];
+        let e = attempt(duplicated);
+        assert!(proof_err(&e, 1), "{name}: duplicated: {e}");
+        let e = attempt(shifted.clone());
+        assert!(proof_err(&e, 0), "{name}: skipped the first: {e}");
+        let mut forged = proven.clone();
+        forged[3].proof[7][0] ^= 1;
+        let e = attempt(forged);
+        assert!(proof_err(&e, 3), "{name}: forged proof: {e}");
+        let mut minted = proven.clone();
+        minted[2].data.amount = u64::MAX / 2;
+        let e = attempt(minted);
+        assert!(proof_err(&e, 2), "{name}: inflated top-up: {e}");
+        assert_eq!((chain.head(), chain.eth1_state().clone()), before, "{name}");
+
+        // A peer's block with a tampered body is refused on import too (body root recomputed,
+        // so only the deposit rules can catch it).
+        let good = chain.build_block(1, 0, vote, proven.clone()).unwrap();
+        let mut tampered = good.clone();
+        tampered.body.deposits.pop();
+        tampered.header.body_root = tampered.body.root();
+        let e = chain.import(&tampered).unwrap_err();
+        assert!(count_err(&e, 5, 4), "{name}: tampered import: {e}");
+
+        let imported = chain.import(&good).unwrap();
+        assert_eq!(imported.outcomes.len(), 5, "{name}");
+        assert_eq!(chain.eth1_state().deposit_index, 5, "{name}");
+        assert_eq!(chain.eth1_data(), vote, "{name}");
+
+        // Nothing is due any more: replaying a deposit is refused, whatever its proof.
+        let replay = chain.build_block(2, 0, vote, vec![proven[2]]).unwrap_err();
+        assert!(
+            matches!(
+                replay,
+                ImportError::WrongDepositCount {
+                    expected: 0,
+                    found: 1,
+                    from: 5,
+                    ..
+                }
+            ),
+            "{name}: replay: {replay}"
+        );
+        // With one more deposit due, the old one cannot stand in for it.
+        let next_vote = longer.eth1_data();
+        let replay = chain
+            .build_block(
+                2,
+                0,
+                next_vote,
+                vec![longer.proven_deposits(0, 1, 6).unwrap()[0]],
+            )
+            .unwrap_err();
+        assert!(
+            proof_err(&replay, 5),
+            "{name}: replay at the next index: {replay}"
+        );
+        // Votes never move the count backwards.
+        let stale = log.eth1_data_at(3).unwrap();
+        let back = chain.build_block(2, 0, stale, vec![]).unwrap_err();
+        assert!(
+            matches!(back, ImportError::Eth1Vote { .. }),
+            "{name}: {back}"
+        );
+        let block = chain.build_block_from(2, 0, next_vote, &longer).unwrap();
+        chain.import(&block).unwrap();
+        assert_eq!(chain.eth1_state().deposit_index, 6, "{name}");
+    }
+}
+
+#[test]
+fn eth1_data_changes_only_with_a_majority_of_the_authorities() {
+    use modnode::chain::block::Seal;
+    use modnode::net::identity::NodeIdentity;
+    let ids: Vec<NodeIdentity> = (0..3).map(|_| NodeIdentity::generate().unwrap()).collect();
+    let mut g = genesis();
+    g.authorities = ids.iter().map(|i| *i.node_id().as_bytes()).collect();
+    g.eth1_voting_period_slots = 4;
+    let mut chain = Chain::open(
+        Arc::new(MemoryStore::new()),
+        g.clone(),
+        DepositEngine::Native(Verification::Batched),
+    )
+    .unwrap();
+    let mut log = DevDepositLog::new();
+    log.push(workload::new_validator(61, 32 * ETH, FORK));
+    log.push(workload::new_validator(62, 32 * ETH, FORK));
+    let vote = log.eth1_data();
+    let genesis_eth1 = chain.eth1_data();
+    let produce = |chain: &mut Chain, slot: u64, vote| {
+        let proposer = g.proposer_for(slot).unwrap();
+        let mut block = chain.build_block_from(slot, proposer, vote, &log).unwrap();
+        block.seal = Seal::Ed25519(
+            ids[proposer as usize]
+                .sign(&chain.seal_message(&block.hash()))
+                .unwrap(),
+        );
+        chain.import(&block).unwrap();
+        block
+    };
+    // Slot 1: one vote of three is no majority; nothing is due yet.
+    let b1 = produce(&mut chain, 1, vote);
+    assert!(b1.body.deposits.is_empty());
+    assert_eq!(chain.eth1_data(), genesis_eth1);
+    // Slot 2: a second authority agrees; the vote is adopted and its deposits are due at once.
+    let b2 = produce(&mut chain, 2, vote);
+    assert_eq!(chain.eth1_data(), vote);
+    assert_eq!(b2.body.deposits.len(), 2);
+    assert_eq!(chain.eth1_state().deposit_index, 2);
+
+    // In a new period one vote is not enough again.
+    let mut more = log.clone();
+    more.push(workload::new_validator(63, 32 * ETH, FORK));
+    let b4 = produce(&mut chain, 4, more.eth1_data());
+    assert!(b4.body.deposits.is_empty());
+    assert_eq!(chain.eth1_data(), vote);
+    assert_eq!(chain.eth1_state().votes.len(), 1);
 }

@@ -18,7 +18,13 @@ fn real_modules_are_recognised() {
     ] {
         let info = validate(&artifact(name)).unwrap();
         assert_eq!(info.kind, kind, "{name}");
-        assert_eq!(info.contract.to_string(), "1.0.0");
+        assert_eq!(info.contract, kind.contract(), "{name}");
+        let expected = if kind == Kind::Deposits {
+            "2.0.0"
+        } else {
+            "1.0.0"
+        };
+        assert_eq!(info.contract.to_string(), expected, "{name}");
         assert!(
             info.exports.contains(&kind.export_name()),
             "{name}: {:?}",
@@ -77,18 +83,18 @@ fn unknown_world() {
 #[test]
 fn incompatible_contract_version() {
     let err = validate(&component(
-        r#"(component (instance $i) (export "modnode:deposits/processor@2.0.0" (instance $i)))"#,
+        r#"(component (instance $i) (export "modnode:deposits/processor@3.0.0" (instance $i)))"#,
     ))
     .unwrap_err();
     assert_eq!(
         err,
         ValidationError::IncompatibleContract {
-            found: "modnode:deposits/processor@2.0.0".into(),
-            supported: "modnode:deposits/processor@1.0.0".into(),
+            found: "modnode:deposits/processor@3.0.0".into(),
+            supported: "modnode:deposits/processor@2.0.0".into(),
         }
     );
     let msg = err.to_string();
-    assert!(msg.contains("@2.0.0") && msg.contains("@1.0.0"), "{msg}");
+    assert!(msg.contains("@3.0.0") && msg.contains("@2.0.0"), "{msg}");
 
     // A newer minor than the host implements is just as incompatible.
     let err = validate(&component(
@@ -107,7 +113,7 @@ fn wasi_import_is_forbidden() {
         r#"(component
              (import "wasi:cli/environment@0.2.0" (instance))
              (instance $i)
-             (export "modnode:deposits/processor@1.0.0" (instance $i)))"#,
+             (export "modnode:deposits/processor@2.0.0" (instance $i)))"#,
     ))
     .unwrap_err();
     match &err {
@@ -118,7 +124,7 @@ fn wasi_import_is_forbidden() {
         } => {
             assert_eq!(import, "wasi:cli/environment@0.2.0");
             assert_eq!(*kind, Kind::Deposits);
-            assert!(allowed.contains(&"modnode:deposits/registry@1.0.0".to_string()));
+            assert!(allowed.contains(&"modnode:deposits/registry@2.0.0".to_string()));
         }
         other => panic!("expected ForbiddenImport, got {other:?}"),
     }
@@ -149,7 +155,7 @@ fn import_of_another_kinds_interface_is_forbidden() {
 fn two_worlds_at_once_are_ambiguous() {
     let err = validate(&component(
         r#"(component (instance $i)
-             (export "modnode:deposits/processor@1.0.0" (instance $i))
+             (export "modnode:deposits/processor@2.0.0" (instance $i))
              (export "modnode:checkpoint/chunker@1.0.0" (instance $i)))"#,
     ))
     .unwrap_err();

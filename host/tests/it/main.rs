@@ -5,11 +5,17 @@ mod chain;
 mod cli;
 mod crash;
 mod gossip;
+mod gossip_hostile;
+mod hostile;
 mod inspect;
+mod live_swap;
 mod malicious;
 mod modules;
 mod network;
+mod profile;
 mod reproducible;
+mod slots;
+mod upgrade_check;
 mod upload;
 
 use std::sync::{Arc, RwLock};
@@ -26,7 +32,7 @@ pub fn artifact(name: &str) -> Vec<u8> {
 /// A runtime with default limits and `fuel` per call.
 pub fn runtime(fuel: u64) -> Runtime {
     Runtime::new(RuntimeConfig {
-        fuel_per_call: fuel,
+        fuel_per_call: Some(fuel),
         ..RuntimeConfig::default()
     })
     .unwrap()

@@ -1,8 +1,8 @@
 //! Misbehaving modules are contained: typed errors, bounded memory, no partial state.
 
 use modnode::crypto::Keypair;
-use modnode::runtime::deposits::{BlockContext, Deposit};
-use modnode::runtime::{CallError, Resource};
+use modnode::runtime::deposits::{BlockContext, Deposit, WitEth1Data};
+use modnode::runtime::{CallError, ModuleFault, Resource};
 use modnode::state::{NewValidator, Registry, RegistryDelta, RegistryRead};
 
 use super::{deposits_module, runtime, shared, view};
@@ -12,6 +12,12 @@ fn ctx() -> BlockContext {
         height: 1,
         slot: 1,
         genesis_fork_version: vec![0; 4],
+        eth1_data: WitEth1Data {
+            deposit_root: vec![0; 32],
+            deposit_count: 0,
+            block_hash: vec![0; 32],
+        },
+        eth1_deposit_index: 0,
     }
 }
 
@@ -21,6 +27,35 @@ fn deposit(pubkey: [u8; 48], amount: u64) -> Deposit {
         withdrawal_credentials: vec![1; 32],
         amount,
         signature: vec![0; 96],
+        proof: Vec::new(),
+    }
+}
+
+/// Puts `block` in a fresh deposit contract, fills in the proofs and returns the context that
+/// agrees on the contract's root.
+fn proven(block: &mut [Deposit]) -> BlockContext {
+    use modnode::chain::eth1::DepositProofs;
+    let mut log = modnode::chain::workload::DevDepositLog::new();
+    for d in block.iter() {
+        log.push(modnode::chain::block::DepositData {
+            pubkey: d.pubkey.as_slice().try_into().unwrap(),
+            withdrawal_credentials: d.withdrawal_credentials.as_slice().try_into().unwrap(),
+            amount: d.amount,
+            signature: d.signature.as_slice().try_into().unwrap(),
+        });
+    }
+    let proofs = log.proven_deposits(0, log.len(), log.len()).unwrap();
+    for (d, p) in block.iter_mut().zip(proofs) {
+        d.proof = p.proof.concat();
+    }
+    let eth1 = log.eth1_data();
+    BlockContext {
+        eth1_data: WitEth1Data {
+            deposit_root: eth1.deposit_root.to_vec(),
+            deposit_count: eth1.deposit_count,
+            block_hash: eth1.block_hash.to_vec(),
+        },
+        ..ctx()
     }
 }
 
@@ -57,10 +92,10 @@ fn infinite_loop_runs_out_of_fuel_deterministically() {
     let second = module.process(view(&registry), ctx(), vec![]).unwrap_err();
     assert_eq!(
         first,
-        CallError::OutOfFuel {
+        CallError::Module(ModuleFault::OutOfFuel {
             module: module.meta().name(),
             budget: 20_000_000
-        }
+        })
     );
     assert_eq!(first, second);
 }
@@ -70,14 +105,15 @@ fn successful_calls_use_identical_fuel() {
     let rt = runtime(1_000_000_000);
     let module = deposits_module(&rt, "deposits-v1");
     let kp = Keypair::from_seed([3; 32]);
-    let block = vec![deposit(kp.pubkey, 32_000_000_000), deposit([0; 48], 5)];
+    let mut block = vec![deposit(kp.pubkey, 32_000_000_000), deposit([0; 48], 5)];
+    let ctx = proven(&mut block);
     let registry = shared(&registry_with(4));
     let a = module
-        .process(view(&registry), ctx(), block.clone())
+        .process(view(&registry), ctx.clone(), block.clone())
         .unwrap()
         .unwrap();
     let b = module
-        .process(view(&registry), ctx(), block)
+        .process(view(&registry), ctx, block)
         .unwrap()
         .unwrap();
     assert!(a.fuel_used > 0);
@@ -93,12 +129,12 @@ fn memory_bomb_hits_the_limit_and_host_memory_stays_bounded() {
     let before = rss_bytes();
     for _ in 0..4 {
         match module.process(view(&registry), ctx(), vec![]).unwrap_err() {
-            CallError::LimitExceeded {
+            CallError::Module(ModuleFault::LimitExceeded {
                 resource,
                 limit,
                 requested,
                 ..
-            } => {
+            }) => {
                 assert_eq!(resource, Resource::Memory);
                 assert_eq!(limit, 64 << 20);
                 assert!(requested > limit);
@@ -124,14 +160,13 @@ fn unbounded_recursion_overflows_and_the_process_keeps_serving() {
         let err = bomb.process(view(&registry), ctx(), vec![]).unwrap_err();
         assert_eq!(
             err,
-            CallError::StackOverflow {
+            CallError::Module(ModuleFault::StackOverflow {
                 module: bomb.meta().name()
-            }
+            })
         );
-        let ok = good
-            .process(view(&registry), ctx(), vec![deposit([0; 48], 1)])
-            .unwrap()
-            .unwrap();
+        let mut block = vec![deposit([0; 48], 1)];
+        let ctx = proven(&mut block);
+        let ok = good.process(view(&registry), ctx, block).unwrap().unwrap();
         assert_eq!(ok.delta.balances, vec![(0, 33)]);
     }
 }
@@ -143,12 +178,13 @@ fn writes_then_trap_leave_host_state_identical() {
     let before = registry_with(8);
     let shared_registry = shared(&before);
     // Top-ups of existing validators and brand-new validators, then a trap.
-    let block: Vec<_> = (0..16u8).map(|i| deposit([i; 48], 1_000)).collect();
+    let mut block: Vec<_> = (0..16u8).map(|i| deposit([i; 48], 1_000)).collect();
+    let ctx = proven(&mut block);
     let err = module
-        .process(view(&shared_registry), ctx(), block.clone())
+        .process(view(&shared_registry), ctx.clone(), block.clone())
         .unwrap_err();
     assert!(
-        matches!(err, CallError::Trap { ref message, .. } if message.contains("unreachable")),
+        matches!(err, CallError::Module(ModuleFault::Trap { ref message, .. }) if message.contains("unreachable")),
         "{err:?}"
     );
     let after = shared_registry.read().unwrap();
@@ -160,7 +196,7 @@ fn writes_then_trap_leave_host_state_identical() {
     // The same writes without the trap do change the state, so the check above can fail.
     let v1 = deposits_module(&rt, "deposits-v1");
     let out = v1
-        .process(view(&shared_registry), ctx(), block)
+        .process(view(&shared_registry), ctx, block)
         .unwrap()
         .unwrap();
     let mut changed = before.clone();

@@ -81,6 +81,7 @@ fn dirs(n: usize) -> Vec<TempDir> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "submits deposits through the admin mempool, which blocks no longer carry (issue 9): deposit-source rewrites it against the dev deposit contract"]
 async fn deposits_reach_every_node_and_late_or_restarted_nodes_catch_up() {
     let tmp = dirs(4);
     let paths: Vec<&Path> = tmp.iter().map(TempDir::path).collect();

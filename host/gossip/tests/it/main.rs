@@ -1,5 +1,6 @@
 //! The gossip crate's one integration-test binary.
 
 mod engine;
+mod hostile;
 mod sim;
 mod wire_props;

@@ -44,6 +44,15 @@ pub struct KnownAddr {
     pub confirmed: bool,
 }
 
+impl KnownAddr {
+    /// Whether we may dial it: anything but an unconfirmed address that only an inbound
+    /// connection told us about (any key can connect to us, so that is no reason to dial it —
+    /// sybils would get us to fill our outbound slots with them).
+    pub fn may_dial(&self) -> bool {
+        self.confirmed || self.source != AddrSource::Inbound
+    }
+}
+
 #[derive(Debug, Clone)]
 pub(super) struct Peer {
     pub(super) addrs: Vec<KnownAddr>,
@@ -72,10 +81,16 @@ impl Peer {
         self.addrs.iter().any(|a| a.addr == addr)
     }
 
+    /// True if some address of the node may be dialed.
+    pub(super) fn has_dial_candidate(&self) -> bool {
+        self.addrs.iter().any(KnownAddr::may_dial)
+    }
+
     /// The address for the next dial: confirmed ones first, then by source; successive
     /// failures rotate through the list so one dead address does not block the others.
+    /// Addresses known only from inbound connections are never dialed.
     pub(super) fn dial_addr(&self, failures: u32) -> Option<SocketAddr> {
-        let mut ordered: Vec<&KnownAddr> = self.addrs.iter().collect();
+        let mut ordered: Vec<&KnownAddr> = self.addrs.iter().filter(|a| a.may_dial()).collect();
         ordered.sort_by_key(|a| (!a.confirmed, a.source.rank()));
         let index = usize::try_from(failures)
             .unwrap_or(usize::MAX)

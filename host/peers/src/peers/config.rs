@@ -1,5 +1,8 @@
 //! [`PeerConfig`]: the tunables of a [`PeerManager`](super::PeerManager) and their defaults.
 
+use std::collections::BTreeSet;
+use std::net::IpAddr;
+
 use crate::backoff::Backoff;
 use crate::error::ConfigError;
 use crate::{MILLIS, NodeId, SECONDS, Time};
@@ -13,6 +16,18 @@ pub struct PeerConfig {
     pub target_outbound: usize,
     /// Inbound connections to accept at most (pending ones count towards it). Default 32.
     pub max_inbound: usize,
+    /// Inbound connections and transport handshakes in progress from one IP. Loopback,
+    /// bootstrap and [`trusted_ips`](Self::trusted_ips) addresses are exempt. Default 2.
+    pub max_inbound_per_ip: usize,
+    /// Inbound connections and transport handshakes in progress from one /24 (IPv4) or /64
+    /// (IPv6) subnet, with the same exemptions. Default 6.
+    pub max_inbound_per_subnet: usize,
+    /// Transport handshakes in progress at once, from anywhere (exempt addresses included).
+    /// Default 16.
+    pub max_pending_incoming: usize,
+    /// Operator-listed addresses exempt from the per-IP and per-subnet limits (bootstrap
+    /// addresses and loopback are exempt anyway).
+    pub trusted_ips: BTreeSet<IpAddr>,
     /// Redial delays. Default base 500 ms, cap 60 s, jitter 50 %.
     pub backoff: Backoff,
     /// A connection that stayed up this long resets the peer's failure count. Default 30 s.
@@ -48,6 +63,10 @@ impl PeerConfig {
             local_id,
             target_outbound: 8,
             max_inbound: 32,
+            max_inbound_per_ip: 2,
+            max_inbound_per_subnet: 6,
+            max_pending_incoming: 16,
+            trusted_ips: BTreeSet::new(),
             backoff: Backoff {
                 base: 500 * MILLIS,
                 cap: 60 * SECONDS,
@@ -74,6 +93,9 @@ impl PeerConfig {
             ("forget_after_failures", self.forget_after_failures > 0),
             ("max_addrs_per_node", self.max_addrs_per_node > 0),
             ("max_bans", self.max_bans > 0),
+            ("max_inbound_per_ip", self.max_inbound_per_ip > 0),
+            ("max_inbound_per_subnet", self.max_inbound_per_subnet > 0),
+            ("max_pending_incoming", self.max_pending_incoming > 0),
         ];
         match counts.iter().find(|(_, ok)| !ok) {
             Some((name, _)) => Err(ConfigError::Zero(name)),

@@ -10,6 +10,7 @@
 )]
 
 mod peers;
+mod sybil;
 mod sync;
 mod sync_props;
 mod sync_sim;

@@ -328,12 +328,55 @@ fn inbound_limits_duplicates_and_simultaneous_dials() {
         })
     );
     pm.handle_handshake_completed(id(7), 0).unwrap();
-    assert_eq!(
-        pm.handle_inbound(id(7), addr(7), 0),
-        Err(PeerError::DuplicateConnection { node: id(7) })
-    );
     pm.handle_disconnected(id(7), Direction::Inbound, 1);
     pm.handle_inbound(id(8), addr(8), 1).unwrap();
+    assert_eq!(pm.counts().inbound(), 2);
+}
+
+#[test]
+fn a_connected_peer_that_connects_again_supersedes_its_old_connection() {
+    let mut config = exact_config();
+    config.max_inbound = 2;
+    let window = config.handshake_timeout;
+    let mut pm = manager(config, &[200]);
+    assert_eq!(dials(&drain(&mut pm, 0)).len(), 1);
+
+    // A peer connected to us connects again (it restarted; its old connection is dead but
+    // not yet timed out): the new, authenticated connection replaces the old one, without
+    // counting twice against the inbound limit.
+    pm.handle_inbound(id(9), addr(9), 0).unwrap();
+    pm.handle_inbound(id(7), addr(7), 0).unwrap();
+    pm.handle_handshake_completed(id(7), 0).unwrap();
+    pm.handle_inbound(id(7), addr(7), SECONDS).unwrap();
+    pm.handle_handshake_completed(id(7), SECONDS).unwrap();
+    assert!(matches!(
+        pm.peer_state(&id(7)),
+        Some(PeerState::Connected {
+            direction: Direction::Inbound,
+            ..
+        })
+    ));
+    assert_eq!(pm.counts().inbound(), 2);
+    pm.handle_disconnected(id(9), Direction::Inbound, SECONDS);
+
+    // Our connection to 200 (> LOCAL) is up. An inbound one at the same moment is the other
+    // half of a simultaneous dial, and ours survives; one that comes later means 200 lost
+    // our connection and dialed again: it supersedes ours.
+    pm.handle_outbound_connected(id(200), 0).unwrap();
+    pm.handle_handshake_completed(id(200), 0).unwrap();
+    assert_eq!(
+        pm.handle_inbound(id(200), addr(200), window - 1),
+        Err(PeerError::DuplicateConnection { node: id(200) })
+    );
+    pm.handle_inbound(id(200), addr(200), window).unwrap();
+    pm.handle_handshake_completed(id(200), window).unwrap();
+    assert!(matches!(
+        pm.peer_state(&id(200)),
+        Some(PeerState::Connected {
+            direction: Direction::Inbound,
+            ..
+        })
+    ));
     assert_eq!(pm.counts().inbound(), 2);
 }
 

@@ -252,14 +252,54 @@ fn a_lone_peer_that_failed_is_tried_again() {
     let mut sync = RangeSync::new(SyncConfig::default(), 0, hash(0)).unwrap();
     sync.handle_peer_status(node(1), 10, hash(10), 0);
     let request = sync.poll_request(0).unwrap();
-    sync.handle_blocks(node(1), request.id, Vec::new()).unwrap();
-    assert_eq!(
-        sync.poll_violation(),
-        None,
-        "an empty answer is no violation"
-    );
+    sync.handle_request_failed(node(1), request.id).unwrap();
+    assert_eq!(sync.poll_violation(), None, "a failure is no violation");
     let again = sync.poll_request(0).unwrap();
     assert_eq!((again.peer, again.start_height), (node(1), 1));
+}
+
+#[test]
+fn an_empty_answer_to_a_claimed_range_is_a_violation_and_the_liar_is_not_asked_again() {
+    let mut sync = RangeSync::new(SyncConfig::default(), 0, hash(0)).unwrap();
+    sync.handle_peer_status(node(1), u64::MAX, [0xee; 32], 0);
+    let request = sync.poll_request(0).unwrap();
+    assert_eq!(request.peer, node(1));
+    sync.handle_blocks(node(1), request.id, Vec::new()).unwrap();
+    assert!(
+        matches!(
+            sync.poll_violation(),
+            Some((peer, Violation::UnservedClaim { .. })) if peer == node(1)
+        ),
+        "a claim the peer does not serve is a violation"
+    );
+    assert_eq!(sync.target(), None, "the unserved claim is dropped");
+    assert_eq!(
+        sync.poll_request(SECONDS),
+        None,
+        "the liar is not asked again"
+    );
+    // Its next status report is not believed either (until it reconnects).
+    sync.handle_peer_status(node(1), u64::MAX, [0xee; 32], SECONDS);
+    assert_eq!(sync.poll_request(2 * SECONDS), None);
+    assert!(sync.is_synced());
+}
+
+#[test]
+fn claimed_heights_are_bounded() {
+    let mut sync = RangeSync::new(SyncConfig::default(), 0, hash(0)).unwrap();
+    sync.handle_height_bound(100);
+    sync.handle_peer_status(node(1), u64::MAX, [0xee; 32], 0);
+    assert_eq!(sync.target().map(|(h, _)| h), Some(100));
+    let requests: Vec<_> = std::iter::from_fn(|| sync.poll_request(0)).collect();
+    let end = requests
+        .iter()
+        .map(|r| r.start_height + r.count - 1)
+        .max()
+        .unwrap();
+    assert_eq!(end, 100, "nothing beyond the bound is requested");
+    // The bound moves with the clock; a capped claim follows it.
+    sync.handle_height_bound(150);
+    assert_eq!(sync.target().map(|(h, _)| h), Some(150));
 }
 
 #[test]

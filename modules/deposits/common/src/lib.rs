@@ -1,10 +1,12 @@
 //! Deposit processing shared by every `deposits-v*` module: the WIT bindings, the SSZ signing
-//! root of a deposit message, and the two processing algorithms (one-by-one and batched).
+//! root of a deposit message, the deposit contract's Merkle tree (also used by the host), and
+//! the two processing algorithms (one-by-one and batched).
 //!
-//! Semantics are Ethereum phase0 `apply_deposit`: an unknown pubkey needs a valid proof of
-//! possession and becomes a new validator; a known pubkey is topped up with no signature check;
-//! an invalid signature skips the deposit and the block stays valid. Lookups see validators added
-//! earlier in the same block.
+//! Semantics are Ethereum phase0 `process_deposit`: each deposit's proof must verify against the
+//! agreed deposit root at the running `eth1_deposit_index` (else the block is invalid), then
+//! `apply_deposit`: an unknown pubkey needs a valid proof of possession and becomes a new
+//! validator; a known pubkey is topped up with no signature check; an invalid signature skips
+//! the deposit and the block stays valid. Lookups see validators added earlier in the same block.
 //!
 //! This is consensus code: it never panics, never indexes unchecked and never overflows.
 #![deny(
@@ -17,6 +19,7 @@
 
 pub mod process;
 pub mod ssz;
+pub mod tree;
 pub mod wasm_host;
 
 /// Bindings generated from `wit/deposits` for the `deposits` world.
@@ -39,7 +42,7 @@ pub mod bindings {
 
 pub use bindings::export;
 pub use bindings::modnode::deposits::types::{
-    BlockContext, Deposit, Outcome, ProcessError, RegistryError, SignatureSet,
+    BlockContext, Deposit, Eth1Data, Outcome, ProcessError, Processed, RegistryError, SignatureSet,
 };
 pub use bindings::modnode::types::types::ModuleInfo;
 

@@ -1,8 +1,13 @@
-//! The two deposit-processing algorithms. Both give identical outcomes; they differ only in how
-//! many signature checks they ask the host for.
+//! The two deposit-processing algorithms. Both verify every deposit's Merkle proof first, at
+//! the running deposit index, and give identical outcomes; they differ only in how many
+//! signature checks they ask the host for.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, DefaultHasher};
 
 use crate::ssz::{self, Root};
-use crate::{BlockContext, Deposit, Outcome, ProcessError, RegistryError, SignatureSet};
+use crate::tree::{self, DepositProof};
+use crate::{BlockContext, Deposit, Outcome, ProcessError, Processed, RegistryError, SignatureSet};
 
 /// What the algorithms need from the host: the registry overlay and BLS verification.
 pub trait Host {
@@ -30,9 +35,19 @@ struct Checked<'a> {
     withdrawal_credentials: &'a [u8; 32],
     amount: u64,
     signature: &'a [u8; 96],
+    proof: DepositProof,
 }
 
 impl Checked<'_> {
+    fn leaf(&self) -> Root {
+        tree::deposit_data_root(
+            self.pubkey,
+            self.withdrawal_credentials,
+            self.amount,
+            self.signature,
+        )
+    }
+
     fn signing_root(&self, domain: &Root) -> Root {
         let object =
             ssz::deposit_message_root(self.pubkey, self.withdrawal_credentials, self.amount);
@@ -71,6 +86,13 @@ fn check(deposits: &[Deposit]) -> Result<Vec<Checked<'_>>, ProcessError> {
                 )?,
                 amount: d.amount,
                 signature: field(&d.signature, i, "signature")?,
+                proof: tree::decode_proof(&d.proof).ok_or_else(|| {
+                    ProcessError::Malformed(format!(
+                        "deposit {i}: proof is {} bytes, expected {}",
+                        d.proof.len(),
+                        tree::DEPOSIT_PROOF_BYTES
+                    ))
+                })?,
             })
         })
         .collect()
@@ -88,6 +110,32 @@ fn domain(ctx: &BlockContext) -> Result<Root, ProcessError> {
             ))
         })?;
     Ok(ssz::deposit_domain(version))
+}
+
+/// The first half of `process_deposit` for the whole block: every proof must verify against the
+/// agreed deposit root at the running index. Returns the index after the block.
+fn verify_proofs(ctx: &BlockContext, deposits: &[Checked<'_>]) -> Result<u64, ProcessError> {
+    let root: Root = ctx
+        .eth1_data
+        .deposit_root
+        .as_slice()
+        .try_into()
+        .map_err(|_| {
+            ProcessError::BadContext(format!(
+                "deposit root is {} bytes, expected 32",
+                ctx.eth1_data.deposit_root.len()
+            ))
+        })?;
+    let mut index = ctx.eth1_deposit_index;
+    for deposit in deposits {
+        if !tree::verify_deposit_proof(&deposit.leaf(), &deposit.proof, index, &root) {
+            return Err(ProcessError::BadProof(index));
+        }
+        index = index.checked_add(1).ok_or_else(|| {
+            ProcessError::BadContext("the eth1 deposit index overflows".to_string())
+        })?;
+    }
+    Ok(index)
 }
 
 /// `apply_deposit` for one deposit; `valid` is asked only when the pubkey is unknown.
@@ -122,41 +170,51 @@ pub fn process_one_by_one<H: Host>(
     host: &mut H,
     ctx: &BlockContext,
     deposits: &[Deposit],
-) -> Result<Vec<Outcome>, ProcessError> {
+) -> Result<Processed, ProcessError> {
     let domain = domain(ctx)?;
     let checked = check(deposits)?;
+    let eth1_deposit_index = verify_proofs(ctx, &checked)?;
     let mut outcomes = Vec::with_capacity(checked.len());
     for deposit in &checked {
         outcomes.push(apply(host, deposit, |host| {
             deposit.verify_alone(host, &domain)
         })?);
     }
-    Ok(outcomes)
+    Ok(Processed {
+        outcomes,
+        eth1_deposit_index,
+    })
 }
+
+/// Pubkey → index before the block, for the block's distinct pubkeys. A fixed-key hasher: the
+/// guest has no randomness, and the block's size is bounded by the host.
+type Seen<'a> = HashMap<&'a [u8; 48], Option<u32>, BuildHasherDefault<DefaultHasher>>;
 
 /// Version 2: the first deposit of every pubkey unknown before the block goes into one batch
 /// verification. If the batch verifies, every one of them is valid and no further checks are
 /// needed (later deposits for the same pubkeys are top-ups); if it fails, signatures are checked
 /// one by one exactly as in version 1. Pubkeys found before the block keep their index (the
-/// registry is append-only), so their deposits are applied without a second lookup.
+/// registry is append-only), so their deposits are applied without a second lookup. Earlier
+/// pubkeys of the block are found in a hash map: O(1) per deposit, not a scan of the block.
 pub fn process_batched<H: Host>(
     host: &mut H,
     ctx: &BlockContext,
     deposits: &[Deposit],
-) -> Result<Vec<Outcome>, ProcessError> {
+) -> Result<Processed, ProcessError> {
     let domain = domain(ctx)?;
     let checked = check(deposits)?;
+    let eth1_deposit_index = verify_proofs(ctx, &checked)?;
 
     let mut in_batch = vec![false; checked.len()];
     let mut sets = Vec::new();
     // Every distinct pubkey of the block with its index before the block, if it had one.
-    let mut seen: Vec<(&[u8; 48], Option<u32>)> = Vec::with_capacity(checked.len());
+    let mut seen = Seen::with_capacity_and_hasher(checked.len(), BuildHasherDefault::default());
     for (deposit, member) in checked.iter().zip(in_batch.iter_mut()) {
-        if seen.iter().any(|(pk, _)| *pk == deposit.pubkey) {
+        if seen.contains_key(deposit.pubkey) {
             continue;
         }
         let before = host.index_of(deposit.pubkey);
-        seen.push((deposit.pubkey, before));
+        seen.insert(deposit.pubkey, before);
         if before.is_none() {
             *member = true;
             sets.push(SignatureSet {
@@ -176,10 +234,7 @@ pub fn process_batched<H: Host>(
 
     let mut outcomes = Vec::with_capacity(checked.len());
     for (deposit, member) in checked.iter().zip(in_batch) {
-        let known_before = seen
-            .iter()
-            .find(|(pk, _)| *pk == deposit.pubkey)
-            .and_then(|(_, index)| *index);
+        let known_before = seen.get(deposit.pubkey).copied().flatten();
         let outcome = match known_before {
             Some(index) => {
                 host.increase_balance(index, deposit.amount)
@@ -192,7 +247,10 @@ pub fn process_batched<H: Host>(
         };
         outcomes.push(outcome);
     }
-    Ok(outcomes)
+    Ok(Processed {
+        outcomes,
+        eth1_deposit_index,
+    })
 }
 
 #[cfg(test)]
@@ -263,33 +321,70 @@ mod tests {
             withdrawal_credentials: vec![0; 32],
             amount,
             signature: vec![u8::from(valid); 96],
+            proof: Vec::new(),
         }
     }
 
-    fn ctx() -> BlockContext {
+    fn leaf(d: &Deposit) -> Root {
+        tree::deposit_data_root(
+            d.pubkey.as_slice().try_into().unwrap(),
+            d.withdrawal_credentials.as_slice().try_into().unwrap(),
+            d.amount,
+            d.signature.as_slice().try_into().unwrap(),
+        )
+    }
+
+    /// Puts `block` into a fresh deposit contract after `before` other deposits, fills in the
+    /// proofs and returns the context that agrees on the contract's root.
+    fn prove(block: &mut [Deposit], before: u64) -> BlockContext {
+        let mut contract = tree::reference::NaiveDepositTree::new();
+        for i in 0..before {
+            contract.push([i as u8; 32]);
+        }
+        for d in block.iter() {
+            contract.push(leaf(d));
+        }
+        let count = contract.len();
+        for (i, d) in block.iter_mut().enumerate() {
+            d.proof = contract.proof(before + i as u64, count).unwrap().concat();
+        }
         BlockContext {
             height: 1,
             slot: 1,
             genesis_fork_version: vec![0; 4],
+            eth1_data: crate::Eth1Data {
+                deposit_root: contract.root().to_vec(),
+                deposit_count: count,
+                block_hash: vec![0; 32],
+            },
+            eth1_deposit_index: before,
         }
+    }
+
+    fn both(block: &[Deposit], ctx: &BlockContext) -> Result<Processed, ProcessError> {
+        let a = process_one_by_one(&mut MockHost::default(), ctx, block);
+        let b = process_batched(&mut MockHost::default(), ctx, block);
+        assert_eq!(a, b);
+        a
     }
 
     #[test]
     fn both_algorithms_agree_on_the_spec_traps() {
-        let block = vec![
+        let mut block = vec![
             deposit(1, 32 * crate::GWEI_PER_ETH, true),
             deposit(1, 5, false), // same pubkey later in the block: top-up, no signature check
             deposit(2, 7, false), // invalid: skipped
             deposit(2, 9, true),  // invalid-then-valid: the valid one creates
             deposit(3, 0, true),  // zero amount
         ];
+        let ctx = prove(&mut block, 3);
         let mut a = MockHost::default();
         let mut b = MockHost::default();
-        let out_a = process_one_by_one(&mut a, &ctx(), &block).unwrap();
-        let out_b = process_batched(&mut b, &ctx(), &block).unwrap();
+        let out_a = process_one_by_one(&mut a, &ctx, &block).unwrap();
+        let out_b = process_batched(&mut b, &ctx, &block).unwrap();
         assert_eq!(out_a, out_b);
         assert_eq!(
-            out_a,
+            out_a.outcomes,
             vec![
                 Outcome::Created(0),
                 Outcome::ToppedUp(0),
@@ -298,6 +393,7 @@ mod tests {
                 Outcome::Created(2)
             ]
         );
+        assert_eq!(out_a.eth1_deposit_index, 8);
         assert_eq!(a.balances, b.balances);
         assert_eq!(a.balances, vec![32 * crate::GWEI_PER_ETH + 5, 9, 0]);
         // The batch failed (deposit 2 is invalid), so v2 fell back to single checks.
@@ -306,22 +402,78 @@ mod tests {
 
     #[test]
     fn batch_that_verifies_needs_no_single_checks() {
-        let block: Vec<_> = (1..=16).map(|i| deposit(i, 32, true)).collect();
+        let mut block: Vec<_> = (1..=16).map(|i| deposit(i, 32, true)).collect();
+        let ctx = prove(&mut block, 0);
         let mut host = MockHost::default();
-        let out = process_batched(&mut host, &ctx(), &block).unwrap();
-        assert_eq!(out.len(), 16);
+        let out = process_batched(&mut host, &ctx, &block).unwrap();
+        assert_eq!(out.outcomes.len(), 16);
         assert_eq!((host.batch_checks, host.single_checks), (1, 0));
     }
 
     #[test]
+    fn a_deposit_out_of_place_or_with_a_bad_proof_invalidates_the_block() {
+        let mut block: Vec<_> = (1..=4).map(|i| deposit(i, 32, true)).collect();
+        let ctx = prove(&mut block, 2);
+        assert_eq!(both(&block, &ctx).unwrap().eth1_deposit_index, 6);
+
+        // Reordered: deposit 3 is not at index 2.
+        let mut swapped = block.clone();
+        swapped.swap(0, 1);
+        assert_eq!(both(&swapped, &ctx), Err(ProcessError::BadProof(2)));
+        // Skipped: the block starts at the second due deposit.
+        assert_eq!(both(&block[1..], &ctx), Err(ProcessError::BadProof(2)));
+        // Duplicated.
+        let dup = vec![block[0].clone(), block[0].clone()];
+        assert_eq!(both(&dup, &ctx), Err(ProcessError::BadProof(3)));
+        // The state's index is elsewhere.
+        let shifted = BlockContext {
+            eth1_deposit_index: 3,
+            ..ctx.clone()
+        };
+        assert_eq!(both(&block, &shifted), Err(ProcessError::BadProof(3)));
+        // Another root, or another count mixed in.
+        let mut other_root = ctx.clone();
+        other_root.eth1_data.deposit_root[0] ^= 1;
+        assert_eq!(both(&block, &other_root), Err(ProcessError::BadProof(2)));
+        // A changed amount no longer matches its leaf.
+        let mut minted = block.clone();
+        minted[3].amount = u64::MAX;
+        assert_eq!(both(&minted, &ctx), Err(ProcessError::BadProof(5)));
+        // A flipped proof byte.
+        let mut forged = block.clone();
+        forged[1].proof[40] ^= 1;
+        assert_eq!(both(&forged, &ctx), Err(ProcessError::BadProof(3)));
+        // Malformed proof and root lengths are named.
+        let mut short = block.clone();
+        short[2].proof.pop();
+        assert!(
+            matches!(both(&short, &ctx), Err(ProcessError::Malformed(m)) if m.contains("deposit 2: proof is 1055 bytes"))
+        );
+        let mut bad_root = ctx.clone();
+        bad_root.eth1_data.deposit_root.pop();
+        assert!(matches!(
+            both(&block, &bad_root),
+            Err(ProcessError::BadContext(_))
+        ));
+        // The index never wraps.
+        let top = BlockContext {
+            eth1_deposit_index: u64::MAX,
+            ..ctx
+        };
+        assert_eq!(both(&block, &top), Err(ProcessError::BadProof(u64::MAX)));
+    }
+
+    #[test]
     fn malformed_fields_and_overflow_invalidate_the_block() {
-        let mut short = deposit(1, 1, true);
-        short.pubkey.pop();
-        let err = process_one_by_one(&mut MockHost::default(), &ctx(), &[short]).unwrap_err();
+        let mut short = vec![deposit(1, 1, true)];
+        let ctx = prove(&mut short, 0);
+        short[0].pubkey.pop();
+        let err = process_one_by_one(&mut MockHost::default(), &ctx, &short).unwrap_err();
         assert!(matches!(err, ProcessError::Malformed(m) if m.contains("deposit 0: pubkey is 47")));
 
-        let block = vec![deposit(1, u64::MAX, true), deposit(1, 1, true)];
-        let err = process_batched(&mut MockHost::default(), &ctx(), &block).unwrap_err();
+        let mut block = vec![deposit(1, u64::MAX, true), deposit(1, 1, true)];
+        let ctx = prove(&mut block, 0);
+        let err = process_batched(&mut MockHost::default(), &ctx, &block).unwrap_err();
         assert!(matches!(
             err,
             ProcessError::Registry(RegistryError::BalanceOverflow(0))
@@ -329,7 +481,7 @@ mod tests {
 
         let bad_ctx = BlockContext {
             genesis_fork_version: vec![0; 3],
-            ..ctx()
+            ..ctx
         };
         let err = process_batched(&mut MockHost::default(), &bad_ctx, &[]).unwrap_err();
         assert!(matches!(err, ProcessError::BadContext(_)));

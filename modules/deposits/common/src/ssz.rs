@@ -5,7 +5,8 @@ use sha2::{Digest, Sha256};
 /// A 32-byte SSZ chunk or root.
 pub type Root = [u8; 32];
 
-fn hash_pair(left: &[u8; 32], right: &[u8; 32]) -> Root {
+/// `sha256(left ‖ right)`: an inner node of an SSZ (and deposit contract) Merkle tree.
+pub fn hash_pair(left: &[u8; 32], right: &[u8; 32]) -> Root {
     let mut hasher = Sha256::new();
     hasher.update(left);
     hasher.update(right);

@@ -1,0 +1,120 @@
+//! What blocks carry from the deposit contract, and how the producer gets it.
+//!
+//! A block carries its proposer's [`Eth1Data`] vote and the deposits due at the state's
+//! `eth1_deposit_index`, each a [`ProvenDeposit`]: the deposit data with its 33-hash Merkle
+//! proof against the agreed deposit root (Ethereum's deposit contract tree, byte-compatible).
+//!
+//! The producer asks a [`DepositProofs`] implementation — the node's deposit cache, or
+//! [`workload::DevDepositLog`](super::workload::DevDepositLog) in tests and dev tools — for the
+//! due deposits, after asking the chain which ones are due ([`Chain::deposits_due`]):
+//!
+//! ```ignore
+//! let due = chain.deposits_due(slot, proposer, &vote)?;
+//! let deposits = source.proven_deposits(due.from, due.count, due.eth1_data.deposit_count)?;
+//! let block = chain.build_block(slot, proposer, vote, deposits)?;
+//! ```
+//!
+//! [`Chain::build_block_from`] does exactly this.
+//!
+//! [`Chain::deposits_due`]: super::Chain::deposits_due
+//! [`Chain::build_block_from`]: super::Chain::build_block_from
+
+use super::block::{DepositData, Hash};
+pub use crate::state::{ETH1_DATA_BYTES, Eth1Data, Eth1State};
+pub use deposits_common::tree::{
+    DEPOSIT_CONTRACT_TREE_DEPTH, DEPOSIT_PROOF_BYTES, DEPOSIT_PROOF_LEN, DepositProof,
+    empty_deposit_root,
+};
+
+/// A deposit as a block carries it: the data and its proof against the agreed deposit root at
+/// the deposit's index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProvenDeposit {
+    /// The deposit.
+    pub data: DepositData,
+    /// 32 sibling hashes (leaf level first), then the deposit count chunk.
+    pub proof: DepositProof,
+}
+
+impl ProvenDeposit {
+    /// The deposit's leaf in the deposit tree: `hash_tree_root(DepositData)`.
+    pub fn leaf(&self) -> Hash {
+        self.data.leaf()
+    }
+
+    /// Whether the proof places this deposit at `index` under `deposit_root`.
+    pub fn verify(&self, index: u64, deposit_root: &Hash) -> bool {
+        deposits_common::tree::verify_deposit_proof(&self.leaf(), &self.proof, index, deposit_root)
+    }
+}
+
+impl DepositData {
+    /// The deposit's leaf in the deposit tree: `hash_tree_root(DepositData)`.
+    pub fn leaf(&self) -> Hash {
+        deposits_common::tree::deposit_data_root(
+            &self.pubkey,
+            &self.withdrawal_credentials,
+            self.amount,
+            &self.signature,
+        )
+    }
+}
+
+/// The deposits the next block must carry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DueDeposits {
+    /// Index of the first due deposit (the state's `eth1_deposit_index`).
+    pub from: u64,
+    /// How many: `min(max_deposits_per_block, deposit_count - from)`.
+    pub count: u64,
+    /// The `eth1_data` after the block's vote: proofs are against its deposit root.
+    pub eth1_data: Eth1Data,
+}
+
+/// Why a deposit source could not produce proven deposits.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DepositProofsError {
+    /// The source has not seen `deposit_count` deposits yet (it lags the agreed root); transient.
+    #[error("the deposit source knows {known} deposits, the agreed root covers {deposit_count}")]
+    Behind {
+        /// Deposits the source knows.
+        known: u64,
+        /// The count asked for.
+        deposit_count: u64,
+    },
+    /// The range does not lie below `deposit_count`: the caller's mistake.
+    #[error(
+        "deposits [{from}, {from} + {count}) do not lie below the deposit count {deposit_count}"
+    )]
+    OutOfRange {
+        /// First index asked for.
+        from: u64,
+        /// How many.
+        count: u64,
+        /// The count of the root.
+        deposit_count: u64,
+    },
+    /// The source's root for `deposit_count` differs from the agreed one: the source follows
+    /// another contract or chain, or the authorities agreed on a wrong root.
+    #[error("the deposit source's root over {deposit_count} deposits is not the agreed root")]
+    RootMismatch {
+        /// The count.
+        deposit_count: u64,
+    },
+    /// The source failed (I/O, its store); transient from the chain's point of view.
+    #[error("deposit source: {0}")]
+    Unavailable(String),
+}
+
+/// Something that holds the deposit contract's log and proves its deposits: the node's deposit
+/// cache, or [`DevDepositLog`](super::workload::DevDepositLog).
+pub trait DepositProofs {
+    /// Deposits `[from, from + count)` with their proofs against the deposit root over the
+    /// first `deposit_count` deposits (a past root, if the contract has grown since).
+    fn proven_deposits(
+        &self,
+        from: u64,
+        count: u64,
+        deposit_count: u64,
+    ) -> Result<Vec<ProvenDeposit>, DepositProofsError>;
+}

@@ -1,0 +1,332 @@
+//! The deposit source of an authority: the deposit contract (the built-in dev contract by
+//! default, any Ethereum execution client by configuration), followed over the Ethereum
+//! JSON-RPC subset, into a deposit cache that proves deposits for the block producer.
+//!
+//! - [`tree`]: the deposit contract's incremental Merkle tree, byte-compatible with Ethereum.
+//! - [`cache`]: every followed deposit with proofs against any past root.
+//! - [`abi`]: the `DepositEvent` log encoding.
+//! - [`dev_contract`]: the built-in dev deposit contract, persisted in sled.
+//! - [`rpc`], [`server`]: the JSON-RPC subset, and its HTTP endpoint.
+//! - [`client`]: a small JSON-RPC client.
+//! - [`follower`]: the sans-IO follower and its polling driver.
+//!
+//! [`DepositSource`] is what the node shares between the follower and the producer: it proves
+//! deposits through the chain's [`DepositProofs`] trait and picks the producer's eth1 vote
+//! ([`DepositSource::choose_vote`]).
+
+pub mod abi;
+pub mod cache;
+pub mod client;
+pub mod dev_contract;
+pub mod follower;
+pub mod rpc;
+pub mod server;
+pub mod tree;
+
+use std::sync::Mutex;
+
+use self::cache::{CacheError, DepositCache};
+use self::dev_contract::Eth1Block;
+use self::follower::Followed;
+use crate::chain::eth1::{DepositProofs, DepositProofsError, Eth1Data, ProvenDeposit};
+
+/// The producer's vote: the deposit root and count at the followed block, and its hash.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Eth1Vote {
+    /// `root_at(deposit_count)`.
+    pub deposit_root: [u8; 32],
+    /// Deposits in the log up to the followed block.
+    pub deposit_count: u64,
+    /// The followed block's hash.
+    pub block_hash: [u8; 32],
+}
+
+#[derive(Debug, Default)]
+struct SourceState {
+    cache: DepositCache,
+    followed: Option<(Eth1Block, u64)>,
+}
+
+/// The followed deposit log, shared by the follower (writes) and the producer (reads).
+#[derive(Debug, Default)]
+pub struct DepositSource {
+    state: Mutex<SourceState>,
+}
+
+/// Why the source cannot prove what the producer asks for.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SourceError {
+    /// The cache cannot answer (usually: the follower is behind the agreed count; transient).
+    #[error("deposit cache: {0}")]
+    Cache(#[from] CacheError),
+    /// The source's lock was poisoned by a panic (ours).
+    #[error("the deposit source's lock is poisoned")]
+    Poisoned,
+}
+
+impl DepositSource {
+    /// An empty source.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn state(&self) -> Result<std::sync::MutexGuard<'_, SourceState>, SourceError> {
+        self.state.lock().map_err(|_| SourceError::Poisoned)
+    }
+
+    /// Appends what the follower read. The follower checked the indices are contiguous; a
+    /// `Followed` that does not start at the cache's length is refused (and logged).
+    pub fn append(&self, followed: Followed) {
+        let Ok(mut state) = self.state() else {
+            tracing::error!("deposit source lock poisoned; follower update dropped");
+            return;
+        };
+        if followed.first_index != state.cache.len() {
+            tracing::error!(
+                first = followed.first_index,
+                cached = state.cache.len(),
+                "follower update does not continue the deposit cache; dropped"
+            );
+            return;
+        }
+        for deposit in followed.deposits {
+            if let Err(e) = state.cache.push(deposit) {
+                tracing::error!(error = %e, "deposit cache refused a followed deposit");
+                return;
+            }
+        }
+        state.followed = Some((followed.block, followed.deposit_count));
+    }
+
+    /// Deposits known.
+    pub fn len(&self) -> u64 {
+        self.state().map(|s| s.cache.len()).unwrap_or(0)
+    }
+
+    /// Whether no deposit is known.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The vote for the last followed block, once one is followed.
+    pub fn eth1_vote(&self) -> Result<Option<Eth1Vote>, SourceError> {
+        let state = self.state()?;
+        let Some((block, count)) = state.followed else {
+            return Ok(None);
+        };
+        Ok(Some(Eth1Vote {
+            deposit_root: state.cache.root_at(count)?,
+            deposit_count: count,
+            block_hash: block.hash,
+        }))
+    }
+}
+
+impl DepositSource {
+    /// The vote for a block at this point (phase0 `get_eth1_vote` in spirit): among this
+    /// period's `votes`, the most common one this source can confirm — its count known, its root
+    /// our root at that count, not below the agreed count — so authorities converge on one
+    /// vote; otherwise our own latest followed vote; otherwise the agreed `eth1_data` (a node
+    /// whose follower is behind never votes the count backwards). Block hashes of others'
+    /// votes are not checked against the source: the root and count are what proofs rest on.
+    pub fn choose_vote(&self, agreed: Eth1Data, votes: &[Eth1Data]) -> Eth1Data {
+        let Ok(state) = self.state() else {
+            return agreed;
+        };
+        let confirmed = |vote: &Eth1Data| {
+            vote.deposit_count >= agreed.deposit_count
+                && state
+                    .cache
+                    .root_at(vote.deposit_count)
+                    .is_ok_and(|root| root == vote.deposit_root)
+        };
+        let mut best: Option<(usize, Eth1Data)> = None;
+        for vote in votes.iter().filter(|v| confirmed(v)) {
+            let support = votes.iter().filter(|v| *v == vote).count();
+            if best.is_none_or(|(s, _)| support > s) {
+                best = Some((support, *vote));
+            }
+        }
+        if let Some((_, vote)) = best {
+            return vote;
+        }
+        match state.followed {
+            Some((block, count)) if count >= agreed.deposit_count => {
+                match state.cache.root_at(count) {
+                    Ok(deposit_root) => Eth1Data {
+                        deposit_root,
+                        deposit_count: count,
+                        block_hash: block.hash,
+                    },
+                    Err(_) => agreed,
+                }
+            }
+            _ => agreed,
+        }
+    }
+}
+
+impl DepositProofs for DepositSource {
+    fn proven_deposits(
+        &self,
+        from: u64,
+        count: u64,
+        deposit_count: u64,
+    ) -> Result<Vec<ProvenDeposit>, DepositProofsError> {
+        let state = self
+            .state()
+            .map_err(|e| DepositProofsError::Unavailable(e.to_string()))?;
+        let known = state.cache.len();
+        if deposit_count > known {
+            return Err(DepositProofsError::Behind {
+                known,
+                deposit_count,
+            });
+        }
+        let end = from
+            .checked_add(count)
+            .filter(|&end| end <= deposit_count)
+            .ok_or(DepositProofsError::OutOfRange {
+                from,
+                count,
+                deposit_count,
+            })?;
+        let out_of_range = DepositProofsError::OutOfRange {
+            from,
+            count,
+            deposit_count,
+        };
+        (from..end)
+            .map(|index| {
+                let proof = state
+                    .cache
+                    .proof(index, deposit_count)
+                    .map_err(|_| out_of_range.clone())?;
+                let data = *state.cache.deposit(index).ok_or(out_of_range.clone())?;
+                Ok(ProvenDeposit { data, proof })
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::chain::block::DepositData;
+    use crate::chain::eth1::empty_deposit_root;
+
+    fn deposit(i: u8) -> DepositData {
+        DepositData {
+            pubkey: [i; 48],
+            withdrawal_credentials: [2; 32],
+            amount: 32_000_000_000,
+            signature: [3; 96],
+        }
+    }
+
+    fn block(number: u64) -> Eth1Block {
+        Eth1Block {
+            number,
+            hash: [number as u8; 32],
+            parent_hash: [0; 32],
+            timestamp: number,
+        }
+    }
+
+    /// A source that followed `n` deposits up to block `n`.
+    fn source(n: u8) -> DepositSource {
+        let source = DepositSource::new();
+        source.append(Followed {
+            deposits: (0..n).map(deposit).collect(),
+            first_index: 0,
+            block: block(u64::from(n)),
+            deposit_count: u64::from(n),
+        });
+        source
+    }
+
+    #[test]
+    fn proven_deposits_verify_against_past_roots_with_the_chains_check() {
+        let source = source(7);
+        let agreed_at_5 = source.state().unwrap().cache.root_at(5).unwrap();
+        let proven = source.proven_deposits(2, 3, 5).unwrap();
+        assert_eq!(proven.len(), 3);
+        for (offset, p) in proven.iter().enumerate() {
+            let index = 2 + offset as u64;
+            assert_eq!(p.data, deposit(index as u8));
+            assert!(p.verify(index, &agreed_at_5), "deposit {index}");
+            assert!(!p.verify(index, &source.state().unwrap().cache.root()));
+        }
+        assert_eq!(
+            source.proven_deposits(0, 1, 8),
+            Err(DepositProofsError::Behind {
+                known: 7,
+                deposit_count: 8
+            })
+        );
+        assert!(matches!(
+            source.proven_deposits(4, 2, 5),
+            Err(DepositProofsError::OutOfRange { .. })
+        ));
+        assert_eq!(
+            DepositSource::new()
+                .state()
+                .unwrap()
+                .cache
+                .root_at(0)
+                .unwrap(),
+            empty_deposit_root()
+        );
+    }
+
+    #[test]
+    fn the_vote_joins_a_confirmed_vote_and_never_goes_backwards() {
+        let source = source(6);
+        let root = |n| source.state().unwrap().cache.root_at(n).unwrap();
+        let agreed = Eth1Data {
+            deposit_root: root(2),
+            deposit_count: 2,
+            block_hash: [2; 32],
+        };
+        // No votes yet: our own latest.
+        let own = source.choose_vote(agreed, &[]);
+        assert_eq!(
+            own,
+            Eth1Data {
+                deposit_root: root(6),
+                deposit_count: 6,
+                block_hash: block(6).hash
+            }
+        );
+        // Another authority's vote we can confirm is joined, the most supported first.
+        let theirs = Eth1Data {
+            deposit_root: root(4),
+            deposit_count: 4,
+            block_hash: [4; 32],
+        };
+        let other = Eth1Data {
+            deposit_root: root(5),
+            deposit_count: 5,
+            block_hash: [5; 32],
+        };
+        assert_eq!(source.choose_vote(agreed, &[other, theirs, theirs]), theirs);
+        // Unconfirmable votes (wrong root, unknown count) are not joined.
+        let wrong = Eth1Data {
+            deposit_root: [9; 32],
+            ..theirs
+        };
+        let ahead = Eth1Data {
+            deposit_root: [9; 32],
+            deposit_count: 9,
+            block_hash: [9; 32],
+        };
+        assert_eq!(source.choose_vote(agreed, &[wrong, ahead, ahead]), own);
+        // A source behind the agreed count repeats the agreed data.
+        let far = Eth1Data {
+            deposit_root: [7; 32],
+            deposit_count: 10,
+            block_hash: [7; 32],
+        };
+        assert_eq!(source.choose_vote(far, &[theirs]), far);
+    }
+}

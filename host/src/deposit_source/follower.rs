@@ -1,0 +1,605 @@
+//! The deposit follower: reads the deposit contract's log through the JSON-RPC subset, a follow
+//! distance behind the source's head, and feeds the [`DepositCache`](super::cache::DepositCache).
+//!
+//! [`Follower`] is the sans-IO core: given the head block number it says which block range to
+//! read next ([`Follower::next_range`]); given that range's logs and blocks it checks them
+//! (contract address, event topic, ABI, contiguous indices, no reorg of what it already
+//! followed) and returns the deposits appended up to a block ([`Follower::handle_range`]).
+//! [`run`] is the thin async driver that polls an endpoint.
+
+use std::ops::RangeInclusive;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::sync::watch;
+
+use super::DepositSource;
+use super::abi::{AbiError, decode_deposit_event, deposit_event_topic};
+use super::client::{ClientError, RpcClient};
+use super::dev_contract::Eth1Block;
+use super::rpc::{RpcError, parse_data, parse_quantity};
+use crate::chain::block::DepositData;
+
+/// What a follower is configured with: where the contract is and how far behind to stay.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FollowerConfig {
+    /// JSON-RPC endpoint (`http://host:port`).
+    pub endpoint: String,
+    /// The deposit contract's address.
+    pub contract: [u8; 20],
+    /// Blocks to stay behind the source's head (Ethereum mainnet clients use 2048; a dev
+    /// source needs little).
+    pub follow_distance: u64,
+    /// The first block that may hold deposits (the contract's deployment block).
+    pub start_block: u64,
+    /// Most blocks read per `eth_getLogs`.
+    pub max_blocks_per_query: u64,
+    /// Time between polls.
+    pub poll_interval: Duration,
+}
+
+impl FollowerConfig {
+    /// Defaults for following `endpoint` and `contract`: follow distance 2, 1,000 blocks per
+    /// query, polls every 500 ms.
+    pub fn new(endpoint: String, contract: [u8; 20]) -> Self {
+        Self {
+            endpoint,
+            contract,
+            follow_distance: 2,
+            start_block: 0,
+            max_blocks_per_query: 1_000,
+            poll_interval: Duration::from_millis(500),
+        }
+    }
+}
+
+/// A log as `eth_getLogs` returns it, fields parsed but not yet checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RawLog {
+    /// Emitting contract.
+    pub address: [u8; 20],
+    /// Topics.
+    pub topics: Vec<[u8; 32]>,
+    /// ABI-encoded data.
+    pub data: Vec<u8>,
+    /// Block number.
+    pub block_number: u64,
+    /// Block hash.
+    pub block_hash: [u8; 32],
+    /// Whether the log was removed by a reorg.
+    pub removed: bool,
+}
+
+impl RawLog {
+    /// Parses a log object.
+    pub fn from_json(log: &Value) -> Result<Self, RpcError> {
+        let field = |name: &str| {
+            log.get(name)
+                .and_then(Value::as_str)
+                .ok_or_else(|| RpcError::new(0, format!("no string field `{name}`")))
+        };
+        let topics = log
+            .get("topics")
+            .and_then(Value::as_array)
+            .ok_or_else(|| RpcError::new(0, "no array field `topics`"))?;
+        if topics.len() > 4 {
+            return Err(RpcError::new(
+                0,
+                format!("{} topics, at most 4 exist", topics.len()),
+            ));
+        }
+        let data_text = field("data")?;
+        let data = hex::decode(data_text.strip_prefix("0x").unwrap_or(data_text))
+            .map_err(|e| RpcError::new(0, format!("data: {e}")))?;
+        Ok(Self {
+            address: parse_data(field("address")?, "address")?,
+            topics: topics
+                .iter()
+                .map(|t| {
+                    t.as_str()
+                        .ok_or_else(|| RpcError::new(0, "topic is not a string"))
+                        .and_then(|t| parse_data(t, "topic"))
+                })
+                .collect::<Result<_, _>>()?,
+            data,
+            block_number: parse_quantity(field("blockNumber")?, "blockNumber")?,
+            block_hash: parse_data(field("blockHash")?, "blockHash")?,
+            removed: log.get("removed").and_then(Value::as_bool).unwrap_or(false),
+        })
+    }
+}
+
+/// Why the followed log cannot be accepted. Every variant is the source's fault and none is
+/// transient: the follower stops advancing and says so until an operator looks.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FollowError {
+    /// A log's data is not a `DepositEvent`.
+    #[error("deposit log in block {block}: {source}")]
+    Abi {
+        /// The block.
+        block: u64,
+        /// What is wrong.
+        source: AbiError,
+    },
+    /// A log from another contract or with another topic, or marked removed.
+    #[error("log in block {block} is not a DepositEvent of the followed contract: {reason}")]
+    Foreign {
+        /// The block.
+        block: u64,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A log outside the asked range, or out of block order.
+    #[error("log in block {block} is outside blocks {from}..={to} or out of order")]
+    OutOfRange {
+        /// The log's block.
+        block: u64,
+        /// Range start.
+        from: u64,
+        /// Range end.
+        to: u64,
+    },
+    /// The deposit indices are not contiguous.
+    #[error(
+        "deposit log gap: expected deposit index {expected}, the source gave index {found} (block {block})"
+    )]
+    Gap {
+        /// The next index expected.
+        expected: u64,
+        /// The index found.
+        found: u64,
+        /// Its block.
+        block: u64,
+    },
+    /// A block already followed changed its hash: the source reorganised deeper than the
+    /// follow distance.
+    #[error(
+        "the source reorganised block {number} (followed hash {followed}, now {now}): deeper than the follow distance"
+    )]
+    Reorg {
+        /// The block.
+        number: u64,
+        /// Hash followed (hex).
+        followed: String,
+        /// Hash the source gives now (hex).
+        now: String,
+    },
+    /// The source's block does not match the range asked for.
+    #[error("asked for block {asked}, the source gave block {got}")]
+    WrongBlock {
+        /// Asked for.
+        asked: u64,
+        /// Given.
+        got: u64,
+    },
+}
+
+/// Deposits appended to the log up to a block.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Followed {
+    /// The new deposits, starting at index `first_index`.
+    pub deposits: Vec<DepositData>,
+    /// Index of `deposits[0]`.
+    pub first_index: u64,
+    /// The block followed up to (inclusive).
+    pub block: Eth1Block,
+    /// Deposits in the log up to and including `block`.
+    pub deposit_count: u64,
+}
+
+/// The sans-IO follower.
+#[derive(Debug, Clone)]
+pub struct Follower {
+    contract: [u8; 20],
+    follow_distance: u64,
+    max_blocks: u64,
+    next_block: u64,
+    next_index: u64,
+    last: Option<Eth1Block>,
+}
+
+impl Follower {
+    /// A follower at the start of the log.
+    pub fn new(config: &FollowerConfig) -> Self {
+        Self {
+            contract: config.contract,
+            follow_distance: config.follow_distance,
+            max_blocks: config.max_blocks_per_query.max(1),
+            next_block: config.start_block,
+            next_index: 0,
+            last: None,
+        }
+    }
+
+    /// The last block followed.
+    pub fn last(&self) -> Option<Eth1Block> {
+        self.last
+    }
+
+    /// The next deposit index expected.
+    pub fn next_index(&self) -> u64 {
+        self.next_index
+    }
+
+    /// The blocks to read next when the source's head is `head`, if any.
+    pub fn next_range(&self, head: u64) -> Option<RangeInclusive<u64>> {
+        let target = head.checked_sub(self.follow_distance)?;
+        if target < self.next_block {
+            return None;
+        }
+        let end = self
+            .next_block
+            .saturating_add(self.max_blocks.saturating_sub(1))
+            .min(target);
+        Some(self.next_block..=end)
+    }
+
+    /// Checks the logs and the end block of `range` (and, when a block was followed before,
+    /// that block as the source gives it now) and advances. Nothing changes on error.
+    pub fn handle_range(
+        &mut self,
+        range: RangeInclusive<u64>,
+        logs: &[RawLog],
+        end: Eth1Block,
+        previous_now: Option<Eth1Block>,
+    ) -> Result<Followed, FollowError> {
+        let (from, to) = (*range.start(), *range.end());
+        if end.number != to {
+            return Err(FollowError::WrongBlock {
+                asked: to,
+                got: end.number,
+            });
+        }
+        if let Some(last) = self.last {
+            let now = previous_now.ok_or(FollowError::WrongBlock {
+                asked: last.number,
+                got: u64::MAX,
+            })?;
+            if now.number != last.number {
+                return Err(FollowError::WrongBlock {
+                    asked: last.number,
+                    got: now.number,
+                });
+            }
+            if now.hash != last.hash {
+                return Err(FollowError::Reorg {
+                    number: last.number,
+                    followed: hex::encode(last.hash),
+                    now: hex::encode(now.hash),
+                });
+            }
+            if to == last.number.saturating_add(1) && end.parent_hash != last.hash {
+                return Err(FollowError::Reorg {
+                    number: last.number,
+                    followed: hex::encode(last.hash),
+                    now: hex::encode(end.parent_hash),
+                });
+            }
+        }
+        let topic = deposit_event_topic();
+        let mut expected = self.next_index;
+        let mut previous_block = from;
+        let mut deposits = Vec::with_capacity(logs.len());
+        for log in logs {
+            let block = log.block_number;
+            if block < previous_block || block > to {
+                return Err(FollowError::OutOfRange { block, from, to });
+            }
+            previous_block = block;
+            if log.address != self.contract {
+                return Err(FollowError::Foreign {
+                    block,
+                    reason: format!("emitted by 0x{}", hex::encode(log.address)),
+                });
+            }
+            if log.topics.first() != Some(&topic) || log.topics.len() != 1 {
+                return Err(FollowError::Foreign {
+                    block,
+                    reason: "topics are not [DepositEvent]".into(),
+                });
+            }
+            if log.removed {
+                return Err(FollowError::Foreign {
+                    block,
+                    reason: "marked removed".into(),
+                });
+            }
+            if block == to && log.block_hash != end.hash {
+                return Err(FollowError::Reorg {
+                    number: to,
+                    followed: hex::encode(end.hash),
+                    now: hex::encode(log.block_hash),
+                });
+            }
+            let (deposit, index) = decode_deposit_event(&log.data)
+                .map_err(|source| FollowError::Abi { block, source })?;
+            if index != expected {
+                return Err(FollowError::Gap {
+                    expected,
+                    found: index,
+                    block,
+                });
+            }
+            expected = expected.checked_add(1).ok_or(FollowError::Gap {
+                expected,
+                found: index,
+                block,
+            })?;
+            deposits.push(deposit);
+        }
+        let followed = Followed {
+            deposits,
+            first_index: self.next_index,
+            block: end,
+            deposit_count: expected,
+        };
+        self.next_index = expected;
+        self.next_block = to.saturating_add(1);
+        self.last = Some(end);
+        Ok(followed)
+    }
+}
+
+/// Why one poll failed.
+#[derive(Debug, thiserror::Error)]
+pub enum PollError {
+    /// Talking to the source failed.
+    #[error(transparent)]
+    Client(#[from] ClientError),
+    /// The source's log is unacceptable.
+    #[error(transparent)]
+    Follow(#[from] FollowError),
+    /// The source does not have a block it reported.
+    #[error("the deposit source reports head {head} but has no block {missing}")]
+    MissingBlock {
+        /// The head reported.
+        head: u64,
+        /// The block missing.
+        missing: u64,
+    },
+}
+
+/// One poll: reads and applies at most one range; returns whether it advanced.
+pub async fn poll_once(
+    client: &RpcClient,
+    follower: &mut Follower,
+    source: &DepositSource,
+) -> Result<bool, PollError> {
+    let head = client.block_number().await?;
+    let Some(range) = follower.next_range(head) else {
+        return Ok(false);
+    };
+    let (from, to) = (*range.start(), *range.end());
+    let logs = client.deposit_logs(&follower.contract, from, to).await?;
+    let end = client
+        .block(to)
+        .await?
+        .ok_or(PollError::MissingBlock { head, missing: to })?;
+    let previous_now =
+        match follower.last() {
+            Some(last) => Some(client.block(last.number).await?.ok_or(
+                PollError::MissingBlock {
+                    head,
+                    missing: last.number,
+                },
+            )?),
+            None => None,
+        };
+    let followed = follower.handle_range(range, &logs, end, previous_now)?;
+    source.append(followed);
+    Ok(true)
+}
+
+/// Follows `config.endpoint` into `source` until `shutdown` turns true. Transient failures
+/// are retried each poll; a log the follower refuses stops it advancing, reported each poll.
+pub async fn run(
+    config: FollowerConfig,
+    source: Arc<DepositSource>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let client = match RpcClient::new(&config.endpoint) {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::error!(error = %e, "deposit follower not started");
+            return;
+        }
+    };
+    let mut follower = Follower::new(&config);
+    let mut reported = String::new();
+    loop {
+        loop {
+            match poll_once(&client, &mut follower, &source).await {
+                Ok(true) => {
+                    reported.clear();
+                    continue;
+                }
+                Ok(false) => reported.clear(),
+                Err(e) => {
+                    let text = e.to_string();
+                    if text != reported {
+                        match e {
+                            PollError::Client(
+                                ClientError::Unreachable { .. } | ClientError::Timeout { .. },
+                            ) => {
+                                tracing::warn!(error = %text, "deposit follower");
+                            }
+                            _ => tracing::error!(error = %text, "deposit follower cannot advance"),
+                        }
+                        reported = text;
+                    }
+                }
+            }
+            break;
+        }
+        tokio::select! {
+            _ = shutdown.changed() => return,
+            _ = tokio::time::sleep(config.poll_interval) => {}
+        }
+        if *shutdown.borrow() {
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::deposit_source::abi::encode_deposit_event;
+
+    const CONTRACT: [u8; 20] = [7; 20];
+
+    fn config(distance: u64, max_blocks: u64) -> FollowerConfig {
+        let mut config = FollowerConfig::new("http://127.0.0.1:1".into(), CONTRACT);
+        config.follow_distance = distance;
+        config.max_blocks_per_query = max_blocks;
+        config
+    }
+
+    fn block(number: u64) -> Eth1Block {
+        let hash = |n: u64| {
+            let mut h = [0u8; 32];
+            h[..8].copy_from_slice(&n.to_le_bytes());
+            h[31] = 1;
+            h
+        };
+        Eth1Block {
+            number,
+            hash: hash(number),
+            parent_hash: number.checked_sub(1).map_or([0; 32], hash),
+            timestamp: number,
+        }
+    }
+
+    fn deposit(i: u64) -> DepositData {
+        DepositData {
+            pubkey: [i as u8; 48],
+            withdrawal_credentials: [0; 32],
+            amount: 32_000_000_000,
+            signature: [0; 96],
+        }
+    }
+
+    fn log(index: u64, block_number: u64) -> RawLog {
+        RawLog {
+            address: CONTRACT,
+            topics: vec![deposit_event_topic()],
+            data: encode_deposit_event(&deposit(index), index),
+            block_number,
+            block_hash: block(block_number).hash,
+            removed: false,
+        }
+    }
+
+    #[test]
+    fn follows_a_distance_behind_in_bounded_ranges() {
+        let mut f = Follower::new(&config(3, 4));
+        assert_eq!(f.next_range(2), None);
+        assert_eq!(f.next_range(3), Some(0..=0));
+        assert_eq!(f.next_range(20), Some(0..=3));
+        let got = f
+            .handle_range(0..=3, &[log(0, 1), log(1, 1), log(2, 3)], block(3), None)
+            .unwrap();
+        assert_eq!(got.deposits, vec![deposit(0), deposit(1), deposit(2)]);
+        assert_eq!((got.first_index, got.deposit_count), (0, 3));
+        assert_eq!(got.block, block(3));
+        assert_eq!(f.next_range(6), None);
+        assert_eq!(f.next_range(7), Some(4..=4));
+        let got = f
+            .handle_range(4..=4, &[], block(4), Some(block(3)))
+            .unwrap();
+        assert_eq!((got.first_index, got.deposit_count), (3, 3));
+        assert!(got.deposits.is_empty());
+    }
+
+    #[test]
+    fn a_gap_in_indices_is_an_error_naming_the_index_and_changes_nothing() {
+        let mut f = Follower::new(&config(0, 100));
+        f.handle_range(0..=1, &[log(0, 1)], block(1), None).unwrap();
+        let err = f
+            .handle_range(2..=5, &[log(1, 2), log(3, 4)], block(5), Some(block(1)))
+            .unwrap_err();
+        assert_eq!(
+            err,
+            FollowError::Gap {
+                expected: 2,
+                found: 3,
+                block: 4
+            }
+        );
+        assert!(err.to_string().contains("expected deposit index 2"));
+        assert_eq!(f.next_index(), 1);
+        assert_eq!(f.next_range(5), Some(2..=5));
+        // A replayed index is a gap too.
+        assert!(matches!(
+            f.handle_range(2..=5, &[log(0, 2)], block(5), Some(block(1))),
+            Err(FollowError::Gap {
+                expected: 1,
+                found: 0,
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn a_reorg_of_followed_blocks_is_an_error() {
+        let mut f = Follower::new(&config(0, 100));
+        f.handle_range(0..=2, &[log(0, 2)], block(2), None).unwrap();
+        let mut changed = block(2);
+        changed.hash = [9; 32];
+        assert!(matches!(
+            f.handle_range(3..=4, &[], block(4), Some(changed)),
+            Err(FollowError::Reorg { number: 2, .. })
+        ));
+        let mut orphan = block(3);
+        orphan.parent_hash = [8; 32];
+        assert!(matches!(
+            f.handle_range(3..=3, &[], orphan, Some(block(2))),
+            Err(FollowError::Reorg { number: 2, .. })
+        ));
+        assert_eq!(f.last(), Some(block(2)));
+    }
+
+    #[test]
+    fn foreign_removed_out_of_range_and_malformed_logs_are_refused() {
+        let mut f = Follower::new(&config(0, 100));
+        let mut other = log(0, 1);
+        other.address = [1; 20];
+        assert!(matches!(
+            f.handle_range(0..=2, &[other], block(2), None),
+            Err(FollowError::Foreign { .. })
+        ));
+        let mut topic = log(0, 1);
+        topic.topics = vec![[0; 32]];
+        assert!(matches!(
+            f.handle_range(0..=2, &[topic], block(2), None),
+            Err(FollowError::Foreign { .. })
+        ));
+        let mut removed = log(0, 1);
+        removed.removed = true;
+        assert!(matches!(
+            f.handle_range(0..=2, &[removed], block(2), None),
+            Err(FollowError::Foreign { .. })
+        ));
+        assert!(matches!(
+            f.handle_range(0..=2, &[log(0, 3)], block(2), None),
+            Err(FollowError::OutOfRange { block: 3, .. })
+        ));
+        assert!(matches!(
+            f.handle_range(0..=2, &[log(0, 2), log(1, 1)], block(2), None),
+            Err(FollowError::OutOfRange { block: 1, .. })
+        ));
+        let mut short = log(0, 1);
+        short.data.truncate(100);
+        assert!(matches!(
+            f.handle_range(0..=2, &[short], block(2), None),
+            Err(FollowError::Abi { block: 1, .. })
+        ));
+        assert!(matches!(
+            f.handle_range(0..=2, &[], block(1), None),
+            Err(FollowError::WrongBlock { asked: 2, got: 1 })
+        ));
+        assert_eq!(f.next_index(), 0);
+        assert_eq!(f.last(), None);
+    }
+}

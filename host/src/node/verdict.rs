@@ -1,0 +1,179 @@
+//! The node's verdict on what a peer sent: relay it or not, and whether the peer is at fault.
+//!
+//! Pure functions of the outcome (no sockets, no clock), so the policy is tested on its own:
+//! only a peer's proven fault penalises it. Our own failures (a store error, a stopped
+//! worker, a poisoned lock) and transient ones (a timeout, a block ahead of our clock) drop
+//! what was sent without touching the sender.
+
+use std::time::Duration;
+
+use modnode_gossip::policy::MessageKind;
+
+use super::chain_worker::WorkerError;
+use crate::chain::{Added, ForkChoiceError, ImportError};
+use crate::state::StateError;
+
+/// Who is at fault when something a peer sent is not taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// Provably invalid: the peer sent (or relayed without checking) something no honest
+    /// node sends. Penalised.
+    Peer,
+    /// Our own failure: storage, a stopped worker, a poisoned lock, the host. Not penalised.
+    Ours,
+    /// Nobody's fault for now: a timeout, a block ahead of our clock, a branch we cannot
+    /// follow. Dropped, not penalised.
+    Transient,
+}
+
+impl ImportError {
+    /// Whose fault the failed import is.
+    pub fn fault(&self) -> Fault {
+        match self {
+            Self::NotNext { .. }
+            | Self::BadSeal { .. }
+            | Self::BadBody { .. }
+            | Self::Rejected { .. }
+            | Self::StateRootMismatch { .. }
+            // A vote, deposit count or deposit index the chain's rules refuse: the block is
+            // invalid whoever checks it.
+            | Self::Eth1Vote { .. }
+            | Self::WrongDepositCount { .. }
+            | Self::DepositIndexMismatch { .. } => Fault::Peer,
+            // Out of fuel, limits and traps are deterministic outcomes of the block; a host
+            // failure is ours.
+            Self::Host(..) => Fault::Ours,
+            Self::Module(..) => Fault::Peer,
+            Self::State {
+                source: StateError::Poisoned,
+                ..
+            } => Fault::Ours,
+            // The state refused the module's changes: a deterministic outcome of the block.
+            Self::State { .. } => Fault::Peer,
+            Self::Store { .. } | Self::Diverged { .. } => Fault::Ours,
+        }
+    }
+}
+
+impl ForkChoiceError {
+    /// Whose fault the refusal is.
+    pub fn fault(&self) -> Fault {
+        match self {
+            // Not a fault: the parent must be synced first.
+            Self::UnknownParent { .. } => Fault::Transient,
+            Self::BadHeight { .. } => Fault::Peer,
+            // A sealed branch beyond our finality: we cannot follow it, but the sender may be
+            // an honest node that was partitioned from us.
+            Self::BeyondFinality { .. } => Fault::Transient,
+            Self::Invalid(e) => e.fault(),
+            Self::Revert(_) | Self::Store(_) => Fault::Ours,
+        }
+    }
+}
+
+impl WorkerError {
+    /// Whose fault the refusal is.
+    pub fn fault(&self) -> Fault {
+        match self {
+            Self::Block(e) => e.fault(),
+            Self::FutureSlot { .. } | Self::Busy => Fault::Transient,
+            Self::Stopped | Self::Produce { .. } | Self::Store(_) => Fault::Ours,
+            Self::Mempool(_) => Fault::Transient,
+        }
+    }
+}
+
+/// Why a request to a peer got no usable answer.
+#[derive(Debug, thiserror::Error)]
+pub enum RequestError {
+    /// No answer in time (transient: the peer may be busy or the path slow).
+    #[error("no answer within {0:?}")]
+    Timeout(Duration),
+    /// The stream or connection failed (transient).
+    #[error("stream failed: {0}")]
+    Transport(String),
+    /// The answer is malformed: wrong kind, undecodable, or undecodable blocks (the peer's
+    /// fault).
+    #[error("malformed answer: {0}")]
+    Malformed(String),
+}
+
+impl RequestError {
+    /// Whose fault the failed request is.
+    pub fn fault(&self) -> Fault {
+        match self {
+            Self::Timeout(_) | Self::Transport(_) => Fault::Transient,
+            Self::Malformed(_) => Fault::Peer,
+        }
+    }
+}
+
+/// What to do with a gossiped block, given the chain worker's answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BlockVerdict {
+    /// Forward it to other peers.
+    pub relay: bool,
+    /// Penalise the sender, saying why.
+    pub penalty: Option<String>,
+    /// The block's parent is unknown but its seal and body were checked: the sender holds a
+    /// real block at that height, so range sync may fetch the gap from it.
+    pub behind_sender: bool,
+}
+
+/// The verdict on a gossiped block at `height` after the chain worker tried to add it.
+pub fn gossip_block(height: u64, result: &Result<Added, WorkerError>) -> BlockVerdict {
+    let drop = |penalty: Option<String>| BlockVerdict {
+        relay: false,
+        penalty,
+        behind_sender: false,
+    };
+    match result {
+        // Extends or reorganises our chain, or is a valid block we already hold or keep on a
+        // side branch: worth forwarding.
+        Ok(_) => BlockVerdict {
+            relay: true,
+            penalty: None,
+            behind_sender: false,
+        },
+        Err(WorkerError::Block(ForkChoiceError::UnknownParent { .. })) => BlockVerdict {
+            relay: false,
+            penalty: None,
+            behind_sender: true,
+        },
+        Err(e) if e.fault() == Fault::Peer => {
+            drop(Some(format!("relayed invalid block {height}: {e}")))
+        }
+        Err(_) => drop(None),
+    }
+}
+
+/// Whether a peer may send a gossip message of `kind`: this protocol version gossips blocks
+/// and deposits only, so any other kind is a violation (and would only fill the seen-cache).
+pub fn gossip_kind(kind: MessageKind) -> Result<(), String> {
+    match kind {
+        MessageKind::Block | MessageKind::Deposit => Ok(()),
+        MessageKind::Consensus | MessageKind::PeerExchange => Err(format!(
+            "sent a {kind:?} gossip message, a kind this protocol version does not use"
+        )),
+    }
+}
+
+/// Where a known (bootstrap) peer stands, for [`may_produce_after_start`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KnownPeer {
+    /// Not tried yet, or the first attempt is under way.
+    Untried,
+    /// Connected: its head is known to range sync.
+    Connected,
+    /// At least one attempt failed.
+    Unreachable,
+}
+
+/// Whether an authority that just started may produce: only once it has tried every known
+/// peer and range sync has nothing left to fetch from those that answered — or once the
+/// bounded wait is over, so an authority whose peers are all down still produces.
+/// `sync_idle` means no request in flight, nothing buffered or importing, and the local head
+/// at the best (verified or capped) claim.
+pub fn may_produce_after_start(waited_out: bool, known: &[KnownPeer], sync_idle: bool) -> bool {
+    waited_out || (!known.contains(&KnownPeer::Untried) && sync_idle)
+}

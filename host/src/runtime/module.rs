@@ -1,0 +1,366 @@
+//! One generic loaded module for every kind: preparation (`InstancePre`), the per-call store
+//! (fuel, limits, host-call fuel), error classification, warm-up and timing live here once. A
+//! WIT world contributes only what is its own through [`World`]: its bindings, its store data and
+//! its realistic dry run.
+
+use std::time::{Duration, Instant};
+
+use wasmtime::component::{InstancePre, Linker};
+use wasmtime::{CallHook, Engine, Store, StoreContextMut};
+
+use super::error::{HostFailure, HostFailureKind};
+use super::inspect::Kind;
+use super::limits::{Limiter, Limits};
+use super::profile::HostCallFuel;
+use super::{CallError, ComponentInfo, LoadError, ModuleInfo, ModuleMeta};
+
+/// What every world's store data carries: the call's resource limiter and host-call fuel meter.
+pub struct CallBase {
+    /// The call's resource limiter.
+    pub(crate) limiter: Limiter,
+    /// The call's host-call fuel meter.
+    pub(crate) fuel: HostFuel,
+}
+
+impl CallBase {
+    fn new(settings: &CallSettings) -> Self {
+        Self {
+            limiter: Limiter::new(settings.limits),
+            fuel: HostFuel::new(settings.host_calls),
+        }
+    }
+
+    /// The host-call fuel meter.
+    pub fn fuel(&mut self) -> &mut HostFuel {
+        &mut self.fuel
+    }
+}
+
+/// Store data of a world: gives the generic call machinery its [`CallBase`].
+pub trait StoreData: Send + 'static {
+    /// The call's limiter and fuel meter.
+    fn base(&mut self) -> &mut CallBase;
+}
+
+/// Charges host functions' work to the store's fuel.
+///
+/// wasmtime meters wasm operators only; a host function's work (a BLS pairing, a registry write)
+/// is free unless the host charges it. Host functions call [`HostFuel::charge`] *before* doing
+/// their work: the charge is refused (an out-of-fuel trap) when it exceeds the fuel the store had
+/// when the module called the host, so an unaffordable verification never runs. The call hook
+/// then deducts the charges from the store when the host call returns. Both points are
+/// deterministic: the fuel left at a host call depends only on the module and its input.
+pub struct HostFuel {
+    costs: HostCallFuel,
+    available: u64,
+    pending: u64,
+    charged: u64,
+}
+
+impl HostFuel {
+    fn new(costs: HostCallFuel) -> Self {
+        Self {
+            costs,
+            available: 0,
+            pending: 0,
+            charged: 0,
+        }
+    }
+
+    /// The profile's host-call costs.
+    pub fn costs(&self) -> &HostCallFuel {
+        &self.costs
+    }
+
+    /// Charges `amount` for the host call in progress; out of fuel when the store cannot pay.
+    pub fn charge(&mut self, amount: u64) -> wasmtime::Result<()> {
+        match self.pending.checked_add(amount) {
+            Some(p) if p <= self.available => {
+                self.pending = p;
+                Ok(())
+            }
+            _ => {
+                self.pending = self.available.saturating_add(1);
+                Err(wasmtime::Trap::OutOfFuel.into())
+            }
+        }
+    }
+
+    /// Charges the boundary crossing plus `bytes` of list arguments, then `work`.
+    pub fn charge_call(&mut self, bytes: usize, work: u64) -> wasmtime::Result<()> {
+        let bytes = u64::try_from(bytes).unwrap_or(u64::MAX);
+        let total = self
+            .costs
+            .per_argument_byte
+            .checked_mul(bytes)
+            .and_then(|b| b.checked_add(self.costs.call))
+            .and_then(|b| b.checked_add(work))
+            .unwrap_or(u64::MAX);
+        self.charge(total)
+    }
+
+    /// Fuel charged for host calls so far in this call.
+    pub fn charged(&self) -> u64 {
+        self.charged
+    }
+}
+
+fn host_fuel_hook<T: StoreData>(
+    mut store: StoreContextMut<'_, T>,
+    hook: CallHook,
+) -> wasmtime::Result<()> {
+    match hook {
+        CallHook::CallingHost => {
+            let fuel = store.get_fuel()?;
+            let meter = &mut store.data_mut().base().fuel;
+            meter.available = fuel;
+            meter.pending = 0;
+        }
+        CallHook::ReturningFromHost => {
+            let meter = &mut store.data_mut().base().fuel;
+            let pending = std::mem::take(&mut meter.pending);
+            if pending > 0 {
+                meter.charged = meter.charged.saturating_add(pending);
+                let fuel = store.get_fuel()?;
+                match fuel.checked_sub(pending) {
+                    Some(left) => store.set_fuel(left)?,
+                    None => {
+                        store.set_fuel(0)?;
+                        return Err(wasmtime::Trap::OutOfFuel.into());
+                    }
+                }
+            }
+        }
+        CallHook::CallingWasm | CallHook::ReturningFromWasm => {}
+    }
+    Ok(())
+}
+
+/// A WIT world: the one part of a module kind that is not data.
+pub trait World: Sized + Send + Sync + 'static {
+    /// The kind (its row of [`KINDS`](super::kinds::KINDS)).
+    const KIND: Kind;
+    /// Store data of one call.
+    type Data: StoreData;
+    /// The bindgen-generated pre-instance.
+    type Pre: Clone + Send + Sync + 'static;
+    /// The bindgen-generated instance.
+    type Instance;
+
+    /// The world's host interfaces.
+    fn linker(engine: &Engine) -> wasmtime::Result<Linker<Self::Data>>;
+    /// Typed pre-instance from a linked one.
+    fn pre(pre: InstancePre<Self::Data>) -> wasmtime::Result<Self::Pre>;
+    /// Instantiates in `store`.
+    fn instantiate(
+        pre: &Self::Pre,
+        store: &mut Store<Self::Data>,
+    ) -> wasmtime::Result<Self::Instance>;
+    /// Store data for calls that need no input state (describe, warm-up).
+    fn idle_data(base: CallBase) -> Result<Self::Data, HostFailure>;
+    /// Calls the world's `describe` export.
+    fn describe(
+        instance: &Self::Instance,
+        store: &mut Store<Self::Data>,
+    ) -> wasmtime::Result<ModuleInfo>;
+    /// Runs the module once on realistic inputs of its kind (warm-up); returns the fuel used.
+    fn dry_run(module: &Module<Self>) -> Result<u64, CallError>;
+}
+
+/// What every call needs from the runtime; cheap to clone into a guest thread.
+#[derive(Clone)]
+pub(crate) struct CallSettings {
+    pub(crate) engine: Engine,
+    pub(crate) fuel: u64,
+    pub(crate) limits: Limits,
+    pub(crate) host_calls: HostCallFuel,
+}
+
+/// Result of one call: the value or a typed error, the store data and the fuel used.
+pub struct CallOutcome<T, R> {
+    /// The value, or why the call failed.
+    pub result: Result<R, CallError>,
+    /// The store data after the call (overlays and so on).
+    pub data: T,
+    /// Fuel the call used, wasm and host calls together.
+    pub fuel_used: u64,
+}
+
+/// What a warm-up found: the module instantiated and ran on realistic inputs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct WarmupReport {
+    /// Fuel of the dry run.
+    pub fuel: u64,
+    /// Wall-clock time of the dry run, in microseconds (instantiation included).
+    pub latency_us: u64,
+}
+
+/// A loaded, compiled and linked module of world `W`, described by itself. Cloning is cheap.
+pub struct Module<W: World> {
+    meta: ModuleMeta,
+    pre: W::Pre,
+    settings: CallSettings,
+}
+
+impl<W: World> Clone for Module<W> {
+    fn clone(&self) -> Self {
+        Self {
+            meta: self.meta.clone(),
+            pre: self.pre.clone(),
+            settings: self.settings.clone(),
+        }
+    }
+}
+
+impl<W: World> Module<W> {
+    /// Prepares a compiled component: links it, instantiates it once and reads its `describe`.
+    pub(crate) fn prepare(
+        settings: CallSettings,
+        linker: &Linker<W::Data>,
+        component: &wasmtime::component::Component,
+        info: ComponentInfo,
+    ) -> Result<Self, LoadError> {
+        let name = super::display_name(&info, None);
+        let link = |e: wasmtime::Error| LoadError::Link {
+            module: name.clone(),
+            message: format!("{e:?}"),
+        };
+        let pre = W::pre(linker.instantiate_pre(component).map_err(link)?).map_err(link)?;
+        let described = run::<W, _>(&settings, &pre, &name, W::idle_data, W::describe);
+        let module_info = described.result.map_err(|e| LoadError::Warmup {
+            module: name.clone(),
+            source: Box::new(e),
+        })?;
+        Ok(Self {
+            meta: ModuleMeta {
+                component: info,
+                info: module_info,
+            },
+            pre,
+            settings,
+        })
+    }
+
+    /// The module's identity.
+    pub fn meta(&self) -> &ModuleMeta {
+        &self.meta
+    }
+
+    /// The component's sha256.
+    pub fn hash(&self) -> [u8; 32] {
+        self.meta.component.sha256
+    }
+
+    /// Fuel budget of each call.
+    pub fn fuel_budget(&self) -> u64 {
+        self.settings.fuel
+    }
+
+    /// Warms the module: instantiates it and runs it on realistic inputs of its kind, recording
+    /// fuel and latency. A module must pass this before it may serve calls from a slot.
+    pub fn warm(&self) -> Result<WarmupReport, CallError> {
+        let start = Instant::now();
+        let fuel = W::dry_run(self)?;
+        Ok(WarmupReport {
+            fuel,
+            latency_us: micros(start.elapsed()),
+        })
+    }
+
+    /// Runs one call in a fresh store made by `data`, on a guest thread.
+    pub(crate) fn call<R: Send + 'static>(
+        &self,
+        data: impl FnOnce(CallBase) -> Result<W::Data, HostFailure> + Send + 'static,
+        f: impl FnOnce(&W::Instance, &mut Store<W::Data>) -> wasmtime::Result<R> + Send + 'static,
+    ) -> CallOutcome<Option<W::Data>, R> {
+        run::<W, R>(&self.settings, &self.pre, &self.meta.name(), data, f)
+    }
+
+    /// Instantiates the module `iterations` times in fresh idle stores and returns the
+    /// nanoseconds each took (for `modnode bench host-call`).
+    pub fn time_instantiation(&self, iterations: usize) -> Result<Vec<u64>, CallError> {
+        let name = self.meta.name();
+        let settings = self.settings.clone();
+        let pre = self.pre.clone();
+        super::threads::run_on_guest_thread(move || {
+            let mut samples = Vec::with_capacity(iterations);
+            for _ in 0..iterations {
+                let data = W::idle_data(CallBase::new(&settings))?;
+                let mut store = new_store(&settings, data, &name)?;
+                let start = Instant::now();
+                let instance = W::instantiate(&pre, &mut store);
+                let elapsed = start.elapsed();
+                instance.map_err(|e| CallError::classify(&name, &e, None, settings.fuel))?;
+                samples.push(u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX));
+            }
+            Ok(samples)
+        })
+    }
+}
+
+pub(crate) fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
+fn new_store<T: StoreData>(
+    settings: &CallSettings,
+    data: T,
+    name: &str,
+) -> Result<Store<T>, CallError> {
+    let mut store = Store::new(&settings.engine, data);
+    store.limiter(|d| &mut d.base().limiter);
+    store.call_hook(host_fuel_hook::<T>);
+    store.set_fuel(settings.fuel).map_err(|e| {
+        HostFailure::new(
+            name,
+            HostFailureKind::Runtime,
+            format!("cannot set fuel: {e:?}"),
+        )
+    })?;
+    Ok(store)
+}
+
+/// Runs `f` on a fresh instance in a fresh store holding `data`, on a guest thread.
+fn run<W: World, R: Send + 'static>(
+    settings: &CallSettings,
+    pre: &W::Pre,
+    name: &str,
+    data: impl FnOnce(CallBase) -> Result<W::Data, HostFailure> + Send + 'static,
+    f: impl FnOnce(&W::Instance, &mut Store<W::Data>) -> wasmtime::Result<R> + Send + 'static,
+) -> CallOutcome<Option<W::Data>, R> {
+    let settings = settings.clone();
+    let pre = pre.clone();
+    let module = name.to_string();
+    super::threads::run_on_guest_thread(move || {
+        let data = match data(CallBase::new(&settings)) {
+            Ok(d) => d,
+            Err(e) => {
+                return CallOutcome {
+                    result: Err(e.into()),
+                    data: None,
+                    fuel_used: 0,
+                };
+            }
+        };
+        let mut store = match new_store(&settings, data, &module) {
+            Ok(s) => s,
+            Err(e) => {
+                return CallOutcome {
+                    result: Err(e),
+                    data: None,
+                    fuel_used: 0,
+                };
+            }
+        };
+        let result = W::instantiate(&pre, &mut store).and_then(|i| f(&i, &mut store));
+        let remaining = store.get_fuel().unwrap_or(0);
+        let fuel_used = settings.fuel.saturating_sub(remaining);
+        let breach = store.data_mut().base().limiter.breach();
+        let result = result.map_err(|e| CallError::classify(&module, &e, breach, settings.fuel));
+        CallOutcome {
+            result,
+            data: Some(store.into_data()),
+            fuel_used,
+        }
+    })
+}

@@ -1,0 +1,414 @@
+//! The node-facing module API: prepare (load + warm) versions, put them into service in their
+//! kind's [`Slot`], roll back, and report status. The admin API and `modnode module …` sit on
+//! top of this.
+//!
+//! ```text
+//! let prepared = modules.prepare(&bytes)?;                       // compile + warm, by sha256
+//! modules.activate(Kind::GossipPolicy, prepared.hash, Mode::Shadow)?;
+//! modules.activate(Kind::GossipPolicy, prepared.hash, Mode::Canary(10))?;
+//! modules.activate(Kind::GossipPolicy, prepared.hash, Mode::Live)?;
+//! modules.rollback(Kind::GossipPolicy)?;
+//! let list = modules.status();
+//! ```
+//!
+//! Local kinds (gossip policy, checkpoint creation) switch live here. Consensus kinds (deposits)
+//! only switch at a height agreed on chain: this API records a schedule ([`Modules::schedule`])
+//! but refuses to activate, shadow or canary them.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use super::checkpoint::{Checkpoint, CheckpointModule};
+use super::deposits::{Deposits, DepositsModule};
+use super::gossip_policy::{
+    GossipPolicy, GossipPolicyModule, MessageMeta, PeerStats, SendPlan, from_wit_plan, to_wit_meta,
+    to_wit_peers,
+};
+use super::module::{Module, World};
+use super::slot::{
+    Invocation, Mode, Ready, Scheduled, ShadowWorker, Slot, SlotConfig, SlotStatus, SwapError,
+};
+use super::{CallError, Kind, LoadError, LoadedModule, Runtime, Scope, WarmupReport};
+
+/// Why a module operation was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum SlotError {
+    /// No prepared module has this hash.
+    #[error("no prepared module has hash {hash}; upload (prepare) it first")]
+    UnknownModule {
+        /// The hash (hex).
+        hash: String,
+    },
+    /// The module is of another kind than asked.
+    #[error("module {module} is a {found} module, not a {expected} module")]
+    WrongKind {
+        /// The module.
+        module: String,
+        /// The kind asked for.
+        expected: Kind,
+        /// Its kind.
+        found: Kind,
+    },
+    /// Consensus kinds switch only at a height agreed on chain.
+    #[error(
+        "{kind} is a consensus kind: versions switch only at a height agreed on chain, not live, \
+         shadow or canary; schedule an upgrade instead"
+    )]
+    ConsensusKind {
+        /// The kind.
+        kind: Kind,
+    },
+    /// Only consensus kinds are scheduled at a height.
+    #[error("{kind} is a local kind: activate it live instead of scheduling it")]
+    LocalKind {
+        /// The kind.
+        kind: Kind,
+    },
+    /// The slot refused the change.
+    #[error(transparent)]
+    Swap(#[from] SwapError),
+    /// The module could not be loaded.
+    #[error(transparent)]
+    Load(#[from] LoadError),
+    /// The module failed its warm-up dry run; it cannot serve.
+    #[error("module {module} failed its warm-up dry run: {source}")]
+    Warmup {
+        /// The module.
+        module: String,
+        /// What went wrong.
+        source: CallError,
+    },
+    /// The shadow worker thread could not be started.
+    #[error("cannot start the shadow worker thread: {0}")]
+    Thread(String),
+}
+
+/// A prepared version, ready to be activated.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Prepared {
+    /// Its kind.
+    pub kind: Kind,
+    /// `<kind>-v<version>@<hash prefix>`.
+    pub name: String,
+    /// The module's own version number.
+    pub version: u32,
+    /// sha256 of the component.
+    #[serde(with = "hex_bytes")]
+    pub hash: [u8; 32],
+    /// What warm-up measured.
+    pub warmup: WarmupReport,
+    /// `false` when the same bytes were prepared before (nothing was done again).
+    pub new: bool,
+}
+
+mod hex_bytes {
+    pub fn serialize<S: serde::Serializer>(bytes: &[u8; 32], s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&hex::encode(bytes))
+    }
+}
+
+#[derive(Clone)]
+enum AnyReady {
+    Deposits(Ready<Deposits>),
+    Checkpoint(Ready<Checkpoint>),
+    GossipPolicy(Ready<GossipPolicy>),
+}
+
+impl AnyReady {
+    fn prepared(&self, new: bool) -> Prepared {
+        fn p<W: World>(r: &Ready<W>, new: bool) -> Prepared {
+            let meta = r.module.meta();
+            Prepared {
+                kind: W::KIND,
+                name: meta.name(),
+                version: meta.info.version,
+                hash: meta.component.sha256,
+                warmup: r.warmup,
+                new,
+            }
+        }
+        match self {
+            AnyReady::Deposits(r) => p(r, new),
+            AnyReady::Checkpoint(r) => p(r, new),
+            AnyReady::GossipPolicy(r) => p(r, new),
+        }
+    }
+}
+
+fn warm<W: World>(module: Module<W>) -> Result<Ready<W>, SlotError> {
+    let name = module.meta().name();
+    Ready::warm(module).map_err(|source| SlotError::Warmup {
+        module: name,
+        source,
+    })
+}
+
+fn warm_any(module: LoadedModule) -> Result<AnyReady, SlotError> {
+    Ok(match module {
+        LoadedModule::Deposits(m) => AnyReady::Deposits(warm(m)?),
+        LoadedModule::Checkpoint(m) => AnyReady::Checkpoint(warm(m)?),
+        LoadedModule::GossipPolicy(m) => AnyReady::GossipPolicy(warm(m)?),
+    })
+}
+
+/// The versions a node starts with, one component per kind.
+#[derive(Debug, Clone, Copy)]
+pub struct InitialModules<'a> {
+    /// The deposits module.
+    pub deposits: &'a [u8],
+    /// The checkpoint module.
+    pub checkpoint: &'a [u8],
+    /// The gossip policy.
+    pub gossip_policy: &'a [u8],
+}
+
+/// Every slot of a node, and the versions prepared for them. See the module docs.
+pub struct Modules {
+    runtime: Runtime,
+    ready: Mutex<HashMap<[u8; 32], AnyReady>>,
+    deposits: Slot<Deposits>,
+    checkpoint: Slot<Checkpoint>,
+    gossip_policy: Arc<Slot<GossipPolicy>>,
+}
+
+impl std::fmt::Debug for Modules {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Modules").finish_non_exhaustive()
+    }
+}
+
+impl Modules {
+    /// Prepares the initial versions and makes them active.
+    pub fn new(
+        runtime: Runtime,
+        initial: InitialModules<'_>,
+        config: SlotConfig,
+    ) -> Result<Self, SlotError> {
+        let shadow = ShadowWorker::start(config.shadow_queue)
+            .map_err(|e| SlotError::Thread(e.to_string()))?;
+        let load = |bytes: &[u8], kind: Kind| -> Result<AnyReady, SlotError> {
+            warm_any(runtime.load_kind(bytes, kind)?)
+        };
+        let (
+            AnyReady::Deposits(deposits),
+            AnyReady::Checkpoint(checkpoint),
+            AnyReady::GossipPolicy(policy),
+        ) = (
+            load(initial.deposits, Kind::Deposits)?,
+            load(initial.checkpoint, Kind::Checkpoint)?,
+            load(initial.gossip_policy, Kind::GossipPolicy)?,
+        )
+        else {
+            // `load_kind` checked each kind.
+            return Err(SlotError::Thread("initial module of the wrong kind".into()));
+        };
+        let mut ready = HashMap::new();
+        ready.insert(deposits.module.hash(), AnyReady::Deposits(deposits.clone()));
+        ready.insert(
+            checkpoint.module.hash(),
+            AnyReady::Checkpoint(checkpoint.clone()),
+        );
+        ready.insert(policy.module.hash(), AnyReady::GossipPolicy(policy.clone()));
+        Ok(Self {
+            runtime,
+            ready: Mutex::new(ready),
+            deposits: Slot::new(deposits, config, shadow.clone()),
+            checkpoint: Slot::new(checkpoint, config, shadow.clone()),
+            gossip_policy: Arc::new(Slot::new(policy, config, shadow)),
+        })
+    }
+
+    /// The runtime modules are loaded with.
+    pub fn runtime(&self) -> &Runtime {
+        &self.runtime
+    }
+
+    fn lookup(&self, hash: &[u8; 32]) -> Option<AnyReady> {
+        self.ready
+            .lock()
+            .map(|r| r.get(hash).cloned())
+            .unwrap_or_else(|p| p.into_inner().get(hash).cloned())
+    }
+
+    /// Validates, compiles, links and warms a module (instantiate + a dry run on realistic
+    /// inputs of its kind, recording fuel and latency) so it can be activated by hash. The same
+    /// bytes twice is a no-op that says so ([`Prepared::new`] is `false`). No lock is held while
+    /// compiling.
+    pub fn prepare(&self, bytes: &[u8]) -> Result<Prepared, SlotError> {
+        let info = super::inspect::validate(bytes).map_err(LoadError::from)?;
+        if let Some(known) = self.lookup(&info.sha256) {
+            return Ok(known.prepared(false));
+        }
+        let ready = warm_any(self.runtime.load(bytes)?)?;
+        let prepared = ready.prepared(true);
+        let mut map = self.ready.lock().unwrap_or_else(|p| p.into_inner());
+        map.entry(prepared.hash).or_insert(ready);
+        tracing::info!(module = %prepared.name, fuel = prepared.warmup.fuel, latency_us = prepared.warmup.latency_us, "module prepared");
+        Ok(prepared)
+    }
+
+    /// Every prepared version.
+    pub fn prepared(&self) -> Vec<Prepared> {
+        let map = self.ready.lock().unwrap_or_else(|p| p.into_inner());
+        let mut list: Vec<Prepared> = map.values().map(|r| r.prepared(false)).collect();
+        list.sort_by_key(|p| (p.kind, p.version, p.hash));
+        list
+    }
+
+    fn get(&self, kind: Kind, hash: &[u8; 32]) -> Result<AnyReady, SlotError> {
+        let ready = self.lookup(hash).ok_or_else(|| SlotError::UnknownModule {
+            hash: hex::encode(hash),
+        })?;
+        let found = ready.prepared(false);
+        if found.kind != kind {
+            return Err(SlotError::WrongKind {
+                module: found.name,
+                expected: kind,
+                found: found.kind,
+            });
+        }
+        Ok(ready)
+    }
+
+    /// Puts the prepared version `hash` of a local `kind` into service as `mode`.
+    pub fn activate(
+        &self,
+        kind: Kind,
+        hash: [u8; 32],
+        mode: Mode,
+    ) -> Result<SlotStatus, SlotError> {
+        if kind.scope() == Scope::Consensus {
+            return Err(SlotError::ConsensusKind { kind });
+        }
+        match self.get(kind, &hash)? {
+            AnyReady::Checkpoint(r) => self.checkpoint.activate(r, mode)?,
+            AnyReady::GossipPolicy(r) => self.gossip_policy.activate(r, mode)?,
+            AnyReady::Deposits(_) => return Err(SlotError::ConsensusKind { kind }),
+        }
+        Ok(self.kind_status(kind))
+    }
+
+    /// Rolls a local `kind` back to its previous version at once.
+    pub fn rollback(&self, kind: Kind) -> Result<SlotStatus, SlotError> {
+        match kind {
+            Kind::Deposits => return Err(SlotError::ConsensusKind { kind }),
+            Kind::Checkpoint => self.checkpoint.rollback()?,
+            Kind::GossipPolicy => self.gossip_policy.rollback()?,
+        }
+        Ok(self.kind_status(kind))
+    }
+
+    /// Stops a local `kind`'s shadow or canary.
+    pub fn cancel_candidate(&self, kind: Kind) -> Result<SlotStatus, SlotError> {
+        match kind {
+            Kind::Deposits => return Err(SlotError::ConsensusKind { kind }),
+            Kind::Checkpoint => self.checkpoint.cancel_candidate()?,
+            Kind::GossipPolicy => self.gossip_policy.cancel_candidate()?,
+        }
+        Ok(self.kind_status(kind))
+    }
+
+    /// Records that the prepared version `hash` of a consensus `kind` is scheduled at `height`
+    /// (data for the status; the chain's schedule decides the switch).
+    pub fn schedule(
+        &self,
+        kind: Kind,
+        hash: [u8; 32],
+        height: u64,
+    ) -> Result<SlotStatus, SlotError> {
+        if kind.scope() == Scope::Local {
+            return Err(SlotError::LocalKind { kind });
+        }
+        self.get(kind, &hash)?;
+        self.deposits.set_scheduled(Some(Scheduled {
+            hash: hex::encode(hash),
+            height,
+        }));
+        Ok(self.kind_status(kind))
+    }
+
+    /// The status of one kind's slot.
+    pub fn kind_status(&self, kind: Kind) -> SlotStatus {
+        match kind {
+            Kind::Deposits => self.deposits.status(),
+            Kind::Checkpoint => self.checkpoint.status(),
+            Kind::GossipPolicy => self.gossip_policy.status(),
+        }
+    }
+
+    /// The status of every slot, in [`Kind::ALL`] order.
+    pub fn status(&self) -> Vec<SlotStatus> {
+        Kind::ALL.into_iter().map(|k| self.kind_status(k)).collect()
+    }
+
+    /// Waits until queued shadow comparisons are done.
+    pub fn flush_shadow(&self) {
+        self.gossip_policy.flush_shadow();
+    }
+
+    /// The active deposits module.
+    pub fn deposits(&self) -> Arc<DepositsModule> {
+        self.deposits.active()
+    }
+
+    /// The active checkpoint module.
+    pub fn checkpoint(&self) -> Arc<CheckpointModule> {
+        self.checkpoint.active()
+    }
+
+    /// The gossip-policy slot.
+    pub fn gossip_policy_slot(&self) -> &Arc<Slot<GossipPolicy>> {
+        &self.gossip_policy
+    }
+
+    /// The gossip engine's policy: every plan goes through the gossip-policy slot.
+    pub fn gossip_policy(&self) -> SlotPolicy {
+        SlotPolicy {
+            slot: self.gossip_policy.clone(),
+        }
+    }
+}
+
+/// One gossip-policy call: the message and the peers it could go to.
+#[derive(Debug, Clone)]
+pub struct PlanCall {
+    /// The message.
+    pub msg: MessageMeta,
+    /// The candidate peers.
+    pub peers: Vec<PeerStats>,
+}
+
+impl Invocation<GossipPolicy> for PlanCall {
+    type Output = SendPlan;
+    fn invoke(&self, module: &GossipPolicyModule) -> Result<SendPlan, CallError> {
+        module.plan(self.msg, self.peers.clone())
+    }
+}
+
+/// The gossip engine's policy backed by the gossip-policy slot. A failed call (after the slot's
+/// own fallbacks) floods the message instead, so a broken policy degrades efficiency, never
+/// delivery.
+#[derive(Clone)]
+pub struct SlotPolicy {
+    slot: Arc<Slot<GossipPolicy>>,
+}
+
+impl modnode_gossip::policy::Policy for SlotPolicy {
+    fn plan(
+        &mut self,
+        msg: &modnode_gossip::policy::MessageMeta,
+        peers: &[modnode_gossip::policy::PeerStats],
+    ) -> modnode_gossip::policy::SendPlan {
+        let call = PlanCall {
+            msg: to_wit_meta(msg),
+            peers: to_wit_peers(peers),
+        };
+        match self.slot.call(call) {
+            Ok((plan, _)) => from_wit_plan(&plan),
+            Err(e) => {
+                tracing::warn!(error = %e, "gossip policy failed; flooding this message");
+                modnode_gossip::policy::Flood.plan(msg, peers)
+            }
+        }
+    }
+}

@@ -1,0 +1,793 @@
+//! One module slot per kind: which version serves calls, which one is tried beside it, and which
+//! one a rollback returns to.
+//!
+//! A slot holds the `active` version, optionally a `scheduled` one (consensus kinds: hash and
+//! height, data only here), a candidate running as `shadow` (same inputs, outputs compared, no
+//! effect) or as `canary` (a deterministic share of calls), and the `previous` version, kept
+//! loaded and warm so a rollback is a pointer swap.
+//!
+//! The whole state is one immutable [`SlotState`] behind an [`ArcSwap`]: a call loads it once
+//! and runs on the versions it found, so a call in flight finishes on the version it started
+//! on, whatever swaps happen meanwhile; writers build a new state and swap it in (serialised by
+//! a mutex so two operators cannot lose each other's change; readers never take it).
+//!
+//! A circuit breaker guards local kinds: a candidate (or a freshly activated version, while its
+//! predecessor is still kept) that traps or runs out of fuel `breaker_threshold` times is rolled
+//! back by itself, logged and recorded in [`SlotStatus::breaker_trips`]. A canary call that
+//! fails is served again by the active version, so a bad candidate never fails a caller.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{self, SyncSender, TrySendError};
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+
+use arc_swap::ArcSwap;
+
+use super::module::{Module, WarmupReport, World};
+use super::{CallError, Kind, Scope};
+
+/// How a ready version is put into service.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Becomes the active version at once; the current one becomes `previous`.
+    Live,
+    /// Runs on the same inputs as the active version on a worker; outputs are compared and
+    /// divergences counted and logged; it never affects behaviour.
+    Shadow,
+    /// Serves this percentage (1..=100) of calls, chosen deterministically by call sequence.
+    Canary(u8),
+}
+
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Mode::Live => f.write_str("live"),
+            Mode::Shadow => f.write_str("shadow"),
+            Mode::Canary(p) => write!(f, "canary {p}%"),
+        }
+    }
+}
+
+/// Tunables of a slot.
+#[derive(Debug, Clone, Copy)]
+pub struct SlotConfig {
+    /// Deterministic faults (trap, out of fuel, limit) after which a candidate, or a version
+    /// activated live whose predecessor is still kept, is rolled back automatically.
+    pub breaker_threshold: u32,
+    /// Shadow comparisons waiting for the worker, at most; more are skipped and counted.
+    pub shadow_queue: usize,
+    /// Divergences and breaker trips remembered for the status, at most.
+    pub remembered: usize,
+}
+
+impl Default for SlotConfig {
+    fn default() -> Self {
+        Self {
+            breaker_threshold: 3,
+            shadow_queue: 256,
+            remembered: 8,
+        }
+    }
+}
+
+/// A loaded version that passed warm-up.
+pub struct Ready<W: World> {
+    /// The module.
+    pub module: Arc<Module<W>>,
+    /// What warm-up measured.
+    pub warmup: WarmupReport,
+}
+
+impl<W: World> Clone for Ready<W> {
+    fn clone(&self) -> Self {
+        Self {
+            module: self.module.clone(),
+            warmup: self.warmup,
+        }
+    }
+}
+
+impl<W: World> Ready<W> {
+    /// Warms `module` (instantiate + dry run on realistic inputs); only a warmed module can
+    /// enter a slot.
+    pub fn warm(module: Module<W>) -> Result<Self, CallError> {
+        let warmup = module.warm()?;
+        Ok(Self {
+            module: Arc::new(module),
+            warmup,
+        })
+    }
+
+    fn status(&self) -> VersionStatus {
+        let meta = self.module.meta();
+        VersionStatus {
+            name: meta.name(),
+            hash: hex::encode(meta.component.sha256),
+            version: meta.info.version,
+            warmup: self.warmup,
+        }
+    }
+
+    fn same(&self, other: &Ready<W>) -> bool {
+        self.module.hash() == other.module.hash()
+    }
+}
+
+/// Counters of the version on trial (candidate, or live activation on probation).
+#[derive(Default)]
+struct Trial {
+    calls: AtomicU64,
+    faults: AtomicU64,
+    compared: AtomicU64,
+    divergences: AtomicU64,
+    skipped: AtomicU64,
+    host_failures: AtomicU64,
+    recent: Mutex<VecDeque<Divergence>>,
+    last_fault: Mutex<Option<String>>,
+}
+
+/// A candidate beside the active version.
+struct Candidate<W: World> {
+    ready: Ready<W>,
+    mode: Mode,
+    trial: Arc<Trial>,
+}
+
+/// A version that is on a consensus kind's schedule (data only; on-chain scheduling decides).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Scheduled {
+    /// Module hash (hex).
+    pub hash: String,
+    /// Height from which it is active.
+    pub height: u64,
+}
+
+/// One immutable state of a slot.
+struct SlotState<W: World> {
+    active: Ready<W>,
+    /// Faults of the active version while it is on probation (activated live, `previous` kept).
+    probation: Option<Arc<Trial>>,
+    previous: Option<Ready<W>>,
+    candidate: Option<Candidate<W>>,
+    scheduled: Option<Scheduled>,
+}
+
+impl<W: World> Clone for SlotState<W> {
+    fn clone(&self) -> Self {
+        Self {
+            active: self.active.clone(),
+            probation: self.probation.clone(),
+            previous: self.previous.clone(),
+            candidate: self.candidate.as_ref().map(|c| Candidate {
+                ready: c.ready.clone(),
+                mode: c.mode,
+                trial: c.trial.clone(),
+            }),
+            scheduled: self.scheduled.clone(),
+        }
+    }
+}
+
+/// One call into a slot: the input, and how to run it on a module. Shadow comparisons clone the
+/// input and compare outputs, so both must be cheap enough to clone and printable for the log.
+pub trait Invocation<W: World>: Clone + fmt::Debug + Send + 'static {
+    /// What the call returns.
+    type Output: Clone + PartialEq + fmt::Debug + Send + 'static;
+    /// Runs the call on `module`.
+    fn invoke(&self, module: &Module<W>) -> Result<Self::Output, CallError>;
+}
+
+/// Which version served a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Served {
+    /// The active version.
+    Active,
+    /// The canary.
+    Canary,
+    /// The previous version, after the active one (on probation) failed.
+    Previous,
+}
+
+/// A version as the status shows it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct VersionStatus {
+    /// `<kind>-v<version>@<hash prefix>`.
+    pub name: String,
+    /// Full sha256 (hex).
+    pub hash: String,
+    /// The module's own version number.
+    pub version: u32,
+    /// What its warm-up measured.
+    pub warmup: WarmupReport,
+}
+
+/// A divergence between a shadow and the active version.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Divergence {
+    /// The input both ran on.
+    pub input: String,
+    /// The active version's output.
+    pub active: String,
+    /// The shadow's output (or its error).
+    pub shadow: String,
+}
+
+/// A shadow candidate's trial.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ShadowStatus {
+    /// The candidate.
+    pub version: VersionStatus,
+    /// Inputs compared so far.
+    pub compared: u64,
+    /// Outputs that differed (shadow faults included).
+    pub divergences: u64,
+    /// Inputs not compared because the worker was behind.
+    pub skipped: u64,
+    /// Deterministic faults of the shadow.
+    pub faults: u64,
+    /// The latest divergences, oldest first.
+    pub recent_divergences: Vec<Divergence>,
+}
+
+/// A canary candidate's trial.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct CanaryStatus {
+    /// The candidate.
+    pub version: VersionStatus,
+    /// Share of calls it serves, in percent.
+    pub percent: u8,
+    /// Calls it was chosen for.
+    pub calls: u64,
+    /// Deterministic faults (each such call was served by the active version instead).
+    pub faults: u64,
+}
+
+/// An automatic rollback by the circuit breaker.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct BreakerTrip {
+    /// The version rolled back.
+    pub module: String,
+    /// How it was running: `shadow`, `canary N%` or `live`.
+    pub mode: String,
+    /// Faults counted.
+    pub faults: u64,
+    /// The last fault.
+    pub last_fault: String,
+    /// When, in milliseconds since the Unix epoch.
+    pub at_unix_ms: u64,
+}
+
+/// What `module list` shows for one kind.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct SlotStatus {
+    /// The kind.
+    pub kind: Kind,
+    /// Consensus or local.
+    pub scope: Scope,
+    /// The version serving calls.
+    pub active: VersionStatus,
+    /// Deterministic faults of the active version since its live activation, while `previous`
+    /// is kept (the breaker's count); `None` when not on probation.
+    pub active_faults: Option<u64>,
+    /// The scheduled version (consensus kinds).
+    pub scheduled: Option<Scheduled>,
+    /// The shadow candidate.
+    pub shadow: Option<ShadowStatus>,
+    /// The canary candidate.
+    pub canary: Option<CanaryStatus>,
+    /// The version a rollback returns to.
+    pub previous: Option<VersionStatus>,
+    /// Faults after which the breaker rolls back.
+    pub breaker_threshold: u32,
+    /// Automatic rollbacks so far.
+    pub breaker_trips: u64,
+    /// The latest automatic rollbacks, oldest first.
+    pub recent_trips: Vec<BreakerTrip>,
+}
+
+/// Why a slot refused a change.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SwapError {
+    /// The version is already active.
+    #[error("{module} is already the active {kind} module")]
+    AlreadyActive {
+        /// The kind.
+        kind: Kind,
+        /// The module.
+        module: String,
+    },
+    /// There is nothing to roll back to.
+    #[error("the {kind} slot has no previous version to roll back to")]
+    NoPrevious {
+        /// The kind.
+        kind: Kind,
+    },
+    /// A canary share outside 1..=100.
+    #[error("canary share {0}% is outside 1..=100")]
+    BadShare(u8),
+    /// There is no candidate to cancel.
+    #[error("the {kind} slot has no shadow or canary candidate")]
+    NoCandidate {
+        /// The kind.
+        kind: Kind,
+    },
+}
+
+type Job = Box<dyn FnOnce() + Send>;
+
+/// A bounded queue and one worker thread for shadow comparisons. Shared by the slots of a node.
+#[derive(Clone)]
+pub struct ShadowWorker {
+    sender: SyncSender<Job>,
+}
+
+impl ShadowWorker {
+    /// Starts the worker with room for `capacity` waiting comparisons.
+    pub fn start(capacity: usize) -> std::io::Result<Self> {
+        let (sender, receiver) = mpsc::sync_channel::<Job>(capacity.max(1));
+        std::thread::Builder::new()
+            .name("modnode-shadow".into())
+            .spawn(move || {
+                while let Ok(job) = receiver.recv() {
+                    // A panicking comparison must not stop later ones.
+                    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
+                }
+            })?;
+        Ok(Self { sender })
+    }
+
+    fn try_submit(&self, job: Job) -> bool {
+        match self.sender.try_send(job) {
+            Ok(()) => true,
+            Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => false,
+        }
+    }
+
+    /// Waits until every comparison submitted before this call has finished.
+    pub fn flush(&self) {
+        let (tx, rx) = mpsc::sync_channel(1);
+        if self
+            .sender
+            .send(Box::new(move || {
+                let _ = tx.send(());
+            }))
+            .is_ok()
+        {
+            let _ = rx.recv();
+        }
+    }
+}
+
+/// The slot of one kind. See the module docs.
+pub struct Slot<W: World> {
+    state: ArcSwap<SlotState<W>>,
+    writer: Mutex<()>,
+    config: SlotConfig,
+    sequence: AtomicU64,
+    shadow: ShadowWorker,
+    trips: AtomicU64,
+    recent_trips: Mutex<VecDeque<BreakerTrip>>,
+}
+
+fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
+
+fn remember<T>(queue: &Mutex<VecDeque<T>>, item: T, cap: usize) {
+    if let Ok(mut q) = queue.lock() {
+        if q.len() >= cap {
+            q.pop_front();
+        }
+        q.push_back(item);
+    }
+}
+
+fn recent<T: Clone>(queue: &Mutex<VecDeque<T>>) -> Vec<T> {
+    queue
+        .lock()
+        .map(|q| q.iter().cloned().collect())
+        .unwrap_or_default()
+}
+
+/// Whether call number `seq` goes to a canary serving `percent` % of calls: exactly `percent`
+/// of every 100 consecutive calls, spread evenly, the same on every run.
+pub fn canary_selected(seq: u64, percent: u8) -> bool {
+    let p = u64::from(percent.min(100));
+    let n = seq % 100;
+    // Call n of each hundred is chosen when floor((n + 1) p / 100) steps past floor(n p / 100).
+    (n + 1) * p / 100 > n * p / 100
+}
+
+impl<W: World> Slot<W> {
+    /// A slot with `active` serving calls.
+    pub fn new(active: Ready<W>, config: SlotConfig, shadow: ShadowWorker) -> Self {
+        Self {
+            state: ArcSwap::from_pointee(SlotState {
+                active,
+                probation: None,
+                previous: None,
+                candidate: None,
+                scheduled: None,
+            }),
+            writer: Mutex::new(()),
+            config,
+            sequence: AtomicU64::new(0),
+            shadow,
+            trips: AtomicU64::new(0),
+            recent_trips: Mutex::new(VecDeque::new()),
+        }
+    }
+
+    /// The kind.
+    pub fn kind(&self) -> Kind {
+        W::KIND
+    }
+
+    /// The active module (for callers that hold on to it, such as the chain at startup).
+    pub fn active(&self) -> Arc<Module<W>> {
+        self.state.load().active.module.clone()
+    }
+
+    /// Runs `input` on the version this slot chooses for it: the canary for its share of calls,
+    /// otherwise the active version; a shadow gets the same input afterwards on the worker.
+    pub fn call<I: Invocation<W>>(&self, input: I) -> Result<(I::Output, Served), CallError> {
+        // One load: the call runs on the versions it found, whatever swaps happen meanwhile.
+        let state = self.state.load_full();
+        let seq = self.sequence.fetch_add(1, Ordering::Relaxed);
+        if let Some(c) = &state.candidate
+            && let Mode::Canary(percent) = c.mode
+            && canary_selected(seq, percent)
+        {
+            c.trial.calls.fetch_add(1, Ordering::Relaxed);
+            match input.invoke(&c.ready.module) {
+                Ok(out) => return Ok((out, Served::Canary)),
+                Err(e) => self.candidate_failed(c, &e),
+            }
+        }
+        let result = input.invoke(&state.active.module);
+        let result = match (result, &state.probation, &state.previous) {
+            (Err(e), Some(trial), Some(previous)) if e.is_deterministic() => {
+                self.probation_failed(&state, trial, &e);
+                input
+                    .invoke(&previous.module)
+                    .map(|out| (out, Served::Previous))
+            }
+            (result, _, _) => result.map(|out| (out, Served::Active)),
+        };
+        if let (Ok((out, Served::Active)), Some(c)) = (&result, &state.candidate)
+            && c.mode == Mode::Shadow
+        {
+            self.submit_shadow(c, input, out.clone());
+        }
+        result
+    }
+
+    fn submit_shadow<I: Invocation<W>>(&self, c: &Candidate<W>, input: I, active_out: I::Output) {
+        let trial = c.trial.clone();
+        let candidate = c.ready.module.clone();
+        let remembered = self.config.remembered;
+        let threshold = u64::from(self.config.breaker_threshold);
+        // The worker cannot borrow the slot, so it only counts faults; the next call on the
+        // slot trips the breaker (below).
+        let job_trial = trial.clone();
+        let submitted = self.shadow.try_submit(Box::new(move || {
+            let shadow_out = input.invoke(&candidate);
+            job_trial.compared.fetch_add(1, Ordering::Relaxed);
+            let diverged = match &shadow_out {
+                Ok(out) => *out != active_out,
+                Err(e) => {
+                    if e.is_deterministic() {
+                        job_trial.faults.fetch_add(1, Ordering::Relaxed);
+                        if let Ok(mut last) = job_trial.last_fault.lock() {
+                            *last = Some(e.to_string());
+                        }
+                    } else {
+                        job_trial.host_failures.fetch_add(1, Ordering::Relaxed);
+                    }
+                    e.is_deterministic()
+                }
+            };
+            if diverged {
+                job_trial.divergences.fetch_add(1, Ordering::Relaxed);
+                let d = Divergence {
+                    input: format!("{input:?}"),
+                    active: format!("{active_out:?}"),
+                    shadow: match &shadow_out {
+                        Ok(out) => format!("{out:?}"),
+                        Err(e) => format!("error: {e}"),
+                    },
+                };
+                tracing::warn!(
+                    kind = %W::KIND,
+                    shadow = %candidate.meta().name(),
+                    input = %d.input,
+                    active = %d.active,
+                    output = %d.shadow,
+                    "shadow diverged from the active module"
+                );
+                remember(&job_trial.recent, d, remembered);
+            }
+        }));
+        if !submitted {
+            trial.skipped.fetch_add(1, Ordering::Relaxed);
+        }
+        // Shadow faults counted by the worker trip the breaker here, on the caller's thread.
+        if trial.faults.load(Ordering::Relaxed) >= threshold {
+            let last = trial
+                .last_fault
+                .lock()
+                .ok()
+                .and_then(|l| l.clone())
+                .unwrap_or_default();
+            self.trip_candidate(c, &last);
+        }
+    }
+
+    fn candidate_failed(&self, c: &Candidate<W>, e: &CallError) {
+        if !e.is_deterministic() {
+            c.trial.host_failures.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let faults = c
+            .trial
+            .faults
+            .fetch_add(1, Ordering::Relaxed)
+            .saturating_add(1);
+        if let Ok(mut last) = c.trial.last_fault.lock() {
+            *last = Some(e.to_string());
+        }
+        tracing::warn!(kind = %W::KIND, candidate = %c.ready.module.meta().name(), error = %e, faults, "candidate failed; the active version serves this call");
+        if faults >= u64::from(self.config.breaker_threshold) {
+            self.trip_candidate(c, &e.to_string());
+        }
+    }
+
+    fn trip_candidate(&self, c: &Candidate<W>, last_fault: &str) {
+        let Ok(_guard) = self.writer.lock() else {
+            return;
+        };
+        let current = self.state.load_full();
+        // Only if the candidate we saw fail is still the candidate (not already replaced).
+        let still = current
+            .candidate
+            .as_ref()
+            .is_some_and(|now| Arc::ptr_eq(&now.trial, &c.trial));
+        if !still {
+            return;
+        }
+        let mut next = (*current).clone();
+        next.candidate = None;
+        self.state.store(Arc::new(next));
+        self.record_trip(
+            c.ready.module.meta().name(),
+            c.mode.to_string(),
+            c.trial.faults.load(Ordering::Relaxed),
+            last_fault,
+        );
+    }
+
+    fn probation_failed(&self, seen: &Arc<SlotState<W>>, trial: &Arc<Trial>, e: &CallError) {
+        let faults = trial
+            .faults
+            .fetch_add(1, Ordering::Relaxed)
+            .saturating_add(1);
+        tracing::warn!(kind = %W::KIND, module = %seen.active.module.meta().name(), error = %e, faults, "newly activated module failed; the previous version serves this call");
+        if faults < u64::from(self.config.breaker_threshold) {
+            return;
+        }
+        let Ok(_guard) = self.writer.lock() else {
+            return;
+        };
+        let current = self.state.load_full();
+        let still = current
+            .probation
+            .as_ref()
+            .is_some_and(|now| Arc::ptr_eq(now, trial));
+        let Some(previous) = current.previous.clone() else {
+            return;
+        };
+        if !still {
+            return;
+        }
+        let failed = current.active.module.meta().name();
+        self.state.store(Arc::new(SlotState {
+            active: previous,
+            probation: None,
+            previous: None,
+            candidate: current.candidate.as_ref().map(|c| Candidate {
+                ready: c.ready.clone(),
+                mode: c.mode,
+                trial: c.trial.clone(),
+            }),
+            scheduled: current.scheduled.clone(),
+        }));
+        self.record_trip(failed, "live".into(), faults, &e.to_string());
+    }
+
+    fn record_trip(&self, module: String, mode: String, faults: u64, last_fault: &str) {
+        self.trips.fetch_add(1, Ordering::Relaxed);
+        tracing::error!(kind = %W::KIND, %module, %mode, faults, last_fault, "circuit breaker: module rolled back automatically");
+        remember(
+            &self.recent_trips,
+            BreakerTrip {
+                module,
+                mode,
+                faults,
+                last_fault: last_fault.to_string(),
+                at_unix_ms: unix_ms(),
+            },
+            self.config.remembered,
+        );
+    }
+
+    fn update(
+        &self,
+        f: impl FnOnce(&SlotState<W>) -> Result<SlotState<W>, SwapError>,
+    ) -> Result<(), SwapError> {
+        // A poisoned writer lock only means another writer panicked between load and store; the
+        // state itself is always a whole `SlotState`, so carry on.
+        let _guard = self.writer.lock().unwrap_or_else(|p| p.into_inner());
+        let current = self.state.load_full();
+        let next = f(&current)?;
+        self.state.store(Arc::new(next));
+        Ok(())
+    }
+
+    /// Puts a warmed version into service as `mode`. `Live` keeps the old active version as
+    /// `previous` (on probation under the breaker until the next change) and drops a candidate
+    /// of the same hash; `Shadow` and `Canary` replace any candidate.
+    pub fn activate(&self, ready: Ready<W>, mode: Mode) -> Result<(), SwapError> {
+        if let Mode::Canary(p) = mode
+            && !(1..=100).contains(&p)
+        {
+            return Err(SwapError::BadShare(p));
+        }
+        self.update(|s| {
+            let mut next = s.clone();
+            match mode {
+                Mode::Live => {
+                    if s.active.same(&ready) {
+                        return Err(SwapError::AlreadyActive {
+                            kind: W::KIND,
+                            module: ready.module.meta().name(),
+                        });
+                    }
+                    if next
+                        .candidate
+                        .as_ref()
+                        .is_some_and(|c| c.ready.same(&ready))
+                    {
+                        next.candidate = None;
+                    }
+                    next.previous = Some(s.active.clone());
+                    next.active = ready.clone();
+                    next.probation = Some(Arc::new(Trial::default()));
+                }
+                Mode::Shadow | Mode::Canary(_) => {
+                    next.candidate = Some(Candidate {
+                        ready: ready.clone(),
+                        mode,
+                        trial: Arc::new(Trial::default()),
+                    });
+                }
+            }
+            Ok(next)
+        })?;
+        tracing::info!(kind = %W::KIND, module = %ready.module.meta().name(), %mode, "module activated");
+        Ok(())
+    }
+
+    /// Back to the previous version at once (the current one becomes `previous`, so a second
+    /// rollback undoes the first). Any candidate is dropped.
+    pub fn rollback(&self) -> Result<(), SwapError> {
+        self.update(|s| {
+            let Some(previous) = s.previous.clone() else {
+                return Err(SwapError::NoPrevious { kind: W::KIND });
+            };
+            Ok(SlotState {
+                active: previous,
+                probation: None,
+                previous: Some(s.active.clone()),
+                candidate: None,
+                scheduled: s.scheduled.clone(),
+            })
+        })?;
+        tracing::info!(kind = %W::KIND, module = %self.active().meta().name(), "rolled back");
+        Ok(())
+    }
+
+    /// Stops the shadow or canary candidate.
+    pub fn cancel_candidate(&self) -> Result<(), SwapError> {
+        self.update(|s| {
+            if s.candidate.is_none() {
+                return Err(SwapError::NoCandidate { kind: W::KIND });
+            }
+            let mut next = s.clone();
+            next.candidate = None;
+            Ok(next)
+        })
+    }
+
+    /// Records the version scheduled at `height` (data only; the chain decides the switch).
+    pub fn set_scheduled(&self, scheduled: Option<Scheduled>) {
+        let _ = self.update(|s| {
+            let mut next = s.clone();
+            next.scheduled = scheduled;
+            Ok(next)
+        });
+    }
+
+    /// Waits until queued shadow comparisons are done (tests, `module list` after a run).
+    pub fn flush_shadow(&self) {
+        self.shadow.flush();
+    }
+
+    /// What `module list` shows.
+    pub fn status(&self) -> SlotStatus {
+        let s = self.state.load_full();
+        let (mut shadow, mut canary) = (None, None);
+        if let Some(c) = &s.candidate {
+            let t = &c.trial;
+            match c.mode {
+                Mode::Shadow => {
+                    shadow = Some(ShadowStatus {
+                        version: c.ready.status(),
+                        compared: t.compared.load(Ordering::Relaxed),
+                        divergences: t.divergences.load(Ordering::Relaxed),
+                        skipped: t.skipped.load(Ordering::Relaxed),
+                        faults: t.faults.load(Ordering::Relaxed),
+                        recent_divergences: recent(&t.recent),
+                    })
+                }
+                Mode::Canary(percent) => {
+                    canary = Some(CanaryStatus {
+                        version: c.ready.status(),
+                        percent,
+                        calls: t.calls.load(Ordering::Relaxed),
+                        faults: t.faults.load(Ordering::Relaxed),
+                    })
+                }
+                Mode::Live => {}
+            }
+        }
+        SlotStatus {
+            kind: W::KIND,
+            scope: W::KIND.scope(),
+            active: s.active.status(),
+            active_faults: s
+                .probation
+                .as_ref()
+                .map(|t| t.faults.load(Ordering::Relaxed)),
+            scheduled: s.scheduled.clone(),
+            shadow,
+            canary,
+            previous: s.previous.as_ref().map(Ready::status),
+            breaker_threshold: self.config.breaker_threshold,
+            breaker_trips: self.trips.load(Ordering::Relaxed),
+            recent_trips: recent(&self.recent_trips),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::canary_selected;
+
+    #[test]
+    fn a_canary_gets_exactly_its_share_of_every_hundred_calls() {
+        for percent in [1u8, 5, 10, 33, 50, 99, 100] {
+            for start in [0u64, 100, 12_300] {
+                let chosen = (start..start + 100)
+                    .filter(|&s| canary_selected(s, percent))
+                    .count();
+                assert_eq!(chosen, usize::from(percent), "{percent}% from {start}");
+            }
+        }
+        assert!(!(0..1000).any(|s| canary_selected(s, 0)));
+    }
+}

@@ -1,0 +1,459 @@
+//! `upgrade-check`: runs two versions of a module side by side and finds what changed.
+//!
+//! For each kind, generated inputs (proptest strategies, driven by a [`TestRunner`] with an
+//! explicit seed) go through both versions; outputs, post-state roots and fuel are compared
+//! case by case. The first failing case is shrunk to a minimal counterexample, which can be
+//! written to a [`CaseFile`] and re-run with [`Checker::replay_case`]. Deposits can also be
+//! checked against a data dir's recorded blocks ([`Checker::replay_data_dir`]).
+//!
+//! - [`deposit_inputs`]: generated registries and deposit blocks (also used by the workspace
+//!   equivalence tests).
+//! - `deposits`, `gossip`, `checkpoint`: what a case is and what must hold, per kind.
+//! - `runner`: seeds, case counts, shrinking and fuel ratios, the same for every kind.
+//! - `versions`: the adapter over the runtime (load, call, read fuel).
+//! - `case_file`, `replay`: counterexample files and data-dir replay.
+//!
+//! [`TestRunner`]: proptest::test_runner::TestRunner
+
+mod case_file;
+mod checkpoint;
+pub mod deposit_inputs;
+mod deposits;
+mod gossip;
+mod replay;
+mod runner;
+mod versions;
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+pub use case_file::{CaseFile, CaseInput};
+
+/// Default bound on new-version fuel over old-version fuel, per case.
+pub const DEFAULT_MAX_FUEL_RATIO: f64 = 2.0;
+/// Default fuel below which a case's old-version cost is counted as this much when taking the
+/// ratio: a call of a few hundred instructions (microseconds) is not flagged for doubling, a
+/// registry scan per deposit (tens of thousands per deposit) is.
+pub const DEFAULT_FUEL_FLOOR: u64 = 10_000;
+
+/// Which kind of module is checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Kind {
+    /// `modnode:deposits` (consensus).
+    Deposits,
+    /// `modnode:gossip-policy` (local).
+    GossipPolicy,
+    /// `modnode:checkpoint`.
+    Checkpoint,
+}
+
+impl Kind {
+    /// The name on the command line and in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Deposits => "deposits",
+            Kind::GossipPolicy => "gossip-policy",
+            Kind::Checkpoint => "checkpoint",
+        }
+    }
+}
+
+impl fmt::Display for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for Kind {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        [Kind::Deposits, Kind::GossipPolicy, Kind::Checkpoint]
+            .into_iter()
+            .find(|k| k.name() == s)
+            .ok_or_else(|| {
+                format!(
+                    "unknown module kind `{s}` (expected deposits, gossip-policy or checkpoint)"
+                )
+            })
+    }
+}
+
+/// Why a check could not run. None of these is a verdict about the modules' behaviour.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckError {
+    /// A module file could not be read (the caller's input).
+    #[error("cannot read module {path}")]
+    Read {
+        /// The file.
+        path: String,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The file is not a usable modnode module (the module's fault).
+    #[error("{path} is not a usable modnode module: {reason}")]
+    BadModule {
+        /// The file.
+        path: String,
+        /// What validation or loading found.
+        reason: String,
+    },
+    /// The module is of another kind than the one checked (the caller's input).
+    #[error("{path} is a {found} module, but this is an upgrade-check of {expected} modules")]
+    WrongKind {
+        /// The file.
+        path: String,
+        /// The kind asked for.
+        expected: Kind,
+        /// The kind the module is.
+        found: Kind,
+    },
+    /// The runtime could not be created (ours).
+    #[error("cannot create the module runtime: {reason}")]
+    Runtime {
+        /// What failed.
+        reason: String,
+    },
+    /// A case file is unreadable, malformed or for another kind (the caller's input).
+    #[error("case file {path}: {reason}")]
+    CaseFile {
+        /// The file.
+        path: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A data dir could not be replayed (the caller's input or the store).
+    #[error("cannot replay {path}: {reason}")]
+    Replay {
+        /// The data dir.
+        path: String,
+        /// What failed.
+        reason: String,
+    },
+    /// The host failed while running a case (ours, not the module's): no verdict.
+    #[error("host failure while checking (not the module's fault): {reason}")]
+    Host {
+        /// What failed.
+        reason: String,
+    },
+    /// Both modules are the same kind but the check does not support it (yet).
+    #[error("{0}")]
+    Unsupported(String),
+}
+
+/// A module component to check: its bytes and what to call it in messages.
+#[derive(Debug, Clone)]
+pub struct ModuleFile {
+    /// The file name (or other label) errors name.
+    pub label: String,
+    /// Component bytes.
+    pub bytes: Vec<u8>,
+}
+
+impl ModuleFile {
+    /// Reads a component file.
+    pub fn read(path: &Path) -> Result<Self, CheckError> {
+        let bytes = std::fs::read(path).map_err(|source| CheckError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        Ok(Self {
+            label: path.display().to_string(),
+            bytes,
+        })
+    }
+}
+
+/// How many cases, from which seed, with which fuel bound.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Generated cases (per phase for kinds with several).
+    pub cases: u32,
+    /// Seed of the generators; the same seed gives the same cases.
+    pub seed: u64,
+    /// A case fails when the new version uses more than this times the old version's fuel.
+    pub max_fuel_ratio: f64,
+    /// The old version's fuel counts as at least this much in the ratio.
+    pub fuel_floor: u64,
+    /// Bound on shrinking steps after a failure.
+    pub max_shrink_iters: u32,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            cases: 64,
+            seed: 0,
+            max_fuel_ratio: DEFAULT_MAX_FUEL_RATIO,
+            fuel_floor: DEFAULT_FUEL_FLOOR,
+            max_shrink_iters: 1024,
+        }
+    }
+}
+
+/// The outcome of a check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Verdict {
+    /// No divergence, no fuel regression.
+    Pass,
+    /// The versions disagree (outputs, roots, invariants or determinism).
+    Divergence,
+    /// The new version burns more than the allowed multiple of the old version's fuel.
+    FuelRegression,
+}
+
+impl Verdict {
+    /// Whether the upgrade may ship.
+    pub fn passed(self) -> bool {
+        self == Verdict::Pass
+    }
+}
+
+/// What was wrong with one case.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "reason", rename_all = "kebab-case")]
+pub enum Failure {
+    /// The versions disagree; says where and how.
+    Divergence {
+        /// What differs.
+        detail: String,
+    },
+    /// The new version burns too much fuel.
+    Fuel {
+        /// Fuel of the old version on the case.
+        old: u64,
+        /// Fuel of the new version on the case.
+        new: u64,
+        /// `new / old`.
+        ratio: f64,
+    },
+}
+
+impl Failure {
+    fn verdict(&self) -> Verdict {
+        match self {
+            Failure::Divergence { .. } => Verdict::Divergence,
+            Failure::Fuel { .. } => Verdict::FuelRegression,
+        }
+    }
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Failure::Divergence { detail } => write!(f, "divergence: {detail}"),
+            Failure::Fuel { old, new, ratio } => write!(
+                f,
+                "fuel regression: the new version used {new} fuel where the old used {old} \
+                 ({ratio:.2}x)"
+            ),
+        }
+    }
+}
+
+/// A minimal failing case.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Counterexample {
+    /// The seed the run started from.
+    pub seed: u64,
+    /// What was wrong.
+    pub failure: Failure,
+    /// The (shrunk) input, re-runnable with `--replay-case`.
+    pub input: CaseInput,
+    /// Where the case file was written, if it was.
+    pub case_file: Option<PathBuf>,
+}
+
+/// What a check found.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Report {
+    /// The kind checked.
+    pub kind: Kind,
+    /// Cases run (generated, replayed blocks, or 1 for a replayed case), shrinking excluded.
+    pub cases: u32,
+    /// Failing cases found (a run stops at its first failure and shrinks it, so 0 or 1 per
+    /// phase).
+    pub divergences: u32,
+    /// Highest new/old fuel ratio seen on any case (old fuel counted as at least the floor).
+    pub max_fuel_ratio: f64,
+    /// The outcome.
+    pub verdict: Verdict,
+    /// The minimal failing case, if any.
+    pub counterexample: Option<Counterexample>,
+}
+
+impl Report {
+    /// The JSON object `modnode upgrade-check --json` prints.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "kind": self.kind,
+            "cases": self.cases,
+            "divergences": self.divergences,
+            "max_fuel_ratio": self.max_fuel_ratio,
+            "verdict": self.verdict,
+            "counterexample": self.counterexample,
+        })
+    }
+
+    fn merge(self, other: Report) -> Report {
+        let counterexample = self.counterexample.or(other.counterexample);
+        Report {
+            kind: self.kind,
+            cases: self.cases.saturating_add(other.cases),
+            divergences: self.divergences.saturating_add(other.divergences),
+            max_fuel_ratio: self.max_fuel_ratio.max(other.max_fuel_ratio),
+            verdict: counterexample
+                .as_ref()
+                .map_or(Verdict::Pass, |c| c.failure.verdict()),
+            counterexample,
+        }
+    }
+}
+
+/// Two loaded versions of one kind, ready to be compared.
+pub struct Checker {
+    kind: Kind,
+    from: versions::Version,
+    to: versions::Version,
+}
+
+impl Checker {
+    /// Loads both versions; each must be a valid module of `kind`.
+    pub fn new(kind: Kind, from: &ModuleFile, to: &ModuleFile) -> Result<Self, CheckError> {
+        let runtime = versions::runtime()?;
+        Ok(Self {
+            kind,
+            from: versions::load(&runtime, from, kind)?,
+            to: versions::load(&runtime, to, kind)?,
+        })
+    }
+
+    /// `<kind>-v<version>@<hash>` of the old and the new version.
+    pub fn names(&self) -> (&str, &str) {
+        (&self.from.name, &self.to.name)
+    }
+
+    /// Runs `settings.cases` generated cases (per phase) through both versions.
+    pub fn run(&self, settings: &Settings) -> Result<Report, CheckError> {
+        match self.kind {
+            Kind::Deposits => runner::run(
+                &deposits::DepositsCheck::new(&self.from, &self.to),
+                settings,
+            ),
+            Kind::GossipPolicy => {
+                let plans = runner::run(&gossip::PlanCheck::new(&self.from, &self.to), settings)?;
+                let network_settings = Settings {
+                    cases: gossip::network_cases(settings.cases),
+                    ..settings.clone()
+                };
+                let network = runner::run(
+                    &gossip::NetworkCheck::new(&self.from, &self.to)?,
+                    &network_settings,
+                )?;
+                Ok(plans.merge(network))
+            }
+            Kind::Checkpoint => runner::run(
+                &checkpoint::CheckpointCheck::new(&self.from, &self.to),
+                settings,
+            ),
+        }
+    }
+
+    /// Re-runs the case recorded in a case file.
+    pub fn replay_case(&self, case: &CaseFile, settings: &Settings) -> Result<Report, CheckError> {
+        if case.kind != self.kind {
+            return Err(CheckError::CaseFile {
+                path: case.origin.clone(),
+                reason: format!(
+                    "it records a {} case, but this is a check of {} modules",
+                    case.kind, self.kind
+                ),
+            });
+        }
+        let mismatch = |found: &'static str| CheckError::CaseFile {
+            path: case.origin.clone(),
+            reason: format!("its input is a {found} case, not a {} case", self.kind),
+        };
+        match &case.input {
+            CaseInput::Deposits(input) => match self.kind {
+                Kind::Deposits => runner::replay(
+                    &deposits::DepositsCheck::new(&self.from, &self.to),
+                    input,
+                    case.seed,
+                    settings,
+                ),
+                _ => Err(mismatch("deposits")),
+            },
+            CaseInput::GossipPlan(input) => match self.kind {
+                Kind::GossipPolicy => runner::replay(
+                    &gossip::PlanCheck::new(&self.from, &self.to),
+                    input,
+                    case.seed,
+                    settings,
+                ),
+                _ => Err(mismatch("gossip plan")),
+            },
+            CaseInput::GossipNetwork(input) => match self.kind {
+                Kind::GossipPolicy => runner::replay(
+                    &gossip::NetworkCheck::new(&self.from, &self.to)?,
+                    input,
+                    case.seed,
+                    settings,
+                ),
+                _ => Err(mismatch("gossip network")),
+            },
+            CaseInput::Checkpoint(input) => match self.kind {
+                Kind::Checkpoint => runner::replay(
+                    &checkpoint::CheckpointCheck::new(&self.from, &self.to),
+                    input,
+                    case.seed,
+                    settings,
+                ),
+                _ => Err(mismatch("checkpoint")),
+            },
+            CaseInput::Recorded { data_dir, .. } => Err(CheckError::CaseFile {
+                path: case.origin.clone(),
+                reason: format!(
+                    "it records a block of the data dir {data_dir}; re-run it with --replay"
+                ),
+            }),
+        }
+    }
+
+    /// Re-executes the canonical blocks recorded in `data_dir` with both versions (deposits
+    /// only), comparing each block's state root between the versions and with the recorded one.
+    pub fn replay_data_dir(
+        &self,
+        data_dir: &Path,
+        genesis: crate::chain::genesis::Genesis,
+        settings: &Settings,
+    ) -> Result<Report, CheckError> {
+        if self.kind != Kind::Deposits {
+            return Err(CheckError::Unsupported(format!(
+                "--replay re-executes recorded blocks, which only deposits modules process; \
+                 {} modules have no recorded history to replay",
+                self.kind
+            )));
+        }
+        replay::replay(&self.from, &self.to, data_dir, genesis, settings)
+    }
+
+    /// A case file for `counterexample`, naming both modules.
+    pub fn case_file(&self, counterexample: &Counterexample) -> CaseFile {
+        CaseFile {
+            origin: String::new(),
+            kind: self.kind,
+            seed: counterexample.seed,
+            from: self.from.name.clone(),
+            from_sha256: hex::encode(self.from.sha256),
+            to: self.to.name.clone(),
+            to_sha256: hex::encode(self.to.sha256),
+            failure: counterexample.failure.clone(),
+            input: counterexample.input.clone(),
+        }
+    }
+}

@@ -1,0 +1,161 @@
+//! `--replay <data-dir>`: re-executes the canonical blocks a node recorded, with both versions.
+//! Each version replays the chain from genesis in its own in-memory chain, exactly as a node
+//! syncing it would (the chain checks each block's state root against the header), and is also
+//! called directly on each block's context to measure its fuel. Both versions must accept every
+//! recorded block with the same outcomes and roots.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use super::deposits::{BlockResult, context, first_difference};
+use super::versions::{BlockRun, Version, is_host_failure};
+use super::{CaseInput, CheckError, Counterexample, Failure, Kind, Report, Settings, Verdict};
+use crate::chain::block::Block;
+use crate::chain::genesis::Genesis;
+use crate::chain::{Chain, DepositEngine, native_deposits, to_wit};
+use crate::store::{MemoryStore, SledStore};
+
+/// Replays `data_dir` (a node's data dir, which must not be in use) with both versions.
+pub(crate) fn replay(
+    from: &Version,
+    to: &Version,
+    data_dir: &Path,
+    genesis: Genesis,
+    settings: &Settings,
+) -> Result<Report, CheckError> {
+    let err = |reason: String| CheckError::Replay {
+        path: data_dir.display().to_string(),
+        reason,
+    };
+    let chain_dir = data_dir.join("chain");
+    if !chain_dir.is_dir() {
+        return Err(err(format!(
+            "{} does not exist: not a modnode data dir",
+            chain_dir.display()
+        )));
+    }
+    let store = SledStore::open(&chain_dir)
+        .map_err(|e| err(format!("{e} (is a node still running on it?)")))?;
+    // Reading blocks needs no deposits engine; the native one is never called.
+    let recorded = Chain::open(
+        Arc::new(store),
+        genesis.clone(),
+        DepositEngine::Native(native_deposits::Verification::OneByOne),
+    )
+    .map_err(|e| err(format!("{e} (pass the genesis the node was started with)")))?;
+    let blocks = (1..=recorded.head().height)
+        .map(|height| {
+            recorded
+                .block_at(height)
+                .map_err(|e| err(e.to_string()))?
+                .ok_or_else(|| err(format!("no canonical block at height {height}")))
+        })
+        .collect::<Result<Vec<Block>, CheckError>>()?;
+    drop(recorded);
+
+    let (old, fuel_old) = replay_version(from, &genesis, &blocks)?;
+    if let Some((height, result)) = (1u64..)
+        .zip(&old)
+        .find(|(_, r)| !matches!(r, BlockResult::Imported { .. }))
+    {
+        return Err(err(format!(
+            "the old version {} does not reproduce recorded block {height} ({}): wrong genesis, \
+             or not the version that built this chain",
+            from.name,
+            result.describe()
+        )));
+    }
+    let (new, fuel_new) = replay_version(to, &genesis, &blocks)?;
+
+    // Fuel per block: (height, old, new, new / old) of the block with the highest ratio.
+    let worst = (1u64..)
+        .zip(fuel_old.iter().zip(&fuel_new))
+        .filter(|(_, (old, _))| **old > 0)
+        .map(|(height, (&old, &new))| {
+            let ratio = new as f64 / old.max(settings.fuel_floor) as f64;
+            (height, old, new, ratio)
+        })
+        .max_by(|a, b| a.3.total_cmp(&b.3));
+    let failure = match first_difference(&old, &new) {
+        Some(detail) => Some(Failure::Divergence { detail }),
+        None => worst
+            .filter(|w| w.3 > settings.max_fuel_ratio)
+            .map(|(_, old, new, ratio)| Failure::Fuel { old, new, ratio }),
+    };
+    Ok(Report {
+        kind: Kind::Deposits,
+        cases: u32::try_from(blocks.len()).unwrap_or(u32::MAX),
+        divergences: u32::from(failure.is_some()),
+        max_fuel_ratio: worst.map_or(0.0, |w| w.3),
+        verdict: match &failure {
+            None => Verdict::Pass,
+            Some(Failure::Divergence { .. }) => Verdict::Divergence,
+            Some(Failure::Fuel { .. }) => Verdict::FuelRegression,
+        },
+        counterexample: failure.map(|failure| {
+            let height = match &failure {
+                Failure::Fuel { .. } => worst.map_or(0, |w| w.0),
+                Failure::Divergence { .. } => 0,
+            };
+            Counterexample {
+                seed: settings.seed,
+                failure,
+                input: CaseInput::Recorded {
+                    data_dir: data_dir.display().to_string(),
+                    height,
+                },
+                case_file: None,
+            }
+        }),
+    })
+}
+
+/// Replays `blocks` on a fresh in-memory chain running `version`: each block's import result,
+/// and the fuel of the version's call on it (0 when it was not accepted).
+fn replay_version(
+    version: &Version,
+    genesis: &Genesis,
+    blocks: &[Block],
+) -> Result<(Vec<BlockResult>, Vec<u64>), CheckError> {
+    let engine = version.deposit_engine().ok_or_else(|| CheckError::Host {
+        reason: format!("{} is not loaded as a deposits module", version.name),
+    })?;
+    let mut chain =
+        Chain::open(Arc::new(MemoryStore::new()), genesis.clone(), engine).map_err(|e| {
+            CheckError::Host {
+                reason: format!("in-memory chain for {}: {e}", version.name),
+            }
+        })?;
+    let fork = genesis.genesis_fork_version;
+    let mut results = Vec::with_capacity(blocks.len());
+    let mut fuel = Vec::with_capacity(blocks.len());
+    for block in blocks {
+        let header = &block.header;
+        let used = match chain.deposits_due(header.slot, header.proposer, &block.body.eth1_vote) {
+            Ok(due) => {
+                let ctx = context(header.height, header.slot, fork, &due.eth1_data, due.from);
+                let deposits = block.body.deposits.iter().map(to_wit).collect();
+                match version.process_deposits(chain.registry(), ctx, deposits) {
+                    BlockRun::Applied { fuel, .. } => fuel,
+                    BlockRun::Failed(e) if is_host_failure(&e) => {
+                        return Err(CheckError::Host {
+                            reason: e.to_string(),
+                        });
+                    }
+                    BlockRun::Rejected(_) | BlockRun::Failed(_) => 0,
+                }
+            }
+            Err(_) => 0,
+        };
+        fuel.push(used);
+        results.push(match chain.import(block) {
+            Ok(imported) => BlockResult::Imported {
+                outcomes: imported.outcomes,
+                eth1_deposit_index: chain.eth1_state().deposit_index,
+                root: imported.head.state_root,
+            },
+            Err(e) => BlockResult::Rejected(e.to_string()),
+        });
+    }
+    Ok((results, fuel))
+}

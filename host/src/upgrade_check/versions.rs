@@ -1,0 +1,191 @@
+//! The one place `upgrade-check` touches the runtime: load a module from bytes, call it, read
+//! the fuel it used. Everything else in the checker works on the types here, so a change of the
+//! runtime's shape is a change to this file.
+
+use std::sync::Arc;
+
+use crate::runtime::checkpoint::{ChunkContents, ChunkError, LeafRange, PlanParams, StateReader};
+use crate::runtime::deposits::{BlockContext, Deposit, Outcome, ProcessError};
+use crate::runtime::gossip_policy::{MessageMeta, PeerStats, SendPlan};
+use crate::runtime::{CallError, LoadedModule, Runtime, RuntimeConfig, inspect};
+use crate::state::{RegistryDelta, SharedRegistry};
+
+use super::{CheckError, Kind, ModuleFile};
+
+/// A loaded module version of one kind.
+#[derive(Clone)]
+pub(crate) struct Version {
+    /// `<kind>-v<version>@<hash prefix>`.
+    pub(crate) name: String,
+    /// Version number the module reports.
+    pub(crate) version: u32,
+    /// sha256 of the component.
+    pub(crate) sha256: [u8; 32],
+    module: LoadedModule,
+}
+
+/// A runtime with the node's default settings (fuel budget and limits).
+pub(crate) fn runtime() -> Result<Runtime, CheckError> {
+    Runtime::new(RuntimeConfig::default()).map_err(|source| CheckError::Runtime {
+        reason: source.to_string(),
+    })
+}
+
+/// Validates and loads `file`, which must be a module of `kind`.
+pub(crate) fn load(
+    runtime: &Runtime,
+    file: &ModuleFile,
+    kind: Kind,
+) -> Result<Version, CheckError> {
+    let invalid = |reason: String| CheckError::BadModule {
+        path: file.label.clone(),
+        reason,
+    };
+    let info = inspect::validate(&file.bytes).map_err(|e| invalid(e.to_string()))?;
+    let found = match info.kind {
+        inspect::Kind::Deposits => Kind::Deposits,
+        inspect::Kind::GossipPolicy => Kind::GossipPolicy,
+        inspect::Kind::Checkpoint => Kind::Checkpoint,
+    };
+    if found != kind {
+        return Err(CheckError::WrongKind {
+            path: file.label.clone(),
+            expected: kind,
+            found,
+        });
+    }
+    let module = runtime
+        .load(&file.bytes)
+        .map_err(|e| invalid(e.to_string()))?;
+    let meta = module.meta();
+    Ok(Version {
+        name: meta.name(),
+        version: meta.info.version,
+        sha256: meta.component.sha256,
+        module,
+    })
+}
+
+/// What a deposits version made of one block.
+pub(crate) enum BlockRun {
+    /// Processed: outcomes, the registry changes and the fuel used.
+    Applied {
+        outcomes: Vec<Outcome>,
+        delta: RegistryDelta,
+        eth1_deposit_index: u64,
+        fuel: u64,
+    },
+    /// The module rejected the block (it is invalid). The runtime does not report fuel here.
+    Rejected(ProcessError),
+    /// The call failed: trap, out of fuel, limit (deterministic) or a host failure.
+    Failed(CallError),
+}
+
+impl Version {
+    /// Applies deposits over `registry` (which is not changed).
+    pub(crate) fn process_deposits(
+        &self,
+        registry: SharedRegistry,
+        ctx: BlockContext,
+        deposits: Vec<Deposit>,
+    ) -> BlockRun {
+        let LoadedModule::Deposits(module) = &self.module else {
+            return BlockRun::Failed(self.not_kind("deposits"));
+        };
+        match module.process(registry, ctx, deposits) {
+            Ok(Ok(out)) => BlockRun::Applied {
+                outcomes: out.outcomes,
+                delta: out.delta,
+                eth1_deposit_index: out.eth1_deposit_index,
+                // The module's own computation: host-call fuel (BLS verifications above all)
+                // bounds a call but would hide a registry scan behind the signature checks.
+                fuel: out.fuel_used.saturating_sub(out.host_fuel),
+            },
+            Ok(Err(e)) => BlockRun::Rejected(e),
+            Err(e) => BlockRun::Failed(e),
+        }
+    }
+
+    /// The deposits version as a chain's deposit engine (for replaying recorded blocks).
+    pub(crate) fn deposit_engine(&self) -> Option<crate::chain::DepositEngine> {
+        match &self.module {
+            LoadedModule::Deposits(module) => Some(crate::chain::DepositEngine::Module(Box::new(
+                module.clone(),
+            ))),
+            _ => None,
+        }
+    }
+
+    /// Asks a gossip policy for a plan; returns it with the fuel used.
+    pub(crate) fn plan_gossip(
+        &self,
+        msg: MessageMeta,
+        peers: Vec<PeerStats>,
+    ) -> Result<(SendPlan, u64), CallError> {
+        let LoadedModule::GossipPolicy(module) = &self.module else {
+            return Err(self.not_kind("gossip-policy"));
+        };
+        module.plan_metered(msg, peers)
+    }
+
+    /// The gossip policy as the gossip engine's [`Policy`](modnode_gossip::policy::Policy),
+    /// for the network simulator.
+    pub(crate) fn gossip_policy(
+        &self,
+    ) -> Option<crate::runtime::gossip_policy::GossipPolicyModule> {
+        match &self.module {
+            LoadedModule::GossipPolicy(module) => Some(module.clone()),
+            _ => None,
+        }
+    }
+
+    /// Plans checkpoint chunks; returns them with the fuel used.
+    pub(crate) fn plan_checkpoint(
+        &self,
+        reader: Arc<dyn StateReader>,
+        params: PlanParams,
+    ) -> Result<(Vec<LeafRange>, u64), CallError> {
+        let LoadedModule::Checkpoint(module) = &self.module else {
+            return Err(self.not_kind("checkpoint"));
+        };
+        module.plan_metered(reader, params)
+    }
+
+    /// Builds one checkpoint chunk; returns it with the fuel used.
+    pub(crate) fn build_chunk(
+        &self,
+        reader: Arc<dyn StateReader>,
+        range: LeafRange,
+    ) -> Result<(Result<Vec<u8>, ChunkError>, u64), CallError> {
+        let LoadedModule::Checkpoint(module) = &self.module else {
+            return Err(self.not_kind("checkpoint"));
+        };
+        module.build_chunk_metered(reader, range)
+    }
+
+    /// Opens one checkpoint chunk; returns its contents with the fuel used.
+    pub(crate) fn open_chunk(
+        &self,
+        chunk: Vec<u8>,
+    ) -> Result<(Result<ChunkContents, ChunkError>, u64), CallError> {
+        let LoadedModule::Checkpoint(module) = &self.module else {
+            return Err(self.not_kind("checkpoint"));
+        };
+        module.open_chunk_metered(chunk)
+    }
+
+    fn not_kind(&self, kind: &str) -> CallError {
+        crate::runtime::HostFailure::new(
+            &self.name,
+            crate::runtime::HostFailureKind::Runtime,
+            format!("upgrade-check called it as a {kind} module"),
+        )
+        .into()
+    }
+}
+
+/// Whether a failed call is the module's deterministic fault (trap, fuel, limit) rather than
+/// ours (a host failure, which must abort the check instead of counting as a divergence).
+pub(crate) fn is_host_failure(e: &CallError) -> bool {
+    matches!(e, CallError::Host(_))
+}

@@ -1,0 +1,409 @@
+//! `upgrade-check`: every consecutive version pair in `modules/` passes; the two fixtures are
+//! rejected for the right reason with a counterexample; case files and data dirs replay; the
+//! CLI's exit codes and `--json` shape.
+
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+
+use modnode::chain::genesis::Genesis;
+use modnode::chain::workload::DevDepositLog;
+use modnode::chain::{Chain, DepositEngine, workload};
+use modnode::store::SledStore;
+use modnode::upgrade_check::{
+    CaseFile, CaseInput, Checker, Failure, Kind, ModuleFile, Report, Settings, Verdict,
+};
+
+fn module(name: &str) -> ModuleFile {
+    ModuleFile::read(&modnode::artifacts::path(name)).unwrap()
+}
+
+fn settings(cases: u32, seed: u64) -> Settings {
+    Settings {
+        cases,
+        seed,
+        ..Settings::default()
+    }
+}
+
+fn check(kind: Kind, from: &str, to: &str, cases: u32, seed: u64) -> (Checker, Report) {
+    let checker = Checker::new(kind, &module(from), &module(to)).unwrap();
+    let report = checker.run(&settings(cases, seed)).unwrap();
+    (checker, report)
+}
+
+/// `<kind>-v<N>` artifacts in the modules directory, per kind, sorted by version.
+fn versions(kind: Kind) -> Vec<String> {
+    let prefix = format!("{}-v", kind.name());
+    let mut found: Vec<(u32, String)> = std::fs::read_dir(modnode::artifacts::MODULES_DIR)
+        .unwrap()
+        .filter_map(|e| {
+            let name = e.ok()?.file_name().into_string().ok()?;
+            let stem = name.strip_suffix(".wasm")?;
+            let version = stem.strip_prefix(&prefix)?.parse().ok()?;
+            Some((version, stem.to_string()))
+        })
+        .collect();
+    found.sort();
+    found.into_iter().map(|(_, name)| name).collect()
+}
+
+/// Each version against the next; a kind with a single version against itself.
+fn consecutive_pairs(kind: Kind) -> Vec<(String, String)> {
+    let all = versions(kind);
+    match all.as_slice() {
+        [only] => vec![(only.clone(), only.clone())],
+        _ => all
+            .windows(2)
+            .map(|w| (w[0].clone(), w[1].clone()))
+            .collect(),
+    }
+}
+
+#[test]
+fn every_consecutive_version_pair_passes() {
+    let mut checked = Vec::new();
+    for (kind, cases) in [
+        (Kind::Deposits, 16),
+        (Kind::GossipPolicy, 32),
+        (Kind::Checkpoint, 12),
+    ] {
+        for (from, to) in consecutive_pairs(kind) {
+            let (_, report) = check(kind, &from, &to, cases, 11);
+            assert_eq!(
+                report.verdict,
+                Verdict::Pass,
+                "{from} -> {to}: {:?}",
+                report.counterexample
+            );
+            assert!(report.cases >= cases, "{from} -> {to}: {report:?}");
+            assert!(
+                report.max_fuel_ratio > 0.0,
+                "{from} -> {to}: fuel not measured"
+            );
+            checked.push(format!("{from}->{to}"));
+        }
+    }
+    for pair in [
+        "deposits-v1->deposits-v2",
+        "gossip-policy-v1->gossip-policy-v2",
+        "checkpoint-v1->checkpoint-v1",
+    ] {
+        assert!(
+            checked.iter().any(|c| c == pair),
+            "{pair} not checked: {checked:?}"
+        );
+    }
+}
+
+#[test]
+fn the_registry_scan_fixture_is_rejected_for_fuel() {
+    let (_, report) = check(
+        Kind::Deposits,
+        "deposits-v1",
+        "fixture-deposits-linear-scan",
+        32,
+        5,
+    );
+    assert_eq!(report.verdict, Verdict::FuelRegression, "{report:?}");
+    let c = report.counterexample.expect("a counterexample");
+    assert_eq!(c.seed, 5);
+    let Failure::Fuel { old, new, ratio } = c.failure else {
+        panic!("not a fuel failure: {:?}", c.failure)
+    };
+    assert!(ratio > 2.0 && new > 2 * old, "{old} -> {new} ({ratio})");
+    assert!((ratio - new as f64 / old as f64).abs() < 1e-9);
+    let CaseInput::Deposits(case) = c.input else {
+        panic!("not a deposits case")
+    };
+    // Shrunk to a few deposits on a registry large enough for the scan to show.
+    assert!(
+        case.blocks.iter().map(|b| b.deposits.len()).sum::<usize>() <= 4,
+        "{case:?}"
+    );
+    assert!(case.validators > 16, "{case:?}");
+}
+
+#[test]
+fn the_wrong_topup_fixture_is_rejected_for_divergence() {
+    let (_, report) = check(
+        Kind::Deposits,
+        "deposits-v1",
+        "fixture-deposits-wrong-topup",
+        32,
+        5,
+    );
+    assert_eq!(report.verdict, Verdict::Divergence, "{report:?}");
+    let c = report.counterexample.expect("a counterexample");
+    assert!(
+        matches!(&c.failure, Failure::Divergence { detail } if detail.contains("post-state roots")),
+        "{:?}",
+        c.failure
+    );
+    let CaseInput::Deposits(case) = c.input else {
+        panic!("not a deposits case")
+    };
+    // The rare amount is in the shrunk case.
+    assert!(
+        case.blocks
+            .iter()
+            .flat_map(|b| &b.deposits)
+            .any(|d| d.amount.count_ones() == 1 && d.amount >= 1 << 32),
+        "{case:?}"
+    );
+    assert!(
+        case.blocks.iter().map(|b| b.deposits.len()).sum::<usize>() <= 2,
+        "{case:?}"
+    );
+}
+
+#[test]
+fn a_written_case_file_replays() {
+    let (checker, report) = check(
+        Kind::Deposits,
+        "deposits-v1",
+        "fixture-deposits-wrong-topup",
+        32,
+        9,
+    );
+    let counterexample = report.counterexample.expect("a counterexample");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("case.json");
+    checker.case_file(&counterexample).write(&path).unwrap();
+
+    let case = CaseFile::read(&path).unwrap();
+    assert_eq!(case.seed, 9);
+    let replayed = checker.replay_case(&case, &settings(1, 0)).unwrap();
+    assert_eq!(replayed.verdict, Verdict::Divergence);
+    assert_eq!(replayed.cases, 1);
+    assert_eq!(
+        replayed.counterexample.unwrap().failure,
+        counterexample.failure
+    );
+
+    // The same case against a correct version passes; against another kind it is refused.
+    let fixed = Checker::new(
+        Kind::Deposits,
+        &module("deposits-v1"),
+        &module("deposits-v2"),
+    )
+    .unwrap();
+    assert_eq!(
+        fixed.replay_case(&case, &settings(1, 0)).unwrap().verdict,
+        Verdict::Pass
+    );
+    let gossip = Checker::new(
+        Kind::GossipPolicy,
+        &module("gossip-policy-v1"),
+        &module("gossip-policy-v2"),
+    )
+    .unwrap();
+    let err = gossip.replay_case(&case, &settings(1, 0)).unwrap_err();
+    assert!(err.to_string().contains("case.json"), "{err}");
+}
+
+/// A data dir with `blocks` dev blocks, the last one topping up a genesis validator by 2^32.
+fn recorded_data_dir(dir: &Path, blocks: u64) -> Genesis {
+    let genesis = Genesis::dev();
+    let rt = super::runtime(2_000_000_000);
+    let engine = DepositEngine::Module(Box::new(super::deposits_module(&rt, "deposits-v1")));
+    let store = SledStore::open(&dir.join("chain")).unwrap();
+    let mut chain = Chain::open(Arc::new(store), genesis.clone(), engine).unwrap();
+    let existing: Vec<[u8; 48]> = genesis.validators.iter().map(|v| v.pubkey).collect();
+    let fork = genesis.genesis_fork_version;
+    let mut contract = DevDepositLog::new();
+    for height in 1..=blocks {
+        let deposits = if height == blocks {
+            vec![workload::unsigned(existing[0], 1 << 32)]
+        } else {
+            workload::dev_block(height, &existing, fork)
+        };
+        for d in deposits {
+            contract.push(d);
+        }
+        let block = chain
+            .build_block_from(height, 0, contract.eth1_data(), &contract)
+            .unwrap();
+        chain.import(&block).unwrap();
+    }
+    genesis
+}
+
+#[test]
+fn a_data_dir_replays_with_both_versions() {
+    let dir = tempfile::tempdir().unwrap();
+    let genesis = recorded_data_dir(dir.path(), 5);
+    let s = settings(1, 0);
+
+    let same = Checker::new(
+        Kind::Deposits,
+        &module("deposits-v1"),
+        &module("deposits-v2"),
+    )
+    .unwrap();
+    let report = same
+        .replay_data_dir(dir.path(), genesis.clone(), &s)
+        .unwrap();
+    assert_eq!(report.verdict, Verdict::Pass, "{report:?}");
+    assert_eq!(report.cases, 5);
+
+    let wrong = Checker::new(
+        Kind::Deposits,
+        &module("deposits-v1"),
+        &module("fixture-deposits-wrong-topup"),
+    )
+    .unwrap();
+    let report = wrong.replay_data_dir(dir.path(), genesis, &s).unwrap();
+    assert_eq!(report.verdict, Verdict::Divergence, "{report:?}");
+    let Failure::Divergence { detail } = report.counterexample.unwrap().failure else {
+        panic!("not a divergence")
+    };
+    assert!(detail.starts_with("block 5 of 5"), "{detail}");
+
+    let missing = same
+        .replay_data_dir(&dir.path().join("nope"), Genesis::dev(), &s)
+        .unwrap_err();
+    assert!(missing.to_string().contains("nope"), "{missing}");
+}
+
+fn cli(args: &[&str], cwd: &Path) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_modnode"))
+        .arg("upgrade-check")
+        .args(args)
+        .current_dir(cwd)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn path(name: &str) -> String {
+    modnode::artifacts::path(name).display().to_string()
+}
+
+#[test]
+fn cli_exit_codes_and_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let (v1, v2) = (path("deposits-v1"), path("deposits-v2"));
+    let base = ["--cases", "8", "--seed", "3", "--json"];
+
+    let (code, out, err) = cli(
+        &[&["deposits", "--from", &v1, "--to", &v2], &base[..]].concat(),
+        dir.path(),
+    );
+    assert_eq!(code, 0, "{err}");
+    let json: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    let keys: Vec<&str> = json
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            "cases",
+            "counterexample",
+            "divergences",
+            "kind",
+            "max_fuel_ratio",
+            "verdict"
+        ]
+    );
+    assert_eq!(json["kind"], "deposits");
+    assert_eq!(json["verdict"], "pass");
+    assert_eq!(json["cases"], 8);
+    assert!(json["counterexample"].is_null());
+
+    let wrong = path("fixture-deposits-wrong-topup");
+    let case = dir.path().join("found.json");
+    let case_arg = case.display().to_string();
+    let (code, out, _) = cli(
+        &[
+            "deposits",
+            "--from",
+            &v1,
+            "--to",
+            &wrong,
+            "--case-file",
+            &case_arg,
+            "--cases",
+            "32",
+            "--seed",
+            "5",
+            "--json",
+        ],
+        dir.path(),
+    );
+    assert_ne!(code, 0);
+    let json: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(json["verdict"], "divergence");
+    assert_eq!(json["divergences"], 1);
+    assert_eq!(json["counterexample"]["seed"], 5);
+    assert_eq!(json["counterexample"]["case_file"], case_arg.as_str());
+    assert!(case.exists());
+
+    // --replay-case re-runs it: still failing against the fixture, passing against v2.
+    let (code, out, _) = cli(
+        &[
+            "deposits",
+            "--from",
+            &v1,
+            "--to",
+            &wrong,
+            "--replay-case",
+            &case_arg,
+            "--json",
+        ],
+        dir.path(),
+    );
+    assert_ne!(code, 0);
+    assert!(out.contains("\"divergence\""), "{out}");
+    let (code, _, err) = cli(
+        &[
+            "deposits",
+            "--from",
+            &v1,
+            "--to",
+            &v2,
+            "--replay-case",
+            &case_arg,
+        ],
+        dir.path(),
+    );
+    assert_eq!(code, 0, "{err}");
+
+    // Bad arguments name what is wrong.
+    let (code, _, err) = cli(
+        &["deposits", "--from", "missing.wasm", "--to", &v2],
+        dir.path(),
+    );
+    assert_ne!(code, 0);
+    assert!(err.contains("missing.wasm"), "{err}");
+    let policy = path("gossip-policy-v1");
+    let (code, _, err) = cli(&["deposits", "--from", &v1, "--to", &policy], dir.path());
+    assert_ne!(code, 0);
+    assert!(
+        err.contains(&policy) && err.contains("gossip-policy module"),
+        "{err}"
+    );
+    let (code, _, err) = cli(&["storage", "--from", &v1, "--to", &v2], dir.path());
+    assert_ne!(code, 0);
+    assert!(err.contains("unknown module kind `storage`"), "{err}");
+    let (code, _, err) = cli(
+        &[
+            "deposits",
+            "--from",
+            &v1,
+            "--to",
+            &v2,
+            "--max-fuel-ratio=-1",
+        ],
+        dir.path(),
+    );
+    assert_ne!(code, 0);
+    assert!(err.contains("max-fuel-ratio"), "{err}");
+}
