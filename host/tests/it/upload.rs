@@ -246,12 +246,12 @@ async fn each_bad_module_class_is_refused_with_its_own_reason_and_nothing_stored
         "wasi:cli/environment@0.2.0",
     );
     let wrong_contract = component(
-        r#"(component (instance $i) (export "modnode:deposits/processor@2.0.0" (instance $i)))"#,
+        r#"(component (instance $i) (export "modnode:deposits/processor@3.0.0" (instance $i)))"#,
     );
     assert_refused(
         node.upload(wrong_contract).await,
         "incompatible-contract",
-        "modnode:deposits/processor@2.0.0",
+        "modnode:deposits/processor@3.0.0",
     );
     // The size cap is checked before anything else looks at the bytes.
     let mut oversized = artifact("gossip-policy-v1");
