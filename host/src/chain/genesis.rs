@@ -109,6 +109,7 @@ struct GenesisFile {
     generated_validators: Option<Generated>,
     #[serde(default)]
     engine_profile: Option<crate::runtime::EngineProfile>,
+    #[serde(default)]
     deposits: Vec<DepositEntry>,
 }
 
