@@ -432,14 +432,30 @@ impl Chain {
             })?;
 
         // The batch is durable; mirror it in memory. `root_after` already proved the delta
-        // applies, so a failure here means memory and disk diverged: the next start reloads.
-        let mut registry = self.registry.write().map_err(|_| ImportError::State {
+        // applies, so a failure here means memory and disk disagree: fatal (`Diverged`), the
+        // node stops and the next start reloads from disk. As revert does, the in-memory root
+        // is checked against the committed one.
+        let diverged = |memory_root: String, reason: String| ImportError::Diverged {
             hash: name.clone(),
-            source: StateError::Poisoned,
-        })?;
-        registry
-            .apply(&delta)
-            .map_err(|source| ImportError::State { hash: name, source })?;
+            height: head.height,
+            disk_root: hex32(&root),
+            memory_root,
+            reason,
+        };
+        let mut registry = self
+            .registry
+            .write()
+            .map_err(|_| diverged("unreadable".into(), "registry lock poisoned".into()))?;
+        if let Err(e) = registry.apply(&delta) {
+            return Err(diverged(hex32(&registry.root()), e.to_string()));
+        }
+        let memory_root = registry.root();
+        if memory_root != root {
+            return Err(diverged(
+                hex32(&memory_root),
+                "the state root in memory after applying differs".into(),
+            ));
+        }
         drop(registry);
         self.head = head;
         Ok(Imported { head, outcomes })

@@ -340,6 +340,12 @@ impl Node {
                 chain: chain.clone(),
                 metrics: metrics.clone(),
                 status_interval: slot.max(Duration::from_millis(500)),
+                bootstrap: config.bootstrap.iter().map(|p| p.node).collect(),
+                startup_wait: config
+                    .transport
+                    .handshake_timeout
+                    .saturating_mul(2)
+                    .max(slot.saturating_mul(4)),
                 bans,
             },
             shutdown_rx.clone(),
@@ -484,6 +490,14 @@ async fn produce(
             (Some(_), None) => false,
         };
         if !ours {
+            continue;
+        }
+        if !metrics.started_up.load(Ordering::Relaxed) {
+            // A restarted authority that produced before syncing would fork off on its own.
+            tracing::info!(
+                slot,
+                "skipping our slot until we tried to sync with our peers"
+            );
             continue;
         }
         if metrics.syncing.load(Ordering::Relaxed) {

@@ -293,7 +293,7 @@ impl Report {
             "kind": self.kind,
             "cases": self.cases,
             "divergences": self.divergences,
-            "max_fuel_ratio": (self.max_fuel_ratio * 1000.0).round() / 1000.0,
+            "max_fuel_ratio": self.max_fuel_ratio,
             "verdict": self.verdict,
             "counterexample": self.counterexample,
         })

@@ -96,6 +96,32 @@ pub enum ImportError {
         /// Why.
         source: StoreError,
     },
+    /// The block is committed on disk but the in-memory state did not follow: disk and memory
+    /// disagree, and the node must stop (a restart reloads the state from disk).
+    #[error(
+        "block {hash} at height {height} is on disk with state root {disk_root}, but the state \
+         in memory did not follow ({reason}; memory root {memory_root}); stop the node and \
+         restart it to reload the state from disk"
+    )]
+    Diverged {
+        /// The block (hex).
+        hash: String,
+        /// Its height.
+        height: u64,
+        /// The root on disk (the block's state root).
+        disk_root: String,
+        /// The root in memory, or why it cannot be read.
+        memory_root: String,
+        /// What failed.
+        reason: String,
+    },
+}
+
+impl ImportError {
+    /// Whether disk and memory disagree: the node must stop.
+    pub fn is_fatal(&self) -> bool {
+        matches!(self, Self::Diverged { .. })
+    }
 }
 
 /// Why the head block could not be reverted. Nothing was changed unless the error says so.
@@ -115,6 +141,18 @@ pub enum RevertError {
         /// What is missing or malformed.
         reason: String,
     },
+    /// The registry lock is poisoned (a thread panicked while changing the state): nothing was
+    /// reverted; the node must stop.
+    #[error(
+        "cannot revert block {hash} at height {height}: the in-memory state is unusable (lock \
+         poisoned); nothing was reverted; restart the node to reload the state from disk"
+    )]
+    Poisoned {
+        /// The head block (hex).
+        hash: String,
+        /// Its height.
+        height: u64,
+    },
     /// The in-memory state refused the rollback after the store committed it; restart the node
     /// to reload the state from the store.
     #[error(
@@ -126,4 +164,11 @@ pub enum RevertError {
         /// Why.
         reason: String,
     },
+}
+
+impl RevertError {
+    /// Whether disk and memory disagree or memory is unusable: the node must stop.
+    pub fn is_fatal(&self) -> bool {
+        matches!(self, Self::Poisoned { .. } | Self::Diverged { .. })
+    }
 }

@@ -45,7 +45,15 @@ impl Chain {
             state_root: parent.header.state_root,
         };
 
-        let current = self.registry.read().map(|r| r.len()).unwrap_or(0);
+        // A poisoned lock is not "zero validators": refuse before anything is written.
+        let current = self
+            .registry
+            .read()
+            .map_err(|_| RevertError::Poisoned {
+                hash: name.clone(),
+                height: head.height,
+            })?
+            .len();
         let mut batch = WriteBatch::new();
         batch.delete(keys::height(head.height));
         batch.delete(keys::undo(&head.hash));

@@ -182,6 +182,7 @@ pub fn spawn(
         mempool: Mempool::new(mempool_capacity),
         last_block_unix_ms: 0,
         reorgs: 0,
+        fatal: None,
     };
     let (view_tx, view) = watch::channel(worker.view());
     let thread = std::thread::Builder::new()
@@ -195,6 +196,12 @@ pub fn spawn(
                     *v = new;
                     changed
                 });
+                if let Some(reason) = &worker.fatal {
+                    // Disk and memory disagree: going on would build on a state that is not
+                    // the one on disk. Every handle now gets `Stopped`.
+                    tracing::error!(%reason, "the chain worker stops: restart the node to reload the state from disk");
+                    break;
+                }
             }
             tracing::debug!("chain worker stopped");
         })?;
@@ -207,6 +214,8 @@ struct Worker {
     mempool: Mempool,
     last_block_unix_ms: u64,
     reorgs: u64,
+    /// Set when disk and memory disagree; the worker stops after the current command.
+    fatal: Option<String>,
 }
 
 /// Milliseconds since the Unix epoch.
@@ -272,7 +281,16 @@ impl Worker {
             });
         }
         let before = self.chain.head();
-        let added = self.chain.add_block(block)?;
+        let added = self.chain.add_block(block).inspect_err(|e| {
+            let fatal = match e {
+                ForkChoiceError::Invalid(e) => e.is_fatal(),
+                ForkChoiceError::Revert(e) => e.is_fatal(),
+                _ => false,
+            };
+            if fatal {
+                self.fatal = Some(e.to_string());
+            }
+        })?;
         match &added {
             Added::Extended(_) => self.included(std::slice::from_ref(block)),
             Added::Reorganised { head, reverted } => {
@@ -345,12 +363,15 @@ impl Worker {
                     })?;
             block.seal = Seal::Ed25519(signature);
         }
-        self.chain
-            .import(&block)
-            .map_err(|e| WorkerError::Produce {
+        self.chain.import(&block).map_err(|e| {
+            if e.is_fatal() {
+                self.fatal = Some(e.to_string());
+            }
+            WorkerError::Produce {
                 slot,
                 reason: e.to_string(),
-            })?;
+            }
+        })?;
         self.included(std::slice::from_ref(&block));
         Ok(Some(block))
     }

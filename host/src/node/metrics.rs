@@ -34,6 +34,9 @@ pub struct Metrics {
     pub sync_target_height: AtomicU64,
     /// Whether the node is behind its best peer by more than one block.
     pub syncing: AtomicBool,
+    /// Whether the node has tried its known peers and synced from them since it started (or
+    /// waited long enough): an authority produces only then.
+    pub started_up: AtomicBool,
 }
 
 /// Adds one to a counter.

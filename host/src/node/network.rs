@@ -20,8 +20,8 @@ use std::time::Duration;
 use modnode_gossip::MessageId;
 use modnode_gossip::policy::MessageKind;
 use modnode_peers::{
-    Action, Direction, DisconnectReason, PeerAddr, PeerManager, RangeSync, Request as SyncRequest,
-    Violation,
+    Action, Direction, DisconnectReason, PeerAddr, PeerManager, PeerState, RangeSync,
+    Request as SyncRequest, Violation,
 };
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
@@ -166,6 +166,10 @@ pub(super) struct NetworkParts {
     pub chain: ChainHandle,
     pub metrics: Arc<Metrics>,
     pub status_interval: Duration,
+    /// Known peers to try before producing.
+    pub bootstrap: Vec<PeerKey>,
+    /// Longest wait for them.
+    pub startup_wait: Duration,
     pub bans: BanList,
 }
 
@@ -190,6 +194,8 @@ pub(super) struct Network {
     /// When range sync last imported a block: being behind is a fact only while sync makes
     /// progress, never on a peer's word alone.
     last_sync_import: Option<Instant>,
+    bootstrap: Vec<PeerKey>,
+    startup_deadline: Instant,
 }
 
 fn short(node: &PeerKey) -> String {
@@ -223,6 +229,8 @@ impl Network {
             next_status_poll: Instant::now() + parts.status_interval,
             bans: parts.bans,
             last_sync_import: None,
+            bootstrap: parts.bootstrap,
+            startup_deadline: Instant::now() + parts.startup_wait,
         };
         loop {
             net.drive();
@@ -319,6 +327,10 @@ impl Network {
                 self.on_action(action);
             }
         }
+        if !self.metrics.started_up.load(Ordering::Relaxed) && self.may_produce_after_start() {
+            tracing::info!("tried the known peers and synced from them; production may start");
+            self.metrics.started_up.store(true, Ordering::Relaxed);
+        }
         super::bans::persist(&mut self.peers, &self.bans, now, unix_ms());
         let target = self.sync.target().map_or(0, |(h, _)| h);
         let head = self.chain.view().head.height;
@@ -339,6 +351,26 @@ impl Network {
             u64::try_from(self.peers.connected_count()).unwrap_or(u64::MAX),
             Ordering::Relaxed,
         );
+    }
+
+    fn may_produce_after_start(&self) -> bool {
+        let known: Vec<verdict::KnownPeer> = self
+            .bootstrap
+            .iter()
+            .map(|node| match self.peers.peer_state(node) {
+                Some(PeerState::Connected { .. }) => verdict::KnownPeer::Connected,
+                Some(state) if state.failures() > 0 => verdict::KnownPeer::Unreachable,
+                // Ourselves (skipped by the manager), or forgotten after a ban.
+                None => verdict::KnownPeer::Unreachable,
+                Some(_) => verdict::KnownPeer::Untried,
+            })
+            .collect();
+        let status = self.sync.status();
+        let sync_idle = status.in_flight == 0
+            && status.buffered == 0
+            && !self.importing
+            && self.sync.is_synced();
+        verdict::may_produce_after_start(Instant::now() >= self.startup_deadline, &known, sync_idle)
     }
 
     fn on_action(&mut self, action: Action) {

@@ -46,7 +46,7 @@ impl ImportError {
             } => Fault::Ours,
             // The state refused the module's changes: a deterministic outcome of the block.
             Self::State { .. } => Fault::Peer,
-            Self::Store { .. } => Fault::Ours,
+            Self::Store { .. } | Self::Diverged { .. } => Fault::Ours,
         }
     }
 }
@@ -152,4 +152,24 @@ pub fn gossip_kind(kind: MessageKind) -> Result<(), String> {
             "sent a {kind:?} gossip message, a kind this protocol version does not use"
         )),
     }
+}
+
+/// Where a known (bootstrap) peer stands, for [`may_produce_after_start`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KnownPeer {
+    /// Not tried yet, or the first attempt is under way.
+    Untried,
+    /// Connected: its head is known to range sync.
+    Connected,
+    /// At least one attempt failed.
+    Unreachable,
+}
+
+/// Whether an authority that just started may produce: only once it has tried every known
+/// peer and range sync has nothing left to fetch from those that answered — or once the
+/// bounded wait is over, so an authority whose peers are all down still produces.
+/// `sync_idle` means no request in flight, nothing buffered or importing, and the local head
+/// at the best (verified or capped) claim.
+pub fn may_produce_after_start(waited_out: bool, known: &[KnownPeer], sync_idle: bool) -> bool {
+    waited_out || (!known.contains(&KnownPeer::Untried) && sync_idle)
 }

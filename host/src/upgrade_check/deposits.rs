@@ -17,7 +17,7 @@ use crate::state::Registry;
 
 /// Largest generated registry: large enough that a registry scan per deposit costs more than
 /// the rest of the deposit's processing.
-const MAX_VALIDATORS: u32 = 1024;
+const MAX_VALIDATORS: u32 = 4096;
 /// Seed of the generated registries' random pubkeys.
 const GENESIS_SEED: u64 = 3;
 

@@ -92,11 +92,7 @@ pub(crate) fn replay(
     if failure.is_none() {
         failure = worst
             .filter(|w| w.3 > settings.max_fuel_ratio)
-            .map(|(_, old, new, r)| Failure::Fuel {
-                old,
-                new,
-                ratio: (r * 1000.0).round() / 1000.0,
-            });
+            .map(|(_, old, new, r)| Failure::Fuel { old, new, ratio: r });
     }
     Ok(Report {
         kind: Kind::Deposits,

@@ -37,7 +37,7 @@ impl CaseRun {
         (ratio > settings.max_fuel_ratio).then_some(Failure::Fuel {
             old: self.fuel_old,
             new: self.fuel_new,
-            ratio: (ratio * 1000.0).round() / 1000.0,
+            ratio,
         })
     }
 }

@@ -221,6 +221,75 @@ fn local_failures_do_not_penalise_the_sender() {
     assert!(verdict.relay && verdict.penalty.is_none());
 }
 
+/// Item 4 (the rule): an authority that just started produces only once it tried every known
+/// peer and has nothing left to sync from them, or once the bounded wait is over.
+#[test]
+fn a_started_authority_produces_only_after_trying_its_peers() {
+    use KnownPeer::{Connected, Unreachable, Untried};
+    use modnode::node::verdict::{KnownPeer, may_produce_after_start};
+    assert!(may_produce_after_start(false, &[], true), "no known peers");
+    assert!(!may_produce_after_start(false, &[Connected, Untried], true));
+    assert!(
+        !may_produce_after_start(false, &[Connected], false),
+        "still syncing"
+    );
+    assert!(may_produce_after_start(
+        false,
+        &[Connected, Unreachable],
+        true
+    ));
+    assert!(
+        may_produce_after_start(true, &[Untried], false),
+        "the wait is bounded"
+    );
+}
+
+/// Poisons the chain's registry lock, as a panic while holding it would.
+fn poison(chain: &Chain) {
+    let registry = chain.registry();
+    let _ = std::thread::spawn(move || {
+        let _guard = registry.write().unwrap();
+        panic!("poisoning the registry lock on purpose");
+    })
+    .join();
+}
+
+/// Item 13: a poisoned registry lock is never read as "zero validators": reverting refuses
+/// before it writes anything, so disk stays consistent and the chain reopens on the same head.
+#[test]
+fn a_poisoned_registry_never_makes_disk_and_memory_disagree() {
+    let store = Arc::new(MemoryStore::new());
+    let genesis = Genesis::generated("hostile-poison", 8, 7);
+    let open = || {
+        Chain::open(
+            store.clone(),
+            genesis.clone(),
+            DepositEngine::Native(Verification::Batched),
+        )
+        .unwrap()
+    };
+    let mut chain = open();
+    let deposit = workload::new_validator(900, 32_000_000_000, genesis.genesis_fork_version);
+    let block = chain.build_block(1, 0, vec![deposit]).unwrap();
+    chain.import(&block).unwrap();
+    let head = chain.head();
+
+    poison(&chain);
+    let error = chain.revert_head().unwrap_err();
+    assert!(
+        error.to_string().contains("poisoned"),
+        "says what is wrong: {error}"
+    );
+    drop(chain);
+    let reopened = Chain::open(
+        store.clone(),
+        genesis.clone(),
+        DepositEngine::Native(Verification::Batched),
+    )
+    .expect("disk left consistent");
+    assert_eq!(reopened.head(), head, "nothing was reverted on disk");
+}
+
 // ----- over QUIC on loopback ---------------------------------------------------------------
 
 mod quic {
@@ -461,6 +530,45 @@ mod quic {
         assert_eq!(c.status().peers, 1, "C lost B");
         watcher.close(0u32.into(), b"done");
         for node in [c, b, a] {
+            node.shutdown().await;
+        }
+    }
+
+    /// Item 4: an authority that stops and restarts while the other authority goes on does
+    /// not produce on its stale head: it syncs first, and nobody reorganises.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_restarted_authority_syncs_before_it_produces() {
+        let tmp = dirs(2);
+        let genesis = genesis("hostile-restart-authority", &[tmp[0].path(), tmp[1].path()]);
+        let b = start(tmp[1].path(), &genesis, vec![]).await;
+        let a = start(tmp[0].path(), &genesis, vec![b.peer_addr().unwrap()]).await;
+        eventually("both authorities producing on one chain", || {
+            a.metrics().blocks_produced.load(Ordering::Relaxed) >= 2
+                && b.metrics().blocks_produced.load(Ordering::Relaxed) >= 2
+        })
+        .await;
+        a.shutdown().await;
+        let height = b.status().height;
+        eventually("B going on alone for 6 blocks", || {
+            b.status().height >= height + 6
+        })
+        .await;
+        let a = start(tmp[0].path(), &genesis, vec![b.peer_addr().unwrap()]).await;
+        let produced_before = b.metrics().blocks_produced.load(Ordering::Relaxed);
+        eventually("A producing again on B's chain", || {
+            a.metrics().blocks_produced.load(Ordering::Relaxed) >= 2
+                && b.metrics().blocks_produced.load(Ordering::Relaxed) >= produced_before + 2
+        })
+        .await;
+        assert_eq!(
+            a.status().reorgs,
+            0,
+            "A produced on its stale head and reorganised"
+        );
+        assert_eq!(b.status().reorgs, 0, "B had to leave its chain");
+        let probe = a.status().height.min(b.status().height) - 1;
+        assert_eq!(block_at(&a, probe).await, block_at(&b, probe).await);
+        for node in [a, b] {
             node.shutdown().await;
         }
     }
