@@ -5,65 +5,27 @@
 //!
 //! Waits are liveness bounds (generous, polled), not performance targets.
 
-use std::net::SocketAddr;
 use std::path::Path;
-use std::time::Duration;
 
-use modnode::chain::genesis::Genesis;
-use modnode::net::identity::NodeIdentity;
-use modnode::node::{Node, NodeConfig};
+use modnode::node::Node;
 use modnode::runtime::{Kind, Mode};
 use tempfile::TempDir;
 
-const LIVENESS: Duration = Duration::from_secs(90);
-
-async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + LIVENESS;
-    while !check() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
+use super::network::{eventually, genesis, start};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gossip_policy_swaps_on_a_live_network_keep_every_node_following() {
     let tmp: Vec<TempDir> = (0..3).map(|_| TempDir::new().unwrap()).collect();
     let paths: Vec<&Path> = tmp.iter().map(TempDir::path).collect();
-    let ids: Vec<String> = paths
-        .iter()
-        .take(2)
-        .map(|d| {
-            NodeIdentity::load_or_create(d)
-                .unwrap()
-                .node_id()
-                .to_string()
-        })
-        .collect();
-    let genesis = Genesis::from_json(
-        &serde_json::json!({
-            "chain_id": "modnode-it-live-swap",
-            "genesis_time_ms": modnode::node::chain_worker::unix_ms(),
-            "slot_ms": 300,
-            "authorities": ids,
-            "generated_validators": { "count": 8, "seed": 3 },
-        })
-        .to_string(),
-        "<test>",
-    )
-    .unwrap();
+    // Nodes 0 and 1 are the authorities; node 2 follows behind the relaying node 1.
+    let genesis = genesis("modnode-it-live-swap", &paths, 2);
     let mut nodes: Vec<Node> = Vec::new();
     for dir in &paths {
-        let mut config = NodeConfig::new(dir.to_path_buf(), genesis.clone());
-        config.listen = SocketAddr::from(([127, 0, 0, 1], 0));
-        config.admin_listen = Some(SocketAddr::from(([127, 0, 0, 1], 0)));
-        config.bootstrap = nodes
+        let bootstrap = nodes
             .last()
             .map(|n: &Node| vec![n.peer_addr().unwrap()])
             .unwrap_or_default();
-        nodes.push(Node::start(config).await.unwrap());
+        nodes.push(start(dir, &genesis, bootstrap).await);
     }
     eventually("three nodes at height 3", || {
         nodes.iter().all(|n| n.status().height >= 3)

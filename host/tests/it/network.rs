@@ -24,7 +24,7 @@ const SLOT_MS: u64 = 300;
 const LIVENESS: Duration = Duration::from_secs(90);
 
 /// A genesis whose authorities are the node keys in the first `authorities` of `dirs`.
-fn genesis(chain_id: &str, dirs: &[&Path], authorities: usize) -> Genesis {
+pub(super) fn genesis(chain_id: &str, dirs: &[&Path], authorities: usize) -> Genesis {
     genesis_with_finality(chain_id, dirs, authorities, 32)
 }
 
@@ -56,7 +56,7 @@ fn genesis_with_finality(
     Genesis::from_json(&text, "<test>").unwrap()
 }
 
-async fn start(dir: &Path, genesis: &Genesis, bootstrap: Vec<PeerAddr>) -> Node {
+pub(super) async fn start(dir: &Path, genesis: &Genesis, bootstrap: Vec<PeerAddr>) -> Node {
     let mut config = NodeConfig::new(dir.to_path_buf(), genesis.clone());
     config.listen = SocketAddr::from(([127, 0, 0, 1], 0));
     config.admin_listen = Some(SocketAddr::from(([127, 0, 0, 1], 0)));
@@ -65,7 +65,7 @@ async fn start(dir: &Path, genesis: &Genesis, bootstrap: Vec<PeerAddr>) -> Node 
 }
 
 /// Polls `check` until it holds; panics with `what` after [`LIVENESS`].
-async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
+pub(super) async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
     let deadline = tokio::time::Instant::now() + LIVENESS;
     while !check() {
         assert!(
