@@ -22,6 +22,7 @@ mod fork_choice;
 pub mod genesis;
 pub mod native_deposits;
 mod revert;
+pub mod transition;
 pub mod workload;
 
 use std::sync::{Arc, RwLock};
@@ -33,10 +34,10 @@ use eth1::{DepositProofs, DueDeposits, Eth1Data, Eth1State, ProvenDeposit};
 pub use fork_choice::{Added, ForkChoiceError};
 use genesis::Genesis;
 
-use crate::runtime::CallError;
-use crate::runtime::deposits::{BlockContext, Outcome, WitEth1Data};
-use crate::state::{Registry, RegistryDelta, StateError, Validator, state_root};
+use crate::runtime::deposits::Outcome;
+use crate::state::{Registry, StateError, StateSnapshot, Validator, state_root};
 use crate::store::{KvStore, StoreError, WriteBatch, keys};
+use transition::Transition;
 
 /// Version of the store layout this node writes (2: eth1 state per block, state root over
 /// registry and eth1 state).
@@ -98,14 +99,6 @@ pub struct Chain {
     eth1: Eth1State,
     head: Head,
     deposits: DepositEngine,
-}
-
-/// What a block's transition produced, before it is committed.
-struct Transition {
-    outcomes: Vec<Outcome>,
-    delta: RegistryDelta,
-    eth1: Eth1State,
-    root: Hash,
 }
 
 fn hex32(h: &Hash) -> String {
@@ -281,20 +274,6 @@ impl Chain {
             .map_err(|e| StoreError::Corrupt(format!("block {}: {e}", hex32(&hash))))
     }
 
-    fn context(&self, header: &BlockHeader, eth1: &Eth1State) -> BlockContext {
-        BlockContext {
-            height: header.height,
-            slot: header.slot,
-            genesis_fork_version: self.genesis.genesis_fork_version.to_vec(),
-            eth1_data: WitEth1Data {
-                deposit_root: eth1.eth1_data.deposit_root.to_vec(),
-                deposit_count: eth1.eth1_data.deposit_count,
-                block_hash: eth1.eth1_data.block_hash.to_vec(),
-            },
-            eth1_deposit_index: eth1.deposit_index,
-        }
-    }
-
     /// The eth1 state after `proposer`'s vote at `slot` (`process_eth1_data`).
     fn voted(
         &self,
@@ -303,18 +282,7 @@ impl Chain {
         vote: Eth1Data,
         name: &str,
     ) -> Result<Eth1State, ImportError> {
-        self.eth1
-            .with_vote(
-                slot,
-                proposer,
-                vote,
-                self.genesis.eth1_voting_period_slots,
-                self.genesis.authorities.len(),
-            )
-            .map_err(|source| ImportError::Eth1Vote {
-                hash: name.to_string(),
-                source,
-            })
+        transition::voted(&self.genesis, &self.eth1, slot, proposer, vote, name)
     }
 
     fn transition(
@@ -322,61 +290,36 @@ impl Chain {
         header: &BlockHeader,
         body: &block::BlockBody,
     ) -> Result<Transition, ImportError> {
-        let hash = hex32(&header.hash());
-        let voted = self.voted(header.slot, header.proposer, body.eth1_vote, &hash)?;
-        let expected = voted.due(u64::from(self.genesis.max_deposits_per_block));
-        let found = u64::try_from(body.deposits.len()).unwrap_or(u64::MAX);
-        if found != expected {
-            return Err(ImportError::WrongDepositCount {
-                hash,
-                expected,
-                found,
-                from: voted.deposit_index,
-            });
-        }
-        let result = self
-            .deposits
-            .process(
-                self.registry.clone(),
-                &self.context(header, &voted),
-                &body.deposits,
-            )
-            .map_err(|e| match e {
-                CallError::Module(fault) => ImportError::Module(fault, hash.clone()),
-                CallError::Host(failure) => ImportError::Host(failure, hash.clone()),
-            })?
-            .map_err(|error| ImportError::Rejected {
-                hash: hash.clone(),
-                error,
-            })?;
-        let eth1 = voted
-            .after_deposits(found)
-            .map_err(|source| ImportError::Eth1Vote {
-                hash: hash.clone(),
-                source,
-            })?;
-        if result.eth1_deposit_index != eth1.deposit_index {
-            return Err(ImportError::DepositIndexMismatch {
-                hash,
-                reported: result.eth1_deposit_index,
-                expected: eth1.deposit_index,
-            });
-        }
-        let registry_root = self
+        transition::transition(
+            &self.genesis,
+            &self.deposits,
+            &self.registry,
+            &self.eth1,
+            header,
+            body,
+        )
+    }
+
+    /// An immutable snapshot of the head state: a clone of the registry's chunk tables (no
+    /// element is copied) and of the eth1 state.
+    pub fn snapshot(&self) -> Result<StateSnapshot, StateError> {
+        let registry = self
             .registry
             .read()
-            .map_err(|_| ImportError::State {
-                hash: hash.clone(),
-                source: StateError::Poisoned,
-            })?
-            .root_after(&result.delta)
-            .map_err(|source| ImportError::State { hash, source })?;
-        Ok(Transition {
-            outcomes: result.outcomes,
-            delta: result.delta,
-            root: state_root(&registry_root, &eth1),
-            eth1,
-        })
+            .map_err(|_| StateError::Poisoned)?
+            .clone();
+        Ok(StateSnapshot::new(
+            self.head.hash,
+            self.head.height,
+            registry,
+            self.eth1.clone(),
+        ))
+    }
+
+    /// The deposits engine that runs blocks at `height`: the one place that chooses it, so a
+    /// schedule of module versions by height plugs in here (today: the active engine).
+    pub fn deposits_at(&self, _height: u64) -> &DepositEngine {
+        &self.deposits
     }
 
     /// Checks that the block comes from its slot's authority (chains with an authority set).

@@ -6,11 +6,13 @@
 //! when the whole call succeeded and the resulting root matches the block, so a trap or a
 //! rejected block leaves the state untouched.
 
+pub mod chunked;
 mod eth1;
 pub mod merkle;
 mod overlay;
 pub mod pubkey_index;
 mod registry;
+mod snapshot;
 mod validator;
 
 pub use eth1::{ETH1_DATA_BYTES, Eth1Data, Eth1Error, Eth1State, Eth1Vote, MAX_VOTES, state_root};
@@ -18,6 +20,7 @@ pub use overlay::{
     OverlayError, RegistryDelta, RegistryOverlay, RegistryRead, RegistryUndo, SharedRegistry,
 };
 pub use registry::{Registry, StateError};
+pub use snapshot::StateSnapshot;
 pub use validator::{
     FAR_FUTURE_EPOCH, LEAF_BYTES, NewValidator, PUBKEY_LEN, Pubkey, RecordError, VALIDATOR_BYTES,
     Validator, WITHDRAWAL_CREDENTIALS_LEN,

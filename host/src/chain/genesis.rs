@@ -501,7 +501,7 @@ mod tests {
         // The forged deposit is skipped; the top-up needs no signature.
         assert_eq!(registry.len(), 3);
         assert_eq!(registry.validator(2).unwrap().pubkey, valid.pubkey);
-        assert_eq!(registry.balances()[2], 32_000_000_005);
+        assert_eq!(registry.balances().get(2), Some(&32_000_000_005));
         let eth1 = genesis.eth1_state();
         assert_eq!((eth1.eth1_data.deposit_count, eth1.deposit_index), (3, 3));
         let mut log = workload::DevDepositLog::new();

@@ -33,6 +33,11 @@ use std::sync::OnceLock;
 
 use sha2::{Digest, Sha256};
 
+use super::chunked::ChunkedVec;
+
+/// One level of the tree: a persistent chunked vector, so clones of the tree share it.
+type Level = ChunkedVec<Hash32>;
+
 /// A 32-byte leaf or node hash.
 pub type Hash32 = [u8; 32];
 
@@ -137,7 +142,7 @@ fn proof_hash_count(len: u64, start: u64, end: u64) -> usize {
 }
 
 /// Parent `parent` of level `lower`, whose nodes sit at depth `lower_depth`.
-fn parent_hash(lower: &[Hash32], parent: usize, lower_depth: usize) -> Result<Hash32, MerkleError> {
+fn parent_hash(lower: &Level, parent: usize, lower_depth: usize) -> Result<Hash32, MerkleError> {
     let left_index = parent
         .checked_mul(2)
         .ok_or(MerkleError::Internal("child position overflows usize"))?;
@@ -152,9 +157,8 @@ fn parent_hash(lower: &[Hash32], parent: usize, lower_depth: usize) -> Result<Ha
 }
 
 /// Stores `node` at `index` of `level`, appending it if `index` is one past the end.
-fn write_node(level: &mut Vec<Hash32>, index: usize, node: Hash32) -> Result<(), MerkleError> {
-    if let Some(slot) = level.get_mut(index) {
-        *slot = node;
+fn write_node(level: &mut Level, index: usize, node: Hash32) -> Result<(), MerkleError> {
+    if level.set(index, node) {
         Ok(())
     } else if index == level.len() {
         level.push(node);
@@ -296,7 +300,7 @@ pub struct MerkleTree {
     /// `levels[0]` holds the leaves; `levels[d]` holds the `ceil(len / 2^d)` nodes of level `d`
     /// that cover at least one leaf. For a non-empty tree there are `depth + 1` levels and the
     /// last holds exactly the tree root.
-    levels: Vec<Vec<Hash32>>,
+    levels: Vec<Level>,
 }
 
 impl Default for MerkleTree {
@@ -318,7 +322,7 @@ impl MerkleTree {
     /// An empty tree.
     pub fn new() -> Self {
         Self {
-            levels: vec![Vec::new()],
+            levels: vec![Level::new()],
         }
     }
 
@@ -326,7 +330,7 @@ impl MerkleTree {
     pub fn from_leaves(leaves: Vec<Hash32>) -> Self {
         let mut levels = vec![leaves];
         let mut depth = 0usize;
-        while let Some(lower) = levels.last().filter(|level| level.len() > 1) {
+        while let Some(lower) = levels.last().filter(|level: &&Vec<Hash32>| level.len() > 1) {
             let zero = zero_hash(depth);
             let mut upper = Vec::with_capacity(lower.len().div_ceil(2));
             let pairs = lower.chunks_exact(2);
@@ -342,12 +346,35 @@ impl MerkleTree {
             levels.push(upper);
             depth = depth.saturating_add(1);
         }
-        Self { levels }
+        Self {
+            levels: levels.into_iter().map(Level::from).collect(),
+        }
     }
 
     /// The leaves, in position order.
-    fn leaves(&self) -> &[Hash32] {
-        self.levels.first().map_or(&[], Vec::as_slice)
+    fn leaves(&self) -> &Level {
+        static EMPTY: Level = Level::EMPTY;
+        self.levels.first().unwrap_or(&EMPTY)
+    }
+
+    /// Leaf hashes `start..end` (clamped to the length), in order.
+    pub fn leaf_range(&self, start: u64, end: u64) -> impl Iterator<Item = &Hash32> + '_ {
+        let start = usize::try_from(start).unwrap_or(usize::MAX);
+        let end = usize::try_from(end).unwrap_or(usize::MAX);
+        self.leaves().range(start, end)
+    }
+
+    /// Each stored chunk's address and heap bytes, for accounting shared chunks once.
+    pub fn chunk_ptrs(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
+        self.levels.iter().flat_map(Level::chunk_ptrs)
+    }
+
+    /// Heap bytes this tree alone owns however it shares chunks: its level tables.
+    pub fn table_bytes(&self) -> usize {
+        self.levels
+            .iter()
+            .map(Level::table_bytes)
+            .fold(0, usize::saturating_add)
     }
 
     /// Number of leaves.
@@ -391,7 +418,7 @@ impl MerkleTree {
         let new_len = position.checked_add(1).ok_or(MerkleError::TreeFull)?;
         let depth = depth_for_len(new_len);
         while self.levels.len() <= depth {
-            self.levels.push(Vec::new());
+            self.levels.push(Level::new());
         }
         self.levels
             .first_mut()
@@ -414,7 +441,7 @@ impl MerkleTree {
             .ok_or(MerkleError::TreeFull)?;
         let depth = depth_for_len(new_len);
         while self.levels.len() <= depth {
-            self.levels.push(Vec::new());
+            self.levels.push(Level::new());
         }
 
         let mut levels = self.levels.iter_mut();
@@ -422,7 +449,7 @@ impl MerkleTree {
             .next()
             .ok_or(MerkleError::Internal("tree has no leaf level"))?;
         stored.extend_from_slice(leaves);
-        let mut lower: &Vec<Hash32> = stored;
+        let mut lower: &Level = stored;
         let mut first_changed = old_len;
         for (lower_depth, upper) in levels.enumerate() {
             let first_parent = first_changed >> 1;
@@ -507,7 +534,7 @@ impl MerkleTree {
         dirty.sort_unstable();
         dirty.dedup();
 
-        let mut lower: &Vec<Hash32> = leaves;
+        let mut lower: &Level = leaves;
         for (lower_depth, upper) in levels.enumerate() {
             for position in &mut dirty {
                 *position >>= 1;
@@ -589,7 +616,7 @@ impl MerkleTree {
     /// Recomputes the ancestors of leaf `index`, from the bottom up.
     fn update_path(&mut self, index: usize) -> Result<(), MerkleError> {
         let mut levels = self.levels.iter_mut();
-        let mut lower: &Vec<Hash32> = levels
+        let mut lower: &Level = levels
             .next()
             .ok_or(MerkleError::Internal("tree has no leaf level"))?;
         let mut child = index;

@@ -1,6 +1,7 @@
 //! The validator registry in memory: records, balances, the compact pubkey index and the Merkle
 //! commitment over them (the state root).
 
+use super::chunked::ChunkedVec;
 use super::merkle::{Hash32, MerkleError, MerkleTree};
 use super::overlay::{RegistryDelta, RegistryRead, RegistryUndo};
 use super::pubkey_index::{IndexError, PubkeyIndex};
@@ -44,10 +45,14 @@ type LeafChanges = (Vec<(u64, Hash32)>, Vec<Hash32>);
 ///
 /// Leaf `i` of the tree is `sha256(encode(validator i) || balance i)`; the state root is the
 /// tree's root (length mixed in). Every change updates the tree in O(log n) per changed leaf.
+///
+/// Every part is a persistent chunked vector ([`ChunkedVec`]): `clone` copies a few thousand
+/// chunk pointers at 2M validators, and the clone and the original share every chunk until one
+/// of them writes to it.
 #[derive(Debug, Clone, Default)]
 pub struct Registry {
-    validators: Vec<Validator>,
-    balances: Vec<u64>,
+    validators: ChunkedVec<Validator>,
+    balances: ChunkedVec<u64>,
     index: PubkeyIndex,
     tree: MerkleTree,
 }
@@ -86,8 +91,8 @@ impl Registry {
             .collect();
         let tree = MerkleTree::from_leaves(leaves);
         Ok(Self {
-            validators,
-            balances,
+            validators: validators.into(),
+            balances: balances.into(),
             index,
             tree,
         })
@@ -109,13 +114,32 @@ impl Registry {
     }
 
     /// All validators, in index order.
-    pub fn validators(&self) -> &[Validator] {
+    pub fn validators(&self) -> &ChunkedVec<Validator> {
         &self.validators
     }
 
     /// All balances, in index order.
-    pub fn balances(&self) -> &[u64] {
+    pub fn balances(&self) -> &ChunkedVec<u64> {
         &self.balances
+    }
+
+    /// Each chunk the registry holds (records, balances, pubkey index, tree levels) by address,
+    /// with its heap bytes: what a cache counts once however many states share it.
+    pub fn chunk_ptrs(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
+        self.validators
+            .chunk_ptrs()
+            .chain(self.balances.chunk_ptrs())
+            .chain(self.index.chunk_ptrs())
+            .chain(self.tree.chunk_ptrs())
+    }
+
+    /// Heap bytes only this registry value owns: its chunk tables (never shared).
+    pub fn table_bytes(&self) -> usize {
+        self.validators
+            .table_bytes()
+            .saturating_add(self.balances.table_bytes())
+            .saturating_add(self.index.table_bytes())
+            .saturating_add(self.tree.table_bytes())
     }
 
     /// The state root.
@@ -189,11 +213,8 @@ impl Registry {
         self.tree.set_many(&updates)?;
         self.tree.extend_from_slice(&appended)?;
         for &(index, balance) in &delta.balances {
-            if let Some(slot) = usize::try_from(index)
-                .ok()
-                .and_then(|i| self.balances.get_mut(i))
-            {
-                *slot = balance;
+            if let Ok(i) = usize::try_from(index) {
+                self.balances.set(i, balance);
             }
         }
         for added in &delta.added {
@@ -250,11 +271,8 @@ impl Registry {
         self.validators.truncate(keep);
         self.balances.truncate(keep);
         for &(index, balance) in &undo.balances {
-            if let Some(slot) = usize::try_from(index)
-                .ok()
-                .and_then(|i| self.balances.get_mut(i))
-            {
-                *slot = balance;
+            if let Ok(i) = usize::try_from(index) {
+                self.balances.set(i, balance);
             }
         }
         Ok(())

@@ -1,0 +1,178 @@
+//! [`StateSnapshot`]: an immutable state after one block, cheap to clone and to share.
+//!
+//! A snapshot holds a clone of the registry (persistent chunked vectors, so the clone shares
+//! every chunk with the registry it came from) and the eth1 state. Nothing can change it once
+//! built: readers on any thread (state queries, checkpoint creation) see the state after its
+//! block however far import has moved on. A further state component (for example a module
+//! schedule) is one more field here and one more input to [`StateSnapshot::root`].
+
+use std::sync::Arc;
+
+use super::eth1::{Eth1State, state_root};
+use super::merkle::Hash32;
+use super::overlay::RegistryRead;
+use super::registry::Registry;
+use super::validator::{Pubkey, Validator};
+
+/// What a snapshot holds; shared behind one `Arc`.
+#[derive(Debug)]
+struct Inner {
+    block: Hash32,
+    height: u64,
+    registry: Registry,
+    eth1: Eth1State,
+    root: Hash32,
+}
+
+/// The immutable state after block `block_hash` at `height` (see the module docs).
+///
+/// `Clone` is one reference-count increment; `Send + Sync`.
+#[derive(Debug, Clone)]
+pub struct StateSnapshot(Arc<Inner>);
+
+impl StateSnapshot {
+    /// The state after `block` at `height`: `registry` and `eth1`. The root is computed once.
+    pub fn new(block: Hash32, height: u64, registry: Registry, eth1: Eth1State) -> Self {
+        let root = state_root(&registry.root(), &eth1);
+        Self(Arc::new(Inner {
+            block,
+            height,
+            registry,
+            eth1,
+            root,
+        }))
+    }
+
+    /// Hash of the block this is the state after.
+    pub fn block_hash(&self) -> Hash32 {
+        self.0.block
+    }
+
+    /// Height of that block.
+    pub fn height(&self) -> u64 {
+        self.0.height
+    }
+
+    /// The state root (registry and eth1 state), as the block's header commits to it.
+    pub fn root(&self) -> Hash32 {
+        self.0.root
+    }
+
+    /// The registry's Merkle root alone.
+    pub fn registry_root(&self) -> Hash32 {
+        self.0.registry.root()
+    }
+
+    /// The registry (records, balances, pubkey index, tree).
+    pub fn registry(&self) -> &Registry {
+        &self.0.registry
+    }
+
+    /// The eth1 state: agreed eth1 data, deposit index, this period's votes.
+    pub fn eth1(&self) -> &Eth1State {
+        &self.0.eth1
+    }
+
+    /// Number of validators.
+    pub fn validator_count(&self) -> u32 {
+        self.0.registry.len()
+    }
+
+    /// Validator `index` and its balance.
+    pub fn validator(&self, index: u32) -> Option<(Validator, u64)> {
+        let validator = *self.0.registry.validator(index)?;
+        Some((validator, self.0.registry.balance(index)?))
+    }
+
+    /// Index of the validator with `pubkey`.
+    pub fn index_of(&self, pubkey: &Pubkey) -> Option<u32> {
+        self.0.registry.index_of(pubkey)
+    }
+
+    /// Validators `start..end` (clamped to the count) with their balances, in index order.
+    pub fn validators(&self, start: u32, end: u32) -> impl Iterator<Item = (&Validator, u64)> {
+        let (start, end) = (start as usize, end as usize);
+        let registry = &self.0.registry;
+        registry
+            .validators()
+            .range(start, end)
+            .zip(registry.balances().range(start, end).copied())
+    }
+
+    /// Registry leaf hashes `start..end` (clamped to the count), for range proofs.
+    pub fn leaves(&self, start: u64, end: u64) -> impl Iterator<Item = &Hash32> {
+        self.0.registry.tree().leaf_range(start, end)
+    }
+
+    /// Whether a clone of this snapshot exists besides this one (someone is using it).
+    pub fn is_shared(&self) -> bool {
+        Arc::strong_count(&self.0) > 1
+    }
+
+    /// Each chunk the snapshot holds, by address, with its heap bytes (see
+    /// [`Registry::chunk_ptrs`]).
+    pub fn chunk_ptrs(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
+        self.0.registry.chunk_ptrs()
+    }
+
+    /// Heap bytes this snapshot alone owns whatever it shares: chunk tables, the eth1 votes and
+    /// the snapshot itself.
+    pub fn own_bytes(&self) -> usize {
+        let votes = self
+            .0
+            .eth1
+            .votes
+            .capacity()
+            .saturating_mul(std::mem::size_of::<super::eth1::Eth1Vote>());
+        self.0
+            .registry
+            .table_bytes()
+            .saturating_add(votes)
+            .saturating_add(std::mem::size_of::<Inner>())
+            .saturating_add(16)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::{NewValidator, RegistryDelta};
+
+    fn added(tag: u8) -> NewValidator {
+        NewValidator {
+            pubkey: [tag; 48],
+            withdrawal_credentials: [0; 32],
+            effective_balance: 32,
+            balance: 32,
+        }
+    }
+
+    #[test]
+    fn a_snapshot_never_sees_later_writes() {
+        let mut registry = Registry::new();
+        registry
+            .apply(&RegistryDelta {
+                added: (1..=3).map(added).collect(),
+                balances: vec![],
+            })
+            .unwrap();
+        let snapshot = StateSnapshot::new([1; 32], 1, registry.clone(), Eth1State::default());
+        let root = snapshot.root();
+        registry
+            .apply(&RegistryDelta {
+                added: vec![added(9)],
+                balances: vec![(0, 99)],
+            })
+            .unwrap();
+        assert_eq!(snapshot.validator_count(), 3);
+        assert_eq!(snapshot.validator(0).unwrap().1, 32);
+        assert_eq!(snapshot.index_of(&[9; 48]), None);
+        assert_eq!(
+            snapshot.root(),
+            state_root(&snapshot.registry().root(), snapshot.eth1())
+        );
+        assert_eq!(snapshot.root(), root);
+        assert_eq!(snapshot.validators(1, 10).count(), 2);
+        assert_eq!(snapshot.leaves(0, 3).count(), 3);
+    }
+}
