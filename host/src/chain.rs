@@ -36,6 +36,7 @@ use genesis::Genesis;
 
 use crate::runtime::deposits::Outcome;
 use crate::state::{Registry, StateError, StateSnapshot, Validator, state_root};
+use crate::state_cache::{StateCache, StateCacheConfig, StateSource};
 use crate::store::{KvStore, StoreError, WriteBatch, keys};
 use transition::Transition;
 
@@ -99,6 +100,7 @@ pub struct Chain {
     eth1: Eth1State,
     head: Head,
     deposits: DepositEngine,
+    states: Arc<StateCache>,
 }
 
 fn hex32(h: &Hash) -> String {
@@ -144,7 +146,8 @@ impl Chain {
                 batch.put(keys::GENESIS, genesis_hash.to_vec());
                 batch.put(keys::FORMAT, STORE_FORMAT.to_le_bytes().to_vec());
                 store.commit(&batch)?;
-                Ok(Self {
+                let states = new_state_cache(&store, &genesis, &deposits);
+                let chain = Self {
                     store,
                     genesis,
                     genesis_hash,
@@ -152,7 +155,10 @@ impl Chain {
                     eth1: eth1_genesis,
                     head,
                     deposits,
-                })
+                    states,
+                };
+                chain.publish_head();
+                Ok(chain)
             }
             Some(format) => {
                 if format.as_slice() != STORE_FORMAT.to_le_bytes() {
@@ -202,7 +208,8 @@ impl Chain {
                         hex32(&head.state_root)
                     )));
                 }
-                Ok(Self {
+                let states = new_state_cache(&store, &genesis, &deposits);
+                let chain = Self {
                     store,
                     genesis,
                     genesis_hash,
@@ -210,7 +217,10 @@ impl Chain {
                     eth1,
                     head,
                     deposits,
-                })
+                    states,
+                };
+                chain.publish_head();
+                Ok(chain)
             }
         }
     }
@@ -252,7 +262,34 @@ impl Chain {
 
     /// Replaces the deposit engine (module upgrades; benchmarks).
     pub fn set_deposit_engine(&mut self, engine: DepositEngine) {
+        self.states.set_deposit_engine(engine.clone());
         self.deposits = engine;
+    }
+
+    /// The state cache: states of recent blocks, the head's included.
+    pub fn states(&self) -> Arc<StateCache> {
+        self.states.clone()
+    }
+
+    /// Replaces the state cache with an empty one bounded by `config` (holding the head).
+    pub fn configure_state_cache(&mut self, config: StateCacheConfig) {
+        self.states = Arc::new(StateCache::new(
+            config,
+            StateSource::new(
+                self.store.clone(),
+                self.genesis.clone(),
+                self.deposits.clone(),
+            ),
+        ));
+        self.publish_head();
+    }
+
+    /// Puts a snapshot of the head into the state cache as its head.
+    fn publish_head(&self) {
+        match self.snapshot() {
+            Ok(snapshot) => self.states.set_head(snapshot, self.finalized_height()),
+            Err(e) => tracing::error!(error = %e, "cannot snapshot the head state"),
+        }
     }
 
     /// The canonical block at `height`.
@@ -550,8 +587,21 @@ impl Chain {
         drop(registry);
         self.eth1 = eth1;
         self.head = head;
+        self.publish_head();
         Ok(Imported { head, outcomes })
     }
+}
+
+/// An empty state cache with the default budget over `store`.
+fn new_state_cache(
+    store: &Arc<dyn KvStore>,
+    genesis: &Genesis,
+    deposits: &DepositEngine,
+) -> Arc<StateCache> {
+    Arc::new(StateCache::new(
+        StateCacheConfig::default(),
+        StateSource::new(store.clone(), genesis.clone(), deposits.clone()),
+    ))
 }
 
 /// The eth1 state stored after block `hash`.

@@ -14,11 +14,14 @@
 //! - [`files`]: crash-safe writes of small private files (node key, admin token).
 //! - [`crypto`]: BLS12-381 verification (blst) offered to modules.
 //! - [`state`]: the validator registry, pubkey index, state tree and the per-call overlay.
+//! - [`state_cache`]: immutable states of recent blocks within a byte budget, regenerated on demand.
+//! - [`alloc_stats`]: allocator-reported live bytes and RSS, next to what the cache accounts.
 //! - [`store`]: durable storage (sled) behind a small trait, with an in-memory twin.
 //! - [`upgrade_check`]: runs two versions of a module side by side on generated inputs.
 #![deny(missing_docs)]
 
 pub mod admin;
+pub mod alloc_stats;
 pub mod chain;
 pub mod crypto;
 pub mod deposit_source;
@@ -28,6 +31,7 @@ pub mod net;
 pub mod node;
 pub mod runtime;
 pub mod state;
+pub mod state_cache;
 pub mod store;
 pub mod upgrade_check;
 

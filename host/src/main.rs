@@ -219,3 +219,7 @@ fn main() -> std::process::ExitCode {
         }
     }
 }
+
+/// Counts live heap bytes so the state cache can report what the allocator holds.
+#[global_allocator]
+static ALLOC: modnode::alloc_stats::CountingAlloc = modnode::alloc_stats::CountingAlloc;

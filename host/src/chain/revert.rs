@@ -79,9 +79,14 @@ impl Chain {
             .registry
             .write()
             .map_err(|_| diverged("registry lock poisoned".into()))?;
-        registry
-            .rollback(&undo)
-            .map_err(|e| diverged(e.to_string()))?;
+        // A cached parent state is the registry after rollback: switch to it (a clone of its
+        // chunk tables) instead of undoing block by block. Its root is checked below all the same.
+        match self.states.peek(&parent_hash) {
+            Some(cached) => *registry = cached.registry().clone(),
+            None => registry
+                .rollback(&undo)
+                .map_err(|e| diverged(e.to_string()))?,
+        }
         let root = state_root(&registry.root(), &eth1);
         if root != new_head.state_root {
             return Err(diverged(format!(
@@ -93,6 +98,7 @@ impl Chain {
         drop(registry);
         self.eth1 = eth1;
         self.head = new_head;
+        self.publish_head();
         Ok(new_head)
     }
 }

@@ -15,6 +15,7 @@ mod network;
 mod profile;
 mod reproducible;
 mod slots;
+mod state_cache;
 mod upgrade_check;
 mod upload;
 
@@ -55,3 +56,7 @@ pub fn shared(registry: &Registry) -> Arc<RwLock<Registry>> {
 pub fn view(registry: &Arc<RwLock<Registry>>) -> SharedRegistry {
     registry.clone()
 }
+
+/// Counts live heap bytes (the state cache accounting test compares against it).
+#[global_allocator]
+static ALLOC: modnode::alloc_stats::CountingAlloc = modnode::alloc_stats::CountingAlloc;

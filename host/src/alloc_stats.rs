@@ -1,0 +1,112 @@
+//! What the allocator and the kernel say the process uses, next to what the state cache
+//! accounts for: a counting global allocator over the system allocator, and RSS from `/proc`.
+//!
+//! A cache budget that only counts what its own code believes it holds can miss the runtime's
+//! overhead by 2x (an incident this project was filed against). The node therefore reports
+//! three numbers side by side: bytes the state cache accounts for, live bytes the allocator has
+//! handed out ([`allocated_bytes`]), and resident memory ([`rss_bytes`]).
+//!
+//! The binary and the host's test binary install [`CountingAlloc`] as `#[global_allocator]`;
+//! without it [`allocated_bytes`] is `None`. Counting costs one relaxed atomic add per
+//! allocation and one thread-local add.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+/// Live bytes handed out by [`CountingAlloc`], all threads.
+static ALLOCATED: AtomicUsize = AtomicUsize::new(0);
+/// Set by the first allocation through [`CountingAlloc`].
+static INSTALLED: AtomicBool = AtomicBool::new(false);
+
+thread_local! {
+    /// Bytes this thread allocated minus bytes it freed.
+    static THREAD_NET: Cell<i64> = const { Cell::new(0) };
+}
+
+/// The system allocator, counting live bytes (see the module docs).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct CountingAlloc;
+
+fn count_alloc(size: usize) {
+    ALLOCATED.fetch_add(size, Ordering::Relaxed);
+    // `try_with` fails only while the thread-local is being destroyed; that allocation is then
+    // counted globally but not per thread.
+    let _ = THREAD_NET.try_with(|net| net.set(net.get().wrapping_add(size as i64)));
+}
+
+fn count_free(size: usize) {
+    ALLOCATED.fetch_sub(size, Ordering::Relaxed);
+    let _ = THREAD_NET.try_with(|net| net.set(net.get().wrapping_sub(size as i64)));
+}
+
+// SAFETY: every method forwards to `System` with the caller's arguments unchanged, so the
+// `GlobalAlloc` contract holds exactly as it does for `System`; the counters never allocate.
+unsafe impl GlobalAlloc for CountingAlloc {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: forwarded unchanged (see the impl).
+        let ptr = unsafe { System.alloc(layout) };
+        if !ptr.is_null() {
+            INSTALLED.store(true, Ordering::Relaxed);
+            count_alloc(layout.size());
+        }
+        ptr
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: forwarded unchanged (see the impl).
+        let ptr = unsafe { System.alloc_zeroed(layout) };
+        if !ptr.is_null() {
+            INSTALLED.store(true, Ordering::Relaxed);
+            count_alloc(layout.size());
+        }
+        ptr
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: forwarded unchanged (see the impl).
+        unsafe { System.dealloc(ptr, layout) };
+        count_free(layout.size());
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        // SAFETY: forwarded unchanged (see the impl).
+        let new = unsafe { System.realloc(ptr, layout, new_size) };
+        if !new.is_null() {
+            count_free(layout.size());
+            count_alloc(new_size);
+        }
+        new
+    }
+}
+
+/// Live heap bytes allocated through [`CountingAlloc`]; `None` if it is not the global
+/// allocator of this process.
+pub fn allocated_bytes() -> Option<usize> {
+    INSTALLED
+        .load(Ordering::Relaxed)
+        .then(|| ALLOCATED.load(Ordering::Relaxed))
+}
+
+/// Bytes the calling thread allocated minus bytes it freed since it started (through
+/// [`CountingAlloc`]). Measures one thread's work while other threads allocate too.
+pub fn thread_net_bytes() -> i64 {
+    THREAD_NET.try_with(Cell::get).unwrap_or(0)
+}
+
+/// Resident set size of this process, from `/proc/self/statm`; `None` where that is missing.
+pub fn rss_bytes() -> Option<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    // SAFETY: `sysconf` reads a constant of the running system and has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    pages.checked_mul(u64::try_from(page).ok()?)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn rss_is_reported_on_linux() {
+        assert!(super::rss_bytes().is_some_and(|rss| rss > 1 << 20));
+    }
+}

@@ -1,0 +1,313 @@
+//! Regenerating an uncached state: replay stored blocks on the nearest cached ancestor.
+//!
+//! - **Coalesced.** One replay per target at a time: a second request for the same state waits
+//!   for the first one's result, and a request for a descendant of a state being regenerated
+//!   waits for that replay and continues from its result.
+//! - **Reserved.** The bytes of the states in flight (the base being replayed onto and the
+//!   state being built) are reserved in the budget before the replay starts; a replay that
+//!   cannot fit is refused, never run over budget. Each replayed state is inserted (and
+//!   counted, evicting others) as soon as it is built.
+//! - **Bounded.** Anchors (see the cache docs) bound a replay to `anchor_every` blocks; a walk
+//!   longer than [`max_replay`] is refused as too old.
+//! - **Lower priority than import.** Replays run on the caller's thread (never the chain
+//!   worker's), one at a time; queries are shed while import is behind.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, PoisonError, RwLock};
+
+use super::StateCache;
+use crate::chain::DepositEngine;
+use crate::chain::ImportError;
+use crate::chain::block::{Block, Hash};
+use crate::chain::genesis::Genesis;
+use crate::chain::transition::replay;
+use crate::state::StateSnapshot;
+use crate::store::{KvStore, StoreError, keys};
+
+/// Why a state could not be had.
+#[derive(Debug, thiserror::Error)]
+pub enum StateCacheError {
+    /// No block with this hash is stored (the asker's mistake).
+    #[error("no block {hash} is stored")]
+    UnknownBlock {
+        /// The block (hex).
+        hash: String,
+    },
+    /// No canonical block at this height (the asker's mistake).
+    #[error("no canonical block at height {height}")]
+    UnknownHeight {
+        /// The height asked for.
+        height: u64,
+    },
+    /// The nearest cached ancestor is further back than a replay may go.
+    #[error(
+        "the state after {hash} is more than {limit} blocks from any cached state; \
+         states that old are not kept"
+    )]
+    TooOld {
+        /// The block (hex).
+        hash: String,
+        /// The replay limit.
+        limit: u64,
+    },
+    /// The replay's states would not fit the budget even after evicting what may go.
+    #[error(
+        "regenerating needs {needed} bytes the state cache budget ({max_bytes} bytes) cannot \
+         free now; retry later or raise state_cache.max_bytes"
+    )]
+    OverBudget {
+        /// Bytes the replay would reserve.
+        needed: u64,
+        /// The budget.
+        max_bytes: u64,
+    },
+    /// Import is behind: state queries are refused until it catches up. Retry later.
+    #[error("the node is behind on block import; state queries are refused until it catches up")]
+    Shed,
+    /// A stored block did not replay: the store is corrupt or this node has a bug (ours).
+    #[error("replaying a stored block failed (store corrupt or node bug): {0}")]
+    Replay(#[from] ImportError),
+    /// Storage failed (ours).
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The replay this request waited for failed.
+    #[error("the regeneration this request joined failed: {0}")]
+    Joined(String),
+}
+
+/// Where replays read blocks and which deposits engine runs them.
+pub struct StateSource {
+    store: Arc<dyn KvStore>,
+    genesis: Genesis,
+    engine: RwLock<DepositEngine>,
+}
+
+impl StateSource {
+    /// Blocks from `store`, run as `genesis` says with `engine`.
+    pub fn new(store: Arc<dyn KvStore>, genesis: Genesis, engine: DepositEngine) -> Self {
+        Self {
+            store,
+            genesis,
+            engine: RwLock::new(engine),
+        }
+    }
+
+    /// Replaces the engine (module upgrades).
+    pub(crate) fn set_engine(&self, engine: DepositEngine) {
+        *self.engine.write().unwrap_or_else(PoisonError::into_inner) = engine;
+    }
+
+    /// The deposits engine for blocks at `height`: the one place regeneration chooses it, so
+    /// a schedule of module versions by height plugs in here (today: the active engine).
+    pub fn engine_at(&self, _height: u64) -> DepositEngine {
+        self.engine
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Hash of the canonical block at `height`.
+    pub fn canonical_hash(&self, height: u64) -> Result<Hash, StateCacheError> {
+        let bytes = self
+            .store
+            .get(&keys::height(height))?
+            .ok_or(StateCacheError::UnknownHeight { height })?;
+        bytes
+            .try_into()
+            .map_err(|_| StoreError::Corrupt(format!("height index {height} malformed")).into())
+    }
+
+    /// The genesis state, built from the configuration (the stored ancestor of every state).
+    fn genesis_state(&self, hash: &Hash) -> Result<StateSnapshot, StateCacheError> {
+        let registry = self.genesis.registry().map_err(|e| {
+            StoreError::Corrupt(format!("the configured genesis registry is invalid: {e}"))
+        })?;
+        let block = self.genesis.block(&registry);
+        if block.hash() != *hash {
+            return Err(StoreError::Corrupt(format!(
+                "stored genesis block {} is not the configured genesis {}",
+                hex::encode(hash),
+                hex::encode(block.hash())
+            ))
+            .into());
+        }
+        Ok(StateSnapshot::new(
+            *hash,
+            0,
+            registry,
+            self.genesis.eth1_state(),
+        ))
+    }
+
+    fn block(&self, hash: &Hash) -> Result<Block, StateCacheError> {
+        let name = hex::encode(hash);
+        let bytes = self
+            .store
+            .get(&keys::block(hash))?
+            .ok_or_else(|| StateCacheError::UnknownBlock { hash: name.clone() })?;
+        Block::decode(&bytes, self.genesis.max_deposits_per_block)
+            .map_err(|e| StoreError::Corrupt(format!("block {name}: {e}")).into())
+    }
+}
+
+/// One replay in flight; waiters block on it.
+#[derive(Default)]
+struct Flight {
+    result: Mutex<Option<Result<StateSnapshot, String>>>,
+    done: Condvar,
+}
+
+impl Flight {
+    fn wait(&self) -> Result<StateSnapshot, StateCacheError> {
+        let mut result = self.result.lock().unwrap_or_else(PoisonError::into_inner);
+        loop {
+            if let Some(result) = result.as_ref() {
+                return result.clone().map_err(StateCacheError::Joined);
+            }
+            result = self
+                .done
+                .wait(result)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+    }
+
+    fn finish(&self, outcome: Result<StateSnapshot, String>) {
+        *self.result.lock().unwrap_or_else(PoisonError::into_inner) = Some(outcome);
+        self.done.notify_all();
+    }
+}
+
+/// The replays in flight, the one-at-a-time permit and the counters.
+pub(super) struct Regenerator {
+    source: StateSource,
+    flights: Mutex<HashMap<Hash, Arc<Flight>>>,
+    permit: Mutex<()>,
+    regenerations: AtomicU64,
+    replayed: AtomicU64,
+    coalesced: AtomicU64,
+}
+
+impl Regenerator {
+    pub(super) fn new(source: StateSource) -> Self {
+        Self {
+            source,
+            flights: Mutex::new(HashMap::new()),
+            permit: Mutex::new(()),
+            regenerations: AtomicU64::new(0),
+            replayed: AtomicU64::new(0),
+            coalesced: AtomicU64::new(0),
+        }
+    }
+
+    pub(super) fn source(&self) -> &StateSource {
+        &self.source
+    }
+
+    /// (replays run, blocks replayed, requests coalesced).
+    pub(super) fn counters(&self) -> (u64, u64, u64) {
+        (
+            self.regenerations.load(Ordering::Relaxed),
+            self.replayed.load(Ordering::Relaxed),
+            self.coalesced.load(Ordering::Relaxed),
+        )
+    }
+
+    fn flights(&self) -> std::sync::MutexGuard<'_, HashMap<Hash, Arc<Flight>>> {
+        self.flights.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// The longest replay a request may start.
+pub fn max_replay(cache: &StateCache) -> u64 {
+    cache.config.anchor_every.saturating_mul(4).max(64)
+}
+
+/// The state after `hash`: cached, joined onto a replay in flight, or replayed here.
+pub(super) fn state(cache: &StateCache, hash: &Hash) -> Result<StateSnapshot, StateCacheError> {
+    if let Some(state) = cache.get(hash) {
+        return Ok(state);
+    }
+    let regen = &cache.regen;
+    let (flight, leader) = {
+        let mut flights = regen.flights();
+        match flights.get(hash) {
+            Some(flight) => (flight.clone(), false),
+            None => {
+                let flight = Arc::new(Flight::default());
+                flights.insert(*hash, flight.clone());
+                (flight, true)
+            }
+        }
+    };
+    if !leader {
+        regen.coalesced.fetch_add(1, Ordering::Relaxed);
+        return flight.wait();
+    }
+    let result = regenerate(cache, hash);
+    flight.finish(
+        result
+            .as_ref()
+            .map(Clone::clone)
+            .map_err(ToString::to_string),
+    );
+    regen.flights().remove(hash);
+    result
+}
+
+/// Walks back from `hash` to a cached state (or one being regenerated), then replays.
+fn regenerate(cache: &StateCache, hash: &Hash) -> Result<StateSnapshot, StateCacheError> {
+    let regen = &cache.regen;
+    let limit = max_replay(cache);
+    let mut blocks = Vec::new();
+    let mut cursor = *hash;
+    let base = loop {
+        if let Some(state) = cache.peek(&cursor) {
+            break state;
+        }
+        if cursor != *hash {
+            let joined = regen.flights().get(&cursor).cloned();
+            if let Some(flight) = joined {
+                regen.coalesced.fetch_add(1, Ordering::Relaxed);
+                break flight.wait()?;
+            }
+        }
+        if u64::try_from(blocks.len()).unwrap_or(u64::MAX) >= limit {
+            return Err(StateCacheError::TooOld {
+                hash: hex::encode(hash),
+                limit,
+            });
+        }
+        let block = regen.source.block(&cursor)?;
+        if block.header.height == 0 {
+            break regen.source.genesis_state(&cursor)?;
+        }
+        cursor = block.header.parent_hash;
+        blocks.push(block);
+    };
+    if blocks.is_empty() {
+        return Ok(base);
+    }
+    // In flight at any time: the state being replayed onto and the one being built; every
+    // state replayed is inserted (and counted) as it is done, evicting others as needed.
+    let reserved = cache.reserve(blocks.len().min(2) as u64)?;
+    let _permit = regen.permit.lock().unwrap_or_else(PoisonError::into_inner);
+    regen.regenerations.fetch_add(1, Ordering::Relaxed);
+    let mut state = base;
+    let mut outcome = Ok(());
+    for block in blocks.iter().rev() {
+        let engine = regen.source.engine_at(block.header.height);
+        match replay(&regen.source.genesis, &engine, &state, block) {
+            Ok(next) => state = next,
+            Err(e) => {
+                outcome = Err(e);
+                break;
+            }
+        }
+        regen.replayed.fetch_add(1, Ordering::Relaxed);
+        cache.insert(state.clone());
+    }
+    cache.release(reserved);
+    outcome?;
+    Ok(state)
+}
