@@ -19,6 +19,9 @@
 //!   [`AdminBackend::upload_module`]; answers `{"status":"ready"|"already-stored","module":{…}}`
 //!   once the module is validated, compiled and warmed, or an error with a `reason` code.
 //! - `GET /modules` (token): per kind, the active module and every stored version.
+//! - `GET /state?height=H[&index=I|&pubkey=HEX]` (token): the state after the canonical block
+//!   at `H` (the head without it), from the state cache or regenerated ([`state_query`]);
+//!   503 while the node is behind on import.
 //!
 //! Every error answer is `{"error":"<what is wrong>"}` (plus `"reason"` for refused modules)
 //! with a 4xx/5xx status, and every response closes the connection: one request per
@@ -37,6 +40,7 @@ pub mod client;
 pub mod deposit_json;
 mod routes;
 pub mod server;
+pub mod state_query;
 pub mod token;
 
 pub use token::{AdminToken, read_admin_addr};
@@ -63,6 +67,18 @@ pub trait AdminBackend: Send + Sync + 'static {
     ) -> BoxFuture<'_, Result<UploadOutcome, UploadError>>;
     /// The node's modules: per kind the active one and every stored version, as JSON.
     fn modules(&self) -> BoxFuture<'_, Result<serde_json::Value, String>>;
+    /// The state at a height ([`state_query`]). A backend without states refuses it.
+    fn state(
+        &self,
+        query: state_query::StateQuery,
+    ) -> BoxFuture<'_, Result<serde_json::Value, state_query::StateQueryError>> {
+        let _ = query;
+        Box::pin(async {
+            Err(state_query::StateQueryError::NotFound(
+                "this node serves no state queries".into(),
+            ))
+        })
+    }
 }
 
 /// Why an admin operation failed.

@@ -93,6 +93,8 @@ pub struct NodeConfig {
     pub produce: bool,
     /// Most deposits waiting for a block.
     pub mempool_capacity: usize,
+    /// Bounds of the state cache (`state_cache.max_bytes`, anchors, window).
+    pub state_cache: crate::state_cache::StateCacheConfig,
 }
 
 impl NodeConfig {
@@ -116,6 +118,7 @@ impl NodeConfig {
             gossip_policy: DEFAULT_GOSSIP_POLICY.into(),
             produce: true,
             mempool_capacity: 10_000,
+            state_cache: crate::state_cache::StateCacheConfig::default(),
         }
     }
 }
@@ -308,6 +311,9 @@ impl Node {
             .await
             .map_err(|e| NodeError::Startup(e.to_string()))??
         };
+        let mut chain = chain;
+        chain.configure_state_cache(config.state_cache);
+        let states = chain.states();
         let genesis_hash = chain.genesis_hash();
         let head = chain.head();
         let (chain, worker) = chain_worker::spawn(chain, identity.clone(), config.mempool_capacity)
@@ -403,6 +409,7 @@ impl Node {
                     metrics: metrics.clone(),
                     module_store: Arc::new(module_store),
                     slots: modules.clone(),
+                    states: states.clone(),
                 });
                 let (listener, token) = admin::server::bind(addr, &data_dir, config.admin_public)
                     .await
@@ -567,6 +574,7 @@ struct Backend {
     metrics: Arc<Metrics>,
     module_store: Arc<ModuleService>,
     slots: Arc<Modules>,
+    states: Arc<crate::state_cache::StateCache>,
 }
 
 impl AdminBackend for Backend {
@@ -580,7 +588,39 @@ impl AdminBackend for Backend {
     }
 
     fn metrics(&self) -> String {
-        self.metrics.render(&self.chain.view())
+        let mut text = self.metrics.render(&self.chain.view());
+        // The state cache's figures follow the node's own, before the closing `# EOF`.
+        let cache = crate::node::metrics::render_state_cache(&self.states.metrics());
+        match text.rfind("# EOF") {
+            Some(at) => text.insert_str(at, &cache),
+            None => text.push_str(&cache),
+        }
+        text
+    }
+
+    fn state(
+        &self,
+        query: admin::state_query::StateQuery,
+    ) -> BoxFuture<'_, Result<serde_json::Value, admin::state_query::StateQueryError>> {
+        let states = self.states.clone();
+        let syncing = self.metrics.syncing.load(Ordering::Relaxed);
+        Box::pin(async move {
+            if syncing && query.height.is_some() {
+                return Err(admin::state_query::StateQueryError::Unavailable(
+                    "the node is catching up; state queries at a height are refused until it has"
+                        .into(),
+                ));
+            }
+            // May replay blocks: off the async tasks, on its own thread (never the chain
+            // worker's, so import does not wait for it).
+            tokio::task::spawn_blocking(move || admin::state_query::answer(&states, &query))
+                .await
+                .unwrap_or_else(|e| {
+                    Err(admin::state_query::StateQueryError::Internal(format!(
+                        "state query task failed: {e}"
+                    )))
+                })
+        })
     }
 
     fn submit_deposit(&self, deposit: DepositData) -> BoxFuture<'_, Result<String, String>> {

@@ -115,6 +115,17 @@ pub async fn modules(target: &Target) -> Result<Value, AdminError> {
     request(target, "GET", "/modules", None, CLIENT_TIMEOUT).await
 }
 
+/// The state at a height (`GET /state?<query>`, e.g. `height=5&index=3`; see
+/// [`super::state_query`]).
+pub async fn state(target: &Target, query: &str) -> Result<Value, AdminError> {
+    let path = if query.is_empty() {
+        "/state".to_string()
+    } else {
+        format!("/state?{query}")
+    };
+    request(target, "GET", &path, None, CLIENT_TIMEOUT).await
+}
+
 /// Sends one request; returns the node's JSON answer.
 async fn request(
     target: &Target,

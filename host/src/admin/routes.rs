@@ -47,6 +47,7 @@ pub(crate) fn router(state: AppState) -> Router {
             "/modules",
             get(list_modules).post(upload_module).fallback(not_allowed),
         )
+        .route("/state", get(state_at).fallback(not_allowed))
         .route_layer(middleware::from_fn_with_state(state.clone(), authorize));
     Router::new()
         .route("/metrics", get(metrics).fallback(not_allowed))
@@ -270,5 +271,29 @@ async fn list_modules(State(state): State<AppState>) -> Response {
     match state.backend.modules().await {
         Ok(value) => axum::Json(value).into_response(),
         Err(message) => error(StatusCode::INTERNAL_SERVER_ERROR, message),
+    }
+}
+
+async fn state_at(State(state): State<AppState>, request: Request) -> Response {
+    use super::state_query::{StateQuery, StateQueryError};
+    let query = match StateQuery::parse(request.uri().query()) {
+        Ok(query) => query,
+        Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string()),
+    };
+    match tokio::time::timeout(state.config.backend_timeout, state.backend.state(query)).await {
+        Ok(Ok(value)) => axum::Json(value).into_response(),
+        Ok(Err(e)) => {
+            let status = match e {
+                StateQueryError::BadQuery(_) => StatusCode::BAD_REQUEST,
+                StateQueryError::NotFound(_) => StatusCode::NOT_FOUND,
+                StateQueryError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+                StateQueryError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            };
+            error(status, e.to_string())
+        }
+        Err(_) => error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the state was not ready in time; retry later",
+        ),
     }
 }

@@ -49,6 +49,10 @@ pub struct RunArgs {
     /// Never produce blocks, even in this node's slots.
     #[arg(long)]
     pub no_produce: bool,
+    /// Bytes the state cache may hold beyond the head state (`state_cache.max_bytes`),
+    /// regenerations in flight included.
+    #[arg(long, default_value_t = modnode::state_cache::StateCacheConfig::default().max_bytes)]
+    pub state_cache_max_bytes: u64,
 }
 
 /// Reads the genesis file, or the embedded dev genesis.
@@ -71,6 +75,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     config.admin.max_module_bytes = args.max_module_bytes;
     config.gossip_policy = args.gossip_policy;
     config.produce = !args.no_produce;
+    config.state_cache.max_bytes = args.state_cache_max_bytes;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;

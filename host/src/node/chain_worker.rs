@@ -205,6 +205,7 @@ pub fn spawn(
         fatal: None,
     };
     let (view_tx, view) = watch::channel(worker.view());
+    let states = worker.chain.states();
     let thread = std::thread::Builder::new()
         .name("chain-worker".into())
         .spawn(move || {
@@ -220,6 +221,8 @@ pub fn spawn(
                 while let Ok(command) = rx.try_recv() {
                     admit(&mut queue, command);
                 }
+                // Jobs piling up means import is behind: state queries are shed until it is not.
+                states.set_behind(queue.len() >= BEHIND_QUEUE_LEN);
                 let Some(command) = queue.pop() else {
                     continue;
                 };
@@ -247,6 +250,9 @@ pub fn spawn(
         })?;
     Ok((ChainHandle { commands, view }, thread))
 }
+
+/// Jobs waiting in the worker's queue at which import counts as behind (state queries shed).
+const BEHIND_QUEUE_LEN: usize = 4;
 
 /// Queues `command`, or answers it with [`WorkerError::Busy`] when its queue is full.
 fn admit(queue: &mut WorkerQueue<Command>, command: Command) {

@@ -260,3 +260,41 @@ fn a_snapshot_is_unchanged_while_fifty_blocks_import() {
     drop(snapshot);
     assert!(reader.join().unwrap() > 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn state_at_a_height_over_the_admin_api() {
+    use modnode::admin::AdminError;
+    use modnode::admin::client::{self, Target};
+
+    let dir = tempfile::tempdir().unwrap();
+    let genesis = super::network::genesis("state-query", &[dir.path()], 1);
+    let node = super::network::start(dir.path(), &genesis, Vec::new()).await;
+    super::network::eventually("three blocks", || node.status().height >= 3).await;
+    let target = Target::data_dir(dir.path()).unwrap();
+
+    let at_two = client::state(&target, "height=2&index=1").await.unwrap();
+    assert_eq!(at_two["height"], 2);
+    assert_eq!(at_two["validators"], 8);
+    assert_eq!(at_two["validator"]["index"], 1);
+    let pubkey = hex::encode(genesis.validators[1].pubkey);
+    assert_eq!(at_two["validator"]["pubkey"], pubkey.as_str());
+    let by_key = client::state(&target, &format!("height=2&pubkey=0x{pubkey}"))
+        .await
+        .unwrap();
+    assert_eq!(by_key["validator"]["index"], 1);
+    assert_eq!(by_key["state_root"], at_two["state_root"]);
+    let head = client::state(&target, "").await.unwrap();
+    assert!(head["height"].as_u64().unwrap() >= 3);
+
+    for (query, status) in [
+        ("height=999999", 404),
+        ("height=x", 400),
+        ("index=1&pubkey=00", 400),
+    ] {
+        match client::state(&target, query).await {
+            Err(AdminError::Refused { status: got, .. }) => assert_eq!(got, status, "{query}"),
+            other => panic!("{query}: {other:?}"),
+        }
+    }
+    node.shutdown().await;
+}
