@@ -19,6 +19,7 @@ pub mod mempool;
 pub mod metrics;
 mod network;
 pub mod verdict;
+pub mod worker_inbox;
 pub mod worker_queue;
 
 use std::net::{IpAddr, SocketAddr};
