@@ -4,6 +4,7 @@
 pub mod deposits;
 pub mod gossip;
 pub mod host_call;
+pub mod state_cache;
 pub mod swap;
 
 /// Median of a sample set (the lower middle for even counts); 0 for an empty set.

@@ -155,6 +155,25 @@ enum BenchCommand {
         #[arg(long, default_value_t = 50)]
         blocks: usize,
     },
+    /// The state cache under deposit-heavy import, state reads and side branches, with a
+    /// generous and a tight budget.
+    StateCache {
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+        /// Validators in the registry.
+        #[arg(long, default_value_t = 2_000_000)]
+        validators: u32,
+        /// Blocks (of 16 new-validator deposits) imported per run.
+        #[arg(long, default_value_t = 250)]
+        blocks: usize,
+        /// The generous budget, MiB.
+        #[arg(long, default_value_t = 2048)]
+        generous_mb: u64,
+        /// The tight budget (below the working set), MiB.
+        #[arg(long, default_value_t = 32)]
+        tight_mb: u64,
+    },
 }
 
 fn main() -> std::process::ExitCode {
@@ -210,6 +229,13 @@ fn main() -> std::process::ExitCode {
             validators,
             blocks,
         }) => commands::bench::swap(json, validators, blocks),
+        Command::Bench(BenchCommand::StateCache {
+            json,
+            validators,
+            blocks,
+            generous_mb,
+            tight_mb,
+        }) => commands::bench::state_cache(json, validators, blocks, generous_mb, tight_mb),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -27,7 +27,7 @@ use std::sync::{Mutex, MutexGuard};
 use ledger::Ledger;
 pub use regen::{StateCacheError, StateSource};
 
-use crate::chain::block::Hash;
+use crate::chain::block::{Block, Hash};
 use crate::state::StateSnapshot;
 
 /// How the cache is bounded.
@@ -345,6 +345,13 @@ impl StateCache {
     /// The state after block `hash`, from the cache or regenerated (see [`regen`]).
     pub fn state(&self, hash: &Hash) -> Result<StateSnapshot, StateCacheError> {
         regen::state(self, hash)
+    }
+
+    /// Executes `block` on its parent's state (from the cache or regenerated) and caches the
+    /// state after it: how a block off the head is validated before it is stored, relayed or
+    /// counted for fork choice. [`StateCacheError::InvalidBlock`] means the block is invalid.
+    pub fn execute(&self, block: &Block) -> Result<StateSnapshot, StateCacheError> {
+        regen::execute(self, block)
     }
 
     /// A low-priority state lookup (queries): refused while import is behind, otherwise

@@ -103,9 +103,10 @@ impl From<StateCacheError> for StateQueryError {
             StateCacheError::OverBudget { .. } | StateCacheError::Shed => {
                 Self::Unavailable(message)
             }
-            StateCacheError::Replay(_) | StateCacheError::Store(_) | StateCacheError::Joined(_) => {
-                Self::Internal(message)
-            }
+            StateCacheError::Replay(_)
+            | StateCacheError::InvalidBlock(_)
+            | StateCacheError::Store(_)
+            | StateCacheError::Joined(_) => Self::Internal(message),
         }
     }
 }

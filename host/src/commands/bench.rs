@@ -83,3 +83,22 @@ pub fn swap(json: bool, validators: u32, blocks: usize) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// `modnode bench state-cache`.
+pub fn state_cache(
+    json: bool,
+    validators: u32,
+    blocks: usize,
+    generous_mb: u64,
+    tight_mb: u64,
+) -> anyhow::Result<()> {
+    anyhow::ensure!(validators >= 1, "--validators must be at least 1");
+    anyhow::ensure!(blocks >= 10, "--blocks must be at least 10");
+    let report = crate::bench::state_cache::run(validators, blocks, generous_mb, tight_mb)?;
+    if json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    }
+    Ok(())
+}

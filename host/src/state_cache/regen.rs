@@ -68,6 +68,10 @@ pub enum StateCacheError {
     /// A stored block did not replay: the store is corrupt or this node has a bug (ours).
     #[error("replaying a stored block failed (store corrupt or node bug): {0}")]
     Replay(#[from] ImportError),
+    /// A block executed on its parent's state is invalid (the block's, hence its sender's,
+    /// fault).
+    #[error("invalid block: {0}")]
+    InvalidBlock(ImportError),
     /// Storage failed (ours).
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -105,6 +109,11 @@ impl StateSource {
             .read()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
+    }
+
+    /// The chain's genesis configuration.
+    pub fn genesis(&self) -> &Genesis {
+        &self.genesis
     }
 
     /// Hash of the canonical block at `height`.
@@ -216,6 +225,21 @@ impl Regenerator {
     fn flights(&self) -> std::sync::MutexGuard<'_, HashMap<Hash, Arc<Flight>>> {
         self.flights.lock().unwrap_or_else(PoisonError::into_inner)
     }
+}
+
+/// Executes `block` on its parent's state (cached, or regenerated at the same priority as
+/// any request) and caches the result.
+pub(super) fn execute(cache: &StateCache, block: &Block) -> Result<StateSnapshot, StateCacheError> {
+    if let Some(state) = cache.peek(&block.hash()) {
+        return Ok(state);
+    }
+    let parent = state(cache, &block.header.parent_hash)?;
+    let source = cache.regen.source();
+    let engine = source.engine_at(block.header.height);
+    let state =
+        replay(&source.genesis, &engine, &parent, block).map_err(StateCacheError::InvalidBlock)?;
+    cache.insert(state.clone());
+    Ok(state)
 }
 
 /// The longest replay a request may start.
