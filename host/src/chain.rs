@@ -111,6 +111,8 @@ pub struct Chain {
     head: Head,
     deposits: DepositEngine,
     states: Arc<StateCache>,
+    /// Side-branch blocks found invalid (bounded); their descendants are refused.
+    invalid: std::collections::HashSet<Hash>,
 }
 
 fn hex32(h: &Hash) -> String {
@@ -166,6 +168,7 @@ impl Chain {
                     head,
                     deposits,
                     states,
+                    invalid: Default::default(),
                 };
                 chain.publish_head();
                 Ok(chain)
@@ -228,6 +231,7 @@ impl Chain {
                     head,
                     deposits,
                     states,
+                    invalid: Default::default(),
                 };
                 chain.publish_head();
                 Ok(chain)

@@ -1,13 +1,17 @@
 //! Fork choice: the longest valid chain wins, ties go to the lower tip hash, and nothing at or
 //! below `head - finality_depth` is ever reorganised.
 //!
-//! Blocks on side branches are stored (by hash) without being executed. When a side branch
-//! becomes preferable, the chain reverts to the common ancestor and imports the branch block by
-//! block; if any of them is invalid, the chain returns to the old branch and the error is
-//! reported, so a bad branch never leaves the node on a worse head.
+//! A block on a side branch is executed on its parent's state (from the state cache, or
+//! regenerated from the nearest cached ancestor) before it is stored, relayed or counted: an
+//! invalid one is refused, never stored, and remembered so its descendants are refused too
+//! (the whole branch is invalid). When a valid side branch becomes preferable, the chain
+//! reverts to the common ancestor (switching to cached states where it has them) and imports
+//! the branch block by block; if any of them fails, the chain returns to the old branch and the
+//! error is reported, so a bad branch never leaves the node on a worse head.
 
 use super::block::{Block, BlockHeader, Hash};
 use super::{Chain, Head, ImportError, Imported, RevertError, hex32};
+use crate::state_cache::StateCacheError;
 use crate::store::{StoreError, WriteBatch, keys};
 
 /// What [`Chain::add_block`] did.
@@ -70,9 +74,38 @@ pub enum ForkChoiceError {
     /// Storage failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The block descends from a block found invalid: the whole branch is invalid.
+    #[error("block {hash} descends from invalid block {parent}")]
+    InvalidAncestor {
+        /// The block (hex).
+        hash: String,
+        /// The invalid parent (hex).
+        parent: String,
+    },
+    /// The side branch's parent state could not be had (too old to regenerate, the cache
+    /// budget full, a store failure): the block is neither stored nor relayed for now.
+    #[error("block {hash}: cannot execute it on its parent's state: {source}")]
+    ParentState {
+        /// The block (hex).
+        hash: String,
+        /// Why the state is unavailable.
+        #[source]
+        source: crate::state_cache::StateCacheError,
+    },
 }
 
+/// Most blocks remembered as invalid; the memory is cleared when it fills.
+const MAX_INVALID: usize = 4096;
+
 impl Chain {
+    /// Remembers `hash` as invalid (bounded: the memory is cleared when full).
+    fn remember_invalid(&mut self, hash: Hash) {
+        if self.invalid.len() >= MAX_INVALID {
+            self.invalid.clear();
+        }
+        self.invalid.insert(hash);
+    }
+
     /// Height at or below which blocks are final.
     pub fn finalized_height(&self) -> u64 {
         self.head.height.saturating_sub(self.genesis.finality_depth)
@@ -112,6 +145,15 @@ impl Chain {
         if block.header.parent_hash == self.head.hash {
             return Ok(Added::Extended(self.import(block)?));
         }
+        // A child of a block found invalid is part of an invalid branch (the parent was never
+        // stored, so without this it would look merely unknown and be fetched).
+        if self.invalid.contains(&block.header.parent_hash) {
+            self.remember_invalid(hash);
+            return Err(ForkChoiceError::InvalidAncestor {
+                hash: name,
+                parent: hex32(&block.header.parent_hash),
+            });
+        }
         let Some(parent) = self.stored_block(&block.header.parent_hash)? else {
             return Err(ForkChoiceError::UnknownParent {
                 hash: name,
@@ -126,8 +168,18 @@ impl Chain {
                 parent_height: parent.header.height,
             });
         }
-        // Side-branch blocks are executed only if their branch wins; seal and body were checked
-        // above, and a stored block is never overwritten.
+        // Executed on the parent's state before it is stored: an invalid block (and later its
+        // descendants) is refused here, so it is never relayed nor counted for fork choice.
+        match self.states.execute(block) {
+            Ok(_) => {}
+            Err(StateCacheError::InvalidBlock(e)) => {
+                tracing::warn!(block = %name, error = %e, "invalid block on a side branch; the branch is invalid");
+                self.remember_invalid(hash);
+                return Err(ForkChoiceError::Invalid(e));
+            }
+            Err(source) => return Err(ForkChoiceError::ParentState { hash: name, source }),
+        }
+        // A stored block is never overwritten.
         if self.store.get(&keys::block(&hash))?.is_none() {
             let mut batch = WriteBatch::new();
             batch.put(keys::block(&hash), block.encode());

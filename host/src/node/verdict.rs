@@ -66,6 +66,11 @@ impl ForkChoiceError {
             // an honest node that was partitioned from us.
             Self::BeyondFinality { .. } => Fault::Transient,
             Self::Invalid(e) => e.fault(),
+            // Relaying a descendant of an invalid block is relaying an invalid branch.
+            Self::InvalidAncestor { .. } => Fault::Peer,
+            // We could not execute it (state too old, budget full, storage): nobody's proven
+            // fault; the block is dropped unrelayed.
+            Self::ParentState { .. } => Fault::Transient,
             Self::Revert(_) | Self::Store(_) => Fault::Ours,
         }
     }

@@ -437,7 +437,7 @@ fn fork_choice_follows_the_longest_valid_chain() {
         *b.registry().read().unwrap()
     );
 
-    // A longer branch with an invalid block: the node tries it, fails, and stays on b.
+    // A longer branch with an invalid block: refused from that block on; the node stays on b.
     let mut c = fresh();
     let mut c_blocks = branch(&mut c, 3, 3);
     c_blocks[2].header.state_root = [0xee; 32];
@@ -459,15 +459,11 @@ fn fork_choice_follows_the_longest_valid_chain() {
             seal: modnode::chain::block::Seal::Unsigned,
         });
     }
-    for block in &c_blocks[..3] {
+    for block in &c_blocks[..2] {
         assert_eq!(node.add_block(block).unwrap(), Added::Stored);
     }
-    // The first c block that would win (a tie at height 4 if its hash is lower, else height 5)
-    // makes the node try the branch, which fails at the tampered block.
-    let err = c_blocks[3..]
-        .iter()
-        .find_map(|block| node.add_block(block).err())
-        .expect("the invalid branch is refused");
+    // The tampered block is executed on its parent's state before it is stored: refused.
+    let err = node.add_block(&c_blocks[2]).unwrap_err();
     assert!(
         matches!(
             err,
@@ -475,6 +471,14 @@ fn fork_choice_follows_the_longest_valid_chain() {
         ),
         "{err}"
     );
+    // Its descendants would make the longer branch, but the branch is invalid.
+    for block in &c_blocks[3..] {
+        let result = node.add_block(block);
+        assert!(
+            matches!(result, Err(ForkChoiceError::InvalidAncestor { .. })),
+            "{result:?}"
+        );
+    }
     assert_eq!(node.head(), b.head());
     assert_eq!(
         *node.registry().read().unwrap(),

@@ -298,3 +298,75 @@ async fn state_at_a_height_over_the_admin_api() {
     }
     node.shutdown().await;
 }
+
+#[test]
+fn a_side_branch_with_an_invalid_block_is_not_stored_relayed_or_counted() {
+    use modnode::chain::block::{Block, BlockBody, BlockHeader, Seal};
+    use modnode::chain::{Added, ForkChoiceError};
+    use modnode::node::chain_worker::WorkerError;
+    use modnode::node::verdict::gossip_block;
+    use modnode::store::{KvStore, keys};
+
+    let genesis = Genesis::generated("state-cache", 8, 3);
+    let store = Arc::new(MemoryStore::new());
+    let mut chain = Chain::open(store.clone(), genesis.clone(), engine()).unwrap();
+    let mut log = DevDepositLog::new();
+    for height in 1..=5 {
+        import_next(&mut chain, &mut log, height);
+    }
+    // A second node shares blocks 1..=3, then builds its own 4' and 5' (later slots).
+    let mut other = Chain::open(Arc::new(MemoryStore::new()), genesis, engine()).unwrap();
+    for height in 1..=3 {
+        other
+            .import(&chain.block_at(height).unwrap().unwrap())
+            .unwrap();
+    }
+    let mut side = Vec::new();
+    for _ in 4..=5 {
+        let slot = other.head().slot + 10;
+        let block = other
+            .build_block_from(slot, 0, log.eth1_data(), &log)
+            .unwrap();
+        other.import(&block).unwrap();
+        side.push(block);
+    }
+    let head = chain.head();
+    assert_eq!(chain.add_block(&side[0]).unwrap(), Added::Stored);
+
+    // 5' with a wrong state root: executed on 4's cached state, refused, not stored.
+    let mut bad = side[1].clone();
+    bad.header.state_root = [9; 32];
+    let result = chain.add_block(&bad);
+    assert!(
+        matches!(result, Err(ForkChoiceError::Invalid(_))),
+        "{result:?}"
+    );
+    let verdict = gossip_block(5, &result.map_err(WorkerError::Block));
+    assert!(!verdict.relay && verdict.penalty.is_some(), "{verdict:?}");
+    assert!(store.get(&keys::block(&bad.hash())).unwrap().is_none());
+
+    // 6' on top of it would make the longer branch: refused as part of an invalid branch.
+    let body = BlockBody {
+        eth1_vote: log.eth1_data(),
+        deposits: Vec::new(),
+    };
+    let child = Block {
+        header: BlockHeader {
+            parent_hash: bad.hash(),
+            height: 6,
+            slot: bad.header.slot + 1,
+            proposer: 0,
+            state_root: [0; 32],
+            body_root: body.root(),
+        },
+        body,
+        seal: Seal::Unsigned,
+    };
+    let result = chain.add_block(&child);
+    assert!(
+        matches!(result, Err(ForkChoiceError::InvalidAncestor { .. })),
+        "{result:?}"
+    );
+    assert!(!gossip_block(6, &result.map_err(WorkerError::Block)).relay);
+    assert_eq!(chain.head(), head, "fork choice did not move");
+}
