@@ -90,7 +90,7 @@ pub enum ForkChoiceError {
         hash: String,
         /// Why the state is unavailable.
         #[source]
-        source: crate::state_cache::StateCacheError,
+        source: Box<crate::state_cache::StateCacheError>,
     },
 }
 
@@ -177,7 +177,12 @@ impl Chain {
                 self.remember_invalid(hash);
                 return Err(ForkChoiceError::Invalid(e));
             }
-            Err(source) => return Err(ForkChoiceError::ParentState { hash: name, source }),
+            Err(source) => {
+                return Err(ForkChoiceError::ParentState {
+                    hash: name,
+                    source: Box::new(source),
+                });
+            }
         }
         // A stored block is never overwritten.
         if self.store.get(&keys::block(&hash))?.is_none() {
