@@ -3,7 +3,10 @@
 //!
 //! Limits: bodies over [`MAX_BODY_BYTES`] get HTTP 413 with a JSON-RPC error, each request is
 //! answered within [`REQUEST_TIMEOUT`] (or HTTP 503 with a JSON-RPC error), and at most
-//! [`MAX_CONCURRENT_REQUESTS`] are handled at once (the rest wait).
+//! [`MAX_CONCURRENT_REQUESTS`] are handled at once (the rest wait). Connections are handled
+//! like the admin API's ([`connection_limits`]): one request per connection, the request head
+//! within [`IO_TIMEOUT`] and at most 16 KiB, a bounded lifetime, a cap on connections and on
+//! the idle ones a client address may hold.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -20,6 +23,7 @@ use tokio::sync::watch;
 
 use super::dev_contract::DevContract;
 use super::rpc::{self, RpcError, codes};
+use crate::admin::server::{ServerConfig, serve_router};
 use crate::node::chain_worker::unix_ms;
 
 /// Largest request body accepted.
@@ -28,6 +32,21 @@ pub const MAX_BODY_BYTES: usize = 64 * 1024;
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// Requests handled at once.
 pub const MAX_CONCURRENT_REQUESTS: usize = 64;
+/// Time a client has to send its request head.
+pub const IO_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The connection limits of the endpoint (the admin server's connection handling).
+pub fn connection_limits() -> ServerConfig {
+    ServerConfig {
+        io_timeout: IO_TIMEOUT,
+        backend_timeout: REQUEST_TIMEOUT,
+        upload_timeout: Duration::ZERO,
+        max_connections: MAX_CONCURRENT_REQUESTS,
+        max_idle_per_client: 8,
+        max_body: MAX_BODY_BYTES,
+        max_module_bytes: 0,
+    }
+}
 
 /// Why the endpoint could not start.
 #[derive(Debug, thiserror::Error)]
@@ -115,20 +134,7 @@ pub async fn bind(addr: SocketAddr) -> Result<(tokio::net::TcpListener, SocketAd
 pub async fn serve(
     listener: tokio::net::TcpListener,
     contract: Arc<Mutex<DevContract>>,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: watch::Receiver<bool>,
 ) {
-    let app = router(contract);
-    let stop = async move {
-        while !*shutdown.borrow() {
-            if shutdown.changed().await.is_err() {
-                return;
-            }
-        }
-    };
-    if let Err(e) = axum::serve(listener, app)
-        .with_graceful_shutdown(stop)
-        .await
-    {
-        tracing::error!(error = %e, "deposit-contract JSON-RPC server failed");
-    }
+    serve_router(listener, router(contract), connection_limits(), shutdown).await;
 }
