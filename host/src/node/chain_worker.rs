@@ -400,13 +400,14 @@ impl Worker {
                 .chain
                 .build_block_from(slot, proposer, agreed, &NoSource),
             Some(source) => {
-                let votes: Vec<Eth1Data> = self
-                    .chain
-                    .eth1_state()
-                    .votes
-                    .iter()
-                    .map(|v| v.data)
-                    .collect();
+                // The head's votes count only if they are of this slot's voting period.
+                let eth1 = self.chain.eth1_state();
+                let period = slot.checked_div(genesis.eth1_voting_period_slots);
+                let votes: Vec<Eth1Data> = if period == Some(eth1.vote_period) {
+                    eth1.votes.iter().map(|v| v.data).collect()
+                } else {
+                    Vec::new()
+                };
                 let vote = source.choose_vote(agreed, &votes);
                 self.chain
                     .build_block_from(slot, proposer, vote, source.as_ref())
