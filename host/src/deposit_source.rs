@@ -9,6 +9,7 @@
 //! - [`rpc`], [`server`]: the JSON-RPC subset, and its HTTP endpoint.
 //! - [`client`]: a small JSON-RPC client.
 //! - [`follower`]: the sans-IO follower and its polling driver.
+//! - [`log`]: what the follower read, persisted so a restart resumes where it stopped.
 //!
 //! [`DepositSource`] is what the node shares between the follower and the producer: it proves
 //! deposits through the chain's [`DepositProofs`] trait and picks the producer's eth1 vote
@@ -19,6 +20,7 @@ pub mod cache;
 pub mod client;
 pub mod dev_contract;
 pub mod follower;
+pub mod log;
 pub mod rpc;
 pub mod server;
 pub mod tree;
@@ -96,6 +98,11 @@ impl DepositSource {
             }
         }
         state.followed = Some((followed.block, followed.deposit_count));
+    }
+
+    /// The block followed up to and the deposit count at its end, once one is followed.
+    pub fn followed(&self) -> Option<(Eth1Block, u64)> {
+        self.state().ok().and_then(|s| s.followed)
     }
 
     /// Deposits known.

@@ -44,6 +44,7 @@ use crate::chain::genesis::Genesis;
 use crate::chain::{Chain, DepositEngine};
 use crate::deposit_source::dev_contract::{self, DevContract};
 use crate::deposit_source::follower::{self, FollowerConfig};
+use crate::deposit_source::log::FollowedLog;
 use crate::deposit_source::{self, DepositSource};
 use crate::modules_store::upload::{ModuleService, UploadConfig, UploadError, UploadOutcome};
 use crate::modules_store::{ActiveModule, ModuleStoreError};
@@ -325,6 +326,9 @@ fn open_store(
     Ok((chain, bans))
 }
 
+/// Directory in the data directory of an authority's persisted followed deposit log.
+pub const DEPOSIT_LOG_DIR: &str = "deposit-log";
+
 /// Name of the file in the data directory holding the hosted dev contract's JSON-RPC URL (for
 /// `modnode deposit submit`).
 pub const DEPOSIT_CONTRACT_URL_FILE: &str = "deposit-contract.url";
@@ -466,10 +470,26 @@ impl Node {
                     follow_distance = follow.follow_distance,
                     "following the deposit contract"
                 );
+                let dir = data_dir.join(DEPOSIT_LOG_DIR);
+                let contract = follow.contract;
+                let (log, restored) =
+                    tokio::task::spawn_blocking(move || FollowedLog::open(&dir, contract))
+                        .await
+                        .map_err(|e| NodeError::Startup(e.to_string()))?
+                        .map_err(|e| NodeError::DepositContract(e.to_string()))?;
                 let source = Arc::new(DepositSource::new());
+                if let Some(restored) = restored {
+                    tracing::info!(
+                        deposits = restored.deposit_count,
+                        block = restored.block.number,
+                        "deposit log restored; following on from there"
+                    );
+                    source.append(restored);
+                }
                 tasks.push(tokio::spawn(follower::run(
                     follow,
                     source.clone(),
+                    Some(log),
                     shutdown_rx.clone(),
                 )));
                 Some(source)

@@ -421,7 +421,7 @@ mod tests {
             (
                 post("/deposits", auth, "{}"),
                 404,
-                "no such path \"/deposits\"",
+                r#"no such path \"/deposits\""#,
             ),
             (post("/modules", auth, &"x".repeat(100_001)), 413, "100001"),
         ];
