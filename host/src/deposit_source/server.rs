@@ -138,3 +138,73 @@ pub async fn serve(
 ) {
     serve_router(listener, router(contract), connection_limits(), shutdown).await;
 }
+
+#[cfg(test)]
+mod tests {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpStream;
+
+    use super::*;
+    use crate::chain::block::DepositData;
+    use crate::deposit_source::client::RpcClient;
+
+    async fn start(dir: &std::path::Path) -> (SocketAddr, watch::Sender<bool>) {
+        let contract = DevContract::open(dir, 100, unix_ms()).unwrap();
+        let (listener, addr) = bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+        let (stop, stopped) = watch::channel(false);
+        tokio::spawn(serve(listener, Arc::new(Mutex::new(contract)), stopped));
+        (addr, stop)
+    }
+
+    fn deposit() -> DepositData {
+        DepositData {
+            pubkey: [5; 48],
+            withdrawal_credentials: [0; 32],
+            amount: 32_000_000_000,
+            signature: [0; 96],
+        }
+    }
+
+    #[tokio::test]
+    async fn serves_json_rpc_and_refuses_oversized_bodies() {
+        let dir = tempfile::tempdir().unwrap();
+        let (addr, _stop) = start(dir.path()).await;
+        let client = RpcClient::new(&format!("http://{addr}")).unwrap();
+        assert_eq!(client.submit_deposit(&deposit()).await.unwrap(), 0);
+        assert_eq!(client.submit_deposit(&deposit()).await.unwrap(), 1);
+        client.block_number().await.unwrap();
+
+        let body = "x".repeat(MAX_BODY_BYTES + 1);
+        let request = format!(
+            "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        let mut stream = TcpStream::connect(addr).await.unwrap();
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let mut answer = Vec::new();
+        stream.read_to_end(&mut answer).await.unwrap();
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+    }
+
+    /// A client that opens connections and sends nothing cannot lock the endpoint: its oldest
+    /// idle connection is closed when it opens more than its share.
+    #[tokio::test]
+    async fn idle_connections_cannot_lock_the_endpoint() {
+        let dir = tempfile::tempdir().unwrap();
+        let (addr, _stop) = start(dir.path()).await;
+        let mut idle = Vec::new();
+        for _ in 0..MAX_CONCURRENT_REQUESTS + 8 {
+            idle.push(TcpStream::connect(addr).await.unwrap());
+        }
+        let client = RpcClient::new(&format!("http://{addr}"))
+            .unwrap()
+            .with_timeout(Duration::from_secs(60));
+        assert_eq!(client.submit_deposit(&deposit()).await.unwrap(), 0);
+        let mut byte = [0u8; 1];
+        let read = tokio::time::timeout(Duration::from_secs(60), idle[0].read(&mut byte))
+            .await
+            .expect("the oldest idle connection was left open");
+        assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
+    }
+}
