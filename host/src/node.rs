@@ -237,6 +237,9 @@ pub enum NodeError {
     /// The dev deposit contract could not be opened or its endpoint not started.
     #[error("dev deposit contract: {0}")]
     DepositContract(String),
+    /// The deposit source to follow is misconfigured, or the followed log is unusable.
+    #[error("deposit source: {0}")]
+    DepositSource(String),
     /// The bound peer-to-peer address could not be read back.
     #[error("cannot read the address bound for {listen}: {source}")]
     Listen {
@@ -464,6 +467,9 @@ impl Node {
                         )
                     })?;
                 }
+                // Refuse a bad URL now rather than in the follower's log.
+                crate::deposit_source::client::RpcClient::new(&follow.endpoint)
+                    .map_err(|e| NodeError::DepositSource(e.to_string()))?;
                 tracing::info!(
                     endpoint = %follow.endpoint,
                     contract = %hex::encode(follow.contract),
@@ -476,7 +482,7 @@ impl Node {
                     tokio::task::spawn_blocking(move || FollowedLog::open(&dir, contract))
                         .await
                         .map_err(|e| NodeError::Startup(e.to_string()))?
-                        .map_err(|e| NodeError::DepositContract(e.to_string()))?;
+                        .map_err(|e| NodeError::DepositSource(e.to_string()))?;
                 let source = Arc::new(DepositSource::new());
                 if let Some(restored) = restored {
                     tracing::info!(

@@ -63,14 +63,15 @@ pub struct DepositArgs {
     /// instead of hosting the dev deposit contract.
     #[arg(long, value_name = "URL")]
     pub eth1_endpoint: Option<String>,
-    /// Address of the deposit contract to follow (default: the dev contract's).
-    #[arg(long, value_name = "0xADDRESS", value_parser = parse_address)]
+    /// Address of the deposit contract to follow at `--eth1-endpoint` (default: the dev
+    /// contract's).
+    #[arg(long, value_name = "0xADDRESS", value_parser = parse_address, requires = "eth1_endpoint")]
     pub deposit_contract: Option<[u8; 20]>,
     /// Blocks the follower stays behind the source's head.
     #[arg(long, default_value_t = 2)]
     pub follow_distance: u64,
     /// First source block that may hold deposits (the contract's deployment block).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, requires = "eth1_endpoint")]
     pub deposit_start_block: u64,
     /// TCP address of the hosted dev deposit contract's JSON-RPC endpoint.
     #[arg(long, default_value = "127.0.0.1:9402")]

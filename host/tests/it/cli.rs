@@ -288,6 +288,20 @@ fn network_commands_refuse_bad_arguments_with_the_culprit_named() {
     let (ok, _, err) = modnode(&["run", "--bootstrap", "nothex@127.0.0.1:1"]);
     assert!(!ok);
     assert!(err.contains("--bootstrap"), "{err}");
+    // A contract address means nothing without an endpoint to find it at.
+    let (ok, _, err) = modnode(&[
+        "run",
+        "--deposit-contract",
+        &format!("0x{}", "11".repeat(20)),
+    ]);
+    assert!(!ok);
+    assert!(err.contains("--eth1-endpoint"), "{err}");
+    let (ok, _, err) = modnode(&["run", "--eth1-endpoint", "x", "--deposit-contract", "0x12"]);
+    assert!(!ok);
+    assert!(
+        err.contains("--deposit-contract") && err.contains("20"),
+        "{err}"
+    );
     let (ok, _, err) = modnode(&["devnet", "--nodes", "2", "--authorities", "3"]);
     assert!(!ok);
     assert!(
