@@ -12,6 +12,8 @@ use std::sync::atomic::Ordering;
 use modnode::chain::block::{Block, DepositData};
 use modnode::chain::workload;
 use modnode::deposit_source::client::RpcClient;
+use modnode::deposit_source::dev_contract::DEV_CONTRACT_ADDRESS;
+use modnode::deposit_source::log::FollowedLog;
 use modnode::node::{DepositSourceConfig, Node};
 use modnode_gossip::policy::MessageKind;
 use tempfile::TempDir;
@@ -147,6 +149,17 @@ async fn contract_deposits_reach_every_node_in_index_order_across_restarts() {
     for node in [n2, n1, n0] {
         node.shutdown().await;
     }
+    // Each authority's follower recorded the log it read, to follow on from after a restart;
+    // the non-authority follows nothing.
+    for dir in &paths[..2] {
+        let (_, restored) = FollowedLog::open(
+            &dir.join(modnode::node::DEPOSIT_LOG_DIR),
+            DEV_CONTRACT_ADDRESS,
+        )
+        .unwrap();
+        assert_eq!(restored.unwrap().deposits, deposits);
+    }
+    assert!(!paths[2].join(modnode::node::DEPOSIT_LOG_DIR).exists());
     // Every valid deposit applied exactly once: genesis plus 3 + 1 new validators and a top-up.
     let genesis_total: u128 = genesis
         .validators
