@@ -2,8 +2,8 @@
 //! cache.
 //!
 //! An N-validator chain (in-memory store, deposits-v2) imports `blocks` consecutive blocks of
-//! 16 new-validator deposits, each proven against the deposit contract. Meanwhile a reader
-//! thread asks for the state at random recent heights (the last 64) back to back, and every
+//! 16 new-validator deposits, each proven against the deposit contract. Meanwhile two reader
+//! threads ask for the state at random recent heights (the last 64), 5 ms apart, and every
 //! 10th block a sibling block (same parent, next slot) is executed through the cache as a side
 //! branch would be. The whole run happens twice on fresh chains, tight budget first (so its
 //! RSS is not inflated by the generous run's freed memory), then generous.
@@ -238,27 +238,29 @@ fn one_run(
     let stop = Arc::new(AtomicBool::new(false));
     let reads = Arc::new(AtomicU64::new(0));
     let refused = Arc::new(AtomicU64::new(0));
-    let reader = {
-        let (states, head, stop) = (states.clone(), head.clone(), stop.clone());
-        let (reads, refused) = (reads.clone(), refused.clone());
-        std::thread::spawn(move || {
-            let mut rng = rand::rngs::StdRng::seed_from_u64(9);
-            while !stop.load(Ordering::Relaxed) {
-                let top = head.load(Ordering::Relaxed);
-                let height = top.saturating_sub(rng.random_range(0..64u64));
-                match states.query_height(height) {
-                    Ok(state) => {
-                        let _ = state.validator(rng.random_range(0..state.validator_count()));
-                        reads.fetch_add(1, Ordering::Relaxed);
+    let readers: Vec<_> = (0..2u64)
+        .map(|seed| {
+            let (states, head, stop) = (states.clone(), head.clone(), stop.clone());
+            let (reads, refused) = (reads.clone(), refused.clone());
+            std::thread::spawn(move || {
+                let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+                while !stop.load(Ordering::Relaxed) {
+                    let top = head.load(Ordering::Relaxed);
+                    let height = top.saturating_sub(rng.random_range(0..64u64));
+                    match states.query_height(height) {
+                        Ok(state) => {
+                            let _ = state.validator(rng.random_range(0..state.validator_count()));
+                            reads.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Err(_) => {
+                            refused.fetch_add(1, Ordering::Relaxed);
+                        }
                     }
-                    Err(_) => {
-                        refused.fetch_add(1, Ordering::Relaxed);
-                    }
+                    std::thread::sleep(std::time::Duration::from_millis(5));
                 }
-                std::thread::sleep(std::time::Duration::from_millis(5));
-            }
+            })
         })
-    };
+        .collect();
     let mut imports = Vec::with_capacity(main.len());
     let (mut peak_rss, mut peak_accounted, mut mid_rss) = (0f64, 0u64, 0f64);
     let mut side_blocks = 0u64;
@@ -283,7 +285,9 @@ fn one_run(
         }
     }
     stop.store(true, Ordering::Relaxed);
-    let _ = reader.join();
+    for reader in readers {
+        let _ = reader.join();
+    }
     let end_rss = rss_mb();
     let m = states.metrics();
     let fell_behind = imports.iter().any(|&ms| ms > SLOT_MS);
