@@ -282,6 +282,12 @@ pub(super) fn state(cache: &StateCache, hash: &Hash) -> Result<StateSnapshot, St
 /// Walks back from `hash` to a cached state (or one being regenerated), then replays.
 fn regenerate(cache: &StateCache, hash: &Hash) -> Result<StateSnapshot, StateCacheError> {
     let regen = &cache.regen;
+    // A replay that finished between this request's cache miss and its becoming the leader
+    // produced the state: this request shared that replay.
+    if let Some(state) = cache.peek(hash) {
+        regen.coalesced.fetch_add(1, Ordering::Relaxed);
+        return Ok(state);
+    }
     let limit = max_replay(cache);
     let mut blocks = Vec::new();
     let mut cursor = *hash;
