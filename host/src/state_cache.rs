@@ -225,9 +225,12 @@ impl StateCache {
         let added = inner.ledger.add(id, snapshot.chunk_ptrs());
         let own = snapshot.own_bytes();
         inner.own_bytes = inner.own_bytes.saturating_add(own);
-        // Exponential average of what a new state adds, for reservations.
+        // Exponential average of what a new state adds, for reservations. The first state
+        // brings every chunk (the whole state), not what one more state costs: not counted.
         let cost = added.saturating_add(own);
-        inner.per_state_estimate = if inner.per_state_estimate == 0 {
+        inner.per_state_estimate = if inner.entries.is_empty() {
+            inner.per_state_estimate
+        } else if inner.per_state_estimate == 0 {
             cost
         } else {
             (inner.per_state_estimate.saturating_mul(7) / 8).saturating_add(cost / 8)
