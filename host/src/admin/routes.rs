@@ -17,8 +17,9 @@ use serde_json::json;
 
 use super::server::ServerConfig;
 use super::token::AdminToken;
-use super::{AdminBackend, deposit_json};
+use super::{AdminBackend, ModuleOp, ModuleOpError, deposit_json};
 use crate::modules_store::upload::UploadOutcome;
+use crate::runtime::{Kind, Mode};
 
 /// Content type of `/metrics`.
 const METRICS_TYPE: &str = crate::node::metrics::METRICS_CONTENT_TYPE;
@@ -47,6 +48,14 @@ pub(crate) fn router(state: AppState) -> Router {
             "/modules",
             get(list_modules).post(upload_module).fallback(not_allowed),
         )
+        .route(
+            "/modules/activate",
+            axum::routing::post(activate_module).fallback(not_allowed),
+        )
+        .route(
+            "/modules/rollback",
+            axum::routing::post(rollback_module).fallback(not_allowed),
+        )
         .route_layer(middleware::from_fn_with_state(state.clone(), authorize));
     Router::new()
         .route("/metrics", get(metrics).fallback(not_allowed))
@@ -67,7 +76,7 @@ async fn not_found(request: Request) -> Response {
 
 async fn not_allowed(request: Request) -> Response {
     let allow = match request.uri().path() {
-        "/deposits" => "POST",
+        "/deposits" | "/modules/activate" | "/modules/rollback" => "POST",
         "/modules" => "GET, POST",
         _ => "GET",
     };
@@ -271,4 +280,117 @@ async fn list_modules(State(state): State<AppState>) -> Response {
         Ok(value) => axum::Json(value).into_response(),
         Err(message) => error(StatusCode::INTERNAL_SERVER_ERROR, message),
     }
+}
+
+/// Reads a small JSON object body (the module operations).
+async fn read_json(state: &AppState, request: Request) -> Result<serde_json::Value, Response> {
+    let (parts, body) = request.into_parts();
+    let body = read_body(
+        &parts.headers,
+        body,
+        state.config.max_body,
+        state.config.io_timeout,
+    )
+    .await?;
+    match serde_json::from_slice::<serde_json::Value>(&body) {
+        Ok(value) if value.is_object() => Ok(value),
+        Ok(_) => Err(error(
+            StatusCode::BAD_REQUEST,
+            "the body must be a JSON object",
+        )),
+        Err(e) => Err(error(
+            StatusCode::BAD_REQUEST,
+            format!("the body is not JSON: {e}"),
+        )),
+    }
+}
+
+/// The string field `name` of `body`, or a 400 naming it.
+fn field<'a>(body: &'a serde_json::Value, name: &str) -> Result<&'a str, Response> {
+    body.get(name).and_then(|v| v.as_str()).ok_or_else(|| {
+        error(
+            StatusCode::BAD_REQUEST,
+            format!("missing string field `{name}`"),
+        )
+    })
+}
+
+/// `{"hash","mode","percent"}` → the operation.
+fn parse_activate(body: &serde_json::Value) -> Result<ModuleOp, Response> {
+    let hex_hash = field(body, "hash")?;
+    let hash: [u8; 32] = hex::decode(hex_hash)
+        .ok()
+        .and_then(|b| b.try_into().ok())
+        .ok_or_else(|| {
+            error(
+                StatusCode::BAD_REQUEST,
+                format!("`hash` must be a module's full sha256 as 64 hex digits, not {hex_hash:?}"),
+            )
+        })?;
+    let mode = match body.get("mode").and_then(|v| v.as_str()).unwrap_or("live") {
+        "live" => Mode::Live,
+        "shadow" => Mode::Shadow,
+        "canary" => {
+            let percent = body
+                .get("percent")
+                .and_then(serde_json::Value::as_u64)
+                .and_then(|p| u8::try_from(p).ok())
+                .filter(|p| (1..=100).contains(p))
+                .ok_or_else(|| {
+                    error(
+                        StatusCode::BAD_REQUEST,
+                        "canary needs `percent`, a share of calls from 1 to 100",
+                    )
+                })?;
+            Mode::Canary(percent)
+        }
+        other => {
+            return Err(error(
+                StatusCode::BAD_REQUEST,
+                format!("unknown `mode` {other:?}; use live, shadow or canary"),
+            ));
+        }
+    };
+    Ok(ModuleOp::Activate { hash, mode })
+}
+
+async fn run_op(state: &AppState, op: ModuleOp) -> Response {
+    match tokio::time::timeout(state.config.upload_timeout, state.backend.module_op(op)).await {
+        Ok(Ok(value)) => axum::Json(value).into_response(),
+        Ok(Err(e)) => {
+            let status = match e {
+                ModuleOpError::Unknown(_) => StatusCode::NOT_FOUND,
+                ModuleOpError::Refused(_) => StatusCode::CONFLICT,
+                ModuleOpError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            };
+            error(status, e.to_string())
+        }
+        Err(_) => error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the node did not finish the module operation in time",
+        ),
+    }
+}
+
+async fn activate_module(State(state): State<AppState>, request: Request) -> Response {
+    let op = match read_json(&state, request)
+        .await
+        .and_then(|body| parse_activate(&body))
+    {
+        Ok(op) => op,
+        Err(response) => return response,
+    };
+    run_op(&state, op).await
+}
+
+async fn rollback_module(State(state): State<AppState>, request: Request) -> Response {
+    let kind = match read_json(&state, request).await.and_then(|body| {
+        field(&body, "kind")?
+            .parse::<Kind>()
+            .map_err(|e| error(StatusCode::BAD_REQUEST, e))
+    }) {
+        Ok(kind) => kind,
+        Err(response) => return response,
+    };
+    run_op(&state, ModuleOp::Rollback { kind }).await
 }

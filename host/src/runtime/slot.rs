@@ -93,7 +93,15 @@ impl<W: World> Ready<W> {
     /// Warms `module` (instantiate + dry run on realistic inputs); only a warmed module can
     /// enter a slot.
     pub fn warm(module: Module<W>) -> Result<Self, CallError> {
-        let warmup = module.warm()?;
+        Self::warm_with(module, |_| Ok((0, 0)))
+    }
+
+    /// [`warm`](Self::warm), also replaying recent real inputs (see [`Module::warm_with`]).
+    pub fn warm_with(
+        module: Module<W>,
+        real: impl FnOnce(&Module<W>) -> Result<(u64, u32), CallError>,
+    ) -> Result<Self, CallError> {
+        let warmup = module.warm_with(real)?;
         Ok(Self {
             module: Arc::new(module),
             warmup,
@@ -142,6 +150,11 @@ pub struct Scheduled {
     pub hash: String,
     /// Height from which it is active.
     pub height: u64,
+    /// Connected peers that report the module ready; `None` until nodes exchange readiness
+    /// (the on-chain upgrade protocol fills it).
+    pub peers_ready: Option<u32>,
+    /// Authorities that report the module ready; `None` like `peers_ready`.
+    pub authorities_ready: Option<u32>,
 }
 
 /// One immutable state of a slot.
