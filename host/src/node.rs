@@ -322,6 +322,7 @@ impl Node {
             GossipConfig {
                 engine: modnode_gossip::EngineConfig {
                     validate_before_relay: true,
+                    message_id: gossip::message_id,
                     ..modnode_gossip::EngineConfig::default()
                 },
                 max_message_bytes: config.transport.max_message_bytes,

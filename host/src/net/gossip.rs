@@ -44,6 +44,17 @@ pub const STREAM_OVER_BUDGET: u32 = 2;
 /// Bytes read per call from a stream: the unit the read budget is charged in.
 const READ_CHUNK_BYTES: usize = 64 * 1024;
 
+/// modnode's gossip message ids: a block's id is its header hash (the header is the first
+/// [`HEADER_BYTES`](crate::chain::block::HEADER_BYTES) bytes of its encoding, and its sha256 is
+/// the block hash), so copies of one block with different bodies share an id and deduplicate;
+/// every other kind is identified by the sha256 of its payload.
+pub fn message_id(kind: MessageKind, payload: &[u8]) -> MessageId {
+    match (kind, payload.get(..crate::chain::block::HEADER_BYTES)) {
+        (MessageKind::Block, Some(header)) => MessageId::of(header),
+        _ => MessageId::of(payload),
+    }
+}
+
 /// Tunables of the driver.
 #[derive(Debug, Clone)]
 pub struct GossipConfig {
