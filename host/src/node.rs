@@ -20,6 +20,7 @@ pub mod metrics;
 mod module_ops;
 mod network;
 pub mod verdict;
+pub mod worker_inbox;
 pub mod worker_queue;
 
 use std::net::{IpAddr, SocketAddr};
