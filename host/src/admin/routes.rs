@@ -305,27 +305,21 @@ async fn read_json(state: &AppState, request: Request) -> Result<serde_json::Val
     }
 }
 
-/// The string field `name` of `body`, or a 400 naming it.
-fn field<'a>(body: &'a serde_json::Value, name: &str) -> Result<&'a str, Response> {
-    body.get(name).and_then(|v| v.as_str()).ok_or_else(|| {
-        error(
-            StatusCode::BAD_REQUEST,
-            format!("missing string field `{name}`"),
-        )
-    })
+/// The string field `name` of `body`, or why not (answered as a 400).
+fn field<'a>(body: &'a serde_json::Value, name: &str) -> Result<&'a str, String> {
+    body.get(name)
+        .and_then(|v| v.as_str())
+        .ok_or_else(|| format!("missing string field `{name}`"))
 }
 
-/// `{"hash","mode","percent"}` → the operation.
-fn parse_activate(body: &serde_json::Value) -> Result<ModuleOp, Response> {
+/// `{"hash","mode","percent"}` → the operation, or why not (answered as a 400).
+fn parse_activate(body: &serde_json::Value) -> Result<ModuleOp, String> {
     let hex_hash = field(body, "hash")?;
     let hash: [u8; 32] = hex::decode(hex_hash)
         .ok()
         .and_then(|b| b.try_into().ok())
         .ok_or_else(|| {
-            error(
-                StatusCode::BAD_REQUEST,
-                format!("`hash` must be a module's full sha256 as 64 hex digits, not {hex_hash:?}"),
-            )
+            format!("`hash` must be a module's full sha256 as 64 hex digits, not {hex_hash:?}")
         })?;
     let mode = match body.get("mode").and_then(|v| v.as_str()).unwrap_or("live") {
         "live" => Mode::Live,
@@ -336,18 +330,12 @@ fn parse_activate(body: &serde_json::Value) -> Result<ModuleOp, Response> {
                 .and_then(serde_json::Value::as_u64)
                 .and_then(|p| u8::try_from(p).ok())
                 .filter(|p| (1..=100).contains(p))
-                .ok_or_else(|| {
-                    error(
-                        StatusCode::BAD_REQUEST,
-                        "canary needs `percent`, a share of calls from 1 to 100",
-                    )
-                })?;
+                .ok_or("canary needs `percent`, a share of calls from 1 to 100")?;
             Mode::Canary(percent)
         }
         other => {
-            return Err(error(
-                StatusCode::BAD_REQUEST,
-                format!("unknown `mode` {other:?}; use live, shadow or canary"),
+            return Err(format!(
+                "unknown `mode` {other:?}; use live, shadow or canary"
             ));
         }
     };
@@ -373,24 +361,23 @@ async fn run_op(state: &AppState, op: ModuleOp) -> Response {
 }
 
 async fn activate_module(State(state): State<AppState>, request: Request) -> Response {
-    let op = match read_json(&state, request)
-        .await
-        .and_then(|body| parse_activate(&body))
-    {
-        Ok(op) => op,
+    let body = match read_json(&state, request).await {
+        Ok(body) => body,
         Err(response) => return response,
     };
-    run_op(&state, op).await
+    match parse_activate(&body) {
+        Ok(op) => run_op(&state, op).await,
+        Err(message) => error(StatusCode::BAD_REQUEST, message),
+    }
 }
 
 async fn rollback_module(State(state): State<AppState>, request: Request) -> Response {
-    let kind = match read_json(&state, request).await.and_then(|body| {
-        field(&body, "kind")?
-            .parse::<Kind>()
-            .map_err(|e| error(StatusCode::BAD_REQUEST, e))
-    }) {
-        Ok(kind) => kind,
+    let body = match read_json(&state, request).await {
+        Ok(body) => body,
         Err(response) => return response,
     };
-    run_op(&state, ModuleOp::Rollback { kind }).await
+    match field(&body, "kind").and_then(str::parse::<Kind>) {
+        Ok(kind) => run_op(&state, ModuleOp::Rollback { kind }).await,
+        Err(message) => error(StatusCode::BAD_REQUEST, message),
+    }
 }
