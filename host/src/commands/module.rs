@@ -198,8 +198,8 @@ fn print_kind(kind: &Value, empty: &Vec<Value>) {
     }
     if slot.is_object() {
         println!(
-            "  breaker:   rolls back after {} faults; {} automatic rollbacks",
-            slot["breaker_threshold"], slot["breaker_trips"]
+            "  breaker:   rolls back after {} faults; {} automatic rollbacks; {} failed calls",
+            slot["breaker_threshold"], slot["breaker_trips"], slot["failed_calls"]
         );
         for t in slot["recent_trips"].as_array().unwrap_or(empty) {
             println!(

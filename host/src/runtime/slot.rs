@@ -296,6 +296,9 @@ pub struct SlotStatus {
     pub breaker_threshold: u32,
     /// Automatic rollbacks so far.
     pub breaker_trips: u64,
+    /// Calls that failed after every fallback (the caller got the error: the gossip engine
+    /// floods such a message instead).
+    pub failed_calls: u64,
     /// The latest automatic rollbacks, oldest first.
     pub recent_trips: Vec<BreakerTrip>,
 }
@@ -381,6 +384,7 @@ pub struct Slot<W: World> {
     sequence: AtomicU64,
     shadow: ShadowWorker,
     trips: AtomicU64,
+    failed: AtomicU64,
     recent_trips: Mutex<VecDeque<BreakerTrip>>,
 }
 
@@ -432,6 +436,7 @@ impl<W: World> Slot<W> {
             sequence: AtomicU64::new(0),
             shadow,
             trips: AtomicU64::new(0),
+            failed: AtomicU64::new(0),
             recent_trips: Mutex::new(VecDeque::new()),
         }
     }
@@ -472,6 +477,9 @@ impl<W: World> Slot<W> {
             }
             (result, _, _) => result.map(|out| (out, Served::Active)),
         };
+        if result.is_err() {
+            self.failed.fetch_add(1, Ordering::Relaxed);
+        }
         if let (Ok((out, Served::Active)), Some(c)) = (&result, &state.candidate)
             && c.mode == Mode::Shadow
         {
@@ -782,6 +790,7 @@ impl<W: World> Slot<W> {
             previous: s.previous.as_ref().map(Ready::status),
             breaker_threshold: self.config.breaker_threshold,
             breaker_trips: self.trips.load(Ordering::Relaxed),
+            failed_calls: self.failed.load(Ordering::Relaxed),
             recent_trips: recent(&self.recent_trips),
         }
     }

@@ -184,6 +184,7 @@ fn live_swaps_under_gossip_load_fail_no_call_and_lose_no_message() {
         Some(hex::encode(v1.module.hash()))
     );
     assert_eq!(status.breaker_trips, 0);
+    assert_eq!(status.failed_calls, 0);
 }
 
 /// A deposits call that tells the test when it has started running on the version the slot
@@ -374,6 +375,12 @@ fn the_circuit_breaker_rolls_back_a_trapping_canary_and_a_trapping_live_version(
     assert_eq!(status.recent_trips.last().unwrap().mode, "live");
     let (_, served) = slot.call(plan_call(4, 700)).unwrap();
     assert_eq!(served, Served::Active);
+    assert_eq!(slot.status().failed_calls, 0, "every call was served");
+
+    // Only a version with nothing behind it fails a caller, and that is counted.
+    let bare = policy_slot(&rt, "fixture-policy-trap");
+    assert!(bare.call(plan_call(4, 700)).is_err());
+    assert_eq!(bare.status().failed_calls, 1);
 }
 
 #[test]
