@@ -381,3 +381,47 @@ async fn rollback_module(State(state): State<AppState>, request: Request) -> Res
         Err(message) => error(StatusCode::BAD_REQUEST, message),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::{Mode, ModuleOp, parse_activate};
+
+    #[test]
+    fn activation_requests_are_parsed_strictly_with_the_culprit_named() {
+        let hash = "ab".repeat(32);
+        let op = |body| parse_activate(&body);
+        assert_eq!(
+            op(json!({"hash": hash})),
+            Ok(ModuleOp::Activate {
+                hash: [0xab; 32],
+                mode: Mode::Live
+            })
+        );
+        assert_eq!(
+            op(json!({"hash": hash, "mode": "canary", "percent": 10})),
+            Ok(ModuleOp::Activate {
+                hash: [0xab; 32],
+                mode: Mode::Canary(10)
+            })
+        );
+        for (body, culprit) in [
+            (json!({}), "`hash`"),
+            (json!({"hash": "abcd"}), "\"abcd\""),
+            (json!({"hash": hash, "mode": "fast"}), "\"fast\""),
+            (json!({"hash": hash, "mode": "canary"}), "`percent`"),
+            (
+                json!({"hash": hash, "mode": "canary", "percent": 0}),
+                "1 to 100",
+            ),
+            (
+                json!({"hash": hash, "mode": "canary", "percent": 101}),
+                "1 to 100",
+            ),
+        ] {
+            let err = op(body.clone()).unwrap_err();
+            assert!(err.contains(culprit), "{body}: {err}");
+        }
+    }
+}

@@ -156,6 +156,25 @@ async fn gossip_policy_canary_live_rollback_and_shadow_through_the_admin_api_on_
         "a shadow has no effect"
     );
 
+    // `GET /modules` shows it per kind, beside every ready version and its warm-up.
+    let listing = client::modules(&api).await.unwrap();
+    let policy = listing["kinds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|k| k["kind"] == "gossip-policy")
+        .unwrap();
+    assert!(policy["slot"]["shadow"]["divergences"].as_u64().unwrap() > 0);
+    assert_eq!(policy["slot"]["previous"]["hash"], *v1);
+    let ready: Vec<&str> = policy["ready"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .inspect(|v| assert!(v["warmup"]["fuel"].as_u64().unwrap() > 0, "{v}"))
+        .map(|v| v["sha256"].as_str().unwrap())
+        .collect();
+    assert!(ready.contains(&&*v1) && ready.contains(&&*v2), "{ready:?}");
+
     client::activate_module(&api, &v2, Mode::Shadow)
         .await
         .unwrap();
