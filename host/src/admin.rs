@@ -26,6 +26,8 @@
 //!   active → 409.
 //! - `POST /modules/rollback` (token): `{"kind":"<kind>"}` back to the previous version at
 //!   once ([`ModuleOp::Rollback`]).
+//! - `POST /modules/cancel` (token): `{"kind":"<kind>"}` stops the kind's shadow or canary
+//!   ([`ModuleOp::Cancel`]).
 //!
 //! Every error answer is `{"error":"<what is wrong>"}` (plus `"reason"` for refused modules)
 //! with a 4xx/5xx status, and every response closes the connection: one request per
@@ -71,8 +73,8 @@ pub trait AdminBackend: Send + Sync + 'static {
     ) -> BoxFuture<'_, Result<UploadOutcome, UploadError>>;
     /// The node's modules: per kind the active one and every stored version, as JSON.
     fn modules(&self) -> BoxFuture<'_, Result<serde_json::Value, String>>;
-    /// Activates a ready module (live, shadow or canary) or rolls a kind back; answers the
-    /// kind's slot status as JSON. A backend without module slots refuses every operation.
+    /// Activates a ready module (live, shadow or canary), rolls a kind back or stops its
+    /// candidate; answers the kind's slot status as JSON. A backend without module slots refuses every operation.
     fn module_op(&self, op: ModuleOp) -> BoxFuture<'_, Result<serde_json::Value, ModuleOpError>> {
         let _ = op;
         Box::pin(async {
@@ -95,6 +97,11 @@ pub enum ModuleOp {
     },
     /// Return a local kind to its previous version at once.
     Rollback {
+        /// The kind.
+        kind: Kind,
+    },
+    /// Stop a local kind's shadow or canary; the active version is unchanged.
+    Cancel {
         /// The kind.
         kind: Kind,
     },

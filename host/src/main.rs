@@ -120,6 +120,17 @@ enum ModuleCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Stop a local kind's shadow or canary; the active version keeps serving.
+    Cancel {
+        /// The kind.
+        kind: modnode::runtime::Kind,
+        /// Which node.
+        #[command(flatten)]
+        node: commands::module::NodeArgs,
+        /// Print the node's JSON answer.
+        #[arg(long)]
+        json: bool,
+    },
     /// Turn a core wasm module built with wit-bindgen into a component.
     Componentize {
         /// The core module (`target/wasm32-unknown-unknown/<profile>/<crate>.wasm`).
@@ -228,6 +239,9 @@ fn main() -> std::process::ExitCode {
         }
         Command::Module(ModuleCommand::Rollback { kind, node, json }) => {
             commands::module::rollback(kind, &node, json)
+        }
+        Command::Module(ModuleCommand::Cancel { kind, node, json }) => {
+            commands::module::cancel(kind, &node, json)
         }
         Command::Module(ModuleCommand::Componentize { core, output }) => {
             commands::module::componentize(&core, &output)

@@ -135,6 +135,12 @@ pub async fn rollback_module(target: &Target, kind: Kind) -> Result<Value, Admin
     post_json(target, "/modules/rollback", &body).await
 }
 
+/// Stops `kind`'s shadow or canary; returns the kind's slot status.
+pub async fn cancel_candidate(target: &Target, kind: Kind) -> Result<Value, AdminError> {
+    let body = serde_json::json!({"kind": kind.to_string()});
+    post_json(target, "/modules/cancel", &body).await
+}
+
 async fn post_json(target: &Target, path: &str, body: &Value) -> Result<Value, AdminError> {
     let bytes = body.to_string().into_bytes();
     request(

@@ -56,6 +56,10 @@ pub(crate) fn router(state: AppState) -> Router {
             "/modules/rollback",
             axum::routing::post(rollback_module).fallback(not_allowed),
         )
+        .route(
+            "/modules/cancel",
+            axum::routing::post(cancel_candidate).fallback(not_allowed),
+        )
         .route_layer(middleware::from_fn_with_state(state.clone(), authorize));
     Router::new()
         .route("/metrics", get(metrics).fallback(not_allowed))
@@ -76,7 +80,7 @@ async fn not_found(request: Request) -> Response {
 
 async fn not_allowed(request: Request) -> Response {
     let allow = match request.uri().path() {
-        "/deposits" | "/modules/activate" | "/modules/rollback" => "POST",
+        "/deposits" | "/modules/activate" | "/modules/rollback" | "/modules/cancel" => "POST",
         "/modules" => "GET, POST",
         _ => "GET",
     };
@@ -371,15 +375,24 @@ async fn activate_module(State(state): State<AppState>, request: Request) -> Res
     }
 }
 
-async fn rollback_module(State(state): State<AppState>, request: Request) -> Response {
-    let body = match read_json(&state, request).await {
+/// A module operation on the kind named by the body's `kind` field.
+async fn kind_op(state: &AppState, request: Request, op: fn(Kind) -> ModuleOp) -> Response {
+    let body = match read_json(state, request).await {
         Ok(body) => body,
         Err(response) => return response,
     };
     match field(&body, "kind").and_then(str::parse::<Kind>) {
-        Ok(kind) => run_op(&state, ModuleOp::Rollback { kind }).await,
+        Ok(kind) => run_op(state, op(kind)).await,
         Err(message) => error(StatusCode::BAD_REQUEST, message),
     }
+}
+
+async fn rollback_module(State(state): State<AppState>, request: Request) -> Response {
+    kind_op(&state, request, |kind| ModuleOp::Rollback { kind }).await
+}
+
+async fn cancel_candidate(State(state): State<AppState>, request: Request) -> Response {
+    kind_op(&state, request, |kind| ModuleOp::Cancel { kind }).await
 }
 
 #[cfg(test)]

@@ -240,6 +240,17 @@ fn print_kind(kind: &Value, empty: &Vec<Value>) {
     }
 }
 
+/// Prints the answer of a slot operation: JSON as is, or `headline(slot)` and the slot.
+fn show_slot(answer: &Value, json: bool, headline: impl FnOnce(&Value) -> String) {
+    if json {
+        println!("{answer}");
+        return;
+    }
+    let slot = &answer["slot"];
+    println!("{}: {}", str_of(&answer["kind"]), headline(slot));
+    print_kind(&json!({"kind": answer["kind"], "slot": slot}), &Vec::new());
+}
+
 /// `modnode module activate <hash> [--shadow | --canary P]`.
 pub fn activate(hash: &str, mode: Mode, node: &NodeArgs, json: bool) -> anyhow::Result<()> {
     let target = node.target()?;
@@ -251,18 +262,14 @@ pub fn activate(hash: &str, mode: Mode, node: &NodeArgs, json: bool) -> anyhow::
                 target.addr()
             )
         })?;
-    if json {
-        println!("{answer}");
-        return Ok(());
-    }
-    let slot = &answer["slot"];
-    let name = match mode {
-        Mode::Live => str_of(&slot["active"]["name"]),
-        Mode::Shadow => str_of(&slot["shadow"]["version"]["name"]),
-        Mode::Canary(_) => str_of(&slot["canary"]["version"]["name"]),
-    };
-    println!("{}: {name} is now {mode}", str_of(&answer["kind"]));
-    print_kind(&json!({"kind": answer["kind"], "slot": slot}), &Vec::new());
+    show_slot(&answer, json, |slot| {
+        let name = match mode {
+            Mode::Live => str_of(&slot["active"]["name"]),
+            Mode::Shadow => str_of(&slot["shadow"]["version"]["name"]),
+            Mode::Canary(_) => str_of(&slot["canary"]["version"]["name"]),
+        };
+        format!("{name} is now {mode}")
+    });
     Ok(())
 }
 
@@ -272,13 +279,29 @@ pub fn rollback(kind: Kind, node: &NodeArgs, json: bool) -> anyhow::Result<()> {
     let answer = runtime()?
         .block_on(client::rollback_module(&target, kind))
         .with_context(|| format!("the node at {} did not roll {kind} back", target.addr()))?;
-    if json {
-        println!("{answer}");
-        return Ok(());
-    }
-    let slot = &answer["slot"];
-    println!("{kind}: rolled back to {}", str_of(&slot["active"]["name"]));
-    print_kind(&json!({"kind": answer["kind"], "slot": slot}), &Vec::new());
+    show_slot(&answer, json, |slot| {
+        format!("rolled back to {}", str_of(&slot["active"]["name"]))
+    });
+    Ok(())
+}
+
+/// `modnode module cancel <kind>`.
+pub fn cancel(kind: Kind, node: &NodeArgs, json: bool) -> anyhow::Result<()> {
+    let target = node.target()?;
+    let answer = runtime()?
+        .block_on(client::cancel_candidate(&target, kind))
+        .with_context(|| {
+            format!(
+                "the node at {} did not stop {kind}'s shadow or canary",
+                target.addr()
+            )
+        })?;
+    show_slot(&answer, json, |slot| {
+        format!(
+            "shadow / canary stopped; {} serves every call",
+            str_of(&slot["active"]["name"])
+        )
+    });
     Ok(())
 }
 

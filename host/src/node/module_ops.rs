@@ -1,5 +1,5 @@
-//! The admin side of the module slots: what `GET /modules` lists, what `POST /modules/activate`
-//! and `/modules/rollback` do, and the preparation of stored modules at start so that every
+//! The admin side of the module slots: what `GET /modules` lists, what `POST /modules/activate`,
+//! `/modules/rollback` and `/modules/cancel` do, and the preparation of stored modules at start so that every
 //! stored version can be activated by hash after a restart.
 //!
 //! The slot logic itself (swaps, shadow, canary, breaker) is in [`crate::runtime::slot`]; this
@@ -57,6 +57,7 @@ pub(crate) fn run(
             slots.activate(kind, hash, mode)
         }
         ModuleOp::Rollback { kind } => slots.rollback(kind),
+        ModuleOp::Cancel { kind } => slots.cancel_candidate(kind),
     }
     .map_err(refusal)?;
     Ok(json!({ "kind": status.kind, "slot": status }))

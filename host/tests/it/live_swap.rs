@@ -190,6 +190,18 @@ async fn gossip_policy_canary_live_rollback_and_shadow_through_the_admin_api_on_
     assert_eq!(same.divergences, 0, "{same:?}");
     assert_eq!(same.faults, 0);
 
+    // Cancelling stops the shadow and leaves the active version.
+    let answer = client::cancel_candidate(&api, Kind::GossipPolicy)
+        .await
+        .unwrap();
+    assert!(slot(&answer)["shadow"].is_null(), "{answer}");
+    assert_eq!(slot(&answer)["active"]["hash"], *v2);
+    refused(
+        client::cancel_candidate(&api, Kind::GossipPolicy).await,
+        409,
+        "no shadow or canary",
+    );
+
     // The refusals name what is wrong.
     refused(
         client::activate_module(&api, &"ab".repeat(32), Mode::Live).await,
