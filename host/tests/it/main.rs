@@ -16,6 +16,7 @@ mod profile;
 mod reproducible;
 mod slots;
 mod upgrade_check;
+mod upgrades;
 mod upload;
 
 use std::sync::{Arc, RwLock};
