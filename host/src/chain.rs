@@ -284,6 +284,7 @@ impl Chain {
     /// Where the chain finds the deposits modules its schedule names (the node's prepared
     /// modules). Without it only the engine the chain was opened with can run.
     pub fn set_deposit_modules(&mut self, modules: Arc<dyn DepositModules>) {
+        modules.scheduled(&self.schedule);
         self.modules = Some(modules);
     }
 
@@ -738,6 +739,9 @@ impl Chain {
         self.eth1 = eth1;
         self.schedule = schedule;
         self.head = head;
+        if let Some(modules) = &self.modules {
+            modules.scheduled(&self.schedule);
+        }
         Ok(Imported { head, outcomes })
     }
 }

@@ -89,6 +89,25 @@ enum ModuleCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Make a running authority's blocks vote to switch a consensus kind to a stored, ready
+    /// module at a height; it is scheduled once a majority of the authorities voted for the same
+    /// (kind, module, height) more than the genesis lead before that height.
+    Propose {
+        /// The module's sha256 (hex), as `module upload` or `module list` prints it.
+        sha256: String,
+        /// The consensus kind.
+        #[arg(long, default_value = "deposits")]
+        kind: String,
+        /// The first height that runs the module.
+        #[arg(long)]
+        activate_at: u64,
+        /// Which node.
+        #[command(flatten)]
+        node: commands::module::NodeArgs,
+        /// Print the node's JSON answer.
+        #[arg(long)]
+        json: bool,
+    },
     /// Turn a core wasm module built with wit-bindgen into a component.
     Componentize {
         /// The core module (`target/wasm32-unknown-unknown/<profile>/<crate>.wasm`).
@@ -181,6 +200,13 @@ fn main() -> std::process::ExitCode {
             commands::module::upload(&file, &node, json)
         }
         Command::Module(ModuleCommand::List { node, json }) => commands::module::list(&node, json),
+        Command::Module(ModuleCommand::Propose {
+            sha256,
+            kind,
+            activate_at,
+            node,
+            json,
+        }) => commands::module::propose(&sha256, &kind, activate_at, &node, json),
         Command::Module(ModuleCommand::Componentize { core, output }) => {
             commands::module::componentize(&core, &output)
         }

@@ -115,6 +115,25 @@ pub async fn modules(target: &Target) -> Result<Value, AdminError> {
     request(target, "GET", "/modules", None, CLIENT_TIMEOUT).await
 }
 
+/// Asks the node to vote for upgrading `kind` to module `sha256` (hex) at `activate_at`
+/// (`POST /modules/propose`).
+pub async fn propose_upgrade(
+    target: &Target,
+    kind: &str,
+    sha256: &str,
+    activate_at: u64,
+) -> Result<Value, AdminError> {
+    let body = serde_json::json!({"kind": kind, "sha256": sha256, "activate_at": activate_at});
+    request(
+        target,
+        "POST",
+        "/modules/propose",
+        Some((body.to_string().into_bytes(), "application/json")),
+        CLIENT_TIMEOUT,
+    )
+    .await
+}
+
 /// Sends one request; returns the node's JSON answer.
 async fn request(
     target: &Target,

@@ -33,6 +33,10 @@ pub struct DepositsResult {
 pub trait DepositModules: Send + Sync {
     /// The ready deposits engine with component sha256 `hash`.
     fn deposits(&self, hash: &[u8; 32]) -> Option<DepositEngine>;
+
+    /// Told the module schedule after every change of the head (import, revert, open), so the
+    /// node can fetch and warm scheduled modules before their height.
+    fn scheduled(&self, _schedule: &crate::state::Schedule) {}
 }
 
 impl DepositEngine {

@@ -97,6 +97,9 @@ impl Chain {
         self.eth1 = eth1;
         self.schedule = schedule;
         self.head = new_head;
+        if let Some(modules) = &self.modules {
+            modules.scheduled(&self.schedule);
+        }
         Ok(new_head)
     }
 }

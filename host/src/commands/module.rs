@@ -123,6 +123,42 @@ pub fn list(node: &NodeArgs, json: bool) -> anyhow::Result<()> {
             );
         }
     }
+    for s in answer["scheduled"].as_array().unwrap_or(&empty) {
+        println!(
+            "{}\n  scheduled: sha256 {} at height {}; ready here: {}, peers ready {}/{}, authorities ready {}/{}",
+            s["kind"].as_str().unwrap_or("?"),
+            s["sha256"].as_str().unwrap_or("?"),
+            s["height"],
+            s["ready_here"],
+            s["peers_ready"],
+            s["peers_connected"],
+            s["authorities_ready"],
+            s["authorities"],
+        );
+    }
+    Ok(())
+}
+
+/// `modnode module propose <sha256> --kind <kind> --activate-at <height>`.
+pub fn propose(
+    sha256: &str,
+    kind: &str,
+    activate_at: u64,
+    node: &NodeArgs,
+    json: bool,
+) -> anyhow::Result<()> {
+    let target = node.target()?;
+    let answer = runtime()?
+        .block_on(client::propose_upgrade(&target, kind, sha256, activate_at))
+        .with_context(|| format!("the node at {} refused the proposal", target.addr()))?;
+    if json {
+        println!("{answer}");
+    } else {
+        println!(
+            "proposed: {kind} -> {sha256} at height {activate_at}; this node's blocks vote for it \
+             until a majority of the authorities has"
+        );
+    }
     Ok(())
 }
 

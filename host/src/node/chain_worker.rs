@@ -16,7 +16,7 @@ use super::worker_queue::{JobClass, QueueLimits, Requester, WorkerQueue};
 use crate::chain::block::{Block, DepositData, Hash, Seal};
 use crate::chain::{Added, Chain, ForkChoiceError, Head};
 use crate::net::identity::NodeIdentity;
-use crate::state::RegistryRead;
+use crate::state::{RegistryRead, UpgradeOp};
 
 /// What the rest of the node sees of the chain; updated after every change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,6 +61,9 @@ pub enum WorkerError {
     /// The worker's queue for this kind of job (or this peer's share of it) is full.
     #[error("the chain worker is busy; try again later")]
     Busy,
+    /// The upgrade proposal breaks the schedule's rules.
+    #[error("upgrade proposal refused: {0}")]
+    Proposal(crate::state::ScheduleError),
     /// The block's slot has not started yet on our clock (beyond the skew allowance).
     #[error("block {height} is for slot {slot}, but the current slot is {current}")]
     FutureSlot {
@@ -96,6 +99,10 @@ enum Command {
     Deposit {
         deposit: DepositData,
         reply: oneshot::Sender<Result<Hash, WorkerError>>,
+    },
+    Propose {
+        op: UpgradeOp,
+        reply: oneshot::Sender<Result<(), WorkerError>>,
     },
 }
 
@@ -177,6 +184,11 @@ impl ChainHandle {
         self.ask(|reply| Command::Deposit { deposit, reply }).await
     }
 
+    /// Makes this node's blocks vote for the upgrade `op` while the vote counts.
+    pub async fn propose_upgrade(&self, op: UpgradeOp) -> Result<(), WorkerError> {
+        self.ask(|reply| Command::Propose { op, reply }).await
+    }
+
     /// The current view.
     pub fn view(&self) -> ChainView {
         *self.view.borrow()
@@ -252,7 +264,9 @@ pub fn spawn(
 fn admit(queue: &mut WorkerQueue<Command>, command: Command) {
     let (class, requester) = match &command {
         Command::Produce { .. } => (JobClass::Produce, None),
-        Command::Add { .. } | Command::Deposit { .. } => (JobClass::Import, None),
+        Command::Add { .. } | Command::Deposit { .. } | Command::Propose { .. } => {
+            (JobClass::Import, None)
+        }
         Command::Blocks { requester, .. } => (JobClass::Serve, *requester),
     };
     if let Err(refused) = queue.push(class, requester, command) {
@@ -267,6 +281,9 @@ fn admit(queue: &mut WorkerQueue<Command>, command: Command) {
                 let _ = reply.send(Err(WorkerError::Busy));
             }
             Command::Deposit { reply, .. } => {
+                let _ = reply.send(Err(WorkerError::Busy));
+            }
+            Command::Propose { reply, .. } => {
                 let _ = reply.send(Err(WorkerError::Busy));
             }
         }
@@ -328,6 +345,13 @@ impl Worker {
             }
             Command::Deposit { deposit, reply } => {
                 let _ = reply.send(self.mempool.insert(deposit).map_err(WorkerError::from));
+            }
+            Command::Propose { op, reply } => {
+                let _ = reply.send(
+                    self.chain
+                        .propose_upgrade(op)
+                        .map_err(WorkerError::Proposal),
+                );
             }
         }
     }

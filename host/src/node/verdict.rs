@@ -81,7 +81,7 @@ impl WorkerError {
             Self::Block(e) => e.fault(),
             Self::FutureSlot { .. } | Self::Busy => Fault::Transient,
             Self::Stopped | Self::Produce { .. } | Self::Store(_) => Fault::Ours,
-            Self::Mempool(_) => Fault::Transient,
+            Self::Mempool(_) | Self::Proposal(_) => Fault::Transient,
         }
     }
 }
