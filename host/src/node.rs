@@ -279,6 +279,7 @@ pub struct Node {
     chain: ChainHandle,
     metrics: Arc<Metrics>,
     modules: Arc<Modules>,
+    upgrades: Arc<UpgradeAgent>,
     shutdown: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
     worker: Option<std::thread::JoinHandle<()>>,
@@ -424,7 +425,7 @@ impl Node {
                     metrics: metrics.clone(),
                     module_store,
                     slots: modules.clone(),
-                    upgrades,
+                    upgrades: upgrades.clone(),
                 });
                 let (listener, token) = admin::server::bind(addr, &data_dir, config.admin_public)
                     .await
@@ -459,6 +460,7 @@ impl Node {
             chain,
             metrics,
             modules,
+            upgrades,
             shutdown,
             tasks,
             worker: Some(worker),
@@ -468,6 +470,11 @@ impl Node {
     /// The node's module slots: prepare, activate (live, shadow, canary), roll back, status.
     pub fn modules(&self) -> &Arc<Modules> {
         &self.modules
+    }
+
+    /// The node's side of on-chain upgrades: the schedule after the head, readiness, fetching.
+    pub fn upgrades(&self) -> &Arc<UpgradeAgent> {
+        &self.upgrades
     }
 
     /// The node's id (hex).

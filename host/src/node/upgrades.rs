@@ -16,7 +16,7 @@ use sha2::{Digest, Sha256};
 use crate::chain::{DepositEngine, DepositModules};
 use crate::modules_store::upload::ModuleService;
 use crate::runtime::{Kind, Modules};
-use crate::state::{Schedule, UpgradeOp};
+use crate::state::Schedule;
 
 type Hash = [u8; 32];
 
@@ -70,11 +70,12 @@ pub struct UpgradeAgent {
     embedded: HashMap<Hash, &'static [u8]>,
     authorities: Vec<Hash>,
     me: Hash,
-    /// The schedule's entries after the head.
-    scheduled: Mutex<Vec<UpgradeOp>>,
+    /// The schedule after the head.
+    schedule: Mutex<Schedule>,
     /// What each connected peer last reported ready.
     peers: Mutex<HashMap<Hash, Vec<Hash>>>,
     fetching: AtomicBool,
+    serving: AtomicBool,
 }
 
 impl std::fmt::Debug for UpgradeAgent {
@@ -106,10 +107,29 @@ impl UpgradeAgent {
             embedded,
             authorities,
             me,
-            scheduled: Mutex::new(Vec::new()),
+            schedule: Mutex::new(Schedule::default()),
             peers: Mutex::new(HashMap::new()),
             fetching: AtomicBool::new(false),
+            serving: AtomicBool::new(true),
         }
+    }
+
+    /// The module schedule after the head (scheduled modules and pending upgrade votes).
+    pub fn schedule(&self) -> Schedule {
+        lock(&self.schedule).clone()
+    }
+
+    /// Whether this node sends module bytes to peers that ask (on by default).
+    pub fn set_serving(&self, serving: bool) {
+        self.serving.store(serving, Ordering::Release);
+    }
+
+    fn scheduled_modules(&self) -> Vec<Hash> {
+        lock(&self.schedule)
+            .entries
+            .iter()
+            .map(|e| e.module)
+            .collect()
     }
 
     /// Whether the module `hash` is prepared (compiled and warmed) here.
@@ -119,9 +139,9 @@ impl UpgradeAgent {
 
     /// The scheduled modules this node has ready (what its status answers list).
     pub fn ready_scheduled(&self) -> Vec<Hash> {
-        let mut ready: Vec<Hash> = lock(&self.scheduled)
-            .iter()
-            .map(|e| e.module)
+        let mut ready: Vec<Hash> = self
+            .scheduled_modules()
+            .into_iter()
             .filter(|h| self.is_ready(h))
             .collect();
         ready.sort_unstable();
@@ -132,9 +152,9 @@ impl UpgradeAgent {
 
     /// Scheduled modules not ready here.
     pub fn missing(&self) -> Vec<Hash> {
-        let mut missing: Vec<Hash> = lock(&self.scheduled)
-            .iter()
-            .map(|e| e.module)
+        let mut missing: Vec<Hash> = self
+            .scheduled_modules()
+            .into_iter()
             .filter(|h| !self.is_ready(h))
             .collect();
         missing.sort_unstable();
@@ -189,6 +209,9 @@ impl UpgradeAgent {
 
     /// The bytes of module `hash`, to serve a peer: stored or embedded.
     pub fn serve(&self, hash: &Hash) -> Option<Vec<u8>> {
+        if !self.serving.load(Ordering::Acquire) {
+            return None;
+        }
         if let Some(bytes) = self.embedded.get(hash) {
             return Some(bytes.to_vec());
         }
@@ -229,7 +252,9 @@ impl UpgradeAgent {
     /// Readiness of every scheduled module not yet active at `head_height`.
     pub fn readiness(&self, head_height: u64) -> Vec<ScheduledReadiness> {
         let peers = lock(&self.peers);
-        lock(&self.scheduled)
+        let schedule = self.schedule();
+        schedule
+            .entries
             .iter()
             .filter(|e| e.height > head_height)
             .map(|e| {
@@ -268,6 +293,6 @@ impl DepositModules for UpgradeAgent {
     }
 
     fn scheduled(&self, schedule: &Schedule) {
-        *lock(&self.scheduled) = schedule.entries.clone();
+        *lock(&self.schedule) = schedule.clone();
     }
 }

@@ -16,6 +16,7 @@ mod profile;
 mod reproducible;
 mod slots;
 mod upgrade_check;
+mod upgrade_devnet;
 mod upgrades;
 mod upload;
 
