@@ -20,6 +20,7 @@ pub mod metrics;
 mod network;
 pub mod upgrades;
 pub mod verdict;
+pub mod worker_inbox;
 pub mod worker_queue;
 
 use std::net::{IpAddr, SocketAddr};
@@ -344,6 +345,7 @@ impl Node {
             GossipConfig {
                 engine: modnode_gossip::EngineConfig {
                     validate_before_relay: true,
+                    message_id: gossip::message_id,
                     ..modnode_gossip::EngineConfig::default()
                 },
                 max_message_bytes: config.transport.max_message_bytes,

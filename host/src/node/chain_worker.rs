@@ -1,18 +1,18 @@
 //! The chain worker: one OS thread that owns the [`Chain`] and the [`Mempool`].
 //!
 //! Block import runs WebAssembly and writes to sled, both blocking, so it stays off the async
-//! runtime. Everything else talks to the worker through a [`ChainHandle`] (a command channel,
+//! runtime. Everything else talks to the worker through a [`ChainHandle`] (a bounded inbox,
 //! answers on oneshot channels) and watches its [`ChainView`]. Commands are handled one at a
 //! time, so imports, block production and range serving never interleave; they wait in a
-//! [`WorkerQueue`] that puts production before imports before serving peers and bounds each.
+//! [`WorkerQueue`](super::worker_queue::WorkerQueue) that puts production before imports before serving peers and bounds each.
 
-use std::sync::mpsc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use tokio::sync::{oneshot, watch};
 
 use super::mempool::{Mempool, MempoolError};
-use super::worker_queue::{JobClass, QueueLimits, Requester, WorkerQueue};
+use super::worker_inbox::{InboxSender, Refused, inbox};
+use super::worker_queue::{JobClass, QueueLimits, Requester};
 use crate::chain::block::{Block, DepositData, Hash, Seal};
 use crate::chain::{Added, Chain, ForkChoiceError, Head};
 use crate::net::identity::NodeIdentity;
@@ -109,7 +109,7 @@ enum Command {
 /// Talks to the chain worker; cheap to clone. The worker stops when every handle is dropped.
 #[derive(Clone)]
 pub struct ChainHandle {
-    commands: mpsc::Sender<Command>,
+    commands: InboxSender<Command>,
     view: watch::Receiver<ChainView>,
 }
 
@@ -127,9 +127,13 @@ impl ChainHandle {
         command: impl FnOnce(oneshot::Sender<Result<T, WorkerError>>) -> Command,
     ) -> Result<T, WorkerError> {
         let (reply, rx) = oneshot::channel();
-        self.commands
-            .send(command(reply))
-            .map_err(|_| WorkerError::Stopped)?;
+        let command = command(reply);
+        let (class, requester) = class_of(&command);
+        match self.commands.send(class, requester, command) {
+            Ok(()) => {}
+            Err(Refused::Full(_)) => return Err(WorkerError::Busy),
+            Err(Refused::Closed(_)) => return Err(WorkerError::Stopped),
+        }
         rx.await.map_err(|_| WorkerError::Stopped)?
     }
 
@@ -207,7 +211,7 @@ pub fn spawn(
     identity: NodeIdentity,
     mempool_capacity: usize,
 ) -> std::io::Result<(ChainHandle, std::thread::JoinHandle<()>)> {
-    let (commands, rx) = mpsc::channel();
+    let (commands, rx) = inbox(QueueLimits::default());
     let mut worker = Worker {
         chain,
         identity,
@@ -220,21 +224,7 @@ pub fn spawn(
     let thread = std::thread::Builder::new()
         .name("chain-worker".into())
         .spawn(move || {
-            let mut queue = WorkerQueue::new(QueueLimits::default());
-            loop {
-                // Take everything that arrived, then do the most urgent job.
-                if queue.is_empty() {
-                    match rx.recv() {
-                        Ok(command) => admit(&mut queue, command),
-                        Err(_) => break,
-                    }
-                }
-                while let Ok(command) = rx.try_recv() {
-                    admit(&mut queue, command);
-                }
-                let Some(command) = queue.pop() else {
-                    continue;
-                };
+            while let Some(command) = rx.recv() {
                 if let Command::Blocks { reply, .. } = &command
                     && reply.is_closed()
                 {
@@ -260,33 +250,14 @@ pub fn spawn(
     Ok((ChainHandle { commands, view }, thread))
 }
 
-/// Queues `command`, or answers it with [`WorkerError::Busy`] when its queue is full.
-fn admit(queue: &mut WorkerQueue<Command>, command: Command) {
-    let (class, requester) = match &command {
+/// Where `command` waits: its class, and the peer it serves.
+fn class_of(command: &Command) -> (JobClass, Requester) {
+    match command {
         Command::Produce { .. } => (JobClass::Produce, None),
         Command::Add { .. } | Command::Deposit { .. } | Command::Propose { .. } => {
             (JobClass::Import, None)
         }
         Command::Blocks { requester, .. } => (JobClass::Serve, *requester),
-    };
-    if let Err(refused) = queue.push(class, requester, command) {
-        match refused {
-            Command::Add { reply, .. } => {
-                let _ = reply.send(Err(WorkerError::Busy));
-            }
-            Command::Produce { reply, .. } => {
-                let _ = reply.send(Err(WorkerError::Busy));
-            }
-            Command::Blocks { reply, .. } => {
-                let _ = reply.send(Err(WorkerError::Busy));
-            }
-            Command::Deposit { reply, .. } => {
-                let _ = reply.send(Err(WorkerError::Busy));
-            }
-            Command::Propose { reply, .. } => {
-                let _ = reply.send(Err(WorkerError::Busy));
-            }
-        }
     }
 }
 

@@ -138,7 +138,7 @@ pub(super) struct NetworkParts {
     pub peers: PeerManager,
     pub sync: RangeSync,
     pub gossip: GossipHandle,
-    pub gossip_events: mpsc::UnboundedReceiver<GossipEvent>,
+    pub gossip_events: mpsc::Receiver<GossipEvent>,
     pub chain: ChainHandle,
     pub metrics: Arc<Metrics>,
     pub status_interval: Duration,
@@ -163,7 +163,7 @@ pub(super) struct Network {
     chain: ChainHandle,
     metrics: Arc<Metrics>,
     conns: HashMap<PeerKey, Conn>,
-    events: mpsc::UnboundedSender<Event>,
+    events: mpsc::Sender<Event>,
     start: Instant,
     importing: bool,
     status_interval: Duration,
@@ -177,6 +177,12 @@ pub(super) struct Network {
     upgrades: Arc<UpgradeAgent>,
 }
 
+/// Events the network task's helpers may have waiting for it. Every helper task sends at most
+/// a few, and there are as many helpers as connections and requests in flight (each bounded),
+/// so this is head-room, not a limit ever met in normal running; a full channel makes helpers
+/// wait (backpressure), never the network task itself, which only receives.
+const EVENT_CAPACITY: usize = 1024;
+
 fn short(node: &PeerKey) -> String {
     hex::encode(node.get(..4).unwrap_or_default())
 }
@@ -184,7 +190,7 @@ fn short(node: &PeerKey) -> String {
 impl Network {
     /// Runs until `shutdown` turns true, then closes every connection.
     pub(super) async fn run(parts: NetworkParts, mut shutdown: watch::Receiver<bool>) {
-        let (events, mut events_rx) = mpsc::unbounded_channel();
+        let (events, mut events_rx) = mpsc::channel(EVENT_CAPACITY);
         let listen_port = parts.endpoint.local_addr().map(|a| a.port()).unwrap_or(0);
         let mut gossip_events = parts.gossip_events;
         let mut chain_view = parts.chain.watch();
@@ -382,7 +388,7 @@ impl Network {
                             }
                             Err(e) => Err(e),
                         };
-                        let _ = events.send(Event::PeersAnswer { node, result });
+                        let _ = events.send(Event::PeersAnswer { node, result }).await;
                     });
                 }
             }
@@ -406,7 +412,7 @@ impl Network {
                     }
                 }
             };
-            let _ = events.send(Event::Dialed { node, result });
+            let _ = events.send(Event::Dialed { node, result }).await;
         });
     }
 
@@ -423,14 +429,16 @@ impl Network {
         let events = self.events.clone();
         tokio::spawn(async move {
             let accepted = endpoint::accept(incoming, &limits, open).await;
-            let _ = events.send(Event::IncomingDone { addr });
+            let _ = events.send(Event::IncomingDone { addr }).await;
             match accepted {
                 Ok((conn, id)) => {
-                    let _ = events.send(Event::Inbound {
-                        node: *id.as_bytes(),
-                        addr,
-                        conn,
-                    });
+                    let _ = events
+                        .send(Event::Inbound {
+                            node: *id.as_bytes(),
+                            addr,
+                            conn,
+                        })
+                        .await;
                 }
                 Err(e) => tracing::info!(%addr, error = %e, "refused incoming connection"),
             }
@@ -486,7 +494,9 @@ impl Network {
                     let id = NodeId::from_bytes(node);
                     let result =
                         handshake::exchange(&conn, id, &hello, Role::Acceptor, timeout).await;
-                    let _ = events.send(Event::InboundHandshake { node, conn, result });
+                    let _ = events
+                        .send(Event::InboundHandshake { node, conn, result })
+                        .await;
                 });
             }
             Event::InboundHandshake { node, conn, result } => match result {
@@ -661,10 +671,12 @@ impl Network {
         let watched = conn.clone();
         tokio::spawn(async move {
             watched.closed().await;
-            let _ = events.send(Event::Closed {
-                node,
-                stable_id: watched.stable_id(),
-            });
+            let _ = events
+                .send(Event::Closed {
+                    node,
+                    stable_id: watched.stable_id(),
+                })
+                .await;
         });
         tokio::spawn(serve(
             node,
@@ -757,12 +769,14 @@ impl Network {
         let events = self.events.clone();
         tokio::spawn(async move {
             let result = chain.add_block(block.clone()).await;
-            let _ = events.send(Event::GossipBlock {
-                id,
-                from,
-                block: Box::new(block),
-                result,
-            });
+            let _ = events
+                .send(Event::GossipBlock {
+                    id,
+                    from,
+                    block: Box::new(block),
+                    result,
+                })
+                .await;
         });
     }
 }

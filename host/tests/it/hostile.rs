@@ -540,7 +540,7 @@ mod quic {
 
     /// Pushes `payload` of `kind` to the node behind `conn` as one gossip frame.
     async fn push(conn: &quinn::Connection, kind: MessageKind, payload: Vec<u8>) -> MessageId {
-        let id = MessageId::of(&payload);
+        let id = modnode::net::gossip::message_id(kind, &payload);
         let frame = Frame::Push {
             id,
             kind,
@@ -557,12 +557,14 @@ mod quic {
         id
     }
 
-    /// Records the id of every message pushed or announced to `conn`.
+    /// Records the id of every message announced to `conn`, and of every message pushed to it
+    /// both its id and the sha256 of its payload (a block's id covers only its header).
     fn watch_gossip(conn: quinn::Connection) -> Arc<Mutex<BTreeSet<MessageId>>> {
         fn collect(frame: Frame, ids: &mut BTreeSet<MessageId>) {
             match frame {
-                Frame::Push { id, .. } => {
+                Frame::Push { id, payload, .. } => {
                     ids.insert(id);
+                    ids.insert(MessageId::of(&payload));
                 }
                 Frame::Announce { items } => ids.extend(items.iter().map(|i| i.id)),
                 Frame::Batch { frames } => frames.into_iter().for_each(|f| collect(f, ids)),
@@ -615,7 +617,13 @@ mod quic {
 
         let real = block_at(&b, 2).await;
         let forged = body_swapped(&real);
-        let forged_id = push(&attacker, MessageKind::Block, forged.encode()).await;
+        let forged_bytes = forged.encode();
+        let forged_hash = MessageId::of(&forged_bytes);
+        assert_eq!(
+            push(&attacker, MessageKind::Block, forged_bytes).await,
+            modnode::net::gossip::message_id(MessageKind::Block, &real.encode()),
+            "a body variant has its block's gossip id"
+        );
         let closed = tokio::time::timeout(LIVENESS, attacker.closed())
             .await
             .expect("B keeps the peer that pushed a body-swapped block");
@@ -628,7 +636,7 @@ mod quic {
         })
         .await;
         assert!(
-            !relayed.lock().unwrap().contains(&forged_id),
+            !relayed.lock().unwrap().contains(&forged_hash),
             "B relayed the body-swapped block"
         );
         assert_eq!(block_at(&b, 2).await, real, "the stored block was replaced");

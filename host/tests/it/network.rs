@@ -388,8 +388,8 @@ async fn authorities_that_produced_apart_converge_on_one_chain() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_peer_relaying_an_invalid_block_is_disconnected_and_the_block_dropped() {
     use modnode::chain::block::{Block, BlockBody, BlockHeader, Seal};
+    use modnode_gossip::Frame;
     use modnode_gossip::policy::MessageKind;
-    use modnode_gossip::{Frame, MessageId};
 
     // The node follows a chain whose only authority is elsewhere, so its head stays at genesis.
     let tmp = dirs(2);
@@ -420,7 +420,7 @@ async fn a_peer_relaying_an_invalid_block_is_disconnected_and_the_block_dropped(
     };
     let payload = block.encode();
     let frame = Frame::Push {
-        id: MessageId::of(&payload),
+        id: modnode::net::gossip::message_id(MessageKind::Block, &payload),
         kind: MessageKind::Block,
         hops: 0,
         payload: payload.into(),

@@ -59,10 +59,12 @@ impl Network {
                 match accept {
                     Ok(Ok(())) => break,
                     Ok(Err(e @ crate::node::upgrades::FetchError::WrongHash { .. })) => {
-                        let _ = events.send(Event::Violation {
-                            node: peer,
-                            reason: e.to_string(),
-                        });
+                        let _ = events
+                            .send(Event::Violation {
+                                node: peer,
+                                reason: e.to_string(),
+                            })
+                            .await;
                     }
                     Ok(Err(e)) => {
                         tracing::warn!(peer = %short(&peer), error = %e, "fetched module refused")
