@@ -55,6 +55,10 @@ enum DebugCommand {
         /// Blocks to import before exiting.
         #[arg(long, default_value_t = u64::MAX)]
         blocks: u64,
+        /// Schedule the embedded deposits-v1 at this height (the chain starts on deposits-v2),
+        /// so crash tests can kill the loop around an activation.
+        #[arg(long)]
+        upgrade_at: Option<u64>,
     },
 }
 
@@ -190,9 +194,11 @@ fn main() -> std::process::ExitCode {
         Command::Run(args) => commands::run::run(args),
         Command::Devnet(args) => commands::devnet::devnet(args),
         Command::Deposit(DepositCommand::Submit(args)) => commands::deposit::submit(args),
-        Command::Debug(DebugCommand::ImportLoop { data_dir, blocks }) => {
-            commands::run::import_loop(&data_dir, blocks)
-        }
+        Command::Debug(DebugCommand::ImportLoop {
+            data_dir,
+            blocks,
+            upgrade_at,
+        }) => commands::run::import_loop(&data_dir, blocks, upgrade_at),
         Command::Module(ModuleCommand::Inspect { file, json }) => {
             commands::module::inspect(&file, json)
         }

@@ -35,10 +35,10 @@ impl Recorder {
         Arc::new(r)
     }
     fn add(&self, hash: Hash, v: Verification) {
-        self.engines
-            .lock()
-            .unwrap()
-            .insert(hash, DepositEngine::Native(v));
+        self.add_engine(hash, DepositEngine::Native(v));
+    }
+    fn add_engine(&self, hash: Hash, engine: DepositEngine) {
+        self.engines.lock().unwrap().insert(hash, engine);
     }
     fn take(&self) -> Vec<Hash> {
         std::mem::take(&mut *self.asked.lock().unwrap())
@@ -234,4 +234,63 @@ fn a_node_without_the_scheduled_module_stops_at_the_height_and_resumes_once_it_h
         node.import(block).unwrap();
     }
     assert_eq!(node.head(), a.head());
+}
+
+#[test]
+fn sigkill_around_the_activation_height_restarts_consistently() {
+    use rand::{Rng, SeedableRng};
+    // `modnode debug import-loop --upgrade-at 8`: the dev chain (deposits-v2 from genesis) votes
+    // deposits-v1 in at height 8, and is killed around it.
+    const AT: u64 = 8;
+    let rt = super::runtime(1_000_000_000);
+    let v1 = super::deposits_module(&rt, "deposits-v1");
+    let v2 = super::deposits_module(&rt, "deposits-v2");
+    let v1_hash = v1.hash();
+    let modules = Arc::new(Recorder::default());
+    modules.add_engine(v1_hash, DepositEngine::Module(Box::new(v1)));
+    let open = |store: Arc<dyn modnode::store::KvStore>| {
+        let mut chain = Chain::open(
+            store,
+            Genesis::dev(),
+            DepositEngine::Module(Box::new(v2.clone())),
+        )
+        .unwrap();
+        chain.set_deposit_modules(modules.clone());
+        chain
+    };
+    let args = ["--upgrade-at", "8"];
+    let mut rng = rand::rngs::StdRng::seed_from_u64(0x8a);
+    for kill_after in [AT - 1, AT, AT + 1] {
+        let dir = tempfile::tempdir().unwrap();
+        let delay = std::time::Duration::from_millis(rng.random_range(0..20));
+        let reported = super::crash::run_and_kill_after(dir.path(), &args, kill_after, delay);
+        let sled = || -> Arc<dyn modnode::store::KvStore> {
+            Arc::new(SledStore::open(&dir.path().join("chain")).unwrap())
+        };
+        let chain = open(sled());
+        assert!(chain.head().height >= reported, "lost a reported block");
+        assert_eq!(
+            chain.schedule().module_at(Kind::Deposits, AT),
+            Some(v1_hash)
+        );
+        drop(chain);
+        // The restarted loop carries on past the height.
+        let reported =
+            super::crash::run_and_kill_after(dir.path(), &args, AT + 3, std::time::Duration::ZERO);
+        let stored = open(sled());
+        assert!(stored.head().height >= reported);
+        // Re-executing every stored block from genesis: deposits-v2 below the height (the
+        // chain's own engine), deposits-v1 from it on, and the same head.
+        let mut replay = open(Arc::new(MemoryStore::new()));
+        modules.take();
+        for height in 1..=stored.head().height {
+            replay
+                .import(&stored.block_at(height).unwrap().unwrap())
+                .unwrap_or_else(|e| panic!("re-executing block {height}: {e}"));
+        }
+        assert_eq!(replay.head(), stored.head());
+        let asked = modules.take();
+        assert_eq!(asked.len() as u64, stored.head().height - AT + 1);
+        assert!(asked.iter().all(|h| *h == v1_hash));
+    }
 }
