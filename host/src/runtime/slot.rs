@@ -396,6 +396,10 @@ fn recent<T: Clone>(queue: &Mutex<VecDeque<T>>) -> Vec<T> {
 
 /// Whether call number `seq` goes to a canary serving `percent` % of calls: exactly `percent`
 /// of every 100 consecutive calls, spread evenly, the same on every run.
+#[allow(
+    clippy::arithmetic_side_effects,
+    reason = "n < 100 and p <= 100: every product is at most 10,000"
+)]
 pub fn canary_selected(seq: u64, percent: u8) -> bool {
     let p = u64::from(percent.min(100));
     let n = seq % 100;
