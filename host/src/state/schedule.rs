@@ -238,7 +238,10 @@ impl Schedule {
                     }
                 }
                 None => {
-                    let open = next.pending.len() + next.upcoming(height).count();
+                    let open = next
+                        .pending
+                        .len()
+                        .saturating_add(next.upcoming(height).count());
                     if open >= MAX_OPEN_OPS {
                         return Err(ScheduleError::TooManyOpen);
                     }
