@@ -205,6 +205,26 @@ async fn a_node_without_the_module_stops_at_the_height_and_resumes_once_a_peer_s
     let refs: Vec<&Node> = nodes.iter().collect();
     same_block_at(&refs, h).await;
     same_block_at(&refs, h + 1).await;
+
+    // Restarted past H, the follower finds the fetched module in its own store (nobody serves
+    // it now) and goes on.
+    authorities[0].upgrades().set_serving(false);
+    let mut nodes = nodes;
+    let follower = nodes.pop().unwrap();
+    follower.shutdown().await;
+    let follower = start(paths[2], &genesis, vec![nodes[0].peer_addr().unwrap()]).await;
+    assert!(height(&follower) >= h);
+    assert_eq!(
+        follower.upgrades().schedule().module_at(Kind::Deposits, h),
+        Some(module)
+    );
+    let goal = height(&nodes[0]) + 2;
+    eventually("the restarted follower going on", || {
+        height(&follower) >= goal
+    })
+    .await;
+    assert!(follower.upgrades().is_ready(&module));
+    follower.shutdown().await;
     for node in nodes {
         node.shutdown().await;
     }
