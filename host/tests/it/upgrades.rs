@@ -294,3 +294,60 @@ fn sigkill_around_the_activation_height_restarts_consistently() {
         assert!(asked.iter().all(|h| *h == v1_hash));
     }
 }
+
+#[test]
+fn fetched_module_bytes_must_hash_to_what_was_asked_and_pass_the_upload_checks() {
+    use modnode::modules_store::upload::{ModuleService, UploadConfig};
+    use modnode::node::upgrades::{FetchError, UpgradeAgent};
+    use modnode::runtime::Modules;
+    use modnode::runtime::modules::InitialModules;
+    use modnode::runtime::slot::SlotConfig;
+    use sha2::{Digest, Sha256};
+
+    use super::artifact;
+    let dir = tempfile::tempdir().unwrap();
+    let modules = Modules::new(
+        super::runtime(1_000_000_000),
+        InitialModules {
+            deposits: &artifact("deposits-v2"),
+            checkpoint: &artifact("checkpoint-v1"),
+            gossip_policy: &artifact("gossip-policy-v2"),
+        },
+        SlotConfig::default(),
+    )
+    .unwrap();
+    let service = ModuleService::open(
+        dir.path(),
+        dir.path().join("module-cache"),
+        UploadConfig::default(),
+    )
+    .unwrap();
+    let agent = UpgradeAgent::new(Arc::new(modules), Arc::new(service), Vec::new(), [0; 32]);
+    let fixture = artifact("fixture-deposits-linear-scan");
+    let hash: Hash = Sha256::digest(&fixture).into();
+    assert!(agent.deposits(&hash).is_none());
+
+    // Other bytes than asked for: the peer lied.
+    let v1 = artifact("deposits-v1");
+    assert!(matches!(
+        agent.accept_fetched(&hash, &v1, "liar"),
+        Err(FetchError::WrongHash { .. })
+    ));
+    // Bytes that hash right but are no module: refused by the upload checks, nothing ready.
+    let junk = b"not a component".to_vec();
+    let junk_hash: Hash = Sha256::digest(&junk).into();
+    assert!(matches!(
+        agent.accept_fetched(&junk_hash, &junk, "peer"),
+        Err(FetchError::Rejected { .. })
+    ));
+    assert!(!agent.is_ready(&junk_hash));
+    assert!(agent.serve(&junk_hash).is_none());
+
+    // The real bytes: validated, compiled, warmed, stored, served on, and the chain can run them.
+    agent.accept_fetched(&hash, &fixture, "peer").unwrap();
+    assert!(agent.is_ready(&hash));
+    assert!(agent.deposits(&hash).is_some());
+    assert_eq!(agent.serve(&hash), Some(fixture));
+    agent.set_serving(false);
+    assert_eq!(agent.serve(&hash), None);
+}
