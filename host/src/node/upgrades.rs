@@ -207,9 +207,11 @@ impl UpgradeAgent {
         Ok(())
     }
 
-    /// The bytes of module `hash`, to serve a peer: stored or embedded.
+    /// The bytes of module `hash`, to serve a peer: stored or embedded, and only while the
+    /// chain schedules it (a peer cannot pull arbitrary uploads, nor multi-megabyte answers for
+    /// modules nobody needs).
     pub fn serve(&self, hash: &Hash) -> Option<Vec<u8>> {
-        if !self.serving.load(Ordering::Acquire) {
+        if !self.serving.load(Ordering::Acquire) || !self.scheduled_modules().contains(hash) {
             return None;
         }
         if let Some(bytes) = self.embedded.get(hash) {

@@ -343,10 +343,16 @@ fn fetched_module_bytes_must_hash_to_what_was_asked_and_pass_the_upload_checks()
     assert!(!agent.is_ready(&junk_hash));
     assert!(agent.serve(&junk_hash).is_none());
 
-    // The real bytes: validated, compiled, warmed, stored, served on, and the chain can run them.
+    // The real bytes: validated, compiled, warmed, stored, and the chain can run them; served
+    // to peers only once the chain schedules them.
     agent.accept_fetched(&hash, &fixture, "peer").unwrap();
     assert!(agent.is_ready(&hash));
     assert!(agent.deposits(&hash).is_some());
+    assert_eq!(agent.serve(&hash), None);
+    let scheduled = modnode::state::Schedule::genesis(&[(Kind::Deposits, hash)]);
+    agent.scheduled(&scheduled);
+    assert_eq!(agent.missing(), Vec::<Hash>::new());
+    assert_eq!(agent.ready_scheduled(), vec![hash]);
     assert_eq!(agent.serve(&hash), Some(fixture));
     agent.set_serving(false);
     assert_eq!(agent.serve(&hash), None);
