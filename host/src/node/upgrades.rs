@@ -207,11 +207,22 @@ impl UpgradeAgent {
         Ok(())
     }
 
-    /// The bytes of module `hash`, to serve a peer: stored or embedded, and only while the
-    /// chain schedules it (a peer cannot pull arbitrary uploads, nor multi-megabyte answers for
-    /// modules nobody needs).
+    /// The bytes of module `hash`, to serve a peer: a stored or embedded module of a consensus
+    /// kind — any a chain may schedule, past versions included (a node syncing from genesis
+    /// needs each in turn) — never a local kind's uploads.
     pub fn serve(&self, hash: &Hash) -> Option<Vec<u8>> {
-        if !self.serving.load(Ordering::Acquire) || !self.scheduled_modules().contains(hash) {
+        if !self.serving.load(Ordering::Acquire) {
+            return None;
+        }
+        let consensus = self.modules.prepared_deposits(hash).is_some()
+            || self
+                .service
+                .store()
+                .meta(hash)
+                .ok()
+                .flatten()
+                .is_some_and(|m| m.kind == Kind::Deposits.to_string());
+        if !consensus {
             return None;
         }
         if let Some(bytes) = self.embedded.get(hash) {

@@ -343,12 +343,13 @@ fn fetched_module_bytes_must_hash_to_what_was_asked_and_pass_the_upload_checks()
     assert!(!agent.is_ready(&junk_hash));
     assert!(agent.serve(&junk_hash).is_none());
 
-    // The real bytes: validated, compiled, warmed, stored, and the chain can run them; served
-    // to peers only once the chain schedules them.
+    // The real bytes: validated, compiled, warmed, stored, served on, and the chain can run
+    // them. Modules of local kinds are never served.
     agent.accept_fetched(&hash, &fixture, "peer").unwrap();
     assert!(agent.is_ready(&hash));
     assert!(agent.deposits(&hash).is_some());
-    assert_eq!(agent.serve(&hash), None);
+    let policy: Hash = Sha256::digest(artifact("gossip-policy-v2")).into();
+    assert_eq!(agent.serve(&policy), None);
     let scheduled = modnode::state::Schedule::genesis(&[(Kind::Deposits, hash)]);
     agent.scheduled(&scheduled);
     assert_eq!(agent.missing(), Vec::<Hash>::new());
