@@ -229,3 +229,76 @@ async fn a_node_without_the_module_stops_at_the_height_and_resumes_once_a_peer_s
         node.shutdown().await;
     }
 }
+
+/// Runs the `modnode` binary; returns (success, stdout, stderr).
+async fn modnode_cli(args: Vec<String>) -> (bool, String, String) {
+    tokio::task::spawn_blocking(move || {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_modnode"))
+            .args(&args)
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    })
+    .await
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn module_propose_and_list_from_the_command_line() {
+    let tmp = dirs(1);
+    let dir = tmp[0].path();
+    // One authority: its vote alone is the majority.
+    let genesis = genesis("modnode-it-propose-cli", &[dir], 1);
+    let node = start(dir, &genesis, vec![]).await;
+    eventually("the node producing", || height(&node) >= 1).await;
+    let v1 = hex::encode(sha(&artifact("deposits-v1")));
+    let data_dir = dir.display().to_string();
+    let propose = |module: &str, at: u64| {
+        vec![
+            "module".to_string(),
+            "propose".into(),
+            module.to_string(),
+            "--kind".into(),
+            "deposits".into(),
+            "--activate-at".into(),
+            at.to_string(),
+            "--data-dir".into(),
+            data_dir.clone(),
+        ]
+    };
+    // Refusals name the reason and exit non-zero.
+    let unknown = hex::encode([0x42; 32]);
+    let (ok, _, err) = modnode_cli(propose(&unknown, height(&node) + 50)).await;
+    assert!(!ok && err.contains("not stored"), "{err}");
+    let (ok, _, err) = modnode_cli(propose(&v1, height(&node) + 1)).await;
+    assert!(!ok && err.contains("too late"), "{err}");
+
+    let h = height(&node) + genesis.upgrade_lead_blocks + 20;
+    let (ok, out, err) = modnode_cli(propose(&v1, h)).await;
+    assert!(ok, "{err}");
+    assert!(out.contains("proposed"), "{out}");
+    eventually("deposits-v1 scheduled", || {
+        node.upgrades().schedule().module_at(Kind::Deposits, h)
+            == Some(sha(&artifact("deposits-v1")))
+    })
+    .await;
+    let (ok, out, err) = modnode_cli(vec![
+        "module".into(),
+        "list".into(),
+        "--data-dir".into(),
+        data_dir.clone(),
+    ])
+    .await;
+    assert!(ok, "{err}");
+    assert!(
+        out.contains(&format!(
+            "scheduled: sha256 {v1} at height {h}; ready here: true"
+        )),
+        "{out}"
+    );
+    node.shutdown().await;
+}
