@@ -76,6 +76,8 @@ pub struct UpgradeAgent {
     peers: Mutex<HashMap<Hash, Vec<Hash>>>,
     fetching: AtomicBool,
     serving: AtomicBool,
+    /// Modules the chain asked for and did not get (warned about once each).
+    warned: Mutex<Vec<Hash>>,
 }
 
 impl std::fmt::Debug for UpgradeAgent {
@@ -111,6 +113,7 @@ impl UpgradeAgent {
             peers: Mutex::new(HashMap::new()),
             fetching: AtomicBool::new(false),
             serving: AtomicBool::new(true),
+            warned: Mutex::new(Vec::new()),
         }
     }
 
@@ -300,9 +303,23 @@ impl UpgradeAgent {
 
 impl DepositModules for UpgradeAgent {
     fn deposits(&self, hash: &Hash) -> Option<DepositEngine> {
-        self.modules
+        let found = self
+            .modules
             .prepared_deposits(hash)
-            .map(|m| DepositEngine::Module(Box::new((*m).clone())))
+            .map(|m| DepositEngine::Module(Box::new((*m).clone())));
+        if found.is_none() {
+            let mut warned = lock(&self.warned);
+            if !warned.contains(hash) {
+                warned.push(*hash);
+                tracing::warn!(
+                    module = %hex::encode(hash),
+                    kind = %Kind::Deposits,
+                    "the chain needs a scheduled deposits module this node does not have ready: \
+                     import waits at its height while the module is fetched from peers"
+                );
+            }
+        }
+        found
     }
 
     fn scheduled(&self, schedule: &Schedule) {
