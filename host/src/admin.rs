@@ -12,8 +12,6 @@
 //! - `GET /status` (token): the node's status as JSON, from [`AdminBackend::status`].
 //! - `GET /metrics` (no token): OpenMetrics text. Left open so a scraper needs no secret;
 //!   metrics carry no secrets and the socket is local unless the operator binds it elsewhere.
-//! - `POST /deposits` (token): a deposit as JSON (see [`deposit_json`]), handed to
-//!   [`AdminBackend::submit_deposit`]; answers `{"accepted":true,"id":"<hex>"}`.
 //! - `POST /modules` (token): a module component as the raw body
 //!   (`application/wasm`, at most the configured module size), handed to
 //!   [`AdminBackend::upload_module`]; answers `{"status":"ready"|"already-stored","module":{…}}`
@@ -23,6 +21,10 @@
 //! Every error answer is `{"error":"<what is wrong>"}` (plus `"reason"` for refused modules)
 //! with a 4xx/5xx status, and every response closes the connection: one request per
 //! connection keeps the server simple and its limits easy to reason about.
+//!
+//! The admin API takes no deposits: they come only from the deposit contract
+//! ([`crate::deposit_source`]); [`deposit_json`] is the JSON form `modnode deposit submit`
+//! sends to the dev contract.
 
 use std::future::Future;
 use std::io;
@@ -30,7 +32,6 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::pin::Pin;
 
-use crate::chain::block::DepositData;
 use crate::modules_store::upload::{UploadError, UploadOutcome};
 
 pub mod client;
@@ -51,9 +52,6 @@ pub trait AdminBackend: Send + Sync + 'static {
     fn status(&self) -> serde_json::Value;
     /// Metrics in the OpenMetrics text format. Same constraints as [`Self::status`].
     fn metrics(&self) -> String;
-    /// Submits a deposit to the node's mempool; Ok = accepted (returns its id, hex), Err =
-    /// refused with a reason (answered as a bad request).
-    fn submit_deposit(&self, deposit: DepositData) -> BoxFuture<'_, Result<String, String>>;
     /// Validates, precompiles, warms and stores an uploaded module (`source` says who sent
     /// it). Resolves only once the module is ready or refused.
     fn upload_module(

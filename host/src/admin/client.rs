@@ -12,9 +12,8 @@ use hyper_util::rt::TokioIo;
 use serde_json::Value;
 use tokio::net::TcpStream;
 
+use super::AdminError;
 use super::token::{AdminToken, read_admin_addr};
-use super::{AdminError, deposit_json};
-use crate::chain::block::DepositData;
 
 /// Time the node has to answer a request, connection included. Uploads wait for the node to
 /// compile and warm the module, so they get [`UPLOAD_TIMEOUT`].
@@ -73,28 +72,6 @@ impl Target {
 pub async fn status(data_dir: &Path) -> Result<Value, AdminError> {
     let target = Target::data_dir(data_dir)?;
     request(&target, "GET", "/status", None, CLIENT_TIMEOUT).await
-}
-
-/// Submits `deposit` to the node whose data directory is `data_dir`; returns its id (hex).
-pub async fn submit_deposit(data_dir: &Path, deposit: &DepositData) -> Result<String, AdminError> {
-    let target = Target::data_dir(data_dir)?;
-    let body = deposit_json::encode(deposit).to_string().into_bytes();
-    let answer = request(
-        &target,
-        "POST",
-        "/deposits",
-        Some((body, "application/json")),
-        CLIENT_TIMEOUT,
-    )
-    .await?;
-    answer
-        .get("id")
-        .and_then(Value::as_str)
-        .map(str::to_string)
-        .ok_or_else(|| AdminError::BadResponse {
-            addr: target.addr,
-            reason: "no `id` in the answer to a deposit".into(),
-        })
 }
 
 /// Uploads a module; returns the node's answer (`{"status": "ready" | "already-stored",

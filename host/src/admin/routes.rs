@@ -15,9 +15,9 @@ use axum::routing::get;
 use http_body_util::BodyExt as _;
 use serde_json::json;
 
+use super::AdminBackend;
 use super::server::ServerConfig;
 use super::token::AdminToken;
-use super::{AdminBackend, deposit_json};
 use crate::modules_store::upload::UploadOutcome;
 
 /// Content type of `/metrics`.
@@ -39,10 +39,6 @@ pub(crate) struct AppState {
 pub(crate) fn router(state: AppState) -> Router {
     let protected = Router::new()
         .route("/status", get(status).fallback(not_allowed))
-        .route(
-            "/deposits",
-            axum::routing::post(deposits).fallback(not_allowed),
-        )
         .route(
             "/modules",
             get(list_modules).post(upload_module).fallback(not_allowed),
@@ -71,7 +67,6 @@ async fn not_found(request: Request) -> Response {
 
 async fn not_allowed(request: Request) -> Response {
     let allow = match request.uri().path() {
-        "/deposits" => "POST",
         "/modules" => "GET, POST",
         _ => "GET",
     };
@@ -186,38 +181,6 @@ async fn metrics(State(state): State<AppState>) -> Response {
         state.backend.metrics(),
     )
         .into_response()
-}
-
-async fn deposits(State(state): State<AppState>, request: Request) -> Response {
-    let (parts, body) = request.into_parts();
-    let body = match read_body(
-        &parts.headers,
-        body,
-        state.config.max_body,
-        state.config.io_timeout,
-    )
-    .await
-    {
-        Ok(body) => body,
-        Err(response) => return response,
-    };
-    let deposit = match deposit_json::decode(&body) {
-        Ok(deposit) => deposit,
-        Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string()),
-    };
-    match tokio::time::timeout(
-        state.config.backend_timeout,
-        state.backend.submit_deposit(deposit),
-    )
-    .await
-    {
-        Ok(Ok(id)) => axum::Json(json!({"accepted": true, "id": id})).into_response(),
-        Ok(Err(reason)) => error(StatusCode::BAD_REQUEST, reason),
-        Err(_) => error(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "the node did not take the deposit in time",
-        ),
-    }
 }
 
 async fn upload_module(State(state): State<AppState>, request: Request) -> Response {

@@ -1,4 +1,5 @@
-//! The chain worker: one OS thread that owns the [`Chain`] and the [`Mempool`].
+//! The chain worker: one OS thread that owns the [`Chain`] and builds our blocks, filling them
+//! with the due deposits proven by the [`DepositSource`] an authority follows.
 //!
 //! Block import runs WebAssembly and writes to sled, both blocking, so it stays off the async
 //! runtime. Everything else talks to the worker through a [`ChainHandle`] (a bounded inbox,
@@ -10,11 +11,14 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use tokio::sync::{oneshot, watch};
 
-use super::mempool::{Mempool, MempoolError};
+use std::sync::Arc;
+
 use super::worker_inbox::{InboxSender, Refused, inbox};
 use super::worker_queue::{JobClass, QueueLimits, Requester};
-use crate::chain::block::{Block, DepositData, Hash, Seal};
+use crate::chain::block::{Block, Seal};
+use crate::chain::eth1::{DepositProofs, DepositProofsError, Eth1Data, ProvenDeposit};
 use crate::chain::{Added, Chain, ForkChoiceError, Head};
+use crate::deposit_source::DepositSource;
 use crate::net::identity::NodeIdentity;
 use crate::state::{RegistryRead, UpgradeOp};
 
@@ -29,8 +33,8 @@ pub struct ChainView {
     pub validators: u32,
     /// When the head last changed (ms since the Unix epoch; 0 = not since start).
     pub last_block_unix_ms: u64,
-    /// Deposits waiting for a block.
-    pub mempool: usize,
+    /// Deposits of the deposit contract the head state has applied (`eth1_deposit_index`).
+    pub deposit_index: u64,
     /// Times fork choice switched to another branch since start.
     pub reorgs: u64,
 }
@@ -44,9 +48,6 @@ pub enum WorkerError {
     /// The block was refused by fork choice or import.
     #[error(transparent)]
     Block(#[from] ForkChoiceError),
-    /// The deposit was refused.
-    #[error(transparent)]
-    Mempool(#[from] MempoolError),
     /// Building or signing our own block failed.
     #[error("cannot produce a block at slot {slot}: {reason}")]
     Produce {
@@ -96,10 +97,6 @@ enum Command {
         max_bytes: usize,
         reply: oneshot::Sender<Result<Vec<Vec<u8>>, WorkerError>>,
     },
-    Deposit {
-        deposit: DepositData,
-        reply: oneshot::Sender<Result<Hash, WorkerError>>,
-    },
     Propose {
         op: UpgradeOp,
         reply: oneshot::Sender<Result<(), WorkerError>>,
@@ -146,8 +143,8 @@ impl ChainHandle {
         .await
     }
 
-    /// Builds, seals and imports our block for `slot` with pending deposits; `None` if the
-    /// head is already at or past `slot`.
+    /// Builds, seals and imports our block for `slot` with the deposits due (proven by our
+    /// deposit source); `None` if the head is already at or past `slot`.
     pub async fn produce(&self, slot: u64) -> Result<Option<Block>, WorkerError> {
         self.ask(|reply| Command::Produce { slot, reply }).await
     }
@@ -183,11 +180,6 @@ impl ChainHandle {
         .await
     }
 
-    /// Adds a deposit to the mempool; returns its id.
-    pub async fn submit_deposit(&self, deposit: DepositData) -> Result<Hash, WorkerError> {
-        self.ask(|reply| Command::Deposit { deposit, reply }).await
-    }
-
     /// Makes this node's blocks vote for the upgrade `op` while the vote counts.
     pub async fn propose_upgrade(&self, op: UpgradeOp) -> Result<(), WorkerError> {
         self.ask(|reply| Command::Propose { op, reply }).await
@@ -205,17 +197,19 @@ impl ChainHandle {
 }
 
 /// Starts the worker thread over `chain`. `identity` seals our blocks when the chain has
-/// authorities. The thread ends (closing the chain) once every handle is dropped.
+/// authorities; `source` (an authority's followed deposit contract) picks our eth1 vote and
+/// proves the deposits our blocks must carry. The thread ends (closing the chain) once every
+/// handle is dropped.
 pub fn spawn(
     chain: Chain,
     identity: NodeIdentity,
-    mempool_capacity: usize,
+    source: Option<Arc<DepositSource>>,
 ) -> std::io::Result<(ChainHandle, std::thread::JoinHandle<()>)> {
     let (commands, rx) = inbox(QueueLimits::default());
     let mut worker = Worker {
         chain,
         identity,
-        mempool: Mempool::new(mempool_capacity),
+        source,
         last_block_unix_ms: 0,
         reorgs: 0,
         fatal: None,
@@ -254,9 +248,7 @@ pub fn spawn(
 fn class_of(command: &Command) -> (JobClass, Requester) {
     match command {
         Command::Produce { .. } => (JobClass::Produce, None),
-        Command::Add { .. } | Command::Deposit { .. } | Command::Propose { .. } => {
-            (JobClass::Import, None)
-        }
+        Command::Add { .. } | Command::Propose { .. } => (JobClass::Import, None),
         Command::Blocks { requester, .. } => (JobClass::Serve, *requester),
     }
 }
@@ -264,11 +256,32 @@ fn class_of(command: &Command) -> (JobClass, Requester) {
 struct Worker {
     chain: Chain,
     identity: NodeIdentity,
-    mempool: Mempool,
+    source: Option<Arc<DepositSource>>,
     last_block_unix_ms: u64,
     reorgs: u64,
     /// Set when disk and memory disagree; the worker stops after the current command.
     fatal: Option<String>,
+}
+
+/// The deposit proofs of a node that follows no deposit source: none.
+struct NoSource;
+
+impl DepositProofs for NoSource {
+    fn proven_deposits(
+        &self,
+        _from: u64,
+        count: u64,
+        _deposit_count: u64,
+    ) -> Result<Vec<ProvenDeposit>, DepositProofsError> {
+        if count == 0 {
+            return Ok(Vec::new());
+        }
+        Err(DepositProofsError::Unavailable(
+            "deposits are due but this node follows no deposit source (configure one for \
+             every authority)"
+                .into(),
+        ))
+    }
 }
 
 /// Milliseconds since the Unix epoch.
@@ -292,7 +305,7 @@ impl Worker {
             finalized_height: self.chain.finalized_height(),
             validators,
             last_block_unix_ms: self.last_block_unix_ms,
-            mempool: self.mempool.len(),
+            deposit_index: self.chain.eth1_state().deposit_index,
             reorgs: self.reorgs,
         }
     }
@@ -313,9 +326,6 @@ impl Worker {
                 ..
             } => {
                 let _ = reply.send(self.blocks(start, count, max_bytes));
-            }
-            Command::Deposit { deposit, reply } => {
-                let _ = reply.send(self.mempool.insert(deposit).map_err(WorkerError::from));
             }
             Command::Propose { op, reply } => {
                 let _ = reply.send(
@@ -353,36 +363,22 @@ impl Worker {
             }
         })?;
         match &added {
-            Added::Extended(_) => self.included(std::slice::from_ref(block)),
+            Added::Extended(_) => self.last_block_unix_ms = unix_ms(),
             Added::Reorganised { head, reverted } => {
-                // Deposits carried anywhere on the new branch are no longer pending. (Deposits
-                // only the abandoned branch carried are not put back: their submitters resend.)
+                // Deposits only the abandoned branch carried are due again on the new one: the
+                // state's `eth1_deposit_index` says so, and our source proves them again.
                 self.reorgs = self.reorgs.saturating_add(1);
+                self.last_block_unix_ms = unix_ms();
                 tracing::info!(
                     reverted,
                     height = head.height,
+                    from_height = before.height,
                     "switched to a better branch"
                 );
-                let ancestor = before.height.saturating_sub(*reverted);
-                let mut branch = Vec::new();
-                for height in ancestor.saturating_add(1)..=head.height {
-                    if let Ok(Some(b)) = self.chain.block_at(height) {
-                        branch.push(b);
-                    }
-                }
-                self.included(&branch);
             }
             Added::Known | Added::Stored => {}
         }
         Ok(added)
-    }
-
-    fn included(&mut self, blocks: &[Block]) {
-        for block in blocks {
-            let included: Vec<_> = block.body.deposits.iter().map(|d| d.data).collect();
-            self.mempool.remove_included(&included);
-        }
-        self.last_block_unix_ms = unix_ms();
     }
 
     fn produce(&mut self, slot: u64) -> Result<Option<Block>, WorkerError> {
@@ -392,17 +388,31 @@ impl Worker {
         let genesis = self.chain.genesis();
         let proposer = genesis.proposer_for(slot).unwrap_or(0);
         let sealed = !genesis.authorities.is_empty();
-        // Until the node follows a deposit source, the producer votes the agreed eth1 data and
-        // carries no deposits (valid while none are due). Mempool deposits cannot be included:
-        // a block's deposits must be the contract's, with proofs.
-        let vote = self.chain.eth1_data();
-        let block = self
-            .chain
-            .build_block(slot, proposer, vote, Vec::new())
-            .map_err(|e| WorkerError::Produce {
-                slot,
-                reason: e.to_string(),
-            })?;
+        let agreed = self.chain.eth1_data();
+        let block = match &self.source {
+            // Without a source we vote the agreed eth1 data: valid, and enough while no deposit
+            // is due (a node with no source cannot prove any, and says so).
+            None => self
+                .chain
+                .build_block_from(slot, proposer, agreed, &NoSource),
+            Some(source) => {
+                // The head's votes count only if they are of this slot's voting period.
+                let eth1 = self.chain.eth1_state();
+                let period = slot.checked_div(genesis.eth1_voting_period_slots);
+                let votes: Vec<Eth1Data> = if period == Some(eth1.vote_period) {
+                    eth1.votes.iter().map(|v| v.data).collect()
+                } else {
+                    Vec::new()
+                };
+                let vote = source.choose_vote(agreed, &votes);
+                self.chain
+                    .build_block_from(slot, proposer, vote, source.as_ref())
+            }
+        }
+        .map_err(|e| WorkerError::Produce {
+            slot,
+            reason: e.to_string(),
+        })?;
         let mut block = block;
         if sealed {
             let signature = self
@@ -423,7 +433,7 @@ impl Worker {
                 reason: e.to_string(),
             }
         })?;
-        self.included(std::slice::from_ref(&block));
+        self.last_block_unix_ms = unix_ms();
         Ok(Some(block))
     }
 

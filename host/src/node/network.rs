@@ -38,7 +38,7 @@ use super::metrics::{Metrics, bump};
 use super::upgrades::UpgradeAgent;
 use super::verdict::{self, Fault, RequestError};
 use crate::chain::Added;
-use crate::chain::block::{Block, DepositData};
+use crate::chain::block::Block;
 use crate::chain::genesis::Genesis;
 use crate::net::endpoint::{self, CLOSE_PROTOCOL_VIOLATION, NetError, TransportLimits};
 use crate::net::gossip::{GossipEvent, GossipHandle};
@@ -720,28 +720,8 @@ impl Network {
                 }
                 match kind {
                     MessageKind::Block => self.on_gossip_block(id, from, &payload),
-                    MessageKind::Deposit => match DepositData::decode(&payload) {
-                        Ok(deposit) if deposit.amount > 0 => {
-                            self.verdict(id, true);
-                            let chain = self.chain.clone();
-                            let metrics = self.metrics.clone();
-                            tokio::spawn(async move {
-                                if chain.submit_deposit(deposit).await.is_ok() {
-                                    bump(&metrics.deposits_accepted);
-                                }
-                            });
-                        }
-                        Ok(_) => {
-                            self.verdict(id, false);
-                            self.violation(from, "relayed a deposit of 0 Gwei".into());
-                        }
-                        Err(e) => {
-                            self.verdict(id, false);
-                            self.violation(from, format!("relayed an undecodable deposit: {e}"));
-                        }
-                    },
                     // Refused by `gossip_kind` above.
-                    MessageKind::Consensus | MessageKind::PeerExchange => {}
+                    MessageKind::Deposit | MessageKind::Consensus | MessageKind::PeerExchange => {}
                 }
             }
         }

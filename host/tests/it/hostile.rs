@@ -120,7 +120,7 @@ async fn blocks_from_future_slots_are_refused_on_import() {
     )
     .unwrap();
     let early = sealed(&chain, genesis.slot_at(unix_ms()) + 60, &a);
-    let (handle, worker) = chain_worker::spawn(chain, a.clone(), 16).unwrap();
+    let (handle, worker) = chain_worker::spawn(chain, a.clone(), None).unwrap();
     let refused = handle.add_block(early.clone()).await;
     assert!(
         matches!(refused, Err(WorkerError::FutureSlot { .. })),
@@ -406,7 +406,7 @@ fn a_poisoned_registry_never_makes_disk_and_memory_disagree() {
 
 // ----- over QUIC on loopback ---------------------------------------------------------------
 
-mod quic {
+pub(crate) mod quic {
     use std::collections::BTreeSet;
     use std::net::SocketAddr;
     use std::path::Path;
@@ -494,13 +494,13 @@ mod quic {
         within(LIVENESS, what, check).await;
     }
 
-    async fn block_at(node: &Node, height: u64) -> Block {
+    pub(crate) async fn block_at(node: &Node, height: u64) -> Block {
         let encoded = node.chain().blocks(height, 1, usize::MAX).await.unwrap();
         Block::decode(&encoded[0], 16).unwrap()
     }
 
     /// A hello on `genesis` claiming `head_height`.
-    fn hello(genesis: &Genesis, genesis_hash: [u8; 32], head_height: u64) -> Hello {
+    pub(crate) fn hello(genesis: &Genesis, genesis_hash: [u8; 32], head_height: u64) -> Hello {
         Hello {
             protocol_version: handshake::PROTOCOL_VERSION,
             chain_id: genesis.chain_id.clone(),
@@ -512,7 +512,7 @@ mod quic {
     }
 
     /// Connects `me` (bound to `bind`) to `node` and completes the hello.
-    async fn raw_peer(
+    pub(crate) async fn raw_peer(
         node: &Node,
         me: &NodeIdentity,
         bind: SocketAddr,
@@ -529,17 +529,21 @@ mod quic {
         Ok((ep, conn))
     }
 
-    fn loopback() -> SocketAddr {
+    pub(crate) fn loopback() -> SocketAddr {
         SocketAddr::from(([127, 0, 0, 1], 0))
     }
 
-    fn closed_for_violation(error: &quinn::ConnectionError) -> bool {
+    pub(crate) fn closed_for_violation(error: &quinn::ConnectionError) -> bool {
         matches!(error, quinn::ConnectionError::ApplicationClosed(c)
             if c.error_code == quinn::VarInt::from_u32(CLOSE_PROTOCOL_VIOLATION))
     }
 
     /// Pushes `payload` of `kind` to the node behind `conn` as one gossip frame.
-    async fn push(conn: &quinn::Connection, kind: MessageKind, payload: Vec<u8>) -> MessageId {
+    pub(crate) async fn push(
+        conn: &quinn::Connection,
+        kind: MessageKind,
+        payload: Vec<u8>,
+    ) -> MessageId {
         let id = modnode::net::gossip::message_id(kind, &payload);
         let frame = Frame::Push {
             id,
@@ -771,7 +775,12 @@ mod quic {
         let genesis = genesis("hostile-kinds", &[tmp[0].path()]);
         let node = start(tmp[0].path(), &genesis, vec![]).await;
         let genesis_hash = block_at(&node, 0).await.hash();
-        for (byte, kind) in [(7, MessageKind::Consensus), (8, MessageKind::PeerExchange)] {
+        // Deposits come only from the deposit contract: a gossiped one is a violation too.
+        for (byte, kind) in [
+            (7, MessageKind::Consensus),
+            (8, MessageKind::PeerExchange),
+            (9, MessageKind::Deposit),
+        ] {
             let me = NodeIdentity::generate().unwrap();
             let (_ep, conn) = raw_peer(&node, &me, loopback(), &hello(&genesis, genesis_hash, 0))
                 .await
@@ -782,7 +791,7 @@ mod quic {
                 .unwrap_or_else(|_| panic!("a {kind:?} message went unpunished"));
             assert!(closed_for_violation(&closed), "{kind:?}: {closed:?}");
         }
-        assert_eq!(node.metrics().peer_violations.load(Ordering::Relaxed), 2);
+        assert_eq!(node.metrics().peer_violations.load(Ordering::Relaxed), 3);
         node.shutdown().await;
     }
 

@@ -4,6 +4,7 @@ mod cache;
 mod chain;
 mod cli;
 mod crash;
+mod deposits_e2e;
 mod gossip;
 mod gossip_hostile;
 mod hostile;
