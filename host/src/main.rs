@@ -55,6 +55,10 @@ enum DebugCommand {
         /// Blocks to import before exiting.
         #[arg(long, default_value_t = u64::MAX)]
         blocks: u64,
+        /// Schedule the embedded deposits-v1 at this height (the chain starts on deposits-v2),
+        /// so crash tests can kill the loop around an activation.
+        #[arg(long)]
+        upgrade_at: Option<u64>,
     },
 }
 
@@ -82,6 +86,67 @@ enum ModuleCommand {
     },
     /// List a running node's modules: per kind the active one and every stored version.
     List {
+        /// Which node.
+        #[command(flatten)]
+        node: commands::module::NodeArgs,
+        /// Print the node's JSON answer.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Put an uploaded (or built-in) module of a local kind into service on a running node:
+    /// live at once (the current version is kept as `previous`), as a shadow (runs on the same
+    /// inputs, divergences counted, no effect) or as a canary (a share of calls). Consensus
+    /// kinds (deposits) are refused: they switch at a height agreed on chain.
+    Activate {
+        /// The module's sha256 (64 hex digits, as `module upload` and `module list` print it).
+        hash: String,
+        /// Run it as a shadow beside the active version.
+        #[arg(long, conflicts_with = "canary")]
+        shadow: bool,
+        /// Let it serve this percentage (1-100) of calls.
+        #[arg(long, value_name = "PERCENT", value_parser = clap::value_parser!(u8).range(1..=100))]
+        canary: Option<u8>,
+        /// Which node.
+        #[command(flatten)]
+        node: commands::module::NodeArgs,
+        /// Print the node's JSON answer.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Return a local kind (e.g. `gossip-policy`) to its previous version at once.
+    Rollback {
+        /// The kind.
+        kind: modnode::runtime::Kind,
+        /// Which node.
+        #[command(flatten)]
+        node: commands::module::NodeArgs,
+        /// Print the node's JSON answer.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Make a running authority's blocks vote to switch a consensus kind to a stored, ready
+    /// module at a height; it is scheduled once a majority of the authorities voted for the same
+    /// (kind, module, height) more than the genesis lead before that height.
+    Propose {
+        /// The module's sha256 (hex), as `module upload` or `module list` prints it.
+        sha256: String,
+        /// The consensus kind.
+        #[arg(long, default_value = "deposits")]
+        kind: String,
+        /// The first height that runs the module.
+        #[arg(long)]
+        activate_at: u64,
+        /// Which node.
+        #[command(flatten)]
+        node: commands::module::NodeArgs,
+        /// Print the node's JSON answer.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Stop a local kind's shadow or canary; the active version keeps serving.
+    Cancel {
+        /// The kind.
+        kind: modnode::runtime::Kind,
         /// Which node.
         #[command(flatten)]
         node: commands::module::NodeArgs,
@@ -190,9 +255,11 @@ fn main() -> std::process::ExitCode {
         Command::Run(args) => commands::run::run(args),
         Command::Devnet(args) => commands::devnet::devnet(args),
         Command::Deposit(DepositCommand::Submit(args)) => commands::deposit::submit(args),
-        Command::Debug(DebugCommand::ImportLoop { data_dir, blocks }) => {
-            commands::run::import_loop(&data_dir, blocks)
-        }
+        Command::Debug(DebugCommand::ImportLoop {
+            data_dir,
+            blocks,
+            upgrade_at,
+        }) => commands::run::import_loop(&data_dir, blocks, upgrade_at),
         Command::Module(ModuleCommand::Inspect { file, json }) => {
             commands::module::inspect(&file, json)
         }
@@ -200,6 +267,33 @@ fn main() -> std::process::ExitCode {
             commands::module::upload(&file, &node, json)
         }
         Command::Module(ModuleCommand::List { node, json }) => commands::module::list(&node, json),
+        Command::Module(ModuleCommand::Activate {
+            hash,
+            shadow,
+            canary,
+            node,
+            json,
+        }) => {
+            let mode = match (shadow, canary) {
+                (true, _) => modnode::runtime::Mode::Shadow,
+                (false, Some(percent)) => modnode::runtime::Mode::Canary(percent),
+                (false, None) => modnode::runtime::Mode::Live,
+            };
+            commands::module::activate(&hash, mode, &node, json)
+        }
+        Command::Module(ModuleCommand::Rollback { kind, node, json }) => {
+            commands::module::rollback(kind, &node, json)
+        }
+        Command::Module(ModuleCommand::Cancel { kind, node, json }) => {
+            commands::module::cancel(kind, &node, json)
+        }
+        Command::Module(ModuleCommand::Propose {
+            sha256,
+            kind,
+            activate_at,
+            node,
+            json,
+        }) => commands::module::propose(&sha256, &kind, activate_at, &node, json),
         Command::Module(ModuleCommand::Componentize { core, output }) => {
             commands::module::componentize(&core, &output)
         }

@@ -20,7 +20,9 @@
 mod bans;
 pub mod chain_worker;
 pub mod metrics;
+mod module_ops;
 mod network;
+pub mod upgrades;
 pub mod verdict;
 pub mod worker_inbox;
 pub mod worker_queue;
@@ -39,15 +41,15 @@ use tokio::task::JoinHandle;
 use self::chain_worker::{ChainHandle, unix_ms};
 use self::metrics::bump;
 pub use self::metrics::{Metrics, NodeStatus};
-use crate::admin::{self, AdminBackend, BoxFuture};
+use crate::admin::{self, AdminBackend, BoxFuture, ModuleOp, ModuleOpError};
 use crate::chain::genesis::Genesis;
 use crate::chain::{Chain, DepositEngine};
 use crate::deposit_source::dev_contract::{self, DevContract};
 use crate::deposit_source::follower::{self, FollowerConfig};
 use crate::deposit_source::log::FollowedLog;
 use crate::deposit_source::{self, DepositSource};
+use crate::modules_store::ModuleStoreError;
 use crate::modules_store::upload::{ModuleService, UploadConfig, UploadError, UploadOutcome};
-use crate::modules_store::{ActiveModule, ModuleStoreError};
 use crate::net::endpoint::{self, TransportLimits};
 use crate::net::gossip::{self, GossipConfig, GossipHandle};
 use crate::net::identity::NodeIdentity;
@@ -55,6 +57,7 @@ use crate::runtime::modules::InitialModules;
 use crate::runtime::slot::SlotConfig;
 use crate::runtime::{Modules, Runtime, RuntimeConfig};
 use crate::store::{BanList, SledStore};
+use upgrades::UpgradeAgent;
 
 /// The deposits module a node activates.
 pub const DEFAULT_DEPOSITS: &str = "deposits-v2";
@@ -304,11 +307,20 @@ fn load_modules(data_dir: &Path, genesis: &Genesis, policy: &str) -> Result<Modu
     Ok(modules)
 }
 
-/// Opens the chain in `data_dir` with the embedded deposits module.
+/// Opens the chain in `data_dir` with the embedded deposits module, running the versions its
+/// schedule names from the embedded and stored modules.
 pub fn open_chain(data_dir: &Path, genesis: Genesis) -> Result<Chain, NodeError> {
     create_data_dir(data_dir)?;
-    let modules = load_modules(data_dir, &genesis, DEFAULT_GOSSIP_POLICY)?;
-    open_store(data_dir, genesis, &modules).map(|(chain, _)| chain)
+    let modules = Arc::new(load_modules(data_dir, &genesis, DEFAULT_GOSSIP_POLICY)?);
+    let (mut chain, _) = open_store(data_dir, genesis.clone(), &modules)?;
+    let service = ModuleService::open(
+        data_dir,
+        data_dir.join(MODULE_CACHE_DIR),
+        UploadConfig::default(),
+    )?;
+    let agent = UpgradeAgent::new(modules, Arc::new(service), genesis.authorities, [0; 32]);
+    chain.set_deposit_modules(Arc::new(agent));
+    Ok(chain)
 }
 
 fn open_store(
@@ -400,6 +412,7 @@ pub struct Node {
     chain: ChainHandle,
     metrics: Arc<Metrics>,
     modules: Arc<Modules>,
+    upgrades: Arc<UpgradeAgent>,
     shutdown: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
     worker: Option<std::thread::JoinHandle<()>>,
@@ -428,19 +441,25 @@ impl Node {
             let dir = data_dir.clone();
             let genesis = genesis.clone();
             tokio::task::spawn_blocking(move || {
-                let modules = load_modules(&dir, &genesis, &policy_name)?;
+                let modules = Arc::new(load_modules(&dir, &genesis, &policy_name)?);
                 let module_store =
-                    ModuleService::open(&dir, dir.join(MODULE_CACHE_DIR), upload_config)?;
-                Ok::<_, NodeError>((
-                    open_store(&dir, genesis, &modules)?,
-                    Arc::new(modules),
-                    module_store,
-                ))
+                    ModuleService::open(&dir, dir.join(MODULE_CACHE_DIR), upload_config)?
+                        .with_slots(modules.clone());
+                module_ops::prepare_stored(&modules, &module_store);
+                Ok::<_, NodeError>((open_store(&dir, genesis, &modules)?, modules, module_store))
             })
             .await
             .map_err(|e| NodeError::Startup(e.to_string()))??
         };
+        let module_store = Arc::new(module_store);
+        let upgrades = Arc::new(UpgradeAgent::new(
+            modules.clone(),
+            module_store.clone(),
+            genesis.authorities.clone(),
+            *node_id.as_bytes(),
+        ));
         let mut chain = chain;
+        chain.set_deposit_modules(upgrades.clone());
         chain.configure_state_cache(config.state_cache);
         let states = chain.states();
         let genesis_hash = chain.genesis_hash();
@@ -569,6 +588,7 @@ impl Node {
                     .saturating_mul(2)
                     .max(slot.saturating_mul(4)),
                 bans,
+                upgrades: upgrades.clone(),
             },
             shutdown_rx.clone(),
         )));
@@ -592,9 +612,10 @@ impl Node {
                     p2p_addr: p2p_addr.to_string(),
                     chain: chain.clone(),
                     metrics: metrics.clone(),
-                    module_store: Arc::new(module_store),
+                    module_store,
                     slots: modules.clone(),
                     states: states.clone(),
+                    upgrades: upgrades.clone(),
                 });
                 let (listener, token) = admin::server::bind(addr, &data_dir, config.admin_public)
                     .await
@@ -632,6 +653,7 @@ impl Node {
             chain,
             metrics,
             modules,
+            upgrades,
             shutdown,
             tasks,
             worker: Some(worker),
@@ -641,6 +663,11 @@ impl Node {
     /// The node's module slots: prepare, activate (live, shadow, canary), roll back, status.
     pub fn modules(&self) -> &Arc<Modules> {
         &self.modules
+    }
+
+    /// The node's side of on-chain upgrades: the schedule after the head, readiness, fetching.
+    pub fn upgrades(&self) -> &Arc<UpgradeAgent> {
+        &self.upgrades
     }
 
     /// The node's id (hex).
@@ -772,6 +799,7 @@ struct Backend {
     module_store: Arc<ModuleService>,
     slots: Arc<Modules>,
     states: Arc<crate::state_cache::StateCache>,
+    upgrades: Arc<UpgradeAgent>,
 }
 
 impl AdminBackend for Backend {
@@ -834,31 +862,75 @@ impl AdminBackend for Backend {
     }
 
     fn modules(&self) -> BoxFuture<'_, Result<serde_json::Value, String>> {
-        let modules = self.module_store.clone();
+        let (slots, store) = (self.slots.clone(), self.module_store.clone());
+        let upgrades = self.upgrades.clone();
+        let head = self.chain.view().head.height;
         Box::pin(async move {
-            let stored = tokio::task::spawn_blocking(move || modules.store().list())
+            let mut listing = tokio::task::spawn_blocking(move || module_ops::list(&slots, &store))
                 .await
-                .map_err(|e| format!("module listing task failed: {e}"))?
-                .map_err(|e| e.to_string())?;
-            // The slots say what serves now (a live swap changes it): active, scheduled,
-            // shadow with its divergences, canary share, previous, breaker trips.
-            let slots = self.slots.status();
-            let active: Vec<ActiveModule> = slots
-                .iter()
-                .map(|s| ActiveModule {
-                    kind: s.kind.to_string(),
-                    name: s.active.name.clone(),
-                    sha256: s.active.hash.clone(),
-                })
-                .collect();
-            let mut listing = crate::modules_store::listing(&active, &stored);
+                .map_err(|e| format!("module listing task failed: {e}"))??;
             if let Some(map) = listing.as_object_mut() {
+                // Scheduled on chain: the height, and who reports the module ready.
                 map.insert(
-                    "slots".into(),
-                    serde_json::to_value(&slots).unwrap_or_default(),
+                    "scheduled".into(),
+                    serde_json::to_value(upgrades.readiness(head)).unwrap_or_default(),
                 );
             }
             Ok(listing)
+        })
+    }
+
+    fn module_op(&self, op: ModuleOp) -> BoxFuture<'_, Result<serde_json::Value, ModuleOpError>> {
+        let (slots, store) = (self.slots.clone(), self.module_store.clone());
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || module_ops::run(&slots, &store, op))
+                .await
+                .map_err(|e| {
+                    ModuleOpError::Internal(format!("module operation task failed: {e}"))
+                })?
+        })
+    }
+
+    fn propose_upgrade(
+        &self,
+        kind: String,
+        sha256: String,
+        activate_at: u64,
+    ) -> BoxFuture<'_, Result<serde_json::Value, String>> {
+        Box::pin(async move {
+            let kind = crate::runtime::Kind::ALL
+                .into_iter()
+                .find(|k| k.to_string() == kind)
+                .ok_or_else(|| format!("unknown module kind {kind:?}"))?;
+            let module: [u8; 32] = hex::decode(sha256.trim_start_matches("0x"))
+                .ok()
+                .and_then(|b| b.try_into().ok())
+                .ok_or_else(|| format!("sha256 {sha256:?} is not 32 bytes of hex"))?;
+            let upgrades = self.upgrades.clone();
+            let ready = tokio::task::spawn_blocking(move || upgrades.prepare_local(&module))
+                .await
+                .map_err(|e| format!("module preparation task failed: {e}"))??;
+            if !ready {
+                return Err(format!(
+                    "module {sha256} is not stored on this node; upload it first"
+                ));
+            }
+            let op = crate::state::UpgradeOp {
+                kind,
+                module,
+                height: activate_at,
+            };
+            self.chain
+                .propose_upgrade(op)
+                .await
+                .map_err(|e| e.to_string())?;
+            tracing::info!(%kind, module = %sha256, activate_at, "upgrade proposed: our blocks vote for it");
+            Ok(serde_json::json!({
+                "proposed": true,
+                "kind": kind.to_string(),
+                "sha256": hex::encode(module),
+                "activate_at": activate_at,
+            }))
         })
     }
 }

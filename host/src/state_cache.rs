@@ -373,6 +373,11 @@ impl StateCache {
         self.query(&hash)
     }
 
+    /// Where regeneration reads blocks and finds deposits engines.
+    pub fn source(&self) -> &StateSource {
+        self.regen.source()
+    }
+
     /// Sets the deposits engine regeneration replays with (module upgrades).
     pub fn set_deposit_engine(&self, engine: crate::chain::DepositEngine) {
         self.regen.source().set_engine(engine);

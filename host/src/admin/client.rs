@@ -14,6 +14,7 @@ use tokio::net::TcpStream;
 
 use super::AdminError;
 use super::token::{AdminToken, read_admin_addr};
+use crate::runtime::{Kind, Mode};
 
 /// Time the node has to answer a request, connection included. Uploads wait for the node to
 /// compile and warm the module, so they get [`UPLOAD_TIMEOUT`].
@@ -101,6 +102,55 @@ pub async fn state(target: &Target, query: &str) -> Result<Value, AdminError> {
         format!("/state?{query}")
     };
     request(target, "GET", &path, None, CLIENT_TIMEOUT).await
+}
+
+/// Puts the ready module `hash` (64 hex digits) into service as `mode`; returns the kind's
+/// slot status.
+pub async fn activate_module(target: &Target, hash: &str, mode: Mode) -> Result<Value, AdminError> {
+    let body = match mode {
+        Mode::Live => serde_json::json!({"hash": hash, "mode": "live"}),
+        Mode::Shadow => serde_json::json!({"hash": hash, "mode": "shadow"}),
+        Mode::Canary(percent) => {
+            serde_json::json!({"hash": hash, "mode": "canary", "percent": percent})
+        }
+    };
+    post_json(target, "/modules/activate", &body).await
+}
+
+/// Rolls `kind` back to its previous version; returns the kind's slot status.
+pub async fn rollback_module(target: &Target, kind: Kind) -> Result<Value, AdminError> {
+    let body = serde_json::json!({"kind": kind.to_string()});
+    post_json(target, "/modules/rollback", &body).await
+}
+
+/// Stops `kind`'s shadow or canary; returns the kind's slot status.
+pub async fn cancel_candidate(target: &Target, kind: Kind) -> Result<Value, AdminError> {
+    let body = serde_json::json!({"kind": kind.to_string()});
+    post_json(target, "/modules/cancel", &body).await
+}
+
+/// Asks the node to vote for upgrading `kind` to module `sha256` (hex) at `activate_at`
+/// (`POST /modules/propose`).
+pub async fn propose_upgrade(
+    target: &Target,
+    kind: &str,
+    sha256: &str,
+    activate_at: u64,
+) -> Result<Value, AdminError> {
+    let body = serde_json::json!({"kind": kind, "sha256": sha256, "activate_at": activate_at});
+    post_json(target, "/modules/propose", &body).await
+}
+
+async fn post_json(target: &Target, path: &str, body: &Value) -> Result<Value, AdminError> {
+    let bytes = body.to_string().into_bytes();
+    request(
+        target,
+        "POST",
+        path,
+        Some((bytes, "application/json")),
+        UPLOAD_TIMEOUT,
+    )
+    .await
 }
 
 /// Sends one request; returns the node's JSON answer.

@@ -4,21 +4,47 @@
 use std::sync::{Arc, RwLock};
 
 use super::block::{Block, BlockBody, BlockHeader};
-use super::deposit_engine::DepositEngine;
+use super::deposit_engine::{DepositEngine, DepositModules};
 use super::errors::ImportError;
 use super::eth1::{Eth1Data, Eth1State};
 use super::genesis::Genesis;
 use super::hex32;
-use crate::runtime::CallError;
 use crate::runtime::deposits::{BlockContext, Outcome, WitEth1Data};
-use crate::state::{Registry, RegistryDelta, StateError, StateSnapshot, state_root};
+use crate::runtime::{CallError, Kind};
+use crate::state::{Registry, RegistryDelta, Schedule, StateError, StateSnapshot, state_root};
 
 /// What a block's transition produced, before it is committed.
 pub(crate) struct Transition {
     pub(crate) outcomes: Vec<Outcome>,
     pub(crate) delta: RegistryDelta,
     pub(crate) eth1: Eth1State,
+    pub(crate) schedule: Schedule,
     pub(crate) root: [u8; 32],
+}
+
+/// The deposits engine that runs the block at `height` on a state with `schedule`: the
+/// scheduled module, or `default` when the schedule names none or names that very module. A
+/// module `modules` does not have ready is [`ImportError::ModuleMissing`] (ours, not the
+/// block's).
+pub(crate) fn engine_for(
+    schedule: &Schedule,
+    height: u64,
+    default: &DepositEngine,
+    modules: Option<&Arc<dyn DepositModules>>,
+) -> Result<DepositEngine, ImportError> {
+    let Some(hash) = schedule.module_at(Kind::Deposits, height) else {
+        return Ok(default.clone());
+    };
+    if default.hash() == Some(hash) {
+        return Ok(default.clone());
+    }
+    modules
+        .and_then(|m| m.deposits(&hash))
+        .ok_or_else(|| ImportError::ModuleMissing {
+            kind: Kind::Deposits,
+            module: hex32(&hash),
+            height,
+        })
 }
 
 /// What the deposits module sees of the block and the state before it.
@@ -58,13 +84,15 @@ pub(crate) fn voted(
     })
 }
 
-/// Runs a block's body over `registry` and `eth1` without changing either: the vote, exactly
-/// the due deposits, the deposits engine, the new state root.
+/// Runs a block's body over `registry`, `eth1` and `schedule` without changing any: the eth1
+/// vote, the upgrade votes, exactly the due deposits through the engine `engine_at` gives for
+/// the block's height, the new state root.
 pub(crate) fn transition(
     genesis: &Genesis,
-    deposits: &DepositEngine,
+    engine_at: &dyn Fn(u64) -> Result<DepositEngine, ImportError>,
     registry: &Arc<RwLock<Registry>>,
     eth1: &Eth1State,
+    schedule: &Schedule,
     header: &BlockHeader,
     body: &BlockBody,
 ) -> Result<Transition, ImportError> {
@@ -77,6 +105,19 @@ pub(crate) fn transition(
         body.eth1_vote,
         &hash,
     )?;
+    let schedule = schedule
+        .with_block(
+            header.height,
+            header.proposer,
+            &body.upgrade_votes,
+            genesis.authorities.len(),
+            genesis.upgrade_lead_blocks,
+        )
+        .map_err(|source| ImportError::UpgradeVote {
+            hash: hash.clone(),
+            source,
+        })?;
+    let deposits = engine_at(header.height)?;
     let expected = voted.due(u64::from(genesis.max_deposits_per_block));
     let found = u64::try_from(body.deposits.len()).unwrap_or(u64::MAX);
     if found != expected {
@@ -125,19 +166,21 @@ pub(crate) fn transition(
     Ok(Transition {
         outcomes: result.outcomes,
         delta: result.delta,
-        root: state_root(&registry_root, &eth1),
+        root: state_root(&registry_root, &eth1, &schedule),
         eth1,
+        schedule,
     })
 }
 
-/// The state after `block`, replayed on `base` (the state after its parent) with `deposits`:
-/// the block's state root is checked like on import. `base` is never changed.
+/// The state after `block`, replayed on `base` (the state after its parent) with the deposits
+/// engine `engine_at(height, base's schedule)` names: the block's state root is checked like on
+/// import. `base` is never changed.
 ///
 /// The block's header must follow `base` (parent hash, height); seal and body are not checked
 /// again, as every stored block was checked before it was stored.
 pub fn replay(
     genesis: &Genesis,
-    deposits: &DepositEngine,
+    engine_at: &dyn Fn(u64, &Schedule) -> Result<DepositEngine, ImportError>,
     base: &StateSnapshot,
     block: &Block,
 ) -> Result<StateSnapshot, ImportError> {
@@ -159,9 +202,10 @@ pub fn replay(
     let registry = Arc::new(RwLock::new(base.registry().clone()));
     let done = transition(
         genesis,
-        deposits,
+        &|height| engine_at(height, base.schedule()),
         &registry,
         base.eth1(),
+        base.schedule(),
         header,
         &block.body,
     )?;
@@ -186,5 +230,11 @@ pub fn replay(
             hash: name.clone(),
             source,
         })?;
-    Ok(StateSnapshot::new(hash, header.height, registry, done.eth1))
+    Ok(StateSnapshot::new(
+        hash,
+        header.height,
+        registry,
+        done.eth1,
+        done.schedule,
+    ))
 }

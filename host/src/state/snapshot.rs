@@ -4,7 +4,7 @@
 //! every chunk with the registry it came from) and the eth1 state. Nothing can change it once
 //! built: readers on any thread (state queries, checkpoint creation) see the state after its
 //! block however far import has moved on. A further state component (for example a module
-//! schedule) is one more field here and one more input to [`StateSnapshot::root`].
+//! schedule, already here) is one more field and one more input to [`StateSnapshot::root`].
 
 use std::sync::Arc;
 
@@ -12,6 +12,7 @@ use super::eth1::{Eth1State, state_root};
 use super::merkle::Hash32;
 use super::overlay::RegistryRead;
 use super::registry::Registry;
+use super::schedule::Schedule;
 use super::validator::{Pubkey, Validator};
 
 /// What a snapshot holds; shared behind one `Arc`.
@@ -21,6 +22,7 @@ struct Inner {
     height: u64,
     registry: Registry,
     eth1: Eth1State,
+    schedule: Schedule,
     root: Hash32,
 }
 
@@ -31,16 +33,29 @@ struct Inner {
 pub struct StateSnapshot(Arc<Inner>);
 
 impl StateSnapshot {
-    /// The state after `block` at `height`: `registry` and `eth1`. The root is computed once.
-    pub fn new(block: Hash32, height: u64, registry: Registry, eth1: Eth1State) -> Self {
-        let root = state_root(&registry.root(), &eth1);
+    /// The state after `block` at `height`: `registry`, `eth1` and the module `schedule`. The
+    /// root is computed once.
+    pub fn new(
+        block: Hash32,
+        height: u64,
+        registry: Registry,
+        eth1: Eth1State,
+        schedule: Schedule,
+    ) -> Self {
+        let root = state_root(&registry.root(), &eth1, &schedule);
         Self(Arc::new(Inner {
             block,
             height,
             registry,
             eth1,
+            schedule,
             root,
         }))
+    }
+
+    /// The on-chain module schedule.
+    pub fn schedule(&self) -> &Schedule {
+        &self.0.schedule
     }
 
     /// Hash of the block this is the state after.
@@ -156,7 +171,13 @@ mod tests {
                 balances: vec![],
             })
             .unwrap();
-        let snapshot = StateSnapshot::new([1; 32], 1, registry.clone(), Eth1State::default());
+        let snapshot = StateSnapshot::new(
+            [1; 32],
+            1,
+            registry.clone(),
+            Eth1State::default(),
+            Schedule::default(),
+        );
         let root = snapshot.root();
         registry
             .apply(&RegistryDelta {
@@ -169,7 +190,11 @@ mod tests {
         assert_eq!(snapshot.index_of(&[9; 48]), None);
         assert_eq!(
             snapshot.root(),
-            state_root(&snapshot.registry().root(), snapshot.eth1())
+            state_root(
+                &snapshot.registry().root(),
+                snapshot.eth1(),
+                snapshot.schedule()
+            )
         );
         assert_eq!(snapshot.root(), root);
         assert_eq!(snapshot.validators(1, 10).count(), 2);

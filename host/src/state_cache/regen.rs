@@ -17,12 +17,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError, RwLock};
 
 use super::StateCache;
-use crate::chain::DepositEngine;
 use crate::chain::ImportError;
 use crate::chain::block::{Block, Hash};
 use crate::chain::genesis::Genesis;
 use crate::chain::transition::replay;
-use crate::state::StateSnapshot;
+use crate::chain::{DepositEngine, DepositModules};
+use crate::state::{Schedule, StateSnapshot};
 use crate::store::{KvStore, StoreError, keys};
 
 /// Why a state could not be had.
@@ -85,6 +85,7 @@ pub struct StateSource {
     store: Arc<dyn KvStore>,
     genesis: Genesis,
     engine: RwLock<DepositEngine>,
+    modules: RwLock<Option<Arc<dyn DepositModules>>>,
 }
 
 impl StateSource {
@@ -94,6 +95,7 @@ impl StateSource {
             store,
             genesis,
             engine: RwLock::new(engine),
+            modules: RwLock::new(None),
         }
     }
 
@@ -102,13 +104,21 @@ impl StateSource {
         *self.engine.write().unwrap_or_else(PoisonError::into_inner) = engine;
     }
 
-    /// The deposits engine for blocks at `height`: the one place regeneration chooses it, so
-    /// a schedule of module versions by height plugs in here (today: the active engine).
-    pub fn engine_at(&self, _height: u64) -> DepositEngine {
-        self.engine
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+    /// Where scheduled deposits modules are found (the node's prepared modules).
+    pub(crate) fn set_modules(&self, modules: Arc<dyn DepositModules>) {
+        *self.modules.write().unwrap_or_else(PoisonError::into_inner) = Some(modules);
+    }
+
+    /// The deposits engine for the block at `height` on a state with `schedule`, chosen as
+    /// import chooses it.
+    pub fn engine_at(
+        &self,
+        height: u64,
+        schedule: &Schedule,
+    ) -> Result<DepositEngine, ImportError> {
+        let engine = self.engine.read().unwrap_or_else(PoisonError::into_inner);
+        let modules = self.modules.read().unwrap_or_else(PoisonError::into_inner);
+        crate::chain::transition::engine_for(schedule, height, &engine, modules.as_ref())
     }
 
     /// The chain's genesis configuration.
@@ -146,6 +156,7 @@ impl StateSource {
             0,
             registry,
             self.genesis.eth1_state(),
+            self.genesis.schedule(),
         ))
     }
 
@@ -235,9 +246,13 @@ pub(super) fn execute(cache: &StateCache, block: &Block) -> Result<StateSnapshot
     }
     let parent = state(cache, &block.header.parent_hash)?;
     let source = cache.regen.source();
-    let engine = source.engine_at(block.header.height);
-    let state =
-        replay(&source.genesis, &engine, &parent, block).map_err(StateCacheError::InvalidBlock)?;
+    let state = replay(
+        &source.genesis,
+        &|h, s| source.engine_at(h, s),
+        &parent,
+        block,
+    )
+    .map_err(StateCacheError::InvalidBlock)?;
     cache.insert(state.clone());
     Ok(state)
 }
@@ -326,8 +341,13 @@ fn regenerate(cache: &StateCache, hash: &Hash) -> Result<StateSnapshot, StateCac
     let mut state = base;
     let mut outcome = Ok(());
     for block in blocks.iter().rev() {
-        let engine = regen.source.engine_at(block.header.height);
-        match replay(&regen.source.genesis, &engine, &state, block) {
+        let source = &regen.source;
+        match replay(
+            &source.genesis,
+            &|h, s| source.engine_at(h, s),
+            &state,
+            block,
+        ) {
             Ok(next) => state = next,
             Err(e) => {
                 outcome = Err(e);

@@ -18,6 +18,8 @@ mod reproducible;
 mod slots;
 mod state_cache;
 mod upgrade_check;
+mod upgrade_devnet;
+mod upgrades;
 mod upload;
 
 use std::sync::{Arc, RwLock};

@@ -182,7 +182,13 @@ fn accounted_bytes_match_allocator_growth_within_ten_percent() {
         })
         .unwrap();
     cache.set_head(
-        StateSnapshot::new([0; 32], 0, registry.clone(), Default::default()),
+        StateSnapshot::new(
+            [0; 32],
+            0,
+            registry.clone(),
+            Default::default(),
+            Default::default(),
+        ),
         0,
     );
     let explained = |cache: &StateCache| {
@@ -206,6 +212,7 @@ fn accounted_bytes_match_allocator_growth_within_ten_percent() {
             block,
             height,
             registry.clone(),
+            Default::default(),
             Default::default(),
         ));
     }
@@ -237,7 +244,11 @@ fn a_snapshot_is_unchanged_while_fifty_blocks_import() {
             loop {
                 let registry_root = snapshot.registry().root();
                 assert_eq!(
-                    modnode::state::state_root(&registry_root, snapshot.eth1()),
+                    modnode::state::state_root(
+                        &registry_root,
+                        snapshot.eth1(),
+                        snapshot.schedule()
+                    ),
                     root
                 );
                 assert_eq!(snapshot.validator_count(), count);
@@ -349,6 +360,7 @@ fn a_side_branch_with_an_invalid_block_is_not_stored_relayed_or_counted() {
     let body = BlockBody {
         eth1_vote: log.eth1_data(),
         deposits: Vec::new(),
+        upgrade_votes: Vec::new(),
     };
     let child = Block {
         header: BlockHeader {
