@@ -162,9 +162,17 @@ fn a_reorg_across_the_activation_height_reexecutes_each_side_with_its_own_versio
     }
     assert!(reorganised);
     assert_eq!(node.head(), b.head());
-    // Re-executed b from height 2: V1 below H, V2 from H on (b's own copy of the schedule).
+    // Each b block ran once on arrival (a side-branch block is executed on its parent's state
+    // before it is stored) and once more when the reorg imported b from height 2: V1 below H,
+    // V2 from H on, both times (b's own copy of the schedule).
     let asked = modules.take();
-    assert_eq!(asked, vec![V1, V1, V1, V2, V2, V2]);
+    let (arrival, reorg) = asked.split_at(asked.len().saturating_sub(6));
+    assert_eq!(reorg, [V1, V1, V1, V2, V2, V2], "{asked:?}");
+    assert!(!arrival.is_empty(), "{asked:?}");
+    assert!(
+        arrival.windows(2).all(|w| !(w[0] == V2 && w[1] == V1)),
+        "{asked:?}"
+    );
     assert_eq!(node.schedule(), b.schedule());
 
     // Back across H to c, which never scheduled V2: the revert restored the genesis schedule
