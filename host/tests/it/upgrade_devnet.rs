@@ -296,7 +296,7 @@ async fn module_propose_and_list_from_the_command_line() {
     assert!(ok, "{err}");
     assert!(
         out.contains(&format!(
-            "scheduled: sha256 {v1} at height {h}; ready here: true"
+            "scheduled: {v1} at height {h} (peers ready: 0, authorities ready: 1)"
         )),
         "{out}"
     );
