@@ -102,14 +102,7 @@ pub async fn propose_upgrade(
     activate_at: u64,
 ) -> Result<Value, AdminError> {
     let body = serde_json::json!({"kind": kind, "sha256": sha256, "activate_at": activate_at});
-    request(
-        target,
-        "POST",
-        "/modules/propose",
-        Some((body.to_string().into_bytes(), "application/json")),
-        CLIENT_TIMEOUT,
-    )
-    .await
+    post_json(target, "/modules/propose", &body).await
 }
 
 /// Puts the ready module `hash` (64 hex digits) into service as `mode`; returns the kind's

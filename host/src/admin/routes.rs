@@ -80,7 +80,9 @@ async fn not_found(request: Request) -> Response {
 
 async fn not_allowed(request: Request) -> Response {
     let allow = match request.uri().path() {
-        "/modules/activate" | "/modules/rollback" | "/modules/cancel" => "POST",
+        "/modules/activate" | "/modules/rollback" | "/modules/cancel" | "/modules/propose" => {
+            "POST"
+        }
         "/modules" => "GET, POST",
         _ => "GET",
     };

@@ -110,6 +110,19 @@ pub fn list(node: &NodeArgs, json: bool) -> anyhow::Result<()> {
     for kind in answer["kinds"].as_array().unwrap_or(&empty) {
         print_kind(kind, &empty);
     }
+    for s in answer["scheduled"].as_array().unwrap_or(&empty) {
+        println!(
+            "{}\n  scheduled: sha256 {} at height {}; ready here: {}, peers ready {}/{}, authorities ready {}/{}",
+            s["kind"].as_str().unwrap_or("?"),
+            s["sha256"].as_str().unwrap_or("?"),
+            s["height"],
+            s["ready_here"],
+            s["peers_ready"],
+            s["peers_connected"],
+            s["authorities_ready"],
+            s["authorities"],
+        );
+    }
     Ok(())
 }
 
