@@ -16,7 +16,16 @@
 //!   (`application/wasm`, at most the configured module size), handed to
 //!   [`AdminBackend::upload_module`]; answers `{"status":"ready"|"already-stored","module":{…}}`
 //!   once the module is validated, compiled and warmed, or an error with a `reason` code.
-//! - `GET /modules` (token): per kind, the active module and every stored version.
+//! - `GET /modules` (token): per kind, the slot (active, scheduled, shadow with divergences,
+//!   canary share, previous, breaker) and every stored or built-in version with its warm-up.
+//! - `POST /modules/activate` (token): `{"hash":"<sha256 hex>","mode":"live"|"shadow"|"canary",
+//!   "percent":N}` puts a ready module of a local kind into service ([`ModuleOp::Activate`]);
+//!   answers the kind's slot status. Unknown hash → 404; not ready, consensus kind, already
+//!   active → 409.
+//! - `POST /modules/rollback` (token): `{"kind":"<kind>"}` back to the previous version at
+//!   once ([`ModuleOp::Rollback`]).
+//! - `POST /modules/cancel` (token): `{"kind":"<kind>"}` stops the kind's shadow or canary
+//!   ([`ModuleOp::Cancel`]).
 //!
 //! Every error answer is `{"error":"<what is wrong>"}` (plus `"reason"` for refused modules)
 //! with a 4xx/5xx status, and every response closes the connection: one request per
@@ -33,6 +42,7 @@ use std::path::PathBuf;
 use std::pin::Pin;
 
 use crate::modules_store::upload::{UploadError, UploadOutcome};
+use crate::runtime::{Kind, Mode};
 
 pub mod client;
 pub mod deposit_json;
@@ -61,6 +71,54 @@ pub trait AdminBackend: Send + Sync + 'static {
     ) -> BoxFuture<'_, Result<UploadOutcome, UploadError>>;
     /// The node's modules: per kind the active one and every stored version, as JSON.
     fn modules(&self) -> BoxFuture<'_, Result<serde_json::Value, String>>;
+    /// Activates a ready module (live, shadow or canary), rolls a kind back or stops its
+    /// candidate; answers the kind's slot status as JSON. A backend without module slots refuses every operation.
+    fn module_op(&self, op: ModuleOp) -> BoxFuture<'_, Result<serde_json::Value, ModuleOpError>> {
+        let _ = op;
+        Box::pin(async {
+            Err(ModuleOpError::Internal(
+                "this node does not run module slots".into(),
+            ))
+        })
+    }
+}
+
+/// A module slot operation asked through the admin API.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ModuleOp {
+    /// Put the ready module with this sha256 into service as `mode` (local kinds only).
+    Activate {
+        /// The module's sha256.
+        hash: [u8; 32],
+        /// Live, shadow or canary.
+        mode: Mode,
+    },
+    /// Return a local kind to its previous version at once.
+    Rollback {
+        /// The kind.
+        kind: Kind,
+    },
+    /// Stop a local kind's shadow or canary; the active version is unchanged.
+    Cancel {
+        /// The kind.
+        kind: Kind,
+    },
+}
+
+/// Why the node refused a module operation; the message names the module or kind and says
+/// what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum ModuleOpError {
+    /// No module with this hash is stored or built in (HTTP 404).
+    #[error("{0}")]
+    Unknown(String),
+    /// The operation does not apply now: module not ready, consensus kind, already active,
+    /// nothing to roll back to (HTTP 409).
+    #[error("{0}")]
+    Refused(String),
+    /// The node failed (HTTP 500); not the operator's fault.
+    #[error("{0}")]
+    Internal(String),
 }
 
 /// Why an admin operation failed.

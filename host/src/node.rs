@@ -20,6 +20,7 @@
 mod bans;
 pub mod chain_worker;
 pub mod metrics;
+mod module_ops;
 mod network;
 pub mod verdict;
 pub mod worker_inbox;
@@ -39,15 +40,15 @@ use tokio::task::JoinHandle;
 use self::chain_worker::{ChainHandle, unix_ms};
 use self::metrics::bump;
 pub use self::metrics::{Metrics, NodeStatus};
-use crate::admin::{self, AdminBackend, BoxFuture};
+use crate::admin::{self, AdminBackend, BoxFuture, ModuleOp, ModuleOpError};
 use crate::chain::genesis::Genesis;
 use crate::chain::{Chain, DepositEngine};
 use crate::deposit_source::dev_contract::{self, DevContract};
 use crate::deposit_source::follower::{self, FollowerConfig};
 use crate::deposit_source::log::FollowedLog;
 use crate::deposit_source::{self, DepositSource};
+use crate::modules_store::ModuleStoreError;
 use crate::modules_store::upload::{ModuleService, UploadConfig, UploadError, UploadOutcome};
-use crate::modules_store::{ActiveModule, ModuleStoreError};
 use crate::net::endpoint::{self, TransportLimits};
 use crate::net::gossip::{self, GossipConfig, GossipHandle};
 use crate::net::identity::NodeIdentity;
@@ -425,14 +426,12 @@ impl Node {
             let dir = data_dir.clone();
             let genesis = genesis.clone();
             tokio::task::spawn_blocking(move || {
-                let modules = load_modules(&dir, &genesis, &policy_name)?;
+                let modules = Arc::new(load_modules(&dir, &genesis, &policy_name)?);
                 let module_store =
-                    ModuleService::open(&dir, dir.join(MODULE_CACHE_DIR), upload_config)?;
-                Ok::<_, NodeError>((
-                    open_store(&dir, genesis, &modules)?,
-                    Arc::new(modules),
-                    module_store,
-                ))
+                    ModuleService::open(&dir, dir.join(MODULE_CACHE_DIR), upload_config)?
+                        .with_slots(modules.clone());
+                module_ops::prepare_stored(&modules, &module_store);
+                Ok::<_, NodeError>((open_store(&dir, genesis, &modules)?, modules, module_store))
             })
             .await
             .map_err(|e| NodeError::Startup(e.to_string()))??
@@ -794,31 +793,22 @@ impl AdminBackend for Backend {
     }
 
     fn modules(&self) -> BoxFuture<'_, Result<serde_json::Value, String>> {
-        let modules = self.module_store.clone();
+        let (slots, store) = (self.slots.clone(), self.module_store.clone());
         Box::pin(async move {
-            let stored = tokio::task::spawn_blocking(move || modules.store().list())
+            tokio::task::spawn_blocking(move || module_ops::list(&slots, &store))
                 .await
                 .map_err(|e| format!("module listing task failed: {e}"))?
-                .map_err(|e| e.to_string())?;
-            // The slots say what serves now (a live swap changes it): active, scheduled,
-            // shadow with its divergences, canary share, previous, breaker trips.
-            let slots = self.slots.status();
-            let active: Vec<ActiveModule> = slots
-                .iter()
-                .map(|s| ActiveModule {
-                    kind: s.kind.to_string(),
-                    name: s.active.name.clone(),
-                    sha256: s.active.hash.clone(),
-                })
-                .collect();
-            let mut listing = crate::modules_store::listing(&active, &stored);
-            if let Some(map) = listing.as_object_mut() {
-                map.insert(
-                    "slots".into(),
-                    serde_json::to_value(&slots).unwrap_or_default(),
-                );
-            }
-            Ok(listing)
+        })
+    }
+
+    fn module_op(&self, op: ModuleOp) -> BoxFuture<'_, Result<serde_json::Value, ModuleOpError>> {
+        let (slots, store) = (self.slots.clone(), self.module_store.clone());
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || module_ops::run(&slots, &store, op))
+                .await
+                .map_err(|e| {
+                    ModuleOpError::Internal(format!("module operation task failed: {e}"))
+                })?
         })
     }
 }

@@ -14,6 +14,7 @@ use tokio::net::TcpStream;
 
 use super::AdminError;
 use super::token::{AdminToken, read_admin_addr};
+use crate::runtime::{Kind, Mode};
 
 /// Time the node has to answer a request, connection included. Uploads wait for the node to
 /// compile and warm the module, so they get [`UPLOAD_TIMEOUT`].
@@ -90,6 +91,43 @@ pub async fn upload_module(target: &Target, bytes: Vec<u8>) -> Result<Value, Adm
 /// The node's modules (`GET /modules`).
 pub async fn modules(target: &Target) -> Result<Value, AdminError> {
     request(target, "GET", "/modules", None, CLIENT_TIMEOUT).await
+}
+
+/// Puts the ready module `hash` (64 hex digits) into service as `mode`; returns the kind's
+/// slot status.
+pub async fn activate_module(target: &Target, hash: &str, mode: Mode) -> Result<Value, AdminError> {
+    let body = match mode {
+        Mode::Live => serde_json::json!({"hash": hash, "mode": "live"}),
+        Mode::Shadow => serde_json::json!({"hash": hash, "mode": "shadow"}),
+        Mode::Canary(percent) => {
+            serde_json::json!({"hash": hash, "mode": "canary", "percent": percent})
+        }
+    };
+    post_json(target, "/modules/activate", &body).await
+}
+
+/// Rolls `kind` back to its previous version; returns the kind's slot status.
+pub async fn rollback_module(target: &Target, kind: Kind) -> Result<Value, AdminError> {
+    let body = serde_json::json!({"kind": kind.to_string()});
+    post_json(target, "/modules/rollback", &body).await
+}
+
+/// Stops `kind`'s shadow or canary; returns the kind's slot status.
+pub async fn cancel_candidate(target: &Target, kind: Kind) -> Result<Value, AdminError> {
+    let body = serde_json::json!({"kind": kind.to_string()});
+    post_json(target, "/modules/cancel", &body).await
+}
+
+async fn post_json(target: &Target, path: &str, body: &Value) -> Result<Value, AdminError> {
+    let bytes = body.to_string().into_bytes();
+    request(
+        target,
+        "POST",
+        path,
+        Some((bytes, "application/json")),
+        UPLOAD_TIMEOUT,
+    )
+    .await
 }
 
 /// Sends one request; returns the node's JSON answer.

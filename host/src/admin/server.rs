@@ -256,6 +256,8 @@ mod tests {
             source: "test".into(),
             compile_ms: 1,
             warm_us: 1,
+            warm_fuel: 0,
+            warm_real_inputs: 0,
             compiled_size: 1,
         }
     }
