@@ -20,7 +20,7 @@ use crate::chain::eth1::{DepositProofs, DepositProofsError, Eth1Data, ProvenDepo
 use crate::chain::{Added, Chain, ForkChoiceError, Head};
 use crate::deposit_source::DepositSource;
 use crate::net::identity::NodeIdentity;
-use crate::state::RegistryRead;
+use crate::state::{RegistryRead, UpgradeOp};
 
 /// What the rest of the node sees of the chain; updated after every change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,6 +62,9 @@ pub enum WorkerError {
     /// The worker's queue for this kind of job (or this peer's share of it) is full.
     #[error("the chain worker is busy; try again later")]
     Busy,
+    /// The upgrade proposal breaks the schedule's rules.
+    #[error("upgrade proposal refused: {0}")]
+    Proposal(crate::state::ScheduleError),
     /// The block's slot has not started yet on our clock (beyond the skew allowance).
     #[error("block {height} is for slot {slot}, but the current slot is {current}")]
     FutureSlot {
@@ -93,6 +96,10 @@ enum Command {
         count: u64,
         max_bytes: usize,
         reply: oneshot::Sender<Result<Vec<Vec<u8>>, WorkerError>>,
+    },
+    Propose {
+        op: UpgradeOp,
+        reply: oneshot::Sender<Result<(), WorkerError>>,
     },
 }
 
@@ -173,6 +180,11 @@ impl ChainHandle {
         .await
     }
 
+    /// Makes this node's blocks vote for the upgrade `op` while the vote counts.
+    pub async fn propose_upgrade(&self, op: UpgradeOp) -> Result<(), WorkerError> {
+        self.ask(|reply| Command::Propose { op, reply }).await
+    }
+
     /// The current view.
     pub fn view(&self) -> ChainView {
         *self.view.borrow()
@@ -236,7 +248,7 @@ pub fn spawn(
 fn class_of(command: &Command) -> (JobClass, Requester) {
     match command {
         Command::Produce { .. } => (JobClass::Produce, None),
-        Command::Add { .. } => (JobClass::Import, None),
+        Command::Add { .. } | Command::Propose { .. } => (JobClass::Import, None),
         Command::Blocks { requester, .. } => (JobClass::Serve, *requester),
     }
 }
@@ -314,6 +326,13 @@ impl Worker {
                 ..
             } => {
                 let _ = reply.send(self.blocks(start, count, max_bytes));
+            }
+            Command::Propose { op, reply } => {
+                let _ = reply.send(
+                    self.chain
+                        .propose_upgrade(op)
+                        .map_err(WorkerError::Proposal),
+                );
             }
         }
     }
