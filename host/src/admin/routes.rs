@@ -405,6 +405,30 @@ async fn cancel_candidate(State(state): State<AppState>, request: Request) -> Re
     kind_op(&state, request, |kind| ModuleOp::Cancel { kind }).await
 }
 
+async fn state_at(State(state): State<AppState>, request: Request) -> Response {
+    use super::state_query::{StateQuery, StateQueryError};
+    let query = match StateQuery::parse(request.uri().query()) {
+        Ok(query) => query,
+        Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string()),
+    };
+    match tokio::time::timeout(state.config.backend_timeout, state.backend.state(query)).await {
+        Ok(Ok(value)) => axum::Json(value).into_response(),
+        Ok(Err(e)) => {
+            let status = match e {
+                StateQueryError::BadQuery(_) => StatusCode::BAD_REQUEST,
+                StateQueryError::NotFound(_) => StatusCode::NOT_FOUND,
+                StateQueryError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+                StateQueryError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            };
+            error(status, e.to_string())
+        }
+        Err(_) => error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the state was not ready in time; retry later",
+        ),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -446,29 +470,5 @@ mod tests {
             let err = op(body.clone()).unwrap_err();
             assert!(err.contains(culprit), "{body}: {err}");
         }
-    }
-}
-
-async fn state_at(State(state): State<AppState>, request: Request) -> Response {
-    use super::state_query::{StateQuery, StateQueryError};
-    let query = match StateQuery::parse(request.uri().query()) {
-        Ok(query) => query,
-        Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string()),
-    };
-    match tokio::time::timeout(state.config.backend_timeout, state.backend.state(query)).await {
-        Ok(Ok(value)) => axum::Json(value).into_response(),
-        Ok(Err(e)) => {
-            let status = match e {
-                StateQueryError::BadQuery(_) => StatusCode::BAD_REQUEST,
-                StateQueryError::NotFound(_) => StatusCode::NOT_FOUND,
-                StateQueryError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
-                StateQueryError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
-            };
-            error(status, e.to_string())
-        }
-        Err(_) => error(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "the state was not ready in time; retry later",
-        ),
     }
 }
