@@ -20,6 +20,7 @@
 
 pub mod admin;
 pub mod chain;
+pub mod checkpoint;
 pub mod crypto;
 pub mod deposit_source;
 pub mod files;
