@@ -8,7 +8,10 @@
 //! - [`create`]: planning and building the chunks with a checkpoint module, in parallel for
 //!   versions whose chunks are independent, byte-identical for any thread count.
 //! - [`restore`]: the sans-IO restorer: per-chunk size, hash, range and Merkle range-proof
-//!   checks, coverage by leaf index, and the final rebuilt-root check.
+//!   checks, coverage by leaf index, and the final rebuilt-root check; [`verify_all`] verifies
+//!   on several threads.
+//! - [`store`]: durable restore progress in sled (the manifest and each verified chunk), so a
+//!   restart resumes without fetching verified chunks again.
 //!
 //! A chunk is a contiguous range of state leaves (validator record and balance) with a range
 //! proof against the registry root; the eth1 state travels in the manifest, so the restorer
@@ -18,10 +21,12 @@ pub mod create;
 pub mod leaves;
 pub mod manifest;
 pub mod restore;
+pub mod store;
 
 pub use create::{BlockRef, Checkpoint, CreateError, CreateOptions, create};
 pub use leaves::{RegistrySnapshot, StateLeaves, synthetic_state};
 pub use manifest::{ChunkEntry, Manifest, ManifestError, ManifestLimits};
 pub use restore::{
-    ChunkOpener, Fault, Progress, RestoreError, RestoredState, Restorer, VerifiedChunk,
+    ChunkOpener, Fault, Progress, RestoreError, RestoredState, Restorer, VerifiedChunk, verify_all,
 };
+pub use store::{RestoreStore, RestoreStoreError};

@@ -155,6 +155,21 @@ enum BenchCommand {
         #[arg(long, default_value_t = 50)]
         blocks: usize,
     },
+    /// Checkpoint creation and restore with checkpoint-v1 and -v2 against the read-hash floor.
+    Checkpoint {
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+        /// Validators in the state.
+        #[arg(long, default_value_t = 2_000_000)]
+        validators: u32,
+        /// Target chunk size passed to the modules' planners.
+        #[arg(long, default_value_t = 1 << 20)]
+        target_chunk_bytes: u64,
+        /// Blocks imported idle and again during creation.
+        #[arg(long, default_value_t = 40)]
+        import_blocks: usize,
+    },
 }
 
 fn main() -> std::process::ExitCode {
@@ -210,6 +225,12 @@ fn main() -> std::process::ExitCode {
             validators,
             blocks,
         }) => commands::bench::swap(json, validators, blocks),
+        Command::Bench(BenchCommand::Checkpoint {
+            json,
+            validators,
+            target_chunk_bytes,
+            import_blocks,
+        }) => commands::bench::checkpoint(json, validators, target_chunk_bytes, import_blocks),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -12,6 +12,7 @@ use super::leaves::StateLeaves;
 use super::manifest::{ChunkEntry, Manifest, ManifestError, ManifestLimits};
 use crate::runtime::CallError;
 use crate::runtime::checkpoint::{CheckpointModule, ChunkError, LeafRange, PlanParams};
+use crate::runtime::threads::scoped_guest_workers;
 use crate::state::merkle::Hash32;
 
 /// The module parameter by which a version declares its chunks independent of each other.
@@ -26,6 +27,8 @@ pub struct CreateOptions {
     pub target_chunk_bytes: u64,
     /// Worker threads for modules that declare `parallel-build = yes`; others get one.
     pub threads: usize,
+    /// Build on low-priority dedicated threads, so a node's import preempts creation.
+    pub background: bool,
 }
 
 impl Default for CreateOptions {
@@ -33,6 +36,7 @@ impl Default for CreateOptions {
         Self {
             target_chunk_bytes: 1 << 20,
             threads: std::thread::available_parallelism().map_or(2, |n| n.get()),
+            background: true,
         }
     }
 }
@@ -93,6 +97,9 @@ pub enum CreateError {
         /// The cap.
         max: u32,
     },
+    /// The worker threads could not be started.
+    #[error("cannot start checkpoint worker threads: {0}")]
+    Threads(std::io::Error),
 }
 
 /// Whether `module` declares its chunks independent (so they may be built concurrently).
@@ -124,7 +131,14 @@ pub fn create(
     } else {
         1
     };
-    let built = build_all(module, &state, &ranges, threads, limits.max_chunk_bytes)?;
+    let built = build_all(
+        module,
+        &state,
+        &ranges,
+        threads,
+        options.background,
+        limits.max_chunk_bytes,
+    )?;
     let mut entries = Vec::with_capacity(ranges.len());
     let mut chunks = Vec::with_capacity(ranges.len());
     for (range, (bytes, hash)) in ranges.iter().zip(built) {
@@ -191,15 +205,17 @@ fn build_one(
 }
 
 /// Builds every range on `threads` workers taking the next unbuilt range in turn; results land
-/// at their range's position, so the order never depends on scheduling.
+/// at their range's position, so the order never depends on scheduling. Workers are dedicated
+/// guest threads, not the shared pool import uses.
 fn build_all(
     module: &CheckpointModule,
     state: &Arc<dyn StateLeaves>,
     ranges: &[LeafRange],
     threads: usize,
+    background: bool,
     max: u32,
 ) -> Result<Vec<Built>, CreateError> {
-    if threads <= 1 {
+    if threads <= 1 && !background {
         return ranges
             .iter()
             .map(|r| build_one(module, state, *r, max))
@@ -208,36 +224,33 @@ fn build_all(
     let next = AtomicUsize::new(0);
     let slots: Mutex<Vec<Option<Built>>> = Mutex::new(vec![None; ranges.len()]);
     let failure: Mutex<Option<CreateError>> = Mutex::new(None);
-    std::thread::scope(|scope| {
-        for _ in 0..threads {
-            scope.spawn(|| {
-                loop {
-                    let index = next.fetch_add(1, Ordering::Relaxed);
-                    let Some(range) = ranges.get(index) else {
-                        return;
-                    };
-                    if failure.lock().map_or(true, |f| f.is_some()) {
-                        return;
-                    }
-                    match build_one(module, state, *range, max) {
-                        Ok(built) => {
-                            if let Ok(mut slots) = slots.lock()
-                                && let Some(slot) = slots.get_mut(index)
-                            {
-                                *slot = Some(built);
-                            }
-                        }
-                        Err(e) => {
-                            if let Ok(mut f) = failure.lock() {
-                                f.get_or_insert(e);
-                            }
-                            return;
-                        }
+    let work = |_worker: usize| {
+        loop {
+            let index = next.fetch_add(1, Ordering::Relaxed);
+            let Some(range) = ranges.get(index) else {
+                return;
+            };
+            if failure.lock().map_or(true, |f| f.is_some()) {
+                return;
+            }
+            match build_one(module, state, *range, max) {
+                Ok(built) => {
+                    if let Ok(mut slots) = slots.lock()
+                        && let Some(slot) = slots.get_mut(index)
+                    {
+                        *slot = Some(built);
                     }
                 }
-            });
+                Err(e) => {
+                    if let Ok(mut f) = failure.lock() {
+                        f.get_or_insert(e);
+                    }
+                    return;
+                }
+            }
         }
-    });
+    };
+    scoped_guest_workers(threads, background, &work).map_err(CreateError::Threads)?;
     if let Some(e) = failure.into_inner().ok().flatten() {
         return Err(e);
     }

@@ -165,6 +165,9 @@ pub enum RestoreError {
     /// A module call failed on our side.
     #[error("opening a chunk failed on this node: {0}")]
     Call(#[from] CallError),
+    /// Storing progress or starting threads failed on this node.
+    #[error("restoring on this node failed: {0}")]
+    Local(String),
 }
 
 impl RestoreError {
@@ -183,7 +186,8 @@ impl RestoreError {
             Self::UnknownChunk { .. }
             | Self::DuplicateRange { .. }
             | Self::MissingChunks { .. }
-            | Self::Call(_) => Fault::Ours,
+            | Self::Call(_)
+            | Self::Local(_) => Fault::Ours,
         }
     }
 }
@@ -460,5 +464,73 @@ impl Restorer {
             eth1,
             state_root: root,
         })
+    }
+}
+
+/// Verifies `chunks` (`(index, bytes)`, any order) on `threads` workers, storing each verified
+/// chunk in `store` (when given) and inserting it; flushes the store once at the end. Returns
+/// the first refusal, leaving every chunk verified before it inserted (and stored).
+pub fn verify_all(
+    restorer: &mut Restorer,
+    opener: &dyn ChunkOpener,
+    chunks: Vec<(usize, Vec<u8>)>,
+    threads: usize,
+    store: Option<&super::store::RestoreStore>,
+) -> Result<Progress, RestoreError> {
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    let next = AtomicUsize::new(0);
+    let work: Vec<Mutex<Option<(usize, Vec<u8>)>>> =
+        chunks.into_iter().map(|c| Mutex::new(Some(c))).collect();
+    let results: Mutex<Vec<Result<VerifiedChunk, RestoreError>>> = Mutex::new(Vec::new());
+    let stored: Mutex<Option<super::store::RestoreStoreError>> = Mutex::new(None);
+    let shared: &Restorer = restorer;
+    let worker = |_: usize| {
+        loop {
+            let i = next.fetch_add(1, Ordering::Relaxed);
+            let Some(slot) = work.get(i) else {
+                return;
+            };
+            let Some((index, bytes)) = slot.lock().ok().and_then(|mut s| s.take()) else {
+                continue;
+            };
+            let outcome = match store {
+                Some(store) => shared.verify(opener, index, bytes.clone()).inspect(|_| {
+                    if let Err(e) = store.put_chunk(index, &bytes)
+                        && let Ok(mut s) = stored.lock()
+                    {
+                        s.get_or_insert(e);
+                    }
+                }),
+                None => shared.verify(opener, index, bytes),
+            };
+            if let Ok(mut r) = results.lock() {
+                r.push(outcome);
+            }
+        }
+    };
+    crate::runtime::threads::scoped_guest_workers(threads.max(1), false, &worker)
+        .map_err(|e| RestoreError::Local(format!("cannot start verification threads: {e}")))?;
+    if let Some(e) = stored.into_inner().ok().flatten() {
+        return Err(RestoreError::Local(e.to_string()));
+    }
+    if let Some(store) = store {
+        store
+            .flush()
+            .map_err(|e| RestoreError::Local(e.to_string()))?;
+    }
+    let mut first_error = None;
+    for outcome in results.into_inner().unwrap_or_default() {
+        match outcome.and_then(|chunk| restorer.insert(chunk)) {
+            Ok(_) => {}
+            Err(e) => {
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    match first_error {
+        Some(e) => Err(e),
+        None => Ok(restorer.progress()),
     }
 }

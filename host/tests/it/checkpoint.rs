@@ -37,6 +37,7 @@ fn make(
     let options = CreateOptions {
         target_chunk_bytes: target,
         threads,
+        background: threads > 1,
     };
     create(m, state.clone(), at(), options).unwrap()
 }
