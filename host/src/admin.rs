@@ -63,6 +63,14 @@ pub trait AdminBackend: Send + Sync + 'static {
     ) -> BoxFuture<'_, Result<UploadOutcome, UploadError>>;
     /// The node's modules: per kind the active one and every stored version, as JSON.
     fn modules(&self) -> BoxFuture<'_, Result<serde_json::Value, String>>;
+    /// Creates a checkpoint of the head state now; resolves with its summary once stored.
+    fn create_checkpoint(&self) -> BoxFuture<'_, Result<serde_json::Value, String>> {
+        Box::pin(async { Err("this node does not create checkpoints".to_string()) })
+    }
+    /// The stored checkpoints, newest first.
+    fn checkpoints(&self) -> BoxFuture<'_, Result<serde_json::Value, String>> {
+        Box::pin(async { Ok(serde_json::json!({ "checkpoints": [] })) })
+    }
 }
 
 /// Why an admin operation failed.

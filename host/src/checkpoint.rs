@@ -10,6 +10,11 @@
 //! - [`restore`]: the sans-IO restorer: per-chunk size, hash, range and Merkle range-proof
 //!   checks, coverage by leaf index, and the final rebuilt-root check; [`verify_all`] verifies
 //!   on several threads.
+//! - [`fetch`]: choosing the checkpoint offered by enough peers and scheduling chunk fetches
+//!   across them (adaptive timeouts, a slow peer's share shrinking, a corrupt peer dropped),
+//!   sans-IO; the QUIC driver that uses it is not built yet.
+//! - [`service`]: creation in a running node (every `interval` blocks and on demand, in the
+//!   background, the `keep` newest stored).
 //! - [`store`]: durable restore progress in sled (the manifest and each verified chunk), so a
 //!   restart resumes without fetching verified chunks again.
 //!
@@ -18,15 +23,21 @@
 //! recomputes the full state root.
 
 pub mod create;
+pub mod fetch;
 pub mod leaves;
 pub mod manifest;
 pub mod restore;
+pub mod service;
 pub mod store;
 
 pub use create::{BlockRef, Checkpoint, CreateError, CreateOptions, create};
+pub use fetch::{FetchConfig, FetchError, Fetcher, Penalty, choose};
 pub use leaves::{RegistrySnapshot, StateLeaves, synthetic_state};
 pub use manifest::{ChunkEntry, Manifest, ManifestError, ManifestLimits};
 pub use restore::{
     ChunkOpener, Fault, Progress, RestoreError, RestoredState, Restorer, VerifiedChunk, verify_all,
+};
+pub use service::{
+    CheckpointConfig, CheckpointServiceError, CheckpointStore, CheckpointSummary, Checkpointer,
 };
 pub use store::{RestoreStore, RestoreStoreError};

@@ -29,6 +29,9 @@ enum Command {
     /// Work with module components.
     #[command(subcommand)]
     Module(ModuleCommand),
+    /// Checkpoints of a running node's state.
+    #[command(subcommand)]
+    Checkpoint(CheckpointCommand),
     /// Run two versions of a module side by side; exit non-zero on divergence or fuel regression.
     UpgradeCheck(commands::upgrade_check::UpgradeCheckArgs),
     /// Measure the node (`--json` for machines).
@@ -37,6 +40,26 @@ enum Command {
     /// Tools for tests and debugging.
     #[command(subcommand, hide = true)]
     Debug(DebugCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum CheckpointCommand {
+    /// Create a checkpoint of the head state now (answers once it is stored).
+    Create {
+        #[command(flatten)]
+        node: commands::module::NodeArgs,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List the node's stored checkpoints, newest first.
+    List {
+        #[command(flatten)]
+        node: commands::module::NodeArgs,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -198,6 +221,12 @@ fn main() -> std::process::ExitCode {
         Command::Module(ModuleCommand::List { node, json }) => commands::module::list(&node, json),
         Command::Module(ModuleCommand::Componentize { core, output }) => {
             commands::module::componentize(&core, &output)
+        }
+        Command::Checkpoint(CheckpointCommand::Create { node, json }) => {
+            commands::checkpoint::create(&node, json)
+        }
+        Command::Checkpoint(CheckpointCommand::List { node, json }) => {
+            commands::checkpoint::list(&node, json)
         }
         Command::UpgradeCheck(args) => match commands::upgrade_check::upgrade_check(args) {
             Ok(true) => Ok(()),

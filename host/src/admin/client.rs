@@ -115,6 +115,16 @@ pub async fn modules(target: &Target) -> Result<Value, AdminError> {
     request(target, "GET", "/modules", None, CLIENT_TIMEOUT).await
 }
 
+/// Creates a checkpoint now (`POST /checkpoints`); returns its summary once stored.
+pub async fn create_checkpoint(target: &Target) -> Result<Value, AdminError> {
+    request(target, "POST", "/checkpoints", None, UPLOAD_TIMEOUT).await
+}
+
+/// The node's stored checkpoints (`GET /checkpoints`).
+pub async fn checkpoints(target: &Target) -> Result<Value, AdminError> {
+    request(target, "GET", "/checkpoints", None, CLIENT_TIMEOUT).await
+}
+
 /// Sends one request; returns the node's JSON answer.
 async fn request(
     target: &Target,

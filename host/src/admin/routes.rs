@@ -47,6 +47,12 @@ pub(crate) fn router(state: AppState) -> Router {
             "/modules",
             get(list_modules).post(upload_module).fallback(not_allowed),
         )
+        .route(
+            "/checkpoints",
+            get(list_checkpoints)
+                .post(create_checkpoint)
+                .fallback(not_allowed),
+        )
         .route_layer(middleware::from_fn_with_state(state.clone(), authorize));
     Router::new()
         .route("/metrics", get(metrics).fallback(not_allowed))
@@ -68,7 +74,7 @@ async fn not_found(request: Request) -> Response {
 async fn not_allowed(request: Request) -> Response {
     let allow = match request.uri().path() {
         "/deposits" => "POST",
-        "/modules" => "GET, POST",
+        "/modules" | "/checkpoints" => "GET, POST",
         _ => "GET",
     };
     let mut response = error(
@@ -263,6 +269,20 @@ async fn upload_module(State(state): State<AppState>, request: Request) -> Respo
                 state.config.upload_timeout
             ),
         ),
+    }
+}
+
+async fn list_checkpoints(State(state): State<AppState>) -> Response {
+    match state.backend.checkpoints().await {
+        Ok(value) => axum::Json(value).into_response(),
+        Err(message) => error(StatusCode::INTERNAL_SERVER_ERROR, message),
+    }
+}
+
+async fn create_checkpoint(State(state): State<AppState>) -> Response {
+    match state.backend.create_checkpoint().await {
+        Ok(value) => axum::Json(value).into_response(),
+        Err(message) => error(StatusCode::SERVICE_UNAVAILABLE, message),
     }
 }
 

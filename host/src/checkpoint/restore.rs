@@ -432,8 +432,10 @@ impl Restorer {
         let leaf_count = usize::try_from(self.manifest.leaf_count).unwrap_or(usize::MAX);
         let mut validators = Vec::with_capacity(leaf_count);
         let mut balances = Vec::with_capacity(leaf_count);
+        let mut hashes = Vec::with_capacity(leaf_count);
         let mut position = 0u64;
         for chunk in self.chunks.into_iter().flatten() {
+            hashes.extend_from_slice(&chunk.hashes);
             for leaf in chunk.leaves.chunks_exact(LEAF_BYTES) {
                 let (record, balance) = leaf.split_at(VALIDATOR_BYTES);
                 let validator = Validator::decode(record).map_err(|e| RestoreError::BadLeaf {
@@ -451,7 +453,9 @@ impl Restorer {
         }
         let eth1 = Eth1State::decode(&self.manifest.extras)
             .ok_or(RestoreError::Manifest(ManifestError::ExtrasMalformed))?;
-        let registry = Registry::from_parts(validators, balances)?;
+        // The verified leaf hashes are the tree's leaves: each was computed from the exact
+        // bytes decoded here, and the record encoding is canonical.
+        let registry = Registry::from_parts_and_leaves(validators, balances, hashes)?;
         let root = state_root(&registry.root(), &eth1);
         if root != self.manifest.state_root {
             return Err(RestoreError::RootMismatch {

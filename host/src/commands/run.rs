@@ -49,6 +49,17 @@ pub struct RunArgs {
     /// Never produce blocks, even in this node's slots.
     #[arg(long)]
     pub no_produce: bool,
+    /// Create a checkpoint every this many blocks (0: only on demand, `modnode checkpoint
+    /// create`).
+    #[arg(long, default_value_t = 100)]
+    pub checkpoint_interval: u64,
+    /// Checkpoints kept (the newest).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..))]
+    pub checkpoint_keep: u16,
+    /// Checkpoint module version that creates checkpoints (`checkpoint-v<N>`; can be switched
+    /// live through the module slot).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=2))]
+    pub checkpoint_create_version: u32,
 }
 
 /// Reads the genesis file, or the embedded dev genesis.
@@ -71,6 +82,9 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     config.admin.max_module_bytes = args.max_module_bytes;
     config.gossip_policy = args.gossip_policy;
     config.produce = !args.no_produce;
+    config.checkpoint.interval = args.checkpoint_interval;
+    config.checkpoint.keep = usize::from(args.checkpoint_keep);
+    config.checkpoint.create_version = args.checkpoint_create_version;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;

@@ -15,6 +15,8 @@ use super::mempool::{Mempool, MempoolError};
 use super::worker_queue::{JobClass, QueueLimits, Requester, WorkerQueue};
 use crate::chain::block::{Block, DepositData, Hash, Seal};
 use crate::chain::{Added, Chain, ForkChoiceError, Head};
+use crate::checkpoint::service::CreateReply;
+use crate::checkpoint::{BlockRef, CheckpointSummary, Checkpointer, RegistrySnapshot};
 use crate::net::identity::NodeIdentity;
 use crate::state::RegistryRead;
 
@@ -97,6 +99,9 @@ enum Command {
         deposit: DepositData,
         reply: oneshot::Sender<Result<Hash, WorkerError>>,
     },
+    Checkpoint {
+        reply: CreateReply,
+    },
 }
 
 /// Talks to the chain worker; cheap to clone. The worker stops when every handle is dropped.
@@ -177,6 +182,17 @@ impl ChainHandle {
         self.ask(|reply| Command::Deposit { deposit, reply }).await
     }
 
+    /// Creates a checkpoint of the head state now; resolves once it is stored (or refused:
+    /// no checkpointer, one already running).
+    pub async fn create_checkpoint(&self) -> Result<CheckpointSummary, String> {
+        let (reply, rx) = oneshot::channel();
+        self.commands
+            .send(Command::Checkpoint { reply })
+            .map_err(|_| WorkerError::Stopped.to_string())?;
+        rx.await
+            .map_err(|_| "the checkpoint creator stopped before answering".to_string())?
+    }
+
     /// The current view.
     pub fn view(&self) -> ChainView {
         *self.view.borrow()
@@ -195,7 +211,19 @@ pub fn spawn(
     identity: NodeIdentity,
     mempool_capacity: usize,
 ) -> std::io::Result<(ChainHandle, std::thread::JoinHandle<()>)> {
+    spawn_with_checkpoints(chain, identity, mempool_capacity, None)
+}
+
+/// [`spawn`], handing a snapshot to `checkpointer` whenever the head reaches a checkpoint
+/// height (and on demand).
+pub fn spawn_with_checkpoints(
+    chain: Chain,
+    identity: NodeIdentity,
+    mempool_capacity: usize,
+    checkpointer: Option<Checkpointer>,
+) -> std::io::Result<(ChainHandle, std::thread::JoinHandle<()>)> {
     let (commands, rx) = mpsc::channel();
+    let last_checkpoint = chain.head().height;
     let mut worker = Worker {
         chain,
         identity,
@@ -203,6 +231,8 @@ pub fn spawn(
         last_block_unix_ms: 0,
         reorgs: 0,
         fatal: None,
+        checkpointer,
+        last_checkpoint,
     };
     let (view_tx, view) = watch::channel(worker.view());
     let thread = std::thread::Builder::new()
@@ -230,6 +260,7 @@ pub fn spawn(
                     continue;
                 }
                 worker.handle(command);
+                worker.periodic_checkpoint();
                 view_tx.send_if_modified(|v| {
                     let new = worker.view();
                     let changed = *v != new;
@@ -254,6 +285,7 @@ fn admit(queue: &mut WorkerQueue<Command>, command: Command) {
         Command::Produce { .. } => (JobClass::Produce, None),
         Command::Add { .. } | Command::Deposit { .. } => (JobClass::Import, None),
         Command::Blocks { requester, .. } => (JobClass::Serve, *requester),
+        Command::Checkpoint { .. } => (JobClass::Serve, None),
     };
     if let Err(refused) = queue.push(class, requester, command) {
         match refused {
@@ -269,6 +301,9 @@ fn admit(queue: &mut WorkerQueue<Command>, command: Command) {
             Command::Deposit { reply, .. } => {
                 let _ = reply.send(Err(WorkerError::Busy));
             }
+            Command::Checkpoint { reply } => {
+                let _ = reply.send(Err(WorkerError::Busy.to_string()));
+            }
         }
     }
 }
@@ -281,6 +316,10 @@ struct Worker {
     reorgs: u64,
     /// Set when disk and memory disagree; the worker stops after the current command.
     fatal: Option<String>,
+    /// Creates checkpoints in the background from the snapshots this worker takes.
+    checkpointer: Option<Checkpointer>,
+    /// Height of the last periodic checkpoint handed over (or the head at start).
+    last_checkpoint: u64,
 }
 
 /// Milliseconds since the Unix epoch.
@@ -329,6 +368,49 @@ impl Worker {
             Command::Deposit { deposit, reply } => {
                 let _ = reply.send(self.mempool.insert(deposit).map_err(WorkerError::from));
             }
+            Command::Checkpoint { reply } => self.checkpoint(Some(reply)),
+        }
+    }
+
+    /// Freezes the head state: the only part of creation on this thread (a copy of the
+    /// registry; O(1) once the state is a structurally shared snapshot).
+    fn snapshot(&self) -> Option<(BlockRef, RegistrySnapshot)> {
+        let head = self.chain.head();
+        let registry = self.chain.registry().read().ok()?.clone();
+        let state = RegistrySnapshot::new(registry, self.chain.eth1_state().clone());
+        let at = BlockRef {
+            height: head.height,
+            hash: head.hash,
+        };
+        Some((at, state))
+    }
+
+    /// Hands the head state to the checkpointer (answering `reply` when it is done).
+    fn checkpoint(&mut self, reply: Option<CreateReply>) {
+        let Some(checkpointer) = &self.checkpointer else {
+            if let Some(reply) = reply {
+                let _ = reply.send(Err("this node does not create checkpoints".into()));
+            }
+            return;
+        };
+        let Some((at, state)) = self.snapshot() else {
+            if let Some(reply) = reply {
+                let _ = reply.send(Err("the registry lock is poisoned".into()));
+            }
+            return;
+        };
+        if let Err(e) = checkpointer.offer(at, state, reply) {
+            tracing::warn!(height = at.height, error = %e, "checkpoint skipped");
+        }
+    }
+
+    /// Starts a checkpoint when the head has reached a new checkpoint height.
+    fn periodic_checkpoint(&mut self) {
+        let height = self.chain.head().height;
+        let due = self.checkpointer.as_ref().is_some_and(|c| c.due_at(height));
+        if due && height != self.last_checkpoint {
+            self.last_checkpoint = height;
+            self.checkpoint(None);
         }
     }
 

@@ -57,10 +57,21 @@ fn genesis_with_finality(
 }
 
 pub(super) async fn start(dir: &Path, genesis: &Genesis, bootstrap: Vec<PeerAddr>) -> Node {
+    start_with(dir, genesis, bootstrap, |_| {}).await
+}
+
+/// [`start`] with `edit` applied to the configuration first.
+pub(super) async fn start_with(
+    dir: &Path,
+    genesis: &Genesis,
+    bootstrap: Vec<PeerAddr>,
+    edit: impl FnOnce(&mut NodeConfig),
+) -> Node {
     let mut config = NodeConfig::new(dir.to_path_buf(), genesis.clone());
     config.listen = SocketAddr::from(([127, 0, 0, 1], 0));
     config.admin_listen = Some(SocketAddr::from(([127, 0, 0, 1], 0)));
     config.bootstrap = bootstrap;
+    edit(&mut config);
     Node::start(config).await.unwrap()
 }
 
