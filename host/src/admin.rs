@@ -12,17 +12,28 @@
 //! - `GET /status` (token): the node's status as JSON, from [`AdminBackend::status`].
 //! - `GET /metrics` (no token): OpenMetrics text. Left open so a scraper needs no secret;
 //!   metrics carry no secrets and the socket is local unless the operator binds it elsewhere.
-//! - `POST /deposits` (token): a deposit as JSON (see [`deposit_json`]), handed to
-//!   [`AdminBackend::submit_deposit`]; answers `{"accepted":true,"id":"<hex>"}`.
 //! - `POST /modules` (token): a module component as the raw body
 //!   (`application/wasm`, at most the configured module size), handed to
 //!   [`AdminBackend::upload_module`]; answers `{"status":"ready"|"already-stored","module":{…}}`
 //!   once the module is validated, compiled and warmed, or an error with a `reason` code.
-//! - `GET /modules` (token): per kind, the active module and every stored version.
+//! - `GET /modules` (token): per kind, the slot (active, scheduled, shadow with divergences,
+//!   canary share, previous, breaker) and every stored or built-in version with its warm-up.
+//! - `POST /modules/activate` (token): `{"hash":"<sha256 hex>","mode":"live"|"shadow"|"canary",
+//!   "percent":N}` puts a ready module of a local kind into service ([`ModuleOp::Activate`]);
+//!   answers the kind's slot status. Unknown hash → 404; not ready, consensus kind, already
+//!   active → 409.
+//! - `POST /modules/rollback` (token): `{"kind":"<kind>"}` back to the previous version at
+//!   once ([`ModuleOp::Rollback`]).
+//! - `POST /modules/cancel` (token): `{"kind":"<kind>"}` stops the kind's shadow or canary
+//!   ([`ModuleOp::Cancel`]).
 //!
 //! Every error answer is `{"error":"<what is wrong>"}` (plus `"reason"` for refused modules)
 //! with a 4xx/5xx status, and every response closes the connection: one request per
 //! connection keeps the server simple and its limits easy to reason about.
+//!
+//! The admin API takes no deposits: they come only from the deposit contract
+//! ([`crate::deposit_source`]); [`deposit_json`] is the JSON form `modnode deposit submit`
+//! sends to the dev contract.
 
 use std::future::Future;
 use std::io;
@@ -30,8 +41,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::pin::Pin;
 
-use crate::chain::block::DepositData;
 use crate::modules_store::upload::{UploadError, UploadOutcome};
+use crate::runtime::{Kind, Mode};
 
 pub mod client;
 pub mod deposit_json;
@@ -51,9 +62,6 @@ pub trait AdminBackend: Send + Sync + 'static {
     fn status(&self) -> serde_json::Value;
     /// Metrics in the OpenMetrics text format. Same constraints as [`Self::status`].
     fn metrics(&self) -> String;
-    /// Submits a deposit to the node's mempool; Ok = accepted (returns its id, hex), Err =
-    /// refused with a reason (answered as a bad request).
-    fn submit_deposit(&self, deposit: DepositData) -> BoxFuture<'_, Result<String, String>>;
     /// Validates, precompiles, warms and stores an uploaded module (`source` says who sent
     /// it). Resolves only once the module is ready or refused.
     fn upload_module(
@@ -71,6 +79,54 @@ pub trait AdminBackend: Send + Sync + 'static {
     fn checkpoints(&self) -> BoxFuture<'_, Result<serde_json::Value, String>> {
         Box::pin(async { Ok(serde_json::json!({ "checkpoints": [] })) })
     }
+    /// Activates a ready module (live, shadow or canary), rolls a kind back or stops its
+    /// candidate; answers the kind's slot status as JSON. A backend without module slots refuses every operation.
+    fn module_op(&self, op: ModuleOp) -> BoxFuture<'_, Result<serde_json::Value, ModuleOpError>> {
+        let _ = op;
+        Box::pin(async {
+            Err(ModuleOpError::Internal(
+                "this node does not run module slots".into(),
+            ))
+        })
+    }
+}
+
+/// A module slot operation asked through the admin API.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ModuleOp {
+    /// Put the ready module with this sha256 into service as `mode` (local kinds only).
+    Activate {
+        /// The module's sha256.
+        hash: [u8; 32],
+        /// Live, shadow or canary.
+        mode: Mode,
+    },
+    /// Return a local kind to its previous version at once.
+    Rollback {
+        /// The kind.
+        kind: Kind,
+    },
+    /// Stop a local kind's shadow or canary; the active version is unchanged.
+    Cancel {
+        /// The kind.
+        kind: Kind,
+    },
+}
+
+/// Why the node refused a module operation; the message names the module or kind and says
+/// what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum ModuleOpError {
+    /// No module with this hash is stored or built in (HTTP 404).
+    #[error("{0}")]
+    Unknown(String),
+    /// The operation does not apply now: module not ready, consensus kind, already active,
+    /// nothing to roll back to (HTTP 409).
+    #[error("{0}")]
+    Refused(String),
+    /// The node failed (HTTP 500); not the operator's fault.
+    #[error("{0}")]
+    Internal(String),
 }
 
 /// Why an admin operation failed.

@@ -9,6 +9,7 @@
 //! - [`rpc`], [`server`]: the JSON-RPC subset, and its HTTP endpoint.
 //! - [`client`]: a small JSON-RPC client.
 //! - [`follower`]: the sans-IO follower and its polling driver.
+//! - [`log`]: what the follower read, persisted so a restart resumes where it stopped.
 //!
 //! [`DepositSource`] is what the node shares between the follower and the producer: it proves
 //! deposits through the chain's [`DepositProofs`] trait and picks the producer's eth1 vote
@@ -19,6 +20,7 @@ pub mod cache;
 pub mod client;
 pub mod dev_contract;
 pub mod follower;
+pub mod log;
 pub mod rpc;
 pub mod server;
 pub mod tree;
@@ -98,6 +100,11 @@ impl DepositSource {
         state.followed = Some((followed.block, followed.deposit_count));
     }
 
+    /// The block followed up to and the deposit count at its end, once one is followed.
+    pub fn followed(&self) -> Option<(Eth1Block, u64)> {
+        self.state().ok().and_then(|s| s.followed)
+    }
+
     /// Deposits known.
     pub fn len(&self) -> u64 {
         self.state().map(|s| s.cache.len()).unwrap_or(0)
@@ -125,16 +132,18 @@ impl DepositSource {
 impl DepositSource {
     /// The vote for a block at this point (phase0 `get_eth1_vote` in spirit): among this
     /// period's `votes`, the most common one this source can confirm — its count known, its root
-    /// our root at that count, not below the agreed count — so authorities converge on one
-    /// vote; otherwise our own latest followed vote; otherwise the agreed `eth1_data` (a node
-    /// whose follower is behind never votes the count backwards). Block hashes of others'
-    /// votes are not checked against the source: the root and count are what proofs rest on.
+    /// our root at that count, above the agreed count — so authorities converge on one vote;
+    /// otherwise our own latest followed vote; otherwise the agreed `eth1_data` (a node whose
+    /// follower is behind never votes the count backwards). Votes at the agreed count are not
+    /// joined: they would keep the period's votes where they are while the contract moves on.
+    /// Block hashes of others' votes are not checked against the source: the root and count are
+    /// what proofs rest on.
     pub fn choose_vote(&self, agreed: Eth1Data, votes: &[Eth1Data]) -> Eth1Data {
         let Ok(state) = self.state() else {
             return agreed;
         };
         let confirmed = |vote: &Eth1Data| {
-            vote.deposit_count >= agreed.deposit_count
+            vote.deposit_count > agreed.deposit_count
                 && state
                     .cache
                     .root_at(vote.deposit_count)
@@ -321,6 +330,12 @@ mod tests {
             block_hash: [9; 32],
         };
         assert_eq!(source.choose_vote(agreed, &[wrong, ahead, ahead]), own);
+        // Votes for what is already agreed are not joined: the vote moves on with the source.
+        assert_eq!(
+            source.choose_vote(agreed, &[agreed, agreed, theirs]),
+            theirs
+        );
+        assert_eq!(source.choose_vote(agreed, &[agreed, agreed]), own);
         // A source behind the agreed count repeats the agreed data.
         let far = Eth1Data {
             deposit_root: [7; 32],

@@ -112,6 +112,48 @@ enum ModuleCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Put an uploaded (or built-in) module of a local kind into service on a running node:
+    /// live at once (the current version is kept as `previous`), as a shadow (runs on the same
+    /// inputs, divergences counted, no effect) or as a canary (a share of calls). Consensus
+    /// kinds (deposits) are refused: they switch at a height agreed on chain.
+    Activate {
+        /// The module's sha256 (64 hex digits, as `module upload` and `module list` print it).
+        hash: String,
+        /// Run it as a shadow beside the active version.
+        #[arg(long, conflicts_with = "canary")]
+        shadow: bool,
+        /// Let it serve this percentage (1-100) of calls.
+        #[arg(long, value_name = "PERCENT", value_parser = clap::value_parser!(u8).range(1..=100))]
+        canary: Option<u8>,
+        /// Which node.
+        #[command(flatten)]
+        node: commands::module::NodeArgs,
+        /// Print the node's JSON answer.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Return a local kind (e.g. `gossip-policy`) to its previous version at once.
+    Rollback {
+        /// The kind.
+        kind: modnode::runtime::Kind,
+        /// Which node.
+        #[command(flatten)]
+        node: commands::module::NodeArgs,
+        /// Print the node's JSON answer.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Stop a local kind's shadow or canary; the active version keeps serving.
+    Cancel {
+        /// The kind.
+        kind: modnode::runtime::Kind,
+        /// Which node.
+        #[command(flatten)]
+        node: commands::module::NodeArgs,
+        /// Print the node's JSON answer.
+        #[arg(long)]
+        json: bool,
+    },
     /// Turn a core wasm module built with wit-bindgen into a component.
     Componentize {
         /// The core module (`target/wasm32-unknown-unknown/<profile>/<crate>.wasm`).
@@ -219,6 +261,26 @@ fn main() -> std::process::ExitCode {
             commands::module::upload(&file, &node, json)
         }
         Command::Module(ModuleCommand::List { node, json }) => commands::module::list(&node, json),
+        Command::Module(ModuleCommand::Activate {
+            hash,
+            shadow,
+            canary,
+            node,
+            json,
+        }) => {
+            let mode = match (shadow, canary) {
+                (true, _) => modnode::runtime::Mode::Shadow,
+                (false, Some(percent)) => modnode::runtime::Mode::Canary(percent),
+                (false, None) => modnode::runtime::Mode::Live,
+            };
+            commands::module::activate(&hash, mode, &node, json)
+        }
+        Command::Module(ModuleCommand::Rollback { kind, node, json }) => {
+            commands::module::rollback(kind, &node, json)
+        }
+        Command::Module(ModuleCommand::Cancel { kind, node, json }) => {
+            commands::module::cancel(kind, &node, json)
+        }
         Command::Module(ModuleCommand::Componentize { core, output }) => {
             commands::module::componentize(&core, &output)
         }

@@ -59,8 +59,14 @@ pub struct StoredModule {
     pub source: String,
     /// Time to compile it, in milliseconds.
     pub compile_ms: u64,
-    /// Time to instantiate and warm it, in microseconds.
+    /// Time to instantiate and warm it (its dry run included), in microseconds.
     pub warm_us: u64,
+    /// Fuel of its warm-up dry run (0 in records written before warm-ups were recorded).
+    #[serde(default)]
+    pub warm_fuel: u64,
+    /// Recent real inputs of the node its warm-up replayed (0: only the built-in ones).
+    #[serde(default)]
+    pub warm_real_inputs: u32,
     /// Size of the compiled artifact in bytes.
     pub compiled_size: u64,
 }
@@ -259,6 +265,8 @@ mod tests {
             source: "test".into(),
             compile_ms: 1,
             warm_us: 1,
+            warm_fuel: 0,
+            warm_real_inputs: 0,
             compiled_size: 10,
         }
     }

@@ -2,23 +2,28 @@
 //! integration tests start the same thing.
 //!
 //! A [`Node`] is a handful of tasks around one chain:
-//! - the [`chain_worker`] thread owns the chain and the mempool;
+//! - the [`chain_worker`] thread owns the chain and builds our blocks, with the due deposits
+//!   proven by the [`DepositSource`] an authority follows;
 //! - the [`network`] task owns the QUIC endpoint, the peer manager and range sync;
-//! - the [`gossip`](crate::net::gossip) driver spreads blocks and deposits, planned by the
-//!   gossip-policy module;
+//! - the [`gossip`](crate::net::gossip) driver spreads blocks, planned by the gossip-policy
+//!   module (deposits are never gossiped: they come from the deposit contract);
+//! - on an authority, the deposit [`follower`](crate::deposit_source::follower) reads the deposit
+//!   contract into the [`DepositSource`]; a node configured to host it also runs the built-in
+//!   [dev deposit contract](crate::deposit_source::dev_contract) and its JSON-RPC endpoint;
 //! - the producer task builds, seals and gossips a block in each of this node's slots;
-//! - the [`admin`](crate::admin) server answers `modnode deposit submit`, `/status` and
-//!   `/metrics` on localhost.
+//! - the [`admin`](crate::admin) server answers `/status`, `/metrics` and the module routes on
+//!   localhost.
 //!
 //! [`Node::shutdown`] stops them in order and waits until the chain is closed, so a stopped node
 //! leaves nothing half-written.
 
 mod bans;
 pub mod chain_worker;
-pub mod mempool;
 pub mod metrics;
+mod module_ops;
 mod network;
 pub mod verdict;
+pub mod worker_inbox;
 pub mod worker_queue;
 
 use std::net::{IpAddr, SocketAddr};
@@ -35,13 +40,16 @@ use tokio::task::JoinHandle;
 use self::chain_worker::{ChainHandle, unix_ms};
 use self::metrics::bump;
 pub use self::metrics::{Metrics, NodeStatus};
-use crate::admin::{self, AdminBackend, BoxFuture};
-use crate::chain::block::DepositData;
+use crate::admin::{self, AdminBackend, BoxFuture, ModuleOp, ModuleOpError};
 use crate::chain::genesis::Genesis;
 use crate::chain::{Chain, DepositEngine};
 use crate::checkpoint::{CheckpointConfig, CheckpointStore, Checkpointer};
+use crate::deposit_source::dev_contract::{self, DevContract};
+use crate::deposit_source::follower::{self, FollowerConfig};
+use crate::deposit_source::log::FollowedLog;
+use crate::deposit_source::{self, DepositSource};
+use crate::modules_store::ModuleStoreError;
 use crate::modules_store::upload::{ModuleService, UploadConfig, UploadError, UploadOutcome};
-use crate::modules_store::{ActiveModule, ModuleStoreError};
 use crate::net::endpoint::{self, TransportLimits};
 use crate::net::gossip::{self, GossipConfig, GossipHandle};
 use crate::net::identity::NodeIdentity;
@@ -92,10 +100,66 @@ pub struct NodeConfig {
     /// Produce blocks in this node's slots (when it is an authority, or on a chain without
     /// authorities).
     pub produce: bool,
-    /// Most deposits waiting for a block.
-    pub mempool_capacity: usize,
     /// Checkpoint creation (`[checkpoint]`: interval, keep, create_version).
     pub checkpoint: CheckpointConfig,
+    /// Where deposits come from (authorities only).
+    pub deposits: DepositSourceConfig,
+}
+
+/// The built-in dev deposit contract a node hosts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DevContractConfig {
+    /// TCP address of its JSON-RPC endpoint.
+    pub listen: SocketAddr,
+    /// Time between its execution blocks (a new contract's; an existing one keeps its own).
+    pub block_ms: u64,
+}
+
+impl Default for DevContractConfig {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 9402)),
+            block_ms: dev_contract::DEFAULT_BLOCK_MS,
+        }
+    }
+}
+
+/// Where an authority's deposits come from. Non-authorities need no source: they verify
+/// blocks against the agreed deposit root (a non-authority given a `follow` ignores it).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct DepositSourceConfig {
+    /// Host the built-in dev deposit contract (persisted under `<data dir>/deposit-contract`).
+    pub host_dev_contract: Option<DevContractConfig>,
+    /// Follow a deposit contract. An empty `endpoint` means the dev contract this node hosts.
+    pub follow: Option<FollowerConfig>,
+}
+
+impl DepositSourceConfig {
+    /// Host the dev contract on `listen` and follow it (what `modnode run` and a devnet's
+    /// node 0 do).
+    pub fn dev(listen: SocketAddr) -> Self {
+        Self {
+            host_dev_contract: Some(DevContractConfig {
+                listen,
+                ..DevContractConfig::default()
+            }),
+            follow: Some(FollowerConfig::new(
+                String::new(),
+                dev_contract::DEV_CONTRACT_ADDRESS,
+            )),
+        }
+    }
+
+    /// Follow the dev contract another node hosts at `endpoint` (`http://ip:port`).
+    pub fn follow_dev(endpoint: String) -> Self {
+        Self {
+            host_dev_contract: None,
+            follow: Some(FollowerConfig::new(
+                endpoint,
+                dev_contract::DEV_CONTRACT_ADDRESS,
+            )),
+        }
+    }
 }
 
 impl NodeConfig {
@@ -118,8 +182,8 @@ impl NodeConfig {
             sync: SyncConfig::default(),
             gossip_policy: DEFAULT_GOSSIP_POLICY.into(),
             produce: true,
-            mempool_capacity: 10_000,
             checkpoint: CheckpointConfig::default(),
+            deposits: DepositSourceConfig::default(),
         }
     }
 }
@@ -175,6 +239,12 @@ pub enum NodeError {
     /// The blocking startup task (module loading, opening the chain) panicked or was cancelled.
     #[error("node startup task failed: {0}")]
     Startup(String),
+    /// The dev deposit contract could not be opened or its endpoint not started.
+    #[error("dev deposit contract: {0}")]
+    DepositContract(String),
+    /// The deposit source to follow is misconfigured, or the followed log is unusable.
+    #[error("deposit source: {0}")]
+    DepositSource(String),
     /// The bound peer-to-peer address could not be read back.
     #[error("cannot read the address bound for {listen}: {source}")]
     Listen {
@@ -277,11 +347,71 @@ fn open_store(
     Ok((chain, bans))
 }
 
+/// Directory in the data directory of an authority's persisted followed deposit log.
+pub const DEPOSIT_LOG_DIR: &str = "deposit-log";
+
+/// Name of the file in the data directory holding the hosted dev contract's JSON-RPC URL (for
+/// `modnode deposit submit`).
+pub const DEPOSIT_CONTRACT_URL_FILE: &str = "deposit-contract.url";
+
+/// Opens the dev deposit contract in `<data_dir>/deposit-contract` (a new one starts with the
+/// genesis deposits, the contract's first), serves its JSON-RPC endpoint and writes its URL to
+/// [`DEPOSIT_CONTRACT_URL_FILE`].
+async fn start_dev_contract(
+    data_dir: &Path,
+    genesis: &Genesis,
+    dev: &DevContractConfig,
+    shutdown: watch::Receiver<bool>,
+) -> Result<(String, JoinHandle<()>), NodeError> {
+    let dir = data_dir.join("deposit-contract");
+    let block_ms = dev.block_ms;
+    let genesis_deposits = genesis.deposits.clone();
+    let contract = tokio::task::spawn_blocking(move || {
+        let now = unix_ms();
+        let mut contract = DevContract::open(&dir, block_ms, now)?;
+        if contract.deposit_count() == 0 {
+            for deposit in genesis_deposits {
+                contract.deposit(deposit, now)?;
+            }
+        }
+        Ok::<_, dev_contract::DevContractError>(contract)
+    })
+    .await
+    .map_err(|e| NodeError::Startup(e.to_string()))?
+    .map_err(|e| NodeError::DepositContract(e.to_string()))?;
+    if contract.deposit_count() < genesis.deposits.len() as u64 {
+        return Err(NodeError::DepositContract(format!(
+            "it holds {} deposits, fewer than the genesis's {}: it belongs to another chain",
+            contract.deposit_count(),
+            genesis.deposits.len()
+        )));
+    }
+    tracing::info!(
+        deposits = contract.deposit_count(),
+        block_ms = contract.block_ms(),
+        "dev deposit contract opened"
+    );
+    let (listener, bound) = deposit_source::server::bind(dev.listen)
+        .await
+        .map_err(|e| NodeError::DepositContract(e.to_string()))?;
+    let url = format!("http://{bound}");
+    crate::files::write_private_atomically(
+        &data_dir.join(DEPOSIT_CONTRACT_URL_FILE),
+        url.as_bytes(),
+    )
+    .map_err(|e| NodeError::DepositContract(e.to_string()))?;
+    let contract = Arc::new(std::sync::Mutex::new(contract));
+    let task = tokio::spawn(deposit_source::server::serve(listener, contract, shutdown));
+    Ok((url, task))
+}
+
 /// A running node.
 pub struct Node {
     node_id: String,
     p2p_addr: SocketAddr,
     admin_addr: Option<SocketAddr>,
+    deposit_contract_url: Option<String>,
+    deposit_source: Option<Arc<DepositSource>>,
     chain: ChainHandle,
     metrics: Arc<Metrics>,
     modules: Arc<Modules>,
@@ -317,20 +447,86 @@ impl Node {
             let dir = data_dir.clone();
             let genesis = genesis.clone();
             tokio::task::spawn_blocking(move || {
-                let modules = load_modules(&dir, &genesis, &policy_name, &checkpoint_name)?;
+                let modules = Arc::new(load_modules(
+                    &dir,
+                    &genesis,
+                    &policy_name,
+                    &checkpoint_name,
+                )?);
                 let module_store =
-                    ModuleService::open(&dir, dir.join(MODULE_CACHE_DIR), upload_config)?;
-                Ok::<_, NodeError>((
-                    open_store(&dir, genesis, &modules)?,
-                    Arc::new(modules),
-                    module_store,
-                ))
+                    ModuleService::open(&dir, dir.join(MODULE_CACHE_DIR), upload_config)?
+                        .with_slots(modules.clone());
+                module_ops::prepare_stored(&modules, &module_store);
+                Ok::<_, NodeError>((open_store(&dir, genesis, &modules)?, modules, module_store))
             })
             .await
             .map_err(|e| NodeError::Startup(e.to_string()))??
         };
         let genesis_hash = chain.genesis_hash();
         let head = chain.head();
+        let (shutdown, shutdown_rx) = watch::channel(false);
+        let mut tasks = Vec::new();
+
+        // The dev deposit contract first: this node's own follower may read it.
+        let deposit_contract_url = match &config.deposits.host_dev_contract {
+            None => None,
+            Some(dev) => {
+                let (url, task) =
+                    start_dev_contract(&data_dir, &genesis, dev, shutdown_rx.clone()).await?;
+                tasks.push(task);
+                Some(url)
+            }
+        };
+        let my_index = genesis
+            .authorities
+            .iter()
+            .position(|a| a == node_id.as_bytes());
+        let may_produce = config.produce && (genesis.authorities.is_empty() || my_index.is_some());
+        let deposit_source = match (&config.deposits.follow, may_produce) {
+            (Some(follow), true) => {
+                let mut follow = follow.clone();
+                if follow.endpoint.is_empty() {
+                    follow.endpoint = deposit_contract_url.clone().ok_or_else(|| {
+                        NodeError::DepositContract(
+                            "told to follow the hosted dev contract, but none is hosted".into(),
+                        )
+                    })?;
+                }
+                // Refuse a bad URL now rather than in the follower's log.
+                crate::deposit_source::client::RpcClient::new(&follow.endpoint)
+                    .map_err(|e| NodeError::DepositSource(e.to_string()))?;
+                tracing::info!(
+                    endpoint = %follow.endpoint,
+                    contract = %hex::encode(follow.contract),
+                    follow_distance = follow.follow_distance,
+                    "following the deposit contract"
+                );
+                let dir = data_dir.join(DEPOSIT_LOG_DIR);
+                let contract = follow.contract;
+                let (log, restored) =
+                    tokio::task::spawn_blocking(move || FollowedLog::open(&dir, contract))
+                        .await
+                        .map_err(|e| NodeError::Startup(e.to_string()))?
+                        .map_err(|e| NodeError::DepositSource(e.to_string()))?;
+                let source = Arc::new(DepositSource::new());
+                if let Some(restored) = restored {
+                    tracing::info!(
+                        deposits = restored.deposit_count,
+                        block = restored.block.number,
+                        "deposit log restored; following on from there"
+                    );
+                    source.append(restored);
+                }
+                tasks.push(tokio::spawn(follower::run(
+                    follow,
+                    source.clone(),
+                    Some(log),
+                    shutdown_rx.clone(),
+                )));
+                Some(source)
+            }
+            _ => None,
+        };
         let checkpoints = CheckpointStore::open(&data_dir.join(CHECKPOINT_DIR)).map_err(|e| {
             NodeError::Startup(format!(
                 "cannot open the checkpoint store in {}: {e}",
@@ -347,7 +543,7 @@ impl Node {
         let (chain, worker) = chain_worker::spawn_with_checkpoints(
             chain,
             identity.clone(),
-            config.mempool_capacity,
+            deposit_source.clone(),
             Some(checkpointer),
         )
         .map_err(NodeError::Thread)?;
@@ -362,6 +558,7 @@ impl Node {
             GossipConfig {
                 engine: modnode_gossip::EngineConfig {
                     validate_before_relay: true,
+                    message_id: gossip::message_id,
                     ..modnode_gossip::EngineConfig::default()
                 },
                 max_message_bytes: config.transport.max_message_bytes,
@@ -387,10 +584,8 @@ impl Node {
         let mut peers = PeerManager::new(peer_config, config.bootstrap.iter().copied(), seed, 0)?;
         bans::restore(&mut peers, &bans, unix_ms());
         let sync = RangeSync::new(config.sync, head.height, head.hash)?;
-        let (shutdown, shutdown_rx) = watch::channel(false);
         let slot = Duration::from_millis(genesis.slot_ms);
 
-        let mut tasks = Vec::new();
         tasks.push(tokio::spawn(network::Network::run(
             network::NetworkParts {
                 endpoint,
@@ -415,11 +610,6 @@ impl Node {
             shutdown_rx.clone(),
         )));
 
-        let my_index = genesis
-            .authorities
-            .iter()
-            .position(|a| a == node_id.as_bytes());
-        let may_produce = config.produce && (genesis.authorities.is_empty() || my_index.is_some());
         if may_produce {
             tasks.push(tokio::spawn(produce(
                 genesis.clone(),
@@ -438,7 +628,6 @@ impl Node {
                     node_id: node_id.to_string(),
                     p2p_addr: p2p_addr.to_string(),
                     chain: chain.clone(),
-                    gossip,
                     metrics: metrics.clone(),
                     module_store: Arc::new(module_store),
                     slots: modules.clone(),
@@ -468,12 +657,15 @@ impl Node {
             height = head.height,
             authority = ?my_index,
             producing = may_produce,
+            deposit_contract = ?deposit_contract_url,
             "node started"
         );
         Ok(Self {
             node_id: node_id.to_string(),
             p2p_addr,
             admin_addr,
+            deposit_contract_url,
+            deposit_source,
             chain,
             metrics,
             modules,
@@ -508,6 +700,16 @@ impl Node {
     /// Where the admin API listens, if enabled.
     pub fn admin_addr(&self) -> Option<SocketAddr> {
         self.admin_addr
+    }
+
+    /// The JSON-RPC URL of the dev deposit contract this node hosts, if it hosts one.
+    pub fn deposit_contract_url(&self) -> Option<&str> {
+        self.deposit_contract_url.as_deref()
+    }
+
+    /// The deposit log this node follows (authorities following a source only).
+    pub fn deposit_source(&self) -> Option<&Arc<DepositSource>> {
+        self.deposit_source.as_ref()
     }
 
     /// A snapshot of the node.
@@ -615,7 +817,6 @@ struct Backend {
     node_id: String,
     p2p_addr: String,
     chain: ChainHandle,
-    gossip: GossipHandle,
     metrics: Arc<Metrics>,
     module_store: Arc<ModuleService>,
     slots: Arc<Modules>,
@@ -655,25 +856,6 @@ impl AdminBackend for Backend {
         self.metrics.render(&self.chain.view())
     }
 
-    fn submit_deposit(&self, deposit: DepositData) -> BoxFuture<'_, Result<String, String>> {
-        Box::pin(async move {
-            let id = self
-                .chain
-                .submit_deposit(deposit)
-                .await
-                .map_err(|e| e.to_string())?;
-            bump(&self.metrics.deposits_accepted);
-            if let Err(e) = self
-                .gossip
-                .publish(MessageKind::Deposit, deposit.encode())
-                .await
-            {
-                tracing::warn!(error = %e, "deposit accepted but not gossiped");
-            }
-            Ok(hex::encode(id))
-        })
-    }
-
     fn upload_module(
         &self,
         bytes: Vec<u8>,
@@ -688,31 +870,22 @@ impl AdminBackend for Backend {
     }
 
     fn modules(&self) -> BoxFuture<'_, Result<serde_json::Value, String>> {
-        let modules = self.module_store.clone();
+        let (slots, store) = (self.slots.clone(), self.module_store.clone());
         Box::pin(async move {
-            let stored = tokio::task::spawn_blocking(move || modules.store().list())
+            tokio::task::spawn_blocking(move || module_ops::list(&slots, &store))
                 .await
                 .map_err(|e| format!("module listing task failed: {e}"))?
-                .map_err(|e| e.to_string())?;
-            // The slots say what serves now (a live swap changes it): active, scheduled,
-            // shadow with its divergences, canary share, previous, breaker trips.
-            let slots = self.slots.status();
-            let active: Vec<ActiveModule> = slots
-                .iter()
-                .map(|s| ActiveModule {
-                    kind: s.kind.to_string(),
-                    name: s.active.name.clone(),
-                    sha256: s.active.hash.clone(),
-                })
-                .collect();
-            let mut listing = crate::modules_store::listing(&active, &stored);
-            if let Some(map) = listing.as_object_mut() {
-                map.insert(
-                    "slots".into(),
-                    serde_json::to_value(&slots).unwrap_or_default(),
-                );
-            }
-            Ok(listing)
+        })
+    }
+
+    fn module_op(&self, op: ModuleOp) -> BoxFuture<'_, Result<serde_json::Value, ModuleOpError>> {
+        let (slots, store) = (self.slots.clone(), self.module_store.clone());
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || module_ops::run(&slots, &store, op))
+                .await
+                .map_err(|e| {
+                    ModuleOpError::Internal(format!("module operation task failed: {e}"))
+                })?
         })
     }
 }

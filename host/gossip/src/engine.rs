@@ -95,8 +95,14 @@ pub struct EngineConfig {
     pub announce_cancelled_pushes: bool,
     /// A planned push that times out or fails is followed by an announce.
     pub announce_failed_pushes: bool,
-    /// Check that a pushed payload hashes to its id before accepting it.
+    /// Check that a pushed payload's id is [`EngineConfig::message_id`] of it before accepting
+    /// it.
     pub verify_payload_ids: bool,
+    /// The id of a message of a kind: by default the sha256 of the payload
+    /// ([`MessageId::of`]). An application whose messages carry a signed header can make the
+    /// id cover only the header, so variants of one message that differ elsewhere share an id
+    /// and deduplicate (modnode: a block's id is its header hash).
+    pub message_id: fn(MessageKind, &[u8]) -> MessageId,
     /// Messages that travelled this many hops are delivered but not forwarded.
     pub max_hops: u32,
     /// Network size given to the policy; `None` = connected peers + 1.
@@ -105,6 +111,11 @@ pub struct EngineConfig {
     /// ([`GossipEngine::handle_validated`]): nothing is forwarded or served before, and a
     /// rejected message never is, so an honest node relays only what it checked.
     pub validate_before_relay: bool,
+}
+
+/// The default message id: the sha256 of the payload, whatever the kind.
+pub fn payload_message_id(_kind: MessageKind, payload: &[u8]) -> MessageId {
+    MessageId::of(payload)
 }
 
 impl Default for EngineConfig {
@@ -133,6 +144,7 @@ impl Default for EngineConfig {
             announce_cancelled_pushes: true,
             announce_failed_pushes: true,
             verify_payload_ids: true,
+            message_id: payload_message_id,
             max_hops: 64,
             network_size: None,
             validate_before_relay: false,
@@ -391,7 +403,7 @@ impl<P: Policy> GossipEngine<P> {
             return Err(GossipError::PayloadTooLarge(payload.len()));
         }
         self.expire(now);
-        let id = MessageId::of(&payload);
+        let id = (self.cfg.message_id)(kind, &payload);
         if self.seen.contains(&id, now) || self.store.contains_key(&id) {
             return Err(GossipError::Duplicate);
         }
@@ -441,7 +453,7 @@ impl<P: Policy> GossipEngine<P> {
                 kind,
                 hops,
                 payload,
-            } => self.on_push(from, id, kind, hops, payload, now),
+            } => self.on_push(from, id, kind, hops, payload, now)?,
             Frame::Announce { items } => {
                 for item in items {
                     self.on_announce(from, item, now)?;
@@ -469,15 +481,26 @@ impl<P: Policy> GossipEngine<P> {
         hops: u32,
         payload: Payload,
         now: Time,
-    ) {
+    ) -> Result<(), PeerFault> {
+        // A variant of a message we checked and hold: the bytes differ under one id. Only a
+        // validated copy tells who is wrong; while ours awaits its verdict it might be ours
+        // that is forged, so the variant is merely a duplicate then.
+        if self.cfg.validate_before_relay
+            && !self.awaiting.contains_key(&id)
+            && let Some(stored) = self.store.get(&id)
+            && stored.payload != payload
+            && (self.cfg.message_id)(kind, &payload) == id
+        {
+            return Err(PeerFault::ConflictingPayload { id });
+        }
         if self.seen.contains(&id, now) || self.store.contains_key(&id) {
             self.stats.duplicate_pushes += 1;
             self.note_has(id, from);
-            return;
+            return Ok(());
         }
-        if self.cfg.verify_payload_ids && MessageId::of(&payload) != id {
+        if self.cfg.verify_payload_ids && (self.cfg.message_id)(kind, &payload) != id {
             self.stats.invalid_pushes += 1;
-            return;
+            return Ok(());
         }
         self.seen.insert(id, now);
         let announcers = self.finish_fetch(&id);
@@ -499,18 +522,28 @@ impl<P: Policy> GossipEngine<P> {
         } else if hops < self.cfg.max_hops {
             self.disseminate(id, Some(from), now);
         }
+        Ok(())
     }
 
     /// The application's verdict on a delivered message (with
     /// [`EngineConfig::validate_before_relay`]): `valid` forwards it as planned by the policy
-    /// and serves it to requests; otherwise it is dropped (its id stays seen, so copies are
-    /// ignored). Returns `false` if the message was not awaiting a verdict.
+    /// and serves it to requests; otherwise it is dropped. Its id stays seen (copies are
+    /// ignored) when the id is the payload's hash; an id that covers only part of the payload
+    /// (a block's header) is forgotten, so the valid variant can still arrive — the sender of
+    /// the invalid one is the application's to penalise.
+    /// Returns `false` if the message was not awaiting a verdict.
     pub fn handle_validated(&mut self, id: MessageId, valid: bool, now: Time) -> bool {
         let Some(from) = self.awaiting.remove(&id) else {
             return false;
         };
         if !valid {
-            self.store.remove(&id);
+            // An id that covers only part of the payload must not lock out the valid variant;
+            // one that covers all of it stays seen, so copies of the rejected bytes are ignored.
+            if let Some(rejected) = self.store.remove(&id)
+                && MessageId::of(&rejected.payload) != id
+            {
+                self.seen.remove(&id);
+            }
             return true;
         }
         let hops = self.store.get(&id).map_or(u32::MAX, |m| m.hops);

@@ -87,4 +87,12 @@ pub enum PeerFault {
         /// [`crate::EngineConfig::max_fetches_per_peer`].
         limit: usize,
     },
+    /// The peer pushed, under the id of a message we hold, a payload that differs from it.
+    /// With ids that cover only part of a payload (a block's header), honest peers always
+    /// send the same bytes for one id; a different payload is a forged variant.
+    #[error("pushed a payload for message {id} that differs from the one we hold under that id")]
+    ConflictingPayload {
+        /// The id both payloads claim.
+        id: MessageId,
+    },
 }

@@ -28,7 +28,10 @@ pub type Time = u64;
 
 pub use gossip_policy_common::PeerId;
 
-pub use engine::{EngineConfig, EngineStats, Event, GossipEngine, SendId, StateSizes, Transmit};
+pub use engine::{
+    EngineConfig, EngineStats, Event, GossipEngine, SendId, StateSizes, Transmit,
+    payload_message_id,
+};
 pub use error::{GossipError, PeerFault, WireError};
 pub use policy::{
     Flood, MessageKind, MessageMeta, PeerStats, Policy, Priority, SendMode, SendPlan, Target,

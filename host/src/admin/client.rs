@@ -12,9 +12,9 @@ use hyper_util::rt::TokioIo;
 use serde_json::Value;
 use tokio::net::TcpStream;
 
+use super::AdminError;
 use super::token::{AdminToken, read_admin_addr};
-use super::{AdminError, deposit_json};
-use crate::chain::block::DepositData;
+use crate::runtime::{Kind, Mode};
 
 /// Time the node has to answer a request, connection included. Uploads wait for the node to
 /// compile and warm the module, so they get [`UPLOAD_TIMEOUT`].
@@ -75,28 +75,6 @@ pub async fn status(data_dir: &Path) -> Result<Value, AdminError> {
     request(&target, "GET", "/status", None, CLIENT_TIMEOUT).await
 }
 
-/// Submits `deposit` to the node whose data directory is `data_dir`; returns its id (hex).
-pub async fn submit_deposit(data_dir: &Path, deposit: &DepositData) -> Result<String, AdminError> {
-    let target = Target::data_dir(data_dir)?;
-    let body = deposit_json::encode(deposit).to_string().into_bytes();
-    let answer = request(
-        &target,
-        "POST",
-        "/deposits",
-        Some((body, "application/json")),
-        CLIENT_TIMEOUT,
-    )
-    .await?;
-    answer
-        .get("id")
-        .and_then(Value::as_str)
-        .map(str::to_string)
-        .ok_or_else(|| AdminError::BadResponse {
-            addr: target.addr,
-            reason: "no `id` in the answer to a deposit".into(),
-        })
-}
-
 /// Uploads a module; returns the node's answer (`{"status": "ready" | "already-stored",
 /// "module": {…}}`) once the module is compiled and warmed.
 pub async fn upload_module(target: &Target, bytes: Vec<u8>) -> Result<Value, AdminError> {
@@ -123,6 +101,43 @@ pub async fn create_checkpoint(target: &Target) -> Result<Value, AdminError> {
 /// The node's stored checkpoints (`GET /checkpoints`).
 pub async fn checkpoints(target: &Target) -> Result<Value, AdminError> {
     request(target, "GET", "/checkpoints", None, CLIENT_TIMEOUT).await
+}
+
+/// Puts the ready module `hash` (64 hex digits) into service as `mode`; returns the kind's
+/// slot status.
+pub async fn activate_module(target: &Target, hash: &str, mode: Mode) -> Result<Value, AdminError> {
+    let body = match mode {
+        Mode::Live => serde_json::json!({"hash": hash, "mode": "live"}),
+        Mode::Shadow => serde_json::json!({"hash": hash, "mode": "shadow"}),
+        Mode::Canary(percent) => {
+            serde_json::json!({"hash": hash, "mode": "canary", "percent": percent})
+        }
+    };
+    post_json(target, "/modules/activate", &body).await
+}
+
+/// Rolls `kind` back to its previous version; returns the kind's slot status.
+pub async fn rollback_module(target: &Target, kind: Kind) -> Result<Value, AdminError> {
+    let body = serde_json::json!({"kind": kind.to_string()});
+    post_json(target, "/modules/rollback", &body).await
+}
+
+/// Stops `kind`'s shadow or canary; returns the kind's slot status.
+pub async fn cancel_candidate(target: &Target, kind: Kind) -> Result<Value, AdminError> {
+    let body = serde_json::json!({"kind": kind.to_string()});
+    post_json(target, "/modules/cancel", &body).await
+}
+
+async fn post_json(target: &Target, path: &str, body: &Value) -> Result<Value, AdminError> {
+    let bytes = body.to_string().into_bytes();
+    request(
+        target,
+        "POST",
+        path,
+        Some((bytes, "application/json")),
+        UPLOAD_TIMEOUT,
+    )
+    .await
 }
 
 /// Sends one request; returns the node's JSON answer.

@@ -17,8 +17,9 @@ use serde_json::json;
 
 use super::server::ServerConfig;
 use super::token::AdminToken;
-use super::{AdminBackend, deposit_json};
+use super::{AdminBackend, ModuleOp, ModuleOpError};
 use crate::modules_store::upload::UploadOutcome;
+use crate::runtime::{Kind, Mode};
 
 /// Content type of `/metrics`.
 const METRICS_TYPE: &str = crate::node::metrics::METRICS_CONTENT_TYPE;
@@ -40,10 +41,6 @@ pub(crate) fn router(state: AppState) -> Router {
     let protected = Router::new()
         .route("/status", get(status).fallback(not_allowed))
         .route(
-            "/deposits",
-            axum::routing::post(deposits).fallback(not_allowed),
-        )
-        .route(
             "/modules",
             get(list_modules).post(upload_module).fallback(not_allowed),
         )
@@ -52,6 +49,18 @@ pub(crate) fn router(state: AppState) -> Router {
             get(list_checkpoints)
                 .post(create_checkpoint)
                 .fallback(not_allowed),
+        )
+        .route(
+            "/modules/activate",
+            axum::routing::post(activate_module).fallback(not_allowed),
+        )
+        .route(
+            "/modules/rollback",
+            axum::routing::post(rollback_module).fallback(not_allowed),
+        )
+        .route(
+            "/modules/cancel",
+            axum::routing::post(cancel_candidate).fallback(not_allowed),
         )
         .route_layer(middleware::from_fn_with_state(state.clone(), authorize));
     Router::new()
@@ -73,7 +82,7 @@ async fn not_found(request: Request) -> Response {
 
 async fn not_allowed(request: Request) -> Response {
     let allow = match request.uri().path() {
-        "/deposits" => "POST",
+        "/modules/activate" | "/modules/rollback" | "/modules/cancel" => "POST",
         "/modules" | "/checkpoints" => "GET, POST",
         _ => "GET",
     };
@@ -190,38 +199,6 @@ async fn metrics(State(state): State<AppState>) -> Response {
         .into_response()
 }
 
-async fn deposits(State(state): State<AppState>, request: Request) -> Response {
-    let (parts, body) = request.into_parts();
-    let body = match read_body(
-        &parts.headers,
-        body,
-        state.config.max_body,
-        state.config.io_timeout,
-    )
-    .await
-    {
-        Ok(body) => body,
-        Err(response) => return response,
-    };
-    let deposit = match deposit_json::decode(&body) {
-        Ok(deposit) => deposit,
-        Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string()),
-    };
-    match tokio::time::timeout(
-        state.config.backend_timeout,
-        state.backend.submit_deposit(deposit),
-    )
-    .await
-    {
-        Ok(Ok(id)) => axum::Json(json!({"accepted": true, "id": id})).into_response(),
-        Ok(Err(reason)) => error(StatusCode::BAD_REQUEST, reason),
-        Err(_) => error(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "the node did not take the deposit in time",
-        ),
-    }
-}
-
 async fn upload_module(State(state): State<AppState>, request: Request) -> Response {
     let client = request
         .extensions()
@@ -290,5 +267,158 @@ async fn list_modules(State(state): State<AppState>) -> Response {
     match state.backend.modules().await {
         Ok(value) => axum::Json(value).into_response(),
         Err(message) => error(StatusCode::INTERNAL_SERVER_ERROR, message),
+    }
+}
+
+/// Reads a small JSON object body (the module operations).
+async fn read_json(state: &AppState, request: Request) -> Result<serde_json::Value, Response> {
+    let (parts, body) = request.into_parts();
+    let body = read_body(
+        &parts.headers,
+        body,
+        state.config.max_body,
+        state.config.io_timeout,
+    )
+    .await?;
+    match serde_json::from_slice::<serde_json::Value>(&body) {
+        Ok(value) if value.is_object() => Ok(value),
+        Ok(_) => Err(error(
+            StatusCode::BAD_REQUEST,
+            "the body must be a JSON object",
+        )),
+        Err(e) => Err(error(
+            StatusCode::BAD_REQUEST,
+            format!("the body is not JSON: {e}"),
+        )),
+    }
+}
+
+/// The string field `name` of `body`, or why not (answered as a 400).
+fn field<'a>(body: &'a serde_json::Value, name: &str) -> Result<&'a str, String> {
+    body.get(name)
+        .and_then(|v| v.as_str())
+        .ok_or_else(|| format!("missing string field `{name}`"))
+}
+
+/// `{"hash","mode","percent"}` → the operation, or why not (answered as a 400).
+fn parse_activate(body: &serde_json::Value) -> Result<ModuleOp, String> {
+    let hex_hash = field(body, "hash")?;
+    let hash: [u8; 32] = hex::decode(hex_hash)
+        .ok()
+        .and_then(|b| b.try_into().ok())
+        .ok_or_else(|| {
+            format!("`hash` must be a module's full sha256 as 64 hex digits, not {hex_hash:?}")
+        })?;
+    let mode = match body.get("mode").and_then(|v| v.as_str()).unwrap_or("live") {
+        "live" => Mode::Live,
+        "shadow" => Mode::Shadow,
+        "canary" => {
+            let percent = body
+                .get("percent")
+                .and_then(serde_json::Value::as_u64)
+                .and_then(|p| u8::try_from(p).ok())
+                .filter(|p| (1..=100).contains(p))
+                .ok_or("canary needs `percent`, a share of calls from 1 to 100")?;
+            Mode::Canary(percent)
+        }
+        other => {
+            return Err(format!(
+                "unknown `mode` {other:?}; use live, shadow or canary"
+            ));
+        }
+    };
+    Ok(ModuleOp::Activate { hash, mode })
+}
+
+async fn run_op(state: &AppState, op: ModuleOp) -> Response {
+    match tokio::time::timeout(state.config.upload_timeout, state.backend.module_op(op)).await {
+        Ok(Ok(value)) => axum::Json(value).into_response(),
+        Ok(Err(e)) => {
+            let status = match e {
+                ModuleOpError::Unknown(_) => StatusCode::NOT_FOUND,
+                ModuleOpError::Refused(_) => StatusCode::CONFLICT,
+                ModuleOpError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            };
+            error(status, e.to_string())
+        }
+        Err(_) => error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the node did not finish the module operation in time",
+        ),
+    }
+}
+
+async fn activate_module(State(state): State<AppState>, request: Request) -> Response {
+    let body = match read_json(&state, request).await {
+        Ok(body) => body,
+        Err(response) => return response,
+    };
+    match parse_activate(&body) {
+        Ok(op) => run_op(&state, op).await,
+        Err(message) => error(StatusCode::BAD_REQUEST, message),
+    }
+}
+
+/// A module operation on the kind named by the body's `kind` field.
+async fn kind_op(state: &AppState, request: Request, op: fn(Kind) -> ModuleOp) -> Response {
+    let body = match read_json(state, request).await {
+        Ok(body) => body,
+        Err(response) => return response,
+    };
+    match field(&body, "kind").and_then(str::parse::<Kind>) {
+        Ok(kind) => run_op(state, op(kind)).await,
+        Err(message) => error(StatusCode::BAD_REQUEST, message),
+    }
+}
+
+async fn rollback_module(State(state): State<AppState>, request: Request) -> Response {
+    kind_op(&state, request, |kind| ModuleOp::Rollback { kind }).await
+}
+
+async fn cancel_candidate(State(state): State<AppState>, request: Request) -> Response {
+    kind_op(&state, request, |kind| ModuleOp::Cancel { kind }).await
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::{Mode, ModuleOp, parse_activate};
+
+    #[test]
+    fn activation_requests_are_parsed_strictly_with_the_culprit_named() {
+        let hash = "ab".repeat(32);
+        let op = |body| parse_activate(&body);
+        assert_eq!(
+            op(json!({"hash": hash})),
+            Ok(ModuleOp::Activate {
+                hash: [0xab; 32],
+                mode: Mode::Live
+            })
+        );
+        assert_eq!(
+            op(json!({"hash": hash, "mode": "canary", "percent": 10})),
+            Ok(ModuleOp::Activate {
+                hash: [0xab; 32],
+                mode: Mode::Canary(10)
+            })
+        );
+        for (body, culprit) in [
+            (json!({}), "`hash`"),
+            (json!({"hash": "abcd"}), "\"abcd\""),
+            (json!({"hash": hash, "mode": "fast"}), "\"fast\""),
+            (json!({"hash": hash, "mode": "canary"}), "`percent`"),
+            (
+                json!({"hash": hash, "mode": "canary", "percent": 0}),
+                "1 to 100",
+            ),
+            (
+                json!({"hash": hash, "mode": "canary", "percent": 101}),
+                "1 to 100",
+            ),
+        ] {
+            let err = op(body.clone()).unwrap_err();
+            assert!(err.contains(culprit), "{body}: {err}");
+        }
     }
 }

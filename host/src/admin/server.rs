@@ -39,7 +39,7 @@ pub const MAX_HEAD: usize = 16 * 1024;
 pub struct ServerConfig {
     /// Time a client has to send its request head, and then its body.
     pub io_timeout: Duration,
-    /// Time the backend has to accept or refuse a deposit.
+    /// Time the backend has to answer a request other than an upload.
     pub backend_timeout: Duration,
     /// Time an upload may take to be validated, compiled and warmed.
     pub upload_timeout: Duration,
@@ -124,13 +124,26 @@ pub async fn serve(
     token: AdminToken,
     backend: Arc<dyn AdminBackend>,
     config: ServerConfig,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: watch::Receiver<bool>,
 ) {
     let router = routes::router(AppState {
         token: Arc::new(token),
         backend,
         config: config.clone(),
     });
+    serve_router(listener, router, config, shutdown).await;
+}
+
+/// Serves `router` on `listener` with the admin server's connection discipline (one request
+/// per connection, head and lifetime timeouts, head size limit, connection cap, idle
+/// connections per client bounded) until `shutdown` becomes `true`. The dev deposit contract's
+/// JSON-RPC endpoint is served the same way.
+pub(crate) async fn serve_router(
+    listener: TcpListener,
+    router: axum::Router,
+    config: ServerConfig,
+    mut shutdown: watch::Receiver<bool>,
+) {
     let mut connections = JoinSet::new();
     let mut idle: HashMap<IpAddr, VecDeque<Idle>> = HashMap::new();
     while !*shutdown.borrow_and_update() {
@@ -221,14 +234,12 @@ mod tests {
     use tokio::time::timeout;
 
     use super::*;
-    use crate::admin::{BoxFuture, client, deposit_json};
-    use crate::chain::block::DepositData;
+    use crate::admin::{BoxFuture, client};
     use crate::modules_store::StoredModule;
     use crate::modules_store::upload::{UploadError, UploadOutcome};
 
     #[derive(Default)]
     struct FakeNode {
-        deposits: Mutex<Vec<DepositData>>,
         uploads: Mutex<Vec<(Vec<u8>, String)>>,
         refusal: Option<&'static str>,
     }
@@ -245,6 +256,8 @@ mod tests {
             source: "test".into(),
             compile_ms: 1,
             warm_us: 1,
+            warm_fuel: 0,
+            warm_real_inputs: 0,
             compiled_size: 1,
         }
     }
@@ -255,15 +268,6 @@ mod tests {
         }
         fn metrics(&self) -> String {
             "modnode_height 7\n".into()
-        }
-        fn submit_deposit(&self, deposit: DepositData) -> BoxFuture<'_, Result<String, String>> {
-            Box::pin(async move {
-                if let Some(reason) = self.refusal {
-                    return Err(reason.into());
-                }
-                self.deposits.lock().unwrap().push(deposit);
-                Ok("ab".repeat(16))
-            })
         }
         fn upload_module(
             &self,
@@ -348,15 +352,6 @@ mod tests {
             .into_bytes()
     }
 
-    fn deposit() -> DepositData {
-        DepositData {
-            pubkey: std::array::from_fn(|i| i as u8),
-            withdrawal_credentials: [0xaa; 32],
-            amount: 32_000_000_000,
-            signature: std::array::from_fn(|i| (i * 7) as u8),
-        }
-    }
-
     #[tokio::test]
     async fn status_needs_the_token_and_metrics_do_not() {
         let node = start(None).await;
@@ -381,55 +376,6 @@ mod tests {
             text.contains("application/openmetrics-text")
                 && text.ends_with("\r\n\r\nmodnode_height 7\n"),
             "{text}"
-        );
-    }
-
-    #[tokio::test]
-    async fn deposit_reaches_the_backend_byte_for_byte() {
-        let node = start(None).await;
-        let id = client::submit_deposit(node.dir.path(), &deposit())
-            .await
-            .unwrap();
-        assert_eq!(id, "ab".repeat(16));
-        assert_eq!(*node.backend.deposits.lock().unwrap(), vec![deposit()]);
-    }
-
-    #[tokio::test]
-    async fn bad_fields_are_400_naming_the_field() {
-        let node = start(None).await;
-        let good = deposit_json::encode(&deposit()).to_string();
-        for (body, expected) in [
-            (
-                good.replacen("0x00", "0xg0", 1),
-                "field `pubkey`: invalid hex",
-            ),
-            (
-                good.replacen("0xaaaa", "0xaa", 1),
-                "field `withdrawal_credentials`: expected 32 bytes",
-            ),
-        ] {
-            let (status, text) = raw(node.addr, &post("/deposits", &node.auth, &body)).await;
-            assert!(
-                status == 400 && text.contains(expected),
-                "{expected}: {text}"
-            );
-        }
-        assert!(node.backend.deposits.lock().unwrap().is_empty());
-    }
-
-    #[tokio::test]
-    async fn backend_refusal_reaches_the_client() {
-        let node = start(Some("pubkey already deposited")).await;
-        let err = client::submit_deposit(node.dir.path(), &deposit())
-            .await
-            .unwrap_err();
-        assert!(
-            matches!(err, AdminError::Refused { status: 400, .. }),
-            "{err:?}"
-        );
-        assert!(
-            err.to_string().contains("pubkey already deposited"),
-            "{err}"
         );
     }
 
@@ -461,19 +407,24 @@ mod tests {
                 "",
             ),
             (
-                format!("POST /deposits HTTP/1.1\r\nHost: x\r\n{auth}\r\n").into_bytes(),
+                format!("POST /modules HTTP/1.1\r\nHost: x\r\n{auth}\r\n").into_bytes(),
                 411,
                 "Content-Length",
             ),
             (
                 format!(
-                    "POST /deposits HTTP/1.1\r\nHost: x\r\n{auth}Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n"
+                    "POST /modules HTTP/1.1\r\nHost: x\r\n{auth}Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n"
                 )
                 .into_bytes(),
                 411,
                 "Transfer-Encoding",
             ),
-            (post("/deposits", auth, &"x".repeat(70_000)), 413, "70000"),
+            // Deposits come only from the deposit contract: the admin API has no such route.
+            (
+                post("/deposits", auth, "{}"),
+                404,
+                r#"no such path \"/deposits\""#,
+            ),
             (post("/modules", auth, &"x".repeat(100_001)), 413, "100001"),
         ];
         for (request, expected_status, expected_text) in cases {

@@ -196,6 +196,7 @@ pub fn run(validators: u32, blocks: usize) -> anyhow::Result<SwapReport> {
             warmup: modnode::runtime::WarmupReport {
                 fuel: 0,
                 latency_us: 0,
+                real_inputs: 0,
             },
         },
         SlotConfig::default(),

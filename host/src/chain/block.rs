@@ -235,7 +235,10 @@ impl BlockBody {
     /// Canonical encoding.
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(
-            3 + super::eth1::ETH1_DATA_BYTES + self.deposits.len() * PROVEN_DEPOSIT_BYTES,
+            self.deposits
+                .len()
+                .saturating_mul(PROVEN_DEPOSIT_BYTES)
+                .saturating_add(3 + super::eth1::ETH1_DATA_BYTES),
         );
         out.push(BLOCK_VERSION);
         out.extend_from_slice(&self.eth1_vote.encode());

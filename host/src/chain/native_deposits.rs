@@ -152,10 +152,13 @@ pub fn process(
         let sets: Vec<SignatureSet<'_>> = members
             .iter()
             .zip(&roots)
-            .map(|(&i, root)| SignatureSet {
-                pubkey: &deposits[i].pubkey,
-                message: root,
-                signature: &deposits[i].signature,
+            .filter_map(|(&i, root)| {
+                let d = deposits.get(i)?;
+                Some(SignatureSet {
+                    pubkey: &d.pubkey,
+                    message: root,
+                    signature: &d.signature,
+                })
             })
             .collect();
         let valid = match sets.as_slice() {
@@ -165,7 +168,9 @@ pub fn process(
         };
         if valid {
             for i in members {
-                prevalidated[i] = true;
+                if let Some(pre) = prevalidated.get_mut(i) {
+                    *pre = true;
+                }
             }
         }
     }
@@ -187,7 +192,12 @@ pub fn process(
                         &d.signature,
                     );
                 if valid {
-                    let effective = (d.amount - d.amount % GWEI_PER_ETH).min(MAX_EFFECTIVE_BALANCE);
+                    let effective = d
+                        .amount
+                        .checked_rem(GWEI_PER_ETH)
+                        .and_then(|rem| d.amount.checked_sub(rem))
+                        .unwrap_or(0)
+                        .min(MAX_EFFECTIVE_BALANCE);
                     let index = overlay
                         .add_validator(&d.pubkey, &d.withdrawal_credentials, effective, d.amount)
                         .map_err(lookup_err)?;

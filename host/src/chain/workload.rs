@@ -53,9 +53,18 @@ pub fn dev_block(height: u64, existing: &[[u8; 48]], fork_version: [u8; 4]) -> V
     let mut deposits = Vec::new();
     for i in 0..3u64 {
         let seed = height.wrapping_mul(16).wrapping_add(i);
-        deposits.push(new_validator(seed, 32_000_000_000 + i, fork_version));
+        deposits.push(new_validator(
+            seed,
+            32_000_000_000u64.saturating_add(i),
+            fork_version,
+        ));
     }
-    if let Some(pk) = existing.get(usize::try_from(height).unwrap_or(0) % existing.len().max(1)) {
+    if let Some(pk) = existing.get(
+        usize::try_from(height)
+            .unwrap_or(0)
+            .checked_rem(existing.len())
+            .unwrap_or(0),
+    ) {
         deposits.push(unsigned(*pk, 1_000_000_000));
     }
     if height.is_multiple_of(3) {

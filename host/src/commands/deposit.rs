@@ -1,17 +1,25 @@
-//! `modnode deposit submit`: hands a deposit to a running node through its admin API.
+//! `modnode deposit submit`: sends a deposit to the deposit contract — the dev contract a node
+//! hosts, through its JSON-RPC method `modnode_submitDeposit` — and prints the deposit's index.
+//! Nodes take deposits only from the contract's log, a follow distance later, with proofs.
 
 use std::path::PathBuf;
 
 use anyhow::Context as _;
-use modnode::admin::{client, deposit_json};
+use modnode::admin::deposit_json;
 use modnode::chain::workload;
+use modnode::deposit_source::client::RpcClient;
+use modnode::node::DEPOSIT_CONTRACT_URL_FILE;
 
 /// Options of `modnode deposit submit`.
 #[derive(Debug, clap::Args)]
 pub struct SubmitArgs {
-    /// Data directory of the running node (its admin address and token are read from it).
-    #[arg(long, default_value = "modnode-data")]
+    /// Data directory of the node hosting the dev deposit contract (its JSON-RPC URL is read
+    /// from `deposit-contract.url` there).
+    #[arg(long, default_value = "modnode-data", conflicts_with = "contract")]
     pub data_dir: PathBuf,
+    /// JSON-RPC URL of the dev deposit contract (instead of `--data-dir`).
+    #[arg(long, value_name = "URL")]
+    pub contract: Option<String>,
     /// A deposit as JSON: {"pubkey", "withdrawal_credentials", "amount", "signature"}.
     #[arg(
         long,
@@ -31,7 +39,7 @@ pub struct SubmitArgs {
     pub genesis: Option<PathBuf>,
 }
 
-/// Submits the deposit and prints its id.
+/// Submits the deposit and prints its index.
 pub fn submit(args: SubmitArgs) -> anyhow::Result<()> {
     let deposit = match (&args.json, args.dev_seed) {
         (Some(path), _) => {
@@ -45,12 +53,30 @@ pub fn submit(args: SubmitArgs) -> anyhow::Result<()> {
         }
         (None, None) => anyhow::bail!("give --json FILE or --dev-seed N"),
     };
+    let url = match &args.contract {
+        Some(url) => url.clone(),
+        None => {
+            let path = args.data_dir.join(DEPOSIT_CONTRACT_URL_FILE);
+            std::fs::read_to_string(&path)
+                .with_context(|| {
+                    format!(
+                        "cannot read {} (is a node hosting the dev deposit contract running with \
+                         --data-dir {}? or give --contract URL)",
+                        path.display(),
+                        args.data_dir.display()
+                    )
+                })?
+                .trim()
+                .to_string()
+        }
+    };
+    let client = RpcClient::new(&url)?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let id = rt.block_on(client::submit_deposit(&args.data_dir, &deposit))?;
+    let index = rt.block_on(client.submit_deposit(&deposit))?;
     println!(
-        "deposit {id} accepted (pubkey 0x{})",
+        "deposit {index} logged by the deposit contract at {url} (pubkey 0x{})",
         hex::encode(deposit.pubkey)
     );
     Ok(())

@@ -12,7 +12,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use modnode::chain::genesis::Genesis;
 use modnode::net::identity::NodeIdentity;
-use modnode::node::{Node, NodeConfig, NodeStatus};
+use modnode::node::{DepositSourceConfig, Node, NodeConfig, NodeStatus};
 
 /// Options of `modnode devnet`.
 #[derive(Debug, clap::Args)]
@@ -29,6 +29,9 @@ pub struct DevnetArgs {
     /// Slot length in milliseconds (new networks only).
     #[arg(long, default_value_t = 2_000)]
     pub slot_ms: u64,
+    /// Time between the dev deposit contract's blocks, in ms (new networks only).
+    #[arg(long, default_value_t = 1_000)]
+    pub dev_block_ms: u64,
 }
 
 /// The genesis of the devnet in `dir`: read back if it exists, otherwise written with the
@@ -92,8 +95,20 @@ pub fn devnet(args: DevnetArgs) -> anyhow::Result<()> {
         let mut signals =
             super::ShutdownSignals::install().context("cannot listen for SIGINT/SIGTERM")?;
         let mut nodes: Vec<Node> = Vec::new();
-        for dir in &dirs {
+        let mut contract_url = String::new();
+        for (i, dir) in dirs.iter().enumerate() {
             let mut config = NodeConfig::new(dir.clone(), genesis.clone());
+            // Node 0 hosts the dev deposit contract; the other authorities follow it over
+            // JSON-RPC on loopback; the rest need no deposit source.
+            config.deposits = if i == 0 {
+                let mut deposits = DepositSourceConfig::dev(SocketAddr::from(([127, 0, 0, 1], 0)));
+                if let Some(dev) = deposits.host_dev_contract.as_mut() {
+                    dev.block_ms = args.dev_block_ms;
+                }
+                deposits
+            } else {
+                DepositSourceConfig::follow_dev(contract_url.clone())
+            };
             config.listen = SocketAddr::from(([127, 0, 0, 1], 0));
             config.admin_listen = Some(SocketAddr::from(([127, 0, 0, 1], 0)));
             // Each node knows the one started before it; peer exchange finds the rest.
@@ -106,14 +121,22 @@ pub fn devnet(args: DevnetArgs) -> anyhow::Result<()> {
             let node = Node::start(config)
                 .await
                 .with_context(|| format!("cannot start the node in {}", dir.display()))?;
+            if let Some(url) = node.deposit_contract_url() {
+                contract_url = url.to_string();
+            }
             nodes.push(node);
         }
         eprintln!(
-            "devnet: {} nodes, {} authorities, slot {} ms, data in {}; Ctrl-C stops it",
+            "devnet: {} nodes, {} authorities, slot {} ms, data in {}; dev deposit contract at {} \
+             (modnode deposit submit --data-dir {}); Ctrl-C stops it",
             args.nodes,
             args.authorities,
             genesis.slot_ms,
-            args.dir.display()
+            args.dir.display(),
+            contract_url,
+            dirs.first()
+                .map(|d| d.display().to_string())
+                .unwrap_or_default()
         );
         let live = std::io::stdout().is_terminal();
         let mut ticker = tokio::time::interval(Duration::from_secs(if live { 1 } else { 5 }));
@@ -154,7 +177,7 @@ pub fn table(statuses: &[NodeStatus], authorities: usize) -> String {
     let now = modnode::node::chain_worker::unix_ms();
     let mut out = format!(
         "{:<5} {:<10} {:<9} {:>7} {:>6} {:>10} {:>16} {:>8}\n",
-        "node", "id", "role", "height", "peers", "validators", "last block", "mempool"
+        "node", "id", "role", "height", "peers", "validators", "last block", "deposits"
     );
     for (i, s) in statuses.iter().enumerate() {
         let age = match s.last_block_unix_ms {
@@ -180,7 +203,7 @@ pub fn table(statuses: &[NodeStatus], authorities: usize) -> String {
             s.peers,
             s.validators,
             age,
-            s.mempool
+            s.deposit_index
         ));
     }
     out

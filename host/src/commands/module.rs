@@ -5,7 +5,8 @@ use std::path::{Path, PathBuf};
 use anyhow::Context as _;
 use modnode::admin::AdminToken;
 use modnode::admin::client::{self, Target};
-use modnode::runtime::{Kind, Runtime, RuntimeConfig, inspect};
+use modnode::runtime::{Kind, Mode, Runtime, RuntimeConfig, inspect};
+use serde_json::{Value, json};
 
 /// Which node a module command talks to.
 #[derive(Debug, Clone, clap::Args)]
@@ -83,14 +84,19 @@ pub fn upload(file: &Path, node: &NodeArgs, json: bool) -> anyhow::Result<()> {
     );
     if status != "already-stored" {
         println!(
-            "  compiled in {} ms ({} bytes of machine code), warmed in {} µs",
-            module["compile_ms"], module["compiled_size"], module["warm_us"]
+            "  compiled in {} ms ({} bytes of machine code), warmed in {} µs ({} fuel, {} recent real inputs)",
+            module["compile_ms"],
+            module["compiled_size"],
+            module["warm_us"],
+            module["warm_fuel"],
+            module["warm_real_inputs"]
         );
     }
     Ok(())
 }
 
-/// `modnode module list`: per kind, the active module and every stored version.
+/// `modnode module list`: per kind, the slot (active, scheduled, shadow, canary, previous,
+/// circuit breaker), every version ready to activate and every stored version.
 pub fn list(node: &NodeArgs, json: bool) -> anyhow::Result<()> {
     let target = node.target()?;
     let answer = runtime()?
@@ -102,27 +108,200 @@ pub fn list(node: &NodeArgs, json: bool) -> anyhow::Result<()> {
     }
     let empty = Vec::new();
     for kind in answer["kinds"].as_array().unwrap_or(&empty) {
-        println!("{}", kind["kind"].as_str().unwrap_or("?"));
-        match kind["active"]["name"].as_str() {
-            Some(name) => println!("  active:   {name}"),
-            None => println!("  active:   (none)"),
-        }
-        let stored = kind["stored"].as_array().unwrap_or(&empty);
-        if stored.is_empty() {
-            println!("  stored:   (none uploaded)");
-        }
-        for m in stored {
+        print_kind(kind, &empty);
+    }
+    Ok(())
+}
+
+fn str_of(v: &Value) -> &str {
+    v.as_str().unwrap_or("?")
+}
+
+fn warmup(w: &Value) -> String {
+    let real = w["real_inputs"].as_u64().unwrap_or(0);
+    let inputs = if real == 0 {
+        "built-in inputs".to_string()
+    } else {
+        format!("built-in + {real} recent real inputs")
+    };
+    format!(
+        "warm-up {} fuel in {} µs on {inputs}",
+        w["fuel"], w["latency_us"]
+    )
+}
+
+fn print_kind(kind: &Value, empty: &Vec<Value>) {
+    let slot = &kind["slot"];
+    println!(
+        "{} ({})",
+        str_of(&kind["kind"]),
+        slot["scope"].as_str().unwrap_or("no slot")
+    );
+    match slot["active"]["name"].as_str() {
+        Some(name) => {
+            let probation = match slot["active_faults"].as_u64() {
+                Some(f) => format!("; on probation, {f}/{} faults", slot["breaker_threshold"]),
+                None => String::new(),
+            };
             println!(
-                "  stored:   v{} sha256 {} {} bytes, contract {}, first seen {} ms, from {}",
-                m["module_version"],
-                m["sha256"].as_str().unwrap_or("?"),
-                m["size"],
-                m["contract"].as_str().unwrap_or("?"),
-                m["first_seen_unix_ms"],
-                m["source"].as_str().unwrap_or("?"),
+                "  active:    {name} ({}{probation})",
+                warmup(&slot["active"]["warmup"])
+            );
+        }
+        None => println!(
+            "  active:    {}",
+            kind["active"]["name"].as_str().unwrap_or("(none)")
+        ),
+    }
+    let s = &slot["scheduled"];
+    if s.is_object() {
+        let ready = |v: &Value| {
+            v.as_u64()
+                .map_or("not reported yet".into(), |n| n.to_string())
+        };
+        println!(
+            "  scheduled: {} at height {} (peers ready: {}, authorities ready: {})",
+            str_of(&s["hash"]),
+            s["height"],
+            ready(&s["peers_ready"]),
+            ready(&s["authorities_ready"])
+        );
+    }
+    let sh = &slot["shadow"];
+    if sh.is_object() {
+        println!(
+            "  shadow:    {} — {} compared, {} divergences, {} faults, {} skipped",
+            str_of(&sh["version"]["name"]),
+            sh["compared"],
+            sh["divergences"],
+            sh["faults"],
+            sh["skipped"]
+        );
+        if let Some(d) = sh["recent_divergences"].as_array().and_then(|d| d.last()) {
+            println!("    last divergence on input {}", str_of(&d["input"]));
+            println!("      active: {}", str_of(&d["active"]));
+            println!("      shadow: {}", str_of(&d["shadow"]));
+        }
+    }
+    let c = &slot["canary"];
+    if c.is_object() {
+        println!(
+            "  canary:    {} — {}% of calls, {} calls, {} faults",
+            str_of(&c["version"]["name"]),
+            c["percent"],
+            c["calls"],
+            c["faults"]
+        );
+    }
+    if let Some(name) = slot["previous"]["name"].as_str() {
+        println!("  previous:  {name} (a rollback returns to it at once)");
+    }
+    if slot.is_object() {
+        println!(
+            "  breaker:   rolls back after {} faults; {} automatic rollbacks; {} failed calls",
+            slot["breaker_threshold"], slot["breaker_trips"], slot["failed_calls"]
+        );
+        for t in slot["recent_trips"].as_array().unwrap_or(empty) {
+            println!(
+                "    rolled back {} ({}) after {} faults: {}",
+                str_of(&t["module"]),
+                str_of(&t["mode"]),
+                t["faults"],
+                str_of(&t["last_fault"])
             );
         }
     }
+    for v in kind["ready"].as_array().unwrap_or(empty) {
+        println!(
+            "  ready:     {} sha256 {} ({}), from {}",
+            str_of(&v["name"]),
+            str_of(&v["sha256"]),
+            warmup(&v["warmup"]),
+            str_of(&v["from"])
+        );
+    }
+    // The answer to `activate` / `rollback` carries the slot only.
+    let Some(stored) = kind["stored"].as_array() else {
+        return;
+    };
+    if stored.is_empty() {
+        println!("  stored:    (none uploaded)");
+    }
+    for m in stored {
+        println!(
+            "  stored:    v{} sha256 {} {} bytes, contract {}, first seen {} ms, from {}",
+            m["module_version"],
+            str_of(&m["sha256"]),
+            m["size"],
+            str_of(&m["contract"]),
+            m["first_seen_unix_ms"],
+            str_of(&m["source"]),
+        );
+    }
+}
+
+/// Prints the answer of a slot operation: JSON as is, or `headline(slot)` and the slot.
+fn show_slot(answer: &Value, json: bool, headline: impl FnOnce(&Value) -> String) {
+    if json {
+        println!("{answer}");
+        return;
+    }
+    let slot = &answer["slot"];
+    println!("{}: {}", str_of(&answer["kind"]), headline(slot));
+    print_kind(&json!({"kind": answer["kind"], "slot": slot}), &Vec::new());
+}
+
+/// `modnode module activate <hash> [--shadow | --canary P]`.
+pub fn activate(hash: &str, mode: Mode, node: &NodeArgs, json: bool) -> anyhow::Result<()> {
+    let target = node.target()?;
+    let answer = runtime()?
+        .block_on(client::activate_module(&target, hash, mode))
+        .with_context(|| {
+            format!(
+                "the node at {} did not activate {hash} ({mode})",
+                target.addr()
+            )
+        })?;
+    show_slot(&answer, json, |slot| {
+        let name = match mode {
+            Mode::Live => str_of(&slot["active"]["name"]),
+            Mode::Shadow => str_of(&slot["shadow"]["version"]["name"]),
+            Mode::Canary(_) => str_of(&slot["canary"]["version"]["name"]),
+        };
+        format!("{name} is now {mode}")
+    });
+    Ok(())
+}
+
+/// `modnode module rollback <kind>`.
+pub fn rollback(kind: Kind, node: &NodeArgs, json: bool) -> anyhow::Result<()> {
+    let target = node.target()?;
+    let answer = runtime()?
+        .block_on(client::rollback_module(&target, kind))
+        .with_context(|| format!("the node at {} did not roll {kind} back", target.addr()))?;
+    show_slot(&answer, json, |slot| {
+        format!("rolled back to {}", str_of(&slot["active"]["name"]))
+    });
+    Ok(())
+}
+
+/// `modnode module cancel <kind>`.
+pub fn cancel(kind: Kind, node: &NodeArgs, json: bool) -> anyhow::Result<()> {
+    let target = node.target()?;
+    let answer = runtime()?
+        .block_on(client::cancel_candidate(&target, kind))
+        .with_context(|| {
+            format!(
+                "the node at {} did not stop {kind}'s shadow or canary",
+                target.addr()
+            )
+        })?;
+    show_slot(&answer, json, |slot| {
+        format!(
+            "shadow / canary stopped; {} serves every call",
+            str_of(&slot["active"]["name"])
+        )
+    });
     Ok(())
 }
 

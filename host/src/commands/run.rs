@@ -8,7 +8,9 @@ use std::path::{Path, PathBuf};
 use anyhow::Context as _;
 use modnode::chain::genesis::Genesis;
 use modnode::chain::workload;
-use modnode::node::{self, Node, NodeConfig};
+use modnode::deposit_source::dev_contract::DEV_CONTRACT_ADDRESS;
+use modnode::deposit_source::follower::FollowerConfig;
+use modnode::node::{self, DepositSourceConfig, DevContractConfig, Node, NodeConfig};
 use modnode_peers::PeerAddr;
 
 /// Options of `modnode run`.
@@ -60,6 +62,67 @@ pub struct RunArgs {
     /// live through the module slot).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=2))]
     pub checkpoint_create_version: u32,
+    #[command(flatten)]
+    pub deposits: DepositArgs,
+}
+
+/// Where an authority's deposits come from: by default the built-in dev deposit contract this
+/// node hosts; `--eth1-endpoint` follows any Ethereum JSON-RPC endpoint instead.
+#[derive(Debug, Clone, clap::Args)]
+pub struct DepositArgs {
+    /// Follow the deposit contract through this Ethereum JSON-RPC endpoint (`http://host:port`)
+    /// instead of hosting the dev deposit contract.
+    #[arg(long, value_name = "URL")]
+    pub eth1_endpoint: Option<String>,
+    /// Address of the deposit contract to follow at `--eth1-endpoint` (default: the dev
+    /// contract's).
+    #[arg(long, value_name = "0xADDRESS", value_parser = parse_address, requires = "eth1_endpoint")]
+    pub deposit_contract: Option<[u8; 20]>,
+    /// Blocks the follower stays behind the source's head.
+    #[arg(long, default_value_t = 2)]
+    pub follow_distance: u64,
+    /// First source block that may hold deposits (the contract's deployment block).
+    #[arg(long, default_value_t = 0, requires = "eth1_endpoint")]
+    pub deposit_start_block: u64,
+    /// TCP address of the hosted dev deposit contract's JSON-RPC endpoint.
+    #[arg(long, default_value = "127.0.0.1:9402")]
+    pub dev_contract_listen: SocketAddr,
+    /// Time between the dev deposit contract's blocks, in ms (new contracts only).
+    #[arg(long, default_value_t = 1_000)]
+    pub dev_block_ms: u64,
+}
+
+fn parse_address(text: &str) -> Result<[u8; 20], String> {
+    let digits = text.strip_prefix("0x").unwrap_or(text);
+    let bytes = hex::decode(digits).map_err(|e| format!("not hex: {e}"))?;
+    <[u8; 20]>::try_from(bytes.as_slice())
+        .map_err(|_| format!("{} bytes, an address has 20", bytes.len()))
+}
+
+impl DepositArgs {
+    /// The node's deposit source configuration.
+    pub fn config(&self) -> DepositSourceConfig {
+        let (host, endpoint) = match &self.eth1_endpoint {
+            Some(url) => (None, url.clone()),
+            None => (
+                Some(DevContractConfig {
+                    listen: self.dev_contract_listen,
+                    block_ms: self.dev_block_ms,
+                }),
+                String::new(),
+            ),
+        };
+        let mut follow = FollowerConfig::new(
+            endpoint,
+            self.deposit_contract.unwrap_or(DEV_CONTRACT_ADDRESS),
+        );
+        follow.follow_distance = self.follow_distance;
+        follow.start_block = self.deposit_start_block;
+        DepositSourceConfig {
+            host_dev_contract: host,
+            follow: Some(follow),
+        }
+    }
 }
 
 /// Reads the genesis file, or the embedded dev genesis.
@@ -85,6 +148,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     config.checkpoint.interval = args.checkpoint_interval;
     config.checkpoint.keep = usize::from(args.checkpoint_keep);
     config.checkpoint.create_version = args.checkpoint_create_version;
+    config.deposits = args.deposits.config();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;

@@ -18,6 +18,7 @@ use super::DepositSource;
 use super::abi::{AbiError, decode_deposit_event, deposit_event_topic};
 use super::client::{ClientError, RpcClient};
 use super::dev_contract::Eth1Block;
+use super::log::{FollowedLog, LogError};
 use super::rpc::{RpcError, parse_data, parse_quantity};
 use crate::chain::block::DepositData;
 
@@ -212,6 +213,18 @@ impl Follower {
         }
     }
 
+    /// A follower that already followed up to `block`, where the log held `deposit_count`
+    /// deposits (restored from a [`FollowedLog`]): it goes on from the next block, and checks
+    /// first that the source still has `block` as it was.
+    pub fn resume(config: &FollowerConfig, block: Eth1Block, deposit_count: u64) -> Self {
+        Self {
+            next_block: block.number.saturating_add(1).max(config.start_block),
+            next_index: deposit_count,
+            last: Some(block),
+            ..Self::new(config)
+        }
+    }
+
     /// The last block followed.
     pub fn last(&self) -> Option<Eth1Block> {
         self.last
@@ -350,6 +363,10 @@ pub enum PollError {
     /// The source's log is unacceptable.
     #[error(transparent)]
     Follow(#[from] FollowError),
+    /// The followed log could not be recorded (ours). The step is not applied: the poll is
+    /// retried, and a follower that cannot record stops advancing.
+    #[error(transparent)]
+    Log(#[from] LogError),
     /// The source does not have a block it reported.
     #[error("the deposit source reports head {head} but has no block {missing}")]
     MissingBlock {
@@ -360,11 +377,13 @@ pub enum PollError {
     },
 }
 
-/// One poll: reads and applies at most one range; returns whether it advanced.
+/// One poll: reads and applies at most one range (recorded in `log` first, if given); returns
+/// whether it advanced.
 pub async fn poll_once(
     client: &RpcClient,
     follower: &mut Follower,
     source: &DepositSource,
+    log: Option<&FollowedLog>,
 ) -> Result<bool, PollError> {
     let head = client.block_number().await?;
     let Some(range) = follower.next_range(head) else {
@@ -386,16 +405,35 @@ pub async fn poll_once(
             )?),
             None => None,
         };
-    let followed = follower.handle_range(range, &logs, end, previous_now)?;
+    // The follower moves on only once the step is recorded.
+    let mut next = follower.clone();
+    let followed = next.handle_range(range, &logs, end, previous_now)?;
+    if let Some(log) = log {
+        let (log, step) = (log.clone(), followed.clone());
+        match tokio::task::spawn_blocking(move || log.append(&step)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(PollError::Log(e)),
+            Err(e) => {
+                return Err(PollError::Log(LogError::Storage {
+                    path: "deposit log".into(),
+                    reason: format!("writer task failed: {e}"),
+                }));
+            }
+        }
+    }
+    *follower = next;
     source.append(followed);
     Ok(true)
 }
 
-/// Follows `config.endpoint` into `source` until `shutdown` turns true. Transient failures
-/// are retried each poll; a log the follower refuses stops it advancing, reported each poll.
+/// Follows `config.endpoint` into `source` until `shutdown` turns true, recording each step
+/// in `log` when given. A `source` restored from the log is followed on from its followed
+/// block. Transient failures are retried each poll; a log the follower refuses stops it
+/// advancing, reported each poll.
 pub async fn run(
     config: FollowerConfig,
     source: Arc<DepositSource>,
+    log: Option<FollowedLog>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let client = match RpcClient::new(&config.endpoint) {
@@ -405,11 +443,14 @@ pub async fn run(
             return;
         }
     };
-    let mut follower = Follower::new(&config);
+    let mut follower = match source.followed() {
+        Some((block, count)) => Follower::resume(&config, block, count),
+        None => Follower::new(&config),
+    };
     let mut reported = String::new();
     loop {
         loop {
-            match poll_once(&client, &mut follower, &source).await {
+            match poll_once(&client, &mut follower, &source, log.as_ref()).await {
                 Ok(true) => {
                     reported.clear();
                     continue;

@@ -3,7 +3,10 @@
 //!
 //! Limits: bodies over [`MAX_BODY_BYTES`] get HTTP 413 with a JSON-RPC error, each request is
 //! answered within [`REQUEST_TIMEOUT`] (or HTTP 503 with a JSON-RPC error), and at most
-//! [`MAX_CONCURRENT_REQUESTS`] are handled at once (the rest wait).
+//! [`MAX_CONCURRENT_REQUESTS`] are handled at once (the rest wait). Connections are handled
+//! like the admin API's ([`connection_limits`]): one request per connection, the request head
+//! within [`IO_TIMEOUT`] and at most 16 KiB, a bounded lifetime, a cap on connections and on
+//! the idle ones a client address may hold.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -20,6 +23,7 @@ use tokio::sync::watch;
 
 use super::dev_contract::DevContract;
 use super::rpc::{self, RpcError, codes};
+use crate::admin::server::{ServerConfig, serve_router};
 use crate::node::chain_worker::unix_ms;
 
 /// Largest request body accepted.
@@ -28,6 +32,21 @@ pub const MAX_BODY_BYTES: usize = 64 * 1024;
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// Requests handled at once.
 pub const MAX_CONCURRENT_REQUESTS: usize = 64;
+/// Time a client has to send its request head.
+pub const IO_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The connection limits of the endpoint (the admin server's connection handling).
+pub fn connection_limits() -> ServerConfig {
+    ServerConfig {
+        io_timeout: IO_TIMEOUT,
+        backend_timeout: REQUEST_TIMEOUT,
+        upload_timeout: Duration::ZERO,
+        max_connections: MAX_CONCURRENT_REQUESTS,
+        max_idle_per_client: 8,
+        max_body: MAX_BODY_BYTES,
+        max_module_bytes: 0,
+    }
+}
 
 /// Why the endpoint could not start.
 #[derive(Debug, thiserror::Error)]
@@ -115,20 +134,77 @@ pub async fn bind(addr: SocketAddr) -> Result<(tokio::net::TcpListener, SocketAd
 pub async fn serve(
     listener: tokio::net::TcpListener,
     contract: Arc<Mutex<DevContract>>,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: watch::Receiver<bool>,
 ) {
-    let app = router(contract);
-    let stop = async move {
-        while !*shutdown.borrow() {
-            if shutdown.changed().await.is_err() {
-                return;
-            }
+    serve_router(listener, router(contract), connection_limits(), shutdown).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpStream;
+
+    use super::*;
+    use crate::chain::block::DepositData;
+    use crate::deposit_source::client::RpcClient;
+
+    async fn start(dir: &std::path::Path) -> (SocketAddr, watch::Sender<bool>) {
+        let contract = DevContract::open(dir, 100, unix_ms()).unwrap();
+        let (listener, addr) = bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+        let (stop, stopped) = watch::channel(false);
+        tokio::spawn(serve(listener, Arc::new(Mutex::new(contract)), stopped));
+        (addr, stop)
+    }
+
+    fn deposit() -> DepositData {
+        DepositData {
+            pubkey: [5; 48],
+            withdrawal_credentials: [0; 32],
+            amount: 32_000_000_000,
+            signature: [0; 96],
         }
-    };
-    if let Err(e) = axum::serve(listener, app)
-        .with_graceful_shutdown(stop)
-        .await
-    {
-        tracing::error!(error = %e, "deposit-contract JSON-RPC server failed");
+    }
+
+    #[tokio::test]
+    async fn serves_json_rpc_and_refuses_oversized_bodies() {
+        let dir = tempfile::tempdir().unwrap();
+        let (addr, _stop) = start(dir.path()).await;
+        let client = RpcClient::new(&format!("http://{addr}")).unwrap();
+        assert_eq!(client.submit_deposit(&deposit()).await.unwrap(), 0);
+        assert_eq!(client.submit_deposit(&deposit()).await.unwrap(), 1);
+        client.block_number().await.unwrap();
+
+        let body = "x".repeat(MAX_BODY_BYTES + 1);
+        let request = format!(
+            "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        let mut stream = TcpStream::connect(addr).await.unwrap();
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let mut answer = Vec::new();
+        stream.read_to_end(&mut answer).await.unwrap();
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+    }
+
+    /// A client that opens connections and sends nothing cannot lock the endpoint: its oldest
+    /// idle connection is closed when it opens more than its share.
+    #[tokio::test]
+    async fn idle_connections_cannot_lock_the_endpoint() {
+        let dir = tempfile::tempdir().unwrap();
+        let (addr, _stop) = start(dir.path()).await;
+        let mut idle = Vec::new();
+        for _ in 0..MAX_CONCURRENT_REQUESTS + 8 {
+            idle.push(TcpStream::connect(addr).await.unwrap());
+        }
+        let client = RpcClient::new(&format!("http://{addr}"))
+            .unwrap()
+            .with_timeout(Duration::from_secs(60));
+        assert_eq!(client.submit_deposit(&deposit()).await.unwrap(), 0);
+        let mut byte = [0u8; 1];
+        let read = tokio::time::timeout(Duration::from_secs(60), idle[0].read(&mut byte))
+            .await
+            .expect("the oldest idle connection was left open");
+        assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
     }
 }

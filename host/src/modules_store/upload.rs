@@ -20,7 +20,9 @@ use sha2::{Digest, Sha256};
 use wasmparser::{Parser, Payload, Validator, WasmFeatures};
 
 use super::{ModuleStore, ModuleStoreError, StoredModule};
-use crate::runtime::{self, LoadError, LoadedModule, Runtime, RuntimeConfig, ValidationError};
+use crate::runtime::{
+    self, LoadError, LoadedModule, Modules, Runtime, RuntimeConfig, ValidationError,
+};
 
 /// Default largest module accepted, in bytes.
 pub const DEFAULT_MAX_MODULE_BYTES: usize = 8 << 20;
@@ -117,6 +119,15 @@ pub enum UploadError {
         #[source]
         source: LoadError,
     },
+    /// It loaded but failed its warm-up dry run (a trap or running out of fuel on the kind's
+    /// built-in inputs or on one of the node's recent real inputs).
+    #[error("module {name} failed its warm-up dry run: {message}")]
+    DryRun {
+        /// The module.
+        name: String,
+        /// What failed, on which input.
+        message: String,
+    },
     /// A previous compile is still running (transient; retry later).
     #[error("a previous module upload is still compiling; retry when it has finished")]
     Busy,
@@ -161,7 +172,7 @@ impl UploadError {
             UploadError::CodeTooLarge { .. } => "code-too-large",
             UploadError::CompileTooSlow { .. } => "compile-too-slow",
             UploadError::Compile { .. } => "compile-failed",
-            UploadError::Warmup { .. } => "warm-up-failed",
+            UploadError::Warmup { .. } | UploadError::DryRun { .. } => "warm-up-failed",
             UploadError::Busy => "busy",
             UploadError::Store(_) | UploadError::Staging { .. } | UploadError::Internal(_) => {
                 "node-error"
@@ -208,6 +219,7 @@ pub struct ModuleService {
     config: UploadConfig,
     compiling: Arc<AtomicBool>,
     ready: Mutex<HashMap<[u8; 32], LoadedModule>>,
+    slots: Option<Arc<Modules>>,
 }
 
 impl std::fmt::Debug for ModuleService {
@@ -256,7 +268,15 @@ impl ModuleService {
             config,
             compiling: Arc::new(AtomicBool::new(false)),
             ready: Mutex::new(HashMap::new()),
+            slots: None,
         })
+    }
+
+    /// Warms uploads for the node's module slots (on the node's recent real inputs of their
+    /// kind) and makes each accepted one activatable by hash there.
+    pub fn with_slots(mut self, slots: Arc<Modules>) -> Self {
+        self.slots = Some(slots);
+        self
     }
 
     /// The store.
@@ -342,6 +362,28 @@ impl ModuleService {
                 name: name.clone(),
                 source,
             })?;
+        // The dry run: on the node's recent real inputs when it runs slots, else on the
+        // kind's built-in realistic inputs.
+        let (warmed, warmup) = match &self.slots {
+            Some(slots) => {
+                let warmed =
+                    slots
+                        .warm_loaded(loaded.clone())
+                        .map_err(|e| UploadError::DryRun {
+                            name: name.clone(),
+                            message: e.to_string(),
+                        })?;
+                let warmup = warmed.prepared().warmup;
+                (Some(warmed), warmup)
+            }
+            None => (
+                None,
+                loaded.warm().map_err(|e| UploadError::DryRun {
+                    name: name.clone(),
+                    message: e.to_string(),
+                })?,
+            ),
+        };
         let warm_us = u64::try_from(warm_started.elapsed().as_micros()).unwrap_or(u64::MAX);
         let meta = loaded.meta();
         let stored = StoredModule {
@@ -355,6 +397,8 @@ impl ModuleService {
             source: source.to_string(),
             compile_ms,
             warm_us,
+            warm_fuel: warmup.fuel,
+            warm_real_inputs: warmup.real_inputs,
             compiled_size: u64::try_from(artifact.len()).unwrap_or(u64::MAX),
         };
 
@@ -369,10 +413,15 @@ impl ModuleService {
             let _ = std::fs::remove_file(&cached);
             return Err(e.into());
         }
+        if let (Some(slots), Some(warmed)) = (&self.slots, warmed) {
+            slots.admit(warmed);
+        }
         tracing::info!(
             module = %stored.name(),
             compile_ms,
             warm_us,
+            warm_fuel = warmup.fuel,
+            warm_real_inputs = warmup.real_inputs,
             source,
             "module uploaded, compiled and warmed: ready"
         );

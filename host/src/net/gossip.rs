@@ -44,6 +44,25 @@ pub const STREAM_OVER_BUDGET: u32 = 2;
 /// Bytes read per call from a stream: the unit the read budget is charged in.
 const READ_CHUNK_BYTES: usize = 64 * 1024;
 
+/// modnode's gossip message ids: a block's id is its header hash (the header is the first
+/// [`HEADER_BYTES`](crate::chain::block::HEADER_BYTES) bytes of its encoding, and its sha256 is
+/// the block hash), so copies of one block with different bodies share an id and deduplicate;
+/// every other kind is identified by the sha256 of its payload.
+pub fn message_id(kind: MessageKind, payload: &[u8]) -> MessageId {
+    match (kind, payload.get(..crate::chain::block::HEADER_BYTES)) {
+        (MessageKind::Block, Some(header)) => MessageId::of(header),
+        _ => MessageId::of(payload),
+    }
+}
+
+/// Frames and send results the driver's stream tasks may have waiting for it; a task that finds
+/// the channel full waits, and with it the peer's stream (QUIC flow control pushes back).
+const IO_CAPACITY: usize = 256;
+
+/// Events the application may have waiting; beyond, a delivered message is dropped (rejected
+/// in the engine, so it is not relayed) and counted, rather than held without bound.
+const EVENT_CAPACITY: usize = 1024;
+
 /// Tunables of the driver.
 #[derive(Debug, Clone)]
 pub struct GossipConfig {
@@ -110,6 +129,9 @@ pub struct TrafficStats {
     pub streams_timed_out: u64,
     /// Streams stopped because they would have taken their peer over its read budget.
     pub streams_over_budget: u64,
+    /// Events the application was too far behind to take (dropped; delivered messages among
+    /// them are not relayed).
+    pub events_dropped: u64,
 }
 
 /// Bytes one peer's unfinished incoming streams hold, against its budget.
@@ -258,9 +280,13 @@ impl GossipHandle {
 pub fn spawn<P: Policy + Send + 'static>(
     config: GossipConfig,
     policy: P,
-) -> (GossipHandle, mpsc::UnboundedReceiver<GossipEvent>) {
+) -> (GossipHandle, mpsc::Receiver<GossipEvent>) {
+    // The handle's commands stay unbounded: the application sends one publish per message it
+    // creates and one verdict per delivered message, and deliveries are bounded by the event
+    // channel. Everything that comes from peers goes through the bounded `io` channel.
     let (commands, rx) = mpsc::unbounded_channel();
-    let (events, events_rx) = mpsc::unbounded_channel();
+    let (io, io_rx) = mpsc::channel(IO_CAPACITY);
+    let (events, events_rx) = mpsc::channel(EVENT_CAPACITY);
     // No message larger than a frame can ever arrive: an announce claiming one is a lie.
     let mut engine = config.engine.clone();
     let frame_limit = u32::try_from(config.max_message_bytes).unwrap_or(u32::MAX);
@@ -271,12 +297,12 @@ pub fn spawn<P: Policy + Send + 'static>(
         start: Instant::now(),
         peers: HashMap::new(),
         next_peer: 0,
-        commands: commands.downgrade(),
+        io,
         events,
         traffic: Arc::new(Mutex::new(TrafficStats::default())),
         throttle: Arc::new(Mutex::new(Instant::now())),
     };
-    tokio::spawn(driver.run(rx));
+    tokio::spawn(driver.run(rx, io_rx));
     (GossipHandle { commands }, events_rx)
 }
 
@@ -286,8 +312,8 @@ struct Driver<P> {
     start: Instant,
     peers: HashMap<PeerId, (NodeId, quinn::Connection)>,
     next_peer: PeerId,
-    commands: mpsc::WeakUnboundedSender<Command>,
-    events: mpsc::UnboundedSender<GossipEvent>,
+    io: mpsc::Sender<Command>,
+    events: mpsc::Sender<GossipEvent>,
     traffic: Arc<Mutex<TrafficStats>>,
     /// When the throttled receiver may consume its next bytes.
     throttle: Arc<Mutex<Instant>>,
@@ -306,25 +332,31 @@ impl<P: Policy> Driver<P> {
         u64::try_from(self.start.elapsed().as_micros()).unwrap_or(u64::MAX)
     }
 
-    async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Command>) {
+    /// Runs until every handle is dropped.
+    async fn run(
+        mut self,
+        mut rx: mpsc::UnboundedReceiver<Command>,
+        mut io_rx: mpsc::Receiver<Command>,
+    ) {
         loop {
             self.flush();
             let deadline = self
                 .engine
                 .poll_timeout()
                 .map(|t| self.start + Duration::from_micros(t));
-            let command = match deadline {
-                Some(deadline) => tokio::select! {
-                    c = rx.recv() => c,
-                    _ = tokio::time::sleep_until(deadline) => {
-                        let now = self.now();
-                        self.engine.handle_timeout(now);
-                        continue;
-                    }
+            let far = self.start + Duration::from_secs(3600);
+            let command = tokio::select! {
+                c = rx.recv() => match c {
+                    Some(c) => c,
+                    None => return,
                 },
-                None => rx.recv().await,
+                Some(c) = io_rx.recv() => c,
+                _ = tokio::time::sleep_until(deadline.unwrap_or(far)), if deadline.is_some() => {
+                    let now = self.now();
+                    self.engine.handle_timeout(now);
+                    continue;
+                }
             };
-            let Some(command) = command else { return };
             self.handle(command);
         }
     }
@@ -393,9 +425,13 @@ impl<P: Policy> Driver<P> {
                 b"gossip protocol violation",
             );
             let _ = self.engine.remove_peer(peer, self.now());
-            let _ = self
+            if self
                 .events
-                .send(GossipEvent::Violation { peer: node, reason });
+                .try_send(GossipEvent::Violation { peer: node, reason })
+                .is_err()
+            {
+                bump_traffic(&self.traffic, |t| &mut t.events_dropped);
+            }
         }
     }
 
@@ -414,21 +450,21 @@ impl<P: Policy> Driver<P> {
                 continue;
             };
             let conn = conn.clone();
-            let commands = self.commands.clone();
+            let io = self.io.clone();
             let max = self.config.max_message_bytes;
             tokio::spawn(async move {
                 let ok = send(&conn, quic_priority(transmit.priority), &bytes, max)
                     .await
                     .is_ok();
                 let rtt_us = u32::try_from(conn.rtt().as_micros()).unwrap_or(u32::MAX);
-                if let Some(commands) = commands.upgrade() {
-                    let _ = commands.send(Command::SendDone {
+                let _ = io
+                    .send(Command::SendDone {
                         peer: transmit.peer,
                         send_id: transmit.send_id,
                         ok,
                         rtt_us,
-                    });
-                }
+                    })
+                    .await;
             });
         }
         while let Some(event) = self.engine.poll_event() {
@@ -440,20 +476,27 @@ impl<P: Policy> Driver<P> {
             } = event
             {
                 let from = self.peers.get(&from).map(|(node, _)| *node);
-                if let Some(from) = from {
-                    let _ = self.events.send(GossipEvent::Delivered {
-                        id,
-                        kind,
-                        payload,
-                        from,
-                    });
+                let delivered = from.is_some_and(|from| {
+                    self.events
+                        .try_send(GossipEvent::Delivered {
+                            id,
+                            kind,
+                            payload,
+                            from,
+                        })
+                        .is_ok()
+                });
+                if !delivered {
+                    // Nobody will judge it: never relay it.
+                    self.engine.handle_validated(id, false, now);
+                    bump_traffic(&self.traffic, |t| &mut t.events_dropped);
                 }
             }
         }
     }
 
     fn spawn_reader(&self, peer: PeerId, conn: quinn::Connection) {
-        let commands = self.commands.clone();
+        let io = self.io.clone();
         let max = self.config.max_message_bytes;
         let deadline = self.config.stream_read_timeout;
         let budget = Arc::new(ReadBudget {
@@ -470,13 +513,11 @@ impl<P: Policy> Driver<P> {
                 let mut stream = match conn.accept_uni().await {
                     Ok(stream) => stream,
                     Err(_) => {
-                        if let Some(commands) = commands.upgrade() {
-                            let _ = commands.send(Command::Closed { peer });
-                        }
+                        let _ = io.send(Command::Closed { peer }).await;
                         return;
                     }
                 };
-                let commands = commands.clone();
+                let io = io.clone();
                 let traffic = traffic.clone();
                 let throttle = throttle.clone();
                 let budget = budget.clone();
@@ -503,14 +544,12 @@ impl<P: Policy> Driver<P> {
                             ))
                         }
                     };
-                    let Some(commands) = commands.upgrade() else {
-                        return;
+                    let command = match outcome {
+                        Ok(Some(frame)) => Command::Incoming { peer, frame },
+                        Ok(None) => return,
+                        Err(reason) => Command::Violation { peer, reason },
                     };
-                    let _ = match outcome {
-                        Ok(Some(frame)) => commands.send(Command::Incoming { peer, frame }),
-                        Ok(None) => Ok(()),
-                        Err(reason) => commands.send(Command::Violation { peer, reason }),
-                    };
+                    let _ = io.send(command).await;
                 });
             }
         });

@@ -1,22 +1,26 @@
-//! The chain worker: one OS thread that owns the [`Chain`] and the [`Mempool`].
+//! The chain worker: one OS thread that owns the [`Chain`] and builds our blocks, filling them
+//! with the due deposits proven by the [`DepositSource`] an authority follows.
 //!
 //! Block import runs WebAssembly and writes to sled, both blocking, so it stays off the async
-//! runtime. Everything else talks to the worker through a [`ChainHandle`] (a command channel,
+//! runtime. Everything else talks to the worker through a [`ChainHandle`] (a bounded inbox,
 //! answers on oneshot channels) and watches its [`ChainView`]. Commands are handled one at a
 //! time, so imports, block production and range serving never interleave; they wait in a
-//! [`WorkerQueue`] that puts production before imports before serving peers and bounds each.
+//! [`WorkerQueue`](super::worker_queue::WorkerQueue) that puts production before imports before serving peers and bounds each.
 
-use std::sync::mpsc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use tokio::sync::{oneshot, watch};
 
-use super::mempool::{Mempool, MempoolError};
-use super::worker_queue::{JobClass, QueueLimits, Requester, WorkerQueue};
-use crate::chain::block::{Block, DepositData, Hash, Seal};
+use std::sync::Arc;
+
+use super::worker_inbox::{InboxSender, Refused, inbox};
+use super::worker_queue::{JobClass, QueueLimits, Requester};
+use crate::chain::block::{Block, Seal};
+use crate::chain::eth1::{DepositProofs, DepositProofsError, Eth1Data, ProvenDeposit};
 use crate::chain::{Added, Chain, ForkChoiceError, Head};
 use crate::checkpoint::service::CreateReply;
 use crate::checkpoint::{BlockRef, CheckpointSummary, Checkpointer, RegistrySnapshot};
+use crate::deposit_source::DepositSource;
 use crate::net::identity::NodeIdentity;
 use crate::state::RegistryRead;
 
@@ -31,8 +35,8 @@ pub struct ChainView {
     pub validators: u32,
     /// When the head last changed (ms since the Unix epoch; 0 = not since start).
     pub last_block_unix_ms: u64,
-    /// Deposits waiting for a block.
-    pub mempool: usize,
+    /// Deposits of the deposit contract the head state has applied (`eth1_deposit_index`).
+    pub deposit_index: u64,
     /// Times fork choice switched to another branch since start.
     pub reorgs: u64,
 }
@@ -46,9 +50,6 @@ pub enum WorkerError {
     /// The block was refused by fork choice or import.
     #[error(transparent)]
     Block(#[from] ForkChoiceError),
-    /// The deposit was refused.
-    #[error(transparent)]
-    Mempool(#[from] MempoolError),
     /// Building or signing our own block failed.
     #[error("cannot produce a block at slot {slot}: {reason}")]
     Produce {
@@ -95,10 +96,6 @@ enum Command {
         max_bytes: usize,
         reply: oneshot::Sender<Result<Vec<Vec<u8>>, WorkerError>>,
     },
-    Deposit {
-        deposit: DepositData,
-        reply: oneshot::Sender<Result<Hash, WorkerError>>,
-    },
     Checkpoint {
         reply: CreateReply,
     },
@@ -107,7 +104,7 @@ enum Command {
 /// Talks to the chain worker; cheap to clone. The worker stops when every handle is dropped.
 #[derive(Clone)]
 pub struct ChainHandle {
-    commands: mpsc::Sender<Command>,
+    commands: InboxSender<Command>,
     view: watch::Receiver<ChainView>,
 }
 
@@ -125,9 +122,13 @@ impl ChainHandle {
         command: impl FnOnce(oneshot::Sender<Result<T, WorkerError>>) -> Command,
     ) -> Result<T, WorkerError> {
         let (reply, rx) = oneshot::channel();
-        self.commands
-            .send(command(reply))
-            .map_err(|_| WorkerError::Stopped)?;
+        let command = command(reply);
+        let (class, requester) = class_of(&command);
+        match self.commands.send(class, requester, command) {
+            Ok(()) => {}
+            Err(Refused::Full(_)) => return Err(WorkerError::Busy),
+            Err(Refused::Closed(_)) => return Err(WorkerError::Stopped),
+        }
         rx.await.map_err(|_| WorkerError::Stopped)?
     }
 
@@ -140,8 +141,8 @@ impl ChainHandle {
         .await
     }
 
-    /// Builds, seals and imports our block for `slot` with pending deposits; `None` if the
-    /// head is already at or past `slot`.
+    /// Builds, seals and imports our block for `slot` with the deposits due (proven by our
+    /// deposit source); `None` if the head is already at or past `slot`.
     pub async fn produce(&self, slot: u64) -> Result<Option<Block>, WorkerError> {
         self.ask(|reply| Command::Produce { slot, reply }).await
     }
@@ -177,18 +178,17 @@ impl ChainHandle {
         .await
     }
 
-    /// Adds a deposit to the mempool; returns its id.
-    pub async fn submit_deposit(&self, deposit: DepositData) -> Result<Hash, WorkerError> {
-        self.ask(|reply| Command::Deposit { deposit, reply }).await
-    }
-
     /// Creates a checkpoint of the head state now; resolves once it is stored (or refused:
-    /// no checkpointer, one already running).
+    /// no checkpointer, one already running and one waiting).
     pub async fn create_checkpoint(&self) -> Result<CheckpointSummary, String> {
         let (reply, rx) = oneshot::channel();
-        self.commands
-            .send(Command::Checkpoint { reply })
-            .map_err(|_| WorkerError::Stopped.to_string())?;
+        let command = Command::Checkpoint { reply };
+        let (class, requester) = class_of(&command);
+        match self.commands.send(class, requester, command) {
+            Ok(()) => {}
+            Err(Refused::Full(_)) => return Err(WorkerError::Busy.to_string()),
+            Err(Refused::Closed(_)) => return Err(WorkerError::Stopped.to_string()),
+        }
         rx.await
             .map_err(|_| "the checkpoint creator stopped before answering".to_string())?
     }
@@ -205,13 +205,15 @@ impl ChainHandle {
 }
 
 /// Starts the worker thread over `chain`. `identity` seals our blocks when the chain has
-/// authorities. The thread ends (closing the chain) once every handle is dropped.
+/// authorities; `source` (an authority's followed deposit contract) picks our eth1 vote and
+/// proves the deposits our blocks must carry. The thread ends (closing the chain) once every
+/// handle is dropped.
 pub fn spawn(
     chain: Chain,
     identity: NodeIdentity,
-    mempool_capacity: usize,
+    source: Option<Arc<DepositSource>>,
 ) -> std::io::Result<(ChainHandle, std::thread::JoinHandle<()>)> {
-    spawn_with_checkpoints(chain, identity, mempool_capacity, None)
+    spawn_with_checkpoints(chain, identity, source, None)
 }
 
 /// [`spawn`], handing a snapshot to `checkpointer` whenever the head reaches a checkpoint
@@ -219,15 +221,15 @@ pub fn spawn(
 pub fn spawn_with_checkpoints(
     chain: Chain,
     identity: NodeIdentity,
-    mempool_capacity: usize,
+    source: Option<Arc<DepositSource>>,
     checkpointer: Option<Checkpointer>,
 ) -> std::io::Result<(ChainHandle, std::thread::JoinHandle<()>)> {
-    let (commands, rx) = mpsc::channel();
+    let (commands, rx) = inbox(QueueLimits::default());
     let last_checkpoint = chain.head().height;
     let mut worker = Worker {
         chain,
         identity,
-        mempool: Mempool::new(mempool_capacity),
+        source,
         last_block_unix_ms: 0,
         reorgs: 0,
         fatal: None,
@@ -238,21 +240,7 @@ pub fn spawn_with_checkpoints(
     let thread = std::thread::Builder::new()
         .name("chain-worker".into())
         .spawn(move || {
-            let mut queue = WorkerQueue::new(QueueLimits::default());
-            loop {
-                // Take everything that arrived, then do the most urgent job.
-                if queue.is_empty() {
-                    match rx.recv() {
-                        Ok(command) => admit(&mut queue, command),
-                        Err(_) => break,
-                    }
-                }
-                while let Ok(command) = rx.try_recv() {
-                    admit(&mut queue, command);
-                }
-                let Some(command) = queue.pop() else {
-                    continue;
-                };
+            while let Some(command) = rx.recv() {
                 if let Command::Blocks { reply, .. } = &command
                     && reply.is_closed()
                 {
@@ -279,39 +267,20 @@ pub fn spawn_with_checkpoints(
     Ok((ChainHandle { commands, view }, thread))
 }
 
-/// Queues `command`, or answers it with [`WorkerError::Busy`] when its queue is full.
-fn admit(queue: &mut WorkerQueue<Command>, command: Command) {
-    let (class, requester) = match &command {
+/// Where `command` waits: its class, and the peer it serves.
+fn class_of(command: &Command) -> (JobClass, Requester) {
+    match command {
         Command::Produce { .. } => (JobClass::Produce, None),
-        Command::Add { .. } | Command::Deposit { .. } => (JobClass::Import, None),
+        Command::Add { .. } => (JobClass::Import, None),
         Command::Blocks { requester, .. } => (JobClass::Serve, *requester),
         Command::Checkpoint { .. } => (JobClass::Serve, None),
-    };
-    if let Err(refused) = queue.push(class, requester, command) {
-        match refused {
-            Command::Add { reply, .. } => {
-                let _ = reply.send(Err(WorkerError::Busy));
-            }
-            Command::Produce { reply, .. } => {
-                let _ = reply.send(Err(WorkerError::Busy));
-            }
-            Command::Blocks { reply, .. } => {
-                let _ = reply.send(Err(WorkerError::Busy));
-            }
-            Command::Deposit { reply, .. } => {
-                let _ = reply.send(Err(WorkerError::Busy));
-            }
-            Command::Checkpoint { reply } => {
-                let _ = reply.send(Err(WorkerError::Busy.to_string()));
-            }
-        }
     }
 }
 
 struct Worker {
     chain: Chain,
     identity: NodeIdentity,
-    mempool: Mempool,
+    source: Option<Arc<DepositSource>>,
     last_block_unix_ms: u64,
     reorgs: u64,
     /// Set when disk and memory disagree; the worker stops after the current command.
@@ -320,6 +289,27 @@ struct Worker {
     checkpointer: Option<Checkpointer>,
     /// Height of the last periodic checkpoint handed over (or the head at start).
     last_checkpoint: u64,
+}
+
+/// The deposit proofs of a node that follows no deposit source: none.
+struct NoSource;
+
+impl DepositProofs for NoSource {
+    fn proven_deposits(
+        &self,
+        _from: u64,
+        count: u64,
+        _deposit_count: u64,
+    ) -> Result<Vec<ProvenDeposit>, DepositProofsError> {
+        if count == 0 {
+            return Ok(Vec::new());
+        }
+        Err(DepositProofsError::Unavailable(
+            "deposits are due but this node follows no deposit source (configure one for \
+             every authority)"
+                .into(),
+        ))
+    }
 }
 
 /// Milliseconds since the Unix epoch.
@@ -343,7 +333,7 @@ impl Worker {
             finalized_height: self.chain.finalized_height(),
             validators,
             last_block_unix_ms: self.last_block_unix_ms,
-            mempool: self.mempool.len(),
+            deposit_index: self.chain.eth1_state().deposit_index,
             reorgs: self.reorgs,
         }
     }
@@ -364,9 +354,6 @@ impl Worker {
                 ..
             } => {
                 let _ = reply.send(self.blocks(start, count, max_bytes));
-            }
-            Command::Deposit { deposit, reply } => {
-                let _ = reply.send(self.mempool.insert(deposit).map_err(WorkerError::from));
             }
             Command::Checkpoint { reply } => self.checkpoint(Some(reply)),
         }
@@ -440,36 +427,22 @@ impl Worker {
             }
         })?;
         match &added {
-            Added::Extended(_) => self.included(std::slice::from_ref(block)),
+            Added::Extended(_) => self.last_block_unix_ms = unix_ms(),
             Added::Reorganised { head, reverted } => {
-                // Deposits carried anywhere on the new branch are no longer pending. (Deposits
-                // only the abandoned branch carried are not put back: their submitters resend.)
+                // Deposits only the abandoned branch carried are due again on the new one: the
+                // state's `eth1_deposit_index` says so, and our source proves them again.
                 self.reorgs = self.reorgs.saturating_add(1);
+                self.last_block_unix_ms = unix_ms();
                 tracing::info!(
                     reverted,
                     height = head.height,
+                    from_height = before.height,
                     "switched to a better branch"
                 );
-                let ancestor = before.height.saturating_sub(*reverted);
-                let mut branch = Vec::new();
-                for height in ancestor.saturating_add(1)..=head.height {
-                    if let Ok(Some(b)) = self.chain.block_at(height) {
-                        branch.push(b);
-                    }
-                }
-                self.included(&branch);
             }
             Added::Known | Added::Stored => {}
         }
         Ok(added)
-    }
-
-    fn included(&mut self, blocks: &[Block]) {
-        for block in blocks {
-            let included: Vec<_> = block.body.deposits.iter().map(|d| d.data).collect();
-            self.mempool.remove_included(&included);
-        }
-        self.last_block_unix_ms = unix_ms();
     }
 
     fn produce(&mut self, slot: u64) -> Result<Option<Block>, WorkerError> {
@@ -479,17 +452,31 @@ impl Worker {
         let genesis = self.chain.genesis();
         let proposer = genesis.proposer_for(slot).unwrap_or(0);
         let sealed = !genesis.authorities.is_empty();
-        // Until the node follows a deposit source, the producer votes the agreed eth1 data and
-        // carries no deposits (valid while none are due). Mempool deposits cannot be included:
-        // a block's deposits must be the contract's, with proofs.
-        let vote = self.chain.eth1_data();
-        let block = self
-            .chain
-            .build_block(slot, proposer, vote, Vec::new())
-            .map_err(|e| WorkerError::Produce {
-                slot,
-                reason: e.to_string(),
-            })?;
+        let agreed = self.chain.eth1_data();
+        let block = match &self.source {
+            // Without a source we vote the agreed eth1 data: valid, and enough while no deposit
+            // is due (a node with no source cannot prove any, and says so).
+            None => self
+                .chain
+                .build_block_from(slot, proposer, agreed, &NoSource),
+            Some(source) => {
+                // The head's votes count only if they are of this slot's voting period.
+                let eth1 = self.chain.eth1_state();
+                let period = slot.checked_div(genesis.eth1_voting_period_slots);
+                let votes: Vec<Eth1Data> = if period == Some(eth1.vote_period) {
+                    eth1.votes.iter().map(|v| v.data).collect()
+                } else {
+                    Vec::new()
+                };
+                let vote = source.choose_vote(agreed, &votes);
+                self.chain
+                    .build_block_from(slot, proposer, vote, source.as_ref())
+            }
+        }
+        .map_err(|e| WorkerError::Produce {
+            slot,
+            reason: e.to_string(),
+        })?;
         let mut block = block;
         if sealed {
             let signature = self
@@ -510,7 +497,7 @@ impl Worker {
                 reason: e.to_string(),
             }
         })?;
-        self.included(std::slice::from_ref(&block));
+        self.last_block_unix_ms = unix_ms();
         Ok(Some(block))
     }
 

@@ -23,8 +23,6 @@ pub struct Metrics {
     pub blocks_synced: AtomicU64,
     /// Blocks refused (invalid, undecodable, from the future).
     pub blocks_rejected: AtomicU64,
-    /// Deposits accepted into the mempool (admin API and gossip).
-    pub deposits_accepted: AtomicU64,
     /// Hello exchanges that completed.
     pub handshakes_completed: AtomicU64,
     /// Peers refused because they are on another chain.
@@ -70,8 +68,8 @@ pub struct NodeStatus {
     pub validators: u32,
     /// When the head last changed (ms since the Unix epoch; 0 = not since start).
     pub last_block_unix_ms: u64,
-    /// Deposits waiting for a block.
-    pub mempool: usize,
+    /// Deposits of the deposit contract applied by the head state (`eth1_deposit_index`).
+    pub deposit_index: u64,
     /// Highest head a peer reported.
     pub sync_target_height: u64,
     /// Whether the node is catching up.
@@ -93,7 +91,7 @@ impl Metrics {
             peers: self.peers_connected.load(Ordering::Relaxed),
             validators: view.validators,
             last_block_unix_ms: view.last_block_unix_ms,
-            mempool: view.mempool,
+            deposit_index: view.deposit_index,
             sync_target_height: self.sync_target_height.load(Ordering::Relaxed),
             syncing: self.syncing.load(Ordering::Relaxed),
             reorgs: view.reorgs,
@@ -127,11 +125,6 @@ impl Metrics {
                     load(&self.blocks_rejected),
                 ),
                 (
-                    "deposits_accepted",
-                    "Deposits accepted into the mempool",
-                    load(&self.deposits_accepted),
-                ),
-                (
                     "handshakes_completed",
                     "Peer handshakes completed",
                     load(&self.handshakes_completed),
@@ -162,9 +155,9 @@ impl Metrics {
                     u64::from(view.validators),
                 ),
                 (
-                    "mempool_deposits",
-                    "Deposits waiting for a block",
-                    u64::try_from(view.mempool).unwrap_or(u64::MAX),
+                    "eth1_deposit_index",
+                    "Deposits of the deposit contract applied by the head state",
+                    view.deposit_index,
                 ),
                 (
                     "peers_connected",
@@ -198,7 +191,7 @@ pub const METRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.
 /// The values of one scrape, handed to `prometheus-client` as a collector.
 #[derive(Debug)]
 struct Snapshot {
-    counters: [(&'static str, &'static str, u64); 9],
+    counters: [(&'static str, &'static str, u64); 8],
     gauges: [(&'static str, &'static str, u64); 8],
 }
 
@@ -242,7 +235,7 @@ mod tests {
             finalized_height: 10,
             validators: 5,
             last_block_unix_ms: 0,
-            mempool: 3,
+            deposit_index: 3,
             reorgs: 1,
         };
         let text = metrics.render(&view);
@@ -253,7 +246,7 @@ mod tests {
             "# TYPE modnode_head_height gauge",
             "modnode_head_height 42",
             "modnode_finalized_height 10",
-            "modnode_mempool_deposits 3",
+            "modnode_eth1_deposit_index 3",
             "modnode_syncing 1",
         ] {
             assert!(

@@ -36,7 +36,7 @@ use super::chain_worker::{CLOCK_SKEW_MS, ChainHandle, WorkerError, unix_ms};
 use super::metrics::{Metrics, bump};
 use super::verdict::{self, Fault, RequestError};
 use crate::chain::Added;
-use crate::chain::block::{Block, DepositData};
+use crate::chain::block::Block;
 use crate::chain::genesis::Genesis;
 use crate::net::endpoint::{self, CLOSE_PROTOCOL_VIOLATION, NetError, TransportLimits};
 use crate::net::gossip::{GossipEvent, GossipHandle};
@@ -136,7 +136,7 @@ pub(super) struct NetworkParts {
     pub peers: PeerManager,
     pub sync: RangeSync,
     pub gossip: GossipHandle,
-    pub gossip_events: mpsc::UnboundedReceiver<GossipEvent>,
+    pub gossip_events: mpsc::Receiver<GossipEvent>,
     pub chain: ChainHandle,
     pub metrics: Arc<Metrics>,
     pub status_interval: Duration,
@@ -159,7 +159,7 @@ pub(super) struct Network {
     chain: ChainHandle,
     metrics: Arc<Metrics>,
     conns: HashMap<PeerKey, Conn>,
-    events: mpsc::UnboundedSender<Event>,
+    events: mpsc::Sender<Event>,
     start: Instant,
     importing: bool,
     status_interval: Duration,
@@ -172,6 +172,12 @@ pub(super) struct Network {
     startup_deadline: Instant,
 }
 
+/// Events the network task's helpers may have waiting for it. Every helper task sends at most
+/// a few, and there are as many helpers as connections and requests in flight (each bounded),
+/// so this is head-room, not a limit ever met in normal running; a full channel makes helpers
+/// wait (backpressure), never the network task itself, which only receives.
+const EVENT_CAPACITY: usize = 1024;
+
 fn short(node: &PeerKey) -> String {
     hex::encode(node.get(..4).unwrap_or_default())
 }
@@ -179,7 +185,7 @@ fn short(node: &PeerKey) -> String {
 impl Network {
     /// Runs until `shutdown` turns true, then closes every connection.
     pub(super) async fn run(parts: NetworkParts, mut shutdown: watch::Receiver<bool>) {
-        let (events, mut events_rx) = mpsc::unbounded_channel();
+        let (events, mut events_rx) = mpsc::channel(EVENT_CAPACITY);
         let listen_port = parts.endpoint.local_addr().map(|a| a.port()).unwrap_or(0);
         let mut gossip_events = parts.gossip_events;
         let mut chain_view = parts.chain.watch();
@@ -375,7 +381,7 @@ impl Network {
                             }
                             Err(e) => Err(e),
                         };
-                        let _ = events.send(Event::PeersAnswer { node, result });
+                        let _ = events.send(Event::PeersAnswer { node, result }).await;
                     });
                 }
             }
@@ -399,7 +405,7 @@ impl Network {
                     }
                 }
             };
-            let _ = events.send(Event::Dialed { node, result });
+            let _ = events.send(Event::Dialed { node, result }).await;
         });
     }
 
@@ -416,14 +422,16 @@ impl Network {
         let events = self.events.clone();
         tokio::spawn(async move {
             let accepted = endpoint::accept(incoming, &limits, open).await;
-            let _ = events.send(Event::IncomingDone { addr });
+            let _ = events.send(Event::IncomingDone { addr }).await;
             match accepted {
                 Ok((conn, id)) => {
-                    let _ = events.send(Event::Inbound {
-                        node: *id.as_bytes(),
-                        addr,
-                        conn,
-                    });
+                    let _ = events
+                        .send(Event::Inbound {
+                            node: *id.as_bytes(),
+                            addr,
+                            conn,
+                        })
+                        .await;
                 }
                 Err(e) => tracing::info!(%addr, error = %e, "refused incoming connection"),
             }
@@ -479,7 +487,9 @@ impl Network {
                     let id = NodeId::from_bytes(node);
                     let result =
                         handshake::exchange(&conn, id, &hello, Role::Acceptor, timeout).await;
-                    let _ = events.send(Event::InboundHandshake { node, conn, result });
+                    let _ = events
+                        .send(Event::InboundHandshake { node, conn, result })
+                        .await;
                 });
             }
             Event::InboundHandshake { node, conn, result } => match result {
@@ -652,10 +662,12 @@ impl Network {
         let watched = conn.clone();
         tokio::spawn(async move {
             watched.closed().await;
-            let _ = events.send(Event::Closed {
-                node,
-                stable_id: watched.stable_id(),
-            });
+            let _ = events
+                .send(Event::Closed {
+                    node,
+                    stable_id: watched.stable_id(),
+                })
+                .await;
         });
         tokio::spawn(serve(
             node,
@@ -698,28 +710,8 @@ impl Network {
                 }
                 match kind {
                     MessageKind::Block => self.on_gossip_block(id, from, &payload),
-                    MessageKind::Deposit => match DepositData::decode(&payload) {
-                        Ok(deposit) if deposit.amount > 0 => {
-                            self.verdict(id, true);
-                            let chain = self.chain.clone();
-                            let metrics = self.metrics.clone();
-                            tokio::spawn(async move {
-                                if chain.submit_deposit(deposit).await.is_ok() {
-                                    bump(&metrics.deposits_accepted);
-                                }
-                            });
-                        }
-                        Ok(_) => {
-                            self.verdict(id, false);
-                            self.violation(from, "relayed a deposit of 0 Gwei".into());
-                        }
-                        Err(e) => {
-                            self.verdict(id, false);
-                            self.violation(from, format!("relayed an undecodable deposit: {e}"));
-                        }
-                    },
                     // Refused by `gossip_kind` above.
-                    MessageKind::Consensus | MessageKind::PeerExchange => {}
+                    MessageKind::Deposit | MessageKind::Consensus | MessageKind::PeerExchange => {}
                 }
             }
         }
@@ -747,12 +739,14 @@ impl Network {
         let events = self.events.clone();
         tokio::spawn(async move {
             let result = chain.add_block(block.clone()).await;
-            let _ = events.send(Event::GossipBlock {
-                id,
-                from,
-                block: Box::new(block),
-                result,
-            });
+            let _ = events
+                .send(Event::GossipBlock {
+                    id,
+                    from,
+                    block: Box::new(block),
+                    result,
+                })
+                .await;
         });
     }
 }

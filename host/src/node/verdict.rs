@@ -78,7 +78,6 @@ impl WorkerError {
             Self::Block(e) => e.fault(),
             Self::FutureSlot { .. } | Self::Busy => Fault::Transient,
             Self::Stopped | Self::Produce { .. } | Self::Store(_) => Fault::Ours,
-            Self::Mempool(_) => Fault::Transient,
         }
     }
 }
@@ -148,11 +147,12 @@ pub fn gossip_block(height: u64, result: &Result<Added, WorkerError>) -> BlockVe
 }
 
 /// Whether a peer may send a gossip message of `kind`: this protocol version gossips blocks
-/// and deposits only, so any other kind is a violation (and would only fill the seen-cache).
+/// only, so any other kind is a violation (and would only fill the seen-cache).
 pub fn gossip_kind(kind: MessageKind) -> Result<(), String> {
     match kind {
-        MessageKind::Block | MessageKind::Deposit => Ok(()),
-        MessageKind::Consensus | MessageKind::PeerExchange => Err(format!(
+        MessageKind::Block => Ok(()),
+        // Deposits come only from the deposit contract, proven in blocks: never from gossip.
+        MessageKind::Deposit | MessageKind::Consensus | MessageKind::PeerExchange => Err(format!(
             "sent a {kind:?} gossip message, a kind this protocol version does not use"
         )),
     }

@@ -224,7 +224,9 @@ fn top_level_names(bytes: &[u8]) -> Result<(Vec<String>, Vec<String>), Validatio
             } if depth == 0 => {
                 return Err(ValidationError::CoreModule);
             }
-            Payload::ModuleSection { .. } | Payload::ComponentSection { .. } => depth += 1,
+            Payload::ModuleSection { .. } | Payload::ComponentSection { .. } => {
+                depth = depth.saturating_add(1)
+            }
             Payload::End(_) => depth = depth.saturating_sub(1),
             Payload::ComponentImportSection(reader) if depth == 0 => {
                 for import in reader {

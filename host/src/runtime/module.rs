@@ -193,6 +193,9 @@ pub struct WarmupReport {
     pub fuel: u64,
     /// Wall-clock time of the dry run, in microseconds (instantiation included).
     pub latency_us: u64,
+    /// Recent real inputs of the node the dry run replayed (0: only the built-in realistic
+    /// inputs of the kind, e.g. on a node that has not seen any yet). `fuel` covers them all.
+    pub real_inputs: u32,
 }
 
 /// A loaded, compiled and linked module of world `W`, described by itself. Cloning is cheap.
@@ -259,11 +262,23 @@ impl<W: World> Module<W> {
     /// Warms the module: instantiates it and runs it on realistic inputs of its kind, recording
     /// fuel and latency. A module must pass this before it may serve calls from a slot.
     pub fn warm(&self) -> Result<WarmupReport, CallError> {
+        self.warm_with(|_| Ok((0, 0)))
+    }
+
+    /// [`warm`](Self::warm), then `real`: a replay of recent real inputs of the kind the node
+    /// saw, returning the fuel they used and how many ran. The caller bounds `real` (count and
+    /// time); a fault on a real input fails the warm-up like a fault on the built-in ones.
+    pub fn warm_with(
+        &self,
+        real: impl FnOnce(&Self) -> Result<(u64, u32), CallError>,
+    ) -> Result<WarmupReport, CallError> {
         let start = Instant::now();
-        let fuel = W::dry_run(self)?;
+        let built_in = W::dry_run(self)?;
+        let (real_fuel, real_inputs) = real(self)?;
         Ok(WarmupReport {
-            fuel,
+            fuel: built_in.saturating_add(real_fuel),
             latency_us: micros(start.elapsed()),
+            real_inputs,
         })
     }
 

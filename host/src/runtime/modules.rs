@@ -15,8 +15,9 @@
 //! only switch at a height agreed on chain: this API records a schedule ([`Modules::schedule`])
 //! but refuses to activate, shadow or canary them.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use super::checkpoint::{Checkpoint, CheckpointModule};
 use super::deposits::{Deposits, DepositsModule};
@@ -51,8 +52,9 @@ pub enum SlotError {
     },
     /// Consensus kinds switch only at a height agreed on chain.
     #[error(
-        "{kind} is a consensus kind: versions switch only at a height agreed on chain, not live, \
-         shadow or canary; schedule an upgrade instead"
+        "{kind} is a consensus kind: versions switch only at a height agreed on chain, never \
+         live, shadow or canary on one node; propose an on-chain upgrade instead \
+         (`modnode module propose <hash> --kind {kind} --activate-at <height>`)"
     )]
     ConsensusKind {
         /// The kind.
@@ -75,6 +77,16 @@ pub enum SlotError {
     Warmup {
         /// The module.
         module: String,
+        /// What went wrong.
+        source: CallError,
+    },
+    /// The module failed on one of the node's recent real inputs during warm-up.
+    #[error("module {module} failed its warm-up on a recent real input {input}: {source}")]
+    WarmupInput {
+        /// The module.
+        module: String,
+        /// The input (debug form).
+        input: String,
         /// What went wrong.
         source: CallError,
     },
@@ -143,12 +155,95 @@ fn warm<W: World>(module: Module<W>) -> Result<Ready<W>, SlotError> {
     })
 }
 
-fn warm_any(module: LoadedModule) -> Result<AnyReady, SlotError> {
+/// Recent real inputs replayed by a warm-up, at most.
+pub const WARMUP_REAL_INPUTS: usize = 32;
+/// Longest a warm-up spends replaying recent real inputs; the rest are skipped.
+pub const WARMUP_REAL_TIME: Duration = Duration::from_millis(500);
+
+/// The latest real inputs of one kind the node served, newest last, for warm-ups: a bounded
+/// ring ([`WARMUP_REAL_INPUTS`]).
+pub struct RecentInputs<T> {
+    ring: Mutex<VecDeque<T>>,
+}
+
+impl<T: Clone> RecentInputs<T> {
+    fn new() -> Self {
+        Self {
+            ring: Mutex::new(VecDeque::with_capacity(WARMUP_REAL_INPUTS)),
+        }
+    }
+
+    /// Remembers `input`, forgetting the oldest beyond the bound.
+    pub fn record(&self, input: T) {
+        let mut ring = self.ring.lock().unwrap_or_else(|p| p.into_inner());
+        if ring.len() >= WARMUP_REAL_INPUTS {
+            ring.pop_front();
+        }
+        ring.push_back(input);
+    }
+
+    /// The inputs remembered, oldest first.
+    pub fn snapshot(&self) -> Vec<T> {
+        let ring = self.ring.lock().unwrap_or_else(|p| p.into_inner());
+        ring.iter().cloned().collect()
+    }
+}
+
+/// Warms a gossip policy on the built-in messages, then on the node's recent real plans
+/// (bounded by [`WARMUP_REAL_TIME`]); a fault on a real input names that input.
+fn warm_policy(
+    module: GossipPolicyModule,
+    recent: &[PlanCall],
+) -> Result<Ready<GossipPolicy>, SlotError> {
+    let name = module.meta().name();
+    let mut failed_on = None;
+    Ready::warm_with(module, |m| {
+        let started = Instant::now();
+        let (mut fuel, mut ran) = (0u64, 0u32);
+        for call in recent {
+            if started.elapsed() >= WARMUP_REAL_TIME {
+                break;
+            }
+            failed_on = Some(call);
+            let (_, used) = m.plan_metered(call.msg, call.peers.clone())?;
+            fuel = fuel.saturating_add(used);
+            ran = ran.saturating_add(1);
+        }
+        failed_on = None;
+        Ok((fuel, ran))
+    })
+    .map_err(|source| match failed_on {
+        Some(call) => SlotError::WarmupInput {
+            module: name,
+            input: format!("{call:?}"),
+            source,
+        },
+        None => SlotError::Warmup {
+            module: name,
+            source,
+        },
+    })
+}
+
+/// Warms `module`: the built-in dry run of its kind and, for the gossip policy, the node's
+/// recent real plans. (Deposits and checkpoint warm on their built-in realistic inputs: the
+/// chain does not yet hand its recent blocks to the slots.)
+fn warm_any(module: LoadedModule, recent_plans: &[PlanCall]) -> Result<AnyReady, SlotError> {
     Ok(match module {
         LoadedModule::Deposits(m) => AnyReady::Deposits(warm(m)?),
         LoadedModule::Checkpoint(m) => AnyReady::Checkpoint(warm(m)?),
-        LoadedModule::GossipPolicy(m) => AnyReady::GossipPolicy(warm(m)?),
+        LoadedModule::GossipPolicy(m) => AnyReady::GossipPolicy(warm_policy(m, recent_plans)?),
     })
+}
+
+/// A module that passed its warm-up, to be made activatable with [`Modules::admit`].
+pub struct Warmed(AnyReady);
+
+impl Warmed {
+    /// What the warm-up measured, and the module's identity.
+    pub fn prepared(&self) -> Prepared {
+        self.0.prepared(true)
+    }
 }
 
 /// The versions a node starts with, one component per kind.
@@ -169,6 +264,7 @@ pub struct Modules {
     deposits: Slot<Deposits>,
     checkpoint: Slot<Checkpoint>,
     gossip_policy: Arc<Slot<GossipPolicy>>,
+    recent_plans: Arc<RecentInputs<PlanCall>>,
 }
 
 impl std::fmt::Debug for Modules {
@@ -187,7 +283,7 @@ impl Modules {
         let shadow = ShadowWorker::start(config.shadow_queue)
             .map_err(|e| SlotError::Thread(e.to_string()))?;
         let load = |bytes: &[u8], kind: Kind| -> Result<AnyReady, SlotError> {
-            warm_any(runtime.load_kind(bytes, kind)?)
+            warm_any(runtime.load_kind(bytes, kind)?, &[])
         };
         let (
             AnyReady::Deposits(deposits),
@@ -215,6 +311,7 @@ impl Modules {
             deposits: Slot::new(deposits, config, shadow.clone()),
             checkpoint: Slot::new(checkpoint, config, shadow.clone()),
             gossip_policy: Arc::new(Slot::new(policy, config, shadow)),
+            recent_plans: Arc::new(RecentInputs::new()),
         })
     }
 
@@ -239,12 +336,31 @@ impl Modules {
         if let Some(known) = self.lookup(&info.sha256) {
             return Ok(known.prepared(false));
         }
-        let ready = warm_any(self.runtime.load(bytes)?)?;
-        let prepared = ready.prepared(true);
+        let warmed = self.warm_loaded(self.runtime.load(bytes)?)?;
+        Ok(self.admit(warmed))
+    }
+
+    /// Warms a module loaded elsewhere (the upload pipeline's own runtime): the built-in dry
+    /// run of its kind plus the node's recent real inputs of that kind. Nothing is kept until
+    /// [`admit`](Self::admit), so a module that fails here, or whose upload fails later,
+    /// leaves nothing behind.
+    pub fn warm_loaded(&self, module: LoadedModule) -> Result<Warmed, SlotError> {
+        let recent = self.recent_plans.snapshot();
+        warm_any(module, &recent).map(Warmed)
+    }
+
+    /// Makes a warmed module activatable by its hash.
+    pub fn admit(&self, warmed: Warmed) -> Prepared {
+        let prepared = warmed.0.prepared(true);
         let mut map = self.ready.lock().unwrap_or_else(|p| p.into_inner());
-        map.entry(prepared.hash).or_insert(ready);
-        tracing::info!(module = %prepared.name, fuel = prepared.warmup.fuel, latency_us = prepared.warmup.latency_us, "module prepared");
-        Ok(prepared)
+        map.entry(prepared.hash).or_insert(warmed.0);
+        tracing::info!(module = %prepared.name, fuel = prepared.warmup.fuel, latency_us = prepared.warmup.latency_us, real_inputs = prepared.warmup.real_inputs, "module prepared");
+        prepared
+    }
+
+    /// The prepared version with this hash, if any.
+    pub fn prepared_version(&self, hash: &[u8; 32]) -> Option<Prepared> {
+        self.lookup(hash).map(|r| r.prepared(false))
     }
 
     /// Every prepared version.
@@ -323,6 +439,8 @@ impl Modules {
         self.deposits.set_scheduled(Some(Scheduled {
             hash: hex::encode(hash),
             height,
+            peers_ready: None,
+            authorities_ready: None,
         }));
         Ok(self.kind_status(kind))
     }
@@ -365,6 +483,7 @@ impl Modules {
     pub fn gossip_policy(&self) -> SlotPolicy {
         SlotPolicy {
             slot: self.gossip_policy.clone(),
+            recent: self.recent_plans.clone(),
         }
     }
 }
@@ -391,6 +510,7 @@ impl Invocation<GossipPolicy> for PlanCall {
 #[derive(Clone)]
 pub struct SlotPolicy {
     slot: Arc<Slot<GossipPolicy>>,
+    recent: Arc<RecentInputs<PlanCall>>,
 }
 
 impl modnode_gossip::policy::Policy for SlotPolicy {
@@ -403,6 +523,8 @@ impl modnode_gossip::policy::Policy for SlotPolicy {
             msg: to_wit_meta(msg),
             peers: to_wit_peers(peers),
         };
+        // Kept for the warm-up of the next uploaded policy.
+        self.recent.record(call.clone());
         match self.slot.call(call) {
             Ok((plan, _)) => from_wit_plan(&plan),
             Err(e) => {

@@ -93,7 +93,15 @@ impl<W: World> Ready<W> {
     /// Warms `module` (instantiate + dry run on realistic inputs); only a warmed module can
     /// enter a slot.
     pub fn warm(module: Module<W>) -> Result<Self, CallError> {
-        let warmup = module.warm()?;
+        Self::warm_with(module, |_| Ok((0, 0)))
+    }
+
+    /// [`warm`](Self::warm), also replaying recent real inputs (see [`Module::warm_with`]).
+    pub fn warm_with(
+        module: Module<W>,
+        real: impl FnOnce(&Module<W>) -> Result<(u64, u32), CallError>,
+    ) -> Result<Self, CallError> {
+        let warmup = module.warm_with(real)?;
         Ok(Self {
             module: Arc::new(module),
             warmup,
@@ -142,6 +150,11 @@ pub struct Scheduled {
     pub hash: String,
     /// Height from which it is active.
     pub height: u64,
+    /// Connected peers that report the module ready; `None` until nodes exchange readiness
+    /// (the on-chain upgrade protocol fills it).
+    pub peers_ready: Option<u32>,
+    /// Authorities that report the module ready; `None` like `peers_ready`.
+    pub authorities_ready: Option<u32>,
 }
 
 /// One immutable state of a slot.
@@ -283,6 +296,9 @@ pub struct SlotStatus {
     pub breaker_threshold: u32,
     /// Automatic rollbacks so far.
     pub breaker_trips: u64,
+    /// Calls that failed after every fallback (the caller got the error: the gossip engine
+    /// floods such a message instead).
+    pub failed_calls: u64,
     /// The latest automatic rollbacks, oldest first.
     pub recent_trips: Vec<BreakerTrip>,
 }
@@ -368,6 +384,7 @@ pub struct Slot<W: World> {
     sequence: AtomicU64,
     shadow: ShadowWorker,
     trips: AtomicU64,
+    failed: AtomicU64,
     recent_trips: Mutex<VecDeque<BreakerTrip>>,
 }
 
@@ -396,6 +413,10 @@ fn recent<T: Clone>(queue: &Mutex<VecDeque<T>>) -> Vec<T> {
 
 /// Whether call number `seq` goes to a canary serving `percent` % of calls: exactly `percent`
 /// of every 100 consecutive calls, spread evenly, the same on every run.
+#[allow(
+    clippy::arithmetic_side_effects,
+    reason = "n < 100 and p <= 100: every product is at most 10,000"
+)]
 pub fn canary_selected(seq: u64, percent: u8) -> bool {
     let p = u64::from(percent.min(100));
     let n = seq % 100;
@@ -419,6 +440,7 @@ impl<W: World> Slot<W> {
             sequence: AtomicU64::new(0),
             shadow,
             trips: AtomicU64::new(0),
+            failed: AtomicU64::new(0),
             recent_trips: Mutex::new(VecDeque::new()),
         }
     }
@@ -459,6 +481,9 @@ impl<W: World> Slot<W> {
             }
             (result, _, _) => result.map(|out| (out, Served::Active)),
         };
+        if result.is_err() {
+            self.failed.fetch_add(1, Ordering::Relaxed);
+        }
         if let (Ok((out, Served::Active)), Some(c)) = (&result, &state.candidate)
             && c.mode == Mode::Shadow
         {
@@ -769,6 +794,7 @@ impl<W: World> Slot<W> {
             previous: s.previous.as_ref().map(Ready::status),
             breaker_threshold: self.config.breaker_threshold,
             breaker_trips: self.trips.load(Ordering::Relaxed),
+            failed_calls: self.failed.load(Ordering::Relaxed),
             recent_trips: recent(&self.recent_trips),
         }
     }

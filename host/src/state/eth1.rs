@@ -194,7 +194,10 @@ impl Eth1State {
     /// count × (proposer u32 | eth1_data 72)`, integers little-endian.
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(
-            ETH1_DATA_BYTES + 20 + self.votes.len().saturating_mul(4 + ETH1_DATA_BYTES),
+            self.votes
+                .len()
+                .saturating_mul(4 + ETH1_DATA_BYTES)
+                .saturating_add(ETH1_DATA_BYTES + 20),
         );
         out.extend_from_slice(&self.eth1_data.encode());
         out.extend_from_slice(&self.deposit_index.to_le_bytes());

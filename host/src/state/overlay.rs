@@ -57,7 +57,7 @@ impl RegistryUndo {
     /// little-endian.
     pub fn encode(&self) -> Vec<u8> {
         let count = u32::try_from(self.balances.len()).unwrap_or(u32::MAX);
-        let mut out = Vec::with_capacity(8 + self.balances.len() * 12);
+        let mut out = Vec::with_capacity(self.balances.len().saturating_mul(12).saturating_add(8));
         out.extend_from_slice(&self.validators_before.to_le_bytes());
         out.extend_from_slice(&count.to_le_bytes());
         for (index, balance) in self.balances.iter().take(count as usize) {

@@ -16,7 +16,7 @@ use modnode::runtime::LoadedModule;
 use modnode::runtime::checkpoint::CheckpointModule;
 use proptest::prelude::*;
 
-use super::network::{eventually, genesis, start_with};
+use super::network::{eventually, genesis, start_edited};
 use super::{artifact, runtime};
 
 fn module(name: &str) -> CheckpointModule {
@@ -378,7 +378,7 @@ fn the_checkpoint_store_keeps_the_newest() {
 async fn a_node_creates_checkpoints_periodically_and_on_demand() {
     let dir = tempfile::TempDir::new().unwrap();
     let genesis = genesis("checkpoints", &[dir.path()], 1);
-    let node = start_with(dir.path(), &genesis, Vec::new(), |c| {
+    let node = start_edited(dir.path(), &genesis, Vec::new(), Default::default(), |c| {
         c.checkpoint.interval = 3;
         c.checkpoint.keep = 3;
         c.checkpoint.create_version = 2;

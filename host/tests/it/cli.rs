@@ -119,9 +119,9 @@ impl Drop for KillOnDrop {
     }
 }
 
-/// `modnode run` on the embedded dev chain, `modnode deposit submit` against it, Ctrl-C.
+/// `modnode run` on the embedded dev chain with its dev deposit contract, `modnode deposit
+/// submit` against the contract, the deposit in a block, Ctrl-C.
 #[test]
-#[ignore = "submits a deposit through the admin mempool, which blocks no longer carry (issue 9): deposit-source rewrites it against the dev deposit contract"]
 fn run_accepts_a_submitted_deposit_and_stops_cleanly_on_ctrl_c() {
     use std::io::{BufRead, BufReader};
     use std::time::{Duration, Instant};
@@ -138,6 +138,12 @@ fn run_accepts_a_submitted_deposit_and_stops_cleanly_on_ctrl_c() {
             "127.0.0.1:0",
             "--admin",
             "127.0.0.1:0",
+            "--dev-contract-listen",
+            "127.0.0.1:0",
+            "--dev-block-ms",
+            "100",
+            "--follow-distance",
+            "1",
         ])
         .env("RUST_LOG", "info")
         .stdout(std::process::Stdio::null())
@@ -148,6 +154,13 @@ fn run_accepts_a_submitted_deposit_and_stops_cleanly_on_ctrl_c() {
     let deadline = Instant::now() + Duration::from_secs(120);
     while !data.join("admin.addr").exists() {
         assert!(Instant::now() < deadline, "node never wrote admin.addr");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    while !data.join("deposit-contract.url").exists() {
+        assert!(
+            Instant::now() < deadline,
+            "node never wrote deposit-contract.url"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
     let submit = || {
@@ -162,14 +175,11 @@ fn run_accepts_a_submitted_deposit_and_stops_cleanly_on_ctrl_c() {
     };
     let (ok, out, err) = submit();
     assert!(ok, "{err}");
-    assert!(out.contains("accepted"), "{out}");
-    // The same deposit again is refused while pending, or was already included: either way the
-    // answer names it.
-    let (_, out2, err2) = submit();
-    assert!(
-        out2.contains("accepted") || err2.contains("already pending"),
-        "{out2}{err2}"
-    );
+    assert!(out.starts_with("deposit 0 logged"), "{out}");
+    // The same deposit again is the contract's next deposit (a top-up once the first applies).
+    let (ok, out, err) = submit();
+    assert!(ok, "{err}");
+    assert!(out.starts_with("deposit 1 logged"), "{out}");
 
     // Wait for a block carrying the deposit, then stop the node as Ctrl-C would.
     let stderr = child.0.stderr.take().unwrap();
@@ -181,14 +191,26 @@ fn run_accepts_a_submitted_deposit_and_stops_cleanly_on_ctrl_c() {
             }
         }
     });
+    // Both deposits in blocks: the producer logs how many each block carries.
+    let carried = |line: &str| -> u64 {
+        line.split_whitespace()
+            .find_map(|w| w.strip_prefix("deposits="))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    };
     let mut log = String::new();
-    while !log.contains("deposits=1") {
+    let mut in_blocks = 0;
+    while in_blocks < 2 {
         let line = lines
             .recv_timeout(deadline.saturating_duration_since(Instant::now()))
-            .unwrap_or_else(|_| panic!("no block with the deposit:\n{log}"));
+            .unwrap_or_else(|_| panic!("no blocks with both deposits:\n{log}"));
+        if line.contains("produced block") {
+            in_blocks += carried(&line);
+        }
         log.push_str(&line);
         log.push('\n');
     }
+    assert_eq!(in_blocks, 2, "{log}");
     unsafe { libc::kill(child.0.id() as i32, libc::SIGINT) };
     let status = child.0.wait().unwrap();
     reader.join().unwrap();
@@ -243,6 +265,8 @@ fn sigterm_stops_run_and_devnet_cleanly() {
             "127.0.0.1:0",
             "--admin",
             "127.0.0.1:0",
+            "--dev-contract-listen",
+            "127.0.0.1:0",
         ],
         &data.join("admin.addr"),
     );
@@ -264,6 +288,20 @@ fn network_commands_refuse_bad_arguments_with_the_culprit_named() {
     let (ok, _, err) = modnode(&["run", "--bootstrap", "nothex@127.0.0.1:1"]);
     assert!(!ok);
     assert!(err.contains("--bootstrap"), "{err}");
+    // A contract address means nothing without an endpoint to find it at.
+    let (ok, _, err) = modnode(&[
+        "run",
+        "--deposit-contract",
+        &format!("0x{}", "11".repeat(20)),
+    ]);
+    assert!(!ok);
+    assert!(err.contains("--eth1-endpoint"), "{err}");
+    let (ok, _, err) = modnode(&["run", "--eth1-endpoint", "x", "--deposit-contract", "0x12"]);
+    assert!(!ok);
+    assert!(
+        err.contains("--deposit-contract") && err.contains("20"),
+        "{err}"
+    );
     let (ok, _, err) = modnode(&["devnet", "--nodes", "2", "--authorities", "3"]);
     assert!(!ok);
     assert!(
@@ -274,7 +312,7 @@ fn network_commands_refuse_bad_arguments_with_the_culprit_named() {
     let data = dir.path().to_str().unwrap();
     let (ok, _, err) = modnode(&["deposit", "submit", "--data-dir", data, "--dev-seed", "1"]);
     assert!(!ok);
-    assert!(err.contains("is a node running"), "{err}");
+    assert!(err.contains("deposit-contract.url"), "{err}");
     let bad = dir.path().join("bad.json");
     std::fs::write(
         &bad,

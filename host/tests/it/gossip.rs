@@ -68,7 +68,7 @@ mod loopback {
     ) -> Vec<(
         quinn::Endpoint,
         gossip::GossipHandle,
-        tokio::sync::mpsc::UnboundedReceiver<GossipEvent>,
+        tokio::sync::mpsc::Receiver<GossipEvent>,
         NodeIdentity,
     )> {
         let limits = TransportLimits::default();
@@ -110,7 +110,7 @@ mod loopback {
     }
 
     async fn next_delivery(
-        events: &mut tokio::sync::mpsc::UnboundedReceiver<GossipEvent>,
+        events: &mut tokio::sync::mpsc::Receiver<GossipEvent>,
     ) -> (MessageKind, usize) {
         loop {
             match tokio::time::timeout(Duration::from_secs(10), events.recv())

@@ -9,7 +9,7 @@ use modnode::net::gossip::{
 };
 use modnode::net::identity::NodeIdentity;
 use modnode_gossip::policy_v2::PolicyV2;
-use tokio::sync::mpsc::UnboundedReceiver;
+use tokio::sync::mpsc::Receiver;
 
 /// A gossip driver on its own endpoint, and a raw QUIC connection to it from a fresh identity
 /// that the driver has taken as a peer.
@@ -18,7 +18,7 @@ async fn driver_and_raw_peer(
 ) -> (
     quinn::Endpoint,
     GossipHandle,
-    UnboundedReceiver<GossipEvent>,
+    Receiver<GossipEvent>,
     quinn::Connection,
 ) {
     let limits = TransportLimits::default();
@@ -59,7 +59,7 @@ fn header(payload_len: u32) -> Vec<u8> {
 
 /// Waits (at most `limit`, a liveness bound far above the deadlines under test) for the
 /// driver to report the peer as a violator and returns the reason.
-async fn violation(events: &mut UnboundedReceiver<GossipEvent>, limit: Duration) -> String {
+async fn violation(events: &mut Receiver<GossipEvent>, limit: Duration) -> String {
     loop {
         match tokio::time::timeout(limit, events.recv()).await {
             Ok(Some(GossipEvent::Violation { reason, .. })) => return reason,

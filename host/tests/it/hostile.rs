@@ -120,7 +120,7 @@ async fn blocks_from_future_slots_are_refused_on_import() {
     )
     .unwrap();
     let early = sealed(&chain, genesis.slot_at(unix_ms()) + 60, &a);
-    let (handle, worker) = chain_worker::spawn(chain, a.clone(), 16).unwrap();
+    let (handle, worker) = chain_worker::spawn(chain, a.clone(), None).unwrap();
     let refused = handle.add_block(early.clone()).await;
     assert!(
         matches!(refused, Err(WorkerError::FutureSlot { .. })),
@@ -406,7 +406,7 @@ fn a_poisoned_registry_never_makes_disk_and_memory_disagree() {
 
 // ----- over QUIC on loopback ---------------------------------------------------------------
 
-mod quic {
+pub(crate) mod quic {
     use std::collections::BTreeSet;
     use std::net::SocketAddr;
     use std::path::Path;
@@ -494,13 +494,13 @@ mod quic {
         within(LIVENESS, what, check).await;
     }
 
-    async fn block_at(node: &Node, height: u64) -> Block {
+    pub(crate) async fn block_at(node: &Node, height: u64) -> Block {
         let encoded = node.chain().blocks(height, 1, usize::MAX).await.unwrap();
         Block::decode(&encoded[0], 16).unwrap()
     }
 
     /// A hello on `genesis` claiming `head_height`.
-    fn hello(genesis: &Genesis, genesis_hash: [u8; 32], head_height: u64) -> Hello {
+    pub(crate) fn hello(genesis: &Genesis, genesis_hash: [u8; 32], head_height: u64) -> Hello {
         Hello {
             protocol_version: handshake::PROTOCOL_VERSION,
             chain_id: genesis.chain_id.clone(),
@@ -512,7 +512,7 @@ mod quic {
     }
 
     /// Connects `me` (bound to `bind`) to `node` and completes the hello.
-    async fn raw_peer(
+    pub(crate) async fn raw_peer(
         node: &Node,
         me: &NodeIdentity,
         bind: SocketAddr,
@@ -529,18 +529,22 @@ mod quic {
         Ok((ep, conn))
     }
 
-    fn loopback() -> SocketAddr {
+    pub(crate) fn loopback() -> SocketAddr {
         SocketAddr::from(([127, 0, 0, 1], 0))
     }
 
-    fn closed_for_violation(error: &quinn::ConnectionError) -> bool {
+    pub(crate) fn closed_for_violation(error: &quinn::ConnectionError) -> bool {
         matches!(error, quinn::ConnectionError::ApplicationClosed(c)
             if c.error_code == quinn::VarInt::from_u32(CLOSE_PROTOCOL_VIOLATION))
     }
 
     /// Pushes `payload` of `kind` to the node behind `conn` as one gossip frame.
-    async fn push(conn: &quinn::Connection, kind: MessageKind, payload: Vec<u8>) -> MessageId {
-        let id = MessageId::of(&payload);
+    pub(crate) async fn push(
+        conn: &quinn::Connection,
+        kind: MessageKind,
+        payload: Vec<u8>,
+    ) -> MessageId {
+        let id = modnode::net::gossip::message_id(kind, &payload);
         let frame = Frame::Push {
             id,
             kind,
@@ -557,12 +561,14 @@ mod quic {
         id
     }
 
-    /// Records the id of every message pushed or announced to `conn`.
+    /// Records the id of every message announced to `conn`, and of every message pushed to it
+    /// both its id and the sha256 of its payload (a block's id covers only its header).
     fn watch_gossip(conn: quinn::Connection) -> Arc<Mutex<BTreeSet<MessageId>>> {
         fn collect(frame: Frame, ids: &mut BTreeSet<MessageId>) {
             match frame {
-                Frame::Push { id, .. } => {
+                Frame::Push { id, payload, .. } => {
                     ids.insert(id);
+                    ids.insert(MessageId::of(&payload));
                 }
                 Frame::Announce { items } => ids.extend(items.iter().map(|i| i.id)),
                 Frame::Batch { frames } => frames.into_iter().for_each(|f| collect(f, ids)),
@@ -615,7 +621,13 @@ mod quic {
 
         let real = block_at(&b, 2).await;
         let forged = body_swapped(&real);
-        let forged_id = push(&attacker, MessageKind::Block, forged.encode()).await;
+        let forged_bytes = forged.encode();
+        let forged_hash = MessageId::of(&forged_bytes);
+        assert_eq!(
+            push(&attacker, MessageKind::Block, forged_bytes).await,
+            modnode::net::gossip::message_id(MessageKind::Block, &real.encode()),
+            "a body variant has its block's gossip id"
+        );
         let closed = tokio::time::timeout(LIVENESS, attacker.closed())
             .await
             .expect("B keeps the peer that pushed a body-swapped block");
@@ -628,7 +640,7 @@ mod quic {
         })
         .await;
         assert!(
-            !relayed.lock().unwrap().contains(&forged_id),
+            !relayed.lock().unwrap().contains(&forged_hash),
             "B relayed the body-swapped block"
         );
         assert_eq!(block_at(&b, 2).await, real, "the stored block was replaced");
@@ -761,7 +773,12 @@ mod quic {
         let genesis = genesis("hostile-kinds", &[tmp[0].path()]);
         let node = start(tmp[0].path(), &genesis, vec![]).await;
         let genesis_hash = block_at(&node, 0).await.hash();
-        for (byte, kind) in [(7, MessageKind::Consensus), (8, MessageKind::PeerExchange)] {
+        // Deposits come only from the deposit contract: a gossiped one is a violation too.
+        for (byte, kind) in [
+            (7, MessageKind::Consensus),
+            (8, MessageKind::PeerExchange),
+            (9, MessageKind::Deposit),
+        ] {
             let me = NodeIdentity::generate().unwrap();
             let (_ep, conn) = raw_peer(&node, &me, loopback(), &hello(&genesis, genesis_hash, 0))
                 .await
@@ -772,7 +789,7 @@ mod quic {
                 .unwrap_or_else(|_| panic!("a {kind:?} message went unpunished"));
             assert!(closed_for_violation(&closed), "{kind:?}: {closed:?}");
         }
-        assert_eq!(node.metrics().peer_violations.load(Ordering::Relaxed), 2);
+        assert_eq!(node.metrics().peer_violations.load(Ordering::Relaxed), 3);
         node.shutdown().await;
     }
 

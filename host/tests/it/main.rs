@@ -5,6 +5,7 @@ mod chain;
 mod checkpoint;
 mod cli;
 mod crash;
+mod deposits_e2e;
 mod gossip;
 mod gossip_hostile;
 mod hostile;

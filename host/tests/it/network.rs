@@ -1,6 +1,6 @@
 //! Whole nodes over real QUIC on loopback: block production by two authorities, deposits
-//! through the admin API reaching every node's state, a late node catching up by range sync,
-//! and the refusals — wrong genesis, unexpected key, garbage on a stream.
+//! through the dev deposit contract reaching every node's state, a late node catching up by
+//! range sync, and the refusals — wrong genesis, unexpected key, garbage on a stream.
 //!
 //! Waits are liveness bounds (generous, polled), not performance targets.
 
@@ -11,17 +11,18 @@ use std::time::Duration;
 
 use modnode::chain::genesis::Genesis;
 use modnode::chain::workload;
+use modnode::deposit_source::client::RpcClient;
 use modnode::net::codec;
 use modnode::net::endpoint::{self, CLOSE_PROTOCOL_VIOLATION, TransportLimits};
 use modnode::net::handshake::{self, Hello, Role};
 use modnode::net::identity::NodeIdentity;
 use modnode::net::rpc;
-use modnode::node::{Node, NodeConfig};
+use modnode::node::{DepositSourceConfig, Node, NodeConfig};
 use modnode_peers::PeerAddr;
 use tempfile::TempDir;
 
 const SLOT_MS: u64 = 300;
-const LIVENESS: Duration = Duration::from_secs(90);
+pub(super) const LIVENESS: Duration = Duration::from_secs(90);
 
 /// A genesis whose authorities are the node keys in the first `authorities` of `dirs`.
 pub(super) fn genesis(chain_id: &str, dirs: &[&Path], authorities: usize) -> Genesis {
@@ -57,22 +58,47 @@ fn genesis_with_finality(
 }
 
 pub(super) async fn start(dir: &Path, genesis: &Genesis, bootstrap: Vec<PeerAddr>) -> Node {
-    start_with(dir, genesis, bootstrap, |_| {}).await
+    start_with(dir, genesis, bootstrap, DepositSourceConfig::default()).await
 }
 
-/// [`start`] with `edit` applied to the configuration first.
+/// [`start`] with a deposit source, made quick for tests: dev blocks every 100 ms, a follow
+/// distance of 1 and polls every 50 ms, so a deposit reaches a block within a few slots.
 pub(super) async fn start_with(
     dir: &Path,
     genesis: &Genesis,
     bootstrap: Vec<PeerAddr>,
+    deposits: DepositSourceConfig,
+) -> Node {
+    start_edited(dir, genesis, bootstrap, deposits, |_| {}).await
+}
+
+/// [`start_with`] with `edit` applied to the configuration last.
+pub(super) async fn start_edited(
+    dir: &Path,
+    genesis: &Genesis,
+    bootstrap: Vec<PeerAddr>,
+    mut deposits: DepositSourceConfig,
     edit: impl FnOnce(&mut NodeConfig),
 ) -> Node {
+    if let Some(dev) = deposits.host_dev_contract.as_mut() {
+        dev.block_ms = 100;
+    }
+    if let Some(follow) = deposits.follow.as_mut() {
+        follow.follow_distance = 1;
+        follow.poll_interval = Duration::from_millis(50);
+    }
     let mut config = NodeConfig::new(dir.to_path_buf(), genesis.clone());
     config.listen = SocketAddr::from(([127, 0, 0, 1], 0));
     config.admin_listen = Some(SocketAddr::from(([127, 0, 0, 1], 0)));
     config.bootstrap = bootstrap;
+    config.deposits = deposits;
     edit(&mut config);
     Node::start(config).await.unwrap()
+}
+
+/// A node hosting the dev deposit contract on a free loopback port, and following it.
+pub(super) fn hosting() -> DepositSourceConfig {
+    DepositSourceConfig::dev(SocketAddr::from(([127, 0, 0, 1], 0)))
 }
 
 /// Polls `check` until it holds; panics with `what` after [`LIVENESS`].
@@ -92,20 +118,33 @@ fn dirs(n: usize) -> Vec<TempDir> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "submits deposits through the admin mempool, which blocks no longer carry (issue 9): deposit-source rewrites it against the dev deposit contract"]
 async fn deposits_reach_every_node_and_late_or_restarted_nodes_catch_up() {
     let tmp = dirs(4);
     let paths: Vec<&Path> = tmp.iter().map(TempDir::path).collect();
     let genesis = genesis("modnode-it-four", &paths, 2);
     let mut nodes: Vec<Node> = Vec::new();
-    // Each node bootstraps from the one before it; peer exchange finds the rest.
-    for dir in &paths[..3] {
+    // Node 0 hosts the dev deposit contract, node 1 (the other authority) follows it, node 2
+    // needs no source. Each node bootstraps from the one before it; peer exchange finds the
+    // rest.
+    let mut url = String::new();
+    for (i, dir) in paths[..3].iter().enumerate() {
         let bootstrap = nodes
             .last()
             .map(|n| vec![n.peer_addr().unwrap()])
             .unwrap_or_default();
-        nodes.push(start(dir, &genesis, bootstrap).await);
+        let deposits = match i {
+            0 => hosting(),
+            1 => DepositSourceConfig::follow_dev(url.clone()),
+            _ => DepositSourceConfig::default(),
+        };
+        let node = start_with(dir, &genesis, bootstrap, deposits).await;
+        if let Some(hosted) = node.deposit_contract_url() {
+            url = hosted.to_string();
+        }
+        nodes.push(node);
     }
+    assert!(nodes[0].deposit_source().is_some() && nodes[1].deposit_source().is_some());
+    assert!(nodes[2].deposit_source().is_none());
     eventually("three nodes at height 3", || {
         nodes.iter().all(|n| n.status().height >= 3)
     })
@@ -115,28 +154,23 @@ async fn deposits_reach_every_node_and_late_or_restarted_nodes_catch_up() {
     })
     .await;
 
-    // Deposits go to a follower through the admin API, the way `modnode deposit submit` does.
+    // Deposits go to the dev deposit contract, the way `modnode deposit submit` does. The same
+    // deposit twice is logged twice: the second copy is a top-up of the new validator.
     let fork = genesis.genesis_fork_version;
     let deposits: Vec<_> = (0..3)
         .map(|seed| workload::new_validator(1000 + seed, 32_000_000_000, fork))
         .collect();
-    for d in &deposits {
-        modnode::admin::client::submit_deposit(paths[2], d)
-            .await
-            .unwrap();
+    let contract = RpcClient::new(&url).unwrap();
+    for (i, d) in deposits.iter().chain([&deposits[0]]).enumerate() {
+        assert_eq!(contract.submit_deposit(d).await.unwrap(), i as u64);
     }
-    let duplicate = modnode::admin::client::submit_deposit(paths[2], &deposits[0]).await;
     let before = genesis.validators.len() as u32;
     eventually("the deposits in every node's state", || {
-        nodes.iter().all(|n| n.status().validators == before + 3)
+        nodes
+            .iter()
+            .all(|n| n.status().validators == before + 3 && n.status().deposit_index == 4)
     })
     .await;
-    // Unless the first copy was already included, the second is refused as a duplicate.
-    if let Err(e) = duplicate {
-        assert!(e.to_string().contains("already pending"), "{e}");
-    }
-    let registry = nodes[0].chain().view();
-    assert_eq!(registry.mempool, 0);
 
     // A node started late catches up by range sync from one bootstrap peer.
     let height = nodes[0].status().height;
@@ -147,6 +181,7 @@ async fn deposits_reach_every_node_and_late_or_restarted_nodes_catch_up() {
     .await;
     assert!(late.metrics().blocks_synced.load(Ordering::Relaxed) >= height);
     assert_eq!(late.status().validators, before + 3);
+    assert_eq!(late.status().deposit_index, 4);
     // Same chain: the late node's block at some height is the others' block there.
     let probe = late.status().height.min(nodes[0].status().height) - 1;
     let ours = late.chain().blocks(probe, 1, usize::MAX).await.unwrap();
@@ -399,8 +434,8 @@ async fn authorities_that_produced_apart_converge_on_one_chain() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_peer_relaying_an_invalid_block_is_disconnected_and_the_block_dropped() {
     use modnode::chain::block::{Block, BlockBody, BlockHeader, Seal};
+    use modnode_gossip::Frame;
     use modnode_gossip::policy::MessageKind;
-    use modnode_gossip::{Frame, MessageId};
 
     // The node follows a chain whose only authority is elsewhere, so its head stays at genesis.
     let tmp = dirs(2);
@@ -431,7 +466,7 @@ async fn a_peer_relaying_an_invalid_block_is_disconnected_and_the_block_dropped(
     };
     let payload = block.encode();
     let frame = Frame::Push {
-        id: MessageId::of(&payload),
+        id: modnode::net::gossip::message_id(MessageKind::Block, &payload),
         kind: MessageKind::Block,
         hops: 0,
         payload: payload.into(),

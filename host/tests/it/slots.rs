@@ -184,6 +184,7 @@ fn live_swaps_under_gossip_load_fail_no_call_and_lose_no_message() {
         Some(hex::encode(v1.module.hash()))
     );
     assert_eq!(status.breaker_trips, 0);
+    assert_eq!(status.failed_calls, 0);
 }
 
 /// A deposits call that tells the test when it has started running on the version the slot
@@ -374,6 +375,12 @@ fn the_circuit_breaker_rolls_back_a_trapping_canary_and_a_trapping_live_version(
     assert_eq!(status.recent_trips.last().unwrap().mode, "live");
     let (_, served) = slot.call(plan_call(4, 700)).unwrap();
     assert_eq!(served, Served::Active);
+    assert_eq!(slot.status().failed_calls, 0, "every call was served");
+
+    // Only a version with nothing behind it fails a caller, and that is counted.
+    let bare = policy_slot(&rt, "fixture-policy-trap");
+    assert!(bare.call(plan_call(4, 700)).is_err());
+    assert_eq!(bare.status().failed_calls, 1);
 }
 
 #[test]
@@ -426,6 +433,62 @@ fn the_modules_api_prepares_once_activates_local_kinds_and_refuses_consensus_one
     // `module list` is JSON over HTTP.
     let json = serde_json::to_value(&list).unwrap();
     assert_eq!(json[2]["kind"], "gossip-policy");
+}
+
+#[test]
+fn warm_up_replays_the_nodes_recent_real_plans_and_refuses_a_policy_that_fails_on_them() {
+    use modnode_gossip::policy::Policy as _;
+    let modules = Modules::new(
+        runtime(1_000_000_000),
+        InitialModules {
+            deposits: &artifact("deposits-v2"),
+            checkpoint: &artifact("checkpoint-v1"),
+            gossip_policy: &artifact("gossip-policy-v2"),
+        },
+        SlotConfig::default(),
+    )
+    .unwrap();
+    // Before the node has gossiped anything, warm-up runs the built-in messages only.
+    let policy = artifact("fixture-policy-trap");
+    let v1 = modules.prepare(&artifact("gossip-policy-v1")).unwrap();
+    assert_eq!(v1.warmup.real_inputs, 0);
+
+    // The node plans far-relayed messages, as the gossip engine does through the slot.
+    let mut engine_policy = modules.gossip_policy();
+    let peers: Vec<modnode_gossip::policy::PeerStats> = (0..6)
+        .map(|peer| modnode_gossip::policy::PeerStats {
+            peer,
+            rtt_us: 1_000 * (peer + 1),
+            queue_depth: 0,
+            recent_failures: 0,
+            has_message: false,
+            is_origin: peer == 0,
+        })
+        .collect();
+    for hops in [1, 4, 2] {
+        let meta = modnode_gossip::policy::MessageMeta {
+            kind: modnode_gossip::policy::MessageKind::Deposit,
+            size: 900,
+            local_origin: false,
+            hops,
+            network_size: 8,
+        };
+        assert!(!engine_policy.plan(&meta, &peers).targets.is_empty());
+    }
+    // Now the fixture fails its warm-up on the real far-relayed input, which the error names;
+    // nothing is kept.
+    let err = modules.prepare(&policy).unwrap_err();
+    assert!(
+        matches!(&err, SlotError::WarmupInput { input, .. } if input.contains("hops: 4")),
+        "{err}"
+    );
+    assert!(err.to_string().contains("unreachable"), "{err}");
+    let hash = modnode::runtime::inspect::validate(&policy).unwrap().sha256;
+    assert!(modules.prepared_version(&hash).is_none());
+    // A sound policy warms on the three real plans too, and its fuel covers them.
+    let other = modules.prepare(&artifact("example-nearest-peers")).unwrap();
+    assert_eq!(other.warmup.real_inputs, 3);
+    assert!(other.warmup.fuel > 0);
 }
 
 /// One deposit proven as the first of a fresh deposit log: the eth1 data to put in the block

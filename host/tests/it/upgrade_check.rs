@@ -409,3 +409,55 @@ fn cli_exit_codes_and_json() {
     assert_ne!(code, 0);
     assert!(err.contains("max-fuel-ratio"), "{err}");
 }
+
+#[test]
+fn the_walkthrough_policy_plans_differently_from_v1_and_passes_against_v2() {
+    // examples/README.md checks the example against the active policy before uploading it.
+    let (_, report) = check(
+        Kind::GossipPolicy,
+        "gossip-policy-v2",
+        "example-gossip-policy-custom",
+        32,
+        11,
+    );
+    assert_eq!(report.verdict, Verdict::Pass, "{:?}", report.counterexample);
+    // And it is a real alternative: v1 floods, the example pushes to a few and announces.
+    let rt = super::runtime(100_000_000);
+    let plan = |name: &str| {
+        let modnode::runtime::LoadedModule::GossipPolicy(m) =
+            rt.load(&super::artifact(name)).unwrap()
+        else {
+            panic!("{name} is not a gossip policy")
+        };
+        let peers = (0..6)
+            .map(|peer| modnode::runtime::gossip_policy::PeerStats {
+                peer,
+                rtt_us: 1_000 * (peer + 1),
+                queue_depth: 0,
+                recent_failures: 0,
+                has_message: false,
+                is_origin: false,
+            })
+            .collect();
+        let meta = modnode::runtime::gossip_policy::MessageMeta {
+            kind: modnode::runtime::gossip_policy::MessageKind::Block,
+            size: 4_096,
+            local_origin: true,
+            hops: 0,
+            network_size: 7,
+        };
+        m.plan(meta, peers).unwrap()
+    };
+    let (v1, custom) = (
+        plan("gossip-policy-v1"),
+        plan("example-gossip-policy-custom"),
+    );
+    assert_ne!(v1, custom);
+    let pushed = |p: &modnode::runtime::gossip_policy::SendPlan| {
+        p.targets
+            .iter()
+            .filter(|t| t.mode == modnode::runtime::gossip_policy::SendMode::Push)
+            .count()
+    };
+    assert_eq!((pushed(&v1), pushed(&custom)), (6, 3));
+}

@@ -10,7 +10,6 @@ use std::time::Duration;
 use modnode::admin::client::{self, Target};
 use modnode::admin::server::{self, ServerConfig};
 use modnode::admin::{AdminBackend, AdminError, BoxFuture};
-use modnode::chain::block::DepositData;
 use modnode::modules_store::upload::{ModuleService, UploadConfig, UploadError, UploadOutcome};
 use modnode::modules_store::{self, ActiveModule};
 use serde_json::Value;
@@ -29,9 +28,6 @@ impl AdminBackend for ModulesOnly {
     }
     fn metrics(&self) -> String {
         String::new()
-    }
-    fn submit_deposit(&self, _: DepositData) -> BoxFuture<'_, Result<String, String>> {
-        Box::pin(async { Err("this test node takes no deposits".to_string()) })
     }
     fn upload_module(
         &self,

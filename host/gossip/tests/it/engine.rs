@@ -3,7 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use modnode_gossip::engine::{EngineConfig, Event, GossipEngine, Transmit};
-use modnode_gossip::error::GossipError;
+use modnode_gossip::error::{GossipError, PeerFault};
 use modnode_gossip::policy::{
     Flood, MessageKind, MessageMeta, PeerStats, Policy, Priority, SendMode, SendPlan, Target,
 };
@@ -590,4 +590,74 @@ fn validate_before_relay_holds_messages_until_the_verdict() {
         .unwrap();
     assert!(events(&mut b).is_empty());
     assert!(!b.handle_validated(bad_id, true, 5 * MS));
+}
+
+/// Ids covering only the first 4 bytes, as modnode's block ids cover only the header.
+fn prefix_id(_kind: MessageKind, payload: &[u8]) -> MessageId {
+    MessageId::of(payload.get(..4).unwrap_or(payload))
+}
+
+fn checking_node(peers: &[u32]) -> GossipEngine<Flood> {
+    let cfg = EngineConfig {
+        message_id: prefix_id,
+        validate_before_relay: true,
+        ..EngineConfig::default()
+    };
+    let mut e = GossipEngine::new(cfg, Flood);
+    for &p in peers {
+        e.add_peer(p).unwrap();
+    }
+    e
+}
+
+fn prefix_push(payload: &[u8]) -> Frame {
+    Frame::Push {
+        id: prefix_id(MessageKind::Block, payload),
+        kind: MessageKind::Block,
+        hops: 0,
+        payload: payload.to_vec().into(),
+    }
+}
+
+/// Variants of one message (same header, other body) share an id: while the first awaits its
+/// verdict a variant is a mere duplicate; once the first is judged valid a variant is a
+/// peer fault; once it is judged invalid its id is forgotten and the real one gets through.
+#[test]
+fn variants_under_a_header_id_deduplicate_and_a_variant_of_a_checked_message_is_a_fault() {
+    let mut b = checking_node(&[1, 2, 3]);
+    let real = b"HEADreal-body".to_vec();
+    let forged = b"HEADforged-body".to_vec();
+    assert_eq!(
+        prefix_id(MessageKind::Block, &real),
+        prefix_id(MessageKind::Block, &forged)
+    );
+
+    b.handle_frame(1, prefix_push(&real), 0).unwrap();
+    b.handle_frame(2, prefix_push(&forged), 1).unwrap();
+    assert_eq!(events(&mut b).len(), 1, "a variant was delivered twice");
+    assert_eq!(b.stats().duplicate_pushes, 1);
+
+    let id = prefix_id(MessageKind::Block, &real);
+    assert!(b.handle_validated(id, true, 2));
+    match b.handle_frame(3, prefix_push(&forged), 3) {
+        Err(GossipError::Peer(PeerFault::ConflictingPayload { id: got })) => assert_eq!(got, id),
+        other => panic!("a variant of a checked message was accepted: {other:?}"),
+    }
+    // An identical copy stays a harmless duplicate.
+    b.handle_frame(3, prefix_push(&real), 4).unwrap();
+
+    // The forged variant arriving first and judged invalid does not lock the real one out.
+    let mut c = checking_node(&[1, 2]);
+    c.handle_frame(2, prefix_push(&forged), 0).unwrap();
+    assert_eq!(events(&mut c).len(), 1);
+    assert!(c.handle_validated(id, false, 1));
+    c.handle_frame(1, prefix_push(&real), 2).unwrap();
+    match events(&mut c).as_slice() {
+        [
+            Event::Delivered {
+                from: 1, payload, ..
+            },
+        ] => assert_eq!(payload.as_ref(), &real[..]),
+        other => panic!("the real block was not delivered after the forgery: {other:?}"),
+    }
 }

@@ -15,7 +15,7 @@ pub(super) async fn serve(
     node: PeerKey,
     conn: quinn::Connection,
     chain: ChainHandle,
-    events: mpsc::UnboundedSender<Event>,
+    events: mpsc::Sender<Event>,
     max_message_bytes: usize,
 ) {
     while let Ok((send, recv)) = conn.accept_bi().await {
@@ -29,7 +29,7 @@ pub(super) async fn serve(
             .await;
             match served {
                 Ok(Err(Some(reason))) => {
-                    let _ = events.send(Event::Violation { node, reason });
+                    let _ = events.send(Event::Violation { node, reason }).await;
                 }
                 Ok(Err(None)) | Ok(Ok(())) => {}
                 Err(_) => tracing::debug!(peer = %short(&node), "request not completed in time"),
@@ -44,7 +44,7 @@ async fn serve_one(
     mut send: quinn::SendStream,
     mut recv: quinn::RecvStream,
     chain: &ChainHandle,
-    events: &mpsc::UnboundedSender<Event>,
+    events: &mpsc::Sender<Event>,
     max_message_bytes: usize,
 ) -> Result<(), Option<String>> {
     let frame = match codec::read_frame(&mut recv, rpc::MAX_REQUEST_BYTES).await {
@@ -80,7 +80,7 @@ async fn serve_one(
         }
         Request::Peers => {
             let (reply, rx) = oneshot::channel();
-            let _ = events.send(Event::PeersQuery { from: node, reply });
+            let _ = events.send(Event::PeersQuery { from: node, reply }).await;
             Response::Peers(rx.await.unwrap_or_default())
         }
     };

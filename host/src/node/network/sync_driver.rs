@@ -66,11 +66,13 @@ impl Network {
                 }
                 Err(e) => Err(SyncImportError::Refused(e)),
             };
-            let _ = events.send(Event::SyncImported {
-                height,
-                peer,
-                result,
-            });
+            let _ = events
+                .send(Event::SyncImported {
+                    height,
+                    peer,
+                    result,
+                })
+                .await;
         });
     }
 
@@ -91,11 +93,13 @@ impl Network {
         let max_deposits = self.genesis.max_deposits_per_block;
         tokio::spawn(async move {
             let result = fetch_branch(&conn, &chain, block, max, max_deposits).await;
-            let _ = events.send(Event::SyncImported {
-                height,
-                peer,
-                result,
-            });
+            let _ = events
+                .send(Event::SyncImported {
+                    height,
+                    peer,
+                    result,
+                })
+                .await;
         });
     }
 
@@ -104,7 +108,7 @@ impl Network {
         let max = self.limits.max_message_bytes;
         tokio::spawn(async move {
             if let Ok(Response::Status(status)) = request(&conn, Request::Status, max).await {
-                let _ = events.send(Event::StatusAnswer { node, status });
+                let _ = events.send(Event::StatusAnswer { node, status }).await;
             }
         });
     }
@@ -112,9 +116,14 @@ impl Network {
     pub(super) fn spawn_blocks_request(&self, sync_request: SyncRequest) {
         let events = self.events.clone();
         let Some(conn) = self.conns.get(&sync_request.peer).map(|c| c.conn.clone()) else {
-            let _ = events.send(Event::BlocksAnswer {
-                request: sync_request,
-                result: Err(RequestError::Transport("peer is not connected".into())),
+            // Sent from a task: the network task only ever receives from its event channel.
+            tokio::spawn(async move {
+                let _ = events
+                    .send(Event::BlocksAnswer {
+                        request: sync_request,
+                        result: Err(RequestError::Transport("peer is not connected".into())),
+                    })
+                    .await;
             });
             return;
         };
@@ -137,10 +146,12 @@ impl Network {
                         .map(|(block, bytes)| (block.header.height, block.hash(), bytes))
                         .collect::<SyncedBlocks>()
                 });
-            let _ = events.send(Event::BlocksAnswer {
-                request: sync_request,
-                result,
-            });
+            let _ = events
+                .send(Event::BlocksAnswer {
+                    request: sync_request,
+                    result,
+                })
+                .await;
         });
     }
 }
