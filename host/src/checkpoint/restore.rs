@@ -485,8 +485,8 @@ pub fn verify_all(
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     let next = AtomicUsize::new(0);
-    let work: Vec<Mutex<Option<(usize, Vec<u8>)>>> =
-        chunks.into_iter().map(|c| Mutex::new(Some(c))).collect();
+    type Slot = Mutex<Option<(usize, Vec<u8>)>>;
+    let work: Vec<Slot> = chunks.into_iter().map(|c| Mutex::new(Some(c))).collect();
     let results: Mutex<Vec<Result<VerifiedChunk, RestoreError>>> = Mutex::new(Vec::new());
     let stored: Mutex<Option<super::store::RestoreStoreError>> = Mutex::new(None);
     let shared: &Restorer = restorer;
