@@ -89,6 +89,17 @@ pub trait AdminBackend: Send + Sync + 'static {
             ))
         })
     }
+    /// Makes this node's blocks vote for upgrading `kind` to the module `sha256` (hex) at
+    /// `activate_at` (the module must be stored here and ready). Err = refused, with why.
+    fn propose_upgrade(
+        &self,
+        kind: String,
+        sha256: String,
+        activate_at: u64,
+    ) -> BoxFuture<'_, Result<serde_json::Value, String>> {
+        let _ = (kind, sha256, activate_at);
+        Box::pin(async { Err("this node does not take upgrade proposals".to_string()) })
+    }
 }
 
 /// A module slot operation asked through the admin API.

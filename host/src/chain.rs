@@ -1,10 +1,12 @@
 //! The chain: blocks, genesis, and block import over the durable store.
 //!
 //! Import validates the header against the head, records the block's eth1 vote
-//! ([`eth1`]: phase0 `process_eth1_data`), checks that the body carries exactly the due
-//! deposits, runs the active deposits module (which verifies every deposit's proof against the
-//! agreed deposit root at the running index) through the runtime, checks the resulting state
-//! root (registry and eth1 state) against the header *before* anything changes, and
+//! ([`eth1`]: phase0 `process_eth1_data`) and its upgrade votes (the module schedule,
+//! [`crate::state::schedule`]), checks that the body carries exactly the due deposits, runs the
+//! deposits module the parent state schedules for the block's height (which verifies every
+//! deposit's proof against the agreed deposit root at the running index) through the runtime,
+//! checks the resulting state root (registry, eth1 state and schedule) against the header
+//! *before* anything changes, and
 //! commits block + state changes + new head as one atomic, flushed batch; only then is the
 //! in-memory state updated. On startup the stored head, head block and state root are checked
 //! against each other and against the genesis the node is configured with.
@@ -37,20 +39,23 @@ pub mod workload;
 use std::sync::{Arc, RwLock};
 
 use block::{Block, BlockHeader, Hash};
-pub use deposit_engine::{DepositEngine, DepositsResult, to_wit};
+pub use deposit_engine::{DepositEngine, DepositModules, DepositsResult, to_wit};
 pub use errors::{BuildError, ImportError, OpenError, RevertError};
 use eth1::{DepositProofs, DueDeposits, Eth1Data, Eth1State, ProvenDeposit};
 pub use fork_choice::{Added, ForkChoiceError};
 use genesis::Genesis;
 
-use crate::runtime::CallError;
 use crate::runtime::deposits::{BlockContext, Outcome, WitEth1Data};
-use crate::state::{Registry, RegistryDelta, StateError, Validator, state_root};
+use crate::runtime::{CallError, Kind};
+use crate::state::schedule::MAX_UPGRADE_VOTES;
+use crate::state::{
+    Registry, RegistryDelta, Schedule, StateError, UpgradeOp, Validator, state_root,
+};
 use crate::store::{KvStore, StoreError, WriteBatch, keys};
 
 /// Version of the store layout this node writes (2: eth1 state per block, state root over
-/// registry and eth1 state).
-pub const STORE_FORMAT: u32 = 2;
+/// registry and eth1 state; 3: module schedule per block, block encoding 3).
+pub const STORE_FORMAT: u32 = 3;
 
 /// The chain head.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -108,6 +113,9 @@ pub struct Chain {
     eth1: Eth1State,
     head: Head,
     deposits: DepositEngine,
+    schedule: Schedule,
+    modules: Option<Arc<dyn DepositModules>>,
+    proposals: Vec<UpgradeOp>,
 }
 
 /// What a block's transition produced, before it is committed.
@@ -115,6 +123,7 @@ struct Transition {
     outcomes: Vec<Outcome>,
     delta: RegistryDelta,
     eth1: Eth1State,
+    schedule: Schedule,
     root: Hash,
 }
 
@@ -132,6 +141,7 @@ impl Chain {
     ) -> Result<Self, OpenError> {
         let registry_genesis = genesis.registry()?;
         let eth1_genesis = genesis.eth1_state();
+        let schedule_genesis = genesis.schedule();
         let genesis_block = genesis.block(&registry_genesis);
         let genesis_hash = genesis_block.hash();
         match store.get(keys::FORMAT)? {
@@ -156,6 +166,7 @@ impl Chain {
                 };
                 batch.put(keys::block(&genesis_hash), genesis_block.encode());
                 batch.put(keys::eth1(&genesis_hash), eth1_genesis.encode());
+                batch.put(keys::schedule(&genesis_hash), schedule_genesis.encode());
                 batch.put(keys::height(0), genesis_hash.to_vec());
                 batch.put(keys::HEAD, head.encode());
                 batch.put(keys::GENESIS, genesis_hash.to_vec());
@@ -169,6 +180,9 @@ impl Chain {
                     eth1: eth1_genesis,
                     head,
                     deposits,
+                    schedule: schedule_genesis,
+                    modules: None,
+                    proposals: Vec::new(),
                 })
             }
             Some(format) => {
@@ -188,6 +202,7 @@ impl Chain {
                 }
                 drop(registry_genesis);
                 drop(eth1_genesis);
+                drop(schedule_genesis);
                 let head_bytes = store
                     .get(keys::HEAD)?
                     .ok_or_else(|| OpenError::Corrupt("head record missing".into()))?;
@@ -209,7 +224,8 @@ impl Chain {
                 }
                 let registry = load_registry(store.as_ref())?;
                 let eth1 = load_eth1(store.as_ref(), &head.hash)?;
-                let root = state_root(&registry.root(), &eth1);
+                let schedule = load_schedule(store.as_ref(), &head.hash)?;
+                let root = state_root(&registry.root(), &eth1, &schedule);
                 if root != head.state_root {
                     return Err(OpenError::Corrupt(format!(
                         "state root {} does not match head block {} (height {}), which commits to {}",
@@ -227,6 +243,9 @@ impl Chain {
                     eth1,
                     head,
                     deposits,
+                    schedule,
+                    modules: None,
+                    proposals: Vec::new(),
                 })
             }
         }
@@ -270,6 +289,98 @@ impl Chain {
     /// Replaces the deposit engine (module upgrades; benchmarks).
     pub fn set_deposit_engine(&mut self, engine: DepositEngine) {
         self.deposits = engine;
+    }
+
+    /// Where the chain finds the deposits modules its schedule names (the node's prepared
+    /// modules). Without it only the engine the chain was opened with can run.
+    pub fn set_deposit_modules(&mut self, modules: Arc<dyn DepositModules>) {
+        modules.scheduled(&self.schedule);
+        self.modules = Some(modules);
+    }
+
+    /// The module schedule after the head.
+    pub fn schedule(&self) -> &Schedule {
+        &self.schedule
+    }
+
+    /// The deposits engine that runs the block at `height` on the head, chosen by the head's
+    /// schedule: the scheduled module, or the engine the chain was opened with when the
+    /// schedule names none or names that very module. A module the node does not have ready is
+    /// [`ImportError::ModuleMissing`] — our condition, not the block's.
+    fn deposit_engine_at(&self, height: u64) -> Result<DepositEngine, ImportError> {
+        let Some(hash) = self.schedule.module_at(Kind::Deposits, height) else {
+            return Ok(self.deposits.clone());
+        };
+        if self.deposits.hash() == Some(hash) {
+            return Ok(self.deposits.clone());
+        }
+        self.modules
+            .as_ref()
+            .and_then(|m| m.deposits(&hash))
+            .ok_or_else(|| ImportError::ModuleMissing {
+                kind: Kind::Deposits,
+                module: hex32(&hash),
+                height,
+            })
+    }
+
+    /// Records the operator's proposal: this node's blocks vote for `op` while the vote still
+    /// counts (more than the genesis lead before its height) and until it is scheduled.
+    pub fn propose_upgrade(&mut self, op: UpgradeOp) -> Result<(), crate::state::ScheduleError> {
+        let next = self.head.height.saturating_add(1);
+        // The same rules a block's votes meet, checked now so the operator hears of them.
+        self.schedule.with_block(
+            next,
+            0,
+            &[op],
+            self.genesis.authorities.len(),
+            self.genesis.upgrade_lead_blocks,
+        )?;
+        let lead = self.genesis.upgrade_lead_blocks;
+        self.proposals
+            .retain(|p| p.height > next.saturating_add(lead) && *p != op);
+        self.proposals.push(op);
+        Ok(())
+    }
+
+    /// The operator's proposals not yet expired.
+    pub fn proposals(&self) -> &[UpgradeOp] {
+        &self.proposals
+    }
+
+    /// The upgrade votes `proposer`'s block at `height` carries: the operator's proposals that
+    /// still count, are not scheduled yet and lack this proposer's vote. Never votes that would
+    /// make the block invalid.
+    fn upgrade_votes_for(&self, height: u64, proposer: u32) -> Vec<UpgradeOp> {
+        let lead = self.genesis.upgrade_lead_blocks;
+        let votes: Vec<UpgradeOp> = self
+            .proposals
+            .iter()
+            .filter(|op| op.height > height.saturating_add(lead))
+            .filter(|op| !self.schedule.entries.contains(op))
+            .filter(|op| {
+                !self
+                    .schedule
+                    .pending
+                    .iter()
+                    .any(|p| p.op == **op && p.voters.contains(&proposer))
+            })
+            .take(MAX_UPGRADE_VOTES)
+            .copied()
+            .collect();
+        match self.schedule.with_block(
+            height,
+            proposer,
+            &votes,
+            self.genesis.authorities.len(),
+            lead,
+        ) {
+            Ok(_) => votes,
+            Err(e) => {
+                tracing::warn!(error = %e, "not voting for the proposed upgrades in this block");
+                Vec::new()
+            }
+        }
     }
 
     /// The canonical block at `height`.
@@ -334,6 +445,20 @@ impl Chain {
     ) -> Result<Transition, ImportError> {
         let hash = hex32(&header.hash());
         let voted = self.voted(header.slot, header.proposer, body.eth1_vote, &hash)?;
+        let schedule = self
+            .schedule
+            .with_block(
+                header.height,
+                header.proposer,
+                &body.upgrade_votes,
+                self.genesis.authorities.len(),
+                self.genesis.upgrade_lead_blocks,
+            )
+            .map_err(|source| ImportError::UpgradeVote {
+                hash: hash.clone(),
+                source,
+            })?;
+        let engine = self.deposit_engine_at(header.height)?;
         let expected = voted.due(u64::from(self.genesis.max_deposits_per_block));
         let found = u64::try_from(body.deposits.len()).unwrap_or(u64::MAX);
         if found != expected {
@@ -344,8 +469,7 @@ impl Chain {
                 from: voted.deposit_index,
             });
         }
-        let result = self
-            .deposits
+        let result = engine
             .process(
                 self.registry.clone(),
                 &self.context(header, &voted),
@@ -384,8 +508,9 @@ impl Chain {
         Ok(Transition {
             outcomes: result.outcomes,
             delta: result.delta,
-            root: state_root(&registry_root, &eth1),
+            root: state_root(&registry_root, &eth1, &schedule),
             eth1,
+            schedule,
         })
     }
 
@@ -449,13 +574,15 @@ impl Chain {
         eth1_vote: Eth1Data,
         deposits: Vec<ProvenDeposit>,
     ) -> Result<Block, ImportError> {
+        let height = self.head.height.saturating_add(1);
         let body = block::BlockBody {
             eth1_vote,
             deposits,
+            upgrade_votes: self.upgrade_votes_for(height, proposer),
         };
         let mut header = BlockHeader {
             parent_hash: self.head.hash,
-            height: self.head.height.saturating_add(1),
+            height,
             slot,
             proposer,
             state_root: [0; 32],
@@ -537,6 +664,7 @@ impl Chain {
             outcomes,
             delta,
             eth1,
+            schedule,
             root,
         } = self.transition(header, &block.body)?;
         if root != header.state_root {
@@ -569,6 +697,9 @@ impl Chain {
         batch.put(keys::block(&hash), block.encode());
         batch.put(keys::undo(&hash), undo.encode());
         batch.put(keys::eth1(&hash), eth1.encode());
+        // The schedule is state like any other: an activation is part of this batch, never a
+        // marker written after it.
+        batch.put(keys::schedule(&hash), schedule.encode());
         batch.put(keys::height(head.height), hash.to_vec());
         for (offset, added) in (0u32..).zip(&delta.added) {
             let index = undo.validators_before.saturating_add(offset);
@@ -603,11 +734,11 @@ impl Chain {
             .map_err(|_| diverged("unreadable".into(), "registry lock poisoned".into()))?;
         if let Err(e) = registry.apply(&delta) {
             return Err(diverged(
-                hex32(&state_root(&registry.root(), &eth1)),
+                hex32(&state_root(&registry.root(), &eth1, &schedule)),
                 e.to_string(),
             ));
         }
-        let memory_root = state_root(&registry.root(), &eth1);
+        let memory_root = state_root(&registry.root(), &eth1, &schedule);
         if memory_root != root {
             return Err(diverged(
                 hex32(&memory_root),
@@ -616,7 +747,11 @@ impl Chain {
         }
         drop(registry);
         self.eth1 = eth1;
+        self.schedule = schedule;
         self.head = head;
+        if let Some(modules) = &self.modules {
+            modules.scheduled(&self.schedule);
+        }
         Ok(Imported { head, outcomes })
     }
 }
@@ -628,6 +763,19 @@ fn load_eth1(store: &dyn KvStore, hash: &Hash) -> Result<Eth1State, StoreError> 
     })?;
     Eth1State::decode(&bytes).ok_or_else(|| {
         StoreError::Corrupt(format!("eth1 state of block {} malformed", hex32(hash)))
+    })
+}
+
+/// The module schedule stored after block `hash`.
+fn load_schedule(store: &dyn KvStore, hash: &Hash) -> Result<Schedule, StoreError> {
+    let bytes = store.get(&keys::schedule(hash))?.ok_or_else(|| {
+        StoreError::Corrupt(format!("module schedule of block {} missing", hex32(hash)))
+    })?;
+    Schedule::decode(&bytes).ok_or_else(|| {
+        StoreError::Corrupt(format!(
+            "module schedule of block {} malformed",
+            hex32(hash)
+        ))
     })
 }
 

@@ -78,6 +78,10 @@ enum DebugCommand {
         /// Blocks to import before exiting.
         #[arg(long, default_value_t = u64::MAX)]
         blocks: u64,
+        /// Schedule the embedded deposits-v1 at this height (the chain starts on deposits-v2),
+        /// so crash tests can kill the loop around an activation.
+        #[arg(long)]
+        upgrade_at: Option<u64>,
     },
 }
 
@@ -136,6 +140,25 @@ enum ModuleCommand {
     Rollback {
         /// The kind.
         kind: modnode::runtime::Kind,
+        /// Which node.
+        #[command(flatten)]
+        node: commands::module::NodeArgs,
+        /// Print the node's JSON answer.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Make a running authority's blocks vote to switch a consensus kind to a stored, ready
+    /// module at a height; it is scheduled once a majority of the authorities voted for the same
+    /// (kind, module, height) more than the genesis lead before that height.
+    Propose {
+        /// The module's sha256 (hex), as `module upload` or `module list` prints it.
+        sha256: String,
+        /// The consensus kind.
+        #[arg(long, default_value = "deposits")]
+        kind: String,
+        /// The first height that runs the module.
+        #[arg(long)]
+        activate_at: u64,
         /// Which node.
         #[command(flatten)]
         node: commands::module::NodeArgs,
@@ -251,9 +274,11 @@ fn main() -> std::process::ExitCode {
         Command::Run(args) => commands::run::run(args),
         Command::Devnet(args) => commands::devnet::devnet(args),
         Command::Deposit(DepositCommand::Submit(args)) => commands::deposit::submit(args),
-        Command::Debug(DebugCommand::ImportLoop { data_dir, blocks }) => {
-            commands::run::import_loop(&data_dir, blocks)
-        }
+        Command::Debug(DebugCommand::ImportLoop {
+            data_dir,
+            blocks,
+            upgrade_at,
+        }) => commands::run::import_loop(&data_dir, blocks, upgrade_at),
         Command::Module(ModuleCommand::Inspect { file, json }) => {
             commands::module::inspect(&file, json)
         }
@@ -281,6 +306,13 @@ fn main() -> std::process::ExitCode {
         Command::Module(ModuleCommand::Cancel { kind, node, json }) => {
             commands::module::cancel(kind, &node, json)
         }
+        Command::Module(ModuleCommand::Propose {
+            sha256,
+            kind,
+            activate_at,
+            node,
+            json,
+        }) => commands::module::propose(&sha256, &kind, activate_at, &node, json),
         Command::Module(ModuleCommand::Componentize { core, output }) => {
             commands::module::componentize(&core, &output)
         }

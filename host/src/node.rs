@@ -22,6 +22,7 @@ pub mod chain_worker;
 pub mod metrics;
 mod module_ops;
 mod network;
+pub mod upgrades;
 pub mod verdict;
 pub mod worker_inbox;
 pub mod worker_queue;
@@ -57,6 +58,7 @@ use crate::runtime::modules::InitialModules;
 use crate::runtime::slot::SlotConfig;
 use crate::runtime::{Modules, Runtime, RuntimeConfig};
 use crate::store::{BanList, SledStore};
+use upgrades::UpgradeAgent;
 
 /// The deposits module a node activates.
 pub const DEFAULT_DEPOSITS: &str = "deposits-v2";
@@ -314,16 +316,25 @@ fn load_modules(
     Ok(modules)
 }
 
-/// Opens the chain in `data_dir` with the embedded deposits module.
+/// Opens the chain in `data_dir` with the embedded deposits module, running the versions its
+/// schedule names from the embedded and stored modules.
 pub fn open_chain(data_dir: &Path, genesis: Genesis) -> Result<Chain, NodeError> {
     create_data_dir(data_dir)?;
-    let modules = load_modules(
+    let modules = Arc::new(load_modules(
         data_dir,
         &genesis,
         DEFAULT_GOSSIP_POLICY,
         DEFAULT_CHECKPOINT,
+    )?);
+    let (mut chain, _) = open_store(data_dir, genesis.clone(), &modules)?;
+    let service = ModuleService::open(
+        data_dir,
+        data_dir.join(MODULE_CACHE_DIR),
+        UploadConfig::default(),
     )?;
-    open_store(data_dir, genesis, &modules).map(|(chain, _)| chain)
+    let agent = UpgradeAgent::new(modules, Arc::new(service), genesis.authorities, [0; 32]);
+    chain.set_deposit_modules(Arc::new(agent));
+    Ok(chain)
 }
 
 fn open_store(
@@ -415,6 +426,7 @@ pub struct Node {
     chain: ChainHandle,
     metrics: Arc<Metrics>,
     modules: Arc<Modules>,
+    upgrades: Arc<UpgradeAgent>,
     shutdown: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
     worker: Option<std::thread::JoinHandle<()>>,
@@ -462,6 +474,15 @@ impl Node {
             .await
             .map_err(|e| NodeError::Startup(e.to_string()))??
         };
+        let module_store = Arc::new(module_store);
+        let upgrades = Arc::new(UpgradeAgent::new(
+            modules.clone(),
+            module_store.clone(),
+            genesis.authorities.clone(),
+            *node_id.as_bytes(),
+        ));
+        let mut chain = chain;
+        chain.set_deposit_modules(upgrades.clone());
         let genesis_hash = chain.genesis_hash();
         let head = chain.head();
         let (shutdown, shutdown_rx) = watch::channel(false);
@@ -606,6 +627,7 @@ impl Node {
                     .saturating_mul(2)
                     .max(slot.saturating_mul(4)),
                 bans,
+                upgrades: upgrades.clone(),
             },
             shutdown_rx.clone(),
         )));
@@ -629,9 +651,10 @@ impl Node {
                     p2p_addr: p2p_addr.to_string(),
                     chain: chain.clone(),
                     metrics: metrics.clone(),
-                    module_store: Arc::new(module_store),
+                    module_store,
                     slots: modules.clone(),
                     checkpoints: checkpoints.clone(),
+                    upgrades: upgrades.clone(),
                 });
                 let (listener, token) = admin::server::bind(addr, &data_dir, config.admin_public)
                     .await
@@ -669,6 +692,7 @@ impl Node {
             chain,
             metrics,
             modules,
+            upgrades,
             shutdown,
             tasks,
             worker: Some(worker),
@@ -680,6 +704,11 @@ impl Node {
     /// The node's module slots: prepare, activate (live, shadow, canary), roll back, status.
     pub fn modules(&self) -> &Arc<Modules> {
         &self.modules
+    }
+
+    /// The node's side of on-chain upgrades: the schedule after the head, readiness, fetching.
+    pub fn upgrades(&self) -> &Arc<UpgradeAgent> {
+        &self.upgrades
     }
 
     /// The node's id (hex).
@@ -821,6 +850,7 @@ struct Backend {
     module_store: Arc<ModuleService>,
     slots: Arc<Modules>,
     checkpoints: CheckpointStore,
+    upgrades: Arc<UpgradeAgent>,
 }
 
 impl AdminBackend for Backend {
@@ -871,10 +901,20 @@ impl AdminBackend for Backend {
 
     fn modules(&self) -> BoxFuture<'_, Result<serde_json::Value, String>> {
         let (slots, store) = (self.slots.clone(), self.module_store.clone());
+        let upgrades = self.upgrades.clone();
+        let head = self.chain.view().head.height;
         Box::pin(async move {
-            tokio::task::spawn_blocking(move || module_ops::list(&slots, &store))
+            let mut listing = tokio::task::spawn_blocking(move || module_ops::list(&slots, &store))
                 .await
-                .map_err(|e| format!("module listing task failed: {e}"))?
+                .map_err(|e| format!("module listing task failed: {e}"))??;
+            if let Some(map) = listing.as_object_mut() {
+                // Scheduled on chain: the height, and who reports the module ready.
+                map.insert(
+                    "scheduled".into(),
+                    serde_json::to_value(upgrades.readiness(head)).unwrap_or_default(),
+                );
+            }
+            Ok(listing)
         })
     }
 
@@ -886,6 +926,49 @@ impl AdminBackend for Backend {
                 .map_err(|e| {
                     ModuleOpError::Internal(format!("module operation task failed: {e}"))
                 })?
+        })
+    }
+
+    fn propose_upgrade(
+        &self,
+        kind: String,
+        sha256: String,
+        activate_at: u64,
+    ) -> BoxFuture<'_, Result<serde_json::Value, String>> {
+        Box::pin(async move {
+            let kind = crate::runtime::Kind::ALL
+                .into_iter()
+                .find(|k| k.to_string() == kind)
+                .ok_or_else(|| format!("unknown module kind {kind:?}"))?;
+            let module: [u8; 32] = hex::decode(sha256.trim_start_matches("0x"))
+                .ok()
+                .and_then(|b| b.try_into().ok())
+                .ok_or_else(|| format!("sha256 {sha256:?} is not 32 bytes of hex"))?;
+            let upgrades = self.upgrades.clone();
+            let ready = tokio::task::spawn_blocking(move || upgrades.prepare_local(&module))
+                .await
+                .map_err(|e| format!("module preparation task failed: {e}"))??;
+            if !ready {
+                return Err(format!(
+                    "module {sha256} is not stored on this node; upload it first"
+                ));
+            }
+            let op = crate::state::UpgradeOp {
+                kind,
+                module,
+                height: activate_at,
+            };
+            self.chain
+                .propose_upgrade(op)
+                .await
+                .map_err(|e| e.to_string())?;
+            tracing::info!(%kind, module = %sha256, activate_at, "upgrade proposed: our blocks vote for it");
+            Ok(serde_json::json!({
+                "proposed": true,
+                "kind": kind.to_string(),
+                "sha256": hex::encode(module),
+                "activate_at": activate_at,
+            }))
         })
     }
 }

@@ -1,5 +1,6 @@
 //! Chain state: the validator registry, its balances, the pubkey index and the state tree, the
-//! eth1 part (agreed deposit root, deposit index, votes), and the overlay modules write through.
+//! eth1 part (agreed deposit root, deposit index, votes), the on-chain module schedule
+//! ([`schedule`]), and the overlay modules write through.
 //!
 //! Modules never mutate the state directly. A call gets a [`RegistryOverlay`] over a read-only
 //! view of the state; the host turns the overlay into a [`RegistryDelta`] and applies it only
@@ -21,6 +22,7 @@ pub mod merkle;
 mod overlay;
 pub mod pubkey_index;
 mod registry;
+pub mod schedule;
 mod validator;
 
 pub use eth1::{ETH1_DATA_BYTES, Eth1Data, Eth1Error, Eth1State, Eth1Vote, MAX_VOTES, state_root};
@@ -28,6 +30,7 @@ pub use overlay::{
     OverlayError, RegistryDelta, RegistryOverlay, RegistryRead, RegistryUndo, SharedRegistry,
 };
 pub use registry::{Registry, StateError};
+pub use schedule::{Schedule, ScheduleError, UpgradeOp};
 pub use validator::{
     FAR_FUTURE_EPOCH, LEAF_BYTES, NewValidator, PUBKEY_LEN, Pubkey, RecordError, VALIDATOR_BYTES,
     Validator, WITHDRAWAL_CREDENTIALS_LEN,

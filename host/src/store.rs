@@ -100,6 +100,11 @@ pub mod keys {
     pub fn eth1(hash: &[u8; 32]) -> Vec<u8> {
         [b"e".as_slice(), hash].concat()
     }
+    /// The module schedule after a block (scheduled modules, pending upgrade votes): `s` ‖
+    /// hash.
+    pub fn schedule(hash: &[u8; 32]) -> Vec<u8> {
+        [b"s".as_slice(), hash].concat()
+    }
     /// Prefix of validator records.
     pub const VALIDATOR_PREFIX: &[u8] = b"v";
     /// Validator record: `v` ‖ index.

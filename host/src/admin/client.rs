@@ -128,6 +128,18 @@ pub async fn cancel_candidate(target: &Target, kind: Kind) -> Result<Value, Admi
     post_json(target, "/modules/cancel", &body).await
 }
 
+/// Asks the node to vote for upgrading `kind` to module `sha256` (hex) at `activate_at`
+/// (`POST /modules/propose`).
+pub async fn propose_upgrade(
+    target: &Target,
+    kind: &str,
+    sha256: &str,
+    activate_at: u64,
+) -> Result<Value, AdminError> {
+    let body = serde_json::json!({"kind": kind, "sha256": sha256, "activate_at": activate_at});
+    post_json(target, "/modules/propose", &body).await
+}
+
 async fn post_json(target: &Target, path: &str, body: &Value) -> Result<Value, AdminError> {
     let bytes = body.to_string().into_bytes();
     request(

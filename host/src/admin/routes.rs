@@ -62,6 +62,10 @@ pub(crate) fn router(state: AppState) -> Router {
             "/modules/cancel",
             axum::routing::post(cancel_candidate).fallback(not_allowed),
         )
+        .route(
+            "/modules/propose",
+            axum::routing::post(propose_upgrade).fallback(not_allowed),
+        )
         .route_layer(middleware::from_fn_with_state(state.clone(), authorize));
     Router::new()
         .route("/metrics", get(metrics).fallback(not_allowed))
@@ -82,7 +86,9 @@ async fn not_found(request: Request) -> Response {
 
 async fn not_allowed(request: Request) -> Response {
     let allow = match request.uri().path() {
-        "/modules/activate" | "/modules/rollback" | "/modules/cancel" => "POST",
+        "/modules/activate" | "/modules/rollback" | "/modules/cancel" | "/modules/propose" => {
+            "POST"
+        }
         "/modules" | "/checkpoints" => "GET, POST",
         _ => "GET",
     };
@@ -260,6 +266,45 @@ async fn create_checkpoint(State(state): State<AppState>) -> Response {
     match state.backend.create_checkpoint().await {
         Ok(value) => axum::Json(value).into_response(),
         Err(message) => error(StatusCode::SERVICE_UNAVAILABLE, message),
+    }
+}
+
+/// `POST /modules/propose` with `{"sha256", "kind", "activate_at"}`.
+async fn propose_upgrade(State(state): State<AppState>, request: Request) -> Response {
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Proposal {
+        sha256: String,
+        kind: String,
+        activate_at: u64,
+    }
+    let (parts, body) = request.into_parts();
+    let body = match read_body(
+        &parts.headers,
+        body,
+        state.config.max_body,
+        state.config.io_timeout,
+    )
+    .await
+    {
+        Ok(body) => body,
+        Err(response) => return response,
+    };
+    let proposal: Proposal = match serde_json::from_slice(&body) {
+        Ok(p) => p,
+        Err(e) => return error(StatusCode::BAD_REQUEST, format!("proposal: {e}")),
+    };
+    let propose =
+        state
+            .backend
+            .propose_upgrade(proposal.kind, proposal.sha256, proposal.activate_at);
+    match tokio::time::timeout(state.config.upload_timeout, propose).await {
+        Ok(Ok(value)) => axum::Json(value).into_response(),
+        Ok(Err(reason)) => error(StatusCode::BAD_REQUEST, reason),
+        Err(_) => error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the node did not take the proposal in time",
+        ),
     }
 }
 

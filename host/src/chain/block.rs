@@ -1,12 +1,14 @@
 //! Blocks: header, body, canonical versioned encoding, hashing, the seal's signed message.
 //!
-//! Encoding version 2, integers little-endian:
+//! Encoding version 3, integers little-endian:
 //! - header (117 bytes): `version u8 | parent_hash 32 | height u64 | slot u64 | proposer u32 |
 //!   state_root 32 | body_root 32`
 //! - body: `version u8 | eth1 vote (deposit_root 32 | deposit_count u64 | block_hash 32) |
 //!   count u16 | count × proven deposit`, proven deposit (1240 bytes): deposit (184 bytes:
 //!   `pubkey 48 | withdrawal_credentials 32 | amount u64 | signature 96`) ‖ proof (33 × 32,
-//!   leaf level first, then the count chunk).
+//!   leaf level first, then the count chunk); then `votes u8 | votes × upgrade op` (the
+//!   proposer's upgrade votes, at most [`MAX_UPGRADE_VOTES`]; op: `kind u8 | module sha256 32 |
+//!   activation height u64`). Version 2 (no votes) is refused by name.
 //! - seal: `0` (unsigned; dev chains without authorities) or `1 | ed25519 signature 64` by the
 //!   proposing authority over [`seal_message`] — a domain-separated digest of the genesis and
 //!   block hashes, never the raw block hash (the node key signs other things too).
@@ -17,9 +19,11 @@
 use sha2::{Digest, Sha256};
 
 use super::eth1::{DEPOSIT_PROOF_LEN, Eth1Data, ProvenDeposit};
+use crate::state::schedule::{MAX_UPGRADE_VOTES, ScheduleError, UPGRADE_OP_BYTES, UpgradeOp};
 
-/// Current encoding version of headers and bodies (2: eth1 vote and deposit proofs).
-pub const BLOCK_VERSION: u8 = 2;
+/// Current encoding version of headers and bodies (2: eth1 vote and deposit proofs; 3: upgrade
+/// votes).
+pub const BLOCK_VERSION: u8 = 3;
 /// Encoded header size.
 pub const HEADER_BYTES: usize = 1 + 32 + 8 + 8 + 4 + 32 + 32;
 /// Encoded deposit size.
@@ -73,6 +77,17 @@ pub enum BlockError {
     /// Unknown seal kind.
     #[error("unknown block seal kind {0}")]
     Seal(u8),
+    /// More upgrade votes than allowed.
+    #[error("block has {0} upgrade votes, the limit is {MAX_UPGRADE_VOTES}")]
+    TooManyVotes(usize),
+    /// An upgrade vote is malformed.
+    #[error("block upgrade vote {index}: {source}")]
+    Vote {
+        /// Its position in the body.
+        index: usize,
+        /// What is wrong.
+        source: ScheduleError,
+    },
 }
 
 /// One deposit with its fixed-size fields.
@@ -150,6 +165,8 @@ pub struct BlockBody {
     pub eth1_vote: Eth1Data,
     /// The due deposits, in index order, each with its proof.
     pub deposits: Vec<ProvenDeposit>,
+    /// The proposer's votes for upgrade operations (at most [`MAX_UPGRADE_VOTES`]).
+    pub upgrade_votes: Vec<UpgradeOp>,
 }
 
 /// The proposer's signature over [`seal_message`].
@@ -250,6 +267,11 @@ impl BlockBody {
                 out.extend_from_slice(hash);
             }
         }
+        let votes = u8::try_from(self.upgrade_votes.len()).unwrap_or(u8::MAX);
+        out.push(votes);
+        for vote in self.upgrade_votes.iter().take(usize::from(votes)) {
+            out.extend_from_slice(&vote.encode());
+        }
         out
     }
 
@@ -283,9 +305,20 @@ impl BlockBody {
             }
             deposits.push(ProvenDeposit { data, proof });
         }
+        let votes = usize::from(r.u8("upgrade vote count")?);
+        if votes > MAX_UPGRADE_VOTES {
+            return Err(BlockError::TooManyVotes(votes));
+        }
+        let mut upgrade_votes = Vec::with_capacity(votes);
+        for index in 0..votes {
+            let op = UpgradeOp::decode(r.take::<UPGRADE_OP_BYTES>("upgrade vote")?)
+                .map_err(|source| BlockError::Vote { index, source })?;
+            upgrade_votes.push(op);
+        }
         Ok(Self {
             eth1_vote,
             deposits,
+            upgrade_votes,
         })
     }
 }
@@ -357,7 +390,8 @@ mod tests {
     proptest! {
         #[test]
         fn roundtrip(height: u64, slot: u64, proposer: u32, seeds in proptest::collection::vec((any::<u8>(), any::<u64>()), 0..16)) {
-            let body = BlockBody { eth1_vote: vote(height), deposits: seeds.iter().map(|(s, a)| deposit(*s, *a)).collect() };
+            let upgrade_votes = (0..(height % 5)).map(|i| UpgradeOp { kind: crate::runtime::Kind::Deposits, module: [i as u8; 32], height: slot }).collect();
+            let body = BlockBody { eth1_vote: vote(height), deposits: seeds.iter().map(|(s, a)| deposit(*s, *a)).collect(), upgrade_votes };
             let header = BlockHeader { parent_hash: [1; 32], height, slot, proposer, state_root: [2; 32], body_root: body.root() };
             let block = Block { header, body, seal: if height % 2 == 0 { Seal::Unsigned } else { Seal::Ed25519([7; 64]) } };
             let bytes = block.encode();
@@ -373,6 +407,7 @@ mod tests {
         let body = BlockBody {
             eth1_vote: vote(3),
             deposits: (0..3).map(|i| deposit(i, 1)).collect(),
+            upgrade_votes: Vec::new(),
         };
         let header = BlockHeader {
             parent_hash: [0; 32],
@@ -424,14 +459,33 @@ mod tests {
             Block::decode(&bytes[..first_proof + 100], 16),
             Err(BlockError::Truncated("deposit proof"))
         );
-        // A version-1 body (no vote, no proofs) is refused by name.
-        let mut v1 = bytes.clone();
-        v1[HEADER_BYTES] = 1;
+        // Older bodies (1: no vote, no proofs; 2: no upgrade votes) are refused by name.
+        for old in [1, 2] {
+            let mut v = bytes.clone();
+            v[HEADER_BYTES] = old;
+            assert_eq!(
+                Block::decode(&v, 16),
+                Err(BlockError::Version {
+                    part: "body",
+                    found: old
+                })
+            );
+        }
+        // The vote count is bounded and every vote's kind must be known.
+        let seal_at = bytes.len() - 1;
+        let mut many = bytes[..seal_at].to_vec();
+        *many.last_mut().unwrap() = 5;
+        many.extend(std::iter::repeat_n(0, 5 * UPGRADE_OP_BYTES + 1));
+        assert_eq!(Block::decode(&many, 16), Err(BlockError::TooManyVotes(5)));
+        let mut unknown = bytes[..seal_at].to_vec();
+        *unknown.last_mut().unwrap() = 1;
+        unknown.extend(std::iter::repeat_n(7, UPGRADE_OP_BYTES));
+        unknown.push(0);
         assert_eq!(
-            Block::decode(&v1, 16),
-            Err(BlockError::Version {
-                part: "body",
-                found: 1
+            Block::decode(&unknown, 16),
+            Err(BlockError::Vote {
+                index: 0,
+                source: ScheduleError::UnknownKind(7)
             })
         );
     }

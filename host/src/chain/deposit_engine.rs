@@ -27,7 +27,27 @@ pub struct DepositsResult {
     pub eth1_deposit_index: u64,
 }
 
+/// Where the chain finds the deposits module the schedule names for a height: the node's
+/// prepared modules (tests: a map). `None` means the module is not here (or not ready yet) —
+/// a host condition, never a verdict on the block.
+pub trait DepositModules: Send + Sync {
+    /// The ready deposits engine with component sha256 `hash`.
+    fn deposits(&self, hash: &[u8; 32]) -> Option<DepositEngine>;
+
+    /// Told the module schedule after every change of the head (import, revert, open), so the
+    /// node can fetch and warm scheduled modules before their height.
+    fn scheduled(&self, _schedule: &crate::state::Schedule) {}
+}
+
 impl DepositEngine {
+    /// sha256 of the module component (`None` for the native reference).
+    pub fn hash(&self) -> Option<[u8; 32]> {
+        match self {
+            DepositEngine::Module(module) => Some(module.hash()),
+            DepositEngine::Native(_) => None,
+        }
+    }
+
     /// Runs the transition over `registry`. `Ok(Err(_))`: the block is invalid.
     pub fn process(
         &self,

@@ -67,6 +67,29 @@ pub enum ImportError {
         /// Why.
         source: Eth1Error,
     },
+    /// The block's upgrade votes break the schedule's rules (too late, a local kind, too many).
+    #[error("block {hash} has an invalid upgrade vote: {source}")]
+    UpgradeVote {
+        /// The block's hash (hex).
+        hash: String,
+        /// Why.
+        source: crate::state::ScheduleError,
+    },
+    /// The schedule names a module this node does not have ready for the block's height. Not a
+    /// verdict on the block: the node stops importing here, keeps fetching the module and
+    /// resumes once it is ready.
+    #[error(
+        "the chain schedules {kind} module {module} at height {height}, and this node does not \
+         have it ready; fetching it from peers (or upload it: modnode module upload)"
+    )]
+    ModuleMissing {
+        /// The kind.
+        kind: crate::runtime::Kind,
+        /// The module's sha256 (hex).
+        module: String,
+        /// The height that needs it.
+        height: u64,
+    },
     /// The block does not carry exactly the due deposits: it omits (or invents) some.
     #[error(
         "block {hash} carries {found} deposits, but {expected} are due from deposit index {from}"

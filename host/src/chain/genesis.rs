@@ -15,7 +15,7 @@ use sha2::{Digest, Sha256};
 
 use super::block::{Block, BlockBody, BlockHeader, DEFAULT_MAX_DEPOSITS, DepositData, Hash};
 use super::eth1::{Eth1Data, Eth1State};
-use crate::state::{Registry, StateError, Validator};
+use crate::state::{Registry, Schedule, StateError, Validator};
 
 /// Why a genesis configuration is unusable.
 #[derive(Debug, thiserror::Error)]
@@ -83,6 +83,12 @@ pub struct Genesis {
     /// The deposit contract's first deposits, applied after `validators` (checked like any
     /// other deposit).
     pub deposits: Vec<DepositData>,
+    /// sha256 of the deposits module that runs from genesis until the chain schedules another
+    /// (`None`: whatever deposits engine the node opens the chain with — dev chains and tests).
+    pub deposits_module: Option<Hash>,
+    /// Upgrade votes count only when cast more than this many blocks before the operation's
+    /// activation height, so nodes have time to fetch, precompile and warm the module.
+    pub upgrade_lead_blocks: u64,
 }
 
 #[derive(Deserialize)]
@@ -111,6 +117,10 @@ struct GenesisFile {
     engine_profile: Option<crate::runtime::EngineProfile>,
     #[serde(default)]
     deposits: Vec<DepositEntry>,
+    #[serde(default)]
+    deposits_module: Option<String>,
+    #[serde(default = "default_upgrade_lead_blocks")]
+    upgrade_lead_blocks: u64,
 }
 
 #[derive(Deserialize)]
@@ -150,6 +160,11 @@ fn default_max_deposits() -> u16 {
 pub const DEFAULT_ETH1_VOTING_PERIOD_SLOTS: u64 = 8;
 fn default_eth1_voting_period_slots() -> u64 {
     DEFAULT_ETH1_VOTING_PERIOD_SLOTS
+}
+/// Default [`Genesis::upgrade_lead_blocks`]: devnet-sized.
+pub const DEFAULT_UPGRADE_LEAD_BLOCKS: u64 = 4;
+fn default_upgrade_lead_blocks() -> u64 {
+    DEFAULT_UPGRADE_LEAD_BLOCKS
 }
 /// Default [`Genesis::finality_depth`].
 pub const DEFAULT_FINALITY_DEPTH: u64 = 32;
@@ -243,6 +258,12 @@ impl Genesis {
                 signature: hex_field(&d.signature, &at("signature")).map_err(invalid)?,
             });
         }
+        let deposits_module = file
+            .deposits_module
+            .as_deref()
+            .map(|h| hex_field::<32>(h, "deposits_module"))
+            .transpose()
+            .map_err(invalid)?;
         let genesis = Self {
             chain_id: file.chain_id,
             genesis_fork_version,
@@ -257,6 +278,8 @@ impl Genesis {
                 .engine_profile
                 .unwrap_or_else(|| crate::runtime::EngineProfile::build().clone()),
             deposits,
+            deposits_module,
+            upgrade_lead_blocks: file.upgrade_lead_blocks,
         };
         genesis.registry()?;
         Ok(genesis)
@@ -295,6 +318,8 @@ impl Genesis {
             validators: generated_validators(count, seed).collect(),
             engine_profile: crate::runtime::EngineProfile::build().clone(),
             deposits: Vec::new(),
+            deposits_module: None,
+            upgrade_lead_blocks: DEFAULT_UPGRADE_LEAD_BLOCKS,
         }
     }
 
@@ -378,6 +403,16 @@ impl Genesis {
         Eth1State::genesis(data, tree.len())
     }
 
+    /// The genesis module schedule: the deposits module named by the genesis, if any.
+    pub fn schedule(&self) -> Schedule {
+        let initial: Vec<(crate::runtime::Kind, Hash)> = self
+            .deposits_module
+            .iter()
+            .map(|&h| (crate::runtime::Kind::Deposits, h))
+            .collect();
+        Schedule::genesis(&initial)
+    }
+
     /// Hash of everything in the configuration that is not in the genesis state.
     pub fn config_hash(&self) -> Hash {
         let mut h = Sha256::new();
@@ -395,6 +430,7 @@ impl Genesis {
         }
         h.update(self.engine_profile.hash());
         h.update(self.eth1_voting_period_slots.to_le_bytes());
+        h.update(self.upgrade_lead_blocks.to_le_bytes());
         h.finalize().into()
     }
 
@@ -405,6 +441,7 @@ impl Genesis {
         let body = BlockBody {
             eth1_vote: eth1.eth1_data,
             deposits: Vec::new(),
+            upgrade_votes: Vec::new(),
         };
         Block {
             header: BlockHeader {
@@ -412,7 +449,7 @@ impl Genesis {
                 height: 0,
                 slot: 0,
                 proposer: 0,
-                state_root: crate::state::state_root(&registry.root(), &eth1),
+                state_root: crate::state::state_root(&registry.root(), &eth1, &self.schedule()),
                 body_root: body.root(),
             },
             body,

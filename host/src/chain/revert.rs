@@ -1,7 +1,7 @@
 //! Reverting the head block with its undo record: the basis of reorganisations.
 
 use super::block::Block;
-use super::{Chain, Head, RevertError, hex32, load_eth1};
+use super::{Chain, Head, RevertError, hex32, load_eth1, load_schedule};
 use crate::state::{RegistryUndo, state_root};
 use crate::store::{WriteBatch, keys};
 
@@ -47,6 +47,8 @@ impl Chain {
 
         let eth1 = load_eth1(self.store.as_ref(), &parent_hash)
             .map_err(|e| corrupt(format!("parent eth1 state: {e}")))?;
+        let schedule = load_schedule(self.store.as_ref(), &parent_hash)
+            .map_err(|e| corrupt(format!("parent module schedule: {e}")))?;
 
         // A poisoned lock is not "zero validators": refuse before anything is written.
         let current = self
@@ -61,6 +63,7 @@ impl Chain {
         batch.delete(keys::height(head.height));
         batch.delete(keys::undo(&head.hash));
         batch.delete(keys::eth1(&head.hash));
+        batch.delete(keys::schedule(&head.hash));
         for index in undo.validators_before..current {
             batch.delete(keys::validator(index));
             batch.delete(keys::balance(index));
@@ -82,7 +85,7 @@ impl Chain {
         registry
             .rollback(&undo)
             .map_err(|e| diverged(e.to_string()))?;
-        let root = state_root(&registry.root(), &eth1);
+        let root = state_root(&registry.root(), &eth1, &schedule);
         if root != new_head.state_root {
             return Err(diverged(format!(
                 "state root {} after rollback, parent commits to {}",
@@ -92,7 +95,11 @@ impl Chain {
         }
         drop(registry);
         self.eth1 = eth1;
+        self.schedule = schedule;
         self.head = new_head;
+        if let Some(modules) = &self.modules {
+            modules.scheduled(&self.schedule);
+        }
         Ok(new_head)
     }
 }

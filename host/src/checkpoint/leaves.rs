@@ -4,7 +4,7 @@
 
 use crate::runtime::checkpoint::StateReader;
 use crate::state::merkle::Hash32;
-use crate::state::{Eth1State, LEAF_BYTES, Registry, state_root};
+use crate::state::{Eth1State, LEAF_BYTES, Registry, Schedule, state_root};
 
 /// An immutable state a checkpoint is created from. The leaf access comes from the checkpoint
 /// world's [`StateReader`]; this adds what the manifest needs besides the leaves.
@@ -17,7 +17,7 @@ pub trait StateLeaves: StateReader {
     fn state_root(&self) -> Hash32;
 }
 
-/// A frozen copy of the registry and the eth1 state at one block.
+/// A frozen copy of the registry, the eth1 state and the module schedule at one block.
 ///
 /// The copy is what lets creation run beside import; when the state becomes a structurally
 /// shared snapshot this type is where it plugs in.
@@ -25,12 +25,22 @@ pub trait StateLeaves: StateReader {
 pub struct RegistrySnapshot {
     registry: Registry,
     eth1: Eth1State,
+    schedule: Schedule,
 }
 
 impl RegistrySnapshot {
-    /// Freezes `registry` and `eth1`.
-    pub fn new(registry: Registry, eth1: Eth1State) -> Self {
-        Self { registry, eth1 }
+    /// Freezes `registry`, `eth1` and `schedule`.
+    pub fn new(registry: Registry, eth1: Eth1State, schedule: Schedule) -> Self {
+        Self {
+            registry,
+            eth1,
+            schedule,
+        }
+    }
+
+    /// The module schedule.
+    pub fn schedule(&self) -> &Schedule {
+        &self.schedule
     }
 
     /// The registry.
@@ -106,11 +116,11 @@ impl StateLeaves for RegistrySnapshot {
     }
 
     fn extras(&self) -> Vec<u8> {
-        self.eth1.encode()
+        super::manifest::encode_extras(&self.eth1, &self.schedule)
     }
 
     fn state_root(&self) -> Hash32 {
-        state_root(&self.registry.root(), &self.eth1)
+        state_root(&self.registry.root(), &self.eth1, &self.schedule)
     }
 }
 
@@ -170,5 +180,5 @@ pub fn synthetic_state(
             data: data(u64::from(validators).saturating_add(4), 9),
         }],
     };
-    Ok(RegistrySnapshot::new(registry, eth1))
+    Ok(RegistrySnapshot::new(registry, eth1, Schedule::default()))
 }

@@ -10,7 +10,7 @@
 use sha2::{Digest, Sha256};
 
 use crate::state::merkle::Hash32;
-use crate::state::{Eth1State, state_root};
+use crate::state::{Eth1State, Schedule, state_root};
 
 const MAGIC: &[u8; 4] = b"MNCM";
 /// Version of the manifest encoding.
@@ -80,7 +80,7 @@ pub struct Manifest {
     pub leaf_count: u64,
     /// Bytes per state leaf.
     pub leaf_size: u32,
-    /// The non-leaf state parts (the eth1 state's canonical encoding).
+    /// The non-leaf state parts ([`encode_extras`]: the eth1 state and the module schedule).
     pub extras: Vec<u8>,
     /// The chunks, in leaf order.
     pub chunks: Vec<ChunkEntry>,
@@ -125,8 +125,8 @@ pub enum ManifestError {
         /// The limit.
         max: usize,
     },
-    /// The extras are not an eth1 state encoding.
-    #[error("manifest extras are not a valid eth1 state")]
+    /// The extras are not an eth1 state and schedule encoding.
+    #[error("manifest extras are not a valid eth1 state and module schedule")]
     ExtrasMalformed,
     /// A chunk is larger than the limit or empty.
     #[error("chunk {index} is {size} bytes, accepted sizes are 1..={max}")]
@@ -192,9 +192,26 @@ pub enum ManifestError {
     },
 }
 
+/// The non-leaf state parts as manifest extras: `eth1 length u32 | eth1 state | schedule`.
+pub fn encode_extras(eth1: &Eth1State, schedule: &Schedule) -> Vec<u8> {
+    let eth1 = eth1.encode();
+    let mut out = Vec::with_capacity(eth1.len().saturating_add(64));
+    put_bytes(&mut out, &eth1);
+    out.extend_from_slice(&schedule.encode());
+    out
+}
+
+/// Decodes [`encode_extras`]'s output.
+pub fn decode_extras(extras: &[u8]) -> Option<(Eth1State, Schedule)> {
+    let (len, rest) = extras.split_first_chunk::<4>()?;
+    let len = usize::try_from(u32::from_le_bytes(*len)).ok()?;
+    let (eth1, schedule) = rest.split_at_checked(len)?;
+    Some((Eth1State::decode(eth1)?, Schedule::decode(schedule)?))
+}
+
 /// The full state root a registry root and the extras commit to, if the extras decode.
 pub fn state_root_of(registry_root: &Hash32, extras: &[u8]) -> Option<Hash32> {
-    Eth1State::decode(extras).map(|eth1| state_root(registry_root, &eth1))
+    decode_extras(extras).map(|(eth1, schedule)| state_root(registry_root, &eth1, &schedule))
 }
 
 impl Manifest {

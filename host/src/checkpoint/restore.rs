@@ -16,7 +16,7 @@ use crate::runtime::CallError;
 use crate::runtime::checkpoint::{CheckpointModule, ChunkContents};
 use crate::state::merkle::{Hash32, MerkleError, RangeProof, verify_range};
 use crate::state::{
-    Eth1State, LEAF_BYTES, Registry, StateError, VALIDATOR_BYTES, Validator, state_root,
+    Eth1State, LEAF_BYTES, Registry, Schedule, StateError, VALIDATOR_BYTES, Validator, state_root,
 };
 
 /// Opens chunks of one checkpoint version (the module that made them).
@@ -214,6 +214,8 @@ pub struct RestoredState {
     pub registry: Registry,
     /// The eth1 state, from the manifest's extras.
     pub eth1: Eth1State,
+    /// The module schedule, from the manifest's extras.
+    pub schedule: Schedule,
     /// Its state root (equal to the manifest's).
     pub state_root: Hash32,
 }
@@ -451,12 +453,12 @@ impl Restorer {
                 position = position.saturating_add(1);
             }
         }
-        let eth1 = Eth1State::decode(&self.manifest.extras)
+        let (eth1, schedule) = super::manifest::decode_extras(&self.manifest.extras)
             .ok_or(RestoreError::Manifest(ManifestError::ExtrasMalformed))?;
         // The verified leaf hashes are the tree's leaves: each was computed from the exact
         // bytes decoded here, and the record encoding is canonical.
         let registry = Registry::from_parts_and_leaves(validators, balances, hashes)?;
-        let root = state_root(&registry.root(), &eth1);
+        let root = state_root(&registry.root(), &eth1, &schedule);
         if root != self.manifest.state_root {
             return Err(RestoreError::RootMismatch {
                 computed: hex::encode(root),
@@ -466,6 +468,7 @@ impl Restorer {
         Ok(RestoredState {
             registry,
             eth1,
+            schedule,
             state_root: root,
         })
     }

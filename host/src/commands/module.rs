@@ -110,6 +110,19 @@ pub fn list(node: &NodeArgs, json: bool) -> anyhow::Result<()> {
     for kind in answer["kinds"].as_array().unwrap_or(&empty) {
         print_kind(kind, &empty);
     }
+    for s in answer["scheduled"].as_array().unwrap_or(&empty) {
+        println!(
+            "{}\n  scheduled: sha256 {} at height {}; ready here: {}, peers ready {}/{}, authorities ready {}/{}",
+            s["kind"].as_str().unwrap_or("?"),
+            s["sha256"].as_str().unwrap_or("?"),
+            s["height"],
+            s["ready_here"],
+            s["peers_ready"],
+            s["peers_connected"],
+            s["authorities_ready"],
+            s["authorities"],
+        );
+    }
     Ok(())
 }
 
@@ -302,6 +315,29 @@ pub fn cancel(kind: Kind, node: &NodeArgs, json: bool) -> anyhow::Result<()> {
             str_of(&slot["active"]["name"])
         )
     });
+    Ok(())
+}
+
+/// `modnode module propose <sha256> --kind <kind> --activate-at <height>`.
+pub fn propose(
+    sha256: &str,
+    kind: &str,
+    activate_at: u64,
+    node: &NodeArgs,
+    json: bool,
+) -> anyhow::Result<()> {
+    let target = node.target()?;
+    let answer = runtime()?
+        .block_on(client::propose_upgrade(&target, kind, sha256, activate_at))
+        .with_context(|| format!("the node at {} refused the proposal", target.addr()))?;
+    if json {
+        println!("{answer}");
+    } else {
+        println!(
+            "proposed: {kind} -> {sha256} at height {activate_at}; this node's blocks vote for it \
+             until a majority of the authorities has"
+        );
+    }
     Ok(())
 }
 

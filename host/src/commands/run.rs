@@ -12,6 +12,7 @@ use modnode::deposit_source::dev_contract::DEV_CONTRACT_ADDRESS;
 use modnode::deposit_source::follower::FollowerConfig;
 use modnode::node::{self, DepositSourceConfig, DevContractConfig, Node, NodeConfig};
 use modnode_peers::PeerAddr;
+use sha2::Digest as _;
 
 /// Options of `modnode run`.
 #[derive(Debug, clap::Args)]
@@ -173,8 +174,24 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
 
 /// `modnode debug import-loop`: imports generated dev blocks as fast as possible, printing
 /// `imported <height> <state root>` after each durable commit (crash tests kill it at random).
-pub fn import_loop(data_dir: &Path, blocks: u64) -> anyhow::Result<()> {
+/// With `upgrade_at`, the loop's blocks vote deposits-v1 in at that height (the dev chain has no
+/// authorities, so the vote is the majority) unless the schedule already has it.
+pub fn import_loop(data_dir: &Path, blocks: u64, upgrade_at: Option<u64>) -> anyhow::Result<()> {
     let mut chain = node::open_chain(data_dir, Genesis::dev())?;
+    if let Some(height) = upgrade_at {
+        let bytes = modnode::artifacts::embedded("deposits-v1")
+            .ok_or_else(|| anyhow::anyhow!("deposits-v1 is not embedded in this build"))?;
+        let op = modnode::state::UpgradeOp {
+            kind: modnode::runtime::Kind::Deposits,
+            module: sha2::Sha256::digest(bytes).into(),
+            height,
+        };
+        if !chain.schedule().entries.contains(&op) {
+            chain
+                .propose_upgrade(op)
+                .with_context(|| format!("cannot schedule deposits-v1 at height {height}"))?;
+        }
+    }
     let existing: Vec<[u8; 48]> = chain
         .genesis()
         .validators

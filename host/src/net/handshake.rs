@@ -11,8 +11,9 @@ use super::identity::NodeId;
 
 /// Codec message type of a hello.
 pub const HELLO_MESSAGE: u8 = 2;
-/// Version of the hello encoding and of the protocol it announces.
-pub const PROTOCOL_VERSION: u16 = 1;
+/// Version of the hello encoding and of the protocol it announces (2: status answers list ready
+/// scheduled modules; module-by-hash requests; block encoding 3).
+pub const PROTOCOL_VERSION: u16 = 2;
 /// QUIC close code: the peer is on another chain.
 pub const CLOSE_WRONG_CHAIN: u32 = 2;
 /// Longest chain id accepted.

@@ -3,11 +3,15 @@
 //!
 //! Every message is one [`codec`](super::codec) frame; the frame's message type says which.
 //! Encodings (integers little-endian):
-//! - [`STATUS_REQUEST`]: empty. [`STATUS`]: `head height u64 | head hash 32 | finalized u64`.
+//! - [`STATUS_REQUEST`]: empty. [`STATUS`]: `head height u64 | head hash 32 | finalized u64 |
+//!   n u8 | n × module sha256 32` (the scheduled modules the sender has ready, at most
+//!   [`MAX_READY_MODULES`]).
 //! - [`BLOCKS_REQUEST`]: `start u64 | count u16` (1..=[`MAX_BLOCKS_PER_REQUEST`]).
 //!   [`BLOCKS`]: `n u16 | n × (len u32 | encoded block)`: consecutive canonical blocks from
 //!   `start`, possibly fewer than asked (the server stops at its head or at the size budget).
 //! - [`PEERS_REQUEST`]: empty. [`PEERS`]: `n u8 | n × (node id 32 | 4 or 6 | ip | port u16)`.
+//! - [`MODULE_REQUEST`]: `sha256 32`. [`MODULE`]: `0` (not here) or `1 | len u32 | component` (the
+//!   requester checks the hash, then validates it like an upload).
 //!
 //! Decoding checks every length and refuses trailing bytes; a malformed message is a protocol
 //! violation by the peer that sent it.
@@ -28,6 +32,12 @@ pub const BLOCKS: u8 = 6;
 pub const PEERS_REQUEST: u8 = 7;
 /// Frame type of a peer list answer.
 pub const PEERS: u8 = 8;
+/// Frame type of a module-by-hash request.
+pub const MODULE_REQUEST: u8 = 9;
+/// Frame type of a module answer.
+pub const MODULE: u8 = 10;
+/// Most ready modules a status answer lists.
+pub const MAX_READY_MODULES: usize = 16;
 
 /// Most blocks one request may ask for.
 pub const MAX_BLOCKS_PER_REQUEST: u16 = 64;
@@ -37,7 +47,7 @@ pub const MAX_PEERS_PER_ANSWER: usize = 64;
 pub const MAX_REQUEST_BYTES: usize = 64;
 
 /// A peer's view of its chain.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ChainStatus {
     /// Height of its head.
     pub head_height: u64,
@@ -45,6 +55,8 @@ pub struct ChainStatus {
     pub head_hash: [u8; 32],
     /// Its finalized height.
     pub finalized_height: u64,
+    /// The modules its chain schedules that it has ready (fetched, compiled and warmed).
+    pub ready_modules: Vec<[u8; 32]>,
 }
 
 /// A request.
@@ -61,6 +73,11 @@ pub enum Request {
     },
     /// Which peers do you know?
     Peers,
+    /// Send the module component with this sha256.
+    Module {
+        /// Its sha256.
+        hash: [u8; 32],
+    },
 }
 
 /// A response.
@@ -72,6 +89,8 @@ pub enum Response {
     Blocks(Vec<Vec<u8>>),
     /// Known-good peer addresses.
     Peers(Vec<PeerAddr>),
+    /// The module's bytes, or `None` if the sender does not have it.
+    Module(Option<Vec<u8>>),
 }
 
 /// Why a message could not be decoded.
@@ -148,6 +167,7 @@ impl Request {
                 (BLOCKS_REQUEST, out)
             }
             Self::Peers => (PEERS_REQUEST, Vec::new()),
+            Self::Module { hash } => (MODULE_REQUEST, hash.to_vec()),
         }
     }
 
@@ -157,6 +177,9 @@ impl Request {
         let request = match msg_type {
             STATUS_REQUEST => Self::Status,
             PEERS_REQUEST => Self::Peers,
+            MODULE_REQUEST => Self::Module {
+                hash: r.array("module request hash")?,
+            },
             BLOCKS_REQUEST => {
                 let start = r.u64("blocks request start")?;
                 let count = r.u16("blocks request count")?;
@@ -171,7 +194,7 @@ impl Request {
             found => {
                 return Err(RpcError::UnexpectedType {
                     found,
-                    expected: "a request (status, blocks or peers)",
+                    expected: "a request (status, blocks, peers or module)",
                 });
             }
         };
@@ -189,6 +212,11 @@ impl Response {
                 out.extend_from_slice(&s.head_height.to_le_bytes());
                 out.extend_from_slice(&s.head_hash);
                 out.extend_from_slice(&s.finalized_height.to_le_bytes());
+                let n = s.ready_modules.len().min(MAX_READY_MODULES);
+                out.push(u8::try_from(n).unwrap_or(u8::MAX));
+                for hash in s.ready_modules.iter().take(n) {
+                    out.extend_from_slice(hash);
+                }
                 (STATUS, out)
             }
             Self::Blocks(blocks) => {
@@ -225,6 +253,16 @@ impl Response {
                 }
                 (PEERS, out)
             }
+            Self::Module(None) => (MODULE, vec![0]),
+            Self::Module(Some(bytes)) => {
+                // Frames are at most u32::MAX bytes, so the length fits.
+                let len = u32::try_from(bytes.len()).unwrap_or(u32::MAX);
+                let mut out = Vec::with_capacity(bytes.len().saturating_add(5));
+                out.push(1);
+                out.extend_from_slice(&len.to_le_bytes());
+                out.extend_from_slice(bytes);
+                (MODULE, out)
+            }
         }
     }
 
@@ -234,6 +272,7 @@ impl Response {
             Request::Status => (STATUS, "a status answer"),
             Request::Blocks { .. } => (BLOCKS, "a blocks answer"),
             Request::Peers => (PEERS, "a peers answer"),
+            Request::Module { .. } => (MODULE, "a module answer"),
         };
         if msg_type != expected_type {
             return Err(RpcError::UnexpectedType {
@@ -243,11 +282,45 @@ impl Response {
         }
         let mut r = Reader(payload);
         let response = match request {
-            Request::Status => Self::Status(ChainStatus {
-                head_height: r.u64("status head height")?,
-                head_hash: r.array("status head hash")?,
-                finalized_height: r.u64("status finalized height")?,
-            }),
+            Request::Status => {
+                let head_height = r.u64("status head height")?;
+                let head_hash = r.array("status head hash")?;
+                let finalized_height = r.u64("status finalized height")?;
+                let [n] = r.array::<1>("status ready module count")?;
+                if usize::from(n) > MAX_READY_MODULES {
+                    return Err(RpcError::Invalid {
+                        field: "status ready module count",
+                        reason: format!("{n} entries, at most {MAX_READY_MODULES}"),
+                    });
+                }
+                let mut ready_modules = Vec::with_capacity(usize::from(n));
+                for _ in 0..n {
+                    ready_modules.push(r.array("status ready module")?);
+                }
+                Self::Status(ChainStatus {
+                    head_height,
+                    head_hash,
+                    finalized_height,
+                    ready_modules,
+                })
+            }
+            Request::Module { .. } => match r.array::<1>("module answer flag")? {
+                [0] => Self::Module(None),
+                [1] => {
+                    let len = u32::from_le_bytes(r.array("module length")?);
+                    let len = usize::try_from(len).map_err(|_| RpcError::Invalid {
+                        field: "module length",
+                        reason: format!("{len} does not fit in memory"),
+                    })?;
+                    Self::Module(Some(r.take(len, "module bytes")?.to_vec()))
+                }
+                [other] => {
+                    return Err(RpcError::Invalid {
+                        field: "module answer flag",
+                        reason: format!("{other} is neither 0 nor 1"),
+                    });
+                }
+            },
             Request::Blocks { count, .. } => {
                 let n = r.u16("blocks answer count")?;
                 if n > *count {
@@ -333,8 +406,14 @@ mod tests {
                 head_height: 9,
                 head_hash: [3; 32],
                 finalized_height: 2,
+                ready_modules: vec![[4; 32], [5; 32]],
             }),
         );
+        roundtrip(
+            Request::Module { hash: [6; 32] },
+            Response::Module(Some(vec![0, 97, 115, 109])),
+        );
+        roundtrip(Request::Module { hash: [6; 32] }, Response::Module(None));
         roundtrip(
             Request::Blocks { start: 5, count: 3 },
             Response::Blocks(vec![vec![1, 2, 3], vec![], vec![9; 300]]),
@@ -375,8 +454,17 @@ mod tests {
             head_height: 0,
             head_hash: [0; 32],
             finalized_height: 0,
+            ready_modules: Vec::new(),
         })
         .encode();
+        // A status answer listing more ready modules than allowed.
+        let mut many = p.clone();
+        *many.last_mut().unwrap() = 17;
+        many.extend(std::iter::repeat_n(0, 17 * 32));
+        let err = Response::decode(&Request::Status, t, &many)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("ready module count"), "{err}");
         assert!(Response::decode(&Request::Peers, t, &p).is_err());
         // A bad address family.
         let mut p = vec![1];

@@ -22,7 +22,7 @@ use crate::checkpoint::service::CreateReply;
 use crate::checkpoint::{BlockRef, CheckpointSummary, Checkpointer, RegistrySnapshot};
 use crate::deposit_source::DepositSource;
 use crate::net::identity::NodeIdentity;
-use crate::state::RegistryRead;
+use crate::state::{RegistryRead, UpgradeOp};
 
 /// What the rest of the node sees of the chain; updated after every change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,6 +64,9 @@ pub enum WorkerError {
     /// The worker's queue for this kind of job (or this peer's share of it) is full.
     #[error("the chain worker is busy; try again later")]
     Busy,
+    /// The upgrade proposal breaks the schedule's rules.
+    #[error("upgrade proposal refused: {0}")]
+    Proposal(crate::state::ScheduleError),
     /// The block's slot has not started yet on our clock (beyond the skew allowance).
     #[error("block {height} is for slot {slot}, but the current slot is {current}")]
     FutureSlot {
@@ -98,6 +101,10 @@ enum Command {
     },
     Checkpoint {
         reply: CreateReply,
+    },
+    Propose {
+        op: UpgradeOp,
+        reply: oneshot::Sender<Result<(), WorkerError>>,
     },
 }
 
@@ -193,6 +200,11 @@ impl ChainHandle {
             .map_err(|_| "the checkpoint creator stopped before answering".to_string())?
     }
 
+    /// Makes this node's blocks vote for the upgrade `op` while the vote counts.
+    pub async fn propose_upgrade(&self, op: UpgradeOp) -> Result<(), WorkerError> {
+        self.ask(|reply| Command::Propose { op, reply }).await
+    }
+
     /// The current view.
     pub fn view(&self) -> ChainView {
         *self.view.borrow()
@@ -271,7 +283,7 @@ pub fn spawn_with_checkpoints(
 fn class_of(command: &Command) -> (JobClass, Requester) {
     match command {
         Command::Produce { .. } => (JobClass::Produce, None),
-        Command::Add { .. } => (JobClass::Import, None),
+        Command::Add { .. } | Command::Propose { .. } => (JobClass::Import, None),
         Command::Blocks { requester, .. } => (JobClass::Serve, *requester),
         Command::Checkpoint { .. } => (JobClass::Serve, None),
     }
@@ -355,6 +367,13 @@ impl Worker {
             } => {
                 let _ = reply.send(self.blocks(start, count, max_bytes));
             }
+            Command::Propose { op, reply } => {
+                let _ = reply.send(
+                    self.chain
+                        .propose_upgrade(op)
+                        .map_err(WorkerError::Proposal),
+                );
+            }
             Command::Checkpoint { reply } => self.checkpoint(Some(reply)),
         }
     }
@@ -364,7 +383,11 @@ impl Worker {
     fn snapshot(&self) -> Option<(BlockRef, RegistrySnapshot)> {
         let head = self.chain.head();
         let registry = self.chain.registry().read().ok()?.clone();
-        let state = RegistrySnapshot::new(registry, self.chain.eth1_state().clone());
+        let state = RegistrySnapshot::new(
+            registry,
+            self.chain.eth1_state().clone(),
+            self.chain.schedule().clone(),
+        );
         let at = BlockRef {
             height: head.height,
             hash: head.hash,

@@ -14,6 +14,7 @@
 //! A malformed message on any stream bans the peer ([`PeerManager::handle_violation`]) and
 //! closes its connection with [`CLOSE_PROTOCOL_VIOLATION`]; the node carries on.
 
+mod module_fetch;
 mod rpc_server;
 mod sync_driver;
 
@@ -34,6 +35,7 @@ use tokio::time::Instant;
 
 use super::chain_worker::{CLOCK_SKEW_MS, ChainHandle, WorkerError, unix_ms};
 use super::metrics::{Metrics, bump};
+use super::upgrades::UpgradeAgent;
 use super::verdict::{self, Fault, RequestError};
 use crate::chain::Added;
 use crate::chain::block::Block;
@@ -145,6 +147,8 @@ pub(super) struct NetworkParts {
     /// Longest wait for them.
     pub startup_wait: Duration,
     pub bans: BanList,
+    /// Scheduled modules: readiness, fetching by hash, serving.
+    pub upgrades: Arc<UpgradeAgent>,
 }
 
 pub(super) struct Network {
@@ -170,6 +174,7 @@ pub(super) struct Network {
     last_sync_import: Option<Instant>,
     bootstrap: Vec<PeerKey>,
     startup_deadline: Instant,
+    upgrades: Arc<UpgradeAgent>,
 }
 
 /// Events the network task's helpers may have waiting for it. Every helper task sends at most
@@ -208,6 +213,7 @@ impl Network {
             status_interval: parts.status_interval,
             next_status_poll: Instant::now() + parts.status_interval,
             bans: parts.bans,
+            upgrades: parts.upgrades,
             last_sync_import: None,
             bootstrap: parts.bootstrap,
             startup_deadline: Instant::now() + parts.startup_wait,
@@ -287,6 +293,7 @@ impl Network {
             for (node, conn) in &self.conns {
                 self.spawn_status_request(*node, conn.conn.clone());
             }
+            self.poll_module_fetch();
         }
         while let Some(action) = self.peers.poll_action(now) {
             self.on_action(action);
@@ -511,6 +518,7 @@ impl Network {
                     tracing::info!(peer = %short(&node), reason = ?conn.conn.close_reason(), "peer disconnected");
                     self.peers.handle_disconnected(node, conn.direction, now);
                     self.sync.handle_peer_disconnected(node);
+                    self.upgrades.peer_gone(&node);
                 }
             }
             Event::Violation { node, reason } => self.violation(node, reason),
@@ -532,6 +540,7 @@ impl Network {
             },
             Event::StatusAnswer { node, status } => {
                 if self.conns.contains_key(&node) {
+                    self.upgrades.peer_ready(node, status.ready_modules.clone());
                     self.sync
                         .handle_peer_status(node, status.head_height, status.head_hash, now);
                 }
@@ -673,6 +682,7 @@ impl Network {
             node,
             conn.clone(),
             self.chain.clone(),
+            self.upgrades.clone(),
             self.events.clone(),
             self.limits.max_message_bytes,
         ));

@@ -38,11 +38,14 @@ impl ImportError {
             // A vote, deposit count or deposit index the chain's rules refuse: the block is
             // invalid whoever checks it.
             | Self::Eth1Vote { .. }
+            | Self::UpgradeVote { .. }
             | Self::WrongDepositCount { .. }
             | Self::DepositIndexMismatch { .. } => Fault::Peer,
             // Out of fuel, limits and traps are deterministic outcomes of the block; a host
             // failure is ours.
             Self::Host(..) => Fault::Ours,
+            // The scheduled module is not here yet: ours, never the block's.
+            Self::ModuleMissing { .. } => Fault::Ours,
             Self::Module(..) => Fault::Peer,
             Self::State {
                 source: StateError::Poisoned,
@@ -78,6 +81,7 @@ impl WorkerError {
             Self::Block(e) => e.fault(),
             Self::FutureSlot { .. } | Self::Busy => Fault::Transient,
             Self::Stopped | Self::Produce { .. } | Self::Store(_) => Fault::Ours,
+            Self::Proposal(_) => Fault::Transient,
         }
     }
 }

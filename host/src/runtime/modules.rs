@@ -464,6 +464,15 @@ impl Modules {
         self.gossip_policy.flush_shadow();
     }
 
+    /// The prepared (warmed) deposits module with component sha256 `hash`, if any: what the
+    /// chain runs at the heights its schedule names that module for.
+    pub fn prepared_deposits(&self, hash: &[u8; 32]) -> Option<Arc<DepositsModule>> {
+        match self.lookup(hash)? {
+            AnyReady::Deposits(r) => Some(r.module),
+            _ => None,
+        }
+    }
+
     /// The active deposits module.
     pub fn deposits(&self) -> Arc<DepositsModule> {
         self.deposits.active()

@@ -252,12 +252,18 @@ impl Eth1State {
     }
 }
 
-/// The state root: the registry's root and the eth1 state's, domain-separated.
-pub fn state_root(registry_root: &Hash32, eth1: &Eth1State) -> Hash32 {
+/// The state root: the registry's root, the eth1 state's and the module schedule's,
+/// domain-separated.
+pub fn state_root(
+    registry_root: &Hash32,
+    eth1: &Eth1State,
+    schedule: &super::schedule::Schedule,
+) -> Hash32 {
     let mut h = Sha256::new();
-    h.update(b"modnode-state-v2");
+    h.update(b"modnode-state-v3");
     h.update(registry_root);
     h.update(eth1.root());
+    h.update(schedule.root());
     h.finalize().into()
 }
 
@@ -352,7 +358,20 @@ mod tests {
             ..s.clone()
         };
         assert_ne!(s.root(), other.root());
-        assert_ne!(state_root(&[0; 32], &s), state_root(&[0; 32], &other));
-        assert_ne!(state_root(&[0; 32], &s), state_root(&[1; 32], &s));
+        let none = super::super::schedule::Schedule::default();
+        assert_ne!(
+            state_root(&[0; 32], &s, &none),
+            state_root(&[0; 32], &other, &none)
+        );
+        assert_ne!(
+            state_root(&[0; 32], &s, &none),
+            state_root(&[1; 32], &s, &none)
+        );
+        let scheduled =
+            super::super::schedule::Schedule::genesis(&[(crate::runtime::Kind::Deposits, [1; 32])]);
+        assert_ne!(
+            state_root(&[0; 32], &s, &none),
+            state_root(&[0; 32], &s, &scheduled)
+        );
     }
 }

@@ -2,7 +2,9 @@
 //! Each version replays the chain from genesis in its own in-memory chain, exactly as a node
 //! syncing it would (the chain checks each block's state root against the header), and is also
 //! called directly on each block's context to measure its fuel. Both versions must accept every
-//! recorded block with the same outcomes and roots.
+//! recorded block with the same outcomes and roots. A version replays every height, including
+//! heights where the chain's schedule names another deposits module: the question is whether it
+//! would have agreed with the recorded history there ([`Substitute`]).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -12,7 +14,7 @@ use super::versions::{BlockRun, Version, is_host_failure};
 use super::{CaseInput, CheckError, Counterexample, Failure, Kind, Report, Settings, Verdict};
 use crate::chain::block::Block;
 use crate::chain::genesis::Genesis;
-use crate::chain::{Chain, DepositEngine, native_deposits, to_wit};
+use crate::chain::{Chain, DepositEngine, DepositModules, native_deposits, to_wit};
 use crate::store::{MemoryStore, SledStore};
 
 /// Replays `data_dir` (a node's data dir, which must not be in use) with both versions.
@@ -112,6 +114,15 @@ pub(crate) fn replay(
 
 /// Replays `blocks` on a fresh in-memory chain running `version`: each block's import result,
 /// and the fuel of the version's call on it (0 when it was not accepted).
+/// Answers every scheduled deposits module with the version under check.
+struct Substitute(DepositEngine);
+
+impl DepositModules for Substitute {
+    fn deposits(&self, _hash: &[u8; 32]) -> Option<DepositEngine> {
+        Some(self.0.clone())
+    }
+}
+
 fn replay_version(
     version: &Version,
     genesis: &Genesis,
@@ -120,12 +131,15 @@ fn replay_version(
     let engine = version.deposit_engine().ok_or_else(|| CheckError::Host {
         reason: format!("{} is not loaded as a deposits module", version.name),
     })?;
-    let mut chain =
-        Chain::open(Arc::new(MemoryStore::new()), genesis.clone(), engine).map_err(|e| {
-            CheckError::Host {
-                reason: format!("in-memory chain for {}: {e}", version.name),
-            }
-        })?;
+    let mut chain = Chain::open(
+        Arc::new(MemoryStore::new()),
+        genesis.clone(),
+        engine.clone(),
+    )
+    .map_err(|e| CheckError::Host {
+        reason: format!("in-memory chain for {}: {e}", version.name),
+    })?;
+    chain.set_deposit_modules(Arc::new(Substitute(engine)));
     let fork = genesis.genesis_fork_version;
     let mut results = Vec::with_capacity(blocks.len());
     let mut fuel = Vec::with_capacity(blocks.len());

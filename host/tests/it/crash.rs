@@ -15,9 +15,24 @@ use rand::{Rng, SeedableRng};
 /// Runs the import loop and kills it after a random delay; returns the last height it reported
 /// as imported (durably committed).
 fn run_and_kill(data_dir: &std::path::Path, rng: &mut impl Rng) -> u64 {
+    // Wait for the first import so the kill lands during continuous import, then a random
+    // moment more (a few blocks' worth at most).
+    let delay = Duration::from_millis(rng.random_range(0..150));
+    run_and_kill_after(data_dir, &[], 1, delay)
+}
+
+/// Runs `modnode debug import-loop` with `extra` arguments and SIGKILLs it `delay` after it
+/// reported importing `height`; returns the last height it reported as durably committed.
+pub(super) fn run_and_kill_after(
+    data_dir: &std::path::Path,
+    extra: &[&str],
+    height: u64,
+    delay: Duration,
+) -> u64 {
     let mut child = Command::new(env!("CARGO_BIN_EXE_modnode"))
         .args(["debug", "import-loop", "--data-dir"])
         .arg(data_dir)
+        .args(extra)
         .env("RUST_LOG", "warn")
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -39,11 +54,15 @@ fn run_and_kill(data_dir: &std::path::Path, rng: &mut impl Rng) -> u64 {
         }
         last
     });
-    // Wait for the first import so the kill lands during continuous import, then a random
-    // moment more (a few blocks' worth at most).
-    rx.recv_timeout(Duration::from_secs(60))
-        .expect("the import loop never imported a block");
-    std::thread::sleep(Duration::from_millis(rng.random_range(0..150)));
+    loop {
+        let reported = rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("the import loop stopped reporting imports");
+        if reported >= height {
+            break;
+        }
+    }
+    std::thread::sleep(delay);
     // SIGKILL: no destructors, no flush.
     unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
     child.wait().unwrap();

@@ -715,9 +715,11 @@ pub(crate) mod quic {
                             head_height: u64::MAX,
                             head_hash: [0xee; 32],
                             finalized_height: u64::MAX - 32,
+                            ready_modules: Vec::new(),
                         }),
                         Request::Blocks { .. } => Response::Blocks(Vec::new()),
                         Request::Peers => Response::Peers(Vec::new()),
+                        Request::Module { .. } => Response::Module(None),
                     };
                     let (t, p) = response.encode();
                     if codec::write_frame(&mut send, t, &p, 1 << 20).await.is_ok() {

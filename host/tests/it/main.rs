@@ -18,6 +18,8 @@ mod profile;
 mod reproducible;
 mod slots;
 mod upgrade_check;
+mod upgrade_devnet;
+mod upgrades;
 mod upload;
 
 use std::sync::{Arc, RwLock};

@@ -113,7 +113,7 @@ pub(super) async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
     }
 }
 
-fn dirs(n: usize) -> Vec<TempDir> {
+pub(super) fn dirs(n: usize) -> Vec<TempDir> {
     (0..n).map(|_| TempDir::new().unwrap()).collect()
 }
 

@@ -1,5 +1,5 @@
-//! The RPC server: answers the status, block-range and peer-list requests a peer sends on its
-//! bidirectional streams. Block ranges come from the chain worker on the peer's behalf (after
+//! The RPC server: answers the status, block-range, peer-list and module-by-hash requests a peer
+//! sends on its bidirectional streams. Block ranges come from the chain worker on the peer's behalf (after
 //! production and imports, limited per peer); a malformed request is reported as a violation.
 
 use tokio::sync::{mpsc, oneshot};
@@ -8,6 +8,7 @@ use super::{Event, PeerKey, REQUEST_TIMEOUT, short};
 use crate::net::codec;
 use crate::net::rpc::{self, ChainStatus, Request, Response};
 use crate::node::chain_worker::ChainHandle;
+use crate::node::upgrades::UpgradeAgent;
 
 /// Answers the requests `node` sends on `conn` until it closes; a malformed request is
 /// reported as a violation.
@@ -15,16 +16,26 @@ pub(super) async fn serve(
     node: PeerKey,
     conn: quinn::Connection,
     chain: ChainHandle,
+    upgrades: std::sync::Arc<UpgradeAgent>,
     events: mpsc::Sender<Event>,
     max_message_bytes: usize,
 ) {
     while let Ok((send, recv)) = conn.accept_bi().await {
         let chain = chain.clone();
+        let upgrades = upgrades.clone();
         let events = events.clone();
         tokio::spawn(async move {
             let served = tokio::time::timeout(
                 REQUEST_TIMEOUT,
-                serve_one(node, send, recv, &chain, &events, max_message_bytes),
+                serve_one(
+                    node,
+                    send,
+                    recv,
+                    &chain,
+                    &upgrades,
+                    &events,
+                    max_message_bytes,
+                ),
             )
             .await;
             match served {
@@ -44,6 +55,7 @@ async fn serve_one(
     mut send: quinn::SendStream,
     mut recv: quinn::RecvStream,
     chain: &ChainHandle,
+    upgrades: &std::sync::Arc<UpgradeAgent>,
     events: &mpsc::Sender<Event>,
     max_message_bytes: usize,
 ) -> Result<(), Option<String>> {
@@ -62,7 +74,16 @@ async fn serve_one(
                 head_height: view.head.height,
                 head_hash: view.head.hash,
                 finalized_height: view.finalized_height,
+                ready_modules: upgrades.ready_scheduled(),
             })
+        }
+        Request::Module { hash } => {
+            let upgrades = upgrades.clone();
+            let bytes = tokio::task::spawn_blocking(move || upgrades.serve(&hash))
+                .await
+                .map_err(|_| None)?;
+            // A module that does not fit one frame is not served (uploads are capped below it).
+            Response::Module(bytes.filter(|b| b.len().saturating_add(16) <= max_message_bytes))
         }
         Request::Blocks { start, count } => {
             // Leave room for the length prefixes and the count.

@@ -1,0 +1,78 @@
+//! Fetching scheduled modules this node lacks from its peers by hash: one fetch at a time,
+//! peers reporting the module ready asked first. The bytes must hash to what was asked (else
+//! the peer is penalised) and then pass the upload path (validate, precompile, warm) before the
+//! chain can run them.
+
+use super::{Event, Network, short};
+use crate::net::rpc::{Request, Response};
+
+use super::sync_driver::request;
+
+impl Network {
+    /// Starts fetching the first missing scheduled module, unless a fetch is running.
+    pub(super) fn poll_module_fetch(&mut self) {
+        let connected: Vec<_> = self.conns.keys().copied().collect();
+        let Some((hash, peers)) = self.upgrades.next_fetch(&connected) else {
+            return;
+        };
+        let conns: Vec<_> = peers
+            .iter()
+            .filter_map(|p| self.conns.get(p).map(|c| (*p, c.conn.clone())))
+            .collect();
+        let upgrades = self.upgrades.clone();
+        let events = self.events.clone();
+        let max = self.limits.max_message_bytes;
+        tokio::spawn(async move {
+            let module = hex::encode(hash);
+            // The local store first (uploaded by the operator, or fetched before a restart).
+            let local = {
+                let upgrades = upgrades.clone();
+                tokio::task::spawn_blocking(move || upgrades.prepare_local(&hash)).await
+            };
+            match local {
+                Ok(Ok(true)) => {
+                    upgrades.fetch_done();
+                    return;
+                }
+                Ok(Err(e)) => {
+                    tracing::warn!(%module, error = %e, "stored module cannot be prepared")
+                }
+                _ => {}
+            }
+            for (peer, conn) in conns {
+                let bytes = match request(&conn, Request::Module { hash }, max).await {
+                    Ok(Response::Module(Some(bytes))) => bytes,
+                    Ok(_) => continue,
+                    Err(e) => {
+                        tracing::debug!(peer = %short(&peer), %module, error = %e, "module request failed");
+                        continue;
+                    }
+                };
+                let accept = {
+                    let upgrades = upgrades.clone();
+                    let name = short(&peer);
+                    tokio::task::spawn_blocking(move || {
+                        upgrades.accept_fetched(&hash, &bytes, &name)
+                    })
+                    .await
+                };
+                match accept {
+                    Ok(Ok(())) => break,
+                    Ok(Err(e @ crate::node::upgrades::FetchError::WrongHash { .. })) => {
+                        let _ = events
+                            .send(Event::Violation {
+                                node: peer,
+                                reason: e.to_string(),
+                            })
+                            .await;
+                    }
+                    Ok(Err(e)) => {
+                        tracing::warn!(peer = %short(&peer), error = %e, "fetched module refused")
+                    }
+                    Err(e) => tracing::warn!(%module, error = %e, "module preparation task failed"),
+                }
+            }
+            upgrades.fetch_done();
+        });
+    }
+}

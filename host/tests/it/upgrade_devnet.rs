@@ -1,0 +1,304 @@
+//! On-chain upgrades on a devnet over real QUIC: authorities vote an upgrade of the deposits
+//! module into their blocks; one alone cannot schedule it, a majority does; every node switches
+//! at the height with identical blocks; a node started after the height range-syncs through it;
+//! a node that cannot get the module stops at the height and resumes once a peer serves it.
+//!
+//! Waits are liveness bounds (generous, polled), not performance targets.
+
+use std::path::Path;
+
+use modnode::admin::client::{self, Target};
+use modnode::chain::genesis::Genesis;
+use modnode::node::Node;
+use modnode::runtime::Kind;
+use sha2::{Digest, Sha256};
+use tempfile::TempDir;
+
+use super::artifact;
+use super::network::{dirs, eventually, genesis, start};
+
+fn sha(bytes: &[u8]) -> [u8; 32] {
+    Sha256::digest(bytes).into()
+}
+
+/// A devnet genesis whose first `authorities` of `dirs` produce, running `deposits-v1` from
+/// genesis.
+fn upgrade_genesis(chain_id: &str, dirs: &[&Path], authorities: usize) -> Genesis {
+    let mut g = genesis(chain_id, dirs, authorities);
+    g.deposits_module = Some(sha(&artifact("deposits-v1")));
+    g
+}
+
+/// Starts one node per dir, each bootstrapping from the one before.
+async fn start_all(paths: &[&Path], genesis: &Genesis) -> Vec<Node> {
+    let mut nodes: Vec<Node> = Vec::new();
+    for dir in paths {
+        let bootstrap = nodes
+            .last()
+            .map(|n| vec![n.peer_addr().unwrap()])
+            .unwrap_or_default();
+        nodes.push(start(dir, genesis, bootstrap).await);
+    }
+    nodes
+}
+
+async fn propose(dir: &Path, module: &[u8; 32], height: u64) {
+    let target = Target::data_dir(dir).unwrap();
+    client::propose_upgrade(&target, "deposits", &hex::encode(module), height)
+        .await
+        .unwrap();
+}
+
+fn height(node: &Node) -> u64 {
+    node.status().height
+}
+
+/// Every node holds the same canonical block at `h`.
+async fn same_block_at(nodes: &[&Node], h: u64) {
+    let first = nodes[0].chain().blocks(h, 1, usize::MAX).await.unwrap();
+    assert_eq!(first.len(), 1, "no block at height {h}");
+    for node in &nodes[1..] {
+        assert_eq!(node.chain().blocks(h, 1, usize::MAX).await.unwrap(), first);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn authority_votes_schedule_deposits_v2_and_every_node_switches_at_the_height() {
+    let tmp = dirs(4);
+    let paths: Vec<&Path> = tmp.iter().map(TempDir::path).collect();
+    let genesis = upgrade_genesis("modnode-it-upgrade", &paths, 3);
+    let lead = genesis.upgrade_lead_blocks;
+    let v1 = sha(&artifact("deposits-v1"));
+    let v2 = sha(&artifact("deposits-v2"));
+    let nodes = start_all(&paths[..3], &genesis).await;
+    eventually("three authorities at height 2", || {
+        nodes.iter().all(|n| height(n) >= 2)
+    })
+    .await;
+
+    // One authority of three votes alone: its votes are recorded, never a majority, and they
+    // expire once the lead is reached.
+    let alone = height(&nodes[0]) + lead + 8;
+    propose(paths[0], &v2, alone).await;
+    eventually("authority 0's vote in the state", || {
+        nodes[1]
+            .upgrades()
+            .schedule()
+            .pending
+            .iter()
+            .any(|p| p.op.height == alone && p.voters == vec![0])
+    })
+    .await;
+    eventually("the lone vote's deadline passing", || {
+        nodes.iter().all(|n| height(n) >= alone - lead)
+    })
+    .await;
+    for node in &nodes {
+        let schedule = node.upgrades().schedule();
+        assert_eq!(schedule.module_at(Kind::Deposits, alone + 100), Some(v1));
+        assert!(schedule.pending.iter().all(|p| p.op.height != alone));
+    }
+
+    // Two of three: scheduled everywhere, reported ready before the height.
+    let h = height(&nodes[0]) + lead + 8;
+    propose(paths[0], &v2, h).await;
+    propose(paths[1], &v2, h).await;
+    eventually("v2 scheduled at H on every node", || {
+        nodes
+            .iter()
+            .all(|n| n.upgrades().schedule().module_at(Kind::Deposits, h) == Some(v2))
+    })
+    .await;
+    assert!(
+        height(&nodes[2]) < h,
+        "scheduled too late to test readiness"
+    );
+    let target = Target::data_dir(paths[2]).unwrap();
+    let mut listing = serde_json::Value::Null;
+    for _ in 0..100 {
+        listing = client::modules(&target).await.unwrap();
+        if listing["scheduled"][0]["authorities_ready"] == 3 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let entry = &listing["scheduled"][0];
+    assert_eq!(entry["sha256"], hex::encode(v2), "{listing}");
+    assert_eq!(entry["height"], h, "{listing}");
+    assert_eq!(entry["ready_here"], true, "{listing}");
+    assert_eq!(entry["authorities_ready"], 3, "{listing}");
+
+    // Every node crosses H on the same blocks (same state roots).
+    eventually("every node past H", || {
+        nodes.iter().all(|n| height(n) >= h + 2)
+    })
+    .await;
+    let refs: Vec<&Node> = nodes.iter().collect();
+    for at in [h - 1, h, h + 1] {
+        same_block_at(&refs, at).await;
+    }
+
+    // A node started after H range-syncs from genesis through H with the right versions.
+    let late = start(paths[3], &genesis, vec![nodes[2].peer_addr().unwrap()]).await;
+    let goal = height(&nodes[0]) + 1;
+    eventually("the late node past H", || height(&late) >= goal).await;
+    assert_eq!(
+        late.upgrades().schedule().module_at(Kind::Deposits, h),
+        Some(v2)
+    );
+    same_block_at(&[&nodes[0], &late], h + 1).await;
+    late.shutdown().await;
+    for node in nodes {
+        node.shutdown().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_without_the_module_stops_at_the_height_and_resumes_once_a_peer_serves_it() {
+    let tmp = dirs(3);
+    let paths: Vec<&Path> = tmp.iter().map(TempDir::path).collect();
+    let genesis = upgrade_genesis("modnode-it-upgrade-fetch", &paths, 2);
+    let lead = genesis.upgrade_lead_blocks;
+    // A module no node embeds: only the authorities get it, by upload.
+    let fixture = artifact("fixture-deposits-linear-scan");
+    let module = sha(&fixture);
+    let nodes = start_all(&paths, &genesis).await;
+    let (authorities, follower) = nodes.split_at(2);
+    let follower = &follower[0];
+    for (dir, node) in paths.iter().zip(authorities) {
+        client::upload_module(&Target::data_dir(dir).unwrap(), fixture.clone())
+            .await
+            .unwrap();
+        // Nobody serves module bytes for now.
+        node.upgrades().set_serving(false);
+    }
+    eventually("every node at height 2", || {
+        nodes.iter().all(|n| height(n) >= 2)
+    })
+    .await;
+    let h = height(&nodes[0]) + lead + 6;
+    for dir in &paths[..2] {
+        propose(dir, &module, h).await;
+    }
+    eventually("the fixture scheduled on the follower", || {
+        follower.upgrades().schedule().module_at(Kind::Deposits, h) == Some(module)
+    })
+    .await;
+    // The follower cannot get the module: it stops right below H while the authorities go on.
+    eventually("the authorities past H and the follower at H - 1", || {
+        authorities.iter().all(|n| height(n) >= h + 3) && height(follower) >= h - 1
+    })
+    .await;
+    assert_eq!(
+        height(follower),
+        h - 1,
+        "the follower went past H without the module"
+    );
+    assert!(follower.upgrades().missing().contains(&module));
+    assert!(!follower.upgrades().is_ready(&module));
+
+    // A peer serves it: the follower fetches, verifies, compiles, warms and resumes.
+    authorities[0].upgrades().set_serving(true);
+    let goal = height(&authorities[0]) + 1;
+    eventually("the follower resuming past H", || height(follower) >= goal).await;
+    assert!(follower.upgrades().is_ready(&module));
+    let refs: Vec<&Node> = nodes.iter().collect();
+    same_block_at(&refs, h).await;
+    same_block_at(&refs, h + 1).await;
+
+    // Restarted past H, the follower finds the fetched module in its own store (nobody serves
+    // it now) and goes on.
+    authorities[0].upgrades().set_serving(false);
+    let mut nodes = nodes;
+    let follower = nodes.pop().unwrap();
+    follower.shutdown().await;
+    let follower = start(paths[2], &genesis, vec![nodes[0].peer_addr().unwrap()]).await;
+    assert!(height(&follower) >= h);
+    assert_eq!(
+        follower.upgrades().schedule().module_at(Kind::Deposits, h),
+        Some(module)
+    );
+    let goal = height(&nodes[0]) + 2;
+    eventually("the restarted follower going on", || {
+        height(&follower) >= goal
+    })
+    .await;
+    assert!(follower.upgrades().is_ready(&module));
+    follower.shutdown().await;
+    for node in nodes {
+        node.shutdown().await;
+    }
+}
+
+/// Runs the `modnode` binary; returns (success, stdout, stderr).
+async fn modnode_cli(args: Vec<String>) -> (bool, String, String) {
+    tokio::task::spawn_blocking(move || {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_modnode"))
+            .args(&args)
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    })
+    .await
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn module_propose_and_list_from_the_command_line() {
+    let tmp = dirs(1);
+    let dir = tmp[0].path();
+    // One authority: its vote alone is the majority.
+    let genesis = genesis("modnode-it-propose-cli", &[dir], 1);
+    let node = start(dir, &genesis, vec![]).await;
+    eventually("the node producing", || height(&node) >= 1).await;
+    let v1 = hex::encode(sha(&artifact("deposits-v1")));
+    let data_dir = dir.display().to_string();
+    let propose = |module: &str, at: u64| {
+        vec![
+            "module".to_string(),
+            "propose".into(),
+            module.to_string(),
+            "--kind".into(),
+            "deposits".into(),
+            "--activate-at".into(),
+            at.to_string(),
+            "--data-dir".into(),
+            data_dir.clone(),
+        ]
+    };
+    // Refusals name the reason and exit non-zero.
+    let unknown = hex::encode([0x42; 32]);
+    let (ok, _, err) = modnode_cli(propose(&unknown, height(&node) + 50)).await;
+    assert!(!ok && err.contains("not stored"), "{err}");
+    let (ok, _, err) = modnode_cli(propose(&v1, height(&node) + 1)).await;
+    assert!(!ok && err.contains("too late"), "{err}");
+
+    let h = height(&node) + genesis.upgrade_lead_blocks + 20;
+    let (ok, out, err) = modnode_cli(propose(&v1, h)).await;
+    assert!(ok, "{err}");
+    assert!(out.contains("proposed"), "{out}");
+    eventually("deposits-v1 scheduled", || {
+        node.upgrades().schedule().module_at(Kind::Deposits, h)
+            == Some(sha(&artifact("deposits-v1")))
+    })
+    .await;
+    let (ok, out, err) = modnode_cli(vec![
+        "module".into(),
+        "list".into(),
+        "--data-dir".into(),
+        data_dir.clone(),
+    ])
+    .await;
+    assert!(ok, "{err}");
+    assert!(
+        out.contains(&format!(
+            "scheduled: sha256 {v1} at height {h}; ready here: true"
+        )),
+        "{out}"
+    );
+    node.shutdown().await;
+}
