@@ -79,16 +79,6 @@ pub trait AdminBackend: Send + Sync + 'static {
     fn checkpoints(&self) -> BoxFuture<'_, Result<serde_json::Value, String>> {
         Box::pin(async { Ok(serde_json::json!({ "checkpoints": [] })) })
     }
-    /// Activates a ready module (live, shadow or canary), rolls a kind back or stops its
-    /// candidate; answers the kind's slot status as JSON. A backend without module slots refuses every operation.
-    fn module_op(&self, op: ModuleOp) -> BoxFuture<'_, Result<serde_json::Value, ModuleOpError>> {
-        let _ = op;
-        Box::pin(async {
-            Err(ModuleOpError::Internal(
-                "this node does not run module slots".into(),
-            ))
-        })
-    }
     /// Makes this node's blocks vote for upgrading `kind` to the module `sha256` (hex) at
     /// `activate_at` (the module must be stored here and ready). Err = refused, with why.
     fn propose_upgrade(
@@ -99,6 +89,16 @@ pub trait AdminBackend: Send + Sync + 'static {
     ) -> BoxFuture<'_, Result<serde_json::Value, String>> {
         let _ = (kind, sha256, activate_at);
         Box::pin(async { Err("this node does not take upgrade proposals".to_string()) })
+    }
+    /// Activates a ready module (live, shadow or canary), rolls a kind back or stops its
+    /// candidate; answers the kind's slot status as JSON. A backend without module slots refuses every operation.
+    fn module_op(&self, op: ModuleOp) -> BoxFuture<'_, Result<serde_json::Value, ModuleOpError>> {
+        let _ = op;
+        Box::pin(async {
+            Err(ModuleOpError::Internal(
+                "this node does not run module slots".into(),
+            ))
+        })
     }
 }
 

@@ -116,6 +116,25 @@ enum ModuleCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Make a running authority's blocks vote to switch a consensus kind to a stored, ready
+    /// module at a height; it is scheduled once a majority of the authorities voted for the same
+    /// (kind, module, height) more than the genesis lead before that height.
+    Propose {
+        /// The module's sha256 (hex), as `module upload` or `module list` prints it.
+        sha256: String,
+        /// The consensus kind.
+        #[arg(long, default_value = "deposits")]
+        kind: String,
+        /// The first height that runs the module.
+        #[arg(long)]
+        activate_at: u64,
+        /// Which node.
+        #[command(flatten)]
+        node: commands::module::NodeArgs,
+        /// Print the node's JSON answer.
+        #[arg(long)]
+        json: bool,
+    },
     /// Put an uploaded (or built-in) module of a local kind into service on a running node:
     /// live at once (the current version is kept as `previous`), as a shadow (runs on the same
     /// inputs, divergences counted, no effect) or as a canary (a share of calls). Consensus
@@ -140,25 +159,6 @@ enum ModuleCommand {
     Rollback {
         /// The kind.
         kind: modnode::runtime::Kind,
-        /// Which node.
-        #[command(flatten)]
-        node: commands::module::NodeArgs,
-        /// Print the node's JSON answer.
-        #[arg(long)]
-        json: bool,
-    },
-    /// Make a running authority's blocks vote to switch a consensus kind to a stored, ready
-    /// module at a height; it is scheduled once a majority of the authorities voted for the same
-    /// (kind, module, height) more than the genesis lead before that height.
-    Propose {
-        /// The module's sha256 (hex), as `module upload` or `module list` prints it.
-        sha256: String,
-        /// The consensus kind.
-        #[arg(long, default_value = "deposits")]
-        kind: String,
-        /// The first height that runs the module.
-        #[arg(long)]
-        activate_at: u64,
         /// Which node.
         #[command(flatten)]
         node: commands::module::NodeArgs,
@@ -286,6 +286,13 @@ fn main() -> std::process::ExitCode {
             commands::module::upload(&file, &node, json)
         }
         Command::Module(ModuleCommand::List { node, json }) => commands::module::list(&node, json),
+        Command::Module(ModuleCommand::Propose {
+            sha256,
+            kind,
+            activate_at,
+            node,
+            json,
+        }) => commands::module::propose(&sha256, &kind, activate_at, &node, json),
         Command::Module(ModuleCommand::Activate {
             hash,
             shadow,
@@ -306,13 +313,6 @@ fn main() -> std::process::ExitCode {
         Command::Module(ModuleCommand::Cancel { kind, node, json }) => {
             commands::module::cancel(kind, &node, json)
         }
-        Command::Module(ModuleCommand::Propose {
-            sha256,
-            kind,
-            activate_at,
-            node,
-            json,
-        }) => commands::module::propose(&sha256, &kind, activate_at, &node, json),
         Command::Module(ModuleCommand::Componentize { core, output }) => {
             commands::module::componentize(&core, &output)
         }

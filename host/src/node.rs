@@ -901,19 +901,19 @@ impl AdminBackend for Backend {
 
     fn modules(&self) -> BoxFuture<'_, Result<serde_json::Value, String>> {
         let (slots, store) = (self.slots.clone(), self.module_store.clone());
-        let upgrades = self.upgrades.clone();
-        let head = self.chain.view().head.height;
         Box::pin(async move {
             let mut listing = tokio::task::spawn_blocking(move || module_ops::list(&slots, &store))
                 .await
                 .map_err(|e| format!("module listing task failed: {e}"))??;
-            if let Some(map) = listing.as_object_mut() {
-                // Scheduled on chain: the height, and who reports the module ready.
-                map.insert(
-                    "scheduled".into(),
-                    serde_json::to_value(upgrades.readiness(head)).unwrap_or_default(),
-                );
-            }
+            // Scheduled on chain: the height, and who reports the module ready.
+            let head = self.chain.view().head.height;
+            let schedule = self.upgrades.schedule();
+            let next = head.saturating_add(1);
+            let running: Vec<_> = crate::runtime::Kind::ALL
+                .into_iter()
+                .filter_map(|k| schedule.module_at(k, next).map(|h| (k, h)))
+                .collect();
+            upgrades::annotate_listing(&mut listing, &self.upgrades.readiness(head), &running);
             Ok(listing)
         })
     }

@@ -103,6 +103,18 @@ pub async fn checkpoints(target: &Target) -> Result<Value, AdminError> {
     request(target, "GET", "/checkpoints", None, CLIENT_TIMEOUT).await
 }
 
+/// Asks the node to vote for upgrading `kind` to module `sha256` (hex) at `activate_at`
+/// (`POST /modules/propose`).
+pub async fn propose_upgrade(
+    target: &Target,
+    kind: &str,
+    sha256: &str,
+    activate_at: u64,
+) -> Result<Value, AdminError> {
+    let body = serde_json::json!({"kind": kind, "sha256": sha256, "activate_at": activate_at});
+    post_json(target, "/modules/propose", &body).await
+}
+
 /// Puts the ready module `hash` (64 hex digits) into service as `mode`; returns the kind's
 /// slot status.
 pub async fn activate_module(target: &Target, hash: &str, mode: Mode) -> Result<Value, AdminError> {
@@ -126,18 +138,6 @@ pub async fn rollback_module(target: &Target, kind: Kind) -> Result<Value, Admin
 pub async fn cancel_candidate(target: &Target, kind: Kind) -> Result<Value, AdminError> {
     let body = serde_json::json!({"kind": kind.to_string()});
     post_json(target, "/modules/cancel", &body).await
-}
-
-/// Asks the node to vote for upgrading `kind` to module `sha256` (hex) at `activate_at`
-/// (`POST /modules/propose`).
-pub async fn propose_upgrade(
-    target: &Target,
-    kind: &str,
-    sha256: &str,
-    activate_at: u64,
-) -> Result<Value, AdminError> {
-    let body = serde_json::json!({"kind": kind, "sha256": sha256, "activate_at": activate_at});
-    post_json(target, "/modules/propose", &body).await
 }
 
 async fn post_json(target: &Target, path: &str, body: &Value) -> Result<Value, AdminError> {

@@ -51,6 +51,10 @@ pub(crate) fn router(state: AppState) -> Router {
                 .fallback(not_allowed),
         )
         .route(
+            "/modules/propose",
+            axum::routing::post(propose_upgrade).fallback(not_allowed),
+        )
+        .route(
             "/modules/activate",
             axum::routing::post(activate_module).fallback(not_allowed),
         )
@@ -61,10 +65,6 @@ pub(crate) fn router(state: AppState) -> Router {
         .route(
             "/modules/cancel",
             axum::routing::post(cancel_candidate).fallback(not_allowed),
-        )
-        .route(
-            "/modules/propose",
-            axum::routing::post(propose_upgrade).fallback(not_allowed),
         )
         .route_layer(middleware::from_fn_with_state(state.clone(), authorize));
     Router::new()

@@ -49,6 +49,10 @@ pub struct NewValidators {
     pub native_ms: f64,
     /// Bare blst batch verification of the same signatures in the same blocks.
     pub bls_batch_floor_ms: f64,
+    /// Bare blst one-by-one verification of the same signatures: what v1 cannot go below.
+    /// `bls_single_floor_ms / bls_batch_floor_ms` bounds what `v1_over_v2` can reach on this
+    /// machine (blst's batch verification spreads over the cores that are free).
+    pub bls_single_floor_ms: f64,
     /// Applying the deltas to the in-memory state (index + state tree), per engine run.
     pub state_apply_ms: f64,
 }
@@ -268,6 +272,7 @@ fn run_here(validators: u32, deposits: usize, repeat: usize) -> anyhow::Result<D
     // measured in the same loop so it sees the same machine conditions.
     let signing_roots: Vec<[u8; 32]> = new.iter().map(|d| deposit_signing_root(d, FORK)).collect();
     let mut floor = 0.0;
+    let mut single_floor = 0.0;
     for ((height, block), roots) in (1u64..).zip(&blocks).zip(signing_roots.chunks(BLOCK)) {
         let index = (height - 1) * BLOCK as u64;
         let sets: Vec<SignatureSet<'_>> = block
@@ -295,6 +300,18 @@ fn run_here(validators: u32, deposits: usize, repeat: usize) -> anyhow::Result<D
                     best = best.min(super::ms_since(start));
                 }
                 floor += best;
+                let mut best = f64::INFINITY;
+                for _ in 0..repeat.max(1) {
+                    let start = Instant::now();
+                    for set in &sets {
+                        anyhow::ensure!(
+                            crypto::verify(set.pubkey, set.message, set.signature),
+                            "bench signatures do not verify"
+                        );
+                    }
+                    best = best.min(super::ms_since(start));
+                }
+                single_floor += best;
                 continue;
             }
             let (engine, reg) = (engines[slot], &regs[slot]);
@@ -371,6 +388,7 @@ fn run_here(validators: u32, deposits: usize, repeat: usize) -> anyhow::Result<D
             v2_ms,
             native_ms,
             bls_batch_floor_ms: floor,
+            bls_single_floor_ms: single_floor,
             state_apply_ms: apply_total,
         },
         topups: Topups {

@@ -465,6 +465,14 @@ pub async fn run(
                             ) => {
                                 tracing::warn!(error = %text, "deposit follower");
                             }
+                            PollError::Follow(FollowError::Reorg { .. }) if log.is_some() => {
+                                tracing::error!(
+                                    error = %text,
+                                    "deposit follower cannot advance: if the deposit source was \
+                                     reset, delete the data directory's deposit-log to follow it \
+                                     again from its first block"
+                                );
+                            }
                             _ => tracing::error!(error = %text, "deposit follower cannot advance"),
                         }
                         reported = text;

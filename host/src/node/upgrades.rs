@@ -301,6 +301,76 @@ impl UpgradeAgent {
     }
 }
 
+/// Adds on-chain scheduling to a `GET /modules` listing: every upcoming entry under
+/// `"scheduled"`, the next one of each kind as that kind's `slot.scheduled` (hash, height,
+/// peers and authorities reporting it ready), and as a consensus kind's `slot.active` the
+/// module the chain runs next (`chain_active`: kind and hash), when it is ready here.
+pub fn annotate_listing(
+    listing: &mut serde_json::Value,
+    readiness: &[ScheduledReadiness],
+    chain_active: &[(Kind, Hash)],
+) {
+    if let Some(kinds) = listing.get_mut("kinds").and_then(|k| k.as_array_mut()) {
+        for entry in kinds {
+            let kind = entry
+                .get("kind")
+                .and_then(|k| k.as_str())
+                .map(str::to_string);
+            let running = chain_active
+                .iter()
+                .find(|(k, _)| Some(k.to_string()) == kind)
+                .map(|(_, h)| hex::encode(h));
+            let version = running.as_ref().and_then(|hash| {
+                entry
+                    .get("ready")
+                    .and_then(|r| r.as_array())
+                    .and_then(|r| {
+                        r.iter()
+                            .find(|v| v.get("sha256").and_then(|s| s.as_str()) == Some(hash))
+                    })
+                    .cloned()
+            });
+            if let (Some(hash), Some(v)) = (&running, version)
+                && let Some(slot) = entry.get_mut("slot").and_then(|s| s.as_object_mut())
+            {
+                slot.insert(
+                    "active".into(),
+                    serde_json::json!({
+                        "name": v.get("name"),
+                        "hash": hash,
+                        "version": v.get("module_version"),
+                        "warmup": v.get("warmup"),
+                    }),
+                );
+            }
+            let next = readiness
+                .iter()
+                .filter(|r| Some(r.kind.to_string()) == kind)
+                .min_by_key(|r| r.height);
+            if let (Some(next), Some(slot)) = (next, entry.get_mut("slot"))
+                && let Some(slot) = slot.as_object_mut()
+            {
+                slot.insert(
+                    "scheduled".into(),
+                    serde_json::json!({
+                        "hash": next.sha256,
+                        "height": next.height,
+                        "ready_here": next.ready_here,
+                        "peers_ready": next.peers_ready,
+                        "authorities_ready": next.authorities_ready,
+                    }),
+                );
+            }
+        }
+    }
+    if let Some(map) = listing.as_object_mut() {
+        map.insert(
+            "scheduled".into(),
+            serde_json::to_value(readiness).unwrap_or_default(),
+        );
+    }
+}
+
 impl DepositModules for UpgradeAgent {
     fn deposits(&self, hash: &Hash) -> Option<DepositEngine> {
         let found = self

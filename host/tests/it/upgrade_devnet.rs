@@ -277,7 +277,7 @@ async fn module_propose_and_list_from_the_command_line() {
     let (ok, _, err) = modnode_cli(propose(&v1, height(&node) + 1)).await;
     assert!(!ok && err.contains("too late"), "{err}");
 
-    let h = height(&node) + genesis.upgrade_lead_blocks + 20;
+    let h = height(&node) + genesis.upgrade_lead_blocks + 10;
     let (ok, out, err) = modnode_cli(propose(&v1, h)).await;
     assert!(ok, "{err}");
     assert!(out.contains("proposed"), "{out}");
@@ -296,9 +296,22 @@ async fn module_propose_and_list_from_the_command_line() {
     assert!(ok, "{err}");
     assert!(
         out.contains(&format!(
-            "scheduled: sha256 {v1} at height {h}; ready here: true"
+            "scheduled: {v1} at height {h} (peers ready: 0, authorities ready: 1)"
         )),
         "{out}"
     );
+    assert!(out.contains("active:    deposits-v2@"), "{out}");
+    // From H on, the chain runs deposits-v1, and the listing says so.
+    eventually("the node past H", || height(&node) >= h).await;
+    let (ok, out, err) = modnode_cli(vec![
+        "module".into(),
+        "list".into(),
+        "--data-dir".into(),
+        data_dir.clone(),
+    ])
+    .await;
+    assert!(ok, "{err}");
+    assert!(out.contains("active:    deposits-v1@"), "{out}");
+    assert!(!out.contains("scheduled:"), "{out}");
     node.shutdown().await;
 }
