@@ -87,6 +87,14 @@ pub trait AdminBackend: Send + Sync + 'static {
             ))
         })
     }
+    /// Creates a checkpoint of the head state now; resolves with its summary once stored.
+    fn create_checkpoint(&self) -> BoxFuture<'_, Result<serde_json::Value, String>> {
+        Box::pin(async { Err("this node does not create checkpoints".to_string()) })
+    }
+    /// The stored checkpoints, newest first.
+    fn checkpoints(&self) -> BoxFuture<'_, Result<serde_json::Value, String>> {
+        Box::pin(async { Ok(serde_json::json!({ "checkpoints": [] })) })
+    }
     /// Makes this node's blocks vote for upgrading `kind` to the module `sha256` (hex) at
     /// `activate_at` (the module must be stored here and ready). Err = refused, with why.
     fn propose_upgrade(

@@ -1,6 +1,7 @@
 //! Benchmarks behind `modnode bench`. Each measures in one run and reports medians, so ratios
 //! between its numbers are meaningful on a shared, noisy machine.
 
+pub mod checkpoint;
 pub mod deposits;
 pub mod gossip;
 pub mod host_call;

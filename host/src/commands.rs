@@ -1,6 +1,7 @@
 //! One module per `modnode` subcommand group.
 
 pub mod bench;
+pub mod checkpoint;
 pub mod deposit;
 pub mod devnet;
 pub mod module;

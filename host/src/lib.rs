@@ -23,6 +23,7 @@
 pub mod admin;
 pub mod alloc_stats;
 pub mod chain;
+pub mod checkpoint;
 pub mod crypto;
 pub mod deposit_source;
 pub mod files;

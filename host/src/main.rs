@@ -29,6 +29,9 @@ enum Command {
     /// Work with module components.
     #[command(subcommand)]
     Module(ModuleCommand),
+    /// Checkpoints of a running node's state.
+    #[command(subcommand)]
+    Checkpoint(CheckpointCommand),
     /// Run two versions of a module side by side; exit non-zero on divergence or fuel regression.
     UpgradeCheck(commands::upgrade_check::UpgradeCheckArgs),
     /// Measure the node (`--json` for machines).
@@ -37,6 +40,26 @@ enum Command {
     /// Tools for tests and debugging.
     #[command(subcommand, hide = true)]
     Debug(DebugCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum CheckpointCommand {
+    /// Create a checkpoint of the head state now (answers once it is stored).
+    Create {
+        #[command(flatten)]
+        node: commands::module::NodeArgs,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List the node's stored checkpoints, newest first.
+    List {
+        #[command(flatten)]
+        node: commands::module::NodeArgs,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -239,6 +262,21 @@ enum BenchCommand {
         #[arg(long, default_value_t = 32)]
         tight_mb: u64,
     },
+    /// Checkpoint creation and restore with checkpoint-v1 and -v2 against the read-hash floor.
+    Checkpoint {
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+        /// Validators in the state.
+        #[arg(long, default_value_t = 2_000_000)]
+        validators: u32,
+        /// Target chunk size passed to the modules' planners.
+        #[arg(long, default_value_t = 1 << 20)]
+        target_chunk_bytes: u64,
+        /// Blocks imported idle and again during creation.
+        #[arg(long, default_value_t = 40)]
+        import_blocks: usize,
+    },
 }
 
 fn main() -> std::process::ExitCode {
@@ -297,6 +335,12 @@ fn main() -> std::process::ExitCode {
         Command::Module(ModuleCommand::Componentize { core, output }) => {
             commands::module::componentize(&core, &output)
         }
+        Command::Checkpoint(CheckpointCommand::Create { node, json }) => {
+            commands::checkpoint::create(&node, json)
+        }
+        Command::Checkpoint(CheckpointCommand::List { node, json }) => {
+            commands::checkpoint::list(&node, json)
+        }
         Command::UpgradeCheck(args) => match commands::upgrade_check::upgrade_check(args) {
             Ok(true) => Ok(()),
             Ok(false) => return std::process::ExitCode::FAILURE,
@@ -330,6 +374,12 @@ fn main() -> std::process::ExitCode {
             generous_mb,
             tight_mb,
         }) => commands::bench::state_cache(json, validators, blocks, generous_mb, tight_mb),
+        Command::Bench(BenchCommand::Checkpoint {
+            json,
+            validators,
+            target_chunk_bytes,
+            import_blocks,
+        }) => commands::bench::checkpoint(json, validators, target_chunk_bytes, import_blocks),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

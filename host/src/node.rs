@@ -44,6 +44,7 @@ pub use self::metrics::{Metrics, NodeStatus};
 use crate::admin::{self, AdminBackend, BoxFuture, ModuleOp, ModuleOpError};
 use crate::chain::genesis::Genesis;
 use crate::chain::{Chain, DepositEngine};
+use crate::checkpoint::{CheckpointConfig, CheckpointStore, Checkpointer};
 use crate::deposit_source::dev_contract::{self, DevContract};
 use crate::deposit_source::follower::{self, FollowerConfig};
 use crate::deposit_source::log::FollowedLog;
@@ -101,6 +102,8 @@ pub struct NodeConfig {
     /// Produce blocks in this node's slots (when it is an authority, or on a chain without
     /// authorities).
     pub produce: bool,
+    /// Checkpoint creation (`[checkpoint]`: interval, keep, create_version).
+    pub checkpoint: CheckpointConfig,
     /// Where deposits come from (authorities only).
     pub deposits: DepositSourceConfig,
     /// Bounds of the state cache (`state_cache.max_bytes`, anchors, window).
@@ -183,6 +186,7 @@ impl NodeConfig {
             sync: SyncConfig::default(),
             gossip_policy: DEFAULT_GOSSIP_POLICY.into(),
             produce: true,
+            checkpoint: CheckpointConfig::default(),
             deposits: DepositSourceConfig::default(),
             state_cache: crate::state_cache::StateCacheConfig::default(),
         }
@@ -263,13 +267,21 @@ fn create_data_dir(data_dir: &Path) -> Result<(), NodeError> {
     })
 }
 
+/// Directory of the created checkpoints inside the data directory (its own sled database).
+const CHECKPOINT_DIR: &str = "checkpoints";
+
 /// Directory of compiled module artifacts inside the data directory.
 const MODULE_CACHE_DIR: &str = "module-cache";
 
 /// Loads and warms every embedded module (warming the compiled-artifact cache in `data_dir`)
 /// and returns the node's module slots, with the default deposits module and the gossip policy
 /// `policy` active. Refuses a genesis whose engine profile is not this build's.
-fn load_modules(data_dir: &Path, genesis: &Genesis, policy: &str) -> Result<Modules, NodeError> {
+fn load_modules(
+    data_dir: &Path,
+    genesis: &Genesis,
+    policy: &str,
+    checkpoint: &str,
+) -> Result<Modules, NodeError> {
     genesis.engine_profile.check_against_build()?;
     let module_err = |name: &str, reason: String| NodeError::Module {
         name: name.to_string(),
@@ -286,7 +298,7 @@ fn load_modules(data_dir: &Path, genesis: &Genesis, policy: &str) -> Result<Modu
     };
     let initial = InitialModules {
         deposits: embedded(DEFAULT_DEPOSITS, "")?,
-        checkpoint: embedded(DEFAULT_CHECKPOINT, "")?,
+        checkpoint: embedded(checkpoint, " (checkpoint.create_version: try 1 or 2)")?,
         gossip_policy: embedded(policy, " (try gossip-policy-v1 or gossip-policy-v2)")?,
     };
     let modules = Modules::new(runtime, initial, SlotConfig::default())
@@ -311,7 +323,12 @@ fn load_modules(data_dir: &Path, genesis: &Genesis, policy: &str) -> Result<Modu
 /// schedule names from the embedded and stored modules.
 pub fn open_chain(data_dir: &Path, genesis: Genesis) -> Result<Chain, NodeError> {
     create_data_dir(data_dir)?;
-    let modules = Arc::new(load_modules(data_dir, &genesis, DEFAULT_GOSSIP_POLICY)?);
+    let modules = Arc::new(load_modules(
+        data_dir,
+        &genesis,
+        DEFAULT_GOSSIP_POLICY,
+        DEFAULT_CHECKPOINT,
+    )?);
     let (mut chain, _) = open_store(data_dir, genesis.clone(), &modules)?;
     let service = ModuleService::open(
         data_dir,
@@ -416,6 +433,9 @@ pub struct Node {
     shutdown: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
     worker: Option<std::thread::JoinHandle<()>>,
+    /// The checkpoint creator; it stops after the worker (the holder of its job channel).
+    creator: Option<std::thread::JoinHandle<()>>,
+    checkpoints: CheckpointStore,
 }
 
 impl std::fmt::Debug for Node {
@@ -436,12 +456,18 @@ impl Node {
         let node_id = identity.node_id();
         let genesis = config.genesis.clone();
         let policy_name = config.gossip_policy.clone();
+        let checkpoint_name = format!("checkpoint-v{}", config.checkpoint.create_version);
         let upload_config = config.upload.clone();
         let ((chain, bans), modules, module_store) = {
             let dir = data_dir.clone();
             let genesis = genesis.clone();
             tokio::task::spawn_blocking(move || {
-                let modules = Arc::new(load_modules(&dir, &genesis, &policy_name)?);
+                let modules = Arc::new(load_modules(
+                    &dir,
+                    &genesis,
+                    &policy_name,
+                    &checkpoint_name,
+                )?);
                 let module_store =
                     ModuleService::open(&dir, dir.join(MODULE_CACHE_DIR), upload_config)?
                         .with_slots(modules.clone());
@@ -527,8 +553,26 @@ impl Node {
             }
             _ => None,
         };
-        let (chain, worker) = chain_worker::spawn(chain, identity.clone(), deposit_source.clone())
-            .map_err(NodeError::Thread)?;
+        let checkpoints = CheckpointStore::open(&data_dir.join(CHECKPOINT_DIR)).map_err(|e| {
+            NodeError::Startup(format!(
+                "cannot open the checkpoint store in {}: {e}",
+                data_dir.join(CHECKPOINT_DIR).display()
+            ))
+        })?;
+        let source = modules.clone();
+        let (checkpointer, creator) = Checkpointer::start(
+            Arc::new(move || source.checkpoint()),
+            checkpoints.clone(),
+            config.checkpoint,
+        )
+        .map_err(NodeError::Thread)?;
+        let (chain, worker) = chain_worker::spawn_with_checkpoints(
+            chain,
+            identity.clone(),
+            deposit_source.clone(),
+            Some(checkpointer),
+        )
+        .map_err(NodeError::Thread)?;
 
         let endpoint = endpoint::make_endpoint(config.listen, &identity, &config.transport)?;
         let p2p_addr = endpoint.local_addr().map_err(|source| NodeError::Listen {
@@ -615,6 +659,7 @@ impl Node {
                     module_store,
                     slots: modules.clone(),
                     states: states.clone(),
+                    checkpoints: checkpoints.clone(),
                     upgrades: upgrades.clone(),
                 });
                 let (listener, token) = admin::server::bind(addr, &data_dir, config.admin_public)
@@ -657,6 +702,8 @@ impl Node {
             shutdown,
             tasks,
             worker: Some(worker),
+            creator: Some(creator),
+            checkpoints,
         })
     }
 
@@ -714,6 +761,11 @@ impl Node {
         &self.metrics
     }
 
+    /// The node's created checkpoints.
+    pub fn checkpoints(&self) -> &CheckpointStore {
+        &self.checkpoints
+    }
+
     /// The chain worker, for reading state.
     pub fn chain(&self) -> &ChainHandle {
         &self.chain
@@ -726,9 +778,14 @@ impl Node {
             let _ = task.await;
         }
         let worker = self.worker.take();
+        let creator = self.creator.take();
         drop(self);
         if let Some(worker) = worker {
             let _ = tokio::task::spawn_blocking(move || worker.join()).await;
+        }
+        // With the worker gone the creator finishes what it is creating and stops.
+        if let Some(creator) = creator {
+            let _ = tokio::task::spawn_blocking(move || creator.join()).await;
         }
     }
 }
@@ -799,10 +856,30 @@ struct Backend {
     module_store: Arc<ModuleService>,
     slots: Arc<Modules>,
     states: Arc<crate::state_cache::StateCache>,
+    checkpoints: CheckpointStore,
     upgrades: Arc<UpgradeAgent>,
 }
 
 impl AdminBackend for Backend {
+    fn create_checkpoint(&self) -> BoxFuture<'_, Result<serde_json::Value, String>> {
+        Box::pin(async move {
+            let summary = self.chain.create_checkpoint().await?;
+            serde_json::to_value(summary).map_err(|e| e.to_string())
+        })
+    }
+
+    fn checkpoints(&self) -> BoxFuture<'_, Result<serde_json::Value, String>> {
+        let store = self.checkpoints.clone();
+        Box::pin(async move {
+            let list =
+                tokio::task::spawn_blocking(move || crate::checkpoint::service::summaries(&store))
+                    .await
+                    .map_err(|e| format!("checkpoint listing task failed: {e}"))?
+                    .map_err(|e| e.to_string())?;
+            Ok(serde_json::json!({ "checkpoints": list }))
+        })
+    }
+
     fn status(&self) -> serde_json::Value {
         let status = self.metrics.status(
             self.node_id.clone(),

@@ -104,6 +104,16 @@ pub async fn state(target: &Target, query: &str) -> Result<Value, AdminError> {
     request(target, "GET", &path, None, CLIENT_TIMEOUT).await
 }
 
+/// Creates a checkpoint now (`POST /checkpoints`); returns its summary once stored.
+pub async fn create_checkpoint(target: &Target) -> Result<Value, AdminError> {
+    request(target, "POST", "/checkpoints", None, UPLOAD_TIMEOUT).await
+}
+
+/// The node's stored checkpoints (`GET /checkpoints`).
+pub async fn checkpoints(target: &Target) -> Result<Value, AdminError> {
+    request(target, "GET", "/checkpoints", None, CLIENT_TIMEOUT).await
+}
+
 /// Asks the node to vote for upgrading `kind` to module `sha256` (hex) at `activate_at`
 /// (`POST /modules/propose`).
 pub async fn propose_upgrade(

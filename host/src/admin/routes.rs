@@ -46,6 +46,12 @@ pub(crate) fn router(state: AppState) -> Router {
         )
         .route("/state", get(state_at).fallback(not_allowed))
         .route(
+            "/checkpoints",
+            get(list_checkpoints)
+                .post(create_checkpoint)
+                .fallback(not_allowed),
+        )
+        .route(
             "/modules/propose",
             axum::routing::post(propose_upgrade).fallback(not_allowed),
         )
@@ -84,7 +90,7 @@ async fn not_allowed(request: Request) -> Response {
         "/modules/activate" | "/modules/rollback" | "/modules/cancel" | "/modules/propose" => {
             "POST"
         }
-        "/modules" => "GET, POST",
+        "/modules" | "/checkpoints" => "GET, POST",
         _ => "GET",
     };
     let mut response = error(
@@ -247,6 +253,20 @@ async fn upload_module(State(state): State<AppState>, request: Request) -> Respo
                 state.config.upload_timeout
             ),
         ),
+    }
+}
+
+async fn list_checkpoints(State(state): State<AppState>) -> Response {
+    match state.backend.checkpoints().await {
+        Ok(value) => axum::Json(value).into_response(),
+        Err(message) => error(StatusCode::INTERNAL_SERVER_ERROR, message),
+    }
+}
+
+async fn create_checkpoint(State(state): State<AppState>) -> Response {
+    match state.backend.create_checkpoint().await {
+        Ok(value) => axum::Json(value).into_response(),
+        Err(message) => error(StatusCode::SERVICE_UNAVAILABLE, message),
     }
 }
 

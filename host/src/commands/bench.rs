@@ -102,3 +102,21 @@ pub fn state_cache(
     }
     Ok(())
 }
+
+/// `modnode bench checkpoint`.
+pub fn checkpoint(
+    json: bool,
+    validators: u32,
+    target_chunk_bytes: u64,
+    import_blocks: usize,
+) -> anyhow::Result<()> {
+    anyhow::ensure!(validators >= 1, "--validators must be at least 1");
+    anyhow::ensure!(import_blocks >= 1, "--import-blocks must be at least 1");
+    let report = crate::bench::checkpoint::run(validators, target_chunk_bytes, import_blocks)?;
+    if json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    }
+    Ok(())
+}

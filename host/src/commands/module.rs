@@ -24,7 +24,7 @@ pub struct NodeArgs {
 }
 
 impl NodeArgs {
-    fn target(&self) -> anyhow::Result<Target> {
+    pub(crate) fn target(&self) -> anyhow::Result<Target> {
         match &self.node {
             Some(url) => {
                 let token = self
@@ -44,7 +44,7 @@ impl NodeArgs {
     }
 }
 
-fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+pub(crate) fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?)

@@ -56,6 +56,17 @@ pub struct RunArgs {
     /// regenerations in flight included.
     #[arg(long, default_value_t = modnode::state_cache::StateCacheConfig::default().max_bytes)]
     pub state_cache_max_bytes: u64,
+    /// Create a checkpoint every this many blocks (0: only on demand, `modnode checkpoint
+    /// create`).
+    #[arg(long, default_value_t = 100)]
+    pub checkpoint_interval: u64,
+    /// Checkpoints kept (the newest).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..))]
+    pub checkpoint_keep: u16,
+    /// Checkpoint module version that creates checkpoints (`checkpoint-v<N>`; can be switched
+    /// live through the module slot).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=2))]
+    pub checkpoint_create_version: u32,
     #[command(flatten)]
     pub deposits: DepositArgs,
 }
@@ -140,6 +151,9 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     config.gossip_policy = args.gossip_policy;
     config.produce = !args.no_produce;
     config.state_cache.max_bytes = args.state_cache_max_bytes;
+    config.checkpoint.interval = args.checkpoint_interval;
+    config.checkpoint.keep = usize::from(args.checkpoint_keep);
+    config.checkpoint.create_version = args.checkpoint_create_version;
     config.deposits = args.deposits.config();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -63,10 +63,14 @@ fn word(value: usize) -> [u8; 32] {
 }
 
 fn padded(len: usize) -> usize {
-    len.div_ceil(32) * 32
+    len.next_multiple_of(32)
 }
 
 /// The ABI-encoded data of the `DepositEvent` for `deposit` at `index`.
+#[allow(
+    clippy::arithmetic_side_effects,
+    reason = "five fields of at most 96 bytes: every offset and length stays below 1 KiB"
+)]
 pub fn encode_deposit_event(deposit: &DepositData, index: u64) -> Vec<u8> {
     let amount = deposit.amount.to_le_bytes();
     let index = index.to_le_bytes();
@@ -115,14 +119,21 @@ fn read_usize(data: &[u8], at: usize, field: &'static str) -> Result<usize, AbiE
     usize::try_from(u64::from_be_bytes(low)).map_err(|_| bad())
 }
 
+/// Bytes of the head: one offset word per field.
+const HEAD_BYTES: usize = 32 * FIELDS.len();
+
 /// Decodes a `DepositEvent`'s data into the deposit and its index. Strict: each field must
 /// have its exact length, values must lie in the data without overlap, padding must be zero and
 /// nothing may follow the last field.
 pub fn decode_deposit_event(data: &[u8]) -> Result<(DepositData, u64), AbiError> {
     let mut values: [&[u8]; 5] = [&[]; 5];
-    let mut expected_offset = 32 * FIELDS.len();
+    let mut expected_offset = HEAD_BYTES;
     for (slot, (i, (field, len))) in values.iter_mut().zip(FIELDS.iter().enumerate()) {
-        let offset = read_usize(data, 32 * i, field)?;
+        let head = i.checked_mul(32).ok_or(AbiError::Truncated {
+            what: field,
+            len: data.len(),
+        })?;
+        let offset = read_usize(data, head, field)?;
         if offset != expected_offset {
             return Err(AbiError::Field {
                 field,
@@ -160,8 +171,8 @@ pub fn decode_deposit_event(data: &[u8]) -> Result<(DepositData, u64), AbiError>
         *slot = value;
         expected_offset = end;
     }
-    if data.len() > expected_offset {
-        return Err(AbiError::Trailing(data.len() - expected_offset));
+    if let Some(extra) = data.len().checked_sub(expected_offset).filter(|&n| n > 0) {
+        return Err(AbiError::Trailing(extra));
     }
     let [pubkey, wc, amount, signature, index] = values;
     let field_err = |field: &'static str| AbiError::Field {

@@ -181,9 +181,9 @@ impl DepositCache {
             *slot = if sibling < boundary {
                 self.stored(h, sibling).ok_or(unknown)?
             } else if sibling == boundary {
-                edge[h]
+                *edge.get(h).ok_or(unknown)?
             } else {
-                self.zeros[h]
+                *self.zeros.get(h).ok_or(unknown)?
             };
         }
         proof[DEPTH] = count_chunk(count);

@@ -222,7 +222,10 @@ impl DevContract {
 
     /// The latest block at `now_ms`.
     pub fn head(&self, now_ms: u64) -> u64 {
-        now_ms.saturating_sub(self.created_ms) / self.block_ms
+        now_ms
+            .saturating_sub(self.created_ms)
+            .checked_div(self.block_ms)
+            .unwrap_or(0)
     }
 
     /// The contract's `deposit`: checks, logs durably (flushed before it returns), and returns

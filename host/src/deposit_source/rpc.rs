@@ -309,7 +309,7 @@ fn get_logs(
             "fromBlock {from} is after toBlock {to}"
         )));
     }
-    if to - from >= MAX_LOG_BLOCK_RANGE {
+    if to.abs_diff(from) >= MAX_LOG_BLOCK_RANGE {
         return Err(RpcError::new(
             codes::LIMIT_EXCEEDED,
             format!("block range {from}..={to} is longer than {MAX_LOG_BLOCK_RANGE} blocks"),
@@ -353,7 +353,9 @@ fn get_logs(
     let mut current: Option<(u64, [u8; 32], u64)> = None;
     for logged in &logs {
         let (hash, position) = match current {
-            Some((block, hash, position)) if block == logged.block => (hash, position + 1),
+            Some((block, hash, position)) if block == logged.block => {
+                (hash, position.saturating_add(1))
+            }
             _ => {
                 let hash = contract
                     .block(logged.block, now_ms)

@@ -18,6 +18,8 @@ use super::worker_queue::{JobClass, QueueLimits, Requester};
 use crate::chain::block::{Block, Seal};
 use crate::chain::eth1::{DepositProofs, DepositProofsError, Eth1Data, ProvenDeposit};
 use crate::chain::{Added, Chain, ForkChoiceError, Head};
+use crate::checkpoint::service::CreateReply;
+use crate::checkpoint::{BlockRef, CheckpointSummary, Checkpointer, RegistrySnapshot};
 use crate::deposit_source::DepositSource;
 use crate::net::identity::NodeIdentity;
 use crate::state::{RegistryRead, UpgradeOp};
@@ -96,6 +98,9 @@ enum Command {
         count: u64,
         max_bytes: usize,
         reply: oneshot::Sender<Result<Vec<Vec<u8>>, WorkerError>>,
+    },
+    Checkpoint {
+        reply: CreateReply,
     },
     Propose {
         op: UpgradeOp,
@@ -180,6 +185,21 @@ impl ChainHandle {
         .await
     }
 
+    /// Creates a checkpoint of the head state now; resolves once it is stored (or refused:
+    /// no checkpointer, one already running and one waiting).
+    pub async fn create_checkpoint(&self) -> Result<CheckpointSummary, String> {
+        let (reply, rx) = oneshot::channel();
+        let command = Command::Checkpoint { reply };
+        let (class, requester) = class_of(&command);
+        match self.commands.send(class, requester, command) {
+            Ok(()) => {}
+            Err(Refused::Full(_)) => return Err(WorkerError::Busy.to_string()),
+            Err(Refused::Closed(_)) => return Err(WorkerError::Stopped.to_string()),
+        }
+        rx.await
+            .map_err(|_| "the checkpoint creator stopped before answering".to_string())?
+    }
+
     /// Makes this node's blocks vote for the upgrade `op` while the vote counts.
     pub async fn propose_upgrade(&self, op: UpgradeOp) -> Result<(), WorkerError> {
         self.ask(|reply| Command::Propose { op, reply }).await
@@ -205,7 +225,19 @@ pub fn spawn(
     identity: NodeIdentity,
     source: Option<Arc<DepositSource>>,
 ) -> std::io::Result<(ChainHandle, std::thread::JoinHandle<()>)> {
+    spawn_with_checkpoints(chain, identity, source, None)
+}
+
+/// [`spawn`], handing a snapshot to `checkpointer` whenever the head reaches a checkpoint
+/// height (and on demand).
+pub fn spawn_with_checkpoints(
+    chain: Chain,
+    identity: NodeIdentity,
+    source: Option<Arc<DepositSource>>,
+    checkpointer: Option<Checkpointer>,
+) -> std::io::Result<(ChainHandle, std::thread::JoinHandle<()>)> {
     let (commands, rx) = inbox(QueueLimits::default());
+    let last_checkpoint = chain.head().height;
     let mut worker = Worker {
         chain,
         identity,
@@ -213,6 +245,8 @@ pub fn spawn(
         last_block_unix_ms: 0,
         reorgs: 0,
         fatal: None,
+        checkpointer,
+        last_checkpoint,
     };
     let (view_tx, view) = watch::channel(worker.view());
     let states = worker.chain.states();
@@ -229,6 +263,7 @@ pub fn spawn(
                     continue;
                 }
                 worker.handle(command);
+                worker.periodic_checkpoint();
                 view_tx.send_if_modified(|v| {
                     let new = worker.view();
                     let changed = *v != new;
@@ -256,6 +291,7 @@ fn class_of(command: &Command) -> (JobClass, Requester) {
         Command::Produce { .. } => (JobClass::Produce, None),
         Command::Add { .. } | Command::Propose { .. } => (JobClass::Import, None),
         Command::Blocks { requester, .. } => (JobClass::Serve, *requester),
+        Command::Checkpoint { .. } => (JobClass::Serve, None),
     }
 }
 
@@ -267,6 +303,10 @@ struct Worker {
     reorgs: u64,
     /// Set when disk and memory disagree; the worker stops after the current command.
     fatal: Option<String>,
+    /// Creates checkpoints in the background from the snapshots this worker takes.
+    checkpointer: Option<Checkpointer>,
+    /// Height of the last periodic checkpoint handed over (or the head at start).
+    last_checkpoint: u64,
 }
 
 /// The deposit proofs of a node that follows no deposit source: none.
@@ -340,6 +380,53 @@ impl Worker {
                         .map_err(WorkerError::Proposal),
                 );
             }
+            Command::Checkpoint { reply } => self.checkpoint(Some(reply)),
+        }
+    }
+
+    /// Freezes the head state: the only part of creation on this thread (a copy of the
+    /// registry; O(1) once the state is a structurally shared snapshot).
+    fn snapshot(&self) -> Option<(BlockRef, RegistrySnapshot)> {
+        let head = self.chain.head();
+        let registry = self.chain.registry().read().ok()?.clone();
+        let state = RegistrySnapshot::new(
+            registry,
+            self.chain.eth1_state().clone(),
+            self.chain.schedule().clone(),
+        );
+        let at = BlockRef {
+            height: head.height,
+            hash: head.hash,
+        };
+        Some((at, state))
+    }
+
+    /// Hands the head state to the checkpointer (answering `reply` when it is done).
+    fn checkpoint(&mut self, reply: Option<CreateReply>) {
+        let Some(checkpointer) = &self.checkpointer else {
+            if let Some(reply) = reply {
+                let _ = reply.send(Err("this node does not create checkpoints".into()));
+            }
+            return;
+        };
+        let Some((at, state)) = self.snapshot() else {
+            if let Some(reply) = reply {
+                let _ = reply.send(Err("the registry lock is poisoned".into()));
+            }
+            return;
+        };
+        if let Err(e) = checkpointer.offer(at, state, reply) {
+            tracing::warn!(height = at.height, error = %e, "checkpoint skipped");
+        }
+    }
+
+    /// Starts a checkpoint when the head has reached a new checkpoint height.
+    fn periodic_checkpoint(&mut self) {
+        let height = self.chain.head().height;
+        let due = self.checkpointer.as_ref().is_some_and(|c| c.due_at(height));
+        if due && height != self.last_checkpoint {
+            self.last_checkpoint = height;
+            self.checkpoint(None);
         }
     }
 

@@ -29,6 +29,11 @@ pub trait StateReader: Send + Sync {
     fn leaf_size(&self) -> u32;
     /// Leaves in `[start, end)`; empty when out of range.
     fn read_leaves(&self, start: u64, end: u64) -> Vec<Vec<u8>>;
+    /// Leaves in `[start, end)` concatenated; empty when out of range. The default concatenates
+    /// [`read_leaves`](Self::read_leaves); readers that hold leaves contiguously do better.
+    fn read_leaf_bytes(&self, start: u64, end: u64) -> Vec<u8> {
+        self.read_leaves(start, end).concat()
+    }
     /// Proof of the leaves in `[start, end)` against the state root.
     fn range_proof(&self, start: u64, end: u64) -> Vec<u8>;
 }
@@ -71,6 +76,11 @@ impl state_reader::Host for CheckpointCtx {
     fn read_leaves(&mut self, range: LeafRange) -> wasmtime::Result<Vec<Vec<u8>>> {
         self.charge_leaves(range)?;
         Ok(self.reader.read_leaves(range.start, range.end))
+    }
+
+    fn read_leaf_bytes(&mut self, range: LeafRange) -> wasmtime::Result<Vec<u8>> {
+        self.charge_leaves(range)?;
+        Ok(self.reader.read_leaf_bytes(range.start, range.end))
     }
 
     fn range_proof(&mut self, range: LeafRange) -> wasmtime::Result<Vec<u8>> {

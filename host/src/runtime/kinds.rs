@@ -58,7 +58,8 @@ const V1: Version = Version {
     patch: 0,
 };
 
-/// deposits 2.0.0: every deposit proven against the agreed deposit root (issue 9).
+/// deposits 2.0.0: every deposit proven against the agreed deposit root (issue 9);
+/// checkpoint 2.0.0: concatenated leaf reads and chunk contents (issue 12).
 const V2: Version = Version {
     major: 2,
     minor: 0,
@@ -80,7 +81,7 @@ pub const KINDS: [KindSpec; 3] = [
     KindSpec {
         kind: Kind::Checkpoint,
         package: "checkpoint",
-        contract: V1,
+        contract: V2,
         world: "modnode:checkpoint/checkpoint",
         export_interface: "chunker",
         importable: &["types", "state-reader"],

@@ -102,3 +102,49 @@ fn run_on_fresh_thread<R: Send + 'static>(f: impl FnOnce() -> R + Send + 'static
         Err(e) => panic!("cannot start a guest thread: {e}"),
     }
 }
+
+/// Runs `work` on `workers` dedicated guest threads (their own big stacks, outside the shared
+/// pool, so long background work never queues ahead of block import's module calls) and waits
+/// for all of them. With `background`, the threads run at a lower scheduling priority (Linux
+/// nice 10), so import and serving preempt them. Each thread gets its index.
+pub fn scoped_guest_workers(
+    workers: usize,
+    background: bool,
+    work: &(dyn Fn(usize) + Sync),
+) -> std::io::Result<()> {
+    std::thread::scope(|scope| {
+        let mut handles = Vec::with_capacity(workers);
+        for index in 0..workers {
+            let handle = std::thread::Builder::new()
+                .name(format!("modnode-worker-{index}"))
+                .stack_size(GUEST_THREAD_STACK)
+                .spawn_scoped(scope, move || {
+                    ON_GUEST_THREAD.with(|flag| flag.set(true));
+                    if background {
+                        lower_this_threads_priority();
+                    }
+                    work(index);
+                })?;
+            handles.push(handle);
+        }
+        for handle in handles {
+            if let Err(panic) = handle.join() {
+                std::panic::resume_unwind(panic);
+            }
+        }
+        Ok(())
+    })
+}
+
+/// Raises the calling thread's nice value to 10 (best effort; Linux applies nice per thread).
+fn lower_this_threads_priority() {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: gettid and setpriority take plain integers and touch no memory of ours.
+        let tid = unsafe { libc::gettid() };
+        if let Ok(tid) = libc::id_t::try_from(tid) {
+            // SAFETY: as above; a failure (e.g. no permission) leaves the priority unchanged.
+            let _ = unsafe { libc::setpriority(libc::PRIO_PROCESS, tid, 10) };
+        }
+    }
+}

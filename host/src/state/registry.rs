@@ -74,21 +74,32 @@ impl Registry {
 
     /// Builds a registry from records and balances in one pass (startup, genesis).
     pub fn from_parts(validators: Vec<Validator>, balances: Vec<u64>) -> Result<Self, StateError> {
-        if validators.len() != balances.len() {
+        let leaves = validators
+            .iter()
+            .zip(&balances)
+            .map(|(v, b)| v.leaf_hash(*b))
+            .collect();
+        Self::from_parts_and_leaves(validators, balances, leaves)
+    }
+
+    /// [`from_parts`](Self::from_parts) when the tree's leaves are already hashed (a checkpoint
+    /// restore hashed them to prove them): `leaves[i]` must be
+    /// `validators[i].leaf_hash(balances[i])`, or the root will not be the state's.
+    pub fn from_parts_and_leaves(
+        validators: Vec<Validator>,
+        balances: Vec<u64>,
+        leaves: Vec<Hash32>,
+    ) -> Result<Self, StateError> {
+        if validators.len() != balances.len() || leaves.len() != validators.len() {
             return Err(StateError::LengthMismatch {
                 validators: validators.len(),
-                balances: balances.len(),
+                balances: balances.len().min(leaves.len()),
             });
         }
         u32::try_from(validators.len()).map_err(|_| StateError::Full)?;
         let keys: Vec<Pubkey> = validators.iter().map(|v| v.pubkey).collect();
         let index = PubkeyIndex::from_keys(&keys)?;
         drop(keys);
-        let leaves = validators
-            .iter()
-            .zip(&balances)
-            .map(|(v, b)| v.leaf_hash(*b))
-            .collect();
         let tree = MerkleTree::from_leaves(leaves);
         Ok(Self {
             validators: validators.into(),

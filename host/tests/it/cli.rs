@@ -54,7 +54,7 @@ fn inspect_rejects_with_a_specific_message_and_nonzero_exit() {
             "wasi.wasm",
             wat::parse_str(
                 r#"(component (import "wasi:io/streams@0.2.0" (instance)) (instance $i)
-                   (export "modnode:checkpoint/chunker@1.0.0" (instance $i)))"#,
+                   (export "modnode:checkpoint/chunker@2.0.0" (instance $i)))"#,
             )
             .unwrap(),
             "imports `wasi:io/streams@0.2.0`, which is not a modnode host interface",

@@ -14,15 +14,16 @@ fn real_modules_are_recognised() {
         ("deposits-v1", Kind::Deposits),
         ("deposits-v2", Kind::Deposits),
         ("checkpoint-v1", Kind::Checkpoint),
+        ("checkpoint-v2", Kind::Checkpoint),
         ("gossip-policy-v1", Kind::GossipPolicy),
     ] {
         let info = validate(&artifact(name)).unwrap();
         assert_eq!(info.kind, kind, "{name}");
         assert_eq!(info.contract, kind.contract(), "{name}");
-        let expected = if kind == Kind::Deposits {
-            "2.0.0"
-        } else {
+        let expected = if kind == Kind::GossipPolicy {
             "1.0.0"
+        } else {
+            "2.0.0"
         };
         assert_eq!(info.contract.to_string(), expected, "{name}");
         assert!(
@@ -134,7 +135,7 @@ fn wasi_import_is_forbidden() {
 fn import_of_another_kinds_interface_is_forbidden() {
     let err = validate(&component(
         r#"(component
-             (import "modnode:checkpoint/state-reader@1.0.0" (instance))
+             (import "modnode:checkpoint/state-reader@2.0.0" (instance))
              (instance $i)
              (export "modnode:gossip-policy/policy@1.0.0" (instance $i)))"#,
     ))
@@ -156,7 +157,7 @@ fn two_worlds_at_once_are_ambiguous() {
     let err = validate(&component(
         r#"(component (instance $i)
              (export "modnode:deposits/processor@2.0.0" (instance $i))
-             (export "modnode:checkpoint/chunker@1.0.0" (instance $i)))"#,
+             (export "modnode:checkpoint/chunker@2.0.0" (instance $i)))"#,
     ))
     .unwrap_err();
     assert!(matches!(err, ValidationError::AmbiguousWorld(_)), "{err}");

@@ -2,6 +2,7 @@
 
 mod cache;
 mod chain;
+mod checkpoint;
 mod cli;
 mod crash;
 mod deposits_e2e;

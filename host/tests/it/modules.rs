@@ -56,9 +56,10 @@ fn checkpoint_v1_plans_builds_and_opens_chunks() {
             opened.proof,
             [range.start.to_le_bytes(), range.end.to_le_bytes()].concat()
         );
+        assert_eq!(opened.leaf_size, 8);
         rebuilt.extend(opened.leaves);
     }
-    assert_eq!(rebuilt, leaves);
+    assert_eq!(rebuilt, leaves.concat());
     let out_of_range = module
         .build_chunk(
             reader,

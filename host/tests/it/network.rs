@@ -67,7 +67,18 @@ pub(super) async fn start_with(
     dir: &Path,
     genesis: &Genesis,
     bootstrap: Vec<PeerAddr>,
+    deposits: DepositSourceConfig,
+) -> Node {
+    start_edited(dir, genesis, bootstrap, deposits, |_| {}).await
+}
+
+/// [`start_with`] with `edit` applied to the configuration last.
+pub(super) async fn start_edited(
+    dir: &Path,
+    genesis: &Genesis,
+    bootstrap: Vec<PeerAddr>,
     mut deposits: DepositSourceConfig,
+    edit: impl FnOnce(&mut NodeConfig),
 ) -> Node {
     if let Some(dev) = deposits.host_dev_contract.as_mut() {
         dev.block_ms = 100;
@@ -81,6 +92,7 @@ pub(super) async fn start_with(
     config.admin_listen = Some(SocketAddr::from(([127, 0, 0, 1], 0)));
     config.bootstrap = bootstrap;
     config.deposits = deposits;
+    edit(&mut config);
     Node::start(config).await.unwrap()
 }
 

@@ -87,7 +87,7 @@ fn every_consecutive_version_pair_passes() {
     for pair in [
         "deposits-v1->deposits-v2",
         "gossip-policy-v1->gossip-policy-v2",
-        "checkpoint-v1->checkpoint-v1",
+        "checkpoint-v1->checkpoint-v2",
     ] {
         assert!(
             checked.iter().any(|c| c == pair),

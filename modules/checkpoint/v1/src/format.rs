@@ -11,6 +11,8 @@ pub struct Decoded {
     pub start: u64,
     /// One past the last leaf.
     pub end: u64,
+    /// Bytes of each leaf.
+    pub leaf_size: u32,
     /// Leaves in order.
     pub leaves: Vec<Vec<u8>>,
     /// Range proof bytes.
@@ -94,9 +96,9 @@ pub fn decode(bytes: &[u8]) -> Result<Decoded, String> {
     let version = u32::from_le_bytes(r.array("version")?);
     let start = u64::from_le_bytes(r.array("start")?);
     let end = u64::from_le_bytes(r.array("end")?);
-    let leaf_size = u32::from_le_bytes(r.array("leaf size")?);
+    let leaf_size_field = u32::from_le_bytes(r.array("leaf size")?);
     let count = end.checked_sub(start).ok_or("range end before start")?;
-    let leaf_size = usize::try_from(leaf_size).map_err(|_| "leaf size too large")?;
+    let leaf_size = usize::try_from(leaf_size_field).map_err(|_| "leaf size too large")?;
     let count = usize::try_from(count).map_err(|_| "too many leaves")?;
     let total = count.checked_mul(leaf_size).ok_or("leaf bytes overflow")?;
     if total > r.bytes.len() {
@@ -118,6 +120,7 @@ pub fn decode(bytes: &[u8]) -> Result<Decoded, String> {
         version,
         start,
         end,
+        leaf_size: leaf_size_field,
         leaves,
         proof,
     })

@@ -91,7 +91,8 @@ impl Guest for CheckpointV1 {
                 start: decoded.start,
                 end: decoded.end,
             },
-            leaves: decoded.leaves,
+            leaf_size: decoded.leaf_size,
+            leaves: decoded.leaves.concat(),
             proof: decoded.proof,
         })
     }

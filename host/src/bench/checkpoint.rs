@@ -1,0 +1,258 @@
+//! `modnode bench checkpoint`: creating and restoring a checkpoint of a `validators`-validator
+//! state with checkpoint-v1 (fixed leaves, sequential, uncompressed) and checkpoint-v2
+//! (byte-sized chunks, lz4, parallel), against the floor any chunker pays: one single-threaded
+//! pass reading every leaf of the snapshot and hashing it, measured in the same run.
+//!
+//! `restore_ms` is the whole local restore: manifest validation, every chunk's hash, opening,
+//! leaf hashing and range proof (on `threads` workers), the durable write of every verified
+//! chunk to sled (flushed), and the rebuild of the registry with its root checked.
+//!
+//! Import latency: a dev chain (sled, deposits module) imports blocks idle, then while v2
+//! creations run back to back in the background (low-priority workers, as a node runs them).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+use modnode::chain::Chain;
+use modnode::chain::genesis::Genesis;
+use modnode::chain::workload;
+use modnode::checkpoint::{
+    BlockRef, CreateOptions, ManifestLimits, RegistrySnapshot, RestoreStore, Restorer, StateLeaves,
+    create, synthetic_state, verify_all,
+};
+use modnode::runtime::checkpoint::{CheckpointModule, StateReader as _};
+use modnode::runtime::{LoadedModule, Runtime, RuntimeConfig};
+
+/// One version's numbers.
+#[derive(Debug, Serialize)]
+pub struct VersionReport {
+    /// Planning and building every chunk, manifest included.
+    pub create_ms: f64,
+    /// Chunks.
+    pub chunks: usize,
+    /// Total chunk bytes.
+    pub bytes: u64,
+    /// Verification, durable write and rebuild of the whole state.
+    pub restore_ms: f64,
+}
+
+/// What `modnode bench checkpoint --json` prints.
+#[derive(Debug, Serialize)]
+pub struct CheckpointReport {
+    /// Validators (state leaves).
+    pub validators: u32,
+    /// Bytes of the state leaves.
+    pub state_bytes: u64,
+    /// One single-threaded pass reading and hashing every leaf.
+    pub read_hash_floor_ms: f64,
+    /// Worker threads for v2 creation and for restore verification.
+    pub threads: usize,
+    /// checkpoint-v1.
+    pub v1: VersionReport,
+    /// checkpoint-v2.
+    pub v2: VersionReport,
+    /// 99th percentile of block import while v2 creations run in the background.
+    pub import_p99_ms_during_create: f64,
+    /// 99th percentile of block import with nothing else running.
+    pub import_p99_ms_idle: f64,
+}
+
+fn load(runtime: &Runtime, name: &str) -> anyhow::Result<CheckpointModule> {
+    let bytes =
+        modnode::artifacts::embedded(name).ok_or_else(|| anyhow::anyhow!("{name} not embedded"))?;
+    match runtime.load(bytes)? {
+        LoadedModule::Checkpoint(m) => Ok(m),
+        _ => anyhow::bail!("{name} is not a checkpoint module"),
+    }
+}
+
+/// The floor: every leaf read from the snapshot and hashed, on one thread.
+fn read_hash_floor(state: &RegistrySnapshot) -> (f64, [u8; 32]) {
+    const STEP: u64 = 1 << 16;
+    let leaf = state.leaf_size() as usize;
+    let start = Instant::now();
+    let mut fold = Sha256::new();
+    let mut at = 0;
+    while at < state.leaf_count() {
+        let end = (at + STEP).min(state.leaf_count());
+        let bytes = state.read_leaf_bytes(at, end);
+        for l in bytes.chunks_exact(leaf) {
+            fold.update(Sha256::digest(l));
+        }
+        at = end;
+    }
+    (super::ms_since(start), fold.finalize().into())
+}
+
+fn percentile(samples: &[f64], pct: usize) -> f64 {
+    let mut sorted = samples.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let rank = (sorted.len() * pct).div_ceil(100).max(1);
+    sorted
+        .get(rank.min(sorted.len()).saturating_sub(1))
+        .copied()
+        .unwrap_or(0.0)
+}
+
+fn measure_version(
+    module: &CheckpointModule,
+    state: &Arc<RegistrySnapshot>,
+    threads: usize,
+    target_chunk_bytes: u64,
+) -> anyhow::Result<VersionReport> {
+    let options = CreateOptions {
+        target_chunk_bytes,
+        threads,
+        background: false,
+    };
+    let at = BlockRef {
+        height: 1,
+        hash: [1; 32],
+    };
+    let start = Instant::now();
+    let checkpoint = create(module, state.clone(), at, options)?;
+    let create_ms = super::ms_since(start);
+
+    let dir = tempfile::tempdir()?;
+    let db = sled::open(dir.path())?;
+    let store = RestoreStore::open(&db)?;
+    let chunks: Vec<(usize, Vec<u8>)> = checkpoint.chunks.iter().cloned().enumerate().collect();
+    let start = Instant::now();
+    let mut restorer = Restorer::new(checkpoint.manifest.clone(), &ManifestLimits::default())?;
+    store.begin(restorer.manifest())?;
+    verify_all(&mut restorer, module, chunks, threads, Some(&store))?;
+    let restored = restorer.finish()?;
+    let restore_ms = super::ms_since(start);
+    anyhow::ensure!(
+        restored.state_root == state.state_root(),
+        "the restored state root differs from the snapshot's"
+    );
+    Ok(VersionReport {
+        create_ms,
+        chunks: checkpoint.chunks.len(),
+        bytes: checkpoint.manifest.total_bytes(),
+        restore_ms,
+    })
+}
+
+/// A dev chain on sled and a generator of its next blocks.
+struct ImportWorkload {
+    chain: Chain,
+    log: workload::DevDepositLog,
+    existing: Vec<[u8; 48]>,
+    _dir: tempfile::TempDir,
+}
+
+impl ImportWorkload {
+    fn new() -> anyhow::Result<Self> {
+        let dir = tempfile::tempdir()?;
+        let chain = modnode::node::open_chain(dir.path(), Genesis::dev())?;
+        let existing = chain
+            .genesis()
+            .validators
+            .iter()
+            .map(|v| v.pubkey)
+            .collect();
+        Ok(Self {
+            chain,
+            log: workload::DevDepositLog::new(),
+            existing,
+            _dir: dir,
+        })
+    }
+
+    /// Builds the next block (not timed) and imports it; returns the import's milliseconds.
+    fn next(&mut self) -> anyhow::Result<f64> {
+        let head = self.chain.head();
+        let fork = self.chain.genesis().genesis_fork_version;
+        for d in workload::dev_block(head.height + 1, &self.existing, fork) {
+            self.log.push(d);
+        }
+        let block =
+            self.chain
+                .build_block_from(head.slot + 1, 0, self.log.eth1_data(), &self.log)?;
+        let start = Instant::now();
+        self.chain.import(&block)?;
+        Ok(super::ms_since(start))
+    }
+}
+
+/// Runs the benchmark.
+pub fn run(
+    validators: u32,
+    target_chunk_bytes: u64,
+    import_blocks: usize,
+) -> anyhow::Result<CheckpointReport> {
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+    eprintln!("building a {validators}-validator state …");
+    let state = Arc::new(synthetic_state(validators, 42)?);
+    let state_bytes = state.leaf_count() * u64::from(state.leaf_size());
+    let runtime = Runtime::new(RuntimeConfig::default())?;
+    let v1 = load(&runtime, "checkpoint-v1")?;
+    let v2 = load(&runtime, "checkpoint-v2")?;
+
+    eprintln!("read-and-hash floor …");
+    let (read_hash_floor_ms, _) = read_hash_floor(&state);
+    eprintln!("checkpoint-v1: create and restore …");
+    let v1_report = measure_version(&v1, &state, threads, target_chunk_bytes)?;
+    eprintln!("checkpoint-v2: create and restore on {threads} threads …");
+    let v2_report = measure_version(&v2, &state, threads, target_chunk_bytes)?;
+
+    eprintln!("import of {import_blocks} dev blocks idle, then during v2 creations …");
+    let mut chain = ImportWorkload::new()?;
+    // One block first: the deposits module's first call and sled's first write are not import.
+    chain.next()?;
+    let mut idle = Vec::with_capacity(import_blocks);
+    for _ in 0..import_blocks {
+        idle.push(chain.next()?);
+    }
+    let stop = AtomicBool::new(false);
+    let mut during = Vec::with_capacity(import_blocks);
+    std::thread::scope(|scope| -> anyhow::Result<()> {
+        let creator = scope.spawn(|| -> anyhow::Result<usize> {
+            let mut created = 0;
+            while !stop.load(Ordering::Relaxed) {
+                let options = CreateOptions {
+                    target_chunk_bytes,
+                    threads,
+                    background: true,
+                };
+                let at = BlockRef {
+                    height: 1,
+                    hash: [1; 32],
+                };
+                create(&v2, state.clone(), at, options)?;
+                created += 1;
+            }
+            Ok(created)
+        });
+        let imported = (|| -> anyhow::Result<()> {
+            for _ in 0..import_blocks {
+                during.push(chain.next()?);
+            }
+            Ok(())
+        })();
+        stop.store(true, Ordering::Relaxed);
+        let created = creator
+            .join()
+            .map_err(|_| anyhow::anyhow!("the creation thread panicked"))??;
+        imported?;
+        eprintln!("{created} v2 checkpoints created while importing");
+        Ok(())
+    })?;
+
+    Ok(CheckpointReport {
+        validators,
+        state_bytes,
+        read_hash_floor_ms,
+        threads,
+        v1: v1_report,
+        v2: v2_report,
+        import_p99_ms_during_create: percentile(&during, 99),
+        import_p99_ms_idle: percentile(&idle, 99),
+    })
+}

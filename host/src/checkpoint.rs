@@ -1,0 +1,43 @@
+//! Checkpoints of the full state at a height (issue 12): versioned chunking modules, provable
+//! chunks and a restorer that verifies each chunk on arrival.
+//!
+//! - [`manifest`]: the manifest (module hash, version, every output-changing parameter, the
+//!   block, the roots, the leaf count, the non-leaf state parts, the ordered chunk list), its
+//!   canonical encoding, id and validation before anything is fetched.
+//! - [`leaves`]: the immutable state a checkpoint is made from ([`StateLeaves`]).
+//! - [`create`]: planning and building the chunks with a checkpoint module, in parallel for
+//!   versions whose chunks are independent, byte-identical for any thread count.
+//! - [`restore`]: the sans-IO restorer: per-chunk size, hash, range and Merkle range-proof
+//!   checks, coverage by leaf index, and the final rebuilt-root check; [`verify_all`] verifies
+//!   on several threads.
+//! - [`fetch`]: choosing the checkpoint offered by enough peers and scheduling chunk fetches
+//!   across them (adaptive timeouts, a slow peer's share shrinking, a corrupt peer dropped),
+//!   sans-IO; the QUIC driver that uses it is not built yet.
+//! - [`service`]: creation in a running node (every `interval` blocks and on demand, in the
+//!   background, the `keep` newest stored).
+//! - [`store`]: durable restore progress in sled (the manifest and each verified chunk), so a
+//!   restart resumes without fetching verified chunks again.
+//!
+//! A chunk is a contiguous range of state leaves (validator record and balance) with a range
+//! proof against the registry root; the eth1 state travels in the manifest, so the restorer
+//! recomputes the full state root.
+
+pub mod create;
+pub mod fetch;
+pub mod leaves;
+pub mod manifest;
+pub mod restore;
+pub mod service;
+pub mod store;
+
+pub use create::{BlockRef, Checkpoint, CreateError, CreateOptions, create};
+pub use fetch::{FetchConfig, FetchError, Fetcher, Penalty, choose};
+pub use leaves::{RegistrySnapshot, StateLeaves, synthetic_state};
+pub use manifest::{ChunkEntry, Manifest, ManifestError, ManifestLimits};
+pub use restore::{
+    ChunkOpener, Fault, Progress, RestoreError, RestoredState, Restorer, VerifiedChunk, verify_all,
+};
+pub use service::{
+    CheckpointConfig, CheckpointServiceError, CheckpointStore, CheckpointSummary, Checkpointer,
+};
+pub use store::{RestoreStore, RestoreStoreError};

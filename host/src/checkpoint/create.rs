@@ -1,0 +1,267 @@
+//! Creating a checkpoint: the module plans the chunk ranges, the host builds the chunks (on
+//! several worker threads when the module declares its chunks independent, one module instance
+//! per chunk) and writes the manifest.
+
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use sha2::{Digest, Sha256};
+
+use super::leaves::StateLeaves;
+use super::manifest::{ChunkEntry, Manifest, ManifestError, ManifestLimits};
+use crate::runtime::CallError;
+use crate::runtime::checkpoint::{CheckpointModule, ChunkError, LeafRange, PlanParams};
+use crate::runtime::threads::scoped_guest_workers;
+use crate::state::merkle::Hash32;
+
+/// The module parameter by which a version declares its chunks independent of each other.
+pub const PARALLEL_PARAM: &str = "parallel-build";
+/// The host parameter recorded in every manifest.
+pub const TARGET_PARAM: &str = "target-chunk-bytes";
+
+/// How to create a checkpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CreateOptions {
+    /// Preferred chunk size, passed to the module's planner (recorded in the manifest).
+    pub target_chunk_bytes: u64,
+    /// Worker threads for modules that declare `parallel-build = yes`; others get one.
+    pub threads: usize,
+    /// Build on low-priority dedicated threads, so a node's import preempts creation.
+    pub background: bool,
+}
+
+impl Default for CreateOptions {
+    fn default() -> Self {
+        Self {
+            target_chunk_bytes: 1 << 20,
+            threads: std::thread::available_parallelism().map_or(2, |n| n.get()),
+            background: true,
+        }
+    }
+}
+
+/// The block a checkpoint is taken at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlockRef {
+    /// Height.
+    pub height: u64,
+    /// Block hash.
+    pub hash: Hash32,
+}
+
+/// A created checkpoint: the manifest and every chunk, in manifest order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Checkpoint {
+    /// The manifest.
+    pub manifest: Manifest,
+    /// The chunks' bytes, `chunks[i]` listed as `manifest.chunks[i]`.
+    pub chunks: Vec<Vec<u8>>,
+}
+
+/// Why a checkpoint could not be created. Creation is local: a fault is the module's or ours.
+#[derive(Debug, thiserror::Error)]
+pub enum CreateError {
+    /// A module call failed (trap, fuel, limits, or a host failure).
+    #[error("checkpoint module call failed: {0}")]
+    Call(#[from] CallError),
+    /// The module refused to build a chunk.
+    #[error("checkpoint module refused chunk [{start}, {end}): {reason:?}")]
+    Chunk {
+        /// First leaf.
+        start: u64,
+        /// One past the last leaf.
+        end: u64,
+        /// The module's reason.
+        reason: ChunkError,
+    },
+    /// The module's plan or chunks make a manifest this node would refuse from a peer.
+    #[error("checkpoint module {module} produced an invalid checkpoint: {source}")]
+    Invalid {
+        /// The module's name.
+        module: String,
+        /// What is wrong.
+        source: ManifestError,
+    },
+    /// A chunk is larger than a manifest may list.
+    #[error(
+        "checkpoint module built a {size}-byte chunk for [{start}, {end}); chunks are capped at {max}"
+    )]
+    ChunkTooLarge {
+        /// First leaf.
+        start: u64,
+        /// One past the last leaf.
+        end: u64,
+        /// The chunk's size.
+        size: usize,
+        /// The cap.
+        max: u32,
+    },
+    /// The worker threads could not be started.
+    #[error("cannot start checkpoint worker threads: {0}")]
+    Threads(std::io::Error),
+}
+
+/// Whether `module` declares its chunks independent (so they may be built concurrently).
+pub fn builds_in_parallel(module: &CheckpointModule) -> bool {
+    module
+        .meta()
+        .info
+        .params
+        .iter()
+        .any(|(k, v)| k == PARALLEL_PARAM && v == "yes")
+}
+
+/// Creates a checkpoint of `state` at `at` with `module`.
+///
+/// Chunks are independent module calls, so the output does not depend on `options.threads`.
+pub fn create(
+    module: &CheckpointModule,
+    state: Arc<dyn StateLeaves>,
+    at: BlockRef,
+    options: CreateOptions,
+) -> Result<Checkpoint, CreateError> {
+    let limits = ManifestLimits::default();
+    let params = PlanParams {
+        target_chunk_bytes: options.target_chunk_bytes,
+    };
+    let ranges = module.plan(state.clone(), params)?;
+    let threads = if builds_in_parallel(module) {
+        options.threads.clamp(1, ranges.len().max(1))
+    } else {
+        1
+    };
+    let built = build_all(
+        module,
+        &state,
+        &ranges,
+        threads,
+        options.background,
+        limits.max_chunk_bytes,
+    )?;
+    let mut entries = Vec::with_capacity(ranges.len());
+    let mut chunks = Vec::with_capacity(ranges.len());
+    for (range, (bytes, hash)) in ranges.iter().zip(built) {
+        entries.push(ChunkEntry {
+            hash,
+            start: range.start,
+            end: range.end,
+            // Checked against the cap in `build_one`.
+            size: u32::try_from(bytes.len()).unwrap_or(u32::MAX),
+        });
+        chunks.push(bytes);
+    }
+    let info = &module.meta().info;
+    let mut manifest_params = info.params.clone();
+    manifest_params.push((TARGET_PARAM.into(), options.target_chunk_bytes.to_string()));
+    let manifest = Manifest {
+        module_hash: module.hash(),
+        module_version: info.version,
+        params: manifest_params,
+        height: at.height,
+        block_hash: at.hash,
+        state_root: state.state_root(),
+        registry_root: state.registry_root(),
+        leaf_count: state.leaf_count(),
+        leaf_size: state.leaf_size(),
+        extras: state.extras(),
+        chunks: entries,
+    };
+    manifest
+        .validate(&limits)
+        .map_err(|source| CreateError::Invalid {
+            module: module.meta().name(),
+            source,
+        })?;
+    Ok(Checkpoint { manifest, chunks })
+}
+
+type Built = (Vec<u8>, Hash32);
+
+fn build_one(
+    module: &CheckpointModule,
+    state: &Arc<dyn StateLeaves>,
+    range: LeafRange,
+    max: u32,
+) -> Result<Built, CreateError> {
+    let reader: Arc<dyn StateLeaves> = state.clone();
+    let bytes = module
+        .build_chunk(reader, range)?
+        .map_err(|reason| CreateError::Chunk {
+            start: range.start,
+            end: range.end,
+            reason,
+        })?;
+    if u32::try_from(bytes.len()).map_or(true, |size| size > max) {
+        return Err(CreateError::ChunkTooLarge {
+            start: range.start,
+            end: range.end,
+            size: bytes.len(),
+            max,
+        });
+    }
+    let hash = Sha256::digest(&bytes).into();
+    Ok((bytes, hash))
+}
+
+/// Builds every range on `threads` workers taking the next unbuilt range in turn; results land
+/// at their range's position, so the order never depends on scheduling. Workers are dedicated
+/// guest threads, not the shared pool import uses.
+fn build_all(
+    module: &CheckpointModule,
+    state: &Arc<dyn StateLeaves>,
+    ranges: &[LeafRange],
+    threads: usize,
+    background: bool,
+    max: u32,
+) -> Result<Vec<Built>, CreateError> {
+    if threads <= 1 && !background {
+        return ranges
+            .iter()
+            .map(|r| build_one(module, state, *r, max))
+            .collect();
+    }
+    let next = AtomicUsize::new(0);
+    let slots: Mutex<Vec<Option<Built>>> = Mutex::new(vec![None; ranges.len()]);
+    let failure: Mutex<Option<CreateError>> = Mutex::new(None);
+    let work = |_worker: usize| {
+        loop {
+            let index = next.fetch_add(1, Ordering::Relaxed);
+            let Some(range) = ranges.get(index) else {
+                return;
+            };
+            if failure.lock().map_or(true, |f| f.is_some()) {
+                return;
+            }
+            match build_one(module, state, *range, max) {
+                Ok(built) => {
+                    if let Ok(mut slots) = slots.lock()
+                        && let Some(slot) = slots.get_mut(index)
+                    {
+                        *slot = Some(built);
+                    }
+                }
+                Err(e) => {
+                    if let Ok(mut f) = failure.lock() {
+                        f.get_or_insert(e);
+                    }
+                    return;
+                }
+            }
+        }
+    };
+    scoped_guest_workers(threads, background, &work).map_err(CreateError::Threads)?;
+    if let Some(e) = failure.into_inner().ok().flatten() {
+        return Err(e);
+    }
+    let slots = slots.into_inner().unwrap_or_default();
+    let mut out = Vec::with_capacity(ranges.len());
+    for (slot, range) in slots.into_iter().zip(ranges) {
+        out.push(slot.ok_or(CreateError::Chunk {
+            start: range.start,
+            end: range.end,
+            reason: ChunkError::Malformed("a worker stopped before building this chunk".into()),
+        })?);
+    }
+    Ok(out)
+}

@@ -1,0 +1,493 @@
+//! The checkpoint manifest: what was chunked (module, version, every output-changing parameter),
+//! which state (height, block hash, state root, registry root, leaf count, the non-leaf parts)
+//! and the ordered chunk list. Its id is the hash of its canonical encoding, so chunks of
+//! different versions or parameters can never mix.
+//!
+//! A manifest from a peer is decoded with [`Manifest::decode`], which checks everything that can
+//! be checked before a single chunk is fetched: bounded sizes and counts, ranges that tile the
+//! leaf space exactly, and a state root that follows from the registry root and the extras.
+
+use sha2::{Digest, Sha256};
+
+use crate::state::merkle::Hash32;
+use crate::state::{Eth1State, Schedule, state_root};
+
+const MAGIC: &[u8; 4] = b"MNCM";
+/// Version of the manifest encoding.
+pub const MANIFEST_FORMAT: u8 = 1;
+/// Domain of the checkpoint id hash.
+const ID_DOMAIN: &[u8] = b"modnode-checkpoint-manifest-v1";
+
+/// Bounds a manifest must respect; peers' manifests beyond them are refused before any fetch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ManifestLimits {
+    /// Most chunks in one checkpoint.
+    pub max_chunks: usize,
+    /// Largest encoded chunk, in bytes.
+    pub max_chunk_bytes: u32,
+    /// Most module parameters.
+    pub max_params: usize,
+    /// Longest parameter name or value, in bytes.
+    pub max_param_bytes: usize,
+    /// Largest encoding of the non-leaf state parts.
+    pub max_extras_bytes: usize,
+}
+
+impl Default for ManifestLimits {
+    fn default() -> Self {
+        Self {
+            max_chunks: 1 << 16,
+            max_chunk_bytes: 64 << 20,
+            max_params: 32,
+            max_param_bytes: 256,
+            max_extras_bytes: 1 << 20,
+        }
+    }
+}
+
+/// One chunk as the manifest lists it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChunkEntry {
+    /// `sha256` of the chunk's bytes.
+    pub hash: Hash32,
+    /// First leaf.
+    pub start: u64,
+    /// One past the last leaf.
+    pub end: u64,
+    /// Encoded size in bytes.
+    pub size: u32,
+}
+
+/// A checkpoint's manifest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Manifest {
+    /// sha256 of the chunking module's component.
+    pub module_hash: Hash32,
+    /// The chunking algorithm's version (its `describe`).
+    pub module_version: u32,
+    /// Every output-changing parameter: the module's own (`describe`) and the host's
+    /// (`target-chunk-bytes`), in order.
+    pub params: Vec<(String, String)>,
+    /// Height of the checkpointed block.
+    pub height: u64,
+    /// Hash of the checkpointed block.
+    pub block_hash: Hash32,
+    /// The block's state root.
+    pub state_root: Hash32,
+    /// Root of the registry tree the chunks' range proofs lead to.
+    pub registry_root: Hash32,
+    /// Number of state leaves.
+    pub leaf_count: u64,
+    /// Bytes per state leaf.
+    pub leaf_size: u32,
+    /// The non-leaf state parts ([`encode_extras`]: the eth1 state and the module schedule).
+    pub extras: Vec<u8>,
+    /// The chunks, in leaf order.
+    pub chunks: Vec<ChunkEntry>,
+}
+
+/// Why a manifest is refused. Every variant is the fault of whoever produced the manifest.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ManifestError {
+    /// The bytes end inside a field.
+    #[error("manifest truncated in {0}")]
+    Truncated(&'static str),
+    /// The bytes are not a manifest.
+    #[error("not a checkpoint manifest (bad magic)")]
+    BadMagic,
+    /// An encoding version this node does not know.
+    #[error("manifest format {0} is not supported (expected {MANIFEST_FORMAT})")]
+    UnsupportedFormat(u8),
+    /// Bytes after the last chunk.
+    #[error("{0} trailing bytes after the manifest")]
+    TrailingBytes(usize),
+    /// More chunks than the limit.
+    #[error("manifest lists {count} chunks, at most {max} are accepted")]
+    TooManyChunks {
+        /// Chunks listed.
+        count: u64,
+        /// The limit.
+        max: usize,
+    },
+    /// More parameters than the limit, or one too long, or not UTF-8.
+    #[error("manifest parameter {index} is refused: {reason}")]
+    BadParam {
+        /// Position of the parameter.
+        index: usize,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The extras are larger than the limit.
+    #[error("manifest extras are {size} bytes, at most {max} are accepted")]
+    ExtrasTooLarge {
+        /// Their size.
+        size: u64,
+        /// The limit.
+        max: usize,
+    },
+    /// The extras are not an eth1 state and schedule encoding.
+    #[error("manifest extras are not a valid eth1 state and module schedule")]
+    ExtrasMalformed,
+    /// A chunk is larger than the limit or empty.
+    #[error("chunk {index} is {size} bytes, accepted sizes are 1..={max}")]
+    ChunkSize {
+        /// The chunk.
+        index: usize,
+        /// Its claimed size.
+        size: u32,
+        /// The limit.
+        max: u32,
+    },
+    /// A chunk covers no leaf.
+    #[error("chunk {index} has the empty range [{start}, {end})")]
+    EmptyRange {
+        /// The chunk.
+        index: usize,
+        /// Its start.
+        start: u64,
+        /// Its end.
+        end: u64,
+    },
+    /// Leaves between two chunks (or before the first, or after the last) are in no chunk.
+    #[error("the chunk ranges leave leaves [{from}, {to}) uncovered (before chunk {index})")]
+    Gap {
+        /// The chunk after the gap (the chunk count for a gap at the end).
+        index: usize,
+        /// First uncovered leaf.
+        from: u64,
+        /// One past the last uncovered leaf.
+        to: u64,
+    },
+    /// A chunk starts inside the previous chunk's range.
+    #[error(
+        "chunk {index} starts at leaf {start}, inside the previous chunk which ends at {previous_end}"
+    )]
+    Overlap {
+        /// The chunk.
+        index: usize,
+        /// Its start.
+        start: u64,
+        /// The previous chunk's end.
+        previous_end: u64,
+    },
+    /// A chunk ends past the last leaf.
+    #[error("chunk {index} ends at leaf {end}, past the {leaf_count} leaves of the state")]
+    PastEnd {
+        /// The chunk.
+        index: usize,
+        /// Its end.
+        end: u64,
+        /// The state's leaves.
+        leaf_count: u64,
+    },
+    /// The state root does not follow from the registry root and the extras.
+    #[error(
+        "manifest state root {claimed} is not the root of its registry root and extras ({computed})"
+    )]
+    StateRoot {
+        /// Root in the manifest.
+        claimed: String,
+        /// Root computed from its parts.
+        computed: String,
+    },
+}
+
+/// The non-leaf state parts as manifest extras: `eth1 length u32 | eth1 state | schedule`.
+pub fn encode_extras(eth1: &Eth1State, schedule: &Schedule) -> Vec<u8> {
+    let eth1 = eth1.encode();
+    let mut out = Vec::with_capacity(eth1.len().saturating_add(64));
+    put_bytes(&mut out, &eth1);
+    out.extend_from_slice(&schedule.encode());
+    out
+}
+
+/// Decodes [`encode_extras`]'s output.
+pub fn decode_extras(extras: &[u8]) -> Option<(Eth1State, Schedule)> {
+    let (len, rest) = extras.split_first_chunk::<4>()?;
+    let len = usize::try_from(u32::from_le_bytes(*len)).ok()?;
+    let (eth1, schedule) = rest.split_at_checked(len)?;
+    Some((Eth1State::decode(eth1)?, Schedule::decode(schedule)?))
+}
+
+/// The full state root a registry root and the extras commit to, if the extras decode.
+pub fn state_root_of(registry_root: &Hash32, extras: &[u8]) -> Option<Hash32> {
+    decode_extras(extras).map(|(eth1, schedule)| state_root(registry_root, &eth1, &schedule))
+}
+
+impl Manifest {
+    /// The checkpoint id: `sha256(domain ‖ encode())`.
+    pub fn id(&self) -> Hash32 {
+        Sha256::new()
+            .chain_update(ID_DOMAIN)
+            .chain_update(self.encode())
+            .finalize()
+            .into()
+    }
+
+    /// The value of module parameter `name`, if the manifest has it.
+    pub fn param(&self, name: &str) -> Option<&str> {
+        self.params
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// Sum of the chunks' sizes.
+    pub fn total_bytes(&self) -> u64 {
+        self.chunks.iter().map(|c| u64::from(c.size)).sum()
+    }
+
+    /// Canonical encoding (integers little-endian; strings and byte lists length-prefixed).
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out =
+            Vec::with_capacity(256usize.saturating_add(self.chunks.len().saturating_mul(52)));
+        out.extend_from_slice(MAGIC);
+        out.push(MANIFEST_FORMAT);
+        out.extend_from_slice(&self.module_hash);
+        out.extend_from_slice(&self.module_version.to_le_bytes());
+        put_len(&mut out, self.params.len());
+        for (k, v) in &self.params {
+            put_bytes(&mut out, k.as_bytes());
+            put_bytes(&mut out, v.as_bytes());
+        }
+        out.extend_from_slice(&self.height.to_le_bytes());
+        out.extend_from_slice(&self.block_hash);
+        out.extend_from_slice(&self.state_root);
+        out.extend_from_slice(&self.registry_root);
+        out.extend_from_slice(&self.leaf_count.to_le_bytes());
+        out.extend_from_slice(&self.leaf_size.to_le_bytes());
+        put_bytes(&mut out, &self.extras);
+        put_len(&mut out, self.chunks.len());
+        for c in &self.chunks {
+            out.extend_from_slice(&c.hash);
+            out.extend_from_slice(&c.start.to_le_bytes());
+            out.extend_from_slice(&c.end.to_le_bytes());
+            out.extend_from_slice(&c.size.to_le_bytes());
+        }
+        out
+    }
+
+    /// Decodes and [`validate`](Self::validate)s a manifest, bounded by `limits` before any
+    /// allocation a length field asks for.
+    pub fn decode(bytes: &[u8], limits: &ManifestLimits) -> Result<Self, ManifestError> {
+        let mut r = Reader { bytes };
+        if r.array::<4>("magic")? != *MAGIC {
+            return Err(ManifestError::BadMagic);
+        }
+        let [format] = r.array::<1>("format")?;
+        if format != MANIFEST_FORMAT {
+            return Err(ManifestError::UnsupportedFormat(format));
+        }
+        let module_hash = r.array::<32>("module hash")?;
+        let module_version = u32::from_le_bytes(r.array("module version")?);
+        let param_count = r.u32("parameter count")?;
+        if param_count > limits.max_params as u64 {
+            return Err(ManifestError::BadParam {
+                index: limits.max_params,
+                reason: format!("{param_count} parameters, at most {}", limits.max_params),
+            });
+        }
+        let mut params = Vec::new();
+        for index in 0..param_count {
+            let index = usize::try_from(index).unwrap_or(usize::MAX);
+            let key = r.string(index, limits.max_param_bytes)?;
+            let value = r.string(index, limits.max_param_bytes)?;
+            params.push((key, value));
+        }
+        let height = u64::from_le_bytes(r.array("height")?);
+        let block_hash = r.array::<32>("block hash")?;
+        let state_root = r.array::<32>("state root")?;
+        let registry_root = r.array::<32>("registry root")?;
+        let leaf_count = u64::from_le_bytes(r.array("leaf count")?);
+        let leaf_size = u32::from_le_bytes(r.array("leaf size")?);
+        let extras_len = r.u32("extras length")?;
+        if extras_len > limits.max_extras_bytes as u64 {
+            return Err(ManifestError::ExtrasTooLarge {
+                size: extras_len,
+                max: limits.max_extras_bytes,
+            });
+        }
+        let extras = r.take(to_usize(extras_len), "extras")?.to_vec();
+        let chunk_count = r.u32("chunk count")?;
+        if chunk_count > limits.max_chunks as u64 {
+            return Err(ManifestError::TooManyChunks {
+                count: chunk_count,
+                max: limits.max_chunks,
+            });
+        }
+        let mut chunks = Vec::with_capacity(to_usize(chunk_count));
+        for _ in 0..chunk_count {
+            chunks.push(ChunkEntry {
+                hash: r.array("chunk hash")?,
+                start: u64::from_le_bytes(r.array("chunk start")?),
+                end: u64::from_le_bytes(r.array("chunk end")?),
+                size: u32::from_le_bytes(r.array("chunk size")?),
+            });
+        }
+        if !r.bytes.is_empty() {
+            return Err(ManifestError::TrailingBytes(r.bytes.len()));
+        }
+        let manifest = Self {
+            module_hash,
+            module_version,
+            params,
+            height,
+            block_hash,
+            state_root,
+            registry_root,
+            leaf_count,
+            leaf_size,
+            extras,
+            chunks,
+        };
+        manifest.validate(limits)?;
+        Ok(manifest)
+    }
+
+    /// Checks the bounds, that the chunk ranges tile `[0, leaf_count)` exactly, in order, and
+    /// that the state root follows from the registry root and the extras.
+    pub fn validate(&self, limits: &ManifestLimits) -> Result<(), ManifestError> {
+        if self.chunks.len() > limits.max_chunks {
+            return Err(ManifestError::TooManyChunks {
+                count: u64::try_from(self.chunks.len()).unwrap_or(u64::MAX),
+                max: limits.max_chunks,
+            });
+        }
+        if self.params.len() > limits.max_params {
+            return Err(ManifestError::BadParam {
+                index: limits.max_params,
+                reason: format!(
+                    "{} parameters, at most {}",
+                    self.params.len(),
+                    limits.max_params
+                ),
+            });
+        }
+        if let Some((index, _)) = self.params.iter().enumerate().find(|(_, (k, v))| {
+            k.len() > limits.max_param_bytes || v.len() > limits.max_param_bytes
+        }) {
+            return Err(ManifestError::BadParam {
+                index,
+                reason: format!("longer than {} bytes", limits.max_param_bytes),
+            });
+        }
+        if self.extras.len() > limits.max_extras_bytes {
+            return Err(ManifestError::ExtrasTooLarge {
+                size: u64::try_from(self.extras.len()).unwrap_or(u64::MAX),
+                max: limits.max_extras_bytes,
+            });
+        }
+        let mut next = 0u64;
+        for (index, c) in self.chunks.iter().enumerate() {
+            if c.size == 0 || c.size > limits.max_chunk_bytes {
+                return Err(ManifestError::ChunkSize {
+                    index,
+                    size: c.size,
+                    max: limits.max_chunk_bytes,
+                });
+            }
+            if c.start >= c.end {
+                return Err(ManifestError::EmptyRange {
+                    index,
+                    start: c.start,
+                    end: c.end,
+                });
+            }
+            if c.start > next {
+                return Err(ManifestError::Gap {
+                    index,
+                    from: next,
+                    to: c.start,
+                });
+            }
+            if c.start < next {
+                return Err(ManifestError::Overlap {
+                    index,
+                    start: c.start,
+                    previous_end: next,
+                });
+            }
+            if c.end > self.leaf_count {
+                return Err(ManifestError::PastEnd {
+                    index,
+                    end: c.end,
+                    leaf_count: self.leaf_count,
+                });
+            }
+            next = c.end;
+        }
+        if next != self.leaf_count {
+            return Err(ManifestError::Gap {
+                index: self.chunks.len(),
+                from: next,
+                to: self.leaf_count,
+            });
+        }
+        let computed = state_root_of(&self.registry_root, &self.extras)
+            .ok_or(ManifestError::ExtrasMalformed)?;
+        if computed != self.state_root {
+            return Err(ManifestError::StateRoot {
+                claimed: hex::encode(self.state_root),
+                computed: hex::encode(computed),
+            });
+        }
+        Ok(())
+    }
+}
+
+fn put_len(out: &mut Vec<u8>, len: usize) {
+    // Lengths are bounded far below 4 GiB by the limits; saturate rather than wrap.
+    out.extend_from_slice(&u32::try_from(len).unwrap_or(u32::MAX).to_le_bytes());
+}
+
+fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
+    put_len(out, bytes.len());
+    out.extend_from_slice(bytes);
+}
+
+fn to_usize(n: u64) -> usize {
+    usize::try_from(n).unwrap_or(usize::MAX)
+}
+
+struct Reader<'a> {
+    bytes: &'a [u8],
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize, what: &'static str) -> Result<&'a [u8], ManifestError> {
+        let (head, rest) = self
+            .bytes
+            .split_at_checked(n)
+            .ok_or(ManifestError::Truncated(what))?;
+        self.bytes = rest;
+        Ok(head)
+    }
+
+    fn array<const N: usize>(&mut self, what: &'static str) -> Result<[u8; N], ManifestError> {
+        let (head, rest) = self
+            .bytes
+            .split_first_chunk::<N>()
+            .ok_or(ManifestError::Truncated(what))?;
+        self.bytes = rest;
+        Ok(*head)
+    }
+
+    fn u32(&mut self, what: &'static str) -> Result<u64, ManifestError> {
+        Ok(u64::from(u32::from_le_bytes(self.array(what)?)))
+    }
+
+    fn string(&mut self, index: usize, max: usize) -> Result<String, ManifestError> {
+        let len = self.u32("parameter length")?;
+        if len > max as u64 {
+            return Err(ManifestError::BadParam {
+                index,
+                reason: format!("{len} bytes, at most {max}"),
+            });
+        }
+        let bytes = self.take(to_usize(len), "parameter")?;
+        String::from_utf8(bytes.to_vec()).map_err(|_| ManifestError::BadParam {
+            index,
+            reason: "not UTF-8".into(),
+        })
+    }
+}

@@ -1,0 +1,543 @@
+//! Restoring a checkpoint, sans-IO: chunks arrive in any order from anyone; each is checked on
+//! arrival against its manifest entry (size, hash), opened by the module that made it, and its
+//! leaves proven against the manifest's registry root; coverage is tracked by leaf index. The
+//! restore is done only when every leaf is covered and the state rebuilt from the leaves has the
+//! manifest's state root.
+//!
+//! [`Restorer::verify`] takes `&self`, so a driver may verify chunks on several threads and
+//! hand the results to [`Restorer::insert`].
+
+use std::collections::BTreeMap;
+
+use sha2::{Digest, Sha256};
+
+use super::manifest::{Manifest, ManifestError, ManifestLimits};
+use crate::runtime::CallError;
+use crate::runtime::checkpoint::{CheckpointModule, ChunkContents};
+use crate::state::merkle::{Hash32, MerkleError, RangeProof, verify_range};
+use crate::state::{
+    Eth1State, LEAF_BYTES, Registry, Schedule, StateError, VALIDATOR_BYTES, Validator, state_root,
+};
+
+/// Opens chunks of one checkpoint version (the module that made them).
+pub trait ChunkOpener: Send + Sync {
+    /// Decodes `chunk`: `Ok(Err(reason))` when the bytes are not a chunk of this version.
+    fn open(&self, chunk: Vec<u8>) -> Result<Result<ChunkContents, String>, CallError>;
+}
+
+impl ChunkOpener for CheckpointModule {
+    fn open(&self, chunk: Vec<u8>) -> Result<Result<ChunkContents, String>, CallError> {
+        Ok(self.open_chunk(chunk)?.map_err(|e| format!("{e:?}")))
+    }
+}
+
+/// Who is to blame for a failed restore step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// The peer that served the chunk: its bytes are not the ones the manifest lists. Penalise
+    /// it and fetch the chunk elsewhere.
+    ChunkPeer,
+    /// Whoever produced the manifest: the listed bytes themselves are bad. Abandon the checkpoint.
+    Manifest,
+    /// The restoring side (a bug, a duplicate delivery, a call that failed on our side).
+    Ours,
+}
+
+/// Why a chunk or the restore as a whole was refused. Each check has its own variant.
+#[derive(Debug, thiserror::Error)]
+pub enum RestoreError {
+    /// The manifest itself is refused.
+    #[error("checkpoint manifest refused: {0}")]
+    Manifest(#[from] ManifestError),
+    /// No chunk has this index in the manifest.
+    #[error("chunk {index} is not in the manifest ({count} chunks)")]
+    UnknownChunk {
+        /// The index asked for.
+        index: usize,
+        /// Chunks in the manifest.
+        count: usize,
+    },
+    /// The chunk's bytes are not the listed size.
+    #[error("chunk {index} is {size} bytes, the manifest lists {expected}")]
+    WrongSize {
+        /// The chunk.
+        index: usize,
+        /// Bytes received.
+        size: usize,
+        /// Bytes listed.
+        expected: u32,
+    },
+    /// The chunk's bytes do not hash to the listed hash: altered or swapped in transit.
+    #[error("chunk {index} is tampered: its hash is {found}, the manifest lists {expected}")]
+    Tampered {
+        /// The chunk.
+        index: usize,
+        /// Listed hash (hex).
+        expected: String,
+        /// Hash of the bytes received (hex).
+        found: String,
+    },
+    /// The listed bytes are not a chunk of the manifest's version.
+    #[error("chunk {index} does not open: {reason}")]
+    Malformed {
+        /// The chunk.
+        index: usize,
+        /// The module's reason.
+        reason: String,
+    },
+    /// The chunk covers another leaf range than its manifest entry.
+    #[error(
+        "chunk {index} covers leaves [{found_start}, {found_end}), the manifest lists [{start}, {end})"
+    )]
+    WrongRange {
+        /// The chunk.
+        index: usize,
+        /// Listed start.
+        start: u64,
+        /// Listed end.
+        end: u64,
+        /// Start in the chunk.
+        found_start: u64,
+        /// End in the chunk.
+        found_end: u64,
+    },
+    /// The chunk's leaves are not `leaf_size` bytes each.
+    #[error("chunk {index} holds {bytes} leaf bytes, not {count} leaves of {leaf_size} bytes")]
+    LeafBytes {
+        /// The chunk.
+        index: usize,
+        /// Leaf bytes in the chunk.
+        bytes: usize,
+        /// Leaves in its range.
+        count: u64,
+        /// The manifest's leaf size.
+        leaf_size: u32,
+    },
+    /// The chunk's range proof does not prove its leaves against the registry root.
+    #[error("chunk {index}: the range proof does not hold: {source}")]
+    Proof {
+        /// The chunk.
+        index: usize,
+        /// What failed.
+        source: MerkleError,
+    },
+    /// Leaves already covered by a verified chunk arrived again.
+    #[error("chunk {index} repeats leaves [{start}, {end}), already covered")]
+    DuplicateRange {
+        /// The chunk.
+        index: usize,
+        /// Its start.
+        start: u64,
+        /// Its end.
+        end: u64,
+    },
+    /// The restore was finished with leaves still uncovered.
+    #[error("{missing} chunks are missing, the first is chunk {first} (leaves [{start}, {end}))")]
+    MissingChunks {
+        /// Chunks not yet verified.
+        missing: usize,
+        /// The first of them.
+        first: usize,
+        /// Its start.
+        start: u64,
+        /// Its end.
+        end: u64,
+    },
+    /// A proven leaf is not a valid validator record.
+    #[error("leaf {leaf} is not a validator record: {reason}")]
+    BadLeaf {
+        /// The leaf's position.
+        leaf: u64,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The leaves cannot form a registry (e.g. a duplicate pubkey).
+    #[error("the restored leaves do not form a registry: {0}")]
+    Registry(#[from] StateError),
+    /// The rebuilt state's root is not the manifest's.
+    #[error("the rebuilt state root is {computed}, the manifest's is {expected}")]
+    RootMismatch {
+        /// Rebuilt root (hex).
+        computed: String,
+        /// Manifest root (hex).
+        expected: String,
+    },
+    /// A module call failed on our side.
+    #[error("opening a chunk failed on this node: {0}")]
+    Call(#[from] CallError),
+    /// Storing progress or starting threads failed on this node.
+    #[error("restoring on this node failed: {0}")]
+    Local(String),
+}
+
+impl RestoreError {
+    /// Who is to blame.
+    pub fn fault(&self) -> Fault {
+        match self {
+            Self::WrongSize { .. } | Self::Tampered { .. } => Fault::ChunkPeer,
+            Self::Manifest(_)
+            | Self::Malformed { .. }
+            | Self::WrongRange { .. }
+            | Self::LeafBytes { .. }
+            | Self::Proof { .. }
+            | Self::BadLeaf { .. }
+            | Self::Registry(_)
+            | Self::RootMismatch { .. } => Fault::Manifest,
+            Self::UnknownChunk { .. }
+            | Self::DuplicateRange { .. }
+            | Self::MissingChunks { .. }
+            | Self::Call(_)
+            | Self::Local(_) => Fault::Ours,
+        }
+    }
+}
+
+/// A chunk whose leaves are proven: ready to be written and inserted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VerifiedChunk {
+    /// Position in the manifest.
+    pub index: usize,
+    /// First leaf.
+    pub start: u64,
+    /// One past the last leaf.
+    pub end: u64,
+    /// The leaves, concatenated.
+    pub leaves: Vec<u8>,
+    /// `sha256` of each leaf (the tree's leaves).
+    pub hashes: Vec<Hash32>,
+}
+
+/// The restored state.
+#[derive(Debug, Clone)]
+pub struct RestoredState {
+    /// The registry, rebuilt from the leaves.
+    pub registry: Registry,
+    /// The eth1 state, from the manifest's extras.
+    pub eth1: Eth1State,
+    /// The module schedule, from the manifest's extras.
+    pub schedule: Schedule,
+    /// Its state root (equal to the manifest's).
+    pub state_root: Hash32,
+}
+
+/// Progress of a restore.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Progress {
+    /// Chunks verified.
+    pub chunks: usize,
+    /// Chunks in the manifest.
+    pub total_chunks: usize,
+    /// Leaves covered.
+    pub leaves: u64,
+    /// Leaves in the state.
+    pub total_leaves: u64,
+}
+
+/// The restore of one checkpoint.
+#[derive(Debug)]
+pub struct Restorer {
+    manifest: Manifest,
+    id: Hash32,
+    chunks: Vec<Option<VerifiedChunk>>,
+    /// Verified leaf ranges, `start -> end`.
+    covered: BTreeMap<u64, u64>,
+    covered_leaves: u64,
+    verified: usize,
+}
+
+impl Restorer {
+    /// Starts restoring `manifest`, validating it first.
+    pub fn new(manifest: Manifest, limits: &ManifestLimits) -> Result<Self, RestoreError> {
+        manifest.validate(limits)?;
+        let count = manifest.chunks.len();
+        Ok(Self {
+            id: manifest.id(),
+            manifest,
+            chunks: vec![None; count],
+            covered: BTreeMap::new(),
+            covered_leaves: 0,
+            verified: 0,
+        })
+    }
+
+    /// The manifest being restored.
+    pub fn manifest(&self) -> &Manifest {
+        &self.manifest
+    }
+
+    /// The checkpoint id.
+    pub fn id(&self) -> Hash32 {
+        self.id
+    }
+
+    /// Whether chunk `index` is verified.
+    pub fn has(&self, index: usize) -> bool {
+        self.chunks.get(index).is_some_and(Option::is_some)
+    }
+
+    /// Indices of the chunks not yet verified, in order.
+    pub fn missing(&self) -> Vec<usize> {
+        (0..self.chunks.len()).filter(|&i| !self.has(i)).collect()
+    }
+
+    /// How far the restore is.
+    pub fn progress(&self) -> Progress {
+        Progress {
+            chunks: self.verified,
+            total_chunks: self.chunks.len(),
+            leaves: self.covered_leaves,
+            total_leaves: self.manifest.leaf_count,
+        }
+    }
+
+    /// Whether every leaf is covered.
+    pub fn is_complete(&self) -> bool {
+        self.covered_leaves == self.manifest.leaf_count && self.verified == self.chunks.len()
+    }
+
+    /// Checks chunk `index`'s bytes: size and hash against the manifest entry (the serving
+    /// peer's fault if wrong), then opens it with `opener` and proves its leaves (the manifest
+    /// producer's fault if wrong). Cheap checks come first.
+    pub fn verify(
+        &self,
+        opener: &dyn ChunkOpener,
+        index: usize,
+        bytes: Vec<u8>,
+    ) -> Result<VerifiedChunk, RestoreError> {
+        let entry = *self
+            .manifest
+            .chunks
+            .get(index)
+            .ok_or(RestoreError::UnknownChunk {
+                index,
+                count: self.manifest.chunks.len(),
+            })?;
+        if self.has(index) {
+            return Err(RestoreError::DuplicateRange {
+                index,
+                start: entry.start,
+                end: entry.end,
+            });
+        }
+        if u32::try_from(bytes.len()).ok() != Some(entry.size) {
+            return Err(RestoreError::WrongSize {
+                index,
+                size: bytes.len(),
+                expected: entry.size,
+            });
+        }
+        let hash: Hash32 = Sha256::digest(&bytes).into();
+        if hash != entry.hash {
+            return Err(RestoreError::Tampered {
+                index,
+                expected: hex::encode(entry.hash),
+                found: hex::encode(hash),
+            });
+        }
+        let contents = opener
+            .open(bytes)?
+            .map_err(|reason| RestoreError::Malformed { index, reason })?;
+        if (contents.range.start, contents.range.end) != (entry.start, entry.end) {
+            return Err(RestoreError::WrongRange {
+                index,
+                start: entry.start,
+                end: entry.end,
+                found_start: contents.range.start,
+                found_end: contents.range.end,
+            });
+        }
+        let count = entry.end.saturating_sub(entry.start);
+        let leaf_size = self.manifest.leaf_size;
+        let leaf_bytes = usize::try_from(leaf_size).unwrap_or(usize::MAX);
+        let bad_bytes = || RestoreError::LeafBytes {
+            index,
+            bytes: contents.leaves.len(),
+            count,
+            leaf_size,
+        };
+        if contents.leaf_size != leaf_size
+            || leaf_bytes == 0
+            || count.checked_mul(u64::from(leaf_size)) != u64::try_from(contents.leaves.len()).ok()
+        {
+            return Err(bad_bytes());
+        }
+        let hashes: Vec<Hash32> = contents
+            .leaves
+            .chunks_exact(leaf_bytes)
+            .map(|leaf| Sha256::digest(leaf).into())
+            .collect();
+        let proof = RangeProof::from_bytes(&contents.proof)
+            .map_err(|source| RestoreError::Proof { index, source })?;
+        if proof.tree_len() != self.manifest.leaf_count {
+            return Err(RestoreError::Proof {
+                index,
+                source: MerkleError::RootMismatch,
+            });
+        }
+        verify_range(&self.manifest.registry_root, entry.start, &hashes, &proof)
+            .map_err(|source| RestoreError::Proof { index, source })?;
+        Ok(VerifiedChunk {
+            index,
+            start: entry.start,
+            end: entry.end,
+            leaves: contents.leaves,
+            hashes,
+        })
+    }
+
+    /// Records a verified chunk; refuses leaves that are already covered.
+    pub fn insert(&mut self, chunk: VerifiedChunk) -> Result<Progress, RestoreError> {
+        let duplicate = RestoreError::DuplicateRange {
+            index: chunk.index,
+            start: chunk.start,
+            end: chunk.end,
+        };
+        let overlaps_before = self
+            .covered
+            .range(..=chunk.start)
+            .next_back()
+            .is_some_and(|(_, &end)| end > chunk.start);
+        let overlaps_after = self.covered.range(chunk.start..chunk.end).next().is_some();
+        if overlaps_before || overlaps_after || self.has(chunk.index) {
+            return Err(duplicate);
+        }
+        let slot = self
+            .chunks
+            .get_mut(chunk.index)
+            .ok_or(RestoreError::UnknownChunk {
+                index: chunk.index,
+                count: self.manifest.chunks.len(),
+            })?;
+        self.covered.insert(chunk.start, chunk.end);
+        self.covered_leaves = self
+            .covered_leaves
+            .saturating_add(chunk.end.saturating_sub(chunk.start));
+        self.verified = self.verified.saturating_add(1);
+        *slot = Some(chunk);
+        Ok(self.progress())
+    }
+
+    /// Rebuilds the state from the verified leaves; refuses an incomplete restore and a
+    /// rebuilt root that is not the manifest's.
+    pub fn finish(self) -> Result<RestoredState, RestoreError> {
+        if !self.is_complete() {
+            let missing = self.missing();
+            let first = missing.first().copied().unwrap_or(0);
+            let entry = self.manifest.chunks.get(first);
+            return Err(RestoreError::MissingChunks {
+                missing: missing.len(),
+                first,
+                start: entry.map_or(0, |e| e.start),
+                end: entry.map_or(0, |e| e.end),
+            });
+        }
+        let leaf_count = usize::try_from(self.manifest.leaf_count).unwrap_or(usize::MAX);
+        let mut validators = Vec::with_capacity(leaf_count);
+        let mut balances = Vec::with_capacity(leaf_count);
+        let mut hashes = Vec::with_capacity(leaf_count);
+        let mut position = 0u64;
+        for chunk in self.chunks.into_iter().flatten() {
+            hashes.extend_from_slice(&chunk.hashes);
+            for leaf in chunk.leaves.chunks_exact(LEAF_BYTES) {
+                let (record, balance) = leaf.split_at(VALIDATOR_BYTES);
+                let validator = Validator::decode(record).map_err(|e| RestoreError::BadLeaf {
+                    leaf: position,
+                    reason: e.to_string(),
+                })?;
+                let balance: [u8; 8] = balance.try_into().map_err(|_| RestoreError::BadLeaf {
+                    leaf: position,
+                    reason: format!("leaf is not {LEAF_BYTES} bytes"),
+                })?;
+                validators.push(validator);
+                balances.push(u64::from_le_bytes(balance));
+                position = position.saturating_add(1);
+            }
+        }
+        let (eth1, schedule) = super::manifest::decode_extras(&self.manifest.extras)
+            .ok_or(RestoreError::Manifest(ManifestError::ExtrasMalformed))?;
+        // The verified leaf hashes are the tree's leaves: each was computed from the exact
+        // bytes decoded here, and the record encoding is canonical.
+        let registry = Registry::from_parts_and_leaves(validators, balances, hashes)?;
+        let root = state_root(&registry.root(), &eth1, &schedule);
+        if root != self.manifest.state_root {
+            return Err(RestoreError::RootMismatch {
+                computed: hex::encode(root),
+                expected: hex::encode(self.manifest.state_root),
+            });
+        }
+        Ok(RestoredState {
+            registry,
+            eth1,
+            schedule,
+            state_root: root,
+        })
+    }
+}
+
+/// Verifies `chunks` (`(index, bytes)`, any order) on `threads` workers, storing each verified
+/// chunk in `store` (when given) and inserting it; flushes the store once at the end. Returns
+/// the first refusal, leaving every chunk verified before it inserted (and stored).
+pub fn verify_all(
+    restorer: &mut Restorer,
+    opener: &dyn ChunkOpener,
+    chunks: Vec<(usize, Vec<u8>)>,
+    threads: usize,
+    store: Option<&super::store::RestoreStore>,
+) -> Result<Progress, RestoreError> {
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    let next = AtomicUsize::new(0);
+    type Slot = Mutex<Option<(usize, Vec<u8>)>>;
+    let work: Vec<Slot> = chunks.into_iter().map(|c| Mutex::new(Some(c))).collect();
+    let results: Mutex<Vec<Result<VerifiedChunk, RestoreError>>> = Mutex::new(Vec::new());
+    let stored: Mutex<Option<super::store::RestoreStoreError>> = Mutex::new(None);
+    let shared: &Restorer = restorer;
+    let worker = |_: usize| {
+        loop {
+            let i = next.fetch_add(1, Ordering::Relaxed);
+            let Some(slot) = work.get(i) else {
+                return;
+            };
+            let Some((index, bytes)) = slot.lock().ok().and_then(|mut s| s.take()) else {
+                continue;
+            };
+            let outcome = match store {
+                Some(store) => shared.verify(opener, index, bytes.clone()).inspect(|_| {
+                    if let Err(e) = store.put_chunk(index, &bytes)
+                        && let Ok(mut s) = stored.lock()
+                    {
+                        s.get_or_insert(e);
+                    }
+                }),
+                None => shared.verify(opener, index, bytes),
+            };
+            if let Ok(mut r) = results.lock() {
+                r.push(outcome);
+            }
+        }
+    };
+    crate::runtime::threads::scoped_guest_workers(threads.max(1), false, &worker)
+        .map_err(|e| RestoreError::Local(format!("cannot start verification threads: {e}")))?;
+    if let Some(e) = stored.into_inner().ok().flatten() {
+        return Err(RestoreError::Local(e.to_string()));
+    }
+    if let Some(store) = store {
+        store
+            .flush()
+            .map_err(|e| RestoreError::Local(e.to_string()))?;
+    }
+    let mut first_error = None;
+    for outcome in results.into_inner().unwrap_or_default() {
+        match outcome.and_then(|chunk| restorer.insert(chunk)) {
+            Ok(_) => {}
+            Err(e) => {
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    match first_error {
+        Some(e) => Err(e),
+        None => Ok(restorer.progress()),
+    }
+}

@@ -1,0 +1,297 @@
+//! Checkpoints in a running node: created every `interval` blocks and on demand, in the
+//! background from a frozen state (the chain worker only takes the snapshot), stored in their
+//! own sled database with the `keep` newest kept.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::mpsc;
+use std::time::Instant;
+
+use tokio::sync::oneshot;
+
+use super::create::{BlockRef, Checkpoint, CreateOptions, create};
+use super::leaves::RegistrySnapshot;
+use super::manifest::{Manifest, ManifestLimits};
+use crate::runtime::checkpoint::CheckpointModule;
+use crate::state::merkle::Hash32;
+
+/// `[checkpoint]` settings of a node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CheckpointConfig {
+    /// Create a checkpoint at every height that is a multiple of this; 0 turns periodic
+    /// creation off (on-demand creation still works).
+    pub interval: u64,
+    /// Checkpoints kept (the newest).
+    pub keep: usize,
+    /// The checkpoint module version that creates checkpoints (`checkpoint-v<N>`).
+    pub create_version: u32,
+    /// Target chunk size given to the module's planner.
+    pub target_chunk_bytes: u64,
+    /// Worker threads for versions whose chunks are independent.
+    pub threads: usize,
+}
+
+impl Default for CheckpointConfig {
+    fn default() -> Self {
+        Self {
+            interval: 100,
+            keep: 2,
+            create_version: 1,
+            target_chunk_bytes: 1 << 20,
+            threads: std::thread::available_parallelism().map_or(2, |n| n.get()),
+        }
+    }
+}
+
+/// What was created.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct CheckpointSummary {
+    /// Checkpoint id (hex).
+    pub id: String,
+    /// Height.
+    pub height: u64,
+    /// Chunking module version.
+    pub version: u32,
+    /// Chunks.
+    pub chunks: usize,
+    /// Total chunk bytes.
+    pub bytes: u64,
+    /// Creation time in milliseconds (0 when listed from the store).
+    pub create_ms: u64,
+}
+
+impl CheckpointSummary {
+    fn of(manifest: &Manifest, create_ms: u64) -> Self {
+        Self {
+            id: hex::encode(manifest.id()),
+            height: manifest.height,
+            version: manifest.module_version,
+            chunks: manifest.chunks.len(),
+            bytes: manifest.total_bytes(),
+            create_ms,
+        }
+    }
+}
+
+/// Why a checkpoint could not be created or stored. Always this node's (or its module's) fault.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckpointServiceError {
+    /// sled failed.
+    #[error("checkpoint store: {0}")]
+    Sled(#[from] sled::Error),
+    /// Creation failed.
+    #[error(transparent)]
+    Create(#[from] super::create::CreateError),
+    /// A stored manifest does not decode.
+    #[error("stored checkpoint manifest is unreadable: {0}")]
+    Manifest(#[from] super::manifest::ManifestError),
+    /// A creation is already running or queued.
+    #[error("a checkpoint is already being created; try again when it is done")]
+    Busy,
+    /// The creation thread has stopped.
+    #[error("the checkpoint creator has stopped")]
+    Stopped,
+}
+
+/// Created checkpoints on disk: manifests by height, chunks by checkpoint id and index.
+#[derive(Debug, Clone)]
+pub struct CheckpointStore {
+    manifests: sled::Tree,
+    chunks: sled::Tree,
+}
+
+impl CheckpointStore {
+    /// Opens (creating) the checkpoint database in `dir`.
+    pub fn open(dir: &Path) -> Result<Self, CheckpointServiceError> {
+        let db = sled::open(dir)?;
+        Ok(Self {
+            manifests: db.open_tree("manifests")?,
+            chunks: db.open_tree("chunks")?,
+        })
+    }
+
+    /// Stores `checkpoint` durably, then drops all but the `keep` newest.
+    pub fn put(&self, checkpoint: &Checkpoint, keep: usize) -> Result<(), CheckpointServiceError> {
+        let id = checkpoint.manifest.id();
+        for (index, chunk) in checkpoint.chunks.iter().enumerate() {
+            self.chunks
+                .insert(chunk_key(&id, index), chunk.as_slice())?;
+        }
+        self.chunks.flush()?;
+        let key = manifest_key(checkpoint.manifest.height, &id);
+        self.manifests.insert(key, checkpoint.manifest.encode())?;
+        self.manifests.flush()?;
+        self.prune(keep)
+    }
+
+    /// Stored manifests, newest first.
+    pub fn list(&self) -> Result<Vec<Manifest>, CheckpointServiceError> {
+        let limits = ManifestLimits::default();
+        let mut out = Vec::new();
+        for entry in self.manifests.iter().rev() {
+            let (_, bytes) = entry?;
+            out.push(Manifest::decode(&bytes, &limits)?);
+        }
+        Ok(out)
+    }
+
+    /// Chunk `index` of checkpoint `id`.
+    pub fn chunk(
+        &self,
+        id: &Hash32,
+        index: usize,
+    ) -> Result<Option<Vec<u8>>, CheckpointServiceError> {
+        Ok(self.chunks.get(chunk_key(id, index))?.map(|v| v.to_vec()))
+    }
+
+    fn prune(&self, keep: usize) -> Result<(), CheckpointServiceError> {
+        let keys: Vec<sled::IVec> = self.manifests.iter().keys().collect::<Result<_, _>>()?;
+        let drop = keys.len().saturating_sub(keep.max(1));
+        for key in keys.iter().take(drop) {
+            if let Some(id) = key.get(8..40) {
+                for chunk in self.chunks.scan_prefix(id).keys() {
+                    self.chunks.remove(chunk?)?;
+                }
+            }
+            self.manifests.remove(key)?;
+        }
+        self.manifests.flush()?;
+        self.chunks.flush()?;
+        Ok(())
+    }
+}
+
+fn manifest_key(height: u64, id: &Hash32) -> Vec<u8> {
+    [&height.to_be_bytes()[..], id].concat()
+}
+
+fn chunk_key(id: &Hash32, index: usize) -> Vec<u8> {
+    let index = u64::try_from(index).unwrap_or(u64::MAX);
+    [&id[..], &index.to_be_bytes()].concat()
+}
+
+/// The answer to an on-demand creation.
+pub type CreateReply = oneshot::Sender<Result<CheckpointSummary, String>>;
+
+struct Job {
+    at: BlockRef,
+    state: RegistrySnapshot,
+    reply: Option<CreateReply>,
+}
+
+/// The module that creates checkpoints, asked at each creation (so a live switch applies to
+/// the next one).
+pub type ModuleSource = Arc<dyn Fn() -> Arc<CheckpointModule> + Send + Sync>;
+
+/// Hands snapshots to the background creator; cheap to clone.
+#[derive(Clone)]
+pub struct Checkpointer {
+    jobs: mpsc::SyncSender<Job>,
+    config: CheckpointConfig,
+}
+
+impl std::fmt::Debug for Checkpointer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Checkpointer")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Checkpointer {
+    /// Starts the creator thread. It stops when every [`Checkpointer`] is dropped.
+    pub fn start(
+        module: ModuleSource,
+        store: CheckpointStore,
+        config: CheckpointConfig,
+    ) -> std::io::Result<(Self, std::thread::JoinHandle<()>)> {
+        // One job running and one queued: a creation that cannot keep up skips heights
+        // instead of piling up snapshots (each holds a copy of the state).
+        let (jobs, rx) = mpsc::sync_channel::<Job>(1);
+        let thread = std::thread::Builder::new()
+            .name("checkpoint-creator".into())
+            .spawn(move || {
+                while let Ok(job) = rx.recv() {
+                    let outcome = run_job(&module(), &store, &config, job.at, job.state)
+                        .map_err(|e| e.to_string());
+                    match &outcome {
+                        Ok(s) => tracing::info!(
+                            height = s.height,
+                            id = %s.id,
+                            version = s.version,
+                            chunks = s.chunks,
+                            bytes = s.bytes,
+                            ms = s.create_ms,
+                            "checkpoint created"
+                        ),
+                        Err(e) => tracing::warn!(error = %e, "checkpoint creation failed"),
+                    }
+                    if let Some(reply) = job.reply {
+                        let _ = reply.send(outcome);
+                    }
+                }
+            })?;
+        Ok((Self { jobs, config }, thread))
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &CheckpointConfig {
+        &self.config
+    }
+
+    /// Whether a checkpoint is due after the head reached `height`.
+    pub fn due_at(&self, height: u64) -> bool {
+        height > 0
+            && self.config.interval > 0
+            && height.checked_rem(self.config.interval) == Some(0)
+    }
+
+    /// Hands a snapshot to the creator unless one is already waiting; never blocks.
+    pub fn offer(
+        &self,
+        at: BlockRef,
+        state: RegistrySnapshot,
+        reply: Option<CreateReply>,
+    ) -> Result<(), CheckpointServiceError> {
+        match self.jobs.try_send(Job { at, state, reply }) {
+            Ok(()) => Ok(()),
+            Err(mpsc::TrySendError::Full(job)) => {
+                if let Some(reply) = job.reply {
+                    let _ = reply.send(Err(CheckpointServiceError::Busy.to_string()));
+                }
+                Err(CheckpointServiceError::Busy)
+            }
+            Err(mpsc::TrySendError::Disconnected(_)) => Err(CheckpointServiceError::Stopped),
+        }
+    }
+}
+
+fn run_job(
+    module: &CheckpointModule,
+    store: &CheckpointStore,
+    config: &CheckpointConfig,
+    at: BlockRef,
+    state: RegistrySnapshot,
+) -> Result<CheckpointSummary, CheckpointServiceError> {
+    let start = Instant::now();
+    let options = CreateOptions {
+        target_chunk_bytes: config.target_chunk_bytes,
+        threads: config.threads,
+        background: true,
+    };
+    let checkpoint = create(module, Arc::new(state), at, options)?;
+    store.put(&checkpoint, config.keep)?;
+    let ms = u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX);
+    Ok(CheckpointSummary::of(&checkpoint.manifest, ms))
+}
+
+/// Summaries of the stored checkpoints, newest first.
+pub fn summaries(
+    store: &CheckpointStore,
+) -> Result<Vec<CheckpointSummary>, CheckpointServiceError> {
+    Ok(store
+        .list()?
+        .iter()
+        .map(|m| CheckpointSummary::of(m, 0))
+        .collect())
+}
