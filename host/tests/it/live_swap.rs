@@ -2,9 +2,8 @@
 //! the `modnode module …` commands: canary, live activation, rollback and shadow of the gossip
 //! policy on a relaying node while blocks flow; the circuit breaker rolling back a trapping
 //! policy; the refusals (no token, unknown hash, consensus kind).
-//! (Deposits no longer come from the admin mempool since blocks carry only contract deposits
-//! with proofs, so the blocks themselves are the gossip traffic that must cross the switching
-//! node.)
+//! Blocks are the gossip traffic that must cross the switching node (deposits reach blocks
+//! only through the deposit contract, never through gossip).
 //!
 //! Waits are liveness bounds (generous, polled), not performance targets.
 
