@@ -174,7 +174,8 @@ impl Metrics {
                     "1 while catching up",
                     u64::from(self.syncing.load(Ordering::Relaxed)),
                 ),
-            ],
+            ]
+            .map(|(name, help, value)| (name, help, as_i64(value))),
         };
         let mut registry = Registry::with_prefix("modnode");
         registry.register_collector(Box::new(snapshot));
@@ -188,14 +189,20 @@ impl Metrics {
 /// Content type of [`Metrics::render`]'s output.
 pub const METRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
-/// The values of one scrape, handed to `prometheus-client` as a collector.
+/// The values of one scrape (name, help, value), handed to `prometheus-client` as a collector;
+/// the node's and the state cache's metrics both go through it.
 #[derive(Debug)]
-struct Snapshot {
-    counters: [(&'static str, &'static str, u64); 8],
-    gauges: [(&'static str, &'static str, u64); 8],
+struct Snapshot<const C: usize, const G: usize> {
+    counters: [(&'static str, &'static str, u64); C],
+    gauges: [(&'static str, &'static str, i64); G],
 }
 
-impl Collector for Snapshot {
+/// A gauge value as `prometheus-client` takes it (clamped at `i64::MAX`).
+fn as_i64(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+impl<const C: usize, const G: usize> Collector for Snapshot<C, G> {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         for &(name, help, value) in &self.counters {
             let counter = ConstCounter::new(value);
@@ -218,8 +225,7 @@ impl Collector for Snapshot {
 /// closing `# EOF`: accounted, allocator-reported and resident bytes side by side, the
 /// unexplained gap, and the cache's counters.
 pub fn render_state_cache(m: &crate::state_cache::CacheMetrics) -> String {
-    let as_i64 = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
-    let snapshot = StateCacheSnapshot {
+    let snapshot = Snapshot {
         gauges: [
             ("states", "States cached", as_i64(m.states as u64)),
             (
@@ -275,32 +281,6 @@ pub fn render_state_cache(m: &crate::state_cache::CacheMetrics) -> String {
     match out.rfind("# EOF") {
         Some(at) => out[..at].to_string(),
         None => out,
-    }
-}
-
-/// The state cache's values of one scrape.
-#[derive(Debug)]
-struct StateCacheSnapshot {
-    gauges: [(&'static str, &'static str, i64); 8],
-    counters: [(&'static str, &'static str, u64); 7],
-}
-
-impl Collector for StateCacheSnapshot {
-    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        for &(name, help, value) in &self.counters {
-            let counter = ConstCounter::new(value);
-            counter.encode(encoder.encode_descriptor(
-                name,
-                help,
-                None,
-                counter.metric_type(),
-            )?)?;
-        }
-        for &(name, help, value) in &self.gauges {
-            let gauge = ConstGauge::new(value);
-            gauge.encode(encoder.encode_descriptor(name, help, None, gauge.metric_type())?)?;
-        }
-        Ok(())
     }
 }
 
