@@ -88,16 +88,6 @@ fn read_hash_floor(state: &RegistrySnapshot) -> (f64, [u8; 32]) {
     (super::ms_since(start), fold.finalize().into())
 }
 
-fn percentile(samples: &[f64], pct: usize) -> f64 {
-    let mut sorted = samples.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    let rank = (sorted.len() * pct).div_ceil(100).max(1);
-    sorted
-        .get(rank.min(sorted.len()).saturating_sub(1))
-        .copied()
-        .unwrap_or(0.0)
-}
-
 fn measure_version(
     module: &CheckpointModule,
     state: &Arc<RegistrySnapshot>,
@@ -252,7 +242,7 @@ pub fn run(
         threads,
         v1: v1_report,
         v2: v2_report,
-        import_p99_ms_during_create: percentile(&during, 99),
-        import_p99_ms_idle: percentile(&idle, 99),
+        import_p99_ms_during_create: super::percentile(&during, 99),
+        import_p99_ms_idle: super::percentile(&idle, 99),
     })
 }

@@ -193,30 +193,6 @@ fn p99(samples: &mut [f64]) -> f64 {
     samples.get(rank.saturating_sub(1)).copied().unwrap_or(0.0)
 }
 
-fn signed_deposits(count: usize) -> Vec<DepositData> {
-    // Keygen and signing dominate setup: spread them over the cores.
-    let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
-    let chunk = count.div_ceil(threads).max(1);
-    std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..count)
-            .step_by(chunk)
-            .map(|start| {
-                scope.spawn(move || {
-                    (start..(start + chunk).min(count))
-                        .map(|i| {
-                            workload::new_validator(1_000_000 + i as u64, 32_000_000_000, FORK)
-                        })
-                        .collect::<Vec<_>>()
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .flat_map(|h| h.join().unwrap_or_default())
-            .collect()
-    })
-}
-
 /// Runs the benchmark on a guest thread, as the node's importer does, so module calls run in
 /// place instead of hopping to the guest pool.
 pub fn run(validators: u32, deposits: usize, repeat: usize) -> anyhow::Result<DepositsReport> {
@@ -244,7 +220,7 @@ fn run_here(validators: u32, deposits: usize, repeat: usize) -> anyhow::Result<D
     let registry_build_ms = super::ms_since(start);
     let index_bytes_per_validator = base.index_heap_bytes() as f64 / f64::from(validators.max(1));
     eprintln!("signing {deposits} deposits …");
-    let new = signed_deposits(deposits);
+    let new = super::signed_deposits(1_000_000, FORK, deposits);
     eprintln!("proving {deposits} deposits …");
     let (eth1, proven) = contract(&new)?;
     let start = Instant::now();

@@ -23,7 +23,7 @@ use serde::Serialize;
 
 use modnode::chain::block::Block;
 use modnode::chain::genesis::Genesis;
-use modnode::chain::workload::{self, DevDepositLog};
+use modnode::chain::workload::DevDepositLog;
 use modnode::chain::{Chain, DepositEngine};
 use modnode::runtime::{LoadedModule, Runtime, RuntimeConfig};
 use modnode::state_cache::StateCacheConfig;
@@ -140,7 +140,7 @@ fn run_here(
     let genesis = Genesis::generated("bench-state-cache", validators, 42);
 
     eprintln!("signing {} deposits …", blocks * BLOCK);
-    let deposits = signed(blocks * BLOCK);
+    let deposits = super::signed_deposits(5_000_000, [0; 4], blocks * BLOCK);
 
     eprintln!("opening a {validators}-validator chain …");
     let chain = open(&genesis, &engine, generous_mb << 20)?;
@@ -174,30 +174,6 @@ fn run_here(
         blocks,
         generous,
         tight,
-    })
-}
-
-/// `count` signed new-validator deposits, spread over the cores.
-fn signed(count: usize) -> Vec<modnode::chain::block::DepositData> {
-    let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
-    let chunk = count.div_ceil(threads).max(1);
-    std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..count)
-            .step_by(chunk)
-            .map(|start| {
-                scope.spawn(move || {
-                    (start..(start + chunk).min(count))
-                        .map(|i| {
-                            workload::new_validator(5_000_000 + i as u64, 32_000_000_000, [0; 4])
-                        })
-                        .collect::<Vec<_>>()
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .flat_map(|h| h.join().unwrap_or_default())
-            .collect()
     })
 }
 

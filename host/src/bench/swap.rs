@@ -95,16 +95,6 @@ impl Invocation<Deposits> for Process {
     }
 }
 
-fn percentile(samples: &[f64], pct: usize) -> f64 {
-    let mut sorted = samples.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    let rank = (sorted.len() * pct).div_ceil(100).max(1);
-    sorted
-        .get(rank.min(sorted.len()).saturating_sub(1))
-        .copied()
-        .unwrap_or(0.0)
-}
-
 fn load(runtime: &Runtime, name: &str) -> anyhow::Result<DepositsModule> {
     let bytes =
         modnode::artifacts::embedded(name).ok_or_else(|| anyhow::anyhow!("{name} not embedded"))?;
@@ -213,15 +203,15 @@ pub fn run(validators: u32, blocks: usize) -> anyhow::Result<SwapReport> {
     Ok(SwapReport {
         validators,
         blocks,
-        p50_before_ms: percentile(&before_ms, 50),
-        p99_before_ms: percentile(&before_ms, 99),
-        p50_after_ms: percentile(&after_ms, 50),
-        p99_after_ms: percentile(&after_ms, 99),
+        p50_before_ms: super::percentile(&before_ms, 50),
+        p99_before_ms: super::percentile(&before_ms, 99),
+        p50_after_ms: super::percentile(&after_ms, 50),
+        p99_after_ms: super::percentile(&after_ms, 99),
         first_after_ms: after_ms.first().copied().unwrap_or(0.0),
         activation_pause_us,
         precompile_ms,
         warmup_ms,
         cold_first_after_ms: cold_ms.first().copied().unwrap_or(0.0),
-        cold_p99_after_ms: percentile(&cold_ms, 99),
+        cold_p99_after_ms: super::percentile(&cold_ms, 99),
     })
 }
