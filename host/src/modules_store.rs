@@ -151,10 +151,7 @@ impl ModuleStore {
             path: path.clone(),
             message: e.to_string(),
         };
-        let db = sled::Config::new()
-            .path(&path)
-            .cache_capacity(16 << 20)
-            .open()
+        let db = crate::store::open_sled(&sled::Config::new().path(&path).cache_capacity(16 << 20))
             .map_err(err)?;
         let tree = db.open_tree("modules").map_err(err)?;
         Ok(Self { path, tree, db })

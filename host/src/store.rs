@@ -8,11 +8,13 @@
 
 mod ban_list;
 mod memory;
+mod sled_open;
 mod sled_store;
 
 pub use ban_list::BanList;
 
 pub use memory::MemoryStore;
+pub use sled_open::open_sled;
 pub use sled_store::SledStore;
 
 /// Why storage failed.

@@ -103,7 +103,7 @@ pub struct CheckpointStore {
 impl CheckpointStore {
     /// Opens (creating) the checkpoint database in `dir`.
     pub fn open(dir: &Path) -> Result<Self, CheckpointServiceError> {
-        let db = sled::open(dir)?;
+        let db = crate::store::open_sled(&sled::Config::new().path(dir))?;
         Ok(Self {
             manifests: db.open_tree("manifests")?,
             chunks: db.open_tree("chunks")?,

@@ -119,10 +119,7 @@ impl DevContract {
             path: dir.to_path_buf(),
             reason: e.to_string(),
         };
-        let db = sled::Config::new()
-            .path(dir)
-            .cache_capacity(8 << 20)
-            .open()
+        let db = crate::store::open_sled(&sled::Config::new().path(dir).cache_capacity(8 << 20))
             .map_err(storage)?;
         let meta = db.open_tree("meta").map_err(storage)?;
         let log = db.open_tree("log").map_err(storage)?;

@@ -98,10 +98,7 @@ impl FollowedLog {
             path: dir.to_path_buf(),
             reason,
         };
-        let db = sled::Config::new()
-            .path(dir)
-            .cache_capacity(8 << 20)
-            .open()
+        let db = crate::store::open_sled(&sled::Config::new().path(dir).cache_capacity(8 << 20))
             .map_err(storage)?;
         let tree = db.open_tree("followed").map_err(storage)?;
         match tree.get(CONTRACT_KEY).map_err(storage)? {

@@ -32,12 +32,13 @@ impl SledStore {
                  aside and resync"
             ),
         };
-        let db = sled::Config::new()
-            .path(path)
-            .cache_capacity(64 << 20)
-            .mode(sled::Mode::HighThroughput)
-            .open()
-            .map_err(err)?;
+        let db = crate::store::open_sled(
+            &sled::Config::new()
+                .path(path)
+                .cache_capacity(64 << 20)
+                .mode(sled::Mode::HighThroughput),
+        )
+        .map_err(err)?;
         let chain = db.open_tree("chain").map_err(err)?;
         Ok(Self {
             path: path.to_path_buf(),
