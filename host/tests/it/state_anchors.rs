@@ -112,6 +112,15 @@ fn a_damaged_anchor_costs_time_never_a_wrong_state() {
     anchors.commit(&batch).unwrap();
     check_regenerated(&mut chain, &hashes, 40);
     check_regenerated(&mut chain, &hashes, 70);
+
+    // Keeping one anchor below finality (108): the records below 64 are pruned.
+    chain.configure_state_cache(StateCacheConfig {
+        anchors_kept: 1,
+        ..StateCacheConfig::default()
+    });
+    assert!(anchors.get(&key(0)).unwrap().is_none());
+    assert!(anchors.get(&key(32)).unwrap().is_none());
+    assert!(anchors.get(&key(64)).unwrap().is_some());
 }
 
 #[test]
