@@ -722,19 +722,27 @@ pub(crate) mod quic {
             node: b_addr.node,
             addr: relay,
         };
+        let b_height = b.status().height;
         let a = start(tmp[0].path(), &genesis, vec![via_relay]).await;
+        // The height A stands at when its first block after the restart shows up: on its stale
+        // head that is at most `height + 1`; after syncing from B, above `b_height`. (Reorgs
+        // are not counted: under load two authorities can swap a tip block now and then.)
+        let mut first_at = None;
         eventually("A producing again", || {
-            a.metrics().blocks_produced.load(Ordering::Relaxed) >= 2
+            let produced = a.metrics().blocks_produced.load(Ordering::Relaxed);
+            if produced >= 1 && first_at.is_none() {
+                first_at = Some(a.status().height);
+            }
+            produced >= 2
         })
         .await;
-        assert_eq!(
-            a.status().reorgs,
-            0,
-            "A produced on its stale head before reaching B and reorganised"
+        let first_at = first_at.unwrap();
+        assert!(
+            first_at > b_height,
+            "A produced at height {first_at}, on its stale head (B was at {b_height}) before \
+             reaching B"
         );
-        assert_eq!(b.status().reorgs, 0, "B had to leave its chain");
-        let probe = a.status().height.min(b.status().height) - 1;
-        assert_eq!(block_at(&a, probe).await, block_at(&b, probe).await);
+        assert_eq!(block_at(&a, b_height).await, block_at(&b, b_height).await);
         for node in [a, b] {
             node.shutdown().await;
         }
