@@ -7,9 +7,12 @@
 //! [`ImportError::ModuleMissing`](crate::chain::ImportError::ModuleMissing); the network task
 //! keeps fetching ([`UpgradeAgent::next_fetch`]) and sync resumes once the module is ready.
 
+mod serve_limit;
+
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use modnode_peers::NodeId;
 use sha2::{Digest, Sha256};
@@ -18,6 +21,9 @@ use crate::chain::{DepositEngine, DepositModules};
 use crate::modules_store::upload::ModuleService;
 use crate::runtime::{Kind, Modules};
 use crate::state::Schedule;
+
+pub use serve_limit::{FETCH_RETRY, FETCH_RETRY_MAX, Refusal, ServeLimits};
+use serve_limit::{FetchPacing, ServeLimiter};
 
 type Hash = [u8; 32];
 
@@ -40,6 +46,27 @@ pub enum FetchError {
         /// Why.
         reason: String,
     },
+}
+
+/// A module answer for a peer: the bytes, if served, and the peer's in-flight place in the
+/// serving limits, given back when this is dropped.
+#[derive(Debug)]
+pub struct Served {
+    /// The module bytes; `None` answers "not here".
+    pub bytes: Option<Vec<u8>>,
+    _permit: Permit,
+}
+
+#[derive(Debug)]
+struct Permit {
+    limiter: Arc<Mutex<ServeLimiter>>,
+    peer: NodeId,
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        lock(&self.limiter).finish(&self.peer);
+    }
 }
 
 /// One scheduled module as `GET /modules` shows it.
@@ -76,7 +103,11 @@ pub struct UpgradeAgent {
     /// What each connected peer last reported ready.
     peers: Mutex<HashMap<NodeId, Vec<Hash>>>,
     fetching: AtomicBool,
+    /// When each peer may be asked for a module again.
+    pacing: Mutex<FetchPacing>,
     serving: AtomicBool,
+    /// What each peer may take of our module serving.
+    limiter: Arc<Mutex<ServeLimiter>>,
     /// Modules the chain asked for and did not get (warned about once each).
     warned: Mutex<Vec<Hash>>,
 }
@@ -113,7 +144,9 @@ impl UpgradeAgent {
             schedule: Mutex::new(Schedule::default()),
             peers: Mutex::new(HashMap::new()),
             fetching: AtomicBool::new(false),
+            pacing: Mutex::new(FetchPacing::default()),
             serving: AtomicBool::new(true),
+            limiter: Arc::new(Mutex::new(ServeLimiter::new(ServeLimits::default()))),
             warned: Mutex::new(Vec::new()),
         }
     }
@@ -211,10 +244,31 @@ impl UpgradeAgent {
         Ok(())
     }
 
-    /// The bytes of module `hash`, to serve a peer: a stored or embedded module of a consensus
+    /// The bytes of module `hash`, to serve `peer`: a stored or embedded module of a consensus
     /// kind — any a chain may schedule, past versions included (a node syncing from genesis
-    /// needs each in turn) — never a local kind's uploads.
-    pub fn serve(&self, hash: &Hash) -> Option<Vec<u8>> {
+    /// needs each in turn) — never a local kind's uploads. Within the per-peer limits
+    /// ([`ServeLimits`]): over one, [`Refusal::Limited`] (answer "not here"); asking on
+    /// regardless, [`Refusal::Abuse`] (a violation). The answer's [`Served`] holds the peer's
+    /// one in-flight place until it is dropped, so keep it until the answer is sent.
+    pub fn serve(&self, peer: NodeId, hash: &Hash) -> Result<Served, Refusal> {
+        let now = Instant::now();
+        lock(&self.limiter).admit(peer, now)?;
+        let mut served = Served {
+            bytes: None,
+            _permit: Permit {
+                limiter: self.limiter.clone(),
+                peer,
+            },
+        };
+        if let Some(bytes) = self.module_bytes(hash) {
+            let charged = lock(&self.limiter).charge(peer, bytes.len(), now);
+            charged?;
+            served.bytes = Some(bytes);
+        }
+        Ok(served)
+    }
+
+    fn module_bytes(&self, hash: &Hash) -> Option<Vec<u8>> {
         if !self.serving.load(Ordering::Acquire) {
             return None;
         }
@@ -236,19 +290,37 @@ impl UpgradeAgent {
     }
 
     /// A missing scheduled module to fetch now and the peers to ask (those reporting it ready
-    /// first, then every other connected peer), unless a fetch is already running; the caller
-    /// must call [`UpgradeAgent::fetch_done`] when it ends.
-    pub fn next_fetch(&self, connected: &[Hash]) -> Option<(Hash, Vec<Hash>)> {
+    /// first, then every other connected peer; each at most every [`FETCH_RETRY`], backing off
+    /// from peers that answered without it), unless a fetch is already running; the caller
+    /// must report each answer ([`UpgradeAgent::fetch_answered`]) and call
+    /// [`UpgradeAgent::fetch_done`] when it ends.
+    pub fn next_fetch(&self, connected: &[NodeId]) -> Option<(Hash, Vec<NodeId>)> {
         let hash = *self.missing().first()?;
         if self.fetching.swap(true, Ordering::AcqRel) {
             return None;
         }
+        let now = Instant::now();
+        let pacing = lock(&self.pacing);
         let peers = lock(&self.peers);
-        let (mut ready, others): (Vec<Hash>, Vec<Hash>) = connected
+        let (mut ready, others): (Vec<NodeId>, Vec<NodeId>) = connected
             .iter()
+            .filter(|p| pacing.may_ask(p, now))
             .partition(|p| peers.get(*p).is_some_and(|r| r.contains(&hash)));
         ready.extend(others);
         Some((hash, ready))
+    }
+
+    /// `peer` answered a request for `hash`: with the bytes (`served`) or without.
+    pub fn fetch_answered(&self, peer: NodeId, hash: &Hash, served: bool) {
+        let now = Instant::now();
+        if served {
+            lock(&self.pacing).served(peer, now);
+        } else {
+            let ready = lock(&self.peers)
+                .get(&peer)
+                .is_some_and(|r| r.contains(hash));
+            lock(&self.pacing).answered_without(peer, ready, now);
+        }
     }
 
     /// The fetch started by [`UpgradeAgent::next_fetch`] ended.
@@ -264,6 +336,8 @@ impl UpgradeAgent {
     /// `peer` disconnected.
     pub fn peer_gone(&self, peer: &NodeId) {
         lock(&self.peers).remove(peer);
+        lock(&self.pacing).forget(peer);
+        lock(&self.limiter).forget(peer);
     }
 
     /// Readiness of every scheduled module not yet active at `head_height`.
@@ -397,3 +471,4 @@ impl DepositModules for UpgradeAgent {
         *lock(&self.schedule) = schedule.clone();
     }
 }
+

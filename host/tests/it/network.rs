@@ -267,8 +267,23 @@ async fn a_peer_presenting_an_unexpected_key_is_refused() {
     a.shutdown().await;
 }
 
+/// The hash of `node`'s genesis block.
+pub(super) async fn genesis_hash(node: &Node) -> [u8; 32] {
+    node.chain()
+        .blocks(0, 1, usize::MAX)
+        .await
+        .unwrap()
+        .first()
+        .map(|b| modnode::chain::block::Block::decode(b, 16).unwrap().hash())
+        .unwrap()
+}
+
 /// Connects to `node` as a fresh identity and completes the hello.
-async fn raw_peer(node: &Node, genesis: &Genesis, chain_genesis: [u8; 32]) -> quinn::Connection {
+pub(super) async fn raw_peer(
+    node: &Node,
+    genesis: &Genesis,
+    chain_genesis: [u8; 32],
+) -> quinn::Connection {
     let limits = TransportLimits::default();
     let me = NodeIdentity::generate().unwrap();
     let ep = endpoint::make_endpoint("127.0.0.1:0".parse().unwrap(), &me, &limits).unwrap();
@@ -289,7 +304,7 @@ async fn raw_peer(node: &Node, genesis: &Genesis, chain_genesis: [u8; 32]) -> qu
     conn
 }
 
-fn closed_for_violation(error: &quinn::ConnectionError) -> bool {
+pub(super) fn closed_for_violation(error: &quinn::ConnectionError) -> bool {
     matches!(error, quinn::ConnectionError::ApplicationClosed(c)
         if c.error_code == quinn::VarInt::from_u32(CLOSE_PROTOCOL_VIOLATION))
 }
@@ -300,14 +315,7 @@ async fn garbage_on_a_stream_disconnects_the_peer_while_the_node_keeps_producing
     let genesis = genesis("modnode-it-garbage", &[tmp[0].path()], 1);
     let node = start(tmp[0].path(), &genesis, vec![]).await;
     eventually("the node producing", || node.status().height >= 2).await;
-    let genesis_hash = node
-        .chain()
-        .blocks(0, 1, usize::MAX)
-        .await
-        .unwrap()
-        .first()
-        .map(|b| modnode::chain::block::Block::decode(b, 16).unwrap().hash())
-        .unwrap();
+    let genesis_hash = genesis_hash(&node).await;
 
     // A well-behaved request is answered …
     let conn = raw_peer(&node, &genesis, genesis_hash).await;

@@ -1,7 +1,8 @@
 //! On-chain upgrades on a devnet over real QUIC: authorities vote an upgrade of the deposits
 //! module into their blocks; one alone cannot schedule it, a majority does; every node switches
 //! at the height with identical blocks; a node started after the height range-syncs through it;
-//! a node that cannot get the module stops at the height and resumes once a peer serves it.
+//! a node that cannot get the module stops at the height and resumes once a peer serves it; a
+//! peer asking for modules in a loop gets a bounded share and is banned.
 //!
 //! Waits are liveness bounds (generous, polled), not performance targets.
 
@@ -15,7 +16,9 @@ use sha2::{Digest, Sha256};
 use tempfile::TempDir;
 
 use super::artifact;
-use super::network::{dirs, eventually, genesis, start};
+use super::network::{
+    LIVENESS, closed_for_violation, dirs, eventually, genesis, genesis_hash, raw_peer, start,
+};
 
 fn sha(bytes: &[u8]) -> [u8; 32] {
     Sha256::digest(bytes).into()
@@ -228,6 +231,76 @@ async fn a_node_without_the_module_stops_at_the_height_and_resumes_once_a_peer_s
     for node in nodes {
         node.shutdown().await;
     }
+}
+
+/// One module request on a new stream of `conn`: the bytes if served, `None` if answered "not
+/// here", an error if the stream or connection broke.
+async fn ask_module(conn: &quinn::Connection, hash: [u8; 32]) -> Result<Option<Vec<u8>>, String> {
+    use modnode::net::{codec, rpc};
+    let (mut send, mut recv) = conn.open_bi().await.map_err(|e| e.to_string())?;
+    let request = rpc::Request::Module { hash };
+    let (t, p) = request.encode();
+    codec::write_frame(&mut send, t, &p, 64)
+        .await
+        .map_err(|e| e.to_string())?;
+    send.finish().map_err(|e| e.to_string())?;
+    let frame = codec::read_frame(&mut recv, 1 << 22)
+        .await
+        .map_err(|e| e.to_string())?
+        .ok_or("no answer")?;
+    match rpc::Response::decode(&request, frame.msg_type, &frame.payload) {
+        Ok(rpc::Response::Module(bytes)) => Ok(bytes),
+        other => Err(format!("not a module answer: {other:?}")),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_requesting_modules_in_a_loop_gets_a_bounded_share_and_is_banned() {
+    let tmp = dirs(1);
+    let genesis = upgrade_genesis("modnode-it-module-flood", &[tmp[0].path()], 1);
+    let node = start(tmp[0].path(), &genesis, vec![]).await;
+    eventually("the node producing", || height(&node) >= 1).await;
+    let v1 = artifact("deposits-v1");
+    let conn = raw_peer(&node, &genesis, genesis_hash(&node).await).await;
+    eventually("the raw peer counted", || node.status().peers == 1).await;
+
+    // A request alone is answered with the module.
+    let started = std::time::Instant::now();
+    let alone = ask_module(&conn, sha(&v1)).await.unwrap();
+    assert_eq!(alone.as_ref(), Some(&v1));
+
+    // Then 40 at once, as fast as QUIC carries them.
+    let mut served = 1u64;
+    let asks: Vec<_> = (0..40)
+        .map(|_| {
+            let conn = conn.clone();
+            let hash = sha(&v1);
+            tokio::spawn(async move { ask_module(&conn, hash).await })
+        })
+        .collect();
+    for ask in asks {
+        if let Ok(Some(bytes)) = ask.await.unwrap() {
+            assert_eq!(bytes, v1, "served bytes are the module");
+            served += 1;
+        }
+    }
+    // One request in flight per peer, a burst of 4 then one a second: never all 40.
+    let allowed = 4 + started.elapsed().as_secs();
+    assert!(
+        served <= allowed,
+        "{served} of 41 served, at most {allowed} allowed"
+    );
+    // Asking on past the refusals is a violation: disconnected (and banned).
+    let closed = tokio::time::timeout(LIVENESS, conn.closed()).await.unwrap();
+    assert!(closed_for_violation(&closed), "{closed:?}");
+    assert!(
+        node.metrics()
+            .peer_violations
+            .load(std::sync::atomic::Ordering::Relaxed)
+            >= 1
+    );
+    eventually("the peer gone", || node.status().peers == 0).await;
+    node.shutdown().await;
 }
 
 /// Runs the `modnode` binary; returns (success, stdout, stderr).

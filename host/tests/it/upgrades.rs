@@ -349,7 +349,9 @@ fn fetched_module_bytes_must_hash_to_what_was_asked_and_pass_the_upload_checks()
         Err(FetchError::Rejected { .. })
     ));
     assert!(!agent.is_ready(&junk_hash));
-    assert!(agent.serve(&junk_hash).is_none());
+    // What peer `n` is served (each peer well within its request limits).
+    let serve = |n: u8, hash: &Hash| agent.serve([n; 32], hash).unwrap().bytes;
+    assert!(serve(1, &junk_hash).is_none());
 
     // The real bytes: validated, compiled, warmed, stored, served on, and the chain can run
     // them. Modules of local kinds are never served.
@@ -357,12 +359,13 @@ fn fetched_module_bytes_must_hash_to_what_was_asked_and_pass_the_upload_checks()
     assert!(agent.is_ready(&hash));
     assert!(agent.deposits(&hash).is_some());
     let policy: Hash = Sha256::digest(artifact("gossip-policy-v2")).into();
-    assert_eq!(agent.serve(&policy), None);
+    assert_eq!(serve(2, &policy), None);
     let scheduled = modnode::state::Schedule::genesis(&[(Kind::Deposits, hash)]);
     agent.scheduled(&scheduled);
     assert_eq!(agent.missing(), Vec::<Hash>::new());
     assert_eq!(agent.ready_scheduled(), vec![hash]);
-    assert_eq!(agent.serve(&hash), Some(fixture));
+    assert_eq!(serve(3, &hash), Some(fixture));
     agent.set_serving(false);
-    assert_eq!(agent.serve(&hash), None);
+    assert_eq!(serve(4, &hash), None);
 }
+
