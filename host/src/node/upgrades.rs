@@ -343,37 +343,77 @@ impl UpgradeAgent {
     /// Readiness of every scheduled module not yet active at `head_height`.
     pub fn readiness(&self, head_height: u64) -> Vec<ScheduledReadiness> {
         let peers = lock(&self.peers);
-        let schedule = self.schedule();
-        schedule
-            .entries
-            .iter()
-            .filter(|e| e.height > head_height)
-            .map(|e| {
-                let ready_here = self.is_ready(&e.module);
-                let ready_peers: Vec<&NodeId> = peers
-                    .iter()
-                    .filter(|(_, r)| r.contains(&e.module))
-                    .map(|(p, _)| p)
-                    .collect();
-                let me_authority = self.authorities.contains(&self.me);
-                let authorities_ready = ready_peers
-                    .iter()
-                    .filter(|p| self.authorities.contains(p))
-                    .count()
-                    .saturating_add(usize::from(ready_here && me_authority));
-                ScheduledReadiness {
-                    kind: e.kind,
-                    sha256: hex::encode(e.module),
-                    height: e.height,
-                    ready_here,
-                    peers_ready: ready_peers.len(),
-                    peers_connected: peers.len(),
-                    authorities_ready,
-                    authorities: self.authorities.len(),
-                }
-            })
-            .collect()
+        readiness_of(
+            &self.schedule(),
+            head_height,
+            &peers,
+            &self.authorities,
+            &self.me,
+            |h| self.is_ready(h),
+        )
     }
+
+    /// Adds the chain's view at head `head_height` to a `GET /modules` listing (see
+    /// [`annotate_listing`]): what ran the head block is active, what activates later is
+    /// scheduled.
+    pub fn annotate(&self, listing: &mut serde_json::Value, head_height: u64) {
+        let schedule = self.schedule();
+        annotate_listing(
+            listing,
+            &self.readiness(head_height),
+            &running_at(&schedule, head_height),
+        );
+    }
+}
+
+/// Readiness of every entry of `schedule` not yet active at `head_height` (it activates at a
+/// height not imported yet): whether `me` has it ready, and which of `peers` (what each
+/// connected peer last reported ready) and of the `authorities` do.
+fn readiness_of(
+    schedule: &Schedule,
+    head_height: u64,
+    peers: &HashMap<NodeId, Vec<Hash>>,
+    authorities: &[NodeId],
+    me: &NodeId,
+    is_ready: impl Fn(&Hash) -> bool,
+) -> Vec<ScheduledReadiness> {
+    let me_authority = authorities.contains(me);
+    schedule
+        .upcoming(head_height)
+        .map(|e| {
+            let ready_here = is_ready(&e.module);
+            let ready_peers: Vec<&NodeId> = peers
+                .iter()
+                .filter(|(_, r)| r.contains(&e.module))
+                .map(|(p, _)| p)
+                .collect();
+            let authorities_ready = ready_peers
+                .iter()
+                .filter(|p| authorities.contains(p))
+                .count()
+                .saturating_add(usize::from(ready_here && me_authority));
+            ScheduledReadiness {
+                kind: e.kind,
+                sha256: hex::encode(e.module),
+                height: e.height,
+                ready_here,
+                peers_ready: ready_peers.len(),
+                peers_connected: peers.len(),
+                authorities_ready,
+                authorities: authorities.len(),
+            }
+        })
+        .collect()
+}
+
+/// The module each kind of `schedule` ran the head block at `head_height` with: what a
+/// listing shows as active. A module activating at `head_height + 1` is not running yet (the
+/// block at its height is not imported), so it is only scheduled.
+pub fn running_at(schedule: &Schedule, head_height: u64) -> Vec<(Kind, Hash)> {
+    Kind::ALL
+        .into_iter()
+        .filter_map(|k| schedule.module_at(k, head_height).map(|h| (k, h)))
+        .collect()
 }
 
 /// Adds on-chain scheduling to a `GET /modules` listing: every upcoming entry under
@@ -472,3 +512,56 @@ impl DepositModules for UpgradeAgent {
     }
 }
 
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::UpgradeOp;
+    use serde_json::json;
+
+    const OLD: Hash = [1; 32];
+    const NEW: Hash = [2; 32];
+    const H: u64 = 10;
+
+    /// A `GET /modules` listing as `module_ops::list` builds it: the deposits slot running
+    /// the node's own default, both versions ready.
+    fn listing() -> serde_json::Value {
+        let ready = |hash: &Hash, name: &str| json!({"name": name, "sha256": hex::encode(hash), "module_version": 1, "warmup": {}});
+        json!({"kinds": [{
+            "kind": "deposits",
+            "slot": {"active": {"name": "deposits-default", "hash": "00"}},
+            "ready": [ready(&OLD, "old"), ready(&NEW, "new")],
+        }]})
+    }
+
+    /// The listing at head `head` of a chain running OLD from genesis and NEW from H.
+    fn listing_at(head: u64) -> serde_json::Value {
+        let mut schedule = Schedule::genesis(&[(Kind::Deposits, OLD)]);
+        schedule.entries.push(UpgradeOp {
+            kind: Kind::Deposits,
+            module: NEW,
+            height: H,
+        });
+        let readiness = readiness_of(&schedule, head, &HashMap::new(), &[], &[9; 32], |_| true);
+        let mut listing = listing();
+        annotate_listing(&mut listing, &readiness, &running_at(&schedule, head));
+        listing
+    }
+
+    #[test]
+    fn a_module_scheduled_at_h_is_only_scheduled_at_h_minus_1_and_only_active_from_h() {
+        let before = listing_at(H - 1);
+        let slot = &before["kinds"][0]["slot"];
+        assert_eq!(slot["active"]["hash"], hex::encode(OLD), "{before}");
+        assert_eq!(slot["scheduled"]["hash"], hex::encode(NEW), "{before}");
+        assert_eq!(slot["scheduled"]["height"], H, "{before}");
+        assert_eq!(before["scheduled"].as_array().map(Vec::len), Some(1));
+
+        for head in [H, H + 1] {
+            let after = listing_at(head);
+            let slot = &after["kinds"][0]["slot"];
+            assert_eq!(slot["active"]["hash"], hex::encode(NEW), "{after}");
+            assert!(slot.get("scheduled").is_none(), "{after}");
+            assert_eq!(after["scheduled"], json!([]), "{after}");
+        }
+    }
+}
