@@ -510,6 +510,10 @@ impl DepositModules for UpgradeAgent {
     fn scheduled(&self, schedule: &Schedule) {
         *lock(&self.schedule) = schedule.clone();
     }
+
+    fn imported(&self, call: crate::runtime::deposits::DepositCall) {
+        self.modules.record_deposits(call);
+    }
 }
 
 #[cfg(test)]
