@@ -21,7 +21,7 @@ use modnode::node::{DepositSourceConfig, Node, NodeConfig};
 use modnode_peers::PeerAddr;
 use tempfile::TempDir;
 
-const SLOT_MS: u64 = 300;
+pub(super) const SLOT_MS: u64 = 300;
 pub(super) const LIVENESS: Duration = Duration::from_secs(90);
 
 /// A genesis whose authorities are the node keys in the first `authorities` of `dirs`.
@@ -35,6 +35,17 @@ fn genesis_with_finality(
     authorities: usize,
     finality_depth: u64,
 ) -> Genesis {
+    let text = genesis_json(chain_id, dirs, authorities, finality_depth).to_string();
+    Genesis::from_json(&text, "<test>").unwrap()
+}
+
+/// The genesis file's JSON behind [`genesis`] (for a node started as a process).
+pub(super) fn genesis_json(
+    chain_id: &str,
+    dirs: &[&Path],
+    authorities: usize,
+    finality_depth: u64,
+) -> serde_json::Value {
     let ids: Vec<String> = dirs
         .iter()
         .take(authorities)
@@ -45,7 +56,7 @@ fn genesis_with_finality(
                 .to_string()
         })
         .collect();
-    let text = serde_json::json!({
+    serde_json::json!({
         "chain_id": chain_id,
         "genesis_time_ms": modnode::node::chain_worker::unix_ms(),
         "slot_ms": SLOT_MS,
@@ -53,8 +64,6 @@ fn genesis_with_finality(
         "authorities": ids,
         "generated_validators": { "count": 8, "seed": 3 },
     })
-    .to_string();
-    Genesis::from_json(&text, "<test>").unwrap()
 }
 
 pub(super) async fn start(dir: &Path, genesis: &Genesis, bootstrap: Vec<PeerAddr>) -> Node {
