@@ -46,7 +46,7 @@ use eth1::{DepositProofs, DueDeposits, Eth1Data, Eth1State, ProvenDeposit};
 pub use fork_choice::{Added, ForkChoiceError};
 use genesis::Genesis;
 
-use crate::runtime::deposits::Outcome;
+use crate::runtime::deposits::{DepositCall, Outcome};
 use crate::state::schedule::MAX_UPGRADE_VOTES;
 use crate::state::{
     Registry, Schedule, StateError, StateSnapshot, UpgradeOp, Validator, state_root,
@@ -699,6 +699,7 @@ impl Chain {
                 hash: name.clone(),
                 source,
             })?;
+        let warm_input = self.deposit_call(block, &name);
         let mut batch = WriteBatch::new();
         batch.put(keys::block(&hash), block.encode());
         batch.put(keys::undo(&hash), undo.encode());
@@ -757,9 +758,30 @@ impl Chain {
         self.head = head;
         if let Some(modules) = &self.modules {
             modules.scheduled(&self.schedule);
+            if let Some(call) = warm_input {
+                modules.imported(call);
+            }
         }
         self.publish_head();
         Ok(Imported { head, outcomes })
+    }
+
+    /// The deposits call `block` (valid, about to become the head) makes, for the warm-up of
+    /// new deposits modules: only for a block with deposits, on a chain whose modules listen.
+    fn deposit_call(&self, block: &Block, name: &str) -> Option<DepositCall> {
+        let header = &block.header;
+        if block.body.deposits.is_empty() || self.modules.is_none() {
+            return None;
+        }
+        let voted = self
+            .voted(header.slot, header.proposer, block.body.eth1_vote, name)
+            .ok()?;
+        let registry = self.registry.read().ok()?.clone();
+        Some(DepositCall {
+            registry: Arc::new(RwLock::new(registry)),
+            ctx: transition::context(&self.genesis, header, &voted),
+            deposits: block.body.deposits.iter().map(to_wit).collect(),
+        })
     }
 }
 

@@ -231,7 +231,8 @@ enum BenchCommand {
         #[arg(long, default_value_t = 3)]
         repeat: usize,
     },
-    /// A deposits version switch under block processing: warmed pointer swap vs cold switch.
+    /// A deposits version switch through the on-chain schedule under block import: prepared
+    /// ahead (as the upgrade agent does) vs compiled on first use at the height.
     Swap {
         /// Print one JSON object.
         #[arg(long)]

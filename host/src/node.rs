@@ -946,13 +946,7 @@ impl AdminBackend for Backend {
                 .map_err(|e| format!("module listing task failed: {e}"))??;
             // Scheduled on chain: the height, and who reports the module ready.
             let head = self.chain.view().head.height;
-            let schedule = self.upgrades.schedule();
-            let next = head.saturating_add(1);
-            let running: Vec<_> = crate::runtime::Kind::ALL
-                .into_iter()
-                .filter_map(|k| schedule.module_at(k, next).map(|h| (k, h)))
-                .collect();
-            upgrades::annotate_listing(&mut listing, &self.upgrades.readiness(head), &running);
+            self.upgrades.annotate(&mut listing, head);
             Ok(listing)
         })
     }

@@ -1,31 +1,36 @@
-//! `modnode bench swap`: a deposits version switch under continuous block processing, warmed
-//! (precompiled and dry-run before the switch, activated by a pointer swap in its slot) against
-//! cold (compiled and instantiated on the first block after the switch).
+//! `modnode bench swap`: a deposits version switch through the on-chain schedule under
+//! continuous block import, warmed (prepared — compiled and dry-run — as soon as the schedule
+//! names it, as a node's upgrade agent does) against cold (compiled on first use at the height).
 //!
-//! Blocks of 16 new, signed deposits are processed over a registry of `validators` through the
-//! deposits slot: `blocks` with deposits-v1, the switch to deposits-v2, `blocks` more. Latency is
-//! the state transition of each block (module, host calls, BLS verification), not the durable
-//! commit. The cold run repeats the blocks after the switch with a fresh runtime that has no
-//! artifact cache and no warm-up, so its first block pays compilation and first use.
-//!
-//! This is the live-swap mechanism; activation at a height agreed on chain is not measured here.
+//! A producer chain running deposits-v1 from genesis votes deposits-v2 in at height H (a chain
+//! without authorities: its vote is the majority) and builds `blocks` blocks before H and
+//! `blocks` from H on, each carrying 16 new, signed, proven deposits over a registry of
+//! `validators`. A follower chain then imports those blocks, timing each import (module, host
+//! calls, BLS verification, state root, in-memory commit; the store is in memory so disk flushes
+//! do not blur the comparison). The follower finds each height's module the way a node does:
+//! by the hash its schedule names, among the prepared modules. The cold follower imports the
+//! same blocks with no prepared deposits-v2 and no artifact cache: its first block at H pays
+//! compilation and first use.
 
-use std::sync::{Arc, RwLock};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use serde::Serialize;
+use sha2::{Digest, Sha256};
 
-use modnode::chain::eth1::DepositProofs as _;
+use modnode::chain::block::Block;
 use modnode::chain::genesis::Genesis;
 use modnode::chain::workload;
-use modnode::runtime::deposits::{
-    BlockContext, Deposit, Deposits, DepositsModule, Outcome, WitEth1Data,
-};
-use modnode::runtime::slot::{Invocation, Ready, ShadowWorker, Slot, SlotConfig};
-use modnode::runtime::{CallError, LoadedModule, Mode, Runtime, RuntimeConfig};
-use modnode::state::SharedRegistry;
+use modnode::chain::{Chain, DepositEngine, DepositModules};
+use modnode::runtime::deposits::DepositCall;
+use modnode::runtime::modules::InitialModules;
+use modnode::runtime::slot::SlotConfig;
+use modnode::runtime::{Kind, LoadedModule, Modules, Runtime, RuntimeConfig};
+use modnode::state::UpgradeOp;
+use modnode::store::MemoryStore;
 
-const BLOCK: usize = 16;
+const BLOCK: u16 = 16;
 const FORK: [u8; 4] = [0; 4];
 
 /// What `modnode bench swap --json` prints.
@@ -33,185 +38,231 @@ const FORK: [u8; 4] = [0; 4];
 pub struct SwapReport {
     /// Validators in the registry.
     pub validators: u32,
-    /// Blocks before and after the switch.
+    /// Blocks before and after the activation height.
     pub blocks: usize,
-    /// Median block transition before the switch (deposits-v1).
+    /// The activation height deposits-v2 was scheduled at by the producer's vote.
+    pub activation_height: u64,
+    /// Median block import before the height (deposits-v1).
     pub p50_before_ms: f64,
-    /// 99th percentile before the switch.
+    /// 99th percentile before the height.
     pub p99_before_ms: f64,
-    /// Median after a warmed switch (deposits-v2).
+    /// Median import from the height on (deposits-v2, prepared ahead).
     pub p50_after_ms: f64,
-    /// 99th percentile after a warmed switch.
+    /// 99th percentile from the height on.
     pub p99_after_ms: f64,
-    /// The first block after a warmed switch.
+    /// The import of the block at the height.
     pub first_after_ms: f64,
-    /// How long the slot swap itself took.
+    /// The switch itself: resolving the scheduled hash to the prepared module at the height.
     pub activation_pause_us: f64,
-    /// Compiling, linking and describing deposits-v2 ahead of the switch (off the import path).
+    /// Preparing deposits-v2 once the schedule named it (compile, link, describe, warm-up on
+    /// the follower's latest real blocks), off the import path.
     pub precompile_ms: f64,
-    /// Its warm-up dry run ahead of the switch.
-    pub warmup_ms: f64,
-    /// The first block after a cold switch (compile + first instantiation + transition).
+    /// Real blocks the warm-up replayed.
+    pub warmup_real_inputs: u32,
+    /// The import of the block at the height on the cold follower (compile + first
+    /// instantiation + transition).
     pub cold_first_after_ms: f64,
-    /// 99th percentile after a cold switch (the first block included).
+    /// 99th percentile from the height on, on the cold follower (the first block included).
     pub cold_p99_after_ms: f64,
 }
 
-/// One block's transition through the slot.
-#[derive(Clone)]
-struct Process {
-    registry: SharedRegistry,
-    ctx: BlockContext,
-    deposits: Vec<Deposit>,
+/// The follower's modules as a node's upgrade agent offers them to the chain: the prepared
+/// module with the scheduled hash (cold: loaded on first use instead, without warm-up), the
+/// time the lookup of a module not asked for before took, and imported deposits kept for
+/// warm-ups.
+struct Follower {
+    modules: Arc<Modules>,
+    cold: Option<Runtime>,
+    loaded: Mutex<Vec<([u8; 32], DepositEngine)>>,
+    first_lookup_ns: AtomicU64,
 }
 
-impl std::fmt::Debug for Process {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "block {} ({} deposits)",
-            self.ctx.height,
-            self.deposits.len()
-        )
-    }
-}
-
-impl Invocation<Deposits> for Process {
-    type Output = Vec<Outcome>;
-    fn invoke(&self, module: &DepositsModule) -> Result<Vec<Outcome>, CallError> {
-        let out = module.process(
-            self.registry.clone(),
-            self.ctx.clone(),
-            self.deposits.clone(),
-        )?;
-        out.map(|o| o.outcomes).map_err(|e| {
-            modnode::runtime::HostFailure::new(
-                "bench",
-                modnode::runtime::HostFailureKind::Runtime,
-                format!("the block was rejected: {e:?}"),
-            )
-            .into()
+impl Follower {
+    fn new(modules: Arc<Modules>, cold: Option<Runtime>) -> Arc<Self> {
+        Arc::new(Self {
+            modules,
+            cold,
+            loaded: Mutex::new(Vec::new()),
+            first_lookup_ns: AtomicU64::new(0),
         })
     }
 }
 
-fn load(runtime: &Runtime, name: &str) -> anyhow::Result<DepositsModule> {
-    let bytes =
-        modnode::artifacts::embedded(name).ok_or_else(|| anyhow::anyhow!("{name} not embedded"))?;
-    match runtime.load(bytes)? {
-        LoadedModule::Deposits(m) => Ok(m),
-        _ => anyhow::bail!("{name} is not a deposits module"),
+impl DepositModules for Follower {
+    fn deposits(&self, hash: &[u8; 32]) -> Option<DepositEngine> {
+        let start = Instant::now();
+        let mut loaded = self.loaded.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((_, engine)) = loaded.iter().find(|(h, _)| h == hash) {
+            return Some(engine.clone());
+        }
+        let engine = match (&self.cold, self.modules.prepared_deposits(hash)) {
+            (None, Some(m)) => DepositEngine::Module(Box::new((*m).clone())),
+            (Some(rt), _) => {
+                let bytes = modnode::artifacts::EMBEDDED
+                    .iter()
+                    .map(|(_, b)| *b)
+                    .find(|b| <[u8; 32]>::from(Sha256::digest(b)) == *hash)?;
+                match rt.load(bytes).ok()? {
+                    LoadedModule::Deposits(m) => DepositEngine::Module(Box::new(m)),
+                    _ => return None,
+                }
+            }
+            (None, None) => return None,
+        };
+        loaded.push((*hash, engine.clone()));
+        let ns = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.first_lookup_ns.store(ns, Ordering::Relaxed);
+        Some(engine)
     }
+
+    fn imported(&self, call: DepositCall) {
+        self.modules.record_deposits(call);
+    }
+}
+
+fn embedded(name: &str) -> anyhow::Result<&'static [u8]> {
+    modnode::artifacts::embedded(name).ok_or_else(|| anyhow::anyhow!("{name} not embedded"))
+}
+
+fn sha(bytes: &[u8]) -> [u8; 32] {
+    Sha256::digest(bytes).into()
+}
+
+/// The node's modules with deposits-v1 active, on `runtime`.
+fn modules(runtime: Runtime) -> anyhow::Result<Arc<Modules>> {
+    Ok(Arc::new(Modules::new(
+        runtime,
+        InitialModules {
+            deposits: embedded("deposits-v1")?,
+            checkpoint: embedded("checkpoint-v1")?,
+            gossip_policy: embedded("gossip-policy-v1")?,
+        },
+        SlotConfig::default(),
+    )?))
+}
+
+fn open(genesis: &Genesis, modules: &Arc<Modules>, agent: Arc<Follower>) -> anyhow::Result<Chain> {
+    let v1 = DepositEngine::Module(Box::new((*modules.deposits()).clone()));
+    let mut chain = Chain::open(Arc::new(MemoryStore::new()), genesis.clone(), v1)?;
+    chain.set_deposit_modules(agent);
+    Ok(chain)
+}
+
+/// The producer's blocks: the first votes deposits-v2 in at `at`; each carries 16 deposits.
+fn produce(genesis: &Genesis, count: u64, at: u64) -> anyhow::Result<Vec<Block>> {
+    let cache = tempfile::tempdir()?;
+    let modules = modules(Runtime::new(RuntimeConfig {
+        cache_dir: Some(cache.path().to_path_buf()),
+        ..RuntimeConfig::default()
+    })?)?;
+    modules.prepare(embedded("deposits-v2")?)?;
+    let mut chain = open(genesis, &modules, Follower::new(modules.clone(), None))?;
+    chain.propose_upgrade(UpgradeOp {
+        kind: Kind::Deposits,
+        module: sha(embedded("deposits-v2")?),
+        height: at,
+    })?;
+    eprintln!("signing {} deposits …", count * u64::from(BLOCK));
+    let mut log = workload::DevDepositLog::new();
+    for d in super::signed_deposits(0, FORK, usize::try_from(count)? * usize::from(BLOCK)) {
+        log.push(d);
+    }
+    eprintln!("producing {count} blocks …");
+    let mut blocks = Vec::new();
+    for slot in 1..=count {
+        let block = chain.build_block_from(slot, 0, log.eth1_data(), &log)?;
+        anyhow::ensure!(
+            block.body.deposits.len() == usize::from(BLOCK),
+            "block {slot} carries {} deposits",
+            block.body.deposits.len()
+        );
+        chain.import(&block)?;
+        blocks.push(block);
+    }
+    Ok(blocks)
+}
+
+/// Import times (ms) of `blocks` on a fresh follower; before each block, `before` may prepare.
+fn follow(
+    genesis: &Genesis,
+    blocks: &[Block],
+    modules: &Arc<Modules>,
+    agent: Arc<Follower>,
+    mut before: impl FnMut(&Chain) -> anyhow::Result<()>,
+) -> anyhow::Result<Vec<f64>> {
+    let mut chain = open(genesis, modules, agent)?;
+    let mut times = Vec::with_capacity(blocks.len());
+    for block in blocks {
+        before(&chain)?;
+        let start = Instant::now();
+        chain.import(block)?;
+        times.push(super::ms_since(start));
+    }
+    Ok(times)
 }
 
 /// Runs the benchmark.
 pub fn run(validators: u32, blocks: usize) -> anyhow::Result<SwapReport> {
     anyhow::ensure!(blocks >= 1, "--blocks must be at least 1");
-    eprintln!("building a {validators}-validator registry …");
-    let registry: SharedRegistry = Arc::new(RwLock::new(
-        Genesis::generated("bench-swap", validators, 42).registry()?,
-    ));
-    eprintln!("signing {} deposits …", 3 * blocks * BLOCK);
-    // Every deposit comes from one deposit log and is proven against its root, as in a block.
-    let mut log = workload::DevDepositLog::new();
-    for n in 0..3 * blocks * BLOCK {
-        log.push(workload::new_validator(n as u64, 32_000_000_000, FORK));
-    }
-    let eth1 = log.eth1_data();
-    let proven = log
-        .proven_deposits(0, eth1.deposit_count, eth1.deposit_count)
-        .map_err(|e| anyhow::anyhow!("proving the bench's deposits: {e}"))?;
-    let calls: Vec<Process> = proven
-        .chunks(BLOCK)
-        .zip(0u64..)
-        .map(|(chunk, b)| Process {
-            registry: registry.clone(),
-            ctx: BlockContext {
-                height: b + 1,
-                slot: b + 1,
-                genesis_fork_version: FORK.to_vec(),
-                eth1_data: WitEth1Data {
-                    deposit_root: eth1.deposit_root.to_vec(),
-                    deposit_count: eth1.deposit_count,
-                    block_hash: eth1.block_hash.to_vec(),
-                },
-                eth1_deposit_index: b * BLOCK as u64,
-            },
-            deposits: chunk.iter().map(modnode::chain::to_wit).collect(),
-        })
-        .collect();
-    let (before, rest) = calls.split_at(blocks);
-    let (after, cold_after) = rest.split_at(blocks);
+    let mut genesis = Genesis::generated("bench-swap", validators, 42);
+    genesis.max_deposits_per_block = BLOCK;
+    genesis.deposits_module = Some(sha(embedded("deposits-v1")?));
+    // The vote in block 1 must count: more than the lead before the height.
+    let before = u64::try_from(blocks)?.max(genesis.upgrade_lead_blocks.saturating_add(1));
+    let at = before + 1;
+    let total = before + u64::try_from(blocks)?;
+    eprintln!("building a {validators}-validator genesis …");
+    let produced = produce(&genesis, total, at)?;
 
+    eprintln!("warm follower: deposits-v2 prepared once scheduled …");
     let cache = tempfile::tempdir()?;
-    let runtime = Runtime::new(RuntimeConfig {
+    let modules_warm = modules(Runtime::new(RuntimeConfig {
         cache_dir: Some(cache.path().to_path_buf()),
         ..RuntimeConfig::default()
+    })?)?;
+    let agent = Follower::new(modules_warm.clone(), None);
+    let v2 = sha(embedded("deposits-v2")?);
+    let mut prepared = None;
+    let times = follow(&genesis, &produced, &modules_warm, agent.clone(), |chain| {
+        // The agent's job, off the import path: prepare what the schedule names, a few
+        // blocks ahead of the height (so the warm-up has real blocks to replay).
+        let scheduled = chain.schedule().module_at(Kind::Deposits, at) == Some(v2);
+        if prepared.is_none() && scheduled && chain.head().height + 3 >= at {
+            let start = Instant::now();
+            let p = modules_warm.prepare(embedded("deposits-v2")?)?;
+            prepared = Some((super::ms_since(start), p.warmup.real_inputs));
+        }
+        Ok(())
     })?;
-    let v1 = Ready::warm(load(&runtime, "deposits-v1")?)?;
-    let slot = Slot::new(v1, SlotConfig::default(), ShadowWorker::start(4)?);
+    let (precompile_ms, warmup_real_inputs) =
+        prepared.ok_or_else(|| anyhow::anyhow!("deposits-v2 was never scheduled"))?;
+    let activation_pause_us = agent.first_lookup_ns.load(Ordering::Relaxed) as f64 / 1e3;
+    let split = usize::try_from(before)?;
+    let (before_ms, after_ms) = times.split_at(split);
+    let before_ms = &before_ms[before_ms.len().saturating_sub(blocks)..];
 
-    let time = |call: &Process, slot: &Slot<Deposits>| -> anyhow::Result<f64> {
-        let start = Instant::now();
-        slot.call(call.clone())?;
-        Ok(super::ms_since(start))
-    };
-    eprintln!("{blocks} blocks through deposits-v1, switch, {blocks} through deposits-v2 …");
-    let mut before_ms = Vec::with_capacity(blocks);
-    for call in before {
-        before_ms.push(time(call, &slot)?);
-    }
-    let start = Instant::now();
-    let v2 = load(&runtime, "deposits-v2")?;
-    let precompile_ms = super::ms_since(start);
-    let start = Instant::now();
-    let v2 = Ready::warm(v2)?;
-    let warmup_ms = super::ms_since(start);
-    let start = Instant::now();
-    slot.activate(v2, Mode::Live)?;
-    let activation_pause_us = start.elapsed().as_secs_f64() * 1e6;
-    let mut after_ms = Vec::with_capacity(blocks);
-    for call in after {
-        after_ms.push(time(call, &slot)?);
-    }
-
-    eprintln!("cold switch: no artifact cache, no warm-up …");
-    let cold_runtime = Runtime::new(RuntimeConfig::default())?;
-    let mut cold_ms = Vec::with_capacity(blocks);
-    let start = Instant::now();
-    let cold_v2 = load(&cold_runtime, "deposits-v2")?;
-    let cold = Slot::new(
-        Ready {
-            module: Arc::new(cold_v2),
-            warmup: modnode::runtime::WarmupReport {
-                fuel: 0,
-                latency_us: 0,
-                real_inputs: 0,
-            },
-        },
-        SlotConfig::default(),
-        ShadowWorker::start(4)?,
+    eprintln!("cold follower: deposits-v2 compiled on first use, no cache …");
+    let modules_cold = modules(Runtime::new(RuntimeConfig::default())?)?;
+    let cold_agent = Follower::new(
+        modules_cold.clone(),
+        Some(Runtime::new(RuntimeConfig::default())?),
     );
-    let mut first = true;
-    for call in cold_after {
-        let block_start = if first { start } else { Instant::now() };
-        first = false;
-        cold.call(call.clone())?;
-        cold_ms.push(super::ms_since(block_start));
-    }
+    let cold = follow(&genesis, &produced, &modules_cold, cold_agent, |_| Ok(()))?;
+    let cold_after = &cold[split..];
 
     Ok(SwapReport {
         validators,
         blocks,
-        p50_before_ms: super::percentile(&before_ms, 50),
-        p99_before_ms: super::percentile(&before_ms, 99),
-        p50_after_ms: super::percentile(&after_ms, 50),
-        p99_after_ms: super::percentile(&after_ms, 99),
+        activation_height: at,
+        p50_before_ms: super::percentile(before_ms, 50),
+        p99_before_ms: super::percentile(before_ms, 99),
+        p50_after_ms: super::percentile(after_ms, 50),
+        p99_after_ms: super::percentile(after_ms, 99),
         first_after_ms: after_ms.first().copied().unwrap_or(0.0),
         activation_pause_us,
         precompile_ms,
-        warmup_ms,
-        cold_first_after_ms: cold_ms.first().copied().unwrap_or(0.0),
-        cold_p99_after_ms: super::percentile(&cold_ms, 99),
+        warmup_real_inputs,
+        cold_first_after_ms: cold_after.first().copied().unwrap_or(0.0),
+        cold_p99_after_ms: super::percentile(cold_after, 99),
     })
 }

@@ -37,6 +37,10 @@ pub trait DepositModules: Send + Sync {
     /// Told the module schedule after every change of the head (import, revert, open), so the
     /// node can fetch and warm scheduled modules before their height.
     fn scheduled(&self, _schedule: &crate::state::Schedule) {}
+
+    /// Told the deposits call of each block with deposits that became the head by import, so
+    /// the node can warm new deposits modules on real inputs.
+    fn imported(&self, _call: crate::runtime::deposits::DepositCall) {}
 }
 
 impl DepositEngine {

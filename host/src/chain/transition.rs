@@ -48,7 +48,7 @@ pub(crate) fn engine_for(
 }
 
 /// What the deposits module sees of the block and the state before it.
-fn context(genesis: &Genesis, header: &BlockHeader, eth1: &Eth1State) -> BlockContext {
+pub(super) fn context(genesis: &Genesis, header: &BlockHeader, eth1: &Eth1State) -> BlockContext {
     BlockContext {
         height: header.height,
         slot: header.slot,

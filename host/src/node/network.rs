@@ -173,6 +173,10 @@ pub(super) struct Network {
     bootstrap: Vec<NodeId>,
     startup_deadline: Instant,
     upgrades: Arc<UpgradeAgent>,
+    /// Range sync holds off while the chain waits for this scheduled module, until the
+    /// instant (then it tries once more) or until the module is ready (see
+    /// [`Network::waiting_for_module`]).
+    module_wait: Option<([u8; 32], Instant)>,
 }
 
 /// Events the network task's helpers may have waiting for it. Every helper task sends at most
@@ -213,6 +217,7 @@ impl Network {
             bans: parts.bans,
             upgrades: parts.upgrades,
             last_sync_import: None,
+            module_wait: None,
             bootstrap: parts.bootstrap,
             startup_deadline: Instant::now() + parts.startup_wait,
         };
@@ -257,6 +262,9 @@ impl Network {
 
     fn next_wake(&self) -> Instant {
         let mut wake = self.next_status_poll;
+        if let Some((_, until)) = self.module_wait {
+            wake = wake.min(until);
+        }
         for t in [self.peers.poll_timeout(), self.sync.poll_timeout()]
             .into_iter()
             .flatten()
@@ -296,13 +304,15 @@ impl Network {
         while let Some(action) = self.peers.poll_action(now) {
             self.on_action(action);
         }
-        while let Some(request) = self.sync.poll_request(now) {
-            self.spawn_blocks_request(request);
-        }
-        if !self.importing
-            && let Some((height, bytes, peer)) = self.sync.poll_ready_block()
-        {
-            self.import_synced(height, &bytes, peer);
+        if !self.waiting_for_module() {
+            while let Some(request) = self.sync.poll_request(now) {
+                self.spawn_blocks_request(request);
+            }
+            if !self.importing
+                && let Some((height, bytes, peer)) = self.sync.poll_ready_block()
+            {
+                self.import_synced(height, &bytes, peer);
+            }
         }
         while let Some((peer, violation)) = self.sync.poll_violation() {
             tracing::warn!(peer = %short(&peer), %violation, "range sync: banning peer");

@@ -7,9 +7,12 @@
 //! [`ImportError::ModuleMissing`](crate::chain::ImportError::ModuleMissing); the network task
 //! keeps fetching ([`UpgradeAgent::next_fetch`]) and sync resumes once the module is ready.
 
+mod serve_limit;
+
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use modnode_peers::NodeId;
 use sha2::{Digest, Sha256};
@@ -18,6 +21,9 @@ use crate::chain::{DepositEngine, DepositModules};
 use crate::modules_store::upload::ModuleService;
 use crate::runtime::{Kind, Modules};
 use crate::state::Schedule;
+
+pub use serve_limit::{FETCH_RETRY, FETCH_RETRY_MAX, Refusal, ServeLimits};
+use serve_limit::{FetchPacing, ServeLimiter};
 
 type Hash = [u8; 32];
 
@@ -40,6 +46,27 @@ pub enum FetchError {
         /// Why.
         reason: String,
     },
+}
+
+/// A module answer for a peer: the bytes, if served, and the peer's in-flight place in the
+/// serving limits, given back when this is dropped.
+#[derive(Debug)]
+pub struct Served {
+    /// The module bytes; `None` answers "not here".
+    pub bytes: Option<Vec<u8>>,
+    _permit: Permit,
+}
+
+#[derive(Debug)]
+struct Permit {
+    limiter: Arc<Mutex<ServeLimiter>>,
+    peer: NodeId,
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        lock(&self.limiter).finish(&self.peer);
+    }
 }
 
 /// One scheduled module as `GET /modules` shows it.
@@ -76,7 +103,11 @@ pub struct UpgradeAgent {
     /// What each connected peer last reported ready.
     peers: Mutex<HashMap<NodeId, Vec<Hash>>>,
     fetching: AtomicBool,
+    /// When each peer may be asked for a module again.
+    pacing: Mutex<FetchPacing>,
     serving: AtomicBool,
+    /// What each peer may take of our module serving.
+    limiter: Arc<Mutex<ServeLimiter>>,
     /// Modules the chain asked for and did not get (warned about once each).
     warned: Mutex<Vec<Hash>>,
 }
@@ -113,7 +144,9 @@ impl UpgradeAgent {
             schedule: Mutex::new(Schedule::default()),
             peers: Mutex::new(HashMap::new()),
             fetching: AtomicBool::new(false),
+            pacing: Mutex::new(FetchPacing::default()),
             serving: AtomicBool::new(true),
+            limiter: Arc::new(Mutex::new(ServeLimiter::new(ServeLimits::default()))),
             warned: Mutex::new(Vec::new()),
         }
     }
@@ -211,10 +244,31 @@ impl UpgradeAgent {
         Ok(())
     }
 
-    /// The bytes of module `hash`, to serve a peer: a stored or embedded module of a consensus
+    /// The bytes of module `hash`, to serve `peer`: a stored or embedded module of a consensus
     /// kind — any a chain may schedule, past versions included (a node syncing from genesis
-    /// needs each in turn) — never a local kind's uploads.
-    pub fn serve(&self, hash: &Hash) -> Option<Vec<u8>> {
+    /// needs each in turn) — never a local kind's uploads. Within the per-peer limits
+    /// ([`ServeLimits`]): over one, [`Refusal::Limited`] (answer "not here"); asking on
+    /// regardless, [`Refusal::Abuse`] (a violation). The answer's [`Served`] holds the peer's
+    /// one in-flight place until it is dropped, so keep it until the answer is sent.
+    pub fn serve(&self, peer: NodeId, hash: &Hash) -> Result<Served, Refusal> {
+        let now = Instant::now();
+        lock(&self.limiter).admit(peer, now)?;
+        let mut served = Served {
+            bytes: None,
+            _permit: Permit {
+                limiter: self.limiter.clone(),
+                peer,
+            },
+        };
+        if let Some(bytes) = self.module_bytes(hash) {
+            let charged = lock(&self.limiter).charge(peer, bytes.len(), now);
+            charged?;
+            served.bytes = Some(bytes);
+        }
+        Ok(served)
+    }
+
+    fn module_bytes(&self, hash: &Hash) -> Option<Vec<u8>> {
         if !self.serving.load(Ordering::Acquire) {
             return None;
         }
@@ -236,19 +290,37 @@ impl UpgradeAgent {
     }
 
     /// A missing scheduled module to fetch now and the peers to ask (those reporting it ready
-    /// first, then every other connected peer), unless a fetch is already running; the caller
-    /// must call [`UpgradeAgent::fetch_done`] when it ends.
-    pub fn next_fetch(&self, connected: &[Hash]) -> Option<(Hash, Vec<Hash>)> {
+    /// first, then every other connected peer; each at most every [`FETCH_RETRY`], backing off
+    /// from peers that answered without it), unless a fetch is already running; the caller
+    /// must report each answer ([`UpgradeAgent::fetch_answered`]) and call
+    /// [`UpgradeAgent::fetch_done`] when it ends.
+    pub fn next_fetch(&self, connected: &[NodeId]) -> Option<(Hash, Vec<NodeId>)> {
         let hash = *self.missing().first()?;
         if self.fetching.swap(true, Ordering::AcqRel) {
             return None;
         }
+        let now = Instant::now();
+        let pacing = lock(&self.pacing);
         let peers = lock(&self.peers);
-        let (mut ready, others): (Vec<Hash>, Vec<Hash>) = connected
+        let (mut ready, others): (Vec<NodeId>, Vec<NodeId>) = connected
             .iter()
+            .filter(|p| pacing.may_ask(p, now))
             .partition(|p| peers.get(*p).is_some_and(|r| r.contains(&hash)));
         ready.extend(others);
         Some((hash, ready))
+    }
+
+    /// `peer` answered a request for `hash`: with the bytes (`served`) or without.
+    pub fn fetch_answered(&self, peer: NodeId, hash: &Hash, served: bool) {
+        let now = Instant::now();
+        if served {
+            lock(&self.pacing).served(peer, now);
+        } else {
+            let ready = lock(&self.peers)
+                .get(&peer)
+                .is_some_and(|r| r.contains(hash));
+            lock(&self.pacing).answered_without(peer, ready, now);
+        }
     }
 
     /// The fetch started by [`UpgradeAgent::next_fetch`] ended.
@@ -264,42 +336,84 @@ impl UpgradeAgent {
     /// `peer` disconnected.
     pub fn peer_gone(&self, peer: &NodeId) {
         lock(&self.peers).remove(peer);
+        lock(&self.pacing).forget(peer);
+        lock(&self.limiter).forget(peer);
     }
 
     /// Readiness of every scheduled module not yet active at `head_height`.
     pub fn readiness(&self, head_height: u64) -> Vec<ScheduledReadiness> {
         let peers = lock(&self.peers);
-        let schedule = self.schedule();
-        schedule
-            .entries
-            .iter()
-            .filter(|e| e.height > head_height)
-            .map(|e| {
-                let ready_here = self.is_ready(&e.module);
-                let ready_peers: Vec<&NodeId> = peers
-                    .iter()
-                    .filter(|(_, r)| r.contains(&e.module))
-                    .map(|(p, _)| p)
-                    .collect();
-                let me_authority = self.authorities.contains(&self.me);
-                let authorities_ready = ready_peers
-                    .iter()
-                    .filter(|p| self.authorities.contains(p))
-                    .count()
-                    .saturating_add(usize::from(ready_here && me_authority));
-                ScheduledReadiness {
-                    kind: e.kind,
-                    sha256: hex::encode(e.module),
-                    height: e.height,
-                    ready_here,
-                    peers_ready: ready_peers.len(),
-                    peers_connected: peers.len(),
-                    authorities_ready,
-                    authorities: self.authorities.len(),
-                }
-            })
-            .collect()
+        readiness_of(
+            &self.schedule(),
+            head_height,
+            &peers,
+            &self.authorities,
+            &self.me,
+            |h| self.is_ready(h),
+        )
     }
+
+    /// Adds the chain's view at head `head_height` to a `GET /modules` listing (see
+    /// [`annotate_listing`]): what ran the head block is active, what activates later is
+    /// scheduled.
+    pub fn annotate(&self, listing: &mut serde_json::Value, head_height: u64) {
+        let schedule = self.schedule();
+        annotate_listing(
+            listing,
+            &self.readiness(head_height),
+            &running_at(&schedule, head_height),
+        );
+    }
+}
+
+/// Readiness of every entry of `schedule` not yet active at `head_height` (it activates at a
+/// height not imported yet): whether `me` has it ready, and which of `peers` (what each
+/// connected peer last reported ready) and of the `authorities` do.
+fn readiness_of(
+    schedule: &Schedule,
+    head_height: u64,
+    peers: &HashMap<NodeId, Vec<Hash>>,
+    authorities: &[NodeId],
+    me: &NodeId,
+    is_ready: impl Fn(&Hash) -> bool,
+) -> Vec<ScheduledReadiness> {
+    let me_authority = authorities.contains(me);
+    schedule
+        .upcoming(head_height)
+        .map(|e| {
+            let ready_here = is_ready(&e.module);
+            let ready_peers: Vec<&NodeId> = peers
+                .iter()
+                .filter(|(_, r)| r.contains(&e.module))
+                .map(|(p, _)| p)
+                .collect();
+            let authorities_ready = ready_peers
+                .iter()
+                .filter(|p| authorities.contains(p))
+                .count()
+                .saturating_add(usize::from(ready_here && me_authority));
+            ScheduledReadiness {
+                kind: e.kind,
+                sha256: hex::encode(e.module),
+                height: e.height,
+                ready_here,
+                peers_ready: ready_peers.len(),
+                peers_connected: peers.len(),
+                authorities_ready,
+                authorities: authorities.len(),
+            }
+        })
+        .collect()
+}
+
+/// The module each kind of `schedule` ran the head block at `head_height` with: what a
+/// listing shows as active. A module activating at `head_height + 1` is not running yet (the
+/// block at its height is not imported), so it is only scheduled.
+pub fn running_at(schedule: &Schedule, head_height: u64) -> Vec<(Kind, Hash)> {
+    Kind::ALL
+        .into_iter()
+        .filter_map(|k| schedule.module_at(k, head_height).map(|h| (k, h)))
+        .collect()
 }
 
 /// Adds on-chain scheduling to a `GET /modules` listing: every upcoming entry under
@@ -395,5 +509,63 @@ impl DepositModules for UpgradeAgent {
 
     fn scheduled(&self, schedule: &Schedule) {
         *lock(&self.schedule) = schedule.clone();
+    }
+
+    fn imported(&self, call: crate::runtime::deposits::DepositCall) {
+        self.modules.record_deposits(call);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::UpgradeOp;
+    use serde_json::json;
+
+    const OLD: Hash = [1; 32];
+    const NEW: Hash = [2; 32];
+    const H: u64 = 10;
+
+    /// A `GET /modules` listing as `module_ops::list` builds it: the deposits slot running
+    /// the node's own default, both versions ready.
+    fn listing() -> serde_json::Value {
+        let ready = |hash: &Hash, name: &str| json!({"name": name, "sha256": hex::encode(hash), "module_version": 1, "warmup": {}});
+        json!({"kinds": [{
+            "kind": "deposits",
+            "slot": {"active": {"name": "deposits-default", "hash": "00"}},
+            "ready": [ready(&OLD, "old"), ready(&NEW, "new")],
+        }]})
+    }
+
+    /// The listing at head `head` of a chain running OLD from genesis and NEW from H.
+    fn listing_at(head: u64) -> serde_json::Value {
+        let mut schedule = Schedule::genesis(&[(Kind::Deposits, OLD)]);
+        schedule.entries.push(UpgradeOp {
+            kind: Kind::Deposits,
+            module: NEW,
+            height: H,
+        });
+        let readiness = readiness_of(&schedule, head, &HashMap::new(), &[], &[9; 32], |_| true);
+        let mut listing = listing();
+        annotate_listing(&mut listing, &readiness, &running_at(&schedule, head));
+        listing
+    }
+
+    #[test]
+    fn a_module_scheduled_at_h_is_only_scheduled_at_h_minus_1_and_only_active_from_h() {
+        let before = listing_at(H - 1);
+        let slot = &before["kinds"][0]["slot"];
+        assert_eq!(slot["active"]["hash"], hex::encode(OLD), "{before}");
+        assert_eq!(slot["scheduled"]["hash"], hex::encode(NEW), "{before}");
+        assert_eq!(slot["scheduled"]["height"], H, "{before}");
+        assert_eq!(before["scheduled"].as_array().map(Vec::len), Some(1));
+
+        for head in [H, H + 1] {
+            let after = listing_at(head);
+            let slot = &after["kinds"][0]["slot"];
+            assert_eq!(slot["active"]["hash"], hex::encode(NEW), "{after}");
+            assert!(slot.get("scheduled").is_none(), "{after}");
+            assert_eq!(after["scheduled"], json!([]), "{after}");
+        }
     }
 }

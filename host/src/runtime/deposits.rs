@@ -283,6 +283,31 @@ fn data(
     Ok(DepositsCtx { overlay, base })
 }
 
+/// One real deposits call the chain made: a canonical block's deposits, its context and the
+/// registry before it (a copy-on-write snapshot). Kept for the warm-up of new deposits modules.
+#[derive(Clone)]
+pub struct DepositCall {
+    /// The registry the block ran on.
+    pub registry: SharedRegistry,
+    /// The block's context.
+    pub ctx: BlockContext,
+    /// Its deposits.
+    pub deposits: Vec<Deposit>,
+}
+
+impl std::fmt::Debug for DepositCall {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the {} deposits of the block at height {} (slot {}, eth1 deposit index {})",
+            self.deposits.len(),
+            self.ctx.height,
+            self.ctx.slot,
+            self.ctx.eth1_deposit_index
+        )
+    }
+}
+
 /// What a successful deposits call produced.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DepositsOutput {

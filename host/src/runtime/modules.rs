@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::checkpoint::{Checkpoint, CheckpointModule};
-use super::deposits::{Deposits, DepositsModule};
+use super::deposits::{DepositCall, Deposits, DepositsModule};
 use super::gossip_policy::{
     GossipPolicy, GossipPolicyModule, MessageMeta, PeerStats, SendPlan, from_wit_plan, to_wit_meta,
     to_wit_peers,
@@ -189,33 +189,34 @@ impl<T: Clone> RecentInputs<T> {
     }
 }
 
-/// Warms a gossip policy on the built-in messages, then on the node's recent real plans
-/// (bounded by [`WARMUP_REAL_TIME`]); a fault on a real input names that input.
-fn warm_policy(
-    module: GossipPolicyModule,
-    recent: &[PlanCall],
-) -> Result<Ready<GossipPolicy>, SlotError> {
+/// Warms `module` on the built-in inputs of its kind, then on `recent` real inputs (bounded by
+/// [`WARMUP_REAL_TIME`]) through `run`, which returns the fuel one used; a fault on a real
+/// input names that input.
+fn warm_on<W: World, T: std::fmt::Debug>(
+    module: Module<W>,
+    recent: &[T],
+    run: impl Fn(&Module<W>, &T) -> Result<u64, CallError>,
+) -> Result<Ready<W>, SlotError> {
     let name = module.meta().name();
     let mut failed_on = None;
     Ready::warm_with(module, |m| {
         let started = Instant::now();
         let (mut fuel, mut ran) = (0u64, 0u32);
-        for call in recent {
+        for input in recent {
             if started.elapsed() >= WARMUP_REAL_TIME {
                 break;
             }
-            failed_on = Some(call);
-            let (_, used) = m.plan_metered(call.msg, call.peers.clone())?;
-            fuel = fuel.saturating_add(used);
+            failed_on = Some(input);
+            fuel = fuel.saturating_add(run(m, input)?);
             ran = ran.saturating_add(1);
         }
         failed_on = None;
         Ok((fuel, ran))
     })
     .map_err(|source| match failed_on {
-        Some(call) => SlotError::WarmupInput {
+        Some(input) => SlotError::WarmupInput {
             module: name,
-            input: format!("{call:?}"),
+            input: format!("{input:?}"),
             source,
         },
         None => SlotError::Warmup {
@@ -225,14 +226,34 @@ fn warm_policy(
     })
 }
 
-/// Warms `module`: the built-in dry run of its kind and, for the gossip policy, the node's
-/// recent real plans. (Deposits and checkpoint warm on their built-in realistic inputs: the
-/// chain does not yet hand its recent blocks to the slots.)
-fn warm_any(module: LoadedModule, recent_plans: &[PlanCall]) -> Result<AnyReady, SlotError> {
+/// The node's recent real inputs warm-ups replay, per kind that has them.
+#[derive(Clone, Copy, Default)]
+struct RecentReal<'a> {
+    plans: &'a [PlanCall],
+    deposits: &'a [DepositCall],
+}
+
+/// Warms `module`: the built-in dry run of its kind, then the node's recent real inputs of the
+/// kind — gossip plans, and the deposits of the latest canonical blocks that carried some, on
+/// the registry each ran on (none on a fresh chain: then the built-in inputs alone).
+/// Checkpoint modules warm on their built-in realistic inputs.
+fn warm_any(module: LoadedModule, recent: RecentReal<'_>) -> Result<AnyReady, SlotError> {
     Ok(match module {
-        LoadedModule::Deposits(m) => AnyReady::Deposits(warm(m)?),
+        LoadedModule::Deposits(m) => AnyReady::Deposits(warm_on(m, recent.deposits, |m, call| {
+            let out = m.process(
+                call.registry.clone(),
+                call.ctx.clone(),
+                call.deposits.clone(),
+            )?;
+            // A rejection is an answer: the module ran (fuel is only reported on success).
+            Ok(out.map_or(0, |o| o.fuel_used))
+        })?),
         LoadedModule::Checkpoint(m) => AnyReady::Checkpoint(warm(m)?),
-        LoadedModule::GossipPolicy(m) => AnyReady::GossipPolicy(warm_policy(m, recent_plans)?),
+        LoadedModule::GossipPolicy(m) => {
+            AnyReady::GossipPolicy(warm_on(m, recent.plans, |m, call| {
+                Ok(m.plan_metered(call.msg, call.peers.clone())?.1)
+            })?)
+        }
     })
 }
 
@@ -265,6 +286,7 @@ pub struct Modules {
     checkpoint: Slot<Checkpoint>,
     gossip_policy: Arc<Slot<GossipPolicy>>,
     recent_plans: Arc<RecentInputs<PlanCall>>,
+    recent_deposits: RecentInputs<DepositCall>,
 }
 
 impl std::fmt::Debug for Modules {
@@ -283,7 +305,7 @@ impl Modules {
         let shadow = ShadowWorker::start(config.shadow_queue)
             .map_err(|e| SlotError::Thread(e.to_string()))?;
         let load = |bytes: &[u8], kind: Kind| -> Result<AnyReady, SlotError> {
-            warm_any(runtime.load_kind(bytes, kind)?, &[])
+            warm_any(runtime.load_kind(bytes, kind)?, RecentReal::default())
         };
         let (
             AnyReady::Deposits(deposits),
@@ -312,6 +334,7 @@ impl Modules {
             checkpoint: Slot::new(checkpoint, config, shadow.clone()),
             gossip_policy: Arc::new(Slot::new(policy, config, shadow)),
             recent_plans: Arc::new(RecentInputs::new()),
+            recent_deposits: RecentInputs::new(),
         })
     }
 
@@ -345,8 +368,22 @@ impl Modules {
     /// [`admit`](Self::admit), so a module that fails here, or whose upload fails later,
     /// leaves nothing behind.
     pub fn warm_loaded(&self, module: LoadedModule) -> Result<Warmed, SlotError> {
-        let recent = self.recent_plans.snapshot();
-        warm_any(module, &recent).map(Warmed)
+        let plans = self.recent_plans.snapshot();
+        let deposits = self.recent_deposits.snapshot();
+        warm_any(
+            module,
+            RecentReal {
+                plans: &plans,
+                deposits: &deposits,
+            },
+        )
+        .map(Warmed)
+    }
+
+    /// Remembers the deposits of a canonical block that carried some, for the warm-up of the
+    /// next deposits module (the latest [`WARMUP_REAL_INPUTS`] are kept).
+    pub fn record_deposits(&self, call: DepositCall) {
+        self.recent_deposits.record(call);
     }
 
     /// Makes a warmed module activatable by its hash.

@@ -21,7 +21,7 @@ use modnode::node::{DepositSourceConfig, Node, NodeConfig};
 use modnode_peers::PeerAddr;
 use tempfile::TempDir;
 
-const SLOT_MS: u64 = 300;
+pub(super) const SLOT_MS: u64 = 300;
 pub(super) const LIVENESS: Duration = Duration::from_secs(90);
 
 /// A genesis whose authorities are the node keys in the first `authorities` of `dirs`.
@@ -35,6 +35,17 @@ fn genesis_with_finality(
     authorities: usize,
     finality_depth: u64,
 ) -> Genesis {
+    let text = genesis_json(chain_id, dirs, authorities, finality_depth).to_string();
+    Genesis::from_json(&text, "<test>").unwrap()
+}
+
+/// The genesis file's JSON behind [`genesis`] (for a node started as a process).
+pub(super) fn genesis_json(
+    chain_id: &str,
+    dirs: &[&Path],
+    authorities: usize,
+    finality_depth: u64,
+) -> serde_json::Value {
     let ids: Vec<String> = dirs
         .iter()
         .take(authorities)
@@ -45,7 +56,7 @@ fn genesis_with_finality(
                 .to_string()
         })
         .collect();
-    let text = serde_json::json!({
+    serde_json::json!({
         "chain_id": chain_id,
         "genesis_time_ms": modnode::node::chain_worker::unix_ms(),
         "slot_ms": SLOT_MS,
@@ -53,8 +64,6 @@ fn genesis_with_finality(
         "authorities": ids,
         "generated_validators": { "count": 8, "seed": 3 },
     })
-    .to_string();
-    Genesis::from_json(&text, "<test>").unwrap()
 }
 
 pub(super) async fn start(dir: &Path, genesis: &Genesis, bootstrap: Vec<PeerAddr>) -> Node {
@@ -267,8 +276,23 @@ async fn a_peer_presenting_an_unexpected_key_is_refused() {
     a.shutdown().await;
 }
 
+/// The hash of `node`'s genesis block.
+pub(super) async fn genesis_hash(node: &Node) -> [u8; 32] {
+    node.chain()
+        .blocks(0, 1, usize::MAX)
+        .await
+        .unwrap()
+        .first()
+        .map(|b| modnode::chain::block::Block::decode(b, 16).unwrap().hash())
+        .unwrap()
+}
+
 /// Connects to `node` as a fresh identity and completes the hello.
-async fn raw_peer(node: &Node, genesis: &Genesis, chain_genesis: [u8; 32]) -> quinn::Connection {
+pub(super) async fn raw_peer(
+    node: &Node,
+    genesis: &Genesis,
+    chain_genesis: [u8; 32],
+) -> quinn::Connection {
     let limits = TransportLimits::default();
     let me = NodeIdentity::generate().unwrap();
     let ep = endpoint::make_endpoint("127.0.0.1:0".parse().unwrap(), &me, &limits).unwrap();
@@ -289,7 +313,7 @@ async fn raw_peer(node: &Node, genesis: &Genesis, chain_genesis: [u8; 32]) -> qu
     conn
 }
 
-fn closed_for_violation(error: &quinn::ConnectionError) -> bool {
+pub(super) fn closed_for_violation(error: &quinn::ConnectionError) -> bool {
     matches!(error, quinn::ConnectionError::ApplicationClosed(c)
         if c.error_code == quinn::VarInt::from_u32(CLOSE_PROTOCOL_VIOLATION))
 }
@@ -300,14 +324,7 @@ async fn garbage_on_a_stream_disconnects_the_peer_while_the_node_keeps_producing
     let genesis = genesis("modnode-it-garbage", &[tmp[0].path()], 1);
     let node = start(tmp[0].path(), &genesis, vec![]).await;
     eventually("the node producing", || node.status().height >= 2).await;
-    let genesis_hash = node
-        .chain()
-        .blocks(0, 1, usize::MAX)
-        .await
-        .unwrap()
-        .first()
-        .map(|b| modnode::chain::block::Block::decode(b, 16).unwrap().hash())
-        .unwrap();
+    let genesis_hash = genesis_hash(&node).await;
 
     // A well-behaved request is answered …
     let conn = raw_peer(&node, &genesis, genesis_hash).await;

@@ -1,7 +1,9 @@
 //! On-chain upgrades on a devnet over real QUIC: authorities vote an upgrade of the deposits
 //! module into their blocks; one alone cannot schedule it, a majority does; every node switches
 //! at the height with identical blocks; a node started after the height range-syncs through it;
-//! a node that cannot get the module stops at the height and resumes once a peer serves it.
+//! a node that cannot get the module stops at the height and resumes once a peer serves it; a
+//! peer asking for modules in a loop gets a bounded share and is banned; a `modnode run`
+//! process killed around the height restarts onto the canonical chain.
 //!
 //! Waits are liveness bounds (generous, polled), not performance targets.
 
@@ -15,7 +17,10 @@ use sha2::{Digest, Sha256};
 use tempfile::TempDir;
 
 use super::artifact;
-use super::network::{dirs, eventually, genesis, start};
+use super::network::{
+    LIVENESS, SLOT_MS, closed_for_violation, dirs, eventually, genesis, genesis_hash, genesis_json,
+    raw_peer, start,
+};
 
 fn sha(bytes: &[u8]) -> [u8; 32] {
     Sha256::digest(bytes).into()
@@ -225,6 +230,209 @@ async fn a_node_without_the_module_stops_at_the_height_and_resumes_once_a_peer_s
     .await;
     assert!(follower.upgrades().is_ready(&module));
     follower.shutdown().await;
+    for node in nodes {
+        node.shutdown().await;
+    }
+}
+
+/// One module request on a new stream of `conn`: the bytes if served, `None` if answered "not
+/// here", an error if the stream or connection broke.
+async fn ask_module(conn: &quinn::Connection, hash: [u8; 32]) -> Result<Option<Vec<u8>>, String> {
+    use modnode::net::{codec, rpc};
+    let (mut send, mut recv) = conn.open_bi().await.map_err(|e| e.to_string())?;
+    let request = rpc::Request::Module { hash };
+    let (t, p) = request.encode();
+    codec::write_frame(&mut send, t, &p, 64)
+        .await
+        .map_err(|e| e.to_string())?;
+    send.finish().map_err(|e| e.to_string())?;
+    let frame = codec::read_frame(&mut recv, 1 << 22)
+        .await
+        .map_err(|e| e.to_string())?
+        .ok_or("no answer")?;
+    match rpc::Response::decode(&request, frame.msg_type, &frame.payload) {
+        Ok(rpc::Response::Module(bytes)) => Ok(bytes),
+        other => Err(format!("not a module answer: {other:?}")),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_requesting_modules_in_a_loop_gets_a_bounded_share_and_is_banned() {
+    let tmp = dirs(1);
+    let genesis = upgrade_genesis("modnode-it-module-flood", &[tmp[0].path()], 1);
+    let node = start(tmp[0].path(), &genesis, vec![]).await;
+    eventually("the node producing", || height(&node) >= 1).await;
+    let v1 = artifact("deposits-v1");
+    let conn = raw_peer(&node, &genesis, genesis_hash(&node).await).await;
+    eventually("the raw peer counted", || node.status().peers == 1).await;
+
+    // A request alone is answered with the module.
+    let started = std::time::Instant::now();
+    let alone = ask_module(&conn, sha(&v1)).await.unwrap();
+    assert_eq!(alone.as_ref(), Some(&v1));
+
+    // Then 40 at once, as fast as QUIC carries them.
+    let mut served = 1u64;
+    let asks: Vec<_> = (0..40)
+        .map(|_| {
+            let conn = conn.clone();
+            let hash = sha(&v1);
+            tokio::spawn(async move { ask_module(&conn, hash).await })
+        })
+        .collect();
+    for ask in asks {
+        if let Ok(Some(bytes)) = ask.await.unwrap() {
+            assert_eq!(bytes, v1, "served bytes are the module");
+            served += 1;
+        }
+    }
+    // One request in flight per peer, a burst of 4 then one a second: never all 40.
+    let allowed = 4 + started.elapsed().as_secs();
+    assert!(
+        served <= allowed,
+        "{served} of 41 served, at most {allowed} allowed"
+    );
+    // Asking on past the refusals is a violation: disconnected (and banned).
+    let closed = tokio::time::timeout(LIVENESS, conn.closed()).await.unwrap();
+    assert!(closed_for_violation(&closed), "{closed:?}");
+    assert!(
+        node.metrics()
+            .peer_violations
+            .load(std::sync::atomic::Ordering::Relaxed)
+            >= 1
+    );
+    eventually("the peer gone", || node.status().peers == 0).await;
+    node.shutdown().await;
+}
+
+/// A `modnode run` process on `dir` (a follower of the devnet), SIGKILLed when dropped.
+struct RunProcess(std::process::Child);
+
+impl RunProcess {
+    fn start(dir: &Path, genesis_file: &Path, bootstrap: &str) -> Self {
+        // A killed process leaves its admin address behind: wait for the new one.
+        let _ = std::fs::remove_file(dir.join("admin.addr"));
+        let log = std::fs::File::create(dir.join("run.log")).unwrap();
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_modnode"))
+            .arg("run")
+            .arg("--data-dir")
+            .arg(dir)
+            .arg("--genesis")
+            .arg(genesis_file)
+            .args(["--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"])
+            .args(["--dev-contract-listen", "127.0.0.1:0", "--no-produce"])
+            .args(["--bootstrap", bootstrap])
+            .env("RUST_LOG", "info")
+            .stdout(std::process::Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        Self(child)
+    }
+
+    fn kill(mut self) {
+        // SIGKILL: no destructors, no flush.
+        unsafe { libc::kill(self.0.id() as i32, libc::SIGKILL) };
+        self.0.wait().unwrap();
+    }
+
+    /// Ctrl-C, and its exit status.
+    fn interrupt(mut self) -> std::process::ExitStatus {
+        unsafe { libc::kill(self.0.id() as i32, libc::SIGINT) };
+        self.0.wait().unwrap()
+    }
+}
+
+impl Drop for RunProcess {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The height of the process on `dir`, once its admin API answers.
+async fn process_height(dir: &Path) -> Option<u64> {
+    let status = client::status(dir).await.ok()?;
+    status["height"].as_u64()
+}
+
+/// Polls the process on `dir` until its height reaches `goal`.
+async fn process_reaches(dir: &Path, goal: u64, what: &str) {
+    let deadline = tokio::time::Instant::now() + LIVENESS;
+    loop {
+        if process_height(dir).await.is_some_and(|h| h >= goal) {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for: {what}; its log:\n{}",
+            std::fs::read_to_string(dir.join("run.log")).unwrap_or_default()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_process_killed_around_the_activation_height_restarts_onto_the_canonical_chain() {
+    use rand::{Rng, SeedableRng};
+    let tmp = dirs(3);
+    let paths: Vec<&Path> = tmp.iter().map(TempDir::path).collect();
+    let mut json = genesis_json("modnode-it-upgrade-kill", &paths, 2, 32);
+    json["deposits_module"] = hex::encode(sha(&artifact("deposits-v1"))).into();
+    let genesis = Genesis::from_json(&json.to_string(), "<test>").unwrap();
+    let genesis_file = paths[2].join("genesis.json");
+    std::fs::write(&genesis_file, json.to_string()).unwrap();
+    let v2 = sha(&artifact("deposits-v2"));
+    let nodes = start_all(&paths[..2], &genesis).await;
+    let bootstrap = nodes[1].peer_addr().unwrap().to_string();
+
+    // The follower process joins and syncs; then both authorities vote deposits-v2 in at H.
+    let process = RunProcess::start(paths[2], &genesis_file, &bootstrap);
+    process_reaches(paths[2], 2, "the process syncing").await;
+    let h = height(&nodes[0]) + genesis.upgrade_lead_blocks + 8;
+    for dir in &paths[..2] {
+        propose(dir, &v2, h).await;
+    }
+
+    // SIGKILL somewhere between importing H - 1 and a slot later (around importing H).
+    let mut rng = rand::rngs::StdRng::seed_from_u64(0x4b1d);
+    process_reaches(paths[2], h - 1, "the process at H - 1").await;
+    let delay = rng.random_range(0..SLOT_MS);
+    tokio::time::sleep(std::time::Duration::from_millis(delay)).await;
+    process.kill();
+
+    // Restarted, it replays from its store, rejoins and goes past H with the network.
+    let process = RunProcess::start(paths[2], &genesis_file, &bootstrap);
+    let goal = height(&nodes[0]).max(h) + 3;
+    process_reaches(paths[2], goal, "the restarted process past H").await;
+    let target = Target::data_dir(paths[2]).unwrap();
+    let listing = client::modules(&target).await.unwrap();
+    let deposits = listing["kinds"]
+        .as_array()
+        .and_then(|k| k.iter().find(|k| k["kind"] == "deposits"))
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(
+        deposits["slot"]["active"]["hash"],
+        hex::encode(v2),
+        "{listing}"
+    );
+    let status = process.interrupt();
+    assert!(
+        status.success(),
+        "the restarted process exited with {status}"
+    );
+
+    // Its stored chain is the authorities' chain through H (no fork), scheduled alike.
+    let chain = modnode::node::open_chain(paths[2], genesis.clone()).unwrap();
+    assert!(chain.head().height >= goal);
+    assert_eq!(chain.schedule().module_at(Kind::Deposits, h), Some(v2));
+    for at in [h - 1, h, h + 1, goal] {
+        let theirs = nodes[0].chain().blocks(at, 1, usize::MAX).await.unwrap();
+        let ours = chain.block_at(at).unwrap().map(|b| b.encode());
+        assert_eq!(ours.as_ref(), theirs.first(), "block at height {at}");
+    }
+    drop(chain);
     for node in nodes {
         node.shutdown().await;
     }

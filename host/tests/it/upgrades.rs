@@ -367,7 +367,9 @@ fn fetched_module_bytes_must_hash_to_what_was_asked_and_pass_the_upload_checks()
         Err(FetchError::Rejected { .. })
     ));
     assert!(!agent.is_ready(&junk_hash));
-    assert!(agent.serve(&junk_hash).is_none());
+    // What peer `n` is served (each peer well within its request limits).
+    let serve = |n: u8, hash: &Hash| agent.serve([n; 32], hash).unwrap().bytes;
+    assert!(serve(1, &junk_hash).is_none());
 
     // The real bytes: validated, compiled, warmed, stored, served on, and the chain can run
     // them. Modules of local kinds are never served.
@@ -375,12 +377,85 @@ fn fetched_module_bytes_must_hash_to_what_was_asked_and_pass_the_upload_checks()
     assert!(agent.is_ready(&hash));
     assert!(agent.deposits(&hash).is_some());
     let policy: Hash = Sha256::digest(artifact("gossip-policy-v2")).into();
-    assert_eq!(agent.serve(&policy), None);
+    assert_eq!(serve(2, &policy), None);
     let scheduled = modnode::state::Schedule::genesis(&[(Kind::Deposits, hash)]);
     agent.scheduled(&scheduled);
     assert_eq!(agent.missing(), Vec::<Hash>::new());
     assert_eq!(agent.ready_scheduled(), vec![hash]);
-    assert_eq!(agent.serve(&hash), Some(fixture));
+    assert_eq!(serve(3, &hash), Some(fixture));
     agent.set_serving(false);
-    assert_eq!(agent.serve(&hash), None);
+    assert_eq!(serve(4, &hash), None);
+}
+
+/// The chain's modules as a node wires them for warm-ups: every imported block's deposits call
+/// goes to the node's prepared modules (no scheduled module: the chain's own engine runs).
+struct Warmups(Arc<modnode::runtime::Modules>);
+
+impl DepositModules for Warmups {
+    fn deposits(&self, _hash: &[u8; 32]) -> Option<DepositEngine> {
+        None
+    }
+
+    fn imported(&self, call: modnode::runtime::deposits::DepositCall) {
+        self.0.record_deposits(call);
+    }
+}
+
+#[test]
+fn a_new_deposits_module_warms_up_on_the_deposits_of_the_latest_real_blocks() {
+    use modnode::chain::workload::{self, DevDepositLog};
+    use modnode::runtime::Modules;
+    use modnode::runtime::modules::InitialModules;
+    use modnode::runtime::slot::SlotConfig;
+
+    use super::artifact;
+    let modules = Arc::new(
+        Modules::new(
+            super::runtime(1_000_000_000),
+            InitialModules {
+                deposits: &artifact("deposits-v2"),
+                checkpoint: &artifact("checkpoint-v1"),
+                gossip_policy: &artifact("gossip-policy-v2"),
+            },
+            SlotConfig::default(),
+        )
+        .unwrap(),
+    );
+    let warm_v1 = || {
+        let loaded = modules.runtime().load(&artifact("deposits-v1")).unwrap();
+        modules.warm_loaded(loaded).unwrap().prepared().warmup
+    };
+    // A fresh chain has no real blocks: the built-in inputs alone.
+    let fresh = warm_v1();
+    assert_eq!(fresh.real_inputs, 0);
+
+    let mut chain = Chain::open(
+        Arc::new(MemoryStore::new()),
+        Genesis::generated("warm-up", 8, 7),
+        DepositEngine::Native(Verification::Batched),
+    )
+    .unwrap();
+    chain.set_deposit_modules(Arc::new(Warmups(modules.clone())));
+    let mut log = DevDepositLog::new();
+    let mut seed = 100;
+    for with_deposits in [true, false, true, true, false] {
+        if with_deposits {
+            for _ in 0..2 {
+                seed += 1;
+                log.push(workload::new_validator(seed, 32_000_000_000, [0; 4]));
+            }
+        }
+        let slot = chain.head().slot + 1;
+        let block = chain
+            .build_block_from(slot, 0, log.eth1_data(), &log)
+            .unwrap();
+        assert_eq!(block.body.deposits.len(), if with_deposits { 2 } else { 0 });
+        chain.import(&block).unwrap();
+    }
+    // The three blocks that carried deposits, each on the registry it ran on: a new validator
+    // per deposit, so the warm-up paid for signature checks and registry writes beyond the
+    // built-in block.
+    let warmed = warm_v1();
+    assert_eq!(warmed.real_inputs, 3);
+    assert!(warmed.fuel > fresh.fuel, "{warmed:?} vs {fresh:?}");
 }

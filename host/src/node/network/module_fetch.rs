@@ -1,5 +1,7 @@
 //! Fetching scheduled modules this node lacks from its peers by hash: one fetch at a time,
-//! peers reporting the module ready asked first. The bytes must hash to what was asked (else
+//! peers reporting the module ready asked first, each peer at most every
+//! [`FETCH_RETRY`](crate::node::upgrades::FETCH_RETRY) (backing off from peers that answer
+//! without it), well within what a peer serves before it counts requests as abuse. The bytes must hash to what was asked (else
 //! the peer is penalised) and then pass the upload path (validate, precompile, warm) before the
 //! chain can run them.
 
@@ -40,7 +42,10 @@ impl Network {
                 _ => {}
             }
             for (peer, conn) in conns {
-                let bytes = match request(&conn, Request::Module { hash }, max).await {
+                let answer = request(&conn, Request::Module { hash }, max).await;
+                let served = matches!(answer, Ok(Response::Module(Some(_))));
+                upgrades.fetch_answered(peer, &hash, served);
+                let bytes = match answer {
                     Ok(Response::Module(Some(bytes))) => bytes,
                     Ok(_) => continue,
                     Err(e) => {

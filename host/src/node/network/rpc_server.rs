@@ -8,7 +8,7 @@ use super::{Event, NodeId, REQUEST_TIMEOUT, short};
 use crate::net::codec;
 use crate::net::rpc::{self, ChainStatus, Request, Response};
 use crate::node::chain_worker::ChainHandle;
-use crate::node::upgrades::UpgradeAgent;
+use crate::node::upgrades::{Refusal, UpgradeAgent};
 
 /// Answers the requests `node` sends on `conn` until it closes; a malformed request is
 /// reported as a violation.
@@ -52,7 +52,7 @@ pub(super) async fn serve(
 /// `Err(Some(reason))` is a protocol violation, `Err(None)` a broken stream.
 async fn serve_one(
     node: NodeId,
-    mut send: quinn::SendStream,
+    send: quinn::SendStream,
     mut recv: quinn::RecvStream,
     chain: &ChainHandle,
     upgrades: &std::sync::Arc<UpgradeAgent>,
@@ -79,11 +79,26 @@ async fn serve_one(
         }
         Request::Module { hash } => {
             let upgrades = upgrades.clone();
-            let bytes = tokio::task::spawn_blocking(move || upgrades.serve(&hash))
+            let served = tokio::task::spawn_blocking(move || upgrades.serve(node, &hash))
                 .await
                 .map_err(|_| None)?;
-            // A module that does not fit one frame is not served (uploads are capped below it).
-            Response::Module(bytes.filter(|b| b.len().saturating_add(16) <= max_message_bytes))
+            match served {
+                Ok(mut served) => {
+                    // A module that does not fit one frame is not served (uploads are capped
+                    // below it). The peer's in-flight place is held until the answer is sent.
+                    let bytes = served
+                        .bytes
+                        .take()
+                        .filter(|b| b.len().saturating_add(16) <= max_message_bytes);
+                    let (msg_type, payload) = Response::Module(bytes).encode();
+                    return send_answer(send, msg_type, &payload, max_message_bytes).await;
+                }
+                Err(refused @ Refusal::Limited(_)) => {
+                    tracing::debug!(peer = %short(&node), error = %refused, "module request refused");
+                    Response::Module(None)
+                }
+                Err(abuse @ Refusal::Abuse { .. }) => return Err(Some(abuse.to_string())),
+            }
         }
         Request::Blocks { start, count } => {
             // Leave room for the length prefixes and the count.
@@ -106,7 +121,16 @@ async fn serve_one(
         }
     };
     let (msg_type, payload) = response.encode();
-    codec::write_frame(&mut send, msg_type, &payload, max_message_bytes)
+    send_answer(send, msg_type, &payload, max_message_bytes).await
+}
+
+async fn send_answer(
+    mut send: quinn::SendStream,
+    msg_type: u8,
+    payload: &[u8],
+    max_message_bytes: usize,
+) -> Result<(), Option<String>> {
+    codec::write_frame(&mut send, msg_type, payload, max_message_bytes)
         .await
         .map_err(|_| None)?;
     send.finish().map_err(|_| None)?;

@@ -2,8 +2,8 @@
 //! choice, carried out for [`Network`] over QUIC.
 
 use super::{Event, Network, NodeId, REQUEST_TIMEOUT, SyncedBlocks, short};
-use crate::chain::ForkChoiceError;
 use crate::chain::block::Block;
+use crate::chain::{ForkChoiceError, ImportError};
 use crate::net::codec;
 use crate::net::rpc::{self, MAX_BLOCKS_PER_REQUEST, Request, Response};
 use crate::node::chain_worker::{ChainHandle, WorkerError};
@@ -26,6 +26,16 @@ pub(super) enum SyncImportError {
 }
 
 impl SyncImportError {
+    /// The scheduled module the chain lacks to import the block, if that is why it was refused.
+    fn missing_module(&self) -> Option<[u8; 32]> {
+        match self {
+            Self::Refused(WorkerError::Block(ForkChoiceError::Invalid(
+                ImportError::ModuleMissing { module, .. },
+            ))) => hex::decode(module).ok()?.try_into().ok(),
+            _ => None,
+        }
+    }
+
     pub(super) fn fault(&self) -> Fault {
         match self {
             Self::Fork(_) | Self::Unresolvable(_) => Fault::Transient,
@@ -94,7 +104,27 @@ impl Network {
                     // Our failure or a transient one: the peer is not to blame.
                     tracing::info!(peer = %short(&peer), height, error = %e, "synced block not taken");
                     self.sync.handle_import_aborted(height, peer);
+                    if let Some(module) = e.missing_module() {
+                        // Asking again at once would only be refused again: a loop of range
+                        // requests and imports that starved the module's own fetch, compile
+                        // and warm-up on a loaded machine.
+                        self.module_wait = Some((module, Instant::now() + self.status_interval));
+                    }
                 }
+            }
+        }
+    }
+
+    /// Whether range sync holds off for a missing scheduled module: until it is ready (the
+    /// network task's module fetch gets it), at most a status interval before trying again.
+    pub(super) fn waiting_for_module(&mut self) -> bool {
+        match self.module_wait {
+            Some((module, until)) if Instant::now() < until && !self.upgrades.is_ready(&module) => {
+                true
+            }
+            _ => {
+                self.module_wait = None;
+                false
             }
         }
     }
