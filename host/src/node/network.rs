@@ -14,6 +14,8 @@
 //! A malformed message on any stream bans the peer ([`PeerManager::handle_violation`]) and
 //! closes its connection with [`CLOSE_PROTOCOL_VIOLATION`]; the node carries on.
 
+mod checkpoint_progress;
+pub mod checkpoint_restore;
 mod connections;
 mod gossip_blocks;
 mod module_fetch;
@@ -147,6 +149,8 @@ pub(super) struct NetworkParts {
     pub bans: BanList,
     /// Scheduled modules: readiness, fetching by hash, serving.
     pub upgrades: Arc<UpgradeAgent>,
+    /// The stored checkpoints peers may fetch.
+    pub checkpoints: crate::checkpoint::CheckpointServer,
 }
 
 pub(super) struct Network {
@@ -173,6 +177,7 @@ pub(super) struct Network {
     bootstrap: Vec<NodeId>,
     startup_deadline: Instant,
     upgrades: Arc<UpgradeAgent>,
+    checkpoints: crate::checkpoint::CheckpointServer,
 }
 
 /// Events the network task's helpers may have waiting for it. Every helper task sends at most
@@ -212,6 +217,7 @@ impl Network {
             next_status_poll: Instant::now() + parts.status_interval,
             bans: parts.bans,
             upgrades: parts.upgrades,
+            checkpoints: parts.checkpoints,
             last_sync_import: None,
             bootstrap: parts.bootstrap,
             startup_deadline: Instant::now() + parts.startup_wait,

@@ -35,6 +35,22 @@ fn genesis_with_finality(
     authorities: usize,
     finality_depth: u64,
 ) -> Genesis {
+    Genesis::from_json(
+        &genesis_json(chain_id, dirs, authorities, finality_depth, 8),
+        "<test>",
+    )
+    .unwrap()
+}
+
+/// The genesis file of [`genesis`] with `finality_depth` and `validators` generated
+/// validators.
+pub(super) fn genesis_json(
+    chain_id: &str,
+    dirs: &[&Path],
+    authorities: usize,
+    finality_depth: u64,
+    validators: u32,
+) -> String {
     let ids: Vec<String> = dirs
         .iter()
         .take(authorities)
@@ -45,16 +61,15 @@ fn genesis_with_finality(
                 .to_string()
         })
         .collect();
-    let text = serde_json::json!({
+    serde_json::json!({
         "chain_id": chain_id,
         "genesis_time_ms": modnode::node::chain_worker::unix_ms(),
         "slot_ms": SLOT_MS,
         "finality_depth": finality_depth,
         "authorities": ids,
-        "generated_validators": { "count": 8, "seed": 3 },
+        "generated_validators": { "count": validators, "seed": 3 },
     })
-    .to_string();
-    Genesis::from_json(&text, "<test>").unwrap()
+    .to_string()
 }
 
 pub(super) async fn start(dir: &Path, genesis: &Genesis, bootstrap: Vec<PeerAddr>) -> Node {
