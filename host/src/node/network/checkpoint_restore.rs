@@ -179,6 +179,7 @@ pub async fn restore_if_needed(
         progress,
         endpoint,
         bad: BTreeSet::new(),
+        banned: Default::default(),
     };
     let outcome = driver.run(mode).await;
     driver
@@ -196,6 +197,9 @@ struct Driver<'a> {
     endpoint: quinn::Endpoint,
     /// Checkpoints found bad in this run.
     bad: BTreeSet<[u8; 32]>,
+    /// Peers banned in this run (each is banned and counted once, however many of its answers
+    /// were in flight).
+    banned: std::sync::Mutex<BTreeSet<NodeId>>,
 }
 
 impl Driver<'_> {
@@ -386,6 +390,13 @@ impl Driver<'_> {
     }
 
     fn penalise(&self, peers: &[Peer], peer: NodeId, reason: &str) {
+        let first = self
+            .banned
+            .lock()
+            .map_or(true, |mut banned| banned.insert(peer));
+        if !first {
+            return;
+        }
         tracing::warn!(peer = %short(&peer), %reason, "checkpoint restore: banning peer");
         bump(&self.counters().peers_penalised);
         let ban_ms = modnode_peers::PeerConfig::new([0; 32]).ban_duration / 1_000;
