@@ -50,8 +50,7 @@ pub(super) async fn serve(
                 REQUEST_TIMEOUT,
                 serve_one(
                     node,
-                    send,
-                    recv,
+                    (send, recv),
                     &chain,
                     &served,
                     &checkpoint_reads,
@@ -74,8 +73,7 @@ pub(super) async fn serve(
 /// `Err(Some(reason))` is a protocol violation, `Err(None)` a broken stream.
 async fn serve_one(
     node: NodeId,
-    mut send: quinn::SendStream,
-    mut recv: quinn::RecvStream,
+    (mut send, mut recv): (quinn::SendStream, quinn::RecvStream),
     chain: &ChainHandle,
     served: &Served,
     checkpoint_reads: &Arc<Semaphore>,
