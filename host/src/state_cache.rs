@@ -14,9 +14,11 @@
 //! - **Dropped:** states more than `final_window` blocks below finality.
 //!
 //! [`regen`] regenerates an uncached state by replaying stored blocks on the nearest cached
-//! ancestor, coalescing concurrent requests. [`CacheMetrics`] puts accounted bytes next to the
+//! ancestor or anchor, coalescing concurrent requests. [`anchors`] persists the anchors in
+//! the node's store, so replays stay bounded by `anchor_every` blocks after a restart too. [`CacheMetrics`] puts accounted bytes next to the
 //! allocator's live bytes and RSS ([`crate::alloc_stats`]).
 
+pub mod anchors;
 mod ledger;
 pub mod regen;
 
@@ -41,6 +43,9 @@ pub struct StateCacheConfig {
     pub anchor_every: u64,
     /// States this many blocks below the finalized height are still kept.
     pub final_window: u64,
+    /// Persisted anchors kept below the finalized height: states older than
+    /// `anchors_kept × anchor_every` blocks below finality are refused as too old.
+    pub anchors_kept: u64,
 }
 
 impl Default for StateCacheConfig {
@@ -49,6 +54,7 @@ impl Default for StateCacheConfig {
             max_bytes: 512 << 20,
             anchor_every: 32,
             final_window: 64,
+            anchors_kept: 64,
         }
     }
 }
@@ -132,6 +138,8 @@ pub struct CacheMetrics {
     pub evictions: u64,
     /// Queries refused because import was behind.
     pub shed: u64,
+    /// Anchors rebuilt from the store's persisted anchor records.
+    pub anchors_loaded: u64,
 }
 
 /// The state cache (see the module docs). Shared as `Arc<StateCache>`; every method takes
@@ -144,6 +152,8 @@ pub struct StateCache {
     shed: AtomicU64,
     behind: AtomicBool,
     regen: regen::Regenerator,
+    /// `None` if the store could not open the anchors' keyspace (logged).
+    anchors: Option<anchors::Anchors>,
 }
 
 impl std::fmt::Debug for StateCache {
@@ -157,7 +167,15 @@ impl std::fmt::Debug for StateCache {
 impl StateCache {
     /// An empty cache regenerating from `source`.
     pub fn new(config: StateCacheConfig, source: StateSource) -> Self {
+        let anchors = match source.store.tree(anchors::TREE) {
+            Ok(tree) => Some(anchors::Anchors::new(tree)),
+            Err(e) => {
+                tracing::error!(error = %e, "cannot open the state anchors; replays after a restart are unbounded");
+                None
+            }
+        };
         Self {
+            anchors,
             config,
             inner: Mutex::new(Inner::default()),
             hits: AtomicU64::new(0),
@@ -272,6 +290,33 @@ impl StateCache {
             inner.remove(&old);
         }
         self.evict(&mut inner);
+        drop(inner);
+        if let Some(anchors) = &self.anchors
+            && let Err(e) = anchors.persist(self, finalized)
+        {
+            tracing::warn!(error = %e, "could not persist state anchors; retried at the next head");
+        }
+    }
+
+    /// The lowest cached state at `height` or above whose block is canonical (the head at
+    /// worst), to rebuild a persisted anchor from.
+    fn canonical_above(&self, height: u64) -> Result<Option<StateSnapshot>, StateCacheError> {
+        let mut candidates: Vec<(u64, Hash)> = self
+            .lock()
+            .entries
+            .values()
+            .filter(|e| e.snapshot.height() >= height)
+            .map(|e| (e.snapshot.height(), e.snapshot.block_hash()))
+            .collect();
+        candidates.sort_unstable();
+        for (at, hash) in candidates {
+            if self.source().canonical_hash(at).ok() == Some(hash)
+                && let Some(state) = self.peek(&hash)
+            {
+                return Ok(Some(state));
+            }
+        }
+        Ok(None)
     }
 
     /// Whether the state at `height` is an anchor (kept while in the window).
@@ -412,6 +457,7 @@ impl StateCache {
             coalesced: regen.2,
             evictions: inner.evictions,
             shed: self.shed.load(Ordering::Relaxed),
+            anchors_loaded: self.anchors.as_ref().map_or(0, anchors::Anchors::loaded),
         }
     }
 }

@@ -82,6 +82,12 @@ pub trait KvStore: Send + Sync {
     fn scan_prefix(&self, prefix: &[u8], visit: &mut Visitor<'_>) -> Result<(), StoreError>;
     /// Applies `batch` atomically; when this returns `Ok` the batch survives a crash.
     fn commit(&self, batch: &WriteBatch) -> Result<(), StoreError>;
+    /// The keyspace `name` of the same database, beside the chain's (its own sled tree): for
+    /// derived data kept apart from the chain's keys, such as persisted state anchors. Asking
+    /// twice for one name gives the same keyspace.
+    fn tree(&self, name: &str) -> Result<std::sync::Arc<dyn KvStore>, StoreError>;
+    /// Where this keyspace lives, for error messages (a path and tree, or `memory`).
+    fn location(&self) -> String;
 }
 
 /// The chain's key layout. Integers in keys are big-endian so that scans come in order.

@@ -106,6 +106,7 @@ impl From<StateCacheError> for StateQueryError {
             StateCacheError::Replay(_)
             | StateCacheError::InvalidBlock(_)
             | StateCacheError::Store(_)
+            | StateCacheError::Anchor { .. }
             | StateCacheError::Joined(_) => Self::Internal(message),
         }
     }

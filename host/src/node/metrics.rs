@@ -341,6 +341,11 @@ pub fn render_state_cache(m: &crate::state_cache::CacheMetrics) -> String {
             ),
             ("evictions", "States evicted for the budget", m.evictions),
             ("shed", "Queries refused while import was behind", m.shed),
+            (
+                "anchors_loaded",
+                "Anchors rebuilt from the persisted anchor records",
+                m.anchors_loaded,
+            ),
         ],
     };
     let mut registry = Registry::with_prefix("modnode_state_cache");

@@ -233,6 +233,36 @@ impl<T: Clone> ChunkedVec<T> {
             .saturating_mul(std::mem::size_of::<Arc<Chunk<T>>>())
     }
 
+    /// Indices below `len` (clamped to both lengths) whose elements differ between `self` and
+    /// `other`. Chunks the two share are skipped without being read, so for two states a few
+    /// blocks apart this reads only the chunks those blocks copied.
+    pub fn differing(&self, other: &Self, len: usize) -> Vec<usize>
+    where
+        T: PartialEq,
+    {
+        let len = len.min(self.len).min(other.len);
+        let mut out = Vec::new();
+        for (chunk, (a, b)) in self.chunks.iter().zip(&other.chunks).enumerate() {
+            let start = chunk.saturating_mul(CHUNK_LEN);
+            if start >= len {
+                break;
+            }
+            if Arc::ptr_eq(a, b) {
+                continue;
+            }
+            let end = len.saturating_sub(start).min(CHUNK_LEN);
+            out.extend(
+                a.iter()
+                    .zip(b.iter())
+                    .take(end)
+                    .enumerate()
+                    .filter(|(_, (x, y))| x != y)
+                    .map(|(offset, _)| start.saturating_add(offset)),
+            );
+        }
+        out
+    }
+
     /// Heap bytes of the table and every chunk, as if nothing were shared.
     pub fn heap_bytes(&self) -> usize {
         self.chunk_ptrs()

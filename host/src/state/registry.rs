@@ -5,7 +5,7 @@ use super::chunked::ChunkedVec;
 use super::merkle::{Hash32, MerkleError, MerkleTree};
 use super::overlay::{RegistryDelta, RegistryRead, RegistryUndo};
 use super::pubkey_index::{IndexError, PubkeyIndex};
-use super::validator::{Pubkey, Validator};
+use super::validator::{NewValidator, Pubkey, Validator};
 
 /// Why a registry could not be built or changed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -237,6 +237,38 @@ impl Registry {
 }
 
 impl Registry {
+    /// The delta that turns this registry into `later`, a registry derived from it by deltas
+    /// (a cached descendant's): the validators `later` appended and the balances it changed.
+    /// `None` if `later` is not such a registry (fewer validators, or an appended record that
+    /// is not a fresh deposit's).
+    pub fn delta_to(&self, later: &Registry) -> Option<RegistryDelta> {
+        let base = self.validators.len();
+        if later.validators.len() < base || later.balances.len() != later.validators.len() {
+            return None;
+        }
+        let added = later
+            .validators
+            .range(base, later.validators.len())
+            .zip(later.balances.range(base, later.balances.len()))
+            .map(|(v, &balance)| {
+                let added = NewValidator {
+                    pubkey: v.pubkey,
+                    withdrawal_credentials: v.withdrawal_credentials,
+                    effective_balance: v.effective_balance,
+                    balance,
+                };
+                (added.record() == *v).then_some(added)
+            })
+            .collect::<Option<Vec<_>>>()?;
+        let balances = self
+            .balances
+            .differing(&later.balances, base)
+            .into_iter()
+            .map(|i| Some((u32::try_from(i).ok()?, *later.balances.get(i)?)))
+            .collect::<Option<Vec<_>>>()?;
+        Some(RegistryDelta { added, balances })
+    }
+
     /// What undoes `delta` on this registry (call before applying it).
     pub fn undo_for(&self, delta: &RegistryDelta) -> Result<RegistryUndo, StateError> {
         let balances = delta
@@ -304,5 +336,39 @@ impl RegistryRead for Registry {
 
     fn balance(&self, index: u32) -> Option<u64> {
         self.balances.get(usize::try_from(index).ok()?).copied()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn added(tag: u8) -> NewValidator {
+        NewValidator {
+            pubkey: [tag; 48],
+            withdrawal_credentials: [0; 32],
+            effective_balance: 32,
+            balance: 32,
+        }
+    }
+
+    #[test]
+    fn delta_to_a_descendant_is_the_delta_that_made_it() {
+        let mut base = Registry::new();
+        base.apply(&RegistryDelta {
+            added: (1..=200).map(added).collect(),
+            balances: vec![],
+        })
+        .unwrap();
+        let delta = RegistryDelta {
+            added: vec![added(201), added(202)],
+            balances: vec![(3, 7), (150, 9)],
+        };
+        let mut later = base.clone();
+        later.apply(&delta).unwrap();
+        assert_eq!(base.delta_to(&later), Some(delta));
+        assert_eq!(base.delta_to(&base), Some(RegistryDelta::default()));
+        // Not a descendant: fewer validators.
+        assert_eq!(later.delta_to(&base), None);
     }
 }

@@ -75,6 +75,16 @@ pub enum StateCacheError {
     /// Storage failed (ours).
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// A persisted state anchor could not be used (ours: the store is damaged or behind).
+    #[error("state anchor at height {height} in {location}: {reason}")]
+    Anchor {
+        /// The anchor's height.
+        height: u64,
+        /// Where the anchors are stored.
+        location: String,
+        /// What is wrong.
+        reason: String,
+    },
     /// The replay this request waited for failed.
     #[error("the regeneration this request joined failed: {0}")]
     Joined(String),
@@ -82,7 +92,7 @@ pub enum StateCacheError {
 
 /// Where replays read blocks and which deposits engine runs them.
 pub struct StateSource {
-    store: Arc<dyn KvStore>,
+    pub(super) store: Arc<dyn KvStore>,
     genesis: Genesis,
     engine: RwLock<DepositEngine>,
     modules: RwLock<Option<Arc<dyn DepositModules>>>,
@@ -324,7 +334,22 @@ fn regenerate(cache: &StateCache, hash: &Hash) -> Result<StateSnapshot, StateCac
             });
         }
         let block = regen.source.block(&cursor)?;
-        if block.header.height == 0 {
+        // A canonical anchor height not cached (after a restart): rebuilt from the persisted
+        // anchors without replaying; if that fails the walk goes on to an older state.
+        let height = block.header.height;
+        if cache.is_anchor(height)
+            && let Some(anchors) = &cache.anchors
+            && regen.source.canonical_hash(height).ok() == Some(cursor)
+        {
+            match anchors.load(cache, &block) {
+                Ok(state) => {
+                    cache.insert(state.clone());
+                    break state;
+                }
+                Err(e) => tracing::warn!(height, error = %e, "state anchor not loaded"),
+            }
+        }
+        if height == 0 {
             break regen.source.genesis_state(&cursor)?;
         }
         cursor = block.header.parent_hash;

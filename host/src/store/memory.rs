@@ -1,7 +1,7 @@
 //! An in-memory [`KvStore`] for fast tests.
 
-use std::collections::BTreeMap;
-use std::sync::Mutex;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
 
 use super::{KvStore, StoreError, WriteBatch};
 
@@ -11,6 +11,8 @@ type Map = BTreeMap<Vec<u8>, Vec<u8>>;
 #[derive(Debug, Default)]
 pub struct MemoryStore {
     map: Mutex<Map>,
+    /// Keyspaces handed out by [`KvStore::tree`], by name.
+    trees: Mutex<HashMap<String, Arc<MemoryStore>>>,
 }
 
 impl MemoryStore {
@@ -52,5 +54,18 @@ impl KvStore for MemoryStore {
             };
         }
         Ok(())
+    }
+
+    fn tree(&self, name: &str) -> Result<Arc<dyn KvStore>, StoreError> {
+        let mut trees = self.trees.lock().map_err(|_| StoreError::Backend {
+            path: "memory".into(),
+            message: "lock poisoned".into(),
+        })?;
+        let tree: Arc<dyn KvStore> = trees.entry(name.to_string()).or_default().clone();
+        Ok(tree)
+    }
+
+    fn location(&self) -> String {
+        "memory".into()
     }
 }

@@ -7,11 +7,14 @@ use std::path::{Path, PathBuf};
 
 use super::{KvStore, StoreError, WriteBatch};
 
-/// A sled database holding the chain in one tree.
+/// A sled database holding the chain in one tree (or, from [`KvStore::tree`], another tree of
+/// the same database).
 pub struct SledStore {
     path: PathBuf,
     db: sled::Db,
     chain: sled::Tree,
+    /// The tree's name, for messages.
+    name: String,
 }
 
 impl std::fmt::Debug for SledStore {
@@ -44,12 +47,13 @@ impl SledStore {
             path: path.to_path_buf(),
             db,
             chain,
+            name: "chain".into(),
         })
     }
 
     fn err(&self, e: sled::Error) -> StoreError {
         StoreError::Backend {
-            path: self.path.display().to_string(),
+            path: self.location(),
             message: e.to_string(),
         }
     }
@@ -96,5 +100,19 @@ impl KvStore for SledStore {
             .map_err(|e| self.err(e))?;
         self.db.flush().map_err(|e| self.err(e))?;
         Ok(())
+    }
+
+    fn tree(&self, name: &str) -> Result<std::sync::Arc<dyn KvStore>, StoreError> {
+        let tree = self.db.open_tree(name).map_err(|e| self.err(e))?;
+        Ok(std::sync::Arc::new(Self {
+            path: self.path.clone(),
+            db: self.db.clone(),
+            chain: tree,
+            name: name.into(),
+        }))
+    }
+
+    fn location(&self) -> String {
+        format!("tree {} of {}", self.name, self.path.display())
     }
 }

@@ -18,6 +18,7 @@ mod network;
 mod profile;
 mod reproducible;
 mod slots;
+mod state_anchors;
 mod state_cache;
 mod upgrade_check;
 mod upgrade_devnet;

@@ -12,9 +12,9 @@ use modnode::state::{NewValidator, Registry, RegistryDelta, StateSnapshot};
 use modnode::state_cache::{StateCache, StateCacheConfig, StateSource};
 use modnode::store::MemoryStore;
 
-const ETH: u64 = 1_000_000_000;
+pub(crate) const ETH: u64 = 1_000_000_000;
 
-fn engine() -> DepositEngine {
+pub(crate) fn engine() -> DepositEngine {
     DepositEngine::Native(Verification::Batched)
 }
 
@@ -38,7 +38,7 @@ fn chain_with(blocks: u64, config: StateCacheConfig) -> (Chain, Vec<Hash>, DevDe
 }
 
 /// Builds and imports the next block with two new validators (seeded by `seed`).
-fn import_next(chain: &mut Chain, log: &mut DevDepositLog, seed: u64) {
+pub(crate) fn import_next(chain: &mut Chain, log: &mut DevDepositLog, seed: u64) {
     for i in 0..2 {
         let seed = seed * 2 + i;
         log.push(workload::new_validator(seed, 32 * ETH, [0; 4]));
@@ -66,6 +66,7 @@ fn regenerated_roots_equal_stored_ones() {
         max_bytes: 2 << 20,
         anchor_every: 4,
         final_window: 64,
+        anchors_kept: 64,
     });
     let states = chain.states();
     for (height, hash) in hashes.iter().enumerate().rev() {
@@ -123,6 +124,7 @@ fn eviction_never_drops_the_head_or_a_state_in_use() {
         max_bytes: 0,
         anchor_every: 1000,
         final_window: 64,
+        anchors_kept: 64,
     });
     let states = chain.states();
     let mut held: Option<StateSnapshot> = None;
@@ -171,6 +173,7 @@ fn accounted_bytes_match_allocator_growth_within_ten_percent() {
             max_bytes: 24 << 20,
             anchor_every: 1 << 40,
             final_window: 1 << 40,
+            anchors_kept: 0,
         },
         source,
     );
