@@ -31,6 +31,7 @@ mod deposit_engine;
 mod errors;
 pub mod eth1;
 mod fork_choice;
+mod from_checkpoint;
 pub mod genesis;
 pub mod native_deposits;
 mod revert;
@@ -44,6 +45,7 @@ pub use deposit_engine::{DepositEngine, DepositModules, DepositsResult, to_wit};
 pub use errors::{BuildError, ImportError, OpenError, RevertError};
 use eth1::{DepositProofs, DueDeposits, Eth1Data, Eth1State, ProvenDeposit};
 pub use fork_choice::{Added, ForkChoiceError};
+pub use from_checkpoint::{CheckpointStart, init_from_checkpoint};
 use genesis::Genesis;
 
 use crate::runtime::deposits::{DepositCall, Outcome};
@@ -516,36 +518,7 @@ impl Chain {
 
     /// Checks that the block comes from its slot's authority (chains with an authority set).
     fn check_seal(&self, block: &Block, name: &str) -> Result<(), ImportError> {
-        let bad = |reason: String| ImportError::BadSeal {
-            hash: name.to_string(),
-            reason,
-        };
-        let Some(expected) = self.genesis.proposer_for(block.header.slot) else {
-            return Ok(());
-        };
-        if block.header.proposer != expected {
-            return Err(bad(format!(
-                "slot {} belongs to authority {expected}, the header names {}",
-                block.header.slot, block.header.proposer
-            )));
-        }
-        let authority = usize::try_from(expected)
-            .ok()
-            .and_then(|i| self.genesis.authorities.get(i))
-            .ok_or_else(|| bad(format!("authority {expected} does not exist")))?;
-        match &block.seal {
-            block::Seal::Unsigned => Err(bad("unsigned, but this chain has authorities".into())),
-            block::Seal::Ed25519(signature) => {
-                let id = crate::net::identity::NodeId::from_bytes(*authority);
-                if id.verify(&self.seal_message(&block.hash()), signature) {
-                    Ok(())
-                } else {
-                    Err(bad(format!(
-                        "signature does not verify against authority {id}"
-                    )))
-                }
-            }
-        }
+        check_seal(&self.genesis, &self.genesis_hash, block, name)
     }
 
     /// Which deposits the next block at `slot` by `proposer`, voting `vote`, must carry (the
@@ -818,6 +791,45 @@ pub(crate) fn load_schedule(store: &dyn KvStore, hash: &Hash) -> Result<Schedule
             hex32(hash)
         ))
     })
+}
+
+/// Checks that `block` comes from its slot's authority (chains with an authority set).
+pub(crate) fn check_seal(
+    genesis: &Genesis,
+    genesis_hash: &Hash,
+    block: &Block,
+    name: &str,
+) -> Result<(), ImportError> {
+    let bad = |reason: String| ImportError::BadSeal {
+        hash: name.to_string(),
+        reason,
+    };
+    let Some(expected) = genesis.proposer_for(block.header.slot) else {
+        return Ok(());
+    };
+    if block.header.proposer != expected {
+        return Err(bad(format!(
+            "slot {} belongs to authority {expected}, the header names {}",
+            block.header.slot, block.header.proposer
+        )));
+    }
+    let authority = usize::try_from(expected)
+        .ok()
+        .and_then(|i| genesis.authorities.get(i))
+        .ok_or_else(|| bad(format!("authority {expected} does not exist")))?;
+    match &block.seal {
+        block::Seal::Unsigned => Err(bad("unsigned, but this chain has authorities".into())),
+        block::Seal::Ed25519(signature) => {
+            let id = crate::net::identity::NodeId::from_bytes(*authority);
+            if id.verify(&block::seal_message(genesis_hash, &block.hash()), signature) {
+                Ok(())
+            } else {
+                Err(bad(format!(
+                    "signature does not verify against authority {id}"
+                )))
+            }
+        }
+    }
 }
 
 fn load_registry(store: &dyn KvStore) -> Result<Registry, OpenError> {

@@ -12,9 +12,11 @@
 //!   on several threads.
 //! - [`fetch`]: choosing the checkpoint offered by enough peers and scheduling chunk fetches
 //!   across them (adaptive timeouts, a slow peer's share shrinking, a corrupt peer dropped),
-//!   sans-IO; the QUIC driver that uses it is not built yet.
+//!   sans-IO; `node/network/checkpoint_restore.rs` drives it over QUIC.
 //! - [`service`]: creation in a running node (every `interval` blocks and on demand, in the
 //!   background, the `keep` newest stored).
+//! - [`serve`]: the answers to peers' checkpoint list and chunk requests (every stored
+//!   version, bounded).
 //! - [`store`]: durable restore progress in sled (the manifest and each verified chunk), so a
 //!   restart resumes without fetching verified chunks again.
 //!
@@ -27,6 +29,7 @@ pub mod fetch;
 pub mod leaves;
 pub mod manifest;
 pub mod restore;
+pub mod serve;
 pub mod service;
 pub mod store;
 
@@ -37,6 +40,7 @@ pub use manifest::{ChunkEntry, Manifest, ManifestError, ManifestLimits};
 pub use restore::{
     ChunkOpener, Fault, Progress, RestoreError, RestoredState, Restorer, VerifiedChunk, verify_all,
 };
+pub use serve::{CheckpointServer, ServeCounters};
 pub use service::{
     CheckpointConfig, CheckpointServiceError, CheckpointStore, CheckpointSummary, Checkpointer,
 };

@@ -41,6 +41,7 @@ use tokio::task::JoinHandle;
 use self::chain_worker::{ChainHandle, unix_ms};
 use self::metrics::bump;
 pub use self::metrics::{Metrics, NodeStatus};
+pub use self::network::checkpoint_restore::{CheckpointSyncError, RESTORE_DIR, SyncMode};
 use crate::admin::{self, AdminBackend, BoxFuture, ModuleOp, ModuleOpError};
 use crate::chain::genesis::Genesis;
 use crate::chain::{Chain, DepositEngine};
@@ -108,6 +109,9 @@ pub struct NodeConfig {
     pub deposits: DepositSourceConfig,
     /// Bounds of the state cache (`state_cache.max_bytes`, anchors, window).
     pub state_cache: crate::state_cache::StateCacheConfig,
+    /// Where a node without local state gets its state (`--sync`): range sync from genesis,
+    /// or a checkpoint its bootstrap peers serve first.
+    pub sync_mode: SyncMode,
 }
 
 /// The built-in dev deposit contract a node hosts.
@@ -189,6 +193,7 @@ impl NodeConfig {
             checkpoint: CheckpointConfig::default(),
             deposits: DepositSourceConfig::default(),
             state_cache: crate::state_cache::StateCacheConfig::default(),
+            sync_mode: SyncMode::Full,
         }
     }
 }
@@ -250,6 +255,9 @@ pub enum NodeError {
     /// The deposit source to follow is misconfigured, or the followed log is unusable.
     #[error("deposit source: {0}")]
     DepositSource(String),
+    /// Restoring from a checkpoint failed on this node.
+    #[error(transparent)]
+    CheckpointSync(#[from] CheckpointSyncError),
     /// The bound peer-to-peer address could not be read back.
     #[error("cannot read the address bound for {listen}: {source}")]
     Listen {
@@ -268,7 +276,7 @@ fn create_data_dir(data_dir: &Path) -> Result<(), NodeError> {
 }
 
 /// Directory of the created checkpoints inside the data directory (its own sled database).
-const CHECKPOINT_DIR: &str = "checkpoints";
+pub const CHECKPOINT_DIR: &str = "checkpoints";
 
 /// Directory of compiled module artifacts inside the data directory.
 const MODULE_CACHE_DIR: &str = "module-cache";
@@ -458,7 +466,7 @@ impl Node {
         let policy_name = config.gossip_policy.clone();
         let checkpoint_name = format!("checkpoint-v{}", config.checkpoint.create_version);
         let upload_config = config.upload.clone();
-        let ((chain, bans), modules, module_store) = {
+        let (modules, module_store) = {
             let dir = data_dir.clone();
             let genesis = genesis.clone();
             tokio::task::spawn_blocking(move || {
@@ -472,10 +480,35 @@ impl Node {
                     ModuleService::open(&dir, dir.join(MODULE_CACHE_DIR), upload_config)?
                         .with_slots(modules.clone());
                 module_ops::prepare_stored(&modules, &module_store);
-                Ok::<_, NodeError>((open_store(&dir, genesis, &modules)?, modules, module_store))
+                Ok::<_, NodeError>((modules, module_store))
             })
             .await
             .map_err(|e| NodeError::Startup(e.to_string()))??
+        };
+        let metrics = Arc::new(Metrics::default());
+        network::checkpoint_restore::restore_if_needed(
+            network::checkpoint_restore::RestoreParts {
+                identity: &identity,
+                genesis: &genesis,
+                bootstrap: &config.bootstrap,
+                transport: &config.transport,
+                modules: &modules,
+                data_dir: &data_dir,
+                metrics: &metrics,
+                interval: config.checkpoint.interval,
+                listen_port: config.listen.port(),
+                threads: config.checkpoint.threads,
+            },
+            config.sync_mode,
+        )
+        .await?;
+        let (chain, bans) = {
+            let dir = data_dir.clone();
+            let genesis = genesis.clone();
+            let modules = modules.clone();
+            tokio::task::spawn_blocking(move || open_store(&dir, genesis, &modules))
+                .await
+                .map_err(|e| NodeError::Startup(e.to_string()))??
         };
         let module_store = Arc::new(module_store);
         let upgrades = Arc::new(UpgradeAgent::new(
@@ -579,7 +612,6 @@ impl Node {
             listen: config.listen,
             source,
         })?;
-        let metrics = Arc::new(Metrics::default());
         let (gossip, gossip_events) = gossip::spawn(
             GossipConfig {
                 engine: modnode_gossip::EngineConfig {
@@ -633,6 +665,10 @@ impl Node {
                     .max(slot.saturating_mul(4)),
                 bans,
                 upgrades: upgrades.clone(),
+                checkpoints: crate::checkpoint::CheckpointServer::new(
+                    checkpoints.clone(),
+                    config.transport.max_message_bytes,
+                ),
             },
             shutdown_rx.clone(),
         )));
@@ -892,7 +928,8 @@ impl AdminBackend for Backend {
     fn metrics(&self) -> String {
         let mut text = self.metrics.render(&self.chain.view());
         // The state cache's figures follow the node's own, before the closing `# EOF`.
-        let cache = crate::node::metrics::render_state_cache(&self.states.metrics());
+        let mut cache = crate::node::metrics::render_state_cache(&self.states.metrics());
+        cache.push_str(&crate::node::metrics::render_checkpoints(&self.metrics));
         match text.rfind("# EOF") {
             Some(at) => text.insert_str(at, &cache),
             None => text.push_str(&cache),

@@ -67,8 +67,35 @@ pub struct RunArgs {
     /// live through the module slot).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=2))]
     pub checkpoint_create_version: u32,
+    /// Where a node without local state gets its state: `full` replays from genesis,
+    /// `checkpoint` restores the newest checkpoint its --bootstrap peers agree on (waiting for
+    /// one) then syncs the blocks after it, `auto` restores only when the peers are more than
+    /// --checkpoint-interval blocks ahead. A node with local state always goes on from it.
+    #[arg(long, value_enum, default_value_t = SyncArg::Auto)]
+    pub sync: SyncArg,
     #[command(flatten)]
     pub deposits: DepositArgs,
+}
+
+/// `--sync`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum SyncArg {
+    /// Replay every block from genesis.
+    Full,
+    /// Restore a checkpoint first.
+    Checkpoint,
+    /// A checkpoint when the peers are more than a checkpoint interval ahead.
+    Auto,
+}
+
+impl From<SyncArg> for node::SyncMode {
+    fn from(arg: SyncArg) -> Self {
+        match arg {
+            SyncArg::Full => Self::Full,
+            SyncArg::Checkpoint => Self::Checkpoint,
+            SyncArg::Auto => Self::Auto,
+        }
+    }
 }
 
 /// Where an authority's deposits come from: by default the built-in dev deposit contract this
@@ -155,6 +182,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     config.checkpoint.keep = usize::from(args.checkpoint_keep);
     config.checkpoint.create_version = args.checkpoint_create_version;
     config.deposits = args.deposits.config();
+    config.sync_mode = args.sync.into();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;

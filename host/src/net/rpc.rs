@@ -12,6 +12,13 @@
 //! - [`PEERS_REQUEST`]: empty. [`PEERS`]: `n u8 | n × (node id 32 | 4 or 6 | ip | port u16)`.
 //! - [`MODULE_REQUEST`]: `sha256 32`. [`MODULE`]: `0` (not here) or `1 | len u32 | component` (the
 //!   requester checks the hash, then validates it like an upload).
+//! - [`CHECKPOINTS_REQUEST`]: empty. [`CHECKPOINTS`]: `n u8 | n × (len u32 | manifest)`: the
+//!   sender's stored checkpoint manifests, newest first, at most [`MAX_CHECKPOINTS_PER_ANSWER`]
+//!   (the requester decodes and validates each with its own
+//!   [`ManifestLimits`](crate::checkpoint::ManifestLimits)).
+//! - [`CHUNK_REQUEST`]: `checkpoint id 32 | chunk index u32`. [`CHUNK`]: `0` (not here: an
+//!   unknown checkpoint or index is an answer, not a violation) or `1 | len u32 | chunk bytes`
+//!   (the requester checks them against its manifest).
 //!
 //! Decoding checks every length and refuses trailing bytes; a malformed message is a protocol
 //! violation by the peer that sent it.
@@ -36,6 +43,16 @@ pub const PEERS: u8 = 8;
 pub const MODULE_REQUEST: u8 = 9;
 /// Frame type of a module answer.
 pub const MODULE: u8 = 10;
+/// Frame type of a checkpoint list request.
+pub const CHECKPOINTS_REQUEST: u8 = 11;
+/// Frame type of a checkpoint list answer.
+pub const CHECKPOINTS: u8 = 12;
+/// Frame type of a checkpoint chunk request.
+pub const CHUNK_REQUEST: u8 = 13;
+/// Frame type of a checkpoint chunk answer.
+pub const CHUNK: u8 = 14;
+/// Most manifests a checkpoint list answer carries (a node keeps a few checkpoints).
+pub const MAX_CHECKPOINTS_PER_ANSWER: usize = 8;
 /// Most ready modules a status answer lists.
 pub const MAX_READY_MODULES: usize = 16;
 
@@ -78,6 +95,15 @@ pub enum Request {
         /// Its sha256.
         hash: [u8; 32],
     },
+    /// Which checkpoints do you serve?
+    Checkpoints,
+    /// Send chunk `index` of checkpoint `id`.
+    Chunk {
+        /// The checkpoint id (the hash of its manifest).
+        id: [u8; 32],
+        /// The chunk's position in the manifest.
+        index: u32,
+    },
 }
 
 /// A response.
@@ -91,6 +117,10 @@ pub enum Response {
     Peers(Vec<PeerAddr>),
     /// The module's bytes, or `None` if the sender does not have it.
     Module(Option<Vec<u8>>),
+    /// Encoded checkpoint manifests, newest first (at most [`MAX_CHECKPOINTS_PER_ANSWER`]).
+    Checkpoints(Vec<Vec<u8>>),
+    /// The chunk's bytes, or `None` if the sender does not have that checkpoint or chunk.
+    Chunk(Option<Vec<u8>>),
 }
 
 /// Why a message could not be decoded.
@@ -148,6 +178,33 @@ impl<'a> Reader<'a> {
     fn u16(&mut self, what: &'static str) -> Result<u16, RpcError> {
         Ok(u16::from_le_bytes(self.array(what)?))
     }
+    fn u32(&mut self, what: &'static str) -> Result<u32, RpcError> {
+        Ok(u32::from_le_bytes(self.array(what)?))
+    }
+    /// `len u32 | bytes`.
+    fn bytes(&mut self, what: &'static str) -> Result<Vec<u8>, RpcError> {
+        let len = self.u32(what)?;
+        let len = usize::try_from(len).map_err(|_| RpcError::Invalid {
+            field: what,
+            reason: format!("{len} does not fit in memory"),
+        })?;
+        Ok(self.take(len, what)?.to_vec())
+    }
+    /// `0` or `1 | len u32 | bytes`.
+    fn optional_bytes(
+        &mut self,
+        flag: &'static str,
+        what: &'static str,
+    ) -> Result<Option<Vec<u8>>, RpcError> {
+        match self.array::<1>(flag)? {
+            [0] => Ok(None),
+            [1] => Ok(Some(self.bytes(what)?)),
+            [other] => Err(RpcError::Invalid {
+                field: flag,
+                reason: format!("{other} is neither 0 nor 1"),
+            }),
+        }
+    }
     fn finish(self) -> Result<(), RpcError> {
         match self.0.len() {
             0 => Ok(()),
@@ -168,6 +225,12 @@ impl Request {
             }
             Self::Peers => (PEERS_REQUEST, Vec::new()),
             Self::Module { hash } => (MODULE_REQUEST, hash.to_vec()),
+            Self::Checkpoints => (CHECKPOINTS_REQUEST, Vec::new()),
+            Self::Chunk { id, index } => {
+                let mut out = id.to_vec();
+                out.extend_from_slice(&index.to_le_bytes());
+                (CHUNK_REQUEST, out)
+            }
         }
     }
 
@@ -179,6 +242,11 @@ impl Request {
             PEERS_REQUEST => Self::Peers,
             MODULE_REQUEST => Self::Module {
                 hash: r.array("module request hash")?,
+            },
+            CHECKPOINTS_REQUEST => Self::Checkpoints,
+            CHUNK_REQUEST => Self::Chunk {
+                id: r.array("chunk request checkpoint id")?,
+                index: r.u32("chunk request index")?,
             },
             BLOCKS_REQUEST => {
                 let start = r.u64("blocks request start")?;
@@ -194,7 +262,7 @@ impl Request {
             found => {
                 return Err(RpcError::UnexpectedType {
                     found,
-                    expected: "a request (status, blocks, peers or module)",
+                    expected: "a request (status, blocks, peers, module, checkpoints or chunk)",
                 });
             }
         };
@@ -253,15 +321,15 @@ impl Response {
                 }
                 (PEERS, out)
             }
-            Self::Module(None) => (MODULE, vec![0]),
-            Self::Module(Some(bytes)) => {
-                // Frames are at most u32::MAX bytes, so the length fits.
-                let len = u32::try_from(bytes.len()).unwrap_or(u32::MAX);
-                let mut out = Vec::with_capacity(bytes.len().saturating_add(5));
-                out.push(1);
-                out.extend_from_slice(&len.to_le_bytes());
-                out.extend_from_slice(bytes);
-                (MODULE, out)
+            Self::Module(bytes) => (MODULE, encode_optional(bytes.as_deref())),
+            Self::Chunk(bytes) => (CHUNK, encode_optional(bytes.as_deref())),
+            Self::Checkpoints(manifests) => {
+                let n = manifests.len().min(MAX_CHECKPOINTS_PER_ANSWER);
+                let mut out = vec![u8::try_from(n).unwrap_or(u8::MAX)];
+                for manifest in manifests.iter().take(n) {
+                    put_bytes(&mut out, manifest);
+                }
+                (CHECKPOINTS, out)
             }
         }
     }
@@ -273,6 +341,8 @@ impl Response {
             Request::Blocks { .. } => (BLOCKS, "a blocks answer"),
             Request::Peers => (PEERS, "a peers answer"),
             Request::Module { .. } => (MODULE, "a module answer"),
+            Request::Checkpoints => (CHECKPOINTS, "a checkpoint list"),
+            Request::Chunk { .. } => (CHUNK, "a checkpoint chunk answer"),
         };
         if msg_type != expected_type {
             return Err(RpcError::UnexpectedType {
@@ -304,23 +374,26 @@ impl Response {
                     ready_modules,
                 })
             }
-            Request::Module { .. } => match r.array::<1>("module answer flag")? {
-                [0] => Self::Module(None),
-                [1] => {
-                    let len = u32::from_le_bytes(r.array("module length")?);
-                    let len = usize::try_from(len).map_err(|_| RpcError::Invalid {
-                        field: "module length",
-                        reason: format!("{len} does not fit in memory"),
-                    })?;
-                    Self::Module(Some(r.take(len, "module bytes")?.to_vec()))
-                }
-                [other] => {
+            Request::Module { .. } => {
+                Self::Module(r.optional_bytes("module answer flag", "module bytes")?)
+            }
+            Request::Chunk { .. } => {
+                Self::Chunk(r.optional_bytes("chunk answer flag", "chunk bytes")?)
+            }
+            Request::Checkpoints => {
+                let [n] = r.array::<1>("checkpoint list count")?;
+                if usize::from(n) > MAX_CHECKPOINTS_PER_ANSWER {
                     return Err(RpcError::Invalid {
-                        field: "module answer flag",
-                        reason: format!("{other} is neither 0 nor 1"),
+                        field: "checkpoint list count",
+                        reason: format!("{n} entries, at most {MAX_CHECKPOINTS_PER_ANSWER}"),
                     });
                 }
-            },
+                let mut manifests = Vec::with_capacity(usize::from(n));
+                for _ in 0..n {
+                    manifests.push(r.bytes("checkpoint manifest")?);
+                }
+                Self::Checkpoints(manifests)
+            }
             Request::Blocks { count, .. } => {
                 let n = r.u16("blocks answer count")?;
                 if n > *count {
@@ -375,6 +448,26 @@ impl Response {
     }
 }
 
+/// `len u32 | bytes` (frames are at most `u32::MAX` bytes, so the length fits).
+fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
+    let len = u32::try_from(bytes.len()).unwrap_or(u32::MAX);
+    out.extend_from_slice(&len.to_le_bytes());
+    out.extend_from_slice(bytes);
+}
+
+/// `0` (absent) or `1 | len u32 | bytes`.
+fn encode_optional(bytes: Option<&[u8]>) -> Vec<u8> {
+    match bytes {
+        None => vec![0],
+        Some(bytes) => {
+            let mut out = Vec::with_capacity(bytes.len().saturating_add(5));
+            out.push(1);
+            put_bytes(&mut out, bytes);
+            out
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -414,6 +507,17 @@ mod tests {
             Response::Module(Some(vec![0, 97, 115, 109])),
         );
         roundtrip(Request::Module { hash: [6; 32] }, Response::Module(None));
+        roundtrip(
+            Request::Checkpoints,
+            Response::Checkpoints(vec![vec![1; 40], Vec::new(), vec![2; 3]]),
+        );
+        roundtrip(Request::Checkpoints, Response::Checkpoints(Vec::new()));
+        let chunk = Request::Chunk {
+            id: [9; 32],
+            index: 70_000,
+        };
+        roundtrip(chunk, Response::Chunk(Some(vec![5; 1000])));
+        roundtrip(chunk, Response::Chunk(None));
         roundtrip(
             Request::Blocks { start: 5, count: 3 },
             Response::Blocks(vec![vec![1, 2, 3], vec![], vec![9; 300]]),
@@ -474,5 +578,57 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("address family"), "{err}");
+    }
+
+    #[test]
+    fn malformed_checkpoint_requests_and_answers_are_refused() {
+        // A chunk request without its index, and one with a byte too many.
+        let (t, p) = Request::Chunk {
+            id: [1; 32],
+            index: 3,
+        }
+        .encode();
+        let err = Request::decode(t, &p[..33]).unwrap_err().to_string();
+        assert!(err.contains("chunk request index"), "{err}");
+        let mut long = p.clone();
+        long.push(0);
+        assert_eq!(Request::decode(t, &long), Err(RpcError::Trailing(1)));
+        assert!(Request::decode(CHECKPOINTS_REQUEST, &[0]).is_err());
+        // More manifests than allowed.
+        let mut many = vec![u8::try_from(MAX_CHECKPOINTS_PER_ANSWER + 1).unwrap()];
+        for _ in 0..=MAX_CHECKPOINTS_PER_ANSWER {
+            many.extend_from_slice(&0u32.to_le_bytes());
+        }
+        let err = Response::decode(&Request::Checkpoints, CHECKPOINTS, &many)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("checkpoint list count"), "{err}");
+        // Encoding never lists more than the bound.
+        let (t, p) = Response::Checkpoints(vec![vec![1]; 20]).encode();
+        assert!(matches!(
+            Response::decode(&Request::Checkpoints, t, &p),
+            Ok(Response::Checkpoints(list)) if list.len() == MAX_CHECKPOINTS_PER_ANSWER
+        ));
+        // A manifest length beyond the payload, a bad chunk flag, a module answer to a chunk
+        // request.
+        let mut p = vec![1];
+        p.extend_from_slice(&1000u32.to_le_bytes());
+        p.extend_from_slice(&[0; 10]);
+        let err = Response::decode(&Request::Checkpoints, CHECKPOINTS, &p)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("checkpoint manifest"), "{err}");
+        let chunk = Request::Chunk {
+            id: [1; 32],
+            index: 0,
+        };
+        let err = Response::decode(&chunk, CHUNK, &[2])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("chunk answer flag"), "{err}");
+        assert!(matches!(
+            Response::decode(&chunk, MODULE, &[0]),
+            Err(RpcError::UnexpectedType { found: MODULE, .. })
+        ));
     }
 }

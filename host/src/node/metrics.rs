@@ -40,6 +40,37 @@ pub struct Metrics {
     /// Whether the node has tried its known peers and synced from them since it started (or
     /// waited long enough): an authority produces only then.
     pub started_up: AtomicBool,
+    /// Checkpoint requests this node answered.
+    pub checkpoint_served: crate::checkpoint::ServeCounters,
+    /// This node's own restore from a checkpoint.
+    pub checkpoint_restore: RestoreCounters,
+}
+
+/// Progress of restoring from a checkpoint (all zero when the node did not restore).
+#[derive(Debug, Default)]
+pub struct RestoreCounters {
+    /// Height of the checkpoint being (or last) restored.
+    pub height: AtomicU64,
+    /// Chunks in it.
+    pub chunks_total: AtomicU64,
+    /// Chunks verified and stored, resumed ones included.
+    pub chunks_verified: AtomicU64,
+    /// Chunks found verified in the local progress at start (not fetched again).
+    pub chunks_resumed: AtomicU64,
+    /// Chunks fetched from peers (verified or not).
+    pub chunks_fetched: AtomicU64,
+    /// Chunk bytes fetched from peers.
+    pub bytes_fetched: AtomicU64,
+    /// Chunks refused (bad bytes); each penalised its sender.
+    pub chunks_refused: AtomicU64,
+    /// Peers penalised for serving bad chunks or malformed answers.
+    pub peers_penalised: AtomicU64,
+    /// Peers offering the checkpoint being restored.
+    pub peers: AtomicU64,
+    /// Fetch rate over the restore so far, bytes per second.
+    pub bytes_per_second: AtomicU64,
+    /// Whether the restore finished and the chain starts from it.
+    pub done: AtomicBool,
 }
 
 /// Adds one to a counter.
@@ -76,6 +107,43 @@ pub struct NodeStatus {
     pub syncing: bool,
     /// Branch switches since start.
     pub reorgs: u64,
+    /// The restore from a checkpoint this node started with (all zero if none).
+    pub checkpoint_restore: RestoreStatus,
+}
+
+/// A restore from a checkpoint, as `/status` shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct RestoreStatus {
+    /// Height of the checkpoint.
+    pub height: u64,
+    /// Chunks in it.
+    pub chunks_total: u64,
+    /// Chunks verified (resumed ones included).
+    pub chunks_verified: u64,
+    /// Chunks found verified in stored progress, not fetched again.
+    pub chunks_resumed: u64,
+    /// Chunks fetched from peers.
+    pub chunks_fetched: u64,
+    /// Peers penalised for bad data.
+    pub peers_penalised: u64,
+    /// Whether the chain started from it.
+    pub done: bool,
+}
+
+impl RestoreCounters {
+    /// The figures `/status` shows.
+    pub fn status(&self) -> RestoreStatus {
+        let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        RestoreStatus {
+            height: load(&self.height),
+            chunks_total: load(&self.chunks_total),
+            chunks_verified: load(&self.chunks_verified),
+            chunks_resumed: load(&self.chunks_resumed),
+            chunks_fetched: load(&self.chunks_fetched),
+            peers_penalised: load(&self.peers_penalised),
+            done: self.done.load(Ordering::Relaxed),
+        }
+    }
 }
 
 impl Metrics {
@@ -95,6 +163,7 @@ impl Metrics {
             sync_target_height: self.sync_target_height.load(Ordering::Relaxed),
             syncing: self.syncing.load(Ordering::Relaxed),
             reorgs: view.reorgs,
+            checkpoint_restore: self.checkpoint_restore.status(),
         }
     }
 
@@ -280,6 +349,104 @@ pub fn render_state_cache(m: &crate::state_cache::CacheMetrics) -> String {
         ],
     };
     let mut registry = Registry::with_prefix("modnode_state_cache");
+    registry.register_collector(Box::new(snapshot));
+    let mut out = String::new();
+    let _ = prometheus_client::encoding::text::encode(&mut out, &registry);
+    match out.rfind("# EOF") {
+        Some(at) => out[..at].to_string(),
+        None => out,
+    }
+}
+
+/// Checkpoint serving and restore figures as OpenMetrics lines (prefix `modnode_checkpoint_`),
+/// without the closing `# EOF`.
+pub fn render_checkpoints(m: &Metrics) -> String {
+    let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
+    let served = &m.checkpoint_served;
+    let restore = &m.checkpoint_restore;
+    let snapshot = Snapshot {
+        counters: [
+            (
+                "served_lists",
+                "Checkpoint list requests answered",
+                load(&served.lists),
+            ),
+            (
+                "served_chunks",
+                "Checkpoint chunks sent to peers",
+                load(&served.chunks),
+            ),
+            (
+                "served_bytes",
+                "Checkpoint chunk bytes sent to peers",
+                load(&served.bytes),
+            ),
+            (
+                "served_not_found",
+                "Chunk requests answered not here",
+                load(&served.not_found),
+            ),
+            (
+                "restore_chunks_fetched",
+                "Chunks fetched from peers while restoring",
+                load(&restore.chunks_fetched),
+            ),
+            (
+                "restore_bytes_fetched",
+                "Chunk bytes fetched from peers while restoring",
+                load(&restore.bytes_fetched),
+            ),
+            (
+                "restore_chunks_refused",
+                "Fetched chunks refused as bad",
+                load(&restore.chunks_refused),
+            ),
+            (
+                "restore_peers_penalised",
+                "Peers penalised while restoring",
+                load(&restore.peers_penalised),
+            ),
+        ],
+        gauges: [
+            (
+                "restore_height",
+                "Height of the checkpoint restored",
+                load(&restore.height),
+            ),
+            (
+                "restore_chunks_total",
+                "Chunks in it",
+                load(&restore.chunks_total),
+            ),
+            (
+                "restore_chunks_verified",
+                "Chunks verified and stored",
+                load(&restore.chunks_verified),
+            ),
+            (
+                "restore_chunks_resumed",
+                "Chunks found verified in stored progress",
+                load(&restore.chunks_resumed),
+            ),
+            (
+                "restore_peers",
+                "Peers offering the checkpoint",
+                load(&restore.peers),
+            ),
+            (
+                "restore_bytes_per_second",
+                "Fetch rate of the restore",
+                load(&restore.bytes_per_second),
+            ),
+            (
+                "restore_done",
+                "1 once the chain starts from the restored checkpoint",
+                u64::from(restore.done.load(Ordering::Relaxed)),
+            ),
+        ]
+        .map(|(name, help, value)| (name, help, as_i64(value))),
+    };
+    let mut registry = Registry::with_prefix("modnode_checkpoint");
     registry.register_collector(Box::new(snapshot));
     let mut out = String::new();
     let _ = prometheus_client::encoding::text::encode(&mut out, &registry);

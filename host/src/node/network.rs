@@ -14,6 +14,8 @@
 //! A malformed message on any stream bans the peer ([`PeerManager::handle_violation`]) and
 //! closes its connection with [`CLOSE_PROTOCOL_VIOLATION`]; the node carries on.
 
+mod checkpoint_progress;
+pub mod checkpoint_restore;
 mod connections;
 mod gossip_blocks;
 mod module_fetch;
@@ -147,6 +149,8 @@ pub(super) struct NetworkParts {
     pub bans: BanList,
     /// Scheduled modules: readiness, fetching by hash, serving.
     pub upgrades: Arc<UpgradeAgent>,
+    /// The stored checkpoints peers may fetch.
+    pub checkpoints: crate::checkpoint::CheckpointServer,
 }
 
 pub(super) struct Network {
@@ -177,6 +181,7 @@ pub(super) struct Network {
     /// instant (then it tries once more) or until the module is ready (see
     /// [`Network::waiting_for_module`]).
     module_wait: Option<([u8; 32], Instant)>,
+    checkpoints: crate::checkpoint::CheckpointServer,
 }
 
 /// Events the network task's helpers may have waiting for it. Every helper task sends at most
@@ -216,6 +221,7 @@ impl Network {
             next_status_poll: Instant::now() + parts.status_interval,
             bans: parts.bans,
             upgrades: parts.upgrades,
+            checkpoints: parts.checkpoints,
             last_sync_import: None,
             module_wait: None,
             bootstrap: parts.bootstrap,

@@ -510,6 +510,15 @@ impl Modules {
         }
     }
 
+    /// The prepared checkpoint module with component sha256 `hash`, if any: what opens the
+    /// chunks of a checkpoint that module made (every installed version restores).
+    pub fn prepared_checkpoint(&self, hash: &[u8; 32]) -> Option<Arc<CheckpointModule>> {
+        match self.lookup(hash)? {
+            AnyReady::Checkpoint(r) => Some(r.module),
+            _ => None,
+        }
+    }
+
     /// The active deposits module.
     pub fn deposits(&self) -> Arc<DepositsModule> {
         self.deposits.active()

@@ -19,7 +19,7 @@ use proptest::prelude::*;
 use super::network::{eventually, genesis, start_edited};
 use super::{artifact, runtime};
 
-fn module(name: &str) -> CheckpointModule {
+pub(super) fn module(name: &str) -> CheckpointModule {
     match runtime(2_000_000_000).load(&artifact(name)).unwrap() {
         LoadedModule::Checkpoint(m) => m,
         _ => panic!("{name} is not a checkpoint module"),

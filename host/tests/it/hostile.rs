@@ -769,6 +769,8 @@ pub(crate) mod quic {
                         Request::Blocks { .. } => Response::Blocks(Vec::new()),
                         Request::Peers => Response::Peers(Vec::new()),
                         Request::Module { .. } => Response::Module(None),
+                        Request::Checkpoints => Response::Checkpoints(Vec::new()),
+                        Request::Chunk { .. } => Response::Chunk(None),
                     };
                     let (t, p) = response.encode();
                     if codec::write_frame(&mut send, t, &p, 1 << 20).await.is_ok() {

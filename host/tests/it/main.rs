@@ -3,6 +3,7 @@
 mod cache;
 mod chain;
 mod checkpoint;
+mod checkpoint_sync;
 mod cli;
 mod crash;
 mod deposits_e2e;

@@ -35,16 +35,18 @@ fn genesis_with_finality(
     authorities: usize,
     finality_depth: u64,
 ) -> Genesis {
-    let text = genesis_json(chain_id, dirs, authorities, finality_depth).to_string();
+    let text = genesis_json(chain_id, dirs, authorities, finality_depth, 8).to_string();
     Genesis::from_json(&text, "<test>").unwrap()
 }
 
-/// The genesis file's JSON behind [`genesis`] (for a node started as a process).
+/// The genesis file's JSON behind [`genesis`] with `finality_depth` and `validators` generated
+/// validators (for a node started as a process, or to adjust before parsing).
 pub(super) fn genesis_json(
     chain_id: &str,
     dirs: &[&Path],
     authorities: usize,
     finality_depth: u64,
+    validators: u32,
 ) -> serde_json::Value {
     let ids: Vec<String> = dirs
         .iter()
@@ -62,7 +64,7 @@ pub(super) fn genesis_json(
         "slot_ms": SLOT_MS,
         "finality_depth": finality_depth,
         "authorities": ids,
-        "generated_validators": { "count": 8, "seed": 3 },
+        "generated_validators": { "count": validators, "seed": 3 },
     })
 }
 

@@ -377,7 +377,7 @@ async fn a_node_process_killed_around_the_activation_height_restarts_onto_the_ca
     use rand::{Rng, SeedableRng};
     let tmp = dirs(3);
     let paths: Vec<&Path> = tmp.iter().map(TempDir::path).collect();
-    let mut json = genesis_json("modnode-it-upgrade-kill", &paths, 2, 32);
+    let mut json = genesis_json("modnode-it-upgrade-kill", &paths, 2, 32, 8);
     json["deposits_module"] = hex::encode(sha(&artifact("deposits-v1"))).into();
     let genesis = Genesis::from_json(&json.to_string(), "<test>").unwrap();
     let genesis_file = paths[2].join("genesis.json");

@@ -232,7 +232,11 @@ impl Network {
             node,
             conn.clone(),
             self.chain.clone(),
-            self.upgrades.clone(),
+            super::rpc_server::Served {
+                upgrades: self.upgrades.clone(),
+                checkpoints: self.checkpoints.clone(),
+                metrics: self.metrics.clone(),
+            },
             self.events.clone(),
             self.limits.max_message_bytes,
         ));

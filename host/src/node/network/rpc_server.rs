@@ -1,14 +1,33 @@
-//! The RPC server: answers the status, block-range, peer-list and module-by-hash requests a peer
-//! sends on its bidirectional streams. Block ranges come from the chain worker on the peer's behalf (after
-//! production and imports, limited per peer); a malformed request is reported as a violation.
+//! The RPC server: answers the status, block-range, peer-list, module-by-hash and checkpoint
+//! (list, chunk) requests a peer sends on its bidirectional streams. Block ranges come from the
+//! chain worker on the peer's behalf (after production and imports, limited per peer);
+//! checkpoint answers come from the checkpoint store, at most
+//! [`MAX_CHECKPOINT_READS_PER_PEER`] at a time per peer; a malformed request is reported as a
+//! violation.
 
-use tokio::sync::{mpsc, oneshot};
+use std::sync::Arc;
+
+use tokio::sync::{Semaphore, mpsc, oneshot};
 
 use super::{Event, NodeId, REQUEST_TIMEOUT, short};
+use crate::checkpoint::CheckpointServer;
 use crate::net::codec;
 use crate::net::rpc::{self, ChainStatus, Request, Response};
 use crate::node::chain_worker::ChainHandle;
+use crate::node::metrics::Metrics;
 use crate::node::upgrades::{Refusal, UpgradeAgent};
+
+/// Checkpoint requests of one peer served at once; more wait (the peer's request timeout
+/// bounds the wait), so one peer cannot keep every disk reader busy.
+pub(super) const MAX_CHECKPOINT_READS_PER_PEER: usize = 4;
+
+/// What the server answers from besides the chain.
+#[derive(Clone)]
+pub(super) struct Served {
+    pub upgrades: Arc<UpgradeAgent>,
+    pub checkpoints: CheckpointServer,
+    pub metrics: Arc<Metrics>,
+}
 
 /// Answers the requests `node` sends on `conn` until it closes; a malformed request is
 /// reported as a violation.
@@ -16,23 +35,25 @@ pub(super) async fn serve(
     node: NodeId,
     conn: quinn::Connection,
     chain: ChainHandle,
-    upgrades: std::sync::Arc<UpgradeAgent>,
+    served: Served,
     events: mpsc::Sender<Event>,
     max_message_bytes: usize,
 ) {
+    let checkpoint_reads = Arc::new(Semaphore::new(MAX_CHECKPOINT_READS_PER_PEER));
     while let Ok((send, recv)) = conn.accept_bi().await {
         let chain = chain.clone();
-        let upgrades = upgrades.clone();
+        let served = served.clone();
         let events = events.clone();
+        let checkpoint_reads = checkpoint_reads.clone();
         tokio::spawn(async move {
             let served = tokio::time::timeout(
                 REQUEST_TIMEOUT,
                 serve_one(
                     node,
-                    send,
-                    recv,
+                    (send, recv),
                     &chain,
-                    &upgrades,
+                    &served,
+                    &checkpoint_reads,
                     &events,
                     max_message_bytes,
                 ),
@@ -52,10 +73,10 @@ pub(super) async fn serve(
 /// `Err(Some(reason))` is a protocol violation, `Err(None)` a broken stream.
 async fn serve_one(
     node: NodeId,
-    send: quinn::SendStream,
-    mut recv: quinn::RecvStream,
+    (send, mut recv): (quinn::SendStream, quinn::RecvStream),
     chain: &ChainHandle,
-    upgrades: &std::sync::Arc<UpgradeAgent>,
+    served: &Served,
+    checkpoint_reads: &Arc<Semaphore>,
     events: &mpsc::Sender<Event>,
     max_message_bytes: usize,
 ) -> Result<(), Option<String>> {
@@ -74,19 +95,19 @@ async fn serve_one(
                 head_height: view.head.height,
                 head_hash: view.head.hash,
                 finalized_height: view.finalized_height,
-                ready_modules: upgrades.ready_scheduled(),
+                ready_modules: served.upgrades.ready_scheduled(),
             })
         }
         Request::Module { hash } => {
-            let upgrades = upgrades.clone();
-            let served = tokio::task::spawn_blocking(move || upgrades.serve(node, &hash))
+            let upgrades = served.upgrades.clone();
+            let answer = tokio::task::spawn_blocking(move || upgrades.serve(node, &hash))
                 .await
                 .map_err(|_| None)?;
-            match served {
-                Ok(mut served) => {
+            match answer {
+                Ok(mut module) => {
                     // A module that does not fit one frame is not served (uploads are capped
                     // below it). The peer's in-flight place is held until the answer is sent.
-                    let bytes = served
+                    let bytes = module
                         .bytes
                         .take()
                         .filter(|b| b.len().saturating_add(16) <= max_message_bytes);
@@ -113,6 +134,27 @@ async fn serve_one(
                     None
                 })?;
             Response::Blocks(blocks)
+        }
+        Request::Checkpoints | Request::Chunk { .. } => {
+            let _permit = checkpoint_reads.acquire().await.map_err(|_| None)?;
+            let served = served.clone();
+            // On our own failure say nothing, as for blocks: "not here" would be a lie.
+            tokio::task::spawn_blocking(move || {
+                let counters = &served.metrics.checkpoint_served;
+                match request {
+                    Request::Chunk { id, index } => served
+                        .checkpoints
+                        .chunk(&id, index, counters)
+                        .map(Response::Chunk),
+                    _ => served.checkpoints.list(counters).map(Response::Checkpoints),
+                }
+            })
+            .await
+            .map_err(|_| None)?
+            .map_err(|e| {
+                tracing::warn!(peer = %short(&node), error = %e, "cannot serve a checkpoint request");
+                None
+            })?
         }
         Request::Peers => {
             let (reply, rx) = oneshot::channel();

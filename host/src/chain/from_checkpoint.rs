@@ -1,0 +1,103 @@
+//! Starting a chain from a restored checkpoint instead of genesis: the store is initialised
+//! with the state after block `H` (registry, eth1 state, module schedule), block `H` itself as
+//! the head, and the genesis block, so [`Chain::open`](super::Chain::open) opens it like any
+//! other store and range sync continues from `H + 1`. Every later block is imported exactly like
+//! any import, against the restored state root. Heights between genesis and `H` are not
+//! stored: this node cannot serve them, and a reorg below `H` is refused (it is below
+//! finality on any chain worth restoring from).
+
+use super::block::{Block, Hash};
+use super::errors::OpenError;
+use super::genesis::Genesis;
+use super::{Head, STORE_FORMAT, check_seal};
+use crate::state::{Eth1State, Registry, Schedule, state_root};
+use crate::store::{KvStore, WriteBatch, keys};
+
+/// What a chain starts from: block `H` and the state after it, as a restore proved it.
+#[derive(Debug)]
+pub struct CheckpointStart<'a> {
+    /// Block `H`.
+    pub block: &'a Block,
+    /// The registry after it.
+    pub registry: &'a Registry,
+    /// The eth1 state after it.
+    pub eth1: &'a Eth1State,
+    /// The module schedule after it.
+    pub schedule: &'a Schedule,
+}
+
+/// Initialises an empty `store` from `start` in one batch. Refuses a store that already holds
+/// a chain, a block whose header does not commit to the state's root, and (on a chain with
+/// authorities) a block its slot's authority did not seal — so the restored state is anchored
+/// to a header an authority signed, not only to the peers that offered the checkpoint.
+pub fn init_from_checkpoint(
+    store: &dyn KvStore,
+    genesis: &Genesis,
+    start: &CheckpointStart<'_>,
+) -> Result<Head, OpenError> {
+    if store.get(keys::FORMAT)?.is_some() {
+        return Err(OpenError::Corrupt(
+            "the store already holds a chain; a checkpoint can only start an empty one".into(),
+        ));
+    }
+    let block = start.block;
+    let hash = block.hash();
+    let name = hex::encode(hash);
+    let root = state_root(&start.registry.root(), start.eth1, start.schedule);
+    if root != block.header.state_root {
+        return Err(OpenError::Corrupt(format!(
+            "the restored state root {} is not the one block {name} commits to ({})",
+            hex::encode(root),
+            hex::encode(block.header.state_root)
+        )));
+    }
+    if block.body.root() != block.header.body_root {
+        return Err(OpenError::Corrupt(format!(
+            "block {name}'s body does not match its header"
+        )));
+    }
+    let genesis_registry = genesis.registry()?;
+    let genesis_block = genesis.block(&genesis_registry);
+    let genesis_hash = genesis_block.hash();
+    if block.header.height == 0 {
+        return Err(OpenError::Corrupt(
+            "a checkpoint at height 0 is the genesis; start from it instead".into(),
+        ));
+    }
+    check_seal(genesis, &genesis_hash, block, &name)
+        .map_err(|e| OpenError::Corrupt(format!("checkpoint block: {e}")))?;
+    drop(genesis_registry);
+    let mut batch = WriteBatch::new();
+    for (i, (v, b)) in start
+        .registry
+        .validators()
+        .iter()
+        .zip(start.registry.balances())
+        .enumerate()
+    {
+        let i = u32::try_from(i)
+            .map_err(|_| OpenError::Corrupt("too many restored validators".into()))?;
+        batch.put(keys::validator(i), v.encode().to_vec());
+        batch.put(keys::balance(i), b.to_le_bytes().to_vec());
+    }
+    let head = Head {
+        hash,
+        height: block.header.height,
+        slot: block.header.slot,
+        state_root: root,
+    };
+    put_block(&mut batch, &genesis_block, &genesis_hash);
+    put_block(&mut batch, block, &hash);
+    batch.put(keys::eth1(&hash), start.eth1.encode());
+    batch.put(keys::schedule(&hash), start.schedule.encode());
+    batch.put(keys::HEAD, head.encode());
+    batch.put(keys::GENESIS, genesis_hash.to_vec());
+    batch.put(keys::FORMAT, STORE_FORMAT.to_le_bytes().to_vec());
+    store.commit(&batch)?;
+    Ok(head)
+}
+
+fn put_block(batch: &mut WriteBatch, block: &Block, hash: &Hash) {
+    batch.put(keys::block(hash), block.encode());
+    batch.put(keys::height(block.header.height), hash.to_vec());
+}

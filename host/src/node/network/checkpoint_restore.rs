@@ -1,0 +1,734 @@
+//! Restoring a node without local state from a checkpoint its peers serve, before the node
+//! starts (`modnode run --sync checkpoint`, or `auto` when the peers are more than
+//! `checkpoint.interval` blocks ahead):
+//!
+//! 1. dial the bootstrap peers from a separate client endpoint and ask each for its checkpoint
+//!    list; a malformed manifest is the sender's protocol violation;
+//! 2. pick the checkpoint to restore: the one whose progress is stored, if a peer still offers
+//!    it (a restart resumes), else the newest offered by at least two peers — or by one when
+//!    exactly one bootstrap peer is configured, the operator's explicit trust — then validate
+//!    its manifest and check that its module version is installed;
+//! 3. fetch block `H` from a peer offering it: its hash and state root must be the manifest's,
+//!    and its seal its slot's authority's (checked when the chain starts from it);
+//! 4. re-verify the chunks stored by an earlier run (local work, no network), then fetch the
+//!    rest across every offering peer with [`Fetcher`] (adaptive timeouts, slow peers losing
+//!    their share); each chunk is verified on arrival and stored with its index in one sled
+//!    insert, flushed before it counts; a chunk with bad bytes bans its sender only and is
+//!    fetched elsewhere;
+//! 5. rebuild the state, check its root, and initialise the chain store with it
+//!    ([`init_from_checkpoint`]); the node then range-syncs from `H + 1`.
+//!
+//! Progress goes to `/metrics` ([`RestoreCounters`]) and to the log (or a progress bar).
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use modnode_peers::PeerAddr;
+use tokio::task::JoinSet;
+
+use super::sync_driver::request;
+use super::{NodeId, short};
+use crate::chain::block::Block;
+use crate::chain::genesis::Genesis;
+use crate::chain::{CheckpointStart, init_from_checkpoint};
+use crate::checkpoint::{
+    Fault, FetchConfig, FetchError, Fetcher, Manifest, ManifestLimits, RestoreStore, Restorer,
+    choose, verify_all,
+};
+use crate::net::endpoint::{self, CLOSE_PROTOCOL_VIOLATION, TransportLimits};
+use crate::net::handshake::{self, Hello, PROTOCOL_VERSION, Role};
+use crate::net::identity::{self, NodeIdentity};
+use crate::net::rpc::{Request, Response};
+use crate::node::chain_worker::unix_ms;
+use crate::node::metrics::{Metrics, RestoreCounters, bump};
+use crate::node::verdict::RequestError;
+use crate::runtime::Modules;
+use crate::runtime::checkpoint::CheckpointModule;
+use crate::store::{BanList, KvStore, SledStore, keys};
+
+/// Where a node without local state gets its state from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SyncMode {
+    /// Replay every block from genesis (range sync only).
+    #[default]
+    Full,
+    /// Restore the newest checkpoint the peers agree on, then range-sync the rest; waits for
+    /// one when none is offered yet.
+    Checkpoint,
+    /// `Checkpoint` when the best peer is more than `checkpoint.interval` blocks ahead and a
+    /// checkpoint is offered, else `Full`.
+    Auto,
+}
+
+/// Directory in the data directory of the restore progress (manifest and verified chunks).
+pub const RESTORE_DIR: &str = "checkpoint-restore";
+/// How long to wait before asking the peers again when no checkpoint could be restored.
+const RETRY_AFTER: Duration = Duration::from_secs(2);
+/// Attempts `auto` makes before falling back to a full sync.
+const AUTO_ATTEMPTS: u32 = 3;
+
+/// Why a node could not restore. Ours unless it says otherwise.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckpointSyncError {
+    /// The chain store or the restore progress failed.
+    #[error("checkpoint restore storage in {path}: {reason}")]
+    Storage {
+        /// The database.
+        path: String,
+        /// What failed.
+        reason: String,
+    },
+    /// The client endpoint could not be made.
+    #[error("checkpoint restore endpoint: {0}")]
+    Net(#[from] crate::net::endpoint::NetError),
+    /// `--sync checkpoint` without a peer to restore from.
+    #[error("--sync checkpoint needs at least one --bootstrap peer to restore from")]
+    NoBootstrap,
+}
+
+/// What the restore needs from the node.
+pub struct RestoreParts<'a> {
+    /// The node's key (peers see the same node id before and after the restore).
+    pub identity: &'a NodeIdentity,
+    /// The chain.
+    pub genesis: &'a Genesis,
+    /// The peers to restore from.
+    pub bootstrap: &'a [PeerAddr],
+    /// Transport limits.
+    pub transport: &'a TransportLimits,
+    /// Every installed checkpoint module version opens its own checkpoints.
+    pub modules: &'a Modules,
+    /// The node's data directory.
+    pub data_dir: &'a Path,
+    /// Where the progress is published.
+    pub metrics: &'a Arc<Metrics>,
+    /// `checkpoint.interval` (the `auto` threshold).
+    pub interval: u64,
+    /// The node's listen port (told to peers in the hello).
+    pub listen_port: u16,
+    /// Verification threads for resumed chunks.
+    pub threads: usize,
+}
+
+/// One connected peer.
+struct Peer {
+    key: NodeId,
+    conn: quinn::Connection,
+    head_height: u64,
+}
+
+/// Why one restore attempt stopped.
+enum Stop {
+    /// Try again later (no peer left, block `H` unavailable).
+    Retry(String),
+    /// The checkpoint itself is bad or unusable here: never try it again in this run.
+    Bad(String),
+    /// Local failure.
+    Fatal(CheckpointSyncError),
+}
+
+/// Restores the chain in `parts.data_dir` from a checkpoint if `mode` asks for it and the node
+/// has no local state; returns the height restored, or `None` when the node should sync from
+/// genesis (or from its local state).
+pub async fn restore_if_needed(
+    parts: RestoreParts<'_>,
+    mode: SyncMode,
+) -> Result<Option<u64>, CheckpointSyncError> {
+    if mode == SyncMode::Full {
+        return Ok(None);
+    }
+    if parts.bootstrap.is_empty() {
+        return match mode {
+            SyncMode::Checkpoint => Err(CheckpointSyncError::NoBootstrap),
+            _ => Ok(None),
+        };
+    }
+    let chain_path = parts.data_dir.join("chain");
+    let storage = |path: &Path, reason: String| CheckpointSyncError::Storage {
+        path: path.display().to_string(),
+        reason,
+    };
+    let store = SledStore::open(&chain_path).map_err(|e| storage(&chain_path, e.to_string()))?;
+    if store
+        .get(keys::FORMAT)
+        .map_err(|e| storage(&chain_path, e.to_string()))?
+        .is_some()
+    {
+        return Ok(None);
+    }
+    let bans = store
+        .ban_list()
+        .map_err(|e| storage(&chain_path, e.to_string()))?;
+    let progress_path = parts.data_dir.join(RESTORE_DIR);
+    let progress_db = crate::store::open_sled(&sled::Config::new().path(&progress_path))
+        .map_err(|e| storage(&progress_path, e.to_string()))?;
+    let progress =
+        RestoreStore::open(&progress_db).map_err(|e| storage(&progress_path, e.to_string()))?;
+    let bind = match parts.bootstrap.first().map(|p| p.addr.ip()) {
+        Some(std::net::IpAddr::V6(_)) => std::net::SocketAddr::from(([0u16; 8], 0)),
+        _ => std::net::SocketAddr::from(([0, 0, 0, 0], 0)),
+    };
+    let endpoint = endpoint::make_endpoint(bind, parts.identity, parts.transport)?;
+    let mut driver = Driver {
+        parts,
+        store,
+        bans,
+        progress,
+        endpoint,
+        bad: BTreeSet::new(),
+        banned: Default::default(),
+    };
+    let outcome = driver.run(mode).await;
+    driver
+        .endpoint
+        .close(quinn::VarInt::from_u32(0), b"restore finished");
+    let _ = tokio::time::timeout(Duration::from_secs(2), driver.endpoint.wait_idle()).await;
+    outcome
+}
+
+struct Driver<'a> {
+    parts: RestoreParts<'a>,
+    store: SledStore,
+    bans: BanList,
+    progress: RestoreStore,
+    endpoint: quinn::Endpoint,
+    /// Checkpoints found bad in this run.
+    bad: BTreeSet<[u8; 32]>,
+    /// Peers banned in this run (each is banned and counted once, however many of its answers
+    /// were in flight).
+    banned: std::sync::Mutex<BTreeSet<NodeId>>,
+}
+
+impl Driver<'_> {
+    fn counters(&self) -> &RestoreCounters {
+        &self.parts.metrics.checkpoint_restore
+    }
+
+    async fn run(&mut self, mode: SyncMode) -> Result<Option<u64>, CheckpointSyncError> {
+        let mut attempts = 0u32;
+        loop {
+            attempts = attempts.saturating_add(1);
+            let peers = self.connect_all().await;
+            let best = peers.iter().map(|p| p.head_height).max().unwrap_or(0);
+            if mode == SyncMode::Auto && best <= self.parts.interval {
+                tracing::info!(
+                    best_peer_height = best,
+                    interval = self.parts.interval,
+                    "peers are not a checkpoint interval ahead; syncing from genesis"
+                );
+                close_all(&peers, b"not restoring");
+                return Ok(None);
+            }
+            let offers = self.offers(&peers).await;
+            let outcome = match self.pick(&peers, offers) {
+                Some((manifest, holders)) => self.restore(manifest, &peers, holders).await,
+                None => Err(Stop::Retry(format!(
+                    "no checkpoint is offered by enough of the {} peers reached",
+                    peers.len()
+                ))),
+            };
+            close_all(&peers, b"restore attempt over");
+            match outcome {
+                Ok(height) => return Ok(Some(height)),
+                Err(Stop::Fatal(e)) => return Err(e),
+                Err(Stop::Retry(reason) | Stop::Bad(reason)) => {
+                    if mode == SyncMode::Auto && attempts >= AUTO_ATTEMPTS {
+                        tracing::warn!(%reason, "no checkpoint restored; syncing from genesis");
+                        return Ok(None);
+                    }
+                    tracing::info!(%reason, retry_in = ?RETRY_AFTER, "checkpoint restore waits");
+                    tokio::time::sleep(RETRY_AFTER).await;
+                }
+            }
+        }
+    }
+
+    fn hello(&self) -> Hello {
+        let genesis_hash = self.genesis_hash();
+        Hello {
+            protocol_version: PROTOCOL_VERSION,
+            chain_id: self.parts.genesis.chain_id.clone(),
+            genesis_hash,
+            head_height: 0,
+            head_hash: genesis_hash,
+            listen_port: self.parts.listen_port,
+        }
+    }
+
+    fn genesis_hash(&self) -> [u8; 32] {
+        match self.parts.genesis.registry() {
+            Ok(registry) => self.parts.genesis.block(&registry).hash(),
+            Err(_) => [0; 32],
+        }
+    }
+
+    /// Dials every bootstrap peer not banned, in parallel.
+    async fn connect_all(&self) -> Vec<Peer> {
+        let banned: BTreeSet<NodeId> = self
+            .bans
+            .load(unix_ms())
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(node, _)| node)
+            .collect();
+        let hello = self.hello();
+        let mut dials = JoinSet::new();
+        for peer in self.parts.bootstrap {
+            if banned.contains(&peer.node) {
+                continue;
+            }
+            let endpoint = self.endpoint.clone();
+            let limits = self.parts.transport.clone();
+            let hello = hello.clone();
+            let peer = *peer;
+            dials.spawn(async move {
+                let id = identity::NodeId::from_bytes(peer.node);
+                let (conn, _) = endpoint::connect(&endpoint, peer.addr, Some(id), &limits)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let theirs =
+                    handshake::exchange(&conn, id, &hello, Role::Dialer, limits.handshake_timeout)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                Ok::<_, String>(Peer {
+                    key: peer.node,
+                    conn,
+                    head_height: theirs.head_height,
+                })
+            });
+        }
+        let mut peers = Vec::new();
+        while let Some(joined) = dials.join_next().await {
+            match joined {
+                Ok(Ok(peer)) => peers.push(peer),
+                Ok(Err(e)) => tracing::info!(error = %e, "checkpoint restore: peer unreachable"),
+                Err(e) => tracing::warn!(error = %e, "checkpoint restore: dial task failed"),
+            }
+        }
+        peers.sort_by_key(|p| p.key);
+        peers
+    }
+
+    /// Every peer's valid offers; a malformed answer bans its sender.
+    async fn offers(&self, peers: &[Peer]) -> Vec<(NodeId, Manifest)> {
+        let max = self.parts.transport.max_message_bytes;
+        let mut asks = JoinSet::new();
+        for peer in peers {
+            let conn = peer.conn.clone();
+            let key = peer.key;
+            asks.spawn(async move { (key, request(&conn, Request::Checkpoints, max).await) });
+        }
+        let limits = ManifestLimits::default();
+        let mut offers = Vec::new();
+        while let Some(joined) = asks.join_next().await {
+            let Ok((peer, answer)) = joined else { continue };
+            match answer {
+                Ok(Response::Checkpoints(list)) => {
+                    for bytes in list {
+                        match Manifest::decode(&bytes, &limits) {
+                            Ok(manifest) => offers.push((peer, manifest)),
+                            Err(e) => {
+                                self.penalise(peers, peer, &format!("offered a bad manifest: {e}"));
+                                break;
+                            }
+                        }
+                    }
+                }
+                Ok(_) => {}
+                Err(e @ RequestError::Malformed(_)) => {
+                    self.penalise(peers, peer, &format!("checkpoint list: {e}"))
+                }
+                Err(e) => {
+                    tracing::info!(peer = %short(&peer), error = %e, "checkpoint list failed")
+                }
+            }
+        }
+        offers
+    }
+
+    /// The checkpoint to restore and the peers offering it.
+    fn pick(
+        &self,
+        peers: &[Peer],
+        offers: Vec<(NodeId, Manifest)>,
+    ) -> Option<(Manifest, Vec<NodeId>)> {
+        let offers: Vec<_> = offers
+            .into_iter()
+            .filter(|(_, m)| !self.bad.contains(&m.id()) && m.height > 0)
+            .collect();
+        // A stored restore goes on while any peer still offers it: its manifest was chosen
+        // and validated before, and its verified chunks are not fetched again.
+        if let Ok(Some(stored)) = self.progress.manifest() {
+            let id = stored.id();
+            let holders: Vec<NodeId> = offers
+                .iter()
+                .filter(|(_, m)| m.id() == id)
+                .map(|(p, _)| *p)
+                .collect();
+            if !holders.is_empty() && !self.bad.contains(&id) {
+                return Some((stored, holders));
+            }
+        }
+        let min_peers = if self.parts.bootstrap.len() == 1 {
+            1
+        } else {
+            2
+        };
+        let chosen = choose(&offers, min_peers);
+        if chosen.is_none() && !offers.is_empty() {
+            tracing::info!(
+                offers = offers.len(),
+                peers = peers.len(),
+                min_peers,
+                "no checkpoint is offered by enough peers"
+            );
+        }
+        chosen
+    }
+
+    fn penalise(&self, peers: &[Peer], peer: NodeId, reason: &str) {
+        let first = self
+            .banned
+            .lock()
+            .map_or(true, |mut banned| banned.insert(peer));
+        if !first {
+            return;
+        }
+        tracing::warn!(peer = %short(&peer), %reason, "checkpoint restore: banning peer");
+        bump(&self.counters().peers_penalised);
+        let ban_ms = modnode_peers::PeerConfig::new([0; 32]).ban_duration / 1_000;
+        if let Err(e) = self.bans.record(peer, unix_ms().saturating_add(ban_ms)) {
+            tracing::warn!(error = %e, "could not record a peer ban");
+        }
+        if let Some(p) = peers.iter().find(|p| p.key == peer) {
+            p.conn.close(
+                quinn::VarInt::from_u32(CLOSE_PROTOCOL_VIOLATION),
+                b"bad checkpoint data",
+            );
+        }
+    }
+
+    fn storage(&self, reason: String) -> Stop {
+        Stop::Fatal(CheckpointSyncError::Storage {
+            path: self.parts.data_dir.display().to_string(),
+            reason,
+        })
+    }
+
+    /// One attempt at restoring `manifest` from `holders`.
+    async fn restore(
+        &mut self,
+        manifest: Manifest,
+        peers: &[Peer],
+        holders: Vec<NodeId>,
+    ) -> Result<u64, Stop> {
+        let id = manifest.id();
+        let name = hex::encode(id);
+        let Some(opener) = self
+            .parts
+            .modules
+            .prepared_checkpoint(&manifest.module_hash)
+        else {
+            self.bad.insert(id);
+            return Err(Stop::Bad(format!(
+                "checkpoint {name} was made by checkpoint module {} (version {}), which is not installed",
+                hex::encode(manifest.module_hash),
+                manifest.module_version
+            )));
+        };
+        let mut restorer = match Restorer::new(manifest.clone(), &ManifestLimits::default()) {
+            Ok(r) => r,
+            Err(e) => {
+                self.bad.insert(id);
+                return Err(Stop::Bad(format!("checkpoint {name}: {e}")));
+            }
+        };
+        let height = manifest.height;
+        let counters = self.counters();
+        counters.height.store(height, Ordering::Relaxed);
+        counters
+            .chunks_total
+            .store(as_u64(manifest.chunks.len()), Ordering::Relaxed);
+        counters
+            .peers
+            .store(as_u64(holders.len()), Ordering::Relaxed);
+        tracing::info!(
+            checkpoint = %name,
+            height,
+            version = manifest.module_version,
+            chunks = manifest.chunks.len(),
+            bytes = manifest.total_bytes(),
+            peers = holders.len(),
+            "restoring checkpoint"
+        );
+        let block = self.fetch_block(&manifest, peers, &holders).await?;
+        self.progress
+            .begin(&manifest)
+            .map_err(|e| self.storage(e.to_string()))?;
+        self.resume(&mut restorer, &opener)?;
+        let fetched = self
+            .fetch_chunks(&mut restorer, &opener, peers, holders)
+            .await;
+        if let Err(Stop::Bad(_)) = &fetched {
+            self.bad.insert(id);
+        }
+        fetched?;
+        let state = tokio::task::block_in_place(|| restorer.finish()).map_err(|e| {
+            self.bad.insert(id);
+            Stop::Bad(format!("checkpoint {name} does not rebuild: {e}"))
+        })?;
+        let start = CheckpointStart {
+            block: &block,
+            registry: &state.registry,
+            eth1: &state.eth1,
+            schedule: &state.schedule,
+        };
+        if let Err(e) = init_from_checkpoint(&self.store, self.parts.genesis, &start) {
+            self.bad.insert(id);
+            return Err(Stop::Bad(format!("checkpoint {name}: {e}")));
+        }
+        self.progress
+            .clear()
+            .map_err(|e| self.storage(e.to_string()))?;
+        self.counters().done.store(true, Ordering::Relaxed);
+        tracing::info!(checkpoint = %name, height, "checkpoint restored; syncing the blocks after it");
+        Ok(height)
+    }
+
+    /// Block `H` from the first holder whose copy is the manifest's.
+    async fn fetch_block(
+        &self,
+        manifest: &Manifest,
+        peers: &[Peer],
+        holders: &[NodeId],
+    ) -> Result<Block, Stop> {
+        let max = self.parts.transport.max_message_bytes;
+        let ask = Request::Blocks {
+            start: manifest.height,
+            count: 1,
+        };
+        for peer in peers.iter().filter(|p| holders.contains(&p.key)) {
+            let Ok(Response::Blocks(blocks)) = request(&peer.conn, ask, max).await else {
+                continue;
+            };
+            let Some(bytes) = blocks.first() else {
+                continue;
+            };
+            let Ok(block) = Block::decode(bytes, self.parts.genesis.max_deposits_per_block) else {
+                continue;
+            };
+            if block.hash() == manifest.block_hash && block.header.state_root == manifest.state_root
+            {
+                return Ok(block);
+            }
+        }
+        Err(Stop::Retry(format!(
+            "no peer serves block {} at height {} of the checkpoint",
+            hex::encode(manifest.block_hash),
+            manifest.height
+        )))
+    }
+
+    /// Re-verifies the chunks an earlier run stored (no network).
+    fn resume(&self, restorer: &mut Restorer, opener: &CheckpointModule) -> Result<(), Stop> {
+        let stored = self
+            .progress
+            .chunks()
+            .map_err(|e| self.storage(e.to_string()))?;
+        if stored.is_empty() {
+            return Ok(());
+        }
+        let count = stored.len();
+        let threads = self.parts.threads;
+        let outcome =
+            tokio::task::block_in_place(|| verify_all(restorer, opener, stored, threads, None));
+        if let Err(e) = outcome {
+            // Whatever verified is inserted; the rest is fetched again.
+            tracing::warn!(error = %e, "a stored chunk no longer verifies; fetching it again");
+        }
+        let progress = restorer.progress();
+        let counters = self.counters();
+        counters
+            .chunks_resumed
+            .store(as_u64(progress.chunks), Ordering::Relaxed);
+        counters
+            .chunks_verified
+            .store(as_u64(progress.chunks), Ordering::Relaxed);
+        tracing::info!(
+            stored = count,
+            verified = progress.chunks,
+            total = progress.total_chunks,
+            "resuming the checkpoint restore from stored chunks"
+        );
+        Ok(())
+    }
+
+    /// Fetches every missing chunk from `holders` in parallel.
+    async fn fetch_chunks(
+        &self,
+        restorer: &mut Restorer,
+        opener: &CheckpointModule,
+        peers: &[Peer],
+        holders: Vec<NodeId>,
+    ) -> Result<(), Stop> {
+        let id = restorer.id();
+        let max = self.parts.transport.max_message_bytes;
+        let mut fetcher = Fetcher::new(restorer.missing(), holders, FetchConfig::default());
+        let mut in_flight = JoinSet::new();
+        let mut progress = super::checkpoint_progress::Reporter::new(restorer.progress());
+        let started = Instant::now();
+        // Set when no peer is left: the answers in flight are still taken (and stored) first.
+        let mut stop: Option<Stop> = None;
+        while !restorer.is_complete() {
+            while stop.is_none() {
+                match fetcher.poll_request(Instant::now()) {
+                    Ok(Some((peer, index))) => {
+                        let Some(conn) =
+                            peers.iter().find(|p| p.key == peer).map(|p| p.conn.clone())
+                        else {
+                            fetcher.handle_unavailable(&peer);
+                            continue;
+                        };
+                        let ask = Request::Chunk {
+                            id,
+                            index: u32::try_from(index).unwrap_or(u32::MAX),
+                        };
+                        in_flight
+                            .spawn(async move { (peer, index, request(&conn, ask, max).await) });
+                    }
+                    Ok(None) => break,
+                    Err(e @ FetchError::NoPeers { .. }) => stop = Some(Stop::Retry(e.to_string())),
+                    Err(e @ FetchError::BadCheckpoint { .. }) => {
+                        stop = Some(Stop::Bad(e.to_string()))
+                    }
+                }
+            }
+            if in_flight.is_empty() {
+                return Err(
+                    stop.unwrap_or_else(|| Stop::Retry("no chunk request could be made".into()))
+                );
+            }
+            let deadline = fetcher.next_deadline();
+            let joined = tokio::select! {
+                joined = in_flight.join_next() => joined,
+                () = sleep_until(deadline) => {
+                    let expired = fetcher.handle_timeouts(Instant::now());
+                    if !expired.is_empty() {
+                        tracing::debug!(expired = expired.len(), "chunk requests timed out; reassigned");
+                    }
+                    continue;
+                }
+            };
+            let Some(Ok((peer, index, answer))) = joined else {
+                continue;
+            };
+            self.on_answer(restorer, opener, &mut fetcher, peers, (peer, index), answer)?;
+            let elapsed = started.elapsed().as_secs_f64();
+            let counters = self.counters();
+            if elapsed > 0.0 {
+                let rate = counters.bytes_fetched.load(Ordering::Relaxed) as f64 / elapsed;
+                counters
+                    .bytes_per_second
+                    .store(rate as u64, Ordering::Relaxed);
+            }
+            progress.update(restorer.progress(), counters);
+        }
+        progress.finish();
+        in_flight.abort_all();
+        Ok(())
+    }
+
+    /// Handles one chunk answer.
+    fn on_answer(
+        &self,
+        restorer: &mut Restorer,
+        opener: &CheckpointModule,
+        fetcher: &mut Fetcher<NodeId>,
+        peers: &[Peer],
+        (peer, index): (NodeId, usize),
+        answer: Result<Response, RequestError>,
+    ) -> Result<(), Stop> {
+        let counters = self.counters();
+        let bytes = match answer {
+            Ok(Response::Chunk(Some(bytes))) => bytes,
+            Ok(_) => {
+                tracing::info!(peer = %short(&peer), index, "peer no longer has the checkpoint's chunk");
+                fetcher.handle_unavailable(&peer);
+                return Ok(());
+            }
+            Err(e @ RequestError::Malformed(_)) => {
+                let reason = format!("chunk answer: {e}");
+                self.penalise(peers, peer, &reason);
+                return fetcher
+                    .handle_refused(&peer, index, Fault::ChunkPeer, reason)
+                    .map_err(|e| Stop::Bad(e.to_string()));
+            }
+            Err(RequestError::Timeout(_)) => return Ok(()),
+            Err(e) => {
+                tracing::info!(peer = %short(&peer), error = %e, "chunk request failed");
+                fetcher.handle_unavailable(&peer);
+                return Ok(());
+            }
+        };
+        bump(&counters.chunks_fetched);
+        counters
+            .bytes_fetched
+            .fetch_add(as_u64(bytes.len()), Ordering::Relaxed);
+        if restorer.has(index) {
+            // A late answer to a request that timed out and went to another peer.
+            fetcher.handle_verified(&peer, index, Instant::now());
+            return Ok(());
+        }
+        let verified =
+            tokio::task::block_in_place(|| restorer.verify(opener, index, bytes.clone()));
+        match verified {
+            Ok(chunk) => {
+                // Durable before it counts: the index is in the key, so the chunk and its
+                // index are one insert.
+                self.progress
+                    .put_chunk(index, &bytes)
+                    .and_then(|()| self.progress.flush())
+                    .map_err(|e| self.storage(e.to_string()))?;
+                if let Err(e) = restorer.insert(chunk) {
+                    tracing::warn!(error = %e, "verified chunk not inserted");
+                }
+                fetcher.handle_verified(&peer, index, Instant::now());
+                bump(&counters.chunks_verified);
+                Ok(())
+            }
+            Err(e) => {
+                bump(&counters.chunks_refused);
+                let fault = e.fault();
+                let reason = e.to_string();
+                if fault == Fault::ChunkPeer {
+                    self.penalise(peers, peer, &reason);
+                }
+                fetcher
+                    .handle_refused(&peer, index, fault, reason)
+                    .map_err(|e| {
+                        Stop::Bad(format!("checkpoint {}: {e}", hex::encode(restorer.id())))
+                    })
+            }
+        }
+    }
+}
+
+fn close_all(peers: &[Peer], reason: &[u8]) {
+    for peer in peers {
+        peer.conn.close(quinn::VarInt::from_u32(0), reason);
+    }
+}
+
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(at) => tokio::time::sleep_until(tokio::time::Instant::from_std(at)).await,
+        None => std::future::pending().await,
+    }
+}
+
+fn as_u64(n: usize) -> u64 {
+    u64::try_from(n).unwrap_or(u64::MAX)
+}

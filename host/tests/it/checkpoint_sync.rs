@@ -1,0 +1,373 @@
+//! Checkpoints served and restored over real QUIC (issue 12, item 5): a fresh node restores a
+//! v1 or a v2 checkpoint and then follows the chain; a restore from three peers of which one
+//! serves corrupted chunks finishes and bans only that peer; a restoring `modnode` process
+//! killed with SIGKILL halfway resumes without fetching its verified chunks again. Plus the
+//! sans-IO answers to checkpoint requests (bounds, unknown ids).
+//!
+//! The checkpoints are made on demand (interval 0) so every peer offers the same one.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::atomic::Ordering;
+
+use modnode::chain::genesis::Genesis;
+use modnode::checkpoint::{Checkpoint, CheckpointServer, CheckpointStore, Manifest, ServeCounters};
+use modnode::node::{CHECKPOINT_DIR, Node, SyncMode};
+use modnode_peers::PeerAddr;
+
+use super::network::{dirs, eventually, genesis_json, start_edited};
+
+/// Validators of the test chain: several chunks per checkpoint (v1 puts at least 64 leaves in
+/// a chunk, v2 at least 16), still a small state.
+const VALIDATORS: u32 = 384;
+
+fn test_genesis(chain_id: &str, authority: &Path) -> (Genesis, String) {
+    let text = genesis_json(chain_id, &[authority], 1, 32, VALIDATORS).to_string();
+    (Genesis::from_json(&text, "<test>").unwrap(), text)
+}
+
+/// A node making checkpoints with `version` only on demand, in chunks as small as the module
+/// allows.
+async fn node(
+    dir: &Path,
+    genesis: &Genesis,
+    bootstrap: Vec<PeerAddr>,
+    version: u32,
+    sync: SyncMode,
+) -> Node {
+    start_edited(dir, genesis, bootstrap, Default::default(), |c| {
+        c.checkpoint.interval = 0;
+        c.checkpoint.create_version = version;
+        c.checkpoint.target_chunk_bytes = 1;
+        c.sync_mode = sync;
+    })
+    .await
+}
+
+async fn height_at_least(node: &Node, height: u64) {
+    eventually(&format!("height {height}"), || {
+        node.status().height >= height
+    })
+    .await;
+}
+
+/// Creates a checkpoint on `node` now; returns it with its chunks.
+async fn checkpoint_now(dir: &Path, node: &Node) -> Checkpoint {
+    let target = modnode::admin::client::Target::data_dir(dir).unwrap();
+    let made = modnode::admin::client::create_checkpoint(&target)
+        .await
+        .unwrap();
+    let manifest: Manifest = node
+        .checkpoints()
+        .list()
+        .unwrap()
+        .into_iter()
+        .find(|m| hex::encode(m.id()) == made["id"].as_str().unwrap())
+        .unwrap();
+    let chunks = (0..manifest.chunks.len())
+        .map(|i| {
+            node.checkpoints()
+                .chunk(&manifest.id(), i)
+                .unwrap()
+                .unwrap()
+        })
+        .collect();
+    Checkpoint { manifest, chunks }
+}
+
+/// Stores `checkpoint` in the checkpoint database of the (not running) node in `dir`.
+fn seed(dir: &Path, checkpoint: &Checkpoint) {
+    CheckpointStore::open(&dir.join(CHECKPOINT_DIR))
+        .unwrap()
+        .put(checkpoint, 2)
+        .unwrap();
+}
+
+/// `restored`'s chain goes past the checkpoint on the same blocks as `source`.
+async fn follows(restored: &Node, source: &Node, checkpoint_height: u64) {
+    let past = checkpoint_height + 3;
+    height_at_least(restored, past).await;
+    let ours = restored.chain().blocks(past, 1, usize::MAX).await.unwrap();
+    let theirs = source.chain().blocks(past, 1, usize::MAX).await.unwrap();
+    assert_eq!(ours, theirs, "block {past} differs from the source's");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fresh_node_restores_a_v1_or_a_v2_checkpoint_and_follows_the_chain() {
+    let d = dirs(4);
+    let (genesis, _) = test_genesis("ckpt-sync-versions", d[0].path());
+    let a = node(d[0].path(), &genesis, Vec::new(), 1, SyncMode::Full).await;
+    let b = node(
+        d[1].path(),
+        &genesis,
+        vec![a.peer_addr().unwrap()],
+        2,
+        SyncMode::Full,
+    )
+    .await;
+    height_at_least(&a, 3).await;
+    height_at_least(&b, 3).await;
+    let v1 = checkpoint_now(d[0].path(), &a).await;
+    let v2 = checkpoint_now(d[1].path(), &b).await;
+    assert_eq!(
+        (v1.manifest.module_version, v2.manifest.module_version),
+        (1, 2)
+    );
+    assert!(v1.chunks.len() > 1 && v2.chunks.len() > 1);
+
+    for (dir, source, cp) in [(&d[2], &a, &v1), (&d[3], &b, &v2)] {
+        let restored = node(
+            dir.path(),
+            &genesis,
+            vec![source.peer_addr().unwrap()],
+            1,
+            SyncMode::Checkpoint,
+        )
+        .await;
+        let status = restored.status().checkpoint_restore;
+        assert!(status.done, "{status:?}");
+        assert_eq!(status.height, cp.manifest.height);
+        assert_eq!(status.chunks_total, cp.chunks.len() as u64);
+        assert_eq!(status.chunks_resumed, 0);
+        assert_eq!(status.chunks_verified, status.chunks_total);
+        // Restored, not replayed: nothing below the checkpoint is stored.
+        assert!(
+            restored
+                .chain()
+                .blocks(1, 1, usize::MAX)
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        follows(&restored, &a, cp.manifest.height).await;
+        restored.shutdown().await;
+    }
+    b.shutdown().await;
+    a.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restore_from_three_peers_one_corrupt_finishes_and_bans_only_the_corrupt_one() {
+    let d = dirs(4);
+    let (genesis, _) = test_genesis("ckpt-sync-corrupt", d[0].path());
+    let a = node(d[0].path(), &genesis, Vec::new(), 1, SyncMode::Full).await;
+    height_at_least(&a, 3).await;
+    let honest = checkpoint_now(d[0].path(), &a).await;
+    let mut corrupt = honest.clone();
+    for chunk in &mut corrupt.chunks {
+        if let Some(last) = chunk.last_mut() {
+            *last ^= 0xff;
+        }
+    }
+    seed(d[1].path(), &honest);
+    seed(d[2].path(), &corrupt);
+    let bootstrap = vec![a.peer_addr().unwrap()];
+    let b = node(d[1].path(), &genesis, bootstrap.clone(), 1, SyncMode::Full).await;
+    let c = node(d[2].path(), &genesis, bootstrap, 1, SyncMode::Full).await;
+    height_at_least(&b, honest.manifest.height).await;
+    height_at_least(&c, honest.manifest.height).await;
+
+    let peers = vec![
+        a.peer_addr().unwrap(),
+        b.peer_addr().unwrap(),
+        c.peer_addr().unwrap(),
+    ];
+    let restored = node(d[3].path(), &genesis, peers, 1, SyncMode::Checkpoint).await;
+    let status = restored.status().checkpoint_restore;
+    assert!(status.done, "{status:?}");
+    assert_eq!(status.height, honest.manifest.height);
+    let served_by_c = c.metrics().checkpoint_served.chunks.load(Ordering::Relaxed);
+    assert!(served_by_c >= 1, "the corrupt peer was never asked");
+    assert_eq!(status.peers_penalised, 1, "{status:?}");
+    follows(&restored, &a, honest.manifest.height).await;
+    restored.shutdown().await;
+
+    let store = modnode::store::SledStore::open(&d[3].path().join("chain")).unwrap();
+    let banned: Vec<[u8; 32]> = store
+        .ban_list()
+        .unwrap()
+        .load(modnode::node::chain_worker::unix_ms())
+        .unwrap()
+        .into_iter()
+        .map(|(node, _)| node)
+        .collect();
+    let c_id = c.peer_addr().unwrap().node;
+    assert_eq!(banned, vec![c_id], "only the corrupt peer is banned");
+    for node in [c, b, a] {
+        node.shutdown().await;
+    }
+}
+
+/// Starts `modnode run --sync checkpoint` on `dir` restoring from `peers`.
+fn spawn_restoring(dir: &Path, genesis_file: &Path, peers: &[PeerAddr]) -> std::process::Child {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_modnode"));
+    cmd.args(["run", "--data-dir"])
+        .arg(dir)
+        .arg("--genesis")
+        .arg(genesis_file)
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--admin",
+            "127.0.0.1:0",
+            "--dev-contract-listen",
+            "127.0.0.1:0",
+            "--checkpoint-interval",
+            "0",
+            "--sync",
+            "checkpoint",
+        ]);
+    for peer in peers {
+        cmd.args(["--bootstrap", &peer.to_string()]);
+    }
+    cmd.env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+fn kill(child: &mut std::process::Child) {
+    // SIGKILL: no destructors, no flush.
+    unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+    child.wait().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restore_killed_halfway_resumes_without_fetching_verified_chunks_again() {
+    let d = dirs(3);
+    let (genesis, text) = test_genesis("ckpt-sync-resume", d[0].path());
+    let genesis_file = d[2].path().join("genesis.json");
+    std::fs::write(&genesis_file, text).unwrap();
+    let restoring = d[2].path().join("node");
+    let a = node(d[0].path(), &genesis, Vec::new(), 2, SyncMode::Full).await;
+    height_at_least(&a, 3).await;
+    let full = checkpoint_now(d[0].path(), &a).await;
+    let half = full.chunks.len() / 2;
+    assert!(half >= 2, "{} chunks", full.chunks.len());
+    // P offers the checkpoint but holds only its first half.
+    seed(
+        d[1].path(),
+        &Checkpoint {
+            manifest: full.manifest.clone(),
+            chunks: full.chunks[..half].to_vec(),
+        },
+    );
+    let p = node(
+        d[1].path(),
+        &genesis,
+        vec![a.peer_addr().unwrap()],
+        2,
+        SyncMode::Full,
+    )
+    .await;
+    height_at_least(&p, full.manifest.height).await;
+
+    // Restoring from P alone gets the first half, then waits for the rest.
+    let mut child = spawn_restoring(&restoring, &genesis_file, &[p.peer_addr().unwrap()]);
+    let served = &p.metrics().checkpoint_served;
+    eventually("the restore asked again after P ran out of chunks", || {
+        served.lists.load(Ordering::Relaxed) >= 2
+    })
+    .await;
+    kill(&mut child);
+    let served_by_p = served.chunks.load(Ordering::Relaxed);
+    assert!(served_by_p >= half as u64);
+
+    // Restarted with A too: only the missing half is fetched.
+    let mut child = spawn_restoring(
+        &restoring,
+        &genesis_file,
+        &[a.peer_addr().unwrap(), p.peer_addr().unwrap()],
+    );
+    let mut status = serde_json::Value::Null;
+    eventually("the restarted node restored and runs", || {
+        if let Ok(s) = admin_status(&restoring) {
+            status = s;
+        }
+        status["checkpoint_restore"]["done"] == true
+    })
+    .await;
+    let restore = &status["checkpoint_restore"];
+    assert_eq!(restore["chunks_resumed"], half as u64, "{restore}");
+    assert_eq!(
+        restore["chunks_fetched"],
+        (full.chunks.len() - half) as u64,
+        "{restore}"
+    );
+    assert_eq!(
+        served.chunks.load(Ordering::Relaxed),
+        served_by_p,
+        "P was asked again for chunks the restarted node had verified"
+    );
+    assert!(
+        a.metrics().checkpoint_served.chunks.load(Ordering::Relaxed)
+            >= (full.chunks.len() - half) as u64
+    );
+    let past = full.manifest.height + 2;
+    eventually("the restored node follows the chain", || {
+        admin_status(&restoring).is_ok_and(|s| s["height"].as_u64().is_some_and(|h| h >= past))
+    })
+    .await;
+    kill(&mut child);
+    p.shutdown().await;
+    a.shutdown().await;
+}
+
+/// The `/status` of the node in `dir`, read on a helper thread (the polling closure is sync).
+fn admin_status(dir: &Path) -> Result<serde_json::Value, String> {
+    let dir = dir.to_path_buf();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| e.to_string())?;
+        rt.block_on(modnode::admin::client::status(&dir))
+            .map_err(|e| e.to_string())
+    })
+    .join()
+    .map_err(|_| "status thread panicked".to_string())?
+}
+
+#[test]
+fn checkpoint_answers_are_bounded_and_unknown_ids_are_not_found() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let store = CheckpointStore::open(dir.path()).unwrap();
+    let module = super::checkpoint::module("checkpoint-v2");
+    let state = std::sync::Arc::new(modnode::checkpoint::synthetic_state(64, 1).unwrap());
+    let mut ids = Vec::new();
+    for height in 1..=10u64 {
+        let at = modnode::checkpoint::BlockRef {
+            height,
+            hash: [height as u8; 32],
+        };
+        let options = modnode::checkpoint::CreateOptions {
+            target_chunk_bytes: 1,
+            threads: 1,
+            background: false,
+        };
+        let cp = modnode::checkpoint::create(&module, state.clone(), at, options).unwrap();
+        ids.push(cp.manifest.id());
+        store.put(&cp, 10).unwrap();
+    }
+    let counters = ServeCounters::default();
+    let server = CheckpointServer::new(store.clone(), 8 << 20);
+    let listed = server.list(&counters).unwrap();
+    assert_eq!(listed.len(), modnode::net::rpc::MAX_CHECKPOINTS_PER_ANSWER);
+    let newest =
+        Manifest::decode(&listed[0], &modnode::checkpoint::ManifestLimits::default()).unwrap();
+    assert_eq!(newest.height, 10, "newest first");
+
+    // A chunk that is there, one past the end, one of an unknown checkpoint.
+    let id = ids[9];
+    assert!(server.chunk(&id, 0, &counters).unwrap().is_some());
+    assert_eq!(server.chunk(&id, 1_000, &counters).unwrap(), None);
+    assert_eq!(server.chunk(&[0xab; 32], 0, &counters).unwrap(), None);
+    assert_eq!(counters.chunks.load(Ordering::Relaxed), 1);
+    assert_eq!(counters.not_found.load(Ordering::Relaxed), 2);
+
+    // Nothing larger than one answer: a tiny frame limit serves neither manifests nor chunks.
+    let tiny = CheckpointServer::new(store, 64);
+    assert!(tiny.list(&counters).unwrap().is_empty());
+    assert_eq!(tiny.chunk(&id, 0, &counters).unwrap(), None);
+}
