@@ -14,6 +14,8 @@
 //! A malformed message on any stream bans the peer ([`PeerManager::handle_violation`]) and
 //! closes its connection with [`CLOSE_PROTOCOL_VIOLATION`]; the node carries on.
 
+mod connections;
+mod gossip_blocks;
 mod module_fetch;
 mod rpc_server;
 mod sync_driver;
@@ -25,9 +27,8 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use modnode_gossip::MessageId;
-use modnode_gossip::policy::MessageKind;
 use modnode_peers::{
-    Action, Direction, DisconnectReason, PeerAddr, PeerManager, PeerState, RangeSync,
+    Action, Direction, DisconnectReason, NodeId, PeerAddr, PeerManager, PeerState, RangeSync,
     Request as SyncRequest, Violation,
 };
 use tokio::sync::{mpsc, oneshot, watch};
@@ -36,14 +37,13 @@ use tokio::time::Instant;
 use super::chain_worker::{CLOCK_SKEW_MS, ChainHandle, WorkerError, unix_ms};
 use super::metrics::{Metrics, bump};
 use super::upgrades::UpgradeAgent;
-use super::verdict::{self, Fault, RequestError};
+use super::verdict::{self, RequestError};
 use crate::chain::Added;
 use crate::chain::block::Block;
 use crate::chain::genesis::Genesis;
-use crate::net::endpoint::{self, CLOSE_PROTOCOL_VIOLATION, NetError, TransportLimits};
+use crate::net::endpoint::{CLOSE_PROTOCOL_VIOLATION, NetError, TransportLimits};
 use crate::net::gossip::{GossipEvent, GossipHandle};
-use crate::net::handshake::{self, HandshakeError, Hello, PROTOCOL_VERSION, Role};
-use crate::net::identity::NodeId;
+use crate::net::handshake::{HandshakeError, Hello, PROTOCOL_VERSION};
 use crate::net::rpc::{ChainStatus, Request, Response};
 use crate::store::BanList;
 
@@ -57,15 +57,13 @@ const CLOSE_REFUSED: u32 = 3;
 /// How long a peer may take to answer one request.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
-type PeerKey = [u8; 32];
-
 /// A range answer as range sync takes it: `(height, hash, encoded block)`.
 type SyncedBlocks = Vec<(u64, [u8; 32], Vec<u8>)>;
 
 /// What spawned tasks report to the loop.
 enum Event {
     Dialed {
-        node: PeerKey,
+        node: NodeId,
         result: Result<(quinn::Connection, Hello), DialError>,
     },
     /// The transport handshake of an incoming connection ended (either way).
@@ -73,33 +71,33 @@ enum Event {
         addr: SocketAddr,
     },
     Inbound {
-        node: PeerKey,
+        node: NodeId,
         addr: SocketAddr,
         conn: quinn::Connection,
     },
     InboundHandshake {
-        node: PeerKey,
+        node: NodeId,
         conn: quinn::Connection,
         result: Result<Hello, HandshakeError>,
     },
     Closed {
-        node: PeerKey,
+        node: NodeId,
         stable_id: usize,
     },
     Violation {
-        node: PeerKey,
+        node: NodeId,
         reason: String,
     },
     PeersQuery {
-        from: PeerKey,
+        from: NodeId,
         reply: oneshot::Sender<Vec<PeerAddr>>,
     },
     PeersAnswer {
-        node: PeerKey,
+        node: NodeId,
         result: Result<Vec<PeerAddr>, RequestError>,
     },
     StatusAnswer {
-        node: PeerKey,
+        node: NodeId,
         status: ChainStatus,
     },
     BlocksAnswer {
@@ -108,12 +106,12 @@ enum Event {
     },
     SyncImported {
         height: u64,
-        peer: PeerKey,
+        peer: NodeId,
         result: Result<[u8; 32], SyncImportError>,
     },
     GossipBlock {
         id: MessageId,
-        from: PeerKey,
+        from: NodeId,
         block: Box<Block>,
         result: Result<Added, WorkerError>,
     },
@@ -143,7 +141,7 @@ pub(super) struct NetworkParts {
     pub metrics: Arc<Metrics>,
     pub status_interval: Duration,
     /// Known peers to try before producing.
-    pub bootstrap: Vec<PeerKey>,
+    pub bootstrap: Vec<NodeId>,
     /// Longest wait for them.
     pub startup_wait: Duration,
     pub bans: BanList,
@@ -162,7 +160,7 @@ pub(super) struct Network {
     gossip: GossipHandle,
     chain: ChainHandle,
     metrics: Arc<Metrics>,
-    conns: HashMap<PeerKey, Conn>,
+    conns: HashMap<NodeId, Conn>,
     events: mpsc::Sender<Event>,
     start: Instant,
     importing: bool,
@@ -172,7 +170,7 @@ pub(super) struct Network {
     /// When range sync last imported a block: being behind is a fact only while sync makes
     /// progress, never on a peer's word alone.
     last_sync_import: Option<Instant>,
-    bootstrap: Vec<PeerKey>,
+    bootstrap: Vec<NodeId>,
     startup_deadline: Instant,
     upgrades: Arc<UpgradeAgent>,
 }
@@ -183,7 +181,7 @@ pub(super) struct Network {
 /// wait (backpressure), never the network task itself, which only receives.
 const EVENT_CAPACITY: usize = 1024;
 
-fn short(node: &PeerKey) -> String {
+fn short(node: &NodeId) -> String {
     hex::encode(node.get(..4).unwrap_or_default())
 }
 
@@ -395,229 +393,45 @@ impl Network {
         }
     }
 
-    fn spawn_dial(&self, node: PeerKey, addr: SocketAddr) {
-        let endpoint = self.endpoint.clone();
-        let limits = self.limits.clone();
-        let hello = self.hello();
-        let events = self.events.clone();
-        let timeout = self.limits.handshake_timeout;
-        tokio::spawn(async move {
-            let expected = NodeId::from_bytes(node);
-            let result = match endpoint::connect(&endpoint, addr, Some(expected), &limits).await {
-                Err(e) => Err(DialError::Net(e)),
-                Ok((conn, id)) => {
-                    match handshake::exchange(&conn, id, &hello, Role::Dialer, timeout).await {
-                        Ok(theirs) => Ok((conn, theirs)),
-                        Err(e) => Err(DialError::Handshake(e)),
-                    }
-                }
-            };
-            let _ = events.send(Event::Dialed { node, result }).await;
-        });
-    }
-
-    fn on_incoming(&mut self, incoming: quinn::Incoming) {
-        let addr = incoming.remote_address();
-        // Handshakes in progress count against the per-IP and per-subnet limits.
-        if let Err(e) = self.peers.handle_incoming(addr) {
-            tracing::info!(%addr, error = %e, "refused incoming connection");
-            incoming.refuse();
-            return;
-        }
-        let limits = self.limits.clone();
-        let open = self.conns.len();
-        let events = self.events.clone();
-        tokio::spawn(async move {
-            let accepted = endpoint::accept(incoming, &limits, open).await;
-            let _ = events.send(Event::IncomingDone { addr }).await;
-            match accepted {
-                Ok((conn, id)) => {
-                    let _ = events
-                        .send(Event::Inbound {
-                            node: *id.as_bytes(),
-                            addr,
-                            conn,
-                        })
-                        .await;
-                }
-                Err(e) => tracing::info!(%addr, error = %e, "refused incoming connection"),
-            }
-        });
-    }
-
     fn on_event(&mut self, event: Event) {
-        let now = self.now();
         match event {
             Event::IncomingDone { addr } => self.peers.handle_incoming_done(addr),
-            Event::Dialed { node, result } => match result {
-                Ok((conn, hello)) => {
-                    let accepted = self
-                        .peers
-                        .handle_outbound_connected(node, now)
-                        .and_then(|()| self.peers.handle_handshake_completed(node, now));
-                    match accepted {
-                        Ok(()) => self.connected(node, conn, Direction::Outbound, &hello),
-                        Err(e) => {
-                            tracing::debug!(peer = %short(&node), error = %e, "dropping superseded dial");
-                            conn.close(quinn::VarInt::from_u32(CLOSE_REFUSED), b"duplicate");
-                        }
-                    }
-                }
-                Err(DialError::Handshake(e)) => {
-                    self.handshake_failed(node, Direction::Outbound, &e)
-                }
-                Err(DialError::Net(e)) => {
-                    bump(&self.metrics.dial_failures);
-                    tracing::info!(peer = %short(&node), error = %e, "dial failed");
-                    self.peers
-                        .handle_disconnected(node, Direction::Outbound, now);
-                }
-            },
-            Event::Inbound { node, addr, conn } => {
-                if let Err(e) = self.peers.handle_inbound(node, addr, now) {
-                    tracing::info!(%addr, error = %e, "refused inbound peer");
-                    conn.close(quinn::VarInt::from_u32(CLOSE_REFUSED), b"refused");
-                    return;
-                }
-                if let Some(old) = self.conns.remove(&node) {
-                    // The peer connected again (it restarted): its new, authenticated
-                    // connection supersedes the old one, whose close is then ignored.
-                    tracing::info!(peer = %short(&node), %addr, "peer connected again; closing its old connection");
-                    old.conn
-                        .close(quinn::VarInt::from_u32(CLOSE_REFUSED), b"superseded");
-                    self.sync.handle_peer_disconnected(node);
-                }
-                let hello = self.hello();
-                let events = self.events.clone();
-                let timeout = self.limits.handshake_timeout;
-                tokio::spawn(async move {
-                    let id = NodeId::from_bytes(node);
-                    let result =
-                        handshake::exchange(&conn, id, &hello, Role::Acceptor, timeout).await;
-                    let _ = events
-                        .send(Event::InboundHandshake { node, conn, result })
-                        .await;
-                });
+            Event::Dialed { node, result } => self.on_dialed(node, result),
+            Event::Inbound { node, addr, conn } => self.on_inbound(node, addr, conn),
+            Event::InboundHandshake { node, conn, result } => {
+                self.on_inbound_handshake(node, conn, result)
             }
-            Event::InboundHandshake { node, conn, result } => match result {
-                Ok(hello) => match self.peers.handle_handshake_completed(node, now) {
-                    Ok(()) => self.connected(node, conn, Direction::Inbound, &hello),
-                    Err(e) => {
-                        tracing::debug!(peer = %short(&node), error = %e, "handshake no longer expected");
-                        conn.close(quinn::VarInt::from_u32(CLOSE_REFUSED), b"refused");
-                    }
-                },
-                Err(e) => self.handshake_failed(node, Direction::Inbound, &e),
-            },
-            Event::Closed { node, stable_id } => {
-                let ours = self
-                    .conns
-                    .get(&node)
-                    .is_some_and(|c| c.conn.stable_id() == stable_id);
-                if ours && let Some(conn) = self.conns.remove(&node) {
-                    tracing::info!(peer = %short(&node), reason = ?conn.conn.close_reason(), "peer disconnected");
-                    self.peers.handle_disconnected(node, conn.direction, now);
-                    self.sync.handle_peer_disconnected(node);
-                    self.upgrades.peer_gone(&node);
-                }
-            }
+            Event::Closed { node, stable_id } => self.on_closed(node, stable_id),
             Event::Violation { node, reason } => self.violation(node, reason),
             Event::PeersQuery { from, reply } => {
+                let now = self.now();
                 let _ = reply.send(
                     self.peers
                         .handle_peers_request(from, now)
                         .unwrap_or_default(),
                 );
             }
-            Event::PeersAnswer { node, result } => match result {
-                Ok(list) => match self.peers.handle_peers_response(node, list, now) {
-                    Ok(report) => tracing::debug!(peer = %short(&node), ?report, "peer exchange"),
-                    Err(e) => {
-                        tracing::debug!(peer = %short(&node), error = %e, "peer list ignored")
-                    }
-                },
-                Err(e) => tracing::debug!(peer = %short(&node), error = %e, "peer exchange failed"),
-            },
+            Event::PeersAnswer { node, result } => self.on_peers_answer(node, result),
             Event::StatusAnswer { node, status } => {
                 if self.conns.contains_key(&node) {
+                    let now = self.now();
                     self.upgrades.peer_ready(node, status.ready_modules.clone());
                     self.sync
                         .handle_peer_status(node, status.head_height, status.head_hash, now);
                 }
             }
-            Event::BlocksAnswer { request, result } => {
-                let outcome = match result {
-                    Ok(blocks) => self.sync.handle_blocks(request.peer, request.id, blocks),
-                    Err(e) => {
-                        tracing::debug!(peer = %short(&request.peer), error = %e, "block request failed");
-                        let outcome = self.sync.handle_request_failed(request.peer, request.id);
-                        if e.fault() == Fault::Peer {
-                            self.violation(request.peer, format!("block range answer: {e}"));
-                        }
-                        outcome
-                    }
-                };
-                if let Err(e) = outcome {
-                    tracing::debug!(error = %e, "late block answer dropped");
-                }
-            }
+            Event::BlocksAnswer { request, result } => self.on_blocks_answer(request, result),
             Event::SyncImported {
                 height,
                 peer,
                 result,
-            } => {
-                self.importing = false;
-                match result {
-                    Ok(hash) => {
-                        bump(&self.metrics.blocks_synced);
-                        self.last_sync_import = Some(Instant::now());
-                        self.sync.handle_imported(height, hash);
-                    }
-                    Err(SyncImportError::Fork(block)) => self.resolve_fork(*block, peer),
-                    Err(e) => {
-                        bump(&self.metrics.blocks_rejected);
-                        if e.fault() == Fault::Peer {
-                            tracing::warn!(peer = %short(&peer), height, error = %e, "synced block invalid");
-                            self.sync.handle_import_failed(height, peer);
-                        } else {
-                            // Our failure or a transient one: the peer is not to blame.
-                            tracing::info!(peer = %short(&peer), height, error = %e, "synced block not taken");
-                            self.sync.handle_import_aborted(height, peer);
-                        }
-                    }
-                }
-            }
+            } => self.on_sync_imported(height, peer, result),
             Event::GossipBlock {
                 id,
                 from,
                 block,
                 result,
-            } => {
-                let height = block.header.height;
-                let verdict = verdict::gossip_block(height, &result);
-                match &result {
-                    Ok(Added::Extended(_) | Added::Reorganised { .. }) => {
-                        bump(&self.metrics.blocks_gossip_imported)
-                    }
-                    Ok(_) => {}
-                    Err(e) => {
-                        if !verdict.behind_sender {
-                            bump(&self.metrics.blocks_rejected);
-                        }
-                        tracing::info!(peer = %short(&from), height, error = %e, "gossiped block not taken");
-                    }
-                }
-                if verdict.behind_sender {
-                    // Seal and body checked: the sender holds a real block at this height, so
-                    // range sync can fetch the gap from it.
-                    self.sync
-                        .handle_peer_status(from, height, block.hash(), now);
-                }
-                if let Some(reason) = verdict.penalty {
-                    self.violation(from, reason);
-                }
-                self.verdict(id, verdict.relay);
-            }
+            } => self.on_gossip_block_added(id, from, &block, &result),
         }
     }
 
@@ -627,69 +441,7 @@ impl Network {
         }
     }
 
-    fn handshake_failed(&mut self, node: PeerKey, direction: Direction, error: &HandshakeError) {
-        let now = self.now();
-        if direction == Direction::Outbound {
-            bump(&self.metrics.dial_failures);
-        }
-        match error {
-            HandshakeError::WrongChain(_) | HandshakeError::Version { .. } => {
-                bump(&self.metrics.wrong_chain_refusals);
-                tracing::warn!(peer = %short(&node), %error, "peer refused");
-                self.peers
-                    .handle_violation(node, Violation::WrongChain, now);
-            }
-            HandshakeError::Malformed { reason, .. } => {
-                bump(&self.metrics.peer_violations);
-                self.peers
-                    .handle_violation(node, Violation::Malformed(reason.clone()), now);
-            }
-            HandshakeError::Timeout { .. } | HandshakeError::Connection { .. } => {
-                tracing::info!(peer = %short(&node), %error, "handshake failed");
-                self.peers.handle_disconnected(node, direction, now);
-            }
-        }
-    }
-
-    fn connected(
-        &mut self,
-        node: PeerKey,
-        conn: quinn::Connection,
-        direction: Direction,
-        hello: &Hello,
-    ) {
-        bump(&self.metrics.handshakes_completed);
-        tracing::info!(peer = %short(&node), addr = %conn.remote_address(), ?direction, height = hello.head_height, "peer connected");
-        let id = NodeId::from_bytes(node);
-        if self.gossip.add_peer(id, conn.clone()).is_err() {
-            tracing::warn!("gossip driver stopped; peer not added to gossip");
-        }
-        let now = self.now();
-        self.sync
-            .handle_peer_status(node, hello.head_height, hello.head_hash, now);
-        let events = self.events.clone();
-        let watched = conn.clone();
-        tokio::spawn(async move {
-            watched.closed().await;
-            let _ = events
-                .send(Event::Closed {
-                    node,
-                    stable_id: watched.stable_id(),
-                })
-                .await;
-        });
-        tokio::spawn(serve(
-            node,
-            conn.clone(),
-            self.chain.clone(),
-            self.upgrades.clone(),
-            self.events.clone(),
-            self.limits.max_message_bytes,
-        ));
-        self.conns.insert(node, Conn { conn, direction });
-    }
-
-    fn violation(&mut self, node: PeerKey, reason: String) {
+    fn violation(&mut self, node: NodeId, reason: String) {
         let now = self.now();
         tracing::warn!(peer = %short(&node), %reason, "protocol violation: disconnecting and banning peer");
         bump(&self.metrics.peer_violations);
@@ -701,62 +453,5 @@ impl Network {
         }
         self.peers
             .handle_violation(node, Violation::Malformed(reason), now);
-    }
-
-    fn on_gossip(&mut self, event: GossipEvent) {
-        match event {
-            GossipEvent::Violation { peer, reason } => self.violation(*peer.as_bytes(), reason),
-            GossipEvent::Delivered {
-                id,
-                kind,
-                payload,
-                from,
-            } => {
-                let from = *from.as_bytes();
-                if let Err(reason) = verdict::gossip_kind(kind) {
-                    self.verdict(id, false);
-                    self.violation(from, reason);
-                    return;
-                }
-                match kind {
-                    MessageKind::Block => self.on_gossip_block(id, from, &payload),
-                    // Refused by `gossip_kind` above.
-                    MessageKind::Deposit | MessageKind::Consensus | MessageKind::PeerExchange => {}
-                }
-            }
-        }
-    }
-
-    fn on_gossip_block(&mut self, id: MessageId, from: PeerKey, payload: &[u8]) {
-        let block = match Block::decode(payload, self.genesis.max_deposits_per_block) {
-            Ok(block) => block,
-            Err(e) => {
-                bump(&self.metrics.blocks_rejected);
-                self.verdict(id, false);
-                self.violation(from, format!("relayed an undecodable block: {e}"));
-                return;
-            }
-        };
-        let current = self.genesis.slot_at(unix_ms().saturating_add(500));
-        if block.header.slot > current {
-            // Possibly our clock is behind: not relayed, not punished.
-            bump(&self.metrics.blocks_rejected);
-            self.verdict(id, false);
-            tracing::info!(peer = %short(&from), slot = block.header.slot, current, "block from a future slot dropped");
-            return;
-        }
-        let chain = self.chain.clone();
-        let events = self.events.clone();
-        tokio::spawn(async move {
-            let result = chain.add_block(block.clone()).await;
-            let _ = events
-                .send(Event::GossipBlock {
-                    id,
-                    from,
-                    block: Box::new(block),
-                    result,
-                })
-                .await;
-        });
     }
 }

@@ -11,6 +11,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
+use modnode_peers::NodeId;
 use sha2::{Digest, Sha256};
 
 use crate::chain::{DepositEngine, DepositModules};
@@ -68,12 +69,12 @@ pub struct UpgradeAgent {
     modules: Arc<Modules>,
     service: Arc<ModuleService>,
     embedded: HashMap<Hash, &'static [u8]>,
-    authorities: Vec<Hash>,
-    me: Hash,
+    authorities: Vec<NodeId>,
+    me: NodeId,
     /// The schedule after the head.
     schedule: Mutex<Schedule>,
     /// What each connected peer last reported ready.
-    peers: Mutex<HashMap<Hash, Vec<Hash>>>,
+    peers: Mutex<HashMap<NodeId, Vec<Hash>>>,
     fetching: AtomicBool,
     serving: AtomicBool,
     /// Modules the chain asked for and did not get (warned about once each).
@@ -96,8 +97,8 @@ impl UpgradeAgent {
     pub fn new(
         modules: Arc<Modules>,
         service: Arc<ModuleService>,
-        authorities: Vec<Hash>,
-        me: Hash,
+        authorities: Vec<NodeId>,
+        me: NodeId,
     ) -> Self {
         let embedded = crate::artifacts::EMBEDDED
             .iter()
@@ -256,12 +257,12 @@ impl UpgradeAgent {
     }
 
     /// `peer` reported these modules ready.
-    pub fn peer_ready(&self, peer: Hash, ready: Vec<Hash>) {
+    pub fn peer_ready(&self, peer: NodeId, ready: Vec<Hash>) {
         lock(&self.peers).insert(peer, ready);
     }
 
     /// `peer` disconnected.
-    pub fn peer_gone(&self, peer: &Hash) {
+    pub fn peer_gone(&self, peer: &NodeId) {
         lock(&self.peers).remove(peer);
     }
 
@@ -275,7 +276,7 @@ impl UpgradeAgent {
             .filter(|e| e.height > head_height)
             .map(|e| {
                 let ready_here = self.is_ready(&e.module);
-                let ready_peers: Vec<&Hash> = peers
+                let ready_peers: Vec<&NodeId> = peers
                     .iter()
                     .filter(|(_, r)| r.contains(&e.module))
                     .map(|(p, _)| p)

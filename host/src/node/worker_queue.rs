@@ -47,7 +47,7 @@ impl Default for QueueLimits {
 }
 
 /// Who asked for a serve job: a peer (limited per peer) or the node itself.
-pub type Requester = Option<[u8; 32]>;
+pub type Requester = Option<modnode_peers::NodeId>;
 
 /// A bounded priority queue of worker jobs. See the [module docs](self).
 #[derive(Debug)]
@@ -56,7 +56,7 @@ pub struct WorkerQueue<T> {
     produce: VecDeque<T>,
     import: VecDeque<T>,
     serve: VecDeque<(Requester, T)>,
-    serve_per_peer: HashMap<[u8; 32], usize>,
+    serve_per_peer: HashMap<modnode_peers::NodeId, usize>,
 }
 
 impl<T> WorkerQueue<T> {

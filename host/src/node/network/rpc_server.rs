@@ -4,7 +4,7 @@
 
 use tokio::sync::{mpsc, oneshot};
 
-use super::{Event, PeerKey, REQUEST_TIMEOUT, short};
+use super::{Event, NodeId, REQUEST_TIMEOUT, short};
 use crate::net::codec;
 use crate::net::rpc::{self, ChainStatus, Request, Response};
 use crate::node::chain_worker::ChainHandle;
@@ -13,7 +13,7 @@ use crate::node::upgrades::UpgradeAgent;
 /// Answers the requests `node` sends on `conn` until it closes; a malformed request is
 /// reported as a violation.
 pub(super) async fn serve(
-    node: PeerKey,
+    node: NodeId,
     conn: quinn::Connection,
     chain: ChainHandle,
     upgrades: std::sync::Arc<UpgradeAgent>,
@@ -51,7 +51,7 @@ pub(super) async fn serve(
 
 /// `Err(Some(reason))` is a protocol violation, `Err(None)` a broken stream.
 async fn serve_one(
-    node: PeerKey,
+    node: NodeId,
     mut send: quinn::SendStream,
     mut recv: quinn::RecvStream,
     chain: &ChainHandle,

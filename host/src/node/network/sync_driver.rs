@@ -1,14 +1,16 @@
 //! The sync driver: range sync's requests and imports, and fetching a peer's branch for fork
 //! choice, carried out for [`Network`] over QUIC.
 
-use super::{Event, Network, PeerKey, REQUEST_TIMEOUT, SyncedBlocks, short};
+use super::{Event, Network, NodeId, REQUEST_TIMEOUT, SyncedBlocks, short};
 use crate::chain::ForkChoiceError;
 use crate::chain::block::Block;
 use crate::net::codec;
 use crate::net::rpc::{self, MAX_BLOCKS_PER_REQUEST, Request, Response};
 use crate::node::chain_worker::{ChainHandle, WorkerError};
+use crate::node::metrics::bump;
 use crate::node::verdict::{Fault, RequestError};
 use modnode_peers::Request as SyncRequest;
+use tokio::time::Instant;
 
 /// Why a block from range sync was not imported.
 pub(super) enum SyncImportError {
@@ -45,7 +47,59 @@ impl std::fmt::Display for SyncImportError {
 }
 
 impl Network {
-    pub(super) fn import_synced(&mut self, height: u64, bytes: &[u8], peer: PeerKey) {
+    /// A peer's answer (or failure) for a block range.
+    pub(super) fn on_blocks_answer(
+        &mut self,
+        request: SyncRequest,
+        result: Result<SyncedBlocks, RequestError>,
+    ) {
+        let outcome = match result {
+            Ok(blocks) => self.sync.handle_blocks(request.peer, request.id, blocks),
+            Err(e) => {
+                tracing::debug!(peer = %short(&request.peer), error = %e, "block request failed");
+                let outcome = self.sync.handle_request_failed(request.peer, request.id);
+                if e.fault() == Fault::Peer {
+                    self.violation(request.peer, format!("block range answer: {e}"));
+                }
+                outcome
+            }
+        };
+        if let Err(e) = outcome {
+            tracing::debug!(error = %e, "late block answer dropped");
+        }
+    }
+
+    /// The chain worker's answer for a block from range sync; only the peer's faults count
+    /// against it.
+    pub(super) fn on_sync_imported(
+        &mut self,
+        height: u64,
+        peer: NodeId,
+        result: Result<[u8; 32], SyncImportError>,
+    ) {
+        self.importing = false;
+        match result {
+            Ok(hash) => {
+                bump(&self.metrics.blocks_synced);
+                self.last_sync_import = Some(Instant::now());
+                self.sync.handle_imported(height, hash);
+            }
+            Err(SyncImportError::Fork(block)) => self.resolve_fork(*block, peer),
+            Err(e) => {
+                bump(&self.metrics.blocks_rejected);
+                if e.fault() == Fault::Peer {
+                    tracing::warn!(peer = %short(&peer), height, error = %e, "synced block invalid");
+                    self.sync.handle_import_failed(height, peer);
+                } else {
+                    // Our failure or a transient one: the peer is not to blame.
+                    tracing::info!(peer = %short(&peer), height, error = %e, "synced block not taken");
+                    self.sync.handle_import_aborted(height, peer);
+                }
+            }
+        }
+    }
+
+    pub(super) fn import_synced(&mut self, height: u64, bytes: &[u8], peer: NodeId) {
         let block = match Block::decode(bytes, self.genesis.max_deposits_per_block) {
             Ok(block) => block,
             Err(e) => {
@@ -79,7 +133,7 @@ impl Network {
     /// A synced block's parent is unknown: `peer` is on another branch. Fetch the branch back
     /// to [`MAX_BLOCKS_PER_REQUEST`] blocks (never below the finalized height), hand it to fork
     /// choice oldest first, then the block itself. Fork choice decides whether the branch wins.
-    pub(super) fn resolve_fork(&mut self, block: Block, peer: PeerKey) {
+    pub(super) fn resolve_fork(&mut self, block: Block, peer: NodeId) {
         let height = block.header.height;
         let Some(conn) = self.conns.get(&peer).map(|c| c.conn.clone()) else {
             self.sync.handle_import_failed(height, peer);
@@ -103,7 +157,7 @@ impl Network {
         });
     }
 
-    pub(super) fn spawn_status_request(&self, node: PeerKey, conn: quinn::Connection) {
+    pub(super) fn spawn_status_request(&self, node: NodeId, conn: quinn::Connection) {
         let events = self.events.clone();
         let max = self.limits.max_message_bytes;
         tokio::spawn(async move {

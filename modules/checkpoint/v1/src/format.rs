@@ -1,126 +1,58 @@
-//! The `MNCK/1` chunk encoding and the fixed-size planner, free of bindings so they test natively.
+//! The `MNCK/1` chunk encoding, free of bindings so it tests natively.
+//!
+//! Layout (integers little-endian): the common header (`checkpoint_common::wire`), then
+//! `leaves (end - start) × leaf-size bytes | proof-len u32 | proof`.
 
-const MAGIC: &[u8; 4] = b"MNCK";
+use checkpoint_common::wire::{Decoded, Header, Reader, write_with_len};
 
-/// A decoded chunk.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Decoded {
-    /// Format version.
-    pub version: u32,
-    /// First leaf.
-    pub start: u64,
-    /// One past the last leaf.
-    pub end: u64,
-    /// Bytes of each leaf.
-    pub leaf_size: u32,
-    /// Leaves in order.
-    pub leaves: Vec<Vec<u8>>,
-    /// Range proof bytes.
-    pub proof: Vec<u8>,
-}
-
-/// Splits `[0, leaf_count)` into ranges of `per_chunk` leaves (the last may be shorter).
-pub fn plan(leaf_count: u64, per_chunk: u64) -> Vec<(u64, u64)> {
-    let per_chunk = per_chunk.max(1);
-    let mut ranges = Vec::new();
-    let mut start = 0u64;
-    while start < leaf_count {
-        let end = start.saturating_add(per_chunk).min(leaf_count);
-        ranges.push((start, end));
-        start = end;
-    }
-    ranges
-}
-
-/// Encodes a chunk; every leaf must be `leaf_size` bytes and there must be `end - start` leaves.
-pub fn encode(
-    version: u32,
-    start: u64,
-    end: u64,
-    leaf_size: u32,
-    leaves: &[Vec<u8>],
-    proof: &[u8],
-) -> Result<Vec<u8>, String> {
-    let expected = end.checked_sub(start).ok_or("range end before start")?;
+/// Encodes a chunk; there must be `end - start` leaves of `leaf_size` bytes each.
+pub fn encode(header: &Header, leaves: &[Vec<u8>], proof: &[u8]) -> Result<Vec<u8>, String> {
+    let expected = header.count()?;
     if u64::try_from(leaves.len()).ok() != Some(expected) {
         return Err(format!("{} leaves for a range of {expected}", leaves.len()));
     }
-    let proof_len = u32::try_from(proof.len()).map_err(|_| "proof longer than 4 GiB")?;
     let mut out = Vec::new();
-    out.extend_from_slice(MAGIC);
-    out.extend_from_slice(&version.to_le_bytes());
-    out.extend_from_slice(&start.to_le_bytes());
-    out.extend_from_slice(&end.to_le_bytes());
-    out.extend_from_slice(&leaf_size.to_le_bytes());
+    header.write(&mut out);
     for (i, leaf) in leaves.iter().enumerate() {
-        if u32::try_from(leaf.len()).ok() != Some(leaf_size) {
+        if u32::try_from(leaf.len()).ok() != Some(header.leaf_size) {
             return Err(format!(
-                "leaf {i} is {} bytes, expected {leaf_size}",
-                leaf.len()
+                "leaf {i} is {} bytes, expected {}",
+                leaf.len(),
+                header.leaf_size
             ));
         }
         out.extend_from_slice(leaf);
     }
-    out.extend_from_slice(&proof_len.to_le_bytes());
-    out.extend_from_slice(proof);
+    write_with_len(&mut out, proof, "proof")?;
     Ok(out)
 }
 
-struct Reader<'a> {
-    bytes: &'a [u8],
-}
-
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize, what: &str) -> Result<&'a [u8], String> {
-        if self.bytes.len() < n {
-            return Err(format!("chunk truncated in {what}"));
-        }
-        let (head, rest) = self.bytes.split_at(n);
-        self.bytes = rest;
-        Ok(head)
-    }
-
-    fn array<const N: usize>(&mut self, what: &str) -> Result<[u8; N], String> {
-        self.take(N, what)?
-            .try_into()
-            .map_err(|_| format!("chunk truncated in {what}"))
-    }
-}
-
-/// Decodes a chunk, checking every length.
+/// Decodes a chunk, checking every length before allocating.
 pub fn decode(bytes: &[u8]) -> Result<Decoded, String> {
-    let mut r = Reader { bytes };
-    if r.take(4, "magic")? != MAGIC {
-        return Err("not a modnode checkpoint chunk (bad magic)".into());
-    }
-    let version = u32::from_le_bytes(r.array("version")?);
-    let start = u64::from_le_bytes(r.array("start")?);
-    let end = u64::from_le_bytes(r.array("end")?);
-    let leaf_size_field = u32::from_le_bytes(r.array("leaf size")?);
-    let count = end.checked_sub(start).ok_or("range end before start")?;
-    let leaf_size = usize::try_from(leaf_size_field).map_err(|_| "leaf size too large")?;
-    let count = usize::try_from(count).map_err(|_| "too many leaves")?;
-    let total = count.checked_mul(leaf_size).ok_or("leaf bytes overflow")?;
-    if total > r.bytes.len() {
+    let mut r = Reader::new(bytes);
+    let header = Header::read(&mut r)?;
+    let total = usize::try_from(header.leaf_bytes()?).map_err(|_| "too many leaves")?;
+    if total > r.remaining() {
         return Err(format!(
-            "chunk truncated: {count} leaves of {leaf_size} bytes announced"
+            "chunk truncated: {} leaves of {} bytes announced",
+            header.count()?,
+            header.leaf_size
         ));
     }
+    // Leaf by leaf, then joined, exactly as the released version 1 decodes: a refactor keeps
+    // its costs, so upgrade-check comparisons against v1 keep meaning what they meant.
+    let count = usize::try_from(header.count()?).map_err(|_| "too many leaves")?;
+    let leaf_size = usize::try_from(header.leaf_size).map_err(|_| "leaf size too large")?;
     let mut leaves = Vec::with_capacity(count);
     for _ in 0..count {
         leaves.push(r.take(leaf_size, "leaves")?.to_vec());
     }
-    let proof_len = u32::from_le_bytes(r.array("proof length")?);
-    let proof_len = usize::try_from(proof_len).map_err(|_| "proof too large")?;
+    let leaves = leaves.concat();
+    let proof_len = r.len("proof length")?;
     let proof = r.take(proof_len, "proof")?.to_vec();
-    if !r.bytes.is_empty() {
-        return Err(format!("{} trailing bytes after the proof", r.bytes.len()));
-    }
+    r.finish()?;
     Ok(Decoded {
-        version,
-        start,
-        end,
-        leaf_size: leaf_size_field,
+        header,
         leaves,
         proof,
     })
@@ -138,25 +70,32 @@ mod tests {
     use super::*;
 
     #[test]
-    fn plan_covers_every_leaf_once_in_order() {
-        let ranges = plan(1000, 64);
-        assert_eq!(ranges.first(), Some(&(0, 64)));
-        assert_eq!(ranges.last(), Some(&(960, 1000)));
-        assert!(ranges.windows(2).all(|w| w[0].1 == w[1].0));
-        assert!(plan(0, 64).is_empty());
-    }
-
-    #[test]
     fn encode_decode_roundtrip_and_truncation() {
         let leaves = vec![vec![1u8; 8], vec![2u8; 8]];
-        let bytes = encode(1, 10, 12, 8, &leaves, b"proof").unwrap();
+        let header = Header {
+            version: 1,
+            start: 10,
+            end: 12,
+            leaf_size: 8,
+        };
+        let bytes = encode(&header, &leaves, b"proof").unwrap();
         let decoded = decode(&bytes).unwrap();
-        assert_eq!(decoded.leaves, leaves);
+        assert_eq!(decoded.leaves, leaves.concat());
         assert_eq!(decoded.proof, b"proof");
-        assert_eq!((decoded.start, decoded.end), (10, 12));
+        assert_eq!(decoded.header, header);
         for cut in 0..bytes.len() {
             assert!(decode(&bytes[..cut]).is_err(), "truncated at {cut} decoded");
         }
-        assert!(encode(1, 10, 13, 8, &leaves, b"").is_err());
+        let mut trailing = bytes.clone();
+        trailing.push(0);
+        assert!(decode(&trailing).unwrap_err().contains("trailing"));
+        let wider = Header { end: 13, ..header };
+        assert!(encode(&wider, &leaves, b"").is_err());
+        let short_leaf = vec![vec![1u8; 8], vec![2u8; 7]];
+        assert!(
+            encode(&header, &short_leaf, b"")
+                .unwrap_err()
+                .contains("leaf 1")
+        );
     }
 }

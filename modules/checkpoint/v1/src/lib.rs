@@ -1,8 +1,6 @@
 //! `checkpoint-v1`: splits the state into fixed-size runs of leaves and encodes each run with its
-//! range proof. Deterministic: the same state and parameters give the same bytes.
-//!
-//! Chunk format (all integers little-endian):
-//! `"MNCK" | version u32 | start u64 | end u64 | leaf-size u32 | leaves | proof-len u32 | proof`.
+//! range proof, uncompressed. Deterministic: the same state and parameters give the same bytes.
+//! See [`format`] for the chunk layout; the exported interface is `checkpoint-common`'s.
 #![deny(
     clippy::arithmetic_side_effects,
     clippy::indexing_slicing,
@@ -11,40 +9,24 @@
     clippy::panic
 )]
 
-#[allow(
-    missing_docs,
-    clippy::all,
-    clippy::arithmetic_side_effects,
-    clippy::indexing_slicing
-)]
-mod bindings {
-    wit_bindgen::generate!({
-        path: ["../../../wit/types", "../../../wit/checkpoint"],
-        world: "modnode:checkpoint/checkpoint",
-        generate_all,
-    });
-}
-
 pub mod format;
 
-use bindings::exports::modnode::checkpoint::chunker::Guest;
-use bindings::modnode::checkpoint::state_reader;
-use bindings::modnode::checkpoint::types::{ChunkContents, ChunkError, LeafRange, PlanParams};
-use bindings::modnode::types::types::ModuleInfo;
+use checkpoint_common::wire::Header;
+use checkpoint_common::{ChunkFormat, Decoded, LeafRange, ModuleInfo, state_reader};
 
-/// This algorithm's version, written into every chunk.
-pub const VERSION: u32 = 1;
 /// Chunks never hold fewer leaves than this, whatever the target size.
 pub const MIN_LEAVES_PER_CHUNK: u64 = 64;
 
-/// The exported implementation.
+/// The version-1 chunker.
 pub struct CheckpointV1;
 
-impl Guest for CheckpointV1 {
+impl ChunkFormat for CheckpointV1 {
+    const VERSION: u32 = 1;
+
     fn describe() -> ModuleInfo {
         ModuleInfo {
             kind: "checkpoint".into(),
-            version: VERSION,
+            version: Self::VERSION,
             description: "fixed-size leaf ranges, each with its range proof".into(),
             params: vec![
                 ("format".into(), "MNCK/1".into()),
@@ -56,48 +38,31 @@ impl Guest for CheckpointV1 {
         }
     }
 
-    fn plan(leaf_count: u64, params: PlanParams) -> Vec<LeafRange> {
-        let leaf_size = u64::from(state_reader::leaf_size()).max(1);
-        let per_chunk = params
-            .target_chunk_bytes
-            .checked_div(leaf_size)
+    fn leaves_per_chunk(target_chunk_bytes: u64, leaf_size: u32) -> u64 {
+        target_chunk_bytes
+            .checked_div(u64::from(leaf_size).max(1))
             .unwrap_or(0)
-            .max(MIN_LEAVES_PER_CHUNK);
-        format::plan(leaf_count, per_chunk)
-            .into_iter()
-            .map(|(start, end)| LeafRange { start, end })
-            .collect()
+            .max(MIN_LEAVES_PER_CHUNK)
     }
 
-    fn build_chunk(range: LeafRange) -> Result<Vec<u8>, ChunkError> {
-        let count = state_reader::leaf_count();
-        if range.start >= range.end || range.end > count {
-            return Err(ChunkError::OutOfRange(range));
-        }
-        let leaf_size = state_reader::leaf_size();
+    fn build(range: LeafRange, leaf_size: u32) -> Result<Vec<u8>, String> {
+        // Leaf by leaf, as version 1 always read them.
         let leaves = state_reader::read_leaves(range);
         let proof = state_reader::range_proof(range);
-        format::encode(VERSION, range.start, range.end, leaf_size, &leaves, &proof)
-            .map_err(ChunkError::Malformed)
+        let header = Header {
+            version: Self::VERSION,
+            start: range.start,
+            end: range.end,
+            leaf_size,
+        };
+        format::encode(&header, &leaves, &proof)
     }
 
-    fn open_chunk(chunk: Vec<u8>) -> Result<ChunkContents, ChunkError> {
-        let decoded = format::decode(&chunk).map_err(ChunkError::Malformed)?;
-        if decoded.version != VERSION {
-            return Err(ChunkError::WrongVersion(decoded.version));
-        }
-        Ok(ChunkContents {
-            range: LeafRange {
-                start: decoded.start,
-                end: decoded.end,
-            },
-            leaf_size: decoded.leaf_size,
-            leaves: decoded.leaves.concat(),
-            proof: decoded.proof,
-        })
+    fn decode(chunk: &[u8]) -> Result<Decoded, String> {
+        format::decode(chunk)
     }
 }
 
 // Exported only on wasm: the export names are not valid native symbol names.
 #[cfg(target_arch = "wasm32")]
-bindings::export!(CheckpointV1 with_types_in bindings);
+checkpoint_common::export!(CheckpointV1);

@@ -3,7 +3,8 @@
 //!
 //! Every chunk depends only on its range, so the host builds chunks on several worker threads
 //! (one module instance each) and the output is byte-identical whatever the thread count;
-//! `describe` says so with `parallel-build = yes`. See [`format`] for the chunk layout.
+//! `describe` says so with `parallel-build = yes`. See [`format`] for the chunk layout; the
+//! exported interface is `checkpoint-common`'s.
 #![deny(
     clippy::arithmetic_side_effects,
     clippy::indexing_slicing,
@@ -12,40 +13,24 @@
     clippy::panic
 )]
 
-#[allow(
-    missing_docs,
-    clippy::all,
-    clippy::arithmetic_side_effects,
-    clippy::indexing_slicing
-)]
-mod bindings {
-    wit_bindgen::generate!({
-        path: ["../../../wit/types", "../../../wit/checkpoint"],
-        world: "modnode:checkpoint/checkpoint",
-        generate_all,
-    });
-}
-
 pub mod format;
 
-use bindings::exports::modnode::checkpoint::chunker::Guest;
-use bindings::modnode::checkpoint::state_reader;
-use bindings::modnode::checkpoint::types::{ChunkContents, ChunkError, LeafRange, PlanParams};
-use bindings::modnode::types::types::ModuleInfo;
+use checkpoint_common::wire::Header;
+use checkpoint_common::{ChunkFormat, Decoded, LeafRange, ModuleInfo, state_reader};
 
-/// This algorithm's version, written into every chunk.
-pub const VERSION: u32 = 2;
 /// Chunks never hold fewer leaves than this, whatever the target size.
 pub const MIN_LEAVES_PER_CHUNK: u64 = 16;
 
-/// The exported implementation.
+/// The version-2 chunker.
 pub struct CheckpointV2;
 
-impl Guest for CheckpointV2 {
+impl ChunkFormat for CheckpointV2 {
+    const VERSION: u32 = 2;
+
     fn describe() -> ModuleInfo {
         ModuleInfo {
             kind: "checkpoint".into(),
-            version: VERSION,
+            version: Self::VERSION,
             description: "byte-sized chunks, lz4-compressed leaves, independent chunks".into(),
             params: vec![
                 ("format".into(), "MNCK/2".into()),
@@ -59,47 +44,27 @@ impl Guest for CheckpointV2 {
         }
     }
 
-    fn plan(leaf_count: u64, params: PlanParams) -> Vec<LeafRange> {
-        let per_chunk = format::leaves_per_chunk(
-            params.target_chunk_bytes,
-            state_reader::leaf_size(),
-            MIN_LEAVES_PER_CHUNK,
-        );
-        format::plan(leaf_count, per_chunk)
-            .into_iter()
-            .map(|(start, end)| LeafRange { start, end })
-            .collect()
+    fn leaves_per_chunk(target_chunk_bytes: u64, leaf_size: u32) -> u64 {
+        format::leaves_per_chunk(target_chunk_bytes, leaf_size, MIN_LEAVES_PER_CHUNK)
     }
 
-    fn build_chunk(range: LeafRange) -> Result<Vec<u8>, ChunkError> {
-        let count = state_reader::leaf_count();
-        if range.start >= range.end || range.end > count {
-            return Err(ChunkError::OutOfRange(range));
-        }
-        let leaf_size = state_reader::leaf_size();
+    fn build(range: LeafRange, leaf_size: u32) -> Result<Vec<u8>, String> {
         let leaves = state_reader::read_leaf_bytes(range);
         let proof = state_reader::range_proof(range);
-        format::encode(VERSION, range.start, range.end, leaf_size, &leaves, &proof)
-            .map_err(ChunkError::Malformed)
+        let header = Header {
+            version: Self::VERSION,
+            start: range.start,
+            end: range.end,
+            leaf_size,
+        };
+        format::encode(&header, &leaves, &proof)
     }
 
-    fn open_chunk(chunk: Vec<u8>) -> Result<ChunkContents, ChunkError> {
-        let decoded = format::decode(&chunk).map_err(ChunkError::Malformed)?;
-        if decoded.version != VERSION {
-            return Err(ChunkError::WrongVersion(decoded.version));
-        }
-        Ok(ChunkContents {
-            range: LeafRange {
-                start: decoded.start,
-                end: decoded.end,
-            },
-            leaf_size: decoded.leaf_size,
-            leaves: decoded.leaves,
-            proof: decoded.proof,
-        })
+    fn decode(chunk: &[u8]) -> Result<Decoded, String> {
+        format::decode(chunk)
     }
 }
 
 // Exported only on wasm: the export names are not valid native symbol names.
 #[cfg(target_arch = "wasm32")]
-bindings::export!(CheckpointV2 with_types_in bindings);
+checkpoint_common::export!(CheckpointV2);
