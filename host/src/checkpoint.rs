@@ -35,7 +35,7 @@ pub mod store;
 
 pub use create::{BlockRef, Checkpoint, CreateError, CreateOptions, create};
 pub use fetch::{FetchConfig, FetchError, Fetcher, Penalty, choose};
-pub use leaves::{RegistrySnapshot, StateLeaves, synthetic_state};
+pub use leaves::{StateLeaves, synthetic_state};
 pub use manifest::{ChunkEntry, Manifest, ManifestError, ManifestLimits};
 pub use restore::{
     ChunkOpener, Fault, Progress, RestoreError, RestoredState, Restorer, VerifiedChunk, verify_all,

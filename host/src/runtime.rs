@@ -38,6 +38,7 @@ pub mod limits;
 pub mod module;
 pub mod modules;
 pub mod profile;
+pub mod session;
 pub mod slot;
 pub mod threads;
 

@@ -21,11 +21,12 @@ use modnode::chain::Chain;
 use modnode::chain::genesis::Genesis;
 use modnode::chain::workload;
 use modnode::checkpoint::{
-    BlockRef, CreateOptions, ManifestLimits, RegistrySnapshot, RestoreStore, Restorer, StateLeaves,
-    create, synthetic_state, verify_all,
+    BlockRef, CreateOptions, ManifestLimits, RestoreStore, Restorer, StateLeaves, create,
+    synthetic_state, verify_all,
 };
 use modnode::runtime::checkpoint::{CheckpointModule, StateReader as _};
 use modnode::runtime::{LoadedModule, Runtime, RuntimeConfig};
+use modnode::state::StateSnapshot;
 
 /// One version's numbers.
 #[derive(Debug, Serialize)]
@@ -71,7 +72,7 @@ fn load(runtime: &Runtime, name: &str) -> anyhow::Result<CheckpointModule> {
 }
 
 /// The floor: every leaf read from the snapshot and hashed, on one thread.
-fn read_hash_floor(state: &RegistrySnapshot) -> (f64, [u8; 32]) {
+fn read_hash_floor(state: &StateSnapshot) -> (f64, [u8; 32]) {
     const STEP: u64 = 1 << 16;
     let leaf = state.leaf_size() as usize;
     let start = Instant::now();
@@ -90,7 +91,7 @@ fn read_hash_floor(state: &RegistrySnapshot) -> (f64, [u8; 32]) {
 
 fn measure_version(
     module: &CheckpointModule,
-    state: &Arc<RegistrySnapshot>,
+    state: &Arc<StateSnapshot>,
     threads: usize,
     target_chunk_bytes: u64,
 ) -> anyhow::Result<VersionReport> {
@@ -108,7 +109,7 @@ fn measure_version(
     let create_ms = super::ms_since(start);
 
     let dir = tempfile::tempdir()?;
-    let db = sled::open(dir.path())?;
+    let db = modnode::store::open_sled(&sled::Config::new().path(dir.path()))?;
     let store = RestoreStore::open(&db)?;
     let chunks: Vec<(usize, Vec<u8>)> = checkpoint.chunks.iter().cloned().enumerate().collect();
     let start = Instant::now();

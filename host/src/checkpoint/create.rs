@@ -11,7 +11,9 @@ use sha2::{Digest, Sha256};
 use super::leaves::StateLeaves;
 use super::manifest::{ChunkEntry, Manifest, ManifestError, ManifestLimits};
 use crate::runtime::CallError;
-use crate::runtime::checkpoint::{CheckpointModule, ChunkError, LeafRange, PlanParams};
+use crate::runtime::checkpoint::{
+    CheckpointModule, ChunkError, ChunkSession, LeafRange, PlanParams, StateReader,
+};
 use crate::runtime::threads::scoped_guest_workers;
 use crate::state::merkle::Hash32;
 
@@ -178,20 +180,13 @@ pub fn create(
 
 type Built = (Vec<u8>, Hash32);
 
-fn build_one(
-    module: &CheckpointModule,
-    state: &Arc<dyn StateLeaves>,
-    range: LeafRange,
-    max: u32,
-) -> Result<Built, CreateError> {
-    let reader: Arc<dyn StateLeaves> = state.clone();
-    let bytes = module
-        .build_chunk(reader, range)?
-        .map_err(|reason| CreateError::Chunk {
-            start: range.start,
-            end: range.end,
-            reason,
-        })?;
+/// Builds one chunk on a worker's session and hashes it.
+fn build_one(session: &mut ChunkSession, range: LeafRange, max: u32) -> Result<Built, CreateError> {
+    let bytes = session.build(range)?.map_err(|reason| CreateError::Chunk {
+        start: range.start,
+        end: range.end,
+        reason,
+    })?;
     if u32::try_from(bytes.len()).map_or(true, |size| size > max) {
         return Err(CreateError::ChunkTooLarge {
             start: range.start,
@@ -204,9 +199,10 @@ fn build_one(
     Ok((bytes, hash))
 }
 
-/// Builds every range on `threads` workers taking the next unbuilt range in turn; results land
-/// at their range's position, so the order never depends on scheduling. Workers are dedicated
-/// guest threads, not the shared pool import uses.
+/// Builds every range on `threads` workers taking the next unbuilt range in turn, each on
+/// one module instance of its own (a [`ChunkSession`]: instantiated once, its memory reused for
+/// every chunk); results land at their range's position, so the order never depends on
+/// scheduling. Workers are dedicated guest threads, not the shared pool import uses.
 fn build_all(
     module: &CheckpointModule,
     state: &Arc<dyn StateLeaves>,
@@ -215,16 +211,20 @@ fn build_all(
     background: bool,
     max: u32,
 ) -> Result<Vec<Built>, CreateError> {
-    if threads <= 1 && !background {
-        return ranges
-            .iter()
-            .map(|r| build_one(module, state, *r, max))
-            .collect();
-    }
     let next = AtomicUsize::new(0);
     let slots: Mutex<Vec<Option<Built>>> = Mutex::new(vec![None; ranges.len()]);
     let failure: Mutex<Option<CreateError>> = Mutex::new(None);
+    let fail = |e: CreateError| {
+        if let Ok(mut f) = failure.lock() {
+            f.get_or_insert(e);
+        }
+    };
     let work = |_worker: usize| {
+        let reader: Arc<dyn StateReader> = state.clone();
+        let mut session = match module.chunk_session(Some(reader)) {
+            Ok(session) => session,
+            Err(e) => return fail(e.into()),
+        };
         loop {
             let index = next.fetch_add(1, Ordering::Relaxed);
             let Some(range) = ranges.get(index) else {
@@ -233,7 +233,7 @@ fn build_all(
             if failure.lock().map_or(true, |f| f.is_some()) {
                 return;
             }
-            match build_one(module, state, *range, max) {
+            match build_one(&mut session, *range, max) {
                 Ok(built) => {
                     if let Ok(mut slots) = slots.lock()
                         && let Some(slot) = slots.get_mut(index)
@@ -241,16 +241,15 @@ fn build_all(
                         *slot = Some(built);
                     }
                 }
-                Err(e) => {
-                    if let Ok(mut f) = failure.lock() {
-                        f.get_or_insert(e);
-                    }
-                    return;
-                }
+                Err(e) => return fail(e),
+            }
+            if background {
+                // Between chunks, let anything runnable at normal priority go first.
+                std::thread::yield_now();
             }
         }
     };
-    scoped_guest_workers(threads, background, &work).map_err(CreateError::Threads)?;
+    scoped_guest_workers(threads.max(1), background, &work).map_err(CreateError::Threads)?;
     if let Some(e) = failure.into_inner().ok().flatten() {
         return Err(e);
     }

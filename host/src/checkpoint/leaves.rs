@@ -1,10 +1,10 @@
 //! What a checkpoint is made of: the state as position-indexed leaves (the registry, one leaf per
 //! validator: its record and balance) plus the parts of the state that are not leaves (the eth1
-//! state), read from an immutable view so creation never races import.
+//! state), read from an immutable [`StateSnapshot`] so creation never races import.
 
 use crate::runtime::checkpoint::StateReader;
 use crate::state::merkle::Hash32;
-use crate::state::{Eth1State, LEAF_BYTES, Registry, Schedule, state_root};
+use crate::state::{LEAF_BYTES, Registry, Schedule, StateSnapshot};
 
 /// An immutable state a checkpoint is created from. The leaf access comes from the checkpoint
 /// world's [`StateReader`]; this adds what the manifest needs besides the leaves.
@@ -17,52 +17,19 @@ pub trait StateLeaves: StateReader {
     fn state_root(&self) -> Hash32;
 }
 
-/// A frozen copy of the registry, the eth1 state and the module schedule at one block.
-///
-/// The copy is what lets creation run beside import; when the state becomes a structurally
-/// shared snapshot this type is where it plugs in.
-#[derive(Debug, Clone)]
-pub struct RegistrySnapshot {
-    registry: Registry,
-    eth1: Eth1State,
-    schedule: Schedule,
+/// Leaves `[start, end)` of `snapshot` as indices, or `None` when out of range.
+fn leaf_range(snapshot: &StateSnapshot, start: u64, end: u64) -> Option<std::ops::Range<usize>> {
+    let start = usize::try_from(start).ok()?;
+    let end = usize::try_from(end).ok()?;
+    let len = snapshot.registry().validators().len();
+    (start <= end && end <= len).then_some(start..end)
 }
 
-impl RegistrySnapshot {
-    /// Freezes `registry`, `eth1` and `schedule`.
-    pub fn new(registry: Registry, eth1: Eth1State, schedule: Schedule) -> Self {
-        Self {
-            registry,
-            eth1,
-            schedule,
-        }
-    }
-
-    /// The module schedule.
-    pub fn schedule(&self) -> &Schedule {
-        &self.schedule
-    }
-
-    /// The registry.
-    pub fn registry(&self) -> &Registry {
-        &self.registry
-    }
-
-    /// The eth1 state.
-    pub fn eth1(&self) -> &Eth1State {
-        &self.eth1
-    }
-
-    fn range(&self, start: u64, end: u64) -> Option<std::ops::Range<usize>> {
-        let start = usize::try_from(start).ok()?;
-        let end = usize::try_from(end).ok()?;
-        (start <= end && end <= self.registry.validators().len()).then_some(start..end)
-    }
-}
-
-impl StateReader for RegistrySnapshot {
+/// Creation reads the structurally shared [`StateSnapshot`] directly: taking one is a
+/// reference-count increment on the chain worker, and import never waits for a reader.
+impl StateReader for StateSnapshot {
     fn leaf_count(&self) -> u64 {
-        u64::from(self.registry.len())
+        u64::from(self.validator_count())
     }
 
     fn leaf_size(&self) -> u32 {
@@ -71,11 +38,12 @@ impl StateReader for RegistrySnapshot {
     }
 
     fn read_leaves(&self, start: u64, end: u64) -> Vec<Vec<u8>> {
-        let Some(range) = self.range(start, end) else {
+        let Some(range) = leaf_range(self, start, end) else {
             return Vec::new();
         };
-        let validators = self.registry.validators().range(range.start, range.end);
-        let balances = self.registry.balances().range(range.start, range.end);
+        let registry = self.registry();
+        let validators = registry.validators().range(range.start, range.end);
+        let balances = registry.balances().range(range.start, range.end);
         validators
             .zip(balances)
             .map(|(v, b)| v.leaf_bytes(*b).to_vec())
@@ -83,12 +51,13 @@ impl StateReader for RegistrySnapshot {
     }
 
     fn read_leaf_bytes(&self, start: u64, end: u64) -> Vec<u8> {
-        let Some(range) = self.range(start, end) else {
+        let Some(range) = leaf_range(self, start, end) else {
             return Vec::new();
         };
         let mut out = Vec::with_capacity(range.len().saturating_mul(LEAF_BYTES));
-        let validators = self.registry.validators().range(range.start, range.end);
-        let balances = self.registry.balances().range(range.start, range.end);
+        let registry = self.registry();
+        let validators = registry.validators().range(range.start, range.end);
+        let balances = registry.balances().range(range.start, range.end);
         for (v, b) in validators.zip(balances) {
             out.extend_from_slice(&v.leaf_bytes(*b));
         }
@@ -96,7 +65,7 @@ impl StateReader for RegistrySnapshot {
     }
 
     fn range_proof(&self, start: u64, end: u64) -> Vec<u8> {
-        self.registry
+        self.registry()
             .tree()
             .range_proof(start, end)
             .map(|p| p.to_bytes())
@@ -104,28 +73,30 @@ impl StateReader for RegistrySnapshot {
     }
 }
 
-impl StateLeaves for RegistrySnapshot {
+impl StateLeaves for StateSnapshot {
     fn registry_root(&self) -> Hash32 {
-        self.registry.root()
+        StateSnapshot::registry_root(self)
     }
 
     fn extras(&self) -> Vec<u8> {
-        super::manifest::encode_extras(&self.eth1, &self.schedule)
+        super::manifest::encode_extras(self.eth1(), self.schedule())
     }
 
     fn state_root(&self) -> Hash32 {
-        state_root(&self.registry.root(), &self.eth1, &self.schedule)
+        self.root()
     }
 }
 
 /// A deterministic synthetic state of `validators` validators (benchmarks, tests, devnets):
 /// distinct pubkeys and withdrawal addresses derived from `seed`, balances around 32 ETH, a few
 /// slashed or exited validators, and an eth1 state with some votes.
+///
+/// The snapshot is at height 0 under an all-zero block hash.
 pub fn synthetic_state(
     validators: u32,
     seed: u64,
-) -> Result<RegistrySnapshot, crate::state::StateError> {
-    use crate::state::{Eth1Data, Eth1Vote, FAR_FUTURE_EPOCH, Validator};
+) -> Result<StateSnapshot, crate::state::StateError> {
+    use crate::state::{Eth1Data, Eth1State, Eth1Vote, FAR_FUTURE_EPOCH, Validator};
     use sha2::{Digest, Sha256};
 
     let mut records = Vec::with_capacity(usize::try_from(validators).unwrap_or(0));
@@ -174,5 +145,11 @@ pub fn synthetic_state(
             data: data(u64::from(validators).saturating_add(4), 9),
         }],
     };
-    Ok(RegistrySnapshot::new(registry, eth1, Schedule::default()))
+    Ok(StateSnapshot::new(
+        [0; 32],
+        0,
+        registry,
+        eth1,
+        Schedule::default(),
+    ))
 }

@@ -8,12 +8,13 @@
 //! hand the results to [`Restorer::insert`].
 
 use std::collections::BTreeMap;
+use std::sync::Mutex;
 
 use sha2::{Digest, Sha256};
 
 use super::manifest::{Manifest, ManifestError, ManifestLimits};
 use crate::runtime::CallError;
-use crate::runtime::checkpoint::{CheckpointModule, ChunkContents};
+use crate::runtime::checkpoint::{CheckpointModule, ChunkContents, ChunkSession};
 use crate::state::merkle::{Hash32, MerkleError, RangeProof, verify_range};
 use crate::state::{
     Eth1State, LEAF_BYTES, Registry, Schedule, StateError, VALIDATOR_BYTES, Validator, state_root,
@@ -23,11 +24,41 @@ use crate::state::{
 pub trait ChunkOpener: Send + Sync {
     /// Decodes `chunk`: `Ok(Err(reason))` when the bytes are not a chunk of this version.
     fn open(&self, chunk: Vec<u8>) -> Result<Result<ChunkContents, String>, CallError>;
+
+    /// An opener for many chunks on the calling (guest) thread, cheaper per chunk than this
+    /// one (one module instance reused); `None` when this one is as good.
+    fn for_this_thread(&self) -> Option<Result<Box<dyn ChunkOpener + '_>, CallError>> {
+        None
+    }
 }
 
 impl ChunkOpener for CheckpointModule {
     fn open(&self, chunk: Vec<u8>) -> Result<Result<ChunkContents, String>, CallError> {
         Ok(self.open_chunk(chunk)?.map_err(|e| format!("{e:?}")))
+    }
+
+    fn for_this_thread(&self) -> Option<Result<Box<dyn ChunkOpener + '_>, CallError>> {
+        let session = self.chunk_session(None).map(|s| {
+            let opener: Box<dyn ChunkOpener> = Box::new(SessionOpener(Mutex::new(s)));
+            opener
+        });
+        Some(session)
+    }
+}
+
+/// One module instance opening chunk after chunk on one thread (the lock is never contended).
+struct SessionOpener(Mutex<ChunkSession>);
+
+impl ChunkOpener for SessionOpener {
+    fn open(&self, chunk: Vec<u8>) -> Result<Result<ChunkContents, String>, CallError> {
+        let mut session = self.0.lock().map_err(|_| {
+            crate::runtime::error::HostFailure::new(
+                "checkpoint",
+                crate::runtime::error::HostFailureKind::Poisoned,
+                "a chunk-opening session's lock is poisoned",
+            )
+        })?;
+        Ok(session.open(&chunk)?.map_err(|e| format!("{e:?}")))
     }
 }
 
@@ -484,7 +515,6 @@ pub fn verify_all(
     threads: usize,
     store: Option<&super::store::RestoreStore>,
 ) -> Result<Progress, RestoreError> {
-    use std::sync::Mutex;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     let next = AtomicUsize::new(0);
@@ -493,7 +523,19 @@ pub fn verify_all(
     let results: Mutex<Vec<Result<VerifiedChunk, RestoreError>>> = Mutex::new(Vec::new());
     let stored: Mutex<Option<super::store::RestoreStoreError>> = Mutex::new(None);
     let shared: &Restorer = restorer;
+    let opened: Mutex<Option<CallError>> = Mutex::new(None);
     let worker = |_: usize| {
+        let local = match opener.for_this_thread() {
+            None => None,
+            Some(Ok(local)) => Some(local),
+            Some(Err(e)) => {
+                if let Ok(mut o) = opened.lock() {
+                    o.get_or_insert(e);
+                }
+                return;
+            }
+        };
+        let opener = local.as_deref().unwrap_or(opener);
         loop {
             let i = next.fetch_add(1, Ordering::Relaxed);
             let Some(slot) = work.get(i) else {
@@ -519,6 +561,9 @@ pub fn verify_all(
     };
     crate::runtime::threads::scoped_guest_workers(threads.max(1), false, &worker)
         .map_err(|e| RestoreError::Local(format!("cannot start verification threads: {e}")))?;
+    if let Some(e) = opened.into_inner().ok().flatten() {
+        return Err(RestoreError::Call(e));
+    }
     if let Some(e) = stored.into_inner().ok().flatten() {
         return Err(RestoreError::Local(e.to_string()));
     }

@@ -10,9 +10,9 @@ use std::time::Instant;
 use tokio::sync::oneshot;
 
 use super::create::{BlockRef, Checkpoint, CreateOptions, create};
-use super::leaves::RegistrySnapshot;
 use super::manifest::{Manifest, ManifestLimits};
 use crate::runtime::checkpoint::CheckpointModule;
+use crate::state::StateSnapshot;
 use crate::state::merkle::Hash32;
 
 /// `[checkpoint]` settings of a node.
@@ -174,8 +174,7 @@ fn chunk_key(id: &Hash32, index: usize) -> Vec<u8> {
 pub type CreateReply = oneshot::Sender<Result<CheckpointSummary, String>>;
 
 struct Job {
-    at: BlockRef,
-    state: RegistrySnapshot,
+    state: StateSnapshot,
     reply: Option<CreateReply>,
 }
 
@@ -206,14 +205,16 @@ impl Checkpointer {
         config: CheckpointConfig,
     ) -> std::io::Result<(Self, std::thread::JoinHandle<()>)> {
         // One job running and one queued: a creation that cannot keep up skips heights
-        // instead of piling up snapshots (each holds a copy of the state).
+        // instead of piling up snapshots (each pins the chunks import has since replaced).
         let (jobs, rx) = mpsc::sync_channel::<Job>(1);
         let thread = std::thread::Builder::new()
             .name("checkpoint-creator".into())
             .spawn(move || {
+                // Planning, the manifest and the sled writes are background work too.
+                crate::runtime::threads::lower_this_threads_priority();
                 while let Ok(job) = rx.recv() {
-                    let outcome = run_job(&module(), &store, &config, job.at, job.state)
-                        .map_err(|e| e.to_string());
+                    let outcome =
+                        run_job(&module(), &store, &config, job.state).map_err(|e| e.to_string());
                     match &outcome {
                         Ok(s) => tracing::info!(
                             height = s.height,
@@ -246,14 +247,14 @@ impl Checkpointer {
             && height.checked_rem(self.config.interval) == Some(0)
     }
 
-    /// Hands a snapshot to the creator unless one is already waiting; never blocks.
+    /// Hands a snapshot (its block is the checkpoint's) to the creator unless one is already
+    /// waiting; never blocks.
     pub fn offer(
         &self,
-        at: BlockRef,
-        state: RegistrySnapshot,
+        state: StateSnapshot,
         reply: Option<CreateReply>,
     ) -> Result<(), CheckpointServiceError> {
-        match self.jobs.try_send(Job { at, state, reply }) {
+        match self.jobs.try_send(Job { state, reply }) {
             Ok(()) => Ok(()),
             Err(mpsc::TrySendError::Full(job)) => {
                 if let Some(reply) = job.reply {
@@ -270,10 +271,13 @@ fn run_job(
     module: &CheckpointModule,
     store: &CheckpointStore,
     config: &CheckpointConfig,
-    at: BlockRef,
-    state: RegistrySnapshot,
+    state: StateSnapshot,
 ) -> Result<CheckpointSummary, CheckpointServiceError> {
     let start = Instant::now();
+    let at = BlockRef {
+        height: state.height(),
+        hash: state.block_hash(),
+    };
     let options = CreateOptions {
         target_chunk_bytes: config.target_chunk_bytes,
         threads: config.threads,

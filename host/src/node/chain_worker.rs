@@ -19,9 +19,10 @@ use crate::chain::block::{Block, Seal};
 use crate::chain::eth1::{DepositProofs, DepositProofsError, Eth1Data, ProvenDeposit};
 use crate::chain::{Added, Chain, ForkChoiceError, Head};
 use crate::checkpoint::service::CreateReply;
-use crate::checkpoint::{BlockRef, CheckpointSummary, Checkpointer, RegistrySnapshot};
+use crate::checkpoint::{CheckpointSummary, Checkpointer};
 use crate::deposit_source::DepositSource;
 use crate::net::identity::NodeIdentity;
+use crate::state::StateSnapshot;
 use crate::state::{RegistryRead, UpgradeOp};
 
 /// What the rest of the node sees of the chain; updated after every change.
@@ -384,21 +385,15 @@ impl Worker {
         }
     }
 
-    /// Freezes the head state: the only part of creation on this thread (a copy of the
-    /// registry; O(1) once the state is a structurally shared snapshot).
-    fn snapshot(&self) -> Option<(BlockRef, RegistrySnapshot)> {
+    /// The head state for a checkpoint: the state cache's head snapshot (one reference-count
+    /// increment), or a fresh snapshot of the head if the cache's is not the head's yet. The
+    /// only part of creation on this thread.
+    fn snapshot(&self) -> Option<StateSnapshot> {
         let head = self.chain.head();
-        let registry = self.chain.registry().read().ok()?.clone();
-        let state = RegistrySnapshot::new(
-            registry,
-            self.chain.eth1_state().clone(),
-            self.chain.schedule().clone(),
-        );
-        let at = BlockRef {
-            height: head.height,
-            hash: head.hash,
-        };
-        Some((at, state))
+        match self.chain.states().head() {
+            Some(snapshot) if snapshot.block_hash() == head.hash => Some(snapshot),
+            _ => self.chain.snapshot().ok(),
+        }
     }
 
     /// Hands the head state to the checkpointer (answering `reply` when it is done).
@@ -409,14 +404,15 @@ impl Worker {
             }
             return;
         };
-        let Some((at, state)) = self.snapshot() else {
+        let Some(state) = self.snapshot() else {
             if let Some(reply) = reply {
                 let _ = reply.send(Err("the registry lock is poisoned".into()));
             }
             return;
         };
-        if let Err(e) = checkpointer.offer(at, state, reply) {
-            tracing::warn!(height = at.height, error = %e, "checkpoint skipped");
+        let height = state.height();
+        if let Err(e) = checkpointer.offer(state, reply) {
+            tracing::warn!(height, error = %e, "checkpoint skipped");
         }
     }
 

@@ -7,6 +7,7 @@ use wasmtime::component::{HasSelf, Linker};
 
 use super::error::HostFailure;
 use super::module::{CallBase, Module, StoreData, World};
+use super::session::Session;
 use super::{CallError, Kind, ModuleInfo};
 
 mod bindings {
@@ -127,6 +128,24 @@ impl StateReader for WarmupState {
     }
     fn range_proof(&self, start: u64, end: u64) -> Vec<u8> {
         [start.to_le_bytes(), end.to_le_bytes()].concat()
+    }
+}
+
+/// Many chunk calls on one instance (built by [`CheckpointModule::chunk_session`]). Chunks
+/// depend only on their range or bytes, so reusing the instance never changes an output.
+pub struct ChunkSession(Session<Checkpoint>);
+
+impl ChunkSession {
+    /// Builds the chunk for one range (as [`CheckpointModule::build_chunk`]).
+    pub fn build(&mut self, range: LeafRange) -> Result<Result<Vec<u8>, ChunkError>, CallError> {
+        self.0
+            .call(|i, s| i.modnode_checkpoint_chunker().call_build_chunk(s, range))
+    }
+
+    /// Decodes a chunk (as [`CheckpointModule::open_chunk`]).
+    pub fn open(&mut self, chunk: &[u8]) -> Result<Result<ChunkContents, ChunkError>, CallError> {
+        self.0
+            .call(|i, s| i.modnode_checkpoint_chunker().call_open_chunk(s, chunk))
     }
 }
 
@@ -256,6 +275,17 @@ impl Module<Checkpoint> {
         self.run_metered(Arc::new(NoState), move |i, s| {
             i.modnode_checkpoint_chunker().call_open_chunk(s, &chunk)
         })
+    }
+
+    /// One instance of this module reading `reader`, for building or opening many chunks on
+    /// the calling guest thread (see [`Session`]). `None` reads an empty state (opening only).
+    pub fn chunk_session(
+        &self,
+        reader: Option<Arc<dyn StateReader>>,
+    ) -> Result<ChunkSession, CallError> {
+        let reader = reader.unwrap_or_else(|| Arc::new(NoState));
+        self.session(move |base| Ok(CheckpointCtx { reader, base }))
+            .map(ChunkSession)
     }
 
     fn run_metered<R: Send + 'static>(

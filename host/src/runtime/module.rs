@@ -23,7 +23,7 @@ pub struct CallBase {
 }
 
 impl CallBase {
-    fn new(settings: &CallSettings) -> Self {
+    pub(crate) fn new(settings: &CallSettings) -> Self {
         Self {
             limiter: Limiter::new(settings.limits),
             fuel: HostFuel::new(settings.host_calls),
@@ -254,6 +254,16 @@ impl<W: World> Module<W> {
         self.meta.component.sha256
     }
 
+    /// The settings every call of this module uses.
+    pub(crate) fn settings(&self) -> &CallSettings {
+        &self.settings
+    }
+
+    /// The linked pre-instance.
+    pub(crate) fn pre(&self) -> &W::Pre {
+        &self.pre
+    }
+
     /// Fuel budget of each call.
     pub fn fuel_budget(&self) -> u64 {
         self.settings.fuel
@@ -317,7 +327,7 @@ pub(crate) fn micros(d: Duration) -> u64 {
     u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
-fn new_store<T: StoreData>(
+pub(crate) fn new_store<T: StoreData>(
     settings: &CallSettings,
     data: T,
     name: &str,

@@ -58,6 +58,11 @@ fn pool() -> Option<&'static Pool> {
     .as_ref()
 }
 
+/// Whether the calling thread is a guest thread (the pool's or a scoped worker's).
+pub(crate) fn on_guest_thread() -> bool {
+    ON_GUEST_THREAD.with(Cell::get)
+}
+
 /// Runs `f` on a guest thread and returns its result. Runs it in place when already on one.
 pub fn run_on_guest_thread<R: Send + 'static>(f: impl FnOnce() -> R + Send + 'static) -> R {
     if ON_GUEST_THREAD.with(Cell::get) {
@@ -105,8 +110,8 @@ fn run_on_fresh_thread<R: Send + 'static>(f: impl FnOnce() -> R + Send + 'static
 
 /// Runs `work` on `workers` dedicated guest threads (their own big stacks, outside the shared
 /// pool, so long background work never queues ahead of block import's module calls) and waits
-/// for all of them. With `background`, the threads run at a lower scheduling priority (Linux
-/// nice 10), so import and serving preempt them. Each thread gets its index.
+/// for all of them. With `background`, the threads run at the lowest scheduling priority
+/// (Linux `SCHED_IDLE`), so import and serving preempt them. Each thread gets its index.
 pub fn scoped_guest_workers(
     workers: usize,
     background: bool,
@@ -136,15 +141,22 @@ pub fn scoped_guest_workers(
     })
 }
 
-/// Raises the calling thread's nice value to 10 (best effort; Linux applies nice per thread).
-fn lower_this_threads_priority() {
+/// Moves the calling thread to Linux's `SCHED_IDLE` class (best effort, no privilege needed):
+/// it then runs only on CPU time no normal thread wants, so block import, serving and the
+/// network never queue behind it (nice 10 still took ~10% of a shared core from them). If the
+/// class is refused, the thread's nice value goes to 19 instead.
+pub(crate) fn lower_this_threads_priority() {
     #[cfg(target_os = "linux")]
     {
-        // SAFETY: gettid and setpriority take plain integers and touch no memory of ours.
+        // SAFETY: gettid takes nothing and returns this thread's id.
         let tid = unsafe { libc::gettid() };
-        if let Ok(tid) = libc::id_t::try_from(tid) {
-            // SAFETY: as above; a failure (e.g. no permission) leaves the priority unchanged.
-            let _ = unsafe { libc::setpriority(libc::PRIO_PROCESS, tid, 10) };
+        let param = libc::sched_param { sched_priority: 0 };
+        // SAFETY: `param` is a valid sched_param for the call's duration; the call only
+        // changes this thread's scheduling class.
+        let idle = unsafe { libc::sched_setscheduler(tid, libc::SCHED_IDLE, &param) } == 0;
+        if !idle && let Ok(tid) = libc::id_t::try_from(tid) {
+            // SAFETY: plain integers; a failure leaves the priority unchanged.
+            let _ = unsafe { libc::setpriority(libc::PRIO_PROCESS, tid, 19) };
         }
     }
 }

@@ -9,11 +9,11 @@ use std::sync::Arc;
 
 use modnode::checkpoint::{
     BlockRef, Checkpoint, CreateOptions, Fault, FetchConfig, Fetcher, Manifest, ManifestError,
-    ManifestLimits, RegistrySnapshot, RestoreError, Restorer, StateLeaves, choose, create,
-    synthetic_state,
+    ManifestLimits, RestoreError, Restorer, StateLeaves, choose, create, synthetic_state,
 };
 use modnode::runtime::LoadedModule;
 use modnode::runtime::checkpoint::CheckpointModule;
+use modnode::state::StateSnapshot;
 use proptest::prelude::*;
 
 use super::network::{eventually, genesis, start_edited};
@@ -35,7 +35,7 @@ fn at() -> BlockRef {
 
 fn make(
     m: &CheckpointModule,
-    state: &Arc<RegistrySnapshot>,
+    state: &Arc<StateSnapshot>,
     target: u64,
     threads: usize,
 ) -> Checkpoint {
@@ -63,7 +63,7 @@ fn restore(
     restorer.finish()
 }
 
-fn state(validators: u32, seed: u64) -> Arc<RegistrySnapshot> {
+fn state(validators: u32, seed: u64) -> Arc<StateSnapshot> {
     Arc::new(synthetic_state(validators, seed).unwrap())
 }
 
