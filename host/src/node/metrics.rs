@@ -246,12 +246,7 @@ impl Metrics {
             ]
             .map(|(name, help, value)| (name, help, as_i64(value))),
         };
-        let mut registry = Registry::with_prefix("modnode");
-        registry.register_collector(Box::new(snapshot));
-        let mut out = String::new();
-        // Writing into a String cannot fail; the encoder only fails when its writer does.
-        let _ = prometheus_client::encoding::text::encode(&mut out, &registry);
-        out
+        snapshot.encode_with_prefix("modnode")
     }
 }
 
@@ -264,6 +259,18 @@ pub const METRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.
 struct Snapshot<const C: usize, const G: usize> {
     counters: [(&'static str, &'static str, u64); C],
     gauges: [(&'static str, &'static str, i64); G],
+}
+
+impl<const C: usize, const G: usize> Snapshot<C, G> {
+    /// These figures as OpenMetrics text under `prefix`, ending with `# EOF`.
+    fn encode_with_prefix(self, prefix: &str) -> String {
+        let mut registry = Registry::with_prefix(prefix);
+        registry.register_collector(Box::new(self));
+        let mut out = String::new();
+        // Writing into a String cannot fail; the encoder only fails when its writer does.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &registry);
+        out
+    }
 }
 
 /// A gauge value as `prometheus-client` takes it (clamped at `i64::MAX`).
@@ -348,14 +355,12 @@ pub fn render_state_cache(m: &crate::state_cache::CacheMetrics) -> String {
             ),
         ],
     };
-    let mut registry = Registry::with_prefix("modnode_state_cache");
-    registry.register_collector(Box::new(snapshot));
-    let mut out = String::new();
-    let _ = prometheus_client::encoding::text::encode(&mut out, &registry);
-    match out.rfind("# EOF") {
-        Some(at) => out[..at].to_string(),
-        None => out,
+    let mut out = snapshot.encode_with_prefix("modnode_state_cache");
+    // Appended to the node's scrape, which carries the one closing `# EOF`.
+    if let Some(at) = out.rfind("# EOF") {
+        out.truncate(at);
     }
+    out
 }
 
 /// Checkpoint serving and restore figures as OpenMetrics lines (prefix `modnode_checkpoint_`),
@@ -446,14 +451,12 @@ pub fn render_checkpoints(m: &Metrics) -> String {
         ]
         .map(|(name, help, value)| (name, help, as_i64(value))),
     };
-    let mut registry = Registry::with_prefix("modnode_checkpoint");
-    registry.register_collector(Box::new(snapshot));
-    let mut out = String::new();
-    let _ = prometheus_client::encoding::text::encode(&mut out, &registry);
-    match out.rfind("# EOF") {
-        Some(at) => out[..at].to_string(),
-        None => out,
+    let mut out = snapshot.encode_with_prefix("modnode_checkpoint");
+    // Appended to the node's scrape, which carries the one closing `# EOF`.
+    if let Some(at) = out.rfind("# EOF") {
+        out.truncate(at);
     }
+    out
 }
 
 #[cfg(test)]
