@@ -23,7 +23,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use modnode_peers::NodeId as PeerKey;
+use modnode_peers::NodeId;
 
 /// The limits; see the module docs.
 #[derive(Debug, Clone, Copy)]
@@ -106,7 +106,7 @@ const TRACKED: usize = 256;
 #[derive(Debug)]
 pub struct ServeLimiter {
     limits: ServeLimits,
-    peers: HashMap<PeerKey, PeerUse>,
+    peers: HashMap<NodeId, PeerUse>,
 }
 
 impl ServeLimiter {
@@ -120,7 +120,7 @@ impl ServeLimiter {
 
     /// A module request from `peer` at `now`: `Ok` takes its one in-flight place, to be given
     /// back with [`ServeLimiter::finish`] whatever happens next.
-    pub fn admit(&mut self, peer: PeerKey, now: Instant) -> Result<(), Refusal> {
+    pub fn admit(&mut self, peer: NodeId, now: Instant) -> Result<(), Refusal> {
         if self.peers.len() >= TRACKED {
             self.peers.retain(|_, p| !p.idle(now));
         }
@@ -148,7 +148,7 @@ impl ServeLimiter {
 
     /// `peer`'s admitted request is about to get `bytes` module bytes: charged to its byte
     /// budget, or refused (answered "not here") when over it.
-    pub fn charge(&mut self, peer: PeerKey, bytes: usize, now: Instant) -> Result<(), Refusal> {
+    pub fn charge(&mut self, peer: NodeId, bytes: usize, now: Instant) -> Result<(), Refusal> {
         let limits = self.limits;
         let state = self.peers.entry(peer).or_insert_with(|| PeerUse::new(now));
         let budget = limits.bytes_per_window.max(1);
@@ -169,14 +169,14 @@ impl ServeLimiter {
     }
 
     /// `peer`'s admitted request ended (answered, refused or broken).
-    pub fn finish(&mut self, peer: &PeerKey) {
+    pub fn finish(&mut self, peer: &NodeId) {
         if let Some(state) = self.peers.get_mut(peer) {
             state.in_flight = false;
         }
     }
 
     /// `peer` disconnected: its accounting is dropped (a banned peer cannot come back).
-    pub fn forget(&mut self, peer: &PeerKey) {
+    pub fn forget(&mut self, peer: &NodeId) {
         if self.peers.get(peer).is_some_and(|p| !p.in_flight) {
             self.peers.remove(peer);
         }
@@ -216,19 +216,19 @@ struct Pace {
 /// When this node may ask each peer for a module again (see the module docs).
 #[derive(Debug, Default)]
 pub struct FetchPacing {
-    peers: HashMap<PeerKey, Pace>,
+    peers: HashMap<NodeId, Pace>,
 }
 
 impl FetchPacing {
     /// Whether `peer` may be asked at `now`.
-    pub fn may_ask(&self, peer: &PeerKey, now: Instant) -> bool {
+    pub fn may_ask(&self, peer: &NodeId, now: Instant) -> bool {
         self.peers.get(peer).is_none_or(|p| p.next <= now)
     }
 
     /// `peer` was asked at `now` and answered without the module (or failed); `ready` is
     /// whether it reports the module ready (then it is asked again soon, else it is backed off
     /// from).
-    pub fn answered_without(&mut self, peer: PeerKey, ready: bool, now: Instant) {
+    pub fn answered_without(&mut self, peer: NodeId, ready: bool, now: Instant) {
         let pace = self.peers.entry(peer).or_insert(Pace {
             next: now,
             backoff: FETCH_RETRY,
@@ -243,7 +243,7 @@ impl FetchPacing {
     }
 
     /// `peer` was asked at `now` and served the module.
-    pub fn served(&mut self, peer: PeerKey, now: Instant) {
+    pub fn served(&mut self, peer: NodeId, now: Instant) {
         self.peers.insert(
             peer,
             Pace {
@@ -254,7 +254,7 @@ impl FetchPacing {
     }
 
     /// `peer` disconnected.
-    pub fn forget(&mut self, peer: &PeerKey) {
+    pub fn forget(&mut self, peer: &NodeId) {
         self.peers.remove(peer);
     }
 }
@@ -263,8 +263,8 @@ impl FetchPacing {
 mod tests {
     use super::*;
 
-    const A: PeerKey = [1; 32];
-    const B: PeerKey = [2; 32];
+    const A: NodeId = [1; 32];
+    const B: NodeId = [2; 32];
 
     fn limiter() -> ServeLimiter {
         ServeLimiter::new(ServeLimits {
@@ -279,7 +279,7 @@ mod tests {
     /// One request: admitted, charged `bytes`, finished. `Ok(true)` when served.
     fn ask(
         l: &mut ServeLimiter,
-        peer: PeerKey,
+        peer: NodeId,
         bytes: usize,
         now: Instant,
     ) -> Result<bool, Refusal> {
