@@ -34,6 +34,7 @@ mod fork_choice;
 mod from_checkpoint;
 pub mod genesis;
 pub mod native_deposits;
+mod registry_store;
 mod revert;
 pub mod transition;
 pub mod workload;
@@ -50,9 +51,7 @@ use genesis::Genesis;
 
 use crate::runtime::deposits::{DepositCall, Outcome};
 use crate::state::schedule::MAX_UPGRADE_VOTES;
-use crate::state::{
-    Registry, Schedule, StateError, StateSnapshot, UpgradeOp, Validator, state_root,
-};
+use crate::state::{Registry, Schedule, StateError, StateSnapshot, UpgradeOp, state_root};
 use crate::state_cache::{StateCache, StateCacheConfig, StateSource};
 use crate::store::{KvStore, StoreError, WriteBatch, keys};
 use transition::Transition;
@@ -139,6 +138,21 @@ impl Chain {
         genesis: Genesis,
         deposits: DepositEngine,
     ) -> Result<Self, OpenError> {
+        Self::open_batched(
+            store,
+            genesis,
+            deposits,
+            registry_store::VALIDATORS_PER_BATCH,
+        )
+    }
+
+    /// [`Chain::open`], writing a genesis registry `per_batch` validators per batch.
+    fn open_batched(
+        store: Arc<dyn KvStore>,
+        genesis: Genesis,
+        deposits: DepositEngine,
+        per_batch: usize,
+    ) -> Result<Self, OpenError> {
         let registry_genesis = genesis.registry()?;
         let eth1_genesis = genesis.eth1_state();
         let schedule_genesis = genesis.schedule();
@@ -146,18 +160,8 @@ impl Chain {
         let genesis_hash = genesis_block.hash();
         match store.get(keys::FORMAT)? {
             None => {
+                registry_store::write_registry(store.as_ref(), &registry_genesis, per_batch)?;
                 let mut batch = WriteBatch::new();
-                for (i, (v, b)) in registry_genesis
-                    .validators()
-                    .iter()
-                    .zip(registry_genesis.balances())
-                    .enumerate()
-                {
-                    let i = u32::try_from(i)
-                        .map_err(|_| OpenError::Corrupt("too many genesis validators".into()))?;
-                    batch.put(keys::validator(i), v.encode().to_vec());
-                    batch.put(keys::balance(i), b.to_le_bytes().to_vec());
-                }
                 let head = Head {
                     hash: genesis_hash,
                     height: 0,
@@ -228,7 +232,7 @@ impl Chain {
                         hex32(&head.hash)
                     )));
                 }
-                let registry = load_registry(store.as_ref())?;
+                let registry = registry_store::load_registry(store.as_ref())?;
                 let eth1 = load_eth1(store.as_ref(), &head.hash)?;
                 let schedule = load_schedule(store.as_ref(), &head.hash)?;
                 let root = state_root(&registry.root(), &eth1, &schedule);
@@ -830,43 +834,4 @@ pub(crate) fn check_seal(
             }
         }
     }
-}
-
-fn load_registry(store: &dyn KvStore) -> Result<Registry, OpenError> {
-    let mut validators = Vec::new();
-    store.scan_prefix(keys::VALIDATOR_PREFIX, &mut |key, value| {
-        let expected = u32::try_from(validators.len()).unwrap_or(u32::MAX);
-        if key != keys::validator(expected).as_slice() {
-            return Err(StoreError::Corrupt(format!(
-                "validator records are not dense at index {expected}"
-            )));
-        }
-        validators.push(
-            Validator::decode(value)
-                .map_err(|e| StoreError::Corrupt(format!("validator {expected}: {e}")))?,
-        );
-        Ok(())
-    })?;
-    let mut balances = Vec::with_capacity(validators.len());
-    store.scan_prefix(keys::BALANCE_PREFIX, &mut |key, value| {
-        let expected = u32::try_from(balances.len()).unwrap_or(u32::MAX);
-        if key != keys::balance(expected).as_slice() {
-            return Err(StoreError::Corrupt(format!(
-                "balances are not dense at index {expected}"
-            )));
-        }
-        let bytes: [u8; 8] = value
-            .try_into()
-            .map_err(|_| StoreError::Corrupt(format!("balance {expected} malformed")))?;
-        balances.push(u64::from_le_bytes(bytes));
-        Ok(())
-    })?;
-    if validators.len() != balances.len() {
-        return Err(OpenError::Corrupt(format!(
-            "{} validators but {} balances",
-            validators.len(),
-            balances.len()
-        )));
-    }
-    Ok(Registry::from_parts(validators, balances)?)
 }

@@ -67,19 +67,12 @@ pub fn init_from_checkpoint(
     check_seal(genesis, &genesis_hash, block, &name)
         .map_err(|e| OpenError::Corrupt(format!("checkpoint block: {e}")))?;
     drop(genesis_registry);
+    super::registry_store::write_registry(
+        store,
+        start.registry,
+        super::registry_store::VALIDATORS_PER_BATCH,
+    )?;
     let mut batch = WriteBatch::new();
-    for (i, (v, b)) in start
-        .registry
-        .validators()
-        .iter()
-        .zip(start.registry.balances())
-        .enumerate()
-    {
-        let i = u32::try_from(i)
-            .map_err(|_| OpenError::Corrupt("too many restored validators".into()))?;
-        batch.put(keys::validator(i), v.encode().to_vec());
-        batch.put(keys::balance(i), b.to_le_bytes().to_vec());
-    }
     let head = Head {
         hash,
         height: block.header.height,
