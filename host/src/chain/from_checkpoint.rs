@@ -26,10 +26,11 @@ pub struct CheckpointStart<'a> {
     pub schedule: &'a Schedule,
 }
 
-/// Initialises an empty `store` from `start` in one batch. Refuses a store that already holds
-/// a chain, a block whose header does not commit to the state's root, and (on a chain with
-/// authorities) a block its slot's authority did not seal — so the restored state is anchored
-/// to a header an authority signed, not only to the peers that offered the checkpoint.
+/// Initialises an empty `store` from `start`: the registry's records in bounded batches, then
+/// the blocks, head and FORMAT in one final batch (see `registry_store`). Refuses a store that
+/// already holds a chain, a block whose header does not commit to the state's root, and (on a
+/// chain with authorities) a block its slot's authority did not seal — so the restored state is
+/// anchored to a header an authority signed, not only to the peers that offered the checkpoint.
 pub fn init_from_checkpoint(
     store: &dyn KvStore,
     genesis: &Genesis,
