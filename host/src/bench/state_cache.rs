@@ -9,6 +9,7 @@
 //! branch would be. The whole run happens twice on fresh chains, tight budget first (so its
 //! RSS is not inflated by the generous run's freed memory), then generous.
 //!
+//! `open_ms` times opening the first chain (the genesis registry built and written to sled).
 //! `import_*_ms` times `Chain::import` (transition, root check, commit, publishing the head
 //! state to the cache). `fell_behind`: an import took longer than a slot (imports run back to
 //! back, not paced by the clock). `snapshot_us`/`snapshot_bytes`: median time and allocator
@@ -90,6 +91,8 @@ pub struct StateCacheReport {
     pub snapshot_bytes: i64,
     /// Blocks imported per run.
     pub blocks: usize,
+    /// Time to open the chain on a fresh sled store: the genesis registry built and written.
+    pub open_ms: f64,
     /// Generous budget.
     pub generous: RunReport,
     /// Tight budget (below the working set).
@@ -158,7 +161,9 @@ fn run_here(
     let deposits = super::signed_deposits(5_000_000, [0; 4], blocks * BLOCK);
 
     eprintln!("opening a {validators}-validator chain …");
+    let start = Instant::now();
     let (chain, dir) = open(&genesis, &engine, generous_mb << 20)?;
+    let open_ms = super::ms_since(start);
     let base_rss_mb = rss_mb();
     let mut times = Vec::new();
     let mut sizes = Vec::new();
@@ -188,6 +193,7 @@ fn run_here(
         snapshot_us,
         snapshot_bytes,
         blocks,
+        open_ms,
         generous,
         tight,
     })
