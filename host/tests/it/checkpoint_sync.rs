@@ -21,14 +21,14 @@ use super::network::{dirs, eventually, genesis_json, start_edited};
 /// a chunk, v2 at least 16), still a small state.
 const VALIDATORS: u32 = 384;
 
-fn test_genesis(chain_id: &str, authority: &Path) -> (Genesis, String) {
+pub(super) fn test_genesis(chain_id: &str, authority: &Path) -> (Genesis, String) {
     let text = genesis_json(chain_id, &[authority], 1, 32, VALIDATORS).to_string();
     (Genesis::from_json(&text, "<test>").unwrap(), text)
 }
 
 /// A node making checkpoints with `version` only on demand, in chunks as small as the module
 /// allows.
-async fn node(
+pub(super) async fn node(
     dir: &Path,
     genesis: &Genesis,
     bootstrap: Vec<PeerAddr>,
@@ -44,7 +44,7 @@ async fn node(
     .await
 }
 
-async fn height_at_least(node: &Node, height: u64) {
+pub(super) async fn height_at_least(node: &Node, height: u64) {
     eventually(&format!("height {height}"), || {
         node.status().height >= height
     })
@@ -52,7 +52,7 @@ async fn height_at_least(node: &Node, height: u64) {
 }
 
 /// Creates a checkpoint on `node` now; returns it with its chunks.
-async fn checkpoint_now(dir: &Path, node: &Node) -> Checkpoint {
+pub(super) async fn checkpoint_now(dir: &Path, node: &Node) -> Checkpoint {
     let target = modnode::admin::client::Target::data_dir(dir).unwrap();
     let made = modnode::admin::client::create_checkpoint(&target)
         .await
@@ -76,7 +76,7 @@ async fn checkpoint_now(dir: &Path, node: &Node) -> Checkpoint {
 }
 
 /// Stores `checkpoint` in the checkpoint database of the (not running) node in `dir`.
-fn seed(dir: &Path, checkpoint: &Checkpoint) {
+pub(super) fn seed(dir: &Path, checkpoint: &Checkpoint) {
     CheckpointStore::open(&dir.join(CHECKPOINT_DIR))
         .unwrap()
         .put(checkpoint, 2)
@@ -84,7 +84,7 @@ fn seed(dir: &Path, checkpoint: &Checkpoint) {
 }
 
 /// `restored`'s chain goes past the checkpoint on the same blocks as `source`.
-async fn follows(restored: &Node, source: &Node, checkpoint_height: u64) {
+pub(super) async fn follows(restored: &Node, source: &Node, checkpoint_height: u64) {
     let past = checkpoint_height + 3;
     height_at_least(restored, past).await;
     let ours = restored.chain().blocks(past, 1, usize::MAX).await.unwrap();

@@ -36,7 +36,7 @@ use crate::chain::genesis::Genesis;
 use crate::chain::{CheckpointStart, init_from_checkpoint};
 use crate::checkpoint::{
     Fault, FetchConfig, FetchError, Fetcher, Manifest, ManifestLimits, RestoreStore, Restorer,
-    choose, verify_all,
+    carry_over, choose, verify_all,
 };
 use crate::net::endpoint::{self, CLOSE_PROTOCOL_VIOLATION, TransportLimits};
 use crate::net::handshake::{self, Hello, PROTOCOL_VERSION, Role};
@@ -111,6 +111,8 @@ pub struct RestoreParts<'a> {
     pub listen_port: u16,
     /// Verification threads for resumed chunks.
     pub threads: usize,
+    /// Log lines or a progress bar.
+    pub progress: super::checkpoint_progress::ProgressDisplay,
 }
 
 /// One connected peer.
@@ -126,6 +128,10 @@ enum Stop {
     Retry(String),
     /// The checkpoint itself is bad or unusable here: never try it again in this run.
     Bad(String),
+    /// The manifest lists chunks that do not prove (or a state that does not rebuild to its
+    /// root): bad, and the fault of every peer that offered it (peers offer only checkpoints
+    /// they made, so no offerer merely relayed it).
+    Offerers(String),
     /// Local failure.
     Fatal(CheckpointSyncError),
 }
@@ -234,7 +240,7 @@ impl Driver<'_> {
             match outcome {
                 Ok(height) => return Ok(Some(height)),
                 Err(Stop::Fatal(e)) => return Err(e),
-                Err(Stop::Retry(reason) | Stop::Bad(reason)) => {
+                Err(Stop::Retry(reason) | Stop::Bad(reason) | Stop::Offerers(reason)) => {
                     if mode == SyncMode::Auto && attempts >= AUTO_ATTEMPTS {
                         tracing::warn!(%reason, "no checkpoint restored; syncing from genesis");
                         return Ok(None);
@@ -371,6 +377,17 @@ impl Driver<'_> {
             if !holders.is_empty() && !self.bad.contains(&id) {
                 return Some((stored, holders));
             }
+            if !offers.is_empty() {
+                // Every peer that answered lists other checkpoints: they pruned this one
+                // (`checkpoint.keep`), or it was found bad. The restore switches to the newest
+                // offered by enough peers, carrying over the chunks that verify against it.
+                tracing::info!(
+                    checkpoint = %hex::encode(id),
+                    height = stored.height,
+                    peers = peers.len(),
+                    "no peer offers the checkpoint being restored any more"
+                );
+            }
         }
         let min_peers = if self.parts.bootstrap.len() == 1 {
             1
@@ -465,21 +482,37 @@ impl Driver<'_> {
             "restoring checkpoint"
         );
         let block = self.fetch_block(&manifest, peers, &holders).await?;
-        self.progress
-            .begin(&manifest)
-            .map_err(|e| self.storage(e.to_string()))?;
-        self.resume(&mut restorer, &opener)?;
-        let fetched = self
-            .fetch_chunks(&mut restorer, &opener, peers, holders)
-            .await;
-        if let Err(Stop::Bad(_)) = &fetched {
-            self.bad.insert(id);
+        let taken = self.take_over_progress(&mut restorer, &opener);
+        if let Err(Stop::Offerers(reason)) = taken {
+            return Err(self.blame_offerers(peers, &holders, id, reason));
         }
-        fetched?;
-        let state = tokio::task::block_in_place(|| restorer.finish()).map_err(|e| {
-            self.bad.insert(id);
-            Stop::Bad(format!("checkpoint {name} does not rebuild: {e}"))
-        })?;
+        taken?;
+        let fetched = self
+            .fetch_chunks(&mut restorer, &opener, peers, holders.clone())
+            .await;
+        match fetched {
+            Err(Stop::Offerers(reason)) => {
+                return Err(self.blame_offerers(peers, &holders, id, reason));
+            }
+            Err(Stop::Bad(reason)) => {
+                self.bad.insert(id);
+                return Err(Stop::Bad(reason));
+            }
+            other => other?,
+        }
+        let state = match tokio::task::block_in_place(|| restorer.finish()) {
+            Ok(state) => state,
+            Err(e) if e.fault() == Fault::Manifest => {
+                let reason = format!("checkpoint {name} does not rebuild: {e}");
+                return Err(self.blame_offerers(peers, &holders, id, reason));
+            }
+            Err(e) => {
+                self.bad.insert(id);
+                return Err(Stop::Bad(format!(
+                    "checkpoint {name} does not rebuild: {e}"
+                )));
+            }
+        };
         let start = CheckpointStart {
             block: &block,
             registry: &state.registry,
@@ -532,6 +565,97 @@ impl Driver<'_> {
         )))
     }
 
+    /// Marks checkpoint `id` bad and bans every peer that offered it (`holders`): its manifest
+    /// lists chunks that do not prove, or a state that does not rebuild to its root.
+    fn blame_offerers(
+        &mut self,
+        peers: &[Peer],
+        holders: &[NodeId],
+        id: [u8; 32],
+        reason: String,
+    ) -> Stop {
+        self.bad.insert(id);
+        let blame = format!(
+            "offered checkpoint {}, which is bad: {reason}",
+            hex::encode(id)
+        );
+        for holder in holders {
+            self.penalise(peers, *holder, &blame);
+        }
+        Stop::Bad(reason)
+    }
+
+    /// Makes the stored progress `restorer`'s: resumed when it is of the same checkpoint, else
+    /// switched to it, carrying over the stored chunks that verify against its manifest.
+    fn take_over_progress(
+        &self,
+        restorer: &mut Restorer,
+        opener: &CheckpointModule,
+    ) -> Result<(), Stop> {
+        let stored = self.progress.manifest().unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "the stored restore progress is unreadable; starting over");
+            None
+        });
+        match stored {
+            Some(old) if old.id() == restorer.id() => self.resume(restorer, opener),
+            Some(old) => self.switch(&old, restorer, opener),
+            None => self
+                .progress
+                .begin(restorer.manifest())
+                .map_err(|e| self.storage(e.to_string())),
+        }
+    }
+
+    /// Switches the stored progress from checkpoint `old` to `restorer`'s: the stored chunks
+    /// whose bytes the new manifest lists and that verify against it are kept (under their new
+    /// index), the rest dropped, in one atomic write.
+    fn switch(
+        &self,
+        old: &Manifest,
+        restorer: &mut Restorer,
+        opener: &CheckpointModule,
+    ) -> Result<(), Stop> {
+        let stored = self
+            .progress
+            .chunks()
+            .map_err(|e| self.storage(e.to_string()))?;
+        let threads = self.parts.threads;
+        let carried = tokio::task::block_in_place(|| carry_over(restorer, opener, stored, threads))
+            .map_err(|e| Stop::Retry(format!("carrying verified chunks over failed: {e}")))?;
+        if let Some(e) = &carried.refused
+            && e.fault() == Fault::Manifest
+        {
+            return Err(Stop::Offerers(format!(
+                "checkpoint {}: {e}",
+                hex::encode(restorer.id())
+            )));
+        }
+        self.progress
+            .switch(restorer.manifest(), &carried.chunks)
+            .map_err(|e| self.storage(e.to_string()))?;
+        let progress = restorer.progress();
+        let counters = self.counters();
+        bump(&counters.switches);
+        counters
+            .chunks_carried_over
+            .fetch_add(as_u64(carried.chunks.len()), Ordering::Relaxed);
+        counters
+            .chunks_verified
+            .store(as_u64(progress.chunks), Ordering::Relaxed);
+        tracing::info!(
+            from = %hex::encode(old.id()),
+            from_height = old.height,
+            to = %hex::encode(restorer.id()),
+            to_height = restorer.manifest().height,
+            stored = carried.stored,
+            listed = carried.listed,
+            carried_over = carried.chunks.len(),
+            to_fetch = progress.total_chunks.saturating_sub(progress.chunks),
+            "switched the restore to another checkpoint; verified chunks it lists that verify against it are kept"
+        );
+        Ok(())
+    }
+
     /// Re-verifies the chunks an earlier run stored (no network).
     fn resume(&self, restorer: &mut Restorer, opener: &CheckpointModule) -> Result<(), Stop> {
         let stored = self
@@ -578,7 +702,8 @@ impl Driver<'_> {
         let max = self.parts.transport.max_message_bytes;
         let mut fetcher = Fetcher::new(restorer.missing(), holders, FetchConfig::default());
         let mut in_flight = JoinSet::new();
-        let mut progress = super::checkpoint_progress::Reporter::new(restorer.progress());
+        let mut progress =
+            super::checkpoint_progress::Reporter::new(restorer.progress(), self.parts.progress);
         let started = Instant::now();
         // Set when no peer is left: the answers in flight are still taken (and stored) first.
         let mut stop: Option<Stop> = None;
@@ -602,7 +727,10 @@ impl Driver<'_> {
                     Ok(None) => break,
                     Err(e @ FetchError::NoPeers { .. }) => stop = Some(Stop::Retry(e.to_string())),
                     Err(e @ FetchError::BadCheckpoint { .. }) => {
-                        stop = Some(Stop::Bad(e.to_string()))
+                        stop = Some(Stop::Offerers(format!(
+                            "checkpoint {}: {e}",
+                            hex::encode(id)
+                        )))
                     }
                 }
             }
@@ -709,7 +837,7 @@ impl Driver<'_> {
                 fetcher
                     .handle_refused(&peer, index, fault, reason)
                     .map_err(|e| {
-                        Stop::Bad(format!("checkpoint {}: {e}", hex::encode(restorer.id())))
+                        Stop::Offerers(format!("checkpoint {}: {e}", hex::encode(restorer.id())))
                     })
             }
         }
