@@ -16,7 +16,10 @@ use modnode::runtime::checkpoint::CheckpointModule;
 use modnode::state::StateSnapshot;
 
 use super::checkpoint::module;
-use super::checkpoint_sync::{checkpoint_now, follows, height_at_least, node, seed, test_genesis};
+use super::checkpoint_sync::{
+    admin_status, checkpoint_now, follows, height_at_least, kill, node, seed, spawn_restoring,
+    test_genesis,
+};
 use super::network::{dirs, eventually};
 use modnode::node::SyncMode;
 
@@ -176,6 +179,18 @@ fn the_progress_store_switches_checkpoints_in_one_write_that_survives_a_reopen()
     assert_eq!(r.missing(), vec![0, n - 1]);
 }
 
+/// `cp` with the bytes of its first `n` chunks flipped: a peer serving it is banned the moment
+/// one of them is fetched, so a restore from it alone finishes only if it fetched none of them.
+fn first_chunks_corrupt(cp: &Checkpoint, n: usize) -> Checkpoint {
+    let mut cp = cp.clone();
+    for chunk in &mut cp.chunks[..n] {
+        for byte in chunk.iter_mut() {
+            *byte ^= 0xff;
+        }
+    }
+    cp
+}
+
 /// The node in `dir` restores from `peers` in the background; returns the task.
 fn restoring(
     dir: &Path,
@@ -219,16 +234,19 @@ async fn a_pruned_checkpoint_is_replaced_by_the_newer_one_keeping_its_verified_c
         served.lists.load(Ordering::Relaxed) >= 2
     })
     .await;
-    assert_eq!(served.chunks.load(Ordering::Relaxed), half as u64);
+    assert!(served.chunks.load(Ordering::Relaxed) >= half as u64);
 
     // A newer checkpoint of the same registry (no deposits in between) replaces the old one
-    // on P, which prunes the old one (keep 1).
+    // on P, which prunes the old one (keep 1). P serves the new one's first half corrupt: the
+    // restore can only carry those chunks over.
     height_at_least(&a, old.manifest.height + 2).await;
     let new = checkpoint_now(d[0].path(), &a).await;
     assert!(new.manifest.height > old.manifest.height);
     assert_eq!(new.manifest.registry_root, old.manifest.registry_root);
     height_at_least(&p, new.manifest.height).await;
-    p.checkpoints().put(&new, 1).unwrap();
+    p.checkpoints()
+        .put(&first_chunks_corrupt(&new, half), 1)
+        .unwrap();
     assert_eq!(p.checkpoints().list().unwrap(), vec![new.manifest.clone()]);
 
     let restored = task.await.unwrap();
@@ -243,15 +261,87 @@ async fn a_pruned_checkpoint_is_replaced_by_the_newer_one_keeping_its_verified_c
         "{status:?}"
     );
     assert_eq!(
-        served.chunks.load(Ordering::Relaxed),
-        new.chunks.len() as u64,
-        "a carried-over chunk was fetched again"
+        status.peers_penalised, 0,
+        "a carried-over chunk was fetched again: {status:?}"
     );
-    assert_eq!(status.peers_penalised, 0, "{status:?}");
     follows(&restored, &a, new.manifest.height).await;
     for node in [restored, p, a] {
         node.shutdown().await;
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restore_killed_around_its_switch_to_a_newer_checkpoint_loses_no_verified_chunk() {
+    let d = dirs(3);
+    let (genesis, text) = test_genesis("ckpt-switch-kill", d[0].path());
+    let genesis_file = d[2].path().join("genesis.json");
+    std::fs::write(&genesis_file, text).unwrap();
+    let restoring = d[2].path().join("node");
+    let a = node(d[0].path(), &genesis, Vec::new(), 2, SyncMode::Full).await;
+    height_at_least(&a, 3).await;
+    let old = checkpoint_now(d[0].path(), &a).await;
+    height_at_least(&a, old.manifest.height + 1).await;
+    let new = checkpoint_now(d[0].path(), &a).await;
+    let n = new.chunks.len();
+    let half = n / 2;
+    assert_eq!(new.manifest.registry_root, old.manifest.registry_root);
+    // An earlier run verified and stored the first half of the old checkpoint, which no peer
+    // offers any more: P offers only the new one.
+    {
+        let path = restoring.join(modnode::node::RESTORE_DIR);
+        let db = modnode::store::open_sled(&sled::Config::new().path(&path)).unwrap();
+        let store = RestoreStore::open(&db).unwrap();
+        store.begin(&old.manifest).unwrap();
+        for (i, bytes) in stored(&old, half) {
+            store.put_chunk(i, &bytes).unwrap();
+        }
+        store.flush().unwrap();
+    }
+    // P serves the first half corrupt: a restore from it alone cannot fetch those chunks.
+    seed(d[1].path(), &first_chunks_corrupt(&new, half));
+    let p = node(
+        d[1].path(),
+        &genesis,
+        vec![a.peer_addr().unwrap()],
+        2,
+        SyncMode::Full,
+    )
+    .await;
+    height_at_least(&p, new.manifest.height).await;
+    let served = &p.metrics().checkpoint_served;
+
+    // Killed as soon as it has asked P for its list: before, during or after the switch.
+    let peers = [p.peer_addr().unwrap()];
+    let mut child = spawn_restoring(&restoring, &genesis_file, &peers);
+    eventually("the restoring node asked P for its checkpoints", || {
+        served.lists.load(Ordering::Relaxed) >= 1
+    })
+    .await;
+    kill(&mut child);
+
+    let mut child = spawn_restoring(&restoring, &genesis_file, &peers);
+    let mut status = serde_json::Value::Null;
+    eventually("the restarted node restored", || {
+        if let Ok(s) = admin_status(&restoring) {
+            status = s;
+        }
+        status["checkpoint_restore"]["done"] == true
+    })
+    .await;
+    kill(&mut child);
+    let restore = &status["checkpoint_restore"];
+    assert_eq!(restore["height"], new.manifest.height, "{restore}");
+    let kept = restore["chunks_resumed"].as_u64().unwrap()
+        + restore["chunks_carried_over"].as_u64().unwrap();
+    // Switched before the kill: resumed (plus what the first run fetched); not yet: carried.
+    assert!(
+        kept >= half as u64,
+        "{kept} of {half} chunks kept: {restore}"
+    );
+    assert_eq!(restore["chunks_verified"], n as u64, "{restore}");
+    assert_eq!(restore["peers_penalised"], 0, "{restore}");
+    p.shutdown().await;
+    a.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -199,7 +199,11 @@ async fn a_restore_from_three_peers_one_corrupt_finishes_and_bans_only_the_corru
 }
 
 /// Starts `modnode run --sync checkpoint` on `dir` restoring from `peers`.
-fn spawn_restoring(dir: &Path, genesis_file: &Path, peers: &[PeerAddr]) -> std::process::Child {
+pub(super) fn spawn_restoring(
+    dir: &Path,
+    genesis_file: &Path,
+    peers: &[PeerAddr],
+) -> std::process::Child {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_modnode"));
     cmd.args(["run", "--data-dir"])
         .arg(dir)
@@ -227,7 +231,7 @@ fn spawn_restoring(dir: &Path, genesis_file: &Path, peers: &[PeerAddr]) -> std::
         .unwrap()
 }
 
-fn kill(child: &mut std::process::Child) {
+pub(super) fn kill(child: &mut std::process::Child) {
     // SIGKILL: no destructors, no flush.
     unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
     child.wait().unwrap();
@@ -315,7 +319,7 @@ async fn a_restore_killed_halfway_resumes_without_fetching_verified_chunks_again
 }
 
 /// The `/status` of the node in `dir`, read on a helper thread (the polling closure is sync).
-fn admin_status(dir: &Path) -> Result<serde_json::Value, String> {
+pub(super) fn admin_status(dir: &Path) -> Result<serde_json::Value, String> {
     let dir = dir.to_path_buf();
     std::thread::spawn(move || {
         let rt = tokio::runtime::Builder::new_current_thread()

@@ -7,18 +7,27 @@
 //! 2. pick the checkpoint to restore: the one whose progress is stored, if a peer still offers
 //!    it (a restart resumes), else the newest offered by at least two peers — or by one when
 //!    exactly one bootstrap peer is configured, the operator's explicit trust — then validate
-//!    its manifest and check that its module version is installed;
+//!    its manifest and check that its module version is installed. When no peer offers the
+//!    stored one any more (every chunk answer was "not here" and the lists no longer hold it:
+//!    its peers pruned it), the restore switches to the newest offered by enough peers and
+//!    carries over the stored chunks whose bytes the new manifest lists and that verify
+//!    against it ([`carry_over`]; what that keeps is spelled out in `checkpoint::carry`), in one
+//!    atomic write of the progress store, so a crash at any point of the switch leaves either
+//!    the old progress or the new one;
 //! 3. fetch block `H` from a peer offering it: its hash and state root must be the manifest's,
 //!    and its seal its slot's authority's (checked when the chain starts from it);
 //! 4. re-verify the chunks stored by an earlier run (local work, no network), then fetch the
 //!    rest across every offering peer with [`Fetcher`] (adaptive timeouts, slow peers losing
 //!    their share); each chunk is verified on arrival and stored with its index in one sled
 //!    insert, flushed before it counts; a chunk with bad bytes bans its sender only and is
-//!    fetched elsewhere;
-//! 5. rebuild the state, check its root, and initialise the chain store with it
-//!    ([`init_from_checkpoint`]); the node then range-syncs from `H + 1`.
+//!    fetched elsewhere; a chunk whose listed bytes do not prove bans every peer that offered
+//!    the manifest (peers offer only checkpoints they made), and the checkpoint is dropped;
+//! 5. rebuild the state, check its root (a mismatch bans the manifest's offerers too), and
+//!    initialise the chain store with it ([`init_from_checkpoint`]); the node then
+//!    range-syncs from `H + 1`.
 //!
-//! Progress goes to `/metrics` ([`RestoreCounters`]) and to the log (or a progress bar).
+//! Progress goes to `/metrics` ([`RestoreCounters`]) and to the log, or to a progress bar
+//! when `modnode run` has a terminal ([`ProgressDisplay`](super::checkpoint_progress::ProgressDisplay)).
 
 use std::collections::BTreeSet;
 use std::path::Path;
