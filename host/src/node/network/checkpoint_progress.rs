@@ -38,11 +38,15 @@ impl Reporter {
     /// Starts reporting from `progress` (resumed and carried-over chunks included; the bar's
     /// rate and ETA count only what is fetched from here on).
     pub(super) fn new(progress: Progress, display: ProgressDisplay) -> Self {
-        let bar = (display == ProgressDisplay::Bar).then(|| {
-            let bar = ProgressBar::with_draw_target(
-                Some(progress.total_bytes),
-                ProgressDrawTarget::stderr_with_hz(BAR_HZ),
-            );
+        let target =
+            (display == ProgressDisplay::Bar).then(|| ProgressDrawTarget::stderr_with_hz(BAR_HZ));
+        Self::drawing_to(progress, target)
+    }
+
+    /// [`new`](Self::new) with the bar drawn to `target` (`None`: log lines).
+    fn drawing_to(progress: Progress, target: Option<ProgressDrawTarget>) -> Self {
+        let bar = target.map(|target| {
+            let bar = ProgressBar::with_draw_target(Some(progress.total_bytes), target);
             if let Ok(style) = ProgressStyle::with_template(BAR_TEMPLATE) {
                 bar.set_style(style);
             }
@@ -110,4 +114,44 @@ impl Drop for Reporter {
 
 fn chunks_message(progress: &Progress) -> String {
     format!("{}/{} chunks", progress.chunks, progress.total_chunks)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(chunks: usize, bytes: u64) -> Progress {
+        Progress {
+            chunks,
+            total_chunks: 8,
+            leaves: 0,
+            total_leaves: 0,
+            bytes,
+            total_bytes: 8_000,
+        }
+    }
+
+    #[test]
+    fn the_template_parses_and_the_bar_follows_verified_bytes_and_chunks() {
+        assert!(ProgressStyle::with_template(BAR_TEMPLATE).is_ok());
+        let counters = RestoreCounters::default();
+        let mut reporter = Reporter::drawing_to(at(2, 2_000), Some(ProgressDrawTarget::hidden()));
+        let bar = reporter.bar.clone().unwrap();
+        assert_eq!((bar.position(), bar.length()), (2_000, Some(8_000)));
+        reporter.update(at(5, 5_100), &counters);
+        assert_eq!(bar.position(), 5_100);
+        assert_eq!(bar.message(), "5/8 chunks");
+        reporter.finish();
+        assert!(bar.is_finished());
+        // Without a terminal there is no bar, only log lines.
+        assert!(Reporter::new(at(0, 0), ProgressDisplay::Log).bar.is_none());
+    }
+
+    #[test]
+    fn a_restore_that_stops_early_abandons_its_bar() {
+        let reporter = Reporter::drawing_to(at(1, 1_000), Some(ProgressDrawTarget::hidden()));
+        let bar = reporter.bar.clone().unwrap();
+        drop(reporter);
+        assert!(bar.is_finished());
+    }
 }
