@@ -11,7 +11,7 @@
 //!    stored one any more (every chunk answer was "not here" and the lists no longer hold it:
 //!    its peers pruned it), the restore switches to the newest offered by enough peers and
 //!    carries over the stored chunks whose bytes the new manifest lists and that verify
-//!    against it ([`carry_over`]; what that keeps is spelled out in `checkpoint::carry`), in one
+//!    against it (`checkpoint::carry_over`; what that keeps is spelled out in `checkpoint::carry`), in one
 //!    atomic write of the progress store, so a crash at any point of the switch leaves either
 //!    the old progress or the new one;
 //! 3. fetch block `H` from a peer offering it: its hash and state root must be the manifest's,
@@ -45,7 +45,7 @@ use crate::chain::genesis::Genesis;
 use crate::chain::{CheckpointStart, init_from_checkpoint};
 use crate::checkpoint::{
     Fault, FetchConfig, FetchError, Fetcher, Manifest, ManifestLimits, RestoreStore, Restorer,
-    carry_over, choose, verify_all,
+    choose,
 };
 use crate::net::endpoint::{self, CLOSE_PROTOCOL_VIOLATION, TransportLimits};
 use crate::net::handshake::{self, Hello, PROTOCOL_VERSION, Role};
@@ -57,6 +57,8 @@ use crate::node::verdict::RequestError;
 use crate::runtime::Modules;
 use crate::runtime::checkpoint::CheckpointModule;
 use crate::store::{BanList, KvStore, SledStore, keys};
+
+mod stored;
 
 /// Where a node without local state gets its state from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -386,7 +388,7 @@ impl Driver<'_> {
             if !holders.is_empty() && !self.bad.contains(&id) {
                 return Some((stored, holders));
             }
-            if !offers.is_empty() {
+            if holders.is_empty() && !offers.is_empty() {
                 // Every peer that answered lists other checkpoints: they pruned this one
                 // (`checkpoint.keep`), or it was found bad. The restore switches to the newest
                 // offered by enough peers, carrying over the chunks that verify against it.
@@ -592,111 +594,6 @@ impl Driver<'_> {
             self.penalise(peers, *holder, &blame);
         }
         Stop::Bad(reason)
-    }
-
-    /// Makes the stored progress `restorer`'s: resumed when it is of the same checkpoint, else
-    /// switched to it, carrying over the stored chunks that verify against its manifest.
-    fn take_over_progress(
-        &self,
-        restorer: &mut Restorer,
-        opener: &CheckpointModule,
-    ) -> Result<(), Stop> {
-        let stored = self.progress.manifest().unwrap_or_else(|e| {
-            tracing::warn!(error = %e, "the stored restore progress is unreadable; starting over");
-            None
-        });
-        match stored {
-            Some(old) if old.id() == restorer.id() => self.resume(restorer, opener),
-            Some(old) => self.switch(&old, restorer, opener),
-            None => self
-                .progress
-                .begin(restorer.manifest())
-                .map_err(|e| self.storage(e.to_string())),
-        }
-    }
-
-    /// Switches the stored progress from checkpoint `old` to `restorer`'s: the stored chunks
-    /// whose bytes the new manifest lists and that verify against it are kept (under their new
-    /// index), the rest dropped, in one atomic write.
-    fn switch(
-        &self,
-        old: &Manifest,
-        restorer: &mut Restorer,
-        opener: &CheckpointModule,
-    ) -> Result<(), Stop> {
-        let stored = self
-            .progress
-            .chunks()
-            .map_err(|e| self.storage(e.to_string()))?;
-        let threads = self.parts.threads;
-        let carried = tokio::task::block_in_place(|| carry_over(restorer, opener, stored, threads))
-            .map_err(|e| Stop::Retry(format!("carrying verified chunks over failed: {e}")))?;
-        if let Some(e) = &carried.refused
-            && e.fault() == Fault::Manifest
-        {
-            return Err(Stop::Offerers(format!(
-                "checkpoint {}: {e}",
-                hex::encode(restorer.id())
-            )));
-        }
-        self.progress
-            .switch(restorer.manifest(), &carried.chunks)
-            .map_err(|e| self.storage(e.to_string()))?;
-        let progress = restorer.progress();
-        let counters = self.counters();
-        bump(&counters.switches);
-        counters
-            .chunks_carried_over
-            .fetch_add(as_u64(carried.chunks.len()), Ordering::Relaxed);
-        counters
-            .chunks_verified
-            .store(as_u64(progress.chunks), Ordering::Relaxed);
-        tracing::info!(
-            from = %hex::encode(old.id()),
-            from_height = old.height,
-            to = %hex::encode(restorer.id()),
-            to_height = restorer.manifest().height,
-            stored = carried.stored,
-            listed = carried.listed,
-            carried_over = carried.chunks.len(),
-            to_fetch = progress.total_chunks.saturating_sub(progress.chunks),
-            "switched the restore to another checkpoint; verified chunks it lists that verify against it are kept"
-        );
-        Ok(())
-    }
-
-    /// Re-verifies the chunks an earlier run stored (no network).
-    fn resume(&self, restorer: &mut Restorer, opener: &CheckpointModule) -> Result<(), Stop> {
-        let stored = self
-            .progress
-            .chunks()
-            .map_err(|e| self.storage(e.to_string()))?;
-        if stored.is_empty() {
-            return Ok(());
-        }
-        let count = stored.len();
-        let threads = self.parts.threads;
-        let outcome =
-            tokio::task::block_in_place(|| verify_all(restorer, opener, stored, threads, None));
-        if let Err(e) = outcome {
-            // Whatever verified is inserted; the rest is fetched again.
-            tracing::warn!(error = %e, "a stored chunk no longer verifies; fetching it again");
-        }
-        let progress = restorer.progress();
-        let counters = self.counters();
-        counters
-            .chunks_resumed
-            .store(as_u64(progress.chunks), Ordering::Relaxed);
-        counters
-            .chunks_verified
-            .store(as_u64(progress.chunks), Ordering::Relaxed);
-        tracing::info!(
-            stored = count,
-            verified = progress.chunks,
-            total = progress.total_chunks,
-            "resuming the checkpoint restore from stored chunks"
-        );
-        Ok(())
     }
 
     /// Fetches every missing chunk from `holders` in parallel.
