@@ -91,6 +91,7 @@ impl Reporter {
     pub(super) fn finish(self) {
         if let Some(bar) = &self.bar {
             bar.finish_with_message(chunks_message(&self.progress));
+            end_line(bar);
         }
         tracing::info!(
             chunks = self.progress.chunks,
@@ -108,7 +109,17 @@ impl Drop for Reporter {
             && !bar.is_finished()
         {
             bar.abandon();
+            end_line(bar);
         }
+    }
+}
+
+/// Ends the bar's line: indicatif leaves the cursor after the last drawn bar, where the next
+/// log line would start.
+fn end_line(bar: &ProgressBar) {
+    use std::io::Write as _;
+    if !bar.is_hidden() {
+        let _ = writeln!(std::io::stderr());
     }
 }
 
