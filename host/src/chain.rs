@@ -16,16 +16,6 @@
 //! - Errors, the deposit engine choice, revert and fork choice live in private submodules and
 //!   are re-exported here.
 
-#![cfg_attr(
-    not(test),
-    deny(
-        clippy::unwrap_used,
-        clippy::expect_used,
-        clippy::indexing_slicing,
-        clippy::arithmetic_side_effects
-    )
-)]
-
 pub mod block;
 mod deposit_engine;
 mod errors;
