@@ -136,10 +136,9 @@ fn check_length(len: u32, max: usize) -> Result<Length, CodecError> {
     Ok(Length { payload, frame })
 }
 
-/// Bytes of a frame received so far when its header and `payload` bytes have arrived; for
-/// [`CodecError::Truncated`] only. Cannot saturate: the payload is shorter than a checked
-/// [`Length`].
-fn received_with_header(payload: usize) -> usize {
+/// Bytes of a frame, header included, carrying `payload` payload bytes. Cannot saturate:
+/// payloads are bounded by a checked [`Length`], itself a `u32`.
+fn frame_bytes(payload: usize) -> usize {
     payload.saturating_add(HEADER_BYTES)
 }
 
@@ -336,8 +335,8 @@ impl FrameDecoder {
         }
         if let Some(body) = &self.body {
             return Err(CodecError::Truncated {
-                received: received_with_header(body.payload.len()),
-                expected: received_with_header(body.payload_len),
+                received: frame_bytes(body.payload.len()),
+                expected: frame_bytes(body.payload_len),
             });
         }
         if !self.header.is_empty() {
@@ -354,7 +353,7 @@ impl FrameDecoder {
     pub fn pending_bytes(&self) -> usize {
         // The header is cleared when a body starts, so at most one of the two is non-empty.
         match &self.body {
-            Some(body) => received_with_header(body.payload.len()),
+            Some(body) => frame_bytes(body.payload.len()),
             None => self.header.len(),
         }
     }
@@ -431,7 +430,7 @@ pub async fn read_frame(
             }
             None => {
                 return Err(CodecError::Truncated {
-                    received: received_with_header(payload.len()),
+                    received: frame_bytes(payload.len()),
                     expected,
                 });
             }
