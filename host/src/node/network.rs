@@ -480,3 +480,18 @@ impl Network {
             .handle_violation(node, Violation::Malformed(reason), now);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_timer_too_far_for_instant_fires_within_a_day_instead_of_panicking() {
+        let now = Instant::now();
+        let soon = Duration::from_secs(3);
+        assert_eq!(timer_deadline(now, soon), now + soon);
+        let far = timer_deadline(now, Duration::MAX);
+        assert!(far > now, "{far:?} is not after {now:?}");
+        assert!(far <= now + Duration::from_secs(24 * 60 * 60));
+    }
+}
