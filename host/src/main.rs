@@ -14,8 +14,14 @@
 )]
 
 // Benchmarks measure; they hold no consensus code. Their statistics (percentiles, rates,
-// averages over sample vectors) index and divide freely, as the tests do.
-#[allow(clippy::arithmetic_side_effects, clippy::indexing_slicing)]
+// averages over sample vectors) index and divide freely, and a failed setup may panic, as in
+// the tests.
+#[allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::indexing_slicing,
+    clippy::arithmetic_side_effects
+)]
 mod bench;
 mod commands;
 
