@@ -367,25 +367,16 @@ impl RegistryRead for Registry {
 mod tests {
     use super::*;
 
-    fn added(tag: u8) -> NewValidator {
-        NewValidator {
-            pubkey: [tag; 48],
-            withdrawal_credentials: [0; 32],
-            effective_balance: 32,
-            balance: 32,
-        }
-    }
-
     #[test]
     fn delta_to_a_descendant_is_the_delta_that_made_it() {
         let mut base = Registry::new();
         base.apply(&RegistryDelta {
-            added: (1..=200).map(added).collect(),
+            added: (1..=200).map(NewValidator::tagged).collect(),
             balances: vec![],
         })
         .unwrap();
         let delta = RegistryDelta {
-            added: vec![added(201), added(202)],
+            added: vec![NewValidator::tagged(201), NewValidator::tagged(202)],
             balances: vec![(3, 7), (150, 9)],
         };
         let mut later = base.clone();
