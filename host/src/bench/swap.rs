@@ -217,7 +217,7 @@ fn produce(
     })?;
     let mut log = workload::DevDepositLog::new();
     for d in deposits {
-        log.push(d.clone());
+        log.push(*d);
     }
     eprintln!("{}: producing {} blocks …", switch.name, heights.total);
     let mut blocks = Vec::new();
