@@ -463,6 +463,7 @@ fn a_new_deposits_module_warms_up_on_the_deposits_of_the_latest_real_blocks() {
 #[test]
 fn a_component_retagged_with_a_custom_section_is_a_separate_version_running_the_same_code() {
     use modnode::chain::workload::{self, DevDepositLog};
+    use modnode::modules_store::upload::{ModuleService, UploadConfig, UploadOutcome};
     use modnode::runtime::LoadedModule;
     use modnode::runtime::inspect::{validate, with_custom_section};
     use sha2::{Digest, Sha256};
@@ -484,6 +485,20 @@ fn a_component_retagged_with_a_custom_section_is_a_separate_version_running_the_
     };
     assert_eq!(copy.hash(), hr);
     assert_eq!(copy.meta().info, original.meta().info);
+
+    // The module store keeps it as a version of its own next to the original.
+    let dir = tempfile::tempdir().unwrap();
+    let service = ModuleService::open(
+        dir.path(),
+        dir.path().join("module-cache"),
+        UploadConfig::default(),
+    )
+    .unwrap();
+    for bytes in [&v2, &retagged] {
+        let outcome = service.upload(bytes, "test").unwrap();
+        assert!(matches!(outcome, UploadOutcome::Ready(_)), "{outcome:?}");
+    }
+    assert_eq!(service.store().len(), 2);
 
     // The schedule switches to it at H like to any new version: the producer runs the original
     // below H and the copy from H on, over blocks carrying deposits.
