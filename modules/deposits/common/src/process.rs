@@ -138,6 +138,35 @@ fn verify_proofs(ctx: &BlockContext, deposits: &[Checked<'_>]) -> Result<u64, Pr
     Ok(index)
 }
 
+/// [`verify_proofs`] with the block's proofs checked together: the paths of consecutive
+/// deposits share all but their lowest levels, and shared levels are hashed once
+/// ([`tree::ProofVerifier`]); the verdict for every deposit is the same. deposits-v2's path;
+/// `verify_proofs` stays as deposits-v1 was released, so v1's bytes and hash do not change.
+fn verify_proofs_shared(ctx: &BlockContext, deposits: &[Checked<'_>]) -> Result<u64, ProcessError> {
+    let root: Root = ctx
+        .eth1_data
+        .deposit_root
+        .as_slice()
+        .try_into()
+        .map_err(|_| {
+            ProcessError::BadContext(format!(
+                "deposit root is {} bytes, expected 32",
+                ctx.eth1_data.deposit_root.len()
+            ))
+        })?;
+    let mut verifier = tree::ProofVerifier::new(root);
+    let mut index = ctx.eth1_deposit_index;
+    for deposit in deposits {
+        if !verifier.verify(&deposit.leaf(), &deposit.proof, index) {
+            return Err(ProcessError::BadProof(index));
+        }
+        index = index.checked_add(1).ok_or_else(|| {
+            ProcessError::BadContext("the eth1 deposit index overflows".to_string())
+        })?;
+    }
+    Ok(index)
+}
+
 /// `apply_deposit` for one deposit; `valid` is asked only when the pubkey is unknown.
 fn apply<H: Host>(
     host: &mut H,
@@ -203,7 +232,7 @@ pub fn process_batched<H: Host>(
 ) -> Result<Processed, ProcessError> {
     let domain = domain(ctx)?;
     let checked = check(deposits)?;
-    let eth1_deposit_index = verify_proofs(ctx, &checked)?;
+    let eth1_deposit_index = verify_proofs_shared(ctx, &checked)?;
 
     let mut in_batch = vec![false; checked.len()];
     let mut sets = Vec::new();
