@@ -15,16 +15,6 @@
 //! deposits through the chain's [`DepositProofs`] trait and picks the producer's eth1 vote
 //! ([`DepositSource::choose_vote`]).
 
-#![cfg_attr(
-    not(test),
-    deny(
-        clippy::unwrap_used,
-        clippy::expect_used,
-        clippy::indexing_slicing,
-        clippy::arithmetic_side_effects
-    )
-)]
-
 pub mod abi;
 pub mod cache;
 pub mod client;

@@ -19,6 +19,18 @@
 //! - [`store`]: durable storage (sled) behind a small trait, with an in-memory twin.
 //! - [`upgrade_check`]: runs two versions of a module side by side on generated inputs.
 #![deny(missing_docs)]
+// Consensus code lives in this crate: no panics, no unchecked indexing or arithmetic outside
+// tests (as lighthouse's `state_processing`). Arithmetic is checked and names what overflowed;
+// it saturates only where that is the meaning (timers, metrics).
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::indexing_slicing,
+        clippy::arithmetic_side_effects
+    )
+)]
 
 pub mod admin;
 pub mod alloc_stats;

@@ -2,6 +2,26 @@
 //!
 //! `anyhow` lives here, at the edge; the library returns typed errors.
 
+// The same rules as the library (see `lib.rs`), except for the benchmarks below.
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::indexing_slicing,
+        clippy::arithmetic_side_effects
+    )
+)]
+
+// Benchmarks measure; they hold no consensus code. Their statistics (percentiles, rates,
+// averages over sample vectors) index and divide freely, and a failed setup may panic, as in
+// the tests.
+#[allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::indexing_slicing,
+    clippy::arithmetic_side_effects
+)]
 mod bench;
 mod commands;
 

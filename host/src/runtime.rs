@@ -16,16 +16,6 @@
 //! - Each kind has a [`slot::Slot`] (active, scheduled, shadow, canary, previous) and
 //!   [`modules::Modules`] is the node-facing API over them.
 
-#![cfg_attr(
-    not(test),
-    deny(
-        clippy::unwrap_used,
-        clippy::expect_used,
-        clippy::indexing_slicing,
-        clippy::arithmetic_side_effects
-    )
-)]
-
 pub mod cache;
 pub mod checkpoint;
 pub mod deposits;

@@ -7,16 +7,6 @@
 //! when the whole call succeeded and the resulting root matches the block, so a trap or a
 //! rejected block leaves the state untouched.
 
-#![cfg_attr(
-    not(test),
-    deny(
-        clippy::unwrap_used,
-        clippy::expect_used,
-        clippy::indexing_slicing,
-        clippy::arithmetic_side_effects
-    )
-)]
-
 pub mod chunked;
 mod eth1;
 pub mod merkle;

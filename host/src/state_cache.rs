@@ -23,6 +23,7 @@ mod ledger;
 pub mod regen;
 
 use std::collections::HashMap;
+use std::num::NonZeroU128;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
@@ -345,8 +346,9 @@ impl StateCache {
                         .checked_rem(self.config.anchor_every.max(1))
                         .unwrap_or(0);
                     // cost / bytes, compared as cost * 2^20 / bytes.
+                    let bytes = u128::try_from(bytes).unwrap_or(u128::MAX);
                     let score = u128::from(cost).saturating_mul(1 << 20)
-                        / u128::try_from(bytes.max(1)).unwrap_or(1);
+                        / NonZeroU128::new(bytes).unwrap_or(NonZeroU128::MIN);
                     (score, *hash)
                 })
                 .min();
@@ -435,10 +437,12 @@ impl StateCache {
         let accounted = inner.accounted() as u64;
         let head = inner.head_chunk_bytes as u64;
         let explained = accounted.saturating_add(head);
+        // A metric: clamped to what an i64 can say.
+        let gap = allocator.abs_diff(explained);
         let unexplained = if allocator >= explained {
-            i64::try_from(allocator - explained).unwrap_or(i64::MAX)
+            0i64.saturating_add_unsigned(gap)
         } else {
-            i64::try_from(explained - allocator).map_or(i64::MIN, |v| -v)
+            0i64.saturating_sub_unsigned(gap)
         };
         let regen = self.regen.counters();
         CacheMetrics {

@@ -48,6 +48,17 @@
 //! ```
 
 #![deny(missing_docs)]
+// Peers' claims and range answers are hostile input on the block path: no panicking shortcuts
+// outside tests, as in the `modnode` crate.
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::indexing_slicing,
+        clippy::arithmetic_side_effects
+    )
+)]
 
 pub mod backoff;
 pub mod error;

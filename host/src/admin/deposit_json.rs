@@ -90,10 +90,11 @@ fn hex_field<const N: usize>(
         return Err(bad("expected a hex string".into()));
     };
     let digits = text.strip_prefix("0x").unwrap_or(text);
-    if digits.len() != 2 * N {
+    // Evaluated at compile time: a field too large to double fails the build, not a request.
+    let hex_len = const { 2 * N };
+    if digits.len() != hex_len {
         return Err(bad(format!(
-            "expected {N} bytes ({} hex characters, optional 0x prefix), got {} characters",
-            2 * N,
+            "expected {N} bytes ({hex_len} hex characters, optional 0x prefix), got {} characters",
             digits.len()
         )));
     }

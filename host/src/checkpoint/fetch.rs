@@ -168,7 +168,12 @@ impl<P: Ord + Clone> Fetcher<P> {
         let max = self.config.max_in_flight_per_peer.max(1);
         // Expected time to answer one more request: latency × (queue + 1); unknown latency
         // counts as the initial timeout's tenth, so new peers are tried early.
-        let guess = self.config.initial_timeout / 10;
+        // (`checked_div` only fails for a zero divisor.)
+        let guess = self
+            .config
+            .initial_timeout
+            .checked_div(10)
+            .unwrap_or_default();
         let best = self
             .peers
             .iter_mut()
@@ -214,7 +219,12 @@ impl<P: Ord + Clone> Fetcher<P> {
             let sample = now.saturating_duration_since(sent);
             let latency = match state.latency {
                 None => sample,
-                Some(old) => old.saturating_mul(3).saturating_add(sample) / 4,
+                // A moving average: 3/4 old, 1/4 new (`checked_div` only fails for zero).
+                Some(old) => old
+                    .saturating_mul(3)
+                    .saturating_add(sample)
+                    .checked_div(4)
+                    .unwrap_or_default(),
             };
             state.latency = Some(latency);
             state.timeouts = 0;

@@ -4,7 +4,7 @@
 use anyhow::Context as _;
 use modnode::admin::client;
 
-use super::module::{NodeArgs, runtime};
+use super::module::{NodeArgs, at, runtime};
 
 /// `modnode checkpoint create`: the node snapshots its head state, creates the checkpoint in the
 /// background with its active checkpoint module, stores it, and answers with its summary.
@@ -18,12 +18,12 @@ pub fn create(node: &NodeArgs, json: bool) -> anyhow::Result<()> {
     } else {
         println!(
             "checkpoint {} at height {}: version {}, {} chunks, {} bytes, {} ms",
-            answer["id"].as_str().unwrap_or("?"),
-            answer["height"],
-            answer["version"],
-            answer["chunks"],
-            answer["bytes"],
-            answer["create_ms"]
+            at(&answer, "/id").as_str().unwrap_or("?"),
+            at(&answer, "/height"),
+            at(&answer, "/version"),
+            at(&answer, "/chunks"),
+            at(&answer, "/bytes"),
+            at(&answer, "/create_ms")
         );
     }
     Ok(())
@@ -45,18 +45,18 @@ pub fn list(node: &NodeArgs, json: bool) -> anyhow::Result<()> {
         return Ok(());
     }
     let empty = Vec::new();
-    let list = answer["checkpoints"].as_array().unwrap_or(&empty);
+    let list = at(&answer, "/checkpoints").as_array().unwrap_or(&empty);
     if list.is_empty() {
         println!("no checkpoints stored");
     }
     for c in list {
         println!(
             "height {:>8}  v{}  {} chunks  {} bytes  {}",
-            c["height"],
-            c["version"],
-            c["chunks"],
-            c["bytes"],
-            c["id"].as_str().unwrap_or("?")
+            at(c, "/height"),
+            at(c, "/version"),
+            at(c, "/chunks"),
+            at(c, "/bytes"),
+            at(c, "/id").as_str().unwrap_or("?")
         );
     }
     Ok(())

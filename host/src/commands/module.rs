@@ -68,8 +68,8 @@ pub fn upload(file: &Path, node: &NodeArgs, json: bool) -> anyhow::Result<()> {
         println!("{answer}");
         return Ok(());
     }
-    let module = &answer["module"];
-    let status = answer["status"].as_str().unwrap_or("?");
+    let module = at(&answer, "/module");
+    let status = at(&answer, "/status").as_str().unwrap_or("?");
     let what = if status == "already-stored" {
         "already stored; nothing to do"
     } else {
@@ -78,18 +78,18 @@ pub fn upload(file: &Path, node: &NodeArgs, json: bool) -> anyhow::Result<()> {
     println!(
         "{}: {}-v{} sha256 {} — {what}",
         file.display(),
-        module["kind"].as_str().unwrap_or("?"),
-        module["module_version"],
-        module["sha256"].as_str().unwrap_or("?"),
+        at(module, "/kind").as_str().unwrap_or("?"),
+        at(module, "/module_version"),
+        at(module, "/sha256").as_str().unwrap_or("?"),
     );
     if status != "already-stored" {
         println!(
             "  compiled in {} ms ({} bytes of machine code), warmed in {} µs ({} fuel, {} recent real inputs)",
-            module["compile_ms"],
-            module["compiled_size"],
-            module["warm_us"],
-            module["warm_fuel"],
-            module["warm_real_inputs"]
+            at(module, "/compile_ms"),
+            at(module, "/compiled_size"),
+            at(module, "/warm_us"),
+            at(module, "/warm_fuel"),
+            at(module, "/warm_real_inputs")
         );
     }
     Ok(())
@@ -107,23 +107,29 @@ pub fn list(node: &NodeArgs, json: bool) -> anyhow::Result<()> {
         return Ok(());
     }
     let empty = Vec::new();
-    for kind in answer["kinds"].as_array().unwrap_or(&empty) {
+    for kind in at(&answer, "/kinds").as_array().unwrap_or(&empty) {
         print_kind(kind, &empty);
     }
-    for s in answer["scheduled"].as_array().unwrap_or(&empty) {
+    for s in at(&answer, "/scheduled").as_array().unwrap_or(&empty) {
         println!(
             "{}\n  scheduled: sha256 {} at height {}; ready here: {}, peers ready {}/{}, authorities ready {}/{}",
-            s["kind"].as_str().unwrap_or("?"),
-            s["sha256"].as_str().unwrap_or("?"),
-            s["height"],
-            s["ready_here"],
-            s["peers_ready"],
-            s["peers_connected"],
-            s["authorities_ready"],
-            s["authorities"],
+            at(s, "/kind").as_str().unwrap_or("?"),
+            at(s, "/sha256").as_str().unwrap_or("?"),
+            at(s, "/height"),
+            at(s, "/ready_here"),
+            at(s, "/peers_ready"),
+            at(s, "/peers_connected"),
+            at(s, "/authorities_ready"),
+            at(s, "/authorities"),
         );
     }
     Ok(())
+}
+
+/// The value at JSON `pointer` (`"/slot/active/name"`) in an admin API answer, `null` when it
+/// is missing: answers are printed leniently, and a missing field prints as `null` or `?`.
+pub(super) fn at<'a>(value: &'a Value, pointer: &str) -> &'a Value {
+    value.pointer(pointer).unwrap_or(&Value::Null)
 }
 
 fn str_of(v: &Value) -> &str {
@@ -131,7 +137,7 @@ fn str_of(v: &Value) -> &str {
 }
 
 fn warmup(w: &Value) -> String {
-    let real = w["real_inputs"].as_u64().unwrap_or(0);
+    let real = at(w, "/real_inputs").as_u64().unwrap_or(0);
     let inputs = if real == 0 {
         "built-in inputs".to_string()
     } else {
@@ -139,34 +145,38 @@ fn warmup(w: &Value) -> String {
     };
     format!(
         "warm-up {} fuel in {} µs on {inputs}",
-        w["fuel"], w["latency_us"]
+        at(w, "/fuel"),
+        at(w, "/latency_us")
     )
 }
 
 fn print_kind(kind: &Value, empty: &Vec<Value>) {
-    let slot = &kind["slot"];
+    let slot = at(kind, "/slot");
     println!(
         "{} ({})",
-        str_of(&kind["kind"]),
-        slot["scope"].as_str().unwrap_or("no slot")
+        str_of(at(kind, "/kind")),
+        at(slot, "/scope").as_str().unwrap_or("no slot")
     );
-    match slot["active"]["name"].as_str() {
+    match at(slot, "/active/name").as_str() {
         Some(name) => {
-            let probation = match slot["active_faults"].as_u64() {
-                Some(f) => format!("; on probation, {f}/{} faults", slot["breaker_threshold"]),
+            let probation = match at(slot, "/active_faults").as_u64() {
+                Some(f) => format!(
+                    "; on probation, {f}/{} faults",
+                    at(slot, "/breaker_threshold")
+                ),
                 None => String::new(),
             };
             println!(
                 "  active:    {name} ({}{probation})",
-                warmup(&slot["active"]["warmup"])
+                warmup(at(slot, "/active/warmup"))
             );
         }
         None => println!(
             "  active:    {}",
-            kind["active"]["name"].as_str().unwrap_or("(none)")
+            at(kind, "/active/name").as_str().unwrap_or("(none)")
         ),
     }
-    let s = &slot["scheduled"];
+    let s = at(slot, "/scheduled");
     if s.is_object() {
         let ready = |v: &Value| {
             v.as_u64()
@@ -174,67 +184,72 @@ fn print_kind(kind: &Value, empty: &Vec<Value>) {
         };
         println!(
             "  scheduled: {} at height {} (peers ready: {}, authorities ready: {})",
-            str_of(&s["hash"]),
-            s["height"],
-            ready(&s["peers_ready"]),
-            ready(&s["authorities_ready"])
+            str_of(at(s, "/hash")),
+            at(s, "/height"),
+            ready(at(s, "/peers_ready")),
+            ready(at(s, "/authorities_ready"))
         );
     }
-    let sh = &slot["shadow"];
+    let sh = at(slot, "/shadow");
     if sh.is_object() {
         println!(
             "  shadow:    {} — {} compared, {} divergences, {} faults, {} skipped",
-            str_of(&sh["version"]["name"]),
-            sh["compared"],
-            sh["divergences"],
-            sh["faults"],
-            sh["skipped"]
+            str_of(at(sh, "/version/name")),
+            at(sh, "/compared"),
+            at(sh, "/divergences"),
+            at(sh, "/faults"),
+            at(sh, "/skipped")
         );
-        if let Some(d) = sh["recent_divergences"].as_array().and_then(|d| d.last()) {
-            println!("    last divergence on input {}", str_of(&d["input"]));
-            println!("      active: {}", str_of(&d["active"]));
-            println!("      shadow: {}", str_of(&d["shadow"]));
+        if let Some(d) = at(sh, "/recent_divergences")
+            .as_array()
+            .and_then(|d| d.last())
+        {
+            println!("    last divergence on input {}", str_of(at(d, "/input")));
+            println!("      active: {}", str_of(at(d, "/active")));
+            println!("      shadow: {}", str_of(at(d, "/shadow")));
         }
     }
-    let c = &slot["canary"];
+    let c = at(slot, "/canary");
     if c.is_object() {
         println!(
             "  canary:    {} — {}% of calls, {} calls, {} faults",
-            str_of(&c["version"]["name"]),
-            c["percent"],
-            c["calls"],
-            c["faults"]
+            str_of(at(c, "/version/name")),
+            at(c, "/percent"),
+            at(c, "/calls"),
+            at(c, "/faults")
         );
     }
-    if let Some(name) = slot["previous"]["name"].as_str() {
+    if let Some(name) = at(slot, "/previous/name").as_str() {
         println!("  previous:  {name} (a rollback returns to it at once)");
     }
     if slot.is_object() {
         println!(
             "  breaker:   rolls back after {} faults; {} automatic rollbacks; {} failed calls",
-            slot["breaker_threshold"], slot["breaker_trips"], slot["failed_calls"]
+            at(slot, "/breaker_threshold"),
+            at(slot, "/breaker_trips"),
+            at(slot, "/failed_calls")
         );
-        for t in slot["recent_trips"].as_array().unwrap_or(empty) {
+        for t in at(slot, "/recent_trips").as_array().unwrap_or(empty) {
             println!(
                 "    rolled back {} ({}) after {} faults: {}",
-                str_of(&t["module"]),
-                str_of(&t["mode"]),
-                t["faults"],
-                str_of(&t["last_fault"])
+                str_of(at(t, "/module")),
+                str_of(at(t, "/mode")),
+                at(t, "/faults"),
+                str_of(at(t, "/last_fault"))
             );
         }
     }
-    for v in kind["ready"].as_array().unwrap_or(empty) {
+    for v in at(kind, "/ready").as_array().unwrap_or(empty) {
         println!(
             "  ready:     {} sha256 {} ({}), from {}",
-            str_of(&v["name"]),
-            str_of(&v["sha256"]),
-            warmup(&v["warmup"]),
-            str_of(&v["from"])
+            str_of(at(v, "/name")),
+            str_of(at(v, "/sha256")),
+            warmup(at(v, "/warmup")),
+            str_of(at(v, "/from"))
         );
     }
     // The answer to `activate` / `rollback` carries the slot only.
-    let Some(stored) = kind["stored"].as_array() else {
+    let Some(stored) = at(kind, "/stored").as_array() else {
         return;
     };
     if stored.is_empty() {
@@ -243,12 +258,12 @@ fn print_kind(kind: &Value, empty: &Vec<Value>) {
     for m in stored {
         println!(
             "  stored:    v{} sha256 {} {} bytes, contract {}, first seen {} ms, from {}",
-            m["module_version"],
-            str_of(&m["sha256"]),
-            m["size"],
-            str_of(&m["contract"]),
-            m["first_seen_unix_ms"],
-            str_of(&m["source"]),
+            at(m, "/module_version"),
+            str_of(at(m, "/sha256")),
+            at(m, "/size"),
+            str_of(at(m, "/contract")),
+            at(m, "/first_seen_unix_ms"),
+            str_of(at(m, "/source")),
         );
     }
 }
@@ -259,9 +274,12 @@ fn show_slot(answer: &Value, json: bool, headline: impl FnOnce(&Value) -> String
         println!("{answer}");
         return;
     }
-    let slot = &answer["slot"];
-    println!("{}: {}", str_of(&answer["kind"]), headline(slot));
-    print_kind(&json!({"kind": answer["kind"], "slot": slot}), &Vec::new());
+    let slot = at(answer, "/slot");
+    println!("{}: {}", str_of(at(answer, "/kind")), headline(slot));
+    print_kind(
+        &json!({"kind": at(answer, "/kind"), "slot": slot}),
+        &Vec::new(),
+    );
 }
 
 /// `modnode module activate <hash> [--shadow | --canary P]`.
@@ -277,9 +295,9 @@ pub fn activate(hash: &str, mode: Mode, node: &NodeArgs, json: bool) -> anyhow::
         })?;
     show_slot(&answer, json, |slot| {
         let name = match mode {
-            Mode::Live => str_of(&slot["active"]["name"]),
-            Mode::Shadow => str_of(&slot["shadow"]["version"]["name"]),
-            Mode::Canary(_) => str_of(&slot["canary"]["version"]["name"]),
+            Mode::Live => str_of(at(slot, "/active/name")),
+            Mode::Shadow => str_of(at(slot, "/shadow/version/name")),
+            Mode::Canary(_) => str_of(at(slot, "/canary/version/name")),
         };
         format!("{name} is now {mode}")
     });
@@ -293,7 +311,7 @@ pub fn rollback(kind: Kind, node: &NodeArgs, json: bool) -> anyhow::Result<()> {
         .block_on(client::rollback_module(&target, kind))
         .with_context(|| format!("the node at {} did not roll {kind} back", target.addr()))?;
     show_slot(&answer, json, |slot| {
-        format!("rolled back to {}", str_of(&slot["active"]["name"]))
+        format!("rolled back to {}", str_of(at(slot, "/active/name")))
     });
     Ok(())
 }
@@ -312,7 +330,7 @@ pub fn cancel(kind: Kind, node: &NodeArgs, json: bool) -> anyhow::Result<()> {
     show_slot(&answer, json, |slot| {
         format!(
             "shadow / canary stopped; {} serves every call",
-            str_of(&slot["active"]["name"])
+            str_of(at(slot, "/active/name"))
         )
     });
     Ok(())

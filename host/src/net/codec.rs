@@ -38,6 +38,9 @@ pub const HEADER_BYTES: usize = LENGTH_PREFIX_BYTES + 2;
 /// Smallest valid `length` value (version + type, empty payload).
 const MIN_LENGTH: u32 = 2;
 
+/// Offset of the message type byte in the header.
+const TYPE_OFFSET: usize = LENGTH_PREFIX_BYTES + 1;
+
 /// Payload bytes requested from quinn per read in [`read_frame`].
 const READ_CHUNK_BYTES: usize = 64 * 1024;
 
@@ -104,19 +107,39 @@ impl CodecError {
     }
 }
 
+/// A length field that passed [`check_length`].
+#[derive(Debug, Clone, Copy)]
+struct Length {
+    /// Payload bytes the frame announces (its length minus version and type).
+    payload: usize,
+    /// Bytes of the whole frame, length prefix included.
+    frame: usize,
+}
+
 /// Validates a received length field against `max`.
-fn check_length(len: u32, max: usize) -> Result<usize, CodecError> {
-    if len < MIN_LENGTH {
-        return Err(CodecError::TooShort { len });
-    }
-    // u32 -> usize is lossless on every supported target; treat failure as oversize.
-    match usize::try_from(len) {
-        Ok(l) if l <= max => Ok(l),
-        _ => Err(CodecError::Oversize {
-            len: u64::from(len),
-            max,
-        }),
-    }
+fn check_length(len: u32, max: usize) -> Result<Length, CodecError> {
+    let payload = len
+        .checked_sub(MIN_LENGTH)
+        .ok_or(CodecError::TooShort { len })?;
+    // u32 -> usize is lossless on every supported target; treat failure as oversize, as a
+    // frame whose size does not fit in a usize.
+    let oversize = || CodecError::Oversize {
+        len: u64::from(len),
+        max,
+    };
+    let frame = usize::try_from(len)
+        .ok()
+        .filter(|l| *l <= max)
+        .and_then(|l| l.checked_add(LENGTH_PREFIX_BYTES))
+        .ok_or_else(oversize)?;
+    let payload = usize::try_from(payload).map_err(|_| oversize())?;
+    Ok(Length { payload, frame })
+}
+
+/// Bytes of a frame, header included, carrying `payload` payload bytes. Cannot saturate:
+/// payloads are bounded by a checked [`Length`], itself a `u32`.
+fn frame_bytes(payload: usize) -> usize {
+    payload.saturating_add(HEADER_BYTES)
 }
 
 fn check_version(found: u8) -> Result<(), CodecError> {
@@ -143,7 +166,7 @@ fn header(msg_type: u8, payload_len: usize, max: usize) -> Result<[u8; HEADER_BY
     let mut h = [0u8; HEADER_BYTES];
     h[..LENGTH_PREFIX_BYTES].copy_from_slice(&len.to_be_bytes());
     h[LENGTH_PREFIX_BYTES] = WIRE_VERSION;
-    h[LENGTH_PREFIX_BYTES + 1] = msg_type;
+    h[TYPE_OFFSET] = msg_type;
     Ok(h)
 }
 
@@ -159,10 +182,7 @@ pub fn encode_with_limit(
     max_message_bytes: usize,
 ) -> Result<Vec<u8>, CodecError> {
     let h = header(msg_type, payload.len(), max_message_bytes)?;
-    let mut out = Vec::with_capacity(HEADER_BYTES + payload.len());
-    out.extend_from_slice(&h);
-    out.extend_from_slice(payload);
-    Ok(out)
+    Ok([h.as_slice(), payload].concat())
 }
 
 /// Makes room for `additional` more bytes without ever letting the capacity
@@ -173,7 +193,9 @@ fn reserve_within(buf: &mut Vec<u8>, additional: usize, limit: usize) {
         return;
     }
     let target = buf.capacity().saturating_mul(2).min(limit).max(needed);
-    buf.reserve_exact(target - buf.len());
+    if let Some(extra) = target.checked_sub(buf.len()) {
+        buf.reserve_exact(extra);
+    }
 }
 
 /// A frame whose header has been validated and whose payload is arriving.
@@ -182,6 +204,14 @@ struct PartialBody {
     msg_type: u8,
     payload_len: usize,
     payload: Vec<u8>,
+}
+
+impl PartialBody {
+    /// Payload bytes still to come. `push` never appends beyond `payload_len`, so this is
+    /// the exact difference; it is zero once the payload is complete.
+    fn missing(&self) -> usize {
+        self.payload_len.saturating_sub(self.payload.len())
+    }
 }
 
 /// Incremental, sans-IO frame decoder.
@@ -196,8 +226,8 @@ struct PartialBody {
 #[derive(Debug)]
 pub struct FrameDecoder {
     max_message_bytes: usize,
-    header: [u8; HEADER_BYTES],
-    header_filled: usize,
+    /// The header received so far, at most [`HEADER_BYTES`].
+    header: Vec<u8>,
     body: Option<PartialBody>,
     ready: VecDeque<Frame>,
     error: Option<CodecError>,
@@ -214,8 +244,7 @@ impl FrameDecoder {
     pub fn new(max_message_bytes: usize) -> Self {
         Self {
             max_message_bytes,
-            header: [0; HEADER_BYTES],
-            header_filled: 0,
+            header: Vec::with_capacity(HEADER_BYTES),
             body: None,
             ready: VecDeque::new(),
             error: None,
@@ -227,9 +256,10 @@ impl FrameDecoder {
     pub fn push(&mut self, mut input: &[u8]) {
         while !input.is_empty() && self.error.is_none() {
             if let Some(body) = &mut self.body {
-                let take = (body.payload_len - body.payload.len()).min(input.len());
-                let (now, rest) = input.split_at(take);
-                reserve_within(&mut body.payload, take, body.payload_len);
+                let (now, rest) = input
+                    .split_at_checked(body.missing())
+                    .unwrap_or((input, &[]));
+                reserve_within(&mut body.payload, now.len(), body.payload_len);
                 body.payload.extend_from_slice(now);
                 input = rest;
                 if body.payload.len() == body.payload_len
@@ -242,11 +272,13 @@ impl FrameDecoder {
                 }
                 continue;
             }
-            let take = (HEADER_BYTES - self.header_filled).min(input.len());
-            let (now, rest) = input.split_at(take);
-            self.header[self.header_filled..self.header_filled + take].copy_from_slice(now);
-            self.header_filled += take;
-            input = rest;
+            // At most HEADER_BYTES bytes, one at a time: no offsets to compute.
+            while self.header.len() < HEADER_BYTES
+                && let Some((&byte, rest)) = input.split_first()
+            {
+                self.header.push(byte);
+                input = rest;
+            }
             if let Err(e) = self.check_partial_header() {
                 self.error = Some(e);
             }
@@ -255,20 +287,19 @@ impl FrameDecoder {
 
     /// Validates whatever part of the header is present; completes it if full.
     fn check_partial_header(&mut self) -> Result<(), CodecError> {
-        if self.header_filled < LENGTH_PREFIX_BYTES {
+        let Some(prefix) = self.header.first_chunk::<LENGTH_PREFIX_BYTES>() else {
             return Ok(());
-        }
-        let len = check_length(read_len(&self.header), self.max_message_bytes)?;
-        if self.header_filled <= LENGTH_PREFIX_BYTES {
+        };
+        let len = check_length(u32::from_be_bytes(*prefix), self.max_message_bytes)?;
+        let Some(&version) = self.header.get(LENGTH_PREFIX_BYTES) else {
             return Ok(());
-        }
-        check_version(self.header[LENGTH_PREFIX_BYTES])?;
-        if self.header_filled < HEADER_BYTES {
+        };
+        check_version(version)?;
+        let Some(&msg_type) = self.header.get(TYPE_OFFSET) else {
             return Ok(());
-        }
-        let msg_type = self.header[LENGTH_PREFIX_BYTES + 1];
-        let payload_len = len - MIN_LENGTH as usize;
-        self.header_filled = 0;
+        };
+        let payload_len = len.payload;
+        self.header.clear();
         if payload_len == 0 {
             self.ready.push_back(Frame {
                 msg_type,
@@ -304,13 +335,13 @@ impl FrameDecoder {
         }
         if let Some(body) = &self.body {
             return Err(CodecError::Truncated {
-                received: HEADER_BYTES + body.payload.len(),
-                expected: HEADER_BYTES + body.payload_len,
+                received: frame_bytes(body.payload.len()),
+                expected: frame_bytes(body.payload_len),
             });
         }
-        if self.header_filled > 0 {
+        if !self.header.is_empty() {
             return Err(CodecError::Truncated {
-                received: self.header_filled,
+                received: self.header.len(),
                 expected: HEADER_BYTES,
             });
         }
@@ -320,16 +351,12 @@ impl FrameDecoder {
     /// Bytes held for the frame currently being assembled (not counting
     /// completed frames waiting in the queue).
     pub fn pending_bytes(&self) -> usize {
-        self.header_filled
-            + self
-                .body
-                .as_ref()
-                .map_or(0, |b| HEADER_BYTES + b.payload.len())
+        // The header is cleared when a body starts, so at most one of the two is non-empty.
+        match &self.body {
+            Some(body) => frame_bytes(body.payload.len()),
+            None => self.header.len(),
+        }
     }
-}
-
-fn read_len(header: &[u8; HEADER_BYTES]) -> u32 {
-    u32::from_be_bytes([header[0], header[1], header[2], header[3]])
 }
 
 /// Writes one frame to `send`, enforcing `max_message_bytes`.
@@ -354,8 +381,8 @@ pub async fn read_frame(
     recv: &mut quinn::RecvStream,
     max_message_bytes: usize,
 ) -> Result<Option<Frame>, CodecError> {
-    let mut h = [0u8; HEADER_BYTES];
-    match recv.read_exact(&mut h[..LENGTH_PREFIX_BYTES]).await {
+    let mut prefix = [0u8; LENGTH_PREFIX_BYTES];
+    match recv.read_exact(&mut prefix).await {
         Ok(()) => {}
         Err(quinn::ReadExactError::FinishedEarly(0)) => return Ok(None),
         Err(quinn::ReadExactError::FinishedEarly(received)) => {
@@ -366,24 +393,29 @@ pub async fn read_frame(
         }
         Err(quinn::ReadExactError::ReadError(e)) => return Err(CodecError::Read(e)),
     }
-    let len = check_length(read_len(&h), max_message_bytes)?;
-    let expected = LENGTH_PREFIX_BYTES + len;
-    match recv.read_exact(&mut h[LENGTH_PREFIX_BYTES..]).await {
+    let len = check_length(u32::from_be_bytes(prefix), max_message_bytes)?;
+    let expected = len.frame;
+    let mut version_and_type = [0u8; 2];
+    match recv.read_exact(&mut version_and_type).await {
         Ok(()) => {}
         Err(quinn::ReadExactError::FinishedEarly(n)) => {
             return Err(CodecError::Truncated {
-                received: LENGTH_PREFIX_BYTES + n,
+                // n < 2: cannot saturate.
+                received: n.saturating_add(LENGTH_PREFIX_BYTES),
                 expected,
             });
         }
         Err(quinn::ReadExactError::ReadError(e)) => return Err(CodecError::Read(e)),
     }
-    check_version(h[LENGTH_PREFIX_BYTES])?;
-    let msg_type = h[LENGTH_PREFIX_BYTES + 1];
-    let payload_len = len - MIN_LENGTH as usize;
+    let [version, msg_type] = version_and_type;
+    check_version(version)?;
+    let payload_len = len.payload;
     let mut payload = Vec::new();
-    while payload.len() < payload_len {
-        let want = (payload_len - payload.len()).min(READ_CHUNK_BYTES);
+    while let Some(missing) = payload_len
+        .checked_sub(payload.len())
+        .filter(|missing| *missing > 0)
+    {
+        let want = missing.min(READ_CHUNK_BYTES);
         match recv
             .read_chunk(want, true)
             .await
@@ -392,13 +424,13 @@ pub async fn read_frame(
             Some(chunk) => {
                 let bytes: &[u8] = &chunk.bytes;
                 // quinn never returns more than `want`; be defensive anyway.
-                let bytes = &bytes[..bytes.len().min(payload_len - payload.len())];
+                let bytes = bytes.get(..missing).unwrap_or(bytes);
                 reserve_within(&mut payload, bytes.len(), payload_len);
                 payload.extend_from_slice(bytes);
             }
             None => {
                 return Err(CodecError::Truncated {
-                    received: HEADER_BYTES + payload.len(),
+                    received: frame_bytes(payload.len()),
                     expected,
                 });
             }

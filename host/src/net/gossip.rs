@@ -16,6 +16,7 @@
 //! and the peer is reported as a violator.
 
 use std::collections::HashMap;
+use std::num::NonZeroU64;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -340,18 +341,19 @@ impl<P: Policy> Driver<P> {
     ) {
         loop {
             self.flush();
+            // A deadline past what `Instant` can represent is no deadline.
             let deadline = self
                 .engine
                 .poll_timeout()
-                .map(|t| self.start + Duration::from_micros(t));
-            let far = self.start + Duration::from_secs(3600);
+                .and_then(|t| self.start.checked_add(Duration::from_micros(t)));
             let command = tokio::select! {
                 c = rx.recv() => match c {
                     Some(c) => c,
                     None => return,
                 },
                 Some(c) = io_rx.recv() => c,
-                _ = tokio::time::sleep_until(deadline.unwrap_or(far)), if deadline.is_some() => {
+                // Without a deadline the branch is disabled and its sleep never polled.
+                _ = tokio::time::sleep_until(deadline.unwrap_or(self.start)), if deadline.is_some() => {
                     let now = self.now();
                     self.engine.handle_timeout(now);
                     continue;
@@ -504,10 +506,10 @@ impl<P: Policy> Driver<P> {
             limit: self.config.peer_read_budget,
         });
         let traffic = self.traffic.clone();
-        let throttle = self
-            .config
-            .receive_rate_bps
-            .map(|bps| (bps.max(1), self.throttle.clone()));
+        let throttle = self.config.receive_rate_bps.map(|bps| {
+            let bps = NonZeroU64::new(bps).unwrap_or(NonZeroU64::MIN);
+            (bps, self.throttle.clone())
+        });
         tokio::spawn(async move {
             loop {
                 let mut stream = match conn.accept_uni().await {
@@ -631,7 +633,7 @@ async fn read_within_budget(
 async fn decode(
     frame: codec::Frame,
     traffic: &Mutex<TrafficStats>,
-    throttle: Option<(u64, Arc<Mutex<Instant>>)>,
+    throttle: Option<(NonZeroU64, Arc<Mutex<Instant>>)>,
 ) -> Result<Option<Frame>, String> {
     if frame.msg_type != GOSSIP_MESSAGE {
         return Err(format!(
@@ -644,7 +646,9 @@ async fn decode(
         let delay = Duration::from_micros(len.saturating_mul(8_000_000) / bps);
         let wake = {
             let mut next = next_free.lock().unwrap_or_else(|e| e.into_inner());
-            *next = (*next).max(Instant::now()) + delay;
+            let from = (*next).max(Instant::now());
+            // Overflowing `Instant` takes a delay of centuries: then stop throttling.
+            *next = from.checked_add(delay).unwrap_or(from);
             *next
         };
         tokio::time::sleep_until(wake).await;

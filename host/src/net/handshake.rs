@@ -105,7 +105,8 @@ impl Hello {
         let chain = chain
             .get(..MAX_CHAIN_ID.min(chain.len()))
             .unwrap_or_default();
-        let mut out = Vec::with_capacity(2 + 1 + chain.len() + 32 + 8 + 32 + 2);
+        // The longest hello: a few bytes more than a short chain id needs.
+        let mut out = Vec::with_capacity(2 + 1 + MAX_CHAIN_ID + 32 + 8 + 32 + 2);
         out.extend_from_slice(&self.protocol_version.to_le_bytes());
         out.push(u8::try_from(chain.len()).unwrap_or(u8::MAX));
         out.extend_from_slice(chain);

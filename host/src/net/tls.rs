@@ -174,7 +174,7 @@ fn node_id_from_spki(spki: &[u8]) -> Result<NodeId, TlsError> {
 
 fn not_ed25519(spki: &[u8]) -> TlsError {
     TlsError::NotEd25519 {
-        spki_hex: hex::encode(&spki[..spki.len().min(64)]),
+        spki_hex: hex::encode(spki.get(..64).unwrap_or(spki)),
     }
 }
 
@@ -313,7 +313,7 @@ impl PeerVerifier {
     ) -> Result<NodeId, TlsError> {
         if !intermediates.is_empty() {
             return Err(TlsError::UnexpectedChain {
-                count: intermediates.len() + 1,
+                count: std::iter::once(end_entity).chain(intermediates).count(),
             });
         }
         let ee = webpki::EndEntityCert::try_from(end_entity).map_err(TlsError::Malformed)?;

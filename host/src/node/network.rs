@@ -190,6 +190,15 @@ pub(super) struct Network {
 /// wait (backpressure), never the network task itself, which only receives.
 const EVENT_CAPACITY: usize = 1024;
 
+/// When a timer armed at `from` for `wait` fires. A wait past what `Instant` can represent
+/// (centuries) fires after a day instead: the timer finds nothing due and is armed again.
+fn timer_deadline(from: Instant, wait: Duration) -> Instant {
+    const LONGEST: Duration = Duration::from_secs(24 * 60 * 60);
+    from.checked_add(wait)
+        .or_else(|| from.checked_add(LONGEST))
+        .unwrap_or(from)
+}
+
 fn short(node: &NodeId) -> String {
     hex::encode(node.get(..4).unwrap_or_default())
 }
@@ -218,14 +227,14 @@ impl Network {
             start: Instant::now(),
             importing: false,
             status_interval: parts.status_interval,
-            next_status_poll: Instant::now() + parts.status_interval,
+            next_status_poll: timer_deadline(Instant::now(), parts.status_interval),
             bans: parts.bans,
             upgrades: parts.upgrades,
             checkpoints: parts.checkpoints,
             last_sync_import: None,
             module_wait: None,
             bootstrap: parts.bootstrap,
-            startup_deadline: Instant::now() + parts.startup_wait,
+            startup_deadline: timer_deadline(Instant::now(), parts.startup_wait),
         };
         loop {
             net.drive();
@@ -263,7 +272,7 @@ impl Network {
     }
 
     fn instant_at(&self, t: u64) -> Instant {
-        self.start + Duration::from_micros(t)
+        timer_deadline(self.start, Duration::from_micros(t))
     }
 
     fn next_wake(&self) -> Instant {
@@ -301,7 +310,7 @@ impl Network {
                 .slot_at(unix_ms().saturating_add(CLOCK_SKEW_MS)),
         );
         if Instant::now() >= self.next_status_poll {
-            self.next_status_poll = Instant::now() + self.status_interval;
+            self.next_status_poll = timer_deadline(Instant::now(), self.status_interval);
             for (node, conn) in &self.conns {
                 self.spawn_status_request(*node, conn.conn.clone());
             }
@@ -469,5 +478,20 @@ impl Network {
         }
         self.peers
             .handle_violation(node, Violation::Malformed(reason), now);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_timer_too_far_for_instant_fires_within_a_day_instead_of_panicking() {
+        let now = Instant::now();
+        let soon = Duration::from_secs(3);
+        assert_eq!(timer_deadline(now, soon), now + soon);
+        let far = timer_deadline(now, Duration::MAX);
+        assert!(far > now, "{far:?} is not after {now:?}");
+        assert!(far <= now + Duration::from_secs(24 * 60 * 60));
     }
 }

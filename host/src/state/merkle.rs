@@ -19,14 +19,8 @@
 //! the range and the sibling just right of it, skipping siblings that are empty subtrees (the
 //! verifier derives those from the length), so it holds at most `2 * depth` hashes.
 
-// Consensus code: no panics, no unchecked indexing or arithmetic. Tests opt out below.
-#![deny(
-    clippy::arithmetic_side_effects,
-    clippy::indexing_slicing,
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic
-)]
+// Consensus code: on top of what the crate denies outside tests (see `lib.rs`), no `panic!`.
+#![cfg_attr(not(test), deny(clippy::panic))]
 
 use std::fmt;
 use std::sync::OnceLock;
@@ -53,6 +47,71 @@ fn hash_pair(left: &Hash32, right: &Hash32) -> Hash32 {
     hasher.update(left);
     hasher.update(right);
     hasher.finalize().into()
+}
+
+/// Levels at least this long are hashed on two threads.
+const PARALLEL_LEVEL_LEN: usize = 1 << 16;
+
+/// The level above `lower`: pairs hashed, an odd last node paired with `zero` (the empty
+/// subtree of its height). Long levels are hashed in two halves split at an even position, so
+/// every pair stays on one side; the result is the same either way.
+fn hash_level(lower: &[Hash32], zero: &Hash32) -> Vec<Hash32> {
+    if lower.len() < PARALLEL_LEVEL_LEN {
+        return hash_pairs(lower, zero);
+    }
+    map_halves(lower, 2, |_, half| hash_pairs(half, zero))
+}
+
+/// `f(0, items)`, computed as `f(0, left) ++ f(left.len(), right)` on two threads when the
+/// machine has two cores, with `left` a multiple of `align` items long (`f` is told where its
+/// slice starts). `f` must map a slice piecewise, so the output never depends on the split; if
+/// the second thread cannot start, everything runs here.
+pub(crate) fn map_halves<T: Sync, U: Send>(
+    items: &[T],
+    align: usize,
+    f: impl Fn(usize, &[T]) -> Vec<U> + Sync,
+) -> Vec<U> {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mid = items
+        .len()
+        .checked_div(align.saturating_mul(2))
+        .unwrap_or(0)
+        .saturating_mul(align);
+    if cores < 2 || mid == 0 {
+        return f(0, items);
+    }
+    let (left, right) = items.split_at(mid);
+    let halves = std::thread::scope(|scope| {
+        let worker = std::thread::Builder::new()
+            .name("map-halves".into())
+            .spawn_scoped(scope, || f(0, left));
+        let mapped_right = f(mid, right);
+        let mapped_left = worker.ok().and_then(|w| w.join().ok());
+        mapped_left.map(|l| (l, mapped_right))
+    });
+    match halves {
+        Some((mut out, mapped_right)) => {
+            out.extend(mapped_right);
+            out
+        }
+        None => f(0, items),
+    }
+}
+
+/// [`hash_level`] on the calling thread.
+fn hash_pairs(lower: &[Hash32], zero: &Hash32) -> Vec<Hash32> {
+    let mut upper = Vec::with_capacity(lower.len().div_ceil(2));
+    let pairs = lower.chunks_exact(2);
+    let last = pairs.remainder();
+    for pair in pairs {
+        if let [left, right] = pair {
+            upper.push(hash_pair(left, right));
+        }
+    }
+    if let [left] = last {
+        upper.push(hash_pair(left, zero));
+    }
+    upper
 }
 
 /// `zero_hash(d)` for `d` in `0..ZERO_HASH_COUNT`, computed once per process.
@@ -331,18 +390,7 @@ impl MerkleTree {
         let mut levels = vec![leaves];
         let mut depth = 0usize;
         while let Some(lower) = levels.last().filter(|level: &&Vec<Hash32>| level.len() > 1) {
-            let zero = zero_hash(depth);
-            let mut upper = Vec::with_capacity(lower.len().div_ceil(2));
-            let pairs = lower.chunks_exact(2);
-            let last = pairs.remainder();
-            for pair in pairs {
-                if let [left, right] = pair {
-                    upper.push(hash_pair(left, right));
-                }
-            }
-            if let [left] = last {
-                upper.push(hash_pair(left, &zero));
-            }
+            let upper = hash_level(lower, &zero_hash(depth));
             levels.push(upper);
             depth = depth.saturating_add(1);
         }
@@ -837,13 +885,6 @@ pub fn verify_range(
 }
 
 #[cfg(test)]
-#[allow(
-    clippy::arithmetic_side_effects,
-    clippy::indexing_slicing,
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic
-)]
 mod tests {
 
     #[test]
@@ -952,6 +993,41 @@ mod tests {
             MerkleTree::from_leaves(vec![a, b, c, z0]).root(),
             MerkleTree::from_leaves(vec![a, b, c]).root()
         );
+    }
+
+    #[test]
+    fn levels_long_enough_to_hash_on_two_threads_give_the_serial_tree() {
+        // Odd and even lengths around the threshold: the halves split at an even position and
+        // only the right one may end in a lone node.
+        for n in [PARALLEL_LEVEL_LEN + 1, PARALLEL_LEVEL_LEN + 3] {
+            let leaves: Vec<Hash32> = (0..n as u64).map(leaf).collect();
+            let built = MerkleTree::from_leaves(leaves.clone());
+            assert_eq!(built.root(), naive_root(&leaves), "len {n}");
+        }
+    }
+
+    #[test]
+    fn map_halves_is_the_serial_map_whatever_the_length_and_alignment() {
+        for len in [0usize, 1, 2, 3, 4, 5, 17, 1000, 1001] {
+            let items: Vec<u64> = (0..len as u64).collect();
+            for align in [1usize, 2, 3, 8] {
+                // A map that depends on the offset, so a wrong offset shows.
+                let mapped = map_halves(&items, align, |at, half| {
+                    half.iter()
+                        .enumerate()
+                        .map(|(i, x)| (x * 10, (at + i) as u64))
+                        .collect()
+                });
+                let serial: Vec<(u64, u64)> = items.iter().map(|x| (x * 10, *x)).collect();
+                assert_eq!(mapped, serial, "len {len} align {align}");
+            }
+        }
+        // Pairs never straddle the split.
+        let items: Vec<u64> = (0..11).collect();
+        let sums = map_halves(&items, 2, |_, half| {
+            half.chunks(2).map(|p| p.iter().sum::<u64>()).collect()
+        });
+        assert_eq!(sums, vec![1, 5, 9, 13, 17, 10]);
     }
 
     #[test]

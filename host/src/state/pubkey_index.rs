@@ -24,14 +24,8 @@
 //! registry from the end; [`PubkeyIndex::truncate`] removes the same validators, deleting them
 //! by backward shift so no tombstones are left behind.
 
-// Consensus code: no panics, no unchecked indexing or arithmetic. Tests opt out below.
-#![deny(
-    clippy::arithmetic_side_effects,
-    clippy::indexing_slicing,
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic
-)]
+// Consensus code: on top of what the crate denies outside tests (see `lib.rs`), no `panic!`.
+#![cfg_attr(not(test), deny(clippy::panic))]
 
 use std::fmt;
 
@@ -614,13 +608,6 @@ impl PubkeyIndex {
 }
 
 #[cfg(test)]
-#[allow(
-    clippy::arithmetic_side_effects,
-    clippy::indexing_slicing,
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic
-)]
 mod tests {
     use super::*;
     use proptest::collection::vec;

@@ -74,11 +74,18 @@ impl Registry {
 
     /// Builds a registry from records and balances in one pass (startup, genesis).
     pub fn from_parts(validators: Vec<Validator>, balances: Vec<u64>) -> Result<Self, StateError> {
-        let leaves = validators
-            .iter()
-            .zip(&balances)
-            .map(|(v, b)| v.leaf_hash(*b))
-            .collect();
+        if validators.len() != balances.len() {
+            return Err(StateError::LengthMismatch {
+                validators: validators.len(),
+                balances: balances.len(),
+            });
+        }
+        let leaves = super::merkle::map_halves(&validators, 1, |at, half| {
+            half.iter()
+                .zip(balances.iter().skip(at))
+                .map(|(v, b)| v.leaf_hash(*b))
+                .collect()
+        });
         Self::from_parts_and_leaves(validators, balances, leaves)
     }
 
@@ -97,10 +104,21 @@ impl Registry {
             });
         }
         u32::try_from(validators.len()).map_err(|_| StateError::Full)?;
-        let keys: Vec<Pubkey> = validators.iter().map(|v| v.pubkey).collect();
-        let index = PubkeyIndex::from_keys(&keys)?;
-        drop(keys);
-        let tree = MerkleTree::from_leaves(leaves);
+        // The index and the tree are independent and each takes a few hundred milliseconds at
+        // millions of validators: build them side by side.
+        let (index, tree) = std::thread::scope(|scope| {
+            let worker = std::thread::Builder::new()
+                .name("pubkey-index".into())
+                .spawn_scoped(scope, || index_of(&validators));
+            let tree = MerkleTree::from_leaves(leaves);
+            let index = match worker.ok().map(|w| w.join()) {
+                Some(Ok(index)) => index,
+                // The worker could not start (or died): build it here.
+                _ => index_of(&validators),
+            };
+            (index, tree)
+        });
+        let index = index?;
         Ok(Self {
             validators: validators.into(),
             balances: balances.into(),
@@ -322,6 +340,12 @@ impl Registry {
     }
 }
 
+/// The pubkey index over `validators`, validator `i` at index `i`.
+fn index_of(validators: &[Validator]) -> Result<PubkeyIndex, StateError> {
+    let keys: Vec<Pubkey> = validators.iter().map(|v| v.pubkey).collect();
+    Ok(PubkeyIndex::from_keys(&keys)?)
+}
+
 impl RegistryRead for Registry {
     fn index_of(&self, pubkey: &Pubkey) -> Option<u32> {
         let validators = &self.validators;
@@ -343,25 +367,16 @@ impl RegistryRead for Registry {
 mod tests {
     use super::*;
 
-    fn added(tag: u8) -> NewValidator {
-        NewValidator {
-            pubkey: [tag; 48],
-            withdrawal_credentials: [0; 32],
-            effective_balance: 32,
-            balance: 32,
-        }
-    }
-
     #[test]
     fn delta_to_a_descendant_is_the_delta_that_made_it() {
         let mut base = Registry::new();
         base.apply(&RegistryDelta {
-            added: (1..=200).map(added).collect(),
+            added: (1..=200).map(NewValidator::tagged).collect(),
             balances: vec![],
         })
         .unwrap();
         let delta = RegistryDelta {
-            added: vec![added(201), added(202)],
+            added: vec![NewValidator::tagged(201), NewValidator::tagged(202)],
             balances: vec![(3, 7), (150, 9)],
         };
         let mut later = base.clone();

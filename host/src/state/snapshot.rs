@@ -153,21 +153,12 @@ mod tests {
     use super::*;
     use crate::state::{NewValidator, RegistryDelta};
 
-    fn added(tag: u8) -> NewValidator {
-        NewValidator {
-            pubkey: [tag; 48],
-            withdrawal_credentials: [0; 32],
-            effective_balance: 32,
-            balance: 32,
-        }
-    }
-
     #[test]
     fn a_snapshot_never_sees_later_writes() {
         let mut registry = Registry::new();
         registry
             .apply(&RegistryDelta {
-                added: (1..=3).map(added).collect(),
+                added: (1..=3).map(NewValidator::tagged).collect(),
                 balances: vec![],
             })
             .unwrap();
@@ -181,7 +172,7 @@ mod tests {
         let root = snapshot.root();
         registry
             .apply(&RegistryDelta {
-                added: vec![added(9)],
+                added: vec![NewValidator::tagged(9)],
                 balances: vec![(0, 99)],
             })
             .unwrap();

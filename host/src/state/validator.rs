@@ -170,6 +170,17 @@ impl NewValidator {
             withdrawable_epoch: FAR_FUTURE_EPOCH,
         }
     }
+
+    /// A validator for tests, told apart by `tag` (its pubkey is `[tag; 48]`), balance 32.
+    #[cfg(test)]
+    pub(crate) fn tagged(tag: u8) -> Self {
+        Self {
+            pubkey: [tag; PUBKEY_LEN],
+            withdrawal_credentials: [0; WITHDRAWAL_CREDENTIALS_LEN],
+            effective_balance: 32,
+            balance: 32,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -22,7 +22,8 @@ pub fn open_sled(config: &sled::Config) -> sled::Result<sled::Db> {
         match config.open() {
             Err(sled::Error::Io(e)) if is_lock_busy(&e) && started.elapsed() < LOCK_WAIT => {
                 thread::sleep(pause);
-                pause = (pause * 2).min(Duration::from_millis(100));
+                // A back-off capped at 100 ms: saturating is the intent.
+                pause = pause.saturating_mul(2).min(Duration::from_millis(100));
             }
             other => return other,
         }

@@ -114,9 +114,9 @@ impl Tamper {
             Tamper::Honest => {}
             Tamper::FlipProof(at) => {
                 let at = usize::from(at);
-                let n = deposits.len().max(1);
-                if let Some(byte) = deposits
-                    .get_mut(at % n)
+                if let Some(byte) = at
+                    .checked_rem(deposits.len())
+                    .and_then(|i| deposits.get_mut(i))
                     .and_then(|d| d.proof.get_mut(at % 33))
                     .and_then(|hash| hash.get_mut(at % 32))
                 {

@@ -108,7 +108,8 @@ impl Network {
                         // Asking again at once would only be refused again: a loop of range
                         // requests and imports that starved the module's own fetch, compile
                         // and warm-up on a loaded machine.
-                        self.module_wait = Some((module, Instant::now() + self.status_interval));
+                        let until = super::timer_deadline(Instant::now(), self.status_interval);
+                        self.module_wait = Some((module, until));
                     }
                 }
             }

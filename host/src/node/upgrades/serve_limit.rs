@@ -21,6 +21,7 @@
 //! it never meets the request limits.
 
 use std::collections::HashMap;
+use std::num::{NonZeroU64, NonZeroU128};
 use std::time::{Duration, Instant};
 
 use modnode_peers::NodeId;
@@ -141,7 +142,10 @@ impl ServeLimiter {
         if tat.saturating_duration_since(now) > burst {
             return Err(strike(state, &limits, now, "too many module requests"));
         }
-        state.requests_tat = tat + limits.request_interval;
+        let Some(next_tat) = tat.checked_add(limits.request_interval) else {
+            return Err(strike(state, &limits, now, "too many module requests"));
+        };
+        state.requests_tat = next_tat;
         state.in_flight = true;
         Ok(())
     }
@@ -151,11 +155,12 @@ impl ServeLimiter {
     pub fn charge(&mut self, peer: NodeId, bytes: usize, now: Instant) -> Result<(), Refusal> {
         let limits = self.limits;
         let state = self.peers.entry(peer).or_insert_with(|| PeerUse::new(now));
-        let budget = limits.bytes_per_window.max(1);
+        let budget =
+            NonZeroU128::from(NonZeroU64::new(limits.bytes_per_window).unwrap_or(NonZeroU64::MIN));
         let bytes = u64::try_from(bytes).unwrap_or(u64::MAX);
         // The share of the window these bytes use up, in nanoseconds.
         let window_ns = limits.window.as_nanos();
-        let cost_ns = u128::from(bytes).saturating_mul(window_ns) / u128::from(budget);
+        let cost_ns = u128::from(bytes).saturating_mul(window_ns) / budget;
         let cost = Duration::from_nanos(u64::try_from(cost_ns).unwrap_or(u64::MAX));
         let tat = state.bytes_tat.max(now);
         let after = tat.checked_add(cost);
@@ -234,7 +239,8 @@ impl FetchPacing {
             backoff: FETCH_RETRY,
         });
         let wait = if ready { FETCH_RETRY } else { pace.backoff };
-        pace.next = now + wait;
+        // Seconds cannot overflow `Instant`; if they did, the peer could be asked at once.
+        pace.next = now.checked_add(wait).unwrap_or(now);
         pace.backoff = if ready {
             FETCH_RETRY
         } else {
@@ -247,7 +253,7 @@ impl FetchPacing {
         self.peers.insert(
             peer,
             Pace {
-                next: now + FETCH_RETRY,
+                next: now.checked_add(FETCH_RETRY).unwrap_or(now),
                 backoff: FETCH_RETRY,
             },
         );
