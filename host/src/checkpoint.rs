@@ -10,6 +10,8 @@
 //! - [`restore`]: the sans-IO restorer: per-chunk size, hash, range and Merkle range-proof
 //!   checks, coverage by leaf index, and the final rebuilt-root check; [`verify_all`] verifies
 //!   on several threads.
+//! - [`carry`]: which verified chunks carry over when a restore switches to another
+//!   checkpoint (bytes the new manifest lists that verify against it), sans-IO.
 //! - [`fetch`]: choosing the checkpoint offered by enough peers and scheduling chunk fetches
 //!   across them (adaptive timeouts, a slow peer's share shrinking, a corrupt peer dropped),
 //!   sans-IO; `node/network/checkpoint_restore.rs` drives it over QUIC.
@@ -24,6 +26,7 @@
 //! proof against the registry root; the eth1 state travels in the manifest, so the restorer
 //! recomputes the full state root.
 
+pub mod carry;
 pub mod create;
 pub mod fetch;
 pub mod leaves;
@@ -33,6 +36,7 @@ pub mod serve;
 pub mod service;
 pub mod store;
 
+pub use carry::{CarriedOver, carry_over, listed_chunks};
 pub use create::{BlockRef, Checkpoint, CreateError, CreateOptions, create};
 pub use fetch::{FetchConfig, FetchError, Fetcher, Penalty, choose};
 pub use leaves::{StateLeaves, synthetic_state};

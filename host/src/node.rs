@@ -41,6 +41,7 @@ use tokio::task::JoinHandle;
 use self::chain_worker::{ChainHandle, unix_ms};
 use self::metrics::bump;
 pub use self::metrics::{Metrics, NodeStatus};
+pub use self::network::checkpoint_progress::ProgressDisplay;
 pub use self::network::checkpoint_restore::{CheckpointSyncError, RESTORE_DIR, SyncMode};
 use crate::admin::{self, AdminBackend, BoxFuture, ModuleOp, ModuleOpError};
 use crate::chain::genesis::Genesis;
@@ -112,6 +113,9 @@ pub struct NodeConfig {
     /// Where a node without local state gets its state (`--sync`): range sync from genesis,
     /// or a checkpoint its bootstrap peers serve first.
     pub sync_mode: SyncMode,
+    /// How a checkpoint restore shows its progress: log lines (the default) or a progress bar
+    /// on stderr (`modnode run` on a terminal).
+    pub restore_progress: ProgressDisplay,
 }
 
 /// The built-in dev deposit contract a node hosts.
@@ -194,6 +198,7 @@ impl NodeConfig {
             deposits: DepositSourceConfig::default(),
             state_cache: crate::state_cache::StateCacheConfig::default(),
             sync_mode: SyncMode::Full,
+            restore_progress: ProgressDisplay::Log,
         }
     }
 }
@@ -498,6 +503,7 @@ impl Node {
                 interval: config.checkpoint.interval,
                 listen_port: config.listen.port(),
                 threads: config.checkpoint.threads,
+                progress: config.restore_progress,
             },
             config.sync_mode,
         )

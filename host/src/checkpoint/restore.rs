@@ -262,6 +262,10 @@ pub struct Progress {
     pub leaves: u64,
     /// Leaves in the state.
     pub total_leaves: u64,
+    /// Encoded bytes of the verified chunks (as the manifest lists their sizes).
+    pub bytes: u64,
+    /// Encoded bytes of every chunk in the manifest.
+    pub total_bytes: u64,
 }
 
 /// The restore of one checkpoint.
@@ -274,6 +278,8 @@ pub struct Restorer {
     covered: BTreeMap<u64, u64>,
     covered_leaves: u64,
     verified: usize,
+    verified_bytes: u64,
+    total_bytes: u64,
 }
 
 impl Restorer {
@@ -283,11 +289,13 @@ impl Restorer {
         let count = manifest.chunks.len();
         Ok(Self {
             id: manifest.id(),
+            total_bytes: manifest.total_bytes(),
             manifest,
             chunks: vec![None; count],
             covered: BTreeMap::new(),
             covered_leaves: 0,
             verified: 0,
+            verified_bytes: 0,
         })
     }
 
@@ -318,6 +326,8 @@ impl Restorer {
             total_chunks: self.chunks.len(),
             leaves: self.covered_leaves,
             total_leaves: self.manifest.leaf_count,
+            bytes: self.verified_bytes,
+            total_bytes: self.total_bytes,
         }
     }
 
@@ -444,6 +454,8 @@ impl Restorer {
             .covered_leaves
             .saturating_add(chunk.end.saturating_sub(chunk.start));
         self.verified = self.verified.saturating_add(1);
+        let size = self.manifest.chunks.get(chunk.index).map_or(0, |e| e.size);
+        self.verified_bytes = self.verified_bytes.saturating_add(u64::from(size));
         *slot = Some(chunk);
         Ok(self.progress())
     }

@@ -50,8 +50,28 @@ impl RestoreStore {
         if self.tree.get(MANIFEST_KEY)?.as_deref() == Some(encoded.as_slice()) {
             return Ok(());
         }
-        self.tree.clear()?;
-        self.tree.insert(MANIFEST_KEY, encoded)?;
+        self.switch(manifest, &[])
+    }
+
+    /// Replaces the progress with `manifest` and the chunks carried over to it (`(index in
+    /// `manifest`, bytes)`, already verified against it), as one atomic sled batch, flushed: a
+    /// crash at any point leaves either the old progress whole or the new one whole, never the
+    /// new manifest with an old checkpoint's chunk under one of its indices.
+    pub fn switch(
+        &self,
+        manifest: &Manifest,
+        carried: &[(usize, Vec<u8>)],
+    ) -> Result<(), RestoreStoreError> {
+        let mut batch = sled::Batch::default();
+        for key in self.tree.iter().keys() {
+            batch.remove(key?);
+        }
+        batch.insert(MANIFEST_KEY, manifest.encode());
+        // A key both removed and inserted ends inserted: the batch keeps the last write.
+        for (index, bytes) in carried {
+            batch.insert(chunk_key(*index), bytes.as_slice());
+        }
+        self.tree.apply_batch(batch)?;
         self.tree.flush()?;
         Ok(())
     }

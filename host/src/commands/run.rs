@@ -1,7 +1,7 @@
 //! `modnode run`: one node (the embedded single-node dev chain unless a genesis file is given),
 //! and the hidden `modnode debug import-loop` the crash tests drive.
 
-use std::io::Write as _;
+use std::io::{IsTerminal as _, Write as _};
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 
@@ -183,6 +183,10 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     config.checkpoint.create_version = args.checkpoint_create_version;
     config.deposits = args.deposits.config();
     config.sync_mode = args.sync.into();
+    // A bar only where someone watches it: logs, CI and tests get the plain progress line.
+    if std::io::stderr().is_terminal() {
+        config.restore_progress = node::ProgressDisplay::Bar;
+    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;

@@ -59,6 +59,12 @@ pub struct RestoreCounters {
     pub chunks_resumed: AtomicU64,
     /// Chunks fetched from peers (verified or not).
     pub chunks_fetched: AtomicU64,
+    /// Verified chunks kept when the restore switched to another checkpoint (their bytes are
+    /// listed by it and verify against it).
+    pub chunks_carried_over: AtomicU64,
+    /// Times the restore switched to another checkpoint (the one in progress was no longer
+    /// offered, or was found bad).
+    pub switches: AtomicU64,
     /// Chunk bytes fetched from peers.
     pub bytes_fetched: AtomicU64,
     /// Chunks refused (bad bytes); each penalised its sender.
@@ -124,6 +130,10 @@ pub struct RestoreStatus {
     pub chunks_resumed: u64,
     /// Chunks fetched from peers.
     pub chunks_fetched: u64,
+    /// Verified chunks kept across switches to another checkpoint.
+    pub chunks_carried_over: u64,
+    /// Switches to another checkpoint.
+    pub switches: u64,
     /// Peers penalised for bad data.
     pub peers_penalised: u64,
     /// Whether the chain started from it.
@@ -140,6 +150,8 @@ impl RestoreCounters {
             chunks_verified: load(&self.chunks_verified),
             chunks_resumed: load(&self.chunks_resumed),
             chunks_fetched: load(&self.chunks_fetched),
+            chunks_carried_over: load(&self.chunks_carried_over),
+            switches: load(&self.switches),
             peers_penalised: load(&self.peers_penalised),
             done: self.done.load(Ordering::Relaxed),
         }
@@ -410,6 +422,16 @@ pub fn render_checkpoints(m: &Metrics) -> String {
                 "restore_peers_penalised",
                 "Peers penalised while restoring",
                 load(&restore.peers_penalised),
+            ),
+            (
+                "restore_chunks_carried_over",
+                "Verified chunks kept when the restore switched checkpoints",
+                load(&restore.chunks_carried_over),
+            ),
+            (
+                "restore_switches",
+                "Switches of the restore to another checkpoint",
+                load(&restore.switches),
             ),
         ],
         gauges: [

@@ -14,7 +14,7 @@
 //! A malformed message on any stream bans the peer ([`PeerManager::handle_violation`]) and
 //! closes its connection with [`CLOSE_PROTOCOL_VIOLATION`]; the node carries on.
 
-mod checkpoint_progress;
+pub mod checkpoint_progress;
 pub mod checkpoint_restore;
 mod connections;
 mod gossip_blocks;

@@ -21,14 +21,14 @@ use super::network::{dirs, eventually, genesis_json, start_edited};
 /// a chunk, v2 at least 16), still a small state.
 const VALIDATORS: u32 = 384;
 
-fn test_genesis(chain_id: &str, authority: &Path) -> (Genesis, String) {
+pub(super) fn test_genesis(chain_id: &str, authority: &Path) -> (Genesis, String) {
     let text = genesis_json(chain_id, &[authority], 1, 32, VALIDATORS).to_string();
     (Genesis::from_json(&text, "<test>").unwrap(), text)
 }
 
 /// A node making checkpoints with `version` only on demand, in chunks as small as the module
 /// allows.
-async fn node(
+pub(super) async fn node(
     dir: &Path,
     genesis: &Genesis,
     bootstrap: Vec<PeerAddr>,
@@ -44,7 +44,7 @@ async fn node(
     .await
 }
 
-async fn height_at_least(node: &Node, height: u64) {
+pub(super) async fn height_at_least(node: &Node, height: u64) {
     eventually(&format!("height {height}"), || {
         node.status().height >= height
     })
@@ -52,7 +52,7 @@ async fn height_at_least(node: &Node, height: u64) {
 }
 
 /// Creates a checkpoint on `node` now; returns it with its chunks.
-async fn checkpoint_now(dir: &Path, node: &Node) -> Checkpoint {
+pub(super) async fn checkpoint_now(dir: &Path, node: &Node) -> Checkpoint {
     let target = modnode::admin::client::Target::data_dir(dir).unwrap();
     let made = modnode::admin::client::create_checkpoint(&target)
         .await
@@ -76,7 +76,7 @@ async fn checkpoint_now(dir: &Path, node: &Node) -> Checkpoint {
 }
 
 /// Stores `checkpoint` in the checkpoint database of the (not running) node in `dir`.
-fn seed(dir: &Path, checkpoint: &Checkpoint) {
+pub(super) fn seed(dir: &Path, checkpoint: &Checkpoint) {
     CheckpointStore::open(&dir.join(CHECKPOINT_DIR))
         .unwrap()
         .put(checkpoint, 2)
@@ -84,7 +84,7 @@ fn seed(dir: &Path, checkpoint: &Checkpoint) {
 }
 
 /// `restored`'s chain goes past the checkpoint on the same blocks as `source`.
-async fn follows(restored: &Node, source: &Node, checkpoint_height: u64) {
+pub(super) async fn follows(restored: &Node, source: &Node, checkpoint_height: u64) {
     let past = checkpoint_height + 3;
     height_at_least(restored, past).await;
     let ours = restored.chain().blocks(past, 1, usize::MAX).await.unwrap();
@@ -199,7 +199,11 @@ async fn a_restore_from_three_peers_one_corrupt_finishes_and_bans_only_the_corru
 }
 
 /// Starts `modnode run --sync checkpoint` on `dir` restoring from `peers`.
-fn spawn_restoring(dir: &Path, genesis_file: &Path, peers: &[PeerAddr]) -> std::process::Child {
+pub(super) fn spawn_restoring(
+    dir: &Path,
+    genesis_file: &Path,
+    peers: &[PeerAddr],
+) -> std::process::Child {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_modnode"));
     cmd.args(["run", "--data-dir"])
         .arg(dir)
@@ -227,7 +231,7 @@ fn spawn_restoring(dir: &Path, genesis_file: &Path, peers: &[PeerAddr]) -> std::
         .unwrap()
 }
 
-fn kill(child: &mut std::process::Child) {
+pub(super) fn kill(child: &mut std::process::Child) {
     // SIGKILL: no destructors, no flush.
     unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
     child.wait().unwrap();
@@ -315,7 +319,7 @@ async fn a_restore_killed_halfway_resumes_without_fetching_verified_chunks_again
 }
 
 /// The `/status` of the node in `dir`, read on a helper thread (the polling closure is sync).
-fn admin_status(dir: &Path) -> Result<serde_json::Value, String> {
+pub(super) fn admin_status(dir: &Path) -> Result<serde_json::Value, String> {
     let dir = dir.to_path_buf();
     std::thread::spawn(move || {
         let rt = tokio::runtime::Builder::new_current_thread()

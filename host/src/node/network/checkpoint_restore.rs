@@ -7,18 +7,27 @@
 //! 2. pick the checkpoint to restore: the one whose progress is stored, if a peer still offers
 //!    it (a restart resumes), else the newest offered by at least two peers — or by one when
 //!    exactly one bootstrap peer is configured, the operator's explicit trust — then validate
-//!    its manifest and check that its module version is installed;
+//!    its manifest and check that its module version is installed. When no peer offers the
+//!    stored one any more (every chunk answer was "not here" and the lists no longer hold it:
+//!    its peers pruned it), the restore switches to the newest offered by enough peers and
+//!    carries over the stored chunks whose bytes the new manifest lists and that verify
+//!    against it (`checkpoint::carry_over`; what that keeps is spelled out in `checkpoint::carry`), in one
+//!    atomic write of the progress store, so a crash at any point of the switch leaves either
+//!    the old progress or the new one;
 //! 3. fetch block `H` from a peer offering it: its hash and state root must be the manifest's,
 //!    and its seal its slot's authority's (checked when the chain starts from it);
 //! 4. re-verify the chunks stored by an earlier run (local work, no network), then fetch the
 //!    rest across every offering peer with [`Fetcher`] (adaptive timeouts, slow peers losing
 //!    their share); each chunk is verified on arrival and stored with its index in one sled
 //!    insert, flushed before it counts; a chunk with bad bytes bans its sender only and is
-//!    fetched elsewhere;
-//! 5. rebuild the state, check its root, and initialise the chain store with it
-//!    ([`init_from_checkpoint`]); the node then range-syncs from `H + 1`.
+//!    fetched elsewhere; a chunk whose listed bytes do not prove bans every peer that offered
+//!    the manifest (peers offer only checkpoints they made), and the checkpoint is dropped;
+//! 5. rebuild the state, check its root (a mismatch bans the manifest's offerers too), and
+//!    initialise the chain store with it ([`init_from_checkpoint`]); the node then
+//!    range-syncs from `H + 1`.
 //!
-//! Progress goes to `/metrics` ([`RestoreCounters`]) and to the log (or a progress bar).
+//! Progress goes to `/metrics` ([`RestoreCounters`]) and to the log, or to a progress bar
+//! when `modnode run` has a terminal ([`ProgressDisplay`](super::checkpoint_progress::ProgressDisplay)).
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -36,7 +45,7 @@ use crate::chain::genesis::Genesis;
 use crate::chain::{CheckpointStart, init_from_checkpoint};
 use crate::checkpoint::{
     Fault, FetchConfig, FetchError, Fetcher, Manifest, ManifestLimits, RestoreStore, Restorer,
-    choose, verify_all,
+    choose,
 };
 use crate::net::endpoint::{self, CLOSE_PROTOCOL_VIOLATION, TransportLimits};
 use crate::net::handshake::{self, Hello, PROTOCOL_VERSION, Role};
@@ -48,6 +57,8 @@ use crate::node::verdict::RequestError;
 use crate::runtime::Modules;
 use crate::runtime::checkpoint::CheckpointModule;
 use crate::store::{BanList, KvStore, SledStore, keys};
+
+mod stored;
 
 /// Where a node without local state gets its state from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -111,6 +122,8 @@ pub struct RestoreParts<'a> {
     pub listen_port: u16,
     /// Verification threads for resumed chunks.
     pub threads: usize,
+    /// Log lines or a progress bar.
+    pub progress: super::checkpoint_progress::ProgressDisplay,
 }
 
 /// One connected peer.
@@ -126,6 +139,10 @@ enum Stop {
     Retry(String),
     /// The checkpoint itself is bad or unusable here: never try it again in this run.
     Bad(String),
+    /// The manifest lists chunks that do not prove (or a state that does not rebuild to its
+    /// root): bad, and the fault of every peer that offered it (peers offer only checkpoints
+    /// they made, so no offerer merely relayed it).
+    Offerers(String),
     /// Local failure.
     Fatal(CheckpointSyncError),
 }
@@ -234,7 +251,7 @@ impl Driver<'_> {
             match outcome {
                 Ok(height) => return Ok(Some(height)),
                 Err(Stop::Fatal(e)) => return Err(e),
-                Err(Stop::Retry(reason) | Stop::Bad(reason)) => {
+                Err(Stop::Retry(reason) | Stop::Bad(reason) | Stop::Offerers(reason)) => {
                     if mode == SyncMode::Auto && attempts >= AUTO_ATTEMPTS {
                         tracing::warn!(%reason, "no checkpoint restored; syncing from genesis");
                         return Ok(None);
@@ -371,6 +388,17 @@ impl Driver<'_> {
             if !holders.is_empty() && !self.bad.contains(&id) {
                 return Some((stored, holders));
             }
+            if holders.is_empty() && !offers.is_empty() {
+                // Every peer that answered lists other checkpoints: they pruned this one
+                // (`checkpoint.keep`), or it was found bad. The restore switches to the newest
+                // offered by enough peers, carrying over the chunks that verify against it.
+                tracing::info!(
+                    checkpoint = %hex::encode(id),
+                    height = stored.height,
+                    peers = peers.len(),
+                    "no peer offers the checkpoint being restored any more"
+                );
+            }
         }
         let min_peers = if self.parts.bootstrap.len() == 1 {
             1
@@ -465,21 +493,37 @@ impl Driver<'_> {
             "restoring checkpoint"
         );
         let block = self.fetch_block(&manifest, peers, &holders).await?;
-        self.progress
-            .begin(&manifest)
-            .map_err(|e| self.storage(e.to_string()))?;
-        self.resume(&mut restorer, &opener)?;
-        let fetched = self
-            .fetch_chunks(&mut restorer, &opener, peers, holders)
-            .await;
-        if let Err(Stop::Bad(_)) = &fetched {
-            self.bad.insert(id);
+        let taken = self.take_over_progress(&mut restorer, &opener);
+        if let Err(Stop::Offerers(reason)) = taken {
+            return Err(self.blame_offerers(peers, &holders, id, reason));
         }
-        fetched?;
-        let state = tokio::task::block_in_place(|| restorer.finish()).map_err(|e| {
-            self.bad.insert(id);
-            Stop::Bad(format!("checkpoint {name} does not rebuild: {e}"))
-        })?;
+        taken?;
+        let fetched = self
+            .fetch_chunks(&mut restorer, &opener, peers, holders.clone())
+            .await;
+        match fetched {
+            Err(Stop::Offerers(reason)) => {
+                return Err(self.blame_offerers(peers, &holders, id, reason));
+            }
+            Err(Stop::Bad(reason)) => {
+                self.bad.insert(id);
+                return Err(Stop::Bad(reason));
+            }
+            other => other?,
+        }
+        let state = match tokio::task::block_in_place(|| restorer.finish()) {
+            Ok(state) => state,
+            Err(e) if e.fault() == Fault::Manifest => {
+                let reason = format!("checkpoint {name} does not rebuild: {e}");
+                return Err(self.blame_offerers(peers, &holders, id, reason));
+            }
+            Err(e) => {
+                self.bad.insert(id);
+                return Err(Stop::Bad(format!(
+                    "checkpoint {name} does not rebuild: {e}"
+                )));
+            }
+        };
         let start = CheckpointStart {
             block: &block,
             registry: &state.registry,
@@ -532,38 +576,24 @@ impl Driver<'_> {
         )))
     }
 
-    /// Re-verifies the chunks an earlier run stored (no network).
-    fn resume(&self, restorer: &mut Restorer, opener: &CheckpointModule) -> Result<(), Stop> {
-        let stored = self
-            .progress
-            .chunks()
-            .map_err(|e| self.storage(e.to_string()))?;
-        if stored.is_empty() {
-            return Ok(());
-        }
-        let count = stored.len();
-        let threads = self.parts.threads;
-        let outcome =
-            tokio::task::block_in_place(|| verify_all(restorer, opener, stored, threads, None));
-        if let Err(e) = outcome {
-            // Whatever verified is inserted; the rest is fetched again.
-            tracing::warn!(error = %e, "a stored chunk no longer verifies; fetching it again");
-        }
-        let progress = restorer.progress();
-        let counters = self.counters();
-        counters
-            .chunks_resumed
-            .store(as_u64(progress.chunks), Ordering::Relaxed);
-        counters
-            .chunks_verified
-            .store(as_u64(progress.chunks), Ordering::Relaxed);
-        tracing::info!(
-            stored = count,
-            verified = progress.chunks,
-            total = progress.total_chunks,
-            "resuming the checkpoint restore from stored chunks"
+    /// Marks checkpoint `id` bad and bans every peer that offered it (`holders`): its manifest
+    /// lists chunks that do not prove, or a state that does not rebuild to its root.
+    fn blame_offerers(
+        &mut self,
+        peers: &[Peer],
+        holders: &[NodeId],
+        id: [u8; 32],
+        reason: String,
+    ) -> Stop {
+        self.bad.insert(id);
+        let blame = format!(
+            "offered checkpoint {}, which is bad: {reason}",
+            hex::encode(id)
         );
-        Ok(())
+        for holder in holders {
+            self.penalise(peers, *holder, &blame);
+        }
+        Stop::Bad(reason)
     }
 
     /// Fetches every missing chunk from `holders` in parallel.
@@ -578,7 +608,8 @@ impl Driver<'_> {
         let max = self.parts.transport.max_message_bytes;
         let mut fetcher = Fetcher::new(restorer.missing(), holders, FetchConfig::default());
         let mut in_flight = JoinSet::new();
-        let mut progress = super::checkpoint_progress::Reporter::new(restorer.progress());
+        let mut progress =
+            super::checkpoint_progress::Reporter::new(restorer.progress(), self.parts.progress);
         let started = Instant::now();
         // Set when no peer is left: the answers in flight are still taken (and stored) first.
         let mut stop: Option<Stop> = None;
@@ -602,7 +633,10 @@ impl Driver<'_> {
                     Ok(None) => break,
                     Err(e @ FetchError::NoPeers { .. }) => stop = Some(Stop::Retry(e.to_string())),
                     Err(e @ FetchError::BadCheckpoint { .. }) => {
-                        stop = Some(Stop::Bad(e.to_string()))
+                        stop = Some(Stop::Offerers(format!(
+                            "checkpoint {}: {e}",
+                            hex::encode(id)
+                        )))
                     }
                 }
             }
@@ -709,7 +743,7 @@ impl Driver<'_> {
                 fetcher
                     .handle_refused(&peer, index, fault, reason)
                     .map_err(|e| {
-                        Stop::Bad(format!("checkpoint {}: {e}", hex::encode(restorer.id())))
+                        Stop::Offerers(format!("checkpoint {}: {e}", hex::encode(restorer.id())))
                     })
             }
         }
