@@ -35,7 +35,7 @@ pub use deposit_engine::{DepositEngine, DepositModules, DepositsResult, to_wit};
 pub use errors::{BuildError, ImportError, OpenError, RevertError};
 use eth1::{DepositProofs, DueDeposits, Eth1Data, Eth1State, ProvenDeposit};
 pub use fork_choice::{Added, ForkChoiceError};
-pub use from_checkpoint::{CheckpointStart, init_from_checkpoint};
+pub use from_checkpoint::{CheckpointStart, base_height, init_from_checkpoint};
 use genesis::Genesis;
 
 use crate::runtime::deposits::{DepositCall, Outcome};

@@ -131,4 +131,7 @@ pub mod keys {
     pub const GENESIS: &[u8] = b"mgenesis";
     /// The store format version.
     pub const FORMAT: &[u8] = b"mformat";
+    /// Height of the checkpoint a chain was started from (absent: it started at genesis). No
+    /// block between genesis and this height is stored.
+    pub const BASE: &[u8] = b"mbase";
 }

@@ -11,7 +11,7 @@ use super::errors::OpenError;
 use super::genesis::Genesis;
 use super::{Head, STORE_FORMAT, check_seal};
 use crate::state::{Eth1State, Registry, Schedule, state_root};
-use crate::store::{KvStore, WriteBatch, keys};
+use crate::store::{KvStore, StoreError, WriteBatch, keys};
 
 /// What a chain starts from: block `H` and the state after it, as a restore proved it.
 #[derive(Debug)]
@@ -92,9 +92,26 @@ pub fn init_from_checkpoint(
     batch.put(keys::schedule(&hash), start.schedule.encode());
     batch.put(keys::HEAD, head.encode());
     batch.put(keys::GENESIS, genesis_hash.to_vec());
+    batch.put(keys::BASE, block.header.height.to_be_bytes().to_vec());
     batch.put(keys::FORMAT, STORE_FORMAT.to_le_bytes().to_vec());
     store.commit(&batch)?;
     Ok(head)
+}
+
+/// The height a chain in `store` was started from: the checkpoint's, or 0 for a chain that
+/// started at genesis.
+pub fn base_height(store: &dyn KvStore) -> Result<u64, StoreError> {
+    match store.get(keys::BASE)? {
+        None => Ok(0),
+        Some(bytes) => <[u8; 8]>::try_from(bytes.as_slice())
+            .map(u64::from_be_bytes)
+            .map_err(|_| {
+                StoreError::Corrupt(format!(
+                    "the chain's base height is {} bytes, expected 8",
+                    bytes.len()
+                ))
+            }),
+    }
 }
 
 fn put_block(batch: &mut WriteBatch, block: &Block, hash: &Hash) {

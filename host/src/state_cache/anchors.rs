@@ -202,10 +202,16 @@ impl Anchors {
             }
             progress.floor = Some(floor);
         }
+        // A chain started from a checkpoint has no blocks (nor undo records) between genesis
+        // and its base: its first anchor is the first anchor height at or above the base.
+        let base = crate::chain::base_height(cache.source().store.as_ref())?;
+        // Saturates only for a base within `every` of u64::MAX: no anchor, as intended.
+        let first = base.div_ceil(every).saturating_mul(every);
         let mut next = match progress.last {
             Some(last) => last.saturating_add(every).max(floor),
             None => floor,
-        };
+        }
+        .max(first);
         let mut last = progress.last;
         while let Some(top) = next.checked_add(every)
             && top <= finalized

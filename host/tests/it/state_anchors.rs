@@ -175,3 +175,49 @@ fn a_reorg_onto_an_executed_branch_adopts_its_cached_states() {
         other.snapshot().unwrap().validator_count()
     );
 }
+
+#[test]
+fn a_chain_started_from_a_checkpoint_persists_anchors_from_its_base_up() {
+    // The source chain, 200 blocks; the checkpoint is taken at 50 (not an anchor height).
+    let mut source = Chain::open(Arc::new(MemoryStore::new()), genesis(), engine()).unwrap();
+    let hashes = grow(&mut source, &mut DevDepositLog::new(), 200);
+    let base = source.states().state(&hashes[50]).unwrap();
+    let base_block = source.block_at(50).unwrap().unwrap();
+
+    let store = Arc::new(MemoryStore::new());
+    modnode::chain::init_from_checkpoint(
+        store.as_ref(),
+        &genesis(),
+        &modnode::chain::CheckpointStart {
+            block: &base_block,
+            registry: base.registry(),
+            eth1: base.eth1(),
+            schedule: base.schedule(),
+        },
+    )
+    .unwrap();
+    let mut chain = Chain::open(store.clone(), genesis(), engine()).unwrap();
+    for height in 51..=200 {
+        let block = source.block_at(height).unwrap().unwrap();
+        chain.import(&block).unwrap();
+    }
+    assert_eq!(chain.head().hash, hashes[200]);
+    // Finalized at 168. Blocks below 51 are not stored, so the first anchor is the first
+    // multiple of K above the base: 64, then 96 and 128.
+    let anchors = store.tree(TREE).unwrap();
+    let key = |height: u64| height.to_be_bytes().to_vec();
+    for height in [64, 96, 128] {
+        assert!(
+            anchors.get(&key(height)).unwrap().is_some(),
+            "anchor {height}"
+        );
+    }
+    for height in [0, 32, 160] {
+        assert!(
+            anchors.get(&key(height)).unwrap().is_none(),
+            "anchor {height}"
+        );
+    }
+    // A state far below the head comes from the anchor at 64.
+    check_regenerated(&mut chain, &hashes, 70);
+}
