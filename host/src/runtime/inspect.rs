@@ -201,6 +201,42 @@ pub fn validate(bytes: &[u8]) -> Result<ComponentInfo, ValidationError> {
     })
 }
 
+/// A copy of `component` with a custom section `name` carrying `data` appended. A custom
+/// section never changes what a component does, so the copy is the same code under different
+/// bytes, and so a different hash: a version that differs from the original only in identity
+/// (`modnode bench swap` activates one to measure a switch between equally fast versions).
+pub fn with_custom_section(component: &[u8], name: &str, data: &[u8]) -> Vec<u8> {
+    let mut payload = Vec::with_capacity(name.len().saturating_add(data.len()).saturating_add(5));
+    push_leb128(&mut payload, name.len());
+    payload.extend_from_slice(name.as_bytes());
+    payload.extend_from_slice(data);
+    let mut out = Vec::with_capacity(
+        component
+            .len()
+            .saturating_add(payload.len())
+            .saturating_add(6),
+    );
+    out.extend_from_slice(component);
+    // Section id 0: custom.
+    out.push(0);
+    push_leb128(&mut out, payload.len());
+    out.extend_from_slice(&payload);
+    out
+}
+
+/// Appends `n` as unsigned LEB128 (wasm's encoding of sizes).
+fn push_leb128(out: &mut Vec<u8>, mut n: usize) {
+    loop {
+        let low = (n & 0x7f) as u8;
+        n >>= 7;
+        if n == 0 {
+            out.push(low);
+            return;
+        }
+        out.push(low | 0x80);
+    }
+}
+
 fn describe_header(bytes: &[u8]) -> String {
     match bytes.get(..4) {
         None => format!("only {} bytes long", bytes.len()),
@@ -362,5 +398,18 @@ mod tests {
         );
         assert_eq!(n.version, Version::parse("1.0.0"));
         assert!(InterfaceName::parse("process").is_none());
+    }
+
+    #[test]
+    fn leb128_matches_the_wasm_encoding() {
+        let enc = |n| {
+            let mut out = Vec::new();
+            push_leb128(&mut out, n);
+            out
+        };
+        assert_eq!(enc(0), [0x00]);
+        assert_eq!(enc(127), [0x7f]);
+        assert_eq!(enc(128), [0x80, 0x01]);
+        assert_eq!(enc(624_485), [0xe5, 0x8e, 0x26]);
     }
 }

@@ -292,9 +292,15 @@ async fn a_peer_requesting_modules_in_a_loop_gets_a_bounded_share_and_is_banned(
         served <= allowed,
         "{served} of 41 served, at most {allowed} allowed"
     );
-    // Asking on past the refusals is a violation: disconnected (and banned).
+    // Asking on past the refusals is a violation: disconnected (and banned). Under load the
+    // node's CONNECTION_CLOSE can be lost among the answers flooding loopback; the peer then
+    // learns of the close only from the stateless reset its next packets get once the node has
+    // forgotten the connection, so a reset counts too (the violation is checked on the node).
     let closed = tokio::time::timeout(LIVENESS, conn.closed()).await.unwrap();
-    assert!(closed_for_violation(&closed), "{closed:?}");
+    assert!(
+        closed_for_violation(&closed) || closed == quinn::ConnectionError::Reset,
+        "{closed:?}"
+    );
     assert!(
         node.metrics()
             .peer_violations

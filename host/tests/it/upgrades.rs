@@ -459,3 +459,108 @@ fn a_new_deposits_module_warms_up_on_the_deposits_of_the_latest_real_blocks() {
     assert_eq!(warmed.real_inputs, 3);
     assert!(warmed.fuel > fresh.fuel, "{warmed:?} vs {fresh:?}");
 }
+
+#[test]
+fn a_component_retagged_with_a_custom_section_is_a_separate_version_running_the_same_code() {
+    use modnode::chain::workload::{self, DevDepositLog};
+    use modnode::modules_store::upload::{ModuleService, UploadConfig, UploadOutcome};
+    use modnode::runtime::LoadedModule;
+    use modnode::runtime::inspect::{validate, with_custom_section};
+    use sha2::{Digest, Sha256};
+
+    // Different bytes and hash, the same world, exports and `describe()`.
+    let v2 = super::artifact("deposits-v2");
+    let retagged = with_custom_section(&v2, "modnode-retag", b"same code");
+    let h2: Hash = Sha256::digest(&v2).into();
+    let hr: Hash = Sha256::digest(&retagged).into();
+    assert_ne!(h2, hr);
+    let info = validate(&retagged).unwrap();
+    assert_eq!(info.kind, Kind::Deposits);
+    assert_eq!(info.sha256, hr);
+    assert_eq!(info.exports, validate(&v2).unwrap().exports);
+    let rt = super::runtime(1_000_000_000);
+    let original = super::deposits_module(&rt, "deposits-v2");
+    let LoadedModule::Deposits(copy) = rt.load(&retagged).unwrap() else {
+        panic!("the re-tagged component does not load as a deposits module")
+    };
+    assert_eq!(copy.hash(), hr);
+    assert_eq!(copy.meta().info, original.meta().info);
+
+    // The module store keeps it as a version of its own next to the original.
+    let dir = tempfile::tempdir().unwrap();
+    let service = ModuleService::open(
+        dir.path(),
+        dir.path().join("module-cache"),
+        UploadConfig::default(),
+    )
+    .unwrap();
+    for bytes in [&v2, &retagged] {
+        let outcome = service.upload(bytes, "test").unwrap();
+        assert!(matches!(outcome, UploadOutcome::Ready(_)), "{outcome:?}");
+    }
+    assert_eq!(service.store().len(), 2);
+
+    // The schedule switches to it at H like to any new version: the producer runs the original
+    // below H and the copy from H on, over blocks carrying deposits.
+    let engine =
+        |m: &modnode::runtime::deposits::DepositsModule| DepositEngine::Module(Box::new(m.clone()));
+    let mut genesis = genesis();
+    genesis.deposits_module = Some(h2);
+    genesis.max_deposits_per_block = 2;
+    let open = |modules: Arc<Recorder>| {
+        let mut chain = Chain::open(
+            Arc::new(MemoryStore::new()),
+            genesis.clone(),
+            DepositEngine::Native(Verification::Batched),
+        )
+        .unwrap();
+        chain.set_deposit_modules(modules);
+        chain
+    };
+    let producer = Recorder::default();
+    producer.add_engine(h2, engine(&original));
+    producer.add_engine(hr, engine(&copy));
+    let producer = Arc::new(producer);
+    let mut a = open(producer.clone());
+    a.propose_upgrade(UpgradeOp {
+        kind: Kind::Deposits,
+        module: hr,
+        height: H,
+    })
+    .unwrap();
+    let mut log = DevDepositLog::new();
+    for seed in 0..2 * (H + 2) {
+        log.push(workload::new_validator(100 + seed, 32_000_000_000, [0; 4]));
+    }
+    let blocks: Vec<Block> = (1..=H + 2)
+        .map(|slot| {
+            let block = a.build_block_from(slot, 0, log.eth1_data(), &log).unwrap();
+            assert_eq!(block.body.deposits.len(), 2);
+            a.import(&block).unwrap();
+            block
+        })
+        .collect();
+    assert_eq!(a.schedule().module_at(Kind::Deposits, H), Some(hr));
+    let mut per_height = vec![h2; usize::try_from(H - 1).unwrap()];
+    per_height.extend([hr; 3]);
+    // Each height asks once while building and once while importing.
+    let asked = producer.take();
+    assert_eq!(asked.len(), 2 * per_height.len(), "{asked:?}");
+    assert_eq!(
+        asked.iter().step_by(2).copied().collect::<Vec<_>>(),
+        per_height
+    );
+
+    // A follower running the original under both hashes imports every block with the same
+    // state roots: the copy computed exactly what the original does.
+    let follower = Recorder::default();
+    follower.add_engine(h2, engine(&original));
+    follower.add_engine(hr, engine(&original));
+    let follower = Arc::new(follower);
+    let mut b = open(follower.clone());
+    for block in &blocks {
+        b.import(block).unwrap();
+    }
+    assert_eq!(b.head(), a.head());
+    assert_eq!(follower.take(), per_height);
+}
