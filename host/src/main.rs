@@ -282,6 +282,9 @@ enum BenchCommand {
         /// The tight budget (below the working set), MiB.
         #[arg(long, default_value_t = 32)]
         tight_mb: u64,
+        /// Where the chains keep blocks and registry.
+        #[arg(long, value_enum, default_value_t = crate::bench::state_cache::StoreKind::Sled)]
+        store: crate::bench::state_cache::StoreKind,
     },
     /// Checkpoint creation and restore with checkpoint-v1 and -v2 against the read-hash floor.
     Checkpoint {
@@ -394,7 +397,8 @@ fn main() -> std::process::ExitCode {
             blocks,
             generous_mb,
             tight_mb,
-        }) => commands::bench::state_cache(json, validators, blocks, generous_mb, tight_mb),
+            store,
+        }) => commands::bench::state_cache(json, validators, blocks, generous_mb, tight_mb, store),
         Command::Bench(BenchCommand::Checkpoint {
             json,
             validators,

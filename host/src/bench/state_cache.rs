@@ -33,7 +33,7 @@ use modnode::chain::workload::DevDepositLog;
 use modnode::chain::{Chain, DepositEngine};
 use modnode::runtime::{LoadedModule, Runtime, RuntimeConfig};
 use modnode::state_cache::StateCacheConfig;
-use modnode::store::SledStore;
+use modnode::store::{KvStore, MemoryStore, SledStore};
 
 const BLOCK: usize = 16;
 const SLOT_MS: f64 = 2000.0;
@@ -91,7 +91,9 @@ pub struct StateCacheReport {
     pub snapshot_bytes: i64,
     /// Blocks imported per run.
     pub blocks: usize,
-    /// Time to open the chain on a fresh sled store: the genesis registry built and written.
+    /// The store the chains ran on.
+    pub store: StoreKind,
+    /// Time to open the chain on a fresh store: the genesis registry built and written.
     pub open_ms: f64,
     /// Generous budget.
     pub generous: RunReport,
@@ -115,21 +117,37 @@ pub fn run(
     blocks: usize,
     generous_mb: u64,
     tight_mb: u64,
+    store: StoreKind,
 ) -> anyhow::Result<StateCacheReport> {
     modnode::runtime::threads::run_on_guest_thread(move || {
-        run_here(validators, blocks, generous_mb, tight_mb)
+        run_here(validators, blocks, generous_mb, tight_mb, store)
     })
 }
 
-/// A chain on a fresh sled store in a temporary directory (deleted when the directory handle
-/// drops, so keep it as long as the chain).
+/// Where the benchmark's chains keep their blocks and registry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StoreKind {
+    /// sled in a temporary directory, as a node's.
+    Sled,
+    /// The in-memory store: the cache measured without sled's memory (sled 0.34 holds about
+    /// 5 KB per validator key while writing a large genesis).
+    Memory,
+}
+
+/// A chain on a fresh store (a sled one in a temporary directory, deleted when the directory
+/// handle drops, so keep it as long as the chain).
 fn open(
     genesis: &Genesis,
     engine: &DepositEngine,
     max_bytes: u64,
+    kind: StoreKind,
 ) -> anyhow::Result<(Chain, tempfile::TempDir)> {
     let dir = tempfile::tempdir()?;
-    let store = Arc::new(SledStore::open(&dir.path().join("db"))?);
+    let store: Arc<dyn KvStore> = match kind {
+        StoreKind::Sled => Arc::new(SledStore::open(&dir.path().join("db"))?),
+        StoreKind::Memory => Arc::new(MemoryStore::new()),
+    };
     let mut chain = Chain::open(store, genesis.clone(), engine.clone())?;
     chain.configure_state_cache(StateCacheConfig {
         max_bytes,
@@ -147,6 +165,7 @@ fn run_here(
     blocks: usize,
     generous_mb: u64,
     tight_mb: u64,
+    store: StoreKind,
 ) -> anyhow::Result<StateCacheReport> {
     let runtime = Runtime::new(RuntimeConfig::default())?;
     let bytes = modnode::artifacts::embedded("deposits-v2")
@@ -162,7 +181,7 @@ fn run_here(
 
     eprintln!("opening a {validators}-validator chain …");
     let start = Instant::now();
-    let (chain, dir) = open(&genesis, &engine, generous_mb << 20)?;
+    let (chain, dir) = open(&genesis, &engine, generous_mb << 20, store)?;
     let open_ms = super::ms_since(start);
     let base_rss_mb = rss_mb();
     let mut times = Vec::new();
@@ -183,9 +202,9 @@ fn run_here(
     drop(dir);
 
     eprintln!("tight run ({tight_mb} MiB) …");
-    let tight = one_run(&genesis, &engine, tight_mb, &main, &side)?;
+    let tight = one_run(&genesis, &engine, tight_mb, store, &main, &side)?;
     eprintln!("generous run ({generous_mb} MiB) …");
-    let generous = one_run(&genesis, &engine, generous_mb, &main, &side)?;
+    let generous = one_run(&genesis, &engine, generous_mb, store, &main, &side)?;
     Ok(StateCacheReport {
         validators,
         slot_ms: SLOT_MS,
@@ -193,6 +212,7 @@ fn run_here(
         snapshot_us,
         snapshot_bytes,
         blocks,
+        store,
         open_ms,
         generous,
         tight,
@@ -227,10 +247,11 @@ fn one_run(
     genesis: &Genesis,
     engine: &DepositEngine,
     budget_mb: u64,
+    store: StoreKind,
     main: &[Block],
     side: &[Block],
 ) -> anyhow::Result<RunReport> {
-    let (mut chain, _dir) = open(genesis, engine, budget_mb << 20)?;
+    let (mut chain, _dir) = open(genesis, engine, budget_mb << 20, store)?;
     let states = chain.states();
     let head = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));

@@ -91,10 +91,11 @@ pub fn state_cache(
     blocks: usize,
     generous_mb: u64,
     tight_mb: u64,
+    store: crate::bench::state_cache::StoreKind,
 ) -> anyhow::Result<()> {
     anyhow::ensure!(validators >= 1, "--validators must be at least 1");
     anyhow::ensure!(blocks >= 10, "--blocks must be at least 10");
-    let report = crate::bench::state_cache::run(validators, blocks, generous_mb, tight_mb)?;
+    let report = crate::bench::state_cache::run(validators, blocks, generous_mb, tight_mb, store)?;
     if json {
         println!("{}", serde_json::to_string(&report)?);
     } else {
