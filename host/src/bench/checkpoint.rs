@@ -115,7 +115,7 @@ fn measure_version(
     let start = Instant::now();
     let mut restorer = Restorer::new(checkpoint.manifest.clone(), &ManifestLimits::default())?;
     store.begin(restorer.manifest())?;
-    verify_all(&mut restorer, module, chunks, threads, Some(&store))?;
+    verify_all(&mut restorer, module, &chunks, threads, Some(&store))?;
     let restored = restorer.finish()?;
     let restore_ms = super::ms_since(start);
     anyhow::ensure!(

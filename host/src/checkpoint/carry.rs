@@ -73,7 +73,7 @@ pub fn carry_over(
     let count = stored.len();
     let listed = listed_chunks(restorer, stored);
     let listed_count = listed.len();
-    let refused = match verify_all(restorer, opener, listed.clone(), threads, None) {
+    let refused = match verify_all(restorer, opener, &listed, threads, None) {
         Ok(_) => None,
         Err(e @ (RestoreError::Call(_) | RestoreError::Local(_))) => return Err(e),
         Err(e) => Some(e),

@@ -23,7 +23,7 @@ use crate::state::{
 /// Opens chunks of one checkpoint version (the module that made them).
 pub trait ChunkOpener: Send + Sync {
     /// Decodes `chunk`: `Ok(Err(reason))` when the bytes are not a chunk of this version.
-    fn open(&self, chunk: Vec<u8>) -> Result<Result<ChunkContents, String>, CallError>;
+    fn open(&self, chunk: &[u8]) -> Result<Result<ChunkContents, String>, CallError>;
 
     /// An opener for many chunks on the calling (guest) thread, cheaper per chunk than this
     /// one (one module instance reused); `None` when this one is as good.
@@ -33,8 +33,11 @@ pub trait ChunkOpener: Send + Sync {
 }
 
 impl ChunkOpener for CheckpointModule {
-    fn open(&self, chunk: Vec<u8>) -> Result<Result<ChunkContents, String>, CallError> {
-        Ok(self.open_chunk(chunk)?.map_err(|e| format!("{e:?}")))
+    fn open(&self, chunk: &[u8]) -> Result<Result<ChunkContents, String>, CallError> {
+        // A one-off call runs on the guest pool and needs the bytes it owns.
+        Ok(self
+            .open_chunk(chunk.to_vec())?
+            .map_err(|e| format!("{e:?}")))
     }
 
     fn for_this_thread(&self) -> Option<Result<Box<dyn ChunkOpener + '_>, CallError>> {
@@ -50,7 +53,7 @@ impl ChunkOpener for CheckpointModule {
 struct SessionOpener(Mutex<ChunkSession>);
 
 impl ChunkOpener for SessionOpener {
-    fn open(&self, chunk: Vec<u8>) -> Result<Result<ChunkContents, String>, CallError> {
+    fn open(&self, chunk: &[u8]) -> Result<Result<ChunkContents, String>, CallError> {
         let mut session = self.0.lock().map_err(|_| {
             crate::runtime::error::HostFailure::new(
                 "checkpoint",
@@ -58,7 +61,7 @@ impl ChunkOpener for SessionOpener {
                 "a chunk-opening session's lock is poisoned",
             )
         })?;
-        Ok(session.open(&chunk)?.map_err(|e| format!("{e:?}")))
+        Ok(session.open(chunk)?.map_err(|e| format!("{e:?}")))
     }
 }
 
@@ -343,7 +346,7 @@ impl Restorer {
         &self,
         opener: &dyn ChunkOpener,
         index: usize,
-        bytes: Vec<u8>,
+        bytes: &[u8],
     ) -> Result<VerifiedChunk, RestoreError> {
         let entry = *self
             .manifest
@@ -367,7 +370,7 @@ impl Restorer {
                 expected: entry.size,
             });
         }
-        let hash: Hash32 = Sha256::digest(&bytes).into();
+        let hash: Hash32 = Sha256::digest(bytes).into();
         if hash != entry.hash {
             return Err(RestoreError::Tampered {
                 index,
@@ -523,15 +526,13 @@ impl Restorer {
 pub fn verify_all(
     restorer: &mut Restorer,
     opener: &dyn ChunkOpener,
-    chunks: Vec<(usize, Vec<u8>)>,
+    chunks: &[(usize, Vec<u8>)],
     threads: usize,
     store: Option<&super::store::RestoreStore>,
 ) -> Result<Progress, RestoreError> {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     let next = AtomicUsize::new(0);
-    type Slot = Mutex<Option<(usize, Vec<u8>)>>;
-    let work: Vec<Slot> = chunks.into_iter().map(|c| Mutex::new(Some(c))).collect();
     let results: Mutex<Vec<Result<VerifiedChunk, RestoreError>>> = Mutex::new(Vec::new());
     let stored: Mutex<Option<super::store::RestoreStoreError>> = Mutex::new(None);
     let shared: &Restorer = restorer;
@@ -550,22 +551,17 @@ pub fn verify_all(
         let opener = local.as_deref().unwrap_or(opener);
         loop {
             let i = next.fetch_add(1, Ordering::Relaxed);
-            let Some(slot) = work.get(i) else {
+            let Some((index, bytes)) = chunks.get(i) else {
                 return;
             };
-            let Some((index, bytes)) = slot.lock().ok().and_then(|mut s| s.take()) else {
-                continue;
-            };
-            let outcome = match store {
-                Some(store) => shared.verify(opener, index, bytes.clone()).inspect(|_| {
-                    if let Err(e) = store.put_chunk(index, &bytes)
-                        && let Ok(mut s) = stored.lock()
-                    {
-                        s.get_or_insert(e);
-                    }
-                }),
-                None => shared.verify(opener, index, bytes),
-            };
+            let outcome = shared.verify(opener, *index, bytes).inspect(|_| {
+                if let Some(store) = store
+                    && let Err(e) = store.put_chunk(*index, bytes)
+                    && let Ok(mut s) = stored.lock()
+                {
+                    s.get_or_insert(e);
+                }
+            });
             if let Ok(mut r) = results.lock() {
                 r.push(outcome);
             }

@@ -206,35 +206,14 @@ pub fn validate(bytes: &[u8]) -> Result<ComponentInfo, ValidationError> {
 /// bytes, and so a different hash: a version that differs from the original only in identity
 /// (`modnode bench swap` activates one to measure a switch between equally fast versions).
 pub fn with_custom_section(component: &[u8], name: &str, data: &[u8]) -> Vec<u8> {
-    let mut payload = Vec::with_capacity(name.len().saturating_add(data.len()).saturating_add(5));
-    push_leb128(&mut payload, name.len());
-    payload.extend_from_slice(name.as_bytes());
-    payload.extend_from_slice(data);
-    let mut out = Vec::with_capacity(
-        component
-            .len()
-            .saturating_add(payload.len())
-            .saturating_add(6),
-    );
-    out.extend_from_slice(component);
-    // Section id 0: custom.
-    out.push(0);
-    push_leb128(&mut out, payload.len());
-    out.extend_from_slice(&payload);
-    out
-}
-
-/// Appends `n` as unsigned LEB128 (wasm's encoding of sizes).
-fn push_leb128(out: &mut Vec<u8>, mut n: usize) {
-    loop {
-        let low = (n & 0x7f) as u8;
-        n >>= 7;
-        if n == 0 {
-            out.push(low);
-            return;
-        }
-        out.push(low | 0x80);
+    use wasm_encoder::Section;
+    let mut out = component.to_vec();
+    wasm_encoder::CustomSection {
+        name: name.into(),
+        data: data.into(),
     }
+    .append_to(&mut out);
+    out
 }
 
 fn describe_header(bytes: &[u8]) -> String {
@@ -401,15 +380,19 @@ mod tests {
     }
 
     #[test]
-    fn leb128_matches_the_wasm_encoding() {
-        let enc = |n| {
-            let mut out = Vec::new();
-            push_leb128(&mut out, n);
-            out
-        };
-        assert_eq!(enc(0), [0x00]);
-        assert_eq!(enc(127), [0x7f]);
-        assert_eq!(enc(128), [0x80, 0x01]);
-        assert_eq!(enc(624_485), [0xe5, 0x8e, 0x26]);
+    fn an_appended_custom_section_reads_back_last_with_its_name_and_data() {
+        let original = crate::artifacts::embedded("deposits-v2").unwrap();
+        let tagged = with_custom_section(original, "modnode-test-tag", &[7; 200]);
+        assert!(tagged.starts_with(original));
+        let last = wasmparser::Parser::new(0)
+            .parse_all(&tagged)
+            .filter_map(|p| match p.unwrap() {
+                wasmparser::Payload::CustomSection(c) if c.name() == "modnode-test-tag" => {
+                    Some(c.data().to_vec())
+                }
+                _ => None,
+            })
+            .last();
+        assert_eq!(last, Some(vec![7; 200]));
     }
 }

@@ -57,7 +57,7 @@ fn restore(
     assert_eq!(bytes, cp.manifest);
     let mut restorer = Restorer::new(cp.manifest.clone(), &ManifestLimits::default())?;
     for i in order {
-        let chunk = restorer.verify(m, i, cp.chunks[i].clone())?;
+        let chunk = restorer.verify(m, i, &cp.chunks[i])?;
         restorer.insert(chunk)?;
     }
     restorer.finish()
@@ -142,20 +142,20 @@ fn a_tampered_chunk_is_the_serving_peers_fault_and_the_right_bytes_still_restore
     let mut bad = cp.chunks[1].clone();
     let last = bad.len() - 1;
     bad[last] ^= 1;
-    let err = r.verify(&m, 1, bad).unwrap_err();
+    let err = r.verify(&m, 1, &bad).unwrap_err();
     assert!(
         matches!(err, RestoreError::Tampered { index: 1, .. }),
         "{err}"
     );
     assert_eq!(err.fault(), Fault::ChunkPeer);
     let short = cp.chunks[1][1..].to_vec();
-    let err = r.verify(&m, 1, short).unwrap_err();
+    let err = r.verify(&m, 1, &short).unwrap_err();
     assert!(
         matches!(err, RestoreError::WrongSize { index: 1, .. }),
         "{err}"
     );
     for i in 0..cp.chunks.len() {
-        let chunk = r.verify(&m, i, cp.chunks[i].clone()).unwrap();
+        let chunk = r.verify(&m, i, &cp.chunks[i]).unwrap();
         r.insert(chunk).unwrap();
     }
     assert!(r.finish().is_ok());
@@ -169,7 +169,7 @@ fn a_chunk_whose_leaves_do_not_prove_is_the_manifests_fault() {
     cp.chunks[2][leaf_byte] ^= 0x40;
     cp.manifest.chunks[2].hash = sha(&cp.chunks[2]);
     let r = restorer(&cp.manifest);
-    let err = r.verify(&m, 2, cp.chunks[2].clone()).unwrap_err();
+    let err = r.verify(&m, 2, &cp.chunks[2]).unwrap_err();
     assert!(matches!(err, RestoreError::Proof { index: 2, .. }), "{err}");
     assert_eq!(err.fault(), Fault::Manifest);
 }
@@ -188,7 +188,7 @@ fn a_chunk_listed_under_another_range_is_a_wrong_range() {
     cp.manifest.chunks[1].hash = a.hash;
     cp.manifest.chunks[1].size = a.size;
     let r = restorer(&cp.manifest);
-    let err = r.verify(&m, 0, cp.chunks[1].clone()).unwrap_err();
+    let err = r.verify(&m, 0, &cp.chunks[1]).unwrap_err();
     assert!(
         matches!(err, RestoreError::WrongRange { index: 0, start: 0, found_start, .. } if found_start == a.end),
         "{err}"
@@ -200,14 +200,14 @@ fn a_chunk_listed_under_another_range_is_a_wrong_range() {
 fn a_duplicated_range_is_refused_in_a_manifest_and_on_arrival() {
     let (m, cp) = sample("checkpoint-v2");
     let mut r = restorer(&cp.manifest);
-    let first = r.verify(&m, 0, cp.chunks[0].clone()).unwrap();
+    let first = r.verify(&m, 0, &cp.chunks[0]).unwrap();
     r.insert(first.clone()).unwrap();
     let err = r.insert(first).unwrap_err();
     assert!(
         matches!(err, RestoreError::DuplicateRange { index: 0, .. }),
         "{err}"
     );
-    let err = r.verify(&m, 0, cp.chunks[0].clone()).unwrap_err();
+    let err = r.verify(&m, 0, &cp.chunks[0]).unwrap_err();
     assert!(
         matches!(err, RestoreError::DuplicateRange { index: 0, .. }),
         "{err}"
@@ -231,7 +231,7 @@ fn finishing_with_a_missing_chunk_names_it() {
     let (m, cp) = sample("checkpoint-v1");
     let mut r = restorer(&cp.manifest);
     for i in (0..cp.chunks.len()).filter(|&i| i != 2) {
-        let chunk = r.verify(&m, i, cp.chunks[i].clone()).unwrap();
+        let chunk = r.verify(&m, i, &cp.chunks[i]).unwrap();
         r.insert(chunk).unwrap();
     }
     assert_eq!(r.missing(), vec![2]);
@@ -319,11 +319,11 @@ fn a_restart_resumes_from_the_stored_chunks_without_fetching_them_again() {
         let mut r = restorer(&cp.manifest);
         store.begin(r.manifest()).unwrap();
         let first: Vec<(usize, Vec<u8>)> = (0..half).map(|i| (i, cp.chunks[i].clone())).collect();
-        verify_all(&mut r, &m, first, 2, Some(&store)).unwrap();
+        verify_all(&mut r, &m, &first, 2, Some(&store)).unwrap();
         // A tampered chunk is refused and not stored.
         let mut bad = cp.chunks[half].clone();
         bad[10] ^= 1;
-        assert!(verify_all(&mut r, &m, vec![(half, bad)], 1, Some(&store)).is_err());
+        assert!(verify_all(&mut r, &m, &[(half, bad)], 1, Some(&store)).is_err());
         // The process dies here: nothing but the store survives.
     }
     let db = sled::open(dir.path()).unwrap();
@@ -336,11 +336,11 @@ fn a_restart_resumes_from_the_stored_chunks_without_fetching_them_again() {
         (0..half).collect::<Vec<_>>()
     );
     let mut r = Restorer::new(manifest, &limits).unwrap();
-    verify_all(&mut r, &m, stored, 2, None).unwrap();
+    verify_all(&mut r, &m, &stored, 2, None).unwrap();
     let fetched: Vec<usize> = r.missing();
     assert_eq!(fetched, (half..cp.chunks.len()).collect::<Vec<_>>());
-    let rest = fetched.iter().map(|&i| (i, cp.chunks[i].clone())).collect();
-    verify_all(&mut r, &m, rest, 2, Some(&store)).unwrap();
+    let rest: Vec<_> = fetched.iter().map(|&i| (i, cp.chunks[i].clone())).collect();
+    verify_all(&mut r, &m, &rest, 2, Some(&store)).unwrap();
     assert_eq!(r.finish().unwrap().state_root, cp.manifest.state_root);
     // Beginning another checkpoint drops the old progress.
     let mut other = cp.manifest.clone();
@@ -415,7 +415,7 @@ async fn a_node_creates_checkpoints_periodically_and_on_demand() {
     let module = module("checkpoint-v2");
     let mut restorer =
         modnode::checkpoint::Restorer::new(manifest.clone(), &Default::default()).unwrap();
-    modnode::checkpoint::verify_all(&mut restorer, &module, chunks, 2, None).unwrap();
+    modnode::checkpoint::verify_all(&mut restorer, &module, &chunks, 2, None).unwrap();
     assert_eq!(
         restorer.finish().unwrap().state_root,
         block.header.state_root
@@ -483,7 +483,7 @@ fn simulate(
                 let last = bytes.len() - 1;
                 bytes[last] ^= 0x80;
             }
-            match restorer.verify(m, index, bytes) {
+            match restorer.verify(m, index, &bytes) {
                 Ok(chunk) => {
                     restorer.insert(chunk).unwrap();
                     fetcher.handle_verified(&peer, index, now);
@@ -572,7 +572,7 @@ fn a_resumed_restore_requests_only_the_chunks_it_lacks() {
     let mut r = restorer(&cp.manifest);
     let verified = cp.chunks.len() / 2;
     for i in 0..verified {
-        let chunk = r.verify(&m, i, cp.chunks[i].clone()).unwrap();
+        let chunk = r.verify(&m, i, &cp.chunks[i]).unwrap();
         r.insert(chunk).unwrap();
     }
     let peers = [SimPeer {

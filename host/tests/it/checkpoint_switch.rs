@@ -17,8 +17,8 @@ use modnode::state::StateSnapshot;
 
 use super::checkpoint::module;
 use super::checkpoint_sync::{
-    admin_status, checkpoint_now, follows, height_at_least, kill, node, seed, spawn_restoring,
-    test_genesis,
+    admin_status, checkpoint_now, first_chunks, follows, height_at_least, kill, node, seed,
+    seeded_follower, spawn_restoring, test_genesis,
 };
 use super::network::{dirs, eventually};
 use modnode::node::SyncMode;
@@ -89,7 +89,7 @@ fn verified_chunks_carry_over_only_when_their_bytes_verify_against_the_new_manif
             .missing()
             .into_iter()
             .map(|i| (i, same_registry.chunks[i].clone()));
-        verify_all(&mut r, &m, rest.collect(), 2, None).unwrap();
+        verify_all(&mut r, &m, &rest.collect::<Vec<_>>(), 2, None).unwrap();
         assert_eq!(
             r.finish().unwrap().state_root,
             same_registry.manifest.state_root
@@ -175,7 +175,7 @@ fn the_progress_store_switches_checkpoints_in_one_write_that_survives_a_reopen()
         "chunk 0 of the old checkpoint was not carried, so it is gone"
     );
     let mut r = restorer(&new.manifest);
-    verify_all(&mut r, &m, chunks, 2, None).unwrap();
+    verify_all(&mut r, &m, &chunks, 2, None).unwrap();
     assert_eq!(r.missing(), vec![0, n - 1]);
 }
 
@@ -213,21 +213,7 @@ async fn a_pruned_checkpoint_is_replaced_by_the_newer_one_keeping_its_verified_c
     let half = n / 2;
     assert!(half >= 2, "{n} chunks");
     // P offers the old checkpoint but holds only its first half.
-    seed(
-        d[1].path(),
-        &Checkpoint {
-            manifest: old.manifest.clone(),
-            chunks: old.chunks[..half].to_vec(),
-        },
-    );
-    let p = node(
-        d[1].path(),
-        &genesis,
-        vec![a.peer_addr().unwrap()],
-        1,
-        SyncMode::Full,
-    )
-    .await;
+    let p = seeded_follower(d[1].path(), &genesis, &a, &first_chunks(&old, half), 1).await;
     let served = &p.metrics().checkpoint_served;
     let task = restoring(d[2].path(), &genesis, vec![p.peer_addr().unwrap()]);
     eventually("the restore asked again after P ran out of chunks", || {
@@ -298,13 +284,12 @@ async fn a_restore_killed_around_its_switch_to_a_newer_checkpoint_loses_no_verif
         store.flush().unwrap();
     }
     // P serves the first half corrupt: a restore from it alone cannot fetch those chunks.
-    seed(d[1].path(), &first_chunks_corrupt(&new, half));
-    let p = node(
+    let p = seeded_follower(
         d[1].path(),
         &genesis,
-        vec![a.peer_addr().unwrap()],
+        &a,
+        &first_chunks_corrupt(&new, half),
         2,
-        SyncMode::Full,
     )
     .await;
     height_at_least(&p, new.manifest.height).await;

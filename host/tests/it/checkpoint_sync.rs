@@ -83,6 +83,35 @@ pub(super) fn seed(dir: &Path, checkpoint: &Checkpoint) {
         .unwrap();
 }
 
+/// The first `n` chunks of `checkpoint` under its full manifest: what a peer holding only part
+/// of it offers.
+pub(super) fn first_chunks(checkpoint: &Checkpoint, n: usize) -> Checkpoint {
+    Checkpoint {
+        manifest: checkpoint.manifest.clone(),
+        chunks: checkpoint.chunks[..n].to_vec(),
+    }
+}
+
+/// A node following `source` that offers `checkpoint` (seeded before it starts) and makes
+/// `version` checkpoints.
+pub(super) async fn seeded_follower(
+    dir: &Path,
+    genesis: &Genesis,
+    source: &Node,
+    checkpoint: &Checkpoint,
+    version: u32,
+) -> Node {
+    seed(dir, checkpoint);
+    node(
+        dir,
+        genesis,
+        vec![source.peer_addr().unwrap()],
+        version,
+        SyncMode::Full,
+    )
+    .await
+}
+
 /// `restored`'s chain goes past the checkpoint on the same blocks as `source`.
 pub(super) async fn follows(restored: &Node, source: &Node, checkpoint_height: u64) {
     let past = checkpoint_height + 3;
@@ -250,21 +279,7 @@ async fn a_restore_killed_halfway_resumes_without_fetching_verified_chunks_again
     let half = full.chunks.len() / 2;
     assert!(half >= 2, "{} chunks", full.chunks.len());
     // P offers the checkpoint but holds only its first half.
-    seed(
-        d[1].path(),
-        &Checkpoint {
-            manifest: full.manifest.clone(),
-            chunks: full.chunks[..half].to_vec(),
-        },
-    );
-    let p = node(
-        d[1].path(),
-        &genesis,
-        vec![a.peer_addr().unwrap()],
-        2,
-        SyncMode::Full,
-    )
-    .await;
+    let p = seeded_follower(d[1].path(), &genesis, &a, &first_chunks(&full, half), 2).await;
     height_at_least(&p, full.manifest.height).await;
 
     // Restoring from P alone gets the first half, then waits for the rest.

@@ -716,8 +716,7 @@ impl Driver<'_> {
             fetcher.handle_verified(&peer, index, Instant::now());
             return Ok(());
         }
-        let verified =
-            tokio::task::block_in_place(|| restorer.verify(opener, index, bytes.clone()));
+        let verified = tokio::task::block_in_place(|| restorer.verify(opener, index, &bytes));
         match verified {
             Ok(chunk) => {
                 // Durable before it counts: the index is in the key, so the chunk and its

@@ -157,6 +157,9 @@ impl ProofVerifier {
     }
 
     /// [`verify_deposit_proof`] of `leaf` at `index` against this verifier's root.
+    ///
+    /// The walk repeats [`is_valid_merkle_branch`]'s step rather than sharing it: any change to
+    /// the code deposits-v1 runs can change v1's compiled bytes and so its module hash.
     pub fn verify(&mut self, leaf: &Root, proof: &DepositProof, index: u64) -> bool {
         if index >= MAX_DEPOSIT_INDEX {
             return false;

@@ -93,7 +93,7 @@ impl Driver<'_> {
         let count = stored.len();
         let threads = self.parts.threads;
         let outcome =
-            tokio::task::block_in_place(|| verify_all(restorer, opener, stored, threads, None));
+            tokio::task::block_in_place(|| verify_all(restorer, opener, &stored, threads, None));
         if let Err(e) = outcome {
             // Whatever verified is inserted; the rest is fetched again.
             tracing::warn!(error = %e, "a stored chunk no longer verifies; fetching it again");
