@@ -22,6 +22,8 @@ pub const MAX_MEMORY_CEILING: usize = 256 << 20;
 const POOL_COMPONENT_INSTANCES: u32 = 256;
 /// Bytes of each pooled linear memory kept resident between calls (reset in place).
 const KEEP_RESIDENT: usize = 2 << 20;
+/// Set to `1` to have `perf` name guest functions (writes `/tmp/perf-<pid>.map`).
+pub const PERFMAP_ENV: &str = "MODNODE_WASM_PERFMAP";
 /// Core instances per component instance, at most (wit-component shims add a few).
 const CORE_INSTANCES_PER_COMPONENT: u32 = 8;
 
@@ -62,6 +64,11 @@ pub fn config() -> Config {
         .table_keep_resident(64 << 10)
         .pagemap_scan(wasmtime::Enabled::Auto);
     config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+    if std::env::var_os(PERFMAP_ENV).is_some_and(|v| v == "1") {
+        // Names JIT-compiled guest functions in /tmp/perf-<pid>.map for `perf report`; it does
+        // not change what the code computes.
+        config.profiler(wasmtime::ProfilingStrategy::PerfMap);
+    }
     config
 }
 
