@@ -81,7 +81,7 @@ fn decode_chunk<K: ChunkKind>(
 ) -> Result<usize, StoreError> {
     let corrupt = |what: String| StoreError::Corrupt(format!("{} chunk {chunk}: {what}", K::NAME));
     let max = CHUNK_LEN.saturating_mul(K::ITEM_BYTES);
-    if bytes.is_empty() || bytes.len() % K::ITEM_BYTES != 0 || bytes.len() > max {
+    if bytes.is_empty() || !bytes.len().is_multiple_of(K::ITEM_BYTES) || bytes.len() > max {
         return Err(corrupt(format!(
             "the record is {} bytes, expected a non-zero multiple of {} up to {max}",
             bytes.len(),
