@@ -134,8 +134,7 @@ pub fn run(
 pub enum StoreKind {
     /// sled in a temporary directory, as a node's.
     Sled,
-    /// The in-memory store: the cache measured without sled's memory (sled 0.34 holds about
-    /// 5 KB per validator key while writing a large genesis).
+    /// The in-memory store: the cache measured without sled's memory and disk.
     Memory,
 }
 
