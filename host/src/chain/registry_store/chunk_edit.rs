@@ -161,3 +161,116 @@ fn elements<T: Clone>(
 fn key_index(chunk: usize) -> Result<u32, StateError> {
     u32::try_from(chunk).map_err(|_| StateError::Full)
 }
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::chain::registry_store::{VALIDATORS_PER_BATCH, write_registry};
+    use crate::store::{KvStore, MemoryStore};
+
+    /// Validator `i`: its pubkey holds `i`, its balance is `i`.
+    fn validator(i: usize) -> NewValidator {
+        let mut pubkey = [0u8; 48];
+        pubkey[..8].copy_from_slice(&(i as u64).to_le_bytes());
+        NewValidator {
+            pubkey,
+            withdrawal_credentials: [1; 32],
+            effective_balance: 32,
+            balance: i as u64,
+        }
+    }
+
+    fn registry(len: usize) -> Registry {
+        let (validators, balances) = (0..len)
+            .map(|i| (validator(i).record(), validator(i).balance))
+            .unzip();
+        Registry::from_parts(validators, balances).unwrap()
+    }
+
+    /// A store holding `registry`'s records as an initialisation writes them.
+    fn stored(registry: &Registry) -> MemoryStore {
+        let store = MemoryStore::new();
+        write_registry(&store, registry, VALIDATORS_PER_BATCH).unwrap();
+        store
+    }
+
+    /// Every chunk record, in key order.
+    fn records(store: &MemoryStore) -> Vec<(Vec<u8>, Vec<u8>)> {
+        let mut out = Vec::new();
+        for prefix in [keys::VALIDATOR_CHUNK_PREFIX, keys::BALANCE_CHUNK_PREFIX] {
+            store
+                .scan_prefix(prefix, &mut |key, value| {
+                    out.push((key.to_vec(), value.to_vec()));
+                    Ok(())
+                })
+                .unwrap();
+        }
+        out
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// The records an import's batch leaves are exactly those of the registry after the
+        /// block, and the records its revert's batch leaves exactly those of the registry
+        /// before: registries of 0 to about 3 chunks, near a chunk boundary.
+        #[test]
+        fn an_import_and_its_revert_leave_the_records_of_the_registry_they_make(
+            boundary in 0usize..3,
+            offset in 0usize..80,
+            added in 0usize..40,
+            set in proptest::collection::btree_map(any::<u16>(), any::<u64>(), 0..8),
+        ) {
+            let len = (boundary * CHUNK_LEN + offset).saturating_sub(40);
+            let before = registry(len);
+            let balances: BTreeMap<u32, u64> = set
+                .into_iter()
+                .filter(|_| len > 0)
+                .map(|(i, b)| ((usize::from(i) % len.max(1)) as u32, b))
+                .collect();
+            let delta = RegistryDelta {
+                added: (len..len + added).map(validator).collect(),
+                balances: balances.into_iter().collect(),
+            };
+            let undo = before.undo_for(&delta).unwrap();
+            let mut after = before.clone();
+            after.apply(&delta).unwrap();
+
+            let store = stored(&before);
+            let mut batch = WriteBatch::new();
+            put_delta(&mut batch, &before, &delta).unwrap();
+            store.commit(&batch).unwrap();
+            prop_assert_eq!(records(&store), records(&stored(&after)));
+
+            let mut batch = WriteBatch::new();
+            put_rollback(&mut batch, &after, &undo).unwrap();
+            store.commit(&batch).unwrap();
+            prop_assert_eq!(records(&store), records(&stored(&before)));
+        }
+    }
+
+    #[test]
+    fn an_undo_record_that_does_not_fit_the_registry_writes_nothing() {
+        let registry = registry(10);
+        let mut batch = WriteBatch::new();
+        let keeps_more = RegistryUndo {
+            validators_before: 11,
+            balances: vec![],
+        };
+        assert_eq!(
+            put_rollback(&mut batch, &registry, &keeps_more),
+            Err(StateError::UnknownIndex(11))
+        );
+        let restores_a_dropped_balance = RegistryUndo {
+            validators_before: 5,
+            balances: vec![(7, 1)],
+        };
+        assert_eq!(
+            put_rollback(&mut batch, &registry, &restores_a_dropped_balance),
+            Err(StateError::UnknownIndex(7))
+        );
+        assert!(batch.is_empty());
+    }
+}
