@@ -47,8 +47,10 @@ use crate::store::{KvStore, StoreError, WriteBatch, keys};
 use transition::Transition;
 
 /// Version of the store layout this node writes (2: eth1 state per block, state root over
-/// registry and eth1 state; 3: module schedule per block, block encoding 3).
-pub const STORE_FORMAT: u32 = 3;
+/// registry and eth1 state; 3: module schedule per block, block encoding 3; 4: the registry as
+/// one record per chunk of validators and one per chunk of balances instead of two records per
+/// validator). A format-3 store is migrated when it opens.
+pub const STORE_FORMAT: u32 = 4;
 
 /// The chain head.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -186,9 +188,18 @@ impl Chain {
                 Ok(chain)
             }
             Some(format) => {
-                if format.as_slice() != STORE_FORMAT.to_le_bytes() {
+                let format = <[u8; 4]>::try_from(format.as_slice())
+                    .map(u32::from_le_bytes)
+                    .map_err(|_| {
+                        OpenError::Corrupt(format!(
+                            "the store format record {format:02x?} is not 4 bytes"
+                        ))
+                    })?;
+                let legacy = registry_store::legacy::PER_VALIDATOR_FORMAT;
+                if format != STORE_FORMAT && format != legacy {
                     return Err(OpenError::Corrupt(format!(
-                        "unknown store format {format:02x?}"
+                        "store format {format}: this node reads format {STORE_FORMAT} and migrates \
+                         format {legacy}"
                     )));
                 }
                 let stored_genesis = store
@@ -203,6 +214,12 @@ impl Chain {
                 drop(registry_genesis);
                 drop(eth1_genesis);
                 drop(schedule_genesis);
+                if format == legacy {
+                    registry_store::legacy::migrate(store.as_ref(), STORE_FORMAT, per_batch)?;
+                } else {
+                    // Per-validator records a migration was interrupted before deleting.
+                    registry_store::legacy::delete_records(store.as_ref(), per_batch)?;
+                }
                 let head_bytes = store
                     .get(keys::HEAD)?
                     .ok_or_else(|| OpenError::Corrupt("head record missing".into()))?;
@@ -654,20 +671,21 @@ impl Chain {
             slot: header.slot,
             state_root: root,
         };
-        let undo = self
-            .registry
-            .read()
-            .map_err(|_| ImportError::State {
+        let mut batch = WriteBatch::new();
+        let undo = {
+            let registry = self.registry.read().map_err(|_| ImportError::State {
                 hash: name.clone(),
                 source: StateError::Poisoned,
-            })?
-            .undo_for(&delta)
-            .map_err(|source| ImportError::State {
-                hash: name.clone(),
-                source,
             })?;
+            // The chunks the delta touches, as they will be once memory follows the batch.
+            registry_store::put_delta(&mut batch, &registry, &delta)
+                .and_then(|()| registry.undo_for(&delta))
+                .map_err(|source| ImportError::State {
+                    hash: name.clone(),
+                    source,
+                })?
+        };
         let warm_input = self.deposit_call(block, &name);
-        let mut batch = WriteBatch::new();
         batch.put(keys::block(&hash), block.encode());
         batch.put(keys::undo(&hash), undo.encode());
         batch.put(keys::eth1(&hash), eth1.encode());
@@ -675,22 +693,6 @@ impl Chain {
         // marker written after it.
         batch.put(keys::schedule(&hash), schedule.encode());
         batch.put(keys::height(head.height), hash.to_vec());
-        for (offset, added) in (0u32..).zip(&delta.added) {
-            // The registry already refused a delta past u32::MAX validators; saturating here
-            // would write two validators under one key.
-            let index =
-                undo.validators_before
-                    .checked_add(offset)
-                    .ok_or_else(|| ImportError::State {
-                        hash: name.clone(),
-                        source: StateError::Full,
-                    })?;
-            batch.put(keys::validator(index), added.record().encode().to_vec());
-            batch.put(keys::balance(index), added.balance.to_le_bytes().to_vec());
-        }
-        for &(index, balance) in &delta.balances {
-            batch.put(keys::balance(index), balance.to_le_bytes().to_vec());
-        }
         batch.put(keys::HEAD, head.encode());
         self.store
             .commit(&batch)

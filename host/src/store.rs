@@ -113,17 +113,37 @@ pub mod keys {
     pub fn schedule(hash: &[u8; 32]) -> Vec<u8> {
         [b"s".as_slice(), hash].concat()
     }
-    /// Prefix of validator records.
-    pub const VALIDATOR_PREFIX: &[u8] = b"v";
-    /// Validator record: `v` ‖ index.
-    pub fn validator(index: u32) -> Vec<u8> {
-        [VALIDATOR_PREFIX, &index.to_be_bytes()].concat()
+    /// Prefix of the validator chunk records.
+    pub const VALIDATOR_CHUNK_PREFIX: &[u8] = b"rv";
+    /// Validator chunk `chunk`: the encodings of validators `chunk × CHUNK_LEN` onwards (at most
+    /// [`CHUNK_LEN`](crate::state::chunked::CHUNK_LEN) of them, fewer only in the last chunk),
+    /// concatenated: `rv` ‖ chunk.
+    pub fn validator_chunk(chunk: u32) -> Vec<u8> {
+        [VALIDATOR_CHUNK_PREFIX, &chunk.to_be_bytes()].concat()
     }
-    /// Prefix of balances.
-    pub const BALANCE_PREFIX: &[u8] = b"l";
-    /// Balance: `l` ‖ index.
-    pub fn balance(index: u32) -> Vec<u8> {
-        [BALANCE_PREFIX, &index.to_be_bytes()].concat()
+    /// Prefix of the balance chunk records.
+    pub const BALANCE_CHUNK_PREFIX: &[u8] = b"rb";
+    /// Balance chunk `chunk`: the balances of the validators of validator chunk `chunk`, 8
+    /// bytes each (little-endian): `rb` ‖ chunk. Apart from the validators so that a top-up
+    /// rewrites 8 KiB, not a chunk of records.
+    pub fn balance_chunk(chunk: u32) -> Vec<u8> {
+        [BALANCE_CHUNK_PREFIX, &chunk.to_be_bytes()].concat()
+    }
+    /// The per-validator records of store format 3, read only to migrate a store to chunk
+    /// records (and deleted once it is).
+    pub mod legacy {
+        /// Prefix of validator records.
+        pub const VALIDATOR_PREFIX: &[u8] = b"v";
+        /// Validator record: `v` ‖ index.
+        pub fn validator(index: u32) -> Vec<u8> {
+            [VALIDATOR_PREFIX, &index.to_be_bytes()].concat()
+        }
+        /// Prefix of balances.
+        pub const BALANCE_PREFIX: &[u8] = b"l";
+        /// Balance: `l` ‖ index.
+        pub fn balance(index: u32) -> Vec<u8> {
+            [BALANCE_PREFIX, &index.to_be_bytes()].concat()
+        }
     }
     /// The head record.
     pub const HEAD: &[u8] = b"mhead";

@@ -9,7 +9,8 @@
 //! branch would be. The whole run happens twice on fresh chains, tight budget first (so its
 //! RSS is not inflated by the generous run's freed memory), then generous.
 //!
-//! `open_ms` times opening the first chain (the genesis registry built and written to sled).
+//! `open_ms` times opening the first chain (the genesis registry built and written to sled),
+//! `reopen_ms` opening it again as a restarted node does (registry read back, root checked).
 //! `import_*_ms` times `Chain::import` (transition, root check, commit, publishing the head
 //! state to the cache). `fell_behind`: an import took longer than a slot (imports run back to
 //! back, not paced by the clock). `snapshot_us`/`snapshot_bytes`: median time and allocator
@@ -95,6 +96,9 @@ pub struct StateCacheReport {
     pub store: StoreKind,
     /// Time to open the chain on a fresh store: the genesis registry built and written.
     pub open_ms: f64,
+    /// Time to open that store again, as a restarted node: the registry read back and its root
+    /// checked against the head.
+    pub reopen_ms: f64,
     /// Generous budget.
     pub generous: RunReport,
     /// Tight budget (below the working set).
@@ -130,30 +134,64 @@ pub fn run(
 pub enum StoreKind {
     /// sled in a temporary directory, as a node's.
     Sled,
-    /// The in-memory store: the cache measured without sled's memory (sled 0.34 holds about
-    /// 5 KB per validator key while writing a large genesis).
+    /// The in-memory store: the cache measured without sled's memory and disk.
     Memory,
 }
 
 /// A chain on a fresh store (a sled one in a temporary directory, deleted when the directory
-/// handle drops, so keep it as long as the chain).
+/// handle drops, so keep it as long as the chain), and the store.
 fn open(
     genesis: &Genesis,
     engine: &DepositEngine,
     max_bytes: u64,
     kind: StoreKind,
-) -> anyhow::Result<(Chain, tempfile::TempDir)> {
+) -> anyhow::Result<(Chain, tempfile::TempDir, Arc<dyn KvStore>)> {
     let dir = tempfile::tempdir()?;
     let store: Arc<dyn KvStore> = match kind {
         StoreKind::Sled => Arc::new(SledStore::open(&dir.path().join("db"))?),
         StoreKind::Memory => Arc::new(MemoryStore::new()),
     };
+    let chain = open_on(store.clone(), genesis, engine, max_bytes)?;
+    Ok((chain, dir, store))
+}
+
+/// The chain in `store` with a state cache of `max_bytes`.
+fn open_on(
+    store: Arc<dyn KvStore>,
+    genesis: &Genesis,
+    engine: &DepositEngine,
+    max_bytes: u64,
+) -> anyhow::Result<Chain> {
     let mut chain = Chain::open(store, genesis.clone(), engine.clone())?;
     chain.configure_state_cache(StateCacheConfig {
         max_bytes,
         ..StateCacheConfig::default()
     });
-    Ok((chain, dir))
+    Ok(chain)
+}
+
+/// Closes `chain` and opens its store again as a restarted node would (sled: the database
+/// reopened from its directory); the chain and the milliseconds the reopening took.
+fn reopen(
+    chain: Chain,
+    store: Arc<dyn KvStore>,
+    dir: &tempfile::TempDir,
+    kind: StoreKind,
+    genesis: &Genesis,
+    engine: &DepositEngine,
+    max_bytes: u64,
+) -> anyhow::Result<(Chain, f64)> {
+    drop(chain);
+    let start = Instant::now();
+    let store: Arc<dyn KvStore> = match kind {
+        StoreKind::Sled => {
+            drop(store);
+            Arc::new(SledStore::open(&dir.path().join("db"))?)
+        }
+        StoreKind::Memory => store,
+    };
+    let chain = open_on(store, genesis, engine, max_bytes)?;
+    Ok((chain, super::ms_since(start)))
 }
 
 fn allocated_mb() -> f64 {
@@ -181,7 +219,7 @@ fn run_here(
 
     eprintln!("opening a {validators}-validator chain …");
     let start = Instant::now();
-    let (chain, dir) = open(&genesis, &engine, generous_mb << 20, store)?;
+    let (chain, dir, kept) = open(&genesis, &engine, generous_mb << 20, store)?;
     let open_ms = super::ms_since(start);
     let base_rss_mb = rss_mb();
     let mut times = Vec::new();
@@ -196,6 +234,16 @@ fn run_here(
     }
     let snapshot_us = super::median(&mut times);
     let snapshot_bytes = super::median(&mut sizes) as i64;
+    eprintln!("reopening it …");
+    let (chain, reopen_ms) = reopen(
+        chain,
+        kept,
+        &dir,
+        store,
+        &genesis,
+        &engine,
+        generous_mb << 20,
+    )?;
 
     eprintln!("building {blocks} blocks …");
     let (main, side) = build_blocks(chain, &deposits)?;
@@ -214,6 +262,7 @@ fn run_here(
         blocks,
         store,
         open_ms,
+        reopen_ms,
         generous,
         tight,
     })
@@ -251,7 +300,7 @@ fn one_run(
     main: &[Block],
     side: &[Block],
 ) -> anyhow::Result<RunReport> {
-    let (mut chain, _dir) = open(genesis, engine, budget_mb << 20, store)?;
+    let (mut chain, _dir, _store) = open(genesis, engine, budget_mb << 20, store)?;
     let states = chain.states();
     let head = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));

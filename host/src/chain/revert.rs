@@ -1,7 +1,7 @@
 //! Reverting the head block with its undo record: the basis of reorganisations.
 
 use super::block::Block;
-use super::{Chain, Head, RevertError, hex32, load_eth1, load_schedule};
+use super::{Chain, Head, RevertError, hex32, load_eth1, load_schedule, registry_store};
 use crate::state::{RegistryUndo, state_root};
 use crate::store::{WriteBatch, keys};
 
@@ -50,26 +50,29 @@ impl Chain {
         let schedule = load_schedule(self.store.as_ref(), &parent_hash)
             .map_err(|e| corrupt(format!("parent module schedule: {e}")))?;
 
-        // A poisoned lock is not "zero validators": refuse before anything is written.
-        let current = self
-            .registry
-            .read()
-            .map_err(|_| RevertError::Poisoned {
-                hash: name.clone(),
-                height: head.height,
-            })?
-            .len();
         let mut batch = WriteBatch::new();
         batch.delete(keys::height(head.height));
         batch.delete(keys::undo(&head.hash));
         batch.delete(keys::eth1(&head.hash));
         batch.delete(keys::schedule(&head.hash));
-        for index in undo.validators_before..current {
-            batch.delete(keys::validator(index));
-            batch.delete(keys::balance(index));
-        }
-        for &(index, balance) in &undo.balances {
-            batch.put(keys::balance(index), balance.to_le_bytes().to_vec());
+        {
+            // A poisoned lock is not "zero validators": refuse before anything is written.
+            let registry = self.registry.read().map_err(|_| RevertError::Poisoned {
+                hash: name.clone(),
+                height: head.height,
+            })?;
+            // The chunks the rollback touches, as they will be once memory follows the batch;
+            // an undo record that does not fit the registry is refused before anything is
+            // written.
+            registry_store::put_rollback(&mut batch, &registry, &undo).map_err(|e| {
+                corrupt(format!(
+                    "undo record (keeps {} validators of {}, restores {} balances) does not fit \
+                     the registry: {e}",
+                    undo.validators_before,
+                    registry.len(),
+                    undo.balances.len()
+                ))
+            })?;
         }
         batch.put(keys::HEAD, new_head.encode());
         self.store.commit(&batch)?;

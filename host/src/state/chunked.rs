@@ -199,6 +199,12 @@ impl<T: Clone> ChunkedVec<T> {
         self.chunks.iter().flat_map(f)
     }
 
+    /// The chunks in order, as slices: [`CHUNK_LEN`] elements each, the last one 1 to
+    /// [`CHUNK_LEN`] (what the store keeps one record per).
+    pub fn chunks(&self) -> impl ExactSizeIterator<Item = &[T]> + '_ {
+        self.chunks.iter().map(|chunk| chunk.as_slice())
+    }
+
     /// The elements of `start..end` (clamped to the length), in order.
     pub fn range(&self, start: usize, end: usize) -> impl Iterator<Item = &T> + '_ {
         let end = end.min(self.len);

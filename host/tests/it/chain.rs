@@ -284,10 +284,12 @@ fn corrupted_store_and_wrong_genesis_are_refused() {
     .unwrap();
     assert!(matches!(err, OpenError::GenesisMismatch { .. }), "{err}");
 
-    // Flip one balance behind the node's back.
+    // Flip one balance behind the node's back: validator 2's, in balance chunk 0.
     let store = SledStore::open(dir.path()).unwrap();
+    let mut balances = store.get(&keys::balance_chunk(0)).unwrap().unwrap();
+    balances[16..24].copy_from_slice(&1u64.to_le_bytes());
     let mut batch = WriteBatch::new();
-    batch.put(keys::balance(2), 1u64.to_le_bytes().to_vec());
+    batch.put(keys::balance_chunk(0), balances);
     store.commit(&batch).unwrap();
     drop(store);
     let err = Chain::open(
