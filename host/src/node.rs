@@ -371,6 +371,8 @@ fn open_store(
         DepositEngine::Module(Box::new(deposits)),
     )
     .map_err(|e| chain_err(e.to_string()))?;
+    // Opening built and dropped transient copies of the registry; give their pages back.
+    crate::alloc_stats::release_free_memory();
     Ok((chain, bans))
 }
 

@@ -57,6 +57,8 @@ pub struct RunReport {
     pub hit_rate: f64,
     /// Highest RSS sampled.
     pub peak_rss_mb: f64,
+    /// RSS once this run's chain is open, before its first import.
+    pub start_rss_mb: f64,
     /// Highest accounted bytes sampled.
     pub accounted_mb: f64,
     /// Any import slower than a slot.
@@ -163,6 +165,8 @@ fn open_on(
     max_bytes: u64,
 ) -> anyhow::Result<Chain> {
     let mut chain = Chain::open(store, genesis.clone(), engine.clone())?;
+    // As a node does after opening its chain (`node::open_store`).
+    modnode::alloc_stats::release_free_memory();
     chain.configure_state_cache(StateCacheConfig {
         max_bytes,
         ..StateCacheConfig::default()
@@ -300,7 +304,8 @@ fn one_run(
     main: &[Block],
     side: &[Block],
 ) -> anyhow::Result<RunReport> {
-    let (mut chain, _dir, _store) = open(genesis, engine, budget_mb << 20, store)?;
+    let (mut chain, dir, store) = open(genesis, engine, budget_mb << 20, store)?;
+    let start_rss_mb = rss_mb();
     let states = chain.states();
     let head = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
@@ -362,6 +367,10 @@ fn one_run(
     let end_allocated = allocated_mb();
     let m = states.metrics();
     let fell_behind = imports.iter().any(|&ms| ms > SLOT_MS);
+    // The store before its directory: sled flushes when its last handle drops, and a flush into
+    // a deleted directory hangs sled 0.34's flusher for good.
+    drop((chain, states, store));
+    drop(dir);
     Ok(RunReport {
         budget_mb: budget_mb as f64,
         import_p50_ms: percentile(&mut imports, 0.5),
@@ -370,6 +379,7 @@ fn one_run(
         coalesced: m.coalesced,
         hit_rate: m.hits as f64 / (m.hits + m.misses).max(1) as f64,
         peak_rss_mb: peak_rss,
+        start_rss_mb,
         accounted_mb: peak_accounted as f64 / MIB,
         fell_behind,
         reads: reads.load(Ordering::Relaxed),
