@@ -520,9 +520,14 @@ impl Restorer {
     }
 }
 
+/// How many chunk bytes [`verify_all`] stores between two flushes of the store: the disk
+/// writes back while verification goes on, not all at the end.
+const FLUSH_EVERY_BYTES: u64 = 8 << 20;
+
 /// Verifies `chunks` (`(index, bytes)`, any order) on `threads` workers, storing each verified
-/// chunk in `store` (when given) and inserting it; flushes the store once at the end. Returns
-/// the first refusal, leaving every chunk verified before it inserted (and stored).
+/// chunk in `store` (when given) and inserting it; flushes the store every few MiB and at the
+/// end. Returns the first refusal, leaving every chunk verified before it inserted (and
+/// stored).
 pub fn verify_all(
     restorer: &mut Restorer,
     opener: &dyn ChunkOpener,
@@ -555,8 +560,12 @@ pub fn verify_all(
                 return;
             };
             let outcome = shared.verify(opener, *index, bytes).inspect(|_| {
+                let hash = shared.manifest().chunks.get(*index).map(|e| e.hash);
                 if let Some(store) = store
-                    && let Err(e) = store.put_chunk(*index, bytes)
+                    && let Some(hash) = hash
+                    && let Err(e) = store
+                        .put_chunk(*index, bytes, &hash)
+                        .and_then(|()| store.flush_every(FLUSH_EVERY_BYTES))
                     && let Ok(mut s) = stored.lock()
                 {
                     s.get_or_insert(e);

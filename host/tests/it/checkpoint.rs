@@ -314,8 +314,7 @@ fn a_restart_resumes_from_the_stored_chunks_without_fetching_them_again() {
     let limits = ManifestLimits::default();
     let half = cp.chunks.len() / 2;
     {
-        let db = sled::open(dir.path()).unwrap();
-        let store = RestoreStore::open(&db).unwrap();
+        let store = RestoreStore::open(dir.path()).unwrap();
         let mut r = restorer(&cp.manifest);
         store.begin(r.manifest()).unwrap();
         let first: Vec<(usize, Vec<u8>)> = (0..half).map(|i| (i, cp.chunks[i].clone())).collect();
@@ -326,8 +325,7 @@ fn a_restart_resumes_from_the_stored_chunks_without_fetching_them_again() {
         assert!(verify_all(&mut r, &m, &[(half, bad)], 1, Some(&store)).is_err());
         // The process dies here: nothing but the store survives.
     }
-    let db = sled::open(dir.path()).unwrap();
-    let store = RestoreStore::open(&db).unwrap();
+    let store = RestoreStore::open(dir.path()).unwrap();
     let manifest = store.manifest().unwrap().unwrap();
     assert_eq!(manifest, cp.manifest);
     let stored = store.chunks().unwrap();
