@@ -89,6 +89,15 @@ proptest! {
             let r = restore(&m, &cp, order).unwrap();
             prop_assert_eq!(r.state_root, s.state_root());
             prop_assert_eq!(&r.registry, s.registry());
+            // The tree assembled from the range proofs' nodes is the tree, every level of it,
+            // and the pubkey index finds every validator.
+            prop_assert!(r.registry.tree() == s.registry().tree());
+            for (i, v) in s.registry().validators().iter().enumerate() {
+                prop_assert_eq!(
+                    modnode::state::RegistryRead::index_of(&r.registry, &v.pubkey),
+                    Some(i as u32)
+                );
+            }
             prop_assert_eq!(&r.eth1, s.eth1());
             restored.push(r.registry);
         }
