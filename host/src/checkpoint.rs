@@ -19,8 +19,9 @@
 //!   background, the `keep` newest stored).
 //! - [`serve`]: the answers to peers' checkpoint list and chunk requests (every stored
 //!   version, bounded).
-//! - [`store`]: durable restore progress in sled (the manifest and each verified chunk), so a
-//!   restart resumes without fetching verified chunks again.
+//! - [`store`]: durable restore progress (the manifest and each verified chunk's record in
+//!   sled, the chunks' bytes in an append-only log), so a restart resumes without fetching
+//!   verified chunks again.
 //!
 //! A chunk is a contiguous range of state leaves (validator record and balance) with a range
 //! proof against the registry root; the eth1 state travels in the manifest, so the restorer

@@ -15,7 +15,9 @@ use sha2::{Digest, Sha256};
 use super::manifest::{Manifest, ManifestError, ManifestLimits};
 use crate::runtime::CallError;
 use crate::runtime::checkpoint::{CheckpointModule, ChunkContents, ChunkSession};
-use crate::state::merkle::{Hash32, MerkleError, RangeProof, verify_range};
+use crate::state::merkle::{
+    Hash32, MerkleError, MerkleTree, RangeNodes, RangeProof, verify_range_keeping_nodes,
+};
 use crate::state::{
     Eth1State, LEAF_BYTES, Registry, Schedule, StateError, VALIDATOR_BYTES, Validator, state_root,
 };
@@ -235,10 +237,15 @@ pub struct VerifiedChunk {
     pub start: u64,
     /// One past the last leaf.
     pub end: u64,
-    /// The leaves, concatenated.
-    pub leaves: Vec<u8>,
+    /// The validator record of each leaf.
+    pub validators: Vec<Validator>,
+    /// The balance of each leaf.
+    pub balances: Vec<u64>,
     /// `sha256` of each leaf (the tree's leaves).
     pub hashes: Vec<Hash32>,
+    /// The tree nodes its range proof computed: the rebuilt registry's tree is assembled from
+    /// them rather than hashed again.
+    pub nodes: RangeNodes,
 }
 
 /// The restored state.
@@ -418,14 +425,18 @@ impl Restorer {
                 source: MerkleError::RootMismatch,
             });
         }
-        verify_range(&self.manifest.registry_root, entry.start, &hashes, &proof)
-            .map_err(|source| RestoreError::Proof { index, source })?;
+        let nodes =
+            verify_range_keeping_nodes(&self.manifest.registry_root, entry.start, &hashes, &proof)
+                .map_err(|source| RestoreError::Proof { index, source })?;
+        let (validators, balances) = decode_leaves(entry.start, &contents.leaves, leaf_bytes)?;
         Ok(VerifiedChunk {
             index,
             start: entry.start,
             end: entry.end,
-            leaves: contents.leaves,
+            validators,
+            balances,
             hashes,
+            nodes,
         })
     }
 
@@ -477,33 +488,27 @@ impl Restorer {
                 end: entry.map_or(0, |e| e.end),
             });
         }
+        let (eth1, schedule) = super::manifest::decode_extras(&self.manifest.extras)
+            .ok_or(RestoreError::Manifest(ManifestError::ExtrasMalformed))?;
         let leaf_count = usize::try_from(self.manifest.leaf_count).unwrap_or(usize::MAX);
         let mut validators = Vec::with_capacity(leaf_count);
         let mut balances = Vec::with_capacity(leaf_count);
-        let mut hashes = Vec::with_capacity(leaf_count);
-        let mut position = 0u64;
-        for chunk in self.chunks.into_iter().flatten() {
-            hashes.extend_from_slice(&chunk.hashes);
-            for leaf in chunk.leaves.chunks_exact(LEAF_BYTES) {
-                let (record, balance) = leaf.split_at(VALIDATOR_BYTES);
-                let validator = Validator::decode(record).map_err(|e| RestoreError::BadLeaf {
-                    leaf: position,
-                    reason: e.to_string(),
-                })?;
-                let balance: [u8; 8] = balance.try_into().map_err(|_| RestoreError::BadLeaf {
-                    leaf: position,
-                    reason: format!("leaf is not {LEAF_BYTES} bytes"),
-                })?;
-                validators.push(validator);
-                balances.push(u64::from_le_bytes(balance));
-                position = position.saturating_add(1);
-            }
+        let mut chunks: Vec<VerifiedChunk> = self.chunks.into_iter().flatten().collect();
+        for chunk in &mut chunks {
+            validators.append(&mut chunk.validators);
+            balances.append(&mut chunk.balances);
         }
-        let (eth1, schedule) = super::manifest::decode_extras(&self.manifest.extras)
-            .ok_or(RestoreError::Manifest(ManifestError::ExtrasMalformed))?;
-        // The verified leaf hashes are the tree's leaves: each was computed from the exact
-        // bytes decoded here, and the record encoding is canonical.
-        let registry = Registry::from_parts_and_leaves(validators, balances, hashes)?;
+        // Every node of the tree was computed by some chunk's range proof (the chunks tile
+        // the leaves, in order), each leaf hash from the bytes its record and balance were
+        // decoded from (the encoding is canonical): the tree is assembled, not hashed again.
+        let ranges: Vec<(&[Hash32], &RangeNodes)> = chunks
+            .iter()
+            .map(|c| (c.hashes.as_slice(), &c.nodes))
+            .collect();
+        let leaves = self.manifest.leaf_count;
+        let registry = Registry::from_parts_building_tree(validators, balances, || {
+            Ok(MerkleTree::from_proven_ranges(leaves, &ranges)?)
+        })?;
         let root = state_root(&registry.root(), &eth1, &schedule);
         if root != self.manifest.state_root {
             return Err(RestoreError::RootMismatch {
@@ -520,9 +525,44 @@ impl Restorer {
     }
 }
 
+/// The validator records and balances of `leaves` (`leaf_bytes` each, the first at position
+/// `start` of the state).
+fn decode_leaves(
+    start: u64,
+    leaves: &[u8],
+    leaf_bytes: usize,
+) -> Result<(Vec<Validator>, Vec<u64>), RestoreError> {
+    let count = leaves.len().checked_div(leaf_bytes).unwrap_or(0);
+    let mut validators = Vec::with_capacity(count);
+    let mut balances = Vec::with_capacity(count);
+    let mut position = start;
+    for leaf in leaves.chunks_exact(leaf_bytes) {
+        let bad = |reason: String| RestoreError::BadLeaf {
+            leaf: position,
+            reason,
+        };
+        let (record, balance) = leaf
+            .split_at_checked(VALIDATOR_BYTES)
+            .ok_or_else(|| bad(format!("leaf is not {LEAF_BYTES} bytes")))?;
+        let validator = Validator::decode(record).map_err(|e| bad(e.to_string()))?;
+        let balance: [u8; 8] = balance
+            .try_into()
+            .map_err(|_| bad(format!("leaf is not {LEAF_BYTES} bytes")))?;
+        validators.push(validator);
+        balances.push(u64::from_le_bytes(balance));
+        position = position.saturating_add(1);
+    }
+    Ok((validators, balances))
+}
+
+/// How many chunk bytes [`verify_all`] stores between two flushes of the store: the disk
+/// writes back while verification goes on, not all at the end.
+const FLUSH_EVERY_BYTES: u64 = 8 << 20;
+
 /// Verifies `chunks` (`(index, bytes)`, any order) on `threads` workers, storing each verified
-/// chunk in `store` (when given) and inserting it; flushes the store once at the end. Returns
-/// the first refusal, leaving every chunk verified before it inserted (and stored).
+/// chunk in `store` (when given) and inserting it; flushes the store every few MiB and at the
+/// end. Returns the first refusal, leaving every chunk verified before it inserted (and
+/// stored).
 pub fn verify_all(
     restorer: &mut Restorer,
     opener: &dyn ChunkOpener,
@@ -555,8 +595,12 @@ pub fn verify_all(
                 return;
             };
             let outcome = shared.verify(opener, *index, bytes).inspect(|_| {
+                let hash = shared.manifest().chunks.get(*index).map(|e| e.hash);
                 if let Some(store) = store
-                    && let Err(e) = store.put_chunk(*index, bytes)
+                    && let Some(hash) = hash
+                    && let Err(e) = store
+                        .put_chunk(*index, bytes, &hash)
+                        .and_then(|()| store.flush_every(FLUSH_EVERY_BYTES))
                     && let Ok(mut s) = stored.lock()
                 {
                     s.get_or_insert(e);

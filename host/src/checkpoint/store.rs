@@ -1,11 +1,44 @@
-//! Durable restore progress in sled: the manifest being restored and every chunk that passed
+//! Durable restore progress: the manifest being restored and every chunk that passed
 //! verification, so a restart resumes without fetching a verified chunk again (the stored
-//! chunks are re-verified locally, which costs CPU, not the network).
+//! chunks are read back, checked against their recorded hash and re-verified locally, which
+//! costs CPU, not the network).
+//!
+//! Layout of the progress directory:
+//! - `progress/` (sled): `manifest` → the encoded manifest; `log` → the chunk log's current
+//!   generation; `chunk/<index>` → where the chunk's bytes are ([`Location`]: generation,
+//!   offset, length, sha256).
+//! - `chunks-<generation>.log`: the verified chunks' bytes, appended. sled would write each
+//!   chunk about three times over; an append-only file writes it once.
+//!
+//! Crash safety: a chunk's record is written only after its bytes are `fdatasync`ed, so a
+//! record never points at bytes that were not durable. On open, records that point past the
+//! end of the file (or at another generation) are dropped and the file is cut after the last
+//! recorded byte (a torn tail); on read, bytes that no longer hash to their record drop that
+//! record. A dropped record means the chunk is fetched again, never a failed restore.
+//!
+//! Switching checkpoints re-keys the carried chunks' records and replaces the manifest in one
+//! atomic sled batch; their bytes stay where they are, unless most of the file would be
+//! abandoned bytes: then they are copied to a new generation first, the batch points at it,
+//! and the old file is removed (a crash leaves a file of the other generation, removed on
+//! open).
 
+mod chunk_log;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use sha2::{Digest, Sha256};
+
+pub use self::chunk_log::LogError;
+use self::chunk_log::{ChunkLog, Location, remove_other_generations};
 use super::manifest::{Manifest, ManifestError, ManifestLimits};
+use crate::state::merkle::Hash32;
 
 const TREE: &str = "checkpoint-restore";
+const PROGRESS_DB: &str = "progress";
 const MANIFEST_KEY: &[u8] = b"manifest";
+const GENERATION_KEY: &[u8] = b"log";
 const CHUNK_PREFIX: &[u8] = b"chunk/";
 
 /// Why restore progress could not be read or written. Always this node's fault.
@@ -14,26 +47,122 @@ pub enum RestoreStoreError {
     /// sled failed.
     #[error("checkpoint restore store: {0}")]
     Sled(#[from] sled::Error),
+    /// The chunk log file failed.
+    #[error(transparent)]
+    Log(#[from] LogError),
     /// The stored manifest no longer decodes (written by another version, or damaged).
     #[error("the stored checkpoint manifest is unreadable ({0}); delete the restore progress")]
     Manifest(#[from] ManifestError),
-    /// A stored key is not one this code writes.
-    #[error("unexpected key in the checkpoint restore store: {0}")]
-    BadKey(String),
+    /// A chunk is larger than a chunk can be, or the log would outgrow a file.
+    #[error("checkpoint restore store: chunk {index} of {len} bytes does not fit the chunk log")]
+    TooLarge {
+        /// The chunk.
+        index: usize,
+        /// Its length.
+        len: usize,
+    },
+    /// A thread panicked while holding the store's lock.
+    #[error("checkpoint restore store: a thread panicked while writing a chunk")]
+    Poisoned,
 }
 
-/// The restore progress tree of a node's database.
+/// Where appends go, and the records waiting for the next [`RestoreStore::flush`].
+#[derive(Debug)]
+struct Appender {
+    /// The current generation's file; created on the first append.
+    log: Option<ChunkLog>,
+    generation: u64,
+    /// Next free offset.
+    end: u64,
+    /// Written, not yet durable nor recorded.
+    pending: Vec<(usize, Location)>,
+    pending_bytes: u64,
+}
+
+/// The restore progress of a node: a sled database and the chunk log, in one directory.
 #[derive(Debug, Clone)]
 pub struct RestoreStore {
+    dir: PathBuf,
     tree: sled::Tree,
+    appender: Arc<Mutex<Appender>>,
+    /// Held by whoever makes records durable (flush, switch, clear), so records reach sled in
+    /// the order their bytes were written.
+    recording: Arc<Mutex<()>>,
 }
 
 impl RestoreStore {
-    /// Opens (creating) the progress tree in `db`.
-    pub fn open(db: &sled::Db) -> Result<Self, RestoreStoreError> {
-        Ok(Self {
-            tree: db.open_tree(TREE)?,
-        })
+    /// Opens (creating) the progress in directory `dir`: drops records whose bytes are not
+    /// in the file, cuts a torn tail, removes log files of other generations.
+    pub fn open(dir: &Path) -> Result<Self, RestoreStoreError> {
+        std::fs::create_dir_all(dir).map_err(|source| LogError {
+            action: "create",
+            path: dir.to_path_buf(),
+            source,
+        })?;
+        let db = crate::store::open_sled(&sled::Config::new().path(dir.join(PROGRESS_DB)))?;
+        let tree = db.open_tree(TREE)?;
+        let generation = match tree.get(GENERATION_KEY)? {
+            None => 0,
+            Some(bytes) => <[u8; 8]>::try_from(bytes.as_ref())
+                .map(u64::from_be_bytes)
+                .unwrap_or_else(|_| {
+                    tracing::warn!(dir = %dir.display(), "unreadable chunk log generation; stored chunks are fetched again");
+                    u64::MAX
+                }),
+        };
+        let removed = remove_other_generations(dir, generation)?;
+        if removed > 0 {
+            tracing::info!(removed, dir = %dir.display(), "removed chunk logs left by an interrupted switch");
+        }
+        let log = ChunkLog::open(dir, generation)?;
+        let len = match &log {
+            Some(log) => log.len()?,
+            None => 0,
+        };
+        let mut end = 0u64;
+        let mut dropped = Vec::new();
+        for entry in tree.scan_prefix(CHUNK_PREFIX) {
+            let (key, value) = entry?;
+            match Location::decode(&value) {
+                Some(at) if at.generation == generation && log.is_some() && at.end() <= len => {
+                    end = end.max(at.end());
+                }
+                _ => dropped.push(key),
+            }
+        }
+        let store = Self {
+            dir: dir.to_path_buf(),
+            tree,
+            appender: Arc::new(Mutex::new(Appender {
+                log: None,
+                generation,
+                end,
+                pending: Vec::new(),
+                pending_bytes: 0,
+            })),
+            recording: Arc::new(Mutex::new(())),
+        };
+        store.drop_records(dropped, "they point past the end of the chunk log")?;
+        if let Some(log) = log {
+            if len > end {
+                tracing::info!(file = %log.path().display(), cut = len.saturating_sub(end), "cutting unrecorded bytes off the chunk log");
+                log.truncate(end)?;
+            }
+            store.lock()?.log = Some(log);
+        }
+        Ok(store)
+    }
+
+    fn lock(&self) -> Result<MutexGuard<'_, Appender>, RestoreStoreError> {
+        self.appender
+            .lock()
+            .map_err(|_| RestoreStoreError::Poisoned)
+    }
+
+    fn recording(&self) -> Result<MutexGuard<'_, ()>, RestoreStoreError> {
+        self.recording
+            .lock()
+            .map_err(|_| RestoreStoreError::Poisoned)
     }
 
     /// The manifest being restored, if any.
@@ -56,56 +185,245 @@ impl RestoreStore {
     /// Replaces the progress with `manifest` and the chunks carried over to it (`(index in
     /// `manifest`, bytes)`, already verified against it), as one atomic sled batch, flushed: a
     /// crash at any point leaves either the old progress whole or the new one whole, never the
-    /// new manifest with an old checkpoint's chunk under one of its indices.
+    /// new manifest with an old checkpoint's chunk under one of its indices. Carried bytes
+    /// already in the log stay where they are; when the abandoned bytes would outweigh the
+    /// kept ones, the carried chunks move to a new log file and the old one is removed.
     pub fn switch(
         &self,
         manifest: &Manifest,
         carried: &[(usize, Vec<u8>)],
     ) -> Result<(), RestoreStoreError> {
+        let _recording = self.recording()?;
+        let mut appender = self.lock()?;
+        appender.pending.clear();
+        appender.pending_bytes = 0;
+        let mut in_place: HashMap<Hash32, Location> = HashMap::new();
+        for entry in self.tree.scan_prefix(CHUNK_PREFIX).values() {
+            if let Some(at) = Location::decode(&entry?)
+                && at.generation == appender.generation
+            {
+                in_place.insert(at.hash, at);
+            }
+        }
+        let mut placed = Vec::with_capacity(carried.len());
+        let mut kept = 0u64;
+        let mut to_write = Vec::new();
+        for (index, bytes) in carried {
+            let hash: Hash32 = Sha256::digest(bytes).into();
+            match in_place.get(&hash) {
+                Some(at) if usize::try_from(at.len).ok() == Some(bytes.len()) => {
+                    kept = kept.saturating_add(u64::from(at.len));
+                    placed.push((*index, *at));
+                }
+                _ => to_write.push((*index, bytes.as_slice(), hash)),
+            }
+        }
+        let abandoned = appender.end.saturating_sub(kept);
+        let compact = abandoned > kept;
+        let (mut log, generation, mut end) = if compact {
+            placed.clear();
+            to_write = carried
+                .iter()
+                .map(|(index, bytes)| (*index, bytes.as_slice(), Sha256::digest(bytes).into()))
+                .collect();
+            let generation = appender.generation.checked_add(1).unwrap_or(0);
+            (None, generation, 0)
+        } else {
+            (appender.log.clone(), appender.generation, appender.end)
+        };
+        if !to_write.is_empty() {
+            let file = match log.take() {
+                Some(file) => file,
+                None => ChunkLog::create(&self.dir, generation)?,
+            };
+            for (index, bytes, hash) in to_write {
+                let at = Location {
+                    generation,
+                    offset: end,
+                    len: u32::try_from(bytes.len()).map_err(|_| RestoreStoreError::TooLarge {
+                        index,
+                        len: bytes.len(),
+                    })?,
+                    hash,
+                };
+                file.write_at(end, bytes)?;
+                end = at.end();
+                placed.push((index, at));
+            }
+            file.sync()?;
+            log = Some(file);
+        }
         let mut batch = sled::Batch::default();
         for key in self.tree.iter().keys() {
             batch.remove(key?);
         }
-        batch.insert(MANIFEST_KEY, manifest.encode());
         // A key both removed and inserted ends inserted: the batch keeps the last write.
-        for (index, bytes) in carried {
-            batch.insert(chunk_key(*index), bytes.as_slice());
+        batch.insert(MANIFEST_KEY, manifest.encode());
+        batch.insert(GENERATION_KEY, &generation.to_be_bytes());
+        for (index, at) in &placed {
+            batch.insert(chunk_key(*index), at.encode());
+        }
+        self.tree.apply_batch(batch)?;
+        self.tree.flush()?;
+        if compact {
+            if let Some(old) = appender.log.take()
+                && let Err(e) = old.remove(&self.dir)
+            {
+                // Removed on the next open: it is not the recorded generation any more.
+                tracing::warn!(error = %e, "could not remove the abandoned chunk log");
+            }
+            if log.is_some() || !placed.is_empty() {
+                tracing::info!(
+                    kept,
+                    abandoned,
+                    generation,
+                    "restore switch: carried chunks moved to a new chunk log"
+                );
+            }
+        }
+        appender.log = log;
+        appender.generation = generation;
+        appender.end = end;
+        Ok(())
+    }
+
+    /// Appends verified chunk `index` (`hash`: its sha256, as its manifest entry lists it) to
+    /// the log. Neither durable nor recorded until [`flush`](Self::flush); several threads
+    /// may put at once.
+    pub fn put_chunk(
+        &self,
+        index: usize,
+        bytes: &[u8],
+        hash: &Hash32,
+    ) -> Result<(), RestoreStoreError> {
+        let too_large = || RestoreStoreError::TooLarge {
+            index,
+            len: bytes.len(),
+        };
+        let len = u32::try_from(bytes.len()).map_err(|_| too_large())?;
+        let (log, offset) = {
+            let mut appender = self.lock()?;
+            let log = match &appender.log {
+                Some(log) => log.clone(),
+                None => {
+                    let log = ChunkLog::create(&self.dir, appender.generation)?;
+                    appender.end = 0;
+                    appender.log = Some(log.clone());
+                    log
+                }
+            };
+            let offset = appender.end;
+            appender.end = offset.checked_add(u64::from(len)).ok_or_else(too_large)?;
+            (log, offset)
+        };
+        // Outside the lock: each writer has its own range.
+        log.write_at(offset, bytes)?;
+        let at = Location {
+            generation: log.generation(),
+            offset,
+            len,
+            hash: *hash,
+        };
+        let mut appender = self.lock()?;
+        appender.pending.push((index, at));
+        appender.pending_bytes = appender.pending_bytes.saturating_add(u64::from(len));
+        Ok(())
+    }
+
+    /// Makes every chunk put so far durable, then records it: `fdatasync` of the log, then one
+    /// flushed sled batch of their records.
+    pub fn flush(&self) -> Result<(), RestoreStoreError> {
+        let _recording = self.recording()?;
+        let (log, generation, pending) = {
+            let mut appender = self.lock()?;
+            appender.pending_bytes = 0;
+            let pending = std::mem::take(&mut appender.pending);
+            (appender.log.clone(), appender.generation, pending)
+        };
+        let Some(log) = log.filter(|_| !pending.is_empty()) else {
+            return Ok(());
+        };
+        log.sync()?;
+        let mut batch = sled::Batch::default();
+        batch.insert(GENERATION_KEY, &generation.to_be_bytes());
+        // A chunk put before a switch to another generation is not this progress's.
+        for (index, at) in pending.iter().filter(|(_, at)| at.generation == generation) {
+            batch.insert(chunk_key(*index), at.encode());
         }
         self.tree.apply_batch(batch)?;
         self.tree.flush()?;
         Ok(())
     }
 
-    /// Stores a verified chunk (not flushed: call [`flush`](Self::flush) after a batch).
-    pub fn put_chunk(&self, index: usize, bytes: &[u8]) -> Result<(), RestoreStoreError> {
-        self.tree.insert(chunk_key(index), bytes)?;
+    /// [`flush`](Self::flush)es once at least `bytes` were put since the last one (so the
+    /// disk writes back while verification goes on, instead of all at the end).
+    pub fn flush_every(&self, bytes: u64) -> Result<(), RestoreStoreError> {
+        if self.lock()?.pending_bytes >= bytes {
+            self.flush()?;
+        }
         Ok(())
     }
 
-    /// Makes every stored chunk durable.
-    pub fn flush(&self) -> Result<(), RestoreStoreError> {
-        self.tree.flush()?;
-        Ok(())
-    }
-
-    /// The stored chunks, `(index, bytes)` in index order.
+    /// The recorded chunks, `(index, bytes)` in index order. A record whose bytes are missing
+    /// or no longer hash to it is dropped (with a warning): that chunk is fetched again.
     pub fn chunks(&self) -> Result<Vec<(usize, Vec<u8>)>, RestoreStoreError> {
+        let (log, generation) = {
+            let appender = self.lock()?;
+            (appender.log.clone(), appender.generation)
+        };
         let mut out = Vec::new();
+        let mut dropped = Vec::new();
         for entry in self.tree.scan_prefix(CHUNK_PREFIX) {
             let (key, value) = entry?;
             let index = key
                 .strip_prefix(CHUNK_PREFIX)
                 .and_then(|i| <[u8; 8]>::try_from(i).ok())
-                .and_then(|i| usize::try_from(u64::from_be_bytes(i)).ok())
-                .ok_or_else(|| RestoreStoreError::BadKey(hex::encode(&key)))?;
-            out.push((index, value.to_vec()));
+                .and_then(|i| usize::try_from(u64::from_be_bytes(i)).ok());
+            let at = Location::decode(&value).filter(|at| at.generation == generation);
+            let bytes = match (&log, at) {
+                (Some(log), Some(at)) => log.read(&at)?,
+                _ => None,
+            };
+            match (index, bytes) {
+                (Some(index), Some(bytes)) => out.push((index, bytes)),
+                _ => dropped.push(key),
+            }
         }
+        self.drop_records(dropped, "their bytes are missing or damaged")?;
         Ok(out)
     }
 
-    /// Drops all progress (after the restored state is written, or to give up).
+    /// Drops all progress and removes the chunk log (after the restored state is written, or
+    /// to give up).
     pub fn clear(&self) -> Result<(), RestoreStoreError> {
+        let _recording = self.recording()?;
+        let mut appender = self.lock()?;
+        appender.pending.clear();
+        appender.pending_bytes = 0;
         self.tree.clear()?;
+        self.tree.flush()?;
+        appender.end = 0;
+        if let Some(log) = appender.log.take() {
+            log.remove(&self.dir)?;
+        }
+        Ok(())
+    }
+
+    /// Removes the records under `keys`, with a warning saying `why`.
+    fn drop_records(&self, keys: Vec<sled::IVec>, why: &str) -> Result<(), RestoreStoreError> {
+        if keys.is_empty() {
+            return Ok(());
+        }
+        tracing::warn!(
+            dropped = keys.len(),
+            dir = %self.dir.display(),
+            "dropping stored checkpoint chunks because {why}; they will be fetched again"
+        );
+        let mut batch = sled::Batch::default();
+        for key in keys {
+            batch.remove(key);
+        }
+        self.tree.apply_batch(batch)?;
         self.tree.flush()?;
         Ok(())
     }

@@ -294,6 +294,12 @@ fn unshare<T: Clone>(chunk: &mut Arc<Chunk<T>>) -> &mut Chunk<T> {
 
 impl<T: Clone> From<Vec<T>> for ChunkedVec<T> {
     fn from(values: Vec<T>) -> Self {
+        Self::from(values.as_slice())
+    }
+}
+
+impl<T: Clone> From<&[T]> for ChunkedVec<T> {
+    fn from(values: &[T]) -> Self {
         let len = values.len();
         let chunks = values
             .chunks(CHUNK_LEN)

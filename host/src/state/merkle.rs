@@ -399,6 +399,47 @@ impl MerkleTree {
         }
     }
 
+    /// The tree over `len` leaves from proven ranges that tile `0..len` in order, each given
+    /// as its leaf hashes and the nodes its verification computed
+    /// ([`verify_range_keeping_nodes`]): nothing is hashed, every node is one a verification
+    /// computed (neighbouring ranges share their boundary nodes). Fails when the ranges leave
+    /// a node of some level uncovered.
+    pub fn from_proven_ranges(
+        len: u64,
+        ranges: &[(&[Hash32], &RangeNodes)],
+    ) -> Result<Self, MerkleError> {
+        if len == 0 {
+            return Ok(Self::from_leaves(Vec::new()));
+        }
+        let uncovered = MerkleError::Internal("the proven ranges do not cover the tree");
+        let mut levels = Vec::with_capacity(depth_for_len(len).saturating_add(1));
+        for depth in 0..=depth_for_len(len) {
+            let want = usize::try_from(level_count(len, depth)).map_err(|_| uncovered.clone())?;
+            let shift = u32::try_from(depth).map_err(|_| uncovered.clone())?;
+            let mut level: Vec<Hash32> = Vec::with_capacity(want);
+            for (leaves, nodes) in ranges {
+                let row: &[Hash32] = match depth.checked_sub(1) {
+                    None => leaves,
+                    Some(d) => nodes.rows.get(d).map_or(&[], Vec::as_slice),
+                };
+                let first = nodes.start.checked_shr(shift).unwrap_or(0);
+                let have = u64::try_from(level.len()).map_err(|_| uncovered.clone())?;
+                let skip = have
+                    .checked_sub(first)
+                    .and_then(|skip| usize::try_from(skip).ok())
+                    .ok_or_else(|| uncovered.clone())?;
+                if let Some(rest) = row.get(skip..) {
+                    level.extend_from_slice(rest);
+                }
+            }
+            if level.len() != want {
+                return Err(uncovered);
+            }
+            levels.push(Level::from(level));
+        }
+        Ok(Self { levels })
+    }
+
     /// The leaves, in position order.
     fn leaves(&self) -> &Level {
         static EMPTY: Level = Level::EMPTY;
@@ -823,6 +864,26 @@ pub fn verify_range(
     leaves: &[Hash32],
     proof: &RangeProof,
 ) -> Result<(), MerkleError> {
+    verify_range_keeping_nodes(root, start, leaves, proof).map(drop)
+}
+
+/// The inner nodes a successful [`verify_range_keeping_nodes`] computed for a range that
+/// starts at leaf `start`: `rows[d]` holds level `d + 1`'s nodes from position
+/// `start >> (d + 1)` on. Each is the tree's node at its position, since the range proved
+/// against the root; [`MerkleTree::from_proven_ranges`] builds a tree from them unhashed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RangeNodes {
+    start: u64,
+    rows: Vec<Vec<Hash32>>,
+}
+
+/// [`verify_range`], returning the nodes it computed on the way to the root.
+pub fn verify_range_keeping_nodes(
+    root: &Hash32,
+    start: u64,
+    leaves: &[Hash32],
+    proof: &RangeProof,
+) -> Result<RangeNodes, MerkleError> {
     let len = proof.len;
     let count = u64::try_from(leaves.len()).map_err(|_| MerkleError::InvalidRange {
         start,
@@ -849,9 +910,11 @@ pub fn verify_range(
             .next()
             .ok_or(MerkleError::Internal("proof hash count checked"))
     };
-    let mut nodes = leaves.to_vec();
+    let first = start;
+    let mut rows: Vec<Vec<Hash32>> = Vec::with_capacity(depth_for_len(len));
     let (mut start, mut end) = (start, end);
     for depth in 0..depth_for_len(len) {
+        let nodes = rows.last().map_or(leaves, Vec::as_slice);
         let left = if start & 1 == 1 {
             Some(next_sibling()?)
         } else {
@@ -872,13 +935,15 @@ pub fn verify_range(
                 .ok_or(MerkleError::Internal("range widened to an odd width"))?;
             upper.push(hash_pair(&first, &second));
         }
-        nodes = upper;
+        rows.push(upper);
         start >>= 1;
         end = end.div_ceil(2);
     }
 
-    match nodes.as_slice() {
-        [tree_root] if mix_in_length(tree_root, len) == *root => Ok(()),
+    match rows.last().map_or(leaves, Vec::as_slice) {
+        [tree_root] if mix_in_length(tree_root, len) == *root => {
+            Ok(RangeNodes { start: first, rows })
+        }
         [_] => Err(MerkleError::RootMismatch),
         _ => Err(MerkleError::Internal("range did not reduce to one root")),
     }
@@ -1446,6 +1511,38 @@ mod tests {
                 let wider = &leaves[start as usize..end as usize + 1];
                 prop_assert!(verify_range(&root, start, wider, &proof).is_err());
             }
+        }
+
+        #[test]
+        fn a_tree_from_proven_ranges_is_the_tree_from_its_leaves(
+            leaves in vec(any::<Hash32>(), 1..300),
+            cuts in vec(any::<usize>(), 0..12),
+            dropped in any::<usize>(),
+        ) {
+            let tree = MerkleTree::from_leaves(leaves.clone());
+            let root = tree.root();
+            let n = leaves.len();
+            let mut bounds: Vec<usize> = cuts.iter().map(|c| c % n).collect();
+            bounds.extend([0, n]);
+            bounds.sort();
+            bounds.dedup();
+            let proven: Vec<(&[Hash32], RangeNodes)> = bounds
+                .windows(2)
+                .map(|w| {
+                    let (start, end) = (w[0] as u64, w[1] as u64);
+                    let proof = tree.range_proof(start, end).unwrap();
+                    let slice = &leaves[w[0]..w[1]];
+                    (slice, verify_range_keeping_nodes(&root, start, slice, &proof).unwrap())
+                })
+                .collect();
+            let ranges: Vec<(&[Hash32], &RangeNodes)> =
+                proven.iter().map(|(l, r)| (*l, r)).collect();
+            let rebuilt = MerkleTree::from_proven_ranges(n as u64, &ranges).unwrap();
+            prop_assert!(rebuilt == tree);
+            // A range left out leaves nodes uncovered.
+            let mut gapped = ranges.clone();
+            gapped.remove(dropped % ranges.len());
+            prop_assert!(MerkleTree::from_proven_ranges(n as u64, &gapped).is_err());
         }
 
         #[test]

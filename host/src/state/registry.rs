@@ -97,30 +97,56 @@ impl Registry {
         balances: Vec<u64>,
         leaves: Vec<Hash32>,
     ) -> Result<Self, StateError> {
-        if validators.len() != balances.len() || leaves.len() != validators.len() {
+        if leaves.len() != validators.len() {
             return Err(StateError::LengthMismatch {
                 validators: validators.len(),
                 balances: balances.len().min(leaves.len()),
             });
         }
+        Self::from_parts_building_tree(validators, balances, || Ok(MerkleTree::from_leaves(leaves)))
+    }
+
+    /// [`from_parts`](Self::from_parts) with the tree made by `tree` (a checkpoint restore
+    /// assembles it from the nodes its range proofs computed): it must be the tree over
+    /// `validators[i].leaf_hash(balances[i])`, or the root will not be the state's. `tree`
+    /// runs on this thread while the pubkey index is built on another.
+    pub fn from_parts_building_tree(
+        validators: Vec<Validator>,
+        balances: Vec<u64>,
+        tree: impl FnOnce() -> Result<MerkleTree, StateError>,
+    ) -> Result<Self, StateError> {
+        if validators.len() != balances.len() {
+            return Err(StateError::LengthMismatch {
+                validators: validators.len(),
+                balances: balances.len(),
+            });
+        }
         u32::try_from(validators.len()).map_err(|_| StateError::Full)?;
         // The index and the tree are independent and each takes a few hundred milliseconds at
-        // millions of validators: build them side by side.
-        let (index, tree) = std::thread::scope(|scope| {
+        // millions of validators: build them side by side, and copy the records into their
+        // chunks beside the index too.
+        let (index, tree, chunked) = std::thread::scope(|scope| {
             let worker = std::thread::Builder::new()
                 .name("pubkey-index".into())
                 .spawn_scoped(scope, || index_of(&validators));
-            let tree = MerkleTree::from_leaves(leaves);
+            let tree = tree();
+            let chunked = ChunkedVec::from(validators.as_slice());
             let index = match worker.ok().map(|w| w.join()) {
                 Some(Ok(index)) => index,
                 // The worker could not start (or died): build it here.
                 _ => index_of(&validators),
             };
-            (index, tree)
+            (index, tree, chunked)
         });
-        let index = index?;
+        let (index, tree) = (index?, tree?);
+        if tree.len() != u64::try_from(validators.len()).unwrap_or(u64::MAX) {
+            return Err(StateError::LengthMismatch {
+                validators: validators.len(),
+                balances: usize::try_from(tree.len()).unwrap_or(usize::MAX),
+            });
+        }
         Ok(Self {
-            validators: validators.into(),
+            validators: chunked,
             balances: balances.into(),
             index,
             tree,
@@ -342,8 +368,13 @@ impl Registry {
 
 /// The pubkey index over `validators`, validator `i` at index `i`.
 fn index_of(validators: &[Validator]) -> Result<PubkeyIndex, StateError> {
-    let keys: Vec<Pubkey> = validators.iter().map(|v| v.pubkey).collect();
-    Ok(PubkeyIndex::from_keys(&keys)?)
+    let count = u32::try_from(validators.len()).map_err(|_| StateError::Full)?;
+    // Read in place: a copy of the keys would be 48 bytes per validator more to write.
+    Ok(PubkeyIndex::rebuild(count, |index| {
+        validators
+            .get(usize::try_from(index).ok()?)
+            .map(|v| &v.pubkey)
+    })?)
 }
 
 impl RegistryRead for Registry {

@@ -89,6 +89,15 @@ proptest! {
             let r = restore(&m, &cp, order).unwrap();
             prop_assert_eq!(r.state_root, s.state_root());
             prop_assert_eq!(&r.registry, s.registry());
+            // The tree assembled from the range proofs' nodes is the tree, every level of it,
+            // and the pubkey index finds every validator.
+            prop_assert!(r.registry.tree() == s.registry().tree());
+            for (i, v) in s.registry().validators().iter().enumerate() {
+                prop_assert_eq!(
+                    modnode::state::RegistryRead::index_of(&r.registry, &v.pubkey),
+                    Some(i as u32)
+                );
+            }
             prop_assert_eq!(&r.eth1, s.eth1());
             restored.push(r.registry);
         }
@@ -314,8 +323,7 @@ fn a_restart_resumes_from_the_stored_chunks_without_fetching_them_again() {
     let limits = ManifestLimits::default();
     let half = cp.chunks.len() / 2;
     {
-        let db = sled::open(dir.path()).unwrap();
-        let store = RestoreStore::open(&db).unwrap();
+        let store = RestoreStore::open(dir.path()).unwrap();
         let mut r = restorer(&cp.manifest);
         store.begin(r.manifest()).unwrap();
         let first: Vec<(usize, Vec<u8>)> = (0..half).map(|i| (i, cp.chunks[i].clone())).collect();
@@ -326,8 +334,7 @@ fn a_restart_resumes_from_the_stored_chunks_without_fetching_them_again() {
         assert!(verify_all(&mut r, &m, &[(half, bad)], 1, Some(&store)).is_err());
         // The process dies here: nothing but the store survives.
     }
-    let db = sled::open(dir.path()).unwrap();
-    let store = RestoreStore::open(&db).unwrap();
+    let store = RestoreStore::open(dir.path()).unwrap();
     let manifest = store.manifest().unwrap().unwrap();
     assert_eq!(manifest, cp.manifest);
     let stored = store.chunks().unwrap();

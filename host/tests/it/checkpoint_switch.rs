@@ -150,23 +150,19 @@ fn the_progress_store_switches_checkpoints_in_one_write_that_survives_a_reopen()
     let new = make(&m, &with_other_eth1(&s), 200);
     let n = old.chunks.len();
     let dir = tempfile::tempdir().unwrap();
-    let open = || {
-        let db = modnode::store::open_sled(&sled::Config::new().path(dir.path())).unwrap();
-        let store = RestoreStore::open(&db).unwrap();
-        (db, store)
-    };
+    let open = || RestoreStore::open(dir.path()).unwrap();
     {
-        let (_db, store) = open();
+        let store = open();
         store.begin(&old.manifest).unwrap();
         for (i, bytes) in stored(&old, n - 1) {
-            store.put_chunk(i, &bytes).unwrap();
+            store.put_chunk(i, &bytes, &sha(&bytes)).unwrap();
         }
         store.flush().unwrap();
         // Carry over all but chunk 0 and the chunk never fetched.
         let carried: Vec<(usize, Vec<u8>)> = stored(&new, n - 1).into_iter().skip(1).collect();
         store.switch(&new.manifest, &carried).unwrap();
     }
-    let (_db, store) = open();
+    let store = open();
     assert_eq!(store.manifest().unwrap().unwrap(), new.manifest);
     let chunks = store.chunks().unwrap();
     assert_eq!(
@@ -275,11 +271,10 @@ async fn a_restore_killed_around_its_switch_to_a_newer_checkpoint_loses_no_verif
     // offers any more: P offers only the new one.
     {
         let path = restoring.join(modnode::node::RESTORE_DIR);
-        let db = modnode::store::open_sled(&sled::Config::new().path(&path)).unwrap();
-        let store = RestoreStore::open(&db).unwrap();
+        let store = RestoreStore::open(&path).unwrap();
         store.begin(&old.manifest).unwrap();
         for (i, bytes) in stored(&old, half) {
-            store.put_chunk(i, &bytes).unwrap();
+            store.put_chunk(i, &bytes, &sha(&bytes)).unwrap();
         }
         store.flush().unwrap();
     }

@@ -18,8 +18,8 @@
 //!    and its seal its slot's authority's (checked when the chain starts from it);
 //! 4. re-verify the chunks stored by an earlier run (local work, no network), then fetch the
 //!    rest across every offering peer with [`Fetcher`] (adaptive timeouts, slow peers losing
-//!    their share); each chunk is verified on arrival and stored with its index in one sled
-//!    insert, flushed before it counts; a chunk with bad bytes bans its sender only and is
+//!    their share); each chunk is verified on arrival, appended to the progress's chunk log
+//!    and recorded under its index once durable, before it counts; a chunk with bad bytes bans its sender only and is
 //!    fetched elsewhere; a chunk whose listed bytes do not prove bans every peer that offered
 //!    the manifest (peers offer only checkpoints they made), and the checkpoint is dropped;
 //! 5. rebuild the state, check its root (a mismatch bans the manifest's offerers too), and
@@ -74,7 +74,8 @@ pub enum SyncMode {
     Auto,
 }
 
-/// Directory in the data directory of the restore progress (manifest and verified chunks).
+/// Directory in the data directory of the restore progress (manifest and chunk records in
+/// sled, verified chunks in an append-only log; see `checkpoint::store`).
 pub const RESTORE_DIR: &str = "checkpoint-restore";
 /// How long to wait before asking the peers again when no checkpoint could be restored.
 const RETRY_AFTER: Duration = Duration::from_secs(2);
@@ -180,10 +181,8 @@ pub async fn restore_if_needed(
         .ban_list()
         .map_err(|e| storage(&chain_path, e.to_string()))?;
     let progress_path = parts.data_dir.join(RESTORE_DIR);
-    let progress_db = crate::store::open_sled(&sled::Config::new().path(&progress_path))
-        .map_err(|e| storage(&progress_path, e.to_string()))?;
     let progress =
-        RestoreStore::open(&progress_db).map_err(|e| storage(&progress_path, e.to_string()))?;
+        RestoreStore::open(&progress_path).map_err(|e| storage(&progress_path, e.to_string()))?;
     let bind = match parts.bootstrap.first().map(|p| p.addr.ip()) {
         Some(std::net::IpAddr::V6(_)) => std::net::SocketAddr::from(([0u16; 8], 0)),
         _ => std::net::SocketAddr::from(([0, 0, 0, 0], 0)),
@@ -719,12 +718,14 @@ impl Driver<'_> {
         let verified = tokio::task::block_in_place(|| restorer.verify(opener, index, &bytes));
         match verified {
             Ok(chunk) => {
-                // Durable before it counts: the index is in the key, so the chunk and its
-                // index are one insert.
-                self.progress
-                    .put_chunk(index, &bytes)
-                    .and_then(|()| self.progress.flush())
-                    .map_err(|e| self.storage(e.to_string()))?;
+                // Durable before it counts: appended to the chunk log, fdatasynced, then
+                // recorded under its index (verified: its manifest entry exists).
+                if let Some(entry) = restorer.manifest().chunks.get(index) {
+                    self.progress
+                        .put_chunk(index, &bytes, &entry.hash)
+                        .and_then(|()| self.progress.flush())
+                        .map_err(|e| self.storage(e.to_string()))?;
+                }
                 if let Err(e) = restorer.insert(chunk) {
                     tracing::warn!(error = %e, "verified chunk not inserted");
                 }

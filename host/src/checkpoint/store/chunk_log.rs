@@ -1,0 +1,279 @@
+//! The append-only file holding a restore's verified chunks (`chunks-<generation>.log` in the
+//! progress directory), and where a chunk sits in it ([`Location`]).
+//!
+//! The file knows nothing of indices or manifests: the sled records of
+//! [`RestoreStore`](super::RestoreStore) say which bytes are which chunk. Bytes are appended at
+//! reserved offsets (several verification threads may write at once, each its own range) and
+//! become durable with [`ChunkLog::sync`]; a record may point at them only after that. A new
+//! generation replaces the file when most of it is abandoned (a switch to another checkpoint).
+
+use std::fs::{self, File, OpenOptions};
+use std::io;
+use std::os::unix::fs::FileExt as _;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use sha2::{Digest, Sha256};
+
+use crate::state::merkle::Hash32;
+
+/// Bytes of an encoded [`Location`].
+const LOCATION_BYTES: usize = 8 + 8 + 4 + 32;
+
+/// Where a verified chunk's bytes are: file generation, offset, length, and their sha256.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Location {
+    /// The log file's generation.
+    pub generation: u64,
+    /// First byte in the file.
+    pub offset: u64,
+    /// Length in bytes.
+    pub len: u32,
+    /// sha256 of the bytes (checked when they are read back).
+    pub hash: Hash32,
+}
+
+impl Location {
+    /// One past the last byte.
+    pub fn end(&self) -> u64 {
+        self.offset.saturating_add(u64::from(self.len))
+    }
+
+    /// The record's value: generation, offset, length (big-endian) and hash.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(LOCATION_BYTES);
+        out.extend_from_slice(&self.generation.to_be_bytes());
+        out.extend_from_slice(&self.offset.to_be_bytes());
+        out.extend_from_slice(&self.len.to_be_bytes());
+        out.extend_from_slice(&self.hash);
+        out
+    }
+
+    /// Decodes a record's value; `None` when it is not one.
+    pub fn decode(bytes: &[u8]) -> Option<Self> {
+        if bytes.len() != LOCATION_BYTES {
+            return None;
+        }
+        let (generation, rest) = bytes.split_first_chunk::<8>()?;
+        let (offset, rest) = rest.split_first_chunk::<8>()?;
+        let (len, hash) = rest.split_first_chunk::<4>()?;
+        Some(Self {
+            generation: u64::from_be_bytes(*generation),
+            offset: u64::from_be_bytes(*offset),
+            len: u32::from_be_bytes(*len),
+            hash: hash.try_into().ok()?,
+        })
+    }
+}
+
+/// Why the chunk log failed: always this node's disk.
+#[derive(Debug, thiserror::Error)]
+#[error("checkpoint restore chunk log {}: cannot {action}: {source}", path.display())]
+pub struct LogError {
+    /// What was being done.
+    pub action: &'static str,
+    /// The file or directory.
+    pub path: PathBuf,
+    /// The I/O error.
+    #[source]
+    pub source: io::Error,
+}
+
+fn fail(action: &'static str, path: &Path) -> impl FnOnce(io::Error) -> LogError {
+    let path = path.to_path_buf();
+    move |source| LogError {
+        action,
+        path,
+        source,
+    }
+}
+
+/// The path of generation `generation`'s file in `dir`.
+pub fn log_path(dir: &Path, generation: u64) -> PathBuf {
+    dir.join(format!("chunks-{generation}.log"))
+}
+
+/// The generation of a log file's name, if it is one.
+fn generation_of(name: &str) -> Option<u64> {
+    name.strip_prefix("chunks-")?
+        .strip_suffix(".log")?
+        .parse()
+        .ok()
+}
+
+/// Removes every log file in `dir` but generation `keep`'s (left by a crash before or after
+/// the switch that replaced it). Returns how many were removed.
+pub fn remove_other_generations(dir: &Path, keep: u64) -> Result<usize, LogError> {
+    let mut removed = 0usize;
+    for entry in fs::read_dir(dir).map_err(fail("list", dir))? {
+        let entry = entry.map_err(fail("list", dir))?;
+        let name = entry.file_name();
+        let Some(generation) = name.to_str().and_then(generation_of) else {
+            continue;
+        };
+        if generation != keep {
+            let path = entry.path();
+            fs::remove_file(&path).map_err(fail("remove", &path))?;
+            removed = removed.saturating_add(1);
+        }
+    }
+    Ok(removed)
+}
+
+/// One generation's file, opened for appending at reserved offsets.
+#[derive(Debug, Clone)]
+pub struct ChunkLog {
+    file: Arc<File>,
+    path: PathBuf,
+    generation: u64,
+}
+
+impl ChunkLog {
+    /// Creates generation `generation`'s file in `dir` (empty; an existing one is truncated)
+    /// and makes its directory entry durable.
+    pub fn create(dir: &Path, generation: u64) -> Result<Self, LogError> {
+        let path = log_path(dir, generation);
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+            .map_err(fail("create", &path))?;
+        File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(fail("fsync the directory of", &path))?;
+        Ok(Self {
+            file: Arc::new(file),
+            path,
+            generation,
+        })
+    }
+
+    /// Opens generation `generation`'s file in `dir` if it exists.
+    pub fn open(dir: &Path, generation: u64) -> Result<Option<Self>, LogError> {
+        let path = log_path(dir, generation);
+        match OpenOptions::new().read(true).write(true).open(&path) {
+            Ok(file) => Ok(Some(Self {
+                file: Arc::new(file),
+                path,
+                generation,
+            })),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(fail("open", &path)(e)),
+        }
+    }
+
+    /// Its generation.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// Its path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Its length on disk.
+    pub fn len(&self) -> Result<u64, LogError> {
+        Ok(self
+            .file
+            .metadata()
+            .map_err(fail("stat", &self.path))?
+            .len())
+    }
+
+    /// Cuts the file to `len` bytes (a torn or unrecorded tail) and makes that durable.
+    pub fn truncate(&self, len: u64) -> Result<(), LogError> {
+        self.file
+            .set_len(len)
+            .and_then(|()| self.file.sync_all())
+            .map_err(fail("truncate", &self.path))
+    }
+
+    /// Writes `bytes` at `offset` (a range reserved by the caller); not durable until
+    /// [`sync`](Self::sync).
+    pub fn write_at(&self, offset: u64, bytes: &[u8]) -> Result<(), LogError> {
+        self.file
+            .write_all_at(bytes, offset)
+            .map_err(fail("write", &self.path))
+    }
+
+    /// Makes every byte written so far durable (`fdatasync`).
+    pub fn sync(&self) -> Result<(), LogError> {
+        self.file.sync_data().map_err(fail("fdatasync", &self.path))
+    }
+
+    /// The bytes at `location` if they are all there and hash to its hash; `Ok(None)` when
+    /// they are not (a truncated or damaged file).
+    pub fn read(&self, location: &Location) -> Result<Option<Vec<u8>>, LogError> {
+        let len = usize::try_from(location.len).unwrap_or(usize::MAX);
+        let mut bytes = vec![0; len];
+        match self.file.read_exact_at(&mut bytes, location.offset) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(None),
+            Err(e) => return Err(fail("read", &self.path)(e)),
+        }
+        let hash: Hash32 = Sha256::digest(&bytes).into();
+        Ok((hash == location.hash).then_some(bytes))
+    }
+
+    /// Removes the file (and makes that durable).
+    pub fn remove(self, dir: &Path) -> Result<(), LogError> {
+        fs::remove_file(&self.path).map_err(fail("remove", &self.path))?;
+        File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(fail("fsync the directory of", &self.path))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn locations_round_trip_and_odd_values_are_refused() {
+        let at = Location {
+            generation: 3,
+            offset: 1 << 40,
+            len: 77,
+            hash: [9; 32],
+        };
+        assert_eq!(Location::decode(&at.encode()), Some(at));
+        assert_eq!(Location::decode(&at.encode()[1..]), None);
+        assert_eq!(Location::decode(&[]), None);
+    }
+
+    #[test]
+    fn reads_check_length_and_hash() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = ChunkLog::create(dir.path(), 0).unwrap();
+        log.write_at(0, b"hello").unwrap();
+        log.sync().unwrap();
+        let at = Location {
+            generation: 0,
+            offset: 0,
+            len: 5,
+            hash: Sha256::digest(b"hello").into(),
+        };
+        assert_eq!(log.read(&at).unwrap().as_deref(), Some(&b"hello"[..]));
+        let past = Location { offset: 1, ..at };
+        assert_eq!(log.read(&past).unwrap(), None, "past the end");
+        let wrong = Location { len: 4, ..at };
+        assert_eq!(log.read(&wrong).unwrap(), None, "hash mismatch");
+    }
+
+    #[test]
+    fn only_the_kept_generation_survives_a_cleanup() {
+        let dir = tempfile::tempdir().unwrap();
+        for generation in [1, 2, 5] {
+            ChunkLog::create(dir.path(), generation).unwrap();
+        }
+        fs::write(dir.path().join("other"), b"x").unwrap();
+        assert_eq!(remove_other_generations(dir.path(), 2).unwrap(), 2);
+        assert!(log_path(dir.path(), 2).exists());
+        assert!(dir.path().join("other").exists());
+        assert_eq!(generation_of("chunks-17.log"), Some(17));
+        assert_eq!(generation_of("chunks-x.log"), None);
+    }
+}
