@@ -29,6 +29,11 @@ thread_local! {
 pub struct CountingAlloc;
 
 fn count_alloc(size: usize) {
+    // A load first: storing `true` on every allocation would write the shared cache line from
+    // every thread even when nothing changes.
+    if !INSTALLED.load(Ordering::Relaxed) {
+        INSTALLED.store(true, Ordering::Relaxed);
+    }
     ALLOCATED.fetch_add(size, Ordering::Relaxed);
     // `try_with` fails only while the thread-local is being destroyed; that allocation is then
     // counted globally but not per thread.
@@ -47,7 +52,6 @@ unsafe impl GlobalAlloc for CountingAlloc {
         // SAFETY: forwarded unchanged (see the impl).
         let ptr = unsafe { System.alloc(layout) };
         if !ptr.is_null() {
-            INSTALLED.store(true, Ordering::Relaxed);
             count_alloc(layout.size());
         }
         ptr
@@ -57,7 +61,6 @@ unsafe impl GlobalAlloc for CountingAlloc {
         // SAFETY: forwarded unchanged (see the impl).
         let ptr = unsafe { System.alloc_zeroed(layout) };
         if !ptr.is_null() {
-            INSTALLED.store(true, Ordering::Relaxed);
             count_alloc(layout.size());
         }
         ptr

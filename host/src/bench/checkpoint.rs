@@ -35,6 +35,10 @@ use modnode::state::StateSnapshot;
 pub struct VersionReport {
     /// Planning and building every chunk, manifest included.
     pub create_ms: f64,
+    /// CPU time the process spent in that creation, all threads (nothing else runs in the
+    /// process meanwhile): the work itself, which other load on the machine does not inflate
+    /// the way it inflates `create_ms`.
+    pub create_cpu_ms: f64,
     /// Chunks.
     pub chunks: usize,
     /// Total chunk bytes.
@@ -71,6 +75,8 @@ pub struct CheckpointReport {
     pub state_bytes: u64,
     /// One single-threaded pass reading and hashing every leaf.
     pub read_hash_floor_ms: f64,
+    /// CPU time of that pass (see [`VersionReport::create_cpu_ms`]).
+    pub read_hash_floor_cpu_ms: f64,
     /// Worker threads for v2 creation and for restore verification.
     pub threads: usize,
     /// checkpoint-v1.
@@ -90,6 +96,18 @@ fn load(runtime: &Runtime, name: &str) -> anyhow::Result<CheckpointModule> {
         LoadedModule::Checkpoint(m) => Ok(m),
         _ => anyhow::bail!("{name} is not a checkpoint module"),
     }
+}
+
+/// User plus system CPU time of this process so far (every thread, exited ones included).
+fn process_cpu_ms() -> f64 {
+    // SAFETY: `rusage` is plain integers, valid when zeroed.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `usage` is a valid, writable rusage for the call's duration.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) } != 0 {
+        return 0.0;
+    }
+    let ms = |t: libc::timeval| t.tv_sec as f64 * 1e3 + t.tv_usec as f64 / 1e3;
+    ms(usage.ru_utime) + ms(usage.ru_stime)
 }
 
 /// The floor: every leaf read from the snapshot and hashed, on one thread.
@@ -125,9 +143,11 @@ fn measure_version(
         height: 1,
         hash: [1; 32],
     };
+    let cpu_start = process_cpu_ms();
     let start = Instant::now();
     let checkpoint = create(module, state.clone(), at, options)?;
     let create_ms = super::ms_since(start);
+    let create_cpu_ms = process_cpu_ms() - cpu_start;
 
     let dir = tempfile::tempdir()?;
     let store = RestoreStore::open(dir.path())?;
@@ -167,6 +187,7 @@ fn measure_version(
 
     Ok(VersionReport {
         create_ms,
+        create_cpu_ms,
         chunks: checkpoint.chunks.len(),
         bytes: checkpoint.manifest.total_bytes(),
         restore_ms,
@@ -252,7 +273,9 @@ pub fn run(
     let v2 = load(&runtime, "checkpoint-v2")?;
 
     eprintln!("read-and-hash floor …");
+    let cpu_start = process_cpu_ms();
     let (read_hash_floor_ms, _) = read_hash_floor(&state);
+    let read_hash_floor_cpu_ms = process_cpu_ms() - cpu_start;
     eprintln!("checkpoint-v1: create and restore …");
     let v1_report = measure_version(&v1, &state, threads, target_chunk_bytes)?;
     eprintln!("checkpoint-v2: create and restore on {threads} threads …");
@@ -305,6 +328,7 @@ pub fn run(
         validators,
         state_bytes,
         read_hash_floor_ms,
+        read_hash_floor_cpu_ms,
         threads,
         v1: v1_report,
         v2: v2_report,

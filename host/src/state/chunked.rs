@@ -218,6 +218,25 @@ impl<T: Clone> ChunkedVec<T> {
             .take(end.saturating_sub(start))
     }
 
+    /// The elements of `start..end` (clamped to the length) as the contiguous slices they are
+    /// stored in, in order. Vectors of the same length are split at the same indices, so two of
+    /// them can be walked slice by slice in step (the checkpoint leaf encoder does).
+    pub fn slices(&self, start: usize, end: usize) -> impl Iterator<Item = &[T]> + '_ {
+        let end = end.min(self.len);
+        let start = start.min(end);
+        let (first, _) = split(start);
+        self.chunks
+            .iter()
+            .enumerate()
+            .skip(first)
+            .map_while(move |(index, chunk)| {
+                let base = index.checked_mul(CHUNK_LEN)?;
+                let from = start.saturating_sub(base);
+                let to = end.checked_sub(base)?.min(chunk.len());
+                (from < to).then(|| chunk.get(from..to)).flatten()
+            })
+    }
+
     /// Each chunk's address and the heap bytes it owns, for accounting shared chunks once.
     pub fn chunk_ptrs(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
         self.chunks.iter().map(|chunk| {
@@ -389,6 +408,34 @@ mod tests {
             for (model, vec) in snapshots {
                 prop_assert!(vec.iter().eq(model.iter()));
             }
+        }
+    }
+
+    proptest! {
+        /// `slices` covers exactly `range`, in order, never crossing a chunk, and two vectors
+        /// of one length are split at the same indices.
+        #[test]
+        fn slices_tile_the_range_at_chunk_boundaries(
+            len in 0usize..5000,
+            a in 0usize..5200,
+            b in 0usize..5200,
+        ) {
+            let model: Vec<u32> = (0..len as u32).collect();
+            let vec = ChunkedVec::from(model.clone());
+            let other: ChunkedVec<u64> = (0..len as u64).collect();
+            let (start, end) = (a.min(b), a.max(b));
+            let slices: Vec<&[u32]> = vec.slices(start, end).collect();
+            let flat: Vec<u32> = slices.concat();
+            prop_assert!(flat.iter().eq(vec.range(start, end)));
+            prop_assert!(slices.iter().all(|s| !s.is_empty() && s.len() <= CHUNK_LEN));
+            let mut at = start.min(len);
+            for s in &slices {
+                // A slice starts at a chunk boundary unless it is the first.
+                prop_assert!(at == start || at % CHUNK_LEN == 0);
+                at += s.len();
+            }
+            let lens: Vec<usize> = other.slices(start, end).map(<[u64]>::len).collect();
+            prop_assert_eq!(lens, slices.iter().map(|s| s.len()).collect::<Vec<_>>());
         }
     }
 

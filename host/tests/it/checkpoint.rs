@@ -12,7 +12,7 @@ use modnode::checkpoint::{
     ManifestLimits, RestoreError, Restorer, StateLeaves, choose, create, synthetic_state,
 };
 use modnode::runtime::LoadedModule;
-use modnode::runtime::checkpoint::CheckpointModule;
+use modnode::runtime::checkpoint::{CheckpointModule, LeafRange, StateReader};
 use modnode::state::StateSnapshot;
 use proptest::prelude::*;
 
@@ -102,6 +102,57 @@ proptest! {
             restored.push(r.registry);
         }
         prop_assert_eq!(&restored[0], &restored[1]);
+    }
+}
+
+/// The snapshot read leaf by leaf: the `StateReader` default `read_leaf_bytes` (concatenating
+/// `read_leaves`), not the snapshot's chunk-wise encoder.
+struct LeafByLeaf(Arc<StateSnapshot>);
+
+impl StateReader for LeafByLeaf {
+    fn leaf_count(&self) -> u64 {
+        self.0.leaf_count()
+    }
+    fn leaf_size(&self) -> u32 {
+        self.0.leaf_size()
+    }
+    fn read_leaves(&self, start: u64, end: u64) -> Vec<Vec<u8>> {
+        self.0.read_leaves(start, end)
+    }
+    fn range_proof(&self, start: u64, end: u64) -> Vec<u8> {
+        self.0.range_proof(start, end)
+    }
+}
+
+/// The reference for creation's fast paths (one instance reused per worker, leaves encoded
+/// chunk-wise): every v2 chunk equals a one-shot `build-chunk` on a fresh instance reading the
+/// state leaf by leaf, and opens to exactly the leaves `read-leaves` gives.
+#[test]
+fn v2_chunks_equal_fresh_instances_reading_leaf_by_leaf() {
+    // 3000 leaves span three storage chunks of 1024; 64 KiB chunks cut across their seams.
+    let s = state(3000, 11);
+    let v2 = module("checkpoint-v2");
+    let cp = make(&v2, &s, 64 << 10, 2);
+    assert!(cp.chunks.len() > 5, "{} chunks", cp.chunks.len());
+    let reader: Arc<dyn StateReader> = Arc::new(LeafByLeaf(s.clone()));
+    for (entry, bytes) in cp.manifest.chunks.iter().zip(&cp.chunks) {
+        let range = LeafRange {
+            start: entry.start,
+            end: entry.end,
+        };
+        let fresh = v2.build_chunk(reader.clone(), range).unwrap().unwrap();
+        assert!(
+            fresh == *bytes,
+            "chunk [{}, {}) differs",
+            range.start,
+            range.end
+        );
+        let opened = v2.open_chunk(bytes.clone()).unwrap().unwrap();
+        assert_eq!(
+            opened.leaves,
+            s.read_leaves(range.start, range.end).concat()
+        );
+        assert_eq!(opened.proof, s.range_proof(range.start, range.end));
     }
 }
 
