@@ -405,13 +405,33 @@ impl StateCache {
     }
 
     /// A low-priority state lookup (queries): refused while import is behind, otherwise
-    /// [`StateCache::state`].
+    /// [`StateCache::state`] — answered on the calling thread from the cache, or regenerated
+    /// on a dedicated thread at the lowest scheduling priority (Linux `SCHED_IDLE`), so a
+    /// query's replay only uses CPU time that import and side-branch validation leave over.
+    /// (A side branch whose parent is being regenerated for a query waits for that replay;
+    /// it is rare, and the replay still runs whenever a core is free.)
     pub fn query(&self, hash: &Hash) -> Result<StateSnapshot, StateCacheError> {
         if self.behind.load(Ordering::Relaxed) {
             self.shed.fetch_add(1, Ordering::Relaxed);
             return Err(StateCacheError::Shed);
         }
-        self.state(hash)
+        if let Some(state) = self.get(hash) {
+            return Ok(state);
+        }
+        let answer = std::sync::Mutex::new(None);
+        let work = |_: usize| {
+            let result = regen::state(self, hash);
+            if let Ok(mut slot) = answer.lock() {
+                *slot = Some(result);
+            }
+        };
+        crate::runtime::threads::scoped_guest_workers(1, true, &work)
+            .map_err(|e| StateCacheError::QueryThread(format!("cannot start it: {e}")))?;
+        answer
+            .into_inner()
+            .ok()
+            .flatten()
+            .unwrap_or_else(|| Err(StateCacheError::QueryThread("it gave no answer".into())))
     }
 
     /// The state after the canonical block at `height`.

@@ -14,7 +14,7 @@ mod sled_store;
 pub use ban_list::BanList;
 
 pub use memory::MemoryStore;
-pub use sled_open::open_sled;
+pub use sled_open::{open_sled, wait_released};
 pub use sled_store::SledStore;
 
 /// Why storage failed.

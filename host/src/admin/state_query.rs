@@ -107,7 +107,8 @@ impl From<StateCacheError> for StateQueryError {
             | StateCacheError::InvalidBlock(_)
             | StateCacheError::Store(_)
             | StateCacheError::Anchor { .. }
-            | StateCacheError::Joined(_) => Self::Internal(message),
+            | StateCacheError::Joined(_)
+            | StateCacheError::QueryThread(_) => Self::Internal(message),
         }
     }
 }

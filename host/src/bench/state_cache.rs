@@ -198,6 +198,22 @@ fn reopen(
     Ok((chain, super::ms_since(start)))
 }
 
+/// Deletes a closed chain's directory once sled has let go of it (its flusher drops the page
+/// cache up to a tick after the last handle), then hands the freed memory back: the next run
+/// then starts from what a fresh node would hold, not from the previous run's leftovers.
+fn release(dir: tempfile::TempDir) -> anyhow::Result<()> {
+    let db = dir.path().join("db");
+    if !modnode::store::wait_released(&db, std::time::Duration::from_secs(10))? {
+        anyhow::bail!(
+            "{} is still open 10 s after its chain was dropped",
+            db.display()
+        );
+    }
+    drop(dir);
+    modnode::alloc_stats::release_free_memory();
+    Ok(())
+}
+
 fn allocated_mb() -> f64 {
     modnode::alloc_stats::allocated_bytes().map_or(0.0, |b| b as f64 / MIB)
 }
@@ -251,7 +267,7 @@ fn run_here(
 
     eprintln!("building {blocks} blocks …");
     let (main, side) = build_blocks(chain, &deposits)?;
-    drop(dir);
+    release(dir)?;
 
     eprintln!("tight run ({tight_mb} MiB) …");
     let tight = one_run(&genesis, &engine, tight_mb, store, &main, &side)?;
@@ -370,7 +386,7 @@ fn one_run(
     // The store before its directory: sled flushes when its last handle drops, and a flush into
     // a deleted directory hangs sled 0.34's flusher for good.
     drop((chain, states, store));
-    drop(dir);
+    release(dir)?;
     Ok(RunReport {
         budget_mb: budget_mb as f64,
         import_p50_ms: percentile(&mut imports, 0.5),

@@ -88,6 +88,10 @@ pub enum StateCacheError {
     /// The replay this request waited for failed.
     #[error("the regeneration this request joined failed: {0}")]
     Joined(String),
+    /// The low-priority thread a query's replay runs on could not be started or gave no
+    /// answer (ours: the process is out of threads or memory).
+    #[error("the state query's replay thread failed: {0}")]
+    QueryThread(String),
 }
 
 /// Where replays read blocks and which deposits engine runs them.

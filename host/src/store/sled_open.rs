@@ -30,6 +30,35 @@ pub fn open_sled(config: &sled::Config) -> sled::Result<sled::Db> {
     }
 }
 
+/// Waits up to `within` until no sled handle holds the database in `path` (the directory given
+/// to `sled::Config::path`) any more: its lock is free. A database that was dropped keeps its
+/// page cache in memory until its flusher lets go, so a process that closes one store and opens
+/// another (a restart in process, a benchmark's runs) waits here for the memory to be released.
+/// True when released (or there is no database), false when still held at the deadline.
+pub fn wait_released(path: &std::path::Path, within: Duration) -> io::Result<bool> {
+    let file = match std::fs::File::open(path.join("db")) {
+        Ok(file) => file,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(true),
+        Err(e) => return Err(e),
+    };
+    let started = Instant::now();
+    let mut pause = Duration::from_millis(5);
+    loop {
+        match file.try_lock() {
+            Ok(()) => {
+                file.unlock()?;
+                return Ok(true);
+            }
+            Err(std::fs::TryLockError::WouldBlock) if started.elapsed() < within => {
+                thread::sleep(pause);
+                pause = pause.saturating_mul(2).min(Duration::from_millis(100));
+            }
+            Err(std::fs::TryLockError::WouldBlock) => return Ok(false),
+            Err(std::fs::TryLockError::Error(e)) => return Err(e),
+        }
+    }
+}
+
 /// sled 0.34 reports a busy lock as `ErrorKind::Other` with the `WouldBlock` cause only in the
 /// message (`config.rs`: "could not acquire lock on …: Os { … WouldBlock … }").
 fn is_lock_busy(e: &io::Error) -> bool {
@@ -70,5 +99,30 @@ mod tests {
             started.elapsed()
         );
         assert!(err.to_string().contains("lock"), "{err}");
+    }
+
+    #[test]
+    fn a_dropped_database_is_released_and_a_live_one_is_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("db");
+        assert!(
+            wait_released(&path, Duration::ZERO).unwrap(),
+            "no database yet"
+        );
+        let db = open_sled(&sled::Config::new().path(&path)).unwrap();
+        db.insert(b"k", b"v").unwrap();
+        assert!(
+            !wait_released(&path, Duration::from_millis(50)).unwrap(),
+            "held"
+        );
+        drop(db);
+        assert!(
+            wait_released(&path, LOCK_WAIT).unwrap(),
+            "released after the drop"
+        );
+        // Released means a new handle opens at once.
+        let started = Instant::now();
+        drop(sled::Config::new().path(&path).open().unwrap());
+        assert!(started.elapsed() < LOCK_WAIT);
     }
 }
