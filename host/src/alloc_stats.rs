@@ -106,6 +106,26 @@ pub fn rss_bytes() -> Option<u64> {
     pages.checked_mul(u64::try_from(page).ok()?)
 }
 
+/// Caps glibc's malloc arenas at one per core (glibc's default is eight per core). Every
+/// thread that allocates gets an arena of its own up to that cap, and memory freed in an arena
+/// stays resident there: with state queries replayed on short-lived threads, the node's RSS
+/// crept up ~25 MB per 125 blocks at 2M validators while live bytes stayed flat; with one
+/// arena per core it stays flat (measured with `bench state-cache`). Small allocations are
+/// served from per-thread caches either way. Call it first thing in `main`, before any
+/// thread starts; nothing happens on other allocators.
+pub fn limit_arenas_to_cores() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+        let cores = libc::c_int::try_from(cores).unwrap_or(libc::c_int::MAX);
+        // SAFETY: mallopt only sets a malloc parameter; M_ARENA_MAX with a positive count is a
+        // valid setting at any time (existing arenas stay, no new ones beyond the cap).
+        unsafe {
+            libc::mallopt(libc::M_ARENA_MAX, cores);
+        }
+    }
+}
+
 /// Hands the allocator's free memory back to the kernel (glibc `malloc_trim`; nothing
 /// elsewhere). Opening a chain builds and drops transient copies of the registry (hundreds of
 /// MB at 2M validators) that glibc otherwise keeps resident in its free lists, so RSS would

@@ -304,6 +304,7 @@ enum BenchCommand {
 }
 
 fn main() -> std::process::ExitCode {
+    modnode::alloc_stats::limit_arenas_to_cores();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
