@@ -9,8 +9,9 @@
 //! chunk), and the rebuild of the registry with its root checked. `restore_parts` splits it,
 //! and measures verification alone and the durable write alone.
 //!
-//! Import latency: a dev chain (sled, deposits module) imports blocks idle, then while v2
-//! creations run back to back in the background (low-priority workers, as a node runs them).
+//! Import latency: a dev chain (sled, deposits module) imports `import_blocks` blocks idle and
+//! as many while v2 creations run back to back in the background (low-priority workers, as a
+//! node runs them), alternating in rounds of 20 so both see the same machine.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -216,6 +217,9 @@ fn disk_bytes(dir: &std::path::Path) -> anyhow::Result<u64> {
     Ok(total)
 }
 
+/// Blocks per round when idle and during-creation imports alternate.
+const IMPORT_ROUND: usize = 20;
+
 /// A dev chain on sled and a generator of its next blocks.
 struct ImportWorkload {
     chain: Chain,
@@ -285,44 +289,54 @@ pub fn run(
     let mut chain = ImportWorkload::new()?;
     // One block first: the deposits module's first call and sled's first write are not import.
     chain.next()?;
+    // Idle and during-creation imports alternate in rounds, so that what else the machine is
+    // doing at the time hits both alike (one idle phase then one busy phase compared two
+    // moments: idle p99 alone ranged 6-10 ms between back-to-back runs). Each busy round
+    // starts a creator and joins it, creation in flight included, before the next idle round.
     let mut idle = Vec::with_capacity(import_blocks);
-    for _ in 0..import_blocks {
-        idle.push(chain.next()?);
-    }
-    let stop = AtomicBool::new(false);
     let mut during = Vec::with_capacity(import_blocks);
-    std::thread::scope(|scope| -> anyhow::Result<()> {
-        let creator = scope.spawn(|| -> anyhow::Result<usize> {
-            let mut created = 0;
-            while !stop.load(Ordering::Relaxed) {
-                let options = CreateOptions {
-                    target_chunk_bytes,
-                    threads,
-                    background: true,
-                };
-                let at = BlockRef {
-                    height: 1,
-                    hash: [1; 32],
-                };
-                create(&v2, state.clone(), at, options)?;
-                created += 1;
-            }
-            Ok(created)
-        });
-        let imported = (|| -> anyhow::Result<()> {
-            for _ in 0..import_blocks {
-                during.push(chain.next()?);
-            }
-            Ok(())
-        })();
-        stop.store(true, Ordering::Relaxed);
-        let created = creator
-            .join()
-            .map_err(|_| anyhow::anyhow!("the creation thread panicked"))??;
-        imported?;
-        eprintln!("{created} v2 checkpoints created while importing");
-        Ok(())
-    })?;
+    let mut created = 0usize;
+    while idle.len() < import_blocks || during.len() < import_blocks {
+        for _ in 0..IMPORT_ROUND.min(import_blocks - idle.len()) {
+            idle.push(chain.next()?);
+        }
+        let busy = IMPORT_ROUND.min(import_blocks - during.len());
+        if busy == 0 {
+            continue;
+        }
+        let stop = AtomicBool::new(false);
+        std::thread::scope(|scope| -> anyhow::Result<()> {
+            let creator = scope.spawn(|| -> anyhow::Result<usize> {
+                let mut created = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    let options = CreateOptions {
+                        target_chunk_bytes,
+                        threads,
+                        background: true,
+                    };
+                    let at = BlockRef {
+                        height: 1,
+                        hash: [1; 32],
+                    };
+                    create(&v2, state.clone(), at, options)?;
+                    created += 1;
+                }
+                Ok(created)
+            });
+            let imported = (|| -> anyhow::Result<()> {
+                for _ in 0..busy {
+                    during.push(chain.next()?);
+                }
+                Ok(())
+            })();
+            stop.store(true, Ordering::Relaxed);
+            created += creator
+                .join()
+                .map_err(|_| anyhow::anyhow!("the creation thread panicked"))??;
+            imported
+        })?;
+    }
+    eprintln!("{created} v2 checkpoints created while importing");
 
     Ok(CheckpointReport {
         validators,
