@@ -8,15 +8,14 @@ use std::fs::OpenOptions;
 use std::io::Write as _;
 use std::os::unix::fs::FileExt as _;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use modnode::checkpoint::{
-    BlockRef, Checkpoint, CreateOptions, ManifestLimits, RestoreStore, Restorer, create,
-    synthetic_state, verify_all,
+    Checkpoint, ManifestLimits, RestoreStore, Restorer, synthetic_state, verify_all,
 };
 use modnode::state::StateSnapshot;
 
 use super::checkpoint::module;
+use super::checkpoint_switch::make;
 
 /// Two checkpoints of the same registry at different heights (the same chunks, different ids).
 fn two_checkpoints() -> (Checkpoint, Checkpoint) {
@@ -31,20 +30,8 @@ fn two_checkpoints() -> (Checkpoint, Checkpoint) {
         eth1,
         s.schedule().clone(),
     );
-    let make = |state: StateSnapshot, height: u64| {
-        let at = BlockRef {
-            height,
-            hash: [height as u8; 32],
-        };
-        let options = CreateOptions {
-            target_chunk_bytes: 8 << 10,
-            threads: 1,
-            background: false,
-        };
-        create(&m, Arc::new(state), at, options).unwrap()
-    };
-    let old = make(s, 100);
-    let new = make(later, 200);
+    let old = make(&m, &s, 100);
+    let new = make(&m, &later, 200);
     assert!(old.chunks.len() >= 4, "{} chunks", old.chunks.len());
     assert_eq!(old.chunks, new.chunks);
     assert_ne!(old.manifest.id(), new.manifest.id());

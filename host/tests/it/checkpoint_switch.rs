@@ -23,7 +23,8 @@ use super::checkpoint_sync::{
 use super::network::{dirs, eventually};
 use modnode::node::SyncMode;
 
-fn make(m: &CheckpointModule, state: &StateSnapshot, height: u64) -> Checkpoint {
+/// A checkpoint of `state` at `height` with small chunks, built in the foreground.
+pub(crate) fn make(m: &CheckpointModule, state: &StateSnapshot, height: u64) -> Checkpoint {
     let at = BlockRef {
         height,
         hash: [height as u8; 32],
