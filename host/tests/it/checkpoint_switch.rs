@@ -270,7 +270,8 @@ async fn a_restore_killed_around_its_switch_to_a_newer_checkpoint_loses_no_verif
     assert_eq!(new.manifest.registry_root, old.manifest.registry_root);
     // An earlier run verified and stored the first half of the old checkpoint, which no peer
     // offers any more: P offers only the new one.
-    {
+    let seed_progress = || {
+        let _ = std::fs::remove_dir_all(&restoring);
         let path = restoring.join(modnode::node::RESTORE_DIR);
         let store = RestoreStore::open(&path).unwrap();
         store.begin(&old.manifest).unwrap();
@@ -278,7 +279,7 @@ async fn a_restore_killed_around_its_switch_to_a_newer_checkpoint_loses_no_verif
             store.put_chunk(i, &bytes, &sha(&bytes)).unwrap();
         }
         store.flush().unwrap();
-    }
+    };
     // P serves the first half corrupt: a restore from it alone cannot fetch those chunks.
     let p = seeded_follower(
         d[1].path(),
@@ -291,14 +292,30 @@ async fn a_restore_killed_around_its_switch_to_a_newer_checkpoint_loses_no_verif
     height_at_least(&p, new.manifest.height).await;
     let served = &p.metrics().checkpoint_served;
 
-    // Killed as soon as it has asked P for its list: before, during or after the switch.
+    // Killed as soon as it has asked P for its list: before, during or after the switch. The
+    // whole restore takes tens of milliseconds here, so the kill can come too late, after the
+    // restore finished and cleared its progress: then the run proves nothing and is repeated.
     let peers = [p.peer_addr().unwrap()];
-    let mut child = spawn_restoring(&restoring, &genesis_file, &peers);
-    eventually("the restoring node asked P for its checkpoints", || {
-        served.lists.load(Ordering::Relaxed) >= 1
-    })
-    .await;
-    kill(&mut child);
+    let mut killed_mid_restore = false;
+    for _attempt in 0..10 {
+        seed_progress();
+        let lists_before = served.lists.load(Ordering::Relaxed);
+        let mut child = spawn_restoring(&restoring, &genesis_file, &peers);
+        eventually("the restoring node asked P for its checkpoints", || {
+            served.lists.load(Ordering::Relaxed) > lists_before
+        })
+        .await;
+        kill(&mut child);
+        let progress = RestoreStore::open(&restoring.join(modnode::node::RESTORE_DIR)).unwrap();
+        if progress.manifest().unwrap().is_some() {
+            killed_mid_restore = true;
+            break;
+        }
+    }
+    assert!(
+        killed_mid_restore,
+        "every kill came after the restore had finished"
+    );
 
     let mut child = spawn_restoring(&restoring, &genesis_file, &peers);
     let mut status = serde_json::Value::Null;
