@@ -140,13 +140,9 @@ fn measure_version(
         threads,
         background: false,
     };
-    let at = BlockRef {
-        height: 1,
-        hash: [1; 32],
-    };
     let cpu_start = process_cpu_ms();
     let start = Instant::now();
-    let checkpoint = create(module, state.clone(), at, options)?;
+    let checkpoint = create(module, state.clone(), AT, options)?;
     let create_ms = super::ms_since(start);
     let create_cpu_ms = process_cpu_ms() - cpu_start;
 
@@ -216,6 +212,12 @@ fn disk_bytes(dir: &std::path::Path) -> anyhow::Result<u64> {
     }
     Ok(total)
 }
+
+/// The block every benchmark checkpoint is said to be taken at.
+const AT: BlockRef = BlockRef {
+    height: 1,
+    hash: [1; 32],
+};
 
 /// Blocks per round when idle and during-creation imports alternate.
 const IMPORT_ROUND: usize = 20;
@@ -314,11 +316,7 @@ pub fn run(
                         threads,
                         background: true,
                     };
-                    let at = BlockRef {
-                        height: 1,
-                        hash: [1; 32],
-                    };
-                    create(&v2, state.clone(), at, options)?;
+                    create(&v2, state.clone(), AT, options)?;
                     created += 1;
                 }
                 Ok(created)

@@ -205,27 +205,27 @@ impl RestoreStore {
                 in_place.insert(at.hash, at);
             }
         }
+        let hashed: Vec<(usize, &[u8], Hash32)> = carried
+            .iter()
+            .map(|(index, bytes)| (*index, bytes.as_slice(), Sha256::digest(bytes).into()))
+            .collect();
         let mut placed = Vec::with_capacity(carried.len());
         let mut kept = 0u64;
         let mut to_write = Vec::new();
-        for (index, bytes) in carried {
-            let hash: Hash32 = Sha256::digest(bytes).into();
+        for &(index, bytes, hash) in &hashed {
             match in_place.get(&hash) {
                 Some(at) if usize::try_from(at.len).ok() == Some(bytes.len()) => {
                     kept = kept.saturating_add(u64::from(at.len));
-                    placed.push((*index, *at));
+                    placed.push((index, *at));
                 }
-                _ => to_write.push((*index, bytes.as_slice(), hash)),
+                _ => to_write.push((index, bytes, hash)),
             }
         }
         let abandoned = appender.end.saturating_sub(kept);
         let compact = abandoned > kept;
         let (mut log, generation, mut end) = if compact {
             placed.clear();
-            to_write = carried
-                .iter()
-                .map(|(index, bytes)| (*index, bytes.as_slice(), Sha256::digest(bytes).into()))
-                .collect();
+            to_write = hashed;
             let generation = appender.generation.checked_add(1).unwrap_or(0);
             (None, generation, 0)
         } else {

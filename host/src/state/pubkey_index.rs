@@ -324,15 +324,7 @@ impl PubkeyIndex {
                     return Err(IndexError::Internal("no empty slot below the load cap"));
                 }
             }
-            let value = validator
-                .checked_add(1)
-                .ok_or(IndexError::Internal("validator below len is u32::MAX"))?;
-            let cell = index
-                .slots
-                .get_mut(slot)
-                .ok_or(IndexError::Internal("vacant slot outside the table"))?;
-            *cell = value;
-            index.len = value;
+            index.occupy(slot, validator)?;
             tags.push(tag);
         }
         Ok(())
@@ -408,13 +400,21 @@ impl PubkeyIndex {
                 self.vacant_slot(pubkey)?
             }
         };
+        self.occupy(slot, index)
+    }
+
+    /// Puts validator `validator`, the next one, in vacant `slot`: the slot holds
+    /// `validator + 1` (0 is empty), which is also the new length.
+    fn occupy(&mut self, slot: usize, validator: u32) -> Result<(), IndexError> {
+        let value = validator
+            .checked_add(1)
+            .ok_or(IndexError::Internal("validator below len is u32::MAX"))?;
         let cell = self
             .slots
             .get_mut(slot)
             .ok_or(IndexError::Internal("vacant slot outside the table"))?;
-        // `new_len == index + 1`, the slot encoding of `index`.
-        *cell = new_len;
-        self.len = new_len;
+        *cell = value;
+        self.len = value;
         Ok(())
     }
 
@@ -563,15 +563,7 @@ impl PubkeyIndex {
                 "key_at forgot a pubkey during truncation",
             ))?;
             let slot = self.vacant_slot(key)?;
-            let value = validator
-                .checked_add(1)
-                .ok_or(IndexError::Internal("validator below len is u32::MAX"))?;
-            let cell = self
-                .slots
-                .get_mut(slot)
-                .ok_or(IndexError::Internal("vacant slot outside the table"))?;
-            *cell = value;
-            self.len = value;
+            self.occupy(slot, validator)?;
         }
         Ok(())
     }
@@ -655,16 +647,8 @@ impl PubkeyIndex {
         for validator in 0..count {
             let key = key_at(validator).ok_or(IndexError::MissingKey { index: validator })?;
             let slot = table.vacant_slot(key)?;
-            let value = validator
-                .checked_add(1)
-                .ok_or(IndexError::Internal("validator below len is u32::MAX"))?;
-            let cell = table
-                .slots
-                .get_mut(slot)
-                .ok_or(IndexError::Internal("vacant slot outside the table"))?;
-            *cell = value;
+            table.occupy(slot, validator)?;
         }
-        table.len = count;
         Ok(table)
     }
 }

@@ -88,6 +88,13 @@ fn fail(action: &'static str, path: &Path) -> impl FnOnce(io::Error) -> LogError
     }
 }
 
+/// Makes `dir`'s entries (a file created or removed in it) durable; `path` names the file.
+fn sync_dir(dir: &Path, path: &Path) -> Result<(), LogError> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(fail("fsync the directory of", path))
+}
+
 /// The path of generation `generation`'s file in `dir`.
 pub fn log_path(dir: &Path, generation: u64) -> PathBuf {
     dir.join(format!("chunks-{generation}.log"))
@@ -140,9 +147,7 @@ impl ChunkLog {
             .truncate(true)
             .open(&path)
             .map_err(fail("create", &path))?;
-        File::open(dir)
-            .and_then(|d| d.sync_all())
-            .map_err(fail("fsync the directory of", &path))?;
+        sync_dir(dir, &path)?;
         Ok(Self {
             file: Arc::new(file),
             path,
@@ -207,6 +212,10 @@ impl ChunkLog {
     /// The bytes at `location` if they are all there and hash to its hash; `Ok(None)` when
     /// they are not (a truncated or damaged file).
     pub fn read(&self, location: &Location) -> Result<Option<Vec<u8>>, LogError> {
+        // A damaged record must not make us allocate up to 4 GiB for bytes that are not there.
+        if location.end() > self.len()? {
+            return Ok(None);
+        }
         let len = usize::try_from(location.len).unwrap_or(usize::MAX);
         let mut bytes = vec![0; len];
         match self.file.read_exact_at(&mut bytes, location.offset) {
@@ -221,9 +230,7 @@ impl ChunkLog {
     /// Removes the file (and makes that durable).
     pub fn remove(self, dir: &Path) -> Result<(), LogError> {
         fs::remove_file(&self.path).map_err(fail("remove", &self.path))?;
-        File::open(dir)
-            .and_then(|d| d.sync_all())
-            .map_err(fail("fsync the directory of", &self.path))
+        sync_dir(dir, &self.path)
     }
 }
 
@@ -259,6 +266,11 @@ mod tests {
         assert_eq!(log.read(&at).unwrap().as_deref(), Some(&b"hello"[..]));
         let past = Location { offset: 1, ..at };
         assert_eq!(log.read(&past).unwrap(), None, "past the end");
+        let huge = Location {
+            len: u32::MAX,
+            ..at
+        };
+        assert_eq!(log.read(&huge).unwrap(), None, "longer than the file");
         let wrong = Location { len: 4, ..at };
         assert_eq!(log.read(&wrong).unwrap(), None, "hash mismatch");
     }
