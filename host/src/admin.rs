@@ -96,14 +96,17 @@ pub trait AdminBackend: Send + Sync + 'static {
         Box::pin(async { Ok(serde_json::json!({ "checkpoints": [] })) })
     }
     /// Makes this node's blocks vote for upgrading `kind` to the module `sha256` (hex) at
-    /// `activate_at` (the module must be stored here and ready). Err = refused, with why.
+    /// `activate_at` (the module must be stored here, ready and of that kind), or, with
+    /// [`Action::Cancel`](crate::state::schedule::Action), for cancelling that scheduled upgrade.
+    /// Err = refused, with why.
     fn propose_upgrade(
         &self,
+        action: crate::state::schedule::Action,
         kind: String,
         sha256: String,
         activate_at: u64,
     ) -> BoxFuture<'_, Result<serde_json::Value, String>> {
-        let _ = (kind, sha256, activate_at);
+        let _ = (action, kind, sha256, activate_at);
         Box::pin(async { Err("this node does not take upgrade proposals".to_string()) })
     }
     /// Activates a ready module (live, shadow or canary), rolls a kind back or stops its

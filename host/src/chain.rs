@@ -39,8 +39,9 @@ pub use fork_choice::{Added, ForkChoiceError};
 pub use from_checkpoint::{CheckpointStart, base_height, init_from_checkpoint};
 use genesis::Genesis;
 
+use crate::runtime::Kind;
 use crate::runtime::deposits::{DepositCall, Outcome};
-use crate::state::schedule::MAX_UPGRADE_VOTES;
+use crate::state::schedule::{Action, BlockVotes, MAX_READY_ATTESTATIONS, MAX_UPGRADE_VOTES};
 use crate::state::{Registry, Schedule, StateError, StateSnapshot, UpgradeOp, state_root};
 use crate::state_cache::{StateCache, StateCacheConfig, StateSource};
 use crate::store::{KvStore, StoreError, WriteBatch, keys};
@@ -110,12 +111,20 @@ pub struct Chain {
     deposits: DepositEngine,
     schedule: Schedule,
     modules: Option<Arc<dyn DepositModules>>,
-    proposals: Vec<UpgradeOp>,
+    proposals: Vec<(Action, UpgradeOp)>,
     states: Arc<StateCache>,
     /// Side-branch blocks found invalid (bounded); their descendants are refused.
     invalid: std::collections::HashSet<Hash>,
     /// Blocks whose transition import ran (an adopted cached state is not counted).
     executed: u64,
+}
+
+/// What the producer's next block says about the schedule.
+#[derive(Debug, Default)]
+struct ScheduleVotes {
+    upgrades: Vec<UpgradeOp>,
+    cancels: Vec<UpgradeOp>,
+    ready: Vec<UpgradeOp>,
 }
 
 fn hex32(h: &Hash) -> String {
@@ -425,60 +434,134 @@ impl Chain {
     /// Records the operator's proposal: this node's blocks vote for `op` while the vote still
     /// counts (more than the genesis lead before its height) and until it is scheduled.
     pub fn propose_upgrade(&mut self, op: UpgradeOp) -> Result<(), crate::state::ScheduleError> {
-        let next = self.head.height.saturating_add(1);
-        // The same rules a block's votes meet, checked now so the operator hears of them.
-        self.schedule.with_block(
-            next,
-            0,
-            &[op],
-            self.genesis.authorities.len(),
-            self.genesis.upgrade_lead_blocks,
-        )?;
-        let lead = self.genesis.upgrade_lead_blocks;
-        self.proposals
-            .retain(|p| p.height > next.saturating_add(lead) && *p != op);
-        self.proposals.push(op);
+        self.check_proposal(Action::Upgrade, op)?;
+        self.proposals.retain(|(a, p)| !(*a == Action::Upgrade && *p == op));
+        self.proposals.push((Action::Upgrade, op));
         Ok(())
     }
 
-    /// The operator's proposals not yet expired.
-    pub fn proposals(&self) -> &[UpgradeOp] {
+    /// Records the operator's proposal to cancel the scheduled upgrade `op`: this node's blocks
+    /// vote for the cancel while it still counts and until it is carried.
+    pub fn propose_cancel(&mut self, op: UpgradeOp) -> Result<(), crate::state::ScheduleError> {
+        self.check_proposal(Action::Cancel, op)?;
+        self.proposals.retain(|(a, p)| !(*a == Action::Cancel && *p == op));
+        self.proposals.push((Action::Cancel, op));
+        Ok(())
+    }
+
+    /// The same rules a block's votes meet, checked now so the operator hears of them; drops
+    /// proposals that can no longer count.
+    fn check_proposal(
+        &mut self,
+        action: Action,
+        op: UpgradeOp,
+    ) -> Result<(), crate::state::ScheduleError> {
+        let next = self.head.height.saturating_add(1);
+        let rules = self.genesis.governance();
+        let one = [op];
+        let votes = match action {
+            Action::Upgrade => BlockVotes {
+                upgrades: &one,
+                ..BlockVotes::default()
+            },
+            Action::Cancel => BlockVotes {
+                cancels: &one,
+                ..BlockVotes::default()
+            },
+        };
+        // The proposer's own quota is checked when its block is built; here any index that
+        // holds no pending vote stands in for it.
+        self.schedule.with_block(next, u32::MAX, votes, &rules)?;
+        self.proposals
+            .retain(|(_, p)| p.height > next.saturating_add(rules.lead));
+        Ok(())
+    }
+
+    /// The operator's proposals not yet expired: what this node's blocks vote for.
+    pub fn proposals(&self) -> &[(Action, UpgradeOp)] {
         &self.proposals
     }
 
-    /// The upgrade votes `proposer`'s block at `height` carries: the operator's proposals that
-    /// still count, are not scheduled yet and lack this proposer's vote. Never votes that would
-    /// make the block invalid.
-    fn upgrade_votes_for(&self, height: u64, proposer: u32) -> Vec<UpgradeOp> {
-        let lead = self.genesis.upgrade_lead_blocks;
-        let votes: Vec<UpgradeOp> = self
-            .proposals
-            .iter()
-            .filter(|op| op.height > height.saturating_add(lead))
-            .filter(|op| !self.schedule.entries.contains(op))
-            .filter(|op| {
-                !self
-                    .schedule
-                    .pending
-                    .iter()
-                    .any(|p| p.op == **op && p.voters.contains(&proposer))
-            })
-            .take(MAX_UPGRADE_VOTES)
-            .copied()
-            .collect();
-        match self.schedule.with_block(
-            height,
-            proposer,
-            &votes,
-            self.genesis.authorities.len(),
-            lead,
-        ) {
-            Ok(_) => votes,
-            Err(e) => {
-                tracing::warn!(error = %e, "not voting for the proposed upgrades in this block");
-                Vec::new()
+    /// The votes and readiness attestations `proposer`'s block at `height` carries: the
+    /// operator's proposals that still count, are not carried yet and lack this proposer's
+    /// vote, and every open deposits upgrade whose module this node holds ready that it has not
+    /// attested yet. Never what would make the block invalid.
+    fn schedule_votes_for(&self, height: u64, proposer: u32) -> ScheduleVotes {
+        let rules = self.genesis.governance();
+        let voted = |action: Action, op: &UpgradeOp| {
+            self.schedule
+                .pending
+                .iter()
+                .any(|p| p.action == action && p.op == *op && p.voters.contains(&proposer))
+        };
+        let wanted = |action: Action| -> Vec<UpgradeOp> {
+            self.proposals
+                .iter()
+                .filter(|(a, op)| *a == action && op.height > height.saturating_add(rules.lead))
+                .filter(|(a, op)| match a {
+                    Action::Upgrade => !self.schedule.entries.contains(op),
+                    Action::Cancel => self.schedule.upcoming(height).any(|e| e == op),
+                })
+                .filter(|(a, op)| !voted(*a, op))
+                .map(|(_, op)| *op)
+                .take(MAX_UPGRADE_VOTES)
+                .collect()
+        };
+        let upgrades = wanted(Action::Upgrade);
+        let cancels = wanted(Action::Cancel);
+        let mut ready: Vec<UpgradeOp> = Vec::new();
+        for op in self.schedule.open_upgrades(height).chain(upgrades.iter()) {
+            if op.kind == Kind::Deposits
+                && !ready.contains(op)
+                && !self.schedule.attesters(op).contains(&proposer)
+                && self.holds_ready(&op.module)
+            {
+                ready.push(*op);
             }
         }
+        ready.truncate(MAX_READY_ATTESTATIONS);
+        let fits = |votes: BlockVotes<'_>| {
+            self.schedule
+                .with_block(height, proposer, votes, &rules)
+                .map_err(|e| tracing::warn!(error = %e, "not casting these upgrade votes"))
+                .is_ok()
+        };
+        let all = BlockVotes {
+            upgrades: &upgrades,
+            cancels: &cancels,
+            ready: &ready,
+        };
+        if fits(all) {
+            return ScheduleVotes {
+                upgrades,
+                cancels,
+                ready,
+            };
+        }
+        let attested_only = ready
+            .iter()
+            .filter(|op| self.schedule.open_upgrades(height).any(|o| o == *op))
+            .copied()
+            .collect::<Vec<_>>();
+        let only_ready = BlockVotes {
+            ready: &attested_only,
+            ..BlockVotes::default()
+        };
+        ScheduleVotes {
+            ready: if fits(only_ready) {
+                attested_only
+            } else {
+                Vec::new()
+            },
+            ..ScheduleVotes::default()
+        }
+    }
+
+    /// Whether this node holds the deposits module `hash` compiled and warmed: the engine the
+    /// chain was opened with, or a prepared module.
+    fn holds_ready(&self, hash: &Hash) -> bool {
+        self.deposits.hash() == Some(*hash)
+            || self.modules.as_ref().is_some_and(|m| m.is_ready(hash))
     }
 
     /// The canonical block at `height`.
@@ -559,10 +642,13 @@ impl Chain {
         deposits: Vec<ProvenDeposit>,
     ) -> Result<Block, ImportError> {
         let height = self.head.height.saturating_add(1);
+        let votes = self.schedule_votes_for(height, proposer);
         let body = block::BlockBody {
             eth1_vote,
             deposits,
-            upgrade_votes: self.upgrade_votes_for(height, proposer),
+            upgrade_votes: votes.upgrades,
+            cancel_votes: votes.cancels,
+            ready: votes.ready,
         };
         let mut header = BlockHeader {
             parent_hash: self.head.hash,

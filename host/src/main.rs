@@ -155,6 +155,25 @@ enum ModuleCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Make a running authority's blocks vote to cancel a scheduled consensus upgrade. A strict
+    /// majority of the authorities, voting more than the genesis lead before the height,
+    /// removes it (Solana's RevokePendingActivation, Cosmos' cancel-upgrade).
+    Revoke {
+        /// The scheduled module's sha256 (hex).
+        sha256: String,
+        /// The consensus kind.
+        #[arg(long, default_value = "deposits")]
+        kind: String,
+        /// The scheduled activation height.
+        #[arg(long)]
+        height: u64,
+        /// Which node.
+        #[command(flatten)]
+        node: commands::module::NodeArgs,
+        /// Print the node's JSON answer.
+        #[arg(long)]
+        json: bool,
+    },
     /// Put an uploaded (or built-in) module of a local kind into service on a running node:
     /// live at once (the current version is kept as `previous`), as a shadow (runs on the same
     /// inputs, divergences counted, no effect) or as a canary (a share of calls). Consensus
@@ -338,6 +357,13 @@ fn main() -> std::process::ExitCode {
             node,
             json,
         }) => commands::module::propose(&sha256, &kind, activate_at, &node, json),
+        Command::Module(ModuleCommand::Revoke {
+            sha256,
+            kind,
+            height,
+            node,
+            json,
+        }) => commands::module::revoke(&sha256, &kind, height, &node, json),
         Command::Module(ModuleCommand::Activate {
             hash,
             shadow,

@@ -45,6 +45,7 @@ pub use self::network::checkpoint_progress::ProgressDisplay;
 pub use self::network::checkpoint_restore::{CheckpointSyncError, RESTORE_DIR, SyncMode};
 use crate::admin::{self, AdminBackend, BoxFuture, ModuleOp, ModuleOpError};
 use crate::chain::genesis::Genesis;
+use crate::state::schedule::Action;
 use crate::chain::{Chain, DepositEngine};
 use crate::checkpoint::{CheckpointConfig, CheckpointStore, Checkpointer};
 use crate::deposit_source::dev_contract::{self, DevContract};
@@ -705,6 +706,7 @@ impl Node {
                     states: states.clone(),
                     checkpoints: checkpoints.clone(),
                     upgrades: upgrades.clone(),
+                    produces: may_produce,
                 });
                 let (listener, token) = admin::server::bind(addr, &data_dir, config.admin_public)
                     .await
@@ -902,6 +904,8 @@ struct Backend {
     states: Arc<crate::state_cache::StateCache>,
     checkpoints: CheckpointStore,
     upgrades: Arc<UpgradeAgent>,
+    /// Whether this node's blocks carry votes (it may produce).
+    produces: bool,
 }
 
 impl AdminBackend for Backend {
@@ -1009,11 +1013,19 @@ impl AdminBackend for Backend {
 
     fn propose_upgrade(
         &self,
+        action: Action,
         kind: String,
         sha256: String,
         activate_at: u64,
     ) -> BoxFuture<'_, Result<serde_json::Value, String>> {
         Box::pin(async move {
+            if !self.produces {
+                return Err(
+                    "this node produces no blocks (a follower, or started with --no-produce), so \
+                     its proposals would never be voted: propose on the authorities"
+                        .to_string(),
+                );
+            }
             let kind = crate::runtime::Kind::ALL
                 .into_iter()
                 .find(|k| k.to_string() == kind)
@@ -1022,27 +1034,30 @@ impl AdminBackend for Backend {
                 .ok()
                 .and_then(|b| b.try_into().ok())
                 .ok_or_else(|| format!("sha256 {sha256:?} is not 32 bytes of hex"))?;
-            let upgrades = self.upgrades.clone();
-            let ready = tokio::task::spawn_blocking(move || upgrades.prepare_local(&module))
-                .await
-                .map_err(|e| format!("module preparation task failed: {e}"))??;
-            if !ready {
-                return Err(format!(
-                    "module {sha256} is not stored on this node; upload it first"
-                ));
-            }
             let op = crate::state::UpgradeOp {
                 kind,
                 module,
                 height: activate_at,
             };
+            if action == Action::Upgrade {
+                let upgrades = self.upgrades.clone();
+                let ready = tokio::task::spawn_blocking(move || upgrades.prepare_as(kind, &module))
+                    .await
+                    .map_err(|e| format!("module preparation task failed: {e}"))??;
+                if !ready {
+                    return Err(format!(
+                        "module {sha256} is not stored on this node; upload it first"
+                    ));
+                }
+            }
             self.chain
-                .propose_upgrade(op)
+                .propose(action, op)
                 .await
                 .map_err(|e| e.to_string())?;
-            tracing::info!(%kind, module = %sha256, activate_at, "upgrade proposed: our blocks vote for it");
+            tracing::info!(?action, %kind, module = %sha256, activate_at, "proposed: our blocks vote for it");
             Ok(serde_json::json!({
                 "proposed": true,
+                "action": action,
                 "kind": kind.to_string(),
                 "sha256": hex::encode(module),
                 "activate_at": activate_at,

@@ -114,15 +114,21 @@ pub async fn checkpoints(target: &Target) -> Result<Value, AdminError> {
     request(target, "GET", "/checkpoints", None, CLIENT_TIMEOUT).await
 }
 
-/// Asks the node to vote for upgrading `kind` to module `sha256` (hex) at `activate_at`
-/// (`POST /modules/propose`).
+/// Asks the node to vote for upgrading `kind` to module `sha256` (hex) at `activate_at`, or
+/// with `action` `"cancel"` for revoking that scheduled upgrade (`POST /modules/propose`).
 pub async fn propose_upgrade(
     target: &Target,
+    action: &str,
     kind: &str,
     sha256: &str,
     activate_at: u64,
 ) -> Result<Value, AdminError> {
-    let body = serde_json::json!({"kind": kind, "sha256": sha256, "activate_at": activate_at});
+    let body = serde_json::json!({
+        "action": action,
+        "kind": kind,
+        "sha256": sha256,
+        "activate_at": activate_at,
+    });
     post_json(target, "/modules/propose", &body).await
 }
 

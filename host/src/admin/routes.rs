@@ -20,6 +20,7 @@ use super::token::AdminToken;
 use super::{AdminBackend, ModuleOp, ModuleOpError};
 use crate::modules_store::upload::UploadOutcome;
 use crate::runtime::{Kind, Mode};
+use crate::state::schedule::Action;
 
 /// Content type of `/metrics`.
 const METRICS_TYPE: &str = crate::node::metrics::METRICS_CONTENT_TYPE;
@@ -270,7 +271,8 @@ async fn create_checkpoint(State(state): State<AppState>) -> Response {
     }
 }
 
-/// `POST /modules/propose` with `{"sha256", "kind", "activate_at"}`.
+/// `POST /modules/propose` with `{"sha256", "kind", "activate_at"}` and optionally
+/// `"action": "cancel"` to vote for revoking that scheduled upgrade.
 async fn propose_upgrade(State(state): State<AppState>, request: Request) -> Response {
     #[derive(serde::Deserialize)]
     #[serde(deny_unknown_fields)]
@@ -278,6 +280,12 @@ async fn propose_upgrade(State(state): State<AppState>, request: Request) -> Res
         sha256: String,
         kind: String,
         activate_at: u64,
+        /// `"upgrade"` (the default) or `"cancel"` (revoke a scheduled upgrade).
+        #[serde(default = "upgrade")]
+        action: Action,
+    }
+    fn upgrade() -> Action {
+        Action::Upgrade
     }
     let (parts, body) = request.into_parts();
     let body = match read_body(
@@ -298,7 +306,12 @@ async fn propose_upgrade(State(state): State<AppState>, request: Request) -> Res
     let propose =
         state
             .backend
-            .propose_upgrade(proposal.kind, proposal.sha256, proposal.activate_at);
+            .propose_upgrade(
+                proposal.action,
+                proposal.kind,
+                proposal.sha256,
+                proposal.activate_at,
+            );
     match tokio::time::timeout(state.config.upload_timeout, propose).await {
         Ok(Ok(value)) => axum::Json(value).into_response(),
         Ok(Err(reason)) => error(StatusCode::BAD_REQUEST, reason),

@@ -19,11 +19,13 @@
 use sha2::{Digest, Sha256};
 
 use super::eth1::{DEPOSIT_PROOF_LEN, Eth1Data, ProvenDeposit};
-use crate::state::schedule::{MAX_UPGRADE_VOTES, ScheduleError, UPGRADE_OP_BYTES, UpgradeOp};
+use crate::state::schedule::{
+    MAX_READY_ATTESTATIONS, MAX_UPGRADE_VOTES, ScheduleError, UPGRADE_OP_BYTES, UpgradeOp,
+};
 
 /// Current encoding version of headers and bodies (2: eth1 vote and deposit proofs; 3: upgrade
-/// votes).
-pub const BLOCK_VERSION: u8 = 3;
+/// votes; 4: cancel votes and readiness attestations).
+pub const BLOCK_VERSION: u8 = 4;
 /// Encoded header size.
 pub const HEADER_BYTES: usize = 1 + 32 + 8 + 8 + 4 + 32 + 32;
 /// Encoded deposit size.
@@ -77,13 +79,22 @@ pub enum BlockError {
     /// Unknown seal kind.
     #[error("unknown block seal kind {0}")]
     Seal(u8),
-    /// More upgrade votes than allowed.
-    #[error("block has {0} upgrade votes, the limit is {MAX_UPGRADE_VOTES}")]
-    TooManyVotes(usize),
-    /// An upgrade vote is malformed.
-    #[error("block upgrade vote {index}: {source}")]
+    /// More upgrade votes, cancel votes or readiness attestations than allowed.
+    #[error("block has {count} {list}, the limit is {max}")]
+    TooManyVotes {
+        /// Which list.
+        list: &'static str,
+        /// Entries in the body.
+        count: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// An upgrade vote, cancel vote or attestation is malformed.
+    #[error("block {list} {index}: {source}")]
     Vote {
-        /// Its position in the body.
+        /// Which list.
+        list: &'static str,
+        /// Its position in the list.
         index: usize,
         /// What is wrong.
         source: ScheduleError,
@@ -167,6 +178,47 @@ pub struct BlockBody {
     pub deposits: Vec<ProvenDeposit>,
     /// The proposer's votes for upgrade operations (at most [`MAX_UPGRADE_VOTES`]).
     pub upgrade_votes: Vec<UpgradeOp>,
+    /// The proposer's votes to cancel scheduled upgrades (at most [`MAX_UPGRADE_VOTES`]).
+    pub cancel_votes: Vec<UpgradeOp>,
+    /// Open upgrades whose module the proposer holds compiled and warmed (at most
+    /// [`MAX_READY_ATTESTATIONS`]): its signed readiness attestations.
+    pub ready: Vec<UpgradeOp>,
+}
+
+/// The lists of upgrade operations a body carries, in encoding order, with their limits.
+const OP_LISTS: [(&str, usize); 3] = [
+    ("upgrade votes", MAX_UPGRADE_VOTES),
+    ("cancel votes", MAX_UPGRADE_VOTES),
+    ("readiness attestations", MAX_READY_ATTESTATIONS),
+];
+
+fn encode_ops(out: &mut Vec<u8>, ops: &[UpgradeOp]) {
+    let count = u8::try_from(ops.len()).unwrap_or(u8::MAX);
+    out.push(count);
+    for op in ops.iter().take(usize::from(count)) {
+        out.extend_from_slice(&op.encode());
+    }
+}
+
+fn decode_ops(
+    r: &mut Reader<'_>,
+    (list, max): (&'static str, usize),
+) -> Result<Vec<UpgradeOp>, BlockError> {
+    let count = usize::from(r.u8(list)?);
+    if count > max {
+        return Err(BlockError::TooManyVotes { list, count, max });
+    }
+    let mut ops = Vec::with_capacity(count);
+    for index in 0..count {
+        let op = UpgradeOp::decode(r.take::<UPGRADE_OP_BYTES>(list)?)
+            .map_err(|source| BlockError::Vote {
+                list,
+                index,
+                source,
+            })?;
+        ops.push(op);
+    }
+    Ok(ops)
 }
 
 /// The proposer's signature over [`seal_message`].
@@ -249,6 +301,15 @@ impl BlockHeader {
 }
 
 impl BlockBody {
+    /// What the body says about the module schedule.
+    pub fn schedule_votes(&self) -> crate::state::schedule::BlockVotes<'_> {
+        crate::state::schedule::BlockVotes {
+            upgrades: &self.upgrade_votes,
+            cancels: &self.cancel_votes,
+            ready: &self.ready,
+        }
+    }
+
     /// Canonical encoding.
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(
@@ -267,11 +328,9 @@ impl BlockBody {
                 out.extend_from_slice(hash);
             }
         }
-        let votes = u8::try_from(self.upgrade_votes.len()).unwrap_or(u8::MAX);
-        out.push(votes);
-        for vote in self.upgrade_votes.iter().take(usize::from(votes)) {
-            out.extend_from_slice(&vote.encode());
-        }
+        encode_ops(&mut out, &self.upgrade_votes);
+        encode_ops(&mut out, &self.cancel_votes);
+        encode_ops(&mut out, &self.ready);
         out
     }
 
@@ -305,20 +364,13 @@ impl BlockBody {
             }
             deposits.push(ProvenDeposit { data, proof });
         }
-        let votes = usize::from(r.u8("upgrade vote count")?);
-        if votes > MAX_UPGRADE_VOTES {
-            return Err(BlockError::TooManyVotes(votes));
-        }
-        let mut upgrade_votes = Vec::with_capacity(votes);
-        for index in 0..votes {
-            let op = UpgradeOp::decode(r.take::<UPGRADE_OP_BYTES>("upgrade vote")?)
-                .map_err(|source| BlockError::Vote { index, source })?;
-            upgrade_votes.push(op);
-        }
+        let [upgrades, cancels, ready] = OP_LISTS;
         Ok(Self {
             eth1_vote,
             deposits,
-            upgrade_votes,
+            upgrade_votes: decode_ops(r, upgrades)?,
+            cancel_votes: decode_ops(r, cancels)?,
+            ready: decode_ops(r, ready)?,
         })
     }
 }
@@ -391,7 +443,10 @@ mod tests {
         #[test]
         fn roundtrip(height: u64, slot: u64, proposer: u32, seeds in proptest::collection::vec((any::<u8>(), any::<u64>()), 0..16)) {
             let upgrade_votes = (0..(height % 5)).map(|i| UpgradeOp { kind: crate::runtime::Kind::Deposits, module: [i as u8; 32], height: slot }).collect();
-            let body = BlockBody { eth1_vote: vote(height), deposits: seeds.iter().map(|(s, a)| deposit(*s, *a)).collect(), upgrade_votes };
+            let op = |i: u64| UpgradeOp { kind: crate::runtime::Kind::Deposits, module: [i as u8; 32], height: slot };
+            let cancel_votes = (0..(slot % 5)).map(op).collect();
+            let ready = (0..(height % 17)).map(op).collect();
+            let body = BlockBody { eth1_vote: vote(height), deposits: seeds.iter().map(|(s, a)| deposit(*s, *a)).collect(), upgrade_votes, cancel_votes, ready };
             let header = BlockHeader { parent_hash: [1; 32], height, slot, proposer, state_root: [2; 32], body_root: body.root() };
             let block = Block { header, body, seal: if height % 2 == 0 { Seal::Unsigned } else { Seal::Ed25519([7; 64]) } };
             let bytes = block.encode();
@@ -407,7 +462,7 @@ mod tests {
         let body = BlockBody {
             eth1_vote: vote(3),
             deposits: (0..3).map(|i| deposit(i, 1)).collect(),
-            upgrade_votes: Vec::new(),
+            ..BlockBody::default()
         };
         let header = BlockHeader {
             parent_hash: [0; 32],
@@ -471,23 +526,38 @@ mod tests {
                 })
             );
         }
-        // The vote count is bounded and every vote's kind must be known.
+        // Each list's count is bounded and every operation's kind must be known. The body ends
+        // with the three counts (upgrade votes, cancel votes, attestations), all 0 here.
         let seal_at = bytes.len() - 1;
-        let mut many = bytes[..seal_at].to_vec();
-        *many.last_mut().unwrap() = 5;
-        many.extend(std::iter::repeat_n(0, 5 * UPGRADE_OP_BYTES + 1));
-        assert_eq!(Block::decode(&many, 16), Err(BlockError::TooManyVotes(5)));
-        let mut unknown = bytes[..seal_at].to_vec();
-        *unknown.last_mut().unwrap() = 1;
-        unknown.extend(std::iter::repeat_n(7, UPGRADE_OP_BYTES));
-        unknown.push(0);
-        assert_eq!(
-            Block::decode(&unknown, 16),
-            Err(BlockError::Vote {
-                index: 0,
-                source: ScheduleError::UnknownKind(7)
-            })
-        );
+        let lists_at = seal_at - 3;
+        for (list, (name, max)) in OP_LISTS.into_iter().enumerate() {
+            let mut many = bytes[..lists_at].to_vec();
+            many.extend(&[0, 0, 0][..list]);
+            many.push(max as u8 + 1);
+            many.extend(std::iter::repeat_n(0, (max + 1) * UPGRADE_OP_BYTES + 3));
+            assert_eq!(
+                Block::decode(&many, 16),
+                Err(BlockError::TooManyVotes {
+                    list: name,
+                    count: max + 1,
+                    max
+                })
+            );
+            let mut unknown = bytes[..lists_at].to_vec();
+            unknown.extend(&[0, 0, 0][..list]);
+            unknown.push(1);
+            unknown.extend(std::iter::repeat_n(7, UPGRADE_OP_BYTES));
+            unknown.extend(&[0, 0, 0][list + 1..]);
+            unknown.push(0);
+            assert_eq!(
+                Block::decode(&unknown, 16),
+                Err(BlockError::Vote {
+                    list: name,
+                    index: 0,
+                    source: ScheduleError::UnknownKind(7)
+                })
+            );
+        }
     }
 
     #[test]

@@ -34,6 +34,12 @@ pub trait DepositModules: Send + Sync {
     /// The ready deposits engine with component sha256 `hash`.
     fn deposits(&self, hash: &[u8; 32]) -> Option<DepositEngine>;
 
+    /// Whether the deposits module `hash` is compiled and warmed here, for the producer's
+    /// readiness attestations. A module of another kind under that hash is not ready.
+    fn is_ready(&self, hash: &[u8; 32]) -> bool {
+        self.deposits(hash).is_some()
+    }
+
     /// Told the module schedule after every change of the head (import, revert, open), so the
     /// node can fetch and warm scheduled modules before their height.
     fn scheduled(&self, _schedule: &crate::state::Schedule) {}

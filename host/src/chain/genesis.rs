@@ -87,8 +87,15 @@ pub struct Genesis {
     /// (`None`: whatever deposits engine the node opens the chain with — dev chains and tests).
     pub deposits_module: Option<Hash>,
     /// Upgrade votes count only when cast more than this many blocks before the operation's
-    /// activation height, so nodes have time to fetch, precompile and warm the module.
+    /// activation height, so nodes have time to fetch, precompile and warm the module; the
+    /// readiness gate closes this many blocks before it.
     pub upgrade_lead_blocks: u64,
+    /// Votes may name an activation height at most this many blocks after the voting block.
+    pub upgrade_max_ahead_blocks: u64,
+    /// A pending upgrade or cancel operation expires this many blocks after its first vote.
+    pub upgrade_vote_ttl_blocks: u64,
+    /// Most pending operations one authority may have voted for at once.
+    pub upgrade_open_per_authority: u16,
 }
 
 #[derive(Deserialize)]
@@ -121,6 +128,12 @@ struct GenesisFile {
     deposits_module: Option<String>,
     #[serde(default = "default_upgrade_lead_blocks")]
     upgrade_lead_blocks: u64,
+    #[serde(default = "default_upgrade_max_ahead_blocks")]
+    upgrade_max_ahead_blocks: u64,
+    #[serde(default = "default_upgrade_vote_ttl_blocks")]
+    upgrade_vote_ttl_blocks: u64,
+    #[serde(default = "default_upgrade_open_per_authority")]
+    upgrade_open_per_authority: u16,
 }
 
 #[derive(Deserialize)]
@@ -166,6 +179,21 @@ pub const DEFAULT_UPGRADE_LEAD_BLOCKS: u64 = 4;
 fn default_upgrade_lead_blocks() -> u64 {
     DEFAULT_UPGRADE_LEAD_BLOCKS
 }
+/// Default [`Genesis::upgrade_max_ahead_blocks`]: about 11 days of 2 s slots.
+pub const DEFAULT_UPGRADE_MAX_AHEAD_BLOCKS: u64 = 500_000;
+fn default_upgrade_max_ahead_blocks() -> u64 {
+    DEFAULT_UPGRADE_MAX_AHEAD_BLOCKS
+}
+/// Default [`Genesis::upgrade_vote_ttl_blocks`]: a day of 2 s slots.
+pub const DEFAULT_UPGRADE_VOTE_TTL_BLOCKS: u64 = 43_200;
+fn default_upgrade_vote_ttl_blocks() -> u64 {
+    DEFAULT_UPGRADE_VOTE_TTL_BLOCKS
+}
+/// Default [`Genesis::upgrade_open_per_authority`].
+pub const DEFAULT_UPGRADE_OPEN_PER_AUTHORITY: u16 = 4;
+fn default_upgrade_open_per_authority() -> u16 {
+    DEFAULT_UPGRADE_OPEN_PER_AUTHORITY
+}
 /// Default [`Genesis::finality_depth`].
 pub const DEFAULT_FINALITY_DEPTH: u64 = 32;
 fn default_finality_depth() -> u64 {
@@ -209,6 +237,25 @@ impl Genesis {
         }
         if file.max_deposits_per_block == 0 {
             return Err(invalid("max_deposits_per_block must be at least 1".into()));
+        }
+        if file.upgrade_lead_blocks == 0 {
+            return Err(invalid(
+                "upgrade_lead_blocks must be at least 1: the readiness gate closes that many \
+                 blocks before an activation height"
+                    .into(),
+            ));
+        }
+        if file.upgrade_max_ahead_blocks <= file.upgrade_lead_blocks {
+            return Err(invalid(format!(
+                "upgrade_max_ahead_blocks ({}) must be greater than upgrade_lead_blocks ({}), or \
+                 no upgrade could ever be voted",
+                file.upgrade_max_ahead_blocks, file.upgrade_lead_blocks
+            )));
+        }
+        if file.upgrade_vote_ttl_blocks == 0 || file.upgrade_open_per_authority == 0 {
+            return Err(invalid(
+                "upgrade_vote_ttl_blocks and upgrade_open_per_authority must be at least 1".into(),
+            ));
         }
         if file.finality_depth == 0 {
             return Err(invalid("finality_depth must be at least 1".into()));
@@ -280,6 +327,9 @@ impl Genesis {
             deposits,
             deposits_module,
             upgrade_lead_blocks: file.upgrade_lead_blocks,
+            upgrade_max_ahead_blocks: file.upgrade_max_ahead_blocks,
+            upgrade_vote_ttl_blocks: file.upgrade_vote_ttl_blocks,
+            upgrade_open_per_authority: file.upgrade_open_per_authority,
         };
         genesis.registry()?;
         Ok(genesis)
@@ -320,6 +370,20 @@ impl Genesis {
             deposits: Vec::new(),
             deposits_module: None,
             upgrade_lead_blocks: DEFAULT_UPGRADE_LEAD_BLOCKS,
+            upgrade_max_ahead_blocks: DEFAULT_UPGRADE_MAX_AHEAD_BLOCKS,
+            upgrade_vote_ttl_blocks: DEFAULT_UPGRADE_VOTE_TTL_BLOCKS,
+            upgrade_open_per_authority: DEFAULT_UPGRADE_OPEN_PER_AUTHORITY,
+        }
+    }
+
+    /// The chain's governance rules for upgrade votes (see [`crate::state::schedule`]).
+    pub fn governance(&self) -> crate::state::schedule::Governance {
+        crate::state::schedule::Governance {
+            authorities: self.authorities.len(),
+            lead: self.upgrade_lead_blocks,
+            max_ahead: self.upgrade_max_ahead_blocks,
+            vote_ttl: self.upgrade_vote_ttl_blocks,
+            open_per_authority: usize::from(self.upgrade_open_per_authority),
         }
     }
 
@@ -431,6 +495,9 @@ impl Genesis {
         h.update(self.engine_profile.hash());
         h.update(self.eth1_voting_period_slots.to_le_bytes());
         h.update(self.upgrade_lead_blocks.to_le_bytes());
+        h.update(self.upgrade_max_ahead_blocks.to_le_bytes());
+        h.update(self.upgrade_vote_ttl_blocks.to_le_bytes());
+        h.update(self.upgrade_open_per_authority.to_le_bytes());
         h.finalize().into()
     }
 
@@ -441,7 +508,7 @@ impl Genesis {
         let body = BlockBody {
             eth1_vote: eth1.eth1_data,
             deposits: Vec::new(),
-            upgrade_votes: Vec::new(),
+            ..BlockBody::default()
         };
         Block {
             header: BlockHeader {

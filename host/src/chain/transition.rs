@@ -109,9 +109,8 @@ pub(crate) fn transition(
         .with_block(
             header.height,
             header.proposer,
-            &body.upgrade_votes,
-            genesis.authorities.len(),
-            genesis.upgrade_lead_blocks,
+            body.schedule_votes(),
+            &genesis.governance(),
         )
         .map_err(|source| ImportError::UpgradeVote {
             hash: hash.clone(),

@@ -346,14 +346,49 @@ pub fn propose(
 ) -> anyhow::Result<()> {
     let target = node.target()?;
     let answer = runtime()?
-        .block_on(client::propose_upgrade(&target, kind, sha256, activate_at))
+        .block_on(client::propose_upgrade(
+            &target,
+            "upgrade",
+            kind,
+            sha256,
+            activate_at,
+        ))
         .with_context(|| format!("the node at {} refused the proposal", target.addr()))?;
     if json {
         println!("{answer}");
     } else {
         println!(
             "proposed: {kind} -> {sha256} at height {activate_at}; this node's blocks vote for it \
-             until a majority of the authorities has"
+             and attest it ready until a majority of the authorities has. It activates only if a \
+             majority of the authorities attests it ready {lead} blocks before the height \
+             (`modnode module list` shows the tally)",
+            lead = "upgrade_lead_blocks"
+        );
+    }
+    Ok(())
+}
+
+/// `modnode module revoke <sha256> --kind <kind> --height <height>`.
+pub fn revoke(
+    sha256: &str,
+    kind: &str,
+    height: u64,
+    node: &NodeArgs,
+    json: bool,
+) -> anyhow::Result<()> {
+    let target = node.target()?;
+    let answer = runtime()?
+        .block_on(client::propose_upgrade(
+            &target, "cancel", kind, sha256, height,
+        ))
+        .with_context(|| format!("the node at {} refused the revocation", target.addr()))?;
+    if json {
+        println!("{answer}");
+    } else {
+        println!(
+            "revocation proposed: {kind} -> {sha256} at height {height}; this node's blocks vote \
+             to cancel it until a majority of the authorities has (it must be carried more than \
+             upgrade_lead_blocks before the height)"
         );
     }
     Ok(())

@@ -23,6 +23,7 @@ use crate::checkpoint::{CheckpointSummary, Checkpointer};
 use crate::deposit_source::DepositSource;
 use crate::net::identity::NodeIdentity;
 use crate::state::StateSnapshot;
+use crate::state::schedule::Action;
 use crate::state::{RegistryRead, UpgradeOp};
 
 /// What the rest of the node sees of the chain; updated after every change.
@@ -104,6 +105,7 @@ enum Command {
         reply: CreateReply,
     },
     Propose {
+        action: Action,
         op: UpgradeOp,
         reply: oneshot::Sender<Result<(), WorkerError>>,
     },
@@ -201,9 +203,11 @@ impl ChainHandle {
             .map_err(|_| "the checkpoint creator stopped before answering".to_string())?
     }
 
-    /// Makes this node's blocks vote for the upgrade `op` while the vote counts.
-    pub async fn propose_upgrade(&self, op: UpgradeOp) -> Result<(), WorkerError> {
-        self.ask(|reply| Command::Propose { op, reply }).await
+    /// Makes this node's blocks vote for `action` on `op` (schedule the upgrade, or cancel
+    /// it) while the vote counts.
+    pub async fn propose(&self, action: Action, op: UpgradeOp) -> Result<(), WorkerError> {
+        self.ask(|reply| Command::Propose { action, op, reply })
+            .await
     }
 
     /// The current view.
@@ -374,12 +378,12 @@ impl Worker {
             } => {
                 let _ = reply.send(self.blocks(start, count, max_bytes));
             }
-            Command::Propose { op, reply } => {
-                let _ = reply.send(
-                    self.chain
-                        .propose_upgrade(op)
-                        .map_err(WorkerError::Proposal),
-                );
+            Command::Propose { action, op, reply } => {
+                let proposed = match action {
+                    Action::Upgrade => self.chain.propose_upgrade(op),
+                    Action::Cancel => self.chain.propose_cancel(op),
+                };
+                let _ = reply.send(proposed.map_err(WorkerError::Proposal));
             }
             Command::Checkpoint { reply } => self.checkpoint(Some(reply)),
         }

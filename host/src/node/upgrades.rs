@@ -201,8 +201,28 @@ impl UpgradeAgent {
 
     /// Prepares `hash` from the local store, if it is there. Blocking (loads, maybe compiles).
     pub fn prepare_local(&self, hash: &Hash) -> Result<bool, String> {
+        self.prepare_local_kind(hash).map(|kind| kind.is_some())
+    }
+
+    /// Prepares `hash` from the local store for an on-chain operation of `kind`: `Ok(false)` if
+    /// the bytes are not here, an error naming both kinds if the module is of another kind (a
+    /// hash of the wrong kind can never be scheduled by this node). Blocking.
+    pub fn prepare_as(&self, kind: Kind, hash: &Hash) -> Result<bool, String> {
+        match self.prepare_local_kind(hash)? {
+            None => Ok(false),
+            Some(found) if found == kind => Ok(true),
+            Some(found) => Err(format!(
+                "module {} is a {found} module, not a {kind} module: it cannot be scheduled as \
+                 {kind}",
+                hex::encode(hash)
+            )),
+        }
+    }
+
+    /// Prepares `hash` from the local store; its kind, or `None` if the bytes are not here.
+    fn prepare_local_kind(&self, hash: &Hash) -> Result<Option<Kind>, String> {
         if self.is_ready(hash) {
-            return Ok(true);
+            return Ok(Some(Kind::Deposits));
         }
         let bytes = match self.embedded.get(hash) {
             Some(bytes) => bytes.to_vec(),
@@ -213,11 +233,11 @@ impl UpgradeAgent {
                 .map_err(|e| e.to_string())?
             {
                 Some(bytes) => bytes,
-                None => return Ok(false),
+                None => return Ok(None),
             },
         };
-        self.modules.prepare(&bytes).map_err(|e| e.to_string())?;
-        Ok(true)
+        let prepared = self.modules.prepare(&bytes).map_err(|e| e.to_string())?;
+        Ok(Some(prepared.kind))
     }
 
     /// Takes module bytes a peer sent for `hash`: checks the hash, then the upload path
@@ -487,6 +507,10 @@ pub fn annotate_listing(
 }
 
 impl DepositModules for UpgradeAgent {
+    fn is_ready(&self, hash: &Hash) -> bool {
+        UpgradeAgent::is_ready(self, hash)
+    }
+
     fn deposits(&self, hash: &Hash) -> Option<DepositEngine> {
         let found = self
             .modules

@@ -1,29 +1,48 @@
-//! The on-chain module schedule: which version of each consensus kind runs at which height, and
-//! the upgrade operations authorities are voting for.
+//! The on-chain module schedule: which version of each consensus kind runs at which height, the
+//! operations authorities are voting for, and the authorities' readiness for each.
 //!
-//! Every block carries its proposer's votes for upgrade operations (kind, module sha256,
-//! activation height). A vote counts only while the operation's height is more than `lead`
-//! blocks ahead of the voting block. Once a strict majority of the authority set (distinct
-//! voters) has voted for the same operation, it moves from `pending` to `entries`: from its
-//! height on, the kind runs that module. A single authority of several can never reach a
-//! majority alone. Rolling back is a new operation back to the old hash at a later height.
+//! Every block carries its proposer's votes — to *upgrade* (kind, module sha256, activation
+//! height) or to *cancel* a scheduled upgrade — and its proposer's *readiness attestations*:
+//! the open upgrades whose module it holds compiled and warmed. All of it is signed with the
+//! block and committed by the state root.
+//!
+//! The rules, each there so that one authority or one operator's typo cannot stop the chain:
+//! - A vote counts only while the operation's height is more than `lead` blocks ahead of the
+//!   voting block, and at most `max_ahead` blocks ahead (no parking votes near `u64::MAX`).
+//! - A strict majority of the authority set (distinct voters) schedules an upgrade or carries a
+//!   cancel; a single authority of several never can.
+//! - An authority has at most `open_per_authority` pending operations of its own; a pending
+//!   operation expires `vote_ttl` blocks after its first vote, or when its vote deadline passes.
+//! - **Readiness gate**: at the block `lead` blocks before a scheduled upgrade's height, an
+//!   upgrade that a strict majority of authorities has not attested ready is dropped — never
+//!   activated into a halt. Dropped and cancelled operations are remembered (the last
+//!   [`MAX_DROPPED`]) so operators see what happened and why.
 //!
 //! The schedule is part of the chain state: committed by the state root, stored per block with
 //! the block's other changes in one atomic batch, and the state of a block's *parent* decides
 //! which module runs the block — so every replay, sync and reorg runs each height with the
 //! version scheduled for it.
 
-use sha2::{Digest, Sha256};
+mod codec;
+#[cfg(test)]
+mod tests;
 
 use crate::runtime::{Kind, Scope};
 
 /// A 32-byte hash.
 pub type Hash32 = [u8; 32];
 
-/// Most upgrade votes one block may carry.
+/// Most upgrade or cancel votes one block may carry (each list).
 pub const MAX_UPGRADE_VOTES: usize = 4;
-/// Most open operations (pending votes plus scheduled entries not yet active) at any time.
+/// Most scheduled upgrades not active yet at any time.
 pub const MAX_OPEN_OPS: usize = 16;
+/// Most pending operations at any time, whoever voted for them (each authority is bounded by
+/// the genesis `upgrade_open_per_authority` as well).
+pub const MAX_PENDING_OPS: usize = 256;
+/// Most readiness attestations one block may carry.
+pub const MAX_READY_ATTESTATIONS: usize = MAX_OPEN_OPS;
+/// Dropped or cancelled operations the schedule remembers, newest last.
+pub const MAX_DROPPED: usize = 8;
 /// Encoded size of an [`UpgradeOp`].
 pub const UPGRADE_OP_BYTES: usize = 1 + 32 + 8;
 
@@ -38,6 +57,62 @@ pub struct UpgradeOp {
     pub height: u64,
 }
 
+/// What a vote asks for.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Action {
+    /// Schedule the operation.
+    Upgrade,
+    /// Remove the scheduled operation before it activates.
+    Cancel,
+}
+
+/// The governance rules of a chain (from its genesis).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Governance {
+    /// Authorities (0: a single unpermissioned producer, which is then the majority).
+    pub authorities: usize,
+    /// Votes must be cast more than this many blocks before the activation height, and the
+    /// readiness gate closes this many blocks before it.
+    pub lead: u64,
+    /// Votes may name an activation height at most this many blocks after the voting block.
+    pub max_ahead: u64,
+    /// A pending operation expires this many blocks after its first vote.
+    pub vote_ttl: u64,
+    /// Most pending operations one authority may have voted for at once.
+    pub open_per_authority: usize,
+}
+
+impl Governance {
+    /// The size of the electorate: the authorities, or the single producer.
+    fn electorate(&self) -> usize {
+        self.authorities.max(1)
+    }
+
+    /// Whether `count` distinct authorities are a strict majority.
+    pub fn is_majority(&self, count: usize) -> bool {
+        count.saturating_mul(2) > self.electorate()
+    }
+
+    /// How many distinct authorities make a strict majority.
+    pub fn majority(&self) -> usize {
+        self.electorate() / 2 + 1
+    }
+}
+
+/// What one block says about the schedule.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct BlockVotes<'a> {
+    /// Votes to schedule upgrades.
+    pub upgrades: &'a [UpgradeOp],
+    /// Votes to cancel scheduled upgrades.
+    pub cancels: &'a [UpgradeOp],
+    /// Open upgrades whose module the proposer holds compiled and warmed.
+    pub ready: &'a [UpgradeOp],
+}
+
 /// Why bytes are not an upgrade operation, or a block's votes do not fit the schedule.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ScheduleError {
@@ -48,14 +123,18 @@ pub enum ScheduleError {
     #[error("{0} is a local kind; only consensus kinds are scheduled on chain")]
     LocalKind(Kind),
     /// The block carries more votes than allowed.
-    #[error("{count} upgrade votes in one block, the limit is {MAX_UPGRADE_VOTES}")]
+    #[error("{count} {action:?} votes in one block, the limit is {MAX_UPGRADE_VOTES}")]
     TooManyVotes {
+        /// Which list.
+        action: Action,
         /// Votes in the block.
         count: usize,
     },
     /// The block votes twice for the same operation.
-    #[error("the block votes twice for {kind} module {module} at height {height}")]
+    #[error("the block votes twice to {action:?} {kind} module {module} at height {height}")]
     Duplicate {
+        /// Which list.
+        action: Action,
         /// Kind.
         kind: Kind,
         /// Module (hex).
@@ -80,9 +159,71 @@ pub enum ScheduleError {
         /// The chain's lead.
         lead: u64,
     },
+    /// The operation's height is further ahead than the chain allows.
+    #[error(
+        "a vote in block {block} for {kind} module {module} at height {height} is too far \
+         ahead: activation heights may be at most {max_ahead} blocks after the voting block"
+    )]
+    TooFar {
+        /// The voting block's height.
+        block: u64,
+        /// Kind.
+        kind: Kind,
+        /// Module (hex).
+        module: String,
+        /// Activation height.
+        height: u64,
+        /// The chain's bound.
+        max_ahead: u64,
+    },
     /// Too many operations are open.
-    #[error("{MAX_OPEN_OPS} upgrade operations are already open; no new one can be proposed")]
+    #[error(
+        "{MAX_OPEN_OPS} upgrades are already scheduled or {MAX_PENDING_OPS} pending; no new one \
+         can be proposed until one activates, expires or is cancelled"
+    )]
     TooManyOpen,
+    /// The proposer already has its quota of pending operations.
+    #[error(
+        "authority {proposer} already has {limit} pending operations of its own; it can vote \
+         for a new one when one of them is scheduled or expires"
+    )]
+    TooManyForAuthority {
+        /// The voting authority.
+        proposer: u32,
+        /// The chain's per-authority limit.
+        limit: usize,
+    },
+    /// A cancel vote names no scheduled, not yet active upgrade.
+    #[error("no scheduled {kind} upgrade to module {module} at height {height} to cancel")]
+    NothingToCancel {
+        /// Kind.
+        kind: Kind,
+        /// Module (hex).
+        module: String,
+        /// Height.
+        height: u64,
+    },
+    /// A readiness attestation names an operation that is not open, or repeats one.
+    #[error(
+        "authority {proposer} attests readiness for {kind} module {module} at height {height}, \
+         which is not an open upgrade or was attested by it already"
+    )]
+    BadAttestation {
+        /// The attesting authority.
+        proposer: u32,
+        /// Kind.
+        kind: Kind,
+        /// Module (hex).
+        module: String,
+        /// Height.
+        height: u64,
+    },
+    /// The block carries more readiness attestations than allowed.
+    #[error("{count} readiness attestations in one block, the limit is {MAX_READY_ATTESTATIONS}")]
+    TooManyAttestations {
+        /// Attestations in the block.
+        count: usize,
+    },
 }
 
 /// Stable one-byte code of a kind in blocks and the state.
@@ -105,35 +246,6 @@ pub fn kind_from_code(code: u8) -> Result<Kind, ScheduleError> {
 }
 
 impl UpgradeOp {
-    /// `kind u8 | module 32 | height u64 LE`.
-    pub fn encode(&self) -> [u8; UPGRADE_OP_BYTES] {
-        let mut out = [0u8; UPGRADE_OP_BYTES];
-        let (kind, rest) = out.split_at_mut(1);
-        let (module, height) = rest.split_at_mut(32);
-        kind.copy_from_slice(&[kind_code(self.kind)]);
-        module.copy_from_slice(&self.module);
-        height.copy_from_slice(&self.height.to_le_bytes());
-        out
-    }
-
-    /// Decodes [`UpgradeOp::encode`]'s output.
-    pub fn decode(bytes: &[u8; UPGRADE_OP_BYTES]) -> Result<Self, ScheduleError> {
-        let (kind, rest) = bytes
-            .split_first()
-            .ok_or(ScheduleError::UnknownKind(0xff))?;
-        let (module, height) = rest
-            .split_first_chunk::<32>()
-            .ok_or(ScheduleError::UnknownKind(0xff))?;
-        let height: [u8; 8] = height
-            .try_into()
-            .map_err(|_| ScheduleError::UnknownKind(0xff))?;
-        Ok(Self {
-            kind: kind_from_code(*kind)?,
-            module: *module,
-            height: u64::from_le_bytes(height),
-        })
-    }
-
     fn module_hex(&self) -> String {
         hex::encode(self.module)
     }
@@ -142,10 +254,46 @@ impl UpgradeOp {
 /// An operation being voted on, with its distinct voters (sorted).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PendingOp {
+    /// What the votes ask for.
+    pub action: Action,
     /// The operation.
     pub op: UpgradeOp,
     /// Authorities that voted for it, ascending.
     pub voters: Vec<u32>,
+    /// Height of the block with its first vote (it expires `vote_ttl` blocks later).
+    pub since: u64,
+}
+
+/// The authorities that attested an open upgrade ready (sorted).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Readiness {
+    /// The upgrade.
+    pub op: UpgradeOp,
+    /// Authorities that attested it, ascending.
+    pub attesters: Vec<u32>,
+}
+
+/// Why a scheduled upgrade will not activate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DropReason {
+    /// A majority voted to cancel it.
+    Cancelled,
+    /// Fewer than a strict majority of authorities attested it ready by `height − lead`.
+    NotReady,
+}
+
+/// A scheduled upgrade that was dropped before its height.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DroppedOp {
+    /// The upgrade.
+    pub op: UpgradeOp,
+    /// Why.
+    pub reason: DropReason,
+    /// The block that dropped it.
+    pub at: u64,
+    /// Readiness attestations it had then.
+    pub ready: u32,
 }
 
 /// The schedule part of the state (see the module docs).
@@ -156,6 +304,10 @@ pub struct Schedule {
     pub entries: Vec<UpgradeOp>,
     /// Operations with votes but no majority yet, in order of their first vote.
     pub pending: Vec<PendingOp>,
+    /// Readiness attestations of open upgrades (pending or scheduled, not active yet).
+    pub ready: Vec<Readiness>,
+    /// The latest dropped or cancelled upgrades, oldest first (at most [`MAX_DROPPED`]).
+    pub dropped: Vec<DroppedOp>,
 }
 
 impl Schedule {
@@ -173,7 +325,7 @@ impl Schedule {
         entries.dedup_by_key(|e| e.kind);
         Self {
             entries,
-            pending: Vec::new(),
+            ..Self::default()
         }
     }
 
@@ -191,282 +343,273 @@ impl Schedule {
         self.entries.iter().filter(move |e| e.height > height)
     }
 
-    /// The schedule after the block at `height` by `proposer`, carrying `votes`, on a chain
-    /// with `authorities` authorities (0: a single unpermissioned producer, which is then the
-    /// majority) and a vote lead of `lead` blocks. Fails if a vote is invalid.
+    /// Upgrades the block at `height` may attest ready: pending upgrades and scheduled ones
+    /// not active at `height`.
+    pub fn open_upgrades(&self, height: u64) -> impl Iterator<Item = &UpgradeOp> {
+        self.pending
+            .iter()
+            .filter(|p| p.action == Action::Upgrade)
+            .map(|p| &p.op)
+            .chain(self.entries.iter().filter(move |e| e.height > height))
+    }
+
+    /// The authorities that attested `op` ready.
+    pub fn attesters(&self, op: &UpgradeOp) -> &[u32] {
+        self.ready
+            .iter()
+            .find(|r| r.op == *op)
+            .map_or(&[], |r| r.attesters.as_slice())
+    }
+
+    /// The schedule after the block at `height` by `proposer`, carrying `votes`, under the
+    /// chain's `rules`. Fails if a vote or attestation is invalid.
     pub fn with_block(
         &self,
         height: u64,
         proposer: u32,
-        votes: &[UpgradeOp],
-        authorities: usize,
-        lead: u64,
+        votes: BlockVotes<'_>,
+        rules: &Governance,
     ) -> Result<Self, ScheduleError> {
-        if votes.len() > MAX_UPGRADE_VOTES {
-            return Err(ScheduleError::TooManyVotes { count: votes.len() });
+        check_votes(height, votes.upgrades, Action::Upgrade, rules)?;
+        check_votes(height, votes.cancels, Action::Cancel, rules)?;
+        if votes.ready.len() > MAX_READY_ATTESTATIONS {
+            return Err(ScheduleError::TooManyAttestations {
+                count: votes.ready.len(),
+            });
         }
-        // Votes count only for operations more than `lead` blocks ahead.
-        let deadline = height.saturating_add(lead);
-        for (i, vote) in votes.iter().enumerate() {
-            if vote.kind.scope() != Scope::Consensus {
-                return Err(ScheduleError::LocalKind(vote.kind));
-            }
-            if vote.height <= deadline {
-                return Err(ScheduleError::TooLate {
-                    block: height,
-                    kind: vote.kind,
-                    module: vote.module_hex(),
-                    height: vote.height,
-                    lead,
-                });
-            }
-            if votes.get(..i).is_some_and(|before| before.contains(vote)) {
-                return Err(ScheduleError::Duplicate {
-                    kind: vote.kind,
-                    module: vote.module_hex(),
-                    height: vote.height,
-                });
-            }
-        }
+        let deadline = height.saturating_add(rules.lead);
         let mut next = self.clone();
-        next.pending.retain(|p| p.op.height > deadline);
-        for vote in votes {
-            match next.pending.iter_mut().find(|p| p.op == *vote) {
-                Some(p) => {
-                    if let Err(at) = p.voters.binary_search(&proposer) {
-                        p.voters.insert(at, proposer);
-                    }
-                }
-                None => {
-                    let open = next
-                        .pending
-                        .len()
-                        .saturating_add(next.upcoming(height).count());
-                    if open >= MAX_OPEN_OPS {
-                        return Err(ScheduleError::TooManyOpen);
-                    }
-                    next.pending.push(PendingOp {
-                        op: *vote,
-                        voters: vec![proposer],
-                    });
-                }
+        // Expire what can no longer count: past its vote deadline, or older than the TTL.
+        next.pending
+            .retain(|p| p.op.height > deadline && height < p.since.saturating_add(rules.vote_ttl));
+        for cancel in votes.cancels {
+            if !next.upcoming(height).any(|e| e == cancel) {
+                return Err(ScheduleError::NothingToCancel {
+                    kind: cancel.kind,
+                    module: cancel.module_hex(),
+                    height: cancel.height,
+                });
             }
         }
-        let electorate = authorities.max(1);
-        let (adopted, pending): (Vec<PendingOp>, Vec<PendingOp>) = next
-            .pending
-            .into_iter()
-            .partition(|p| p.voters.len().saturating_mul(2) > electorate);
-        next.pending = pending;
-        for p in adopted {
-            next.entries
-                .retain(|e| !(e.kind == p.op.kind && e.height == p.op.height));
-            next.entries.push(p.op);
+        let tagged = votes
+            .upgrades
+            .iter()
+            .map(|op| (Action::Upgrade, op))
+            .chain(votes.cancels.iter().map(|op| (Action::Cancel, op)));
+        for (action, op) in tagged {
+            next.tally(height, proposer, action, *op, rules)?;
         }
-        next.entries.sort();
-        // Entries that can never run again: an older entry of a kind already superseded at the
-        // next height.
-        let next_height = height.saturating_add(1);
-        let superseded: Vec<UpgradeOp> =
-            next.entries
-                .iter()
-                .filter(|e| {
-                    e.height <= next_height
-                        && next.entries.iter().any(|l| {
-                            l.kind == e.kind && l.height > e.height && l.height <= next_height
-                        })
-                })
-                .copied()
-                .collect();
-        next.entries.retain(|e| !superseded.contains(e));
+        next.attest(height, proposer, votes.ready)?;
+        next.adopt(height, rules);
+        next.gate(height, rules);
+        next.retire(height);
         Ok(next)
     }
 
-    /// Canonical encoding: `entries u16 | entries × op | pending u16 | pending × (op | voters
-    /// u16 | voters × u32)`, integers little-endian.
-    pub fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::new();
-        let entries = u16::try_from(self.entries.len()).unwrap_or(u16::MAX);
-        out.extend_from_slice(&entries.to_le_bytes());
-        for e in self.entries.iter().take(usize::from(entries)) {
-            out.extend_from_slice(&e.encode());
-        }
-        let pending = u16::try_from(self.pending.len()).unwrap_or(u16::MAX);
-        out.extend_from_slice(&pending.to_le_bytes());
-        for p in self.pending.iter().take(usize::from(pending)) {
-            out.extend_from_slice(&p.op.encode());
-            let voters = u16::try_from(p.voters.len()).unwrap_or(u16::MAX);
-            out.extend_from_slice(&voters.to_le_bytes());
-            for v in p.voters.iter().take(usize::from(voters)) {
-                out.extend_from_slice(&v.to_le_bytes());
+    /// Counts `proposer`'s vote for `(action, op)`.
+    fn tally(
+        &mut self,
+        height: u64,
+        proposer: u32,
+        action: Action,
+        op: UpgradeOp,
+        rules: &Governance,
+    ) -> Result<(), ScheduleError> {
+        if let Some(p) = self
+            .pending
+            .iter_mut()
+            .find(|p| p.action == action && p.op == op)
+        {
+            if let Err(at) = p.voters.binary_search(&proposer) {
+                p.voters.insert(at, proposer);
             }
+            return Ok(());
         }
-        out
+        let own = self
+            .pending
+            .iter()
+            .filter(|p| p.voters.contains(&proposer))
+            .count();
+        if own >= rules.open_per_authority {
+            return Err(ScheduleError::TooManyForAuthority {
+                proposer,
+                limit: rules.open_per_authority,
+            });
+        }
+        if self.pending.len() >= MAX_PENDING_OPS
+            || (action == Action::Upgrade && self.upcoming(height).count() >= MAX_OPEN_OPS)
+        {
+            return Err(ScheduleError::TooManyOpen);
+        }
+        self.pending.push(PendingOp {
+            action,
+            op,
+            voters: vec![proposer],
+            since: height,
+        });
+        Ok(())
     }
 
-    /// Decodes [`Schedule::encode`]'s output; `None` if malformed or with trailing bytes.
-    pub fn decode(bytes: &[u8]) -> Option<Self> {
-        fn u16_at(rest: &mut &[u8]) -> Option<usize> {
-            let (n, after) = rest.split_first_chunk::<2>()?;
-            *rest = after;
-            Some(usize::from(u16::from_le_bytes(*n)))
-        }
-        fn op_at(rest: &mut &[u8]) -> Option<UpgradeOp> {
-            let (op, after) = rest.split_first_chunk::<UPGRADE_OP_BYTES>()?;
-            *rest = after;
-            UpgradeOp::decode(op).ok()
-        }
-        let mut rest = bytes;
-        let count = u16_at(&mut rest)?;
-        let mut entries = Vec::with_capacity(count.min(MAX_OPEN_OPS));
-        for _ in 0..count {
-            entries.push(op_at(&mut rest)?);
-        }
-        let count = u16_at(&mut rest)?;
-        let mut pending = Vec::with_capacity(count.min(MAX_OPEN_OPS));
-        for _ in 0..count {
-            let op = op_at(&mut rest)?;
-            let voters_count = u16_at(&mut rest)?;
-            let mut voters = Vec::with_capacity(voters_count.min(1024));
-            for _ in 0..voters_count {
-                let (v, after) = rest.split_first_chunk::<4>()?;
-                rest = after;
-                voters.push(u32::from_le_bytes(*v));
+    /// Records `proposer`'s readiness attestations; each must name an open upgrade it has not
+    /// attested yet.
+    fn attest(
+        &mut self,
+        height: u64,
+        proposer: u32,
+        ready: &[UpgradeOp],
+    ) -> Result<(), ScheduleError> {
+        for (i, op) in ready.iter().enumerate() {
+            let open = self.open_upgrades(height).any(|o| o == op);
+            let repeated = ready.get(..i).is_some_and(|before| before.contains(op))
+                || self.attesters(op).contains(&proposer);
+            if !open || repeated {
+                return Err(ScheduleError::BadAttestation {
+                    proposer,
+                    kind: op.kind,
+                    module: op.module_hex(),
+                    height: op.height,
+                });
             }
-            pending.push(PendingOp { op, voters });
+            match self.ready.iter_mut().find(|r| r.op == *op) {
+                Some(r) => {
+                    if let Err(at) = r.attesters.binary_search(&proposer) {
+                        r.attesters.insert(at, proposer);
+                    }
+                }
+                None => self.ready.push(Readiness {
+                    op: *op,
+                    attesters: vec![proposer],
+                }),
+            }
         }
-        rest.is_empty().then_some(Self { entries, pending })
+        Ok(())
     }
 
-    /// `sha256("modnode-schedule-v1" ‖ encode())`.
-    pub fn root(&self) -> Hash32 {
-        let mut h = Sha256::new();
-        h.update(b"modnode-schedule-v1");
-        h.update(self.encode());
-        h.finalize().into()
+    /// Carries out the operations that reached a majority.
+    fn adopt(&mut self, height: u64, rules: &Governance) {
+        let (adopted, pending): (Vec<PendingOp>, Vec<PendingOp>) = std::mem::take(&mut self.pending)
+            .into_iter()
+            .partition(|p| rules.is_majority(p.voters.len()));
+        self.pending = pending;
+        for p in adopted {
+            match p.action {
+                Action::Upgrade => {
+                    self.entries
+                        .retain(|e| !(e.kind == p.op.kind && e.height == p.op.height));
+                    self.entries.push(p.op);
+                }
+                Action::Cancel => {
+                    if self.entries.contains(&p.op) {
+                        self.entries.retain(|e| *e != p.op);
+                        self.record_drop(p.op, DropReason::Cancelled, height);
+                    }
+                }
+            }
+        }
+        self.entries.sort();
+    }
+
+    /// The readiness gate: a scheduled upgrade within `lead` blocks of its height without a
+    /// majority's attestations is dropped.
+    fn gate(&mut self, height: u64, rules: &Governance) {
+        let deadline = height.saturating_add(rules.lead);
+        let unready: Vec<UpgradeOp> = self
+            .entries
+            .iter()
+            .filter(|e| e.height > height && e.height <= deadline)
+            .filter(|e| !rules.is_majority(self.attesters(e).len()))
+            .copied()
+            .collect();
+        for op in unready {
+            self.entries.retain(|e| *e != op);
+            self.record_drop(op, DropReason::NotReady, height);
+        }
+    }
+
+    fn record_drop(&mut self, op: UpgradeOp, reason: DropReason, at: u64) {
+        let ready = u32::try_from(self.attesters(&op).len()).unwrap_or(u32::MAX);
+        self.pending
+            .retain(|p| !(p.action == Action::Cancel && p.op == op));
+        self.dropped.push(DroppedOp {
+            op,
+            reason,
+            at,
+            ready,
+        });
+        let excess = self.dropped.len().saturating_sub(MAX_DROPPED);
+        self.dropped.drain(..excess);
+    }
+
+    /// Forgets what can never matter again after the block at `height`: entries superseded at
+    /// the next height, and attestations of upgrades that are neither pending nor upcoming.
+    fn retire(&mut self, height: u64) {
+        let next_height = height.saturating_add(1);
+        let entries = &self.entries;
+        let superseded: Vec<UpgradeOp> = entries
+            .iter()
+            .filter(|e| {
+                e.height <= next_height
+                    && entries
+                        .iter()
+                        .any(|l| l.kind == e.kind && l.height > e.height && l.height <= next_height)
+            })
+            .copied()
+            .collect();
+        self.entries.retain(|e| !superseded.contains(e));
+        let open: Vec<UpgradeOp> = self.open_upgrades(height).copied().collect();
+        self.ready.retain(|r| open.contains(&r.op));
+        // A cancel whose upgrade is gone (active, dropped) has nothing left to do.
+        let upcoming: Vec<UpgradeOp> = self.upcoming(height).copied().collect();
+        self.pending
+            .retain(|p| p.action == Action::Upgrade || upcoming.contains(&p.op));
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn op(module: u8, height: u64) -> UpgradeOp {
-        UpgradeOp {
-            kind: Kind::Deposits,
-            module: [module; 32],
-            height,
-        }
-    }
-
-    #[test]
-    fn a_strict_majority_of_distinct_authorities_schedules_an_operation() {
-        let s = Schedule::genesis(&[(Kind::Deposits, [1; 32])]);
-        let v2 = op(2, 20);
-        // 4 authorities, lead 4: two voters are not a majority, the same one twice neither.
-        let s = s.with_block(1, 0, &[v2], 4, 4).unwrap();
-        let s = s.with_block(2, 1, &[v2], 4, 4).unwrap();
-        let s = s.with_block(3, 1, &[v2], 4, 4).unwrap();
-        assert_eq!(s.module_at(Kind::Deposits, 25), Some([1; 32]));
-        assert_eq!(s.pending[0].voters, vec![0, 1]);
-        let s = s.with_block(4, 3, &[v2], 4, 4).unwrap();
-        assert!(s.pending.is_empty());
-        assert_eq!(s.module_at(Kind::Deposits, 19), Some([1; 32]));
-        assert_eq!(s.module_at(Kind::Deposits, 20), Some([2; 32]));
-        // Rollback: a new operation back to the old hash, later.
-        let back = op(1, 30);
-        let s = [0, 1, 2].iter().zip(5..).fold(s, |s, (&who, h)| {
-            s.with_block(h, who, &[back], 4, 4).unwrap()
+/// The checks every vote list of a block meets on its own.
+fn check_votes(
+    height: u64,
+    votes: &[UpgradeOp],
+    action: Action,
+    rules: &Governance,
+) -> Result<(), ScheduleError> {
+    if votes.len() > MAX_UPGRADE_VOTES {
+        return Err(ScheduleError::TooManyVotes {
+            action,
+            count: votes.len(),
         });
-        assert_eq!(s.module_at(Kind::Deposits, 29), Some([2; 32]));
-        assert_eq!(s.module_at(Kind::Deposits, 30), Some([1; 32]));
     }
-
-    #[test]
-    fn one_authority_of_several_cannot_schedule_alone() {
-        let mut s = Schedule::genesis(&[(Kind::Deposits, [1; 32])]);
-        for h in 1..15 {
-            s = s.with_block(h, 0, &[op(2, 20)], 3, 4).unwrap();
+    let deadline = height.saturating_add(rules.lead);
+    let furthest = height.saturating_add(rules.max_ahead);
+    for (i, vote) in votes.iter().enumerate() {
+        if vote.kind.scope() != Scope::Consensus {
+            return Err(ScheduleError::LocalKind(vote.kind));
         }
-        assert_eq!(s.module_at(Kind::Deposits, 100), Some([1; 32]));
-        // Once the lead is reached the pending vote expires.
-        let s = s.with_block(16, 1, &[], 3, 4).unwrap();
-        assert!(s.pending.is_empty());
-        // Without authorities the single producer is the majority.
-        let solo = Schedule::default()
-            .with_block(1, 0, &[op(2, 9)], 0, 4)
-            .unwrap();
-        assert_eq!(solo.module_at(Kind::Deposits, 9), Some([2; 32]));
-    }
-
-    #[test]
-    fn votes_must_respect_the_lead_and_the_bounds() {
-        let s = Schedule::default();
-        // Block 10, lead 4: height 14 is too late, 15 is fine.
-        assert!(matches!(
-            s.with_block(10, 0, &[op(2, 14)], 4, 4),
-            Err(ScheduleError::TooLate { height: 14, .. })
-        ));
-        assert!(s.with_block(10, 0, &[op(2, 15)], 4, 4).is_ok());
-        // Votes counted before the deadline stay; a majority completed late is refused.
-        let s = s.with_block(1, 0, &[op(2, 10)], 4, 4).unwrap();
-        let s = s.with_block(2, 1, &[op(2, 10)], 4, 4).unwrap();
-        assert!(s.with_block(6, 2, &[op(2, 10)], 4, 4).is_err());
-        let local = UpgradeOp {
-            kind: Kind::GossipPolicy,
-            ..op(2, 50)
-        };
-        assert_eq!(
-            s.with_block(3, 0, &[local], 4, 4),
-            Err(ScheduleError::LocalKind(Kind::GossipPolicy))
-        );
-        assert!(matches!(
-            s.with_block(3, 0, &[op(3, 50), op(3, 50)], 4, 4),
-            Err(ScheduleError::Duplicate { .. })
-        ));
-        let five: Vec<UpgradeOp> = (0..5).map(|i| op(i, 50)).collect();
-        assert_eq!(
-            s.with_block(3, 0, &five, 4, 4),
-            Err(ScheduleError::TooManyVotes { count: 5 })
-        );
-        let mut s = Schedule::default();
-        for chunk in (0..MAX_OPEN_OPS as u8).collect::<Vec<_>>().chunks(4) {
-            let ops: Vec<UpgradeOp> = chunk.iter().map(|&i| op(i, 100)).collect();
-            s = s.with_block(1, 0, &ops, 4, 4).unwrap();
+        if vote.height <= deadline {
+            return Err(ScheduleError::TooLate {
+                block: height,
+                kind: vote.kind,
+                module: vote.module_hex(),
+                height: vote.height,
+                lead: rules.lead,
+            });
         }
-        assert_eq!(
-            s.with_block(2, 0, &[op(200, 100)], 4, 4),
-            Err(ScheduleError::TooManyOpen)
-        );
+        if vote.height > furthest {
+            return Err(ScheduleError::TooFar {
+                block: height,
+                kind: vote.kind,
+                module: vote.module_hex(),
+                height: vote.height,
+                max_ahead: rules.max_ahead,
+            });
+        }
+        if votes.get(..i).is_some_and(|before| before.contains(vote)) {
+            return Err(ScheduleError::Duplicate {
+                action,
+                kind: vote.kind,
+                module: vote.module_hex(),
+                height: vote.height,
+            });
+        }
     }
-
-    #[test]
-    fn superseded_entries_are_dropped_and_the_encoding_is_strict() {
-        let s = Schedule::default()
-            .with_block(1, 0, &[op(2, 6)], 0, 4)
-            .unwrap();
-        let s = s.with_block(2, 0, &[op(3, 8)], 0, 4).unwrap();
-        assert_eq!(s.entries.len(), 2);
-        let s = s.with_block(5, 0, &[], 0, 4).unwrap();
-        assert_eq!(s.entries, vec![op(2, 6), op(3, 8)]);
-        let s = s.with_block(7, 0, &[], 0, 4).unwrap();
-        assert_eq!(s.entries, vec![op(3, 8)]);
-        assert_eq!(s.module_at(Kind::Deposits, 8), Some([3; 32]));
-
-        let s = Schedule::genesis(&[(Kind::Deposits, [1; 32])])
-            .with_block(1, 2, &[op(2, 20)], 4, 4)
-            .unwrap();
-        let bytes = s.encode();
-        assert_eq!(Schedule::decode(&bytes), Some(s.clone()));
-        assert_eq!(Schedule::decode(&bytes[..bytes.len() - 1]), None);
-        let mut long = bytes.clone();
-        long.push(0);
-        assert_eq!(Schedule::decode(&long), None);
-        let other = s.with_block(2, 3, &[op(2, 20)], 4, 4).unwrap();
-        assert_ne!(s.root(), other.root());
-        assert_eq!(
-            UpgradeOp::decode(&[9; UPGRADE_OP_BYTES]),
-            Err(ScheduleError::UnknownKind(9))
-        );
-    }
+    Ok(())
 }

@@ -363,7 +363,7 @@ fn a_side_branch_with_an_invalid_block_is_not_stored_relayed_or_counted() {
     let body = BlockBody {
         eth1_vote: log.eth1_data(),
         deposits: Vec::new(),
-        upgrade_votes: Vec::new(),
+        ..BlockBody::default()
     };
     let child = Block {
         header: BlockHeader {

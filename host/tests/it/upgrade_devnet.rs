@@ -49,7 +49,7 @@ async fn start_all(paths: &[&Path], genesis: &Genesis) -> Vec<Node> {
 
 async fn propose(dir: &Path, module: &[u8; 32], height: u64) {
     let target = Target::data_dir(dir).unwrap();
-    client::propose_upgrade(&target, "deposits", &hex::encode(module), height)
+    client::propose_upgrade(&target, "upgrade", "deposits", &hex::encode(module), height)
         .await
         .unwrap();
 }
