@@ -525,7 +525,8 @@ impl Node {
             module_store.clone(),
             genesis.authorities.clone(),
             *node_id.as_bytes(),
-        ));
+        )
+        .with_governance(genesis.governance()));
         let mut chain = chain;
         chain.set_deposit_modules(upgrades.clone());
         chain.configure_state_cache(config.state_cache);
@@ -942,6 +943,7 @@ impl AdminBackend for Backend {
         // The state cache's figures follow the node's own, before the closing `# EOF`.
         let mut cache = crate::node::metrics::render_state_cache(&self.states.metrics());
         cache.push_str(&crate::node::metrics::render_checkpoints(&self.metrics));
+        cache.push_str(&self.upgrades.render_metrics(self.chain.view().head.height));
         match text.rfind("# EOF") {
             Some(at) => text.insert_str(at, &cache),
             None => text.push_str(&cache),

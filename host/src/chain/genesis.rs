@@ -174,23 +174,19 @@ pub const DEFAULT_ETH1_VOTING_PERIOD_SLOTS: u64 = 8;
 fn default_eth1_voting_period_slots() -> u64 {
     DEFAULT_ETH1_VOTING_PERIOD_SLOTS
 }
-/// Default [`Genesis::upgrade_lead_blocks`]: devnet-sized.
-pub const DEFAULT_UPGRADE_LEAD_BLOCKS: u64 = 4;
+pub use crate::state::schedule::{
+    DEFAULT_UPGRADE_LEAD_BLOCKS, DEFAULT_UPGRADE_MAX_AHEAD_BLOCKS,
+    DEFAULT_UPGRADE_OPEN_PER_AUTHORITY, DEFAULT_UPGRADE_VOTE_TTL_BLOCKS,
+};
 fn default_upgrade_lead_blocks() -> u64 {
     DEFAULT_UPGRADE_LEAD_BLOCKS
 }
-/// Default [`Genesis::upgrade_max_ahead_blocks`]: about 11 days of 2 s slots.
-pub const DEFAULT_UPGRADE_MAX_AHEAD_BLOCKS: u64 = 500_000;
 fn default_upgrade_max_ahead_blocks() -> u64 {
     DEFAULT_UPGRADE_MAX_AHEAD_BLOCKS
 }
-/// Default [`Genesis::upgrade_vote_ttl_blocks`]: a day of 2 s slots.
-pub const DEFAULT_UPGRADE_VOTE_TTL_BLOCKS: u64 = 43_200;
 fn default_upgrade_vote_ttl_blocks() -> u64 {
     DEFAULT_UPGRADE_VOTE_TTL_BLOCKS
 }
-/// Default [`Genesis::upgrade_open_per_authority`].
-pub const DEFAULT_UPGRADE_OPEN_PER_AUTHORITY: u16 = 4;
 fn default_upgrade_open_per_authority() -> u16 {
     DEFAULT_UPGRADE_OPEN_PER_AUTHORITY
 }
@@ -377,6 +373,8 @@ impl Genesis {
     }
 
     /// The chain's governance rules for upgrade votes (see [`crate::state::schedule`]).
+    /// [`Governance::defaults`](crate::state::schedule::Governance::defaults) are a genesis
+    /// file's defaults.
     pub fn governance(&self) -> crate::state::schedule::Governance {
         crate::state::schedule::Governance {
             authorities: self.authorities.len(),

@@ -123,7 +123,52 @@ pub fn list(node: &NodeArgs, json: bool) -> anyhow::Result<()> {
             at(s, "/authorities"),
         );
     }
+    print_governance(at(&answer, "/governance"), &empty);
     Ok(())
+}
+
+/// The on-chain tally: pending votes, readiness attestations against the gate, latest drops.
+fn print_governance(g: &Value, empty: &Vec<Value>) {
+    if !g.is_object() {
+        return;
+    }
+    let count = |v: &Value| v.as_array().map_or(0, Vec::len);
+    let needed = at(g, "/votes_needed");
+    for s in at(g, "/scheduled").as_array().unwrap_or(empty) {
+        println!(
+            "  on chain:  {} {} at height {}: attested ready by {}/{} authorities needed by the \
+             gate at height {}",
+            str_of(at(s, "/kind")),
+            str_of(at(s, "/sha256")),
+            at(s, "/height"),
+            count(at(s, "/attested")),
+            needed,
+            at(s, "/gate_at"),
+        );
+    }
+    for p in at(g, "/pending").as_array().unwrap_or(empty) {
+        println!(
+            "  voting:    {} {} {} at height {}: {}/{} votes, expires at height {}",
+            str_of(at(p, "/action")),
+            str_of(at(p, "/kind")),
+            str_of(at(p, "/sha256")),
+            at(p, "/height"),
+            count(at(p, "/votes")),
+            needed,
+            at(p, "/expires_at"),
+        );
+    }
+    for d in at(g, "/dropped").as_array().unwrap_or(empty) {
+        println!(
+            "  dropped:   {} {} at height {} ({} at height {}, {} attested ready)",
+            str_of(at(d, "/kind")),
+            str_of(at(d, "/sha256")),
+            at(d, "/height"),
+            str_of(at(d, "/reason")),
+            at(d, "/at"),
+            at(d, "/attested"),
+        );
+    }
 }
 
 /// The value at JSON `pointer` (`"/slot/active/name"`) in an admin API answer, `null` when it

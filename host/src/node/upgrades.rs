@@ -7,6 +7,7 @@
 //! [`ImportError::ModuleMissing`](crate::chain::ImportError::ModuleMissing); the network task
 //! keeps fetching ([`UpgradeAgent::next_fetch`]) and sync resumes once the module is ready.
 
+pub mod governance;
 mod serve_limit;
 
 use std::collections::HashMap;
@@ -21,6 +22,7 @@ use crate::chain::{DepositEngine, DepositModules};
 use crate::modules_store::upload::ModuleService;
 use crate::runtime::{Kind, Modules};
 use crate::state::Schedule;
+use crate::state::schedule::Governance;
 
 pub use serve_limit::{FETCH_RETRY, FETCH_RETRY_MAX, Refusal, ServeLimits};
 use serve_limit::{FetchPacing, ServeLimiter};
@@ -110,6 +112,8 @@ pub struct UpgradeAgent {
     limiter: Arc<Mutex<ServeLimiter>>,
     /// Modules the chain asked for and did not get (warned about once each).
     warned: Mutex<Vec<Hash>>,
+    /// The chain's governance rules (for the tally shown to operators).
+    rules: Governance,
 }
 
 impl std::fmt::Debug for UpgradeAgent {
@@ -131,6 +135,7 @@ impl UpgradeAgent {
         authorities: Vec<NodeId>,
         me: NodeId,
     ) -> Self {
+        let authorities_len = authorities.len();
         let embedded = crate::artifacts::EMBEDDED
             .iter()
             .map(|(_, bytes)| (Sha256::digest(bytes).into(), *bytes))
@@ -148,7 +153,21 @@ impl UpgradeAgent {
             serving: AtomicBool::new(true),
             limiter: Arc::new(Mutex::new(ServeLimiter::new(ServeLimits::default()))),
             warned: Mutex::new(Vec::new()),
+            rules: Governance::defaults(authorities_len),
         }
+    }
+
+    /// Uses the chain's governance rules (lead, expiry, quotas) in what operators are shown.
+    pub fn with_governance(mut self, rules: Governance) -> Self {
+        self.rules = rules;
+        self
+    }
+
+    /// The upgrade gauges of `/metrics` (`modnode_upgrade_*`) at head `head_height`.
+    pub fn render_metrics(&self, head_height: u64) -> String {
+        governance::render_metrics(&self.schedule(), head_height, &self.rules, |h| {
+            self.is_ready(h)
+        })
     }
 
     /// The module schedule after the head (scheduled modules and pending upgrade votes).
@@ -383,6 +402,12 @@ impl UpgradeAgent {
             &self.readiness(head_height),
             &running_at(&schedule, head_height),
         );
+        if let Some(map) = listing.as_object_mut() {
+            map.insert(
+                "governance".into(),
+                governance::governance_json(&schedule, head_height, &self.rules),
+            );
+        }
     }
 }
 
@@ -532,7 +557,8 @@ impl DepositModules for UpgradeAgent {
     }
 
     fn scheduled(&self, schedule: &Schedule) {
-        *lock(&self.schedule) = schedule.clone();
+        let before = std::mem::replace(&mut *lock(&self.schedule), schedule.clone());
+        governance::log_changes(&before, schedule);
     }
 
     fn imported(&self, call: crate::runtime::deposits::DepositCall) {

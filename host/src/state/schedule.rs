@@ -43,6 +43,14 @@ pub const MAX_PENDING_OPS: usize = 256;
 pub const MAX_READY_ATTESTATIONS: usize = MAX_OPEN_OPS;
 /// Dropped or cancelled operations the schedule remembers, newest last.
 pub const MAX_DROPPED: usize = 8;
+/// Default genesis `upgrade_lead_blocks`: devnet-sized.
+pub const DEFAULT_UPGRADE_LEAD_BLOCKS: u64 = 4;
+/// Default genesis `upgrade_max_ahead_blocks`: about 11 days of 2 s slots.
+pub const DEFAULT_UPGRADE_MAX_AHEAD_BLOCKS: u64 = 500_000;
+/// Default genesis `upgrade_vote_ttl_blocks`: a day of 2 s slots.
+pub const DEFAULT_UPGRADE_VOTE_TTL_BLOCKS: u64 = 43_200;
+/// Default genesis `upgrade_open_per_authority`.
+pub const DEFAULT_UPGRADE_OPEN_PER_AUTHORITY: u16 = 4;
 /// Encoded size of an [`UpgradeOp`].
 pub const UPGRADE_OP_BYTES: usize = 1 + 32 + 8;
 
@@ -86,6 +94,17 @@ pub struct Governance {
 }
 
 impl Governance {
+    /// The rules of a genesis file that sets none of them, for `authorities` authorities.
+    pub fn defaults(authorities: usize) -> Self {
+        Self {
+            authorities,
+            lead: DEFAULT_UPGRADE_LEAD_BLOCKS,
+            max_ahead: DEFAULT_UPGRADE_MAX_AHEAD_BLOCKS,
+            vote_ttl: DEFAULT_UPGRADE_VOTE_TTL_BLOCKS,
+            open_per_authority: usize::from(DEFAULT_UPGRADE_OPEN_PER_AUTHORITY),
+        }
+    }
+
     /// The size of the electorate: the authorities, or the single producer.
     fn electorate(&self) -> usize {
         self.authorities.max(1)

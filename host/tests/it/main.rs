@@ -11,6 +11,7 @@ mod crash;
 mod deposits_e2e;
 mod gossip;
 mod gossip_hostile;
+mod governance;
 mod hostile;
 mod inspect;
 mod live_swap;

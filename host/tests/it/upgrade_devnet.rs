@@ -490,6 +490,59 @@ async fn module_propose_and_list_from_the_command_line() {
     assert!(!ok && err.contains("not stored"), "{err}");
     let (ok, _, err) = modnode_cli(propose(&v1, height(&node) + 1)).await;
     assert!(!ok && err.contains("too late"), "{err}");
+    // A module of another kind under `--kind deposits` is refused, naming both kinds (it was
+    // scheduled before, and the chain halted at its height).
+    let policy = hex::encode(sha(&artifact("gossip-policy-v2")));
+    let (ok, _, err) = modnode_cli(propose(&policy, height(&node) + 50)).await;
+    assert!(
+        !ok && err.contains("is a gossip-policy module, not a deposits module"),
+        "{err}"
+    );
+    assert!(node.upgrades().schedule().pending.is_empty());
+    // Parked near u64::MAX: refused.
+    let (ok, _, err) = modnode_cli(propose(&v1, u64::MAX - 1)).await;
+    assert!(!ok && err.contains("too far"), "{err}");
+
+    // A revocation before the gate removes a scheduled upgrade, and the listing says so.
+    let revoked = height(&node) + genesis.upgrade_lead_blocks + 40;
+    let (ok, _, err) = modnode_cli(propose(&v1, revoked)).await;
+    assert!(ok, "{err}");
+    eventually("the upgrade to revoke scheduled", || {
+        node.upgrades()
+            .schedule()
+            .upcoming(0)
+            .any(|e| e.height == revoked)
+    })
+    .await;
+    let (ok, _, err) = modnode_cli(vec![
+        "module".into(),
+        "revoke".into(),
+        v1.clone(),
+        "--height".into(),
+        revoked.to_string(),
+        "--data-dir".into(),
+        data_dir.clone(),
+    ])
+    .await;
+    assert!(ok, "{err}");
+    eventually("the upgrade revoked", || {
+        node.upgrades().schedule().dropped.iter().any(|d| {
+            d.op.height == revoked && d.reason == modnode::state::schedule::DropReason::Cancelled
+        })
+    })
+    .await;
+    let (ok, out, err) = modnode_cli(vec![
+        "module".into(),
+        "list".into(),
+        "--data-dir".into(),
+        data_dir.clone(),
+    ])
+    .await;
+    assert!(ok, "{err}");
+    assert!(
+        out.contains(&format!("dropped:   deposits {v1} at height {revoked} (cancelled")),
+        "{out}"
+    );
 
     let h = height(&node) + genesis.upgrade_lead_blocks + 10;
     let (ok, out, err) = modnode_cli(propose(&v1, h)).await;

@@ -1,0 +1,287 @@
+//! What operators see of on-chain governance: the vote tally, readiness attestations, the gate,
+//! expiry and drops — as JSON for `GET /modules`, as Prometheus gauges an alert can fire on,
+//! and as log lines when the head's schedule changes.
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use serde_json::{Value, json};
+
+use crate::state::schedule::{Action, Governance, Schedule, UpgradeOp};
+
+type Labels = Vec<(String, String)>;
+
+fn op_json(op: &UpgradeOp) -> Value {
+    json!({
+        "kind": op.kind.to_string(),
+        "sha256": hex::encode(op.module),
+        "height": op.height,
+    })
+}
+
+fn op_labels(op: &UpgradeOp) -> Labels {
+    vec![
+        ("kind".into(), op.kind.to_string()),
+        ("module".into(), hex::encode(op.module)),
+        ("height".into(), op.height.to_string()),
+    ]
+}
+
+fn action_name(action: Action) -> &'static str {
+    match action {
+        Action::Upgrade => "upgrade",
+        Action::Cancel => "cancel",
+    }
+}
+
+/// The governance part of `GET /modules`: pending operations with their votes and expiry,
+/// scheduled upgrades with their readiness attestations and gate height, and the latest drops.
+pub fn governance_json(schedule: &Schedule, head_height: u64, rules: &Governance) -> Value {
+    let needed = rules.majority();
+    let pending: Vec<Value> = schedule
+        .pending
+        .iter()
+        .map(|p| {
+            let mut v = op_json(&p.op);
+            if let Some(map) = v.as_object_mut() {
+                map.insert("action".into(), json!(action_name(p.action)));
+                map.insert("votes".into(), json!(p.voters));
+                map.insert("votes_needed".into(), json!(needed));
+                let by_ttl = p.since.saturating_add(rules.vote_ttl);
+                let by_lead = p.op.height.saturating_sub(rules.lead);
+                map.insert("expires_at".into(), json!(by_ttl.min(by_lead)));
+            }
+            v
+        })
+        .collect();
+    let scheduled: Vec<Value> = schedule
+        .upcoming(head_height)
+        .map(|e| {
+            let mut v = op_json(e);
+            if let Some(map) = v.as_object_mut() {
+                map.insert("attested".into(), json!(schedule.attesters(e)));
+                map.insert("attestations_needed".into(), json!(needed));
+                map.insert("gate_at".into(), json!(e.height.saturating_sub(rules.lead)));
+            }
+            v
+        })
+        .collect();
+    let dropped: Vec<Value> = schedule
+        .dropped
+        .iter()
+        .map(|d| {
+            let mut v = op_json(&d.op);
+            if let Some(map) = v.as_object_mut() {
+                map.insert("reason".into(), json!(d.reason));
+                map.insert("at".into(), json!(d.at));
+                map.insert("attested".into(), json!(d.ready));
+            }
+            v
+        })
+        .collect();
+    json!({
+        "votes_needed": needed,
+        "lead_blocks": rules.lead,
+        "pending": pending,
+        "scheduled": scheduled,
+        "dropped": dropped,
+    })
+}
+
+/// Gauges of every open operation (`modnode_upgrade_*`), for alerts such as "an upgrade is
+/// scheduled and this node is not ready within K blocks of H". OpenMetrics text without the
+/// closing `# EOF`.
+pub fn render_metrics(
+    schedule: &Schedule,
+    head_height: u64,
+    rules: &Governance,
+    ready_here: impl Fn(&[u8; 32]) -> bool,
+) -> String {
+    let mut registry = Registry::with_prefix("modnode_upgrade");
+    let family = |registry: &mut Registry, name: &str, help: &str| {
+        let f = Family::<Labels, Gauge>::default();
+        registry.register(name, help, f.clone());
+        f
+    };
+    let needed = family(
+        &mut registry,
+        "votes_needed",
+        "Distinct authorities a vote or readiness attestation needs",
+    );
+    let votes = family(
+        &mut registry,
+        "pending_votes",
+        "Votes cast for a pending operation",
+    );
+    let attested = family(
+        &mut registry,
+        "attested",
+        "Authorities that attested a scheduled upgrade ready",
+    );
+    let until = family(
+        &mut registry,
+        "blocks_until_activation",
+        "Blocks from the head to a scheduled upgrade's height",
+    );
+    let until_gate = family(
+        &mut registry,
+        "blocks_until_gate",
+        "Blocks from the head to the readiness gate of a scheduled upgrade",
+    );
+    let here = family(
+        &mut registry,
+        "ready_here",
+        "1 if this node holds the scheduled module compiled and warmed",
+    );
+    let dropped = family(
+        &mut registry,
+        "dropped",
+        "A recently dropped upgrade (1), by reason",
+    );
+    let as_i64 = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+    let count = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+    needed
+        .get_or_create(&Vec::new())
+        .set(count(rules.majority()));
+    for p in &schedule.pending {
+        let mut labels = op_labels(&p.op);
+        labels.push(("action".into(), action_name(p.action).into()));
+        votes.get_or_create(&labels).set(count(p.voters.len()));
+    }
+    for e in schedule.upcoming(head_height) {
+        let labels = op_labels(e);
+        attested
+            .get_or_create(&labels)
+            .set(count(schedule.attesters(e).len()));
+        until
+            .get_or_create(&labels)
+            .set(as_i64(e.height.saturating_sub(head_height)));
+        until_gate.get_or_create(&labels).set(as_i64(
+            e.height
+                .saturating_sub(rules.lead)
+                .saturating_sub(head_height),
+        ));
+        here.get_or_create(&labels)
+            .set(i64::from(ready_here(&e.module)));
+    }
+    for d in &schedule.dropped {
+        let mut labels = op_labels(&d.op);
+        let reason = serde_json::to_value(d.reason)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default();
+        labels.push(("reason".into(), reason));
+        dropped.get_or_create(&labels).set(1);
+    }
+    let mut out = String::new();
+    if encode(&mut out, &registry).is_err() {
+        return String::new();
+    }
+    if let Some(at) = out.rfind("# EOF") {
+        out.truncate(at);
+    }
+    out
+}
+
+/// Logs what changed between the head's schedule before and after a head change: new votes,
+/// newly scheduled upgrades, expired votes, cancelled and dropped upgrades.
+pub fn log_changes(before: &Schedule, after: &Schedule) {
+    for p in &after.pending {
+        let old = before
+            .pending
+            .iter()
+            .find(|o| o.action == p.action && o.op == p.op);
+        if old.is_none_or(|o| o.voters != p.voters) {
+            tracing::info!(
+                action = action_name(p.action),
+                kind = %p.op.kind,
+                module = %hex::encode(p.op.module),
+                height = p.op.height,
+                votes = p.voters.len(),
+                "upgrade vote counted"
+            );
+        }
+    }
+    for e in after.entries.iter().filter(|e| !before.entries.contains(e)) {
+        tracing::info!(kind = %e.kind, module = %hex::encode(e.module), height = e.height,
+            "upgrade scheduled by a majority of the authorities");
+    }
+    for p in before.pending.iter().filter(|p| {
+        !after
+            .pending
+            .iter()
+            .any(|a| a.action == p.action && a.op == p.op)
+            && !after.entries.contains(&p.op)
+            && !after.dropped.iter().any(|d| d.op == p.op)
+    }) {
+        tracing::info!(
+            action = action_name(p.action),
+            kind = %p.op.kind,
+            module = %hex::encode(p.op.module),
+            height = p.op.height,
+            votes = p.voters.len(),
+            "upgrade vote expired without a majority"
+        );
+    }
+    for d in after.dropped.iter().filter(|d| !before.dropped.contains(d)) {
+        tracing::warn!(
+            kind = %d.op.kind,
+            module = %hex::encode(d.op.module),
+            height = d.op.height,
+            reason = ?d.reason,
+            attested = d.ready,
+            at = d.at,
+            "scheduled upgrade dropped: it will not activate"
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::Kind;
+    use crate::state::schedule::BlockVotes;
+
+    #[test]
+    fn the_tally_and_the_gate_are_visible_as_json_and_gauges() {
+        let rules = Governance {
+            authorities: 3,
+            lead: 4,
+            max_ahead: 100,
+            vote_ttl: 50,
+            open_per_authority: 4,
+        };
+        let op = UpgradeOp {
+            kind: Kind::Deposits,
+            module: [7; 32],
+            height: 30,
+        };
+        let one = [op];
+        let votes = BlockVotes {
+            upgrades: &one,
+            cancels: &[],
+            ready: &one,
+        };
+        let s = Schedule::default().with_block(1, 0, votes, &rules).unwrap();
+        let view = governance_json(&s, 1, &rules);
+        assert_eq!(view["pending"][0]["votes"], json!([0]));
+        assert_eq!(view["pending"][0]["votes_needed"], json!(2));
+        assert_eq!(view["pending"][0]["expires_at"], json!(26));
+        let s = s.with_block(2, 1, votes, &rules).unwrap();
+        let view = governance_json(&s, 2, &rules);
+        assert_eq!(view["scheduled"][0]["attested"], json!([0, 1]));
+        assert_eq!(view["scheduled"][0]["gate_at"], json!(26));
+        let text = render_metrics(&s, 2, &rules, |_| false);
+        let module = hex::encode([7u8; 32]);
+        assert!(
+            text.contains(&format!(
+                "modnode_upgrade_attested{{kind=\"deposits\",module=\"{module}\",height=\"30\"}} 2"
+            )),
+            "{text}"
+        );
+        assert!(text.contains("modnode_upgrade_blocks_until_gate{"), "{text}");
+        assert!(text.contains("} 24"), "{text}");
+        assert!(!text.contains("# EOF"));
+    }
+}

@@ -1,0 +1,263 @@
+//! On-chain governance at the chain level: no upgrade reaches its height unless a majority of
+//! the authorities attested it ready, a majority can revoke one before the gate, one authority
+//! cannot clog the schedule, and a module of the wrong kind is never scheduled by this node.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use modnode::chain::block::{Block, Hash, Seal};
+use modnode::chain::genesis::Genesis;
+use modnode::chain::native_deposits::Verification;
+use modnode::chain::{Chain, DepositEngine, DepositModules, ImportError};
+use modnode::net::identity::NodeIdentity;
+use modnode::runtime::Kind;
+use modnode::state::UpgradeOp;
+use modnode::state::schedule::{DropReason, ScheduleError};
+use modnode::store::MemoryStore;
+
+const V1: Hash = [1; 32];
+const V2: Hash = [2; 32];
+
+/// Deposits engines by hash: what a node holds compiled and warmed.
+#[derive(Default)]
+struct Held(Mutex<HashMap<Hash, DepositEngine>>);
+
+impl Held {
+    fn with(hashes: &[Hash]) -> Arc<Self> {
+        let held = Self::default();
+        for (i, h) in hashes.iter().enumerate() {
+            let v = if i % 2 == 0 {
+                Verification::OneByOne
+            } else {
+                Verification::Batched
+            };
+            held.0
+                .lock()
+                .unwrap()
+                .insert(*h, DepositEngine::Native(v));
+        }
+        Arc::new(held)
+    }
+}
+
+impl DepositModules for Held {
+    fn deposits(&self, hash: &[u8; 32]) -> Option<DepositEngine> {
+        self.0.lock().unwrap().get(hash).cloned()
+    }
+}
+
+fn genesis(authorities: &[&NodeIdentity]) -> Genesis {
+    let mut g = Genesis::generated("governance", 8, 5);
+    g.deposits_module = Some(V1);
+    g.upgrade_lead_blocks = 3;
+    g.upgrade_max_ahead_blocks = 1_000;
+    g.authorities = authorities.iter().map(|a| *a.node_id().as_bytes()).collect();
+    g
+}
+
+fn chain(genesis: &Genesis, held: Arc<Held>) -> Chain {
+    let mut chain = Chain::open(
+        Arc::new(MemoryStore::new()),
+        genesis.clone(),
+        DepositEngine::Native(Verification::Batched),
+    )
+    .unwrap();
+    chain.set_deposit_modules(held);
+    chain
+}
+
+fn op(module: Hash, height: u64) -> UpgradeOp {
+    UpgradeOp {
+        kind: Kind::Deposits,
+        module,
+        height,
+    }
+}
+
+/// The solo producer of an unpermissioned chain builds and imports `n` blocks.
+fn extend_solo(chain: &mut Chain, n: u64) -> Result<(), ImportError> {
+    for _ in 0..n {
+        let slot = chain.head().slot + 1;
+        let block = chain.build_block(slot, 0, chain.eth1_data(), Vec::new())?;
+        chain.import(&block)?;
+    }
+    Ok(())
+}
+
+#[test]
+fn an_upgrade_the_producer_does_not_hold_ready_is_dropped_at_the_gate_and_the_chain_goes_on() {
+    // Before the readiness gate this chain scheduled V2, which no producer holds, and every
+    // node stopped at its height for good (ModuleMissing with nobody able to produce).
+    let g = genesis(&[]);
+    let mut a = chain(&g, Held::with(&[V1]));
+    let h = 10;
+    a.propose_upgrade(op(V2, h)).unwrap();
+    extend_solo(&mut a, 1).unwrap();
+    assert_eq!(a.schedule().module_at(Kind::Deposits, h), Some(V2));
+    extend_solo(&mut a, h + 2).expect("the chain goes on past the dropped upgrade's height");
+    assert_eq!(a.head().height, h + 3);
+    assert_eq!(a.schedule().module_at(Kind::Deposits, h), Some(V1));
+    let dropped = &a.schedule().dropped;
+    assert_eq!(dropped.len(), 1, "{dropped:?}");
+    assert_eq!(dropped[0].op, op(V2, h));
+    assert_eq!(dropped[0].reason, DropReason::NotReady);
+    assert_eq!(dropped[0].at, h - g.upgrade_lead_blocks);
+}
+
+#[test]
+fn an_upgrade_the_producer_holds_is_attested_in_its_blocks_and_activates() {
+    let g = genesis(&[]);
+    let mut a = chain(&g, Held::with(&[V1, V2]));
+    let h = 10;
+    a.propose_upgrade(op(V2, h)).unwrap();
+    let slot = a.head().slot + 1;
+    let block = a.build_block(slot, 0, a.eth1_data(), Vec::new()).unwrap();
+    assert_eq!(block.body.upgrade_votes, vec![op(V2, h)]);
+    assert_eq!(block.body.ready, vec![op(V2, h)]);
+    a.import(&block).unwrap();
+    extend_solo(&mut a, h).unwrap();
+    assert_eq!(a.schedule().module_at(Kind::Deposits, h), Some(V2));
+    assert!(a.schedule().dropped.is_empty());
+    // A follower replays the attestations from the blocks alone, holding nothing but V1 and V2.
+    let mut b = chain(&g, Held::with(&[V1, V2]));
+    for height in 1..=a.head().height {
+        b.import(&a.block_at(height).unwrap().unwrap()).unwrap();
+    }
+    assert_eq!(b.head(), a.head());
+}
+
+#[test]
+fn a_revocation_works_before_the_gate_and_is_refused_after() {
+    let g = genesis(&[]);
+    let h = 12;
+    let mut a = chain(&g, Held::with(&[V1, V2]));
+    a.propose_upgrade(op(V2, h)).unwrap();
+    extend_solo(&mut a, 2).unwrap();
+    assert_eq!(a.schedule().module_at(Kind::Deposits, h), Some(V2));
+    // Revoking something that is not scheduled is refused at once.
+    assert!(matches!(
+        a.propose_cancel(op(V1, h)),
+        Err(ScheduleError::NothingToCancel { .. })
+    ));
+    a.propose_cancel(op(V2, h)).unwrap();
+    extend_solo(&mut a, 1).unwrap();
+    let s = a.schedule();
+    assert_eq!(s.module_at(Kind::Deposits, h), Some(V1));
+    assert_eq!(s.dropped.len(), 1);
+    assert_eq!(s.dropped[0].reason, DropReason::Cancelled);
+    extend_solo(&mut a, h).unwrap();
+    assert!(a.head().height > h);
+
+    // Scheduled again; past h − lead a revocation comes too late and the upgrade activates.
+    let h = a.head().height + 8;
+    a.propose_upgrade(op(V2, h)).unwrap();
+    extend_solo(&mut a, 1).unwrap();
+    let to_gate = h - g.upgrade_lead_blocks - a.head().height;
+    extend_solo(&mut a, to_gate).unwrap();
+    assert!(matches!(
+        a.propose_cancel(op(V2, h)),
+        Err(ScheduleError::TooLate { .. })
+    ));
+    extend_solo(&mut a, g.upgrade_lead_blocks + 1).unwrap();
+    assert_eq!(a.schedule().module_at(Kind::Deposits, h), Some(V2));
+}
+
+/// Three authorities, each its own node (chain) importing the others' blocks.
+struct Net {
+    keys: Vec<NodeIdentity>,
+    nodes: Vec<Chain>,
+    slot: u64,
+}
+
+impl Net {
+    fn new(held: &[Hash]) -> Self {
+        let keys: Vec<NodeIdentity> = (0..3).map(|_| NodeIdentity::generate().unwrap()).collect();
+        let g = genesis(&keys.iter().collect::<Vec<_>>());
+        let nodes = (0..3).map(|_| chain(&g, Held::with(held))).collect();
+        Self {
+            keys,
+            nodes,
+            slot: 0,
+        }
+    }
+
+    /// The next slot's authority builds, seals and publishes a block; every node imports it.
+    fn step(&mut self) -> Block {
+        self.slot += 1;
+        let who = usize::try_from(self.slot % 3).unwrap();
+        let proposer = u32::try_from(who).unwrap();
+        let node = &self.nodes[who];
+        let mut block = node
+            .build_block(self.slot, proposer, node.eth1_data(), Vec::new())
+            .unwrap();
+        block.seal = Seal::Ed25519(
+            self.keys[who]
+                .sign(&node.seal_message(&block.hash()))
+                .unwrap(),
+        );
+        for node in &mut self.nodes {
+            node.import(&block).unwrap();
+        }
+        block
+    }
+}
+
+#[test]
+fn junk_votes_from_one_authority_do_not_block_a_majority_upgrade() {
+    let mut net = Net::new(&[V1, V2]);
+    // Authority 2 proposes 16 junk upgrades; parking them near u64::MAX is refused outright.
+    assert!(matches!(
+        net.nodes[2].propose_upgrade(op([0xee; 32], u64::MAX - 1)),
+        Err(ScheduleError::TooFar { .. })
+    ));
+    for i in 0..16u8 {
+        net.nodes[2]
+            .propose_upgrade(op([0x80 + i; 32], 900))
+            .unwrap();
+    }
+    // Its blocks carry at most its quota of pending operations.
+    for _ in 0..12 {
+        net.step();
+    }
+    let s = net.nodes[0].schedule();
+    let own = s.pending.iter().filter(|p| p.voters == vec![2]).count();
+    assert_eq!(own, usize::from(net.nodes[0].genesis().upgrade_open_per_authority));
+    // Two of three authorities still schedule their upgrade, and it activates.
+    let h = net.slot + 20;
+    for node in &mut net.nodes[..2] {
+        node.propose_upgrade(op(V2, h)).unwrap();
+    }
+    while net.nodes[0].head().height < h {
+        net.step();
+    }
+    for node in &net.nodes {
+        assert_eq!(node.schedule().module_at(Kind::Deposits, h), Some(V2));
+        assert!(node.schedule().dropped.is_empty());
+        assert_eq!(node.head(), net.nodes[0].head());
+    }
+}
+
+#[test]
+fn an_upgrade_only_a_minority_of_authorities_holds_is_dropped_on_every_node() {
+    // Authorities 0 and 1 vote for V2 (their operator typed a hash that only node 0 holds, say),
+    // but only node 0 can attest it: the gate drops it and nobody stops at its height.
+    let mut net = Net::new(&[V1]);
+    net.nodes[0] = {
+        let g = net.nodes[0].genesis().clone();
+        chain(&g, Held::with(&[V1, V2]))
+    };
+    let h = 15;
+    for node in &mut net.nodes[..2] {
+        node.propose_upgrade(op(V2, h)).unwrap();
+    }
+    while net.nodes[0].head().height < h + 2 {
+        net.step();
+    }
+    for node in &net.nodes {
+        let s = node.schedule();
+        assert_eq!(s.module_at(Kind::Deposits, h), Some(V1));
+        assert_eq!(s.dropped.len(), 1, "{:?}", s.dropped);
+        assert_eq!(s.dropped[0].reason, DropReason::NotReady);
+        assert_eq!(s.dropped[0].ready, 1);
+    }
+}
