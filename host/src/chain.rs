@@ -22,6 +22,7 @@ mod errors;
 pub mod eth1;
 mod fork_choice;
 mod from_checkpoint;
+mod proposals;
 pub mod genesis;
 pub mod native_deposits;
 mod registry_store;
@@ -117,6 +118,17 @@ pub struct Chain {
     invalid: std::collections::HashSet<Hash>,
     /// Blocks whose transition import ran (an adopted cached state is not counted).
     executed: u64,
+}
+
+/// Why the operator's proposal was not taken.
+#[derive(Debug, thiserror::Error)]
+pub enum ProposeError {
+    /// The vote would break the schedule's rules (too late, too far, nothing to cancel, …).
+    #[error(transparent)]
+    Schedule(#[from] crate::state::ScheduleError),
+    /// Keeping the proposal in the store failed (ours).
+    #[error("cannot keep the proposal in the store: {0}")]
+    Store(#[from] StoreError),
 }
 
 /// What the producer's next block says about the schedule.
@@ -262,6 +274,7 @@ impl Chain {
                     )));
                 }
                 let states = new_state_cache(&store, &genesis, &deposits);
+                let proposals = proposals::load(store.as_ref())?;
                 let chain = Self {
                     store,
                     genesis,
@@ -272,7 +285,7 @@ impl Chain {
                     deposits,
                     schedule,
                     modules: None,
-                    proposals: Vec::new(),
+                    proposals,
                     states,
                     invalid: Default::default(),
                     executed: 0,
@@ -432,20 +445,27 @@ impl Chain {
     }
 
     /// Records the operator's proposal: this node's blocks vote for `op` while the vote still
-    /// counts (more than the genesis lead before its height) and until it is scheduled.
-    pub fn propose_upgrade(&mut self, op: UpgradeOp) -> Result<(), crate::state::ScheduleError> {
-        self.check_proposal(Action::Upgrade, op)?;
-        self.proposals.retain(|(a, p)| !(*a == Action::Upgrade && *p == op));
-        self.proposals.push((Action::Upgrade, op));
-        Ok(())
+    /// counts (more than the genesis lead before its height) and until it is scheduled. Kept in
+    /// the store, so a restart goes on voting.
+    pub fn propose_upgrade(&mut self, op: UpgradeOp) -> Result<(), ProposeError> {
+        self.propose(Action::Upgrade, op)
     }
 
     /// Records the operator's proposal to cancel the scheduled upgrade `op`: this node's blocks
-    /// vote for the cancel while it still counts and until it is carried.
-    pub fn propose_cancel(&mut self, op: UpgradeOp) -> Result<(), crate::state::ScheduleError> {
-        self.check_proposal(Action::Cancel, op)?;
-        self.proposals.retain(|(a, p)| !(*a == Action::Cancel && *p == op));
-        self.proposals.push((Action::Cancel, op));
+    /// vote for the cancel while it still counts and until it is carried. Kept in the store.
+    pub fn propose_cancel(&mut self, op: UpgradeOp) -> Result<(), ProposeError> {
+        self.propose(Action::Cancel, op)
+    }
+
+    fn propose(&mut self, action: Action, op: UpgradeOp) -> Result<(), ProposeError> {
+        self.check_proposal(action, op)?;
+        let mut proposals = self.proposals.clone();
+        proposals.retain(|(a, p)| !(*a == action && *p == op));
+        proposals.push((action, op));
+        let mut batch = WriteBatch::new();
+        batch.put(keys::PROPOSALS, proposals::encode(&proposals));
+        self.store.commit(&batch)?;
+        self.proposals = proposals;
         Ok(())
     }
 

@@ -151,6 +151,8 @@ pub mod keys {
     pub const GENESIS: &[u8] = b"mgenesis";
     /// The store format version.
     pub const FORMAT: &[u8] = b"mformat";
+    /// The operator's open proposals (what this node's blocks vote for), kept across restarts.
+    pub const PROPOSALS: &[u8] = b"mproposals";
     /// Height of the checkpoint a chain was started from (absent: it started at genesis). No
     /// block between genesis and this height is stored.
     pub const BASE: &[u8] = b"mbase";

@@ -68,7 +68,7 @@ pub enum WorkerError {
     Busy,
     /// The upgrade proposal breaks the schedule's rules.
     #[error("upgrade proposal refused: {0}")]
-    Proposal(crate::state::ScheduleError),
+    Proposal(crate::chain::ProposeError),
     /// The block's slot has not started yet on our clock (beyond the skew allowance).
     #[error("block {height} is for slot {slot}, but the current slot is {current}")]
     FutureSlot {

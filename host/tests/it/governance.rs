@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use modnode::chain::block::{Block, Hash, Seal};
 use modnode::chain::genesis::Genesis;
 use modnode::chain::native_deposits::Verification;
-use modnode::chain::{Chain, DepositEngine, DepositModules, ImportError};
+use modnode::chain::{Chain, DepositEngine, DepositModules, ImportError, ProposeError};
 use modnode::net::identity::NodeIdentity;
 use modnode::runtime::Kind;
 use modnode::state::UpgradeOp;
@@ -137,7 +137,7 @@ fn a_revocation_works_before_the_gate_and_is_refused_after() {
     // Revoking something that is not scheduled is refused at once.
     assert!(matches!(
         a.propose_cancel(op(V1, h)),
-        Err(ScheduleError::NothingToCancel { .. })
+        Err(ProposeError::Schedule(ScheduleError::NothingToCancel { .. }))
     ));
     a.propose_cancel(op(V2, h)).unwrap();
     extend_solo(&mut a, 1).unwrap();
@@ -156,7 +156,7 @@ fn a_revocation_works_before_the_gate_and_is_refused_after() {
     extend_solo(&mut a, to_gate).unwrap();
     assert!(matches!(
         a.propose_cancel(op(V2, h)),
-        Err(ScheduleError::TooLate { .. })
+        Err(ProposeError::Schedule(ScheduleError::TooLate { .. }))
     ));
     extend_solo(&mut a, g.upgrade_lead_blocks + 1).unwrap();
     assert_eq!(a.schedule().module_at(Kind::Deposits, h), Some(V2));
@@ -208,7 +208,7 @@ fn junk_votes_from_one_authority_do_not_block_a_majority_upgrade() {
     // Authority 2 proposes 16 junk upgrades; parking them near u64::MAX is refused outright.
     assert!(matches!(
         net.nodes[2].propose_upgrade(op([0xee; 32], u64::MAX - 1)),
-        Err(ScheduleError::TooFar { .. })
+        Err(ProposeError::Schedule(ScheduleError::TooFar { .. }))
     ));
     for i in 0..16u8 {
         net.nodes[2]
@@ -260,4 +260,30 @@ fn an_upgrade_only_a_minority_of_authorities_holds_is_dropped_on_every_node() {
         assert_eq!(s.dropped[0].reason, DropReason::NotReady);
         assert_eq!(s.dropped[0].ready, 1);
     }
+}
+
+#[test]
+fn the_operators_proposals_survive_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let g = genesis(&[]);
+    let open = || {
+        let store = Arc::new(modnode::store::SledStore::open(dir.path()).unwrap());
+        let mut chain = Chain::open(store, g.clone(), DepositEngine::Native(Verification::Batched))
+            .unwrap();
+        chain.set_deposit_modules(Held::with(&[V1, V2]));
+        chain
+    };
+    let mut a = open();
+    a.propose_upgrade(op(V2, 40)).unwrap();
+    a.propose_cancel(op(V1, 0)).unwrap_err();
+    drop(a);
+    modnode::store::wait_released(dir.path(), std::time::Duration::from_secs(10)).unwrap();
+    let mut a = open();
+    assert_eq!(
+        a.proposals(),
+        &[(modnode::state::schedule::Action::Upgrade, op(V2, 40))]
+    );
+    // And its blocks go on voting for it.
+    extend_solo(&mut a, 1).unwrap();
+    assert_eq!(a.schedule().module_at(Kind::Deposits, 40), Some(V2));
 }
