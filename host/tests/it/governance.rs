@@ -287,3 +287,64 @@ fn the_operators_proposals_survive_a_restart() {
     extend_solo(&mut a, 1).unwrap();
     assert_eq!(a.schedule().module_at(Kind::Deposits, 40), Some(V2));
 }
+
+#[test]
+fn a_module_of_another_kind_is_refused_at_propose_and_never_attested_so_never_activated() {
+    use modnode::modules_store::upload::{ModuleService, UploadConfig};
+    use modnode::node::upgrades::UpgradeAgent;
+    use modnode::runtime::Modules;
+    use modnode::runtime::modules::InitialModules;
+    use modnode::runtime::slot::SlotConfig;
+    use sha2::{Digest, Sha256};
+
+    use super::artifact;
+    let dir = tempfile::tempdir().unwrap();
+    let modules = Modules::new(
+        super::runtime(1_000_000_000),
+        InitialModules {
+            deposits: &artifact("deposits-v2"),
+            checkpoint: &artifact("checkpoint-v1"),
+            gossip_policy: &artifact("gossip-policy-v2"),
+        },
+        SlotConfig::default(),
+    )
+    .unwrap();
+    let service = ModuleService::open(
+        dir.path(),
+        dir.path().join("module-cache"),
+        UploadConfig::default(),
+    )
+    .unwrap();
+    let agent = Arc::new(UpgradeAgent::new(
+        Arc::new(modules),
+        Arc::new(service),
+        Vec::new(),
+        [0; 32],
+    ));
+    // The node holds the bytes (embedded): the operator's typo is refused, naming both kinds.
+    let policy: Hash = Sha256::digest(artifact("gossip-policy-v2")).into();
+    let err = agent.prepare_as(Kind::Deposits, &policy).unwrap_err();
+    assert!(
+        err.contains("is a gossip-policy module, not a deposits module"),
+        "{err}"
+    );
+    assert!(agent.prepare_local(&policy).unwrap());
+    assert!(!DepositModules::is_ready(agent.as_ref(), &policy));
+
+    // Even scheduled by a majority that bypassed the check (a modified node), no node attests
+    // it: the gate drops it and the chain goes on past its height.
+    let mut g = Genesis::generated("governance-kind", 8, 5);
+    g.upgrade_lead_blocks = 3;
+    let mut a = Chain::open(
+        Arc::new(MemoryStore::new()),
+        g,
+        DepositEngine::Native(Verification::Batched),
+    )
+    .unwrap();
+    a.set_deposit_modules(agent);
+    let h = 8;
+    a.propose_upgrade(op(policy, h)).unwrap();
+    extend_solo(&mut a, h + 2).expect("no halt at the height of a wrong-kind upgrade");
+    assert_eq!(a.schedule().module_at(Kind::Deposits, h), None);
+    assert_eq!(a.schedule().dropped[0].reason, DropReason::NotReady);
+}
