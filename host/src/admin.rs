@@ -10,6 +10,8 @@
 //!
 //! Routes:
 //! - `GET /status` (token): the node's status as JSON, from [`AdminBackend::status`].
+//! - `GET /livez` and `GET /readyz` (no token): `200 {"status":"ok"}`, or `503
+//!   {"status":"failing","reason":…}` ([`AdminBackend::livez`], [`AdminBackend::readyz`]).
 //! - `GET /metrics` (no token): OpenMetrics text. Left open so a scraper needs no secret;
 //!   metrics carry no secrets and the socket is local unless the operator binds it elsewhere.
 //! - `POST /modules` (token): a module component as the raw body
@@ -86,6 +88,15 @@ pub trait AdminBackend: Send + Sync + 'static {
                 "this node serves no state queries".into(),
             ))
         })
+    }
+    /// Liveness (`GET /livez`): the process and the chain worker answer. Err = why not.
+    fn livez(&self) -> BoxFuture<'_, Result<(), String>> {
+        Box::pin(async { Ok(()) })
+    }
+    /// Readiness (`GET /readyz`): started up, not syncing, the head within a few slots of the
+    /// wall clock. Err = why not.
+    fn readyz(&self) -> BoxFuture<'_, Result<(), String>> {
+        Box::pin(async { Ok(()) })
     }
     /// Creates a checkpoint of the head state now; resolves with its summary once stored.
     fn create_checkpoint(&self) -> BoxFuture<'_, Result<serde_json::Value, String>> {

@@ -19,6 +19,7 @@
 
 mod bans;
 pub mod chain_worker;
+pub mod health;
 pub mod metrics;
 mod module_ops;
 mod network;
@@ -45,7 +46,6 @@ pub use self::network::checkpoint_progress::ProgressDisplay;
 pub use self::network::checkpoint_restore::{CheckpointSyncError, RESTORE_DIR, SyncMode};
 use crate::admin::{self, AdminBackend, BoxFuture, ModuleOp, ModuleOpError};
 use crate::chain::genesis::Genesis;
-use crate::state::schedule::Action;
 use crate::chain::{Chain, DepositEngine};
 use crate::checkpoint::{CheckpointConfig, CheckpointStore, Checkpointer};
 use crate::deposit_source::dev_contract::{self, DevContract};
@@ -60,6 +60,7 @@ use crate::net::identity::NodeIdentity;
 use crate::runtime::modules::InitialModules;
 use crate::runtime::slot::SlotConfig;
 use crate::runtime::{Modules, Runtime, RuntimeConfig};
+use crate::state::schedule::Action;
 use crate::store::{BanList, SledStore};
 use upgrades::UpgradeAgent;
 
@@ -520,13 +521,15 @@ impl Node {
                 .map_err(|e| NodeError::Startup(e.to_string()))??
         };
         let module_store = Arc::new(module_store);
-        let upgrades = Arc::new(UpgradeAgent::new(
-            modules.clone(),
-            module_store.clone(),
-            genesis.authorities.clone(),
-            *node_id.as_bytes(),
-        )
-        .with_governance(genesis.governance()));
+        let upgrades = Arc::new(
+            UpgradeAgent::new(
+                modules.clone(),
+                module_store.clone(),
+                genesis.authorities.clone(),
+                *node_id.as_bytes(),
+            )
+            .with_governance(genesis.governance()),
+        );
         let mut chain = chain;
         chain.set_deposit_modules(upgrades.clone());
         chain.configure_state_cache(config.state_cache);
@@ -708,6 +711,7 @@ impl Node {
                     checkpoints: checkpoints.clone(),
                     upgrades: upgrades.clone(),
                     produces: may_produce,
+                    slot_clock: (genesis.genesis_time_ms, genesis.slot_ms),
                 });
                 let (listener, token) = admin::server::bind(addr, &data_dir, config.admin_public)
                     .await
@@ -907,9 +911,40 @@ struct Backend {
     upgrades: Arc<UpgradeAgent>,
     /// Whether this node's blocks carry votes (it may produce).
     produces: bool,
+    /// Start of slot 0 and the slot length, for readiness.
+    slot_clock: (u64, u64),
 }
 
 impl AdminBackend for Backend {
+    fn livez(&self) -> BoxFuture<'_, Result<(), String>> {
+        Box::pin(async move {
+            let head = self.chain.view().head.height;
+            let asked = self.chain.blocks(head, 1, 1 << 20);
+            match tokio::time::timeout(Duration::from_secs(2), asked).await {
+                Err(_) => Err("the chain worker did not answer within 2 s".into()),
+                Ok(Err(e @ chain_worker::WorkerError::Stopped)) => Err(e.to_string()),
+                Ok(_) => Ok(()),
+            }
+        })
+    }
+
+    fn readyz(&self) -> BoxFuture<'_, Result<(), String>> {
+        let view = self.chain.view();
+        let (genesis_ms, slot_ms) = self.slot_clock;
+        let inputs = health::ReadinessInputs {
+            wall_slot: unix_ms()
+                .saturating_sub(genesis_ms)
+                .checked_div(slot_ms)
+                .unwrap_or(0),
+            head_slot: view.head.slot,
+            head_height: view.head.height,
+            best_peer_height: self.metrics.sync_target_height.load(Ordering::Relaxed),
+            started_up: self.metrics.started_up.load(Ordering::Relaxed),
+            syncing: self.metrics.syncing.load(Ordering::Relaxed),
+        };
+        Box::pin(async move { health::readiness(&inputs) })
+    }
+
     fn create_checkpoint(&self) -> BoxFuture<'_, Result<serde_json::Value, String>> {
         Box::pin(async move {
             let summary = self.chain.create_checkpoint().await?;

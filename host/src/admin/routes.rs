@@ -71,9 +71,31 @@ pub(crate) fn router(state: AppState) -> Router {
         .route_layer(middleware::from_fn_with_state(state.clone(), authorize));
     Router::new()
         .route("/metrics", get(metrics).fallback(not_allowed))
+        .route("/livez", get(livez).fallback(not_allowed))
+        .route("/readyz", get(readyz).fallback(not_allowed))
         .merge(protected)
         .fallback(not_found)
         .with_state(state)
+}
+
+/// A health answer: 200 `{"status":"ok"}` or 503 `{"status":"failing","reason":…}`.
+fn health(result: Result<(), String>) -> Response {
+    match result {
+        Ok(()) => axum::Json(json!({ "status": "ok" })).into_response(),
+        Err(reason) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            axum::Json(json!({ "status": "failing", "reason": reason })),
+        )
+            .into_response(),
+    }
+}
+
+async fn livez(State(state): State<AppState>) -> Response {
+    health(state.backend.livez().await)
+}
+
+async fn readyz(State(state): State<AppState>) -> Response {
+    health(state.backend.readyz().await)
 }
 
 /// `{"error": message}` with `status`.
@@ -303,15 +325,12 @@ async fn propose_upgrade(State(state): State<AppState>, request: Request) -> Res
         Ok(p) => p,
         Err(e) => return error(StatusCode::BAD_REQUEST, format!("proposal: {e}")),
     };
-    let propose =
-        state
-            .backend
-            .propose_upgrade(
-                proposal.action,
-                proposal.kind,
-                proposal.sha256,
-                proposal.activate_at,
-            );
+    let propose = state.backend.propose_upgrade(
+        proposal.action,
+        proposal.kind,
+        proposal.sha256,
+        proposal.activate_at,
+    );
     match tokio::time::timeout(state.config.upload_timeout, propose).await {
         Ok(Ok(value)) => axum::Json(value).into_response(),
         Ok(Err(reason)) => error(StatusCode::BAD_REQUEST, reason),

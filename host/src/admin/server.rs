@@ -288,6 +288,10 @@ mod tests {
         fn modules(&self) -> BoxFuture<'_, Result<Value, String>> {
             Box::pin(async move { Ok(json!({"kinds": []})) })
         }
+        fn readyz(&self) -> BoxFuture<'_, Result<(), String>> {
+            let refusal = self.refusal;
+            Box::pin(async move { refusal.map_or(Ok(()), |r| Err(r.to_string())) })
+        }
     }
 
     struct Node {
@@ -350,6 +354,30 @@ mod tests {
         let len = body.len();
         format!("POST {path} HTTP/1.1\r\nHost: x\r\n{auth}Content-Length: {len}\r\n\r\n{body}")
             .into_bytes()
+    }
+
+    #[tokio::test]
+    async fn health_needs_no_token_and_says_why_it_fails() {
+        let node = start(None).await;
+        for path in ["/livez", "/readyz"] {
+            let request = format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n");
+            let (status, text) = raw(node.addr, request.as_bytes()).await;
+            assert!(
+                status == 200 && text.ends_with(r#"{"status":"ok"}"#),
+                "{text}"
+            );
+        }
+        let failing = start(Some("syncing: head at height 3, a peer reports 90")).await;
+        let (status, text) = raw(failing.addr, b"GET /readyz HTTP/1.1\r\nHost: x\r\n\r\n").await;
+        assert_eq!(status, 503, "{text}");
+        assert!(
+            text.ends_with(
+                r#"{"reason":"syncing: head at height 3, a peer reports 90","status":"failing"}"#
+            ),
+            "{text}"
+        );
+        let (status, _) = raw(failing.addr, b"GET /livez HTTP/1.1\r\nHost: x\r\n\r\n").await;
+        assert_eq!(status, 200);
     }
 
     #[tokio::test]

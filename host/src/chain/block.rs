@@ -210,12 +210,13 @@ fn decode_ops(
     }
     let mut ops = Vec::with_capacity(count);
     for index in 0..count {
-        let op = UpgradeOp::decode(r.take::<UPGRADE_OP_BYTES>(list)?)
-            .map_err(|source| BlockError::Vote {
+        let op = UpgradeOp::decode(r.take::<UPGRADE_OP_BYTES>(list)?).map_err(|source| {
+            BlockError::Vote {
                 list,
                 index,
                 source,
-            })?;
+            }
+        })?;
         ops.push(op);
     }
     Ok(ops)

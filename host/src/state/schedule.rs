@@ -506,9 +506,10 @@ impl Schedule {
 
     /// Carries out the operations that reached a majority.
     fn adopt(&mut self, height: u64, rules: &Governance) {
-        let (adopted, pending): (Vec<PendingOp>, Vec<PendingOp>) = std::mem::take(&mut self.pending)
-            .into_iter()
-            .partition(|p| rules.is_majority(p.voters.len()));
+        let (adopted, pending): (Vec<PendingOp>, Vec<PendingOp>) =
+            std::mem::take(&mut self.pending)
+                .into_iter()
+                .partition(|p| rules.is_majority(p.voters.len()));
         self.pending = pending;
         for p in adopted {
             match p.action {

@@ -31,10 +31,7 @@ impl Held {
             } else {
                 Verification::Batched
             };
-            held.0
-                .lock()
-                .unwrap()
-                .insert(*h, DepositEngine::Native(v));
+            held.0.lock().unwrap().insert(*h, DepositEngine::Native(v));
         }
         Arc::new(held)
     }
@@ -51,7 +48,10 @@ fn genesis(authorities: &[&NodeIdentity]) -> Genesis {
     g.deposits_module = Some(V1);
     g.upgrade_lead_blocks = 3;
     g.upgrade_max_ahead_blocks = 1_000;
-    g.authorities = authorities.iter().map(|a| *a.node_id().as_bytes()).collect();
+    g.authorities = authorities
+        .iter()
+        .map(|a| *a.node_id().as_bytes())
+        .collect();
     g
 }
 
@@ -137,7 +137,9 @@ fn a_revocation_works_before_the_gate_and_is_refused_after() {
     // Revoking something that is not scheduled is refused at once.
     assert!(matches!(
         a.propose_cancel(op(V1, h)),
-        Err(ProposeError::Schedule(ScheduleError::NothingToCancel { .. }))
+        Err(ProposeError::Schedule(
+            ScheduleError::NothingToCancel { .. }
+        ))
     ));
     a.propose_cancel(op(V2, h)).unwrap();
     extend_solo(&mut a, 1).unwrap();
@@ -221,7 +223,10 @@ fn junk_votes_from_one_authority_do_not_block_a_majority_upgrade() {
     }
     let s = net.nodes[0].schedule();
     let own = s.pending.iter().filter(|p| p.voters == vec![2]).count();
-    assert_eq!(own, usize::from(net.nodes[0].genesis().upgrade_open_per_authority));
+    assert_eq!(
+        own,
+        usize::from(net.nodes[0].genesis().upgrade_open_per_authority)
+    );
     // Two of three authorities still schedule their upgrade, and it activates.
     let h = net.slot + 20;
     for node in &mut net.nodes[..2] {
@@ -268,8 +273,12 @@ fn the_operators_proposals_survive_a_restart() {
     let g = genesis(&[]);
     let open = || {
         let store = Arc::new(modnode::store::SledStore::open(dir.path()).unwrap());
-        let mut chain = Chain::open(store, g.clone(), DepositEngine::Native(Verification::Batched))
-            .unwrap();
+        let mut chain = Chain::open(
+            store,
+            g.clone(),
+            DepositEngine::Native(Verification::Batched),
+        )
+        .unwrap();
         chain.set_deposit_modules(Held::with(&[V1, V2]));
         chain
     };

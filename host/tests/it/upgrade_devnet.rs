@@ -540,7 +540,9 @@ async fn module_propose_and_list_from_the_command_line() {
     .await;
     assert!(ok, "{err}");
     assert!(
-        out.contains(&format!("dropped:   deposits {v1} at height {revoked} (cancelled")),
+        out.contains(&format!(
+            "dropped:   deposits {v1} at height {revoked} (cancelled"
+        )),
         "{out}"
     );
 

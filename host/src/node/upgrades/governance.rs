@@ -280,7 +280,10 @@ mod tests {
             )),
             "{text}"
         );
-        assert!(text.contains("modnode_upgrade_blocks_until_gate{"), "{text}");
+        assert!(
+            text.contains("modnode_upgrade_blocks_until_gate{"),
+            "{text}"
+        );
         assert!(text.contains("} 24"), "{text}");
         assert!(!text.contains("# EOF"));
     }

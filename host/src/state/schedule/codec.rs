@@ -96,7 +96,8 @@ impl Reader<'_> {
         self.bytes::<1>().map(|[b]| b)
     }
     fn len(&mut self) -> Option<usize> {
-        self.bytes::<2>().map(|b| usize::from(u16::from_le_bytes(b)))
+        self.bytes::<2>()
+            .map(|b| usize::from(u16::from_le_bytes(b)))
     }
     fn u32(&mut self) -> Option<u32> {
         self.bytes::<4>().map(u32::from_le_bytes)

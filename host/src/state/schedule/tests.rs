@@ -96,7 +96,15 @@ fn one_authority_of_several_cannot_schedule_alone() {
     let s = block(&s, 16, 1, &[], &[], &r).unwrap();
     assert!(s.pending.is_empty());
     // Without authorities the single producer is the majority.
-    let solo = block(&Schedule::default(), 1, 0, &[op(2, 9)], &[op(2, 9)], &rules(0, 4)).unwrap();
+    let solo = block(
+        &Schedule::default(),
+        1,
+        0,
+        &[op(2, 9)],
+        &[op(2, 9)],
+        &rules(0, 4),
+    )
+    .unwrap();
     assert_eq!(solo.module_at(Kind::Deposits, 9), Some([2; 32]));
 }
 
@@ -161,7 +169,10 @@ fn junk_votes_from_one_authority_do_not_block_a_majority_upgrade() {
                 s = next;
                 accepted += chunk.len();
             }
-            Err(e) => assert!(matches!(e, ScheduleError::TooManyForAuthority { proposer: 3, .. })),
+            Err(e) => assert!(matches!(
+                e,
+                ScheduleError::TooManyForAuthority { proposer: 3, .. }
+            )),
         }
     }
     assert_eq!(accepted, r.open_per_authority);
@@ -187,7 +198,11 @@ fn an_upgrade_without_majority_readiness_is_dropped_at_the_gate() {
     let s = block(&s, 2, 1, &[v2], &[], &r).unwrap();
     assert_eq!(s.module_at(Kind::Deposits, 20), Some([2; 32]));
     let s = (3..16).fold(s, |s, h| block(&s, h, 2, &[], &[], &r).unwrap());
-    assert_eq!(s.module_at(Kind::Deposits, 20), Some([2; 32]), "dropped too early");
+    assert_eq!(
+        s.module_at(Kind::Deposits, 20),
+        Some([2; 32]),
+        "dropped too early"
+    );
     // Block 16 = 20 − lead: the gate closes.
     let s = block(&s, 16, 2, &[], &[], &r).unwrap();
     assert_eq!(s.module_at(Kind::Deposits, 20), Some([1; 32]));
@@ -229,7 +244,9 @@ fn attestations_must_name_open_upgrades_once() {
         block(&s, 2, 1, &[], &[v2, v2], &r),
         Err(ScheduleError::BadAttestation { .. })
     ));
-    let many: Vec<UpgradeOp> = (0..=MAX_READY_ATTESTATIONS as u8).map(|i| op(i, 20)).collect();
+    let many: Vec<UpgradeOp> = (0..=MAX_READY_ATTESTATIONS as u8)
+        .map(|i| op(i, 20))
+        .collect();
     assert!(matches!(
         block(&s, 2, 1, &[], &many, &r),
         Err(ScheduleError::TooManyAttestations { .. })
