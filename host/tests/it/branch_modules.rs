@@ -163,3 +163,92 @@ fn a_side_branch_needing_a_module_we_lack_is_not_judged_and_imports_once_the_mod
     assert!(reorganised);
     assert_eq!(node.head(), b.head());
 }
+
+/// Item 2. The node's head schedules nothing; a competing branch schedules module X (a real
+/// deposits component) at H. Meeting that branch's block at H puts X on the upgrade agent's
+/// fetch list although the head's schedule does not name it; once X is fetched the branch
+/// imports and wins.
+#[test]
+fn a_module_only_a_competing_branch_schedules_is_fetched_and_the_branch_imports() {
+    use modnode::modules_store::upload::{ModuleService, UploadConfig};
+    use modnode::node::upgrades::UpgradeAgent;
+    use modnode::runtime::Modules;
+    use modnode::runtime::modules::InitialModules;
+    use modnode::runtime::slot::SlotConfig;
+    use sha2::{Digest, Sha256};
+
+    use super::artifact;
+    let x_bytes = artifact("deposits-v1");
+    let x: Hash = Sha256::digest(&x_bytes).into();
+    let rt = super::runtime(1_000_000_000);
+    let x_engine = DepositEngine::Module(Box::new(super::deposits_module(&rt, "deposits-v1")));
+
+    let producer = Engines::with(&[(x, x_engine)]);
+    let mut a = chain(genesis(None), producer.clone());
+    let a_blocks = extend(&mut a, H + 1, 1);
+    let mut b = chain(genesis(None), producer.clone());
+    b.propose_upgrade(at_h(x)).unwrap();
+    let b_blocks = extend(&mut b, H + 3, 2);
+
+    let dir = tempfile::tempdir().unwrap();
+    let modules = Modules::new(
+        super::runtime(1_000_000_000),
+        InitialModules {
+            deposits: &artifact("deposits-v2"),
+            checkpoint: &artifact("checkpoint-v1"),
+            gossip_policy: &artifact("gossip-policy-v2"),
+        },
+        SlotConfig::default(),
+    )
+    .unwrap();
+    let service = ModuleService::open(
+        dir.path(),
+        dir.path().join("module-cache"),
+        UploadConfig::default(),
+    )
+    .unwrap();
+    let agent = Arc::new(UpgradeAgent::new(
+        Arc::new(modules),
+        Arc::new(service),
+        Vec::new(),
+        [0; 32],
+    ));
+    let mut node = chain(genesis(None), agent.clone());
+    for block in &a_blocks {
+        assert!(matches!(node.add_block(block), Ok(Added::Extended(_))));
+    }
+    assert!(!agent.is_ready(&x));
+    assert_eq!(
+        agent.missing(),
+        Vec::<Hash>::new(),
+        "the head schedules nothing"
+    );
+
+    let below = (H - 1) as usize;
+    for block in &b_blocks[..below] {
+        assert_eq!(node.add_block(block).unwrap(), Added::Stored);
+    }
+    let at = &b_blocks[below];
+    let error = node.add_block(at).expect_err("X is not ready");
+    assert_ne!(error.fault(), Fault::Peer, "{error}");
+    // X is wanted although the head's schedule does not name it, and it is what the next
+    // fetch asks peers for.
+    assert_eq!(agent.missing(), vec![x]);
+    let peer = [7; 32];
+    let (asked, peers) = agent.next_fetch(&[peer]).expect("a fetch to start");
+    assert_eq!((asked, peers), (x, vec![peer]));
+    agent.fetch_answered(peer, &x, true);
+    agent.accept_fetched(&x, &x_bytes, "peer").unwrap();
+    agent.fetch_done();
+    assert!(agent.is_ready(&x));
+    assert_eq!(agent.missing(), Vec::<Hash>::new());
+
+    // Sync offers the branch again: it imports and wins.
+    let mut reorganised = false;
+    for block in &b_blocks[below..] {
+        reorganised |= matches!(node.add_block(block), Ok(Added::Reorganised { .. }));
+    }
+    assert!(reorganised);
+    assert_eq!(node.head(), b.head());
+    assert_eq!(node.schedule().module_at(Kind::Deposits, H), Some(x));
+}
