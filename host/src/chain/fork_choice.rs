@@ -7,10 +7,12 @@
 //! (the whole branch is invalid). Only a failure the block causes makes it invalid
 //! ([`FailureClass::Block`]); one of ours — the scheduled module not ready here, the host, a
 //! lock, the store — leaves it unjudged ([`ForkChoiceError::NotChecked`]): not stored, not
-//! remembered, so it (and its children) can be offered again once the cause is gone. When a valid side branch becomes preferable, the chain
-//! reverts to the common ancestor (switching to cached states where it has them) and imports
-//! the branch block by block; if any of them fails, the chain returns to the old branch and the
-//! error is reported, so a bad branch never leaves the node on a worse head.
+//! remembered, so it (and its children) can be offered again once the cause is gone.
+//!
+//! When a valid side branch becomes preferable, the chain reverts to the common ancestor
+//! (switching to cached states where it has them) and imports the branch block by block; if
+//! any of them fails, the chain returns to the old branch and the error is reported, so a bad
+//! branch never leaves the node on a worse head.
 
 use super::block::{Block, BlockHeader, Hash};
 use super::{Chain, FailureClass, Head, ImportError, Imported, RevertError, hex32};
