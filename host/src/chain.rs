@@ -34,7 +34,7 @@ use std::sync::{Arc, RwLock};
 
 use block::{Block, BlockHeader, Hash};
 pub use deposit_engine::{DepositEngine, DepositModules, DepositsResult, to_wit};
-pub use errors::{BuildError, ImportError, OpenError, RevertError};
+pub use errors::{BuildError, FailureClass, ImportError, OpenError, RevertError};
 use eth1::{DepositProofs, DueDeposits, Eth1Data, Eth1State, ProvenDeposit};
 pub use fork_choice::{Added, ForkChoiceError};
 pub use from_checkpoint::{CheckpointStart, base_height, init_from_checkpoint};

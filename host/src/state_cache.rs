@@ -399,7 +399,8 @@ impl StateCache {
 
     /// Executes `block` on its parent's state (from the cache or regenerated) and caches the
     /// state after it: how a block off the head is validated before it is stored, relayed or
-    /// counted for fork choice. [`StateCacheError::InvalidBlock`] means the block is invalid.
+    /// counted for fork choice. [`StateCacheError::InvalidBlock`] means the block is invalid;
+    /// [`StateCacheError::NotExecuted`] that it could not be checked for a reason of ours.
     pub fn execute(&self, block: &Block) -> Result<StateSnapshot, StateCacheError> {
         regen::execute(self, block)
     }

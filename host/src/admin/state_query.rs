@@ -100,9 +100,9 @@ impl From<StateCacheError> for StateQueryError {
             StateCacheError::UnknownBlock { .. }
             | StateCacheError::UnknownHeight { .. }
             | StateCacheError::TooOld { .. } => Self::NotFound(message),
-            StateCacheError::OverBudget { .. } | StateCacheError::Shed => {
-                Self::Unavailable(message)
-            }
+            StateCacheError::OverBudget { .. }
+            | StateCacheError::Shed
+            | StateCacheError::NotExecuted(_) => Self::Unavailable(message),
             StateCacheError::Replay(_)
             | StateCacheError::InvalidBlock(_)
             | StateCacheError::Store(_)

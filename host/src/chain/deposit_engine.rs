@@ -47,6 +47,12 @@ pub trait DepositModules: Send + Sync {
     /// Told the deposits call of each block with deposits that became the head by import, so
     /// the node can warm new deposits modules on real inputs.
     fn imported(&self, _call: crate::runtime::deposits::DepositCall) {}
+
+    /// Told that a block at `height` needed the scheduled `kind` module `hash` and it was not
+    /// ready ([`ImportError::ModuleMissing`](super::ImportError::ModuleMissing)) — on any
+    /// path: importing on the head, executing a side branch, regenerating a state — so the
+    /// node fetches it whichever branch schedules it, not only the head's.
+    fn missing(&self, _kind: crate::runtime::Kind, _hash: &[u8; 32], _height: u64) {}
 }
 
 impl DepositEngine {

@@ -179,10 +179,64 @@ pub enum ImportError {
     },
 }
 
+/// Whether a failed import or execution is a verdict on the block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailureClass {
+    /// Caused by the block, deterministically: every honest node running it on the same state
+    /// fails it the same way (a consensus rule it breaks, the module trapping or running out
+    /// of fuel on it). The block is invalid, and so is every block built on it.
+    Block,
+    /// Ours: the scheduled module not ready here, the host failing, a poisoned lock, the
+    /// store. Says nothing about the block: it stays unjudged and may be offered again.
+    Ours,
+}
+
 impl ImportError {
     /// Whether disk and memory disagree: the node must stop.
     pub fn is_fatal(&self) -> bool {
         matches!(self, Self::Diverged { .. })
+    }
+
+    /// Whether the failure is the block's (it is invalid) or ours (it is not judged).
+    pub fn class(&self) -> FailureClass {
+        match self {
+            Self::NotNext { .. }
+            | Self::BadSeal { .. }
+            | Self::BadBody { .. }
+            | Self::Rejected { .. }
+            | Self::StateRootMismatch { .. }
+            // A vote, deposit count or deposit index the chain's rules refuse: the block is
+            // invalid whoever checks it.
+            | Self::Eth1Vote { .. }
+            | Self::UpgradeVote { .. }
+            | Self::WrongDepositCount { .. }
+            | Self::DepositIndexMismatch { .. }
+            // Out of fuel, limits and traps are deterministic outcomes of the block.
+            | Self::Module(..) => FailureClass::Block,
+            // The state refused the module's changes: a deterministic outcome of the block,
+            // unless the lock was poisoned (a panic here).
+            Self::State {
+                source: StateError::Poisoned,
+                ..
+            } => FailureClass::Ours,
+            Self::State { .. } => FailureClass::Block,
+            // The scheduled module is not here yet, the host failed, storage failed, or disk
+            // and memory disagree: never the block's.
+            Self::ModuleMissing { .. }
+            | Self::Host(..)
+            | Self::Store { .. }
+            | Self::Diverged { .. } => FailureClass::Ours,
+        }
+    }
+
+    /// The scheduled module this node lacked, if that is why the block failed.
+    pub fn missing_module(&self) -> Option<(crate::runtime::Kind, [u8; 32])> {
+        match self {
+            Self::ModuleMissing { kind, module, .. } => {
+                Some((*kind, hex::decode(module).ok()?.try_into().ok()?))
+            }
+            _ => None,
+        }
     }
 }
 

@@ -4,13 +4,18 @@
 //! A block on a side branch is executed on its parent's state (from the state cache, or
 //! regenerated from the nearest cached ancestor) before it is stored, relayed or counted: an
 //! invalid one is refused, never stored, and remembered so its descendants are refused too
-//! (the whole branch is invalid). When a valid side branch becomes preferable, the chain
-//! reverts to the common ancestor (switching to cached states where it has them) and imports
-//! the branch block by block; if any of them fails, the chain returns to the old branch and the
-//! error is reported, so a bad branch never leaves the node on a worse head.
+//! (the whole branch is invalid). Only a failure the block causes makes it invalid
+//! ([`FailureClass::Block`]); one of ours — the scheduled module not ready here, the host, a
+//! lock, the store — leaves it unjudged ([`ForkChoiceError::NotChecked`]): not stored, not
+//! remembered, so it (and its children) can be offered again once the cause is gone.
+//!
+//! When a valid side branch becomes preferable, the chain reverts to the common ancestor
+//! (switching to cached states where it has them) and imports the branch block by block; if
+//! any of them fails, the chain returns to the old branch and the error is reported, so a bad
+//! branch never leaves the node on a worse head.
 
 use super::block::{Block, BlockHeader, Hash};
-use super::{Chain, Head, ImportError, Imported, RevertError, hex32};
+use super::{Chain, FailureClass, Head, ImportError, Imported, RevertError, hex32};
 use crate::state_cache::StateCacheError;
 use crate::store::{StoreError, WriteBatch, keys};
 
@@ -65,9 +70,16 @@ pub enum ForkChoiceError {
         /// The finalized height.
         finalized: u64,
     },
-    /// A block of the branch is invalid; the chain is back on its previous head.
+    /// A block of the branch is invalid (the block caused the failure:
+    /// [`FailureClass::Block`]); the chain is back on its previous head.
     #[error(transparent)]
-    Invalid(#[from] ImportError),
+    Invalid(ImportError),
+    /// A block of the branch could not be checked for a reason of ours
+    /// ([`FailureClass::Ours`]: its scheduled module not ready here, the host, a lock, the
+    /// store): not a verdict on the block, which is neither stored nor remembered as invalid
+    /// and may be offered again; the chain is back on its previous head.
+    #[error(transparent)]
+    NotChecked(ImportError),
     /// Reverting failed.
     #[error(transparent)]
     Revert(#[from] RevertError),
@@ -92,6 +104,29 @@ pub enum ForkChoiceError {
         #[source]
         source: Box<crate::state_cache::StateCacheError>,
     },
+}
+
+impl From<ImportError> for ForkChoiceError {
+    /// [`ForkChoiceError::Invalid`] when the block caused the failure, else
+    /// [`ForkChoiceError::NotChecked`].
+    fn from(e: ImportError) -> Self {
+        match e.class() {
+            FailureClass::Block => Self::Invalid(e),
+            FailureClass::Ours => Self::NotChecked(e),
+        }
+    }
+}
+
+impl ForkChoiceError {
+    /// The scheduled module (kind, hash) this node lacked, if that is why the block was not
+    /// added: on import, on executing a side branch, or on regenerating its parent's state.
+    pub fn missing_module(&self) -> Option<(crate::runtime::Kind, Hash)> {
+        match self {
+            Self::Invalid(e) | Self::NotChecked(e) => e.missing_module(),
+            Self::ParentState { source, .. } => source.missing_module(),
+            _ => None,
+        }
+    }
 }
 
 /// Most blocks remembered as invalid; the memory is cleared when it fills.
@@ -177,6 +212,12 @@ impl Chain {
                 self.remember_invalid(hash);
                 return Err(ForkChoiceError::Invalid(e));
             }
+            // Ours, not the block's: not stored, not remembered; offered again (by sync, once
+            // the module is ready) it is executed again.
+            Err(StateCacheError::NotExecuted(e)) => {
+                tracing::info!(block = %name, error = %e, "side-branch block not checked for now (not its fault)");
+                return Err(ForkChoiceError::NotChecked(e));
+            }
             Err(source) => {
                 return Err(ForkChoiceError::ParentState {
                     hash: name,
@@ -232,7 +273,7 @@ impl Chain {
         }
         for new in branch.iter().rev() {
             if let Err(e) = self.import(new) {
-                tracing::warn!(block = %hex32(&new.hash()), error = %e, "invalid block on a competing branch; staying on the current one");
+                tracing::warn!(block = %hex32(&new.hash()), error = %e, "block of a competing branch not imported; staying on the current one");
                 while self.head.height > ancestor {
                     self.revert_head()?;
                 }

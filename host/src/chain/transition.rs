@@ -25,7 +25,7 @@ pub(crate) struct Transition {
 /// The deposits engine that runs the block at `height` on a state with `schedule`: the
 /// scheduled module, or `default` when the schedule names none or names that very module. A
 /// module `modules` does not have ready is [`ImportError::ModuleMissing`] (ours, not the
-/// block's).
+/// block's), and `modules` is told ([`DepositModules::missing`]) so the node fetches it.
 pub(crate) fn engine_for(
     schedule: &Schedule,
     height: u64,
@@ -38,13 +38,17 @@ pub(crate) fn engine_for(
     if default.hash() == Some(hash) {
         return Ok(default.clone());
     }
-    modules
-        .and_then(|m| m.deposits(&hash))
-        .ok_or_else(|| ImportError::ModuleMissing {
-            kind: Kind::Deposits,
-            module: hex32(&hash),
-            height,
-        })
+    if let Some(engine) = modules.and_then(|m| m.deposits(&hash)) {
+        return Ok(engine);
+    }
+    if let Some(modules) = modules {
+        modules.missing(Kind::Deposits, &hash, height);
+    }
+    Err(ImportError::ModuleMissing {
+        kind: Kind::Deposits,
+        module: hex32(&hash),
+        height,
+    })
 }
 
 /// What the deposits module sees of the block and the state before it.

@@ -447,7 +447,7 @@ impl Worker {
         let before = self.chain.head();
         let added = self.chain.add_block(block).inspect_err(|e| {
             let fatal = match e {
-                ForkChoiceError::Invalid(e) => e.is_fatal(),
+                ForkChoiceError::Invalid(e) | ForkChoiceError::NotChecked(e) => e.is_fatal(),
                 ForkChoiceError::Revert(e) => e.is_fatal(),
                 _ => false,
             };

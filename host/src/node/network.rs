@@ -177,10 +177,10 @@ pub(super) struct Network {
     bootstrap: Vec<NodeId>,
     startup_deadline: Instant,
     upgrades: Arc<UpgradeAgent>,
-    /// Range sync holds off while the chain waits for this scheduled module, until the
-    /// instant (then it tries once more) or until the module is ready (see
-    /// [`Network::waiting_for_module`]).
-    module_wait: Option<([u8; 32], Instant)>,
+    /// Range sync holds off after the chain could not check a block for a reason of ours,
+    /// until the instant (then it tries once more) or until the scheduled module it waits for,
+    /// if any, is ready (see [`Network::waiting_for_module`]).
+    module_wait: Option<(Option<[u8; 32]>, Instant)>,
     checkpoints: crate::checkpoint::CheckpointServer,
 }
 

@@ -6,9 +6,13 @@
 //! A scheduled module that is not ready makes import stop at its height with
 //! [`ImportError::ModuleMissing`](crate::chain::ImportError::ModuleMissing); the network task
 //! keeps fetching ([`UpgradeAgent::next_fetch`]) and sync resumes once the module is ready.
+//! What is fetched is every module the head's schedule names and every module the chain
+//! needed on any path — a side branch, a replay — and lacked ([`wanted`]), so a module only
+//! a competing branch schedules is fetched too.
 
 pub mod governance;
 mod serve_limit;
+pub mod wanted;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -22,10 +26,11 @@ use crate::chain::{DepositEngine, DepositModules};
 use crate::modules_store::upload::ModuleService;
 use crate::runtime::{Kind, Modules};
 use crate::state::Schedule;
-use crate::state::schedule::Governance;
+use crate::state::schedule::{Action, Governance};
 
 pub use serve_limit::{FETCH_RETRY, FETCH_RETRY_MAX, Refusal, ServeLimits};
 use serve_limit::{FetchPacing, ServeLimiter};
+use wanted::WantedModules;
 
 type Hash = [u8; 32];
 
@@ -110,8 +115,10 @@ pub struct UpgradeAgent {
     serving: AtomicBool,
     /// What each peer may take of our module serving.
     limiter: Arc<Mutex<ServeLimiter>>,
-    /// Modules the chain asked for and did not get (warned about once each).
-    warned: Mutex<Vec<Hash>>,
+    /// Modules the chain needed on any branch and did not have ready.
+    wanted: Mutex<WantedModules>,
+    /// The module the last fetch was for (fetches take turns).
+    last_fetch: Mutex<Option<Hash>>,
     /// The chain's governance rules (for the tally shown to operators).
     rules: Governance,
 }
@@ -152,7 +159,8 @@ impl UpgradeAgent {
             pacing: Mutex::new(FetchPacing::default()),
             serving: AtomicBool::new(true),
             limiter: Arc::new(Mutex::new(ServeLimiter::new(ServeLimits::default()))),
-            warned: Mutex::new(Vec::new()),
+            wanted: Mutex::new(WantedModules::default()),
+            last_fetch: Mutex::new(None),
             rules: Governance::defaults(authorities_len),
         }
     }
@@ -181,11 +189,16 @@ impl UpgradeAgent {
     }
 
     fn scheduled_modules(&self) -> Vec<Hash> {
-        lock(&self.schedule)
-            .entries
+        let schedule = lock(&self.schedule);
+        // Pending upgrades too: a node that holds a voted module before a majority has voted
+        // can attest it ready in time for the gate, and its operator can propose it without
+        // uploading it there.
+        let pending = schedule
+            .pending
             .iter()
-            .map(|e| e.module)
-            .collect()
+            .filter(|p| p.action == Action::Upgrade && p.op.kind == Kind::Deposits)
+            .map(|p| p.op.module);
+        schedule.entries.iter().map(|e| e.module).chain(pending).collect()
     }
 
     /// Whether the module `hash` is prepared (compiled and warmed) here.
@@ -206,12 +219,15 @@ impl UpgradeAgent {
         ready
     }
 
-    /// Scheduled modules not ready here.
+    /// Modules to fetch, sorted: those the head's schedule names and those the chain needed on
+    /// any branch ([`DepositModules::missing`]), not ready here.
     pub fn missing(&self) -> Vec<Hash> {
+        let wanted = lock(&self.wanted).pending(Instant::now(), |h| self.is_ready(h));
         let mut missing: Vec<Hash> = self
             .scheduled_modules()
             .into_iter()
             .filter(|h| !self.is_ready(h))
+            .chain(wanted.into_iter().map(|(_, hash, _)| hash))
             .collect();
         missing.sort_unstable();
         missing.dedup();
@@ -328,16 +344,20 @@ impl UpgradeAgent {
         self.service.store().bytes(hash).ok().flatten()
     }
 
-    /// A missing scheduled module to fetch now and the peers to ask (those reporting it ready
-    /// first, then every other connected peer; each at most every [`FETCH_RETRY`], backing off
-    /// from peers that answered without it), unless a fetch is already running; the caller
-    /// must report each answer ([`UpgradeAgent::fetch_answered`]) and call
-    /// [`UpgradeAgent::fetch_done`] when it ends.
+    /// A missing module ([`UpgradeAgent::missing`]; each in turn) to fetch now and the peers
+    /// to ask (those reporting it ready first, then every other connected peer; each at most
+    /// every [`FETCH_RETRY`], backing off from peers that answered without it), unless a fetch
+    /// is already running; the caller must report each answer
+    /// ([`UpgradeAgent::fetch_answered`]) and call [`UpgradeAgent::fetch_done`] when it ends.
     pub fn next_fetch(&self, connected: &[NodeId]) -> Option<(Hash, Vec<NodeId>)> {
-        let hash = *self.missing().first()?;
+        let missing = self.missing();
+        let mut last = lock(&self.last_fetch);
+        let hash = wanted::next_in_turn(&missing, last.as_ref())?;
         if self.fetching.swap(true, Ordering::AcqRel) {
             return None;
         }
+        *last = Some(hash);
+        drop(last);
         let now = Instant::now();
         let pacing = lock(&self.pacing);
         let peers = lock(&self.peers);
@@ -537,23 +557,21 @@ impl DepositModules for UpgradeAgent {
     }
 
     fn deposits(&self, hash: &Hash) -> Option<DepositEngine> {
-        let found = self
-            .modules
+        self.modules
             .prepared_deposits(hash)
-            .map(|m| DepositEngine::Module(Box::new((*m).clone())));
-        if found.is_none() {
-            let mut warned = lock(&self.warned);
-            if !warned.contains(hash) {
-                warned.push(*hash);
-                tracing::warn!(
-                    module = %hex::encode(hash),
-                    kind = %Kind::Deposits,
-                    "the chain needs a scheduled deposits module this node does not have ready: \
-                     import waits at its height while the module is fetched from peers"
-                );
-            }
+            .map(|m| DepositEngine::Module(Box::new((*m).clone())))
+    }
+
+    fn missing(&self, kind: Kind, hash: &Hash, height: u64) {
+        if lock(&self.wanted).needed(kind, *hash, height, Instant::now()) {
+            tracing::warn!(
+                module = %hex::encode(hash),
+                %kind,
+                height,
+                "the chain needs a scheduled module this node does not have ready: blocks from \
+                 this height wait (unjudged) while the module is fetched from peers"
+            );
         }
-        found
     }
 
     fn scheduled(&self, schedule: &Schedule) {

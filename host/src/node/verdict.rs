@@ -10,8 +10,7 @@ use std::time::Duration;
 use modnode_gossip::policy::MessageKind;
 
 use super::chain_worker::WorkerError;
-use crate::chain::{Added, ForkChoiceError, ImportError};
-use crate::state::StateError;
+use crate::chain::{Added, FailureClass, ForkChoiceError, ImportError};
 
 /// Who is at fault when something a peer sent is not taken.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,33 +26,13 @@ pub enum Fault {
 }
 
 impl ImportError {
-    /// Whose fault the failed import is.
+    /// Whose fault the failed import is: the sender's when the block caused it
+    /// ([`FailureClass::Block`]), ours otherwise — a host failure, a store error, a poisoned
+    /// lock or a scheduled module not ready here never counts against a peer.
     pub fn fault(&self) -> Fault {
-        match self {
-            Self::NotNext { .. }
-            | Self::BadSeal { .. }
-            | Self::BadBody { .. }
-            | Self::Rejected { .. }
-            | Self::StateRootMismatch { .. }
-            // A vote, deposit count or deposit index the chain's rules refuse: the block is
-            // invalid whoever checks it.
-            | Self::Eth1Vote { .. }
-            | Self::UpgradeVote { .. }
-            | Self::WrongDepositCount { .. }
-            | Self::DepositIndexMismatch { .. } => Fault::Peer,
-            // Out of fuel, limits and traps are deterministic outcomes of the block; a host
-            // failure is ours.
-            Self::Host(..) => Fault::Ours,
-            // The scheduled module is not here yet: ours, never the block's.
-            Self::ModuleMissing { .. } => Fault::Ours,
-            Self::Module(..) => Fault::Peer,
-            Self::State {
-                source: StateError::Poisoned,
-                ..
-            } => Fault::Ours,
-            // The state refused the module's changes: a deterministic outcome of the block.
-            Self::State { .. } => Fault::Peer,
-            Self::Store { .. } | Self::Diverged { .. } => Fault::Ours,
+        match self.class() {
+            FailureClass::Block => Fault::Peer,
+            FailureClass::Ours => Fault::Ours,
         }
     }
 }
@@ -69,6 +48,9 @@ impl ForkChoiceError {
             // an honest node that was partitioned from us.
             Self::BeyondFinality { .. } => Fault::Transient,
             Self::Invalid(e) => e.fault(),
+            // Our failure (the module not ready here, the host, a lock, the store): the block
+            // is not judged, the sender not blamed.
+            Self::NotChecked(e) => e.fault(),
             // Relaying a descendant of an invalid block is relaying an invalid branch.
             Self::InvalidAncestor { .. } => Fault::Peer,
             // We could not execute it (state too old, budget full, storage): nobody's proven

@@ -17,11 +17,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError, RwLock};
 
 use super::StateCache;
-use crate::chain::ImportError;
 use crate::chain::block::{Block, Hash};
 use crate::chain::genesis::Genesis;
 use crate::chain::transition::replay;
 use crate::chain::{DepositEngine, DepositModules};
+use crate::chain::{FailureClass, ImportError};
 use crate::state::{Schedule, StateSnapshot};
 use crate::store::{KvStore, StoreError, keys};
 
@@ -65,13 +65,19 @@ pub enum StateCacheError {
     /// Import is behind: state queries are refused until it catches up. Retry later.
     #[error("the node is behind on block import; state queries are refused until it catches up")]
     Shed,
-    /// A stored block did not replay: the store is corrupt or this node has a bug (ours).
-    #[error("replaying a stored block failed (store corrupt or node bug): {0}")]
+    /// A stored block did not replay (ours): its scheduled module is not ready here, the host
+    /// or a lock failed, or the store is corrupt or this node has a bug.
+    #[error("replaying a stored block failed: {0}")]
     Replay(#[from] ImportError),
-    /// A block executed on its parent's state is invalid (the block's, hence its sender's,
-    /// fault).
+    /// A block executed on its parent's state is invalid: it caused the failure
+    /// ([`FailureClass::Block`]; the block's, hence its sender's, fault).
     #[error("invalid block: {0}")]
     InvalidBlock(ImportError),
+    /// A block could not be executed on its parent's state for a reason of ours
+    /// ([`FailureClass::Ours`]: its scheduled module not ready here, the host, a lock, the
+    /// store): not a verdict on the block; execute it again once the cause is gone.
+    #[error("block not executed (not its fault): {0}")]
+    NotExecuted(ImportError),
     /// Storage failed (ours).
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -92,6 +98,17 @@ pub enum StateCacheError {
     /// answer (ours: the process is out of threads or memory).
     #[error("the state query's replay thread failed: {0}")]
     QueryThread(String),
+}
+
+impl StateCacheError {
+    /// The scheduled module (kind, hash) this node lacked, if that is why the state could not
+    /// be had.
+    pub fn missing_module(&self) -> Option<(crate::runtime::Kind, Hash)> {
+        match self {
+            Self::Replay(e) | Self::InvalidBlock(e) | Self::NotExecuted(e) => e.missing_module(),
+            _ => None,
+        }
+    }
 }
 
 /// Where replays read blocks and which deposits engine runs them.
@@ -266,7 +283,10 @@ pub(super) fn execute(cache: &StateCache, block: &Block) -> Result<StateSnapshot
         &parent,
         block,
     )
-    .map_err(StateCacheError::InvalidBlock)?;
+    .map_err(|e| match e.class() {
+        FailureClass::Block => StateCacheError::InvalidBlock(e),
+        FailureClass::Ours => StateCacheError::NotExecuted(e),
+    })?;
     cache.insert(state.clone());
     Ok(state)
 }

@@ -1,5 +1,6 @@
 //! The host crate's one integration-test binary (it links once).
 
+mod branch_modules;
 mod cache;
 mod chain;
 mod checkpoint;

@@ -2,8 +2,8 @@
 //! choice, carried out for [`Network`] over QUIC.
 
 use super::{Event, Network, NodeId, REQUEST_TIMEOUT, SyncedBlocks, short};
+use crate::chain::ForkChoiceError;
 use crate::chain::block::Block;
-use crate::chain::{ForkChoiceError, ImportError};
 use crate::net::codec;
 use crate::net::rpc::{self, MAX_BLOCKS_PER_REQUEST, Request, Response};
 use crate::node::chain_worker::{ChainHandle, WorkerError};
@@ -26,14 +26,19 @@ pub(super) enum SyncImportError {
 }
 
 impl SyncImportError {
-    /// The scheduled module the chain lacks to import the block, if that is why it was refused.
-    fn missing_module(&self) -> Option<[u8; 32]> {
-        match self {
-            Self::Refused(WorkerError::Block(ForkChoiceError::Invalid(
-                ImportError::ModuleMissing { module, .. },
-            ))) => hex::decode(module).ok()?.try_into().ok(),
-            _ => None,
+    /// Whether range sync should hold off before offering blocks again, and until which
+    /// module is ready (if one is named): the chain could not check a block for a reason of
+    /// ours — a scheduled module not ready here (on import, on a side branch or in a replay of
+    /// its parent's state), the host, a lock, the store — which the same block from another
+    /// peer would meet again at once.
+    fn hold(&self) -> Option<Option<[u8; 32]>> {
+        let Self::Refused(WorkerError::Block(e)) = self else {
+            return None;
+        };
+        if let Some((_, module)) = e.missing_module() {
+            return Some(Some(module));
         }
+        matches!(e, ForkChoiceError::NotChecked(_)).then_some(None)
     }
 
     pub(super) fn fault(&self) -> Fault {
@@ -104,10 +109,11 @@ impl Network {
                     // Our failure or a transient one: the peer is not to blame.
                     tracing::info!(peer = %short(&peer), height, error = %e, "synced block not taken");
                     self.sync.handle_import_aborted(height, peer);
-                    if let Some(module) = e.missing_module() {
+                    if let Some(module) = e.hold() {
                         // Asking again at once would only be refused again: a loop of range
                         // requests and imports that starved the module's own fetch, compile
-                        // and warm-up on a loaded machine.
+                        // and warm-up on a loaded machine. (The module is on the upgrade
+                        // agent's fetch list: the chain reported it missing.)
                         let until = super::timer_deadline(Instant::now(), self.status_interval);
                         self.module_wait = Some((module, until));
                     }
@@ -116,18 +122,16 @@ impl Network {
         }
     }
 
-    /// Whether range sync holds off for a missing scheduled module: until it is ready (the
-    /// network task's module fetch gets it), at most a status interval before trying again.
+    /// Whether range sync holds off after the chain could not check a block for a reason of
+    /// ours: until the missing module is ready (the network task's module fetch gets it), at
+    /// most a status interval before trying again.
     pub(super) fn waiting_for_module(&mut self) -> bool {
-        match self.module_wait {
-            Some((module, until)) if Instant::now() < until && !self.upgrades.is_ready(&module) => {
-                true
-            }
-            _ => {
-                self.module_wait = None;
-                false
-            }
+        let upgrades = &self.upgrades;
+        let holding = holds(self.module_wait, Instant::now(), |m| upgrades.is_ready(m));
+        if !holding {
+            self.module_wait = None;
         }
+        holding
     }
 
     pub(super) fn import_synced(&mut self, height: u64, bytes: &[u8], peer: NodeId) {
@@ -241,6 +245,16 @@ impl Network {
     }
 }
 
+/// Whether a hold `(module, until)` still holds at `now`: before `until`, and while the module
+/// it waits for (if any) is not ready.
+fn holds(
+    hold: Option<(Option<[u8; 32]>, Instant)>,
+    now: Instant,
+    is_ready: impl Fn(&[u8; 32]) -> bool,
+) -> bool {
+    hold.is_some_and(|(module, until)| now < until && !module.is_some_and(|m| is_ready(&m)))
+}
+
 /// Fetches the branch below `tip` from `conn` and adds it, then `tip`, through fork choice.
 async fn fetch_branch(
     conn: &quinn::Connection,
@@ -337,4 +351,72 @@ pub(super) async fn request(
     tokio::time::timeout(REQUEST_TIMEOUT, exchange)
         .await
         .map_err(|_| RequestError::Timeout(REQUEST_TIMEOUT))?
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::chain::ImportError;
+    use crate::runtime::Kind;
+    use crate::store::StoreError;
+
+    const X: [u8; 32] = [7; 32];
+
+    fn refused(e: ForkChoiceError) -> SyncImportError {
+        SyncImportError::Refused(WorkerError::Block(e))
+    }
+
+    #[test]
+    fn a_block_refused_for_a_missing_module_holds_sync_until_the_module_is_ready() {
+        let missing = ImportError::ModuleMissing {
+            kind: Kind::Deposits,
+            module: hex::encode(X),
+            height: 5,
+        };
+        // However the chain met it: on import (or a side branch), or replaying a parent state.
+        let on_import = refused(ForkChoiceError::from(missing));
+        let in_replay = refused(ForkChoiceError::ParentState {
+            hash: "ab".into(),
+            source: Box::new(crate::state_cache::StateCacheError::Replay(
+                ImportError::ModuleMissing {
+                    kind: Kind::Deposits,
+                    module: hex::encode(X),
+                    height: 5,
+                },
+            )),
+        });
+        for e in [on_import, in_replay] {
+            assert_ne!(e.fault(), Fault::Peer);
+            let hold = e
+                .hold()
+                .map(|m| (m, Instant::now() + Duration::from_secs(5)));
+            assert_eq!(hold.map(|(m, _)| m), Some(Some(X)));
+            assert!(holds(hold, Instant::now(), |_| false));
+            // The module is ready: the hold ends at once, not at its deadline.
+            assert!(!holds(hold, Instant::now(), |m| *m == X));
+        }
+    }
+
+    #[test]
+    fn a_block_not_checked_for_another_reason_of_ours_holds_sync_for_a_while_only() {
+        let store = refused(ForkChoiceError::from(ImportError::Store {
+            hash: "ab".into(),
+            source: StoreError::Corrupt("test".into()),
+        }));
+        assert_ne!(store.fault(), Fault::Peer);
+        assert_eq!(store.hold(), Some(None));
+        let now = Instant::now();
+        let hold = Some((None, now + Duration::from_secs(5)));
+        assert!(holds(hold, now, |_| true));
+        assert!(!holds(hold, now + Duration::from_secs(5), |_| false));
+        // A peer's fault or an unknown branch: no hold, the peer is dealt with instead.
+        let invalid = refused(ForkChoiceError::from(ImportError::BadSeal {
+            hash: "ab".into(),
+            reason: "forged".into(),
+        }));
+        assert_eq!(invalid.hold(), None);
+        assert!(!holds(None, now, |_| false));
+    }
 }
