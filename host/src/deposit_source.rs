@@ -519,4 +519,61 @@ mod tests {
         };
         assert_eq!(source.choose_vote(far, &[theirs]), far);
     }
+
+    /// The producer asks the source to confirm the root before it asks for proofs against it:
+    /// a vote for another log's root (here: the same count, other deposits) is refused by
+    /// name. (Before: proofs against the source's own tree came back and the block failed its
+    /// proof check with no word of why.)
+    #[test]
+    fn the_producer_gets_a_named_root_mismatch_before_proofs() {
+        use std::sync::Arc;
+
+        use crate::chain::genesis::Genesis;
+        use crate::chain::native_deposits::Verification;
+        use crate::chain::{BuildError, Chain, DepositEngine, workload};
+        use crate::store::MemoryStore;
+
+        let genesis = Genesis::generated("test", 8, 7);
+        let fork = genesis.genesis_fork_version;
+        let chain = Chain::open(
+            Arc::new(MemoryStore::new()),
+            genesis,
+            DepositEngine::Native(Verification::OneByOne),
+        )
+        .unwrap();
+        let ours: Vec<_> = (0..2)
+            .map(|i| workload::new_validator(10 + i, 32_000_000_000, fork))
+            .collect();
+        let source = DepositSource::new();
+        source.append(Followed {
+            deposits: ours.clone(),
+            first_index: 0,
+            block: block(2),
+            deposit_count: 2,
+        });
+        source.confirm();
+        let mut other = DepositCache::new();
+        for i in 0..2 {
+            other
+                .push(workload::new_validator(20 + i, 32_000_000_000, fork))
+                .unwrap();
+        }
+        let foreign = Eth1Data {
+            deposit_root: other.root(),
+            deposit_count: 2,
+            block_hash: [2; 32],
+        };
+        match chain.build_block_from(1, 0, foreign, &source) {
+            Err(BuildError::Source(DepositProofsError::RootMismatch {
+                deposit_count: 2,
+                reason,
+            })) => assert!(reason.contains("disagrees with the chain"), "{reason}"),
+            other => panic!("expected a root mismatch, got {other:?}"),
+        }
+        let own = source.choose_vote(chain.eth1_data(), &[]);
+        assert_eq!(own.deposit_count, 2);
+        let block = chain.build_block_from(1, 0, own, &source).unwrap();
+        let carried: Vec<_> = block.body.deposits.iter().map(|d| d.data).collect();
+        assert_eq!(carried, ours);
+    }
 }
