@@ -698,6 +698,7 @@ impl Chain {
         let deposits = if due.count == 0 {
             Vec::new()
         } else {
+            source.check_root(&due.eth1_data)?;
             source.proven_deposits(due.from, due.count, due.eth1_data.deposit_count)?
         };
         Ok(self.build_block(slot, proposer, eth1_vote, deposits)?)

@@ -14,6 +14,13 @@
 //! [`DepositSource`] is what the node shares between the follower and the producer: it proves
 //! deposits through the chain's [`DepositProofs`] trait and picks the producer's eth1 vote
 //! ([`DepositSource::choose_vote`]).
+//!
+//! It votes and proves only from data it can stand behind: a log restored from disk waits until
+//! the follower has confirmed its followed block is still the source's
+//! ([`DepositSource::confirm`]); a followed block the source reorganised halts it for good
+//! ([`DepositSource::halt`]: deposits it followed may be gone); and before any vote or proof its
+//! tree over the chain's agreed deposit count must give the chain's agreed root
+//! ([`DepositSource::check_agreed`]), so it never builds on deposits the chain did not apply.
 
 pub mod abi;
 pub mod cache;
@@ -43,10 +50,53 @@ pub struct Eth1Vote {
     pub block_hash: [u8; 32],
 }
 
+/// Whether the source may vote and prove from what it followed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+enum Standing {
+    /// Not yet checked against the source in this run (a log restored from disk).
+    #[default]
+    Unconfirmed,
+    /// The followed block is the source's.
+    Confirmed,
+    /// A followed block was reorganised: why, and what to do.
+    Halted(String),
+}
+
 #[derive(Debug, Default)]
 struct SourceState {
     cache: DepositCache,
     followed: Option<(Eth1Block, u64)>,
+    standing: Standing,
+    /// The last problem logged by [`DepositSource::choose_vote`], so it is logged once.
+    reported: Option<String>,
+}
+
+impl SourceState {
+    /// Whether the followed data may be used: confirmed, or nothing followed yet.
+    fn usable(&self) -> Result<(), SourceError> {
+        match (&self.standing, self.followed) {
+            (Standing::Halted(reason), _) => Err(SourceError::Halted(reason.clone())),
+            (Standing::Unconfirmed, Some((block, _))) => Err(SourceError::Unconfirmed {
+                block: block.number,
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    /// [`DepositSource::check_agreed`] under the lock.
+    fn check_agreed(&self, agreed: &Eth1Data) -> Result<(), SourceError> {
+        self.usable()?;
+        let ours = self.cache.root_at(agreed.deposit_count)?;
+        if ours != agreed.deposit_root {
+            return Err(SourceError::Inconsistent {
+                count: agreed.deposit_count,
+                ours: hex::encode(ours),
+                agreed: hex::encode(agreed.deposit_root),
+                block: hex::encode(agreed.block_hash),
+            });
+        }
+        Ok(())
+    }
 }
 
 /// The followed deposit log, shared by the follower (writes) and the producer (reads).
@@ -64,6 +114,51 @@ pub enum SourceError {
     /// The source's lock was poisoned by a panic (ours).
     #[error("the deposit source's lock is poisoned")]
     Poisoned,
+    /// The log restored from disk is not yet confirmed against the source (transient: the
+    /// follower confirms it on its first poll that reaches the source).
+    #[error(
+        "the deposit log restored from disk (followed up to block {block}) is not yet confirmed \
+         against the deposit source; the follower confirms it once the source answers"
+    )]
+    Unconfirmed {
+        /// The followed block.
+        block: u64,
+    },
+    /// The source reorganised a followed block: nothing it followed is used any more (the
+    /// reason says what to do).
+    #[error("the deposit source is halted: {0}")]
+    Halted(String),
+    /// The followed log disagrees with the deposits the chain agreed (and applied): the source
+    /// follows another contract or chain, or the contract lost deposits the chain applied.
+    #[error(
+        "the followed deposit contract disagrees with the chain: its root over the first {count} \
+         deposits is {ours}, the chain agreed {agreed} (at source block {block}). This node \
+         votes only the chain's agreed eth1 data and proves no deposit from it. Check that the \
+         eth1 endpoint, chain id and deposit contract are the chain's; if they are, the \
+         contract no longer has deposits the chain applied (a reorg deeper than the follow \
+         distance): no local action fixes that, the authorities must agree on a recovery"
+    )]
+    Inconsistent {
+        /// The agreed deposit count.
+        count: u64,
+        /// Our root at that count (hex).
+        ours: String,
+        /// The agreed root (hex).
+        agreed: String,
+        /// The agreed source block hash (hex).
+        block: String,
+    },
+}
+
+impl SourceError {
+    /// Whether the source is expected to recover without an operator (it catches up, or the
+    /// follower confirms the restored log).
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self,
+            Self::Unconfirmed { .. } | Self::Cache(CacheError::UnknownCount { .. })
+        )
+    }
 }
 
 impl DepositSource {
@@ -74,6 +169,49 @@ impl DepositSource {
 
     fn state(&self) -> Result<std::sync::MutexGuard<'_, SourceState>, SourceError> {
         self.state.lock().map_err(|_| SourceError::Poisoned)
+    }
+
+    /// The follower checked that the followed block is still the source's: the followed data
+    /// may be voted and proven from (unless the source is halted, which stays).
+    pub fn confirm(&self) {
+        if let Ok(mut state) = self.state()
+            && state.standing == Standing::Unconfirmed
+        {
+            state.standing = Standing::Confirmed;
+        }
+    }
+
+    /// Whether the followed data was confirmed against the source in this run.
+    pub fn is_confirmed(&self) -> bool {
+        self.state()
+            .is_ok_and(|s| s.standing == Standing::Confirmed)
+    }
+
+    /// The follower found a followed block reorganised: from now on the source votes only the
+    /// chain's agreed data and proves nothing, for `reason` (which says what to do). It stays
+    /// halted until the node restarts.
+    pub fn halt(&self, reason: String) {
+        if let Ok(mut state) = self.state()
+            && !matches!(state.standing, Standing::Halted(_))
+        {
+            state.standing = Standing::Halted(reason);
+        }
+    }
+
+    /// Why the source is halted, if it is.
+    pub fn halted(&self) -> Option<String> {
+        match self.state().ok()?.standing.clone() {
+            Standing::Halted(reason) => Some(reason),
+            _ => None,
+        }
+    }
+
+    /// Whether the source may vote and prove against the chain's `agreed` eth1 data: it is not
+    /// halted, its restored log is confirmed, it knows `agreed.deposit_count` deposits, and its
+    /// tree over them has `agreed.deposit_root` — the deposits the chain applied are the ones
+    /// it followed.
+    pub fn check_agreed(&self, agreed: &Eth1Data) -> Result<(), SourceError> {
+        self.state()?.check_agreed(agreed)
     }
 
     /// Appends what the follower read. The follower checked the indices are contiguous; a
@@ -115,9 +253,10 @@ impl DepositSource {
         self.len() == 0
     }
 
-    /// The vote for the last followed block, once one is followed.
+    /// The vote for the last followed block, once one is followed (and usable).
     pub fn eth1_vote(&self) -> Result<Option<Eth1Vote>, SourceError> {
         let state = self.state()?;
+        state.usable()?;
         let Some((block, count)) = state.followed else {
             return Ok(None);
         };
@@ -138,10 +277,25 @@ impl DepositSource {
     /// joined: they would keep the period's votes where they are while the contract moves on.
     /// Block hashes of others' votes are not checked against the source: the root and count are
     /// what proofs rest on.
+    ///
+    /// Only the agreed data is voted while [`check_agreed`](Self::check_agreed) fails: a halted
+    /// or unconfirmed source, or one whose tree disagrees with the deposits the chain agreed,
+    /// never votes a root of its own (the disagreement is logged, once).
     pub fn choose_vote(&self, agreed: Eth1Data, votes: &[Eth1Data]) -> Eth1Data {
-        let Ok(state) = self.state() else {
+        let Ok(mut state) = self.state() else {
             return agreed;
         };
+        match state.check_agreed(&agreed) {
+            Ok(()) => state.reported = None,
+            Err(e) => {
+                let text = e.to_string();
+                if !e.is_transient() && state.reported.as_ref() != Some(&text) {
+                    tracing::error!(error = %text, "the deposit source votes the agreed eth1 data");
+                    state.reported = Some(text);
+                }
+                return agreed;
+            }
+        }
         let confirmed = |vote: &Eth1Data| {
             vote.deposit_count > agreed.deposit_count
                 && state
@@ -176,6 +330,23 @@ impl DepositSource {
 }
 
 impl DepositProofs for DepositSource {
+    fn check_root(&self, eth1_data: &Eth1Data) -> Result<(), DepositProofsError> {
+        match self.check_agreed(eth1_data) {
+            Ok(()) => Ok(()),
+            Err(SourceError::Cache(CacheError::UnknownCount { count, known })) => {
+                Err(DepositProofsError::Behind {
+                    known,
+                    deposit_count: count,
+                })
+            }
+            Err(e @ SourceError::Inconsistent { .. }) => Err(DepositProofsError::RootMismatch {
+                deposit_count: eth1_data.deposit_count,
+                reason: e.to_string(),
+            }),
+            Err(e) => Err(DepositProofsError::Unavailable(e.to_string())),
+        }
+    }
+
     fn proven_deposits(
         &self,
         from: u64,
@@ -184,6 +355,9 @@ impl DepositProofs for DepositSource {
     ) -> Result<Vec<ProvenDeposit>, DepositProofsError> {
         let state = self
             .state()
+            .map_err(|e| DepositProofsError::Unavailable(e.to_string()))?;
+        state
+            .usable()
             .map_err(|e| DepositProofsError::Unavailable(e.to_string()))?;
         let known = state.cache.len();
         if deposit_count > known {
@@ -251,6 +425,7 @@ mod tests {
             block: block(u64::from(n)),
             deposit_count: u64::from(n),
         });
+        source.confirm();
         source
     }
 
@@ -343,5 +518,62 @@ mod tests {
             block_hash: [7; 32],
         };
         assert_eq!(source.choose_vote(far, &[theirs]), far);
+    }
+
+    /// The producer asks the source to confirm the root before it asks for proofs against it:
+    /// a vote for another log's root (here: the same count, other deposits) is refused by
+    /// name. (Before: proofs against the source's own tree came back and the block failed its
+    /// proof check with no word of why.)
+    #[test]
+    fn the_producer_gets_a_named_root_mismatch_before_proofs() {
+        use std::sync::Arc;
+
+        use crate::chain::genesis::Genesis;
+        use crate::chain::native_deposits::Verification;
+        use crate::chain::{BuildError, Chain, DepositEngine, workload};
+        use crate::store::MemoryStore;
+
+        let genesis = Genesis::generated("test", 8, 7);
+        let fork = genesis.genesis_fork_version;
+        let chain = Chain::open(
+            Arc::new(MemoryStore::new()),
+            genesis,
+            DepositEngine::Native(Verification::OneByOne),
+        )
+        .unwrap();
+        let ours: Vec<_> = (0..2)
+            .map(|i| workload::new_validator(10 + i, 32_000_000_000, fork))
+            .collect();
+        let source = DepositSource::new();
+        source.append(Followed {
+            deposits: ours.clone(),
+            first_index: 0,
+            block: block(2),
+            deposit_count: 2,
+        });
+        source.confirm();
+        let mut other = DepositCache::new();
+        for i in 0..2 {
+            other
+                .push(workload::new_validator(20 + i, 32_000_000_000, fork))
+                .unwrap();
+        }
+        let foreign = Eth1Data {
+            deposit_root: other.root(),
+            deposit_count: 2,
+            block_hash: [2; 32],
+        };
+        match chain.build_block_from(1, 0, foreign, &source) {
+            Err(BuildError::Source(DepositProofsError::RootMismatch {
+                deposit_count: 2,
+                reason,
+            })) => assert!(reason.contains("disagrees with the chain"), "{reason}"),
+            other => panic!("expected a root mismatch, got {other:?}"),
+        }
+        let own = source.choose_vote(chain.eth1_data(), &[]);
+        assert_eq!(own.deposit_count, 2);
+        let block = chain.build_block_from(1, 0, own, &source).unwrap();
+        let carried: Vec<_> = block.body.deposits.iter().map(|d| d.data).collect();
+        assert_eq!(carried, ours);
     }
 }

@@ -96,10 +96,14 @@ pub enum DepositProofsError {
     },
     /// The source's root for `deposit_count` differs from the agreed one: the source follows
     /// another contract or chain, or the authorities agreed on a wrong root.
-    #[error("the deposit source's root over {deposit_count} deposits is not the agreed root")]
+    #[error(
+        "the deposit source's root over {deposit_count} deposits is not the agreed root: {reason}"
+    )]
     RootMismatch {
         /// The count.
         deposit_count: u64,
+        /// The source's account of the disagreement and what to do.
+        reason: String,
     },
     /// The source failed (I/O, its store); transient from the chain's point of view.
     #[error("deposit source: {0}")]
@@ -109,6 +113,15 @@ pub enum DepositProofsError {
 /// Something that holds the deposit contract's log and proves its deposits: the node's deposit
 /// cache, or [`DevDepositLog`](super::workload::DevDepositLog).
 pub trait DepositProofs {
+    /// Checks, before proofs against `eth1_data` are asked for, that the source's tree over
+    /// the first `eth1_data.deposit_count` deposits has `eth1_data.deposit_root`: a source
+    /// whose log disagrees with the chain says why instead of handing over proofs the block
+    /// check refuses. The default accepts (a source that is the chain's own log).
+    fn check_root(&self, eth1_data: &Eth1Data) -> Result<(), DepositProofsError> {
+        let _ = eth1_data;
+        Ok(())
+    }
+
     /// Deposits `[from, from + count)` with their proofs against the deposit root over the
     /// first `deposit_count` deposits (a past root, if the contract has grown since).
     fn proven_deposits(

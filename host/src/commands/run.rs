@@ -10,6 +10,7 @@ use modnode::chain::genesis::Genesis;
 use modnode::chain::workload;
 use modnode::deposit_source::dev_contract::DEV_CONTRACT_ADDRESS;
 use modnode::deposit_source::follower::FollowerConfig;
+use modnode::deposit_source::rpc::DEV_CHAIN_ID;
 use modnode::node::{self, DepositSourceConfig, DevContractConfig, Node, NodeConfig};
 use modnode_peers::PeerAddr;
 use sha2::Digest as _;
@@ -110,6 +111,10 @@ pub struct DepositArgs {
     /// contract's).
     #[arg(long, value_name = "0xADDRESS", value_parser = parse_address, requires = "eth1_endpoint")]
     pub deposit_contract: Option<[u8; 20]>,
+    /// Chain id the `--eth1-endpoint` must answer to `eth_chainId` (1 for Ethereum mainnet;
+    /// default: the dev contract's). The follower follows nothing until it does.
+    #[arg(long, value_name = "ID", default_value_t = DEV_CHAIN_ID, requires = "eth1_endpoint")]
+    pub eth1_chain_id: u64,
     /// Blocks the follower stays behind the source's head.
     #[arg(long, default_value_t = 2)]
     pub follow_distance: u64,
@@ -148,6 +153,7 @@ impl DepositArgs {
             endpoint,
             self.deposit_contract.unwrap_or(DEV_CONTRACT_ADDRESS),
         );
+        follow.chain_id = self.eth1_chain_id;
         follow.follow_distance = self.follow_distance;
         follow.start_block = self.deposit_start_block;
         DepositSourceConfig {

@@ -75,6 +75,36 @@ pub enum ClientError {
     },
 }
 
+/// Lower-cased fragments of the errors providers answer an `eth_getLogs` with when its block
+/// range or result set is over their limit (geth, Infura, Alchemy, QuickNode, Ankr, Erigon,
+/// Besu, the dev contract), beside the EIP-1474 code `-32005`.
+const RANGE_LIMIT_MESSAGES: [&str; 9] = [
+    "query returned more than",
+    "block range",
+    "exceed maximum block range",
+    "range limit",
+    "exceeds maximum range",
+    "range is too",
+    "response size exceeded",
+    "too many blocks",
+    "limited to a",
+];
+
+impl ClientError {
+    /// Whether this is a provider refusing a query as too large (a block range or result set
+    /// over its limit): a smaller range may succeed where the same one never will.
+    pub fn is_range_limit(&self) -> bool {
+        match self {
+            Self::Rpc { code, message, .. } => {
+                let message = message.to_lowercase();
+                *code == super::rpc::codes::LIMIT_EXCEEDED
+                    || RANGE_LIMIT_MESSAGES.iter().any(|m| message.contains(m))
+            }
+            _ => false,
+        }
+    }
+}
+
 /// A JSON-RPC endpoint.
 #[derive(Debug, Clone)]
 pub struct RpcClient {
@@ -218,6 +248,27 @@ impl RpcClient {
             .as_str()
             .ok_or_else(|| self.bad("eth_blockNumber", format!("{result} is not a quantity")))?;
         parse_quantity(text, "result").map_err(|e| self.bad("eth_blockNumber", e.message))
+    }
+
+    /// `eth_chainId`.
+    pub async fn chain_id(&self) -> Result<u64, ClientError> {
+        const METHOD: &str = "eth_chainId";
+        let result = self.call(METHOD, json!([])).await?;
+        let text = result
+            .as_str()
+            .ok_or_else(|| self.bad(METHOD, format!("{result} is not a quantity")))?;
+        parse_quantity(text, "result").map_err(|e| self.bad(METHOD, e.message))
+    }
+
+    /// `eth_getCode(address, "latest")`: the code at `address` (empty: no contract there).
+    pub async fn code(&self, address: &[u8; 20]) -> Result<Vec<u8>, ClientError> {
+        const METHOD: &str = "eth_getCode";
+        let result = self.call(METHOD, json!([data(address), "latest"])).await?;
+        let text = result
+            .as_str()
+            .ok_or_else(|| self.bad(METHOD, format!("{result} is not data")))?;
+        hex::decode(text.strip_prefix("0x").unwrap_or(text))
+            .map_err(|e| self.bad(METHOD, format!("code is not hex: {e}")))
     }
 
     /// `eth_getBlockByNumber(number, false)`; `None` if the source has no such block.

@@ -9,6 +9,12 @@
 //! root at its end, so a restarted contract serves the same blocks it served before. Empty
 //! blocks cost nothing, which keeps a follow distance moving without deposits.
 //!
+//! **Reorgs on demand**: [`DevContract::reorg`] replaces the last blocks with different ones
+//! (their deposits dropped, others put in their place), like an execution chain reorganising
+//! deeper than a follower's follow distance. It is a Rust API for tests and dev tools only: no
+//! JSON-RPC method reaches it, so neither followers nor peers can trigger it. Each reorg is
+//! recorded, and every block from its first replaced block on hashes differently from before.
+//!
 //! Like the real contract it checks deposits minimally — amount at least 1 ETH in Gwei, fixed
 //! field lengths (by type) — and never checks signatures: an invalid deposit is logged and the
 //! deposits module skips it.
@@ -16,6 +22,7 @@
 use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
+use sled::Transactional;
 
 use super::cache::{CacheError, DepositCache};
 use super::tree::{MAX_DEPOSIT_COUNT, Node, TreeError};
@@ -27,9 +34,15 @@ pub const MIN_DEPOSIT_GWEI: u64 = 1_000_000_000;
 pub const DEV_CONTRACT_ADDRESS: [u8; 20] = [0x42; 20];
 /// Default time between dev execution blocks.
 pub const DEFAULT_BLOCK_MS: u64 = 1_000;
+/// Default for the most blocks one `eth_getLogs` may span.
+pub const DEFAULT_LOG_BLOCK_RANGE: u64 = 10_000;
 
 const META_CREATED: &[u8] = b"created_ms";
 const META_BLOCK_MS: &[u8] = b"block_ms";
+const META_REORGS: &[u8] = b"reorgs";
+/// The placeholder `eth_getCode` answers at [`DEV_CONTRACT_ADDRESS`]: the dev contract runs no
+/// EVM code, but a follower checks that code exists at the address it follows.
+pub const DEV_CONTRACT_CODE: &[u8] = b"modnode dev deposit contract (no EVM code)";
 
 /// An execution block as followers see it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,6 +90,16 @@ pub enum DevContractError {
         /// What failed.
         reason: String,
     },
+    /// A reorg asked for blocks the contract does not have (the caller's mistake).
+    #[error(
+        "cannot reorganise the last {depth} blocks: the head is block {head}, and block 0 stays"
+    )]
+    ReorgDepth {
+        /// Blocks asked to replace.
+        depth: u64,
+        /// The head.
+        head: u64,
+    },
     /// The stored log is not a contiguous, well-formed log (ours: the database is damaged).
     #[error("dev deposit contract database {path}: corrupt entry {key}: {reason}")]
     Corrupt {
@@ -93,12 +116,28 @@ pub enum DevContractError {
 pub struct DevContract {
     path: PathBuf,
     db: sled::Db,
+    meta: sled::Tree,
     log: sled::Tree,
     cache: DepositCache,
     /// The block each deposit landed in, by index (non-decreasing).
     blocks: Vec<u64>,
     created_ms: u64,
     block_ms: u64,
+    /// The first replaced block of each reorg, in order.
+    reorgs: Vec<u64>,
+    /// Most blocks one `eth_getLogs` may span (not persisted).
+    log_block_range: u64,
+}
+
+/// What [`DevContract::reorg`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reorged {
+    /// The first block replaced; every block from it on has a new hash.
+    pub from_block: u64,
+    /// The deposits dropped (in those blocks or pending), from index `first_index`.
+    pub dropped: Vec<DepositData>,
+    /// Index of the first dropped deposit, and of the first replacement.
+    pub first_index: u64,
 }
 
 impl std::fmt::Debug for DevContract {
@@ -143,6 +182,20 @@ impl DevContract {
                 }
             }
         };
+        let reorgs = match meta.get(META_REORGS).map_err(storage)? {
+            None => Vec::new(),
+            Some(bytes) => {
+                let (chunks, rest) = bytes.as_chunks::<8>();
+                if !rest.is_empty() {
+                    return Err(DevContractError::Corrupt {
+                        path: dir.to_path_buf(),
+                        key: String::from_utf8_lossy(META_REORGS).into_owned(),
+                        reason: format!("{} bytes, not a multiple of 8", bytes.len()),
+                    });
+                }
+                chunks.iter().map(|c| u64::from_le_bytes(*c)).collect()
+            }
+        };
         let created_ms = read_or_init(META_CREATED, now_ms)?;
         let stored_block_ms = read_or_init(META_BLOCK_MS, block_ms.max(1))?;
         if stored_block_ms != block_ms {
@@ -157,11 +210,14 @@ impl DevContract {
         let mut contract = Self {
             path: dir.to_path_buf(),
             db,
+            meta,
             log,
             cache: DepositCache::new(),
             blocks: Vec::new(),
             created_ms,
             block_ms: stored_block_ms.max(1),
+            reorgs,
+            log_block_range: DEFAULT_LOG_BLOCK_RANGE,
         };
         contract.load()?;
         Ok(contract)
@@ -217,6 +273,17 @@ impl DevContract {
         self.block_ms
     }
 
+    /// Most blocks one `eth_getLogs` may span.
+    pub fn log_block_range(&self) -> u64 {
+        self.log_block_range
+    }
+
+    /// Limits `eth_getLogs` to `blocks` blocks per query (at least 1), as providers do (dev and
+    /// test setting, not persisted).
+    pub fn set_log_block_range(&mut self, blocks: u64) {
+        self.log_block_range = blocks.max(1);
+    }
+
     /// The latest block at `now_ms`.
     pub fn head(&self, now_ms: u64) -> u64 {
         now_ms
@@ -267,6 +334,83 @@ impl DevContract {
         })
     }
 
+    /// Replaces the last `depth` blocks up to the head at `now_ms` with different ones: the
+    /// deposits in them (and pending ones) are dropped, `replacement` lands in the first
+    /// replaced block, and every block from it on hashes differently. Durable (flushed) before
+    /// it returns. A test and dev hook: no JSON-RPC method calls it.
+    pub fn reorg(
+        &mut self,
+        depth: u64,
+        replacement: Vec<DepositData>,
+        now_ms: u64,
+    ) -> Result<Reorged, DevContractError> {
+        let head = self.head(now_ms);
+        let from_block = head
+            .checked_add(1)
+            .and_then(|next| next.checked_sub(depth))
+            .filter(|&from| depth > 0 && from > 0)
+            .ok_or(DevContractError::ReorgDepth { depth, head })?;
+        if let Some(low) = replacement.iter().find(|d| d.amount < MIN_DEPOSIT_GWEI) {
+            return Err(DevContractError::AmountTooLow { amount: low.amount });
+        }
+        let keep = self.blocks.partition_point(|&b| b < from_block);
+        let kept = self.blocks.get(..keep).unwrap_or_default();
+        // Rebuild in memory first: nothing is written unless the new log is whole.
+        let mut cache = DepositCache::new();
+        let mut dropped = Vec::new();
+        for index in 0..self.cache.len() {
+            let deposit = *self.cache.deposit(index).ok_or(CacheError::UnknownCount {
+                count: index,
+                known: self.cache.len(),
+            })?;
+            if cache.len() < keep as u64 {
+                cache.push(deposit)?;
+            } else {
+                dropped.push(deposit);
+            }
+        }
+        let first_index = cache.len();
+        for deposit in &replacement {
+            cache.push(*deposit)?;
+        }
+        let mut blocks = kept.to_vec();
+        blocks.resize(keep.saturating_add(replacement.len()), from_block);
+        let mut reorgs = self.reorgs.clone();
+        reorgs.push(from_block);
+        let encoded_reorgs: Vec<u8> = reorgs.iter().flat_map(|b| b.to_le_bytes()).collect();
+
+        let mut log = sled::Batch::default();
+        for index in first_index..self.cache.len() {
+            log.remove(&index.to_be_bytes());
+        }
+        for (index, deposit) in (first_index..).zip(&replacement) {
+            let mut value = Vec::with_capacity(8 + DEPOSIT_BYTES);
+            value.extend_from_slice(&from_block.to_le_bytes());
+            value.extend_from_slice(&deposit.encode());
+            log.insert(&index.to_be_bytes(), value);
+        }
+        let written: sled::transaction::TransactionResult<(), ()> = (&self.log, &self.meta)
+            .transaction(|(log_tx, meta_tx)| {
+                log_tx.apply_batch(&log)?;
+                meta_tx.insert(META_REORGS, encoded_reorgs.as_slice())?;
+                Ok(())
+            });
+        let storage = |reason: String| DevContractError::Storage {
+            path: self.path.clone(),
+            reason,
+        };
+        written.map_err(|e| storage(format!("{e:?}")))?;
+        self.db.flush().map_err(|e| storage(e.to_string()))?;
+        self.cache = cache;
+        self.blocks = blocks;
+        self.reorgs = reorgs;
+        Ok(Reorged {
+            from_block,
+            dropped,
+            first_index,
+        })
+    }
+
     /// Deposits in blocks up to and including `block`.
     fn count_at(&self, block: u64) -> u64 {
         self.blocks.partition_point(|&b| b <= block) as u64
@@ -282,6 +426,12 @@ impl DevContract {
         hasher.update(number.to_le_bytes());
         hasher.update(count.to_le_bytes());
         hasher.update(root);
+        // Reorgs replacing this block or an earlier one: none leaves the hash as it always was.
+        let reorgs = self.reorgs.iter().filter(|&&from| from <= number).count() as u64;
+        if reorgs > 0 {
+            hasher.update(b"reorgs");
+            hasher.update(reorgs.to_le_bytes());
+        }
         hasher.finalize().into()
     }
 
@@ -397,5 +547,62 @@ mod tests {
         assert_eq!(c.logs(0, 8, 100, 400).unwrap(), logs);
         let again: Vec<_> = (0..8).map(|n| c.block(n, 400).unwrap()).collect();
         assert_eq!(again, hashes);
+    }
+
+    #[test]
+    fn a_reorg_replaces_the_last_blocks_and_survives_a_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let (before, after) = {
+            let mut c = DevContract::open(dir.path(), 100, 0).unwrap();
+            c.deposit(deposit(0, MIN_DEPOSIT_GWEI), 50).unwrap(); // block 1
+            c.deposit(deposit(1, MIN_DEPOSIT_GWEI), 250).unwrap(); // block 3
+            c.deposit(deposit(2, MIN_DEPOSIT_GWEI), 450).unwrap(); // block 5
+            let before: Vec<_> = (0..=6).map(|n| c.block(n, 600).unwrap()).collect();
+            assert!(matches!(
+                c.reorg(7, vec![], 600),
+                Err(DevContractError::ReorgDepth { depth: 7, head: 6 })
+            ));
+            assert!(matches!(
+                c.reorg(0, vec![], 600),
+                Err(DevContractError::ReorgDepth { .. })
+            ));
+            // Blocks 3..=6 replaced: deposits 1 and 2 dropped, another lands in block 3.
+            let reorged = c.reorg(4, vec![deposit(9, MIN_DEPOSIT_GWEI)], 600).unwrap();
+            assert_eq!(
+                reorged,
+                Reorged {
+                    from_block: 3,
+                    dropped: vec![deposit(1, MIN_DEPOSIT_GWEI), deposit(2, MIN_DEPOSIT_GWEI)],
+                    first_index: 1,
+                }
+            );
+            assert_eq!(c.deposit_count(), 2);
+            let logs = c.logs(0, 10, 100, 600).unwrap();
+            assert_eq!(
+                logs.iter().map(|l| (l.index, l.block)).collect::<Vec<_>>(),
+                vec![(0, 1), (1, 3)]
+            );
+            assert_eq!(logs[1].deposit, deposit(9, MIN_DEPOSIT_GWEI));
+            let after: Vec<_> = (0..=6).map(|n| c.block(n, 600).unwrap()).collect();
+            // Blocks before the reorg keep their hashes; every replaced one changes, and the
+            // chain of parent hashes holds.
+            assert_eq!(after[..3], before[..3]);
+            for n in 3..=6 {
+                assert_ne!(after[n].hash, before[n].hash, "block {n}");
+                assert_eq!(after[n].parent_hash, after[n - 1].hash);
+            }
+            // A reorg that drops nothing still replaces the blocks.
+            let empty = c.reorg(1, vec![], 600).unwrap();
+            assert!(empty.dropped.is_empty());
+            assert_ne!(c.block(6, 600).unwrap().hash, after[6].hash);
+            assert_eq!(c.block(5, 600).unwrap().hash, after[5].hash);
+            let after: Vec<_> = (0..=6).map(|n| c.block(n, 600).unwrap()).collect();
+            (before, after)
+        };
+        let c = DevContract::open(dir.path(), 100, 0).unwrap();
+        assert_eq!(c.deposit_count(), 2);
+        let again: Vec<_> = (0..=6).map(|n| c.block(n, 600).unwrap()).collect();
+        assert_eq!(again, after);
+        assert_ne!(again, before);
     }
 }

@@ -5,21 +5,26 @@
 //! read next ([`Follower::next_range`]); given that range's logs and blocks it checks them
 //! (contract address, event topic, ABI, contiguous indices, no reorg of what it already
 //! followed) and returns the deposits appended up to a block ([`Follower::handle_range`]).
-//! [`run`] is the thin async driver that polls an endpoint.
+//! The page of blocks one `eth_getLogs` asks for adapts: halved down to one block when the
+//! provider says the query is too large ([`Follower::shrink_page`]), grown back by a quarter
+//! after each range read, never past the configured maximum.
+//!
+//! [`run`] ([`driver`]) is the thin async driver that polls an endpoint: it first checks the
+//! endpoint serves the configured chain and has code at the contract's address, then confirms
+//! a followed block restored from the log is still the source's before the source votes from
+//! it, and halts the source when a followed block was reorganised.
+
+pub mod driver;
 
 use std::ops::RangeInclusive;
-use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
-use tokio::sync::watch;
 
-use super::DepositSource;
+pub use self::driver::{PollError, StartError, check_endpoint, poll_once, run};
 use super::abi::{AbiError, decode_deposit_event, deposit_event_topic};
-use super::client::{ClientError, RpcClient};
 use super::dev_contract::Eth1Block;
-use super::log::{FollowedLog, LogError};
-use super::rpc::{RpcError, parse_data, parse_quantity};
+use super::rpc::{DEV_CHAIN_ID, RpcError, parse_data, parse_quantity};
 use crate::chain::block::DepositData;
 
 /// What a follower is configured with: where the contract is and how far behind to stay.
@@ -29,24 +34,28 @@ pub struct FollowerConfig {
     pub endpoint: String,
     /// The deposit contract's address.
     pub contract: [u8; 20],
+    /// The chain id the endpoint must answer to `eth_chainId` (the dev contract's is
+    /// [`DEV_CHAIN_ID`]; Ethereum mainnet's is 1).
+    pub chain_id: u64,
     /// Blocks to stay behind the source's head (Ethereum mainnet clients use 2048; a dev
     /// source needs little).
     pub follow_distance: u64,
     /// The first block that may hold deposits (the contract's deployment block).
     pub start_block: u64,
-    /// Most blocks read per `eth_getLogs`.
+    /// Most blocks read per `eth_getLogs` (fewer while the provider refuses ranges this long).
     pub max_blocks_per_query: u64,
     /// Time between polls.
     pub poll_interval: Duration,
 }
 
 impl FollowerConfig {
-    /// Defaults for following `endpoint` and `contract`: follow distance 2, 1,000 blocks per
-    /// query, polls every 500 ms.
+    /// Defaults for following `endpoint` and `contract`: the dev chain id, follow distance 2,
+    /// at most 1,000 blocks per query, polls every 500 ms.
     pub fn new(endpoint: String, contract: [u8; 20]) -> Self {
         Self {
             endpoint,
             contract,
+            chain_id: DEV_CHAIN_ID,
             follow_distance: 2,
             start_block: 0,
             max_blocks_per_query: 1_000,
@@ -195,6 +204,8 @@ pub struct Follower {
     contract: [u8; 20],
     follow_distance: u64,
     max_blocks: u64,
+    /// Blocks asked per `eth_getLogs` now: `1..=max_blocks`.
+    page: u64,
     next_block: u64,
     next_index: u64,
     last: Option<Eth1Block>,
@@ -207,6 +218,7 @@ impl Follower {
             contract: config.contract,
             follow_distance: config.follow_distance,
             max_blocks: config.max_blocks_per_query.max(1),
+            page: config.max_blocks_per_query.max(1),
             next_block: config.start_block,
             next_index: 0,
             last: None,
@@ -235,6 +247,33 @@ impl Follower {
         self.next_index
     }
 
+    /// The follow distance.
+    pub fn follow_distance(&self) -> u64 {
+        self.follow_distance
+    }
+
+    /// Blocks asked per `eth_getLogs` now.
+    pub fn page(&self) -> u64 {
+        self.page
+    }
+
+    /// The provider refused a range as too large: halves the page. Returns false when it is
+    /// one block already (the refusal is then not about the range's length).
+    pub fn shrink_page(&mut self) -> bool {
+        if self.page <= 1 {
+            return false;
+        }
+        self.page = self.page.div_ceil(2);
+        true
+    }
+
+    /// A range was read: the page grows back by a quarter (at least one block), up to the
+    /// configured maximum.
+    fn grow_page(&mut self) {
+        let step = (self.page / 4).max(1);
+        self.page = self.page.saturating_add(step).min(self.max_blocks);
+    }
+
     /// The blocks to read next when the source's head is `head`, if any.
     pub fn next_range(&self, head: u64) -> Option<RangeInclusive<u64>> {
         let target = head.checked_sub(self.follow_distance)?;
@@ -243,9 +282,35 @@ impl Follower {
         }
         let end = self
             .next_block
-            .saturating_add(self.max_blocks.saturating_sub(1))
+            .saturating_add(self.page.saturating_sub(1))
             .min(target);
         Some(self.next_block..=end)
+    }
+
+    /// Checks the last followed block against the source's block of that number now
+    /// (`None`: the source has no such block). `Ok` when nothing was followed yet.
+    pub fn check_followed(&self, now: Option<Eth1Block>) -> Result<(), FollowError> {
+        let Some(last) = self.last else {
+            return Ok(());
+        };
+        let now = now.ok_or(FollowError::WrongBlock {
+            asked: last.number,
+            got: u64::MAX,
+        })?;
+        if now.number != last.number {
+            return Err(FollowError::WrongBlock {
+                asked: last.number,
+                got: now.number,
+            });
+        }
+        if now.hash != last.hash {
+            return Err(FollowError::Reorg {
+                number: last.number,
+                followed: hex::encode(last.hash),
+                now: hex::encode(now.hash),
+            });
+        }
+        Ok(())
     }
 
     /// Checks the logs and the end block of `range` (and, when a block was followed before,
@@ -264,31 +329,16 @@ impl Follower {
                 got: end.number,
             });
         }
-        if let Some(last) = self.last {
-            let now = previous_now.ok_or(FollowError::WrongBlock {
-                asked: last.number,
-                got: u64::MAX,
-            })?;
-            if now.number != last.number {
-                return Err(FollowError::WrongBlock {
-                    asked: last.number,
-                    got: now.number,
-                });
-            }
-            if now.hash != last.hash {
-                return Err(FollowError::Reorg {
-                    number: last.number,
-                    followed: hex::encode(last.hash),
-                    now: hex::encode(now.hash),
-                });
-            }
-            if to == last.number.saturating_add(1) && end.parent_hash != last.hash {
-                return Err(FollowError::Reorg {
-                    number: last.number,
-                    followed: hex::encode(last.hash),
-                    now: hex::encode(end.parent_hash),
-                });
-            }
+        self.check_followed(previous_now)?;
+        if let Some(last) = self.last
+            && to == last.number.saturating_add(1)
+            && end.parent_hash != last.hash
+        {
+            return Err(FollowError::Reorg {
+                number: last.number,
+                followed: hex::encode(last.hash),
+                now: hex::encode(end.parent_hash),
+            });
         }
         let topic = deposit_event_topic();
         let mut expected = self.next_index;
@@ -350,144 +400,8 @@ impl Follower {
         self.next_index = expected;
         self.next_block = to.saturating_add(1);
         self.last = Some(end);
+        self.grow_page();
         Ok(followed)
-    }
-}
-
-/// Why one poll failed.
-#[derive(Debug, thiserror::Error)]
-pub enum PollError {
-    /// Talking to the source failed.
-    #[error(transparent)]
-    Client(#[from] ClientError),
-    /// The source's log is unacceptable.
-    #[error(transparent)]
-    Follow(#[from] FollowError),
-    /// The followed log could not be recorded (ours). The step is not applied: the poll is
-    /// retried, and a follower that cannot record stops advancing.
-    #[error(transparent)]
-    Log(#[from] LogError),
-    /// The source does not have a block it reported.
-    #[error("the deposit source reports head {head} but has no block {missing}")]
-    MissingBlock {
-        /// The head reported.
-        head: u64,
-        /// The block missing.
-        missing: u64,
-    },
-}
-
-/// One poll: reads and applies at most one range (recorded in `log` first, if given); returns
-/// whether it advanced.
-pub async fn poll_once(
-    client: &RpcClient,
-    follower: &mut Follower,
-    source: &DepositSource,
-    log: Option<&FollowedLog>,
-) -> Result<bool, PollError> {
-    let head = client.block_number().await?;
-    let Some(range) = follower.next_range(head) else {
-        return Ok(false);
-    };
-    let (from, to) = (*range.start(), *range.end());
-    let logs = client.deposit_logs(&follower.contract, from, to).await?;
-    let end = client
-        .block(to)
-        .await?
-        .ok_or(PollError::MissingBlock { head, missing: to })?;
-    let previous_now =
-        match follower.last() {
-            Some(last) => Some(client.block(last.number).await?.ok_or(
-                PollError::MissingBlock {
-                    head,
-                    missing: last.number,
-                },
-            )?),
-            None => None,
-        };
-    // The follower moves on only once the step is recorded.
-    let mut next = follower.clone();
-    let followed = next.handle_range(range, &logs, end, previous_now)?;
-    if let Some(log) = log {
-        let (log, step) = (log.clone(), followed.clone());
-        match tokio::task::spawn_blocking(move || log.append(&step)).await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => return Err(PollError::Log(e)),
-            Err(e) => {
-                return Err(PollError::Log(LogError::Storage {
-                    path: "deposit log".into(),
-                    reason: format!("writer task failed: {e}"),
-                }));
-            }
-        }
-    }
-    *follower = next;
-    source.append(followed);
-    Ok(true)
-}
-
-/// Follows `config.endpoint` into `source` until `shutdown` turns true, recording each step
-/// in `log` when given. A `source` restored from the log is followed on from its followed
-/// block. Transient failures are retried each poll; a log the follower refuses stops it
-/// advancing, reported each poll.
-pub async fn run(
-    config: FollowerConfig,
-    source: Arc<DepositSource>,
-    log: Option<FollowedLog>,
-    mut shutdown: watch::Receiver<bool>,
-) {
-    let client = match RpcClient::new(&config.endpoint) {
-        Ok(c) => c,
-        Err(e) => {
-            tracing::error!(error = %e, "deposit follower not started");
-            return;
-        }
-    };
-    let mut follower = match source.followed() {
-        Some((block, count)) => Follower::resume(&config, block, count),
-        None => Follower::new(&config),
-    };
-    let mut reported = String::new();
-    loop {
-        loop {
-            match poll_once(&client, &mut follower, &source, log.as_ref()).await {
-                Ok(true) => {
-                    reported.clear();
-                    continue;
-                }
-                Ok(false) => reported.clear(),
-                Err(e) => {
-                    let text = e.to_string();
-                    if text != reported {
-                        match e {
-                            PollError::Client(
-                                ClientError::Unreachable { .. } | ClientError::Timeout { .. },
-                            ) => {
-                                tracing::warn!(error = %text, "deposit follower");
-                            }
-                            PollError::Follow(FollowError::Reorg { .. }) if log.is_some() => {
-                                tracing::error!(
-                                    error = %text,
-                                    "deposit follower cannot advance: if the deposit source was \
-                                     reset, delete the data directory's deposit-log to follow it \
-                                     again from its first block"
-                                );
-                            }
-                            _ => tracing::error!(error = %text, "deposit follower cannot advance"),
-                        }
-                        reported = text;
-                    }
-                }
-            }
-            break;
-        }
-        tokio::select! {
-            _ = shutdown.changed() => return,
-            _ = tokio::time::sleep(config.poll_interval) => {}
-        }
-        if *shutdown.borrow() {
-            return;
-        }
     }
 }
 
@@ -607,6 +521,60 @@ mod tests {
             Err(FollowError::Reorg { number: 2, .. })
         ));
         assert_eq!(f.last(), Some(block(2)));
+    }
+
+    #[test]
+    fn the_page_halves_on_refusal_down_to_one_block_and_grows_back_slowly() {
+        let mut f = Follower::new(&config(0, 100));
+        assert_eq!(f.next_range(1_000), Some(0..=99));
+        let mut pages = vec![f.page()];
+        while f.shrink_page() {
+            pages.push(f.page());
+        }
+        assert_eq!(pages, vec![100, 50, 25, 13, 7, 4, 2, 1]);
+        assert!(!f.shrink_page(), "one block is the floor");
+        assert_eq!(f.next_range(1_000), Some(0..=0));
+        // Each range read grows the page by a quarter, at least one block, up to the maximum.
+        let mut grown = Vec::new();
+        for n in 0..12u64 {
+            let range = f.next_range(1_000).unwrap();
+            let end = *range.end();
+            let previous = n.checked_sub(1).map(|_| block(f.last().unwrap().number));
+            f.handle_range(range, &[], block(end), previous).unwrap();
+            grown.push(f.page());
+        }
+        assert_eq!(grown, vec![2, 3, 4, 5, 6, 7, 8, 10, 12, 15, 18, 22]);
+        for _ in 0..30 {
+            let range = f.next_range(10_000).unwrap();
+            let end = *range.end();
+            let previous = Some(block(f.last().unwrap().number));
+            f.handle_range(range, &[], block(end), previous).unwrap();
+        }
+        assert_eq!(f.page(), 100);
+        // A refusal changes nothing else: the same blocks are asked for, fewer of them.
+        let next = f.next_range(10_000).unwrap();
+        f.shrink_page();
+        assert_eq!(
+            f.next_range(10_000),
+            Some(*next.start()..=*next.start() + 49)
+        );
+    }
+
+    #[test]
+    fn a_restored_follower_confirms_its_block_or_names_the_reorg() {
+        let f = Follower::resume(&config(2, 100), block(7), 3);
+        f.check_followed(Some(block(7))).unwrap();
+        let mut changed = block(7);
+        changed.hash = [9; 32];
+        assert!(matches!(
+            f.check_followed(Some(changed)),
+            Err(FollowError::Reorg { number: 7, .. })
+        ));
+        assert!(matches!(
+            f.check_followed(None),
+            Err(FollowError::WrongBlock { asked: 7, .. })
+        ));
+        Follower::new(&config(2, 100)).check_followed(None).unwrap();
     }
 
     #[test]

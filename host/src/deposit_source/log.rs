@@ -156,6 +156,11 @@ impl FollowedLog {
         ))
     }
 
+    /// The database directory.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
     /// Records one follower step: its new deposits and the block followed up to, atomically
     /// and flushed.
     pub fn append(&self, followed: &Followed) -> Result<(), LogError> {

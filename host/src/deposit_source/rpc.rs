@@ -1,7 +1,9 @@
 //! The Ethereum JSON-RPC subset a deposit follower needs, answered by the dev contract:
-//! `eth_chainId`, `eth_blockNumber`, `eth_getBlockByNumber`, `eth_getLogs` (the
-//! `DepositEvent`s, ABI-encoded as the real contract emits them) and the dev-only
-//! `modnode_submitDeposit`. This is the transport-free dispatcher: [`server`](super::server)
+//! `eth_chainId`, `eth_getCode` (a placeholder at the contract's address, so a follower's
+//! check that code exists there passes), `eth_blockNumber`, `eth_getBlockByNumber`,
+//! `eth_getLogs` (the `DepositEvent`s, ABI-encoded as the real contract emits them; a range
+//! longer than the contract's [`log_block_range`](DevContract::log_block_range) is refused with
+//! `-32005` like providers do) and the dev-only `modnode_submitDeposit`. This is the transport-free dispatcher: [`server`](super::server)
 //! puts it behind HTTP, and tests call it directly.
 //!
 //! Requests and answers follow JSON-RPC 2.0; every error has the standard shape
@@ -13,13 +15,16 @@ use std::sync::Mutex;
 use serde_json::{Value, json};
 
 use super::abi::{deposit_event_topic, encode_deposit_event};
-use super::dev_contract::{DEV_CONTRACT_ADDRESS, DevContract, Eth1Block, LoggedDeposit};
+use super::dev_contract::{
+    DEFAULT_LOG_BLOCK_RANGE, DEV_CONTRACT_ADDRESS, DEV_CONTRACT_CODE, DevContract, Eth1Block,
+    LoggedDeposit,
+};
 use crate::admin::deposit_json;
 
 /// The dev chain id answered by `eth_chainId` (1337, the usual dev-chain id).
 pub const DEV_CHAIN_ID: u64 = 1337;
-/// Most blocks one `eth_getLogs` may span.
-pub const MAX_LOG_BLOCK_RANGE: u64 = 10_000;
+/// Most blocks one `eth_getLogs` may span, unless the contract is set otherwise.
+pub const MAX_LOG_BLOCK_RANGE: u64 = DEFAULT_LOG_BLOCK_RANGE;
 /// Most logs one `eth_getLogs` may return.
 pub const MAX_LOGS: usize = 10_000;
 
@@ -218,6 +223,25 @@ fn dispatch(
     match method {
         "eth_chainId" => Ok(json!(quantity(DEV_CHAIN_ID))),
         "eth_blockNumber" => Ok(json!(quantity(lock(contract)?.head(now_ms)))),
+        "eth_getCode" => {
+            let address = params
+                .first()
+                .and_then(Value::as_str)
+                .ok_or_else(|| RpcError::params("params[0] must be an address"))?;
+            let address: [u8; 20] = parse_data(address, "params[0]")?;
+            if let Some(tag) = params.get(1) {
+                let tag = tag
+                    .as_str()
+                    .ok_or_else(|| RpcError::params("params[1] must be a block number or tag"))?;
+                block_tag(tag, 0, "params[1]")?;
+            }
+            let code: &[u8] = if address == DEV_CONTRACT_ADDRESS {
+                DEV_CONTRACT_CODE
+            } else {
+                &[]
+            };
+            Ok(json!(data(code)))
+        }
         "eth_getBlockByNumber" => {
             let tag = params
                 .first()
@@ -263,7 +287,8 @@ fn dispatch(
             codes::METHOD_NOT_FOUND,
             format!(
                 "method {:?} is not served; this dev deposit contract answers eth_chainId, \
-                 eth_blockNumber, eth_getBlockByNumber, eth_getLogs and modnode_submitDeposit",
+                 eth_getCode, eth_blockNumber, eth_getBlockByNumber, eth_getLogs and \
+                 modnode_submitDeposit",
                 truncate(other)
             ),
         )),
@@ -309,10 +334,11 @@ fn get_logs(
             "fromBlock {from} is after toBlock {to}"
         )));
     }
-    if to.abs_diff(from) >= MAX_LOG_BLOCK_RANGE {
+    let limit = contract.log_block_range();
+    if to.abs_diff(from) >= limit {
         return Err(RpcError::new(
             codes::LIMIT_EXCEEDED,
-            format!("block range {from}..={to} is longer than {MAX_LOG_BLOCK_RANGE} blocks"),
+            format!("block range {from}..={to} is longer than {limit} blocks"),
         ));
     }
     let ours = data(&DEV_CONTRACT_ADDRESS);
@@ -435,6 +461,45 @@ mod tests {
             250,
         );
         assert_eq!(other["result"], json!([]));
+    }
+
+    #[test]
+    fn answers_code_at_the_contract_only_and_enforces_its_log_range() {
+        let (_dir, c) = contract();
+        assert_eq!(
+            call(&c, "eth_chainId", json!([]), 0)["result"],
+            quantity(DEV_CHAIN_ID)
+        );
+        let ours = call(
+            &c,
+            "eth_getCode",
+            json!([data(&DEV_CONTRACT_ADDRESS), "latest"]),
+            0,
+        );
+        assert_eq!(ours["result"], data(DEV_CONTRACT_CODE));
+        let other = call(&c, "eth_getCode", json!([data(&[1; 20]), "latest"]), 0);
+        assert_eq!(other["result"], "0x");
+        let bad = call(&c, "eth_getCode", json!(["0x12"]), 0);
+        assert_eq!(bad["error"]["code"], codes::INVALID_PARAMS);
+
+        c.lock().unwrap().set_log_block_range(3);
+        let logs = |to: &str| {
+            call(
+                &c,
+                "eth_getLogs",
+                json!([{"fromBlock": "0x1", "toBlock": to}]),
+                10_000,
+            )
+        };
+        assert_eq!(logs("0x3")["result"], json!([]));
+        let refused = logs("0x4");
+        assert_eq!(refused["error"]["code"], codes::LIMIT_EXCEEDED);
+        assert!(
+            refused["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("longer than 3 blocks")
+        );
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! Deposits end to end over real QUIC on loopback: the dev deposit contract hosted by node 0,
 //! followed over JSON-RPC by the authorities, proven into blocks, applied by every node in index
 //! order; gossiped deposits change nothing; restarts of the source and of an authority lose no
-//! deposit.
+//! deposit; a contract reorganised under applied deposits while the node was down is neither
+//! followed nor voted on.
 //!
 //! Waits are liveness bounds (generous, polled), not performance targets.
 
@@ -12,7 +13,7 @@ use std::sync::atomic::Ordering;
 use modnode::chain::block::{Block, DepositData};
 use modnode::chain::workload;
 use modnode::deposit_source::client::RpcClient;
-use modnode::deposit_source::dev_contract::DEV_CONTRACT_ADDRESS;
+use modnode::deposit_source::dev_contract::{DEV_CONTRACT_ADDRESS, DevContract};
 use modnode::deposit_source::log::FollowedLog;
 use modnode::node::{DepositSourceConfig, Node};
 use modnode_gossip::policy::MessageKind;
@@ -240,4 +241,79 @@ async fn gossiped_deposits_change_nothing_and_honest_ones_still_get_in() {
         total_balance(tmp.path(), &genesis),
         genesis_total + 2 * u128::from(GWEI_32_ETH)
     );
+}
+
+/// Issue 18 item 8, end to end on one authority hosting the dev contract: deposit 0 applied,
+/// then (node down) the contract reorganises it away deeper than the follow distance and puts
+/// another deposit in its place. Restarted, the node halts its source and says to delete the
+/// deposit log; done, the follower reads the new log — whose root at the chain's count is not
+/// the chain's — and the node must not vote it in: a later deposit is followed but never
+/// applied. (Before: the node voted the new root and applied the later deposit on top of a
+/// deposit the contract no longer has.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_contract_reorganised_under_applied_deposits_is_not_voted_on() {
+    let tmp = TempDir::new().unwrap();
+    let dir = tmp.path();
+    let genesis = genesis("modnode-it-deposit-reorg", &[dir], 1);
+    let fork = genesis.genesis_fork_version;
+    let node = start_with(dir, &genesis, vec![], hosting()).await;
+    let contract = RpcClient::new(node.deposit_contract_url().unwrap()).unwrap();
+    let applied = workload::new_validator(900, GWEI_32_ETH, fork);
+    contract.submit_deposit(&applied).await.unwrap();
+    eventually("deposit 0 applied", || node.status().deposit_index == 1).await;
+    node.shutdown().await;
+
+    // While the node is down: the contract's blocks from deposit 0's on are replaced.
+    let contract_dir = dir.join("deposit-contract");
+    let replacement = workload::new_validator(901, GWEI_32_ETH, fork);
+    {
+        let now = modnode::node::chain_worker::unix_ms();
+        let mut dev = DevContract::open(&contract_dir, 100, now).unwrap();
+        let head = dev.head(now);
+        let logged = dev.logs(0, head, 10, now).unwrap();
+        assert_eq!(logged.len(), 1);
+        let reorged = dev
+            .reorg(head - logged[0].block + 1, vec![replacement], now)
+            .unwrap();
+        assert_eq!(reorged.dropped, vec![applied]);
+    }
+    let node = start_with(dir, &genesis, vec![], hosting()).await;
+    let source = node.deposit_source().unwrap().clone();
+    eventually("the source halted", || source.halted().is_some()).await;
+    let halted = source.halted().unwrap();
+    let log_dir = dir.join(modnode::node::DEPOSIT_LOG_DIR);
+    assert!(
+        halted.contains(&format!("delete {}", log_dir.display())),
+        "{halted}"
+    );
+    node.shutdown().await;
+
+    // The operator does what the halt says.
+    std::fs::remove_dir_all(&log_dir).unwrap();
+    let node = start_with(dir, &genesis, vec![], hosting()).await;
+    let contract = RpcClient::new(node.deposit_contract_url().unwrap()).unwrap();
+    let later = workload::new_validator(902, GWEI_32_ETH, fork);
+    assert_eq!(contract.submit_deposit(&later).await.unwrap(), 1);
+    let source = node.deposit_source().unwrap().clone();
+    eventually("the new log followed", || {
+        source.followed().is_some_and(|(_, count)| count == 2)
+    })
+    .await;
+    // Blocks produced after the source knew the later deposit: each would have voted it in.
+    let height = node.status().height;
+    eventually("a few blocks produced", || {
+        node.status().height >= height + 4
+    })
+    .await;
+    assert_eq!(
+        node.status().deposit_index,
+        1,
+        "nothing applied on the new log"
+    );
+    assert_eq!(source.halted(), None);
+    assert_eq!(
+        included(&node, genesis.max_deposits_per_block).await,
+        vec![applied]
+    );
+    node.shutdown().await;
 }
