@@ -3,6 +3,7 @@
 mod cache;
 mod chain;
 mod checkpoint;
+mod checkpoint_finality;
 mod checkpoint_store;
 mod checkpoint_switch;
 mod checkpoint_sync;
