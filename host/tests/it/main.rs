@@ -9,6 +9,7 @@ mod checkpoint_switch;
 mod checkpoint_sync;
 mod cli;
 mod crash;
+mod deposit_budget;
 mod deposits_e2e;
 mod gossip;
 mod gossip_hostile;
