@@ -385,7 +385,7 @@ impl Driver<'_> {
         if offers.len() < offered {
             tracing::info!(
                 offered,
-                finalized = offers.len(),
+                kept = offers.len(),
                 finality_depth = self.parts.genesis.finality_depth,
                 "checkpoint restore: ignoring checkpoints not yet final on the peers offering them"
             );
