@@ -98,7 +98,7 @@ pub trait AdminBackend: Send + Sync + 'static {
     fn readyz(&self) -> BoxFuture<'_, Result<(), String>> {
         Box::pin(async { Ok(()) })
     }
-    /// Creates a checkpoint of the head state now; resolves with its summary once stored.
+    /// Creates a checkpoint of the finalized state now; resolves with its summary once stored.
     fn create_checkpoint(&self) -> BoxFuture<'_, Result<serde_json::Value, String>> {
         Box::pin(async { Err("this node does not create checkpoints".to_string()) })
     }

@@ -39,7 +39,7 @@ pub mod store;
 
 pub use carry::{CarriedOver, carry_over, listed_chunks};
 pub use create::{BlockRef, Checkpoint, CreateError, CreateOptions, create};
-pub use fetch::{FetchConfig, FetchError, Fetcher, Penalty, choose};
+pub use fetch::{FetchConfig, FetchError, Fetcher, Penalty, choose, final_offers};
 pub use leaves::{StateLeaves, synthetic_state};
 pub use manifest::{ChunkEntry, Manifest, ManifestError, ManifestLimits};
 pub use restore::{
@@ -48,5 +48,6 @@ pub use restore::{
 pub use serve::{CheckpointServer, ServeCounters};
 pub use service::{
     CheckpointConfig, CheckpointServiceError, CheckpointStore, CheckpointSummary, Checkpointer,
+    FrozenState, checkpoint_height,
 };
 pub use store::{RestoreStore, RestoreStoreError};

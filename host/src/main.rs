@@ -64,7 +64,7 @@ enum Command {
 
 #[derive(Debug, Subcommand)]
 enum CheckpointCommand {
-    /// Create a checkpoint of the head state now (answers once it is stored).
+    /// Create a checkpoint of the finalized state now (answers once it is stored).
     Create {
         #[command(flatten)]
         node: commands::module::NodeArgs,

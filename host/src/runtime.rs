@@ -48,8 +48,10 @@ pub use slot::{Mode, SlotStatus};
 /// Tunables of a [`Runtime`].
 #[derive(Debug, Clone, Default)]
 pub struct RuntimeConfig {
-    /// Fuel each call starts with, for every kind; `None` takes each kind's budget from this
-    /// build's [`EngineProfile`]. Running out is a deterministic failure.
+    /// Fuel each call starts with, for every kind and whatever its input (tests and benches:
+    /// no per-deposit share); `None` takes each kind's budget from this build's
+    /// [`EngineProfile`] (for deposits, scaled with the block's deposits). Running out is a
+    /// deterministic failure.
     pub fuel_per_call: Option<u64>,
     /// Memory, table and instance limits of each call's store.
     pub limits: Limits,
@@ -223,12 +225,17 @@ impl Runtime {
 
     fn call_settings(&self, kind: Kind) -> module::CallSettings {
         let profile = EngineProfile::build();
+        let fuel_per_item = match (kind, self.config.fuel_per_call) {
+            (Kind::Deposits, None) => profile.deposits_budget_per_deposit,
+            _ => 0,
+        };
         module::CallSettings {
             engine: self.engine.clone(),
             fuel: self
                 .config
                 .fuel_per_call
                 .unwrap_or_else(|| profile.budget(kind)),
+            fuel_per_item,
             limits: self.config.limits,
             host_calls: profile.host_calls,
         }

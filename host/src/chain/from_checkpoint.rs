@@ -3,8 +3,10 @@
 //! the head, and the genesis block, so [`Chain::open`](super::Chain::open) opens it like any
 //! other store and range sync continues from `H + 1`. Every later block is imported exactly like
 //! any import, against the restored state root. Heights between genesis and `H` are not
-//! stored: this node cannot serve them, and a reorg below `H` is refused (it is below
-//! finality on any chain worth restoring from).
+//! stored: this node cannot serve them. There is no undo record for block `H` either, so `H`
+//! must never be reverted: checkpoints are made, offered and accepted only at finalized heights
+//! (`checkpoint::checkpoint_height`, `CheckpointServer::list`, `checkpoint::final_offers`), and
+//! every reorganisation the restored node follows starts above `H`.
 
 use super::block::{Block, Hash};
 use super::errors::OpenError;

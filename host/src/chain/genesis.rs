@@ -190,6 +190,14 @@ fn default_upgrade_vote_ttl_blocks() -> u64 {
 fn default_upgrade_open_per_authority() -> u16 {
     DEFAULT_UPGRADE_OPEN_PER_AUTHORITY
 }
+/// Largest [`Genesis::max_deposits_per_block`] a genesis may set. A block must carry every
+/// due deposit up to that limit, so every node must be able to receive and process a full
+/// block: 4,096 deposits with their 33-hash proofs are ~5 MB, within one 8 MiB network frame,
+/// and the deposits call's fuel budget grows with the block
+/// (`EngineProfile::deposits_budget_per_deposit`), so no engine in the tree runs out of fuel on
+/// a full block, whatever its signatures.
+pub const MAX_DEPOSITS_PER_BLOCK: u16 = 4_096;
+
 /// Default [`Genesis::finality_depth`].
 pub const DEFAULT_FINALITY_DEPTH: u64 = 32;
 fn default_finality_depth() -> u64 {
@@ -252,6 +260,13 @@ impl Genesis {
             return Err(invalid(
                 "upgrade_vote_ttl_blocks and upgrade_open_per_authority must be at least 1".into(),
             ));
+        }
+        if file.max_deposits_per_block > MAX_DEPOSITS_PER_BLOCK {
+            return Err(invalid(format!(
+                "max_deposits_per_block {} is above {MAX_DEPOSITS_PER_BLOCK}, the most a block \
+                 may carry (a full block must fit one network frame); lower it",
+                file.max_deposits_per_block
+            )));
         }
         if file.finality_depth == 0 {
             return Err(invalid("finality_depth must be at least 1".into()));

@@ -16,6 +16,28 @@ use super::manifest::Manifest;
 use super::restore::Fault;
 use crate::state::merkle::Hash32;
 
+/// The offers a restorer may take: those whose block is final on the peer offering it, i.e.
+/// at or below that peer's head height (`head_of`; a peer without one offers nothing) minus
+/// `finality_depth`. A restored node holds no undo record for its base block, so it must never
+/// start from a block a reorganisation could still revert; an honest peer offers only
+/// finalized checkpoints, and this keeps a restorer from taking one from a peer that does not
+/// (an older version made them at its head). The head is the peer's claim: restoring still
+/// needs the agreement of several peers ([`choose`]) and block `H` sealed by its authority.
+pub fn final_offers<P>(
+    offers: Vec<(P, Manifest)>,
+    head_of: impl Fn(&P) -> Option<u64>,
+    finality_depth: u64,
+) -> Vec<(P, Manifest)> {
+    offers
+        .into_iter()
+        .filter(|(peer, manifest)| {
+            head_of(peer)
+                .and_then(|head| head.checked_sub(finality_depth))
+                .is_some_and(|finalized| manifest.height <= finalized)
+        })
+        .collect()
+}
+
 /// The checkpoint to restore: the newest offered by at least `min_peers` peers (ties: more
 /// peers, then the lower id). Offers are grouped by manifest id, so peers serving another
 /// version or parameters of the same height count separately.

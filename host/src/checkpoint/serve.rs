@@ -3,7 +3,10 @@
 //! module version made it, so a node offers v1 and v2 checkpoints side by side. Answers are
 //! bounded: at most [`MAX_CHECKPOINTS_PER_ANSWER`] manifests, and nothing that would not fit
 //! one frame. An unknown checkpoint or chunk is an ordinary "not here" answer: the requester
-//! may have learned of it from another peer, or this node may have pruned it since.
+//! may have learned of it from another peer, or this node may have pruned it since. Only
+//! checkpoints at or below this node's finalized height are listed: a restorer cannot undo its
+//! base block, so a checkpoint a reorganisation could still revert is never offered (this
+//! node makes none, but its store may hold one made by an older version).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -43,12 +46,20 @@ impl CheckpointServer {
         }
     }
 
-    /// The stored manifests, encoded, newest first: at most [`MAX_CHECKPOINTS_PER_ANSWER`],
-    /// and only as many as fit one answer together.
-    pub fn list(&self, counters: &ServeCounters) -> Result<Vec<Vec<u8>>, CheckpointServiceError> {
+    /// The stored manifests at or below `finalized` (this node's finalized height), encoded,
+    /// newest first: at most [`MAX_CHECKPOINTS_PER_ANSWER`], and only as many as fit one answer
+    /// together.
+    pub fn list(
+        &self,
+        counters: &ServeCounters,
+        finalized: u64,
+    ) -> Result<Vec<Vec<u8>>, CheckpointServiceError> {
         let mut budget = self.max_answer_bytes.saturating_sub(ANSWER_OVERHEAD);
         let mut out = Vec::new();
         for manifest in self.store.list()? {
+            if manifest.height > finalized {
+                continue;
+            }
             if out.len() >= MAX_CHECKPOINTS_PER_ANSWER {
                 break;
             }

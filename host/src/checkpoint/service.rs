@@ -1,6 +1,11 @@
 //! Checkpoints in a running node: created every `interval` blocks and on demand, in the
 //! background from a frozen state (the chain worker only takes the snapshot), stored in their
 //! own sled database with the `keep` newest kept.
+//!
+//! A checkpoint is only ever made at a finalized height (head − `finality_depth`; the periodic
+//! ones at the multiples of `interval` among those): a node restored from it holds no undo
+//! record for its base block, so the base must be a block no reorganisation can revert
+//! ([`checkpoint_height`]).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -173,8 +178,14 @@ fn chunk_key(id: &Hash32, index: usize) -> Vec<u8> {
 /// The answer to an on-demand creation.
 pub type CreateReply = oneshot::Sender<Result<CheckpointSummary, String>>;
 
+/// The state a checkpoint is made of, resolved on the creator thread: a cached snapshot handed
+/// over as it is (one reference count), or the regeneration that rebuilds an uncached finalized
+/// state — so a replay runs on the creator's low-priority thread, never on the chain worker.
+/// An `Err` says why the state could not be had.
+pub type FrozenState = Box<dyn FnOnce() -> Result<StateSnapshot, String> + Send>;
+
 struct Job {
-    state: StateSnapshot,
+    state: FrozenState,
     reply: Option<CreateReply>,
 }
 
@@ -213,8 +224,9 @@ impl Checkpointer {
                 // Planning, the manifest and the sled writes are background work too.
                 crate::runtime::threads::lower_this_threads_priority();
                 while let Ok(job) = rx.recv() {
-                    let outcome =
-                        run_job(&module(), &store, &config, job.state).map_err(|e| e.to_string());
+                    let outcome = (job.state)().and_then(|state| {
+                        run_job(&module(), &store, &config, state).map_err(|e| e.to_string())
+                    });
                     match &outcome {
                         Ok(s) => tracing::info!(
                             height = s.height,
@@ -240,18 +252,11 @@ impl Checkpointer {
         &self.config
     }
 
-    /// Whether a checkpoint is due after the head reached `height`.
-    pub fn due_at(&self, height: u64) -> bool {
-        height > 0
-            && self.config.interval > 0
-            && height.checked_rem(self.config.interval) == Some(0)
-    }
-
-    /// Hands a snapshot (its block is the checkpoint's) to the creator unless one is already
-    /// waiting; never blocks.
+    /// Hands a state (its block is the checkpoint's, at a finalized height) to the creator
+    /// unless one is already waiting; never blocks.
     pub fn offer(
         &self,
-        state: StateSnapshot,
+        state: FrozenState,
         reply: Option<CreateReply>,
     ) -> Result<(), CheckpointServiceError> {
         match self.jobs.try_send(Job { state, reply }) {
@@ -287,6 +292,23 @@ fn run_job(
     store.put(&checkpoint, config.keep)?;
     let ms = u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX);
     Ok(CheckpointSummary::of(&checkpoint.manifest, ms))
+}
+
+/// The height a checkpoint is made at when the head is at `head`: the finalized height
+/// (`head − finality_depth`), or with `interval > 0` the newest multiple of `interval` at or
+/// below it. `None` while no block but genesis is final (a checkpoint at height 0 is the
+/// genesis itself).
+///
+/// Fork choice never reverts a block at or below the finalized height, so a node restored from
+/// a checkpoint at this height never has to undo its base block (for which it holds no undo
+/// record): every reorganisation it follows starts above it.
+pub fn checkpoint_height(head: u64, finality_depth: u64, interval: u64) -> Option<u64> {
+    let finalized = head.checked_sub(finality_depth)?;
+    let height = match finalized.checked_rem(interval) {
+        Some(rest) => finalized.checked_sub(rest)?,
+        None => finalized,
+    };
+    (height > 0).then_some(height)
 }
 
 /// Summaries of the stored checkpoints, newest first.

@@ -6,8 +6,9 @@ use modnode::admin::client;
 
 use super::module::{NodeArgs, at, runtime};
 
-/// `modnode checkpoint create`: the node snapshots its head state, creates the checkpoint in the
-/// background with its active checkpoint module, stores it, and answers with its summary.
+/// `modnode checkpoint create`: the node snapshots its finalized state, creates the checkpoint
+/// in the background with its active checkpoint module, stores it, and answers with its
+/// summary.
 pub fn create(node: &NodeArgs, json: bool) -> anyhow::Result<()> {
     let target = node.target()?;
     let answer = runtime()?

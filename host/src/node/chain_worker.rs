@@ -19,10 +19,9 @@ use crate::chain::block::{Block, Seal};
 use crate::chain::eth1::{DepositProofs, DepositProofsError, Eth1Data, ProvenDeposit};
 use crate::chain::{Added, Chain, ForkChoiceError, Head};
 use crate::checkpoint::service::CreateReply;
-use crate::checkpoint::{CheckpointSummary, Checkpointer};
+use crate::checkpoint::{CheckpointSummary, Checkpointer, FrozenState, checkpoint_height};
 use crate::deposit_source::DepositSource;
 use crate::net::identity::NodeIdentity;
-use crate::state::StateSnapshot;
 use crate::state::schedule::Action;
 use crate::state::{RegistryRead, UpgradeOp};
 
@@ -188,8 +187,9 @@ impl ChainHandle {
         .await
     }
 
-    /// Creates a checkpoint of the head state now; resolves once it is stored (or refused:
-    /// no checkpointer, one already running and one waiting).
+    /// Creates a checkpoint of the state at the finalized height now; resolves once it is
+    /// stored (or refused: no checkpointer, no block final yet, one already running and one
+    /// waiting).
     pub async fn create_checkpoint(&self) -> Result<CheckpointSummary, String> {
         let (reply, rx) = oneshot::channel();
         let command = Command::Checkpoint { reply };
@@ -233,8 +233,8 @@ pub fn spawn(
     spawn_with_checkpoints(chain, identity, source, None)
 }
 
-/// [`spawn`], handing a snapshot to `checkpointer` whenever the head reaches a checkpoint
-/// height (and on demand).
+/// [`spawn`], handing a finalized state to `checkpointer` whenever the finalized height
+/// reaches a new checkpoint height (and on demand).
 pub fn spawn_with_checkpoints(
     chain: Chain,
     identity: NodeIdentity,
@@ -242,7 +242,15 @@ pub fn spawn_with_checkpoints(
     checkpointer: Option<Checkpointer>,
 ) -> std::io::Result<(ChainHandle, std::thread::JoinHandle<()>)> {
     let (commands, rx) = inbox(QueueLimits::default());
-    let last_checkpoint = chain.head().height;
+    // The checkpoint height at start was made before (or skipped): the next periodic one is
+    // the next multiple of the interval to become final.
+    let interval = checkpointer.as_ref().map_or(0, |c| c.config().interval);
+    let last_checkpoint = checkpoint_height(
+        chain.head().height,
+        chain.genesis().finality_depth,
+        interval,
+    )
+    .unwrap_or(0);
     let mut worker = Worker {
         chain,
         identity,
@@ -310,7 +318,7 @@ struct Worker {
     fatal: Option<String>,
     /// Creates checkpoints in the background from the snapshots this worker takes.
     checkpointer: Option<Checkpointer>,
-    /// Height of the last periodic checkpoint handed over (or the head at start).
+    /// Height of the last periodic checkpoint handed over (or the checkpoint height at start).
     last_checkpoint: u64,
 }
 
@@ -385,48 +393,96 @@ impl Worker {
                 };
                 let _ = reply.send(proposed.map_err(WorkerError::Proposal));
             }
-            Command::Checkpoint { reply } => self.checkpoint(Some(reply)),
+            Command::Checkpoint { reply } => {
+                let height = self.checkpoint_height(0);
+                self.checkpoint(Some(reply), height);
+            }
         }
     }
 
-    /// The head state for a checkpoint: the state cache's head snapshot (one reference-count
-    /// increment), or a fresh snapshot of the head if the cache's is not the head's yet. The
-    /// only part of creation on this thread.
-    fn snapshot(&self) -> Option<StateSnapshot> {
-        let head = self.chain.head();
-        match self.chain.states().head() {
-            Some(snapshot) if snapshot.block_hash() == head.hash => Some(snapshot),
-            _ => self.chain.snapshot().ok(),
-        }
+    /// The checkpoint height now: the finalized height, or with `interval > 0` the newest
+    /// multiple of it at or below (see [`checkpoint_height`]).
+    fn checkpoint_height(&self, interval: u64) -> Option<u64> {
+        checkpoint_height(
+            self.chain.head().height,
+            self.chain.genesis().finality_depth,
+            interval,
+        )
     }
 
-    /// Hands the head state to the checkpointer (answering `reply` when it is done).
-    fn checkpoint(&mut self, reply: Option<CreateReply>) {
+    /// The state after the canonical block at the finalized `height`: the state cache's
+    /// snapshot (one reference-count increment) if it holds it, else its regeneration, run
+    /// later on the creator's thread. The only part of creation on this thread.
+    fn finalized_state(&self, height: u64) -> Result<FrozenState, String> {
+        let states = self.chain.states();
+        let hash = states
+            .source()
+            .canonical_hash(height)
+            .map_err(|e| format!("the finalized block at height {height} cannot be read: {e}"))?;
+        Ok(match states.peek(&hash) {
+            Some(state) => Box::new(move || Ok(state)),
+            None => Box::new(move || {
+                states.state(&hash).map_err(|e| {
+                    format!(
+                        "the state after the finalized block {} at height {height}: {e}",
+                        hex::encode(hash)
+                    )
+                })
+            }),
+        })
+    }
+
+    /// Hands the state at the finalized `height` to the checkpointer (answering `reply` when it
+    /// is done); `None`: no block but genesis is final yet.
+    fn checkpoint(&mut self, reply: Option<CreateReply>, height: Option<u64>) {
+        let refuse = |reply: Option<CreateReply>, reason: String| {
+            if let Some(reply) = reply {
+                let _ = reply.send(Err(reason));
+            }
+        };
         let Some(checkpointer) = &self.checkpointer else {
-            if let Some(reply) = reply {
-                let _ = reply.send(Err("this node does not create checkpoints".into()));
-            }
-            return;
+            return refuse(reply, "this node does not create checkpoints".into());
         };
-        let Some(state) = self.snapshot() else {
-            if let Some(reply) = reply {
-                let _ = reply.send(Err("the registry lock is poisoned".into()));
-            }
-            return;
+        let Some(height) = height else {
+            let head = self.chain.head().height;
+            let depth = self.chain.genesis().finality_depth;
+            return refuse(
+                reply,
+                format!(
+                    "no block is final yet (head {head}, finality_depth {depth}): a checkpoint \
+                     is only made at a finalized height; retry once the head is past {depth}"
+                ),
+            );
         };
-        let height = state.height();
+        let state = match self.finalized_state(height) {
+            Ok(state) => state,
+            Err(reason) => {
+                tracing::warn!(height, error = %reason, "checkpoint skipped");
+                return refuse(reply, reason);
+            }
+        };
         if let Err(e) = checkpointer.offer(state, reply) {
             tracing::warn!(height, error = %e, "checkpoint skipped");
         }
     }
 
-    /// Starts a checkpoint when the head has reached a new checkpoint height.
+    /// Starts a checkpoint when the finalized height has reached a new multiple of the
+    /// interval.
     fn periodic_checkpoint(&mut self) {
-        let height = self.chain.head().height;
-        let due = self.checkpointer.as_ref().is_some_and(|c| c.due_at(height));
-        if due && height != self.last_checkpoint {
-            self.last_checkpoint = height;
-            self.checkpoint(None);
+        let Some(interval) = self
+            .checkpointer
+            .as_ref()
+            .map(|c| c.config().interval)
+            .filter(|&i| i > 0)
+        else {
+            return;
+        };
+        let height = self.checkpoint_height(interval);
+        if let Some(at) = height
+            && at != self.last_checkpoint
+        {
+            self.last_checkpoint = at;
+            self.checkpoint(None, height);
         }
     }
 

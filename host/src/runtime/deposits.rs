@@ -336,7 +336,19 @@ impl Module<Deposits> {
         deposits: Vec<Deposit>,
     ) -> Result<Result<DepositsOutput, ProcessError>, CallError> {
         let name = self.meta().name();
-        let outcome = self.call(
+        // The budget grows with the block (see `EngineProfile::deposits_budget_per_deposit`):
+        // deterministic, since every node runs the same deposits.
+        let count = u64::try_from(deposits.len()).unwrap_or(u64::MAX);
+        let Some(fuel) = self.budget_for(count) else {
+            return Err(HostFailure::new(
+                &name,
+                HostFailureKind::Runtime,
+                format!("the fuel budget for {count} deposits does not fit a u64"),
+            )
+            .into());
+        };
+        let outcome = self.call_with_fuel(
+            fuel,
             move |base| data(registry, base, &name),
             move |instance, store| {
                 instance

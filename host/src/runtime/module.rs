@@ -171,7 +171,12 @@ pub trait World: Sized + Send + Sync + 'static {
 #[derive(Clone)]
 pub(crate) struct CallSettings {
     pub(crate) engine: Engine,
+    /// Fuel a call starts with (for deposits calls: the base the per-deposit share is added
+    /// to).
     pub(crate) fuel: u64,
+    /// Fuel added to a call's budget per item of its input (deposits: per deposit in the
+    /// block); 0 for kinds with a fixed budget, and under a fixed `fuel_per_call`.
+    pub(crate) fuel_per_item: u64,
     pub(crate) limits: Limits,
     pub(crate) host_calls: HostCallFuel,
 }
@@ -299,6 +304,29 @@ impl<W: World> Module<W> {
         f: impl FnOnce(&W::Instance, &mut Store<W::Data>) -> wasmtime::Result<R> + Send + 'static,
     ) -> CallOutcome<Option<W::Data>, R> {
         run::<W, R>(&self.settings, &self.pre, &self.meta.name(), data, f)
+    }
+
+    /// The fuel budget of a call over `items` items of input: the base budget plus the
+    /// per-item share; `None` if it does not fit a `u64`.
+    pub(crate) fn budget_for(&self, items: u64) -> Option<u64> {
+        self.settings
+            .fuel_per_item
+            .checked_mul(items)?
+            .checked_add(self.settings.fuel)
+    }
+
+    /// [`call`](Self::call) starting with `fuel` instead of the base budget.
+    pub(crate) fn call_with_fuel<R: Send + 'static>(
+        &self,
+        fuel: u64,
+        data: impl FnOnce(CallBase) -> Result<W::Data, HostFailure> + Send + 'static,
+        f: impl FnOnce(&W::Instance, &mut Store<W::Data>) -> wasmtime::Result<R> + Send + 'static,
+    ) -> CallOutcome<Option<W::Data>, R> {
+        let settings = CallSettings {
+            fuel,
+            ..self.settings.clone()
+        };
+        run::<W, R>(&settings, &self.pre, &self.meta.name(), data, f)
     }
 
     /// Instantiates the module `iterations` times in fresh idle stores and returns the

@@ -32,6 +32,13 @@ pub struct EngineProfile {
     pub fuel: FuelTable,
     /// Fuel budget of one call, per kind (by kind name).
     pub budgets: BTreeMap<String, u64>,
+    /// Fuel a deposits call's budget grows by per deposit in the block: a block of `n`
+    /// deposits runs with `budgets["deposits"] + n × this` ([`EngineProfile::deposits_budget`]).
+    /// A block must carry every due deposit (up to `max_deposits_per_block`), so a fixed budget
+    /// would make a large enough block impossible to process — the chain would halt. This
+    /// covers the worst per-deposit cost of every deposits module in the tree with a margin:
+    /// a batched engine's failed batch share plus its fallback to one check per deposit.
+    pub deposits_budget_per_deposit: u64,
     /// Fuel charged for host calls, in proportion to their work.
     pub host_calls: HostCallFuel,
 }
@@ -132,6 +139,14 @@ pub enum ProfileError {
     },
 }
 
+/// [`EngineProfile::deposits_budget_per_deposit`] of this build. Measured by the test
+/// `deposit_budget::the_per_deposit_budget_covers_every_deposits_module_at_its_worst_with_a_margin`
+/// (marginal fuel per deposit between a block of 64 deposits and one of 192, each module at
+/// its worst): deposits-v1, every signature valid, 1,477,268; deposits-v2 with one bad
+/// signature (the batch fails, then every deposit is checked alone), 1,688,421. This is the
+/// larger with a margin of 1.78× (the test requires at least 1.5×).
+pub const DEPOSITS_BUDGET_PER_DEPOSIT: u64 = 3_000_000;
+
 /// Operators wasmtime 48 charges nothing by default (no code, or plain control flow), stated
 /// here so a later wasmtime changing its defaults cannot change our counts.
 const FREE_OPERATORS: [&str; 8] = [
@@ -178,6 +193,7 @@ impl EngineProfile {
                 .iter()
                 .map(|k| (k.package.to_string(), k.fuel_budget))
                 .collect(),
+            deposits_budget_per_deposit: DEPOSITS_BUDGET_PER_DEPOSIT,
             host_calls: HostCallFuel {
                 call: 100,
                 per_argument_byte: 1,
@@ -235,6 +251,15 @@ impl EngineProfile {
             build: build.summary(),
             differences: differences.join("; "),
         })
+    }
+
+    /// The fuel budget of a deposits call over `deposits` deposits: the kind's budget plus
+    /// [`deposits_budget_per_deposit`](Self::deposits_budget_per_deposit) per deposit; `None`
+    /// if that does not fit a `u64` (never for a block within the genesis limit).
+    pub fn deposits_budget(&self, deposits: u64) -> Option<u64> {
+        self.deposits_budget_per_deposit
+            .checked_mul(deposits)?
+            .checked_add(self.budget(super::Kind::Deposits))
     }
 
     /// The fuel budget of a call into a module of `kind` (the kind's table default when the

@@ -16,7 +16,7 @@ use modnode::runtime::checkpoint::{CheckpointModule, LeafRange, StateReader};
 use modnode::state::StateSnapshot;
 use proptest::prelude::*;
 
-use super::network::{eventually, genesis, start_edited};
+use super::network::{eventually, genesis_with_finality, start_edited};
 use super::{artifact, runtime};
 
 pub(super) fn module(name: &str) -> CheckpointModule {
@@ -435,7 +435,7 @@ fn the_checkpoint_store_keeps_the_newest() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_creates_checkpoints_periodically_and_on_demand() {
     let dir = tempfile::TempDir::new().unwrap();
-    let genesis = genesis("checkpoints", &[dir.path()], 1);
+    let genesis = genesis_with_finality("checkpoints", &[dir.path()], 1, 2);
     let node = start_edited(dir.path(), &genesis, Vec::new(), Default::default(), |c| {
         c.checkpoint.interval = 3;
         c.checkpoint.keep = 3;

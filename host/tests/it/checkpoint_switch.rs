@@ -17,8 +17,8 @@ use modnode::state::StateSnapshot;
 
 use super::checkpoint::module;
 use super::checkpoint_sync::{
-    admin_status, checkpoint_now, first_chunks, follows, height_at_least, kill, node, seed,
-    seeded_follower, spawn_restoring, test_genesis,
+    FINALITY, admin_status, checkpoint_now, first_chunks, follows, height_at_least, kill, node,
+    seed, seeded_follower, spawn_restoring, test_genesis,
 };
 use super::network::{dirs, eventually};
 use modnode::node::SyncMode;
@@ -211,6 +211,7 @@ async fn a_pruned_checkpoint_is_replaced_by_the_newer_one_keeping_its_verified_c
     assert!(half >= 2, "{n} chunks");
     // P offers the old checkpoint but holds only its first half.
     let p = seeded_follower(d[1].path(), &genesis, &a, &first_chunks(&old, half), 1).await;
+    height_at_least(&p, old.manifest.height + FINALITY).await;
     let served = &p.metrics().checkpoint_served;
     let task = restoring(d[2].path(), &genesis, vec![p.peer_addr().unwrap()]);
     eventually("the restore asked again after P ran out of chunks", || {
@@ -222,11 +223,11 @@ async fn a_pruned_checkpoint_is_replaced_by_the_newer_one_keeping_its_verified_c
     // A newer checkpoint of the same registry (no deposits in between) replaces the old one
     // on P, which prunes the old one (keep 1). P serves the new one's first half corrupt: the
     // restore can only carry those chunks over.
-    height_at_least(&a, old.manifest.height + 2).await;
+    height_at_least(&a, old.manifest.height + 1 + FINALITY).await;
     let new = checkpoint_now(d[0].path(), &a).await;
     assert!(new.manifest.height > old.manifest.height);
     assert_eq!(new.manifest.registry_root, old.manifest.registry_root);
-    height_at_least(&p, new.manifest.height).await;
+    height_at_least(&p, new.manifest.height + FINALITY).await;
     p.checkpoints()
         .put(&first_chunks_corrupt(&new, half), 1)
         .unwrap();
@@ -263,7 +264,7 @@ async fn a_restore_killed_around_its_switch_to_a_newer_checkpoint_loses_no_verif
     let a = node(d[0].path(), &genesis, Vec::new(), 2, SyncMode::Full).await;
     height_at_least(&a, 3).await;
     let old = checkpoint_now(d[0].path(), &a).await;
-    height_at_least(&a, old.manifest.height + 1).await;
+    height_at_least(&a, old.manifest.height + 1 + FINALITY).await;
     let new = checkpoint_now(d[0].path(), &a).await;
     let n = new.chunks.len();
     let half = n / 2;
@@ -289,7 +290,7 @@ async fn a_restore_killed_around_its_switch_to_a_newer_checkpoint_loses_no_verif
         2,
     )
     .await;
-    height_at_least(&p, new.manifest.height).await;
+    height_at_least(&p, new.manifest.height + FINALITY).await;
     let served = &p.metrics().checkpoint_served;
 
     // Killed as soon as it has asked P for its list: before, during or after the switch. The
@@ -349,7 +350,7 @@ async fn peers_offering_a_manifest_whose_chunks_do_not_prove_are_banned_and_the_
     let a = node(d[0].path(), &genesis, Vec::new(), 1, SyncMode::Full).await;
     height_at_least(&a, 3).await;
     let older = checkpoint_now(d[0].path(), &a).await;
-    height_at_least(&a, older.manifest.height + 1).await;
+    height_at_least(&a, older.manifest.height + 1 + FINALITY).await;
     let newer = checkpoint_now(d[0].path(), &a).await;
     // Its makers alter a chunk's leaves and list the altered bytes (hash and size recomputed):
     // the hashes check out, the range proof does not.
@@ -370,7 +371,7 @@ async fn peers_offering_a_manifest_whose_chunks_do_not_prove_are_banned_and_the_
         others.push(n);
     }
     for n in &others {
-        height_at_least(n, newer.manifest.height).await;
+        height_at_least(n, newer.manifest.height + FINALITY).await;
     }
     // At the newest height only the bad manifest is offered by two peers: it is chosen first.
     let restored = node(

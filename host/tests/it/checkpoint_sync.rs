@@ -4,7 +4,8 @@
 //! killed with SIGKILL halfway resumes without fetching its verified chunks again. Plus the
 //! sans-IO answers to checkpoint requests (bounds, unknown ids).
 //!
-//! The checkpoints are made on demand (interval 0) so every peer offers the same one.
+//! The checkpoints are made on demand (interval 0) so every peer offers the same one; they are
+//! made at the finalized height, and a peer offers one once it is final there too.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -21,8 +22,12 @@ use super::network::{dirs, eventually, genesis_json, start_edited};
 /// a chunk, v2 at least 16), still a small state.
 const VALIDATORS: u32 = 384;
 
+/// Finality depth of the test chain: checkpoints are made at `head - FINALITY` and offered
+/// once that is final on the offering peer, so a short depth keeps the tests short.
+pub(super) const FINALITY: u64 = 2;
+
 pub(super) fn test_genesis(chain_id: &str, authority: &Path) -> (Genesis, String) {
-    let text = genesis_json(chain_id, &[authority], 1, 32, VALIDATORS).to_string();
+    let text = genesis_json(chain_id, &[authority], 1, FINALITY, VALIDATORS).to_string();
     (Genesis::from_json(&text, "<test>").unwrap(), text)
 }
 
@@ -193,8 +198,8 @@ async fn a_restore_from_three_peers_one_corrupt_finishes_and_bans_only_the_corru
     let bootstrap = vec![a.peer_addr().unwrap()];
     let b = node(d[1].path(), &genesis, bootstrap.clone(), 1, SyncMode::Full).await;
     let c = node(d[2].path(), &genesis, bootstrap, 1, SyncMode::Full).await;
-    height_at_least(&b, honest.manifest.height).await;
-    height_at_least(&c, honest.manifest.height).await;
+    height_at_least(&b, honest.manifest.height + FINALITY).await;
+    height_at_least(&c, honest.manifest.height + FINALITY).await;
 
     let peers = vec![
         a.peer_addr().unwrap(),
@@ -280,7 +285,7 @@ async fn a_restore_killed_halfway_resumes_without_fetching_verified_chunks_again
     assert!(half >= 2, "{} chunks", full.chunks.len());
     // P offers the checkpoint but holds only its first half.
     let p = seeded_follower(d[1].path(), &genesis, &a, &first_chunks(&full, half), 2).await;
-    height_at_least(&p, full.manifest.height).await;
+    height_at_least(&p, full.manifest.height + FINALITY).await;
 
     // Restoring from P alone gets the first half, then waits for the rest.
     let mut child = spawn_restoring(&restoring, &genesis_file, &[p.peer_addr().unwrap()]);
@@ -371,11 +376,22 @@ fn checkpoint_answers_are_bounded_and_unknown_ids_are_not_found() {
     }
     let counters = ServeCounters::default();
     let server = CheckpointServer::new(store.clone(), 8 << 20);
-    let listed = server.list(&counters).unwrap();
+    let listed = server.list(&counters, 10).unwrap();
     assert_eq!(listed.len(), modnode::net::rpc::MAX_CHECKPOINTS_PER_ANSWER);
     let newest =
         Manifest::decode(&listed[0], &modnode::checkpoint::ManifestLimits::default()).unwrap();
     assert_eq!(newest.height, 10, "newest first");
+    // Only what is final on this node is offered: with 7 finalized, 8 to 10 are not.
+    let listed = server.list(&counters, 7).unwrap();
+    let heights: Vec<u64> = listed
+        .iter()
+        .map(|m| {
+            Manifest::decode(m, &modnode::checkpoint::ManifestLimits::default())
+                .unwrap()
+                .height
+        })
+        .collect();
+    assert_eq!(heights, vec![7, 6, 5, 4, 3, 2, 1]);
 
     // A chunk that is there, one past the end, one of an unknown checkpoint.
     let id = ids[9];
@@ -387,6 +403,6 @@ fn checkpoint_answers_are_bounded_and_unknown_ids_are_not_found() {
 
     // Nothing larger than one answer: a tiny frame limit serves neither manifests nor chunks.
     let tiny = CheckpointServer::new(store, 64);
-    assert!(tiny.list(&counters).unwrap().is_empty());
+    assert!(tiny.list(&counters, 10).unwrap().is_empty());
     assert_eq!(tiny.chunk(&id, 0, &counters).unwrap(), None);
 }

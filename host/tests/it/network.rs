@@ -29,7 +29,7 @@ pub(super) fn genesis(chain_id: &str, dirs: &[&Path], authorities: usize) -> Gen
     genesis_with_finality(chain_id, dirs, authorities, 32)
 }
 
-fn genesis_with_finality(
+pub(super) fn genesis_with_finality(
     chain_id: &str,
     dirs: &[&Path],
     authorities: usize,

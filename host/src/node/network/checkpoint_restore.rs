@@ -4,7 +4,10 @@
 //!
 //! 1. dial the bootstrap peers from a separate client endpoint and ask each for its checkpoint
 //!    list; a malformed manifest is the sender's protocol violation;
-//! 2. pick the checkpoint to restore: the one whose progress is stored, if a peer still offers
+//! 2. pick the checkpoint to restore, among the offers final on their peer (at or below the
+//!    head the peer's hello claims minus `finality_depth`: no reorganisation this node will
+//!    follow may revert block `H`, for which it holds no undo record; `checkpoint::final_offers`):
+//!    the one whose progress is stored, if a peer still offers
 //!    it (a restart resumes), else the newest offered by at least two peers — or by one when
 //!    exactly one bootstrap peer is configured, the operator's explicit trust — then validate
 //!    its manifest and check that its module version is installed. When no peer offers the
@@ -45,7 +48,7 @@ use crate::chain::genesis::Genesis;
 use crate::chain::{CheckpointStart, init_from_checkpoint};
 use crate::checkpoint::{
     Fault, FetchConfig, FetchError, Fetcher, Manifest, ManifestLimits, RestoreStore, Restorer,
-    choose,
+    choose, final_offers,
 };
 use crate::net::endpoint::{self, CLOSE_PROTOCOL_VIOLATION, TransportLimits};
 use crate::net::handshake::{self, Hello, PROTOCOL_VERSION, Role};
@@ -371,6 +374,22 @@ impl Driver<'_> {
         peers: &[Peer],
         offers: Vec<(NodeId, Manifest)>,
     ) -> Option<(Manifest, Vec<NodeId>)> {
+        let offered = offers.len();
+        // Only checkpoints final on the peer offering them: this node will hold no undo record
+        // for block `H`, so `H` must be below any reorganisation it may have to follow.
+        let offers = final_offers(
+            offers,
+            |key| peers.iter().find(|p| p.key == *key).map(|p| p.head_height),
+            self.parts.genesis.finality_depth,
+        );
+        if offers.len() < offered {
+            tracing::info!(
+                offered,
+                kept = offers.len(),
+                finality_depth = self.parts.genesis.finality_depth,
+                "checkpoint restore: ignoring checkpoints not yet final on the peers offering them"
+            );
+        }
         let offers: Vec<_> = offers
             .into_iter()
             .filter(|(_, m)| !self.bad.contains(&m.id()) && m.height > 0)

@@ -138,6 +138,7 @@ async fn serve_one(
         Request::Checkpoints | Request::Chunk { .. } => {
             let _permit = checkpoint_reads.acquire().await.map_err(|_| None)?;
             let served = served.clone();
+            let finalized = chain.view().finalized_height;
             // On our own failure say nothing, as for blocks: "not here" would be a lie.
             tokio::task::spawn_blocking(move || {
                 let counters = &served.metrics.checkpoint_served;
@@ -146,7 +147,10 @@ async fn serve_one(
                         .checkpoints
                         .chunk(&id, index, counters)
                         .map(Response::Chunk),
-                    _ => served.checkpoints.list(counters).map(Response::Checkpoints),
+                    _ => served
+                        .checkpoints
+                        .list(counters, finalized)
+                        .map(Response::Checkpoints),
                 }
             })
             .await
