@@ -98,12 +98,6 @@ pub enum ModuleFault {
         /// The limit.
         limit: u64,
     },
-    /// The module's wasm stack overflowed.
-    #[error("module {module} overflowed its stack")]
-    StackOverflow {
-        /// Module name.
-        module: String,
-    },
     /// Any other trap (unreachable, out-of-bounds access, division by zero, ...).
     #[error("module {module} trapped: {message}")]
     Trap {
@@ -125,6 +119,13 @@ pub enum HostFailureKind {
     Io,
     /// The runtime itself failed (fuel accounting, thread pool).
     Runtime,
+    /// The call exhausted the wasm stack: how deep a guest gets depends on this build's native
+    /// code, so it is not the module's deterministic outcome (see the engine profile's docs).
+    StackExhausted,
+    /// The module could not be instantiated for a reason of this host's (a memory mapping, a
+    /// pool slot): instantiation does not depend on the call's input, so a module that cannot
+    /// be instantiated deterministically is never prepared in the first place.
+    Instantiation,
 }
 
 impl std::fmt::Display for HostFailureKind {
@@ -134,6 +135,8 @@ impl std::fmt::Display for HostFailureKind {
             HostFailureKind::PoolExhausted => "instance pool exhausted",
             HostFailureKind::Io => "I/O",
             HostFailureKind::Runtime => "runtime",
+            HostFailureKind::StackExhausted => "wasm stack exhausted",
+            HostFailureKind::Instantiation => "instantiation",
         })
     }
 }
@@ -183,30 +186,39 @@ impl HostFunctionFailure {
 }
 
 impl CallError {
-    /// Classifies a wasmtime error from a call into module `module`.
+    /// Classifies a wasmtime error from a call into module `module` (instantiation included:
+    /// `instantiated` says whether the instance existed when it failed). `breach` is the limit
+    /// the call's limiter saw exceeded, if any.
+    ///
+    /// Module faults are only what every node running this profile gets from the same module
+    /// and input: fuel, a pinned limit, a trap raised by the module's own code. Stack
+    /// exhaustion depends on this build's native frames and is a host failure; so is any
+    /// failure to instantiate other than a pinned limit or fuel (a failed memory mapping, a
+    /// pool slot): instantiation does not depend on the input, so a module whose
+    /// instantiation fails deterministically fails its `describe` and is never prepared.
     pub(crate) fn classify(
         module: &str,
         error: &wasmtime::Error,
         breach: Option<super::limits::Breach>,
         budget: u64,
+        instantiated: bool,
     ) -> Self {
         let module = module.to_string();
+        let host = |kind: HostFailureKind, message: String| {
+            CallError::Host(HostFailure {
+                module: module.clone(),
+                kind,
+                message,
+            })
+        };
         if let Some(f) = error.downcast_ref::<HostFunctionFailure>() {
-            return CallError::Host(HostFailure {
-                module,
-                kind: f.kind,
-                message: f.message.clone(),
-            });
+            return host(f.kind, f.message.clone());
         }
         if error
             .downcast_ref::<wasmtime::PoolConcurrencyLimitError>()
             .is_some()
         {
-            return CallError::Host(HostFailure {
-                module,
-                kind: HostFailureKind::PoolExhausted,
-                message: format!("{error:?}"),
-            });
+            return host(HostFailureKind::PoolExhausted, format!("{error:?}"));
         }
         if let Some(b) = breach {
             return ModuleFault::LimitExceeded {
@@ -219,7 +231,20 @@ impl CallError {
         }
         match error.downcast_ref::<wasmtime::Trap>() {
             Some(wasmtime::Trap::OutOfFuel) => ModuleFault::OutOfFuel { module, budget }.into(),
-            Some(wasmtime::Trap::StackOverflow) => ModuleFault::StackOverflow { module }.into(),
+            Some(wasmtime::Trap::StackOverflow) => host(
+                HostFailureKind::StackExhausted,
+                format!(
+                    "the call exhausted the {} bytes of wasm stack this build gives a guest; \
+                     not counted against the module or the block: {error:?}",
+                    super::profile::EngineProfile::build()
+                        .determinism
+                        .max_wasm_stack
+                ),
+            ),
+            _ if !instantiated => host(
+                HostFailureKind::Instantiation,
+                format!("cannot instantiate the module on this node: {error:?}"),
+            ),
             _ => ModuleFault::Trap {
                 module,
                 message: format!("{error:?}"),
