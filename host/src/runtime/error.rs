@@ -66,6 +66,16 @@ impl CallError {
         matches!(self, CallError::Module(_))
     }
 
+    /// Whether the module is to blame on this node: a module fault, or exhausting the wasm
+    /// stack (not deterministic across builds, so never block-invalid, but this build hits it
+    /// every time). What a local kind's circuit breaker counts against a candidate.
+    pub fn blames_module(&self) -> bool {
+        match self {
+            CallError::Module(_) => true,
+            CallError::Host(f) => f.kind == HostFailureKind::StackExhausted,
+        }
+    }
+
     /// The module fault, if this is one.
     pub fn module_fault(&self) -> Option<&ModuleFault> {
         match self {
@@ -251,5 +261,69 @@ impl CallError {
             }
             .into(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn classify(error: wasmtime::Error, instantiated: bool) -> CallError {
+        CallError::classify("m", &error, None, 7, instantiated)
+    }
+
+    #[test]
+    fn only_fuel_and_limits_fail_an_instantiation_deterministically() {
+        let trap = |t: wasmtime::Trap| wasmtime::Error::from(t);
+        // The same trap is the module's in a call, ours while instantiating.
+        assert!(matches!(
+            classify(trap(wasmtime::Trap::MemoryOutOfBounds), true),
+            CallError::Module(ModuleFault::Trap { .. })
+        ));
+        assert!(matches!(
+            classify(trap(wasmtime::Trap::MemoryOutOfBounds), false),
+            CallError::Host(HostFailure {
+                kind: HostFailureKind::Instantiation,
+                ..
+            })
+        ));
+        assert!(matches!(
+            classify(wasmtime::format_err!("mmap failed"), false),
+            CallError::Host(HostFailure {
+                kind: HostFailureKind::Instantiation,
+                ..
+            })
+        ));
+        assert_eq!(
+            classify(trap(wasmtime::Trap::OutOfFuel), false),
+            CallError::Module(ModuleFault::OutOfFuel {
+                module: "m".into(),
+                budget: 7
+            })
+        );
+        let breach = super::super::limits::Breach {
+            resource: Resource::Memory,
+            requested: 2,
+            limit: 1,
+        };
+        assert!(matches!(
+            CallError::classify("m", &wasmtime::format_err!("grow"), Some(breach), 7, false),
+            CallError::Module(ModuleFault::LimitExceeded { .. })
+        ));
+    }
+
+    #[test]
+    fn stack_exhaustion_is_ours_yet_blames_the_module_for_local_breakers() {
+        for instantiated in [true, false] {
+            let e = classify(wasmtime::Trap::StackOverflow.into(), instantiated);
+            assert!(!e.is_deterministic(), "{e:?}");
+            assert!(e.blames_module(), "{e:?}");
+        }
+        let pool = CallError::Host(HostFailure::new(
+            "m",
+            HostFailureKind::PoolExhausted,
+            "full",
+        ));
+        assert!(!pool.blames_module());
     }
 }
