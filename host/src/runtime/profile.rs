@@ -17,11 +17,12 @@
 //! the wasmtime build. Fuel cannot bound it either: a function's locals cost no fuel, so one
 //! frame can take kilobytes of stack for a handful of operators, and a 2·10⁹ budget pays for
 //! recursions far deeper than any stack a node can give a guest thread. So stack exhaustion is
-//! a [`HostFailure`](super::HostFailure) ([`HostFailureKind::StackExhausted`](
-//! super::HostFailureKind::StackExhausted)): this node could not run the call, never a reason to
-//! reject a block or penalise a peer. A node that hits it stops at that block (its own
-//! condition) instead of splitting from nodes whose frames happen to be smaller. The limit and
-//! the architecture are still pinned, so every node of a chain gives guests the same room.
+//! a host failure ([`StackExhausted`](super::HostFailureKind::StackExhausted)): this node could
+//! not run the call, never a reason to reject a block or penalise a peer. A node that hits it
+//! stops at that block (its own condition) instead of splitting from nodes whose frames happen
+//! to be smaller. The limit and the architecture are still pinned, so every node of a chain
+//! gives guests the same room. (A local kind's circuit breaker still counts it against the
+//! candidate: [`CallError::blames_module`](super::CallError::blames_module).)
 
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
