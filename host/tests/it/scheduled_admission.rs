@@ -37,10 +37,13 @@ fn tiny_limits() -> UploadConfig {
     }
 }
 
+/// A node's modules. Their own runtime (what `Modules::prepare` loads with) has a small budget
+/// so a warm-up that fails on the bls-loop fixture fails fast; modules admitted through the
+/// upload path run with the profile's budgets.
 fn modules() -> Arc<Modules> {
     Arc::new(
         Modules::new(
-            super::runtime(1_000_000_000),
+            super::runtime(50_000_000),
             InitialModules {
                 deposits: &artifact("deposits-v2"),
                 checkpoint: &artifact("checkpoint-v1"),
