@@ -8,6 +8,15 @@
 //! that overruns its deadline is abandoned (its thread finishes in the background, its output
 //! is dropped) and no other compile starts until it has finished, so a hostile module can cost
 //! the node at most one core for the length of one compile.
+//!
+//! Those bounds are the operator's policy for what *they* upload ([`Admission::Operator`]).
+//! A module the chain scheduled ([`Admission::Scheduled`]: fetched from peers by hash) is
+//! admitted on the chain's word: a slow machine, a small `--max-module-bytes` or a warm-up
+//! that fails on this node's own recent blocks must not stop this node at the activation height
+//! while the others go on. Only what is the same on every node refuses it — the bytes as a
+//! component, its kind and contract, the wasm features the engine enables, compiling, linking
+//! and its own `describe`; the local limits (size, code size, compile time, compiled size,
+//! warm-up) only warn.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -20,9 +29,14 @@ use sha2::{Digest, Sha256};
 use wasmparser::{Parser, Payload, Validator, WasmFeatures};
 
 use super::{ModuleStore, ModuleStoreError, StoredModule};
+
+mod admission;
+
 use crate::runtime::{
     self, LoadError, LoadedModule, Modules, Runtime, RuntimeConfig, ValidationError,
 };
+pub use admission::Admission;
+use admission::local_limit;
 
 /// Default largest module accepted, in bytes.
 pub const DEFAULT_MAX_MODULE_BYTES: usize = 8 << 20;
@@ -128,6 +142,14 @@ pub enum UploadError {
         /// What failed, on which input.
         message: String,
     },
+    /// The chain scheduled it as another kind than it is (or it is of a local kind).
+    #[error("module {name} cannot be admitted for the chain: {message}")]
+    WrongKind {
+        /// The module.
+        name: String,
+        /// What is wrong with its kind.
+        message: String,
+    },
     /// A previous compile is still running (transient; retry later).
     #[error("a previous module upload is still compiling; retry when it has finished")]
     Busy,
@@ -173,6 +195,7 @@ impl UploadError {
             UploadError::CompileTooSlow { .. } => "compile-too-slow",
             UploadError::Compile { .. } => "compile-failed",
             UploadError::Warmup { .. } | UploadError::DryRun { .. } => "warm-up-failed",
+            UploadError::WrongKind { .. } => "wrong-kind",
             UploadError::Busy => "busy",
             UploadError::Store(_) | UploadError::Staging { .. } | UploadError::Internal(_) => {
                 "node-error"
@@ -298,37 +321,66 @@ impl ModuleService {
             .cloned()
     }
 
-    /// Validates, precompiles, warms and stores `bytes`. Blocking (compiles): call it from a
-    /// blocking task. `source` says where the module came from, for the metadata.
+    /// Validates, precompiles, warms and stores `bytes` the operator uploaded (every check
+    /// refuses: [`Admission::Operator`]). Blocking (compiles): call it from a blocking task.
+    /// `source` says where the module came from, for the metadata.
     pub fn upload(&self, bytes: &[u8], source: &str) -> Result<UploadOutcome, UploadError> {
+        self.admit(bytes, source, Admission::Operator)
+    }
+
+    /// [`upload`](Self::upload) with the checks of `admission`: for a module the chain
+    /// scheduled, local limits warn instead of refusing (see the module docs).
+    pub fn admit(
+        &self,
+        bytes: &[u8],
+        source: &str,
+        admission: Admission,
+    ) -> Result<UploadOutcome, UploadError> {
         if bytes.len() > self.config.max_module_bytes {
-            return Err(UploadError::TooLarge {
+            let refusal = UploadError::TooLarge {
                 size: bytes.len(),
                 limit: self.config.max_module_bytes,
-            });
+            };
+            // Hashed only to name it in the warning (an operator's upload is refused first).
+            let name = match admission {
+                Admission::Operator => String::new(),
+                Admission::Scheduled { .. } => hex::encode(Sha256::digest(bytes)),
+            };
+            local_limit(admission, &name, refusal)?;
         }
         let sha256: [u8; 32] = Sha256::digest(bytes).into();
         if let Some(existing) = self.store.meta(&sha256)? {
             return Ok(UploadOutcome::AlreadyStored(existing));
         }
         let info = runtime::inspect::validate(bytes)?;
-        check_features(bytes)?;
-        check_code_size(bytes, self.config.max_function_body_bytes)?;
         let name = format!(
             "{}@{}",
             info.kind,
             hex::encode(sha256.get(..6).unwrap_or_default())
         );
+        if let Admission::Scheduled { kind } = admission {
+            runtime::modules::check_scheduled_kind(&info, kind).map_err(|e| {
+                UploadError::WrongKind {
+                    name: name.clone(),
+                    message: e.to_string(),
+                }
+            })?;
+        }
+        check_features(bytes)?;
+        if let Err(refusal) = check_code_size(bytes, self.config.max_function_body_bytes) {
+            local_limit(admission, &name, refusal)?;
+        }
 
         let started = Instant::now();
-        let artifact = self.compile(bytes, &name)?;
+        let artifact = self.compile(bytes, &name, admission)?;
         let compile_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
         if artifact.len() > self.config.max_compiled_bytes {
-            return Err(UploadError::CodeTooLarge {
+            let refusal = UploadError::CodeTooLarge {
                 what: "the compiled artifact",
                 size: artifact.len(),
                 limit: self.config.max_compiled_bytes,
-            });
+            };
+            local_limit(admission, &name, refusal)?;
         }
 
         // Warm up from a private staging cache holding only this artifact, so a module that
@@ -364,25 +416,31 @@ impl ModuleService {
             })?;
         // The dry run: on the node's recent real inputs when it runs slots, else on the
         // kind's built-in realistic inputs.
-        let (warmed, warmup) = match &self.slots {
-            Some(slots) => {
-                let warmed =
-                    slots
-                        .warm_loaded(loaded.clone())
-                        .map_err(|e| UploadError::DryRun {
-                            name: name.clone(),
-                            message: e.to_string(),
-                        })?;
+        let dry_run = |message: String| UploadError::DryRun {
+            name: name.clone(),
+            message,
+        };
+        let (warmed, warmup) = match (&self.slots, admission) {
+            (Some(slots), Admission::Operator) => {
+                let warmed = slots
+                    .warm_loaded(loaded.clone())
+                    .map_err(|e| dry_run(e.to_string()))?;
                 let warmup = warmed.prepared().warmup;
                 (Some(warmed), warmup)
             }
-            None => (
-                None,
-                loaded.warm().map_err(|e| UploadError::DryRun {
-                    name: name.clone(),
-                    message: e.to_string(),
-                })?,
-            ),
+            // The slots log the failure; the module is admitted with an empty report.
+            (Some(slots), Admission::Scheduled { .. }) => {
+                let (warmed, _) = slots.warm_scheduled(loaded.clone());
+                let warmup = warmed.prepared().warmup;
+                (Some(warmed), warmup)
+            }
+            (None, _) => match loaded.warm() {
+                Ok(warmup) => (None, warmup),
+                Err(e) => {
+                    local_limit(admission, &name, dry_run(e.to_string()))?;
+                    (None, runtime::WarmupReport::default())
+                }
+            },
         };
         let warm_us = u64::try_from(warm_started.elapsed().as_micros()).unwrap_or(u64::MAX);
         let meta = loaded.meta();
@@ -432,8 +490,14 @@ impl ModuleService {
         Ok(UploadOutcome::Ready(stored))
     }
 
-    /// Compiles on a worker thread; gives up after the configured timeout.
-    fn compile(&self, bytes: &[u8], name: &str) -> Result<Vec<u8>, UploadError> {
+    /// Compiles on a worker thread; gives up after the configured timeout, except for a module
+    /// the chain scheduled, which is waited for (with a warning once the timeout has passed).
+    fn compile(
+        &self,
+        bytes: &[u8],
+        name: &str,
+        admission: Admission,
+    ) -> Result<Vec<u8>, UploadError> {
         if self
             .compiling
             .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
@@ -458,7 +522,19 @@ impl ModuleService {
                 source,
             });
         }
-        match rx.recv_timeout(self.config.compile_timeout) {
+        let answer = match rx.recv_timeout(self.config.compile_timeout) {
+            Err(RecvTimeoutError::Timeout) if admission.scheduled() => {
+                tracing::warn!(
+                    module = %name,
+                    limit = ?self.config.compile_timeout,
+                    "a module the chain scheduled is taking longer than the upload compile \
+                     limit; waiting for it (the chain's schedule decides, local limits only warn)"
+                );
+                rx.recv().map_err(|_| RecvTimeoutError::Disconnected)
+            }
+            answer => answer,
+        };
+        match answer {
             Ok(Ok(artifact)) => Ok(artifact),
             Ok(Err(e)) => Err(UploadError::Compile {
                 name: name.to_string(),

@@ -1,7 +1,9 @@
 //! The node's side of on-chain upgrades: which deposits module runs a height (the chain asks,
 //! by the hash its schedule names), getting scheduled modules ready before their height
-//! (from the local store, else fetched from peers by hash, verified, then the upload path:
-//! validate, precompile, warm), serving module bytes to peers, and who reports them ready.
+//! (from the local store, else fetched from peers by hash, verified, then admitted on the
+//! chain's word: validate, kind and contract, precompile, warm — local limits and a failed
+//! warm-up only warn, see [`Admission::Scheduled`]), serving module bytes to peers, and who
+//! reports them ready.
 //!
 //! A scheduled module that is not ready makes import stop at its height with
 //! [`ImportError::ModuleMissing`](crate::chain::ImportError::ModuleMissing); the network task
@@ -23,7 +25,7 @@ use modnode_peers::NodeId;
 use sha2::{Digest, Sha256};
 
 use crate::chain::{DepositEngine, DepositModules};
-use crate::modules_store::upload::ModuleService;
+use crate::modules_store::upload::{Admission, ModuleService};
 use crate::runtime::{Kind, Modules};
 use crate::state::Schedule;
 use crate::state::schedule::{Action, Governance};
@@ -45,7 +47,8 @@ pub enum FetchError {
         /// What the bytes hash to (hex).
         got: String,
     },
-    /// The module failed the upload checks (validation, compile, warm-up) or storing it failed.
+    /// The module failed the checks a scheduled module must pass (validation, kind and
+    /// contract, compiling, linking) or storing it failed.
     #[error("module {hash} from a peer was not accepted: {reason}")]
     Rejected {
         /// The hash (hex).
@@ -259,24 +262,60 @@ impl UpgradeAgent {
         if self.is_ready(hash) {
             return Ok(Some(Kind::Deposits));
         }
-        let bytes = match self.embedded.get(hash) {
-            Some(bytes) => bytes.to_vec(),
-            None => match self
-                .service
-                .store()
-                .bytes(hash)
-                .map_err(|e| e.to_string())?
-            {
-                Some(bytes) => bytes,
-                None => return Ok(None),
-            },
+        let Some(bytes) = self.local_bytes(hash)? else {
+            return Ok(None);
         };
         let prepared = self.modules.prepare(&bytes).map_err(|e| e.to_string())?;
         Ok(Some(prepared.kind))
     }
 
-    /// Takes module bytes a peer sent for `hash`: checks the hash, then the upload path
-    /// (validate, precompile, warm, store) and prepares it. Blocking.
+    /// The bytes of module `hash` built into this binary or in the local store.
+    fn local_bytes(&self, hash: &Hash) -> Result<Option<Vec<u8>>, String> {
+        match self.embedded.get(hash) {
+            Some(bytes) => Ok(Some(bytes.to_vec())),
+            None => self.service.store().bytes(hash).map_err(|e| e.to_string()),
+        }
+    }
+
+    /// The kind the chain scheduled (or is voting to schedule) module `hash` as, if the
+    /// schedule after the head names it.
+    fn scheduled_kind(&self, hash: &Hash) -> Option<Kind> {
+        let schedule = lock(&self.schedule);
+        let pending = schedule
+            .pending
+            .iter()
+            .filter(|p| p.action == Action::Upgrade)
+            .map(|p| &p.op);
+        schedule
+            .entries
+            .iter()
+            .chain(pending)
+            .find(|e| e.module == *hash)
+            .map(|e| e.kind)
+    }
+
+    /// Prepares the scheduled module `hash` from the local store (or the modules built into
+    /// this binary), if it is there, on the chain's word: only its kind and contract may refuse
+    /// it, a failed warm-up on this node's own history only warns
+    /// ([`Modules::prepare_scheduled`]). Blocking (loads, maybe compiles).
+    pub fn prepare_scheduled(&self, hash: &Hash) -> Result<bool, String> {
+        if self.is_ready(hash) {
+            return Ok(true);
+        }
+        let Some(bytes) = self.local_bytes(hash)? else {
+            return Ok(false);
+        };
+        self.modules
+            .prepare_scheduled(&bytes, self.scheduled_kind(hash))
+            .map_err(|e| e.to_string())?;
+        Ok(true)
+    }
+
+    /// Takes module bytes a peer sent for `hash`: checks the hash, then admits them on the
+    /// chain's word (validate, kind and contract, precompile without a deadline, warm-up that
+    /// only warns, store: [`Admission::Scheduled`]) and prepares them. Fetches are only made
+    /// for modules a chain scheduled, so the module must be of the kind the schedule names, or
+    /// of a consensus kind when the schedule after the head does not name it. Blocking.
     pub fn accept_fetched(&self, hash: &Hash, bytes: &[u8], peer: &str) -> Result<(), FetchError> {
         let got: Hash = Sha256::digest(bytes).into();
         if got != *hash {
@@ -289,11 +328,16 @@ impl UpgradeAgent {
             hash: hex::encode(hash),
             reason,
         };
+        let kind = self.scheduled_kind(hash);
         self.service
-            .upload(bytes, &format!("peer {peer}"))
+            .admit(
+                bytes,
+                &format!("peer {peer}"),
+                Admission::Scheduled { kind },
+            )
             .map_err(|e| rejected(e.to_string()))?;
         self.modules
-            .prepare(bytes)
+            .prepare_scheduled(bytes, kind)
             .map_err(|e| rejected(e.to_string()))?;
         tracing::info!(module = %hex::encode(hash), %peer, "scheduled module fetched, compiled and warmed: ready");
         Ok(())

@@ -10,8 +10,9 @@ use std::sync::OnceLock;
 
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, OptLevel, PoolingAllocationConfig};
 
-/// Largest wasm stack a guest may use. Guest threads get [`GUEST_THREAD_STACK`], far more, so
-/// a runaway recursion always hits this limit (a clean trap) before the native stack's end.
+/// Largest wasm stack a guest may use (pinned in the engine profile). Guest threads get
+/// [`GUEST_THREAD_STACK`], far more, so a runaway recursion always hits this limit (a clean
+/// stack-overflow trap, classified as a host failure) before the native stack's end.
 pub const MAX_WASM_STACK: usize = 1 << 20;
 /// Native stack of the threads guests run on.
 pub const GUEST_THREAD_STACK: usize = 16 << 20;
@@ -24,8 +25,6 @@ const POOL_COMPONENT_INSTANCES: u32 = 256;
 const KEEP_RESIDENT: usize = 2 << 20;
 /// Set to `1` to have `perf` name guest functions (writes `/tmp/perf-<pid>.map`).
 pub const PERFMAP_ENV: &str = "MODNODE_WASM_PERFMAP";
-/// Core instances per component instance, at most (wit-component shims add a few).
-const CORE_INSTANCES_PER_COMPONENT: u32 = 8;
 
 /// The wasmtime configuration every modnode process uses: this build's
 /// [`EngineProfile`](super::profile::EngineProfile) plus local tuning (pooling, stacks).
@@ -46,16 +45,27 @@ pub fn config() -> Config {
         .cranelift_opt_level(OptLevel::Speed)
         .wasm_relaxed_simd(false)
         .concurrency_support(false)
-        .max_wasm_stack(MAX_WASM_STACK)
+        .max_wasm_stack(
+            usize::try_from(profile.determinism.max_wasm_stack).unwrap_or(MAX_WASM_STACK),
+        )
         .parallel_compilation(true)
         .memory_init_cow(true);
+    // The pool is sized from the profile's limits, so a module runs into those (pinned, the
+    // same on every node) and never into a pool slot's size (rounded to the host's page size).
+    let limits = profile.limits;
+    let per_component = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+    let core_instances = per_component(limits.instances);
     let mut pool = PoolingAllocationConfig::new();
     pool.total_component_instances(POOL_COMPONENT_INSTANCES)
-        .total_core_instances(POOL_COMPONENT_INSTANCES * CORE_INSTANCES_PER_COMPONENT)
-        .total_memories(POOL_COMPONENT_INSTANCES)
-        .total_tables(POOL_COMPONENT_INSTANCES * CORE_INSTANCES_PER_COMPONENT)
+        .total_core_instances(POOL_COMPONENT_INSTANCES.saturating_mul(core_instances))
+        .total_memories(POOL_COMPONENT_INSTANCES.saturating_mul(per_component(limits.memories)))
+        .total_tables(POOL_COMPONENT_INSTANCES.saturating_mul(per_component(limits.tables)))
+        .max_core_instances_per_component(core_instances)
+        .max_memories_per_component(per_component(limits.memories))
+        .max_tables_per_component(per_component(limits.tables))
         .max_memories_per_module(1)
-        .max_memory_size(MAX_MEMORY_CEILING)
+        .table_elements(limits.table_elements)
+        .max_memory_size(MAX_MEMORY_CEILING.max(limits.memory_bytes))
         .max_unused_warm_slots(16)
         // Reset the pages a call touched with memset instead of madvise, so the next call on
         // the slot does not page-fault them back in (measured: ~40 µs per call otherwise).

@@ -66,6 +66,16 @@ impl CallError {
         matches!(self, CallError::Module(_))
     }
 
+    /// Whether the module is to blame on this node: a module fault, or exhausting the wasm
+    /// stack (not deterministic across builds, so never block-invalid, but this build hits it
+    /// every time). What a local kind's circuit breaker counts against a candidate.
+    pub fn blames_module(&self) -> bool {
+        match self {
+            CallError::Module(_) => true,
+            CallError::Host(f) => f.kind == HostFailureKind::StackExhausted,
+        }
+    }
+
     /// The module fault, if this is one.
     pub fn module_fault(&self) -> Option<&ModuleFault> {
         match self {
@@ -98,12 +108,6 @@ pub enum ModuleFault {
         /// The limit.
         limit: u64,
     },
-    /// The module's wasm stack overflowed.
-    #[error("module {module} overflowed its stack")]
-    StackOverflow {
-        /// Module name.
-        module: String,
-    },
     /// Any other trap (unreachable, out-of-bounds access, division by zero, ...).
     #[error("module {module} trapped: {message}")]
     Trap {
@@ -125,6 +129,13 @@ pub enum HostFailureKind {
     Io,
     /// The runtime itself failed (fuel accounting, thread pool).
     Runtime,
+    /// The call exhausted the wasm stack: how deep a guest gets depends on this build's native
+    /// code, so it is not the module's deterministic outcome (see the engine profile's docs).
+    StackExhausted,
+    /// The module could not be instantiated for a reason of this host's (a memory mapping, a
+    /// pool slot): instantiation does not depend on the call's input, so a module that cannot
+    /// be instantiated deterministically is never prepared in the first place.
+    Instantiation,
 }
 
 impl std::fmt::Display for HostFailureKind {
@@ -134,6 +145,8 @@ impl std::fmt::Display for HostFailureKind {
             HostFailureKind::PoolExhausted => "instance pool exhausted",
             HostFailureKind::Io => "I/O",
             HostFailureKind::Runtime => "runtime",
+            HostFailureKind::StackExhausted => "wasm stack exhausted",
+            HostFailureKind::Instantiation => "instantiation",
         })
     }
 }
@@ -183,30 +196,39 @@ impl HostFunctionFailure {
 }
 
 impl CallError {
-    /// Classifies a wasmtime error from a call into module `module`.
+    /// Classifies a wasmtime error from a call into module `module` (instantiation included:
+    /// `instantiated` says whether the instance existed when it failed). `breach` is the limit
+    /// the call's limiter saw exceeded, if any.
+    ///
+    /// Module faults are only what every node running this profile gets from the same module
+    /// and input: fuel, a pinned limit, a trap raised by the module's own code. Stack
+    /// exhaustion depends on this build's native frames and is a host failure; so is any
+    /// failure to instantiate other than a pinned limit or fuel (a failed memory mapping, a
+    /// pool slot): instantiation does not depend on the input, so a module whose
+    /// instantiation fails deterministically fails its `describe` and is never prepared.
     pub(crate) fn classify(
         module: &str,
         error: &wasmtime::Error,
         breach: Option<super::limits::Breach>,
         budget: u64,
+        instantiated: bool,
     ) -> Self {
         let module = module.to_string();
+        let host = |kind: HostFailureKind, message: String| {
+            CallError::Host(HostFailure {
+                module: module.clone(),
+                kind,
+                message,
+            })
+        };
         if let Some(f) = error.downcast_ref::<HostFunctionFailure>() {
-            return CallError::Host(HostFailure {
-                module,
-                kind: f.kind,
-                message: f.message.clone(),
-            });
+            return host(f.kind, f.message.clone());
         }
         if error
             .downcast_ref::<wasmtime::PoolConcurrencyLimitError>()
             .is_some()
         {
-            return CallError::Host(HostFailure {
-                module,
-                kind: HostFailureKind::PoolExhausted,
-                message: format!("{error:?}"),
-            });
+            return host(HostFailureKind::PoolExhausted, format!("{error:?}"));
         }
         if let Some(b) = breach {
             return ModuleFault::LimitExceeded {
@@ -219,12 +241,89 @@ impl CallError {
         }
         match error.downcast_ref::<wasmtime::Trap>() {
             Some(wasmtime::Trap::OutOfFuel) => ModuleFault::OutOfFuel { module, budget }.into(),
-            Some(wasmtime::Trap::StackOverflow) => ModuleFault::StackOverflow { module }.into(),
+            Some(wasmtime::Trap::StackOverflow) => host(
+                HostFailureKind::StackExhausted,
+                format!(
+                    "the call exhausted the {} bytes of wasm stack this build gives a guest; \
+                     not counted against the module or the block: {error:?}",
+                    super::profile::EngineProfile::build()
+                        .determinism
+                        .max_wasm_stack
+                ),
+            ),
+            _ if !instantiated => host(
+                HostFailureKind::Instantiation,
+                format!("cannot instantiate the module on this node: {error:?}"),
+            ),
             _ => ModuleFault::Trap {
                 module,
                 message: format!("{error:?}"),
             }
             .into(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn classify(error: wasmtime::Error, instantiated: bool) -> CallError {
+        CallError::classify("m", &error, None, 7, instantiated)
+    }
+
+    #[test]
+    fn only_fuel_and_limits_fail_an_instantiation_deterministically() {
+        let trap = |t: wasmtime::Trap| wasmtime::Error::from(t);
+        // The same trap is the module's in a call, ours while instantiating.
+        assert!(matches!(
+            classify(trap(wasmtime::Trap::MemoryOutOfBounds), true),
+            CallError::Module(ModuleFault::Trap { .. })
+        ));
+        assert!(matches!(
+            classify(trap(wasmtime::Trap::MemoryOutOfBounds), false),
+            CallError::Host(HostFailure {
+                kind: HostFailureKind::Instantiation,
+                ..
+            })
+        ));
+        assert!(matches!(
+            classify(wasmtime::format_err!("mmap failed"), false),
+            CallError::Host(HostFailure {
+                kind: HostFailureKind::Instantiation,
+                ..
+            })
+        ));
+        assert_eq!(
+            classify(trap(wasmtime::Trap::OutOfFuel), false),
+            CallError::Module(ModuleFault::OutOfFuel {
+                module: "m".into(),
+                budget: 7
+            })
+        );
+        let breach = super::super::limits::Breach {
+            resource: Resource::Memory,
+            requested: 2,
+            limit: 1,
+        };
+        assert!(matches!(
+            CallError::classify("m", &wasmtime::format_err!("grow"), Some(breach), 7, false),
+            CallError::Module(ModuleFault::LimitExceeded { .. })
+        ));
+    }
+
+    #[test]
+    fn stack_exhaustion_is_ours_yet_blames_the_module_for_local_breakers() {
+        for instantiated in [true, false] {
+            let e = classify(wasmtime::Trap::StackOverflow.into(), instantiated);
+            assert!(!e.is_deterministic(), "{e:?}");
+            assert!(e.blames_module(), "{e:?}");
+        }
+        let pool = CallError::Host(HostFailure::new(
+            "m",
+            HostFailureKind::PoolExhausted,
+            "full",
+        ));
+        assert!(!pool.blames_module());
     }
 }

@@ -1,7 +1,16 @@
 //! Per-store resource limits that remember which limit was hit, so a breach surfaces as a typed
 //! error rather than an anonymous trap.
+//!
+//! Where a module hits a limit decides whether its call fails, so the limits are consensus: they
+//! are pinned in the [`EngineProfile`](super::EngineProfile) ([`Limits::PINNED`]), and the
+//! engine's instance pool is sized from them so that these limits, not the pool's slot sizes
+//! (which round to the host's page size), are what a module runs into.
 
 use wasmtime::{ResourceLimiter, StoreLimits, StoreLimitsBuilder};
+
+/// How wasmtime 48 words a `memory.grow` past what the memory's type can address, the one
+/// growth failure that does not depend on the host.
+const TYPE_LIMITS: &str = "memory growth exceeds memory type's limits";
 
 /// Which resource a module tried to take too much of.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,7 +42,8 @@ pub struct Breach {
 }
 
 /// Limits of one store.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Limits {
     /// Bytes per linear memory.
     pub memory_bytes: usize,
@@ -47,15 +57,24 @@ pub struct Limits {
     pub memories: usize,
 }
 
+impl Limits {
+    /// The limits of this build's engine profile: what every node of a chain enforces.
+    ///
+    /// `table_elements` is the pooling allocator's default slot size (20,000), which was the
+    /// table limit modules really ran into before the limits were pinned (the store limit
+    /// then said 100,000 but the pool's slot was smaller).
+    pub const PINNED: Limits = Limits {
+        memory_bytes: 64 << 20,
+        table_elements: 20_000,
+        instances: 8,
+        tables: 8,
+        memories: 1,
+    };
+}
+
 impl Default for Limits {
     fn default() -> Self {
-        Self {
-            memory_bytes: 64 << 20,
-            table_elements: 100_000,
-            instances: 8,
-            tables: 8,
-            memories: 1,
-        }
+        Self::PINNED
     }
 }
 
@@ -112,6 +131,21 @@ impl ResourceLimiter for Limiter {
         self.inner.memory_growing(current, desired, maximum)
     }
 
+    /// A growth this limiter allowed that the host then could not make (the pages could not
+    /// be mapped) is ours: the module would see `memory.grow` fail where other nodes see it
+    /// succeed, so the call stops as a host failure instead. Growth past the memory type's own
+    /// limits (beyond 4 GiB: decided before this limiter is asked) is the module's and fails
+    /// in wasm as the spec says.
+    fn memory_grow_failed(&mut self, error: wasmtime::Error) -> wasmtime::Result<()> {
+        if error.to_string().contains(TYPE_LIMITS) {
+            return Ok(());
+        }
+        Err(super::error::HostFunctionFailure::error(
+            super::error::HostFailureKind::Runtime,
+            format!("growing a module's linear memory failed on this node: {error:?}"),
+        ))
+    }
+
     fn table_growing(
         &mut self,
         current: usize,
@@ -134,5 +168,32 @@ impl ResourceLimiter for Limiter {
 
     fn memories(&self) -> usize {
         self.inner.memories()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::error::{HostFailureKind, HostFunctionFailure};
+
+    #[test]
+    fn a_growth_the_host_cannot_map_is_a_host_failure_and_one_past_the_type_is_not() {
+        let mut limiter = Limiter::new(Limits::PINNED);
+        let err = limiter
+            .memory_grow_failed(wasmtime::format_err!("mmap failed: Cannot allocate memory"))
+            .unwrap_err();
+        let failure = err.downcast_ref::<HostFunctionFailure>().unwrap();
+        assert_eq!(failure.kind, HostFailureKind::Runtime);
+        assert!(
+            failure.message.contains("Cannot allocate memory"),
+            "{failure}"
+        );
+        // What wasmtime says when the module asks for more than its memory type can address.
+        assert!(
+            limiter
+                .memory_grow_failed(wasmtime::format_err!("{TYPE_LIMITS}"))
+                .is_ok()
+        );
+        assert_eq!(limiter.breach(), None);
     }
 }

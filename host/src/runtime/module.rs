@@ -192,7 +192,7 @@ pub struct CallOutcome<T, R> {
 }
 
 /// What a warm-up found: the module instantiated and ran on realistic inputs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct WarmupReport {
     /// Fuel of the dry run.
     pub fuel: u64,
@@ -343,7 +343,10 @@ impl<W: World> Module<W> {
                 let start = Instant::now();
                 let instance = W::instantiate(&pre, &mut store);
                 let elapsed = start.elapsed();
-                instance.map_err(|e| CallError::classify(&name, &e, None, settings.fuel))?;
+                instance.map_err(|e| {
+                    let breach = store.data_mut().base().limiter.breach();
+                    CallError::classify(&name, &e, breach, settings.fuel, false)
+                })?;
                 samples.push(u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX));
             }
             Ok(samples)
@@ -405,11 +408,15 @@ fn run<W: World, R: Send + 'static>(
                 };
             }
         };
-        let result = W::instantiate(&pre, &mut store).and_then(|i| f(&i, &mut store));
+        let (result, instantiated) = match W::instantiate(&pre, &mut store) {
+            Ok(i) => (f(&i, &mut store), true),
+            Err(e) => (Err(e), false),
+        };
         let remaining = store.get_fuel().unwrap_or(0);
         let fuel_used = settings.fuel.saturating_sub(remaining);
         let breach = store.data_mut().base().limiter.breach();
-        let result = result.map_err(|e| CallError::classify(&module, &e, breach, settings.fuel));
+        let result = result
+            .map_err(|e| CallError::classify(&module, &e, breach, settings.fuel, instantiated));
         CallOutcome {
             result,
             data: Some(store.into_data()),

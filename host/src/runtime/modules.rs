@@ -31,6 +31,10 @@ use super::slot::{
 };
 use super::{CallError, Kind, LoadError, LoadedModule, Runtime, Scope, WarmupReport};
 
+mod scheduled;
+
+pub use scheduled::check_scheduled_kind;
+
 /// Why a module operation was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum SlotError {
@@ -257,7 +261,8 @@ fn warm_any(module: LoadedModule, recent: RecentReal<'_>) -> Result<AnyReady, Sl
     })
 }
 
-/// A module that passed its warm-up, to be made activatable with [`Modules::admit`].
+/// A module that passed its warm-up (or that the chain scheduled: see
+/// [`Modules::warm_scheduled`]), to be made activatable with [`Modules::admit`].
 pub struct Warmed(AnyReady);
 
 impl Warmed {

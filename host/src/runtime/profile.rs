@@ -4,10 +4,25 @@
 //! wasm fuel counts have changed between wasmtime releases (v46 made bulk-memory operators charge
 //! per byte), and the same module then runs out of fuel on one node and not on another: a chain
 //! split that no module author can prevent. So the profile states the wasmtime major version,
-//! the determinism settings, an explicit fuel cost for every operator (handed to wasmtime 48's
-//! `Config::operator_cost`, never wasmtime's changing defaults), the fuel budget of each kind and
-//! the fuel every host call charges for its work. Its hash is part of the genesis configuration
-//! hash; a node whose build implements another profile refuses to start and names both.
+//! the target architecture, the determinism settings, the resource limits of every call's store,
+//! an explicit fuel cost for every operator (handed to wasmtime 48's `Config::operator_cost`,
+//! never wasmtime's changing defaults), the fuel budget of each kind and the fuel every host call
+//! charges for its work. Its hash is part of the genesis configuration hash; a node whose build
+//! implements another profile refuses to start and names both and every field that differs.
+//!
+//! # Stack exhaustion is not a module fault
+//!
+//! How deep a guest recurses before it exhausts [`Determinism::max_wasm_stack`] depends on the
+//! native frames Cranelift emits: on the architecture, on the CPU features the host detects, on
+//! the wasmtime build. Fuel cannot bound it either: a function's locals cost no fuel, so one
+//! frame can take kilobytes of stack for a handful of operators, and a 2·10⁹ budget pays for
+//! recursions far deeper than any stack a node can give a guest thread. So stack exhaustion is
+//! a host failure ([`StackExhausted`](super::HostFailureKind::StackExhausted)): this node could
+//! not run the call, never a reason to reject a block or penalise a peer. A node that hits it
+//! stops at that block (its own condition) instead of splitting from nodes whose frames happen
+//! to be smaller. The limit and the architecture are still pinned, so every node of a chain
+//! gives guests the same room. (A local kind's circuit breaker still counts it against the
+//! candidate: [`CallError::blames_module`](super::CallError::blames_module).)
 
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
@@ -16,6 +31,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::kinds::KINDS;
+use super::limits::Limits;
 
 /// The wasmtime major version this build links (`wasmtime = "48.x"` in the workspace).
 pub const WASMTIME_MAJOR: u32 = 48;
@@ -26,8 +42,12 @@ pub const WASMTIME_MAJOR: u32 = 48;
 pub struct EngineProfile {
     /// wasmtime major version; fuel and trap semantics are only promised within one.
     pub wasmtime_major: u32,
+    /// The architecture modules are compiled for.
+    pub target: Target,
     /// Settings that make execution deterministic.
     pub determinism: Determinism,
+    /// Resource limits of every call's store (memory, tables, instances).
+    pub limits: Limits,
     /// Fuel cost of every wasm operator.
     pub fuel: FuelTable,
     /// Fuel budget of one call, per kind (by kind name).
@@ -43,6 +63,15 @@ pub struct EngineProfile {
     pub host_calls: HostCallFuel,
 }
 
+/// What the engine compiles modules for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Target {
+    /// The CPU architecture (Rust's `std::env::consts::ARCH`, e.g. `x86_64`, `aarch64`): native
+    /// code, and so the stack a call uses and the host's page size, differ between them.
+    pub arch: String,
+}
+
 /// The engine settings that make execution deterministic.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -53,7 +82,8 @@ pub struct Determinism {
     pub relaxed_simd: bool,
     /// The threads proposal (shared memory) is enabled.
     pub threads: bool,
-    /// Largest wasm stack in bytes: where a deep recursion traps.
+    /// Largest wasm stack in bytes: where a deep recursion stops. Exhausting it is a host
+    /// failure, never block-invalid (see the module docs).
     pub max_wasm_stack: u64,
 }
 
@@ -166,12 +196,16 @@ impl EngineProfile {
         static BUILD: OnceLock<EngineProfile> = OnceLock::new();
         BUILD.get_or_init(|| EngineProfile {
             wasmtime_major: WASMTIME_MAJOR,
+            target: Target {
+                arch: std::env::consts::ARCH.to_string(),
+            },
             determinism: Determinism {
                 nan_canonicalization: true,
                 relaxed_simd: false,
                 threads: false,
                 max_wasm_stack: super::engine::MAX_WASM_STACK as u64,
             },
+            limits: Limits::PINNED,
             fuel: FuelTable {
                 default: 1,
                 operators: FREE_OPERATORS
@@ -225,9 +259,11 @@ impl EngineProfile {
     pub fn summary(&self) -> String {
         let hash = self.hash();
         format!(
-            "{} (wasmtime {}, default operator fuel {}, {} operator overrides, bls-verify fuel {})",
+            "{} (wasmtime {} on {}, default operator fuel {}, {} operator overrides, bls-verify \
+             fuel {})",
             hex::encode(hash.get(..8).unwrap_or_default()),
             self.wasmtime_major,
+            self.target.arch,
             self.fuel.default,
             self.fuel.operators.len(),
             self.host_calls.bls_verify

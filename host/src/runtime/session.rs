@@ -47,7 +47,7 @@ impl<W: World> Module<W> {
         let mut store = new_store(settings, data, &name)?;
         let instance = W::instantiate(self.pre(), &mut store).map_err(|e| {
             let breach = store.data_mut().base().limiter.breach();
-            CallError::classify(&name, &e, breach, settings.fuel)
+            CallError::classify(&name, &e, breach, settings.fuel, false)
         })?;
         Ok(Session {
             store,
@@ -86,7 +86,7 @@ impl<W: World> Session<W> {
         f(&self.instance, &mut self.store).map_err(|e| {
             self.failed = true;
             let breach = self.store.data_mut().base().limiter.breach();
-            CallError::classify(&self.name, &e, breach, self.fuel)
+            CallError::classify(&self.name, &e, breach, self.fuel, true)
         })
     }
 }

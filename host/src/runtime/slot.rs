@@ -238,7 +238,7 @@ pub struct ShadowStatus {
     pub divergences: u64,
     /// Inputs not compared because the worker was behind.
     pub skipped: u64,
-    /// Deterministic faults of the shadow.
+    /// Faults of the shadow the module is to blame for ([`CallError::blames_module`]).
     pub faults: u64,
     /// The latest divergences, oldest first.
     pub recent_divergences: Vec<Divergence>,
@@ -253,7 +253,8 @@ pub struct CanaryStatus {
     pub percent: u8,
     /// Calls it was chosen for.
     pub calls: u64,
-    /// Deterministic faults (each such call was served by the active version instead).
+    /// Faults the module is to blame for ([`CallError::blames_module`]; each such call was
+    /// served by the active version instead).
     pub faults: u64,
 }
 
@@ -473,7 +474,7 @@ impl<W: World> Slot<W> {
         }
         let result = input.invoke(&state.active.module);
         let result = match (result, &state.probation, &state.previous) {
-            (Err(e), Some(trial), Some(previous)) if e.is_deterministic() => {
+            (Err(e), Some(trial), Some(previous)) if e.blames_module() => {
                 self.probation_failed(&state, trial, &e);
                 input
                     .invoke(&previous.module)
@@ -506,7 +507,7 @@ impl<W: World> Slot<W> {
             let diverged = match &shadow_out {
                 Ok(out) => *out != active_out,
                 Err(e) => {
-                    if e.is_deterministic() {
+                    if e.blames_module() {
                         job_trial.faults.fetch_add(1, Ordering::Relaxed);
                         if let Ok(mut last) = job_trial.last_fault.lock() {
                             *last = Some(e.to_string());
@@ -514,7 +515,7 @@ impl<W: World> Slot<W> {
                     } else {
                         job_trial.host_failures.fetch_add(1, Ordering::Relaxed);
                     }
-                    e.is_deterministic()
+                    e.blames_module()
                 }
             };
             if diverged {
@@ -554,7 +555,7 @@ impl<W: World> Slot<W> {
     }
 
     fn candidate_failed(&self, c: &Candidate<W>, e: &CallError) {
-        if !e.is_deterministic() {
+        if !e.blames_module() {
             c.trial.host_failures.fetch_add(1, Ordering::Relaxed);
             return;
         }

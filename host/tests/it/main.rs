@@ -23,6 +23,7 @@ mod modules;
 mod network;
 mod profile;
 mod reproducible;
+mod scheduled_admission;
 mod slots;
 mod state_anchors;
 mod state_cache;

@@ -2,7 +2,7 @@
 
 use modnode::crypto::Keypair;
 use modnode::runtime::deposits::{BlockContext, Deposit, WitEth1Data};
-use modnode::runtime::{CallError, ModuleFault, Resource};
+use modnode::runtime::{CallError, HostFailureKind, ModuleFault, Resource};
 use modnode::state::{NewValidator, Registry, RegistryDelta, RegistryRead};
 
 use super::{deposits_module, runtime, shared, view};
@@ -157,12 +157,11 @@ fn unbounded_recursion_overflows_and_the_process_keeps_serving() {
     let good = deposits_module(&rt, "deposits-v1");
     let registry = shared(&registry_with(1));
     for _ in 0..3 {
+        // Where the stack runs out depends on this build's native code: a host failure.
         let err = bomb.process(view(&registry), ctx(), vec![]).unwrap_err();
-        assert_eq!(
-            err,
-            CallError::Module(ModuleFault::StackOverflow {
-                module: bomb.meta().name()
-            })
+        assert!(
+            matches!(err, CallError::Host(ref f) if f.kind == HostFailureKind::StackExhausted),
+            "{err:?}"
         );
         let mut block = vec![deposit([0; 48], 1)];
         let ctx = proven(&mut block);

@@ -2,8 +2,9 @@
 //! peers reporting the module ready asked first, each peer at most every
 //! [`FETCH_RETRY`](crate::node::upgrades::FETCH_RETRY) (backing off from peers that answer
 //! without it), well within what a peer serves before it counts requests as abuse. The bytes must hash to what was asked (else
-//! the peer is penalised) and then pass the upload path (validate, precompile, warm) before the
-//! chain can run them.
+//! the peer is penalised) and then pass the checks a scheduled module must pass (validate, kind
+//! and contract, precompile; local limits and the warm-up only warn) before the chain can run
+//! them.
 
 use super::{Event, Network, short};
 use crate::net::rpc::{Request, Response};
@@ -29,7 +30,7 @@ impl Network {
             // The local store first (uploaded by the operator, or fetched before a restart).
             let local = {
                 let upgrades = upgrades.clone();
-                tokio::task::spawn_blocking(move || upgrades.prepare_local(&hash)).await
+                tokio::task::spawn_blocking(move || upgrades.prepare_scheduled(&hash)).await
             };
             match local {
                 Ok(Ok(true)) => {
