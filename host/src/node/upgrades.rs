@@ -596,8 +596,10 @@ pub fn annotate_listing(
 }
 
 impl DepositModules for UpgradeAgent {
+    /// Ready to attest: prepared and warmed here (a scheduled module admitted although its
+    /// warm-up failed on this node's recent blocks runs, but is not attested).
     fn is_ready(&self, hash: &Hash) -> bool {
-        UpgradeAgent::is_ready(self, hash)
+        self.modules.deposits_warmed(hash)
     }
 
     fn deposits(&self, hash: &Hash) -> Option<DepositEngine> {

@@ -201,6 +201,9 @@ pub struct WarmupReport {
     /// Recent real inputs of the node the dry run replayed (0: only the built-in realistic
     /// inputs of the kind, e.g. on a node that has not seen any yet). `fuel` covers them all.
     pub real_inputs: u32,
+    /// The warm-up failed here and the module was admitted on the chain's word anyway (a
+    /// scheduled module): it is not attested ready, and nothing above was measured.
+    pub failed: bool,
 }
 
 /// A loaded, compiled and linked module of world `W`, described by itself. Cloning is cheap.
@@ -294,6 +297,7 @@ impl<W: World> Module<W> {
             fuel: built_in.saturating_add(real_fuel),
             latency_us: micros(start.elapsed()),
             real_inputs,
+            failed: false,
         })
     }
 

@@ -506,6 +506,13 @@ impl Modules {
         self.gossip_policy.flush_shadow();
     }
 
+    /// Whether the deposits module `hash` is prepared here and passed its warm-up (what a
+    /// readiness attestation claims; a scheduled module whose warm-up failed here is prepared
+    /// but not attested).
+    pub fn deposits_warmed(&self, hash: &[u8; 32]) -> bool {
+        matches!(self.lookup(hash), Some(AnyReady::Deposits(r)) if !r.warmup.failed)
+    }
+
     /// The prepared (warmed) deposits module with component sha256 `hash`, if any: what the
     /// chain runs at the heights its schedule names that module for.
     pub fn prepared_deposits(&self, hash: &[u8; 32]) -> Option<Arc<DepositsModule>> {

@@ -230,6 +230,8 @@ fn a_scheduled_module_failing_its_warm_up_on_local_history_is_admitted_with_a_wa
         .unwrap();
     assert!(agent.is_ready(&fixture_hash));
     assert!(agent.deposits(&fixture_hash).is_some());
+    // It runs, but this node does not attest it ready: its warm-up failed here.
+    assert!(!DepositModules::is_ready(&agent, &fixture_hash));
     drop(agent);
 
     // After a restart the module is in the local store, and the same block is among the

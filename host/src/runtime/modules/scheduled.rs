@@ -15,7 +15,10 @@ fn unwarmed(module: LoadedModule) -> AnyReady {
     fn ready<W: World>(module: Module<W>) -> Ready<W> {
         Ready {
             module: Arc::new(module),
-            warmup: WarmupReport::default(),
+            warmup: WarmupReport {
+                failed: true,
+                ..WarmupReport::default()
+            },
         }
     }
     match module {
