@@ -36,9 +36,6 @@ pub type Hash32 = [u8; 32];
 pub const MAX_UPGRADE_VOTES: usize = 4;
 /// Most scheduled upgrades not active yet at any time.
 pub const MAX_OPEN_OPS: usize = 16;
-/// Most pending operations at any time, whoever voted for them (each authority is bounded by
-/// the genesis `upgrade_open_per_authority` as well).
-pub const MAX_PENDING_OPS: usize = 256;
 /// Most readiness attestations one block may carry.
 pub const MAX_READY_ATTESTATIONS: usize = MAX_OPEN_OPS;
 /// Dropped or cancelled operations the schedule remembers, newest last.
@@ -197,8 +194,9 @@ pub enum ScheduleError {
     },
     /// Too many operations are open.
     #[error(
-        "{MAX_OPEN_OPS} upgrades are already scheduled or {MAX_PENDING_OPS} pending; no new one \
-         can be proposed until one activates, expires or is cancelled"
+        "{MAX_OPEN_OPS} upgrades are already scheduled, or every authority's quota of pending \
+         operations is taken; no new one can be proposed until one activates, expires or is \
+         cancelled"
     )]
     TooManyOpen,
     /// The proposer already has its quota of pending operations.
@@ -455,7 +453,12 @@ impl Schedule {
                 limit: rules.open_per_authority,
             });
         }
-        if self.pending.len() >= MAX_PENDING_OPS
+        // Each pending operation has a voter and each voter holds at most its quota, so on a
+        // chain with authorities there are never more than authorities × quota (the bound is
+        // checked anyway: a dev chain without authorities does not check proposer indices).
+        // Scheduled upgrades are only made by a majority, and bounded here.
+        let pending_cap = rules.electorate().saturating_mul(rules.open_per_authority);
+        if self.pending.len() >= pending_cap
             || (action == Action::Upgrade && self.upcoming(height).count() >= MAX_OPEN_OPS)
         {
             return Err(ScheduleError::TooManyOpen);
