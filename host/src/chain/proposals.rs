@@ -12,7 +12,11 @@ const MAX_PROPOSALS: usize = 64;
 pub(super) fn encode(proposals: &[(Action, UpgradeOp)]) -> Vec<u8> {
     let skip = proposals.len().saturating_sub(MAX_PROPOSALS);
     let kept = proposals.get(skip..).unwrap_or_default();
-    let mut out = Vec::with_capacity(kept.len().saturating_mul(UPGRADE_OP_BYTES + 1) + 2);
+    let mut out = Vec::with_capacity(
+        kept.len()
+            .saturating_mul(UPGRADE_OP_BYTES.saturating_add(1))
+            .saturating_add(2),
+    );
     let count = u16::try_from(kept.len()).unwrap_or(u16::MAX);
     out.extend_from_slice(&count.to_le_bytes());
     for (action, op) in kept {

@@ -405,9 +405,8 @@ pub fn propose(
         println!(
             "proposed: {kind} -> {sha256} at height {activate_at}; this node's blocks vote for it \
              and attest it ready until a majority of the authorities has. It activates only if a \
-             majority of the authorities attests it ready {lead} blocks before the height \
-             (`modnode module list` shows the tally)",
-            lead = "upgrade_lead_blocks"
+             majority of the authorities attests it ready upgrade_lead_blocks blocks before the \
+             height (`modnode module list` shows the tally)"
         );
     }
     Ok(())

@@ -201,7 +201,12 @@ impl UpgradeAgent {
             .iter()
             .filter(|p| p.action == Action::Upgrade && p.op.kind == Kind::Deposits)
             .map(|p| p.op.module);
-        schedule.entries.iter().map(|e| e.module).chain(pending).collect()
+        schedule
+            .entries
+            .iter()
+            .map(|e| e.module)
+            .chain(pending)
+            .collect()
     }
 
     /// Whether the module `hash` is prepared (compiled and warmed) here.

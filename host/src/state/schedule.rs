@@ -114,7 +114,7 @@ impl Governance {
 
     /// How many distinct authorities make a strict majority.
     pub fn majority(&self) -> usize {
-        self.electorate() / 2 + 1
+        (self.electorate() / 2).saturating_add(1)
     }
 }
 
