@@ -281,15 +281,15 @@ mod tests {
             store.insert(&b, b"bbb", &meta("deposits", 1, &b)).unwrap();
         }
         // sled releases its file lock from a background thread shortly after the drop.
-        let mut reopened = ModuleStore::open(dir.path());
-        for _ in 0..100 {
-            if reopened.is_ok() {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(50));
-            reopened = ModuleStore::open(dir.path());
-        }
-        let store = reopened.unwrap();
+        assert!(
+            crate::store::wait_released(
+                &dir.path().join(MODULES_DIR),
+                std::time::Duration::from_secs(60)
+            )
+            .unwrap(),
+            "the dropped module store still holds its database"
+        );
+        let store = ModuleStore::open(dir.path()).unwrap();
         assert_eq!(store.bytes(&a).unwrap().as_deref(), Some(&b"aaa"[..]));
         assert_eq!(store.meta(&b).unwrap(), Some(meta("deposits", 1, &b)));
         assert_eq!(store.meta(&[3; 32]).unwrap(), None);

@@ -7,11 +7,13 @@
 //! that one batch covers them all; see [`keys`].
 
 mod ban_list;
+mod dir_lock;
 mod memory;
 mod sled_open;
 mod sled_store;
 
 pub use ban_list::BanList;
+pub use dir_lock::{DataDirLock, DataDirLockError, LOCK_FILE};
 
 pub use memory::MemoryStore;
 pub use sled_open::{open_sled, wait_released};

@@ -12,6 +12,7 @@ use modnode::deposit_source::dev_contract::DEV_CONTRACT_ADDRESS;
 use modnode::deposit_source::follower::FollowerConfig;
 use modnode::deposit_source::rpc::DEV_CHAIN_ID;
 use modnode::node::{self, DepositSourceConfig, DevContractConfig, Node, NodeConfig};
+use modnode::store::DataDirLock;
 use modnode_peers::PeerAddr;
 use sha2::Digest as _;
 
@@ -171,8 +172,87 @@ pub fn genesis(path: Option<&PathBuf>) -> anyhow::Result<Genesis> {
     })
 }
 
+/// A fixed address this node binds, with the flag that moves it.
+struct Port {
+    addr: SocketAddr,
+    flag: &'static str,
+    what: &'static str,
+    udp: bool,
+}
+
+/// Refuses at once, in one line naming the flag to give, when an address this node would bind
+/// is taken — typically by another `modnode run` on the machine with the same defaults. Node
+/// startup binds these only after opening its stores and modules, and its bind errors name no
+/// flag. A port of 0 (any free one) is never taken. The probe sockets are closed again before
+/// the node binds; a port taken in between still fails there, with the address.
+fn refuse_taken_ports(args: &RunArgs) -> anyhow::Result<()> {
+    let mut ports = vec![Port {
+        addr: args.listen,
+        flag: "--listen",
+        what: "peer connections, UDP",
+        udp: true,
+    }];
+    if !args.no_admin {
+        ports.push(Port {
+            addr: args.admin,
+            flag: "--admin",
+            what: "admin API",
+            udp: false,
+        });
+    }
+    if args.deposits.eth1_endpoint.is_none() {
+        ports.push(Port {
+            addr: args.deposits.dev_contract_listen,
+            flag: "--dev-contract-listen",
+            what: "the hosted dev deposit contract",
+            udp: false,
+        });
+    }
+    let mut taken = Vec::new();
+    for port in ports.iter().filter(|p| p.addr.port() != 0) {
+        let bound = if port.udp {
+            std::net::UdpSocket::bind(port.addr).map(drop)
+        } else {
+            std::net::TcpListener::bind(port.addr).map(drop)
+        };
+        match bound {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => taken.push(port),
+            // Anything else (an address not on this machine, no permission) is reported by
+            // the bind that matters, with its own reason.
+            Err(_) => {}
+        }
+    }
+    if taken.is_empty() {
+        return Ok(());
+    }
+    let list: Vec<String> = taken
+        .iter()
+        .map(|p| format!("{} ({}, {})", p.addr, p.what, p.flag))
+        .collect();
+    let mut advice: Vec<String> = taken
+        .iter()
+        .map(|p| format!("{} {}:0", p.flag, p.addr.ip()))
+        .collect();
+    advice.sort();
+    let follow = taken
+        .iter()
+        .find(|p| p.flag == "--dev-contract-listen")
+        .map(|p| format!(", or instead of hosting a dev contract follow that node's with --eth1-endpoint http://{}", p.addr))
+        .unwrap_or_default();
+    anyhow::bail!(
+        "already in use, probably by another modnode on this machine: {}; give this node free \
+         ones, e.g. {} (0: any free port){follow}",
+        list.join(", "),
+        advice.join(" "),
+    )
+}
+
 /// `modnode run`: runs the node until Ctrl-C or SIGTERM, then stops it cleanly.
 pub fn run(args: RunArgs) -> anyhow::Result<()> {
+    // Before anything opens a store: a second process on this directory fails here, at once.
+    let _lock = DataDirLock::acquire(&args.data_dir)?;
+    refuse_taken_ports(&args)?;
     let mut config = NodeConfig::new(args.data_dir.clone(), genesis(args.genesis.as_ref())?);
     config.listen = args.listen;
     config.bootstrap = args.bootstrap;

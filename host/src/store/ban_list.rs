@@ -112,6 +112,13 @@ mod tests {
             bans.record([2; 32], 4_000).unwrap();
             bans.tree.flush().unwrap();
         }
+        // sled lets go of its lock from its flusher thread a moment after the last handle is
+        // dropped: reopening before that fails with "could not acquire lock".
+        assert!(
+            crate::store::wait_released(dir.path(), std::time::Duration::from_secs(60)).unwrap(),
+            "the dropped ban list still holds {}",
+            dir.path().display()
+        );
         let bans = list(dir.path());
         let mut live = bans.load(1_000).unwrap();
         live.sort();

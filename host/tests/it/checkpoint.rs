@@ -447,9 +447,7 @@ async fn a_node_creates_checkpoints_periodically_and_on_demand() {
     })
     .await;
     let target = modnode::admin::client::Target::data_dir(dir.path()).unwrap();
-    let made = modnode::admin::client::create_checkpoint(&target)
-        .await
-        .unwrap();
+    let made = create_when_free(&target).await;
     assert_eq!(made["version"], 2);
     let height = made["height"].as_u64().unwrap();
     let listed = modnode::admin::client::checkpoints(&target).await.unwrap();
@@ -479,6 +477,29 @@ async fn a_node_creates_checkpoints_periodically_and_on_demand() {
         block.header.state_root
     );
     node.shutdown().await;
+}
+
+/// `POST /checkpoints` as its answer asks: a node that is already creating one (a periodic
+/// creation running with the next queued — every 3 blocks here, so often) refuses with 503
+/// "try again when it is done", and the client tries again, for up to `LIVENESS`.
+async fn create_when_free(target: &modnode::admin::client::Target) -> serde_json::Value {
+    use modnode::admin::AdminError;
+    let deadline = tokio::time::Instant::now() + super::network::LIVENESS;
+    loop {
+        match modnode::admin::client::create_checkpoint(target).await {
+            Ok(made) => return made,
+            Err(AdminError::Refused {
+                status: 503,
+                message,
+                ..
+            }) if message.contains("already being created")
+                && tokio::time::Instant::now() < deadline =>
+            {
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+            Err(e) => panic!("no checkpoint on demand: {e}"),
+        }
+    }
 }
 
 /// One simulated peer: how long it takes to answer and whether it corrupts what it serves.

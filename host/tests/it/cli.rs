@@ -330,3 +330,106 @@ fn network_commands_refuse_bad_arguments_with_the_culprit_named() {
     assert!(!ok);
     assert!(err.contains("bad.json") && err.contains("pubkey"), "{err}");
 }
+
+/// Issue 25: a second `modnode run` on a data directory another holds, or on ports another
+/// holds, fails at once with one line saying which flag to give, before it opens anything.
+#[test]
+fn a_second_run_on_a_held_directory_or_taken_ports_fails_in_one_line_naming_the_flag() {
+    let dir = tempfile::tempdir().unwrap();
+    let only_the_lock_file = |data: &std::path::Path| {
+        let names: Vec<String> = std::fs::read_dir(data)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names, [modnode::store::LOCK_FILE], "{}", data.display());
+    };
+
+    // The directory is held (here by this process, as another `run` would hold it).
+    let held = dir.path().join("held");
+    let _lock = modnode::store::DataDirLock::acquire(&held).unwrap();
+    let (ok, _, err) = modnode(&[
+        "run",
+        "--data-dir",
+        held.to_str().unwrap(),
+        "--listen",
+        "127.0.0.1:0",
+        "--admin",
+        "127.0.0.1:0",
+        "--dev-contract-listen",
+        "127.0.0.1:0",
+    ]);
+    assert!(!ok);
+    assert_eq!(
+        err,
+        format!(
+            "error: another modnode (pid {}) holds {}; stop it, or give this node another \
+             --data-dir\n",
+            std::process::id(),
+            held.display()
+        )
+    );
+    only_the_lock_file(&held);
+
+    // Every port it would bind is taken, by real sockets.
+    let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let admin = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let contract = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let [udp, admin, contract] = [
+        udp.local_addr().unwrap(),
+        admin.local_addr().unwrap(),
+        contract.local_addr().unwrap(),
+    ]
+    .map(|a| a.to_string());
+    let fresh = dir.path().join("fresh");
+    let (ok, _, err) = modnode(&[
+        "run",
+        "--data-dir",
+        fresh.to_str().unwrap(),
+        "--listen",
+        &udp,
+        "--admin",
+        &admin,
+        "--dev-contract-listen",
+        &contract,
+    ]);
+    assert!(!ok);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    for (addr, flag) in [
+        (&udp, "--listen"),
+        (&admin, "--admin"),
+        (&contract, "--dev-contract-listen"),
+    ] {
+        assert!(
+            err.contains(&format!("{addr} (")),
+            "{addr} not named: {err}"
+        );
+        assert!(
+            err.contains(&format!("{flag} 127.0.0.1:0")),
+            "{flag} not named: {err}"
+        );
+    }
+    assert!(
+        err.contains(&format!("--eth1-endpoint http://{contract}")),
+        "{err}"
+    );
+    only_the_lock_file(&fresh);
+
+    // Only the contract's port taken: only its flag is named.
+    let (ok, _, err) = modnode(&[
+        "run",
+        "--data-dir",
+        fresh.to_str().unwrap(),
+        "--listen",
+        "127.0.0.1:0",
+        "--admin",
+        "127.0.0.1:0",
+        "--dev-contract-listen",
+        &contract,
+    ]);
+    assert!(!ok);
+    assert!(err.contains("--dev-contract-listen"), "{err}");
+    assert!(
+        !err.contains("--admin ") && !err.contains("--listen "),
+        "{err}"
+    );
+}

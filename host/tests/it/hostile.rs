@@ -890,11 +890,16 @@ pub(crate) mod quic {
             .join()
             .unwrap()
         };
-        eventually("the first incarnation counted", || {
-            node.metrics().handshakes_completed.load(Ordering::Relaxed) == 1
-        })
+        // The handshake is counted when it completes, the peer when the network task has
+        // finished handling the connection: wait for both, not just the first.
+        eventually(
+            "the first incarnation connected and counted as a peer",
+            || {
+                node.metrics().handshakes_completed.load(Ordering::Relaxed) == 1
+                    && node.status().peers == 1
+            },
+        )
         .await;
-        assert_eq!(node.status().peers, 1);
 
         let restarted = tokio::time::timeout(Duration::from_secs(2), async {
             let (_ep, conn) = raw_peer(&node, &me, addr, &hello).await?;

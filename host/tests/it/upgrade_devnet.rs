@@ -119,13 +119,16 @@ async fn authority_votes_schedule_deposits_v2_and_every_node_switches_at_the_hei
         "scheduled too late to test readiness"
     );
     let target = Target::data_dir(paths[2]).unwrap();
-    let mut listing = serde_json::Value::Null;
-    for _ in 0..100 {
-        listing = client::modules(&target).await.unwrap();
-        if listing["scheduled"][0]["authorities_ready"] == 3 {
-            break;
-        }
+    // Polled until the readiness arrives or the height passes (the entry is then "active"
+    // and the assertions below say so), not for a fixed 5 s that a loaded machine outlasts.
+    let deadline = tokio::time::Instant::now() + LIVENESS;
+    let mut listing = client::modules(&target).await.unwrap();
+    while listing["scheduled"][0]["authorities_ready"] != 3
+        && listing["scheduled"][0]["height"] == h
+        && tokio::time::Instant::now() < deadline
+    {
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        listing = client::modules(&target).await.unwrap();
     }
     let entry = &listing["scheduled"][0];
     assert_eq!(entry["sha256"], hex::encode(v2), "{listing}");
