@@ -482,7 +482,7 @@ async fn a_node_creates_checkpoints_periodically_and_on_demand() {
 /// `POST /checkpoints` as its answer asks: a node that is already creating one (a periodic
 /// creation running with the next queued — every 3 blocks here, so often) refuses with 503
 /// "try again when it is done", and the client tries again, for up to `LIVENESS`.
-async fn create_when_free(target: &modnode::admin::client::Target) -> serde_json::Value {
+pub(super) async fn create_when_free(target: &modnode::admin::client::Target) -> serde_json::Value {
     use modnode::admin::AdminError;
     let deadline = tokio::time::Instant::now() + super::network::LIVENESS;
     loop {
