@@ -134,13 +134,18 @@ fn print_governance(g: &Value, empty: &Vec<Value>) {
     }
     let count = |v: &Value| v.as_array().map_or(0, Vec::len);
     let needed = at(g, "/votes_needed");
+    let op = |v: &Value| {
+        format!(
+            "{} {} at height {}",
+            str_of(at(v, "/kind")),
+            str_of(at(v, "/sha256")),
+            at(v, "/height")
+        )
+    };
     for s in at(g, "/scheduled").as_array().unwrap_or(empty) {
         println!(
-            "  on chain:  {} {} at height {}: attested ready by {}/{} authorities needed by the \
-             gate at height {}",
-            str_of(at(s, "/kind")),
-            str_of(at(s, "/sha256")),
-            at(s, "/height"),
+            "  on chain:  {}: attested ready by {}/{} authorities needed by the gate at height {}",
+            op(s),
             count(at(s, "/attested")),
             needed,
             at(s, "/gate_at"),
@@ -148,11 +153,9 @@ fn print_governance(g: &Value, empty: &Vec<Value>) {
     }
     for p in at(g, "/pending").as_array().unwrap_or(empty) {
         println!(
-            "  voting:    {} {} {} at height {}: {}/{} votes, expires at height {}",
+            "  voting:    {} {}: {}/{} votes, expires at height {}",
             str_of(at(p, "/action")),
-            str_of(at(p, "/kind")),
-            str_of(at(p, "/sha256")),
-            at(p, "/height"),
+            op(p),
             count(at(p, "/votes")),
             needed,
             at(p, "/expires_at"),
@@ -160,10 +163,8 @@ fn print_governance(g: &Value, empty: &Vec<Value>) {
     }
     for d in at(g, "/dropped").as_array().unwrap_or(empty) {
         println!(
-            "  dropped:   {} {} at height {} ({} at height {}, {} attested ready)",
-            str_of(at(d, "/kind")),
-            str_of(at(d, "/sha256")),
-            at(d, "/height"),
+            "  dropped:   {} ({} at height {}, {} attested ready)",
+            op(d),
             str_of(at(d, "/reason")),
             at(d, "/at"),
             at(d, "/attested"),

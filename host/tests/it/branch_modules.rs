@@ -170,11 +170,6 @@ fn a_side_branch_needing_a_module_we_lack_is_not_judged_and_imports_once_the_mod
 /// imports and wins.
 #[test]
 fn a_module_only_a_competing_branch_schedules_is_fetched_and_the_branch_imports() {
-    use modnode::modules_store::upload::{ModuleService, UploadConfig};
-    use modnode::node::upgrades::UpgradeAgent;
-    use modnode::runtime::Modules;
-    use modnode::runtime::modules::InitialModules;
-    use modnode::runtime::slot::SlotConfig;
     use sha2::{Digest, Sha256};
 
     use super::artifact;
@@ -191,28 +186,7 @@ fn a_module_only_a_competing_branch_schedules_is_fetched_and_the_branch_imports(
     let b_blocks = extend(&mut b, H + 3, 2);
 
     let dir = tempfile::tempdir().unwrap();
-    let modules = Modules::new(
-        super::runtime(1_000_000_000),
-        InitialModules {
-            deposits: &artifact("deposits-v2"),
-            checkpoint: &artifact("checkpoint-v1"),
-            gossip_policy: &artifact("gossip-policy-v2"),
-        },
-        SlotConfig::default(),
-    )
-    .unwrap();
-    let service = ModuleService::open(
-        dir.path(),
-        dir.path().join("module-cache"),
-        UploadConfig::default(),
-    )
-    .unwrap();
-    let agent = Arc::new(UpgradeAgent::new(
-        Arc::new(modules),
-        Arc::new(service),
-        Vec::new(),
-        [0; 32],
-    ));
+    let agent = Arc::new(super::node_agent(dir.path()));
     let mut node = chain(genesis(None), agent.clone());
     for block in &a_blocks {
         assert!(matches!(node.add_block(block), Ok(Added::Extended(_))));

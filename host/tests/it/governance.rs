@@ -299,37 +299,11 @@ fn the_operators_proposals_survive_a_restart() {
 
 #[test]
 fn a_module_of_another_kind_is_refused_at_propose_and_never_attested_so_never_activated() {
-    use modnode::modules_store::upload::{ModuleService, UploadConfig};
-    use modnode::node::upgrades::UpgradeAgent;
-    use modnode::runtime::Modules;
-    use modnode::runtime::modules::InitialModules;
-    use modnode::runtime::slot::SlotConfig;
     use sha2::{Digest, Sha256};
 
     use super::artifact;
     let dir = tempfile::tempdir().unwrap();
-    let modules = Modules::new(
-        super::runtime(1_000_000_000),
-        InitialModules {
-            deposits: &artifact("deposits-v2"),
-            checkpoint: &artifact("checkpoint-v1"),
-            gossip_policy: &artifact("gossip-policy-v2"),
-        },
-        SlotConfig::default(),
-    )
-    .unwrap();
-    let service = ModuleService::open(
-        dir.path(),
-        dir.path().join("module-cache"),
-        UploadConfig::default(),
-    )
-    .unwrap();
-    let agent = Arc::new(UpgradeAgent::new(
-        Arc::new(modules),
-        Arc::new(service),
-        Vec::new(),
-        [0; 32],
-    ));
+    let agent = Arc::new(super::node_agent(dir.path()));
     // The node holds the bytes (embedded): the operator's typo is refused, naming both kinds.
     let policy: Hash = Sha256::digest(artifact("gossip-policy-v2")).into();
     let err = agent.prepare_as(Kind::Deposits, &policy).unwrap_err();

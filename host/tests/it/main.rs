@@ -52,6 +52,32 @@ pub fn runtime(fuel: u64) -> Runtime {
     .unwrap()
 }
 
+/// A node's upgrade agent with the default modules prepared (deposits-v2, checkpoint-v1,
+/// gossip-policy-v2; a 1e9 fuel budget), its module store in `dir`, no authorities.
+pub fn node_agent(dir: &std::path::Path) -> modnode::node::upgrades::UpgradeAgent {
+    use modnode::modules_store::upload::{ModuleService, UploadConfig};
+    use modnode::runtime::modules::{InitialModules, Modules};
+    use modnode::runtime::slot::SlotConfig;
+    let modules = Modules::new(
+        runtime(1_000_000_000),
+        InitialModules {
+            deposits: &artifact("deposits-v2"),
+            checkpoint: &artifact("checkpoint-v1"),
+            gossip_policy: &artifact("gossip-policy-v2"),
+        },
+        SlotConfig::default(),
+    )
+    .unwrap();
+    let service =
+        ModuleService::open(dir, dir.join("module-cache"), UploadConfig::default()).unwrap();
+    modnode::node::upgrades::UpgradeAgent::new(
+        Arc::new(modules),
+        Arc::new(service),
+        Vec::new(),
+        [0; 32],
+    )
+}
+
 /// Loads a deposits module artifact.
 pub fn deposits_module(rt: &Runtime, name: &str) -> modnode::runtime::deposits::DepositsModule {
     match rt.load(&artifact(name)).unwrap() {

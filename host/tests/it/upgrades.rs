@@ -327,32 +327,12 @@ fn sigkill_around_the_activation_height_restarts_consistently() {
 
 #[test]
 fn fetched_module_bytes_must_hash_to_what_was_asked_and_pass_the_upload_checks() {
-    use modnode::modules_store::upload::{ModuleService, UploadConfig};
-    use modnode::node::upgrades::{FetchError, UpgradeAgent};
-    use modnode::runtime::Modules;
-    use modnode::runtime::modules::InitialModules;
-    use modnode::runtime::slot::SlotConfig;
+    use modnode::node::upgrades::FetchError;
     use sha2::{Digest, Sha256};
 
     use super::artifact;
     let dir = tempfile::tempdir().unwrap();
-    let modules = Modules::new(
-        super::runtime(1_000_000_000),
-        InitialModules {
-            deposits: &artifact("deposits-v2"),
-            checkpoint: &artifact("checkpoint-v1"),
-            gossip_policy: &artifact("gossip-policy-v2"),
-        },
-        SlotConfig::default(),
-    )
-    .unwrap();
-    let service = ModuleService::open(
-        dir.path(),
-        dir.path().join("module-cache"),
-        UploadConfig::default(),
-    )
-    .unwrap();
-    let agent = UpgradeAgent::new(Arc::new(modules), Arc::new(service), Vec::new(), [0; 32]);
+    let agent = super::node_agent(dir.path());
     let fixture = artifact("fixture-deposits-linear-scan");
     let hash: Hash = Sha256::digest(&fixture).into();
     assert!(agent.deposits(&hash).is_none());
