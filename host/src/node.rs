@@ -528,7 +528,8 @@ impl Node {
                 genesis.authorities.clone(),
                 *node_id.as_bytes(),
             )
-            .with_governance(genesis.governance()),
+            .with_governance(genesis.governance())
+            .with_max_deposits(genesis.max_deposits_per_block),
         );
         let mut chain = chain;
         chain.set_deposit_modules(upgrades.clone());
@@ -1085,6 +1086,13 @@ impl AdminBackend for Backend {
                     return Err(format!(
                         "module {sha256} is not stored on this node; upload it first"
                     ));
+                }
+                if kind == crate::runtime::Kind::Deposits {
+                    let upgrades = self.upgrades.clone();
+                    let slot = self.chain.view().head.slot;
+                    tokio::task::spawn_blocking(move || upgrades.check_deposit_cost(&module, slot))
+                        .await
+                        .map_err(|e| format!("module cost check failed: {e}"))??;
                 }
             }
             self.chain

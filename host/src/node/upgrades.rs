@@ -12,6 +12,7 @@
 //! needed on any path — a side branch, a replay — and lacked ([`wanted`]), so a module only
 //! a competing branch schedules is fetched too.
 
+pub mod deposit_cost;
 pub mod governance;
 mod serve_limit;
 pub mod wanted;
@@ -124,6 +125,9 @@ pub struct UpgradeAgent {
     last_fetch: Mutex<Option<Hash>>,
     /// The chain's governance rules (for the tally shown to operators).
     rules: Governance,
+    /// The chain's `max_deposits_per_block`: a proposed deposits module must finish a block
+    /// that full within its budget.
+    max_deposits: u16,
 }
 
 impl std::fmt::Debug for UpgradeAgent {
@@ -165,7 +169,40 @@ impl UpgradeAgent {
             wanted: Mutex::new(WantedModules::default()),
             last_fetch: Mutex::new(None),
             rules: Governance::defaults(authorities_len),
+            max_deposits: crate::chain::block::DEFAULT_MAX_DEPOSITS,
         }
+    }
+
+    /// Checks proposed deposits modules against blocks of `max` deposits (the genesis
+    /// `max_deposits_per_block`).
+    pub fn with_max_deposits(mut self, max: u16) -> Self {
+        self.max_deposits = max;
+        self
+    }
+
+    /// Whether the prepared deposits module `hash` can finish a full block at `slot` within
+    /// its budget ([`deposit_cost::check`]); the error says what was measured. Blocking.
+    pub fn check_deposit_cost(&self, hash: &Hash, slot: u64) -> Result<(), String> {
+        let module = self
+            .modules
+            .prepared_deposits(hash)
+            .ok_or_else(|| format!("deposits module {} is not prepared here", hex::encode(hash)))?;
+        deposit_cost::check(&module, slot, self.max_deposits)
+            .map(|cost| {
+                tracing::info!(
+                    module = %hex::encode(hash),
+                    per_deposit = cost.per_deposit,
+                    full_block = cost.full_block,
+                    full_budget = cost.full_budget,
+                    "proposed deposits module fits a full block"
+                );
+            })
+            .map_err(|e| {
+                format!(
+                    "deposits module {} cannot be proposed: {e}",
+                    hex::encode(hash)
+                )
+            })
     }
 
     /// Uses the chain's governance rules (lead, expiry, quotas) in what operators are shown.

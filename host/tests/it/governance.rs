@@ -331,3 +331,33 @@ fn a_module_of_another_kind_is_refused_at_propose_and_never_attested_so_never_ac
     assert_eq!(a.schedule().module_at(Kind::Deposits, h), None);
     assert_eq!(a.schedule().dropped[0].reason, DropReason::NotReady);
 }
+
+#[test]
+fn a_deposits_module_that_cannot_finish_a_full_block_is_refused_at_propose() {
+    use sha2::{Digest, Sha256};
+
+    use super::artifact;
+    let dir = tempfile::tempdir().unwrap();
+    // The chain's budgets: the engine profile's, growing with the block.
+    let runtime = modnode::runtime::Runtime::new(Default::default()).unwrap();
+    let agent = super::node_agent_on(dir.path(), runtime).with_max_deposits(4_096);
+    // The modules in the tree fit a block of the largest maximum a genesis may set.
+    for name in ["deposits-v1", "deposits-v2"] {
+        let hash: Hash = Sha256::digest(artifact(name)).into();
+        assert!(agent.prepare_as(Kind::Deposits, &hash).unwrap(), "{name}");
+        agent
+            .check_deposit_cost(&hash, 1)
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+    }
+    // A module verifying each deposit once per slot (1M fuel each): at slot 12 it needs 12M
+    // fuel per deposit, 4x the per-deposit budget. Such a module would run out of fuel on the
+    // first full block and halt the chain there.
+    let fixture = artifact("fixture-bls-loop");
+    let hash: Hash = Sha256::digest(&fixture).into();
+    agent
+        .accept_fetched(&hash, &fixture, "test")
+        .expect("prepared");
+    let err = agent.check_deposit_cost(&hash, 12).unwrap_err();
+    assert!(err.contains("fuel per deposit"), "{err}");
+    assert!(err.contains("4096 deposits"), "{err}");
+}

@@ -55,11 +55,19 @@ pub fn runtime(fuel: u64) -> Runtime {
 /// A node's upgrade agent with the default modules prepared (deposits-v2, checkpoint-v1,
 /// gossip-policy-v2; a 1e9 fuel budget), its module store in `dir`, no authorities.
 pub fn node_agent(dir: &std::path::Path) -> modnode::node::upgrades::UpgradeAgent {
+    node_agent_on(dir, runtime(1_000_000_000))
+}
+
+/// [`node_agent`] over `runtime`.
+pub fn node_agent_on(
+    dir: &std::path::Path,
+    runtime: Runtime,
+) -> modnode::node::upgrades::UpgradeAgent {
     use modnode::modules_store::upload::{ModuleService, UploadConfig};
     use modnode::runtime::modules::{InitialModules, Modules};
     use modnode::runtime::slot::SlotConfig;
     let modules = Modules::new(
-        runtime(1_000_000_000),
+        runtime,
         InitialModules {
             deposits: &artifact("deposits-v2"),
             checkpoint: &artifact("checkpoint-v1"),

@@ -1,0 +1,150 @@
+//! Whether a proposed deposits module can always finish a full block: its fuel per deposit at
+//! its worst, measured on generated blocks, against the budget the chain gives a block of
+//! `max_deposits_per_block` deposits (a base plus a share per deposit, from the engine profile).
+//!
+//! A block must carry every due deposit, so a module that cannot finish a full block within
+//! its budget would halt the chain the first time that many deposits are due. `propose` refuses
+//! such a module, naming what it measured.
+
+use std::sync::{Arc, OnceLock, RwLock};
+
+use crate::chain::eth1::DepositProofs as _;
+use crate::chain::to_wit;
+use crate::chain::workload::{self, DevDepositLog};
+use crate::runtime::deposits::{BlockContext, DepositsModule, WitEth1Data};
+use crate::state::Registry;
+
+/// The two block sizes the marginal cost is measured between, and their difference. Fuel is
+/// deterministic, so small blocks measure it exactly; they keep `propose` quick.
+const SMALL: u64 = 4;
+const LARGE: u64 = 12;
+const SPAN: u64 = 8;
+/// Each generated deposit: 32 ETH in Gwei.
+const AMOUNT: u64 = 32_000_000_000;
+
+/// What a module costs at its worst.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DepositCost {
+    /// Fuel of a block of [`SMALL`] deposits (the worse of all-valid and one bad signature).
+    pub small_block: u64,
+    /// Fuel each further deposit adds, at the worse of the two.
+    pub per_deposit: u64,
+    /// Fuel a block of `max_deposits` deposits would take, extrapolated.
+    pub full_block: u64,
+    /// The budget of such a block.
+    pub full_budget: u64,
+}
+
+/// A generated block's deposits with their proofs and the deposit contract's data.
+type Inputs = (
+    Vec<crate::chain::eth1::ProvenDeposit>,
+    crate::chain::eth1::Eth1Data,
+);
+
+/// `n` new-validator deposits (the first signed over something else when `bad`), proven.
+fn generate(n: u64, bad: bool) -> Result<Inputs, String> {
+    let fork = [0u8; 4];
+    let mut log = DevDepositLog::new();
+    for i in 0..n {
+        let mut d = workload::new_validator(1_000_000_u64.saturating_add(i), AMOUNT, fork);
+        if bad && i == 0 {
+            d.signature = workload::new_validator(1, AMOUNT, fork).signature;
+        }
+        log.push(d);
+    }
+    let eth1 = log.eth1_data();
+    let proven = log
+        .proven_deposits(0, eth1.deposit_count, eth1.deposit_count)
+        .map_err(|e| format!("generated deposits do not prove: {e}"))?;
+    Ok((proven, eth1))
+}
+
+/// The four generated blocks (small/large, valid/one bad), made once per process: keys,
+/// signatures and proofs cost more than running a module over them.
+fn inputs(n: u64, bad: bool) -> Result<&'static Inputs, String> {
+    static CACHE: OnceLock<Result<[Inputs; 4], String>> = OnceLock::new();
+    let all = CACHE.get_or_init(|| {
+        Ok([
+            generate(SMALL, false)?,
+            generate(SMALL, true)?,
+            generate(LARGE, false)?,
+            generate(LARGE, true)?,
+        ])
+    });
+    let all = all.as_ref().map_err(Clone::clone)?;
+    let index = match (n == LARGE, bad) {
+        (false, false) => 0,
+        (false, true) => 1,
+        (true, false) => 2,
+        (true, true) => 3,
+    };
+    all.get(index)
+        .ok_or_else(|| format!("no generated block of {n} deposits"))
+}
+
+/// Fuel of one block of `n` new-validator deposits at `slot` (one with a signature over
+/// something else when `bad`), on an empty registry.
+fn block_fuel(module: &DepositsModule, n: u64, bad: bool, slot: u64) -> Result<u64, String> {
+    let fork = [0u8; 4];
+    let (proven, eth1) = inputs(n, bad)?;
+    let ctx = BlockContext {
+        height: 1,
+        slot,
+        genesis_fork_version: fork.to_vec(),
+        eth1_data: WitEth1Data {
+            deposit_root: eth1.deposit_root.to_vec(),
+            deposit_count: eth1.deposit_count,
+            block_hash: eth1.block_hash.to_vec(),
+        },
+        eth1_deposit_index: 0,
+    };
+    let registry = Arc::new(RwLock::new(Registry::new()));
+    let which = if bad {
+        "one bad signature"
+    } else {
+        "all valid"
+    };
+    match module.process(registry, ctx, proven.iter().map(to_wit).collect()) {
+        Ok(Ok(out)) => Ok(out.fuel_used),
+        Ok(Err(e)) => Err(format!(
+            "it refuses a valid block of {n} deposits ({which}): {e}"
+        )),
+        Err(e) => Err(format!(
+            "it cannot finish a block of {n} deposits ({which}) within its budget: {e}"
+        )),
+    }
+}
+
+/// Measures `module` at `slot` (the chain's current slot: a module may cost more as slots
+/// grow) and checks a block of `max_deposits` fits its budget. Blocking: runs the module on
+/// `2 × (SMALL + LARGE)` deposits with their BLS checks.
+pub fn check(module: &DepositsModule, slot: u64, max_deposits: u16) -> Result<DepositCost, String> {
+    let mut worst: Option<(u64, u64)> = None;
+    for bad in [false, true] {
+        let small = block_fuel(module, SMALL, bad, slot)?;
+        let large = block_fuel(module, LARGE, bad, slot)?;
+        let per = large.saturating_sub(small) / SPAN;
+        if worst.is_none_or(|(_, p)| per > p) {
+            worst = Some((small, per));
+        }
+    }
+    let (small_block, per_deposit) = worst.unwrap_or_default();
+    let max = u64::from(max_deposits);
+    let full_block =
+        small_block.saturating_add(per_deposit.saturating_mul(max.saturating_sub(SMALL)));
+    let full_budget = module.budget_for(max).unwrap_or(u64::MAX);
+    let cost = DepositCost {
+        small_block,
+        per_deposit,
+        full_block,
+        full_budget,
+    };
+    if full_block > full_budget {
+        return Err(format!(
+            "it needs {per_deposit} fuel per deposit at its worst, so a full block of \
+             {max_deposits} deposits would take about {full_block} fuel against a budget of \
+             {full_budget}: the first full block would halt the chain"
+        ));
+    }
+    Ok(cost)
+}
