@@ -232,13 +232,19 @@ fn refuse_taken_ports(args: &RunArgs) -> anyhow::Result<()> {
         .collect();
     let mut advice: Vec<String> = taken
         .iter()
-        .map(|p| format!("{} {}:0", p.flag, p.addr.ip()))
+        .map(|p| format!("{} {}", p.flag, SocketAddr::new(p.addr.ip(), 0)))
         .collect();
     advice.sort();
     let follow = taken
         .iter()
         .find(|p| p.flag == "--dev-contract-listen")
-        .map(|p| format!(", or instead of hosting a dev contract follow that node's with --eth1-endpoint http://{}", p.addr))
+        .map(|p| {
+            format!(
+                ", or instead of hosting a dev contract follow that node's with \
+                 --eth1-endpoint http://{}",
+                p.addr
+            )
+        })
         .unwrap_or_default();
     anyhow::bail!(
         "already in use, probably by another modnode on this machine: {}; give this node free \
