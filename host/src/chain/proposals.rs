@@ -20,10 +20,7 @@ pub(super) fn encode(proposals: &[(Action, UpgradeOp)]) -> Vec<u8> {
     let count = u16::try_from(kept.len()).unwrap_or(u16::MAX);
     out.extend_from_slice(&count.to_le_bytes());
     for (action, op) in kept {
-        out.push(match action {
-            Action::Upgrade => 0,
-            Action::Cancel => 1,
-        });
+        out.push(action.code());
         out.extend_from_slice(&op.encode());
     }
     out
@@ -35,11 +32,7 @@ fn decode(bytes: &[u8]) -> Option<Vec<(Action, UpgradeOp)>> {
     let mut out = Vec::with_capacity(count.min(MAX_PROPOSALS));
     for _ in 0..count {
         let (action, after) = rest.split_first()?;
-        let action = match action {
-            0 => Action::Upgrade,
-            1 => Action::Cancel,
-            _ => return None,
-        };
+        let action = Action::from_code(*action)?;
         let (op, after) = after.split_first_chunk::<UPGRADE_OP_BYTES>()?;
         out.push((action, UpgradeOp::decode(op).ok()?));
         rest = after;

@@ -74,6 +74,26 @@ pub enum Action {
     Cancel,
 }
 
+impl Action {
+    /// Its name in JSON, logs and metric labels.
+    pub fn name(self) -> &'static str {
+        match self {
+            Action::Upgrade => "upgrade",
+            Action::Cancel => "cancel",
+        }
+    }
+}
+
+impl DropReason {
+    /// Its name in JSON, logs and metric labels.
+    pub fn name(self) -> &'static str {
+        match self {
+            DropReason::Cancelled => "cancelled",
+            DropReason::NotReady => "not_ready",
+        }
+    }
+}
+
 /// The governance rules of a chain (from its genesis).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Governance {

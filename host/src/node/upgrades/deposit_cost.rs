@@ -109,8 +109,13 @@ fn block_fuel(module: &DepositsModule, n: u64, bad: bool, slot: u64) -> Result<u
         Ok(Err(e)) => Err(format!(
             "it refuses a valid block of {n} deposits ({which}): {e}"
         )),
-        Err(e) => Err(format!(
+        Err(e) if e.is_deterministic() => Err(format!(
             "it cannot finish a block of {n} deposits ({which}) within its budget: {e}"
+        )),
+        // Not the module's doing: say so, the operator may retry.
+        Err(e) => Err(format!(
+            "measuring it on a block of {n} deposits ({which}) failed on this node (not the \
+             module's fault; retry): {e}"
         )),
     }
 }

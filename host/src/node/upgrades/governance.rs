@@ -8,7 +8,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use serde_json::{Value, json};
 
-use crate::state::schedule::{Action, Governance, Schedule, UpgradeOp};
+use crate::state::schedule::{Governance, Schedule, UpgradeOp};
 
 type Labels = Vec<(String, String)>;
 
@@ -28,13 +28,6 @@ fn op_labels(op: &UpgradeOp) -> Labels {
     ]
 }
 
-fn action_name(action: Action) -> &'static str {
-    match action {
-        Action::Upgrade => "upgrade",
-        Action::Cancel => "cancel",
-    }
-}
-
 /// The governance part of `GET /modules`: pending operations with their votes and expiry,
 /// scheduled upgrades with their readiness attestations and gate height, and the latest drops.
 pub fn governance_json(schedule: &Schedule, head_height: u64, rules: &Governance) -> Value {
@@ -45,7 +38,7 @@ pub fn governance_json(schedule: &Schedule, head_height: u64, rules: &Governance
         .map(|p| {
             let mut v = op_json(&p.op);
             if let Some(map) = v.as_object_mut() {
-                map.insert("action".into(), json!(action_name(p.action)));
+                map.insert("action".into(), json!(p.action.name()));
                 map.insert("votes".into(), json!(p.voters));
                 map.insert("votes_needed".into(), json!(needed));
                 let by_ttl = p.since.saturating_add(rules.vote_ttl);
@@ -146,7 +139,7 @@ pub fn render_metrics(
         .set(count(rules.majority()));
     for p in &schedule.pending {
         let mut labels = op_labels(&p.op);
-        labels.push(("action".into(), action_name(p.action).into()));
+        labels.push(("action".into(), p.action.name().into()));
         votes.get_or_create(&labels).set(count(p.voters.len()));
     }
     for e in schedule.upcoming(head_height) {
@@ -167,11 +160,7 @@ pub fn render_metrics(
     }
     for d in &schedule.dropped {
         let mut labels = op_labels(&d.op);
-        let reason = serde_json::to_value(d.reason)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_string))
-            .unwrap_or_default();
-        labels.push(("reason".into(), reason));
+        labels.push(("reason".into(), d.reason.name().into()));
         dropped.get_or_create(&labels).set(1);
     }
     let mut out = String::new();
@@ -194,7 +183,7 @@ pub fn log_changes(before: &Schedule, after: &Schedule) {
             .find(|o| o.action == p.action && o.op == p.op);
         if old.is_none_or(|o| o.voters != p.voters) {
             tracing::info!(
-                action = action_name(p.action),
+                action = p.action.name(),
                 kind = %p.op.kind,
                 module = %hex::encode(p.op.module),
                 height = p.op.height,
@@ -216,7 +205,7 @@ pub fn log_changes(before: &Schedule, after: &Schedule) {
             && !after.dropped.iter().any(|d| d.op == p.op)
     }) {
         tracing::info!(
-            action = action_name(p.action),
+            action = p.action.name(),
             kind = %p.op.kind,
             module = %hex::encode(p.op.module),
             height = p.op.height,

@@ -41,18 +41,22 @@ impl UpgradeOp {
     }
 }
 
-fn action_code(action: Action) -> u8 {
-    match action {
-        Action::Upgrade => 0,
-        Action::Cancel => 1,
+impl Action {
+    /// Stable one-byte code in the state and the store.
+    pub fn code(self) -> u8 {
+        match self {
+            Action::Upgrade => 0,
+            Action::Cancel => 1,
+        }
     }
-}
 
-fn action_from_code(code: u8) -> Option<Action> {
-    match code {
-        0 => Some(Action::Upgrade),
-        1 => Some(Action::Cancel),
-        _ => None,
+    /// The action with code `code`.
+    pub fn from_code(code: u8) -> Option<Self> {
+        match code {
+            0 => Some(Action::Upgrade),
+            1 => Some(Action::Cancel),
+            _ => None,
+        }
     }
 }
 
@@ -131,7 +135,7 @@ impl Schedule {
         }
         let n = put_len(&mut out, self.pending.len());
         for p in self.pending.iter().take(n) {
-            out.push(action_code(p.action));
+            out.push(p.action.code());
             out.extend_from_slice(&p.op.encode());
             out.extend_from_slice(&p.since.to_le_bytes());
             put_ids(&mut out, &p.voters);
@@ -163,7 +167,7 @@ impl Schedule {
         let mut pending = Vec::with_capacity(n.min(MAX_OPEN_OPS));
         for _ in 0..n {
             pending.push(PendingOp {
-                action: action_from_code(r.u8()?)?,
+                action: Action::from_code(r.u8()?)?,
                 op: r.op()?,
                 since: r.u64()?,
                 voters: r.ids()?,
