@@ -487,6 +487,18 @@ async fn module_propose_and_list_from_the_command_line() {
             data_dir.clone(),
         ]
     };
+    // `module list`, which must succeed; its output.
+    let list = || async {
+        let (ok, out, err) = modnode_cli(vec![
+            "module".into(),
+            "list".into(),
+            "--data-dir".into(),
+            data_dir.clone(),
+        ])
+        .await;
+        assert!(ok, "{err}");
+        out
+    };
     // Refusals name the reason and exit non-zero.
     let unknown = hex::encode([0x42; 32]);
     let (ok, _, err) = modnode_cli(propose(&unknown, height(&node) + 50)).await;
@@ -534,14 +546,7 @@ async fn module_propose_and_list_from_the_command_line() {
         })
     })
     .await;
-    let (ok, out, err) = modnode_cli(vec![
-        "module".into(),
-        "list".into(),
-        "--data-dir".into(),
-        data_dir.clone(),
-    ])
-    .await;
-    assert!(ok, "{err}");
+    let out = list().await;
     assert!(
         out.contains(&format!(
             "dropped:   deposits {v1} at height {revoked} (cancelled"
@@ -558,14 +563,7 @@ async fn module_propose_and_list_from_the_command_line() {
             == Some(sha(&artifact("deposits-v1")))
     })
     .await;
-    let (ok, out, err) = modnode_cli(vec![
-        "module".into(),
-        "list".into(),
-        "--data-dir".into(),
-        data_dir.clone(),
-    ])
-    .await;
-    assert!(ok, "{err}");
+    let out = list().await;
     assert!(
         out.contains(&format!(
             "scheduled: {v1} at height {h} (peers ready: 0, authorities ready: 1)"
@@ -575,14 +573,7 @@ async fn module_propose_and_list_from_the_command_line() {
     assert!(out.contains("active:    deposits-v2@"), "{out}");
     // From H on, the chain runs deposits-v1, and the listing says so.
     eventually("the node past H", || height(&node) >= h).await;
-    let (ok, out, err) = modnode_cli(vec![
-        "module".into(),
-        "list".into(),
-        "--data-dir".into(),
-        data_dir.clone(),
-    ])
-    .await;
-    assert!(ok, "{err}");
+    let out = list().await;
     assert!(out.contains("active:    deposits-v1@"), "{out}");
     assert!(!out.contains("scheduled:"), "{out}");
     node.shutdown().await;
