@@ -41,6 +41,9 @@ struct Cli {
 enum Command {
     /// Run a node (on its embedded defaults: a single-node dev chain, default modules).
     Run(commands::run::RunArgs),
+    /// The config file of `modnode run` (`modnode.toml`).
+    #[command(subcommand)]
+    Config(ConfigCommand),
     /// Start N nodes on loopback with a live status table; Ctrl-C stops them.
     Devnet(commands::devnet::DevnetArgs),
     /// Deposits.
@@ -80,6 +83,15 @@ enum CheckpointCommand {
         #[arg(long)]
         json: bool,
     },
+}
+
+#[derive(Debug, Subcommand)]
+enum ConfigCommand {
+    /// Print the effective configuration of `modnode run` with these flags (and `--config
+    /// FILE`), each value with where it came from: flag, file:line or default.
+    Show(commands::config::ShowArgs),
+    /// Write a commented default config file.
+    Init(commands::config::InitArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -325,17 +337,34 @@ enum BenchCommand {
 
 fn main() -> std::process::ExitCode {
     modnode::alloc_stats::limit_arenas_to_cores();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
     let cli = Cli::parse();
-    let result = match cli.command {
+    // `run` reads its config file (which may set the log format) before logging starts.
+    let command = match cli.command {
+        Command::Run(args) if args.config.is_some() => {
+            match commands::config::run_args_from_env() {
+                Ok(args) => Command::Run(args),
+                Err(e) => {
+                    eprintln!("error: {e:#}");
+                    return std::process::ExitCode::from(2);
+                }
+            }
+        }
+        other => other,
+    };
+    let log_format = match &command {
+        Command::Run(args) => args.log_format,
+        _ => {
+            // A command's output piped into `head` ends it quietly, like any Unix tool, instead
+            // of panicking on a broken pipe. Not for `run`: a node outlives its log reader.
+            commands::restore_default_sigpipe();
+            commands::LogFormat::Text
+        }
+    };
+    commands::init_logs(log_format);
+    let result = match command {
         Command::Run(args) => commands::run::run(args),
+        Command::Config(ConfigCommand::Show(args)) => commands::config::show(args),
+        Command::Config(ConfigCommand::Init(args)) => commands::config::init(args),
         Command::Devnet(args) => commands::devnet::devnet(args),
         Command::Deposit(DepositCommand::Submit(args)) => commands::deposit::submit(args),
         Command::Debug(DebugCommand::ImportLoop {

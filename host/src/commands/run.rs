@@ -19,6 +19,13 @@ use sha2::Digest as _;
 /// Options of `modnode run`.
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
+    /// Read settings from this TOML file (`modnode config init` writes one): every key is one
+    /// of these flags without the dashes, and a flag given here overrides the file.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Log lines as text or as one JSON object per line (`RUST_LOG` sets what is logged).
+    #[arg(long, value_enum, default_value_t = super::LogFormat::Text)]
+    pub log_format: super::LogFormat,
     /// Data directory (created if missing): node key, chain, module cache, admin token.
     #[arg(long, default_value = "modnode-data")]
     pub data_dir: PathBuf,
@@ -259,6 +266,13 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     // Before anything opens a store: a second process on this directory fails here, at once.
     let _lock = DataDirLock::acquire(&args.data_dir)?;
     refuse_taken_ports(&args)?;
+    if let Some(file) = &args.config {
+        tracing::info!(
+            file = %file.display(),
+            "configuration read; flags on the command line override it (`modnode config show` \
+             lists every value and where it came from)"
+        );
+    }
     let mut config = NodeConfig::new(args.data_dir.clone(), genesis(args.genesis.as_ref())?);
     config.listen = args.listen;
     config.bootstrap = args.bootstrap;

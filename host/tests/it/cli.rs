@@ -433,3 +433,112 @@ fn a_second_run_on_a_held_directory_or_taken_ports_fails_in_one_line_naming_the_
         "{err}"
     );
 }
+
+#[test]
+fn run_reads_its_config_file_and_logs_json_when_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("node");
+    let config = dir.path().join("modnode.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "data-dir = {:?}\nlisten = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\n\
+             dev-contract-listen = \"127.0.0.1:0\"\nlog-format = \"json\"\n",
+            data.to_str().unwrap()
+        ),
+    )
+    .unwrap();
+    let (status, log) = sigterm_after_start(
+        &["run", "--config", config.to_str().unwrap()],
+        &data.join("admin.addr"),
+    );
+    assert!(status.success(), "run exited with {status}:\n{log}");
+    let lines: Vec<serde_json::Value> = log
+        .lines()
+        .filter(|line| !line.trim().is_empty())
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}")))
+        .collect();
+    let said = |text: &str| {
+        lines.iter().any(|l| {
+            l["fields"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains(text))
+        })
+    };
+    assert!(said("configuration read"), "{log}");
+    assert!(said("stopped cleanly"), "{log}");
+}
+
+#[test]
+fn config_init_writes_a_file_show_explains_and_bad_keys_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("modnode.toml");
+    let path = file.to_str().unwrap();
+    let (ok, out, err) = modnode(&["config", "init", "-o", path]);
+    assert!(ok, "{err}");
+    assert!(out.contains(path), "{out}");
+    let written = std::fs::read_to_string(&file).unwrap();
+    assert!(
+        written.contains("# listen = \"127.0.0.1:9400\""),
+        "{written}"
+    );
+    let (ok, _, err) = modnode(&["config", "init", "-o", path]);
+    assert!(
+        !ok && err.contains("--force"),
+        "overwrote without --force: {err}"
+    );
+
+    std::fs::write(&file, "checkpoint-keep = 5\nadmin = \"127.0.0.1:9999\"\n").unwrap();
+    let (ok, out, err) = modnode(&[
+        "config",
+        "show",
+        "--config",
+        path,
+        "--admin",
+        "127.0.0.1:7777",
+    ]);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains(&format!("checkpoint-keep = 5  # {path}:1")),
+        "{out}"
+    );
+    assert!(out.contains("admin = \"127.0.0.1:7777\"  # flag"), "{out}");
+    assert!(
+        out.contains("checkpoint-interval = 100  # default"),
+        "{out}"
+    );
+
+    // A bad key stops `run` at once, naming the file, the line and the key.
+    std::fs::write(
+        &file,
+        "listen = \"127.0.0.1:0\"\nadmin-listen = \"127.0.0.1:0\"\n",
+    )
+    .unwrap();
+    let (ok, _, err) = modnode(&["run", "--config", path]);
+    assert!(!ok);
+    assert!(
+        err.contains(&format!("{path}:2: unknown key `admin-listen`")),
+        "{err}"
+    );
+}
+
+#[test]
+fn output_into_a_closed_pipe_ends_the_command_without_a_panic() {
+    use std::os::unix::process::ExitStatusExt as _;
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let out = Command::new(env!("CARGO_BIN_EXE_modnode"))
+        .args(["config", "show"])
+        .stdout(writer)
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(
+        out.status.signal(),
+        Some(libc::SIGPIPE),
+        "{:?}: {stderr}",
+        out.status
+    );
+}

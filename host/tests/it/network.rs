@@ -381,7 +381,11 @@ async fn block_at(node: &Node, height: u64) -> Vec<Vec<u8>> {
 async fn authorities_that_produced_apart_converge_on_one_chain() {
     let tmp = dirs(3);
     let paths: Vec<&Path> = tmp.iter().map(TempDir::path).collect();
-    let genesis = genesis("modnode-it-fork", &paths, 2);
+    // Branches that split below the finalized height never merge (nothing final is
+    // reorganised), and under CPU load the follower that introduces the authorities can take
+    // more than `finality_depth` slots to start: finality must not end the test before the
+    // fork choice it checks can act (a stress run failed this way with a depth of 32).
+    let genesis = genesis_with_finality("modnode-it-fork", &paths, 2, 100_000);
     // The two authorities start unaware of each other: each builds its own branch.
     let a = start(paths[0], &genesis, vec![]).await;
     let b = start(paths[1], &genesis, vec![]).await;
