@@ -300,3 +300,69 @@ async fn no_per_peer_table_outlives_a_ban() {
     );
     node.shutdown().await;
 }
+
+/// Item 3, sans-IO at scale: 10⁴ identities each connect, report a module ready, ask us for a
+/// module (still being answered when the ban comes), fail a range request, break the protocol
+/// and are banned, then try to come back. Every per-peer table the network task keeps is
+/// driven the way it drives them — the manager's `Disconnect` action is what a ban turns into,
+/// and `peer_left` is what the network task does with it — and stays bounded by the connected
+/// set (here, nobody), the peer manager's book included; bans themselves are capped by
+/// `PeerConfig::max_bans`.
+#[test]
+fn ten_thousand_banned_identities_leave_every_table_bounded_by_the_connected_set() {
+    use modnode_peers::{
+        Action, PeerConfig, PeerManager, RangeSync, SECONDS, SyncConfig, SyncTableSizes, Violation,
+    };
+    const IDENTITIES: u32 = 10_000;
+    let dir = tempfile::tempdir().unwrap();
+    let agent = crate::node_agent(dir.path());
+    let mut peers = PeerManager::new(PeerConfig::new([0; 32]), [], 7, 0).unwrap();
+    let mut sync = RangeSync::new(SyncConfig::default(), 0, [0; 32]).unwrap();
+    let module = [0x44; 32];
+    for i in 0..IDENTITIES {
+        let now = u64::from(i) * SECONDS;
+        let mut node = [0xaa; 32];
+        node[..4].copy_from_slice(&i.to_be_bytes());
+        let [a, b, c, d] = i.to_be_bytes();
+        let addr = std::net::SocketAddr::from(([10, b, c, d.max(1)], 9000 + u16::from(a)));
+        peers.handle_inbound(node, addr, now).unwrap();
+        peers.handle_handshake_completed(node, now).unwrap();
+        sync.handle_peer_status(node, 5, [0xee; 32], now);
+        agent.peer_ready(node, vec![module]);
+        agent.fetch_answered(node, &module, false);
+        let in_flight = agent.serve(node, &module).unwrap();
+        let request = sync.poll_request(now).unwrap();
+        sync.handle_request_failed(node, request.id, now).unwrap();
+
+        peers.handle_violation(node, Violation::Malformed("garbage".into()), now);
+        while let Some(action) = peers.poll_action(now) {
+            if let Action::Disconnect { node: gone, .. } = action {
+                // `Network::peer_left`.
+                sync.handle_peer_disconnected(gone);
+                agent.peer_gone(&gone);
+            }
+        }
+        drop(in_flight);
+        assert!(
+            peers.handle_inbound(node, addr, now + 1).is_err(),
+            "identity {i} let in again while banned"
+        );
+
+        assert_eq!(peers.connected_count(), 0);
+        assert_eq!(
+            agent.peer_table_sizes(),
+            Default::default(),
+            "identity {i}: the upgrade agent remembers a banned peer"
+        );
+        assert_eq!(
+            sync.peer_table_sizes(),
+            SyncTableSizes::default(),
+            "identity {i}: range sync remembers a banned peer"
+        );
+        assert!(
+            peers.counts().known <= 1,
+            "identity {i}: the address book holds {} peers",
+            peers.counts().known
+        );
+    }
+}
