@@ -17,8 +17,11 @@
 //!   [`handle_peer_status`](RangeSync::handle_peer_status) and disconnections with
 //!   [`handle_peer_disconnected`](RangeSync::handle_peer_disconnected).
 //! - Drain [`poll_request`](RangeSync::poll_request) after every input and when
-//!   [`poll_timeout`](RangeSync::poll_timeout) passes; answer each [`Request`] with
-//!   `handle_blocks` or `handle_request_failed`.
+//!   [`poll_timeout`](RangeSync::poll_timeout) passes (calling
+//!   [`handle_time`](RangeSync::handle_time) first); answer each [`Request`] with
+//!   `handle_blocks` or `handle_request_failed`. A peer whose request failed or timed out, or
+//!   whose block the importer aborted, is not asked again before its back-off ends
+//!   ([`SyncConfig::retry_backoff`]).
 //! - Drain [`poll_ready_block`](RangeSync::poll_ready_block): it hands out one block at a
 //!   time, at height head + 1, and the next only after the importer answered with
 //!   `handle_imported` or `handle_import_failed`.
@@ -195,8 +198,11 @@ pub struct RangeSync {
     config: SyncConfig,
     head_height: u64,
     head_hash: BlockHash,
+    /// Heads reported by connected peers: bounded by the connected set (the driver reports
+    /// every departure with `handle_peer_disconnected`).
     peers: BTreeMap<NodeId, PeerHead>,
-    /// Peers that served bad data; ignored until they disconnect.
+    /// Peers that served bad data; ignored until they disconnect (then forgotten), so bounded
+    /// by the connected set too.
     rejected: BTreeSet<NodeId>,
     in_flight: BTreeMap<RequestId, InFlight>,
     buffer: BTreeMap<u64, Buffered>,
