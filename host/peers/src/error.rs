@@ -35,6 +35,14 @@ pub enum ConfigError {
         /// The configured batch size.
         batch_size: u64,
     },
+    /// `SyncConfig::retry_backoff_max` is shorter than the first back-off.
+    #[error("retry_backoff_max ({max} µs) is shorter than retry_backoff ({first} µs)")]
+    BackoffMaxBelowFirst {
+        /// The first back-off.
+        first: u64,
+        /// The longest back-off.
+        max: u64,
+    },
 }
 
 /// A `NodeId@addr` string could not be parsed.

@@ -90,5 +90,5 @@ pub use peers::{
     Action, AddrSource, Direction, DisconnectReason, KnownAddr, MergeReport, PeerConfig,
     PeerCounts, PeerManager, PeerState,
 };
-pub use sync::{RangeSync, Request, RequestId, SyncConfig, SyncStatus};
+pub use sync::{RangeSync, Request, RequestId, SyncConfig, SyncStatus, SyncTableSizes};
 pub use violation::Violation;

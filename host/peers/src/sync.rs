@@ -17,8 +17,11 @@
 //!   [`handle_peer_status`](RangeSync::handle_peer_status) and disconnections with
 //!   [`handle_peer_disconnected`](RangeSync::handle_peer_disconnected).
 //! - Drain [`poll_request`](RangeSync::poll_request) after every input and when
-//!   [`poll_timeout`](RangeSync::poll_timeout) passes; answer each [`Request`] with
-//!   `handle_blocks` or `handle_request_failed`.
+//!   [`poll_timeout`](RangeSync::poll_timeout) passes (calling
+//!   [`handle_time`](RangeSync::handle_time) first); answer each [`Request`] with
+//!   `handle_blocks` or `handle_request_failed`. A peer whose request failed or timed out, or
+//!   whose block the importer aborted, is not asked again before its back-off ends
+//!   ([`SyncConfig::retry_backoff`]).
 //! - Drain [`poll_ready_block`](RangeSync::poll_ready_block): it hands out one block at a
 //!   time, at height head + 1, and the next only after the importer answered with
 //!   `handle_imported` or `handle_import_failed`.
@@ -48,6 +51,13 @@ pub struct SyncConfig {
     /// Furthest a request may reach beyond the local head, bounding the blocks buffered while
     /// an earlier range is outstanding. Default 512.
     pub lookahead: u64,
+    /// How long a peer is left alone after a request to it failed or timed out, or a block it
+    /// served could not be taken for a reason that is not proven its fault; doubled on each
+    /// further failure up to [`retry_backoff_max`](Self::retry_backoff_max), reset when a block
+    /// it served is imported. Default 1 s.
+    pub retry_backoff: Time,
+    /// Longest back-off from one peer. Default 32 s.
+    pub retry_backoff_max: Time,
 }
 
 impl Default for SyncConfig {
@@ -58,6 +68,8 @@ impl Default for SyncConfig {
             max_in_flight_per_peer: 4,
             request_timeout: 10 * SECONDS,
             lookahead: 512,
+            retry_backoff: SECONDS,
+            retry_backoff_max: 32 * SECONDS,
         }
     }
 }
@@ -70,9 +82,16 @@ impl SyncConfig {
             ("max_in_flight", self.max_in_flight > 0),
             ("max_in_flight_per_peer", self.max_in_flight_per_peer > 0),
             ("request_timeout", self.request_timeout > 0),
+            ("retry_backoff", self.retry_backoff > 0),
         ];
         if let Some((name, _)) = counts.iter().find(|(_, ok)| !ok) {
             return Err(ConfigError::Zero(name));
+        }
+        if self.retry_backoff_max < self.retry_backoff {
+            return Err(ConfigError::BackoffMaxBelowFirst {
+                first: self.retry_backoff,
+                max: self.retry_backoff_max,
+            });
         }
         if self.lookahead < self.batch_size {
             return Err(ConfigError::LookaheadBelowBatch {
@@ -105,6 +124,19 @@ pub struct Request {
     pub start_height: u64,
     /// Number of consecutive blocks wanted (at least 1).
     pub count: u64,
+}
+
+/// Sizes of [`RangeSync`]'s per-peer tables ([`RangeSync::peer_table_sizes`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SyncTableSizes {
+    /// Peers whose head is known.
+    pub peers: usize,
+    /// Peers that served bad data, ignored until they disconnect.
+    pub rejected: usize,
+    /// Peers with a back-off record.
+    pub backoff: usize,
+    /// (height, peer) pairs that failed.
+    pub failed: usize,
 }
 
 /// A snapshot of sync progress.
@@ -144,6 +176,16 @@ impl InFlight {
     }
 }
 
+/// A peer left alone after a failure (see [`SyncConfig::retry_backoff`]).
+#[derive(Debug, Clone, Copy)]
+struct Retry {
+    /// Not asked before this time; `None` once it has passed (the delay is kept for the next
+    /// failure).
+    until: Option<Time>,
+    /// The back-off the next failure imposes.
+    next_delay: Time,
+}
+
 #[derive(Debug, Clone)]
 struct Buffered {
     bytes: Vec<u8>,
@@ -156,13 +198,20 @@ pub struct RangeSync {
     config: SyncConfig,
     head_height: u64,
     head_hash: BlockHash,
+    /// Heads reported by connected peers: bounded by the connected set (the driver reports
+    /// every departure with `handle_peer_disconnected`).
     peers: BTreeMap<NodeId, PeerHead>,
-    /// Peers that served bad data; ignored until they disconnect.
+    /// Peers that served bad data; ignored until they disconnect (then forgotten), so bounded
+    /// by the connected set too.
     rejected: BTreeSet<NodeId>,
     in_flight: BTreeMap<RequestId, InFlight>,
     buffer: BTreeMap<u64, Buffered>,
     /// (first height of a failed request, peer): try someone else for that height first.
+    /// Bounded by the requests in flight and the blocks handed out: each failure adds one.
     failed: BTreeSet<(u64, NodeId)>,
+    /// Peers left alone after a failure, and for how long. Only peers in `peers` have an entry
+    /// (removed with them), so it is bounded by the peers that reported a head.
+    backoff: BTreeMap<NodeId, Retry>,
     /// The block handed to the importer and not yet answered for.
     awaiting_import: Option<(u64, NodeId)>,
     violations: VecDeque<(NodeId, Violation)>,
@@ -188,6 +237,7 @@ impl RangeSync {
             in_flight: BTreeMap::new(),
             buffer: BTreeMap::new(),
             failed: BTreeSet::new(),
+            backoff: BTreeMap::new(),
             awaiting_import: None,
             violations: VecDeque::new(),
             next_id: 0,
@@ -230,6 +280,7 @@ impl RangeSync {
     pub fn handle_peer_disconnected(&mut self, peer: NodeId) {
         self.peers.remove(&peer);
         self.rejected.remove(&peer);
+        self.backoff.remove(&peer);
         self.in_flight.retain(|_, r| r.peer != peer);
         self.failed.retain(|(_, p)| *p != peer);
     }
@@ -281,10 +332,17 @@ impl RangeSync {
         Ok(())
     }
 
-    /// Request `id` to `peer` failed (stream reset, peer refused): retry it on another peer.
-    pub fn handle_request_failed(&mut self, peer: NodeId, id: RequestId) -> Result<(), SyncError> {
+    /// Request `id` to `peer` failed at `now` (stream reset, peer refused): retry it on another
+    /// peer; `peer` is not asked again before its back-off ends.
+    pub fn handle_request_failed(
+        &mut self,
+        peer: NodeId,
+        id: RequestId,
+        now: Time,
+    ) -> Result<(), SyncError> {
         let request = self.take_request(peer, id)?;
         self.failed.insert((request.start, peer));
+        self.back_off(peer, now);
         Ok(())
     }
 
@@ -297,8 +355,12 @@ impl RangeSync {
         }
         self.head_height = height;
         self.head_hash = hash;
-        if self.awaiting_import.is_some_and(|(h, _)| h <= height) {
+        if let Some((h, peer)) = self.awaiting_import
+            && h <= height
+        {
             self.awaiting_import = None;
+            // It served a block that imported: whatever failed before is forgiven.
+            self.backoff.remove(&peer);
         }
         self.buffer = self.buffer.split_off(&height.saturating_add(1));
         self.failed.retain(|(h, _)| *h > height);
@@ -313,15 +375,24 @@ impl RangeSync {
         self.reject(peer, Violation::BadBlock { height });
     }
 
-    /// The importer could not take block `height` from `peer` for a reason that is not the
-    /// peer's fault (our store failed, the worker stopped, the block's slot is ahead of our
-    /// clock): the block is dropped and `height` is requested again, from another peer first.
-    /// Nothing is reported.
-    pub fn handle_import_aborted(&mut self, height: u64, peer: NodeId) {
+    /// The importer could not take block `height` from `peer` at `now` for a reason that is
+    /// not proven the peer's fault (our store failed, the worker stopped, a branch we cannot
+    /// follow): the block is dropped and `height` is requested again, from another peer first;
+    /// `peer` is not asked again before its back-off ends, so a block that keeps failing costs
+    /// one import per back-off, not a loop. Nothing is reported.
+    pub fn handle_import_aborted(&mut self, height: u64, peer: NodeId, now: Time) {
         if self.awaiting_import.is_some_and(|(h, _)| h == height) {
             self.awaiting_import = None;
         }
         self.failed.insert((height, peer));
+        self.back_off(peer, now);
+    }
+
+    /// Time has reached `now`: requests past their deadline are retried elsewhere (their peer
+    /// backed off from) and back-offs that are over end. Call it before
+    /// [`poll_timeout`](Self::poll_timeout) so that it never names a time already past.
+    pub fn handle_time(&mut self, now: Time) {
+        self.expire(now);
     }
 
     // ----- outputs ------------------------------------------------------------------------
@@ -337,7 +408,7 @@ impl RangeSync {
         let (target, _) = self.target()?;
         let limit = target.min(self.head_height.saturating_add(self.config.lookahead));
         let start = self.first_gap(limit)?;
-        let peer = self.choose_peer(start)?;
+        let peer = self.choose_peer(start, now)?;
         let peer_head = self.claimed(self.peers.get(&peer)?);
         let end = self.gap_end(start, limit).min(peer_head.saturating_add(1));
         let count = end.checked_sub(start).filter(|c| *c > 0)?;
@@ -378,9 +449,13 @@ impl RangeSync {
         self.violations.pop_front()
     }
 
-    /// The earliest request deadline; call `poll_request` then.
+    /// The earliest request deadline or back-off end; call `poll_request` then.
     pub fn poll_timeout(&self) -> Option<Time> {
-        self.in_flight.values().map(|r| r.deadline).min()
+        self.in_flight
+            .values()
+            .map(|r| r.deadline)
+            .chain(self.backoff.values().filter_map(|r| r.until))
+            .min()
     }
 
     // ----- queries ------------------------------------------------------------------------
@@ -408,6 +483,26 @@ impl RangeSync {
             in_flight: self.in_flight.len(),
             buffered: self.buffer.len(),
             peers: self.peers.len(),
+        }
+    }
+
+    /// Whether `peer` is left alone at `now` after a failure.
+    pub fn is_backed_off(&self, peer: &NodeId, now: Time) -> bool {
+        self.backoff
+            .get(peer)
+            .and_then(|r| r.until)
+            .is_some_and(|until| until > now)
+    }
+
+    /// How many entries the per-peer tables hold (peers with a head, peers rejected until they
+    /// disconnect, peers backed off, failed (height, peer) pairs): each is bounded by the
+    /// connected peers (the first three) or the requests in flight (the last).
+    pub fn peer_table_sizes(&self) -> SyncTableSizes {
+        SyncTableSizes {
+            peers: self.peers.len(),
+            rejected: self.rejected.len(),
+            backoff: self.backoff.len(),
+            failed: self.failed.len(),
         }
     }
 
@@ -466,6 +561,7 @@ impl RangeSync {
         self.violations.push_back((peer, violation));
         self.rejected.insert(peer);
         self.peers.remove(&peer);
+        self.backoff.remove(&peer);
         self.in_flight.retain(|_, r| r.peer != peer);
         self.buffer.retain(|_, b| b.peer != peer);
         self.failed.retain(|(_, p)| *p != peer);
@@ -481,8 +577,29 @@ impl RangeSync {
         for id in expired {
             if let Some(request) = self.in_flight.remove(&id) {
                 self.failed.insert((request.start, request.peer));
+                self.back_off(request.peer, now);
             }
         }
+        for retry in self.backoff.values_mut() {
+            if retry.until.is_some_and(|until| until <= now) {
+                retry.until = None;
+            }
+        }
+    }
+
+    /// `peer` failed at `now`: left alone for its next back-off, which then doubles.
+    fn back_off(&mut self, peer: NodeId, now: Time) {
+        if !self.peers.contains_key(&peer) {
+            return;
+        }
+        let first = self.config.retry_backoff;
+        let max = self.config.retry_backoff_max;
+        let retry = self.backoff.entry(peer).or_insert(Retry {
+            until: None,
+            next_delay: first,
+        });
+        retry.until = Some(now.saturating_add(retry.next_delay));
+        retry.next_delay = retry.next_delay.saturating_mul(2).min(max);
     }
 
     /// Whether `height` is handed out, buffered or requested.
@@ -528,13 +645,14 @@ impl RangeSync {
         end
     }
 
-    /// The least loaded peer that claims `start` and has not failed it; if all such peers
-    /// failed it, their failures are forgotten and they are tried again.
-    fn choose_peer(&mut self, start: u64) -> Option<NodeId> {
+    /// The least loaded peer that claims `start`, is not backed off at `now` and has not failed
+    /// it; if all such peers failed it, their failures are forgotten and they are tried again.
+    fn choose_peer(&mut self, start: u64, now: Time) -> Option<NodeId> {
         let pick = |skip_failed: bool| {
             self.peers
                 .iter()
                 .filter(|(_, head)| self.claimed(head) >= start)
+                .filter(|(id, _)| !self.is_backed_off(id, now))
                 .filter(|(id, _)| !(skip_failed && self.failed.contains(&(start, **id))))
                 .map(|(id, _)| (self.in_flight_to(id), *id))
                 .filter(|(load, _)| *load < self.config.max_in_flight_per_peer)

@@ -31,8 +31,18 @@ pub struct Metrics {
     pub dial_failures: AtomicU64,
     /// Peers disconnected and banned for a protocol violation.
     pub peer_violations: AtomicU64,
+    /// Of those, peers that sent a block from a slot beyond our clock plus the skew allowance
+    /// (gossiped, or served for our range request).
+    pub peer_future_blocks: AtomicU64,
+    /// Of those, peers that answered one of our requests (range, module, peers, status) with a
+    /// malformed answer: of the wrong kind, undecodable, over the size limit.
+    pub peer_malformed_answers: AtomicU64,
     /// Peers whose handshake completed and that are still connected.
     pub peers_connected: AtomicU64,
+    /// Entries of the largest per-peer table (range sync's heads, rejections and back-offs,
+    /// the upgrade agent's readiness, fetch pacing and serve limits): never above the
+    /// connected peers for long, whichever way peers leave.
+    pub peer_table_entries: AtomicU64,
     /// Highest head any peer reported.
     pub sync_target_height: AtomicU64,
     /// Whether the node is behind its best peer by more than one block.
@@ -221,6 +231,16 @@ impl Metrics {
                     "Peers banned for protocol violations",
                     load(&self.peer_violations),
                 ),
+                (
+                    "peer_future_blocks",
+                    "Peers banned for a block from a slot beyond the clock plus the skew allowance",
+                    load(&self.peer_future_blocks),
+                ),
+                (
+                    "peer_malformed_answers",
+                    "Peers banned for a malformed answer to one of our requests",
+                    load(&self.peer_malformed_answers),
+                ),
             ],
             gauges: [
                 ("reorgs", "Branch switches since start", view.reorgs),
@@ -244,6 +264,11 @@ impl Metrics {
                     "peers_connected",
                     "Connected peers",
                     load(&self.peers_connected),
+                ),
+                (
+                    "peer_table_entries",
+                    "Entries of the largest per-peer table",
+                    load(&self.peer_table_entries),
                 ),
                 (
                     "sync_target_height",
@@ -510,6 +535,8 @@ mod tests {
             "# TYPE modnode_blocks_produced counter",
             "modnode_blocks_produced_total 2",
             "modnode_peer_violations_total 0",
+            "modnode_peer_future_blocks_total 0",
+            "modnode_peer_malformed_answers_total 0",
             "# TYPE modnode_head_height gauge",
             "modnode_head_height 42",
             "modnode_finalized_height 10",

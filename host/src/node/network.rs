@@ -90,6 +90,12 @@ enum Event {
         node: NodeId,
         reason: String,
     },
+    /// A request of ours to `node` (`what`: its kind) got no usable answer.
+    AnswerFailed {
+        node: NodeId,
+        what: &'static str,
+        error: RequestError,
+    },
     PeersQuery {
         from: NodeId,
         reply: oneshot::Sender<Vec<PeerAddr>>,
@@ -304,6 +310,8 @@ impl Network {
     /// Carries out everything the state machines want done now.
     fn drive(&mut self) {
         let now = self.now();
+        // Expired requests and back-offs first, so `poll_timeout` never names a past time.
+        self.sync.handle_time(now);
         // No chain is longer than its slot count: claims beyond the current slot are capped.
         self.sync.handle_height_bound(
             self.genesis
@@ -361,6 +369,23 @@ impl Network {
             u64::try_from(self.peers.connected_count()).unwrap_or(u64::MAX),
             Ordering::Relaxed,
         );
+        let sync = self.sync.peer_table_sizes();
+        let upgrades = self.upgrades.peer_table_sizes();
+        let entries = [
+            sync.peers,
+            sync.rejected,
+            sync.backoff,
+            upgrades.readiness,
+            upgrades.pacing,
+            upgrades.serving,
+        ]
+        .into_iter()
+        .max()
+        .unwrap_or(0);
+        self.metrics.peer_table_entries.store(
+            u64::try_from(entries).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
     }
 
     fn may_produce_after_start(&self) -> bool {
@@ -396,7 +421,7 @@ impl Network {
                     conn.conn
                         .close(quinn::VarInt::from_u32(code), b"disconnected");
                 }
-                self.sync.handle_peer_disconnected(node);
+                self.peer_left(node);
             }
             Action::RequestPeers { node } => {
                 if let Some(conn) = self.conns.get(&node) {
@@ -428,6 +453,7 @@ impl Network {
             }
             Event::Closed { node, stable_id } => self.on_closed(node, stable_id),
             Event::Violation { node, reason } => self.violation(node, reason),
+            Event::AnswerFailed { node, what, error } => self.answer_failed(node, what, &error),
             Event::PeersQuery { from, reply } => {
                 let now = self.now();
                 let _ = reply.send(
@@ -463,6 +489,19 @@ impl Network {
     fn verdict(&self, id: MessageId, valid: bool) {
         if self.gossip.validated(id, valid).is_err() {
             tracing::warn!("gossip driver stopped");
+        }
+    }
+
+    /// The one rule for a request of ours of any kind (range, module, peers, status) that got
+    /// no usable answer from `node`: a malformed answer — of the wrong kind, undecodable, over
+    /// the size limit — is the peer's protocol violation and bans it, as range sync always
+    /// did; a timeout or a broken stream is not (the retry paths back off instead).
+    fn answer_failed(&mut self, node: NodeId, what: &str, error: &RequestError) {
+        if error.fault() == verdict::Fault::Peer {
+            bump(&self.metrics.peer_malformed_answers);
+            self.violation(node, format!("{what} answer: {error}"));
+        } else {
+            tracing::debug!(peer = %short(&node), what, %error, "request failed");
         }
     }
 

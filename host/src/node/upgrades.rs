@@ -101,6 +101,17 @@ pub struct ScheduledReadiness {
     pub authorities: usize,
 }
 
+/// Sizes of the upgrade agent's per-peer tables ([`UpgradeAgent::peer_table_sizes`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PeerTableSizes {
+    /// Peers whose ready modules are known.
+    pub readiness: usize,
+    /// Peers with a module-fetch pace.
+    pub pacing: usize,
+    /// Peers with a module-serving account.
+    pub serving: usize,
+}
+
 /// See the module docs. Shared by the chain (as its [`DepositModules`]), the network task and
 /// the admin API.
 pub struct UpgradeAgent {
@@ -111,13 +122,19 @@ pub struct UpgradeAgent {
     me: NodeId,
     /// The schedule after the head.
     schedule: Mutex<Schedule>,
-    /// What each connected peer last reported ready.
+    /// What each connected peer last reported ready. Bounded by the connected peers: an entry
+    /// is added only for a connected peer's status answer and removed by
+    /// [`UpgradeAgent::peer_gone`] on every way a peer leaves (each list is bounded by the
+    /// status answer's `MAX_READY_MODULES`).
     peers: Mutex<HashMap<NodeId, Vec<Hash>>>,
     fetching: AtomicBool,
-    /// When each peer may be asked for a module again.
+    /// When each peer may be asked for a module again. Bounded by the connected peers (only
+    /// they are asked; `peer_gone` forgets the others).
     pacing: Mutex<FetchPacing>,
     serving: AtomicBool,
-    /// What each peer may take of our module serving.
+    /// What each peer may take of our module serving. Bounded by the connected peers (only
+    /// they can ask; `peer_gone` forgets the others) and never above its own cap of tracked
+    /// peers.
     limiter: Arc<Mutex<ServeLimiter>>,
     /// Modules the chain needed on any branch and did not have ready.
     wanted: Mutex<WantedModules>,
@@ -479,7 +496,16 @@ impl UpgradeAgent {
         lock(&self.peers).insert(peer, ready);
     }
 
-    /// `peer` disconnected.
+    /// Entries of the per-peer tables, each bounded by the connected peers.
+    pub fn peer_table_sizes(&self) -> PeerTableSizes {
+        PeerTableSizes {
+            readiness: lock(&self.peers).len(),
+            pacing: lock(&self.pacing).tracked(),
+            serving: lock(&self.limiter).tracked(),
+        }
+    }
+
+    /// `peer` left: disconnected, banned, or superseded by a new connection of its own.
     pub fn peer_gone(&self, peer: &NodeId) {
         lock(&self.peers).remove(peer);
         lock(&self.pacing).forget(peer);

@@ -2,8 +2,12 @@
 //!
 //! Pure functions of the outcome (no sockets, no clock), so the policy is tested on its own:
 //! only a peer's proven fault penalises it. Our own failures (a store error, a stopped
-//! worker, a poisoned lock) and transient ones (a timeout, a block ahead of our clock) drop
-//! what was sent without touching the sender.
+//! worker, a poisoned lock) and transient ones (a timeout, a busy worker) drop what was sent
+//! without touching the sender. A block from a slot beyond our clock plus
+//! [`CLOCK_SKEW_MS`](super::chain_worker::CLOCK_SKEW_MS) is the sender's fault: an honest
+//! node only sends blocks whose slot has started on its own clock, so such a block is either
+//! made up in advance or relayed without the check (one skew allowance, the same on every
+//! path: gossip, range answers, branch fetches).
 
 use std::time::Duration;
 
@@ -20,8 +24,8 @@ pub enum Fault {
     Peer,
     /// Our own failure: storage, a stopped worker, a poisoned lock, the host. Not penalised.
     Ours,
-    /// Nobody's fault for now: a timeout, a block ahead of our clock, a branch we cannot
-    /// follow. Dropped, not penalised.
+    /// Nobody's fault for now: a timeout, a busy worker, a branch we cannot follow. Dropped,
+    /// not penalised.
     Transient,
 }
 
@@ -66,7 +70,8 @@ impl WorkerError {
     pub fn fault(&self) -> Fault {
         match self {
             Self::Block(e) => e.fault(),
-            Self::FutureSlot { .. } | Self::Busy => Fault::Transient,
+            Self::FutureSlot { .. } => Fault::Peer,
+            Self::Busy => Fault::Transient,
             Self::Stopped | Self::Produce { .. } | Self::Store(_) => Fault::Ours,
             Self::Proposal(_) => Fault::Transient,
         }

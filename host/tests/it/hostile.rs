@@ -127,10 +127,12 @@ async fn blocks_from_future_slots_are_refused_on_import() {
         "a block 60 slots ahead was taken: {refused:?}"
     );
     assert_eq!(handle.view().head.height, 0);
-    assert_ne!(
+    // Issue 21 item 2: an honest node sends only blocks whose slot has started on its clock
+    // (within the one skew allowance), so a block 60 slots ahead is its sender's fault.
+    assert_eq!(
         refused.unwrap_err().fault(),
         modnode::node::verdict::Fault::Peer,
-        "our clock may be the one behind"
+        "a block from beyond the clock plus the skew allowance is not the peer's fault"
     );
     drop(handle);
     worker.join().unwrap();
@@ -169,14 +171,6 @@ fn local_failures_do_not_penalise_the_sender() {
                 source: StateError::Poisoned,
             })),
         ),
-        (
-            "future slot",
-            WorkerError::FutureSlot {
-                height: 5,
-                slot: 90,
-                current: 10,
-            },
-        ),
     ];
     for (what, error) in ours {
         assert_ne!(error.fault(), Fault::Peer, "{what}");
@@ -193,7 +187,16 @@ fn local_failures_do_not_penalise_the_sender() {
         Fault::Transient
     );
 
-    // The peer's fault: a bad seal or a swapped body.
+    // The peer's fault: a block from beyond our clock plus the skew allowance (issue 21 item
+    // 2), a bad seal or a swapped body.
+    let future = WorkerError::FutureSlot {
+        height: 5,
+        slot: 90,
+        current: 10,
+    };
+    assert_eq!(future.fault(), Fault::Peer);
+    let verdict = verdict::gossip_block(5, &Err(future));
+    assert!(verdict.penalty.is_some() && !verdict.relay);
     for error in [
         ImportError::BadSeal {
             hash: hash(),
@@ -431,14 +434,14 @@ pub(crate) mod quic {
     use super::body_swapped;
 
     const SLOT_MS: u64 = 300;
-    const LIVENESS: Duration = Duration::from_secs(90);
+    pub(crate) const LIVENESS: Duration = Duration::from_secs(90);
 
-    fn dirs(n: usize) -> Vec<TempDir> {
+    pub(crate) fn dirs(n: usize) -> Vec<TempDir> {
         (0..n).map(|_| TempDir::new().unwrap()).collect()
     }
 
     /// A genesis whose authorities are the node keys in `authorities`.
-    fn genesis(chain_id: &str, authorities: &[&Path]) -> Genesis {
+    pub(crate) fn genesis(chain_id: &str, authorities: &[&Path]) -> Genesis {
         let ids: Vec<String> = authorities
             .iter()
             .map(|d| {
@@ -474,12 +477,12 @@ pub(crate) mod quic {
         Node::start(config).await.unwrap()
     }
 
-    async fn start(dir: &Path, genesis: &Genesis, bootstrap: Vec<PeerAddr>) -> Node {
+    pub(crate) async fn start(dir: &Path, genesis: &Genesis, bootstrap: Vec<PeerAddr>) -> Node {
         start_with(dir, genesis, bootstrap, |_| {}).await
     }
 
     /// Polls `check` until it holds; panics with `what` after `bound`.
-    async fn within(bound: Duration, what: &str, mut check: impl FnMut() -> bool) {
+    pub(crate) async fn within(bound: Duration, what: &str, mut check: impl FnMut() -> bool) {
         let deadline = tokio::time::Instant::now() + bound;
         while !check() {
             assert!(

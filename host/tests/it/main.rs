@@ -21,6 +21,7 @@ mod live_swap;
 mod malicious;
 mod modules;
 mod network;
+mod peer_faults;
 mod profile;
 mod reproducible;
 mod scheduled_admission;

@@ -238,24 +238,78 @@ fn stale_and_misaddressed_answers_are_refused() {
         Err(SyncError::UnknownRequest { id: request.id })
     );
     assert_eq!(
-        sync.handle_request_failed(node(1), RequestId(99)),
+        sync.handle_request_failed(node(1), RequestId(99), 5 * SECONDS),
         Err(SyncError::UnknownRequest { id: RequestId(99) })
     );
-    // A failed request goes to the other peer.
-    sync.handle_request_failed(node(2), retry.id).unwrap();
-    let third = sync.poll_request(5 * SECONDS).unwrap();
+    // A failed request goes to the other peer, once its back-off after the timeout is over.
+    sync.handle_request_failed(node(2), retry.id, 5 * SECONDS)
+        .unwrap();
+    assert_eq!(
+        sync.poll_request(5 * SECONDS),
+        None,
+        "both peers backed off"
+    );
+    let third = sync.poll_request(6 * SECONDS).unwrap();
     assert_eq!((third.peer, third.start_height), (node(1), 1));
 }
 
 #[test]
-fn a_lone_peer_that_failed_is_tried_again() {
+fn a_lone_peer_that_failed_is_tried_again_after_a_growing_backoff() {
     let mut sync = RangeSync::new(SyncConfig::default(), 0, hash(0)).unwrap();
     sync.handle_peer_status(node(1), 10, hash(10), 0);
     let request = sync.poll_request(0).unwrap();
-    sync.handle_request_failed(node(1), request.id).unwrap();
+    sync.handle_request_failed(node(1), request.id, 0).unwrap();
     assert_eq!(sync.poll_violation(), None, "a failure is no violation");
-    let again = sync.poll_request(0).unwrap();
+    assert_eq!(sync.poll_request(0), None, "asked again at once");
+    assert_eq!(
+        sync.poll_timeout(),
+        Some(SECONDS),
+        "the back-off is a timer"
+    );
+    let again = sync.poll_request(SECONDS).unwrap();
     assert_eq!((again.peer, again.start_height), (node(1), 1));
+    // A second failure doubles the back-off; an import of a block it served resets it.
+    sync.handle_request_failed(node(1), again.id, SECONDS)
+        .unwrap();
+    assert_eq!(sync.poll_request(2 * SECONDS), None);
+    let third = sync.poll_request(3 * SECONDS).unwrap();
+    sync.handle_blocks(node(1), third.id, vec![(1, hash(1), bytes(1))])
+        .unwrap();
+    assert_eq!(sync.poll_ready_block().map(|b| b.0), Some(1));
+    sync.handle_imported(1, hash(1));
+    assert!(!sync.is_backed_off(&node(1), 3 * SECONDS));
+}
+
+/// Issue 21 item 2: a block the importer cannot take for a reason that is not proven the
+/// peer's (it would be refused again at once) is asked for again only after a back-off, not
+/// in a loop of range requests and imports as fast as the peer answers.
+#[test]
+fn an_aborted_import_backs_off_from_its_peer_instead_of_looping() {
+    let mut sync = RangeSync::new(SyncConfig::default(), 0, hash(0)).unwrap();
+    sync.handle_peer_status(node(1), 10, hash(10), 0);
+    let mut now = 0;
+    let mut requests = 0;
+    // Ten virtual seconds of a peer answering at once with a block that is aborted every time.
+    while now < 10 * SECONDS {
+        while let Some(request) = sync.poll_request(now) {
+            requests += 1;
+            let blocks = (request.start_height..request.start_height + request.count)
+                .map(|h| (h, hash(h), bytes(h)))
+                .collect();
+            sync.handle_blocks(request.peer, request.id, blocks)
+                .unwrap();
+        }
+        if let Some((height, _, peer)) = sync.poll_ready_block() {
+            sync.handle_import_aborted(height, peer, now);
+        }
+        // The peer answers within 10 ms.
+        now += 10 * MS;
+        sync.handle_time(now);
+    }
+    assert!(
+        requests <= 6,
+        "{requests} range requests in 10 s to a peer whose block is always aborted"
+    );
 }
 
 #[test]

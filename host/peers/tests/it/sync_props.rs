@@ -18,6 +18,8 @@ const CONFIG: SyncConfig = SyncConfig {
     max_in_flight_per_peer: 2,
     request_timeout: SECONDS,
     lookahead: 40,
+    retry_backoff: SECONDS,
+    retry_backoff_max: 4 * SECONDS,
 };
 
 #[derive(Debug, Clone, Copy)]
@@ -157,7 +159,10 @@ impl Harness {
             }
             Op::Fail { pick } if !self.outstanding.is_empty() => {
                 let request = self.outstanding.remove(pick % self.outstanding.len());
-                match self.sync.handle_request_failed(request.peer, request.id) {
+                match self
+                    .sync
+                    .handle_request_failed(request.peer, request.id, self.now)
+                {
                     Ok(()) | Err(SyncError::UnknownRequest { .. }) => {}
                     Err(other) => panic!("unexpected {other}"),
                 }

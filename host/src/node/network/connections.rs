@@ -108,7 +108,7 @@ impl Network {
             tracing::info!(peer = %short(&node), %addr, "peer connected again; closing its old connection");
             old.conn
                 .close(quinn::VarInt::from_u32(CLOSE_REFUSED), b"superseded");
-            self.sync.handle_peer_disconnected(node);
+            self.peer_left(node);
         }
         let hello = self.hello();
         let events = self.events.clone();
@@ -152,9 +152,18 @@ impl Network {
             let now = self.now();
             tracing::info!(peer = %short(&node), reason = ?conn.conn.close_reason(), "peer disconnected");
             self.peers.handle_disconnected(node, conn.direction, now);
-            self.sync.handle_peer_disconnected(node);
-            self.upgrades.peer_gone(&node);
+            self.peer_left(node);
         }
+    }
+
+    /// `node`'s connection is gone, whichever way it went — closed by it, broken, banned by us
+    /// (the ban removes the connection, so its close is ignored by [`Network::on_closed`]),
+    /// superseded by its restarted self: every per-peer table forgets it, so none outlives the
+    /// connected set. (The gossip engine forgets the peer when its connection closes: its
+    /// driver watches the connection itself.)
+    pub(super) fn peer_left(&mut self, node: NodeId) {
+        self.sync.handle_peer_disconnected(node);
+        self.upgrades.peer_gone(&node);
     }
 
     pub(super) fn on_peers_answer(
@@ -168,7 +177,7 @@ impl Network {
                 Ok(report) => tracing::debug!(peer = %short(&node), ?report, "peer exchange"),
                 Err(e) => tracing::debug!(peer = %short(&node), error = %e, "peer list ignored"),
             },
-            Err(e) => tracing::debug!(peer = %short(&node), error = %e, "peer exchange failed"),
+            Err(e) => self.answer_failed(node, "peer list", &e),
         }
     }
 

@@ -9,7 +9,7 @@ use super::{Event, Network, short};
 use crate::chain::Added;
 use crate::chain::block::Block;
 use crate::net::gossip::GossipEvent;
-use crate::node::chain_worker::{WorkerError, unix_ms};
+use crate::node::chain_worker::{CLOCK_SKEW_MS, WorkerError, unix_ms};
 use crate::node::metrics::bump;
 use crate::node::verdict;
 
@@ -48,12 +48,24 @@ impl Network {
                 return;
             }
         };
-        let current = self.genesis.slot_at(unix_ms().saturating_add(500));
+        // The chain worker checks this too; checked here first, it costs the sender's block
+        // no trip through the worker's queue. One skew allowance for every path.
+        let current = self
+            .genesis
+            .slot_at(unix_ms().saturating_add(CLOCK_SKEW_MS));
         if block.header.slot > current {
-            // Possibly our clock is behind: not relayed, not punished.
+            // An honest relayer imported it first, which its clock (within the skew) allowed
+            // only once the slot had started: a block from beyond is made up in advance.
             bump(&self.metrics.blocks_rejected);
+            bump(&self.metrics.peer_future_blocks);
             self.verdict(id, false);
-            tracing::info!(peer = %short(&from), slot = block.header.slot, current, "block from a future slot dropped");
+            self.violation(
+                from,
+                format!(
+                    "relayed block {} for slot {} while the current slot is {current}",
+                    block.header.height, block.header.slot
+                ),
+            );
             return;
         }
         let chain = self.chain.clone();
@@ -90,6 +102,9 @@ impl Network {
             Err(e) => {
                 if !verdict.behind_sender {
                     bump(&self.metrics.blocks_rejected);
+                }
+                if matches!(e, WorkerError::FutureSlot { .. }) {
+                    bump(&self.metrics.peer_future_blocks);
                 }
                 tracing::info!(peer = %short(&from), height, error = %e, "gossiped block not taken");
             }

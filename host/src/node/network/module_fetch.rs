@@ -2,7 +2,8 @@
 //! peers reporting the module ready asked first, each peer at most every
 //! [`FETCH_RETRY`](crate::node::upgrades::FETCH_RETRY) (backing off from peers that answer
 //! without it), well within what a peer serves before it counts requests as abuse. The bytes must hash to what was asked (else
-//! the peer is penalised) and then pass the checks a scheduled module must pass (validate, kind
+//! the peer is penalised; so is a malformed answer — of the wrong kind, undecodable or over the
+//! size limit —, by the one rule for every request kind: `Network::answer_failed`) and then pass the checks a scheduled module must pass (validate, kind
 //! and contract, precompile; local limits and the warm-up only warn) before the chain can run
 //! them.
 
@@ -10,6 +11,23 @@ use super::{Event, Network, short};
 use crate::net::rpc::{Request, Response};
 
 use super::sync_driver::request;
+use crate::node::verdict::RequestError;
+
+/// Hands a failed module request to the network task's one rule for failed answers
+/// ([`Event::AnswerFailed`]): a malformed answer bans its sender.
+async fn fail(
+    events: &tokio::sync::mpsc::Sender<Event>,
+    node: modnode_peers::NodeId,
+    error: RequestError,
+) {
+    let _ = events
+        .send(Event::AnswerFailed {
+            node,
+            what: "module",
+            error,
+        })
+        .await;
+}
 
 impl Network {
     /// Starts fetching the first missing scheduled module, unless a fetch is running.
@@ -48,9 +66,15 @@ impl Network {
                 upgrades.fetch_answered(peer, &hash, served);
                 let bytes = match answer {
                     Ok(Response::Module(Some(bytes))) => bytes,
-                    Ok(_) => continue,
-                    Err(e) => {
-                        tracing::debug!(peer = %short(&peer), %module, error = %e, "module request failed");
+                    Ok(Response::Module(None)) => continue,
+                    Ok(_) => {
+                        let error = RequestError::Malformed("answer of the wrong kind".into());
+                        fail(&events, peer, error).await;
+                        continue;
+                    }
+                    Err(error) => {
+                        tracing::debug!(peer = %short(&peer), %module, %error, "module request failed");
+                        fail(&events, peer, error).await;
                         continue;
                     }
                 };

@@ -48,6 +48,12 @@ impl SyncImportError {
             Self::Branch(e) => e.fault(),
         }
     }
+
+    /// Whether the block (or one of its branch) is from a slot beyond our clock plus the skew
+    /// allowance: served as the answer to our own request, that is the peer's fault.
+    fn is_future_slot(&self) -> bool {
+        matches!(self, Self::Refused(WorkerError::FutureSlot { .. }))
+    }
 }
 
 impl std::fmt::Display for SyncImportError {
@@ -72,10 +78,11 @@ impl Network {
             Ok(blocks) => self.sync.handle_blocks(request.peer, request.id, blocks),
             Err(e) => {
                 tracing::debug!(peer = %short(&request.peer), error = %e, "block request failed");
-                let outcome = self.sync.handle_request_failed(request.peer, request.id);
-                if e.fault() == Fault::Peer {
-                    self.violation(request.peer, format!("block range answer: {e}"));
-                }
+                let now = self.now();
+                let outcome = self
+                    .sync
+                    .handle_request_failed(request.peer, request.id, now);
+                self.answer_failed(request.peer, "block range", &e);
                 outcome
             }
         };
@@ -104,11 +111,15 @@ impl Network {
                 bump(&self.metrics.blocks_rejected);
                 if e.fault() == Fault::Peer {
                     tracing::warn!(peer = %short(&peer), height, error = %e, "synced block invalid");
+                    if e.is_future_slot() {
+                        bump(&self.metrics.peer_future_blocks);
+                    }
                     self.sync.handle_import_failed(height, peer);
                 } else {
                     // Our failure or a transient one: the peer is not to blame.
                     tracing::info!(peer = %short(&peer), height, error = %e, "synced block not taken");
-                    self.sync.handle_import_aborted(height, peer);
+                    let now = self.now();
+                    self.sync.handle_import_aborted(height, peer, now);
                     if let Some(module) = e.hold() {
                         // Asking again at once would only be refused again: a loop of range
                         // requests and imports that starved the module's own fetch, compile
@@ -196,9 +207,20 @@ impl Network {
         let events = self.events.clone();
         let max = self.limits.max_message_bytes;
         tokio::spawn(async move {
-            if let Ok(Response::Status(status)) = request(&conn, Request::Status, max).await {
-                let _ = events.send(Event::StatusAnswer { node, status }).await;
-            }
+            let event = match request(&conn, Request::Status, max).await {
+                Ok(Response::Status(status)) => Event::StatusAnswer { node, status },
+                Ok(_) => Event::AnswerFailed {
+                    node,
+                    what: "status",
+                    error: RequestError::Malformed("answer of the wrong kind".into()),
+                },
+                Err(error) => Event::AnswerFailed {
+                    node,
+                    what: "status",
+                    error,
+                },
+            };
+            let _ = events.send(event).await;
         });
     }
 

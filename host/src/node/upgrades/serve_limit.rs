@@ -107,6 +107,8 @@ const TRACKED: usize = 256;
 #[derive(Debug)]
 pub struct ServeLimiter {
     limits: ServeLimits,
+    /// At most [`TRACKED`] (idle entries are dropped past it), and no more than the connected
+    /// peers when the owner forgets each peer that leaves.
     peers: HashMap<NodeId, PeerUse>,
 }
 
@@ -180,11 +182,16 @@ impl ServeLimiter {
         }
     }
 
-    /// `peer` disconnected: its accounting is dropped (a banned peer cannot come back).
+    /// `peer` left (closed, banned, superseded): its accounting is dropped, even with a request
+    /// in flight (that request's connection is gone; its [`finish`](Self::finish) then finds
+    /// nothing), so the table never holds more than the connected peers.
     pub fn forget(&mut self, peer: &NodeId) {
-        if self.peers.get(peer).is_some_and(|p| !p.in_flight) {
-            self.peers.remove(peer);
-        }
+        self.peers.remove(peer);
+    }
+
+    /// Peers with an account.
+    pub fn tracked(&self) -> usize {
+        self.peers.len()
     }
 }
 
@@ -221,6 +228,8 @@ struct Pace {
 /// When this node may ask each peer for a module again (see the module docs).
 #[derive(Debug, Default)]
 pub struct FetchPacing {
+    /// Bounded by the connected peers: only they are asked, and the owner forgets a peer
+    /// when it leaves.
     peers: HashMap<NodeId, Pace>,
 }
 
@@ -259,9 +268,14 @@ impl FetchPacing {
         );
     }
 
-    /// `peer` disconnected.
+    /// `peer` left.
     pub fn forget(&mut self, peer: &NodeId) {
         self.peers.remove(peer);
+    }
+
+    /// Peers with a pace.
+    pub fn tracked(&self) -> usize {
+        self.peers.len()
     }
 }
 
