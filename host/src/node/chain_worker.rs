@@ -77,12 +77,33 @@ pub enum WorkerError {
         slot: u64,
         /// Our current slot (with the clock-skew allowance).
         current: u64,
+        /// How far beyond our clock the block's slot starts, in ms: beyond
+        /// [`FAR_FUTURE_MS`] it is the sender's fault.
+        ahead_ms: u64,
     },
 }
 
 /// How far ahead of our clock a peer's clock may be: a block whose slot starts within this
 /// is accepted.
 pub const CLOCK_SKEW_MS: u64 = 500;
+
+/// How far beyond our clock a block's slot may start before sending it is the sender's fault.
+/// Closer than this the block is only early — our own clock may be the one behind, and an
+/// honest peer must not be banned for our drift — so it is dropped without a penalty (range
+/// sync backs off from the peer); beyond it, no honest clock explains it: the block was made up
+/// in advance.
+pub const FAR_FUTURE_MS: u64 = 10_000;
+
+/// Whether a block for `slot` is early by our clock (beyond [`CLOCK_SKEW_MS`]), and if so by
+/// how many milliseconds its slot starts after `now_ms`.
+pub fn early_by_ms(
+    genesis: &crate::chain::genesis::Genesis,
+    slot: u64,
+    now_ms: u64,
+) -> Option<u64> {
+    let current = genesis.slot_at(now_ms.saturating_add(CLOCK_SKEW_MS));
+    (slot > current).then(|| genesis.slot_start_ms(slot).saturating_sub(now_ms))
+}
 
 enum Command {
     Add {
@@ -489,15 +510,16 @@ impl Worker {
     fn add(&mut self, block: &Block) -> Result<Added, WorkerError> {
         // Every path (gossip, range sync, branch fetch) comes through here: a block from a
         // future slot would let an authority pre-produce its slots and reorg honest nodes.
-        let current = self
-            .chain
-            .genesis()
-            .slot_at(unix_ms().saturating_add(CLOCK_SKEW_MS));
-        if block.header.slot > current {
+        let now = unix_ms();
+        if let Some(ahead_ms) = early_by_ms(self.chain.genesis(), block.header.slot, now) {
             return Err(WorkerError::FutureSlot {
                 height: block.header.height,
                 slot: block.header.slot,
-                current,
+                current: self
+                    .chain
+                    .genesis()
+                    .slot_at(now.saturating_add(CLOCK_SKEW_MS)),
+                ahead_ms,
             });
         }
         let before = self.chain.head();

@@ -3,11 +3,13 @@
 //! Pure functions of the outcome (no sockets, no clock), so the policy is tested on its own:
 //! only a peer's proven fault penalises it. Our own failures (a store error, a stopped
 //! worker, a poisoned lock) and transient ones (a timeout, a busy worker) drop what was sent
-//! without touching the sender. A block from a slot beyond our clock plus
-//! [`CLOCK_SKEW_MS`](super::chain_worker::CLOCK_SKEW_MS) is the sender's fault: an honest
-//! node only sends blocks whose slot has started on its own clock, so such a block is either
-//! made up in advance or relayed without the check (one skew allowance, the same on every
-//! path: gossip, range answers, branch fetches).
+//! without touching the sender. A block whose slot starts more than
+//! [`FAR_FUTURE_MS`](super::chain_worker::FAR_FUTURE_MS) beyond our clock is the sender's
+//! fault: an honest node only sends blocks whose slot has started on its own clock, and no
+//! honest clock is that far off, so such a block was made up in advance. One merely early
+//! (beyond [`CLOCK_SKEW_MS`](super::chain_worker::CLOCK_SKEW_MS), within the far-future
+//! margin) is dropped without a penalty: our own clock may be the one behind. The same rule on
+//! every path: gossip, range answers, branch fetches.
 
 use std::time::Duration;
 
@@ -24,8 +26,8 @@ pub enum Fault {
     Peer,
     /// Our own failure: storage, a stopped worker, a poisoned lock, the host. Not penalised.
     Ours,
-    /// Nobody's fault for now: a timeout, a busy worker, a branch we cannot follow. Dropped,
-    /// not penalised.
+    /// Nobody's fault for now: a timeout, a busy worker, a block only early by our clock, a
+    /// branch we cannot follow. Dropped, not penalised.
     Transient,
 }
 
@@ -70,7 +72,10 @@ impl WorkerError {
     pub fn fault(&self) -> Fault {
         match self {
             Self::Block(e) => e.fault(),
-            Self::FutureSlot { .. } => Fault::Peer,
+            Self::FutureSlot { ahead_ms, .. } if *ahead_ms > super::chain_worker::FAR_FUTURE_MS => {
+                Fault::Peer
+            }
+            Self::FutureSlot { .. } => Fault::Transient,
             Self::Busy => Fault::Transient,
             Self::Stopped | Self::Produce { .. } | Self::Store(_) => Fault::Ours,
             Self::Proposal(_) => Fault::Transient,

@@ -193,8 +193,19 @@ fn local_failures_do_not_penalise_the_sender() {
         height: 5,
         slot: 90,
         current: 10,
+        ahead_ms: 80 * 1_000,
     };
     assert_eq!(future.fault(), Fault::Peer);
+    // Only early by our clock (which may be the one behind): dropped, not the peer's fault.
+    let early = WorkerError::FutureSlot {
+        height: 5,
+        slot: 11,
+        current: 10,
+        ahead_ms: modnode::node::chain_worker::FAR_FUTURE_MS,
+    };
+    assert_eq!(early.fault(), Fault::Transient);
+    let verdict = verdict::gossip_block(5, &Err(early));
+    assert!(verdict.penalty.is_none() && !verdict.relay);
     let verdict = verdict::gossip_block(5, &Err(future));
     assert!(verdict.penalty.is_some() && !verdict.relay);
     for error in [

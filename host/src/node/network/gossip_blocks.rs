@@ -9,7 +9,7 @@ use super::{Event, Network, short};
 use crate::chain::Added;
 use crate::chain::block::Block;
 use crate::net::gossip::GossipEvent;
-use crate::node::chain_worker::{CLOCK_SKEW_MS, WorkerError, unix_ms};
+use crate::node::chain_worker::{FAR_FUTURE_MS, WorkerError, early_by_ms, unix_ms};
 use crate::node::metrics::bump;
 use crate::node::verdict;
 
@@ -49,23 +49,29 @@ impl Network {
             }
         };
         // The chain worker checks this too; checked here first, it costs the sender's block
-        // no trip through the worker's queue. One skew allowance for every path.
-        let current = self
-            .genesis
-            .slot_at(unix_ms().saturating_add(CLOCK_SKEW_MS));
-        if block.header.slot > current {
-            // An honest relayer imported it first, which its clock (within the skew) allowed
-            // only once the slot had started: a block from beyond is made up in advance.
+        // no trip through the worker's queue. The same rule as every path (`verdict`).
+        if let Some(ahead_ms) = early_by_ms(&self.genesis, block.header.slot, unix_ms()) {
             bump(&self.metrics.blocks_rejected);
-            bump(&self.metrics.peer_future_blocks);
             self.verdict(id, false);
-            self.violation(
-                from,
-                format!(
-                    "relayed block {} for slot {} while the current slot is {current}",
-                    block.header.height, block.header.slot
-                ),
-            );
+            if ahead_ms > FAR_FUTURE_MS {
+                // An honest relayer imported it first, which its clock allowed only once the
+                // slot had started: a block this far ahead was made up in advance.
+                bump(&self.metrics.peer_future_blocks);
+                self.violation(
+                    from,
+                    format!(
+                        "relayed block {} for slot {}, which starts {ahead_ms} ms from now",
+                        block.header.height, block.header.slot
+                    ),
+                );
+            } else {
+                tracing::debug!(
+                    peer = %short(&from),
+                    height = block.header.height,
+                    ahead_ms,
+                    "gossiped block is early by our clock; dropped"
+                );
+            }
             return;
         }
         let chain = self.chain.clone();
@@ -103,7 +109,8 @@ impl Network {
                 if !verdict.behind_sender {
                     bump(&self.metrics.blocks_rejected);
                 }
-                if matches!(e, WorkerError::FutureSlot { .. }) {
+                if matches!(e, WorkerError::FutureSlot { ahead_ms, .. } if *ahead_ms > FAR_FUTURE_MS)
+                {
                     bump(&self.metrics.peer_future_blocks);
                 }
                 tracing::info!(peer = %short(&from), height, error = %e, "gossiped block not taken");

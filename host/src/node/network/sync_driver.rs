@@ -49,10 +49,11 @@ impl SyncImportError {
         }
     }
 
-    /// Whether the block (or one of its branch) is from a slot beyond our clock plus the skew
-    /// allowance: served as the answer to our own request, that is the peer's fault.
+    /// Whether the block (or one of its branch) is from a slot starting more than
+    /// [`FAR_FUTURE_MS`](crate::node::chain_worker::FAR_FUTURE_MS) beyond our clock: served as
+    /// the answer to our own request, that is the peer's fault.
     fn is_future_slot(&self) -> bool {
-        matches!(self, Self::Refused(WorkerError::FutureSlot { .. }))
+        matches!(self, Self::Refused(e @ WorkerError::FutureSlot { .. }) if e.fault() == Fault::Peer)
     }
 }
 
