@@ -1,6 +1,8 @@
 //! Parts of a multi-process testnet that is broken on purpose (issue 25): the pieces a runner
 //! combines to start many `modnode` processes, perturb them and check that nothing was lost.
 //!
+//! - [`invariants`]: the invariants (safety, deposits, bans, liveness…) checked on every sample.
 //! - [`relay`]: a fault-injecting UDP relay, one socket per directed link between nodes.
 
+pub mod invariants;
 pub mod relay;
