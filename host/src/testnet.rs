@@ -3,6 +3,8 @@
 //!
 //! - [`invariants`]: the invariants (safety, deposits, bans, liveness…) checked on every sample.
 //! - [`relay`]: a fault-injecting UDP relay, one socket per directed link between nodes.
+//! - [`report`]: the run's figures as JSON and its timeline as a PNG.
 
 pub mod invariants;
 pub mod relay;
+pub mod report;
