@@ -57,6 +57,9 @@ enum Command {
     /// Measure the node (`--json` for machines).
     #[command(subcommand)]
     Bench(BenchCommand),
+    /// Networks of separate `modnode run` processes.
+    #[command(subcommand)]
+    Testnet(commands::testnet::TestnetCommand),
     /// Tools for tests and debugging.
     #[command(subcommand, hide = true)]
     Debug(DebugCommand),
@@ -337,6 +340,7 @@ fn main() -> std::process::ExitCode {
     let result = match cli.command {
         Command::Run(args) => commands::run::run(args),
         Command::Devnet(args) => commands::devnet::devnet(args),
+        Command::Testnet(command) => commands::testnet::testnet(command),
         Command::Deposit(DepositCommand::Submit(args)) => commands::deposit::submit(args),
         Command::Debug(DebugCommand::ImportLoop {
             data_dir,

@@ -2,9 +2,11 @@
 //! combines to start many `modnode` processes, perturb them and check that nothing was lost.
 //!
 //! - [`invariants`]: the invariants (safety, deposits, bans, liveness…) checked on every sample.
+//! - [`network`]: the genesis, keys and command lines of a network of separate processes.
 //! - [`relay`]: a fault-injecting UDP relay, one socket per directed link between nodes.
 //! - [`report`]: the run's figures as JSON and its timeline as a PNG.
 
 pub mod invariants;
+pub mod network;
 pub mod relay;
 pub mod report;
