@@ -60,6 +60,9 @@ enum Command {
     /// Measure the node (`--json` for machines).
     #[command(subcommand)]
     Bench(BenchCommand),
+    /// Networks of separate `modnode run` processes.
+    #[command(subcommand)]
+    Testnet(commands::testnet::TestnetCommand),
     /// Tools for tests and debugging.
     #[command(subcommand, hide = true)]
     Debug(DebugCommand),
@@ -366,6 +369,7 @@ fn main() -> std::process::ExitCode {
         Command::Config(ConfigCommand::Show(args)) => commands::config::show(args),
         Command::Config(ConfigCommand::Init(args)) => commands::config::init(args),
         Command::Devnet(args) => commands::devnet::devnet(args),
+        Command::Testnet(command) => commands::testnet::testnet(command),
         Command::Deposit(DepositCommand::Submit(args)) => commands::deposit::submit(args),
         Command::Debug(DebugCommand::ImportLoop {
             data_dir,
