@@ -19,12 +19,10 @@ pub mod driver;
 use std::ops::RangeInclusive;
 use std::time::Duration;
 
-use serde_json::Value;
-
 pub use self::driver::{PollError, StartError, check_endpoint, poll_once, run};
 use super::abi::{AbiError, decode_deposit_event, deposit_event_topic};
-use super::dev_contract::Eth1Block;
-use super::rpc::{DEV_CHAIN_ID, RpcError, parse_data, parse_quantity};
+use super::dev_contract::{Eth1Block, MIN_DEPOSIT_GWEI};
+use super::rpc::DEV_CHAIN_ID;
 use crate::chain::block::DepositData;
 
 /// What a follower is configured with: where the contract is and how far behind to stay.
@@ -79,44 +77,24 @@ pub struct RawLog {
     pub block_hash: [u8; 32],
     /// Whether the log was removed by a reorg.
     pub removed: bool,
+    /// The log's index in its block (`logIndex`; absent from a pending log).
+    pub log_index: Option<u64>,
+    /// The transaction that emitted it (`transactionHash`; absent from a pending log).
+    pub transaction_hash: Option<[u8; 32]>,
 }
 
 impl RawLog {
-    /// Parses a log object.
-    pub fn from_json(log: &Value) -> Result<Self, RpcError> {
-        let field = |name: &str| {
-            log.get(name)
-                .and_then(Value::as_str)
-                .ok_or_else(|| RpcError::new(0, format!("no string field `{name}`")))
-        };
-        let topics = log
-            .get("topics")
-            .and_then(Value::as_array)
-            .ok_or_else(|| RpcError::new(0, "no array field `topics`"))?;
-        if topics.len() > 4 {
-            return Err(RpcError::new(
-                0,
-                format!("{} topics, at most 4 exist", topics.len()),
-            ));
-        }
-        let data_text = field("data")?;
-        let data = hex::decode(data_text.strip_prefix("0x").unwrap_or(data_text))
-            .map_err(|e| RpcError::new(0, format!("data: {e}")))?;
-        Ok(Self {
-            address: parse_data(field("address")?, "address")?,
-            topics: topics
-                .iter()
-                .map(|t| {
-                    t.as_str()
-                        .ok_or_else(|| RpcError::new(0, "topic is not a string"))
-                        .and_then(|t| parse_data(t, "topic"))
-                })
-                .collect::<Result<_, _>>()?,
-            data,
-            block_number: parse_quantity(field("blockNumber")?, "blockNumber")?,
-            block_hash: parse_data(field("blockHash")?, "blockHash")?,
-            removed: log.get("removed").and_then(Value::as_bool).unwrap_or(false),
-        })
+    /// How the log is named in errors: its index in its block and its transaction, when the
+    /// source gave them.
+    pub fn name(&self) -> String {
+        let index = self
+            .log_index
+            .map_or_else(|| "?".to_string(), |i| i.to_string());
+        let tx = self.transaction_hash.map_or_else(
+            || "unknown".to_string(),
+            |t| format!("0x{}", hex::encode(t)),
+        );
+        format!("log {index} (transaction {tx})")
     }
 }
 
@@ -131,6 +109,21 @@ pub enum FollowError {
         block: u64,
         /// What is wrong.
         source: AbiError,
+    },
+    /// A `DepositEvent` of less than 1 ETH: the real contract refuses such a deposit, so the
+    /// log is not one it emitted.
+    #[error(
+        "deposit {log} in block {block}: amount {amount} Gwei is below the deposit contract's \
+         minimum of {MIN_DEPOSIT_GWEI} Gwei (1 ETH), which the contract refuses: a malformed log \
+         (check the endpoint serves the real deposit contract's log)"
+    )]
+    LowAmount {
+        /// The block.
+        block: u64,
+        /// The log, named by its index and transaction.
+        log: String,
+        /// The amount the log gives.
+        amount: u64,
     },
     /// A log from another contract or with another topic, or marked removed.
     #[error("log in block {block} is not a DepositEvent of the followed contract: {reason}")]
@@ -209,6 +202,19 @@ pub struct Follower {
     next_block: u64,
     next_index: u64,
     last: Option<Eth1Block>,
+    /// The source's head at the last poll.
+    head: Option<u64>,
+}
+
+/// The source's head went back between two polls (a reorganisation to a shorter chain, or an
+/// endpoint behind a load balancer whose backends disagree): nothing new is read until it
+/// passes what was followed, and the operator is told.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HeadWentBack {
+    /// The head at the poll before.
+    pub previous: u64,
+    /// The head now.
+    pub now: u64,
 }
 
 impl Follower {
@@ -222,6 +228,7 @@ impl Follower {
             next_block: config.start_block,
             next_index: 0,
             last: None,
+            head: None,
         }
     }
 
@@ -272,6 +279,16 @@ impl Follower {
     fn grow_page(&mut self) {
         let step = (self.page / 4).max(1);
         self.page = self.page.saturating_add(step).min(self.max_blocks);
+    }
+
+    /// Records the source's head at a poll; says when it is lower than at the poll before
+    /// (once per change: a head that stays back is not reported again).
+    pub fn observe_head(&mut self, head: u64) -> Option<HeadWentBack> {
+        let previous = self.head.replace(head)?;
+        (head < previous).then_some(HeadWentBack {
+            previous,
+            now: head,
+        })
     }
 
     /// The blocks to read next when the source's head is `head`, if any.
@@ -377,6 +394,13 @@ impl Follower {
             }
             let (deposit, index) = decode_deposit_event(&log.data)
                 .map_err(|source| FollowError::Abi { block, source })?;
+            if deposit.amount < MIN_DEPOSIT_GWEI {
+                return Err(FollowError::LowAmount {
+                    block,
+                    log: log.name(),
+                    amount: deposit.amount,
+                });
+            }
             if index != expected {
                 return Err(FollowError::Gap {
                     expected,
@@ -451,6 +475,8 @@ mod tests {
             block_number,
             block_hash: block(block_number).hash,
             removed: false,
+            log_index: None,
+            transaction_hash: None,
         }
     }
 
@@ -575,6 +601,70 @@ mod tests {
             Err(FollowError::WrongBlock { asked: 7, .. })
         ));
         Follower::new(&config(2, 100)).check_followed(None).unwrap();
+    }
+
+    #[test]
+    fn a_head_going_back_is_reported_once_per_change_with_both_heights() {
+        let mut f = Follower::new(&config(2, 100));
+        assert_eq!(f.observe_head(10), None);
+        assert_eq!(f.observe_head(12), None);
+        assert_eq!(
+            f.observe_head(7),
+            Some(HeadWentBack {
+                previous: 12,
+                now: 7
+            })
+        );
+        assert_eq!(
+            f.observe_head(7),
+            None,
+            "a head that stays back is told once"
+        );
+        assert_eq!(
+            f.observe_head(6),
+            Some(HeadWentBack {
+                previous: 7,
+                now: 6
+            })
+        );
+        assert_eq!(f.observe_head(13), None);
+    }
+
+    #[test]
+    fn a_deposit_below_one_eth_is_a_malformed_log_named_by_index_and_transaction() {
+        for amount in [0, 999_999_999] {
+            let mut f = Follower::new(&config(0, 100));
+            let mut low = deposit(1);
+            low.amount = amount;
+            let mut bad = log(1, 2);
+            bad.data = encode_deposit_event(&low, 1);
+            bad.log_index = Some(3);
+            bad.transaction_hash = Some([0xcd; 32]);
+            let err = f
+                .handle_range(0..=2, &[log(0, 1), bad], block(2), None)
+                .unwrap_err();
+            let text = err.to_string();
+            assert!(
+                matches!(err, FollowError::LowAmount { block: 2, .. }),
+                "{text}"
+            );
+            assert!(text.contains("log 3"), "{text}");
+            assert!(text.contains(&"cd".repeat(32)), "{text}");
+            assert!(text.contains(&format!("amount {amount} Gwei")), "{text}");
+            assert_eq!(f.next_index(), 0, "nothing followed");
+        }
+        // The contract's minimum itself is a deposit.
+        let mut f = Follower::new(&config(0, 100));
+        let mut min = deposit(0);
+        min.amount = 1_000_000_000;
+        let mut ok = log(0, 1);
+        ok.data = encode_deposit_event(&min, 0);
+        assert_eq!(
+            f.handle_range(0..=1, &[ok], block(1), None)
+                .unwrap()
+                .deposits,
+            vec![min]
+        );
     }
 
     #[test]

@@ -44,6 +44,8 @@ pub struct Metrics {
     pub checkpoint_served: crate::checkpoint::ServeCounters,
     /// This node's own restore from a checkpoint.
     pub checkpoint_restore: RestoreCounters,
+    /// The deposit follower's faults of its source (shared with the `DepositSource`).
+    pub eth1_follower: std::sync::Arc<crate::deposit_source::FollowerCounters>,
 }
 
 /// Progress of restoring from a checkpoint (all zero when the node did not restore).
@@ -220,6 +222,16 @@ impl Metrics {
                     "peer_violations",
                     "Peers banned for protocol violations",
                     load(&self.peer_violations),
+                ),
+                (
+                    "eth1_head_went_back",
+                    "Polls at which the eth1 deposit source's head was lower than before",
+                    load(&self.eth1_follower.head_went_back),
+                ),
+                (
+                    "eth1_answers_too_large",
+                    "eth1 endpoint answers refused as over the bound of what was asked for",
+                    load(&self.eth1_follower.answers_too_large),
                 ),
             ],
             gauges: [
