@@ -70,9 +70,11 @@ pub enum ClientError {
     },
     /// The answer is larger than anything the call asked for can need (the source's fault;
     /// for `eth_getLogs`, a smaller page may fit).
+    // `read` stays out of the message: it varies from poll to poll, and the follower reports
+    // an error once per distinct text.
     #[error(
         "deposit source {url}: the answer to {method} is over its bound of {limit} bytes \
-         ({size}); refused after reading {read} bytes"
+         ({size}); refused"
     )]
     TooLarge {
         /// The URL.
@@ -81,7 +83,7 @@ pub enum ClientError {
         method: String,
         /// The bound for this call.
         limit: usize,
-        /// What the source announced (`Content-Length`), or "no length announced".
+        /// What the source announced (`Content-Length`), or that it sent more than the bound.
         size: String,
         /// Bytes read before refusing (at most the bound and one read more).
         read: usize,
@@ -254,7 +256,7 @@ impl RpcClient {
                     method: method.to_string(),
                     limit,
                     size: announced.map_or_else(
-                        || "no length announced".to_string(),
+                        || format!("no length announced, more than {limit} bytes sent"),
                         |n| format!("{n} bytes announced"),
                     ),
                     read,

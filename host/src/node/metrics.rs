@@ -522,6 +522,8 @@ mod tests {
             "# TYPE modnode_blocks_produced counter",
             "modnode_blocks_produced_total 2",
             "modnode_peer_violations_total 0",
+            "modnode_eth1_head_went_back_total 0",
+            "modnode_eth1_answers_too_large_total 0",
             "# TYPE modnode_head_height gauge",
             "modnode_head_height 42",
             "modnode_finalized_height 10",
