@@ -235,8 +235,10 @@ impl<P: Ord + Clone> Fetcher<P> {
         }))
     }
 
-    /// The peer with room expected to answer one more request soonest: latency × (queue + 1);
-    /// unknown latency counts as the initial timeout's tenth, so new peers are tried early.
+    /// The peer with room expected to answer one more request soonest: latency × (queue + 1),
+    /// doubled for each timeout since its last answer (so a chunk that timed out goes to
+    /// another peer when one is as good); unknown latency counts as the initial timeout's
+    /// tenth, so new peers are tried early.
     fn best_peer(&self) -> Option<(&P, &PeerState)> {
         let max = self.config.max_in_flight_per_peer.max(1);
         // (`checked_div` only fails for a zero divisor.)
@@ -249,11 +251,15 @@ impl<P: Ord + Clone> Fetcher<P> {
             .iter()
             .filter(|(_, s)| s.in_flight < max.checked_shr(s.timeouts).unwrap_or(0).max(1))
             .min_by_key(|(_, s)| {
-                s.latency.unwrap_or(guess).saturating_mul(
-                    u32::try_from(s.in_flight)
-                        .unwrap_or(u32::MAX)
-                        .saturating_add(1),
-                )
+                let penalty = 1u32.checked_shl(s.timeouts.min(31)).unwrap_or(u32::MAX);
+                s.latency
+                    .unwrap_or(guess)
+                    .saturating_mul(
+                        u32::try_from(s.in_flight)
+                            .unwrap_or(u32::MAX)
+                            .saturating_add(1),
+                    )
+                    .saturating_mul(penalty)
             })
     }
 
@@ -555,12 +561,18 @@ mod tests {
     fn an_expired_request_is_reassigned_and_its_peer_gets_the_next_deadline_doubled() {
         let config = FetchConfig::default();
         let mut fetcher = Fetcher::new([7], ["silent", "other"], config);
+        // (Both unmeasured: the first request goes to either.)
         let t0 = Instant::now();
         let first = fetcher.poll_request(t0).unwrap().unwrap();
         assert_eq!(first.deadline, t0 + config.initial_timeout);
         assert_eq!(fetcher.next_deadline(), Some(first.deadline));
-        // An answer for another peer's request or another chunk changes nothing.
-        fetcher.handle_expired(&"other", 7);
+        let not_holder = if first.peer == "silent" {
+            "other"
+        } else {
+            "silent"
+        };
+        // An expiry for a peer not holding the chunk, or for another chunk, changes nothing.
+        fetcher.handle_expired(&not_holder, 7);
         fetcher.handle_expired(&first.peer, 8);
         assert_eq!(fetcher.in_flight(), 1);
         // The driver gave up at the fetcher's deadline: the chunk goes to the other peer.
