@@ -39,7 +39,7 @@ pub mod store;
 
 pub use carry::{CarriedOver, carry_over, listed_chunks};
 pub use create::{BlockRef, Checkpoint, CreateError, CreateOptions, create};
-pub use fetch::{FetchConfig, FetchError, Fetcher, Penalty, choose, final_offers};
+pub use fetch::{ChunkRequest, FetchConfig, FetchError, Fetcher, Penalty, choose, final_offers};
 pub use leaves::{StateLeaves, synthetic_state};
 pub use manifest::{ChunkEntry, Manifest, ManifestError, ManifestLimits};
 pub use restore::{

@@ -32,7 +32,8 @@ pub mod rpc;
 pub mod server;
 pub mod tree;
 
-use std::sync::Mutex;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
 
 use self::cache::{CacheError, DepositCache};
 use self::dev_contract::Eth1Block;
@@ -103,6 +104,17 @@ impl SourceState {
 #[derive(Debug, Default)]
 pub struct DepositSource {
     state: Mutex<SourceState>,
+    counters: Arc<FollowerCounters>,
+}
+
+/// The deposit source's faults the follower met, for `/metrics` (the node's
+/// [`Metrics`](crate::node::Metrics) holds the same counters).
+#[derive(Debug, Default)]
+pub struct FollowerCounters {
+    /// Polls at which the source's head was lower than at the poll before.
+    pub head_went_back: AtomicU64,
+    /// Answers refused as larger than what was asked for can need.
+    pub answers_too_large: AtomicU64,
 }
 
 /// Why the source cannot prove what the producer asks for.
@@ -165,6 +177,19 @@ impl DepositSource {
     /// An empty source.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// An empty source counting the follower's faults in `counters`.
+    pub fn with_counters(counters: Arc<FollowerCounters>) -> Self {
+        Self {
+            counters,
+            ..Self::default()
+        }
+    }
+
+    /// The follower's fault counters.
+    pub fn counters(&self) -> &FollowerCounters {
+        &self.counters
     }
 
     fn state(&self) -> Result<std::sync::MutexGuard<'_, SourceState>, SourceError> {

@@ -581,7 +581,7 @@ impl Node {
                         .await
                         .map_err(|e| NodeError::Startup(e.to_string()))?
                         .map_err(|e| NodeError::DepositSource(e.to_string()))?;
-                let source = Arc::new(DepositSource::new());
+                let source = Arc::new(DepositSource::with_counters(metrics.eth1_follower.clone()));
                 if let Some(restored) = restored {
                     tracing::info!(
                         deposits = restored.deposit_count,

@@ -6,6 +6,14 @@
 //!   a slow peer keeps a small share and fast peers take the rest.
 //! - Each peer's timeout adapts: four times its smoothed latency, within bounds; a timeout
 //!   doubles it and puts the chunk back for another peer.
+//! - The fetcher owns the one deadline of every request: [`ChunkRequest::deadline`] is when the
+//!   driver must give up waiting for the answer (and report it with
+//!   [`Fetcher::handle_expired`]); the driver sets no timeout of its own, so the fetcher's view
+//!   of what is in flight is always the driver's.
+//! - Once no chunk is waiting, a peer with room takes over a chunk another peer has held for
+//!   longer than this peer's own timeout (its expected answer time, with margin): a slow peer
+//!   loses its share to idle fast ones instead of holding the end of the restore up until its
+//!   deadline. The late answer of the slow peer is still taken if it comes first.
 //! - A chunk whose bytes are not the listed ones is the serving peer's fault: the peer is
 //!   dropped and reported, the chunk fetched elsewhere. Verified chunks are never requested again.
 
@@ -98,6 +106,19 @@ struct PeerState {
     timeouts: u32,
 }
 
+/// A chunk request to send, with the deadline the fetcher gives it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChunkRequest<P> {
+    /// Whom to ask.
+    pub peer: P,
+    /// The chunk.
+    pub index: usize,
+    /// When to stop waiting for the answer: the driver bounds the request by this instant and
+    /// no other, and reports an answer not received by then with
+    /// [`Fetcher::handle_expired`].
+    pub deadline: Instant,
+}
+
 /// What the driver should do about a peer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Penalty<P> {
@@ -177,45 +198,105 @@ impl<P: Ord + Clone> Fetcher<P> {
         self.peers.keys()
     }
 
-    /// The next request to send, if a peer has room and a chunk is waiting.
-    pub fn poll_request(&mut self, now: Instant) -> Result<Option<(P, usize)>, FetchError> {
+    /// The next request to send, if a peer has room and a chunk is waiting (or, with none
+    /// waiting, a chunk a slower peer has held past this peer's timeout: see the module docs).
+    pub fn poll_request(&mut self, now: Instant) -> Result<Option<ChunkRequest<P>>, FetchError> {
         if self.peers.is_empty() && !self.is_done() {
             return Err(FetchError::NoPeers {
                 missing: self.pending.len().saturating_add(self.in_flight.len()),
             });
         }
-        let Some(&index) = self.pending.first() else {
+        let (index, peer) = match self.pending.first() {
+            Some(&index) => {
+                let Some((peer, _)) = self.best_peer() else {
+                    return Ok(None);
+                };
+                (index, peer.clone())
+            }
+            None => match self.stealable() {
+                Some((index, thief, at)) if at <= now => {
+                    self.steal(index);
+                    (index, thief)
+                }
+                _ => return Ok(None),
+            },
+        };
+        let Some(state) = self.peers.get_mut(&peer) else {
             return Ok(None);
         };
+        state.in_flight = state.in_flight.saturating_add(1);
+        let deadline = now.checked_add(state.timeout).unwrap_or(now);
+        self.pending.remove(&index);
+        self.in_flight.insert(index, (peer.clone(), deadline, now));
+        Ok(Some(ChunkRequest {
+            peer,
+            index,
+            deadline,
+        }))
+    }
+
+    /// The peer with room expected to answer one more request soonest: latency × (queue + 1),
+    /// doubled for each timeout since its last answer (so a chunk that timed out goes to
+    /// another peer when one is as good); unknown latency counts as the initial timeout's
+    /// tenth, so new peers are tried early.
+    fn best_peer(&self) -> Option<(&P, &PeerState)> {
         let max = self.config.max_in_flight_per_peer.max(1);
-        // Expected time to answer one more request: latency × (queue + 1); unknown latency
-        // counts as the initial timeout's tenth, so new peers are tried early.
         // (`checked_div` only fails for a zero divisor.)
         let guess = self
             .config
             .initial_timeout
             .checked_div(10)
             .unwrap_or_default();
-        let best = self
-            .peers
-            .iter_mut()
+        self.peers
+            .iter()
             .filter(|(_, s)| s.in_flight < max.checked_shr(s.timeouts).unwrap_or(0).max(1))
             .min_by_key(|(_, s)| {
-                s.latency.unwrap_or(guess).saturating_mul(
-                    u32::try_from(s.in_flight)
-                        .unwrap_or(u32::MAX)
-                        .saturating_add(1),
-                )
-            });
-        let Some((peer, state)) = best else {
-            return Ok(None);
-        };
-        state.in_flight = state.in_flight.saturating_add(1);
-        let deadline = now.checked_add(state.timeout).unwrap_or(now);
-        let peer = peer.clone();
-        self.pending.remove(&index);
-        self.in_flight.insert(index, (peer.clone(), deadline, now));
-        Ok(Some((peer, index)))
+                let penalty = 1u32.checked_shl(s.timeouts.min(31)).unwrap_or(u32::MAX);
+                s.latency
+                    .unwrap_or(guess)
+                    .saturating_mul(
+                        u32::try_from(s.in_flight)
+                            .unwrap_or(u32::MAX)
+                            .saturating_add(1),
+                    )
+                    .saturating_mul(penalty)
+            })
+    }
+
+    /// With no chunk waiting: the chunk in flight the best peer with room should take over,
+    /// that peer, and from when. Only a measured peer takes over (its timeout is then its
+    /// expected answer time with margin), only from a peer not known to be faster, and only a
+    /// chunk held longer than that timeout; the oldest such chunk first.
+    fn stealable(&self) -> Option<(usize, P, Instant)> {
+        if !self.pending.is_empty() {
+            return None;
+        }
+        let (thief, thief_state) = self.best_peer()?;
+        let thief_latency = thief_state.latency?;
+        let (index, (_, _, sent)) = self
+            .in_flight
+            .iter()
+            .filter(|(_, (holder, _, _))| holder != thief)
+            .filter(|(_, (holder, _, _))| {
+                self.peers
+                    .get(holder)
+                    .and_then(|h| h.latency)
+                    .is_none_or(|l| l > thief_latency)
+            })
+            .min_by_key(|(_, (_, _, sent))| *sent)?;
+        let at = sent.checked_add(thief_state.timeout).unwrap_or(*sent);
+        Some((*index, thief.clone(), at))
+    }
+
+    /// Takes chunk `index` from its holder to give it to another peer: the holder's share
+    /// shrinks as on a timeout, its request's answer is still taken if it comes first.
+    fn steal(&mut self, index: usize) {
+        if let Some((holder, _)) = self.take_in_flight(index)
+            && let Some(state) = self.peers.get_mut(&holder)
+        {
+            state.timeouts = state.timeouts.saturating_add(1);
+        }
+        self.pending.insert(index);
     }
 
     /// Takes chunk `index` out of flight; returns who held it and when it was sent.
@@ -305,6 +386,28 @@ impl<P: Ord + Clone> Fetcher<P> {
         });
     }
 
+    /// The request of chunk `index` to `peer` reached its [`ChunkRequest::deadline`] without an
+    /// answer: as [`handle_timeouts`](Self::handle_timeouts) for that one request (nothing
+    /// when the chunk went to another peer meanwhile or is verified).
+    pub fn handle_expired(&mut self, peer: &P, index: usize) {
+        if self
+            .in_flight
+            .get(&index)
+            .is_some_and(|(holder, _, _)| holder == peer)
+        {
+            self.take_in_flight(index);
+            self.pending.insert(index);
+            self.timed_out(peer);
+        }
+    }
+
+    fn timed_out(&mut self, peer: &P) {
+        if let Some(state) = self.peers.get_mut(peer) {
+            state.timeouts = state.timeouts.saturating_add(1);
+            state.timeout = state.timeout.saturating_mul(2).min(self.config.max_timeout);
+        }
+    }
+
     /// Requests past their deadline go back to the queue; their peers' timeouts double and
     /// their share shrinks. Returns the expired `(peer, chunk)` pairs.
     pub fn handle_timeouts(&mut self, now: Instant) -> Vec<(P, usize)> {
@@ -315,24 +418,174 @@ impl<P: Ord + Clone> Fetcher<P> {
             .map(|(i, (p, _, _))| (*i, p.clone()))
             .collect();
         for (index, peer) in &expired {
-            self.in_flight.remove(index);
+            self.take_in_flight(*index);
             self.pending.insert(*index);
-            if let Some(state) = self.peers.get_mut(peer) {
-                state.in_flight = state.in_flight.saturating_sub(1);
-                state.timeouts = state.timeouts.saturating_add(1);
-                state.timeout = state.timeout.saturating_mul(2).min(self.config.max_timeout);
-            }
+            self.timed_out(peer);
         }
         expired.into_iter().map(|(i, p)| (p, i)).collect()
     }
 
-    /// The earliest deadline in flight (when to call [`handle_timeouts`](Self::handle_timeouts)).
+    /// When to call [`handle_timeouts`](Self::handle_timeouts) and
+    /// [`poll_request`](Self::poll_request) again: the earliest deadline in flight, or earlier
+    /// the moment an idle peer may take over a slow peer's chunk.
     pub fn next_deadline(&self) -> Option<Instant> {
-        self.in_flight.values().map(|(_, d, _)| *d).min()
+        let steal = self.stealable().map(|(_, _, at)| at);
+        self.in_flight
+            .values()
+            .map(|(_, d, _)| *d)
+            .chain(steal)
+            .min()
+    }
+
+    /// Requests in flight.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.len()
     }
 
     /// Peers dropped for serving bad chunks, in order, each once.
     pub fn penalised(&self) -> &[Penalty<P>] {
         &self.penalised
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What a simulated restore did.
+    struct Run {
+        /// Virtual time from the first request to the last chunk verified.
+        took: Duration,
+        /// Chunks each peer delivered first (the ones that counted).
+        delivered: Vec<usize>,
+        /// Chunks each peer was asked for.
+        asked: Vec<usize>,
+    }
+
+    /// Drives a fetcher of `chunks` chunks over peers answering after `latencies`, with
+    /// virtual time, the way the restore driver does: a request is cut at the deadline the
+    /// fetcher gave it (and reported expired), every answer before it is reported.
+    fn simulate(chunks: usize, latencies: &[Duration]) -> (Fetcher<usize>, Run) {
+        let mut fetcher = Fetcher::new(0..chunks, 0..latencies.len(), FetchConfig::default());
+        let start = Instant::now();
+        let mut now = start;
+        let mut verified = BTreeSet::new();
+        let mut delivered = vec![0; latencies.len()];
+        let mut asked = vec![0; latencies.len()];
+        // (arrival, peer, chunk)
+        let mut inbox: Vec<(Instant, usize, usize)> = Vec::new();
+        // Requests the driver gives up on at their deadline: (deadline, peer, chunk).
+        let mut cut: Vec<(Instant, usize, usize)> = Vec::new();
+        for _ in 0..100_000 {
+            while let Some(ChunkRequest {
+                peer,
+                index,
+                deadline,
+            }) = fetcher.poll_request(now).unwrap()
+            {
+                asked[peer] += 1;
+                let arrival = now + latencies[peer];
+                if arrival <= deadline {
+                    inbox.push((arrival, peer, index));
+                } else {
+                    // Cut at the fetcher's deadline, as the driver does.
+                    cut.push((deadline, peer, index));
+                }
+            }
+            if fetcher.is_done() {
+                break;
+            }
+            inbox.sort();
+            cut.sort();
+            let next = [
+                inbox.first().map(|a| a.0),
+                cut.first().map(|c| c.0),
+                fetcher.next_deadline(),
+            ]
+            .into_iter()
+            .flatten()
+            .min()
+            .expect("a request in flight or a deadline to wait for");
+            now = now.max(next);
+            while cut.first().is_some_and(|c| c.0 <= now) {
+                let (_, peer, index) = cut.remove(0);
+                fetcher.handle_expired(&peer, index);
+            }
+            fetcher.handle_timeouts(now);
+            while inbox.first().is_some_and(|a| a.0 <= now) {
+                let (_, peer, index) = inbox.remove(0);
+                if verified.insert(index) {
+                    delivered[peer] += 1;
+                }
+                fetcher.handle_verified(&peer, index, now);
+            }
+        }
+        assert!(fetcher.is_done(), "the simulation did not finish");
+        let took = now.duration_since(start);
+        (
+            fetcher,
+            Run {
+                took,
+                delivered,
+                asked,
+            },
+        )
+    }
+
+    #[test]
+    fn a_slow_peer_loses_its_chunks_to_fast_peers_without_waiting_out_its_deadline() {
+        let fast = Duration::from_millis(50);
+        // Slower than any deadline the fetcher gives a request (10 s, doubled, up to 60 s).
+        let slow = Duration::from_secs(100);
+        let (fetcher, run) = simulate(40, &[slow, fast, fast, fast]);
+        assert!(
+            run.asked[0] > 0,
+            "the slow peer was never tried: {:?}",
+            run.asked
+        );
+        assert_eq!(run.delivered[0], 0, "{:?}", run.delivered);
+        assert_eq!(run.delivered.iter().sum::<usize>(), 40);
+        // The fast peers take the slow peer's chunks once they sit idle, long before the
+        // 10 s first deadline: the restore takes about what the fast peers need.
+        assert!(
+            run.took < Duration::from_secs(2),
+            "the restore took {:?} with one slow peer",
+            run.took
+        );
+        // Slow is not malicious: the peer stays, unpenalised, with a smaller share.
+        assert!(fetcher.penalised().is_empty());
+        assert!(fetcher.peers().any(|p| *p == 0));
+    }
+
+    #[test]
+    fn an_expired_request_is_reassigned_and_its_peer_gets_the_next_deadline_doubled() {
+        let config = FetchConfig::default();
+        let mut fetcher = Fetcher::new([7], ["silent", "other"], config);
+        // (Both unmeasured: the first request goes to either.)
+        let t0 = Instant::now();
+        let first = fetcher.poll_request(t0).unwrap().unwrap();
+        assert_eq!(first.deadline, t0 + config.initial_timeout);
+        assert_eq!(fetcher.next_deadline(), Some(first.deadline));
+        let not_holder = if first.peer == "silent" {
+            "other"
+        } else {
+            "silent"
+        };
+        // An expiry for a peer not holding the chunk, or for another chunk, changes nothing.
+        fetcher.handle_expired(&not_holder, 7);
+        fetcher.handle_expired(&first.peer, 8);
+        assert_eq!(fetcher.in_flight(), 1);
+        // The driver gave up at the fetcher's deadline: the chunk goes to the other peer.
+        fetcher.handle_expired(&first.peer, 7);
+        assert_eq!(fetcher.in_flight(), 0);
+        let t1 = first.deadline;
+        let second = fetcher.poll_request(t1).unwrap().unwrap();
+        assert_ne!(second.peer, first.peer);
+        assert_eq!(second.index, 7);
+        assert_eq!(second.deadline, t1 + config.initial_timeout);
+        fetcher.handle_expired(&second.peer, 7);
+        let third = fetcher.poll_request(t1).unwrap().unwrap();
+        assert_eq!(third.deadline, t1 + config.initial_timeout * 2);
+        assert!(fetcher.penalised().is_empty());
     }
 }

@@ -1,25 +1,32 @@
 //! A small JSON-RPC 2.0 client over HTTP/1.1 (hyper), for a deposit source: the dev contract
-//! or a real execution client. One connection per call, each call bounded in time and in the
-//! size of the answer.
+//! or a real execution client. One connection per call, each call bounded in time and its answer
+//! in size by what was asked for ([`wire`]: an `eth_getLogs` page by the logs it may hold, a
+//! quantity by a few KiB); the answer is read up to that bound and decoded into typed
+//! structures, never into an untyped JSON tree.
+
+pub mod wire;
 
 use std::time::Duration;
 
-use http_body_util::{BodyExt as _, Full, Limited};
+use http_body_util::{BodyExt as _, Full};
 use hyper::Request;
 use hyper::body::Bytes;
 use hyper_util::rt::TokioIo;
+use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
+use self::wire::{BlockJson, Envelope, LogJson, SubmittedJson};
 use super::abi::deposit_event_topic;
 use super::dev_contract::Eth1Block;
 use super::follower::RawLog;
-use super::rpc::{data, parse_data, parse_quantity, quantity};
+use super::rpc::{data, parse_quantity, quantity};
 use crate::admin::deposit_json;
 use crate::chain::block::DepositData;
 
 /// Default bound on one call.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
-/// Largest answer read (a full `eth_getLogs` page of 10,000 deposit logs is about 14 MB).
+/// Largest answer read for any call (the largest per-method bound, [`wire::MAX_LOGS_ANSWER_BYTES`],
+/// is below it).
 pub const MAX_RESPONSE_BYTES: usize = 32 << 20;
 
 /// Why a call failed, and whose fault it is.
@@ -61,6 +68,26 @@ pub enum ClientError {
         /// What is wrong.
         reason: String,
     },
+    /// The answer is larger than anything the call asked for can need (the source's fault;
+    /// for `eth_getLogs`, a smaller page may fit).
+    // `read` stays out of the message: it varies from poll to poll, and the follower reports
+    // an error once per distinct text.
+    #[error(
+        "deposit source {url}: the answer to {method} is over its bound of {limit} bytes \
+         ({size}); refused"
+    )]
+    TooLarge {
+        /// The URL.
+        url: String,
+        /// The method called.
+        method: String,
+        /// The bound for this call.
+        limit: usize,
+        /// What the source announced (`Content-Length`), or that it sent more than the bound.
+        size: String,
+        /// Bytes read before refusing (at most the bound and one read more).
+        read: usize,
+    },
     /// The source answered with a JSON-RPC error.
     #[error("deposit source {url}: {method} failed with JSON-RPC error {code}: {message}")]
     Rpc {
@@ -95,6 +122,7 @@ impl ClientError {
     /// over its limit): a smaller range may succeed where the same one never will.
     pub fn is_range_limit(&self) -> bool {
         match self {
+            Self::TooLarge { method, .. } => method == "eth_getLogs",
             Self::Rpc { code, message, .. } => {
                 let message = message.to_lowercase();
                 *code == super::rpc::codes::LIMIT_EXCEEDED
@@ -156,9 +184,15 @@ impl RpcClient {
         &self.url
     }
 
-    /// Calls `method` with `params`; returns the `result`.
-    pub async fn call(&self, method: &str, params: Value) -> Result<Value, ClientError> {
-        match tokio::time::timeout(self.timeout, self.call_unbounded(method, params)).await {
+    /// Calls `method` with `params`; reads an answer of at most `limit` bytes and returns its
+    /// `result` decoded as a `T` (`None`: the result is null).
+    pub async fn call<T: DeserializeOwned>(
+        &self,
+        method: &str,
+        params: Value,
+        limit: usize,
+    ) -> Result<Option<T>, ClientError> {
+        match tokio::time::timeout(self.timeout, self.call_unbounded(method, params, limit)).await {
             Ok(result) => result,
             Err(_) => Err(ClientError::Timeout {
                 url: self.url.clone(),
@@ -168,16 +202,30 @@ impl RpcClient {
         }
     }
 
-    async fn call_unbounded(&self, method: &str, params: Value) -> Result<Value, ClientError> {
+    /// [`call`](Self::call) for a result that must not be null.
+    async fn call_some<T: DeserializeOwned>(
+        &self,
+        method: &str,
+        params: Value,
+        limit: usize,
+    ) -> Result<T, ClientError> {
+        self.call(method, params, limit)
+            .await?
+            .ok_or_else(|| self.bad(method, "no `result` or `error`, or a null result".into()))
+    }
+
+    async fn call_unbounded<T: DeserializeOwned>(
+        &self,
+        method: &str,
+        params: Value,
+        limit: usize,
+    ) -> Result<Option<T>, ClientError> {
+        let limit = limit.min(MAX_RESPONSE_BYTES);
         let unreachable = |reason: String| ClientError::Unreachable {
             url: self.url.clone(),
             reason,
         };
-        let bad = |reason: String| ClientError::BadResponse {
-            url: self.url.clone(),
-            method: method.to_string(),
-            reason,
-        };
+        let bad = |reason: String| self.bad(method, reason);
         let body = json!({ "jsonrpc": "2.0", "id": 1, "method": method, "params": params });
         let body = serde_json::to_vec(&body).map_err(|e| bad(e.to_string()))?;
         let stream = tokio::net::TcpStream::connect(&self.authority)
@@ -197,40 +245,42 @@ impl RpcClient {
             .await
             .map_err(|e| unreachable(format!("request failed: {e}")))?;
         let status = response.status();
-        let bytes = Limited::new(response.into_body(), MAX_RESPONSE_BYTES)
-            .collect()
-            .await
-            .map_err(|e| {
-                bad(format!(
-                    "reading the answer (limit {MAX_RESPONSE_BYTES} bytes): {e}"
-                ))
-            })?
-            .to_bytes();
+        let read = read_bounded(response.into_body(), limit).await;
+        // Dropping the connection stops the source sending the rest of a refused answer.
         driver.abort();
-        let answer: Value = serde_json::from_slice(&bytes).map_err(|e| {
+        let bytes = match read {
+            Ok(bytes) => bytes,
+            Err(Bounded::Over { announced, read }) => {
+                return Err(ClientError::TooLarge {
+                    url: self.url.clone(),
+                    method: method.to_string(),
+                    limit,
+                    size: announced.map_or_else(
+                        || format!("no length announced, more than {limit} bytes sent"),
+                        |n| format!("{n} bytes announced"),
+                    ),
+                    read,
+                });
+            }
+            Err(Bounded::Body(e)) => {
+                return Err(unreachable(format!("reading the answer: {e}")));
+            }
+        };
+        let answer: Envelope<T> = serde_json::from_slice(&bytes).map_err(|e| {
             bad(format!(
-                "HTTP {status}, not JSON ({e}): {}",
+                "HTTP {status}, not a JSON-RPC answer of the expected shape ({e}): {}",
                 String::from_utf8_lossy(bytes.get(..200).unwrap_or(&bytes))
             ))
         })?;
-        if let Some(error) = answer.get("error") {
+        if let Some(error) = answer.error {
             return Err(ClientError::Rpc {
                 url: self.url.clone(),
                 method: method.to_string(),
-                code: error.get("code").and_then(Value::as_i64).unwrap_or(0),
-                message: error
-                    .get("message")
-                    .and_then(Value::as_str)
-                    .unwrap_or("(no message)")
-                    .chars()
-                    .take(500)
-                    .collect(),
+                code: error.code,
+                message: error.message.chars().take(500).collect(),
             });
         }
-        answer
-            .get("result")
-            .cloned()
-            .ok_or_else(|| bad(format!("HTTP {status}, no `result` or `error`")))
+        Ok(answer.result)
     }
 
     fn bad(&self, method: &str, reason: String) -> ClientError {
@@ -241,58 +291,56 @@ impl RpcClient {
         }
     }
 
+    fn quantity_of(&self, method: &str, text: &str) -> Result<u64, ClientError> {
+        parse_quantity(text, "result").map_err(|e| self.bad(method, e.message))
+    }
+
     /// `eth_blockNumber`.
     pub async fn block_number(&self) -> Result<u64, ClientError> {
-        let result = self.call("eth_blockNumber", json!([])).await?;
-        let text = result
-            .as_str()
-            .ok_or_else(|| self.bad("eth_blockNumber", format!("{result} is not a quantity")))?;
-        parse_quantity(text, "result").map_err(|e| self.bad("eth_blockNumber", e.message))
+        const METHOD: &str = "eth_blockNumber";
+        let text: String = self
+            .call_some(METHOD, json!([]), wire::MAX_SMALL_ANSWER_BYTES)
+            .await?;
+        self.quantity_of(METHOD, &text)
     }
 
     /// `eth_chainId`.
     pub async fn chain_id(&self) -> Result<u64, ClientError> {
         const METHOD: &str = "eth_chainId";
-        let result = self.call(METHOD, json!([])).await?;
-        let text = result
-            .as_str()
-            .ok_or_else(|| self.bad(METHOD, format!("{result} is not a quantity")))?;
-        parse_quantity(text, "result").map_err(|e| self.bad(METHOD, e.message))
+        let text: String = self
+            .call_some(METHOD, json!([]), wire::MAX_SMALL_ANSWER_BYTES)
+            .await?;
+        self.quantity_of(METHOD, &text)
     }
 
     /// `eth_getCode(address, "latest")`: the code at `address` (empty: no contract there).
     pub async fn code(&self, address: &[u8; 20]) -> Result<Vec<u8>, ClientError> {
         const METHOD: &str = "eth_getCode";
-        let result = self.call(METHOD, json!([data(address), "latest"])).await?;
-        let text = result
-            .as_str()
-            .ok_or_else(|| self.bad(METHOD, format!("{result} is not data")))?;
-        hex::decode(text.strip_prefix("0x").unwrap_or(text))
+        let text: String = self
+            .call_some(
+                METHOD,
+                json!([data(address), "latest"]),
+                wire::MAX_CODE_ANSWER_BYTES,
+            )
+            .await?;
+        hex::decode(text.strip_prefix("0x").unwrap_or(&text))
             .map_err(|e| self.bad(METHOD, format!("code is not hex: {e}")))
     }
 
     /// `eth_getBlockByNumber(number, false)`; `None` if the source has no such block.
     pub async fn block(&self, number: u64) -> Result<Option<Eth1Block>, ClientError> {
         const METHOD: &str = "eth_getBlockByNumber";
-        let result = self.call(METHOD, json!([quantity(number), false])).await?;
-        if result.is_null() {
+        let Some(json) = self
+            .call::<BlockJson>(
+                METHOD,
+                json!([quantity(number), false]),
+                wire::MAX_BLOCK_ANSWER_BYTES,
+            )
+            .await?
+        else {
             return Ok(None);
-        }
-        let field = |name: &str| {
-            result
-                .get(name)
-                .and_then(Value::as_str)
-                .ok_or_else(|| self.bad(METHOD, format!("block has no string field `{name}`")))
         };
-        let block = Eth1Block {
-            number: parse_quantity(field("number")?, "number")
-                .map_err(|e| self.bad(METHOD, e.message))?,
-            hash: parse_data(field("hash")?, "hash").map_err(|e| self.bad(METHOD, e.message))?,
-            parent_hash: parse_data(field("parentHash")?, "parentHash")
-                .map_err(|e| self.bad(METHOD, e.message))?,
-            timestamp: parse_quantity(field("timestamp")?, "timestamp")
-                .map_err(|e| self.bad(METHOD, e.message))?,
-        };
+        let block = json.parse().map_err(|e| self.bad(METHOD, e.message))?;
         if block.number != number {
             return Err(self.bad(
                 METHOD,
@@ -302,7 +350,9 @@ impl RpcClient {
         Ok(Some(block))
     }
 
-    /// `eth_getLogs` of `DepositEvent`s of the contract at `address` in blocks `from..=to`.
+    /// `eth_getLogs` of `DepositEvent`s of the contract at `address` in blocks `from..=to`. The
+    /// answer is bounded by [`wire::MAX_LOGS_ANSWER_BYTES`]; one over it is
+    /// [`ClientError::TooLarge`], a range limit (the follower asks for fewer blocks).
     pub async fn deposit_logs(
         &self,
         address: &[u8; 20],
@@ -316,14 +366,23 @@ impl RpcClient {
             "toBlock": quantity(to),
             "topics": [data(&deposit_event_topic())],
         }]);
-        let result = self.call(METHOD, filter).await?;
-        let logs = result
-            .as_array()
-            .ok_or_else(|| self.bad(METHOD, "result is not an array".into()))?;
-        logs.iter()
+        let logs: Vec<LogJson> = self
+            .call_some(METHOD, filter, wire::MAX_LOGS_ANSWER_BYTES)
+            .await?;
+        if logs.len() > wire::MAX_LOGS_PER_ANSWER {
+            return Err(self.bad(
+                METHOD,
+                format!(
+                    "{} logs, more than the {} one answer may hold",
+                    logs.len(),
+                    wire::MAX_LOGS_PER_ANSWER
+                ),
+            ));
+        }
+        logs.into_iter()
             .enumerate()
             .map(|(i, log)| {
-                RawLog::from_json(log)
+                log.parse()
                     .map_err(|e| self.bad(METHOD, format!("log {i}: {}", e.message)))
             })
             .collect()
@@ -332,13 +391,55 @@ impl RpcClient {
     /// The dev contract's `modnode_submitDeposit`; returns the deposit's index.
     pub async fn submit_deposit(&self, deposit: &DepositData) -> Result<u64, ClientError> {
         const METHOD: &str = "modnode_submitDeposit";
-        let result = self
-            .call(METHOD, json!([deposit_json::encode(deposit)]))
+        let submitted: SubmittedJson = self
+            .call_some(
+                METHOD,
+                json!([deposit_json::encode(deposit)]),
+                wire::MAX_SMALL_ANSWER_BYTES,
+            )
             .await?;
-        let index = result
-            .get("index")
-            .and_then(Value::as_str)
-            .ok_or_else(|| self.bad(METHOD, format!("{result} has no `index`")))?;
-        parse_quantity(index, "index").map_err(|e| self.bad(METHOD, e.message))
+        parse_quantity(&submitted.index, "index").map_err(|e| self.bad(METHOD, e.message))
     }
 }
+
+/// Why [`read_bounded`] stopped.
+#[derive(Debug)]
+enum Bounded {
+    /// The answer is over the bound: announced that long (`Content-Length`), or `read` bytes
+    /// were read without it ending.
+    Over {
+        /// The `Content-Length`, if any.
+        announced: Option<u64>,
+        /// Bytes read before stopping.
+        read: usize,
+    },
+    /// The body failed.
+    Body(hyper::Error),
+}
+
+/// Reads `body` up to `limit` bytes: an announced length over it is refused before reading,
+/// and reading stops at the first frame that passes it (so at most `limit` and one frame are
+/// ever held).
+async fn read_bounded(mut body: hyper::body::Incoming, limit: usize) -> Result<Vec<u8>, Bounded> {
+    use hyper::body::Body as _;
+    let announced = body.size_hint().exact();
+    if announced.is_some_and(|n| u64::try_from(limit).is_ok_and(|limit| n > limit)) {
+        return Err(Bounded::Over { announced, read: 0 });
+    }
+    let mut out = Vec::new();
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(Bounded::Body)?;
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        let read = out.len().saturating_add(data.len());
+        if read > limit {
+            return Err(Bounded::Over { announced, read });
+        }
+        out.extend_from_slice(&data);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests;

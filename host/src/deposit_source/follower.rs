@@ -19,12 +19,10 @@ pub mod driver;
 use std::ops::RangeInclusive;
 use std::time::Duration;
 
-use serde_json::Value;
-
 pub use self::driver::{PollError, StartError, check_endpoint, poll_once, run};
 use super::abi::{AbiError, decode_deposit_event, deposit_event_topic};
-use super::dev_contract::Eth1Block;
-use super::rpc::{DEV_CHAIN_ID, RpcError, parse_data, parse_quantity};
+use super::dev_contract::{Eth1Block, MIN_DEPOSIT_GWEI};
+use super::rpc::DEV_CHAIN_ID;
 use crate::chain::block::DepositData;
 
 /// What a follower is configured with: where the contract is and how far behind to stay.
@@ -79,44 +77,24 @@ pub struct RawLog {
     pub block_hash: [u8; 32],
     /// Whether the log was removed by a reorg.
     pub removed: bool,
+    /// The log's index in its block (`logIndex`; absent from a pending log).
+    pub log_index: Option<u64>,
+    /// The transaction that emitted it (`transactionHash`; absent from a pending log).
+    pub transaction_hash: Option<[u8; 32]>,
 }
 
 impl RawLog {
-    /// Parses a log object.
-    pub fn from_json(log: &Value) -> Result<Self, RpcError> {
-        let field = |name: &str| {
-            log.get(name)
-                .and_then(Value::as_str)
-                .ok_or_else(|| RpcError::new(0, format!("no string field `{name}`")))
-        };
-        let topics = log
-            .get("topics")
-            .and_then(Value::as_array)
-            .ok_or_else(|| RpcError::new(0, "no array field `topics`"))?;
-        if topics.len() > 4 {
-            return Err(RpcError::new(
-                0,
-                format!("{} topics, at most 4 exist", topics.len()),
-            ));
-        }
-        let data_text = field("data")?;
-        let data = hex::decode(data_text.strip_prefix("0x").unwrap_or(data_text))
-            .map_err(|e| RpcError::new(0, format!("data: {e}")))?;
-        Ok(Self {
-            address: parse_data(field("address")?, "address")?,
-            topics: topics
-                .iter()
-                .map(|t| {
-                    t.as_str()
-                        .ok_or_else(|| RpcError::new(0, "topic is not a string"))
-                        .and_then(|t| parse_data(t, "topic"))
-                })
-                .collect::<Result<_, _>>()?,
-            data,
-            block_number: parse_quantity(field("blockNumber")?, "blockNumber")?,
-            block_hash: parse_data(field("blockHash")?, "blockHash")?,
-            removed: log.get("removed").and_then(Value::as_bool).unwrap_or(false),
-        })
+    /// How the log is named in errors: its index in its block and its transaction, when the
+    /// source gave them.
+    pub fn name(&self) -> String {
+        let index = self
+            .log_index
+            .map_or_else(|| "?".to_string(), |i| i.to_string());
+        let tx = self.transaction_hash.map_or_else(
+            || "unknown".to_string(),
+            |t| format!("0x{}", hex::encode(t)),
+        );
+        format!("log {index} (transaction {tx})")
     }
 }
 
@@ -131,6 +109,21 @@ pub enum FollowError {
         block: u64,
         /// What is wrong.
         source: AbiError,
+    },
+    /// A `DepositEvent` of less than 1 ETH: the real contract refuses such a deposit, so the
+    /// log is not one it emitted.
+    #[error(
+        "deposit {log} in block {block}: amount {amount} Gwei is below the deposit contract's \
+         minimum of {MIN_DEPOSIT_GWEI} Gwei (1 ETH), which the contract refuses: a malformed log \
+         (check the endpoint serves the real deposit contract's log)"
+    )]
+    LowAmount {
+        /// The block.
+        block: u64,
+        /// The log, named by its index and transaction.
+        log: String,
+        /// The amount the log gives.
+        amount: u64,
     },
     /// A log from another contract or with another topic, or marked removed.
     #[error("log in block {block} is not a DepositEvent of the followed contract: {reason}")]
@@ -209,6 +202,19 @@ pub struct Follower {
     next_block: u64,
     next_index: u64,
     last: Option<Eth1Block>,
+    /// The source's head at the last poll.
+    head: Option<u64>,
+}
+
+/// The source's head went back between two polls (a reorganisation to a shorter chain, or an
+/// endpoint behind a load balancer whose backends disagree): nothing new is read until it
+/// passes what was followed, and the operator is told.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HeadWentBack {
+    /// The head at the poll before.
+    pub previous: u64,
+    /// The head now.
+    pub now: u64,
 }
 
 impl Follower {
@@ -222,6 +228,7 @@ impl Follower {
             next_block: config.start_block,
             next_index: 0,
             last: None,
+            head: None,
         }
     }
 
@@ -272,6 +279,16 @@ impl Follower {
     fn grow_page(&mut self) {
         let step = (self.page / 4).max(1);
         self.page = self.page.saturating_add(step).min(self.max_blocks);
+    }
+
+    /// Records the source's head at a poll; says when it is lower than at the poll before
+    /// (once per change: a head that stays back is not reported again).
+    pub fn observe_head(&mut self, head: u64) -> Option<HeadWentBack> {
+        let previous = self.head.replace(head)?;
+        (head < previous).then_some(HeadWentBack {
+            previous,
+            now: head,
+        })
     }
 
     /// The blocks to read next when the source's head is `head`, if any.
@@ -377,6 +394,13 @@ impl Follower {
             }
             let (deposit, index) = decode_deposit_event(&log.data)
                 .map_err(|source| FollowError::Abi { block, source })?;
+            if deposit.amount < MIN_DEPOSIT_GWEI {
+                return Err(FollowError::LowAmount {
+                    block,
+                    log: log.name(),
+                    amount: deposit.amount,
+                });
+            }
             if index != expected {
                 return Err(FollowError::Gap {
                     expected,
@@ -406,217 +430,4 @@ impl Follower {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::deposit_source::abi::encode_deposit_event;
-
-    const CONTRACT: [u8; 20] = [7; 20];
-
-    fn config(distance: u64, max_blocks: u64) -> FollowerConfig {
-        let mut config = FollowerConfig::new("http://127.0.0.1:1".into(), CONTRACT);
-        config.follow_distance = distance;
-        config.max_blocks_per_query = max_blocks;
-        config
-    }
-
-    fn block(number: u64) -> Eth1Block {
-        let hash = |n: u64| {
-            let mut h = [0u8; 32];
-            h[..8].copy_from_slice(&n.to_le_bytes());
-            h[31] = 1;
-            h
-        };
-        Eth1Block {
-            number,
-            hash: hash(number),
-            parent_hash: number.checked_sub(1).map_or([0; 32], hash),
-            timestamp: number,
-        }
-    }
-
-    fn deposit(i: u64) -> DepositData {
-        DepositData {
-            pubkey: [i as u8; 48],
-            withdrawal_credentials: [0; 32],
-            amount: 32_000_000_000,
-            signature: [0; 96],
-        }
-    }
-
-    fn log(index: u64, block_number: u64) -> RawLog {
-        RawLog {
-            address: CONTRACT,
-            topics: vec![deposit_event_topic()],
-            data: encode_deposit_event(&deposit(index), index),
-            block_number,
-            block_hash: block(block_number).hash,
-            removed: false,
-        }
-    }
-
-    #[test]
-    fn follows_a_distance_behind_in_bounded_ranges() {
-        let mut f = Follower::new(&config(3, 4));
-        assert_eq!(f.next_range(2), None);
-        assert_eq!(f.next_range(3), Some(0..=0));
-        assert_eq!(f.next_range(20), Some(0..=3));
-        let got = f
-            .handle_range(0..=3, &[log(0, 1), log(1, 1), log(2, 3)], block(3), None)
-            .unwrap();
-        assert_eq!(got.deposits, vec![deposit(0), deposit(1), deposit(2)]);
-        assert_eq!((got.first_index, got.deposit_count), (0, 3));
-        assert_eq!(got.block, block(3));
-        assert_eq!(f.next_range(6), None);
-        assert_eq!(f.next_range(7), Some(4..=4));
-        let got = f
-            .handle_range(4..=4, &[], block(4), Some(block(3)))
-            .unwrap();
-        assert_eq!((got.first_index, got.deposit_count), (3, 3));
-        assert!(got.deposits.is_empty());
-    }
-
-    #[test]
-    fn a_gap_in_indices_is_an_error_naming_the_index_and_changes_nothing() {
-        let mut f = Follower::new(&config(0, 100));
-        f.handle_range(0..=1, &[log(0, 1)], block(1), None).unwrap();
-        let err = f
-            .handle_range(2..=5, &[log(1, 2), log(3, 4)], block(5), Some(block(1)))
-            .unwrap_err();
-        assert_eq!(
-            err,
-            FollowError::Gap {
-                expected: 2,
-                found: 3,
-                block: 4
-            }
-        );
-        assert!(err.to_string().contains("expected deposit index 2"));
-        assert_eq!(f.next_index(), 1);
-        assert_eq!(f.next_range(5), Some(2..=5));
-        // A replayed index is a gap too.
-        assert!(matches!(
-            f.handle_range(2..=5, &[log(0, 2)], block(5), Some(block(1))),
-            Err(FollowError::Gap {
-                expected: 1,
-                found: 0,
-                ..
-            })
-        ));
-    }
-
-    #[test]
-    fn a_reorg_of_followed_blocks_is_an_error() {
-        let mut f = Follower::new(&config(0, 100));
-        f.handle_range(0..=2, &[log(0, 2)], block(2), None).unwrap();
-        let mut changed = block(2);
-        changed.hash = [9; 32];
-        assert!(matches!(
-            f.handle_range(3..=4, &[], block(4), Some(changed)),
-            Err(FollowError::Reorg { number: 2, .. })
-        ));
-        let mut orphan = block(3);
-        orphan.parent_hash = [8; 32];
-        assert!(matches!(
-            f.handle_range(3..=3, &[], orphan, Some(block(2))),
-            Err(FollowError::Reorg { number: 2, .. })
-        ));
-        assert_eq!(f.last(), Some(block(2)));
-    }
-
-    #[test]
-    fn the_page_halves_on_refusal_down_to_one_block_and_grows_back_slowly() {
-        let mut f = Follower::new(&config(0, 100));
-        assert_eq!(f.next_range(1_000), Some(0..=99));
-        let mut pages = vec![f.page()];
-        while f.shrink_page() {
-            pages.push(f.page());
-        }
-        assert_eq!(pages, vec![100, 50, 25, 13, 7, 4, 2, 1]);
-        assert!(!f.shrink_page(), "one block is the floor");
-        assert_eq!(f.next_range(1_000), Some(0..=0));
-        // Each range read grows the page by a quarter, at least one block, up to the maximum.
-        let mut grown = Vec::new();
-        for n in 0..12u64 {
-            let range = f.next_range(1_000).unwrap();
-            let end = *range.end();
-            let previous = n.checked_sub(1).map(|_| block(f.last().unwrap().number));
-            f.handle_range(range, &[], block(end), previous).unwrap();
-            grown.push(f.page());
-        }
-        assert_eq!(grown, vec![2, 3, 4, 5, 6, 7, 8, 10, 12, 15, 18, 22]);
-        for _ in 0..30 {
-            let range = f.next_range(10_000).unwrap();
-            let end = *range.end();
-            let previous = Some(block(f.last().unwrap().number));
-            f.handle_range(range, &[], block(end), previous).unwrap();
-        }
-        assert_eq!(f.page(), 100);
-        // A refusal changes nothing else: the same blocks are asked for, fewer of them.
-        let next = f.next_range(10_000).unwrap();
-        f.shrink_page();
-        assert_eq!(
-            f.next_range(10_000),
-            Some(*next.start()..=*next.start() + 49)
-        );
-    }
-
-    #[test]
-    fn a_restored_follower_confirms_its_block_or_names_the_reorg() {
-        let f = Follower::resume(&config(2, 100), block(7), 3);
-        f.check_followed(Some(block(7))).unwrap();
-        let mut changed = block(7);
-        changed.hash = [9; 32];
-        assert!(matches!(
-            f.check_followed(Some(changed)),
-            Err(FollowError::Reorg { number: 7, .. })
-        ));
-        assert!(matches!(
-            f.check_followed(None),
-            Err(FollowError::WrongBlock { asked: 7, .. })
-        ));
-        Follower::new(&config(2, 100)).check_followed(None).unwrap();
-    }
-
-    #[test]
-    fn foreign_removed_out_of_range_and_malformed_logs_are_refused() {
-        let mut f = Follower::new(&config(0, 100));
-        let mut other = log(0, 1);
-        other.address = [1; 20];
-        assert!(matches!(
-            f.handle_range(0..=2, &[other], block(2), None),
-            Err(FollowError::Foreign { .. })
-        ));
-        let mut topic = log(0, 1);
-        topic.topics = vec![[0; 32]];
-        assert!(matches!(
-            f.handle_range(0..=2, &[topic], block(2), None),
-            Err(FollowError::Foreign { .. })
-        ));
-        let mut removed = log(0, 1);
-        removed.removed = true;
-        assert!(matches!(
-            f.handle_range(0..=2, &[removed], block(2), None),
-            Err(FollowError::Foreign { .. })
-        ));
-        assert!(matches!(
-            f.handle_range(0..=2, &[log(0, 3)], block(2), None),
-            Err(FollowError::OutOfRange { block: 3, .. })
-        ));
-        assert!(matches!(
-            f.handle_range(0..=2, &[log(0, 2), log(1, 1)], block(2), None),
-            Err(FollowError::OutOfRange { block: 1, .. })
-        ));
-        let mut short = log(0, 1);
-        short.data.truncate(100);
-        assert!(matches!(
-            f.handle_range(0..=2, &[short], block(2), None),
-            Err(FollowError::Abi { block: 1, .. })
-        ));
-        assert!(matches!(
-            f.handle_range(0..=2, &[], block(1), None),
-            Err(FollowError::WrongBlock { asked: 2, got: 1 })
-        ));
-        assert_eq!(f.next_index(), 0);
-        assert_eq!(f.last(), None);
-    }
-}
+mod tests;

@@ -54,6 +54,8 @@ pub struct Metrics {
     pub checkpoint_served: crate::checkpoint::ServeCounters,
     /// This node's own restore from a checkpoint.
     pub checkpoint_restore: RestoreCounters,
+    /// The deposit follower's faults of its source (shared with the `DepositSource`).
+    pub eth1_follower: std::sync::Arc<crate::deposit_source::FollowerCounters>,
 }
 
 /// Progress of restoring from a checkpoint (all zero when the node did not restore).
@@ -233,13 +235,23 @@ impl Metrics {
                 ),
                 (
                     "peer_future_blocks",
-                    "Peers banned for a block from a slot beyond the clock plus the skew allowance",
+                    "Peers banned for a block from a slot starting more than FAR_FUTURE_MS (10 s) beyond our clock",
                     load(&self.peer_future_blocks),
                 ),
                 (
                     "peer_malformed_answers",
                     "Peers banned for a malformed answer to one of our requests",
                     load(&self.peer_malformed_answers),
+                ),
+                (
+                    "eth1_head_went_back",
+                    "Polls at which the eth1 deposit source's head was lower than before",
+                    load(&self.eth1_follower.head_went_back),
+                ),
+                (
+                    "eth1_answers_too_large",
+                    "eth1 endpoint answers refused as over the bound of what was asked for",
+                    load(&self.eth1_follower.answers_too_large),
                 ),
             ],
             gauges: [
@@ -537,6 +549,8 @@ mod tests {
             "modnode_peer_violations_total 0",
             "modnode_peer_future_blocks_total 0",
             "modnode_peer_malformed_answers_total 0",
+            "modnode_eth1_head_went_back_total 0",
+            "modnode_eth1_answers_too_large_total 0",
             "# TYPE modnode_head_height gauge",
             "modnode_head_height 42",
             "modnode_finalized_height 10",

@@ -546,7 +546,8 @@ fn simulate(
     // (arrival, peer, chunk)
     let mut inbox: Vec<(Instant, usize, usize)> = Vec::new();
     for _ in 0..100_000 {
-        while let Some((peer, index)) = fetcher.poll_request(now).unwrap() {
+        while let Some(request) = fetcher.poll_request(now).unwrap() {
+            let (peer, index) = (request.peer, request.index);
             requested.push(index);
             if !peers[peer].silent {
                 let arrival = now + Duration::from_millis(peers[peer].latency_ms);

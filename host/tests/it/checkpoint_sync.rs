@@ -1,8 +1,9 @@
 //! Checkpoints served and restored over real QUIC (issue 12, item 5): a fresh node restores a
 //! v1 or a v2 checkpoint and then follows the chain; a restore from three peers of which one
-//! serves corrupted chunks finishes and bans only that peer; a restoring `modnode` process
-//! killed with SIGKILL halfway resumes without fetching its verified chunks again. Plus the
-//! sans-IO answers to checkpoint requests (bounds, unknown ids).
+//! serves corrupted chunks finishes and bans only that peer; one with a peer answering chunks
+//! after 30 s finishes from the others without waiting it out (issue 21, item 5); a restoring
+//! `modnode` process killed with SIGKILL halfway resumes without fetching its verified chunks
+//! again. Plus the sans-IO answers to checkpoint requests (bounds, unknown ids).
 //!
 //! The checkpoints are made on demand (interval 0) so every peer offers the same one; they are
 //! made at the finalized height, and a peer offers one once it is final there too.
@@ -405,4 +406,185 @@ fn checkpoint_answers_are_bounded_and_unknown_ids_are_not_found() {
     let tiny = CheckpointServer::new(store, 64);
     assert!(tiny.list(&counters, 10).unwrap().is_empty());
     assert_eq!(tiny.chunk(&id, 0, &counters).unwrap(), None);
+}
+
+/// What the slow peer saw.
+#[derive(Default)]
+struct SlowPeerLog {
+    /// Chunk requests.
+    chunks_asked: usize,
+    /// When the first checkpoint list was asked for (a restore attempt starts).
+    first_list: Option<std::time::Instant>,
+    /// When the first connection closed (the restorer closes its connections when an attempt
+    /// ends).
+    first_close: Option<std::time::Instant>,
+}
+
+/// A peer over real QUIC that offers `checkpoint` and serves block `H` at once, but answers a
+/// chunk request only after `delay`.
+async fn slow_peer(
+    genesis: &Genesis,
+    source: &Node,
+    checkpoint: &Checkpoint,
+    delay: std::time::Duration,
+) -> (
+    PeerAddr,
+    quinn::Endpoint,
+    std::sync::Arc<std::sync::Mutex<SlowPeerLog>>,
+) {
+    use modnode::net::codec;
+    use modnode::net::endpoint::{self, TransportLimits};
+    use modnode::net::handshake::{self, Hello, Role};
+    use modnode::net::identity::NodeIdentity;
+    use modnode::net::rpc::{Request, Response};
+    use std::sync::{Arc, Mutex};
+    use std::time::Instant;
+
+    let me = NodeIdentity::generate().unwrap();
+    let limits = TransportLimits::default();
+    let ep = endpoint::make_endpoint(([127, 0, 0, 1], 0).into(), &me, &limits).unwrap();
+    let addr = PeerAddr {
+        node: *me.node_id().as_bytes(),
+        addr: ep.local_addr().unwrap(),
+    };
+    let block_h = source
+        .chain()
+        .blocks(checkpoint.manifest.height, 1, usize::MAX)
+        .await
+        .unwrap();
+    let genesis_block = source.chain().blocks(0, 1, usize::MAX).await.unwrap();
+    let genesis_hash = modnode::chain::block::Block::decode(&genesis_block[0], 16)
+        .unwrap()
+        .hash();
+    let hello = Hello {
+        protocol_version: handshake::PROTOCOL_VERSION,
+        chain_id: genesis.chain_id.clone(),
+        genesis_hash,
+        head_height: source.status().height,
+        head_hash: [0xee; 32],
+        listen_port: 0,
+    };
+    let asked = Arc::new(Mutex::new(SlowPeerLog::default()));
+    let counter = asked.clone();
+    let manifest = checkpoint.manifest.encode();
+    let chunks = checkpoint.chunks.clone();
+    let server = ep.clone();
+    tokio::spawn(async move {
+        while let Some(incoming) = server.accept().await {
+            let Ok((conn, peer)) = endpoint::accept(incoming, &limits, 0).await else {
+                continue;
+            };
+            if handshake::exchange(
+                &conn,
+                peer,
+                &hello,
+                Role::Acceptor,
+                limits.handshake_timeout,
+            )
+            .await
+            .is_err()
+            {
+                continue;
+            }
+            let (manifest, chunks, block_h, counter) = (
+                manifest.clone(),
+                chunks.clone(),
+                block_h.clone(),
+                counter.clone(),
+            );
+            let watched = conn.clone();
+            let closes = counter.clone();
+            tokio::spawn(async move {
+                watched.closed().await;
+                let now = Instant::now();
+                closes.lock().unwrap().first_close.get_or_insert(now);
+            });
+            tokio::spawn(async move {
+                while let Ok((mut send, mut recv)) = conn.accept_bi().await {
+                    let (manifest, chunks, block_h, counter) = (
+                        manifest.clone(),
+                        chunks.clone(),
+                        block_h.clone(),
+                        counter.clone(),
+                    );
+                    tokio::spawn(async move {
+                        let Ok(Some(frame)) = codec::read_frame(&mut recv, 1 << 16).await else {
+                            return;
+                        };
+                        let Ok(request) = Request::decode(frame.msg_type, &frame.payload) else {
+                            return;
+                        };
+                        let response = match request {
+                            Request::Checkpoints => {
+                                let now = Instant::now();
+                                counter.lock().unwrap().first_list.get_or_insert(now);
+                                Response::Checkpoints(vec![manifest])
+                            }
+                            Request::Blocks { .. } => Response::Blocks(block_h),
+                            Request::Chunk { index, .. } => {
+                                counter.lock().unwrap().chunks_asked += 1;
+                                tokio::time::sleep(delay).await;
+                                Response::Chunk(chunks.get(index as usize).cloned())
+                            }
+                            _ => return,
+                        };
+                        let (t, p) = response.encode();
+                        if codec::write_frame(&mut send, t, &p, 1 << 24).await.is_ok() {
+                            let _ = send.finish();
+                            let _ = send.stopped().await;
+                        }
+                    });
+                }
+            });
+        }
+    });
+    (addr, ep, asked)
+}
+
+/// Issue 21, item 5: one peer answering chunk requests after 30 s. Before, the driver cut its
+/// requests at its own 10 s while the fetcher's deadline was another, so the restore waited at
+/// least 10 s for the slow peer's chunks (and could abandon and restart the whole attempt when
+/// its requests were dropped). Now the fetcher's deadline is the request's, and the idle
+/// honest peers take the slow peer's chunks over: the restore finishes well before 10 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restore_with_one_slow_peer_finishes_from_the_fast_ones_without_waiting_it_out() {
+    let d = dirs(3);
+    let (genesis, _) = test_genesis("ckpt-sync-slow", d[0].path());
+    let a = node(d[0].path(), &genesis, Vec::new(), 1, SyncMode::Full).await;
+    height_at_least(&a, 3).await;
+    let honest = checkpoint_now(d[0].path(), &a).await;
+    let b = seeded_follower(d[1].path(), &genesis, &a, &honest, 1).await;
+    height_at_least(&a, honest.manifest.height + FINALITY).await;
+    height_at_least(&b, honest.manifest.height + FINALITY).await;
+    let (slow, _slow_endpoint, asked_slow) =
+        slow_peer(&genesis, &a, &honest, std::time::Duration::from_secs(30)).await;
+
+    let peers = vec![a.peer_addr().unwrap(), b.peer_addr().unwrap(), slow];
+    let restored = node(d[2].path(), &genesis, peers, 1, SyncMode::Checkpoint).await;
+    let status = restored.status().checkpoint_restore;
+    assert!(status.done, "{status:?}");
+    assert_eq!(status.height, honest.manifest.height);
+    let (chunks_asked, first_list, first_close) = {
+        let seen = asked_slow.lock().unwrap();
+        (seen.chunks_asked, seen.first_list, seen.first_close)
+    };
+    assert!(
+        chunks_asked >= 1,
+        "the slow peer was never asked for a chunk ({} chunks)",
+        honest.chunks.len()
+    );
+    // The first attempt, from its checkpoint list to closing its connections, restored.
+    let took = first_close.unwrap().duration_since(first_list.unwrap());
+    assert!(
+        took < std::time::Duration::from_secs(9),
+        "the restore attempt took {took:?} with one slow peer"
+    );
+    assert_eq!(
+        status.peers_penalised, 0,
+        "slow is not malicious: {status:?}"
+    );
+    follows(&restored, &a, honest.manifest.height).await;
+    for node in [restored, b, a] {
+        node.shutdown().await;
+    }
 }

@@ -10,8 +10,11 @@
 //!   votes or proves from it ([`DepositSource::confirm`]);
 //! - a followed block the source reorganised halts the source ([`DepositSource::halt`]) with
 //!   what to do;
-//! - a provider refusing an `eth_getLogs` range as too large gets half the range, down to one
-//!   block ([`Follower::shrink_page`]).
+//! - a provider refusing an `eth_getLogs` range as too large, or answering over the bound of
+//!   what a page may hold ([`ClientError::TooLarge`]), gets half the range, down to one block
+//!   ([`Follower::shrink_page`]);
+//! - a source head lower than at the poll before is logged (once per change, both heights) and
+//!   counted ([`FollowerCounters`](crate::deposit_source::FollowerCounters)).
 
 use std::sync::Arc;
 
@@ -21,6 +24,7 @@ use super::{FollowError, Follower, FollowerConfig};
 use crate::deposit_source::DepositSource;
 use crate::deposit_source::client::{ClientError, RpcClient};
 use crate::deposit_source::log::{FollowedLog, LogError};
+use crate::node::metrics::bump;
 
 /// Why the endpoint must not be followed (checked before the first poll).
 #[derive(Debug, thiserror::Error)]
@@ -146,6 +150,16 @@ pub async fn poll_once(
         PollError::Follow(e)
     };
     let head = client.block_number().await?;
+    if let Some(back) = follower.observe_head(head) {
+        bump(&source.counters().head_went_back);
+        tracing::warn!(
+            endpoint = client.url(),
+            previous = back.previous,
+            now = back.now,
+            "the deposit source's head went back; nothing new is read until it passes the \
+             followed block again"
+        );
+    }
     // The followed block as the source has it now: needed to confirm it, or to go on from it.
     let needed = !source.is_confirmed() || follower.next_range(head).is_some();
     let previous_now = match follower.last() {
@@ -168,13 +182,17 @@ pub async fn poll_once(
             return Ok(false);
         };
         let (from, to) = (*range.start(), *range.end());
-        match client.deposit_logs(&follower.contract, from, to).await {
+        let logs = client.deposit_logs(&follower.contract, from, to).await;
+        if let Err(ClientError::TooLarge { .. }) = &logs {
+            bump(&source.counters().answers_too_large);
+        }
+        match logs {
             Ok(logs) => break (range, logs),
             Err(e) if e.is_range_limit() && follower.shrink_page() => {
                 tracing::debug!(
                     error = %e,
                     page = follower.page(),
-                    "eth_getLogs range refused as too large; asking for fewer blocks"
+                    "eth_getLogs range refused or answered as too large; asking for fewer blocks"
                 );
             }
             Err(e) => return Err(e.into()),

@@ -41,14 +41,14 @@ use std::time::{Duration, Instant};
 use modnode_peers::PeerAddr;
 use tokio::task::JoinSet;
 
-use super::sync_driver::request;
+use super::sync_driver::{request, request_until};
 use super::{NodeId, short};
 use crate::chain::block::Block;
 use crate::chain::genesis::Genesis;
 use crate::chain::{CheckpointStart, init_from_checkpoint};
 use crate::checkpoint::{
-    Fault, FetchConfig, FetchError, Fetcher, Manifest, ManifestLimits, RestoreStore, Restorer,
-    choose, final_offers,
+    ChunkRequest, Fault, FetchConfig, FetchError, Fetcher, Manifest, ManifestLimits, RestoreStore,
+    Restorer, choose, final_offers,
 };
 use crate::net::endpoint::{self, CLOSE_PROTOCOL_VIOLATION, TransportLimits};
 use crate::net::handshake::{self, Hello, PROTOCOL_VERSION, Role};
@@ -634,7 +634,11 @@ impl Driver<'_> {
         while !restorer.is_complete() {
             while stop.is_none() {
                 match fetcher.poll_request(Instant::now()) {
-                    Ok(Some((peer, index))) => {
+                    Ok(Some(ChunkRequest {
+                        peer,
+                        index,
+                        deadline,
+                    })) => {
                         let Some(conn) =
                             peers.iter().find(|p| p.key == peer).map(|p| p.conn.clone())
                         else {
@@ -645,8 +649,11 @@ impl Driver<'_> {
                             id,
                             index: u32::try_from(index).unwrap_or(u32::MAX),
                         };
-                        in_flight
-                            .spawn(async move { (peer, index, request(&conn, ask, max).await) });
+                        // The fetcher's deadline and no other: what it counts in flight is
+                        // exactly what is waited for here.
+                        in_flight.spawn(async move {
+                            (peer, index, request_until(&conn, ask, max, deadline).await)
+                        });
                     }
                     Ok(None) => break,
                     Err(e @ FetchError::NoPeers { .. }) => stop = Some(Stop::Retry(e.to_string())),
@@ -658,14 +665,16 @@ impl Driver<'_> {
                     }
                 }
             }
-            if in_flight.is_empty() {
+            // A request the fetcher counts in flight is always waited for here (its one
+            // deadline is the fetcher's), so the attempt stops only when neither has any.
+            if in_flight.is_empty() && (stop.is_some() || fetcher.in_flight() == 0) {
                 return Err(
                     stop.unwrap_or_else(|| Stop::Retry("no chunk request could be made".into()))
                 );
             }
             let deadline = fetcher.next_deadline();
             let joined = tokio::select! {
-                joined = in_flight.join_next() => joined,
+                joined = in_flight.join_next(), if !in_flight.is_empty() => joined,
                 () = sleep_until(deadline) => {
                     let expired = fetcher.handle_timeouts(Instant::now());
                     if !expired.is_empty() {
@@ -718,7 +727,11 @@ impl Driver<'_> {
                     .handle_refused(&peer, index, Fault::ChunkPeer, reason)
                     .map_err(|e| Stop::Bad(e.to_string()));
             }
-            Err(RequestError::Timeout(_)) => return Ok(()),
+            Err(RequestError::Timeout(_)) => {
+                // The fetcher's own deadline for this request passed: reassigned.
+                fetcher.handle_expired(&peer, index);
+                return Ok(());
+            }
             Err(e) => {
                 tracing::info!(peer = %short(&peer), error = %e, "chunk request failed");
                 fetcher.handle_unavailable(&peer);

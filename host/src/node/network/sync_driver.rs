@@ -345,12 +345,28 @@ async fn request_blocks(
         .collect()
 }
 
-/// Sends one request on a new bidirectional stream and reads its answer.
+/// Sends one request on a new bidirectional stream and reads its answer, within
+/// `REQUEST_TIMEOUT`.
 pub(super) async fn request(
     conn: &quinn::Connection,
     request: Request,
     max_message_bytes: usize,
 ) -> Result<Response, RequestError> {
+    let deadline = std::time::Instant::now()
+        .checked_add(REQUEST_TIMEOUT)
+        .unwrap_or_else(std::time::Instant::now);
+    request_until(conn, request, max_message_bytes, deadline).await
+}
+
+/// [`request`] bounded by `deadline` instead of `REQUEST_TIMEOUT` (for a caller that owns the
+/// deadline: the checkpoint fetcher).
+pub(super) async fn request_until(
+    conn: &quinn::Connection,
+    request: Request,
+    max_message_bytes: usize,
+    deadline: std::time::Instant,
+) -> Result<Response, RequestError> {
+    let bound = deadline.saturating_duration_since(std::time::Instant::now());
     let transport = |e: &dyn std::fmt::Display| RequestError::Transport(e.to_string());
     let exchange = async {
         let (mut send, mut recv) = conn.open_bi().await.map_err(|e| transport(&e))?;
@@ -371,9 +387,9 @@ pub(super) async fn request(
         Response::decode(&request, frame.msg_type, &frame.payload)
             .map_err(|e| RequestError::Malformed(e.to_string()))
     };
-    tokio::time::timeout(REQUEST_TIMEOUT, exchange)
+    tokio::time::timeout_at(tokio::time::Instant::from_std(deadline), exchange)
         .await
-        .map_err(|_| RequestError::Timeout(REQUEST_TIMEOUT))?
+        .map_err(|_| RequestError::Timeout(bound))?
 }
 
 #[cfg(test)]
