@@ -12,6 +12,7 @@ mod cli;
 mod crash;
 mod deposit_budget;
 mod deposits_e2e;
+mod equivocation;
 mod gossip;
 mod gossip_hostile;
 mod governance;
