@@ -214,8 +214,8 @@ impl Chain {
     }
 
     /// The one-block-per-authority-per-slot rule, for a block whose seal was checked and that
-    /// is not canonical: remembers the first signed header of its slot, and refuses a block of
-    /// a void slot or one that conflicts with the first (recording the evidence, voiding the
+    /// is not canonical (the caller remembers its header as the slot's first if none is yet):
+    /// refuses a block of a void slot or one that conflicts with the first (recording the evidence, voiding the
     /// slot and reverting the head below the slot's block if it is above finality).
     pub(super) fn check_equivocation(
         &mut self,
@@ -246,10 +246,8 @@ impl Chain {
             return Err(err);
         }
         let key = keys::first_header(slot, proposer);
+        // None yet: the caller remembers this block's header on every path it takes.
         let Some(bytes) = self.store.get(&key)? else {
-            let mut batch = WriteBatch::new();
-            batch.put(key, signed.encode());
-            self.store.commit(&batch)?;
             return Ok(());
         };
         let first = SignedHeader::decode(&bytes).ok_or_else(|| {
@@ -290,6 +288,16 @@ impl Chain {
         let key = keys::first_header(block.header.slot, block.header.proposer);
         if !self.genesis.authorities.is_empty() && self.store.get(&key)?.is_none() {
             batch.put(key, signed.encode());
+        }
+        Ok(())
+    }
+
+    /// [`Chain::note_first_header`] in a batch of its own.
+    pub(super) fn note_first_header_alone(&self, block: &Block) -> Result<(), StoreError> {
+        let mut batch = WriteBatch::new();
+        self.note_first_header(block, &mut batch)?;
+        if !batch.is_empty() {
+            self.store.commit(&batch)?;
         }
         Ok(())
     }

@@ -218,6 +218,27 @@ impl Chain {
         // One block per authority per slot: a second one is never executed, stored or
         // weighed, and it voids the slot on this node.
         self.check_equivocation(block, &name)?;
+        let added = self.add_unequivocal(block, hash, name);
+        // The first signed header of the slot is remembered in the batch that stores or
+        // imports the block (no flush of its own on those paths); a block refused or not
+        // attached yet is remembered on its own, so a conflicting one is caught even then.
+        if let Err(e) = &added
+            && !matches!(e, ForkChoiceError::Store(_))
+            && let Err(store) = self.note_first_header_alone(block)
+        {
+            tracing::warn!(block = %hex32(&hash), error = %store, "cannot remember the block's signed header");
+        }
+        added
+    }
+
+    /// [`Chain::add_block`] for a sealed, non-canonical block that is the first (or the same)
+    /// its authority signed for its slot.
+    fn add_unequivocal(
+        &mut self,
+        block: &Block,
+        hash: Hash,
+        name: String,
+    ) -> Result<Added, ForkChoiceError> {
         if block.header.parent_hash == self.head.hash {
             return Ok(Added::Extended(self.import(block)?));
         }
@@ -284,6 +305,7 @@ impl Chain {
         if self.store.get(&keys::block(&hash))?.is_none() {
             let mut batch = WriteBatch::new();
             batch.put(keys::block(&hash), block.encode());
+            self.note_first_header(block, &mut batch)?;
             self.store.commit(&batch)?;
         }
 

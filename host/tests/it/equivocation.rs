@@ -203,6 +203,35 @@ fn nodes_fed_equivocating_blocks_in_different_orders_end_on_the_same_head() {
 }
 
 #[test]
+fn a_block_not_attached_yet_still_counts_as_the_first_of_its_slot() {
+    let keys = keys();
+    let genesis = genesis(&keys);
+    let mut chain = open(&genesis, Arc::new(MemoryStore::new()));
+    let mut other = open(&genesis, Arc::new(MemoryStore::new()));
+    for slot in 1..=3 {
+        let block = sealed(&chain, &keys, slot, 0);
+        chain.add_block(&block).unwrap();
+    }
+    // Authority 0 signs a slot-4 block on another branch (unknown here) and one on our head.
+    other.add_block(&sealed(&other, &keys, 2, 9)).unwrap();
+    let detached = sealed(&other, &keys, 4, 1);
+    let on_head = sealed(&chain, &keys, 4, 2);
+    assert!(matches!(
+        chain.add_block(&detached),
+        Err(ForkChoiceError::UnknownParent { .. })
+    ));
+    assert!(matches!(
+        chain.add_block(&on_head),
+        Err(ForkChoiceError::Equivocation {
+            new_evidence: true,
+            ..
+        })
+    ));
+    assert_eq!(chain.head().height, 3);
+    assert!(chain.has_block_for_slot(4, 0).unwrap());
+}
+
+#[test]
 fn only_the_equivocating_authority_itself_is_penalised() {
     let keys = keys();
     let genesis = genesis(&keys);
