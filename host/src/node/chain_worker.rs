@@ -516,6 +516,13 @@ impl Worker {
             if fatal {
                 self.fatal = Some(e.to_string());
             }
+            // Evidence voided the slot of a head block: the head moved back, a branch switch.
+            if let ForkChoiceError::Equivocation { reverted, .. } = e
+                && *reverted > 0
+            {
+                self.reorgs = self.reorgs.saturating_add(1);
+                self.last_block_unix_ms = unix_ms();
+            }
         })?;
         match &added {
             Added::Extended(_) => self.last_block_unix_ms = unix_ms(),

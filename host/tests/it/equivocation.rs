@@ -231,6 +231,51 @@ fn a_block_not_attached_yet_still_counts_as_the_first_of_its_slot() {
     assert!(chain.has_block_for_slot(4, 0).unwrap());
 }
 
+/// The chain worker's view (what `/status` and `/metrics` show) counts the evidence and the
+/// head moving back as a branch switch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_worker_view_shows_the_evidence_and_counts_the_void_head_as_a_reorg() {
+    use modnode::node::chain_worker;
+    let keys = keys();
+    let genesis = genesis(&keys);
+    let mut chain = open(&genesis, Arc::new(MemoryStore::new()));
+    for slot in 1..=3 {
+        let block = sealed(&chain, &keys, slot, 0);
+        chain.add_block(&block).unwrap();
+    }
+    let a = sealed(&chain, &keys, 4, 1);
+    let b = sealed(&chain, &keys, 4, 2);
+    let (handle, worker) = chain_worker::spawn(chain, keys[1].clone(), None).unwrap();
+    assert!(matches!(
+        handle.add_block(a.clone()).await,
+        Ok(Added::Extended(_))
+    ));
+    assert!(handle.add_block(b.clone()).await.is_err());
+    // The worker publishes its view right after answering.
+    let mut watch = handle.watch();
+    let view = *tokio::time::timeout(
+        std::time::Duration::from_secs(30),
+        watch.wait_for(|v| v.equivocations == 1),
+    )
+    .await
+    .expect("the view shows the evidence")
+    .unwrap();
+    assert_eq!(view.head.height, 3);
+    assert_eq!(view.reorgs, 1, "the head moved back below the void slot");
+    let evidence = view.recent_evidence[0].expect("the evidence listed");
+    assert_eq!(
+        (
+            evidence.slot,
+            evidence.proposer,
+            evidence.first,
+            evidence.second
+        ),
+        (4, 0, a.hash(), b.hash())
+    );
+    drop(handle);
+    worker.join().unwrap();
+}
+
 #[test]
 fn only_the_equivocating_authority_itself_is_penalised() {
     let keys = keys();
