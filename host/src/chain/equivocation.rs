@@ -1,8 +1,9 @@
 //! Equivocation: an authority signing two different blocks for one of its slots.
 //!
 //! Each slot of an authority chain belongs to one authority, which may sign one block for it.
-//! The first signed header this node sees for `(slot, proposer)` is remembered (one record per
-//! slot, `keys::first_header`); a second, different one is [`Evidence`]: two headers the same
+//! The first signed header this node sees for `(slot, proposer)` above the finalized block's
+//! slot is remembered (one record per slot, `keys::first_header`; none for final slots, whose
+//! blocks can never be canonical, so headers signed for past slots cost nothing); a second, different one is [`Evidence`]: two headers the same
 //! authority signed for the same slot, which anyone holding the genesis can check. The second
 //! block is neither executed nor stored, only the evidence is (persisted, newest
 //! [`MAX_EVIDENCE`] kept), so whatever an authority signs, a slot costs this node at most one
@@ -229,6 +230,11 @@ impl Chain {
             return Ok(());
         }
         let (slot, proposer) = (block.header.slot, block.header.proposer);
+        if slot <= self.finalized_slot()? {
+            // Such a block can never be canonical (its branch forks below finality): fork
+            // choice refuses it anyway, and no record is kept for it.
+            return Ok(());
+        }
         let hash = block.hash();
         let refused = |first: &SignedHeader, new_evidence: bool, reverted: u64| {
             ForkChoiceError::Equivocation {
@@ -292,14 +298,27 @@ impl Chain {
         Ok(())
     }
 
-    /// [`Chain::note_first_header`] in a batch of its own.
+    /// [`Chain::note_first_header`] in a batch of its own, for a block refused or not attached
+    /// yet; none for a slot at or below the finalized block's, so headers an authority signs
+    /// for its past slots cost no storage.
     pub(super) fn note_first_header_alone(&self, block: &Block) -> Result<(), StoreError> {
+        if block.header.slot <= self.finalized_slot()? {
+            return Ok(());
+        }
         let mut batch = WriteBatch::new();
         self.note_first_header(block, &mut batch)?;
         if !batch.is_empty() {
             self.store.commit(&batch)?;
         }
         Ok(())
+    }
+
+    /// The slot of the finalized block (0 when it is not stored: a chain restored from a
+    /// checkpoint below it).
+    fn finalized_slot(&self) -> Result<u64, StoreError> {
+        Ok(self
+            .block_at(self.finalized_height())?
+            .map_or(0, |b| b.header.slot))
     }
 
     /// Whether this node already signed or took a block of `proposer` for `slot` (the
