@@ -13,7 +13,8 @@
 //!
 //! - [`block`]: header, body, seal, canonical encoding; [`genesis`]: the configuration.
 //! - [`native_deposits`]: the native reference transition; [`workload`]: signed test deposits.
-//! - Errors, the deposit engine choice, revert and fork choice live in private submodules and
+//! - Errors, the deposit engine choice, revert, fork choice and equivocation (one block per
+//!   authority per slot) live in private submodules and
 //!   are re-exported here.
 
 pub mod block;
