@@ -13,6 +13,7 @@ mod crash;
 mod deposit_budget;
 mod deposits_e2e;
 mod equivocation;
+mod equivocation_devnet;
 mod gossip;
 mod gossip_hostile;
 mod governance;
