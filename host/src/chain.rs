@@ -13,11 +13,13 @@
 //!
 //! - [`block`]: header, body, seal, canonical encoding; [`genesis`]: the configuration.
 //! - [`native_deposits`]: the native reference transition; [`workload`]: signed test deposits.
-//! - Errors, the deposit engine choice, revert and fork choice live in private submodules and
+//! - Errors, the deposit engine choice, revert, fork choice and equivocation (one block per
+//!   authority per slot) live in private submodules and
 //!   are re-exported here.
 
 pub mod block;
 mod deposit_engine;
+mod equivocation;
 mod errors;
 pub mod eth1;
 mod fork_choice;
@@ -34,6 +36,7 @@ use std::sync::{Arc, RwLock};
 
 use block::{Block, BlockHeader, Hash};
 pub use deposit_engine::{DepositEngine, DepositModules, DepositsResult, to_wit};
+pub use equivocation::{Evidence, EvidenceSummary, MAX_EVIDENCE, RECENT_EVIDENCE, SignedHeader};
 pub use errors::{BuildError, FailureClass, ImportError, OpenError, RevertError};
 use eth1::{DepositProofs, DueDeposits, Eth1Data, Eth1State, ProvenDeposit};
 pub use fork_choice::{Added, ForkChoiceError};
@@ -116,6 +119,8 @@ pub struct Chain {
     states: Arc<StateCache>,
     /// Side-branch blocks found invalid (bounded); their descendants are refused.
     invalid: std::collections::HashSet<Hash>,
+    /// Evidence of authorities that signed two blocks for one slot (bounded; `equivocation`).
+    equivocations: equivocation::Equivocations,
     /// Blocks whose transition import ran (an adopted cached state is not counted).
     executed: u64,
 }
@@ -203,6 +208,7 @@ impl Chain {
                     proposals: Vec::new(),
                     states,
                     invalid: Default::default(),
+                    equivocations: Default::default(),
                     executed: 0,
                 };
                 chain.publish_head();
@@ -275,6 +281,7 @@ impl Chain {
                 }
                 let states = new_state_cache(&store, &genesis, &deposits);
                 let proposals = proposals::load(store.as_ref())?;
+                let equivocations = equivocation::Equivocations::load(store.as_ref())?;
                 let chain = Self {
                     store,
                     genesis,
@@ -288,6 +295,7 @@ impl Chain {
                     proposals,
                     states,
                     invalid: Default::default(),
+                    equivocations,
                     executed: 0,
                 };
                 chain.publish_head();
@@ -793,6 +801,11 @@ impl Chain {
                 })?
         };
         let warm_input = self.deposit_call(block, &name);
+        self.note_first_header(block, &mut batch)
+            .map_err(|source| ImportError::Store {
+                hash: name.clone(),
+                source,
+            })?;
         batch.put(keys::block(&hash), block.encode());
         batch.put(keys::undo(&hash), undo.encode());
         batch.put(keys::eth1(&hash), eth1.encode());

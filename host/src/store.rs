@@ -115,6 +115,29 @@ pub mod keys {
     pub fn schedule(hash: &[u8; 32]) -> Vec<u8> {
         [b"s".as_slice(), hash].concat()
     }
+    /// The first signed header this node saw for `(slot, proposer)` (header ‖ signature): what
+    /// a second, different header of that authority at that slot is evidence against. One
+    /// record per slot of an authority chain: `q` ‖ slot ‖ proposer.
+    pub fn first_header(slot: u64, proposer: u32) -> Vec<u8> {
+        [
+            b"q".as_slice(),
+            &slot.to_be_bytes(),
+            &proposer.to_be_bytes(),
+        ]
+        .concat()
+    }
+    /// Prefix of the equivocation evidence records.
+    pub const EVIDENCE_PREFIX: &[u8] = b"x";
+    /// Evidence that the authority `proposer` signed two blocks for `slot` (two signed
+    /// headers): `x` ‖ slot ‖ proposer.
+    pub fn evidence(slot: u64, proposer: u32) -> Vec<u8> {
+        [
+            EVIDENCE_PREFIX,
+            &slot.to_be_bytes(),
+            &proposer.to_be_bytes(),
+        ]
+        .concat()
+    }
     /// Prefix of the validator chunk records.
     pub const VALIDATOR_CHUNK_PREFIX: &[u8] = b"rv";
     /// Validator chunk `chunk`: the encodings of validators `chunk × CHUNK_LEN` onwards (at most

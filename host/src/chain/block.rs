@@ -282,6 +282,16 @@ impl BlockHeader {
         Sha256::digest(self.encode()).into()
     }
 
+    /// Decodes a header encoded alone ([`BlockHeader::encode`]), refusing trailing bytes.
+    pub fn decode(bytes: &[u8]) -> Result<Self, BlockError> {
+        let mut r = Reader { bytes };
+        let header = Self::decode_from(&mut r)?;
+        if !r.bytes.is_empty() {
+            return Err(BlockError::Trailing(r.bytes.len()));
+        }
+        Ok(header)
+    }
+
     fn decode_from(r: &mut Reader<'_>) -> Result<Self, BlockError> {
         let version = r.u8("header version")?;
         if version != BLOCK_VERSION {

@@ -13,6 +13,10 @@
 //! (switching to cached states where it has them) and imports the branch block by block; if
 //! any of them fails, the chain returns to the old branch and the error is reported, so a bad
 //! branch never leaves the node on a worse head.
+//!
+//! An authority may sign one block per slot: a second one is evidence of equivocation, after
+//! which every block of that slot and every block built on one is refused, deterministically
+//! on every node that holds the evidence (`equivocation`).
 
 use super::block::{Block, BlockHeader, Hash};
 use super::{Chain, FailureClass, Head, ImportError, Imported, RevertError, hex32};
@@ -94,6 +98,40 @@ pub enum ForkChoiceError {
         /// The invalid parent (hex).
         parent: String,
     },
+    /// The block's authority signed another block for the same slot: the slot is void, the
+    /// block is neither stored nor executed. The authority is at fault, not necessarily the
+    /// peer that relayed it (it may have seen this block first).
+    #[error(
+        "block {hash}: authority {proposer} signed another block ({first}) for slot {slot}; \
+         equivocation, the slot is void"
+    )]
+    Equivocation {
+        /// The block (hex).
+        hash: String,
+        /// The slot.
+        slot: u64,
+        /// The equivocating authority's index.
+        proposer: u32,
+        /// The block of that slot this node saw first (hex).
+        first: String,
+        /// Whether this block proved the equivocation just now (relay it once, so peers
+        /// learn the evidence) rather than being one more block of a slot already void.
+        new_evidence: bool,
+        /// Blocks reverted from the head because they were (or built on) the void slot's.
+        reverted: u64,
+    },
+    /// The block descends from a block of a void slot (its authority equivocated): refused,
+    /// but its proposer may have built on that block before the evidence reached it, so
+    /// nobody is blamed.
+    #[error(
+        "block {hash} descends from block {ancestor} of a void slot (its authority equivocated)"
+    )]
+    VoidAncestor {
+        /// The block (hex).
+        hash: String,
+        /// The void ancestor (hex).
+        ancestor: String,
+    },
     /// The side branch's parent state could not be had (too old to regenerate, the cache
     /// budget full, a store failure): the block is neither stored nor relayed for now.
     #[error("block {hash}: cannot execute it on its parent's state: {source}")]
@@ -134,7 +172,7 @@ const MAX_INVALID: usize = 4096;
 
 impl Chain {
     /// Remembers `hash` as invalid (bounded: the memory is cleared when full).
-    fn remember_invalid(&mut self, hash: Hash) {
+    pub(super) fn remember_invalid(&mut self, hash: Hash) {
         if self.invalid.len() >= MAX_INVALID {
             self.invalid.clear();
         }
@@ -177,6 +215,30 @@ impl Chain {
         if hash == self.head.hash || self.is_canonical(&block.header)? {
             return Ok(Added::Known);
         }
+        // One block per authority per slot: a second one is never executed, stored or
+        // weighed, and it voids the slot on this node.
+        self.check_equivocation(block, &name)?;
+        let added = self.add_unequivocal(block, hash, name);
+        // The first signed header of the slot is remembered in the batch that stores or
+        // imports the block (no flush of its own on those paths); a block refused or not
+        // attached yet is remembered on its own, so a conflicting one is caught even then.
+        if let Err(e) = &added
+            && !matches!(e, ForkChoiceError::Store(_))
+            && let Err(store) = self.note_first_header_alone(block)
+        {
+            tracing::warn!(block = %hex32(&hash), error = %store, "cannot remember the block's signed header");
+        }
+        added
+    }
+
+    /// [`Chain::add_block`] for a sealed, non-canonical block that is the first (or the same)
+    /// its authority signed for its slot.
+    fn add_unequivocal(
+        &mut self,
+        block: &Block,
+        hash: Hash,
+        name: String,
+    ) -> Result<Added, ForkChoiceError> {
         if block.header.parent_hash == self.head.hash {
             return Ok(Added::Extended(self.import(block)?));
         }
@@ -189,6 +251,13 @@ impl Chain {
                 parent: hex32(&block.header.parent_hash),
             });
         }
+        if self.is_void_block(&block.header.parent_hash) {
+            self.remember_void(hash);
+            return Err(ForkChoiceError::VoidAncestor {
+                hash: name,
+                ancestor: hex32(&block.header.parent_hash),
+            });
+        }
         let Some(parent) = self.stored_block(&block.header.parent_hash)? else {
             return Err(ForkChoiceError::UnknownParent {
                 hash: name,
@@ -196,6 +265,13 @@ impl Chain {
                 parent: hex32(&block.header.parent_hash),
             });
         };
+        if self.is_void(&parent.header) {
+            self.remember_void(hash);
+            return Err(ForkChoiceError::VoidAncestor {
+                hash: name,
+                ancestor: hex32(&block.header.parent_hash),
+            });
+        }
         if Some(block.header.height) != parent.header.height.checked_add(1) {
             return Err(ForkChoiceError::BadHeight {
                 hash: name,
@@ -229,6 +305,7 @@ impl Chain {
         if self.store.get(&keys::block(&hash))?.is_none() {
             let mut batch = WriteBatch::new();
             batch.put(keys::block(&hash), block.encode());
+            self.note_first_header(block, &mut batch)?;
             self.store.commit(&batch)?;
         }
 
@@ -243,6 +320,14 @@ impl Chain {
         let mut branch = vec![block.clone()];
         let mut cursor = parent;
         while !self.is_canonical(&cursor.header)? {
+            // A branch through a void slot is invalid, however it was stored.
+            if self.is_void(&cursor.header) {
+                self.remember_void(hash);
+                return Err(ForkChoiceError::VoidAncestor {
+                    hash: name,
+                    ancestor: hex32(&cursor.hash()),
+                });
+            }
             let parent_hash = cursor.header.parent_hash;
             branch.push(cursor);
             cursor =

@@ -40,6 +40,10 @@ pub struct ChainView {
     pub deposit_index: u64,
     /// Times fork choice switched to another branch since start.
     pub reorgs: u64,
+    /// Equivocations (an authority signing two blocks for one slot) found since start.
+    pub equivocations: u64,
+    /// The newest evidence records held, newest slot first.
+    pub recent_evidence: [Option<crate::chain::EvidenceSummary>; crate::chain::RECENT_EVIDENCE],
 }
 
 /// Why the worker could not do what was asked.
@@ -387,6 +391,8 @@ impl Worker {
             last_block_unix_ms: self.last_block_unix_ms,
             deposit_index: self.chain.eth1_state().deposit_index,
             reorgs: self.reorgs,
+            equivocations: self.chain.equivocations_found(),
+            recent_evidence: self.chain.recent_evidence(),
         }
     }
 
@@ -532,6 +538,13 @@ impl Worker {
             if fatal {
                 self.fatal = Some(e.to_string());
             }
+            // Evidence voided the slot of a head block: the head moved back, a branch switch.
+            if let ForkChoiceError::Equivocation { reverted, .. } = e
+                && *reverted > 0
+            {
+                self.reorgs = self.reorgs.saturating_add(1);
+                self.last_block_unix_ms = unix_ms();
+            }
         })?;
         match &added {
             Added::Extended(_) => self.last_block_unix_ms = unix_ms(),
@@ -558,6 +571,16 @@ impl Worker {
         }
         let genesis = self.chain.genesis();
         let proposer = genesis.proposer_for(slot).unwrap_or(0);
+        // Never sign a second block for a slot (after a reorg within it, say): that would be
+        // an equivocation, voiding the slot on every node.
+        if !genesis.authorities.is_empty()
+            && self
+                .chain
+                .has_block_for_slot(slot, proposer)
+                .map_err(|e| WorkerError::Store(e.to_string()))?
+        {
+            return Ok(None);
+        }
         let sealed = !genesis.authorities.is_empty();
         let agreed = self.chain.eth1_data();
         let block = match &self.source {

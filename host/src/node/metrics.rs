@@ -127,6 +127,24 @@ pub struct NodeStatus {
     pub reorgs: u64,
     /// The restore from a checkpoint this node started with (all zero if none).
     pub checkpoint_restore: RestoreStatus,
+    /// Equivocations found since start (an authority signing two blocks for one slot).
+    pub equivocations_found: u64,
+    /// The newest evidence of equivocation held (at most
+    /// [`RECENT_EVIDENCE`](crate::chain::RECENT_EVIDENCE)), newest slot first.
+    pub equivocations: Vec<EquivocationStatus>,
+}
+
+/// One piece of equivocation evidence, as `/status` lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct EquivocationStatus {
+    /// The slot the authority signed two blocks for.
+    pub slot: u64,
+    /// The authority's index in the genesis authority set.
+    pub authority: u32,
+    /// The block this node saw first (hex).
+    pub first: String,
+    /// The conflicting block (hex).
+    pub second: String,
 }
 
 /// A restore from a checkpoint, as `/status` shows it.
@@ -188,6 +206,18 @@ impl Metrics {
             syncing: self.syncing.load(Ordering::Relaxed),
             reorgs: view.reorgs,
             checkpoint_restore: self.checkpoint_restore.status(),
+            equivocations_found: view.equivocations,
+            equivocations: view
+                .recent_evidence
+                .iter()
+                .flatten()
+                .map(|e| EquivocationStatus {
+                    slot: e.slot,
+                    authority: e.proposer,
+                    first: hex::encode(e.first),
+                    second: hex::encode(e.second),
+                })
+                .collect(),
         }
     }
 
@@ -252,6 +282,11 @@ impl Metrics {
                     "eth1_answers_too_large",
                     "eth1 endpoint answers refused as over the bound of what was asked for",
                     load(&self.eth1_follower.answers_too_large),
+                ),
+                (
+                    "equivocations",
+                    "Authorities found signing two blocks for one slot (evidence recorded)",
+                    view.equivocations,
                 ),
             ],
             gauges: [
@@ -541,6 +576,8 @@ mod tests {
             last_block_unix_ms: 0,
             deposit_index: 3,
             reorgs: 1,
+            equivocations: 2,
+            recent_evidence: [None; crate::chain::RECENT_EVIDENCE],
         };
         let text = metrics.render(&view);
         for line in [
@@ -551,6 +588,7 @@ mod tests {
             "modnode_peer_malformed_answers_total 0",
             "modnode_eth1_head_went_back_total 0",
             "modnode_eth1_answers_too_large_total 0",
+            "modnode_equivocations_total 2",
             "# TYPE modnode_head_height gauge",
             "modnode_head_height 42",
             "modnode_finalized_height 10",

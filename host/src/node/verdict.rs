@@ -59,6 +59,11 @@ impl ForkChoiceError {
             Self::NotChecked(e) => e.fault(),
             // Relaying a descendant of an invalid block is relaying an invalid branch.
             Self::InvalidAncestor { .. } => Fault::Peer,
+            // The authority signed two blocks; the relayer may have seen this one first, so
+            // it is not blamed (see `equivocation_penalty` for the authority itself).
+            Self::Equivocation { .. } => Fault::Transient,
+            // Its proposer may have built on the void block before the evidence reached it.
+            Self::VoidAncestor { .. } => Fault::Transient,
             // We could not execute it (state too old, budget full, storage): nobody's proven
             // fault; the block is dropped unrelayed.
             Self::ParentState { .. } => Fault::Transient,
@@ -120,6 +125,32 @@ pub struct BlockVerdict {
     pub behind_sender: bool,
 }
 
+impl BlockVerdict {
+    fn with_relay(self, relay: bool) -> Self {
+        Self { relay, ..self }
+    }
+}
+
+/// The penalty for the sender of a gossiped block refused as an equivocation: only when the
+/// sender is the equivocating authority itself (`authorities` is the genesis authority set),
+/// which proved it signed two blocks for one slot and sends them. A relayer is not blamed.
+pub fn equivocation_penalty(
+    from: &[u8; 32],
+    authorities: &[[u8; 32]],
+    result: &Result<Added, WorkerError>,
+) -> Option<String> {
+    let Err(WorkerError::Block(ForkChoiceError::Equivocation { slot, proposer, .. })) = result
+    else {
+        return None;
+    };
+    let authority = usize::try_from(*proposer)
+        .ok()
+        .and_then(|i| authorities.get(i))?;
+    (authority == from).then(|| {
+        format!("signed two blocks for slot {slot} as authority {proposer} (equivocation)")
+    })
+}
+
 /// The verdict on a gossiped block at `height` after the chain worker tried to add it.
 pub fn gossip_block(height: u64, result: &Result<Added, WorkerError>) -> BlockVerdict {
     let drop = |penalty: Option<String>| BlockVerdict {
@@ -135,6 +166,11 @@ pub fn gossip_block(height: u64, result: &Result<Added, WorkerError>) -> BlockVe
             penalty: None,
             behind_sender: false,
         },
+        // The block that proves an equivocation is relayed once, so every peer gets both
+        // signed headers and voids the slot too; any later block of the slot is not.
+        Err(WorkerError::Block(ForkChoiceError::Equivocation { new_evidence, .. })) => {
+            drop(None).with_relay(*new_evidence)
+        }
         Err(WorkerError::Block(ForkChoiceError::UnknownParent { .. })) => BlockVerdict {
             relay: false,
             penalty: None,

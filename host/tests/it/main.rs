@@ -12,6 +12,8 @@ mod cli;
 mod crash;
 mod deposit_budget;
 mod deposits_e2e;
+mod equivocation;
+mod equivocation_devnet;
 mod gossip;
 mod gossip_hostile;
 mod governance;

@@ -122,7 +122,10 @@ impl Network {
             self.sync
                 .handle_peer_status(from, height, block.hash(), now);
         }
-        if let Some(reason) = verdict.penalty {
+        let penalty = verdict
+            .penalty
+            .or_else(|| verdict::equivocation_penalty(&from, &self.genesis.authorities, result));
+        if let Some(reason) = penalty {
             self.violation(from, reason);
         }
         self.verdict(id, verdict.relay);
