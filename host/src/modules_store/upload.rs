@@ -2,8 +2,10 @@
 //! then store. A rejected upload leaves nothing behind: no store entry, no cached artifact.
 //!
 //! The order is cheapest check first: size, hash (a second upload of the same bytes is a no-op),
-//! static validation (component, known world, compatible contract, only modnode's imports),
-//! wasm features, code size, then compilation (bounded in time and output size) and warm-up.
+//! the code's bounds read off the bytes ([`code_limits`]: functions, locals, body size, types,
+//! data, tables — before even validating, which is itself linear in them), static validation
+//! (component, known world, compatible contract, only modnode's imports), wasm features, then
+//! compilation (bounded in time and output size) and warm-up.
 //! Compilation runs on its own thread and holds no lock the node's import path needs; a compile
 //! that overruns its deadline is abandoned (its thread finishes in the background, its output
 //! is dropped) and no other compile starts until it has finished, so a hostile module can cost
@@ -26,17 +28,19 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
-use wasmparser::{Parser, Payload, Validator, WasmFeatures};
+use wasmparser::{Validator, WasmFeatures};
 
 use super::{ModuleStore, ModuleStoreError, StoredModule};
 
 mod admission;
+pub mod code_limits;
 
 use crate::runtime::{
     self, LoadError, LoadedModule, Modules, Runtime, RuntimeConfig, ValidationError,
 };
 pub use admission::Admission;
 use admission::local_limit;
+pub use code_limits::check_code_limits;
 
 /// Default largest module accepted, in bytes.
 pub const DEFAULT_MAX_MODULE_BYTES: usize = 8 << 20;
@@ -105,6 +109,22 @@ pub enum UploadError {
         size: usize,
         /// The limit.
         limit: usize,
+    },
+    /// Its code is over one of the bounds read from the bytes before compiling
+    /// ([`code_limits`]).
+    #[error(
+        "module code over a limit: {what} is {value}, the limit is {max} ({reason}); refused \
+         before compiling"
+    )]
+    CodeLimit {
+        /// What was counted.
+        what: &'static str,
+        /// Its value (the count reached when it went over).
+        value: u64,
+        /// The limit.
+        max: u64,
+        /// Why the limit exists.
+        reason: &'static str,
     },
     /// Compiling it took longer than the bound.
     #[error(
@@ -191,7 +211,7 @@ impl UploadError {
             }
             UploadError::Invalid(ValidationError::ForbiddenImport { .. }) => "forbidden-import",
             UploadError::Feature { .. } => "wasm-feature",
-            UploadError::CodeTooLarge { .. } => "code-too-large",
+            UploadError::CodeTooLarge { .. } | UploadError::CodeLimit { .. } => "code-too-large",
             UploadError::CompileTooSlow { .. } => "compile-too-slow",
             UploadError::Compile { .. } => "compile-failed",
             UploadError::Warmup { .. } | UploadError::DryRun { .. } => "warm-up-failed",
@@ -352,6 +372,11 @@ impl ModuleService {
         if let Some(existing) = self.store.meta(&sha256)? {
             return Ok(UploadOutcome::AlreadyStored(existing));
         }
+        // Bounds read off the bytes come first: validating 990k functions costs seconds
+        // already, compiling them minutes.
+        if let Err(refusal) = check_code_limits(bytes, self.config.max_function_body_bytes) {
+            local_limit(admission, &hex::encode(sha256), refusal)?;
+        }
         let info = runtime::inspect::validate(bytes)?;
         let name = format!(
             "{}@{}",
@@ -367,9 +392,6 @@ impl ModuleService {
             })?;
         }
         check_features(bytes)?;
-        if let Err(refusal) = check_code_size(bytes, self.config.max_function_body_bytes) {
-            local_limit(admission, &name, refusal)?;
-        }
 
         let started = Instant::now();
         let artifact = self.compile(bytes, &name, admission)?;
@@ -569,23 +591,4 @@ pub fn check_features(bytes: &[u8]) -> Result<(), UploadError> {
         .map_err(|e| UploadError::Feature {
             message: e.to_string(),
         })
-}
-
-/// Refuses a module with a function body larger than `max_body` bytes.
-pub fn check_code_size(bytes: &[u8], max_body: usize) -> Result<(), UploadError> {
-    for payload in Parser::new(0).parse_all(bytes) {
-        // The module validated already; a parse error here cannot happen, and would be
-        // caught by the compiler anyway.
-        if let Ok(Payload::CodeSectionEntry(body)) = payload {
-            let size = body.range().len();
-            if size > max_body {
-                return Err(UploadError::CodeTooLarge {
-                    what: "a function body",
-                    size,
-                    limit: max_body,
-                });
-            }
-        }
-    }
-    Ok(())
 }
