@@ -220,6 +220,10 @@ impl UploadError {
             UploadError::CodeTooLarge { .. } | UploadError::CodeLimit { .. } => "code-too-large",
             UploadError::CompileTooSlow { .. } => "compile-too-slow",
             UploadError::Compile { .. } => "compile-failed",
+            UploadError::Warmup {
+                source: LoadError::Signature { .. },
+                ..
+            } => "wrong-signature",
             UploadError::Warmup { .. } | UploadError::DryRun { .. } => "warm-up-failed",
             UploadError::WrongKind { .. } => "wrong-kind",
             UploadError::Busy => "busy",
