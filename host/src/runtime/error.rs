@@ -33,7 +33,7 @@ pub enum LoadError {
         /// Module name or hash.
         module: String,
         /// Which function, and what the world expects.
-        source: super::signatures::SignatureError,
+        source: Box<super::signatures::SignatureError>,
     },
     /// The artifact cache directory could not be used.
     #[error("module artifact cache at {path}: {source}")]

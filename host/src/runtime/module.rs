@@ -241,7 +241,7 @@ impl<W: World> Module<W> {
         super::signatures::check_exports(W::KIND, &settings.engine, component).map_err(
             |source| LoadError::Signature {
                 module: name.clone(),
-                source,
+                source: Box::new(source),
             },
         )?;
         let pre = W::pre(linker.instantiate_pre(component).map_err(link)?).map_err(link)?;

@@ -127,11 +127,19 @@ fn build_reference(kind: Kind, engine: &Engine) -> Result<Reference, SignatureEr
     // The world exports one interface (static validation found the kind by it).
     let mut wit_functions = Vec::new();
     let mut interface = None;
-    for (key, item) in &resolve.worlds[world].exports {
+    let exports = resolve
+        .worlds
+        .get(world)
+        .map(|w| &w.exports)
+        .ok_or_else(|| failed("the world is not in its own WIT".into()))?;
+    for (key, item) in exports {
         if let wit_parser::WorldItem::Interface { id, .. } = item {
             let name = resolve.name_world_key(key);
             interface = Some(unversioned(&name).to_string());
-            for (fname, func) in &resolve.interfaces[*id].functions {
+            let Some(exported) = resolve.interfaces.get(*id) else {
+                continue;
+            };
+            for (fname, func) in &exported.functions {
                 wit_functions.push((fname.clone(), signature(&resolve, func)));
             }
         }

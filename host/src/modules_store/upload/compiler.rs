@@ -193,7 +193,10 @@ impl SubprocessCompiler {
 /// How often a compiling child is looked at: first often (most modules compile in
 /// milliseconds), then at most every 20 ms.
 fn next_poll(waited: Duration) -> Duration {
-    (waited / 4).clamp(Duration::from_millis(1), Duration::from_millis(20))
+    waited
+        .checked_div(4)
+        .unwrap_or_default()
+        .clamp(Duration::from_millis(1), Duration::from_millis(20))
 }
 
 impl Compiler for SubprocessCompiler {
