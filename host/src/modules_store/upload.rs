@@ -398,8 +398,11 @@ impl ModuleService {
             return Ok(UploadOutcome::AlreadyStored(existing));
         }
         // Bounds read off the bytes come first: validating 990k functions costs seconds
-        // already, compiling them minutes.
-        if let Err(refusal) = check_code_limits(bytes, self.config.max_function_body_bytes) {
+        // already, compiling them minutes. Bytes that are no component at all are left to
+        // validation, which says so (a core module is not refused for its code).
+        if wasmparser::Parser::is_component(bytes)
+            && let Err(refusal) = check_code_limits(bytes, self.config.max_function_body_bytes)
+        {
             local_limit(admission, &hex::encode(sha256), refusal)?;
         }
         let info = runtime::inspect::validate(bytes)?;

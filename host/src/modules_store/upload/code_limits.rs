@@ -415,6 +415,19 @@ mod tests {
     }
 
     #[test]
+    fn a_core_module_is_refused_as_not_a_component_whatever_its_code() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = UploadConfig {
+            max_function_body_bytes: 1,
+            ..UploadConfig::default()
+        };
+        let service = ModuleService::open(dir.path(), dir.path().join("cache"), config).unwrap();
+        let core = wat::parse_str("(module (func (export \"f\") (nop) (nop)))").unwrap();
+        let err = service.upload(&core, "test").unwrap_err();
+        assert_eq!(err.code(), "not-a-component", "{err}");
+    }
+
+    #[test]
     fn a_hostile_module_is_refused_before_compiling_fast_naming_the_limit() {
         let dir = tempfile::tempdir().unwrap();
         let service = ModuleService::open(
