@@ -118,6 +118,16 @@ enum DebugCommand {
         #[arg(long)]
         upgrade_at: Option<u64>,
     },
+    /// Compile a component for this build's engine (the node runs this in a child process so a
+    /// compile past its deadline can be killed). Exits 3 when the module does not compile.
+    CompileModule {
+        /// The component.
+        #[arg(long)]
+        input: PathBuf,
+        /// Where to write the compiled artifact.
+        #[arg(long)]
+        output: PathBuf,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -376,6 +386,17 @@ fn main() -> std::process::ExitCode {
             blocks,
             upgrade_at,
         }) => commands::run::import_loop(&data_dir, blocks, upgrade_at),
+        Command::Debug(DebugCommand::CompileModule { input, output }) => {
+            use modnode::modules_store::upload::compiler;
+            match compiler::compile_file(&input, &output) {
+                Ok(()) => Ok(()),
+                Err(e @ compiler::CompileFileError::Compile(_)) => {
+                    eprintln!("{e}");
+                    std::process::exit(compiler::EXIT_MODULE_DOES_NOT_COMPILE);
+                }
+                Err(e) => Err(e.into()),
+            }
+        }
         Command::Module(ModuleCommand::Inspect { file, json }) => {
             commands::module::inspect(&file, json)
         }

@@ -29,6 +29,7 @@ pub mod module;
 pub mod modules;
 pub mod profile;
 pub mod session;
+pub mod signatures;
 pub mod slot;
 pub mod threads;
 

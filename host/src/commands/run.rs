@@ -280,6 +280,8 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     config.admin_listen = (!args.no_admin).then_some(args.admin);
     config.admin_public = args.admin_public;
     config.upload.max_module_bytes = args.max_module_bytes;
+    // Uploads compile in a child process (this binary), killed at the compile deadline.
+    config.upload.compile_program = Some(std::env::current_exe()?);
     config.admin.max_module_bytes = args.max_module_bytes;
     config.gossip_policy = args.gossip_policy;
     config.produce = !args.no_produce;

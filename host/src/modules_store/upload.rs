@@ -2,12 +2,15 @@
 //! then store. A rejected upload leaves nothing behind: no store entry, no cached artifact.
 //!
 //! The order is cheapest check first: size, hash (a second upload of the same bytes is a no-op),
-//! static validation (component, known world, compatible contract, only modnode's imports),
-//! wasm features, code size, then compilation (bounded in time and output size) and warm-up.
-//! Compilation runs on its own thread and holds no lock the node's import path needs; a compile
-//! that overruns its deadline is abandoned (its thread finishes in the background, its output
-//! is dropped) and no other compile starts until it has finished, so a hostile module can cost
-//! the node at most one core for the length of one compile.
+//! the code's bounds read off the bytes ([`code_limits`]: functions, locals, body size, types,
+//! data, tables — before even validating, which is itself linear in them), static validation
+//! (component, known world, compatible contract, only modnode's imports), wasm features, then
+//! compilation (bounded in time and output size) and warm-up.
+//! Compilation ([`compiler`]) holds no lock the node's import path needs and uses one core; the
+//! node compiles in a child process killed at the deadline, so a hostile module costs at most
+//! one core for the length of the deadline and leaves no memory behind. Operator uploads and
+//! modules the chain scheduled compile in separate lanes: an upload never delays a scheduled
+//! module.
 //!
 //! Those bounds are the operator's policy for what *they* upload ([`Admission::Operator`]).
 //! A module the chain scheduled ([`Admission::Scheduled`]: fetched from peers by hash) is
@@ -20,23 +23,25 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::RecvTimeoutError;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
-use wasmparser::{Parser, Payload, Validator, WasmFeatures};
+use wasmparser::{Validator, WasmFeatures};
 
 use super::{ModuleStore, ModuleStoreError, StoredModule};
 
 mod admission;
+pub mod code_limits;
+pub mod compiler;
 
 use crate::runtime::{
     self, LoadError, LoadedModule, Modules, Runtime, RuntimeConfig, ValidationError,
 };
 pub use admission::Admission;
 use admission::local_limit;
+pub use code_limits::check_code_limits;
+use compiler::{Compiler, Deadline, InProcessCompiler, Lane, SubprocessCompiler};
 
 /// Default largest module accepted, in bytes.
 pub const DEFAULT_MAX_MODULE_BYTES: usize = 8 << 20;
@@ -53,6 +58,10 @@ pub struct UploadConfig {
     pub max_compiled_bytes: usize,
     /// Longest a compile may take before the module is rejected.
     pub compile_timeout: Duration,
+    /// The `modnode` binary to compile in, as a child process killed at the deadline; `None`
+    /// compiles in this process (library use and tests: an overrun compile is abandoned but
+    /// runs on). `modnode run` sets it.
+    pub compile_program: Option<PathBuf>,
 }
 
 impl Default for UploadConfig {
@@ -62,6 +71,7 @@ impl Default for UploadConfig {
             max_function_body_bytes: 1 << 20,
             max_compiled_bytes: 64 << 20,
             compile_timeout: Duration::from_secs(20),
+            compile_program: None,
         }
     }
 }
@@ -105,6 +115,22 @@ pub enum UploadError {
         size: usize,
         /// The limit.
         limit: usize,
+    },
+    /// Its code is over one of the bounds read from the bytes before compiling
+    /// ([`code_limits`]).
+    #[error(
+        "module code over a limit: {what} is {value}, the limit is {max} ({reason}); refused \
+         before compiling"
+    )]
+    CodeLimit {
+        /// What was counted.
+        what: &'static str,
+        /// Its value (the count reached when it went over).
+        value: u64,
+        /// The limit.
+        max: u64,
+        /// Why the limit exists.
+        reason: &'static str,
     },
     /// Compiling it took longer than the bound.
     #[error(
@@ -191,9 +217,13 @@ impl UploadError {
             }
             UploadError::Invalid(ValidationError::ForbiddenImport { .. }) => "forbidden-import",
             UploadError::Feature { .. } => "wasm-feature",
-            UploadError::CodeTooLarge { .. } => "code-too-large",
+            UploadError::CodeTooLarge { .. } | UploadError::CodeLimit { .. } => "code-too-large",
             UploadError::CompileTooSlow { .. } => "compile-too-slow",
             UploadError::Compile { .. } => "compile-failed",
+            UploadError::Warmup {
+                source: LoadError::Signature { .. },
+                ..
+            } => "wrong-signature",
             UploadError::Warmup { .. } | UploadError::DryRun { .. } => "warm-up-failed",
             UploadError::WrongKind { .. } => "wrong-kind",
             UploadError::Busy => "busy",
@@ -240,7 +270,11 @@ pub struct ModuleService {
     data_dir: PathBuf,
     cache_dir: PathBuf,
     config: UploadConfig,
-    compiling: Arc<AtomicBool>,
+    compiler: Arc<dyn Compiler>,
+    /// The operator's uploads: one compile; another upload meanwhile is refused as busy.
+    operator_lane: Arc<Lane>,
+    /// Modules the chain scheduled: one compile; the next waits for it, never for an upload.
+    scheduled_lane: Arc<Lane>,
     ready: Mutex<HashMap<[u8; 32], LoadedModule>>,
     slots: Option<Arc<Modules>>,
 }
@@ -251,15 +285,6 @@ impl std::fmt::Debug for ModuleService {
             .field("store", &self.store)
             .field("config", &self.config)
             .finish_non_exhaustive()
-    }
-}
-
-/// Clears the "a compile is running" flag when the compile thread ends, however it ends.
-struct CompileSlot(Arc<AtomicBool>);
-
-impl Drop for CompileSlot {
-    fn drop(&mut self) {
-        self.0.store(false, Ordering::Release);
     }
 }
 
@@ -284,12 +309,21 @@ impl ModuleService {
         cache_dir: PathBuf,
         config: UploadConfig,
     ) -> Result<Self, ModuleStoreError> {
+        let compiler: Arc<dyn Compiler> = match &config.compile_program {
+            Some(program) => Arc::new(SubprocessCompiler::new(
+                program.clone(),
+                data_dir.join("module-staging"),
+            )),
+            None => Arc::new(InProcessCompiler),
+        };
         Ok(Self {
             store: ModuleStore::open(data_dir)?,
             data_dir: data_dir.to_path_buf(),
             cache_dir,
             config,
-            compiling: Arc::new(AtomicBool::new(false)),
+            compiler,
+            operator_lane: Arc::default(),
+            scheduled_lane: Arc::default(),
             ready: Mutex::new(HashMap::new()),
             slots: None,
         })
@@ -300,6 +334,17 @@ impl ModuleService {
     pub fn with_slots(mut self, slots: Arc<Modules>) -> Self {
         self.slots = Some(slots);
         self
+    }
+
+    /// Compiles with `compiler` instead of the one [`UploadConfig::compile_program`] chose.
+    pub fn with_compiler(mut self, compiler: Arc<dyn Compiler>) -> Self {
+        self.compiler = compiler;
+        self
+    }
+
+    /// Whether an operator's upload is compiling (another would be refused as busy).
+    pub fn upload_compiling(&self) -> bool {
+        self.operator_lane.is_busy()
     }
 
     /// The store.
@@ -352,6 +397,14 @@ impl ModuleService {
         if let Some(existing) = self.store.meta(&sha256)? {
             return Ok(UploadOutcome::AlreadyStored(existing));
         }
+        // Bounds read off the bytes come first: validating 990k functions costs seconds
+        // already, compiling them minutes. Bytes that are no component at all are left to
+        // validation, which says so (a core module is not refused for its code).
+        if wasmparser::Parser::is_component(bytes)
+            && let Err(refusal) = check_code_limits(bytes, self.config.max_function_body_bytes)
+        {
+            local_limit(admission, &hex::encode(sha256), refusal)?;
+        }
         let info = runtime::inspect::validate(bytes)?;
         let name = format!(
             "{}@{}",
@@ -367,9 +420,6 @@ impl ModuleService {
             })?;
         }
         check_features(bytes)?;
-        if let Err(refusal) = check_code_size(bytes, self.config.max_function_body_bytes) {
-            local_limit(admission, &name, refusal)?;
-        }
 
         let started = Instant::now();
         let artifact = self.compile(bytes, &name, admission)?;
@@ -490,64 +540,24 @@ impl ModuleService {
         Ok(UploadOutcome::Ready(stored))
     }
 
-    /// Compiles on a worker thread; gives up after the configured timeout, except for a module
-    /// the chain scheduled, which is waited for (with a warning once the timeout has passed).
+    /// Compiles in the lane of `admission`: an operator's upload is refused as busy while
+    /// another compiles and at the deadline; a module the chain scheduled waits for the
+    /// scheduled module before it (never for an upload) and only warns at the deadline.
     fn compile(
         &self,
         bytes: &[u8],
         name: &str,
         admission: Admission,
     ) -> Result<Vec<u8>, UploadError> {
-        if self
-            .compiling
-            .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
-            .is_err()
-        {
-            return Err(UploadError::Busy);
-        }
-        let slot = CompileSlot(self.compiling.clone());
-        let (tx, rx) = std::sync::mpsc::sync_channel(1);
-        let owned = bytes.to_vec();
-        let engine = runtime::engine::engine().clone();
-        let spawned = std::thread::Builder::new()
-            .name("module-compile".into())
-            .spawn(move || {
-                let _slot = slot;
-                let _ = tx.send(engine.precompile_component(&owned));
-            });
-        if let Err(source) = spawned {
-            return Err(UploadError::Staging {
-                action: "start a compile thread for",
-                path: PathBuf::from(name),
-                source,
-            });
-        }
-        let answer = match rx.recv_timeout(self.config.compile_timeout) {
-            Err(RecvTimeoutError::Timeout) if admission.scheduled() => {
-                tracing::warn!(
-                    module = %name,
-                    limit = ?self.config.compile_timeout,
-                    "a module the chain scheduled is taking longer than the upload compile \
-                     limit; waiting for it (the chain's schedule decides, local limits only warn)"
-                );
-                rx.recv().map_err(|_| RecvTimeoutError::Disconnected)
-            }
-            answer => answer,
+        let limit = self.config.compile_timeout;
+        let (lane, deadline) = match admission {
+            Admission::Operator => (
+                self.operator_lane.try_enter().ok_or(UploadError::Busy)?,
+                Deadline::Refuse(limit),
+            ),
+            Admission::Scheduled { .. } => (self.scheduled_lane.enter(), Deadline::Warn(limit)),
         };
-        match answer {
-            Ok(Ok(artifact)) => Ok(artifact),
-            Ok(Err(e)) => Err(UploadError::Compile {
-                name: name.to_string(),
-                message: format!("{e:?}"),
-            }),
-            Err(RecvTimeoutError::Timeout) => Err(UploadError::CompileTooSlow {
-                name: name.to_string(),
-                limit: self.config.compile_timeout,
-            }),
-            Err(RecvTimeoutError::Disconnected) => Err(UploadError::Internal(format!(
-                "the compile thread for module {name} died"
-            ))),
-        }
+        self.compiler.compile(bytes, name, deadline, lane)
     }
 }
 
@@ -569,23 +579,4 @@ pub fn check_features(bytes: &[u8]) -> Result<(), UploadError> {
         .map_err(|e| UploadError::Feature {
             message: e.to_string(),
         })
-}
-
-/// Refuses a module with a function body larger than `max_body` bytes.
-pub fn check_code_size(bytes: &[u8], max_body: usize) -> Result<(), UploadError> {
-    for payload in Parser::new(0).parse_all(bytes) {
-        // The module validated already; a parse error here cannot happen, and would be
-        // caught by the compiler anyway.
-        if let Ok(Payload::CodeSectionEntry(body)) = payload {
-            let size = body.range().len();
-            if size > max_body {
-                return Err(UploadError::CodeTooLarge {
-                    what: "a function body",
-                    size,
-                    limit: max_body,
-                });
-            }
-        }
-    }
-    Ok(())
 }

@@ -95,6 +95,33 @@ pub fn engine() -> &'static Engine {
     })
 }
 
+/// The configuration uploads are compiled with: [`config`] on one core (no parallel
+/// compilation: a hostile module costs the node at most one core) and without the instance
+/// pool (a compile-only engine never instantiates, so it reserves no pool memory). Neither
+/// setting is part of what compilation reads ([`compatibility_hash`] is the same, a test
+/// checks), so its artifacts load in [`engine`] as if compiled there.
+pub fn compile_config() -> Config {
+    let mut config = config();
+    config
+        .parallel_compilation(false)
+        .allocation_strategy(InstanceAllocationStrategy::OnDemand);
+    config
+}
+
+/// The engine uploads are compiled with ([`compile_config`]), created on first use. Block
+/// execution never uses it: it runs on [`engine`], which compiles the node's own modules in
+/// parallel at start.
+///
+/// # Panics
+/// Never in practice, as [`engine`].
+pub fn compile_engine() -> &'static Engine {
+    static ENGINE: OnceLock<Engine> = OnceLock::new();
+    ENGINE.get_or_init(|| match Engine::new(&compile_config()) {
+        Ok(engine) => engine,
+        Err(e) => panic!("wasmtime rejected modnode's compile-engine configuration: {e:?}"),
+    })
+}
+
 /// A stable digest of everything that makes compiled artifacts compatible with this engine
 /// (wasmtime version, target, configuration). Part of the artifact cache key.
 pub fn compatibility_hash(engine: &Engine) -> [u8; 32] {
@@ -113,4 +140,22 @@ pub fn compatibility_hash(engine: &Engine) -> [u8; 32] {
     let mut hasher = Sha(Sha256::new());
     engine.precompile_compatibility_hash().hash(&mut hasher);
     hasher.0.finalize().into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_compile_engine_makes_artifacts_the_node_engine_loads() {
+        assert_eq!(
+            compatibility_hash(compile_engine()),
+            compatibility_hash(engine())
+        );
+        let bytes = crate::artifacts::embedded("gossip-policy-v1").unwrap();
+        let artifact = compile_engine().precompile_component(bytes).unwrap();
+        // SAFETY: the bytes are this process's own compiler output, just produced.
+        let loaded = unsafe { wasmtime::component::Component::deserialize(engine(), &artifact) };
+        assert!(loaded.is_ok(), "{loaded:?}");
+    }
 }

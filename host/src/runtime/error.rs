@@ -26,6 +26,15 @@ pub enum LoadError {
         /// wasmtime's message.
         message: String,
     },
+    /// The component's exports do not have the types of its world (a function missing or of
+    /// another signature): the module's fault, named with the function and the expected type.
+    #[error("module {module} does not implement its world: {source}")]
+    Signature {
+        /// Module name or hash.
+        module: String,
+        /// Which function, and what the world expects.
+        source: Box<super::signatures::SignatureError>,
+    },
     /// The artifact cache directory could not be used.
     #[error("module artifact cache at {path}: {source}")]
     Cache {

@@ -236,6 +236,14 @@ impl<W: World> Module<W> {
             module: name.clone(),
             message: format!("{e:?}"),
         };
+        // Before linking: a wrong signature otherwise surfaces at the first instantiation as
+        // a conversion failure naming no function.
+        super::signatures::check_exports(W::KIND, &settings.engine, component).map_err(
+            |source| LoadError::Signature {
+                module: name.clone(),
+                source: Box::new(source),
+            },
+        )?;
         let pre = W::pre(linker.instantiate_pre(component).map_err(link)?).map_err(link)?;
         let described = run::<W, _>(&settings, &pre, &name, W::idle_data, W::describe);
         let module_info = described.result.map_err(|e| LoadError::Warmup {

@@ -34,6 +34,7 @@ fn tiny_limits() -> UploadConfig {
         max_function_body_bytes: 16,
         max_compiled_bytes: 1,
         compile_timeout: Duration::from_millis(1),
+        compile_program: None,
     }
 }
 

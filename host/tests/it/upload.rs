@@ -5,7 +5,7 @@
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use modnode::admin::client::{self, Target};
 use modnode::admin::server::{self, ServerConfig};
@@ -288,6 +288,64 @@ fn huge_function(n: usize) -> Vec<u8> {
     ))
 }
 
+/// The live `debug compile-module` children of this process working in `dir`.
+fn compile_children(dir: &Path) -> Vec<String> {
+    let me = std::process::id().to_string();
+    let dir = dir.to_string_lossy().into_owned();
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        // pid (comm) state ppid ...: the comm may hold spaces, so split after its ')'.
+        let after = stat.rsplit_once(')').map(|(_, rest)| rest).unwrap_or("");
+        let ppid = after.split_whitespace().nth(1).unwrap_or("");
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        if ppid == me && cmdline.contains("compile-module") && cmdline.contains(&dir) {
+            found.push(cmdline);
+        }
+    }
+    found
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_compile_past_its_deadline_is_killed_and_the_next_upload_is_accepted() {
+    // The real binary compiles in a child process, as under `modnode run`.
+    let limit = Duration::from_secs(4);
+    let node = Node::start(UploadConfig {
+        compile_timeout: limit,
+        compile_program: Some(env!("CARGO_BIN_EXE_modnode").into()),
+        ..UploadConfig::default()
+    })
+    .await;
+    let hostile = huge_function(50_000);
+    let upload = tokio::spawn({
+        let target = node.target();
+        async move { client::upload_module(&target, hostile).await }
+    });
+    // The compile runs in a child of this process, then is killed at the deadline.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while compile_children(node.dir.path()).is_empty() && !upload.is_finished() {
+        assert!(Instant::now() < deadline, "no compile process started");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let started = Instant::now();
+    assert_refused(upload.await.unwrap(), "compile-too-slow", "to compile");
+    assert!(
+        started.elapsed() < limit + Duration::from_secs(5),
+        "refused {:?} after the compile started, the limit is {limit:?}",
+        started.elapsed()
+    );
+    // Killed and reaped before the answer: nothing of it runs on.
+    assert_eq!(compile_children(node.dir.path()), Vec::<String>::new());
+    node.assert_nothing_stored();
+    // The lane is free at once: the next upload is compiled (not "busy") and accepted.
+    let answer = node.upload(artifact("gossip-policy-v1")).await.unwrap();
+    assert_eq!(answer["status"], "ready", "{answer}");
+    assert_eq!(answer["module"]["kind"], "gossip-policy");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_module_too_slow_to_compile_is_refused_and_leaves_nothing() {
     // A tiny bound keeps the test fast; the module takes far longer than 1 ms to compile.
@@ -319,13 +377,14 @@ async fn a_module_too_slow_to_compile_is_refused_and_leaves_nothing() {
             _ => break,
         }
     }
-    // The empty component exports no functions, so it cannot warm up (or, with a 1 ms bound,
-    // not even compile): refused either way, for its own reason.
+    // The empty component exports none of its world's functions, so it is refused as not
+    // implementing its world (or, with a 1 ms bound, does not even compile): refused either
+    // way, for its own reason.
     match &answer {
         Err(AdminError::Refused {
             reason: Some(r), ..
         }) => assert!(
-            r == "warm-up-failed" || r == "compile-too-slow",
+            r == "wrong-signature" || r == "compile-too-slow",
             "{answer:?}"
         ),
         other => panic!("{other:?}"),

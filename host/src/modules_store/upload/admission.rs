@@ -17,12 +17,6 @@ pub enum Admission {
     },
 }
 
-impl Admission {
-    pub(super) fn scheduled(self) -> bool {
-        matches!(self, Admission::Scheduled { .. })
-    }
-}
-
 /// A local limit `refusal` (size, code size, compiled size, warm-up): refuses an operator's
 /// upload, only warns for a module the chain scheduled.
 pub(super) fn local_limit(
