@@ -182,6 +182,8 @@ impl Metrics {
     /// The counters and the chain view in the OpenMetrics text format (served with
     /// [`METRICS_CONTENT_TYPE`]), encoded by `prometheus-client`. Counter names end in `_total`.
     pub fn render(&self, view: &ChainView) -> String {
+        use crate::runtime::Kind;
+        use crate::runtime::bounds::over_bound;
         let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
         let snapshot = Snapshot {
             counters: [
@@ -220,6 +222,21 @@ impl Metrics {
                     "peer_violations",
                     "Peers banned for protocol violations",
                     load(&self.peer_violations),
+                ),
+                (
+                    "module_output_over_bound_deposits",
+                    "Deposits module outputs refused as over the kind's bound",
+                    over_bound(Kind::Deposits),
+                ),
+                (
+                    "module_output_over_bound_checkpoint",
+                    "Checkpoint module outputs refused as over the kind's bound",
+                    over_bound(Kind::Checkpoint),
+                ),
+                (
+                    "module_output_over_bound_gossip_policy",
+                    "Gossip policy outputs refused as over the kind's bound",
+                    over_bound(Kind::GossipPolicy),
                 ),
             ],
             gauges: [
@@ -510,6 +527,7 @@ mod tests {
             "# TYPE modnode_blocks_produced counter",
             "modnode_blocks_produced_total 2",
             "modnode_peer_violations_total 0",
+            "# TYPE modnode_module_output_over_bound_gossip_policy counter",
             "# TYPE modnode_head_height gauge",
             "modnode_head_height 42",
             "modnode_finalized_height 10",
