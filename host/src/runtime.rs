@@ -16,6 +16,7 @@
 //! - Each kind has a [`slot::Slot`] (active, scheduled, shadow, canary, previous) and
 //!   [`modules::Modules`] is the node-facing API over them.
 
+pub mod bounds;
 pub mod cache;
 pub mod checkpoint;
 pub mod deposits;
@@ -37,7 +38,7 @@ use std::path::PathBuf;
 
 use wasmtime::Engine;
 
-pub use error::{CallError, HostFailure, HostFailureKind, LoadError, ModuleFault};
+pub use error::{CallError, HostFailure, HostFailureKind, LoadError, ModuleFault, OverBound};
 pub use inspect::{ComponentInfo, ValidationError, Version};
 pub use kinds::{KINDS, Kind, KindSpec, Scope};
 pub use limits::{Limits, Resource};
@@ -237,7 +238,15 @@ impl Runtime {
                 .fuel_per_call
                 .unwrap_or_else(|| profile.budget(kind)),
             fuel_per_item,
-            limits: self.config.limits,
+            limits: Limits {
+                memory_bytes: kind
+                    .bounds()
+                    .memory_bytes
+                    .map_or(self.config.limits.memory_bytes, |m| {
+                        m.min(self.config.limits.memory_bytes)
+                    }),
+                ..self.config.limits
+            },
             host_calls: profile.host_calls,
         }
     }

@@ -219,6 +219,8 @@ pub struct EngineStats {
     pub fetches_abandoned: u64,
     /// Announces of new ids ignored because [`EngineConfig::max_fetches`] were in progress.
     pub announces_dropped: u64,
+    /// Policy plans naming more targets than the peers offered, replaced by flooding.
+    pub plans_over_peers: u64,
 }
 
 /// How much state the engine holds: what the caps bound.
@@ -820,7 +822,14 @@ impl<P: Policy> GossipEngine<P> {
             network_size: self.network_size(),
         };
         let peer_stats = self.stats_for(Some(&msg.have), origin, now);
-        let plan = self.policy.plan(&meta, &peer_stats);
+        let mut plan = self.policy.plan(&meta, &peer_stats);
+        // A plan may name each peer it was offered once, so its length is bounded by the peer
+        // set: a longer one is the policy's fault, its targets are not walked, and the message
+        // is flooded instead (delivery never depends on the policy).
+        if plan.targets.len() > peer_stats.len() {
+            self.stats.plans_over_peers = self.stats.plans_over_peers.saturating_add(1);
+            plan = crate::policy::Flood.plan(&meta, &peer_stats);
+        }
         let (kind, hops, payload) = (msg.kind, msg.hops, msg.payload.clone());
         let timeout = Time::from(plan.timeout_ms.max(1)) * MS;
         let mut chosen = BTreeSet::new();

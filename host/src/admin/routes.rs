@@ -3,19 +3,20 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use http_body_util::BodyExt as _;
 use serde_json::json;
 
-use super::server::ServerConfig;
+use super::server::{ConnPhase, Phase, ServerConfig};
 use super::token::AdminToken;
 use super::{AdminBackend, ModuleOp, ModuleOpError};
 use crate::modules_store::upload::UploadOutcome;
@@ -34,6 +35,10 @@ pub(crate) struct ClientAddr(pub(crate) SocketAddr);
 pub(crate) struct AppState {
     pub(crate) token: Arc<AdminToken>,
     pub(crate) backend: Arc<dyn AdminBackend>,
+    /// The reserved lane: requests with the right token served at once.
+    pub(crate) lane: Arc<tokio::sync::Semaphore>,
+    /// Connections the server evicted to make room (for `/metrics`).
+    pub(crate) evicted: Arc<AtomicU64>,
     pub(crate) config: ServerConfig,
 }
 
@@ -126,10 +131,17 @@ async fn not_allowed(request: Request) -> Response {
     response
 }
 
-/// Refuses requests without the right bearer token. A refused request's body is read and
-/// thrown away (up to the route's limit, within the I/O timeout) so the client receives the
-/// answer instead of a connection reset; nothing of it is kept.
+/// Refuses requests without the right bearer token, at once: the refusal is answered and the
+/// connection closed without reading the body (a client trickling a refused body holds
+/// nothing). A request with the token takes its place in the reserved lane (waiting for one
+/// when the lane is full) and its connection is never evicted.
 async fn authorize(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let phase = request.extensions().get::<ConnPhase>().cloned();
+    let set_phase = |p| {
+        if let Some(phase) = &phase {
+            phase.set(p);
+        }
+    };
     let presented = request
         .headers()
         .get(header::AUTHORIZATION)
@@ -138,32 +150,23 @@ async fn authorize(State(state): State<AppState>, request: Request, next: Next) 
         .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
         .map(|(_, t)| t.trim());
     let message = match presented {
-        Some(t) if state.token.matches(t) => return next.run(request).await,
+        Some(t) if state.token.matches(t) => {
+            set_phase(Phase::Authenticated);
+            // The semaphore is never closed; should it be, the request is served anyway.
+            let _place = state.lane.clone().acquire_owned().await.ok();
+            return next.run(request).await;
+        }
         Some(_) => "wrong admin token",
         None => {
             "missing `Authorization: Bearer <token>`; the token is in the node's data directory, file admin.token"
         }
     };
-    let limit = body_limit(&state.config, request.method(), request.uri().path());
-    let _ = tokio::time::timeout(
-        state.config.io_timeout,
-        http_body_util::Limited::new(request.into_body(), limit).collect(),
-    )
-    .await;
+    set_phase(Phase::Refused);
     let mut response = error(StatusCode::UNAUTHORIZED, message);
+    let headers = response.headers_mut();
+    headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
     response
-        .headers_mut()
-        .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-    response
-}
-
-/// The largest body a route takes.
-fn body_limit(config: &ServerConfig, method: &Method, path: &str) -> usize {
-    if method == Method::POST && path == "/modules" {
-        config.max_module_bytes
-    } else {
-        config.max_body
-    }
 }
 
 /// Reads a body announced by `Content-Length` of at most `limit` bytes within the I/O timeout.
@@ -222,11 +225,34 @@ async fn status(State(state): State<AppState>) -> Response {
 }
 
 async fn metrics(State(state): State<AppState>) -> Response {
-    (
-        [(header::CONTENT_TYPE, METRICS_TYPE)],
-        state.backend.metrics(),
-    )
-        .into_response()
+    let mut text = state.backend.metrics();
+    let admin = admin_metrics(state.evicted.load(Ordering::Relaxed));
+    // The admin server's own figures go before the closing `# EOF` of the node's.
+    match text.rfind("# EOF") {
+        Some(at) => text.insert_str(at, &admin),
+        None => text.push_str(&admin),
+    }
+    ([(header::CONTENT_TYPE, METRICS_TYPE)], text).into_response()
+}
+
+/// The admin server's counters as OpenMetrics lines, without the closing `# EOF`.
+fn admin_metrics(evicted: u64) -> String {
+    use prometheus_client::metrics::counter::Counter;
+    let mut registry = prometheus_client::registry::Registry::with_prefix("modnode");
+    let counter = Counter::<u64>::default();
+    counter.inc_by(evicted);
+    registry.register(
+        "admin_connections_evicted",
+        "Unauthenticated admin connections evicted to make room for others",
+        counter,
+    );
+    let mut out = String::new();
+    // Writing into a String cannot fail; the encoder only fails when its writer does.
+    let _ = prometheus_client::encoding::text::encode(&mut out, &registry);
+    match out.rfind("# EOF") {
+        Some(at) => out.get(..at).unwrap_or_default().to_string(),
+        None => out,
+    }
 }
 
 async fn upload_module(State(state): State<AppState>, request: Request) -> Response {

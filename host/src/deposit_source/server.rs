@@ -42,9 +42,9 @@ pub fn connection_limits() -> ServerConfig {
         backend_timeout: REQUEST_TIMEOUT,
         upload_timeout: Duration::ZERO,
         max_connections: MAX_CONCURRENT_REQUESTS,
-        max_idle_per_client: 8,
         max_body: MAX_BODY_BYTES,
         max_module_bytes: 0,
+        ..ServerConfig::default()
     }
 }
 

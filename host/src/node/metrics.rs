@@ -224,6 +224,8 @@ impl Metrics {
     /// The counters and the chain view in the OpenMetrics text format (served with
     /// [`METRICS_CONTENT_TYPE`]), encoded by `prometheus-client`. Counter names end in `_total`.
     pub fn render(&self, view: &ChainView) -> String {
+        use crate::runtime::Kind;
+        use crate::runtime::bounds::over_bound;
         let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
         let snapshot = Snapshot {
             counters: [
@@ -287,6 +289,21 @@ impl Metrics {
                     "equivocations",
                     "Authorities found signing two blocks for one slot (evidence recorded)",
                     view.equivocations,
+                ),
+                (
+                    "module_output_over_bound_deposits",
+                    "Deposits module outputs refused as over the kind's bound",
+                    over_bound(Kind::Deposits),
+                ),
+                (
+                    "module_output_over_bound_checkpoint",
+                    "Checkpoint module outputs refused as over the kind's bound",
+                    over_bound(Kind::Checkpoint),
+                ),
+                (
+                    "module_output_over_bound_gossip_policy",
+                    "Gossip policy outputs refused as over the kind's bound",
+                    over_bound(Kind::GossipPolicy),
                 ),
             ],
             gauges: [
@@ -589,6 +606,7 @@ mod tests {
             "modnode_eth1_head_went_back_total 0",
             "modnode_eth1_answers_too_large_total 0",
             "modnode_equivocations_total 2",
+            "# TYPE modnode_module_output_over_bound_gossip_policy counter",
             "# TYPE modnode_head_height gauge",
             "modnode_head_height 42",
             "modnode_finalized_height 10",

@@ -138,15 +138,61 @@ pub struct ChunkSession(Session<Checkpoint>);
 impl ChunkSession {
     /// Builds the chunk for one range (as [`CheckpointModule::build_chunk`]).
     pub fn build(&mut self, range: LeafRange) -> Result<Result<Vec<u8>, ChunkError>, CallError> {
-        self.0
-            .call(|i, s| i.modnode_checkpoint_chunker().call_build_chunk(s, range))
+        let built = self
+            .0
+            .call(|i, s| i.modnode_checkpoint_chunker().call_build_chunk(s, range))?;
+        checked_chunk(self.0.name(), built)
     }
 
     /// Decodes a chunk (as [`CheckpointModule::open_chunk`]).
     pub fn open(&mut self, chunk: &[u8]) -> Result<Result<ChunkContents, ChunkError>, CallError> {
-        self.0
-            .call(|i, s| i.modnode_checkpoint_chunker().call_open_chunk(s, chunk))
+        let opened = self
+            .0
+            .call(|i, s| i.modnode_checkpoint_chunker().call_open_chunk(s, chunk))?;
+        checked_opened(self.0.name(), opened)
     }
+}
+
+fn output(module: &str) -> super::bounds::Output<'_> {
+    super::bounds::Output {
+        module,
+        kind: Kind::Checkpoint,
+    }
+}
+
+/// A chunk error's message against the kind's bound.
+fn check_error(module: &str, call: &str, e: &ChunkError) -> Result<(), CallError> {
+    match e {
+        ChunkError::Malformed(message) => Ok(output(module).message(call, message)?),
+        ChunkError::WrongVersion(_) | ChunkError::OutOfRange(_) => Ok(()),
+    }
+}
+
+/// A built chunk (or why not) against the kind's bounds.
+fn checked_chunk(
+    module: &str,
+    built: Result<Vec<u8>, ChunkError>,
+) -> Result<Result<Vec<u8>, ChunkError>, CallError> {
+    match &built {
+        Ok(chunk) => output(module).bytes("build-chunk()", chunk.len())?,
+        Err(e) => check_error(module, "build-chunk() error", e)?,
+    }
+    Ok(built)
+}
+
+/// An opened chunk (or why not) against the kind's bounds.
+fn checked_opened(
+    module: &str,
+    opened: Result<ChunkContents, ChunkError>,
+) -> Result<Result<ChunkContents, ChunkError>, CallError> {
+    match &opened {
+        Ok(contents) => {
+            output(module).bytes("open-chunk().leaves", contents.leaves.len())?;
+            output(module).bytes("open-chunk().proof", contents.proof.len())?;
+        }
+        Err(e) => check_error(module, "open-chunk() error", e)?,
+    }
+    Ok(opened)
 }
 
 /// The `modnode:checkpoint` world.
@@ -234,9 +280,11 @@ impl Module<Checkpoint> {
         params: PlanParams,
     ) -> Result<(Vec<LeafRange>, u64), CallError> {
         let count = reader.leaf_count();
-        self.run_metered(reader, move |i, s| {
+        let (plan, fuel) = self.run_metered(reader, move |i, s| {
             i.modnode_checkpoint_chunker().call_plan(s, count, params)
-        })
+        })?;
+        output(&self.meta().name()).list("plan() ranges", plan.len())?;
+        Ok((plan, fuel))
     }
 
     /// Builds the chunk for one range.
@@ -254,9 +302,10 @@ impl Module<Checkpoint> {
         reader: Arc<dyn StateReader>,
         range: LeafRange,
     ) -> Result<(Result<Vec<u8>, ChunkError>, u64), CallError> {
-        self.run_metered(reader, move |i, s| {
+        let (built, fuel) = self.run_metered(reader, move |i, s| {
             i.modnode_checkpoint_chunker().call_build_chunk(s, range)
-        })
+        })?;
+        Ok((checked_chunk(&self.meta().name(), built)?, fuel))
     }
 
     /// Decodes a chunk (the caller verifies its proof).
@@ -272,9 +321,10 @@ impl Module<Checkpoint> {
         &self,
         chunk: Vec<u8>,
     ) -> Result<(Result<ChunkContents, ChunkError>, u64), CallError> {
-        self.run_metered(Arc::new(NoState), move |i, s| {
+        let (opened, fuel) = self.run_metered(Arc::new(NoState), move |i, s| {
             i.modnode_checkpoint_chunker().call_open_chunk(s, &chunk)
-        })
+        })?;
+        Ok((checked_opened(&self.meta().name(), opened)?, fuel))
     }
 
     /// One instance of this module reading `reader`, for building or opening many chunks on

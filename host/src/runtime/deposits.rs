@@ -367,6 +367,24 @@ impl Module<Deposits> {
             .into());
         };
         let host_fuel = data.base.fuel().charged();
+        let name = self.meta().name();
+        let output = super::bounds::Output {
+            module: &name,
+            kind: Kind::Deposits,
+        };
+        match &result {
+            Ok(processed) => output.list_at_most(
+                "process().outcomes",
+                processed.outcomes.len(),
+                usize::try_from(count).unwrap_or(usize::MAX),
+            )?,
+            Err(
+                ProcessError::Malformed(message)
+                | ProcessError::BadContext(message)
+                | ProcessError::Registry(RegistryError::BadLength(message)),
+            ) => output.message("process() error", message)?,
+            Err(_) => {}
+        }
         Ok(result.map(|processed| DepositsOutput {
             outcomes: processed.outcomes,
             delta: data.overlay.into_delta(),

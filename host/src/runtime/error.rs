@@ -117,6 +117,10 @@ pub enum ModuleFault {
         /// The limit.
         limit: u64,
     },
+    /// The module returned a list or string longer than its kind's bound
+    /// ([`OutputBounds`](super::kinds::OutputBounds)); the host did not use it.
+    #[error(transparent)]
+    OutputOverBound(Box<OverBound>),
     /// Any other trap (unreachable, out-of-bounds access, division by zero, ...).
     #[error("module {module} trapped: {message}")]
     Trap {
@@ -125,6 +129,27 @@ pub enum ModuleFault {
         /// The trap and wasm backtrace.
         message: String,
     },
+}
+
+/// An output of a module over its kind's bound (see [`ModuleFault::OutputOverBound`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "module {module} returned {output} of {len} {unit}, over the {kind} bound of {bound} \
+     {unit}: the module is at fault; fix it or use another version"
+)]
+pub struct OverBound {
+    /// Module name.
+    pub module: String,
+    /// The module's kind, whose bound it is.
+    pub kind: super::Kind,
+    /// Which output (`plan().targets`, `describe().description`, ...).
+    pub output: String,
+    /// What was returned.
+    pub len: u64,
+    /// The bound.
+    pub bound: u64,
+    /// Unit of `len` and `bound` (`bytes`, `items`).
+    pub unit: &'static str,
 }
 
 /// What part of the host failed.

@@ -139,7 +139,13 @@ impl Module<GossipPolicy> {
             |base| Ok(PolicyCtx { base }),
             move |i, s| i.modnode_gossip_policy_policy().call_plan(s, msg, &peers),
         );
-        outcome.result.map(|plan| (plan, outcome.fuel_used))
+        let plan = outcome.result?;
+        let output = super::bounds::Output {
+            module: &self.meta().name(),
+            kind: Kind::GossipPolicy,
+        };
+        output.list("plan().targets", plan.targets.len())?;
+        Ok((plan, outcome.fuel_used))
     }
 }
 

@@ -50,7 +50,41 @@ pub struct KindSpec {
     pub fuel_budget: u64,
     /// Consensus or local.
     pub scope: Scope,
+    /// How long what a module of this kind returns may be.
+    pub bounds: OutputBounds,
 }
+
+/// Bounds on what a module of a kind returns (issue 21, item 7). Every list and string a
+/// module returns is checked against them before the host uses it
+/// ([`super::bounds`]); one over its bound is a module fault (a local kind's previous version,
+/// where there is one, serves the call instead). Lists of bytes whose length the host checks
+/// anyway (a checkpoint chunk against its manifest) are bounded here too, so nothing a module
+/// returns is unbounded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OutputBounds {
+    /// Bytes of each string `describe()` returns: the kind's name, the description, each
+    /// parameter's name and value.
+    pub describe_string_bytes: usize,
+    /// Parameters `describe()` returns.
+    pub describe_params: usize,
+    /// Items of the list the kind's main call returns: a gossip plan's targets, a checkpoint
+    /// plan's ranges (chunks), a deposits call's outcomes (also at most one per deposit).
+    pub list_items: usize,
+    /// Bytes of a byte list a call returns (a checkpoint chunk, the leaves and proof it opens
+    /// to); 0 for kinds that return none.
+    pub bytes: usize,
+    /// Bytes of an error message a call returns; 0 for kinds that return none.
+    pub message_bytes: usize,
+    /// Linear memory of one call, when below the engine profile's pinned limit: a local kind
+    /// that has no use for more is refused cheaply when it tries to build a huge output.
+    /// `None` keeps the pinned limit (consensus kinds: the limit is consensus).
+    pub memory_bytes: Option<usize>,
+}
+
+/// What `describe()` may return, for every kind: a name, a paragraph and a few parameters.
+const DESCRIBE_STRING_BYTES: usize = 4 << 10;
+/// Parameters `describe()` may return, for every kind.
+const DESCRIBE_PARAMS: usize = 64;
 
 const V1: Version = Version {
     major: 1,
@@ -77,6 +111,16 @@ pub const KINDS: [KindSpec; 3] = [
         importable: &["types", "registry", "crypto"],
         fuel_budget: 2_000_000_000,
         scope: Scope::Consensus,
+        bounds: OutputBounds {
+            describe_string_bytes: DESCRIBE_STRING_BYTES,
+            describe_params: DESCRIBE_PARAMS,
+            // A block carries at most `max_deposits_per_block`; outcomes are also checked
+            // against the deposits of the call.
+            list_items: 1 << 16,
+            bytes: 0,
+            message_bytes: 4 << 10,
+            memory_bytes: None,
+        },
     },
     KindSpec {
         kind: Kind::Checkpoint,
@@ -87,6 +131,15 @@ pub const KINDS: [KindSpec; 3] = [
         importable: &["types", "state-reader"],
         fuel_budget: 2_000_000_000,
         scope: Scope::Local,
+        bounds: OutputBounds {
+            describe_string_bytes: DESCRIBE_STRING_BYTES,
+            describe_params: DESCRIBE_PARAMS,
+            // The manifest's own limits (`checkpoint::ManifestLimits`): chunks and their size.
+            list_items: 1 << 16,
+            bytes: 64 << 20,
+            message_bytes: 4 << 10,
+            memory_bytes: None,
+        },
     },
     KindSpec {
         kind: Kind::GossipPolicy,
@@ -97,6 +150,17 @@ pub const KINDS: [KindSpec; 3] = [
         importable: &["types"],
         fuel_budget: 100_000_000,
         scope: Scope::Local,
+        bounds: OutputBounds {
+            describe_string_bytes: DESCRIBE_STRING_BYTES,
+            describe_params: DESCRIBE_PARAMS,
+            // One target per connected peer is all a plan can use; far above any peer set.
+            list_items: 4 << 10,
+            bytes: 0,
+            message_bytes: 0,
+            // A plan of 4,096 targets takes 32 KiB; 16 MiB refuses a 3M-target plan at its
+            // first large allocation instead of after ~100M fuel.
+            memory_bytes: Some(16 << 20),
+        },
     },
 ];
 
@@ -136,6 +200,11 @@ impl Kind {
     /// Consensus or local.
     pub fn scope(self) -> Scope {
         self.spec().scope
+    }
+
+    /// How long what a module of this kind returns may be.
+    pub fn bounds(self) -> &'static OutputBounds {
+        &self.spec().bounds
     }
 
     /// `modnode:<package>/<export>@<version>`, the export that identifies the world.
@@ -189,6 +258,9 @@ mod tests {
             assert_eq!(kind.package().parse::<Kind>(), Ok(kind));
             assert!(row.world.starts_with(&format!("modnode:{}/", row.package)));
             assert!(row.fuel_budget > 0);
+            assert!(row.bounds.list_items > 0 && row.bounds.describe_string_bytes > 0);
+            // Only a local kind may run below the pinned memory limit.
+            assert!(row.bounds.memory_bytes.is_none() || row.scope == Scope::Local);
         }
         assert!(
             "nope"

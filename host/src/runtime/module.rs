@@ -246,10 +246,20 @@ impl<W: World> Module<W> {
         )?;
         let pre = W::pre(linker.instantiate_pre(component).map_err(link)?).map_err(link)?;
         let described = run::<W, _>(&settings, &pre, &name, W::idle_data, W::describe);
-        let module_info = described.result.map_err(|e| LoadError::Warmup {
-            module: name.clone(),
-            source: Box::new(e),
-        })?;
+        let module_info = described
+            .result
+            .and_then(|info| {
+                let output = super::bounds::Output {
+                    module: &name,
+                    kind: W::KIND,
+                };
+                output.describe(&info)?;
+                Ok(info)
+            })
+            .map_err(|e| LoadError::Warmup {
+                module: name.clone(),
+                source: Box::new(e),
+            })?;
         Ok(Self {
             meta: ModuleMeta {
                 component: info,

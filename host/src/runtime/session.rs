@@ -62,6 +62,11 @@ impl<W: World> Module<W> {
 impl<W: World> Session<W> {
     /// Runs `f` on the session's instance with the module's whole fuel budget. After a failed
     /// call the session refuses further calls.
+    /// The module's name.
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+
     pub(crate) fn call<R>(
         &mut self,
         f: impl FnOnce(&W::Instance, &mut Store<W::Data>) -> wasmtime::Result<R>,

@@ -12,7 +12,9 @@ use modnode::runtime::gossip_policy::{
 };
 use modnode::runtime::modules::{InitialModules, PlanCall};
 use modnode::runtime::slot::{Invocation, Ready, Served, ShadowWorker, Slot, SlotConfig};
-use modnode::runtime::{CallError, Kind, LoadedModule, Mode, Modules, Runtime, SlotError};
+use modnode::runtime::{
+    CallError, Kind, LoadedModule, Mode, ModuleFault, Modules, Runtime, SlotError,
+};
 use modnode::state::{Registry, SharedRegistry};
 use modnode_gossip::sim::{self, Scenario, SimConfig};
 
@@ -507,4 +509,58 @@ fn proven(data: modnode::chain::block::DepositData) -> (WitEth1Data, Deposit) {
         },
         modnode::chain::to_wit(&deposit[0]),
     )
+}
+
+/// A policy whose plan names 3M targets (issue 21, item 7) is refused cheaply as a module fault
+/// (its memory is the kind's bound, far below what 3M targets take) and a plan just over the
+/// kind's bound on targets is refused by the host's check; on probation, the previous version
+/// serves both. (Before: the 3M-target plan was accepted, 96M fuel and 67 MB later.)
+#[test]
+fn a_plan_over_the_kinds_bounds_is_a_module_fault_and_the_previous_version_serves() {
+    let rt = runtime(100_000_000);
+    let long = policy(&rt, "fixture-policy-long-plan");
+    let bound = Kind::GossipPolicy.bounds().list_items;
+    let call = |size: usize| {
+        let call = plan_call(5, u32::try_from(size).unwrap());
+        long.plan_metered(call.msg, call.peers)
+    };
+    let (plan, _) = call(24).expect("a plan of one target per peer is fine");
+    assert_eq!(plan.targets.len(), 24);
+    match call(bound + 1) {
+        Err(CallError::Module(ModuleFault::OutputOverBound(over))) => {
+            assert_eq!((over.len, over.bound), (bound as u64 + 1, bound as u64));
+            assert_eq!(over.output, "plan().targets");
+            assert_eq!(over.kind, Kind::GossipPolicy);
+        }
+        other => panic!("expected the targets over the bound, got {other:?}"),
+    }
+    let started = std::time::Instant::now();
+    match call(3_000_000) {
+        Err(CallError::Module(
+            ModuleFault::OutputOverBound(_) | ModuleFault::LimitExceeded { .. },
+        )) => {}
+        other => panic!("expected a module fault for 3M targets, got {other:?}"),
+    }
+    let took = started.elapsed();
+    assert!(
+        took < std::time::Duration::from_secs(5),
+        "refusing took {took:?}"
+    );
+
+    let slot = policy_slot(&rt, "gossip-policy-v2");
+    let v2_hash = hex::encode(policy(&rt, "gossip-policy-v2").hash());
+    // Warm-up runs fresh, local messages: the fixture passes it.
+    slot.activate(ready_policy(&rt, "fixture-policy-long-plan"), Mode::Live)
+        .unwrap();
+    for size in [3_000_000, u32::try_from(bound).unwrap() + 1] {
+        let (plan, served) = slot.call(plan_call(5, size)).unwrap();
+        assert_eq!(served, Served::Previous, "size {size}");
+        assert!(plan.targets.len() <= 24, "{}", plan.targets.len());
+    }
+    assert_eq!(slot.status().failed_calls, 0);
+    let before = modnode::runtime::bounds::over_bound(Kind::GossipPolicy);
+    let _ = slot.call(plan_call(5, u32::try_from(bound).unwrap() + 1));
+    assert!(modnode::runtime::bounds::over_bound(Kind::GossipPolicy) > before);
+    // Three faults on probation: the breaker rolled it back to v2.
+    assert_eq!(slot.status().active.hash, v2_hash);
 }

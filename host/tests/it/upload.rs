@@ -271,6 +271,33 @@ async fn each_bad_module_class_is_refused_with_its_own_reason_and_nothing_stored
     node.assert_nothing_stored();
 }
 
+/// A module whose `describe()` returns 6 MiB is refused at upload with the kind's bound named,
+/// stores nothing, and the module list keeps working (issue 21, item 7). (Before: it was
+/// stored, and the upload answer and every `module list` failed with "length limit exceeded".)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_module_describing_itself_at_length_is_refused_naming_the_bound() {
+    let node = Node::start(UploadConfig::default()).await;
+    assert_refused(
+        node.upload(artifact("fixture-policy-long-describe")).await,
+        "warm-up-failed",
+        "returned describe().description of 6291456 bytes, over the gossip-policy bound of \
+         4096 bytes",
+    );
+    node.assert_nothing_stored();
+    let listed = client::modules(&node.target()).await.unwrap();
+    assert!(listed.to_string().len() < 64 * 1024, "{listed}");
+    // An ordinary module still goes in and is listed.
+    let answer = node.upload(artifact("gossip-policy-v1")).await.unwrap();
+    assert_eq!(answer["status"], "ready", "{answer}");
+    let listed = client::modules(&node.target()).await.unwrap();
+    assert!(
+        listed
+            .to_string()
+            .contains(answer["module"]["sha256"].as_str().unwrap()),
+        "{listed}"
+    );
+}
+
 /// A component of the gossip-policy world whose one core function has `n` blocks of
 /// arithmetic: valid, and as slow to compile as `n` makes it.
 fn huge_function(n: usize) -> Vec<u8> {

@@ -661,3 +661,42 @@ fn variants_under_a_header_id_deduplicate_and_a_variant_of_a_checked_message_is_
         other => panic!("the real block was not delivered after the forgery: {other:?}"),
     }
 }
+
+/// A policy whose plan names the same peer `n` times.
+struct Repeat(usize);
+
+impl Policy for Repeat {
+    fn plan(&mut self, msg: &MessageMeta, _peers: &[PeerStats]) -> SendPlan {
+        SendPlan {
+            targets: vec![
+                Target {
+                    peer: 1,
+                    mode: SendMode::Push,
+                };
+                self.0
+            ],
+            quorum: 0,
+            timeout_ms: 1_000,
+            priority: msg.kind.default_priority(),
+        }
+    }
+}
+
+/// A plan naming more targets than the peers it was offered is the policy's fault: its
+/// targets are not walked and the message is flooded instead (issue 21, item 7: a policy's
+/// 3M targets were each looked at). A plan within the bound is followed as it is.
+#[test]
+fn a_plan_longer_than_the_peer_set_is_replaced_by_flooding() {
+    let mut a = node(Repeat(1_000_000), &[1, 2, 3], 4);
+    a.publish(MessageKind::Block, big(1), 0).unwrap();
+    let mut peers: Vec<u32> = drain(&mut a, 1).iter().map(|t| t.peer).collect();
+    peers.sort_unstable();
+    assert_eq!(peers, vec![1, 2, 3], "flooded to every peer");
+    assert_eq!(a.stats().plans_over_peers, 1);
+
+    let mut b = node(Repeat(3), &[1, 2, 3], 4);
+    b.publish(MessageKind::Block, big(1), 0).unwrap();
+    let peers: Vec<u32> = drain(&mut b, 1).iter().map(|t| t.peer).collect();
+    assert_eq!(peers, vec![1], "the plan is followed");
+    assert_eq!(b.stats().plans_over_peers, 0);
+}
