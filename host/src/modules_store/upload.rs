@@ -23,6 +23,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -196,6 +197,39 @@ pub enum UploadError {
         #[source]
         source: std::io::Error,
     },
+}
+
+/// Refusals counted per [`UploadError::code`] since the process started, for `/metrics`
+/// (`modnode_module_refused_<code>_total`): uploads and modules fetched for the chain alike.
+static REFUSALS: [(&str, AtomicU64); 14] = [
+    ("too-large", AtomicU64::new(0)),
+    ("not-a-component", AtomicU64::new(0)),
+    ("unknown-world", AtomicU64::new(0)),
+    ("incompatible-contract", AtomicU64::new(0)),
+    ("forbidden-import", AtomicU64::new(0)),
+    ("wasm-feature", AtomicU64::new(0)),
+    ("code-too-large", AtomicU64::new(0)),
+    ("compile-too-slow", AtomicU64::new(0)),
+    ("compile-failed", AtomicU64::new(0)),
+    ("wrong-signature", AtomicU64::new(0)),
+    ("warm-up-failed", AtomicU64::new(0)),
+    ("wrong-kind", AtomicU64::new(0)),
+    ("busy", AtomicU64::new(0)),
+    ("node-error", AtomicU64::new(0)),
+];
+
+fn count_refusal(code: &str) {
+    if let Some((_, counter)) = REFUSALS.iter().find(|(c, _)| *c == code) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Modules refused with `code` (an [`UploadError::code`]) since the process started.
+pub fn refusals(code: &str) -> u64 {
+    REFUSALS
+        .iter()
+        .find(|(c, _)| *c == code)
+        .map_or(0, |(_, counter)| counter.load(Ordering::Relaxed))
 }
 
 impl UploadError {
@@ -376,6 +410,19 @@ impl ModuleService {
     /// [`upload`](Self::upload) with the checks of `admission`: for a module the chain
     /// scheduled, local limits warn instead of refusing (see the module docs).
     pub fn admit(
+        &self,
+        bytes: &[u8],
+        source: &str,
+        admission: Admission,
+    ) -> Result<UploadOutcome, UploadError> {
+        let result = self.admit_counted(bytes, source, admission);
+        if let Err(refusal) = &result {
+            count_refusal(refusal.code());
+        }
+        result
+    }
+
+    fn admit_counted(
         &self,
         bytes: &[u8],
         source: &str,

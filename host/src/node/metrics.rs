@@ -225,6 +225,7 @@ impl Metrics {
     /// [`METRICS_CONTENT_TYPE`]), encoded by `prometheus-client`. Counter names end in `_total`.
     pub fn render(&self, view: &ChainView) -> String {
         use crate::runtime::Kind;
+        use crate::modules_store::upload::refusals;
         use crate::runtime::bounds::over_bound;
         let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
         let snapshot = Snapshot {
@@ -304,6 +305,21 @@ impl Metrics {
                     "module_output_over_bound_gossip_policy",
                     "Gossip policy outputs refused as over the kind's bound",
                     over_bound(Kind::GossipPolicy),
+                ),
+                (
+                    "module_refused_code_too_large",
+                    "Modules refused before compiling: over a code limit read off the bytes",
+                    refusals("code-too-large"),
+                ),
+                (
+                    "module_refused_compile_too_slow",
+                    "Modules whose compile was stopped at its deadline",
+                    refusals("compile-too-slow"),
+                ),
+                (
+                    "module_refused_wrong_signature",
+                    "Modules whose exports do not match their world's function types",
+                    refusals("wrong-signature"),
                 ),
             ],
             gauges: [
