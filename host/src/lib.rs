@@ -46,6 +46,7 @@ pub mod runtime;
 pub mod state;
 pub mod state_cache;
 pub mod store;
+pub mod testnet;
 pub mod upgrade_check;
 
 /// Build artifacts produced by `build.rs`: every module component, and the default ones
