@@ -18,6 +18,7 @@
 //! - [`alloc_stats`]: allocator-reported live bytes and RSS, next to what the cache accounts.
 //! - [`store`]: durable storage (sled) behind a small trait, with an in-memory twin.
 //! - [`upgrade_check`]: runs two versions of a module side by side on generated inputs.
+//! - [`testnet`]: a fault-injecting relay, invariant checkers and reports for multi-process testnets.
 #![deny(missing_docs)]
 // Consensus code lives in this crate: no panics, no unchecked indexing or arithmetic outside
 // tests (as lighthouse's `state_processing`). Arithmetic is checked and names what overflowed;

@@ -1,12 +1,12 @@
-//! A multi-process testnet that is broken on purpose (issue 25): `modnode testnet run
-//! <manifest.toml>` starts many `modnode run` processes whose peers reach each other only
-//! through a fault-injecting relay, perturbs them, and checks continuously that nothing was
-//! lost.
+//! Parts of a multi-process testnet that is broken on purpose (issue 25): the pieces a runner
+//! combines to start many `modnode` processes, perturb them and check that nothing was lost.
 //!
-//! - [`manifest`]: the TOML description of a run.
+//! - [`relay`]: a fault-injecting UDP relay, one socket per directed link between nodes.
+//! - [`manifest`]: the TOML description of a run (`modnode testnet run <manifest.toml>`).
 //! - [`perturb`]: the seeded plan of perturbations and its sans-IO schedule.
 //! - [`node_process`]: one node as a child process (start, `kill -9`, pause, wipe, logs, RSS).
 
 pub mod manifest;
 pub mod node_process;
 pub mod perturb;
+pub mod relay;
