@@ -5,8 +5,10 @@
 //! - [`manifest`]: the TOML description of a run (`modnode testnet run <manifest.toml>`).
 //! - [`perturb`]: the seeded plan of perturbations and its sans-IO schedule.
 //! - [`node_process`]: one node as a child process (start, `kill -9`, pause, wipe, logs, RSS).
+//! - [`runner`]: `modnode testnet run`: the processes, the relay, deposits, polling, checks.
 
 pub mod manifest;
 pub mod node_process;
 pub mod perturb;
 pub mod relay;
+pub mod runner;

@@ -27,6 +27,7 @@ mod scheduled_admission;
 mod slots;
 mod state_anchors;
 mod state_cache;
+mod testnet;
 mod upgrade_check;
 mod upgrade_devnet;
 mod upgrades;
