@@ -6,6 +6,7 @@ pub mod deposit;
 pub mod devnet;
 pub mod module;
 pub mod run;
+pub mod testnet;
 pub mod upgrade_check;
 
 /// The stop requests a long-running command obeys: SIGINT (Ctrl-C) and SIGTERM (what systemd,

@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, watch};
 
 use self::poll::Observation;
+use crate::chain::genesis::Genesis;
 use super::invariants::{Checker, Violation};
 use super::manifest::{Manifest, PerturbationKind};
 use super::node_process::{DepositRole, LogLine, NodeProcess, NodeSpec};
@@ -156,12 +157,12 @@ fn free_port(udp: bool) -> Result<SocketAddr, RunnerError> {
 }
 
 /// Writes the genesis for `ids` (the first `authorities` produce); the chain starts on the
-/// deposits version the manifest's upgrade does not name. Returns (path, lead, fork version).
+/// deposits version the manifest's upgrade does not name. Returns its path and itself.
 fn write_genesis(
     manifest: &Manifest,
     dir: &Path,
     ids: &[String],
-) -> Result<(PathBuf, u64, [u8; 4]), RunnerError> {
+) -> Result<(PathBuf, Genesis), RunnerError> {
     let mut json = serde_json::json!({
         "chain_id": format!("modnode-testnet-{}", manifest.name),
         // Time for every process to start before slot 0.
@@ -182,10 +183,10 @@ fn write_genesis(
     }
     let text = json.to_string();
     let path = dir.join("genesis.json");
-    let genesis = crate::chain::genesis::Genesis::from_json(&text, &path.display().to_string())
+    let genesis = Genesis::from_json(&text, &path.display().to_string())
         .map_err(|e| RunnerError::Setup(e.to_string()))?;
     std::fs::write(&path, &text).map_err(files(&path))?;
-    Ok((path, genesis.upgrade_lead_blocks, genesis.genesis_fork_version))
+    Ok((path, genesis))
 }
 
 /// Runs `manifest` to the end and writes the report; violations are in the outcome.
@@ -203,7 +204,13 @@ pub async fn run(manifest: Manifest, options: RunOptions) -> Result<Outcome, Run
         ids.push(identity.node_id().to_string());
         dirs.push(dir);
     }
-    let (genesis_file, lead, fork) = write_genesis(&manifest, &out, &ids)?;
+    let (genesis_file, genesis) = write_genesis(&manifest, &out, &ids)?;
+    let (lead, fork) = (genesis.upgrade_lead_blocks, genesis.genesis_fork_version);
+    let genesis_balance: u128 = genesis
+        .validators
+        .iter()
+        .map(|v| u128::from(v.balance))
+        .fold(0, u128::saturating_add);
     let listens: Vec<SocketAddr> = (0..n).map(|_| free_port(true)).collect::<Result<_, _>>()?;
     let contract = free_port(false)?;
     let contract_url = format!("http://{contract}");
@@ -238,7 +245,10 @@ pub async fn run(manifest: Manifest, options: RunOptions) -> Result<Outcome, Run
     let (events_tx, events_rx) = mpsc::channel(256);
     let mut allowed = manifest.allowed_log_patterns.clone();
     allowed.extend(EXPLAINED_LOG_PATTERNS.iter().map(|p| p.to_string()));
-    let checker = Checker::new(ids.clone(), vec![true; n], allowed, manifest.max_rss_mb.saturating_mul(1 << 20));
+    let checker = Checker::new(ids.clone(), vec![true; n])
+        .with_allowed_errors(allowed)
+        .with_rss_limit(manifest.max_rss_mb.saturating_mul(1 << 20))
+        .with_genesis_balance(genesis_balance);
     let plan = perturb::plan(&manifest);
     let mut net = Testnet {
         short_ids: ids.iter().map(|id| id.get(..8).unwrap_or_default().to_string()).collect(),
@@ -265,12 +275,8 @@ pub async fn run(manifest: Manifest, options: RunOptions) -> Result<Outcome, Run
         deposits_accepted: 0,
         known_deposits: std::collections::BTreeSet::new(),
     };
-    let result = net.drive(contract_url, fork, log_rx, events_rx).await;
-    // Whatever happened, no process outlives the run.
-    for node in &mut net.nodes {
-        node.kill();
-    }
-    let converged = result?;
+    // On an error no process outlives the run: dropping a node kills it.
+    let converged = net.drive(contract_url, fork, log_rx, events_rx).await?;
     net.finish(converged).await
 }
 

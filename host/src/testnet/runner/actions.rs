@@ -49,6 +49,7 @@ impl Testnet {
             PerturbationKind::Kill => {
                 for t in &p.targets {
                     self.with_node(*t, |n| n.kill());
+                    self.checker.node_exited(*t, true);
                 }
             }
             PerturbationKind::Pause => {
@@ -66,6 +67,7 @@ impl Testnet {
                     {
                         self.progress(&format!("wipe failed (ours): {e}"));
                     }
+                    self.checker.node_exited(*t, true);
                 }
             }
             PerturbationKind::ClockSkew => {
@@ -135,6 +137,8 @@ impl Testnet {
             n.kill();
             n.start(RESTART_SYNC, skew_ms)
         });
+        // Down on purpose until its next sample.
+        self.checker.node_exited(t, true);
         if let Some(Err(e)) = outcome {
             self.progress(&format!("restart of node {t} failed (ours): {e}"));
         }
@@ -228,6 +232,32 @@ async fn propose_upgrade(
         }
     };
     let (hash, bytes) = embedded_hash(&module).ok_or(format!("{module} is not embedded"))?;
+    // Uploads first, all at once (each node validates, compiles and warms it: seconds), so
+    // the height counted from the head below is still ahead when the votes are cast.
+    let mut uploads = tokio::task::JoinSet::new();
+    for dir in dirs.iter().cloned() {
+        uploads.spawn(async move {
+            let target = Target::data_dir(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+            tokio::time::timeout(
+                Duration::from_secs(120),
+                client::upload_module(&target, bytes.to_vec()),
+            )
+            .await
+            .map_err(|_| format!("upload to {}: no answer within 120 s", dir.display()))?
+            .map_err(|e| format!("upload to {}: {e}", dir.display()))?;
+            Ok::<_, String>(dir)
+        });
+    }
+    let mut ready = Vec::new();
+    let mut refusals = Vec::new();
+    while let Some(joined) = uploads.join_next().await {
+        match joined {
+            Ok(Ok(dir)) => ready.push(dir),
+            Ok(Err(why)) => refusals.push(why),
+            Err(e) => refusals.push(format!("upload task failed: {e}")),
+        }
+    }
+    ready.sort();
     let height = match height {
         Some(h) => h,
         None => {
@@ -237,21 +267,11 @@ async fn propose_upgrade(
         }
     };
     let mut voted = 0usize;
-    let mut refusals = Vec::new();
-    for dir in dirs {
+    for dir in &ready {
         if voted >= majority {
             break;
         }
         let Ok(target) = Target::data_dir(dir) else { continue };
-        let upload = tokio::time::timeout(
-            Duration::from_secs(120),
-            client::upload_module(&target, bytes.to_vec()),
-        )
-        .await;
-        if let Ok(Err(e)) = upload {
-            refusals.push(format!("upload to {}: {e}", dir.display()));
-            continue;
-        }
         match client::propose_upgrade(&target, "upgrade", "deposits", &hash, height).await {
             Ok(_) => voted = voted.saturating_add(1),
             Err(e) => refusals.push(format!("{}: {e}", dir.display())),

@@ -38,7 +38,7 @@ impl Testnet {
                 .iter()
                 .map(|b| BlockSeen {
                     height: b.height,
-                    block_hash: b.hash.clone(),
+                    hash: b.hash.clone(),
                     state_root: b.state_root.clone(),
                 })
                 .collect(),
@@ -174,22 +174,22 @@ impl Testnet {
             }
         }
         let summary = self.checker.summary();
-        let out = self.options.out_dir.clone();
-        let json_path = out.join("report.json");
-        let png_path = out.join("timeline.png");
-        let minutes = self.started_at.elapsed().as_secs_f64() / 60.0;
-        let rep = report::Report::new(
-            &self.manifest.name,
+        let duration_ms = u64::try_from(self.started_at.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let mut rep = report::Report::new(
             self.nodes.len(),
-            minutes,
-            &self.applied,
+            self.manifest.seed,
+            duration_ms,
+            &self.timeline,
             &summary,
-            self.max_rss,
-            &self.violations,
         );
-        report::write_json(&rep, &json_path).map_err(|e| RunnerError::Report(e.to_string()))?;
-        report::write_png(&self.timeline, &png_path)
+        rep.relay = Some(relay_stats.total.clone());
+        // The runner's own findings (a violation found outside the checker) are the same list.
+        rep.violations.clone_from(&self.violations);
+        let out = self.options.out_dir.clone();
+        let json_path = rep
+            .write(&out, &self.timeline)
             .map_err(|e| RunnerError::Report(e.to_string()))?;
+        let png_path = rep.timeline_png.clone().unwrap_or_else(|| out.join("timeline.png"));
         self.relay.shutdown().await;
         Ok(Outcome {
             violations: self.violations,
