@@ -3,6 +3,7 @@
 //!
 //! - [`invariants`]: the invariants (safety, deposits, bans, liveness…) checked on every sample.
 //! - [`relay`]: a fault-injecting UDP relay, one socket per directed link between nodes.
+//! - [`report`]: the run's figures as JSON and its timeline as a PNG.
 //! - [`manifest`]: the TOML description of a run (`modnode testnet run <manifest.toml>`).
 //! - [`perturb`]: the seeded plan of perturbations and its sans-IO schedule.
 //! - [`node_process`]: one node as a child process (start, `kill -9`, pause, wipe, logs, RSS).
@@ -13,4 +14,5 @@ pub mod manifest;
 pub mod node_process;
 pub mod perturb;
 pub mod relay;
+pub mod report;
 pub mod runner;
