@@ -78,11 +78,18 @@ mod tests {
             BlocksQuery { from: 3, count: 2 }
         );
         assert_eq!(
-            BlocksQuery::parse(Some("count=100000&from=0")).unwrap().count,
+            BlocksQuery::parse(Some("count=100000&from=0"))
+                .unwrap()
+                .count,
             MAX_BLOCKS
         );
         for bad in [
-            "", "from=1", "count=1", "from=-1&count=1", "from=1&from=2&count=1", "to=3",
+            "",
+            "from=1",
+            "count=1",
+            "from=-1&count=1",
+            "from=1&from=2&count=1",
+            "to=3",
             "from",
         ] {
             assert!(BlocksQuery::parse(Some(bad)).is_err(), "{bad}");

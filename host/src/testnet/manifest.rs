@@ -301,10 +301,12 @@ impl Manifest {
             origin: origin.to_string(),
             message: e.to_string(),
         })?;
-        manifest.validate().map_err(|message| ManifestError::Invalid {
-            origin: origin.to_string(),
-            message,
-        })?;
+        manifest
+            .validate()
+            .map_err(|message| ManifestError::Invalid {
+                origin: origin.to_string(),
+                message,
+            })?;
         Ok(manifest)
     }
 
@@ -387,7 +389,9 @@ impl Manifest {
         if let Some(random) = &self.random {
             let [lo, hi] = random.every_s;
             if !(lo > 0.0 && lo <= hi) {
-                return Err(format!("random.every_s = [{lo}, {hi}]: give 0 < min <= max"));
+                return Err(format!(
+                    "random.every_s = [{lo}, {hi}]: give 0 < min <= max"
+                ));
             }
             let [dlo, dhi] = random.duration_s;
             if !(dlo > 0.0 && dlo <= dhi) {
@@ -498,7 +502,11 @@ mod tests {
                 "kind = \"partition-majority\"\n        duration_s = 60",
                 "finality",
             ),
-            ("after_blocks = 10", "after_blocks = 10\nheight = 30", "exactly one"),
+            (
+                "after_blocks = 10",
+                "after_blocks = 10\nheight = 30",
+                "exactly one",
+            ),
             ("every_s = [20, 30]", "every_s = [5, 30]", "overlap"),
         ] {
             assert!(SHORT.contains(from), "{from}");

@@ -204,8 +204,14 @@ impl NodeProcess {
             })?;
         let node = spec.index;
         for pipe in [
-            child.stdout.take().map(|p| Box::new(p) as Box<dyn std::io::Read + Send>),
-            child.stderr.take().map(|p| Box::new(p) as Box<dyn std::io::Read + Send>),
+            child
+                .stdout
+                .take()
+                .map(|p| Box::new(p) as Box<dyn std::io::Read + Send>),
+            child
+                .stderr
+                .take()
+                .map(|p| Box::new(p) as Box<dyn std::io::Read + Send>),
         ]
         .into_iter()
         .flatten()
@@ -256,7 +262,9 @@ impl NodeProcess {
         let mut child = self.child.take()?;
         signal(&child, libc::SIGCONT);
         signal(&child, libc::SIGTERM);
-        let deadline = Instant::now() + grace;
+        let deadline = Instant::now()
+            .checked_add(grace)
+            .unwrap_or_else(Instant::now);
         loop {
             if let Ok(Some(status)) = child.try_wait() {
                 self.paused = false;

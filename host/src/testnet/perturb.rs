@@ -73,7 +73,7 @@ fn choose_targets(
             all
         }
         PerturbationKind::PartitionMajority => {
-            all.truncate(n / 2 + 1);
+            all.truncate((n / 2).saturating_add(1));
             all
         }
         PerturbationKind::PartitionAuthority => {
@@ -87,7 +87,9 @@ fn choose_targets(
         PerturbationKind::DepositsUpgrade => Vec::new(),
         PerturbationKind::BadLinks => {
             let pool = eligible(manifest, kind, at_ms);
-            pool.choose_multiple(rng, 2.min(pool.len())).copied().collect()
+            pool.choose_multiple(rng, 2.min(pool.len()))
+                .copied()
+                .collect()
         }
         PerturbationKind::Kill
         | PerturbationKind::Pause
@@ -115,8 +117,12 @@ pub fn plan(manifest: &Manifest) -> Vec<Planned> {
         let targets = targets.unwrap_or_else(|| choose_targets(manifest, kind, start_ms, rng));
         let skew_ms = if kind == PerturbationKind::ClockSkew {
             // Within the chain's allowance for a peer's clock, either way.
-            let magnitude = rng.random_range(100..400);
-            if rng.random_bool(0.5) { magnitude } else { -magnitude }
+            let magnitude: i64 = rng.random_range(100..400);
+            if rng.random_bool(0.5) {
+                magnitude
+            } else {
+                magnitude.saturating_neg()
+            }
         } else {
             0
         };

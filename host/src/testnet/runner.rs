@@ -18,13 +18,13 @@ use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, watch};
 
 use self::poll::Observation;
-use crate::chain::genesis::Genesis;
 use super::invariants::{Checker, Violation};
 use super::manifest::{Manifest, PerturbationKind};
 use super::node_process::{DepositRole, LogLine, NodeProcess, NodeSpec};
 use super::perturb::{self, Schedule, Step};
 use super::relay::Relay;
 use super::report;
+use crate::chain::genesis::Genesis;
 
 pub use self::actions::embedded_hash;
 
@@ -229,7 +229,9 @@ pub async fn run(manifest: Manifest, options: RunOptions) -> Result<Outcome, Run
             binary: options.binary.clone(),
             data_dir: dir.clone(),
             genesis_file: genesis_file.clone(),
-            listen: *listens.get(i).ok_or_else(|| RunnerError::Setup("ports".into()))?,
+            listen: *listens
+                .get(i)
+                .ok_or_else(|| RunnerError::Setup("ports".into()))?,
             bootstrap,
             deposits: if i == 0 {
                 DepositRole::Host(contract)
@@ -251,7 +253,10 @@ pub async fn run(manifest: Manifest, options: RunOptions) -> Result<Outcome, Run
         .with_genesis_balance(genesis_balance);
     let plan = perturb::plan(&manifest);
     let mut net = Testnet {
-        short_ids: ids.iter().map(|id| id.get(..8).unwrap_or_default().to_string()).collect(),
+        short_ids: ids
+            .iter()
+            .map(|id| id.get(..8).unwrap_or_default().to_string())
+            .collect(),
         banned: vec![Vec::new(); n],
         node_ids: ids,
         schedule: Schedule::new(plan),
@@ -362,7 +367,9 @@ impl Testnet {
                 return Err(RunnerError::Setup(format!(
                     "nodes {:?} did not answer on their admin API within {STARTUP_TIMEOUT:?}; \
                      see their logs in {}",
-                    (0..n).filter(|i| ready.get(*i) == Some(&false) && self.started(*i)).collect::<Vec<_>>(),
+                    (0..n)
+                        .filter(|i| ready.get(*i) == Some(&false) && self.started(*i))
+                        .collect::<Vec<_>>(),
                     self.options.out_dir.join("logs").display()
                 )));
             }
@@ -409,7 +416,9 @@ impl Testnet {
                         Step::Start(i) => {
                             let kind = self.schedule.plan().get(i).map(|p| p.kind);
                             if let Some(kind) = kind {
-                                *self.applied.entry(kind.name().to_string()).or_default() += 1;
+                                let count =
+                                    self.applied.entry(kind.name().to_string()).or_default();
+                                *count = count.saturating_add(1);
                             }
                             self.start_perturbation(i);
                             if let Some(p) = self.schedule.plan().get(i) {
@@ -442,8 +451,14 @@ impl Testnet {
             while let Ok(event) = events.try_recv() {
                 match event {
                     Event::Note(text) => self.progress(&text),
-                    Event::Upgrade { at_ms, height, label } => {
-                        self.progress(&format!("deposits upgrade voted: {label} at height {height}"));
+                    Event::Upgrade {
+                        at_ms,
+                        height,
+                        label,
+                    } => {
+                        self.progress(&format!(
+                            "deposits upgrade voted: {label} at height {height}"
+                        ));
                         self.timeline.upgrades.push((at_ms, height, label));
                     }
                 }
@@ -470,7 +485,9 @@ impl Testnet {
                 let now = self.now_ms();
                 self.last_heal_ms = Some(now);
                 self.checker.heal_at(now);
-                self.progress("run over: everything healed, deposits stopped; waiting for convergence");
+                self.progress(
+                    "run over: everything healed, deposits stopped; waiting for convergence",
+                );
             }
             if phase_end && !reconciled && depositor.is_finished() {
                 reconciled = true;
@@ -518,7 +535,8 @@ impl Testnet {
                 for index in 0..count {
                     if self.known_deposits.insert(index) {
                         self.deposits_accepted = self.deposits_accepted.saturating_add(1);
-                        self.checker.deposit_submitted(index, deposits::DEPOSIT_GWEI);
+                        self.checker
+                            .deposit_submitted(index, deposits::DEPOSIT_GWEI);
                     }
                 }
             }

@@ -28,18 +28,43 @@ async fn a_short_perturbed_testnet_keeps_every_invariant() {
     let logs = || {
         (0..manifest.nodes)
             .map(|i| out.path().join("logs").join(format!("node-{i}.log")))
-            .map(|p| format!("{}: {} bytes", p.display(), p.metadata().map_or(0, |m| m.len())))
+            .map(|p| {
+                format!(
+                    "{}: {} bytes",
+                    p.display(),
+                    p.metadata().map_or(0, |m| m.len())
+                )
+            })
             .collect::<Vec<_>>()
             .join("\n")
     };
-    assert!(outcome.violations.is_empty(), "{:#?}\n{}", outcome.violations, logs());
-    assert!(outcome.converged, "no convergence: {:?}\n{}", outcome.final_nodes, logs());
+    assert!(
+        outcome.violations.is_empty(),
+        "{:#?}\n{}",
+        outcome.violations,
+        logs()
+    );
+    assert!(
+        outcome.converged,
+        "no convergence: {:?}\n{}",
+        outcome.final_nodes,
+        logs()
+    );
     for kind in ["kill", "partition-minority", "pause", "deposits-upgrade"] {
-        assert_eq!(outcome.perturbations.get(kind), Some(&1), "{kind}: {:?}", outcome.perturbations);
+        assert_eq!(
+            outcome.perturbations.get(kind),
+            Some(&1),
+            "{kind}: {:?}",
+            outcome.perturbations
+        );
     }
     // Deposits flowed and every node applied each exactly once (the checker compares balance
     // sums with the accepted amounts; here the counts).
-    assert!(outcome.deposits_accepted >= 20, "{} deposits", outcome.deposits_accepted);
+    assert!(
+        outcome.deposits_accepted >= 20,
+        "{} deposits",
+        outcome.deposits_accepted
+    );
     for (i, last) in outcome.final_nodes.iter().enumerate() {
         let (head, deposits) = last.unwrap_or_else(|| panic!("node {i} never observed"));
         assert!(head > 20, "node {i} at height {head}");
@@ -50,17 +75,28 @@ async fn a_short_perturbed_testnet_keeps_every_invariant() {
     let (height, module) = &outcome.upgrades[0];
     assert_eq!(module, "deposits-v2");
     assert!(
-        outcome.final_nodes.iter().flatten().all(|(head, _)| head >= height),
+        outcome
+            .final_nodes
+            .iter()
+            .flatten()
+            .all(|(head, _)| head >= height),
         "{:?} vs height {height}",
         outcome.final_nodes
     );
     assert!(
-        outcome.active_deposits.iter().all(|m| m.as_deref() == Some("deposits-v2")),
+        outcome
+            .active_deposits
+            .iter()
+            .all(|m| m.as_deref() == Some("deposits-v2")),
         "{:?}",
         outcome.active_deposits
     );
     // Every packet went through the relay, and the partition dropped some.
-    assert!(outcome.relay.total.forwarded > 1_000, "{:?}", outcome.relay.total);
+    assert!(
+        outcome.relay.total.forwarded > 1_000,
+        "{:?}",
+        outcome.relay.total
+    );
     assert!(outcome.relay.total.dropped > 0, "{:?}", outcome.relay.total);
     assert!(outcome.report_json.exists() && outcome.report_png.exists());
 }

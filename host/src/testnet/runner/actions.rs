@@ -5,12 +5,12 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use sha2::Digest as _;
 use super::{Event, Testnet};
 use crate::admin::client::{self, Target};
 use crate::runtime::Mode;
 use crate::testnet::manifest::PerturbationKind;
 use crate::testnet::relay::LinkFaults;
+use sha2::Digest as _;
 
 /// Faults on a node's links during [`PerturbationKind::BadLinks`].
 fn bad_link() -> LinkFaults {
@@ -144,7 +144,11 @@ impl Testnet {
         }
     }
 
-    fn with_node(&mut self, t: usize, f: impl FnOnce(&mut crate::testnet::node_process::NodeProcess)) {
+    fn with_node(
+        &mut self,
+        t: usize,
+        f: impl FnOnce(&mut crate::testnet::node_process::NodeProcess),
+    ) {
         if self.started(t)
             && let Some(node) = self.nodes.get_mut(t)
         {
@@ -157,7 +161,7 @@ impl Testnet {
     /// at a height `after_blocks` ahead. Runs as a task; reports through events.
     fn deposits_upgrade(&mut self) {
         let spec = self.manifest.upgrade.clone();
-        let majority = self.manifest.authorities / 2 + 1;
+        let majority = (self.manifest.authorities / 2).saturating_add(1);
         let lead = self.upgrade_lead_blocks;
         let first_listed = !self.upgrade_listed_done && spec.is_some();
         self.upgrade_listed_done = true;
@@ -168,7 +172,11 @@ impl Testnet {
         };
         // Running authorities, in order (a paused or killed one cannot vote now).
         let dirs: Vec<PathBuf> = (0..self.manifest.authorities)
-            .filter(|a| self.nodes.get(*a).is_some_and(|n| n.is_running() && !n.is_paused()))
+            .filter(|a| {
+                self.nodes
+                    .get(*a)
+                    .is_some_and(|n| n.is_running() && !n.is_paused())
+            })
             .filter_map(|a| self.nodes.get(a).map(|n| n.data_dir().to_path_buf()))
             .collect();
         let events = self.events_tx.clone();
@@ -177,7 +185,11 @@ impl Testnet {
             let outcome =
                 propose_upgrade(&dirs, majority, module, height, after.unwrap_or(0), lead).await;
             let event = match outcome {
-                Ok((label, height)) => Event::Upgrade { at_ms, height, label },
+                Ok((label, height)) => Event::Upgrade {
+                    at_ms,
+                    height,
+                    label,
+                },
                 Err(why) => Event::Note(format!("deposits upgrade not proposed: {why}")),
             };
             let _ = events.send(event).await;
@@ -189,7 +201,11 @@ impl Testnet {
     fn policy_swap(&mut self, targets: &[usize]) {
         let dirs: Vec<(usize, PathBuf)> = targets
             .iter()
-            .filter(|t| self.nodes.get(**t).is_some_and(|n| n.is_running() && !n.is_paused()))
+            .filter(|t| {
+                self.nodes
+                    .get(**t)
+                    .is_some_and(|n| n.is_running() && !n.is_paused())
+            })
             .filter_map(|t| self.nodes.get(*t).map(|n| (*t, n.data_dir().to_path_buf())))
             .collect();
         let first = self
@@ -227,8 +243,15 @@ async fn propose_upgrade(
         None => {
             let listing = client::modules(&target).await.map_err(|e| e.to_string())?;
             let active = active_hash(&listing, "deposits").unwrap_or_default();
-            let v1 = embedded_hash("deposits-v1").map(|h| h.0).unwrap_or_default();
-            if active == v1 { "deposits-v2" } else { "deposits-v1" }.to_string()
+            let v1 = embedded_hash("deposits-v1")
+                .map(|h| h.0)
+                .unwrap_or_default();
+            if active == v1 {
+                "deposits-v2"
+            } else {
+                "deposits-v1"
+            }
+            .to_string()
         }
     };
     let (hash, bytes) = embedded_hash(&module).ok_or(format!("{module} is not embedded"))?;
@@ -261,7 +284,9 @@ async fn propose_upgrade(
     let height = match height {
         Some(h) => h,
         None => {
-            let status = client::node_status(&target).await.map_err(|e| e.to_string())?;
+            let status = client::node_status(&target)
+                .await
+                .map_err(|e| e.to_string())?;
             let head = status.get("height").and_then(|h| h.as_u64()).unwrap_or(0);
             head.saturating_add(lead).saturating_add(after_blocks)
         }
@@ -271,7 +296,9 @@ async fn propose_upgrade(
         if voted >= majority {
             break;
         }
-        let Ok(target) = Target::data_dir(dir) else { continue };
+        let Ok(target) = Target::data_dir(dir) else {
+            continue;
+        };
         match client::propose_upgrade(&target, "upgrade", "deposits", &hash, height).await {
             Ok(_) => voted = voted.saturating_add(1),
             Err(e) => refusals.push(format!("{}: {e}", dir.display())),

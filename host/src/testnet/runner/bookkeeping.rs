@@ -119,7 +119,9 @@ impl Testnet {
                     .map(|b| b.hash.as_str())
             })
             .collect();
-        let same = at_low.iter().all(|h| h.is_some() && *h == at_low.first().copied().flatten());
+        let same = at_low
+            .iter()
+            .all(|h| h.is_some() && *h == at_low.first().copied().flatten());
         same && high.saturating_sub(low) <= 2
             && running.iter().all(|o| o.deposit_count >= deposits_accepted)
     }
@@ -182,14 +184,17 @@ impl Testnet {
             &self.timeline,
             &summary,
         );
-        rep.relay = Some(relay_stats.total.clone());
+        rep.relay = Some(relay_stats.total);
         // The runner's own findings (a violation found outside the checker) are the same list.
         rep.violations.clone_from(&self.violations);
         let out = self.options.out_dir.clone();
         let json_path = rep
             .write(&out, &self.timeline)
             .map_err(|e| RunnerError::Report(e.to_string()))?;
-        let png_path = rep.timeline_png.clone().unwrap_or_else(|| out.join("timeline.png"));
+        let png_path = rep
+            .timeline_png
+            .clone()
+            .unwrap_or_else(|| out.join("timeline.png"));
         self.relay.shutdown().await;
         Ok(Outcome {
             violations: self.violations,

@@ -86,7 +86,9 @@ pub async fn submit_loop(
 /// How many deposits the contract at `url` has logged (its `DepositEvent`s, counted in pages).
 pub async fn contract_count(url: &str) -> Option<u64> {
     const PAGE: u64 = 512;
-    let client = RpcClient::new(url).ok()?.with_timeout(Duration::from_secs(10));
+    let client = RpcClient::new(url)
+        .ok()?
+        .with_timeout(Duration::from_secs(10));
     let head = client.block_number().await.ok()?;
     let mut count = 0u64;
     let mut from = 0u64;

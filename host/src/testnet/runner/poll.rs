@@ -120,7 +120,11 @@ async fn poll_once(node: usize, target: &Target, cursor: &mut u64) -> Option<Obs
     }
     // Heights below a restored checkpoint are not held: nothing to compare there.
     if let Some(last) = blocks.last() {
-        *cursor = (*cursor).max(finalized.saturating_add(1).min(last.height.saturating_add(1)));
+        *cursor = (*cursor).max(
+            finalized
+                .saturating_add(1)
+                .min(last.height.saturating_add(1)),
+        );
     }
     if blocks.last().is_none_or(|b| b.height < head) && head >= 1 {
         blocks.push(SeenBlock {
