@@ -100,3 +100,27 @@ async fn a_short_perturbed_testnet_keeps_every_invariant() {
     assert!(outcome.relay.total.dropped > 0, "{:?}", outcome.relay.total);
     assert!(outcome.report_json.exists() && outcome.report_png.exists());
 }
+
+/// `modnode testnet run` refuses a manifest with a misspelt key before starting anything,
+/// naming the key, and exits non-zero.
+#[test]
+fn the_command_refuses_a_manifest_with_an_unknown_key_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let manifest = dir.path().join("typo.toml");
+    std::fs::write(
+        &manifest,
+        SHORT.replace("seed = 25", "seed = 25\ndeposit_rate = 3"),
+    )
+    .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_modnode"))
+        .args(["testnet", "run"])
+        .arg(&manifest)
+        .arg("--out")
+        .arg(dir.path().join("out"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("deposit_rate"), "{stderr}");
+    assert!(!dir.path().join("out").exists(), "nothing started");
+}
