@@ -57,19 +57,12 @@ enum Command {
     /// Measure the node (`--json` for machines).
     #[command(subcommand)]
     Bench(BenchCommand),
-    /// A multi-process testnet under faults, checked continuously.
+    /// Networks of separate `modnode run` processes.
     #[command(subcommand)]
-    Testnet(TestnetCommand),
+    Testnet(commands::testnet::TestnetCommand),
     /// Tools for tests and debugging.
     #[command(subcommand, hide = true)]
     Debug(DebugCommand),
-}
-
-#[derive(Debug, Subcommand)]
-enum TestnetCommand {
-    /// Run a manifest: N `modnode run` processes behind a fault-injecting relay, perturbed;
-    /// prints progress, writes report.json and timeline.png, exits non-zero on a violation.
-    Run(commands::testnet::RunArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -347,12 +340,8 @@ fn main() -> std::process::ExitCode {
     let result = match cli.command {
         Command::Run(args) => commands::run::run(args),
         Command::Devnet(args) => commands::devnet::devnet(args),
+        Command::Testnet(command) => commands::testnet::testnet(command),
         Command::Deposit(DepositCommand::Submit(args)) => commands::deposit::submit(args),
-        Command::Testnet(TestnetCommand::Run(args)) => match commands::testnet::run(args) {
-            Ok(true) => Ok(()),
-            Ok(false) => return std::process::ExitCode::FAILURE,
-            Err(e) => Err(e),
-        },
         Command::Debug(DebugCommand::ImportLoop {
             data_dir,
             blocks,

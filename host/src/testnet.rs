@@ -2,6 +2,7 @@
 //! combines to start many `modnode` processes, perturb them and check that nothing was lost.
 //!
 //! - [`invariants`]: the invariants (safety, deposits, bans, liveness…) checked on every sample.
+//! - [`network`]: the genesis, keys and command lines of a network of separate processes.
 //! - [`relay`]: a fault-injecting UDP relay, one socket per directed link between nodes.
 //! - [`report`]: the run's figures as JSON and its timeline as a PNG.
 //! - [`manifest`]: the TOML description of a run (`modnode testnet run <manifest.toml>`).
@@ -11,6 +12,7 @@
 
 pub mod invariants;
 pub mod manifest;
+pub mod network;
 pub mod node_process;
 pub mod perturb;
 pub mod relay;

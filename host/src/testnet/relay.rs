@@ -122,6 +122,8 @@ impl RelayStats {
 #[derive(Debug)]
 struct Links {
     nodes: usize,
+    /// Each node's real QUIC address.
+    targets: Vec<SocketAddr>,
     faults: Vec<LinkFaults>,
     stats: Vec<LinkStats>,
 }
@@ -156,6 +158,7 @@ impl Relay {
         })?;
         let links = Arc::new(Mutex::new(Links {
             nodes,
+            targets: targets.clone(),
             faults: vec![LinkFaults::default(); cells],
             stats: vec![LinkStats::default(); cells],
         }));
@@ -163,7 +166,7 @@ impl Relay {
         let mut addrs = Vec::with_capacity(cells);
         let mut tasks = Vec::new();
         for (from, _) in targets.iter().enumerate() {
-            for (to, target) in targets.iter().enumerate() {
+            for (to, _) in targets.iter().enumerate() {
                 if from == to {
                     addrs.push(None);
                     continue;
@@ -174,7 +177,6 @@ impl Relay {
                 let pipe = Pipe {
                     from,
                     to,
-                    target: *target,
                     socket,
                     links: Arc::clone(&links),
                     rng: StdRng::seed_from_u64(seed ^ pair.wrapping_mul(0x9E37_79B9_7F4A_7C15)),
@@ -199,6 +201,14 @@ impl Relay {
     pub fn addr(&self, from: usize, to: usize) -> Option<SocketAddr> {
         let index = self.lock().index(from, to)?;
         self.addrs.get(index).copied().flatten()
+    }
+
+    /// Node `node` now listens on `addr` (restarted on another port): packets for it go there,
+    /// and packets from there count as its. Out-of-range nodes are ignored.
+    pub fn set_target(&self, node: usize, addr: SocketAddr) {
+        if let Some(slot) = self.lock().targets.get_mut(node) {
+            *slot = addr;
+        }
     }
 
     /// Faults for packets travelling from node `from` to node `to` (whoever opened the
@@ -311,12 +321,11 @@ impl Ord for Queued {
     }
 }
 
-/// One relay socket: forwards `from → to` packets to `target` and `to → from` replies back to
-/// the latest address `from` sent from.
+/// One relay socket: forwards `from → to` packets to node `to`'s address and `to → from`
+/// replies back to the latest address `from` sent from.
 struct Pipe {
     from: usize,
     to: usize,
-    target: SocketAddr,
     socket: UdpSocket,
     links: Arc<Mutex<Links>>,
     rng: StdRng,
@@ -360,13 +369,16 @@ impl Pipe {
         seq: &mut u64,
     ) {
         let now = Instant::now();
-        let (link_from, link_to, dest) = if src == self.target {
+        let mut links = lock(&self.links);
+        let Some(target) = links.targets.get(self.to).copied() else {
+            return;
+        };
+        let (link_from, link_to, dest) = if src == target {
             (self.to, self.from, *client)
         } else {
             *client = Some(src);
-            (self.from, self.to, Some(self.target))
+            (self.from, self.to, Some(target))
         };
-        let mut links = lock(&self.links);
         let Some(link) = links.index(link_from, link_to) else {
             return;
         };

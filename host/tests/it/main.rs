@@ -28,6 +28,7 @@ mod slots;
 mod state_anchors;
 mod state_cache;
 mod testnet;
+mod testnet_init;
 mod upgrade_check;
 mod upgrade_devnet;
 mod upgrades;

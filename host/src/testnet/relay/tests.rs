@@ -319,6 +319,26 @@ async fn replies_follow_a_node_restarted_on_a_new_port() {
     relay.shutdown().await;
 }
 
+#[tokio::test]
+async fn a_target_restarted_on_a_new_port_is_reached_after_set_target() {
+    let (relay, a, _b) = pair(12).await;
+    let via = relay.addr(0, 1).unwrap();
+    let moved = Node::bind().await;
+    relay.set_target(1, moved.addr());
+    a.send(via, b"to the new port").await;
+    wait_for("the packet at the new port", || moved.count() == 1).await;
+    moved.send(via, b"back").await;
+    wait_for("the reply at a", || a.count() == 1).await;
+    let stats = relay.stats();
+    assert_eq!(stats.link(0, 1).unwrap().forwarded, 1);
+    assert_eq!(
+        stats.link(1, 0).unwrap().forwarded,
+        1,
+        "the reply counts as 1->0"
+    );
+    relay.shutdown().await;
+}
+
 /// Two real QUIC endpoints (as the node builds them) through the relay: the handshake works
 /// on a clean link, times out across a partition, and works again after the heal.
 #[tokio::test]
