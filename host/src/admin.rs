@@ -31,6 +31,8 @@
 //! - `GET /state?height=H[&index=I|&pubkey=HEX]` (token): the state after the canonical block
 //!   at `H` (the head without it), from the state cache or regenerated ([`state_query`]);
 //!   503 while the node is behind on import.
+//! - `GET /blocks?from=H&count=N` (token): height, hash, slot and state root of the canonical
+//!   blocks from `H` ([`blocks_query`]; a testnet harness compares nodes with it).
 //!
 //! Every error answer is `{"error":"<what is wrong>"}` (plus `"reason"` for refused modules)
 //! with a 4xx/5xx status, and every response closes the connection: one request per
@@ -49,6 +51,7 @@ use std::pin::Pin;
 use crate::modules_store::upload::{UploadError, UploadOutcome};
 use crate::runtime::{Kind, Mode};
 
+pub mod blocks_query;
 pub mod client;
 pub mod deposit_json;
 mod routes;
@@ -88,6 +91,15 @@ pub trait AdminBackend: Send + Sync + 'static {
                 "this node serves no state queries".into(),
             ))
         })
+    }
+    /// Height, hash, slot and state root of the canonical blocks `query` names
+    /// ([`blocks_query`]). Err = why not (ours). A backend without a chain refuses it.
+    fn blocks(
+        &self,
+        query: blocks_query::BlocksQuery,
+    ) -> BoxFuture<'_, Result<serde_json::Value, String>> {
+        let _ = query;
+        Box::pin(async { Err("this node serves no blocks".to_string()) })
     }
     /// Liveness (`GET /livez`): the process and the chain worker answer. Err = why not.
     fn livez(&self) -> BoxFuture<'_, Result<(), String>> {

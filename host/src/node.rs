@@ -118,6 +118,9 @@ pub struct NodeConfig {
     /// How a checkpoint restore shows its progress: log lines (the default) or a progress bar
     /// on stderr (`modnode run` on a terminal).
     pub restore_progress: ProgressDisplay,
+    /// Exchange peer addresses with peers (on by default). A testnet harness whose nodes reach
+    /// each other only through its relay turns it off, so no node dials another's real address.
+    pub peer_exchange: bool,
 }
 
 /// The built-in dev deposit contract a node hosts.
@@ -201,6 +204,7 @@ impl NodeConfig {
             state_cache: crate::state_cache::StateCacheConfig::default(),
             sync_mode: SyncMode::Full,
             restore_progress: ProgressDisplay::Log,
+            peer_exchange: true,
         }
     }
 }
@@ -642,6 +646,10 @@ impl Node {
         peer_config.target_outbound = config.target_outbound;
         peer_config.max_inbound = config.max_inbound;
         peer_config.trusted_ips = config.trusted_ips.iter().copied().collect();
+        if !config.peer_exchange {
+            // Nothing offered, nothing taken: only the bootstrap addresses are ever dialled.
+            peer_config.exchange_max = 0;
+        }
         peer_config.handshake_timeout =
             u64::try_from(config.transport.handshake_timeout.as_micros())
                 .unwrap_or(u64::MAX)
@@ -1009,6 +1017,20 @@ impl AdminBackend for Backend {
                         "state query task failed: {e}"
                     )))
                 })
+        })
+    }
+
+    fn blocks(
+        &self,
+        query: admin::blocks_query::BlocksQuery,
+    ) -> BoxFuture<'_, Result<serde_json::Value, String>> {
+        Box::pin(async move {
+            let encoded = self
+                .chain
+                .blocks(query.from, query.count, usize::MAX)
+                .await
+                .map_err(|e| e.to_string())?;
+            admin::blocks_query::render(&encoded)
         })
     }
 

@@ -299,6 +299,14 @@ impl RangeSync {
         blocks: Vec<(u64, BlockHash, Vec<u8>)>,
     ) -> Result<(), SyncError> {
         let request = self.take_request(peer, id)?;
+        if self.head_moved(&request, &blocks) {
+            // An honest head moves to a sibling at the same height when fork choice breaks a
+            // tie (to the lower hash) after the status: the claim is stale, not a lie. Forget
+            // it until the peer's next status; the range is asked again. A peer that keeps
+            // doing this costs one range request per status it sends, and no ban.
+            self.peers.remove(&peer);
+            return Ok(());
+        }
         if let Err(reason) = self.check_response(&request, &blocks) {
             self.reject(
                 peer,
@@ -536,20 +544,29 @@ impl RangeSync {
         if u64::try_from(blocks.len()).map_or(true, |len| len > request.count) {
             return Err("more blocks than requested");
         }
-        let claimed = self.peers.get(&request.peer).copied();
         let mut expected = request.start;
-        for (height, hash, _) in blocks {
+        for (height, _, _) in blocks {
             if *height != expected {
                 return Err("heights are not consecutive from the requested start");
-            }
-            // Only an uncapped claim names the hash at its height.
-            let exact = claimed.filter(|head| head.height <= self.max_height);
-            if exact.is_some_and(|head| head.height == *height && head.hash != *hash) {
-                return Err("block at the peer's claimed head height has another hash");
             }
             expected = expected.saturating_add(1);
         }
         Ok(())
+    }
+
+    /// Whether the answer's block at the peer's claimed head height has another hash than
+    /// the claim (only an uncapped claim names the hash at its height).
+    fn head_moved(&self, request: &InFlight, blocks: &[(u64, BlockHash, Vec<u8>)]) -> bool {
+        let Some(head) = self
+            .peers
+            .get(&request.peer)
+            .filter(|head| head.height <= self.max_height)
+        else {
+            return false;
+        };
+        blocks
+            .iter()
+            .any(|(height, hash, _)| *height == head.height && *hash != head.hash)
     }
 
     /// A peer's claimed head height, capped by the height bound.

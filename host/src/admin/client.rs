@@ -75,6 +75,18 @@ pub async fn status(data_dir: &Path) -> Result<Value, AdminError> {
     request(&target, "GET", "/status", None, CLIENT_TIMEOUT).await
 }
 
+/// The status of the node `target` names (`GET /status`).
+pub async fn node_status(target: &Target) -> Result<Value, AdminError> {
+    request(target, "GET", "/status", None, CLIENT_TIMEOUT).await
+}
+
+/// Height, hash, slot and state root of the canonical blocks from `from`, at most `count`
+/// (`GET /blocks`; see [`super::blocks_query`]).
+pub async fn blocks(target: &Target, from: u64, count: u64) -> Result<Value, AdminError> {
+    let path = format!("/blocks?from={from}&count={count}");
+    request(target, "GET", &path, None, CLIENT_TIMEOUT).await
+}
+
 /// Uploads a module; returns the node's answer (`{"status": "ready" | "already-stored",
 /// "module": {…}}`) once the module is compiled and warmed.
 pub async fn upload_module(target: &Target, bytes: Vec<u8>) -> Result<Value, AdminError> {

@@ -51,6 +51,7 @@ pub(crate) fn router(state: AppState) -> Router {
             get(list_modules).post(upload_module).fallback(not_allowed),
         )
         .route("/state", get(state_at).fallback(not_allowed))
+        .route("/blocks", get(blocks).fallback(not_allowed))
         .route(
             "/checkpoints",
             get(list_checkpoints)
@@ -503,6 +504,22 @@ async fn state_at(State(state): State<AppState>, request: Request) -> Response {
         Err(_) => error(
             StatusCode::SERVICE_UNAVAILABLE,
             "the state was not ready in time; retry later",
+        ),
+    }
+}
+
+/// `GET /blocks?from=H&count=N`.
+async fn blocks(State(state): State<AppState>, request: Request) -> Response {
+    let query = match super::blocks_query::BlocksQuery::parse(request.uri().query()) {
+        Ok(query) => query,
+        Err(e) => return error(StatusCode::BAD_REQUEST, e),
+    };
+    match tokio::time::timeout(state.config.backend_timeout, state.backend.blocks(query)).await {
+        Ok(Ok(value)) => axum::Json(value).into_response(),
+        Ok(Err(e)) => error(StatusCode::INTERNAL_SERVER_ERROR, e),
+        Err(_) => error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the chain worker did not answer in time; retry later",
         ),
     }
 }

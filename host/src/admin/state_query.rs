@@ -2,7 +2,7 @@
 //! height (the head without `height`), answered from the state cache or by regeneration.
 //!
 //! The answer: `{"height","block_hash","state_root","registry_root","validators",
-//! "eth1_deposit_index","validator"?}`, where `validator` (when `index` or `pubkey` is given)
+//! "eth1_deposit_index","balance_sum_gwei","validator"?}`, where `validator` (when `index` or `pubkey` is given)
 //! is `{"index","pubkey","withdrawal_credentials","effective_balance","balance","slashed",
 //! "activation_eligibility_epoch","activation_epoch","exit_epoch","withdrawable_epoch"}` or
 //! `null` if no validator matches.
@@ -124,6 +124,15 @@ pub fn answer(states: &StateCache, query: &StateQuery) -> Result<Value, StateQue
     Ok(render(&state, query.validator))
 }
 
+/// The sum of every validator's balance in `state`, in Gwei (a testnet's harness checks that
+/// deposits are applied exactly once by it).
+pub fn balance_sum(state: &StateSnapshot) -> u128 {
+    state
+        .validators(0, state.validator_count())
+        .map(|(_, balance)| u128::from(balance))
+        .fold(0u128, u128::saturating_add)
+}
+
 /// The JSON answer for `state`.
 pub fn render(state: &StateSnapshot, selector: Option<Selector>) -> Value {
     let mut out = json!({
@@ -133,6 +142,8 @@ pub fn render(state: &StateSnapshot, selector: Option<Selector>) -> Value {
         "registry_root": hex::encode(state.registry_root()),
         "validators": state.validator_count(),
         "eth1_deposit_index": state.eth1().deposit_index,
+        // A string: JSON numbers lose precision above 2^53 and the sum is a u128.
+        "balance_sum_gwei": balance_sum(state).to_string(),
     });
     if let Some(selector) = selector {
         let index = match selector {

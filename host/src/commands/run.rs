@@ -82,6 +82,14 @@ pub struct RunArgs {
     /// --checkpoint-interval blocks ahead. A node with local state always goes on from it.
     #[arg(long, value_enum, default_value_t = SyncArg::Auto)]
     pub sync: SyncArg,
+    /// Dial only the --bootstrap addresses: neither ask peers for addresses nor give any
+    /// (a testnet whose nodes reach each other only through its fault-injecting relay).
+    #[arg(long, hide = true)]
+    pub no_peer_exchange: bool,
+    /// Run this node's clock this many ms ahead of the system clock (behind if negative), for
+    /// testnets that exercise skewed clocks.
+    #[arg(long, hide = true, default_value_t = 0, allow_hyphen_values = true)]
+    pub clock_skew_ms: i64,
     #[command(flatten)]
     pub deposits: DepositArgs,
 }
@@ -291,6 +299,14 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     config.checkpoint.create_version = args.checkpoint_create_version;
     config.deposits = args.deposits.config();
     config.sync_mode = args.sync.into();
+    config.peer_exchange = !args.no_peer_exchange;
+    if args.clock_skew_ms != 0 {
+        node::chain_worker::set_clock_skew_ms(args.clock_skew_ms);
+        tracing::warn!(
+            skew_ms = args.clock_skew_ms,
+            "this node's clock is skewed on purpose (--clock-skew-ms)"
+        );
+    }
     // A bar only where someone watches it: logs, CI and tests get the plain progress line.
     if std::io::stderr().is_terminal() {
         config.restore_progress = node::ProgressDisplay::Bar;

@@ -2,12 +2,18 @@
 //!
 //! `modnode testnet init` writes a network's genesis and node keys for N machines and prints
 //! each machine's exact command line (the library's [`modnode::testnet::network`]).
+//! `modnode testnet run <manifest.toml> [--out DIR]` runs a multi-process testnet under faults
+//! (issue 25), described by a manifest; prints progress lines, writes `report.json` and
+//! `timeline.png` into the output directory and exits non-zero on any violation.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::path::PathBuf;
 
+use anyhow::Context as _;
+use modnode::testnet::manifest::Manifest;
 use modnode::testnet::network::{NetworkSpec, init_network};
+use modnode::testnet::runner::{self, RunOptions};
 
 /// `modnode testnet` subcommands.
 #[derive(Debug, clap::Subcommand)]
@@ -15,6 +21,9 @@ pub enum TestnetCommand {
     /// Write a network's genesis and each node's key into DIR/node-i and print each machine's
     /// `modnode run` command line.
     Init(InitArgs),
+    /// Run a manifest: N `modnode run` processes behind a fault-injecting relay, perturbed;
+    /// prints progress, writes report.json and timeline.png, exits non-zero on a violation.
+    Run(RunArgs),
 }
 
 /// Options of `modnode testnet init`.
@@ -69,6 +78,7 @@ fn parse_host_of(text: &str) -> Result<(usize, IpAddr), String> {
 pub fn testnet(command: TestnetCommand) -> anyhow::Result<()> {
     match command {
         TestnetCommand::Init(args) => init(args),
+        TestnetCommand::Run(args) => run(args),
     }
 }
 
@@ -113,5 +123,71 @@ fn init(args: InitArgs) -> anyhow::Result<()> {
             first.genesis.display()
         );
     }
+    Ok(())
+}
+
+/// Options of `modnode testnet run`.
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    /// The testnet manifest (TOML; see `examples/testnet/`).
+    pub manifest: PathBuf,
+    /// Output directory: node data, logs, genesis, report (default: a new temporary one).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}
+
+/// Runs the manifest; an error when the run found violations or did not converge.
+fn run(args: RunArgs) -> anyhow::Result<()> {
+    let manifest = Manifest::load(&args.manifest)?;
+    let out = match args.out {
+        Some(dir) => dir,
+        None => tempfile::Builder::new()
+            .prefix("modnode-testnet-")
+            .tempdir()
+            .context("cannot create an output directory")?
+            .keep(),
+    };
+    let binary = std::env::current_exe().context("cannot find the modnode binary")?;
+    eprintln!(
+        "testnet {}: {} nodes ({} authorities), {} s, seed {}; output in {}",
+        manifest.name,
+        manifest.nodes,
+        manifest.authorities,
+        manifest.duration_s,
+        manifest.seed,
+        out.display()
+    );
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let outcome = rt.block_on(runner::run(
+        manifest,
+        RunOptions {
+            binary,
+            out_dir: out,
+            progress: true,
+        },
+    ))?;
+    println!("report: {}", outcome.report_json.display());
+    println!("timeline: {}", outcome.report_png.display());
+    for v in &outcome.violations {
+        println!("violation: {v}");
+    }
+    let ok = outcome.violations.is_empty() && outcome.converged;
+    println!(
+        "{}: {} violations, converged {} ({} ms after the last heal), {} deposits accepted",
+        if ok { "PASS" } else { "FAIL" },
+        outcome.violations.len(),
+        outcome.converged,
+        outcome.converge_ms.map_or("-".into(), |ms| ms.to_string()),
+        outcome.deposits_accepted
+    );
+    anyhow::ensure!(
+        ok,
+        "the testnet run failed: {} violations, converged: {} (see {})",
+        outcome.violations.len(),
+        outcome.converged,
+        outcome.report_json.display()
+    );
     Ok(())
 }

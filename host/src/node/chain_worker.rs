@@ -368,12 +368,27 @@ impl DepositProofs for NoSource {
     }
 }
 
-/// Milliseconds since the Unix epoch.
+/// The offset [`unix_ms`] adds to the system clock, in ms (0 unless a test skews it).
+static CLOCK_SKEW: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
+
+/// Makes this process's [`unix_ms`] run `skew_ms` ahead of the system clock (behind if
+/// negative): `modnode run --clock-skew-ms`, for testnets that exercise skewed clocks.
+pub fn set_clock_skew_ms(skew_ms: i64) {
+    CLOCK_SKEW.store(skew_ms, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Milliseconds since the Unix epoch (plus the skew [`set_clock_skew_ms`] set, if any).
 pub fn unix_ms() -> u64 {
-    SystemTime::now()
+    let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
+        .unwrap_or(0);
+    let skew = CLOCK_SKEW.load(std::sync::atomic::Ordering::Relaxed);
+    if skew >= 0 {
+        now.saturating_add(skew.unsigned_abs())
+    } else {
+        now.saturating_sub(skew.unsigned_abs())
+    }
 }
 
 impl Worker {

@@ -30,6 +30,7 @@ mod scheduled_admission;
 mod slots;
 mod state_anchors;
 mod state_cache;
+mod testnet;
 mod testnet_init;
 mod upgrade_check;
 mod upgrade_devnet;
