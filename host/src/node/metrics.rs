@@ -224,8 +224,8 @@ impl Metrics {
     /// The counters and the chain view in the OpenMetrics text format (served with
     /// [`METRICS_CONTENT_TYPE`]), encoded by `prometheus-client`. Counter names end in `_total`.
     pub fn render(&self, view: &ChainView) -> String {
-        use crate::runtime::Kind;
         use crate::modules_store::upload::refusals;
+        use crate::runtime::Kind;
         use crate::runtime::bounds::over_bound;
         let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
         let snapshot = Snapshot {

@@ -336,15 +336,39 @@ fn compile_children(dir: &Path) -> Vec<String> {
     found
 }
 
+/// A compiler program for the node: the real `modnode` binary, except that while
+/// `<script>.stall` exists it hangs (blocked opening a FIFO nobody writes, no CPU, no child
+/// process) like a compile that never ends. How long a real compile takes depends on the
+/// machine; a hang does not.
+fn stalling_compiler(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    use std::os::unix::fs::PermissionsExt as _;
+    let script = dir.join("compile.sh");
+    let stall = dir.join("compile.sh.stall");
+    let fifo = dir.join("compile.sh.fifo");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\nif [ -e \"$0.stall\" ]; then read -r _ < \"$0.fifo\"; fi\nexec {:?} \"$@\"\n",
+            env!("CARGO_BIN_EXE_modnode")
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o600) }, 0, "mkfifo");
+    std::fs::write(&stall, b"").unwrap();
+    (script, stall)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_compile_past_its_deadline_is_killed_and_the_next_upload_is_accepted() {
-    // The real binary compiles in a child process, as under `modnode run`. The deadline is
-    // far below what starting the child and compiling this module take on any machine (a 4 s
-    // deadline was met on an idle one, and the module then failed its warm-up instead).
-    let limit = Duration::from_millis(50);
+    // Compiles run in a child process, as under `modnode run`; the first one hangs.
+    let tools = tempfile::tempdir().unwrap();
+    let (compiler, stall) = stalling_compiler(tools.path());
+    let limit = Duration::from_secs(10);
     let node = Node::start(UploadConfig {
         compile_timeout: limit,
-        compile_program: Some(env!("CARGO_BIN_EXE_modnode").into()),
+        compile_program: Some(compiler),
         ..UploadConfig::default()
     })
     .await;
@@ -355,8 +379,9 @@ async fn a_compile_past_its_deadline_is_killed_and_the_next_upload_is_accepted()
     });
     // The compile runs in a child of this process, then is killed at the deadline.
     let deadline = Instant::now() + Duration::from_secs(60);
-    while compile_children(node.dir.path()).is_empty() && !upload.is_finished() {
+    while compile_children(node.dir.path()).is_empty() {
         assert!(Instant::now() < deadline, "no compile process started");
+        assert!(!upload.is_finished(), "answered before a compile started");
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     let started = Instant::now();
@@ -370,6 +395,7 @@ async fn a_compile_past_its_deadline_is_killed_and_the_next_upload_is_accepted()
     assert_eq!(compile_children(node.dir.path()), Vec::<String>::new());
     node.assert_nothing_stored();
     // The lane is free at once: the next upload is compiled (not "busy") and accepted.
+    std::fs::remove_file(&stall).unwrap();
     let answer = node.upload(artifact("gossip-policy-v1")).await.unwrap();
     assert_eq!(answer["status"], "ready", "{answer}");
     assert_eq!(answer["module"]["kind"], "gossip-policy");
