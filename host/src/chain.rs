@@ -35,7 +35,7 @@ pub mod workload;
 use std::sync::{Arc, RwLock};
 
 use block::{Block, BlockHeader, Hash};
-pub use deposit_engine::{DepositEngine, DepositModules, DepositsResult, to_wit};
+pub use deposit_engine::{DepositEngine, DepositModules, DepositsResult, block_context, to_wit};
 pub use equivocation::{Evidence, EvidenceSummary, MAX_EVIDENCE, RECENT_EVIDENCE, SignedHeader};
 pub use errors::{BuildError, FailureClass, ImportError, OpenError, RevertError};
 use eth1::{DepositProofs, DueDeposits, Eth1Data, Eth1State, ProvenDeposit};

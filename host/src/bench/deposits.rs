@@ -31,7 +31,7 @@ use modnode::chain::genesis::Genesis;
 use modnode::chain::native_deposits::{Verification, deposit_signing_root};
 use modnode::chain::workload;
 use modnode::crypto::{self, SignatureSet};
-use modnode::runtime::deposits::{BlockContext, Outcome, WitEth1Data};
+use modnode::runtime::deposits::{BlockContext, Outcome};
 use modnode::runtime::{LoadedModule, Runtime, RuntimeConfig};
 use modnode::state::{Registry, SharedRegistry};
 
@@ -141,17 +141,7 @@ fn shared(registry: Registry) -> Arc<RwLock<Registry>> {
 }
 
 fn ctx(height: u64, eth1: &Eth1Data, index: u64) -> BlockContext {
-    BlockContext {
-        height,
-        slot: height,
-        genesis_fork_version: FORK.to_vec(),
-        eth1_data: WitEth1Data {
-            deposit_root: eth1.deposit_root.to_vec(),
-            deposit_count: eth1.deposit_count,
-            block_hash: eth1.block_hash.to_vec(),
-        },
-        eth1_deposit_index: index,
-    }
+    modnode::chain::block_context(height, height, FORK, eth1, index)
 }
 
 /// A deposit contract holding `deposits`: its checkpoint and every deposit with its proof.

@@ -1,9 +1,11 @@
 //! Which implementation of the deposits transition a chain runs.
 
-use super::eth1::ProvenDeposit;
+use super::eth1::{Eth1Data, ProvenDeposit};
 use super::native_deposits;
 use crate::runtime::CallError;
-use crate::runtime::deposits::{BlockContext, Deposit, DepositsModule, Outcome, ProcessError};
+use crate::runtime::deposits::{
+    BlockContext, Deposit, DepositsModule, Outcome, ProcessError, WitEth1Data,
+};
 use crate::state::{RegistryDelta, SharedRegistry};
 
 /// How deposits are processed: a wasm module (the node) or the native reference (tests,
@@ -90,6 +92,28 @@ impl DepositEngine {
                 *verification,
             )),
         }
+    }
+}
+
+/// What the deposits module sees of a block at `height` and `slot` on the chain of `fork`,
+/// whose deposits prove against `eth1` from `eth1_deposit_index`.
+pub fn block_context(
+    height: u64,
+    slot: u64,
+    fork: [u8; 4],
+    eth1: &Eth1Data,
+    eth1_deposit_index: u64,
+) -> BlockContext {
+    BlockContext {
+        height,
+        slot,
+        genesis_fork_version: fork.to_vec(),
+        eth1_data: WitEth1Data {
+            deposit_root: eth1.deposit_root.to_vec(),
+            deposit_count: eth1.deposit_count,
+            block_hash: eth1.block_hash.to_vec(),
+        },
+        eth1_deposit_index,
     }
 }
 

@@ -9,7 +9,7 @@ use super::errors::ImportError;
 use super::eth1::{Eth1Data, Eth1State};
 use super::genesis::Genesis;
 use super::hex32;
-use crate::runtime::deposits::{BlockContext, Outcome, WitEth1Data};
+use crate::runtime::deposits::{BlockContext, Outcome};
 use crate::runtime::{CallError, Kind};
 use crate::state::{Registry, RegistryDelta, Schedule, StateError, StateSnapshot, state_root};
 
@@ -53,17 +53,13 @@ pub(crate) fn engine_for(
 
 /// What the deposits module sees of the block and the state before it.
 pub(super) fn context(genesis: &Genesis, header: &BlockHeader, eth1: &Eth1State) -> BlockContext {
-    BlockContext {
-        height: header.height,
-        slot: header.slot,
-        genesis_fork_version: genesis.genesis_fork_version.to_vec(),
-        eth1_data: WitEth1Data {
-            deposit_root: eth1.eth1_data.deposit_root.to_vec(),
-            deposit_count: eth1.eth1_data.deposit_count,
-            block_hash: eth1.eth1_data.block_hash.to_vec(),
-        },
-        eth1_deposit_index: eth1.deposit_index,
-    }
+    super::block_context(
+        header.height,
+        header.slot,
+        genesis.genesis_fork_version,
+        &eth1.eth1_data,
+        eth1.deposit_index,
+    )
 }
 
 /// `eth1` after `proposer`'s vote at `slot` (`process_eth1_data`).

@@ -249,17 +249,7 @@ fn warmup_block() -> &'static (BlockContext, Vec<Deposit>) {
             log.push(d);
         }
         let eth1 = log.eth1_data();
-        let ctx = BlockContext {
-            height: 1,
-            slot: 1,
-            genesis_fork_version: fork.to_vec(),
-            eth1_data: WitEth1Data {
-                deposit_root: eth1.deposit_root.to_vec(),
-                deposit_count: eth1.deposit_count,
-                block_hash: eth1.block_hash.to_vec(),
-            },
-            eth1_deposit_index: 0,
-        };
+        let ctx = crate::chain::block_context(1, 1, fork, &eth1, 0);
         use crate::chain::eth1::DepositProofs as _;
         // The log holds exactly these three deposits, so proving them cannot fail; an empty
         // warm-up block would still run the module.

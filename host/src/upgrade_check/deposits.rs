@@ -14,11 +14,11 @@ use super::runner::{CaseRun, Phase};
 use super::versions::{BlockRun, Version, is_host_failure};
 use super::{CaseInput, CheckError, Kind};
 use crate::chain::block::DepositData;
-use crate::chain::eth1::{DepositProofs, Eth1Data};
+use crate::chain::eth1::DepositProofs;
 use crate::chain::genesis::Genesis;
-use crate::chain::to_wit;
 use crate::chain::workload::DevDepositLog;
-use crate::runtime::deposits::{BlockContext, Deposit, Outcome, WitEth1Data};
+use crate::chain::{block_context, to_wit};
+use crate::runtime::deposits::{BlockContext, Deposit, Outcome};
 use crate::state::Registry;
 
 /// Largest generated registry: large enough that a registry scan per deposit costs more than
@@ -69,27 +69,6 @@ impl BlockResult {
             BlockResult::Rejected(reason) => format!("rejected ({reason})"),
             BlockResult::Failed(reason) => format!("failed ({reason})"),
         }
-    }
-}
-
-/// The context of a block at `height` proving against `eth1` from `eth1_deposit_index`.
-pub(crate) fn context(
-    height: u64,
-    slot: u64,
-    fork: [u8; 4],
-    eth1: &Eth1Data,
-    eth1_deposit_index: u64,
-) -> BlockContext {
-    BlockContext {
-        height,
-        slot,
-        genesis_fork_version: fork.to_vec(),
-        eth1_data: WitEth1Data {
-            deposit_root: eth1.deposit_root.to_vec(),
-            deposit_count: eth1.deposit_count,
-            block_hash: eth1.block_hash.to_vec(),
-        },
-        eth1_deposit_index,
     }
 }
 
@@ -165,7 +144,7 @@ fn run_generated(
                 reason: format!("the generated deposit contract: {e}"),
             })?;
         let wit = tamper.apply(honest).iter().map(to_wit).collect();
-        let ctx = context(height, height, fork, &eth1, index);
+        let ctx = block_context(height, height, fork, &eth1, index);
         let (result, used) = run_block(version, &registry, ctx, wit)?;
         if let BlockResult::Imported {
             eth1_deposit_index, ..

@@ -9,12 +9,12 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use super::deposits::{BlockResult, context, first_difference};
+use super::deposits::{BlockResult, first_difference};
 use super::versions::{BlockRun, Version, is_host_failure};
 use super::{CaseInput, CheckError, Counterexample, Failure, Kind, Report, Settings, Verdict};
 use crate::chain::block::Block;
 use crate::chain::genesis::Genesis;
-use crate::chain::{Chain, DepositEngine, DepositModules, native_deposits, to_wit};
+use crate::chain::{Chain, DepositEngine, DepositModules, block_context, native_deposits, to_wit};
 use crate::store::{MemoryStore, SledStore};
 
 /// Replays `data_dir` (a node's data dir, which must not be in use) with both versions.
@@ -147,7 +147,7 @@ fn replay_version(
         let header = &block.header;
         let used = match chain.deposits_due(header.slot, header.proposer, &block.body.eth1_vote) {
             Ok(due) => {
-                let ctx = context(header.height, header.slot, fork, &due.eth1_data, due.from);
+                let ctx = block_context(header.height, header.slot, fork, &due.eth1_data, due.from);
                 let deposits = block.body.deposits.iter().map(to_wit).collect();
                 match version.process_deposits(chain.registry(), ctx, deposits) {
                     BlockRun::Applied { fuel, .. } => fuel,

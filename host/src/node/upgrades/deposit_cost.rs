@@ -11,7 +11,7 @@ use std::sync::{Arc, OnceLock, RwLock};
 use crate::chain::eth1::DepositProofs as _;
 use crate::chain::to_wit;
 use crate::chain::workload::{self, DevDepositLog};
-use crate::runtime::deposits::{BlockContext, DepositsModule, WitEth1Data};
+use crate::runtime::deposits::DepositsModule;
 use crate::state::Registry;
 
 /// The two block sizes the marginal cost is measured between, and their difference. Fuel is
@@ -87,17 +87,7 @@ fn inputs(n: u64, bad: bool) -> Result<&'static Inputs, String> {
 fn block_fuel(module: &DepositsModule, n: u64, bad: bool, slot: u64) -> Result<u64, String> {
     let fork = [0u8; 4];
     let (proven, eth1) = inputs(n, bad)?;
-    let ctx = BlockContext {
-        height: 1,
-        slot,
-        genesis_fork_version: fork.to_vec(),
-        eth1_data: WitEth1Data {
-            deposit_root: eth1.deposit_root.to_vec(),
-            deposit_count: eth1.deposit_count,
-            block_hash: eth1.block_hash.to_vec(),
-        },
-        eth1_deposit_index: 0,
-    };
+    let ctx = crate::chain::block_context(1, slot, fork, eth1, 0);
     let registry = Arc::new(RwLock::new(Registry::new()));
     let which = if bad {
         "one bad signature"
