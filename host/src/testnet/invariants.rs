@@ -91,6 +91,12 @@ pub struct CheckerSummary {
     pub convergence_p50_ms: Option<u64>,
     /// 99th percentile convergence time.
     pub convergence_p99_ms: Option<u64>,
+    /// Every convergence after a heal split into its two parts, in order.
+    pub convergences: Vec<Convergence>,
+    /// Median time from catching up to agreeing (see [`Convergence::settle_ms`]).
+    pub settle_p50_ms: Option<u64>,
+    /// 99th percentile time from catching up to agreeing.
+    pub settle_p99_ms: Option<u64>,
     /// Highest RSS of each node (None where never measured).
     pub max_rss_bytes: Vec<Option<u64>>,
     /// Distinct (banning node, banned node id) pairs seen.
@@ -101,6 +107,34 @@ pub struct CheckerSummary {
     pub violations_by_kind: BTreeMap<String, u64>,
     /// Every violation's message, in order.
     pub violations: Vec<String>,
+}
+
+/// One convergence after a heal, split into the time the nodes needed to fetch what they missed
+/// and the time they then needed to agree: the target "agree within a few slots of syncing what
+/// was missed" is a bound on [`Convergence::settle_ms`], not on the total.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Convergence {
+    /// Heal to agreement (ms): `sync_ms + settle_ms`.
+    pub total_ms: u64,
+    /// Heal until every live node's head reached the highest head any node reported before the
+    /// heal (ms): the blocks it missed, fetched and imported.
+    pub sync_ms: u64,
+    /// From then until every live node reported the same chain (ms): fork choice settling.
+    pub settle_ms: u64,
+    /// Highest head before the heal minus the lowest: the most blocks one node had to fetch.
+    pub blocks_missed: u64,
+}
+
+/// A heal whose convergence is being measured.
+#[derive(Debug, Clone, Copy)]
+struct Heal {
+    at_ms: u64,
+    /// The highest head any live node reported before the heal.
+    target: u64,
+    /// The lowest one.
+    lowest: u64,
+    /// When every live node first reported a head at or above `target`.
+    caught_up_ms: Option<u64>,
 }
 
 /// Per-node bookkeeping.
@@ -140,9 +174,10 @@ pub struct Checker {
     /// Distinct hashes seen at each height.
     hashes_at: BTreeMap<u64, BTreeSet<String>>,
     bans_seen: BTreeSet<(usize, String)>,
-    heal: Option<u64>,
+    heal: Option<Heal>,
     heal_flagged: bool,
     convergence_ms: Vec<u64>,
+    convergences: Vec<Convergence>,
     samples: u64,
     max_head: u64,
     max_finalized: u64,
@@ -172,6 +207,7 @@ impl Checker {
             heal: None,
             heal_flagged: false,
             convergence_ms: Vec::new(),
+            convergences: Vec::new(),
             samples: 0,
             max_head: 0,
             max_finalized: 0,
@@ -228,7 +264,18 @@ impl Checker {
 
     /// The runner healed every fault at `at_ms`: convergence is measured from here.
     pub fn heal_at(&mut self, at_ms: u64) {
-        self.heal = Some(at_ms);
+        let heads = self
+            .nodes
+            .iter()
+            .filter(|n| !n.down)
+            .filter_map(|n| n.latest.as_ref().map(|s| s.head));
+        let (target, lowest) = heads.fold((0, u64::MAX), |(hi, lo), h| (hi.max(h), lo.min(h)));
+        self.heal = Some(Heal {
+            at_ms,
+            target,
+            lowest: lowest.min(target),
+            caught_up_ms: None,
+        });
         self.heal_flagged = false;
     }
 
@@ -321,7 +368,7 @@ impl Checker {
         }
         if converge_deadline_reached
             && !self.heal_flagged
-            && let Some(heal_ms) = self.heal
+            && let Some(heal_ms) = self.heal.map(|h| h.at_ms)
         {
             let now = self.latest_at_ms();
             found.push(self.not_converged(heal_ms, now));
@@ -354,6 +401,8 @@ impl Checker {
             .count();
         let mut sorted = self.convergence_ms.clone();
         sorted.sort_unstable();
+        let mut settle: Vec<u64> = self.convergences.iter().map(|c| c.settle_ms).collect();
+        settle.sort_unstable();
         CheckerSummary {
             samples: self.samples,
             max_head: self.max_head,
@@ -370,6 +419,9 @@ impl Checker {
             convergence_ms: self.convergence_ms.clone(),
             convergence_p50_ms: percentile(&sorted, 50),
             convergence_p99_ms: percentile(&sorted, 99),
+            convergences: self.convergences.clone(),
+            settle_p50_ms: percentile(&settle, 50),
+            settle_p99_ms: percentile(&settle, 99),
             max_rss_bytes: self.nodes.iter().map(|n| n.max_rss).collect(),
             bans: u64::try_from(self.bans_seen.len()).unwrap_or(u64::MAX),
             explained_errors: self.explained_errors,
@@ -512,9 +564,10 @@ impl Checker {
     /// one block above it (a node that has just imported the next block is on the same chain;
     /// requiring equal heads would depend on when each node was polled).
     fn check_convergence(&mut self, now_ms: u64, found: &mut Vec<Violation>) {
-        let Some(heal_ms) = self.heal else {
+        let Some(mut heal) = self.heal else {
             return;
         };
+        let heal_ms = heal.at_ms;
         let live: Vec<&Sample> = self
             .nodes
             .iter()
@@ -522,12 +575,27 @@ impl Checker {
             .filter_map(|n| n.latest.as_ref())
             .collect();
         let all_reported = live.len() == self.nodes.iter().filter(|n| !n.down).count();
-        let converged = all_reported
-            && !live.is_empty()
-            && live.iter().all(|s| s.at_ms >= heal_ms)
-            && same_chain(&live);
-        if converged {
-            self.convergence_ms.push(now_ms.saturating_sub(heal_ms));
+        let all_after_heal =
+            all_reported && !live.is_empty() && live.iter().all(|s| s.at_ms >= heal_ms);
+        if heal.caught_up_ms.is_none()
+            && all_after_heal
+            && live.iter().all(|s| s.head >= heal.target)
+        {
+            heal.caught_up_ms = Some(now_ms);
+            self.heal = Some(heal);
+        }
+        if all_after_heal && same_chain(&live) {
+            let total_ms = now_ms.saturating_sub(heal_ms);
+            // Agreeing implies every node has the common block, so a heal not yet caught up
+            // catches up now.
+            let caught_up = heal.caught_up_ms.unwrap_or(now_ms);
+            self.convergence_ms.push(total_ms);
+            self.convergences.push(Convergence {
+                total_ms,
+                sync_ms: caught_up.saturating_sub(heal_ms),
+                settle_ms: now_ms.saturating_sub(caught_up),
+                blocks_missed: heal.target.saturating_sub(heal.lowest),
+            });
             self.heal = None;
             return;
         }

@@ -17,7 +17,7 @@ use plotters::coord::types::RangedCoordu64;
 use plotters::prelude::*;
 use serde::{Deserialize, Serialize};
 
-use super::invariants::CheckerSummary;
+use super::invariants::{CheckerSummary, Convergence};
 use super::relay::LinkStats;
 
 /// Size of the timeline PNG [`Report::write`] draws.
@@ -100,6 +100,12 @@ pub struct Report {
     pub convergence_p50_ms: Option<u64>,
     /// 99th percentile convergence time after a heal (ms).
     pub convergence_p99_ms: Option<u64>,
+    /// Each convergence split into syncing the missed blocks and settling on one chain.
+    pub convergences: Vec<Convergence>,
+    /// Median settle time: from every node holding the blocks it missed to one chain (ms).
+    pub settle_p50_ms: Option<u64>,
+    /// 99th percentile settle time (ms); the target is a few slots.
+    pub settle_p99_ms: Option<u64>,
     /// Highest RSS of any node.
     pub max_rss_bytes: Option<u64>,
     /// Highest RSS of each node.
@@ -150,6 +156,9 @@ impl Report {
             convergence_ms: summary.convergence_ms.clone(),
             convergence_p50_ms: summary.convergence_p50_ms,
             convergence_p99_ms: summary.convergence_p99_ms,
+            convergences: summary.convergences.clone(),
+            settle_p50_ms: summary.settle_p50_ms,
+            settle_p99_ms: summary.settle_p99_ms,
             max_rss_bytes: summary.max_rss_bytes.iter().flatten().copied().max(),
             max_rss_bytes_per_node: summary.max_rss_bytes.clone(),
             bans: summary.bans,

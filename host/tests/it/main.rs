@@ -42,6 +42,26 @@ use std::sync::{Arc, RwLock};
 use modnode::runtime::{LoadedModule, Runtime, RuntimeConfig};
 use modnode::state::{Registry, SharedRegistry};
 
+/// Sends the nodes' logs to the test's captured output when `MODNODE_TEST_LOG` holds a filter
+/// (`RUST_LOG` syntax, e.g. `info` or `modnode=debug`): a failed test then shows what its nodes
+/// did. Off by default, so a passing run stays quiet; `.ci/stress` turns it on.
+pub fn init_test_log() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let Ok(filter) = std::env::var("MODNODE_TEST_LOG") else {
+            return;
+        };
+        let filter = tracing_subscriber::EnvFilter::try_new(&filter)
+            .unwrap_or_else(|e| panic!("MODNODE_TEST_LOG={filter:?} is not a log filter: {e}"));
+        // Another test may have set a global subscriber first; then that one logs.
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_test_writer()
+            .with_thread_names(true)
+            .try_init();
+    });
+}
+
 /// Bytes of a built artifact (fixture or not).
 pub fn artifact(name: &str) -> Vec<u8> {
     let path = modnode::artifacts::path(name);

@@ -91,6 +91,7 @@ pub(super) async fn start_edited(
     mut deposits: DepositSourceConfig,
     edit: impl FnOnce(&mut NodeConfig),
 ) -> Node {
+    crate::init_test_log();
     if let Some(dev) = deposits.host_dev_contract.as_mut() {
         dev.block_ms = 100;
     }

@@ -90,6 +90,59 @@ fn a_clean_history_passes_and_is_summarised() {
     assert_eq!(summary.explained_errors, 1);
 }
 
+/// A node that missed ten blocks needs time to fetch them and then a moment to leave its own
+/// tip: the summary keeps the two apart, so "agrees within a few slots of having synced" can be
+/// judged on its own.
+#[test]
+fn a_convergence_is_split_into_syncing_the_missed_blocks_and_settling() {
+    let mut c = checker();
+    for head in 1..=10u64 {
+        for node in 0..3 {
+            assert!(
+                c.record(&sample(head * 1000, node, head, "a", 0))
+                    .is_empty()
+            );
+        }
+    }
+    for head in 11..=20u64 {
+        for node in 0..2 {
+            assert!(
+                c.record(&sample(head * 1000, node, head, "a", 0))
+                    .is_empty()
+            );
+        }
+    }
+    c.heal_at(20_500);
+    // Node 2 is still at 10: neither caught up nor converged.
+    assert!(c.record(&sample(21_000, 0, 21, "a", 0)).is_empty());
+    assert!(c.record(&sample(21_000, 1, 21, "a", 0)).is_empty());
+    assert!(c.record(&sample(21_000, 2, 14, "a", 0)).is_empty());
+    assert!(c.summary().convergences.is_empty());
+    // At 22 s node 2 holds height 20, but its own block there: caught up, not agreeing.
+    let mut own_tip = sample(22_000, 2, 20, "a", 0);
+    let tip = own_tip.blocks.last_mut().unwrap();
+    tip.hash = hash(20, "b");
+    tip.state_root = root(20, "b");
+    assert!(c.record(&own_tip).is_empty());
+    assert!(c.summary().convergences.is_empty());
+    // At 24 s every node is on one chain.
+    for node in 0..3 {
+        assert!(c.record(&sample(24_000, node, 22, "a", 0)).is_empty());
+    }
+    let summary = c.summary();
+    assert_eq!(
+        summary.convergences,
+        vec![Convergence {
+            total_ms: 3_500,
+            sync_ms: 1_500,
+            settle_ms: 2_000,
+            blocks_missed: 10,
+        }]
+    );
+    assert_eq!(summary.convergence_ms, vec![3_500]);
+    assert_eq!(summary.settle_p99_ms, Some(2_000));
+}
+
 #[test]
 fn two_state_roots_for_one_block_fail() {
     let mut c = checker();
