@@ -22,6 +22,7 @@ mod deposit_engine;
 mod equivocation;
 mod errors;
 pub mod eth1;
+mod finality;
 mod fork_choice;
 mod from_checkpoint;
 pub mod genesis;
@@ -123,6 +124,9 @@ pub struct Chain {
     equivocations: equivocation::Equivocations,
     /// Blocks whose transition import ran (an adopted cached state is not counted).
     executed: u64,
+    /// The finalized height: `finality_depth` below the head and sealed over by a majority of
+    /// the authorities (`finality`).
+    finality: finality::Finality,
 }
 
 /// Why the operator's proposal was not taken.
@@ -146,6 +150,30 @@ struct ScheduleVotes {
 
 fn hex32(h: &Hash) -> String {
     hex::encode(h)
+}
+
+/// The proposer of the canonical block at `height`; `None` where none is stored (below a
+/// checkpoint's base).
+fn proposer_at(
+    store: &dyn KvStore,
+    genesis: &Genesis,
+    height: u64,
+) -> Result<Option<u32>, OpenError> {
+    let Some(hash) = store.get(&keys::height(height))? else {
+        return Ok(None);
+    };
+    let hash: Hash = hash.as_slice().try_into().map_err(|_| {
+        OpenError::Corrupt(format!(
+            "canonical hash record at height {height} is not 32 bytes"
+        ))
+    })?;
+    let Some(block) = store.get(&keys::block(&hash))? else {
+        return Ok(None);
+    };
+    let block = Block::decode(&block, genesis.max_deposits_per_block).map_err(|e| {
+        OpenError::Corrupt(format!("block {} at height {height}: {e}", hex32(&hash)))
+    })?;
+    Ok(Some(block.header.proposer))
 }
 
 impl Chain {
@@ -195,6 +223,8 @@ impl Chain {
                 batch.put(keys::FORMAT, STORE_FORMAT.to_le_bytes().to_vec());
                 store.commit(&batch)?;
                 let states = new_state_cache(&store, &genesis, &deposits);
+                let finality =
+                    finality::Finality::fresh(genesis.authorities.len(), genesis.finality_depth);
                 let chain = Self {
                     store,
                     genesis,
@@ -210,6 +240,7 @@ impl Chain {
                     invalid: Default::default(),
                     equivocations: Default::default(),
                     executed: 0,
+                    finality,
                 };
                 chain.publish_head();
                 Ok(chain)
@@ -282,6 +313,12 @@ impl Chain {
                 let states = new_state_cache(&store, &genesis, &deposits);
                 let proposals = proposals::load(store.as_ref())?;
                 let equivocations = equivocation::Equivocations::load(store.as_ref())?;
+                let finality = finality::Finality::open(
+                    genesis.authorities.len(),
+                    genesis.finality_depth,
+                    head.height,
+                    |height| proposer_at(store.as_ref(), &genesis, height),
+                )?;
                 let chain = Self {
                     store,
                     genesis,
@@ -297,6 +334,7 @@ impl Chain {
                     invalid: Default::default(),
                     equivocations,
                     executed: 0,
+                    finality,
                 };
                 chain.publish_head();
                 Ok(chain)
@@ -853,6 +891,7 @@ impl Chain {
         self.eth1 = eth1;
         self.schedule = schedule;
         self.head = head;
+        self.finality.imported(head.height, header.proposer);
         if let Some(modules) = &self.modules {
             modules.scheduled(&self.schedule);
             if let Some(call) = warm_input {

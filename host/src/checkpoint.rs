@@ -48,6 +48,6 @@ pub use restore::{
 pub use serve::{CheckpointServer, ServeCounters};
 pub use service::{
     CheckpointConfig, CheckpointServiceError, CheckpointStore, CheckpointSummary, Checkpointer,
-    FrozenState, checkpoint_height,
+    FrozenState, checkpoint_height, checkpoint_height_at,
 };
 pub use store::{RestoreStore, RestoreStoreError};

@@ -1,5 +1,6 @@
 //! Fork choice: the longest valid chain wins, ties go to the lower tip hash, and nothing at or
-//! below `head - finality_depth` is ever reorganised.
+//! below the finalized height (`finality`: `finality_depth` below the head and sealed over by a
+//! majority of the authorities) is ever reorganised.
 //!
 //! A block on a side branch is executed on its parent's state (from the state cache, or
 //! regenerated from the nearest cached ancestor) before it is stored, relayed or counted: an
@@ -179,9 +180,10 @@ impl Chain {
         self.invalid.insert(hash);
     }
 
-    /// Height at or below which blocks are final.
+    /// Height at or below which blocks are final: `finality_depth` below the head and sealed
+    /// over by a majority of the authorities (`finality`). It never goes down.
     pub fn finalized_height(&self) -> u64 {
-        self.head.height.saturating_sub(self.genesis.finality_depth)
+        self.finality.finalized()
     }
 
     fn stored_block(&self, hash: &Hash) -> Result<Option<Block>, StoreError> {

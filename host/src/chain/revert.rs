@@ -105,6 +105,7 @@ impl Chain {
         self.eth1 = eth1;
         self.schedule = schedule;
         self.head = new_head;
+        self.finality.reverted(head.height);
         if let Some(modules) = &self.modules {
             modules.scheduled(&self.schedule);
         }

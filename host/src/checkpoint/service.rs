@@ -303,7 +303,12 @@ fn run_job(
 /// a checkpoint at this height never has to undo its base block (for which it holds no undo
 /// record): every reorganisation it follows starts above it.
 pub fn checkpoint_height(head: u64, finality_depth: u64, interval: u64) -> Option<u64> {
-    let finalized = head.checked_sub(finality_depth)?;
+    checkpoint_height_at(head.checked_sub(finality_depth)?, interval)
+}
+
+/// [`checkpoint_height`] for a node that knows its finalized height (which may be below
+/// `head − finality_depth` while fewer than a majority of the authorities produce).
+pub fn checkpoint_height_at(finalized: u64, interval: u64) -> Option<u64> {
     let height = match finalized.checked_rem(interval) {
         Some(rest) => finalized.checked_sub(rest)?,
         None => finalized,

@@ -19,7 +19,7 @@ use crate::chain::block::{Block, Seal};
 use crate::chain::eth1::{DepositProofs, DepositProofsError, Eth1Data, ProvenDeposit};
 use crate::chain::{Added, Chain, ForkChoiceError, Head};
 use crate::checkpoint::service::CreateReply;
-use crate::checkpoint::{CheckpointSummary, Checkpointer, FrozenState, checkpoint_height};
+use crate::checkpoint::{CheckpointSummary, Checkpointer, FrozenState, checkpoint_height_at};
 use crate::deposit_source::DepositSource;
 use crate::net::identity::NodeIdentity;
 use crate::state::schedule::Action;
@@ -270,12 +270,7 @@ pub fn spawn_with_checkpoints(
     // The checkpoint height at start was made before (or skipped): the next periodic one is
     // the next multiple of the interval to become final.
     let interval = checkpointer.as_ref().map_or(0, |c| c.config().interval);
-    let last_checkpoint = checkpoint_height(
-        chain.head().height,
-        chain.genesis().finality_depth,
-        interval,
-    )
-    .unwrap_or(0);
+    let last_checkpoint = checkpoint_height_at(chain.finalized_height(), interval).unwrap_or(0);
     let mut worker = Worker {
         chain,
         identity,
@@ -443,13 +438,9 @@ impl Worker {
     }
 
     /// The checkpoint height now: the finalized height, or with `interval > 0` the newest
-    /// multiple of it at or below (see [`checkpoint_height`]).
+    /// multiple of it at or below (see [`checkpoint_height_at`]).
     fn checkpoint_height(&self, interval: u64) -> Option<u64> {
-        checkpoint_height(
-            self.chain.head().height,
-            self.chain.genesis().finality_depth,
-            interval,
-        )
+        checkpoint_height_at(self.chain.finalized_height(), interval)
     }
 
     /// The state after the canonical block at the finalized `height`: the state cache's
@@ -491,8 +482,9 @@ impl Worker {
             return refuse(
                 reply,
                 format!(
-                    "no block is final yet (head {head}, finality_depth {depth}): a checkpoint \
-                     is only made at a finalized height; retry once the head is past {depth}"
+                    "no block is final yet (head {head}, finality_depth {depth}; a block is final \
+                     {depth} below the head once a majority of the authorities sealed it or a \
+                     block on it): a checkpoint is only made at a finalized height; retry later"
                 ),
             );
         };

@@ -112,7 +112,8 @@ impl PerturbationKind {
         }
     }
 
-    /// Whether it blocks links between nodes (bounded by finality, see [`Manifest::validate`]).
+    /// Whether it blocks links between nodes. A partition may last any time: a side without a
+    /// majority of the authorities finalizes nothing it builds alone (`chain::finality`).
     pub fn is_partition(self) -> bool {
         matches!(
             self,
@@ -316,14 +317,6 @@ impl Manifest {
         Some(late.node.unwrap_or(self.nodes.saturating_sub(1)))
     }
 
-    /// Longest a partition may last: shorter than the finality depth in slots, with a margin,
-    /// so the two sides never finalize different blocks (finality here is depth-based: a side
-    /// cut off for longer than `finality_depth` blocks would finalize its own branch, which is
-    /// the chain's documented limit, not a bug the run should find).
-    pub fn max_partition_ms(&self) -> u64 {
-        self.finality_depth.saturating_mul(self.slot_ms) / 2
-    }
-
     fn validate(&self) -> Result<(), String> {
         if self.nodes < 2 || self.nodes > 32 {
             return Err(format!("nodes = {}: give 2 to 32", self.nodes));
@@ -358,7 +351,6 @@ impl Manifest {
                 ));
             }
         }
-        let max_partition_s = self.max_partition_ms() as f64 / 1000.0;
         for (i, p) in self.perturbations.iter().enumerate() {
             if !(p.at_s >= 0.0 && p.at_s < self.duration_s) {
                 return Err(format!(
@@ -376,13 +368,6 @@ impl Manifest {
                 return Err(format!(
                     "perturbation {i}: node 0 hosts the dev deposit contract; wiping it would \
                      lose the contract, not test the chain: target another node"
-                ));
-            }
-            if p.kind.is_partition() && p.duration_s > max_partition_s {
-                return Err(format!(
-                    "perturbation {i}: a {} s partition outlasts finality ({} blocks of {} ms; \
-                     at most {max_partition_s} s): shorten it or raise finality_depth",
-                    p.duration_s, self.finality_depth, self.slot_ms
                 ));
             }
         }
@@ -407,12 +392,6 @@ impl Manifest {
             }
             if random.kinds.is_empty() {
                 return Err("random.kinds is empty: list at least one kind".into());
-            }
-            if random.kinds.iter().any(|k| k.is_partition()) && dhi > max_partition_s {
-                return Err(format!(
-                    "random.duration_s max {dhi} s outlasts finality for a partition (at most \
-                     {max_partition_s} s): shorten it or raise finality_depth"
-                ));
             }
         }
         if let Some(upgrade) = &self.upgrade {
@@ -496,11 +475,6 @@ mod tests {
                 "kind = \"kill\"\n        targets = [1]",
                 "kind = \"wipe\"\n        targets = [0]",
                 "dev deposit contract",
-            ),
-            (
-                "kind = \"kill\"\n        targets = [1]",
-                "kind = \"partition-majority\"\n        duration_s = 60",
-                "finality",
             ),
             (
                 "after_blocks = 10",

@@ -14,6 +14,7 @@ mod deposit_budget;
 mod deposits_e2e;
 mod equivocation;
 mod equivocation_devnet;
+mod finality;
 mod gossip;
 mod gossip_hostile;
 mod governance;

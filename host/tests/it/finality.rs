@@ -1,0 +1,137 @@
+//! Finality under a partition: a block is final once it is `finality_depth` below the head and
+//! a majority of the authorities sealed it or a block on it. A minority cut off for longer than
+//! `finality_depth` must not finalize its own branch — with depth alone it did, and the two
+//! sides could never merge again.
+//!
+//! Chains in memory and in sled (sans-IO): the authorities' blocks are built and sealed here.
+
+use std::sync::Arc;
+
+use modnode::chain::block::Block;
+use modnode::chain::genesis::Genesis;
+use modnode::chain::native_deposits::Verification;
+use modnode::chain::{Added, Chain, DepositEngine};
+use modnode::net::identity::NodeIdentity;
+use modnode::store::{KvStore, MemoryStore, SledStore};
+
+use super::equivocation::sealed;
+
+const DEPTH: u64 = 4;
+
+/// Three authorities; slot `s` belongs to authority `s % 3`.
+fn setup() -> (Vec<NodeIdentity>, Genesis) {
+    let keys: Vec<NodeIdentity> = (0..3).map(|_| NodeIdentity::generate().unwrap()).collect();
+    let mut genesis = Genesis::generated("finality", 8, 11);
+    genesis.authorities = keys.iter().map(|k| *k.node_id().as_bytes()).collect();
+    genesis.finality_depth = DEPTH;
+    (keys, genesis)
+}
+
+fn open(genesis: &Genesis, store: Arc<dyn KvStore>) -> Chain {
+    Chain::open(
+        store,
+        genesis.clone(),
+        DepositEngine::Native(Verification::Batched),
+    )
+    .unwrap()
+}
+
+fn canonical(chain: &Chain, from: u64) -> Vec<Block> {
+    (from..=chain.head().height)
+        .map(|h| chain.block_at(h).unwrap().unwrap())
+        .collect()
+}
+
+/// Authority 2 is cut off from authorities 0 and 1 for 36 slots (nine times the finality
+/// depth). Each side keeps producing in its own slots; the minority's side must not finalize
+/// anything it built alone, so at the heal it abandons its branch for the majority's. Before
+/// the majority rule the minority had finalized its branch after `DEPTH` blocks and refused
+/// the majority's chain for good ("forks below the finalized height").
+#[test]
+fn a_minority_cut_off_longer_than_the_finality_depth_rejoins_the_majority_at_the_heal() {
+    let (keys, genesis) = setup();
+    let dir = tempfile::TempDir::new().unwrap();
+    let minority_store: Arc<dyn KvStore> = Arc::new(SledStore::open(dir.path()).unwrap());
+    let mut minority = open(&genesis, minority_store.clone());
+    let mut majority = open(&genesis, Arc::new(MemoryStore::new()));
+    // Together for slots 1..=9.
+    for slot in 1..=9 {
+        let block = sealed(&minority, &keys, slot, 0);
+        minority.import(&block).unwrap();
+        majority.import(&block).unwrap();
+    }
+    let together = minority.head().height;
+    assert_eq!(minority.finalized_height(), together - DEPTH);
+    // Cut: slots 10..=45, each side builds in the slots of its own authorities.
+    for slot in 10..=45 {
+        let side = if genesis.proposer_for(slot) == Some(2) {
+            &mut minority
+        } else {
+            &mut majority
+        };
+        let block = sealed(side, &keys, slot, 1);
+        side.import(&block).unwrap();
+    }
+    assert_eq!(minority.head().height, together + 12);
+    assert_eq!(majority.head().height, together + 24);
+    // The majority finalizes by depth; the minority only what a majority sealed over: the
+    // last block before the cut.
+    assert_eq!(majority.finalized_height(), majority.head().height - DEPTH);
+    assert_eq!(minority.finalized_height(), together);
+
+    // A restart during the cut finds the same finalized height in the stored chain.
+    let minority_branch = canonical(&minority, together + 1);
+    drop(minority);
+    let mut minority = open(&genesis, minority_store);
+    assert_eq!(minority.finalized_height(), together);
+
+    // Heal: the minority hears the majority's blocks and moves onto its longer chain.
+    let mut last = None;
+    for block in canonical(&majority, together + 1) {
+        last = Some(minority.add_block(&block).unwrap());
+    }
+    assert!(
+        matches!(
+            last,
+            Some(Added::Reorganised { .. }) | Some(Added::Extended(_))
+        ),
+        "{last:?}"
+    );
+    assert_eq!(minority.head(), majority.head());
+    assert_eq!(minority.finalized_height(), majority.finalized_height());
+    // The majority keeps its chain when it hears the minority's shorter branch.
+    let head = majority.head();
+    for block in &minority_branch {
+        assert_eq!(majority.add_block(block).unwrap(), Added::Stored);
+    }
+    assert_eq!(majority.head(), head);
+}
+
+/// While only one of two authorities produces, blocks are still made and imported but nothing
+/// new becomes final; when the other one seals again, finality catches up at once.
+#[test]
+fn finality_waits_for_a_majority_and_catches_up_when_it_is_back() {
+    let (keys, mut genesis) = setup();
+    genesis.authorities.truncate(2);
+    let mut chain = open(&genesis, Arc::new(MemoryStore::new()));
+    for slot in 1..=6 {
+        let block = sealed(&chain, &keys, slot, 0);
+        chain.import(&block).unwrap();
+    }
+    assert_eq!(chain.finalized_height(), 6 - DEPTH);
+    // Authority 1's slots go empty: only even slots produce.
+    for slot in (8..=30).step_by(2) {
+        let block = sealed(&chain, &keys, slot, 0);
+        chain.import(&block).unwrap();
+    }
+    let stuck = chain.finalized_height();
+    assert_eq!(
+        stuck, 5,
+        "the last block authority 1 sealed is final, nothing above"
+    );
+    assert_eq!(chain.head().height, 18);
+    // Authority 1 seals one block: everything up to the depth is final again.
+    let block = sealed(&chain, &keys, 31, 0);
+    chain.import(&block).unwrap();
+    assert_eq!(chain.finalized_height(), chain.head().height - DEPTH);
+}
