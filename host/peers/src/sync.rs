@@ -137,6 +137,8 @@ pub struct SyncTableSizes {
     pub backoff: usize,
     /// (height, peer) pairs that failed.
     pub failed: usize,
+    /// Peers whose last range answer was empty.
+    pub unserved: usize,
 }
 
 /// A snapshot of sync progress.
@@ -204,6 +206,10 @@ pub struct RangeSync {
     /// Peers that served bad data; ignored until they disconnect (then forgotten), so bounded
     /// by the connected set too.
     rejected: BTreeSet<NodeId>,
+    /// Peers whose last range answer was empty: once may be an honest head that went back, a
+    /// second time in a row is a lie. Removed when the peer serves blocks or disconnects, so
+    /// bounded by the connected set.
+    unserved: BTreeSet<NodeId>,
     in_flight: BTreeMap<RequestId, InFlight>,
     buffer: BTreeMap<u64, Buffered>,
     /// (first height of a failed request, peer): try someone else for that height first.
@@ -234,6 +240,7 @@ impl RangeSync {
             head_hash,
             peers: BTreeMap::new(),
             rejected: BTreeSet::new(),
+            unserved: BTreeSet::new(),
             in_flight: BTreeMap::new(),
             buffer: BTreeMap::new(),
             failed: BTreeSet::new(),
@@ -280,15 +287,17 @@ impl RangeSync {
     pub fn handle_peer_disconnected(&mut self, peer: NodeId) {
         self.peers.remove(&peer);
         self.rejected.remove(&peer);
+        self.unserved.remove(&peer);
         self.backoff.remove(&peer);
         self.in_flight.retain(|_, r| r.peer != peer);
         self.failed.retain(|(_, p)| *p != peer);
     }
 
     /// `peer` answered request `id` with `(height, hash, bytes)` triples. The answer must be a
-    /// prefix of the requested range in order (the rest is requested again). An empty answer is a
-    /// [`Violation::UnservedClaim`] (the peer is only asked for heights it claims), any other
-    /// malformed answer a [`Violation::InvalidBlocks`].
+    /// prefix of the requested range in order (the rest is requested again). An empty answer
+    /// forgets the peer's claim; a second one in a row is a [`Violation::UnservedClaim`] (the
+    /// peer is only asked for heights it claims), any other malformed answer a
+    /// [`Violation::InvalidBlocks`].
     ///
     /// Errors only for responses that match no request in flight (late after a timeout, or
     /// from the wrong peer); drop them.
@@ -318,8 +327,15 @@ impl RangeSync {
             return Ok(());
         }
         if blocks.is_empty() {
-            // The peer was asked only for heights it claims: an honest head never shrinks, so
-            // an empty answer means the claim is a lie. Dropped, reported, not asked again.
+            // The peer was asked only for heights it claims. An honest head goes back only when
+            // a slot is found void (its authority equivocated): the first empty answer forgets
+            // the claim until the peer's next status, like a head moved to a sibling. A second
+            // one in a row, with nothing served between, means the claims are lies: dropped,
+            // reported, not asked again. A liar costs two range requests, then a ban.
+            if self.unserved.insert(peer) {
+                self.peers.remove(&peer);
+                return Ok(());
+            }
             self.reject(
                 peer,
                 Violation::UnservedClaim {
@@ -329,6 +345,7 @@ impl RangeSync {
             );
             return Ok(());
         }
+        self.unserved.remove(&peer);
         let awaiting = self.awaiting_import.map(|(height, _)| height);
         for (height, _, bytes) in blocks {
             if height > self.head_height && Some(height) != awaiting {
@@ -511,6 +528,7 @@ impl RangeSync {
             rejected: self.rejected.len(),
             backoff: self.backoff.len(),
             failed: self.failed.len(),
+            unserved: self.unserved.len(),
         }
     }
 
@@ -577,6 +595,7 @@ impl RangeSync {
     fn reject(&mut self, peer: NodeId, violation: Violation) {
         self.violations.push_back((peer, violation));
         self.rejected.insert(peer);
+        self.unserved.remove(&peer);
         self.peers.remove(&peer);
         self.backoff.remove(&peer);
         self.in_flight.retain(|_, r| r.peer != peer);

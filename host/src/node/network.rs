@@ -375,6 +375,7 @@ impl Network {
             sync.peers,
             sync.rejected,
             sync.backoff,
+            sync.unserved,
             upgrades.readiness,
             upgrades.pacing,
             upgrades.serving,

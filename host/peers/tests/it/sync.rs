@@ -330,6 +330,8 @@ fn an_aborted_import_backs_off_from_its_peer_instead_of_looping() {
     );
 }
 
+/// A claim the peer then does not serve twice in a row is a lie: the first empty answer might be
+/// an honest head that went back (a void slot reverts it), the second is not believed.
 #[test]
 fn an_empty_answer_to_a_claimed_range_is_a_violation_and_the_liar_is_not_asked_again() {
     let mut sync = RangeSync::new(SyncConfig::default(), 0, hash(0)).unwrap();
@@ -337,23 +339,74 @@ fn an_empty_answer_to_a_claimed_range_is_a_violation_and_the_liar_is_not_asked_a
     let request = sync.poll_request(0).unwrap();
     assert_eq!(request.peer, node(1));
     sync.handle_blocks(node(1), request.id, Vec::new()).unwrap();
+    assert_eq!(
+        sync.poll_violation(),
+        None,
+        "one empty answer may be a stale claim"
+    );
+    assert_eq!(sync.target(), None, "the unserved claim is dropped");
+    // It claims the same again and serves nothing again.
+    sync.handle_peer_status(node(1), u64::MAX, [0xee; 32], SECONDS);
+    let request = sync.poll_request(SECONDS).unwrap();
+    assert_eq!(request.peer, node(1));
+    sync.handle_blocks(node(1), request.id, Vec::new()).unwrap();
     assert!(
         matches!(
             sync.poll_violation(),
             Some((peer, Violation::UnservedClaim { .. })) if peer == node(1)
         ),
-        "a claim the peer does not serve is a violation"
+        "a claim the peer does not serve twice is a violation"
     );
     assert_eq!(sync.target(), None, "the unserved claim is dropped");
     assert_eq!(
-        sync.poll_request(SECONDS),
+        sync.poll_request(2 * SECONDS),
         None,
         "the liar is not asked again"
     );
     // Its next status report is not believed either (until it reconnects).
-    sync.handle_peer_status(node(1), u64::MAX, [0xee; 32], SECONDS);
-    assert_eq!(sync.poll_request(2 * SECONDS), None);
+    sync.handle_peer_status(node(1), u64::MAX, [0xee; 32], 3 * SECONDS);
+    assert_eq!(sync.poll_request(4 * SECONDS), None);
     assert!(sync.is_synced());
+}
+
+/// An honest peer's head can go back: a slot found void (its authority equivocated) reverts
+/// the blocks built on it. Asked for heights it claimed before that, it answers empty; that is
+/// a stale claim, not a lie. Its next, lower claim is served and counts as usual.
+#[test]
+fn an_honest_peer_whose_head_went_back_answers_empty_once_and_is_not_banned() {
+    let mut sync = RangeSync::new(SyncConfig::default(), 0, hash(0)).unwrap();
+    // Synced to 10 from the peer.
+    sync.handle_peer_status(node(1), 10, hash(10), 0);
+    let request = sync.poll_request(0).unwrap();
+    sync.handle_blocks(
+        node(1),
+        request.id,
+        (1..=10).map(|h| (h, hash(h), bytes(h))).collect(),
+    )
+    .unwrap();
+    for h in 1..=10 {
+        let (height, _, peer) = sync.poll_ready_block().unwrap();
+        assert_eq!((height, peer), (h, node(1)));
+        sync.handle_imported(h, hash(h));
+    }
+    // It claims 12; by the time it is asked, its head went back to 10.
+    sync.handle_peer_status(node(1), 12, hash(12), SECONDS);
+    let request = sync.poll_request(SECONDS).unwrap();
+    assert_eq!(request.start_height, 11);
+    sync.handle_blocks(node(1), request.id, Vec::new()).unwrap();
+    assert_eq!(sync.poll_violation(), None, "an honest head went back");
+    // It grows again and serves what it claims: nothing held against it.
+    sync.handle_peer_status(node(1), 11, [0x11; 32], 2 * SECONDS);
+    let request = sync.poll_request(2 * SECONDS).unwrap();
+    assert_eq!((request.peer, request.start_height), (node(1), 11));
+    sync.handle_blocks(node(1), request.id, vec![(11, [0x11; 32], bytes(11))])
+        .unwrap();
+    assert_eq!(sync.poll_violation(), None);
+    // Later, another head going back is again one stale claim, not a lie.
+    sync.handle_peer_status(node(1), 13, hash(13), 3 * SECONDS);
+    let request = sync.poll_request(3 * SECONDS).unwrap();
+    sync.handle_blocks(node(1), request.id, Vec::new()).unwrap();
+    assert_eq!(sync.poll_violation(), None);
 }
 
 #[test]
