@@ -1,0 +1,130 @@
+//! The simulator's gossipsub v1.2 reference model reproduces gossipsub's known behaviour, and
+//! the simulator with churn stays deterministic and delivers to every node that stays up.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use modnode_gossip::policy::Flood;
+use modnode_gossip::policy_v2::PolicyV2;
+use modnode_gossip::sim::gossipsub::{Gossipsub, GossipsubConfig};
+use modnode_gossip::sim::{self, Scenario, SimConfig, SimReport};
+
+/// 200 nodes of 16 connections each (a gossipsub mesh of 8 needs more peers than 8), 20 ms
+/// to 80 ms one way, 100 Mbit/s receive links; publications start once meshes formed.
+fn network(seed: u64, churn_permille: u32) -> SimConfig {
+    SimConfig {
+        nodes: 200,
+        degree: 16,
+        seed,
+        latency_min: 20_000,
+        latency_max: 80_000,
+        churn_permille,
+        upload_bps: 100_000_000,
+        max_time: 14_000_000,
+        ..SimConfig::default()
+    }
+}
+
+fn messages(count: usize, size: usize) -> Scenario {
+    Scenario {
+        deposits: 0,
+        blocks: count,
+        block_size: size,
+        duration: 6_000_000,
+        start: 3_000_000,
+        ..Scenario::default()
+    }
+}
+
+fn gossipsub(cfg: &SimConfig, scenario: &Scenario, gs: &GossipsubConfig) -> SimReport {
+    sim::run_nodes(cfg, scenario, |setup| Gossipsub::new(gs.clone(), setup)).unwrap()
+}
+
+fn v1_1() -> GossipsubConfig {
+    GossipsubConfig {
+        idontwant_threshold: None,
+        ..GossipsubConfig::default()
+    }
+}
+
+#[test]
+fn gossipsub_duplicates_are_about_d_minus_one_without_idontwant() {
+    for size in [1024, 100 * 1024] {
+        let r = gossipsub(&network(5, 0), &messages(20, size), &v1_1());
+        eprintln!(
+            "gossipsub v1.1, {size} B: {r} control/node {:.0}",
+            r.control_per_node
+        );
+        assert_eq!(r.missed, 0);
+        assert_eq!(r.pairs, 20 * 199);
+        // Each node hears a message from each of its ~D mesh peers but the first.
+        let d = GossipsubConfig::default().d as f64;
+        assert!(
+            (d - 2.0..=d).contains(&r.payload_rmr),
+            "{size} B: duplicates per delivery {:.2}, expected about D - 1 = {}",
+            r.payload_rmr,
+            d - 1.0
+        );
+        assert!(r.control_per_node > 0.0);
+    }
+}
+
+#[test]
+fn gossipsub_idontwant_cuts_duplicates_of_large_messages() {
+    let scenario = messages(20, 100 * 1024);
+    let without = gossipsub(&network(5, 0), &scenario, &v1_1());
+    let with = gossipsub(&network(5, 0), &scenario, &GossipsubConfig::default());
+    eprintln!("v1.1: {without}\nv1.2: {with}");
+    assert_eq!(with.missed, 0);
+    assert!(
+        with.payload_rmr < 0.8 * without.payload_rmr,
+        "IDONTWANT: {:.2} duplicates per delivery against {:.2} without",
+        with.payload_rmr,
+        without.payload_rmr
+    );
+    assert!(with.bytes_per_node < without.bytes_per_node);
+    assert!(with.control_per_node > without.control_per_node);
+    // Below the threshold nothing changes.
+    let small = messages(20, 512);
+    assert_eq!(
+        gossipsub(&network(5, 0), &small, &v1_1()),
+        gossipsub(&network(5, 0), &small, &GossipsubConfig::default())
+    );
+}
+
+#[test]
+fn gossipsub_model_is_deterministic() {
+    let scenario = messages(10, 100 * 1024);
+    let gs = GossipsubConfig::default();
+    let a = gossipsub(&network(9, 100), &scenario, &gs);
+    let b = gossipsub(&network(9, 100), &scenario, &gs);
+    assert_eq!(a, b);
+    assert!(a.leaves > 0);
+    let c = gossipsub(&network(10, 100), &scenario, &gs);
+    assert_ne!(a, c, "another seed, another network");
+}
+
+#[test]
+fn churn_loses_no_message_for_nodes_that_stay_up() {
+    let scenario = messages(10, 100 * 1024);
+    let cfg = network(3, 100);
+    let flood = sim::run(&cfg, &scenario, |_| Flood).unwrap();
+    let v2 = sim::run(&cfg, &scenario, |_| PolicyV2::default()).unwrap();
+    let gs = gossipsub(&cfg, &scenario, &GossipsubConfig::default());
+    eprintln!("churn 10%\n flood: {flood}\n v2: {v2}\n gossipsub: {gs}");
+    for r in [&flood, &v2, &gs] {
+        assert_eq!(r.leaves, 20, "10 % of 200 nodes leave");
+        // Pairs of nodes away when a message was published, or gone before it arrived, are
+        // not expected.
+        assert!(
+            r.pairs < 10 * 199 && r.pairs > 10 * 199 * 8 / 10,
+            "{} pairs",
+            r.pairs
+        );
+    }
+    assert_eq!(flood.missed, 0);
+    assert_eq!(v2.missed, 0);
+    assert_eq!(
+        sim::run(&cfg, &scenario, |_| PolicyV2::default()).unwrap(),
+        v2
+    );
+}
