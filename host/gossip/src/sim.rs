@@ -71,6 +71,9 @@ pub struct SimConfig {
     pub churn_permille: u32,
     /// How long a leaving node stays away, microseconds.
     pub churn_downtime: Time,
+    /// Virtual time of the first publication (time for gossipsub meshes to form),
+    /// microseconds.
+    pub publish_start: Time,
 }
 
 impl Default for SimConfig {
@@ -95,6 +98,7 @@ impl Default for SimConfig {
             max_time: 600_000_000,
             churn_permille: 0,
             churn_downtime: 2_000_000,
+            publish_start: 0,
         }
     }
 }
@@ -110,10 +114,9 @@ pub struct Scenario {
     pub blocks: usize,
     /// Block payload size, bytes.
     pub block_size: usize,
-    /// Publications are spread evenly over this much virtual time, microseconds.
+    /// Publications are spread evenly over this much virtual time, microseconds (from
+    /// [`SimConfig::publish_start`] on).
     pub duration: Time,
-    /// Virtual time of the start of the publications (time for meshes to form), microseconds.
-    pub start: Time,
 }
 
 impl Default for Scenario {
@@ -125,7 +128,6 @@ impl Default for Scenario {
             blocks: 20,
             block_size: 128 * 1024,
             duration: 3_000_000,
-            start: 0,
         }
     }
 }

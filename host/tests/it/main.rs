@@ -16,6 +16,7 @@ mod equivocation;
 mod equivocation_devnet;
 mod gossip;
 mod gossip_hostile;
+mod gossip_sim;
 mod governance;
 mod hostile;
 mod inspect;

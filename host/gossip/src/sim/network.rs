@@ -511,7 +511,7 @@ pub(super) fn simulate<N: SimNode>(
 
     // Publications: deposits and blocks interleaved evenly, from random origins.
     let spread = |i: usize, count: usize| -> Time {
-        scenario.start
+        cfg.publish_start
             + (scenario.duration as u128 * (2 * i as u128 + 1) / (2 * count.max(1) as u128)) as Time
     };
     let mut planned = Vec::new();

@@ -20,6 +20,7 @@ fn network(seed: u64, churn_permille: u32) -> SimConfig {
         churn_permille,
         upload_bps: 100_000_000,
         max_time: 14_000_000,
+        publish_start: 3_000_000,
         ..SimConfig::default()
     }
 }
@@ -30,7 +31,6 @@ fn messages(count: usize, size: usize) -> Scenario {
         blocks: count,
         block_size: size,
         duration: 6_000_000,
-        start: 3_000_000,
         ..Scenario::default()
     }
 }
