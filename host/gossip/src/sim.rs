@@ -181,16 +181,22 @@ impl fmt::Display for SimReport {
         let ms = |t: Time| t as f64 / 1000.0;
         write!(
             f,
-            "t50 {:.1} ms, t90 {:.1} ms, t99 {:.1} ms, missed {}, rmr {:.2}, {:.2} MB/node, \
-             hp_p99 {:.1} ms",
+            "t50 {:.1} ms, t90 {:.1} ms, t99 {:.1} ms, missed {}, rmr {:.2} (blocks {:.2}), \
+             {:.2} MB/node, {:.0} control/node, hp_p99 {:.1} ms",
             ms(self.t50),
             ms(self.t90),
             ms(self.t99),
             self.missed,
+            self.payload_rmr,
             self.rmr,
             self.bytes_per_node as f64 / 1e6,
+            self.control_per_node,
             ms(self.hp_p99),
-        )
+        )?;
+        if self.leaves > 0 {
+            write!(f, ", {} left", self.leaves)?;
+        }
+        Ok(())
     }
 }
 

@@ -1,15 +1,21 @@
-//! The simulator's gossipsub v1.2 reference model reproduces gossipsub's known behaviour, and
-//! the simulator with churn stays deterministic and delivers to every node that stays up.
+//! The simulator's gossipsub v1.2 reference model reproduces gossipsub's known behaviour; the
+//! simulator with churn stays deterministic, delivers to every node that stays up, and gives
+//! each node (each life of a node) its own policy instance, so stateful policies plug in.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use modnode_gossip::policy::Flood;
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+
+use modnode_gossip::policy::{Flood, MessageMeta, PeerStats, Policy, SendPlan};
 use modnode_gossip::policy_v2::PolicyV2;
 use modnode_gossip::sim::gossipsub::{Gossipsub, GossipsubConfig};
 use modnode_gossip::sim::{self, Scenario, SimConfig, SimReport};
 
 /// 200 nodes of 16 connections each (a gossipsub mesh of 8 needs more peers than 8), 20 ms
-/// to 80 ms one way, 100 Mbit/s receive links; publications start once meshes formed.
+/// to 80 ms one way, 100 Mbit/s receive and upload links; publications start after 3 s, once
+/// meshes formed.
 fn network(seed: u64, churn_permille: u32) -> SimConfig {
     SimConfig {
         nodes: 200,
@@ -50,10 +56,7 @@ fn v1_1() -> GossipsubConfig {
 fn gossipsub_duplicates_are_about_d_minus_one_without_idontwant() {
     for size in [1024, 100 * 1024] {
         let r = gossipsub(&network(5, 0), &messages(20, size), &v1_1());
-        eprintln!(
-            "gossipsub v1.1, {size} B: {r} control/node {:.0}",
-            r.control_per_node
-        );
+        eprintln!("gossipsub v1.1, {size} B: {r}");
         assert_eq!(r.missed, 0);
         assert_eq!(r.pairs, 20 * 199);
         // Each node hears a message from each of its ~D mesh peers but the first.
@@ -127,4 +130,55 @@ fn churn_loses_no_message_for_nodes_that_stay_up() {
         sim::run(&cfg, &scenario, |_| PolicyV2::default()).unwrap(),
         v2
     );
+}
+
+/// A policy with memory: how many plans this instance made. Stands for the coming stateful
+/// policies (state kept between calls, per node).
+struct Remembering {
+    plans: u32,
+    log: Rc<RefCell<Vec<(usize, u32)>>>,
+    node: usize,
+}
+
+impl Policy for Remembering {
+    fn plan(&mut self, msg: &MessageMeta, peers: &[PeerStats]) -> SendPlan {
+        self.plans += 1;
+        self.log.borrow_mut().push((self.node, self.plans));
+        Flood.plan(msg, peers)
+    }
+}
+
+#[test]
+fn a_stateful_policy_keeps_state_per_node_and_starts_empty_after_rejoining() {
+    let cfg = network(3, 100);
+    let scenario = messages(10, 1024);
+    let built = RefCell::new(Vec::new());
+    let log = Rc::new(RefCell::new(Vec::new()));
+    let r = sim::run(&cfg, &scenario, |node| {
+        built.borrow_mut().push(node);
+        Remembering {
+            plans: 0,
+            log: log.clone(),
+            node,
+        }
+    })
+    .unwrap();
+    assert_eq!(r.missed, 0);
+    // One instance per node, and a fresh one for each node that rejoined.
+    assert_eq!(built.borrow().len(), 200 + r.leaves);
+    let log = log.borrow();
+    let mut last: HashMap<usize, u32> = HashMap::new();
+    let mut restarts = 0;
+    for &(node, count) in log.iter() {
+        let previous = last.insert(node, count).unwrap_or(0);
+        if count == previous + 1 {
+            continue;
+        }
+        // A count that went back to 1 is a rejoined node's new instance.
+        assert_eq!(count, 1, "node {node}: plan {count} after {previous}");
+        restarts += 1;
+    }
+    assert!(restarts > 0 && restarts <= r.leaves, "{restarts} restarts");
+    // Every node planned each message it received once, in its one instance at the time.
+    assert!(log.len() >= 10 * 180, "{} plans", log.len());
 }
