@@ -21,6 +21,9 @@ fn policy_module(name: &str) -> GossipPolicyModule {
     }
 }
 
+/// Builds the native twin of a module.
+type Twin = fn() -> Box<dyn Policy>;
+
 fn flood() -> Box<dyn Policy> {
     Box::new(Flood)
 }
@@ -67,8 +70,7 @@ fn thousand_nodes_with_churn_run_the_wasm_policies() {
         block_size: 100 * 1024,
         duration: 4_000_000,
     };
-    let twins: [(&str, fn() -> Box<dyn Policy>); 2] =
-        [("gossip-policy-v1", flood), ("gossip-policy-v2", v2)];
+    let twins: [(&str, Twin); 2] = [("gossip-policy-v1", flood), ("gossip-policy-v2", v2)];
     for (name, native) in twins {
         let module: GossipPolicyModule = policy_module(name);
         let wasm_calls = Rc::new(Cell::new(0));
