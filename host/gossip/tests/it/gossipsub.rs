@@ -8,10 +8,11 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
 
-use modnode_gossip::policy::{Flood, MessageMeta, PeerStats, Policy, SendPlan};
+use modnode_gossip::Payload;
+use modnode_gossip::policy::{Flood, MessageKind, MessageMeta, PeerStats, Policy, SendPlan};
 use modnode_gossip::policy_v2::PolicyV2;
-use modnode_gossip::sim::gossipsub::{Gossipsub, GossipsubConfig};
-use modnode_gossip::sim::{self, Scenario, SimConfig, SimReport};
+use modnode_gossip::sim::gossipsub::{Control, Gossipsub, GossipsubConfig, GsFrame};
+use modnode_gossip::sim::{self, NodeSetup, Scenario, SimConfig, SimNode, SimReport};
 
 /// 200 nodes of 16 connections each (a gossipsub mesh of 8 needs more peers than 8), 20 ms
 /// to 80 ms one way, 100 Mbit/s receive and upload links; publications start after 3 s, once
@@ -181,4 +182,122 @@ fn a_stateful_policy_keeps_state_per_node_and_starts_empty_after_rejoining() {
     assert!(restarts > 0 && restarts <= r.leaves, "{restarts} restarts");
     // Every node planned each message it received once, in its one instance at the time.
     assert!(log.len() >= 10 * 180, "{} plans", log.len());
+}
+
+fn lone_node(peers: u32) -> Gossipsub {
+    let mut node = Gossipsub::new(
+        GossipsubConfig::default(),
+        NodeSetup {
+            index: 0,
+            incarnation: 0,
+            seed: 1,
+            network_size: 100,
+            now: 0,
+        },
+    );
+    for p in 1..=peers {
+        node.add_peer(p, 10_000, 0).unwrap();
+    }
+    node
+}
+
+fn drain(node: &mut Gossipsub) -> Vec<(u32, GsFrame)> {
+    std::iter::from_fn(|| node.poll_transmit(0).map(|t| (t.peer, t.frame))).collect()
+}
+
+fn control(frames: &[(u32, GsFrame)], pick: fn(&Control) -> bool) -> Vec<u32> {
+    frames
+        .iter()
+        .filter_map(|(p, f)| match f {
+            GsFrame::Control(c) if pick(c) => Some(*p),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn gossipsub_mesh_grafts_to_d_and_prunes_back_to_d() {
+    let mut node = lone_node(20);
+    let first = node.poll_timeout().unwrap();
+    assert!(first < GossipsubConfig::default().heartbeat);
+    node.handle_timeout(first);
+    let grafts = control(&drain(&mut node), |c| c.graft);
+    assert_eq!(grafts.len(), 8, "grafts up to D");
+    assert_eq!(node.mesh().count(), 8);
+    // Twelve more peers graft us: the mesh holds 20 > D_hi until the next heartbeat.
+    let grafting: Vec<u32> = (1..=20).filter(|p| !grafts.contains(p)).collect();
+    for &p in &grafting {
+        let graft = Control {
+            graft: true,
+            ..Control::default()
+        };
+        node.handle_frame(p, GsFrame::Control(graft), first + 1)
+            .unwrap();
+    }
+    assert_eq!(node.mesh().count(), 20);
+    let next = node.poll_timeout().unwrap();
+    node.handle_timeout(next);
+    let prunes = control(&drain(&mut node), |c| c.prune);
+    assert_eq!(prunes.len(), 12, "prunes back to D");
+    assert_eq!(node.mesh().count(), 8);
+    // A pruned peer grafting again within the backoff is answered with a PRUNE.
+    let graft = Control {
+        graft: true,
+        ..Control::default()
+    };
+    node.handle_frame(prunes[0], GsFrame::Control(graft), next + 1)
+        .unwrap();
+    assert_eq!(control(&drain(&mut node), |c| c.prune), vec![prunes[0]]);
+    assert_eq!(node.mesh().count(), 8);
+}
+
+#[test]
+fn gossipsub_announces_to_non_mesh_peers_and_serves_iwant() {
+    let mut node = lone_node(20);
+    let first = node.poll_timeout().unwrap();
+    node.handle_timeout(first);
+    drain(&mut node);
+    let payload: Payload = vec![7u8; 2048].into();
+    let id = node
+        .publish(MessageKind::Block, payload.clone(), first + 1)
+        .unwrap();
+    let sent = drain(&mut node);
+    let mesh: Vec<u32> = node.mesh().collect();
+    let pushed: Vec<u32> = sent
+        .iter()
+        .filter(|(_, f)| matches!(f, GsFrame::Message { .. }))
+        .map(|(p, _)| *p)
+        .collect();
+    assert_eq!(pushed, mesh, "published to the mesh only");
+    let next = node.poll_timeout().unwrap();
+    node.handle_timeout(next);
+    let ihave = control(&drain(&mut node), |c| !c.ihave.is_empty());
+    // max(D_lazy = 6, 0.25 × 12 non-mesh peers) non-mesh peers hear of it.
+    assert_eq!(ihave.len(), 6);
+    assert!(ihave.iter().all(|p| !mesh.contains(p)));
+    let iwant = Control {
+        iwant: vec![id],
+        ..Control::default()
+    };
+    node.handle_frame(ihave[0], GsFrame::Control(iwant), next + 1)
+        .unwrap();
+    let answer = drain(&mut node);
+    assert!(
+        matches!(answer.as_slice(), [(p, GsFrame::Message { id: got, .. })] if *p == ihave[0] && *got == id)
+    );
+    // A peer that said IDONTWANT is not sent the message, even when it asks.
+    let dont = Control {
+        idontwant: vec![id],
+        ..Control::default()
+    };
+    node.handle_frame(ihave[1], GsFrame::Control(dont), next + 2)
+        .unwrap();
+    let iwant = Control {
+        iwant: vec![id],
+        ..Control::default()
+    };
+    node.handle_frame(ihave[1], GsFrame::Control(iwant), next + 3)
+        .unwrap();
+    assert!(drain(&mut node).is_empty());
+    assert_eq!(node.stats().idontwant_skips, 1);
 }
