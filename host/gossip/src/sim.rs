@@ -18,6 +18,7 @@
 //! wasm modules themselves) and the [`gossipsub`] v1.2 reference model, on the same topology,
 //! latencies, bandwidths, churn and publications for the same seed.
 
+mod events;
 mod network;
 mod node;
 

@@ -1,12 +1,13 @@
 //! The event loop of the simulator: links, latency, receive bandwidth, churn, and the record
 //! of who received what when. Generic over the node protocol ([`SimNode`]).
 
-use std::cmp::{Ordering, Reverse};
+use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 
 use rand::rngs::StdRng;
 use rand::{Rng, RngCore, SeedableRng};
 
+use super::events::{Ev, Scheduled};
 use super::node::{NodeSetup, SimNode};
 use super::{Scenario, SimConfig, SimReport, percentile, topology};
 use crate::engine::{EngineStats, SendId};
@@ -14,68 +15,6 @@ use crate::error::GossipError;
 use crate::policy::{MessageKind, Priority};
 use crate::wire::MessageId;
 use crate::{PeerId, Time};
-
-enum Ev<F> {
-    Publish {
-        msg: usize,
-    },
-    Arrive {
-        to: usize,
-        to_life: u64,
-        from: usize,
-        from_life: u64,
-        send_id: SendId,
-        frame: F,
-        bytes: usize,
-    },
-    LinkDone {
-        node: usize,
-        life: u64,
-    },
-    UplinkDone {
-        node: usize,
-        life: u64,
-    },
-    Ack {
-        node: usize,
-        life: u64,
-        peer: usize,
-        send_id: SendId,
-    },
-    Timer {
-        node: usize,
-        generation: u64,
-    },
-    Leave {
-        node: usize,
-    },
-    Join {
-        node: usize,
-    },
-}
-
-struct Scheduled<F> {
-    time: Time,
-    seq: u64,
-    ev: Ev<F>,
-}
-
-impl<F> PartialEq for Scheduled<F> {
-    fn eq(&self, other: &Self) -> bool {
-        (self.time, self.seq) == (other.time, other.seq)
-    }
-}
-impl<F> Eq for Scheduled<F> {}
-impl<F> PartialOrd for Scheduled<F> {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl<F> Ord for Scheduled<F> {
-    fn cmp(&self, other: &Self) -> Ordering {
-        (self.time, self.seq).cmp(&(other.time, other.seq))
-    }
-}
 
 struct Incoming<F> {
     from: usize,
