@@ -4,6 +4,7 @@
 pub mod checkpoint;
 pub mod deposits;
 pub mod gossip;
+pub mod gossip_sim;
 pub mod host_call;
 pub mod state_cache;
 pub mod swap;

@@ -280,6 +280,26 @@ enum BenchCommand {
         #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..=20))]
         repeat: u16,
     },
+    /// The deterministic gossip simulator at scale: flood (gossip-policy-v1) and
+    /// gossip-policy-v2 run as wasm modules, next to a gossipsub v1.2 model; 1 KiB and
+    /// 100 KiB messages, with and without 10 % churn.
+    GossipSim {
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+        /// Nodes.
+        #[arg(long, default_value_t = 1_000)]
+        nodes: usize,
+        /// Connections per node (at most).
+        #[arg(long, default_value_t = 16)]
+        degree: usize,
+        /// Seed of topology, latencies, traffic and churn.
+        #[arg(long, default_value_t = 7)]
+        seed: u64,
+        /// Messages published per run.
+        #[arg(long, default_value_t = 20)]
+        messages: usize,
+    },
     /// Deposit processing through deposits-v1, -v2 and native against a large registry.
     Deposits {
         /// Print one JSON object.
@@ -462,6 +482,13 @@ fn main() -> std::process::ExitCode {
             seed,
             repeat,
         }) => commands::bench::gossip(json, nodes, degree, seed, usize::from(repeat)),
+        Command::Bench(BenchCommand::GossipSim {
+            json,
+            nodes,
+            degree,
+            seed,
+            messages,
+        }) => commands::bench::gossip_sim(json, nodes, degree, seed, messages),
         Command::Bench(BenchCommand::Deposits {
             json,
             validators,

@@ -1,25 +1,41 @@
-//! Deterministic discrete-event simulator of a gossip network of [`GossipEngine`]s.
+//! Deterministic discrete-event simulator of a gossip network.
 //!
 //! Model: `nodes` nodes in a seeded random connected graph where every node has about `degree`
 //! neighbours; each link has a fixed one-way latency drawn uniformly from
 //! `[latency_min, latency_max]`. Each node has one receive link of `bandwidth_bps` (throttled
-//! nodes: `throttled_bps`) that serialises arriving frames first-come first-served, the way
-//! a bottleneck router queue does. A transmission completes at the sender one latency after the
-//! receiver has taken it in (the transport's acknowledgement). Time is virtual (microseconds);
-//! the run ends when no event is left.
+//! nodes: `throttled_bps`) that serialises arriving frames first-come first-served, the way a
+//! bottleneck router queue does; with `upload_bps`, a node's frames also leave one at a time
+//! over its upload link, the node choosing the next one when the link is free. A transmission
+//! completes at the sender one latency after the receiver has taken it in (the transport's
+//! acknowledgement). Churn: `churn_permille` of the nodes leave, one at a time at even
+//! intervals over the publications, each for `churn_downtime`; a leaving node loses its state
+//! and whatever was in flight to or from it, and rejoins as a fresh node connected to its
+//! neighbours that are up. Time is virtual (microseconds); the run ends when no event is left
+//! or at `max_time`.
+//!
+//! The simulator drives any sans-IO node protocol behind [`SimNode`] ([`run_nodes`]): modnode's
+//! [`GossipEngine`] with any [`Policy`] ([`run`]; native policies or, in the host crate, the
+//! wasm modules themselves) and the [`gossipsub`] v1.2 reference model, on the same topology,
+//! latencies, bandwidths, churn and publications for the same seed.
 
-use std::cmp::{Ordering, Reverse};
-use std::collections::{BTreeSet, BinaryHeap, HashMap, VecDeque};
+mod events;
+mod network;
+mod node;
+
+pub mod gossipsub;
+
+use std::collections::BTreeSet;
 use std::fmt;
 
+use rand::Rng;
 use rand::rngs::StdRng;
-use rand::{Rng, RngCore, SeedableRng};
 
-use crate::engine::{EngineConfig, EngineStats, Event, GossipEngine, SendId};
+use crate::Time;
+use crate::engine::{EngineConfig, EngineStats, GossipEngine};
 use crate::error::GossipError;
-use crate::policy::{MessageKind, Policy, Priority};
-use crate::wire::{Frame, MessageId};
-use crate::{PeerId, Time};
+use crate::policy::Policy;
+
+pub use node::{EngineNode, FrameCost, NodeSetup, SimNode, SimTransmit};
 
 /// Network parameters of a simulation.
 #[derive(Clone, Debug)]
@@ -36,6 +52,9 @@ pub struct SimConfig {
     pub latency_max: Time,
     /// Receive bandwidth of a normal node, bits per second.
     pub bandwidth_bps: u64,
+    /// Upload bandwidth of every node, bits per second: a node's frames leave one at a time,
+    /// each when the previous one is on the wire. 0 = unlimited (frames leave at once).
+    pub upload_bps: u64,
     /// How many nodes are throttled (chosen at random).
     pub throttled: usize,
     /// Receive bandwidth of a throttled node, bits per second.
@@ -46,8 +65,16 @@ pub struct SimConfig {
     pub encode_frames: bool,
     /// Engine configuration of every node (`network_size` is set to `nodes`).
     pub engine: EngineConfig,
-    /// Safety stop: events after this virtual time are not processed.
+    /// Safety stop: events after this virtual time are not processed (protocols with
+    /// periodic timers, such as gossipsub's heartbeat, never go idle: set it for them).
     pub max_time: Time,
+    /// Nodes that leave (and later rejoin) during the publications, per thousand nodes.
+    pub churn_permille: u32,
+    /// How long a leaving node stays away, microseconds.
+    pub churn_downtime: Time,
+    /// Virtual time of the first publication (time for gossipsub meshes to form),
+    /// microseconds.
+    pub publish_start: Time,
 }
 
 impl Default for SimConfig {
@@ -59,6 +86,7 @@ impl Default for SimConfig {
             latency_min: 2_000,
             latency_max: 10_000,
             bandwidth_bps: 100_000_000,
+            upload_bps: 0,
             throttled: 0,
             throttled_bps: 2_000_000,
             frame_overhead: 48,
@@ -69,6 +97,9 @@ impl Default for SimConfig {
                 ..EngineConfig::default()
             },
             max_time: 600_000_000,
+            churn_permille: 0,
+            churn_downtime: 2_000_000,
+            publish_start: 0,
         }
     }
 }
@@ -84,7 +115,8 @@ pub struct Scenario {
     pub blocks: usize,
     /// Block payload size, bytes.
     pub block_size: usize,
-    /// Publications are spread evenly over this much virtual time, microseconds.
+    /// Publications are spread evenly over this much virtual time, microseconds (from
+    /// [`SimConfig::publish_start`] on).
     pub duration: Time,
 }
 
@@ -102,7 +134,8 @@ impl Default for Scenario {
 }
 
 /// Results of one run. Latencies are from publication to delivery, over (message, node) pairs
-/// excluding each message's origin.
+/// excluding each message's origin. With churn, a pair counts only if the node was up when the
+/// message was published and did not leave before receiving it.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct SimReport {
     /// Messages published.
@@ -117,11 +150,19 @@ pub struct SimReport {
     pub t99: Time,
     /// Pairs never delivered.
     pub missed: usize,
-    /// Relative message redundancy of blocks: block payload copies received / (N−1) − 1,
-    /// averaged over blocks.
+    /// Relative message redundancy of blocks: block payload copies received / block pairs
+    /// delivered − 1 (without churn and misses: copies / (N−1) − 1, averaged over blocks).
     pub rmr: f64,
+    /// The same over every message, whatever its kind: payload copies received / pairs
+    /// delivered − 1.
+    pub payload_rmr: f64,
     /// Bytes received per node (frames plus overhead).
     pub bytes_per_node: u64,
+    /// Control messages received per node (announces, requests; gossipsub GRAFT, PRUNE,
+    /// IHAVE, IWANT, IDONTWANT).
+    pub control_per_node: f64,
+    /// Nodes that left during the run.
+    pub leaves: usize,
     /// p99 coverage latency of high-priority messages over unthrottled nodes, microseconds.
     pub hp_p99: Time,
     /// Median coverage latency of high-priority messages over unthrottled nodes, microseconds.
@@ -141,89 +182,23 @@ impl fmt::Display for SimReport {
         let ms = |t: Time| t as f64 / 1000.0;
         write!(
             f,
-            "t50 {:.1} ms, t90 {:.1} ms, t99 {:.1} ms, missed {}, rmr {:.2}, {:.2} MB/node, \
-             hp_p99 {:.1} ms",
+            "t50 {:.1} ms, t90 {:.1} ms, t99 {:.1} ms, missed {}, rmr {:.2} (blocks {:.2}), \
+             {:.2} MB/node, {:.0} control/node, hp_p99 {:.1} ms",
             ms(self.t50),
             ms(self.t90),
             ms(self.t99),
             self.missed,
+            self.payload_rmr,
             self.rmr,
             self.bytes_per_node as f64 / 1e6,
+            self.control_per_node,
             ms(self.hp_p99),
-        )
+        )?;
+        if self.leaves > 0 {
+            write!(f, ", {} left", self.leaves)?;
+        }
+        Ok(())
     }
-}
-
-enum Ev {
-    Publish {
-        msg: usize,
-    },
-    Arrive {
-        to: usize,
-        from: usize,
-        send_id: SendId,
-        frame: Frame,
-        bytes: usize,
-    },
-    LinkDone {
-        node: usize,
-    },
-    Ack {
-        node: usize,
-        peer: usize,
-        send_id: SendId,
-    },
-    Timer {
-        node: usize,
-        generation: u64,
-    },
-}
-
-struct Scheduled {
-    time: Time,
-    seq: u64,
-    ev: Ev,
-}
-
-impl PartialEq for Scheduled {
-    fn eq(&self, other: &Self) -> bool {
-        (self.time, self.seq) == (other.time, other.seq)
-    }
-}
-impl Eq for Scheduled {}
-impl PartialOrd for Scheduled {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for Scheduled {
-    fn cmp(&self, other: &Self) -> Ordering {
-        (self.time, self.seq).cmp(&(other.time, other.seq))
-    }
-}
-
-struct Incoming {
-    from: usize,
-    send_id: SendId,
-    frame: Frame,
-    bytes: usize,
-}
-
-struct Node<P> {
-    engine: GossipEngine<P>,
-    bps: u64,
-    throttled: bool,
-    link: VecDeque<Incoming>,
-    link_busy: bool,
-    timer_at: Option<Time>,
-    timer_generation: u64,
-}
-
-struct Published {
-    kind: MessageKind,
-    origin: usize,
-    payload: Vec<u8>,
-    at: Time,
 }
 
 /// A seeded random connected graph: a random spanning tree, then random extra edges between
@@ -261,225 +236,7 @@ pub fn topology(nodes: usize, degree: usize, rng: &mut StdRng) -> Vec<Vec<usize>
     adj.into_iter().map(|s| s.into_iter().collect()).collect()
 }
 
-struct Sim<P> {
-    cfg: SimConfig,
-    nodes: Vec<Node<P>>,
-    latency: HashMap<(usize, usize), Time>,
-    queue: BinaryHeap<Reverse<Scheduled>>,
-    seq: u64,
-    published: Vec<Published>,
-    ids: HashMap<MessageId, usize>,
-    delivered: Vec<Vec<Option<Time>>>,
-    rx_bytes: u64,
-    block_copies: u64,
-    events: u64,
-}
-
-fn peer_handle(node: usize) -> PeerId {
-    PeerId::try_from(node).unwrap_or(PeerId::MAX)
-}
-
-impl<P: Policy> Sim<P> {
-    fn schedule(&mut self, time: Time, ev: Ev) {
-        self.seq += 1;
-        self.queue.push(Reverse(Scheduled {
-            time,
-            seq: self.seq,
-            ev,
-        }));
-    }
-
-    fn latency(&self, a: usize, b: usize) -> Time {
-        self.latency
-            .get(&(a.min(b), a.max(b)))
-            .copied()
-            .unwrap_or(self.cfg.latency_max)
-    }
-
-    /// Drains the node's transmits and events and re-arms its timer.
-    fn pump(&mut self, node: usize, now: Time) {
-        while let Some(tx) = self.nodes[node].engine.poll_transmit(now) {
-            let to = tx.peer as usize;
-            let bytes = tx.frame.encoded_len() + self.cfg.frame_overhead;
-            let at = now + self.latency(node, to);
-            self.schedule(
-                at,
-                Ev::Arrive {
-                    to,
-                    from: node,
-                    send_id: tx.send_id,
-                    frame: tx.frame,
-                    bytes,
-                },
-            );
-        }
-        while let Some(ev) = self.nodes[node].engine.poll_event() {
-            let Event::Delivered { id, .. } = ev;
-            if let Some(&msg) = self.ids.get(&id) {
-                let slot = &mut self.delivered[msg][node];
-                if slot.is_none() {
-                    *slot = Some(now);
-                }
-            }
-        }
-        let next = self.nodes[node].engine.poll_timeout();
-        let n = &mut self.nodes[node];
-        if next != n.timer_at {
-            n.timer_at = next;
-            n.timer_generation += 1;
-            let generation = n.timer_generation;
-            if let Some(t) = next {
-                self.schedule(t.max(now), Ev::Timer { node, generation });
-            }
-        }
-    }
-
-    fn start_link(&mut self, node: usize, now: Time) {
-        let n = &mut self.nodes[node];
-        if n.link_busy {
-            return;
-        }
-        let Some(head) = n.link.front() else {
-            return;
-        };
-        n.link_busy = true;
-        let micros = (head.bytes as u64 * 8 * 1_000_000).div_ceil(n.bps.max(1));
-        self.schedule(now + micros, Ev::LinkDone { node });
-    }
-
-    fn handle(&mut self, now: Time, ev: Ev) -> Result<(), GossipError> {
-        match ev {
-            Ev::Publish { msg } => {
-                let p = &self.published[msg];
-                let (origin, kind) = (p.origin, p.kind);
-                let payload = p.payload.clone();
-                self.delivered[msg][origin] = Some(now);
-                self.nodes[origin].engine.publish(kind, payload, now)?;
-                self.pump(origin, now);
-            }
-            Ev::Arrive {
-                to,
-                from,
-                send_id,
-                frame,
-                bytes,
-            } => {
-                self.nodes[to].link.push_back(Incoming {
-                    from,
-                    send_id,
-                    frame,
-                    bytes,
-                });
-                self.start_link(to, now);
-            }
-            Ev::LinkDone { node } => {
-                self.nodes[node].link_busy = false;
-                if let Some(inc) = self.nodes[node].link.pop_front() {
-                    self.rx_bytes += inc.bytes as u64;
-                    self.block_copies += inc.frame.block_pushes();
-                    let from = peer_handle(inc.from);
-                    if self.cfg.encode_frames {
-                        let bytes = inc.frame.encode()?;
-                        self.nodes[node].engine.handle_datagram(from, &bytes, now)?;
-                    } else {
-                        self.nodes[node].engine.handle_frame(from, inc.frame, now)?;
-                    }
-                    let ack_at = now + self.latency(node, inc.from);
-                    self.schedule(
-                        ack_at,
-                        Ev::Ack {
-                            node: inc.from,
-                            peer: node,
-                            send_id: inc.send_id,
-                        },
-                    );
-                    self.pump(node, now);
-                }
-                self.start_link(node, now);
-            }
-            Ev::Ack {
-                node,
-                peer,
-                send_id,
-            } => {
-                self.nodes[node]
-                    .engine
-                    .handle_send_complete(peer_handle(peer), send_id, now);
-                self.pump(node, now);
-            }
-            Ev::Timer { node, generation } => {
-                if self.nodes[node].timer_generation == generation {
-                    self.nodes[node].timer_at = None;
-                    self.nodes[node].engine.handle_timeout(now);
-                    self.pump(node, now);
-                }
-            }
-        }
-        Ok(())
-    }
-
-    fn report(&self, end_time: Time) -> SimReport {
-        let mut all = Vec::new();
-        let mut high = Vec::new();
-        let mut other = Vec::new();
-        let mut missed = 0;
-        let mut blocks = 0u64;
-        for (m, p) in self.published.iter().enumerate() {
-            if p.kind == MessageKind::Block {
-                blocks += 1;
-            }
-            for (node, slot) in self.delivered[m].iter().enumerate() {
-                if node == p.origin {
-                    continue;
-                }
-                match slot {
-                    Some(t) => {
-                        let lat = t.saturating_sub(p.at);
-                        all.push(lat);
-                        if p.kind.default_priority() != Priority::High {
-                            other.push(lat);
-                        } else if !self.nodes[node].throttled {
-                            high.push(lat);
-                        }
-                    }
-                    None => missed += 1,
-                }
-            }
-        }
-        all.sort_unstable();
-        high.sort_unstable();
-        other.sort_unstable();
-        let n = self.nodes.len();
-        let denominators = blocks * (n as u64).saturating_sub(1);
-        let rmr = if denominators == 0 {
-            0.0
-        } else {
-            self.block_copies as f64 / denominators as f64 - 1.0
-        };
-        let mut engine = EngineStats::default();
-        for node in &self.nodes {
-            add_stats(&mut engine, node.engine.stats());
-        }
-        SimReport {
-            messages: self.published.len(),
-            pairs: all.len() + missed,
-            t50: percentile(&all, 50),
-            t90: percentile(&all, 90),
-            t99: percentile(&all, 99),
-            missed,
-            rmr,
-            bytes_per_node: self.rx_bytes / n.max(1) as u64,
-            hp_p99: percentile(&high, 99),
-            hp_p50: percentile(&high, 50),
-            other_p99: percentile(&other, 99),
-            end_time,
-            events: self.events,
-            engine,
-        }
-    }
-}
-
-fn add_stats(sum: &mut EngineStats, s: &EngineStats) {
+pub(crate) fn add_stats(sum: &mut EngineStats, s: &EngineStats) {
     sum.duplicate_pushes += s.duplicate_pushes;
     sum.invalid_pushes += s.invalid_pushes;
     sum.delivered += s.delivered;
@@ -492,6 +249,8 @@ fn add_stats(sum: &mut EngineStats, s: &EngineStats) {
     sum.requests_sent += s.requests_sent;
     sum.requests_served += s.requests_served;
     sum.fetches_abandoned += s.fetches_abandoned;
+    sum.announces_dropped += s.announces_dropped;
+    sum.plans_over_peers += s.plans_over_peers;
 }
 
 /// Nearest-rank percentile of sorted values (0 if empty).
@@ -503,130 +262,31 @@ pub fn percentile(sorted: &[Time], pct: usize) -> Time {
     sorted[rank.min(sorted.len()) - 1]
 }
 
-/// Runs `scenario` on the network described by `cfg`; `make_policy(node)` builds each node's
-/// policy.
+/// Runs `scenario` on the network described by `cfg` with modnode's [`GossipEngine`] on every
+/// node; `make_policy(node)` builds each node's policy (again when a node rejoins after churn:
+/// a restarted node starts from a fresh policy).
 pub fn run<P: Policy>(
     cfg: &SimConfig,
     scenario: &Scenario,
     mut make_policy: impl FnMut(usize) -> P,
 ) -> Result<SimReport, GossipError> {
-    let n = cfg.nodes.max(2);
-    let mut rng = StdRng::seed_from_u64(cfg.seed);
-    let adj = topology(n, cfg.degree.max(1), &mut rng);
-
-    let mut throttled = vec![false; n];
-    let mut order: Vec<usize> = (0..n).collect();
-    for i in (1..n).rev() {
-        let j = rng.random_range(0..=i);
-        order.swap(i, j);
-    }
-    for &v in order.iter().take(cfg.throttled.min(n)) {
-        throttled[v] = true;
-    }
-
-    let mut latency = HashMap::new();
-    for (a, neighbours) in adj.iter().enumerate() {
-        for &b in neighbours {
-            if a < b {
-                let lat = rng.random_range(cfg.latency_min..=cfg.latency_max.max(cfg.latency_min));
-                latency.insert((a, b), lat);
-            }
-        }
-    }
-
     let mut engine_cfg = cfg.engine.clone();
-    engine_cfg.network_size = Some(u32::try_from(n).unwrap_or(u32::MAX));
-    let mut nodes = Vec::with_capacity(n);
-    for (v, neighbours) in adj.iter().enumerate() {
-        let mut engine = GossipEngine::new(engine_cfg.clone(), make_policy(v));
-        for &u in neighbours {
-            engine.add_peer(peer_handle(u))?;
-            // The transport measured the RTT while connecting (QUIC handshake).
-            let rtt = 2 * latency.get(&(v.min(u), v.max(u))).copied().unwrap_or(0);
-            engine.handle_rtt_sample(peer_handle(u), u32::try_from(rtt).unwrap_or(u32::MAX));
-        }
-        nodes.push(Node {
-            engine,
-            bps: if throttled[v] {
-                cfg.throttled_bps
-            } else {
-                cfg.bandwidth_bps
-            },
-            throttled: throttled[v],
-            link: VecDeque::new(),
-            link_busy: false,
-            timer_at: None,
-            timer_generation: 0,
-        });
-    }
+    engine_cfg.network_size = Some(u32::try_from(cfg.nodes.max(2)).unwrap_or(u32::MAX));
+    let encode = cfg.encode_frames;
+    run_nodes(cfg, scenario, |setup| {
+        EngineNode::new(
+            GossipEngine::new(engine_cfg.clone(), make_policy(setup.index)),
+            encode,
+        )
+    })
+}
 
-    // Publications: deposits and blocks interleaved evenly, from random origins.
-    let mut published = Vec::new();
-    let spread = |i: usize, count: usize| -> Time {
-        (scenario.duration as u128 * (2 * i as u128 + 1) / (2 * count.max(1) as u128)) as Time
-    };
-    for i in 0..scenario.deposits {
-        published.push((
-            spread(i, scenario.deposits),
-            MessageKind::Deposit,
-            scenario.deposit_size,
-        ));
-    }
-    for i in 0..scenario.blocks {
-        published.push((
-            spread(i, scenario.blocks),
-            MessageKind::Block,
-            scenario.block_size,
-        ));
-    }
-    published.sort_by_key(|&(at, kind, _)| (at, kind));
-    let published: Vec<Published> = published
-        .into_iter()
-        .enumerate()
-        .map(|(i, (at, kind, size))| {
-            let mut payload = vec![0u8; size.max(8)];
-            rng.fill_bytes(&mut payload);
-            payload[..8].copy_from_slice(&(i as u64).to_le_bytes());
-            Published {
-                kind,
-                origin: rng.random_range(0..n),
-                payload,
-                at,
-            }
-        })
-        .collect();
-    let ids = published
-        .iter()
-        .enumerate()
-        .map(|(i, p)| (MessageId::of(&p.payload), i))
-        .collect();
-
-    let mut sim = Sim {
-        cfg: cfg.clone(),
-        delivered: vec![vec![None; n]; published.len()],
-        nodes,
-        latency,
-        queue: BinaryHeap::new(),
-        seq: 0,
-        published: Vec::new(),
-        ids,
-        rx_bytes: 0,
-        block_copies: 0,
-        events: 0,
-    };
-    for (msg, p) in published.iter().enumerate() {
-        sim.schedule(p.at, Ev::Publish { msg });
-    }
-    sim.published = published;
-
-    let mut now = 0;
-    while let Some(Reverse(next)) = sim.queue.pop() {
-        if next.time > cfg.max_time {
-            break;
-        }
-        now = next.time;
-        sim.events += 1;
-        sim.handle(now, next.ev)?;
-    }
-    Ok(sim.report(now))
+/// Runs `scenario` on the network described by `cfg` with any node protocol: `make_node`
+/// builds the node at a place of the network, for each of its lives.
+pub fn run_nodes<N: SimNode>(
+    cfg: &SimConfig,
+    scenario: &Scenario,
+    make_node: impl FnMut(NodeSetup) -> N,
+) -> Result<SimReport, GossipError> {
+    network::simulate(cfg, scenario, make_node)
 }

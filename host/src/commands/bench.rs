@@ -73,6 +73,30 @@ pub fn gossip(
     Ok(())
 }
 
+/// `modnode bench gossip-sim`.
+pub fn gossip_sim(
+    json: bool,
+    nodes: usize,
+    degree: usize,
+    seed: u64,
+    messages: usize,
+) -> anyhow::Result<()> {
+    let params = crate::bench::gossip_sim::GossipSimParams {
+        nodes,
+        degree,
+        seed,
+        messages,
+        ..Default::default()
+    };
+    let report = crate::bench::gossip_sim::run(&params)?;
+    if json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    }
+    Ok(())
+}
+
 /// `modnode bench swap`.
 pub fn swap(json: bool, validators: u32, blocks: usize) -> anyhow::Result<()> {
     let report = crate::bench::swap::run(validators, blocks)?;

@@ -17,6 +17,7 @@ mod equivocation_devnet;
 mod finality;
 mod gossip;
 mod gossip_hostile;
+mod gossip_sim;
 mod governance;
 mod hostile;
 mod inspect;

@@ -1,6 +1,7 @@
 //! The gossip crate's one integration-test binary.
 
 mod engine;
+mod gossipsub;
 mod hostile;
 mod sim;
 mod wire_props;
