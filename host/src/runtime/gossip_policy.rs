@@ -461,6 +461,17 @@ fn plan_from_v2(p: &v2::SendPlan) -> SendPlan {
     }
 }
 
+/// The WIT form of the gossip engine's message kind.
+pub fn to_wit_kind(kind: modnode_gossip::policy::MessageKind) -> MessageKind {
+    use modnode_gossip::policy as native;
+    match kind {
+        native::MessageKind::Block => MessageKind::Block,
+        native::MessageKind::Consensus => MessageKind::Consensus,
+        native::MessageKind::Deposit => MessageKind::Deposit,
+        native::MessageKind::PeerExchange => MessageKind::PeerExchange,
+    }
+}
+
 /// The WIT form of the gossip engine's message metadata.
 pub fn to_wit_meta(msg: &modnode_gossip::policy::MessageMeta) -> MessageMeta {
     use modnode_gossip::policy as native;
