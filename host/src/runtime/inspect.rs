@@ -31,13 +31,6 @@ pub struct Version {
 }
 
 impl Version {
-    /// 0.0.0.
-    pub const ZERO: Version = Version {
-        major: 0,
-        minor: 0,
-        patch: 0,
-    };
-
     fn parse(s: &str) -> Option<Self> {
         let mut parts = s.split('.');
         let v = Version {

@@ -248,11 +248,6 @@ impl Kind {
             .find(|c| declared.runs_on(c.version))
     }
 
-    /// The newest contract version the host implements (what new modules should build against).
-    pub fn latest_contract(self) -> Version {
-        self.contracts().last().map_or(Version::ZERO, |c| c.version)
-    }
-
     /// Consensus or local.
     pub fn scope(self) -> Scope {
         self.spec().scope

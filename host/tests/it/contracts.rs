@@ -115,6 +115,28 @@ fn policies_of_both_contracts_load_on_their_own_contract_and_plan() {
 }
 
 #[test]
+fn the_modules_of_the_first_contract_keep_their_bytes() {
+    // Adding a contract beside @1.0.0 changed nothing in what @1.0.0 modules are built from:
+    // the hashes the walkthrough (examples/README.md) and any operator's activations name.
+    for (name, sha256) in [
+        (
+            "gossip-policy-v1",
+            "929afb92636a9825a84a37e9e6e428bfb1907ceabec63a066ed9dc7463d217fb",
+        ),
+        (
+            "gossip-policy-v2",
+            "18d8a6215baf4c7d42cf0552db00b1a48d13194463b8b36e3a3f49cc20168cc0",
+        ),
+    ] {
+        assert_eq!(
+            hex::encode(validate(&artifact(name)).unwrap().sha256),
+            sha256,
+            "{name}"
+        );
+    }
+}
+
+#[test]
 fn a_module_for_a_contract_the_host_does_not_implement_is_refused_naming_both() {
     let bytes = wat::parse_str(
         r#"(component (instance $i) (export "modnode:gossip-policy/policy@3.0.0" (instance $i)))"#,
