@@ -41,12 +41,14 @@ fn wit_of(kind: Kind, contract: Version) -> Result<(&'static str, &'static str),
 pub enum SignatureError {
     /// The exported interface lacks a function of the world.
     #[error(
-        "export `{interface}` has no function `{function}`; the {kind} world expects \
-         `{function}: {expected}`"
+        "export `{interface}` has no function `{function}`; the {kind}@{contract} world \
+         expects `{function}: {expected}`"
     )]
     Missing {
         /// The module's kind.
         kind: Kind,
+        /// The contract the module declares (the world checked against).
+        contract: Version,
         /// The exported interface.
         interface: String,
         /// The function.
@@ -56,12 +58,14 @@ pub enum SignatureError {
     },
     /// A function of the world has another type in the component.
     #[error(
-        "function `{function}` of export `{interface}` has the wrong type: the {kind} world \
-         expects `{function}: {expected}`, the module exports `{found}`"
+        "function `{function}` of export `{interface}` has the wrong type: the \
+         {kind}@{contract} world expects `{function}: {expected}`, the module exports `{found}`"
     )]
     WrongType {
         /// The module's kind.
         kind: Kind,
+        /// The contract the module declares (the world checked against).
+        contract: Version,
         /// The exported interface.
         interface: String,
         /// The function.
@@ -247,6 +251,7 @@ pub fn check_exports(
             Some(other) => {
                 return Err(SignatureError::WrongType {
                     kind,
+                    contract,
                     interface: interface.to_string(),
                     function: expected.name.clone(),
                     expected: expected.wit.clone(),
@@ -256,6 +261,7 @@ pub fn check_exports(
             None => {
                 return Err(SignatureError::Missing {
                     kind,
+                    contract,
                     interface: interface.to_string(),
                     function: expected.name.clone(),
                     expected: expected.wit.clone(),
@@ -271,6 +277,7 @@ pub fn check_exports(
         if !same {
             return Err(SignatureError::WrongType {
                 kind,
+                contract,
                 interface: interface.to_string(),
                 function: expected.name.clone(),
                 expected: expected.wit.clone(),
@@ -478,6 +485,12 @@ mod tests {
             assert!(
                 matches!(&err, SignatureError::Missing { function: f, .. } if *f == function),
                 "{kind}: {err}"
+            );
+            // The world of the module's own contract is named.
+            assert!(
+                err.to_string()
+                    .contains(&format!("the {kind}@{contract} world")),
+                "{err}"
             );
             assert!(
                 err.to_string().contains(&format!("`{function}: func(")),
