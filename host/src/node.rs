@@ -630,7 +630,9 @@ impl Node {
             listen: config.listen,
             source,
         })?;
-        let (gossip, gossip_events) = gossip::spawn(
+        // A stateful (`@2.0.0`) policy hears peers come and go, duplicates and the clock.
+        let policy_events = modules.gossip_policy();
+        let (gossip, gossip_events) = gossip::spawn_with_policy_events(
             GossipConfig {
                 engine: modnode_gossip::EngineConfig {
                     validate_before_relay: true,
@@ -641,6 +643,7 @@ impl Node {
                 ..GossipConfig::default()
             },
             modules.gossip_policy(),
+            Some(Box::new(move |event| policy_events.on_event(event))),
         );
         let mut peer_config = PeerConfig::new(*node_id.as_bytes());
         peer_config.target_outbound = config.target_outbound;

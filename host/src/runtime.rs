@@ -137,10 +137,11 @@ pub struct Runtime {
     linkers: Linkers,
 }
 
+/// The host implementation of every contract of every kind.
 struct Linkers {
-    deposits: wasmtime::component::Linker<deposits::DepositsCtx>,
-    checkpoint: wasmtime::component::Linker<checkpoint::CheckpointCtx>,
-    gossip_policy: wasmtime::component::Linker<gossip_policy::PolicyCtx>,
+    deposits: module::ContractLinkers<deposits::Deposits>,
+    checkpoint: module::ContractLinkers<checkpoint::Checkpoint>,
+    gossip_policy: module::ContractLinkers<gossip_policy::GossipPolicy>,
 }
 
 impl Runtime {
@@ -152,11 +153,11 @@ impl Runtime {
             message: format!("{e:?}"),
         };
         let linkers = Linkers {
-            deposits: <deposits::Deposits as World>::linker(&engine)
+            deposits: module::ContractLinkers::new(&engine)
                 .map_err(|e| link_err(Kind::Deposits, e))?,
-            checkpoint: <checkpoint::Checkpoint as World>::linker(&engine)
+            checkpoint: module::ContractLinkers::new(&engine)
                 .map_err(|e| link_err(Kind::Checkpoint, e))?,
-            gossip_policy: <gossip_policy::GossipPolicy as World>::linker(&engine)
+            gossip_policy: module::ContractLinkers::new(&engine)
                 .map_err(|e| link_err(Kind::GossipPolicy, e))?,
         };
         let cache = cache::ArtifactCache::new(&engine, config.cache_dir.clone())?;
@@ -183,8 +184,9 @@ impl Runtime {
         &self.cache
     }
 
-    /// Validates, compiles (or loads from the cache), links and instantiates a module once (its
-    /// `describe`): after this returns, no call pays compilation. [`LoadedModule::warm`] then
+    /// Validates, compiles (or loads from the cache), links with the host implementation of the
+    /// contract the module declares, and instantiates a module once (its `describe`): after this
+    /// returns, no call pays compilation. [`LoadedModule::warm`] then
     /// runs it on realistic inputs.
     pub fn load(&self, bytes: &[u8]) -> Result<LoadedModule, LoadError> {
         let info = inspect::validate(bytes)?;

@@ -196,6 +196,18 @@ fn warmup(w: &Value) -> String {
     )
 }
 
+/// ` on modnode:<kind>@<version>` (and the state kept for it, if any) for a version in a slot
+/// or ready; empty for an answer from a node that does not report contracts.
+fn contract(v: &Value) -> String {
+    let Some(contract) = at(v, "/contract").as_str() else {
+        return String::new();
+    };
+    match at(v, "/state_bytes").as_u64() {
+        Some(n) if n > 0 => format!(" on {contract}, {n} bytes of state kept"),
+        _ => format!(" on {contract}"),
+    }
+}
+
 fn print_kind(kind: &Value, empty: &Vec<Value>) {
     let slot = at(kind, "/slot");
     println!(
@@ -213,7 +225,8 @@ fn print_kind(kind: &Value, empty: &Vec<Value>) {
                 None => String::new(),
             };
             println!(
-                "  active:    {name} ({}{probation})",
+                "  active:    {name}{} ({}{probation})",
+                contract(at(slot, "/active")),
                 warmup(at(slot, "/active/warmup"))
             );
         }
@@ -239,8 +252,9 @@ fn print_kind(kind: &Value, empty: &Vec<Value>) {
     let sh = at(slot, "/shadow");
     if sh.is_object() {
         println!(
-            "  shadow:    {} — {} compared, {} divergences, {} faults, {} skipped",
+            "  shadow:    {}{} — {} compared, {} divergences, {} faults, {} skipped",
             str_of(at(sh, "/version/name")),
+            contract(at(sh, "/version")),
             at(sh, "/compared"),
             at(sh, "/divergences"),
             at(sh, "/faults"),
@@ -258,15 +272,19 @@ fn print_kind(kind: &Value, empty: &Vec<Value>) {
     let c = at(slot, "/canary");
     if c.is_object() {
         println!(
-            "  canary:    {} — {}% of calls, {} calls, {} faults",
+            "  canary:    {}{} — {}% of calls, {} calls, {} faults",
             str_of(at(c, "/version/name")),
+            contract(at(c, "/version")),
             at(c, "/percent"),
             at(c, "/calls"),
             at(c, "/faults")
         );
     }
     if let Some(name) = at(slot, "/previous/name").as_str() {
-        println!("  previous:  {name} (a rollback returns to it at once)");
+        println!(
+            "  previous:  {name}{} (a rollback returns to it at once)",
+            contract(at(slot, "/previous"))
+        );
     }
     if slot.is_object() {
         println!(
@@ -287,8 +305,9 @@ fn print_kind(kind: &Value, empty: &Vec<Value>) {
     }
     for v in at(kind, "/ready").as_array().unwrap_or(empty) {
         println!(
-            "  ready:     {} sha256 {} ({}), from {}",
+            "  ready:     {}{} sha256 {} ({}), from {}",
             str_of(at(v, "/name")),
+            contract(v),
             str_of(at(v, "/sha256")),
             warmup(at(v, "/warmup")),
             str_of(at(v, "/from"))

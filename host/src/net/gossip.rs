@@ -31,6 +31,7 @@ use tokio::time::Instant;
 use super::codec;
 use super::endpoint::CLOSE_PROTOCOL_VIOLATION;
 use super::identity::NodeId;
+use crate::runtime::gossip_policy::PolicyEvent;
 
 /// Codec message type of gossip frames.
 pub const GOSSIP_MESSAGE: u8 = 1;
@@ -276,11 +277,29 @@ impl GossipHandle {
     }
 }
 
+/// Where the driver reports what a stateful gossip policy (`modnode:gossip-policy@2.0.0`)
+/// learns from between plans: peers joining and leaving, a peer pushing a message this node
+/// already had, and the clock (a tick at most every [`POLICY_TICK`]).
+pub type PolicyEvents = Box<dyn FnMut(PolicyEvent) + Send>;
+
+/// Shortest time between two ticks reported to the policy.
+pub const POLICY_TICK: Duration = Duration::from_secs(1);
+
 /// Starts a driver with `policy`; returns its handle and the application's event stream. Must
 /// be called within a tokio runtime. The driver stops when every handle is dropped.
 pub fn spawn<P: Policy + Send + 'static>(
     config: GossipConfig,
     policy: P,
+) -> (GossipHandle, mpsc::Receiver<GossipEvent>) {
+    spawn_with_policy_events(config, policy, None)
+}
+
+/// [`spawn`], also reporting the policy's events to `policy_events` (called on the driver's
+/// task, between the engine's steps).
+pub fn spawn_with_policy_events<P: Policy + Send + 'static>(
+    config: GossipConfig,
+    policy: P,
+    policy_events: Option<PolicyEvents>,
 ) -> (GossipHandle, mpsc::Receiver<GossipEvent>) {
     // The handle's commands stay unbounded: the application sends one publish per message it
     // creates and one verdict per delivered message, and deliveries are bounded by the event
@@ -302,6 +321,8 @@ pub fn spawn<P: Policy + Send + 'static>(
         events,
         traffic: Arc::new(Mutex::new(TrafficStats::default())),
         throttle: Arc::new(Mutex::new(Instant::now())),
+        policy_events,
+        last_tick: None,
     };
     tokio::spawn(driver.run(rx, io_rx));
     (GossipHandle { commands }, events_rx)
@@ -318,6 +339,23 @@ struct Driver<P> {
     traffic: Arc<Mutex<TrafficStats>>,
     /// When the throttled receiver may consume its next bytes.
     throttle: Arc<Mutex<Instant>>,
+    /// Where the policy's events go, if anywhere.
+    policy_events: Option<PolicyEvents>,
+    /// When the latest tick was reported.
+    last_tick: Option<Instant>,
+}
+
+/// The pushes a frame carries (a batch's inner ones too): the first 8 bytes of each id, little
+/// endian, and its kind.
+fn pushes_in(frame: &Frame) -> Vec<(u64, MessageKind)> {
+    match frame {
+        Frame::Push { id, kind, .. } => {
+            let head = id.0.first_chunk::<8>().copied().unwrap_or_default();
+            vec![(u64::from_le_bytes(head), *kind)]
+        }
+        Frame::Batch { frames } => frames.iter().flat_map(pushes_in).collect(),
+        Frame::Announce { .. } | Frame::Request { .. } => Vec::new(),
+    }
 }
 
 fn quic_priority(priority: Priority) -> i32 {
@@ -360,7 +398,25 @@ impl<P: Policy> Driver<P> {
                 }
             };
             self.handle(command);
+            self.tick();
         }
+    }
+
+    fn tell_policy(&mut self, event: PolicyEvent) {
+        if let Some(tell) = &mut self.policy_events {
+            tell(event);
+        }
+    }
+
+    /// Reports the clock to the policy, at most every [`POLICY_TICK`].
+    fn tick(&mut self) {
+        if self.policy_events.is_none() || self.last_tick.is_some_and(|t| t.elapsed() < POLICY_TICK)
+        {
+            return;
+        }
+        self.last_tick = Some(Instant::now());
+        let now_ms = u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.tell_policy(PolicyEvent::Tick(now_ms));
     }
 
     fn handle(&mut self, command: Command) {
@@ -372,6 +428,7 @@ impl<P: Policy> Driver<P> {
                 if self.engine.add_peer(peer).is_ok() {
                     self.spawn_reader(peer, conn.clone());
                     self.peers.insert(peer, (node, conn));
+                    self.tell_policy(PolicyEvent::PeerJoined(peer));
                 }
             }
             Command::Publish {
@@ -386,8 +443,27 @@ impl<P: Policy> Driver<P> {
                 );
             }
             Command::Incoming { peer, frame } => {
+                let pushes = self.policy_events.as_ref().map(|_| pushes_in(&frame));
+                let duplicates_before = self.engine.stats().duplicate_pushes;
                 if let Err(e) = self.engine.handle_frame(peer, frame, now) {
                     self.violation(peer, e.to_string());
+                } else if let Some(pushes) = pushes {
+                    let duplicates = self
+                        .engine
+                        .stats()
+                        .duplicate_pushes
+                        .saturating_sub(duplicates_before);
+                    // Which pushes were duplicates is known when all were, or the frame had
+                    // one; a batch with some is not reported (the policy misses a hint).
+                    if duplicates > 0 && u64::try_from(pushes.len()).ok() == Some(duplicates) {
+                        for (message, kind) in pushes {
+                            self.tell_policy(PolicyEvent::Duplicate {
+                                peer,
+                                message,
+                                kind: crate::runtime::gossip_policy::to_wit_kind(kind),
+                            });
+                        }
+                    }
                 }
             }
             Command::SendDone {
@@ -407,6 +483,7 @@ impl<P: Policy> Driver<P> {
             Command::Closed { peer } => {
                 if self.peers.remove(&peer).is_some() {
                     let _ = self.engine.remove_peer(peer, now);
+                    self.tell_policy(PolicyEvent::PeerLeft(peer));
                 }
             }
             Command::Validated { id, valid } => {
@@ -427,6 +504,7 @@ impl<P: Policy> Driver<P> {
                 b"gossip protocol violation",
             );
             let _ = self.engine.remove_peer(peer, self.now());
+            self.tell_policy(PolicyEvent::PeerLeft(peer));
             if self
                 .events
                 .try_send(GossipEvent::Violation { peer: node, reason })

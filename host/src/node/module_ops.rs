@@ -143,6 +143,7 @@ pub(crate) fn list(slots: &Modules, service: &ModuleService) -> Result<Value, St
                     "name": p.name,
                     "sha256": hash,
                     "module_version": p.version,
+                    "contract": p.contract,
                     "warmup": p.warmup,
                     "from": from,
                 })

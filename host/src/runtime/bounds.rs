@@ -73,6 +73,11 @@ impl Output<'_> {
         self.check(|| what.to_string(), len, bound, "items")
     }
 
+    /// The state a stateful contract's module hands back to keep (`what` names the call).
+    pub fn state(&self, what: &str, len: usize) -> Result<(), ModuleFault> {
+        self.check(|| what.to_string(), len, self.bounds().state_bytes, "bytes")
+    }
+
     /// A byte list (`what` names it).
     pub fn bytes(&self, what: &str, len: usize) -> Result<(), ModuleFault> {
         self.check(|| what.to_string(), len, self.bounds().bytes, "bytes")

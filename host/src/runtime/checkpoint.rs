@@ -6,9 +6,9 @@ use std::sync::Arc;
 use wasmtime::component::{HasSelf, Linker};
 
 use super::error::HostFailure;
-use super::module::{CallBase, Module, StoreData, World};
+use super::module::{CallBase, Module, StoreData, World, unimplemented_contract};
 use super::session::Session;
-use super::{CallError, Kind, ModuleInfo};
+use super::{CallError, Kind, ModuleInfo, Version};
 
 mod bindings {
     wasmtime::component::bindgen!({
@@ -207,14 +207,31 @@ impl World for Checkpoint {
     type Pre = bindings::CheckpointPre<CheckpointCtx>;
     type Instance = bindings::Checkpoint;
 
-    fn linker(engine: &wasmtime::Engine) -> wasmtime::Result<Linker<CheckpointCtx>> {
+    /// One contract so far (2.0.0); a later major adds its bindgen module and an arm here
+    /// and in [`pre`](World::pre), with `Pre` and `Instance` becoming one variant per contract.
+    fn linker(
+        engine: &wasmtime::Engine,
+        contract: Version,
+    ) -> wasmtime::Result<Linker<CheckpointCtx>> {
         let mut linker = Linker::new(engine);
-        bindings::Checkpoint::add_to_linker::<_, HasSelf<CheckpointCtx>>(&mut linker, |ctx| ctx)?;
+        match contract.major {
+            2 => bindings::Checkpoint::add_to_linker::<_, HasSelf<CheckpointCtx>>(
+                &mut linker,
+                |ctx| ctx,
+            )?,
+            _ => return Err(unimplemented_contract(Self::KIND, contract)),
+        }
         Ok(linker)
     }
 
-    fn pre(pre: wasmtime::component::InstancePre<CheckpointCtx>) -> wasmtime::Result<Self::Pre> {
-        bindings::CheckpointPre::new(pre)
+    fn pre(
+        pre: wasmtime::component::InstancePre<CheckpointCtx>,
+        contract: Version,
+    ) -> wasmtime::Result<Self::Pre> {
+        match contract.major {
+            2 => bindings::CheckpointPre::new(pre),
+            _ => Err(unimplemented_contract(Self::KIND, contract)),
+        }
     }
 
     fn instantiate(

@@ -6,8 +6,8 @@ use std::sync::OnceLock;
 use wasmtime::component::{HasSelf, Linker};
 
 use super::error::{HostFailure, HostFailureKind, HostFunctionFailure};
-use super::module::{CallBase, Module, StoreData, World};
-use super::{CallError, Kind, ModuleInfo};
+use super::module::{CallBase, Module, StoreData, World, unimplemented_contract};
+use super::{CallError, Kind, ModuleInfo, Version};
 use crate::state::{OverlayError, RegistryDelta, RegistryOverlay, SharedRegistry};
 
 mod bindings {
@@ -168,14 +168,32 @@ impl World for Deposits {
     type Pre = bindings::DepositsPre<DepositsCtx>;
     type Instance = bindings::Deposits;
 
-    fn linker(engine: &wasmtime::Engine) -> wasmtime::Result<Linker<DepositsCtx>> {
+    /// One contract so far (2.0.0); a later major adds its bindgen module and an arm here
+    /// and in [`pre`](World::pre), with `Pre` and `Instance` becoming one variant per contract.
+    fn linker(
+        engine: &wasmtime::Engine,
+        contract: Version,
+    ) -> wasmtime::Result<Linker<DepositsCtx>> {
         let mut linker = Linker::new(engine);
-        bindings::Deposits::add_to_linker::<_, HasSelf<DepositsCtx>>(&mut linker, |ctx| ctx)?;
+        match contract.major {
+            2 => {
+                bindings::Deposits::add_to_linker::<_, HasSelf<DepositsCtx>>(&mut linker, |ctx| {
+                    ctx
+                })?
+            }
+            _ => return Err(unimplemented_contract(Self::KIND, contract)),
+        }
         Ok(linker)
     }
 
-    fn pre(pre: wasmtime::component::InstancePre<DepositsCtx>) -> wasmtime::Result<Self::Pre> {
-        bindings::DepositsPre::new(pre)
+    fn pre(
+        pre: wasmtime::component::InstancePre<DepositsCtx>,
+        contract: Version,
+    ) -> wasmtime::Result<Self::Pre> {
+        match contract.major {
+            2 => bindings::DepositsPre::new(pre),
+            _ => Err(unimplemented_contract(Self::KIND, contract)),
+        }
     }
 
     fn instantiate(

@@ -1,11 +1,21 @@
-//! Host side of the `modnode:gossip-policy` world: typed calls into a policy's `plan`. A policy
-//! imports nothing; it decides, the host sends.
+//! Host side of the `modnode:gossip-policy` world, every contract of it side by side: typed
+//! calls into a policy's `plan`. A policy imports nothing; it decides, the host sends.
+//!
+//! - `@1.0.0`: `plan(msg, peers) -> send-plan`, a pure function with a fresh store per call.
+//! - `@2.0.0`: the same plan types, plus state the host keeps between calls and events the
+//!   host reports (`take-over`, `plan(msg, peers, state) -> (plan, state)`,
+//!   `on-event(event, state) -> state`). The module stays a pure function of its inputs; the
+//!   state it hands back is bounded ([`OutputBounds::state_bytes`](super::kinds::OutputBounds))
+//!   and an oversized one is a module fault like any other.
+//!
+//! The host's types are those of `@1.0.0` (the gossip engine's plan), so slots, shadows and
+//! canaries compare plans of versions of either contract; a `@2.0.0` plan is converted.
 
 use wasmtime::component::Linker;
 
 use super::error::HostFailure;
-use super::module::{CallBase, Module, StoreData, World};
-use super::{CallError, Kind, ModuleInfo};
+use super::module::{CallBase, Module, StoreData, World, unimplemented_contract};
+use super::{CallError, Kind, ModuleInfo, Version};
 
 mod bindings {
     wasmtime::component::bindgen!({
@@ -15,11 +25,51 @@ mod bindings {
     });
 }
 
+/// Bindings of `modnode:gossip-policy@2.0.0` (`wit/gossip-policy-2`).
+mod bindings_v2 {
+    wasmtime::component::bindgen!({
+        path: ["../wit/types", "../wit/gossip-policy-2"],
+        world: "modnode:gossip-policy/gossip-policy",
+        additional_derives: [PartialEq, Eq],
+    });
+}
+
+use bindings_v2::modnode::gossip_policy::types as v2;
+
 pub use bindings::modnode::gossip_policy::types::{
     MessageKind, MessageMeta, PeerStats, Priority, SendMode, SendPlan, Target,
 };
 
-/// Store data of one policy call.
+/// Something the host saw happen, reported to a stateful (`@2.0.0`) policy between plans.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PolicyEvent {
+    /// `peer` pushed a full copy of a message this node already had.
+    Duplicate {
+        /// The peer's handle.
+        peer: u32,
+        /// The first 8 bytes of the message id, little endian.
+        message: u64,
+        /// The message's kind.
+        kind: MessageKind,
+    },
+    /// `peer` announced a message that did not arrive in time.
+    Missing {
+        /// The peer's handle.
+        peer: u32,
+        /// The first 8 bytes of the message id, little endian.
+        message: u64,
+        /// The message's kind.
+        kind: MessageKind,
+    },
+    /// A peer connected.
+    PeerJoined(u32),
+    /// A peer left.
+    PeerLeft(u32),
+    /// Time passed: milliseconds on the host's monotonic clock.
+    Tick(u64),
+}
+
+/// Store data of one policy call (every contract).
 pub struct PolicyCtx {
     base: CallBase,
 }
@@ -32,6 +82,8 @@ impl StoreData for PolicyCtx {
 
 impl bindings::modnode::gossip_policy::types::Host for PolicyCtx {}
 impl bindings::modnode::types::types::Host for PolicyCtx {}
+impl v2::Host for PolicyCtx {}
+impl bindings_v2::modnode::types::types::Host for PolicyCtx {}
 
 /// The `modnode:gossip-policy` world.
 pub struct GossipPolicy;
@@ -39,31 +91,66 @@ pub struct GossipPolicy;
 /// A loaded gossip-policy module.
 pub type GossipPolicyModule = Module<GossipPolicy>;
 
+/// A linked policy, with the bindings of its contract.
+#[derive(Clone)]
+pub enum PolicyPre {
+    /// `@1.0.0`.
+    V1(bindings::GossipPolicyPre<PolicyCtx>),
+    /// `@2.0.0`.
+    V2(bindings_v2::GossipPolicyPre<PolicyCtx>),
+}
+
+/// An instantiated policy, with the bindings of its contract.
+pub enum PolicyInstance {
+    /// `@1.0.0`.
+    V1(bindings::GossipPolicy),
+    /// `@2.0.0`.
+    V2(bindings_v2::GossipPolicy),
+}
+
 impl World for GossipPolicy {
     const KIND: Kind = Kind::GossipPolicy;
     type Data = PolicyCtx;
-    type Pre = bindings::GossipPolicyPre<PolicyCtx>;
-    type Instance = bindings::GossipPolicy;
+    type Pre = PolicyPre;
+    type Instance = PolicyInstance;
 
     /// The gossip-policy world imports nothing but types.
-    fn linker(engine: &wasmtime::Engine) -> wasmtime::Result<Linker<PolicyCtx>> {
+    fn linker(engine: &wasmtime::Engine, contract: Version) -> wasmtime::Result<Linker<PolicyCtx>> {
+        use wasmtime::component::HasSelf;
         let mut linker = Linker::new(engine);
-        bindings::GossipPolicy::add_to_linker::<_, wasmtime::component::HasSelf<PolicyCtx>>(
-            &mut linker,
-            |ctx| ctx,
-        )?;
+        match contract.major {
+            1 => bindings::GossipPolicy::add_to_linker::<_, HasSelf<PolicyCtx>>(
+                &mut linker,
+                |ctx| ctx,
+            )?,
+            2 => bindings_v2::GossipPolicy::add_to_linker::<_, HasSelf<PolicyCtx>>(
+                &mut linker,
+                |ctx| ctx,
+            )?,
+            _ => return Err(unimplemented_contract(Self::KIND, contract)),
+        }
         Ok(linker)
     }
 
-    fn pre(pre: wasmtime::component::InstancePre<PolicyCtx>) -> wasmtime::Result<Self::Pre> {
-        bindings::GossipPolicyPre::new(pre)
+    fn pre(
+        pre: wasmtime::component::InstancePre<PolicyCtx>,
+        contract: Version,
+    ) -> wasmtime::Result<Self::Pre> {
+        match contract.major {
+            1 => Ok(PolicyPre::V1(bindings::GossipPolicyPre::new(pre)?)),
+            2 => Ok(PolicyPre::V2(bindings_v2::GossipPolicyPre::new(pre)?)),
+            _ => Err(unimplemented_contract(Self::KIND, contract)),
+        }
     }
 
     fn instantiate(
         pre: &Self::Pre,
         store: &mut wasmtime::Store<PolicyCtx>,
     ) -> wasmtime::Result<Self::Instance> {
-        pre.instantiate(store)
+        Ok(match pre {
+            PolicyPre::V1(pre) => PolicyInstance::V1(pre.instantiate(store)?),
+            PolicyPre::V2(pre) => PolicyInstance::V2(pre.instantiate(store)?),
+        })
     }
 
     fn idle_data(base: CallBase) -> Result<PolicyCtx, HostFailure> {
@@ -74,19 +161,27 @@ impl World for GossipPolicy {
         instance: &Self::Instance,
         store: &mut wasmtime::Store<PolicyCtx>,
     ) -> wasmtime::Result<ModuleInfo> {
-        let info = instance
-            .modnode_gossip_policy_policy()
-            .call_describe(store)?;
+        let (kind, version, description, params) = match instance {
+            PolicyInstance::V1(i) => {
+                let info = i.modnode_gossip_policy_policy().call_describe(store)?;
+                (info.kind, info.version, info.description, info.params)
+            }
+            PolicyInstance::V2(i) => {
+                let info = i.modnode_gossip_policy_policy().call_describe(store)?;
+                (info.kind, info.version, info.description, info.params)
+            }
+        };
         Ok(ModuleInfo {
-            kind: info.kind,
-            version: info.version,
-            description: info.description,
-            params: info.params,
+            kind,
+            version,
+            description,
+            params,
         })
     }
 
     /// Plans the messages a node sends most: a block it produced and a deposit relayed one hop,
-    /// among peers of mixed speed, some of which already have the message.
+    /// among peers of mixed speed, some of which already have the message. A stateful policy
+    /// also hears a duplicate and a tick between them, and plans on the state they left.
     fn dry_run(module: &GossipPolicyModule) -> Result<u64, CallError> {
         let peers: Vec<PeerStats> = (0..12u32)
             .map(|i| PeerStats {
@@ -115,16 +210,54 @@ impl World for GossipPolicy {
             },
         ];
         let mut fuel = 0u64;
+        let mut state = module.take_over(None, Vec::new())?;
         for msg in messages {
-            let (_, used) = module.plan_metered(msg, peers.clone())?;
-            fuel = fuel.saturating_add(used);
+            let planned = module.plan_with_state(msg, peers.clone(), state)?;
+            fuel = fuel.saturating_add(planned.fuel);
+            state = planned.state.unwrap_or_default();
+            for event in [
+                PolicyEvent::Duplicate {
+                    peer: 3,
+                    message: 1,
+                    kind: msg.kind,
+                },
+                PolicyEvent::Tick(1_000),
+            ] {
+                if let Some(next) = module.on_event(event, state.clone())? {
+                    state = next;
+                }
+            }
         }
         Ok(fuel)
     }
+
+    /// A `@2.0.0` policy decides whether it reads the previous version's state.
+    fn take_over(
+        module: &GossipPolicyModule,
+        previous: Option<(&GossipPolicyModule, Vec<u8>)>,
+    ) -> Result<Vec<u8>, CallError> {
+        match previous {
+            Some((previous, state)) => module.take_over(Some(previous.meta().info.clone()), state),
+            None => module.take_over(None, Vec::new()),
+        }
+    }
+}
+
+/// What one plan call made: the plan, the policy's new state (`None`: its contract keeps none)
+/// and the fuel the call used.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Planned {
+    /// The plan, in the host's (`@1.0.0`) types.
+    pub plan: SendPlan,
+    /// The state to keep for the next call; `None` for a stateless (`@1.0.0`) policy.
+    pub state: Option<Vec<u8>>,
+    /// Fuel the call used.
+    pub fuel: u64,
 }
 
 impl Module<GossipPolicy> {
-    /// Asks the policy how to spread one message.
+    /// Asks the policy how to spread one message, as a pure function: a stateful policy starts
+    /// from empty state and what it would keep is dropped (`upgrade-check`, the native policy).
     pub fn plan(&self, msg: MessageMeta, peers: Vec<PeerStats>) -> Result<SendPlan, CallError> {
         self.plan_metered(msg, peers).map(|(plan, _)| plan)
     }
@@ -135,17 +268,207 @@ impl Module<GossipPolicy> {
         msg: MessageMeta,
         peers: Vec<PeerStats>,
     ) -> Result<(SendPlan, u64), CallError> {
+        self.plan_with_state(msg, peers, Vec::new())
+            .map(|p| (p.plan, p.fuel))
+    }
+
+    /// Asks the policy how to spread one message given its kept `state` (ignored by a
+    /// stateless policy). The plan's targets and the returned state are checked against the
+    /// kind's bounds: over either is a module fault.
+    pub fn plan_with_state(
+        &self,
+        msg: MessageMeta,
+        peers: Vec<PeerStats>,
+        state: Vec<u8>,
+    ) -> Result<Planned, CallError> {
         let outcome = self.call(
             |base| Ok(PolicyCtx { base }),
-            move |i, s| i.modnode_gossip_policy_policy().call_plan(s, msg, &peers),
+            move |i, s| match i {
+                PolicyInstance::V1(i) => i
+                    .modnode_gossip_policy_policy()
+                    .call_plan(s, msg, &peers)
+                    .map(|plan| (plan, None)),
+                PolicyInstance::V2(i) => {
+                    let peers: Vec<v2::PeerStats> = peers.iter().map(peer_to_v2).collect();
+                    i.modnode_gossip_policy_policy()
+                        .call_plan(s, meta_to_v2(msg), &peers, &state)
+                        .map(|p| (plan_from_v2(&p.plan), Some(p.state)))
+                }
+            },
         );
-        let plan = outcome.result?;
+        let (plan, state) = outcome.result?;
+        let name = self.meta().name();
         let output = super::bounds::Output {
-            module: &self.meta().name(),
+            module: &name,
             kind: Kind::GossipPolicy,
         };
         output.list("plan().targets", plan.targets.len())?;
-        Ok((plan, outcome.fuel_used))
+        if let Some(state) = &state {
+            self.check_state("plan().state", state)?;
+        }
+        Ok(Planned {
+            plan,
+            state,
+            fuel: outcome.fuel_used,
+        })
+    }
+
+    /// Tells a stateful policy about `event`; returns its new state (checked against the
+    /// kind's bound). A stateless policy hears nothing: `None`, and no call is made.
+    pub fn on_event(
+        &self,
+        event: PolicyEvent,
+        state: Vec<u8>,
+    ) -> Result<Option<Vec<u8>>, CallError> {
+        if self.contract().major < 2 {
+            return Ok(None);
+        }
+        let outcome = self.call(
+            |base| Ok(PolicyCtx { base }),
+            move |i, s| match i {
+                PolicyInstance::V1(_) => Ok(None),
+                PolicyInstance::V2(i) => i
+                    .modnode_gossip_policy_policy()
+                    .call_on_event(s, event_to_v2(event), &state)
+                    .map(Some),
+            },
+        );
+        let state = outcome.result?;
+        if let Some(state) = &state {
+            self.check_state("on-event()", state)?;
+        }
+        Ok(state)
+    }
+
+    /// The state this version starts with when it takes over a slot from `previous` (its
+    /// description and kept state; `None` at the node's start). A stateless policy keeps none:
+    /// empty, and no call is made. The state is checked against the kind's bound.
+    pub fn take_over(
+        &self,
+        previous: Option<ModuleInfo>,
+        state: Vec<u8>,
+    ) -> Result<Vec<u8>, CallError> {
+        if self.contract().major < 2 {
+            return Ok(Vec::new());
+        }
+        let outcome = self.call(
+            |base| Ok(PolicyCtx { base }),
+            move |i, s| match i {
+                PolicyInstance::V1(_) => Ok(Vec::new()),
+                PolicyInstance::V2(i) => {
+                    let previous =
+                        previous.map(|p| bindings_v2::modnode::types::types::ModuleInfo {
+                            kind: p.kind,
+                            version: p.version,
+                            description: p.description,
+                            params: p.params,
+                        });
+                    i.modnode_gossip_policy_policy()
+                        .call_take_over(s, previous.as_ref(), &state)
+                }
+            },
+        );
+        let state = outcome.result?;
+        self.check_state("take-over()", &state)?;
+        Ok(state)
+    }
+
+    /// Checks a state the module handed back (`what` names the call) against the kind's bound.
+    fn check_state(&self, what: &str, state: &[u8]) -> Result<(), CallError> {
+        let name = self.meta().name();
+        let output = super::bounds::Output {
+            module: &name,
+            kind: Kind::GossipPolicy,
+        };
+        Ok(output.state(what, state.len())?)
+    }
+}
+
+fn meta_to_v2(m: MessageMeta) -> v2::MessageMeta {
+    v2::MessageMeta {
+        kind: kind_to_v2(m.kind),
+        size: m.size,
+        local_origin: m.local_origin,
+        hops: m.hops,
+        network_size: m.network_size,
+    }
+}
+
+fn kind_to_v2(k: MessageKind) -> v2::MessageKind {
+    match k {
+        MessageKind::Block => v2::MessageKind::Block,
+        MessageKind::Consensus => v2::MessageKind::Consensus,
+        MessageKind::Deposit => v2::MessageKind::Deposit,
+        MessageKind::PeerExchange => v2::MessageKind::PeerExchange,
+    }
+}
+
+fn peer_to_v2(p: &PeerStats) -> v2::PeerStats {
+    v2::PeerStats {
+        peer: p.peer,
+        rtt_us: p.rtt_us,
+        queue_depth: p.queue_depth,
+        recent_failures: p.recent_failures,
+        has_message: p.has_message,
+        is_origin: p.is_origin,
+    }
+}
+
+fn event_to_v2(e: PolicyEvent) -> v2::Event {
+    let message = |peer, message, kind| v2::PeerMessage {
+        peer,
+        message,
+        kind: kind_to_v2(kind),
+    };
+    match e {
+        PolicyEvent::Duplicate {
+            peer,
+            message: m,
+            kind,
+        } => v2::Event::Duplicate(message(peer, m, kind)),
+        PolicyEvent::Missing {
+            peer,
+            message: m,
+            kind,
+        } => v2::Event::Missing(message(peer, m, kind)),
+        PolicyEvent::PeerJoined(p) => v2::Event::PeerJoined(p),
+        PolicyEvent::PeerLeft(p) => v2::Event::PeerLeft(p),
+        PolicyEvent::Tick(now) => v2::Event::Tick(now),
+    }
+}
+
+/// A `@2.0.0` plan in the host's types.
+fn plan_from_v2(p: &v2::SendPlan) -> SendPlan {
+    SendPlan {
+        targets: p
+            .targets
+            .iter()
+            .map(|t| Target {
+                peer: t.peer,
+                mode: match t.mode {
+                    v2::SendMode::Push => SendMode::Push,
+                    v2::SendMode::Announce => SendMode::Announce,
+                },
+            })
+            .collect(),
+        quorum: p.quorum,
+        timeout_ms: p.timeout_ms,
+        priority: match p.priority {
+            v2::Priority::High => Priority::High,
+            v2::Priority::Normal => Priority::Normal,
+            v2::Priority::Low => Priority::Low,
+        },
+    }
+}
+
+/// The WIT form of the gossip engine's message kind.
+pub fn to_wit_kind(kind: modnode_gossip::policy::MessageKind) -> MessageKind {
+    use modnode_gossip::policy as native;
+    match kind {
+        native::MessageKind::Block => MessageKind::Block,
+        native::MessageKind::Consensus => MessageKind::Consensus,
+        native::MessageKind::Deposit => MessageKind::Deposit,
+        native::MessageKind::PeerExchange => MessageKind::PeerExchange,
     }
 }
 

@@ -125,12 +125,12 @@ pub enum ValidationError {
     /// The component was built against a contract version this host does not implement.
     #[error(
         "incompatible contract version: the module was built for {found}, \
-         this node implements {supported}; rebuild the module against {supported}"
+         this node implements {supported}; rebuild the module against one of those"
     )]
     IncompatibleContract {
         /// The package and version the module uses.
         found: String,
-        /// The package and version this host implements.
+        /// Every package and version this host implements for the kind, comma-separated.
         supported: String,
     },
     /// The component imports something besides modnode's host interfaces.
@@ -154,7 +154,8 @@ pub enum ValidationError {
 pub struct ComponentInfo {
     /// The world it implements.
     pub kind: Kind,
-    /// The contract version it was built against (from its export's package version).
+    /// The contract version it was built against: its export's package version, as the module
+    /// declares it. The host runs it on [`host_contract`](Self::host_contract).
     pub contract: Version,
     /// SHA-256 of the bytes.
     pub sha256: [u8; 32],
@@ -164,6 +165,20 @@ pub struct ComponentInfo {
     pub imports: Vec<String>,
     /// Top-level export names.
     pub exports: Vec<String>,
+}
+
+impl ComponentInfo {
+    /// The contract the host runs this module on (same major, not older than
+    /// [`contract`](Self::contract)); validation refused every module without one.
+    pub fn host_contract(&self) -> Option<&'static super::kinds::Contract> {
+        self.kind.implementing(self.contract)
+    }
+
+    /// `modnode:<package>@<contract>`: the contract as `module inspect` and `module list` show
+    /// it.
+    pub fn contract_name(&self) -> String {
+        format!("modnode:{}@{}", self.kind.package(), self.contract)
+    }
 }
 
 /// Validates a component and says what it is.
@@ -189,8 +204,8 @@ pub fn validate(bytes: &[u8]) -> Result<ComponentInfo, ValidationError> {
             message: e.to_string(),
         })?;
 
-    let (kind, contract) = world_of(&exports)?;
-    check_imports(kind, &imports)?;
+    let (kind, contract, host) = world_of(&exports)?;
+    check_imports(kind, host, &imports)?;
     Ok(ComponentInfo {
         kind,
         contract,
@@ -259,7 +274,8 @@ fn top_level_names(bytes: &[u8]) -> Result<(Vec<String>, Vec<String>), Validatio
     Ok((imports, exports))
 }
 
-fn world_of(exports: &[String]) -> Result<(Kind, Version), ValidationError> {
+/// The kind, declared contract and the host contract it runs on.
+fn world_of(exports: &[String]) -> Result<(Kind, Version, Version), ValidationError> {
     let mut found: Vec<(Kind, Version, &str)> = Vec::new();
     for name in exports {
         let Some(parsed) = InterfaceName::parse(name) else {
@@ -277,7 +293,7 @@ fn world_of(exports: &[String]) -> Result<(Kind, Version), ValidationError> {
         let Some(version) = parsed.version else {
             return Err(ValidationError::IncompatibleContract {
                 found: format!("{name} (unversioned)"),
-                supported: kind.export_name(),
+                supported: kind.implemented_exports(),
             });
         };
         found.push((kind, version, name));
@@ -286,16 +302,13 @@ fn world_of(exports: &[String]) -> Result<(Kind, Version), ValidationError> {
         [] => Err(ValidationError::UnknownWorld {
             exports: exports.to_vec(),
         }),
-        [(kind, version, name)] => {
-            if version.runs_on(kind.contract()) {
-                Ok((*kind, *version))
-            } else {
-                Err(ValidationError::IncompatibleContract {
-                    found: (*name).to_string(),
-                    supported: kind.export_name(),
-                })
-            }
-        }
+        [(kind, version, name)] => match kind.implementing(*version) {
+            Some(host) => Ok((*kind, *version, host.version)),
+            None => Err(ValidationError::IncompatibleContract {
+                found: (*name).to_string(),
+                supported: kind.implemented_exports(),
+            }),
+        },
         many => Err(ValidationError::AmbiguousWorld(
             many.iter()
                 .map(|(_, _, n)| *n)
@@ -305,12 +318,14 @@ fn world_of(exports: &[String]) -> Result<(Kind, Version), ValidationError> {
     }
 }
 
-fn check_imports(kind: Kind, imports: &[String]) -> Result<(), ValidationError> {
+/// Imports must be of the contract the module's export declares (`host`: the host's version of
+/// it), or the shared types.
+fn check_imports(kind: Kind, host: Version, imports: &[String]) -> Result<(), ValidationError> {
     let allowed: Vec<String> = std::iter::once(format!("modnode:types/types@{TYPES_CONTRACT}"))
         .chain(
             kind.importable()
                 .iter()
-                .map(|i| format!("modnode:{}/{i}@{}", kind.package(), kind.contract())),
+                .map(|i| format!("modnode:{}/{i}@{host}", kind.package())),
         )
         .collect();
     for import in imports {
@@ -319,7 +334,7 @@ fn check_imports(kind: Kind, imports: &[String]) -> Result<(), ValidationError> 
             let host_version = if p.package == "types" && p.interface == "types" {
                 Some(TYPES_CONTRACT)
             } else if p.package == kind.package() && kind.importable().contains(&p.interface) {
-                Some(kind.contract())
+                Some(host)
             } else {
                 None
             };
@@ -335,12 +350,7 @@ fn check_imports(kind: Kind, imports: &[String]) -> Result<(), ValidationError> 
             }) {
                 return Err(ValidationError::IncompatibleContract {
                     found: import.clone(),
-                    supported: format!(
-                        "modnode:{}/{}@{}",
-                        kind.package(),
-                        p.interface,
-                        kind.contract()
-                    ),
+                    supported: format!("modnode:{}/{}@{host}", kind.package(), p.interface),
                 });
             }
             return Err(ValidationError::ForbiddenImport {

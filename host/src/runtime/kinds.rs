@@ -1,8 +1,11 @@
-//! The module kinds as data: one row of [`KINDS`] per WIT world says everything the runtime
-//! needs to know about a kind — its package and contract version, its world, which host
-//! interfaces it may import, its fuel budget and whether it decides consensus. Adding a kind or a
-//! contract version is a new row (plus the world's small bindgen module), not a new copy of the
-//! loading, calling and swapping code.
+//! The module kinds as data: one row of [`KINDS`] per kind says everything the runtime needs to
+//! know about it — its package, every contract (WIT package) version the host implements for it,
+//! its world, which host interfaces it may import, its fuel budget and whether it decides
+//! consensus. Adding a kind is a new row; adding a contract version to a kind is a new
+//! [`Contract`] in its row (the WIT under `wit/`) plus that contract's bindgen module beside the
+//! kind's world (`runtime/<kind>.rs`) — not a new copy of the loading, calling and swapping
+//! code. A module declares its contract by the package version of the interface it exports;
+//! the runtime binds it to the host implementation of that contract ([`Kind::implementing`]).
 
 use std::fmt;
 
@@ -38,8 +41,9 @@ pub struct KindSpec {
     pub kind: Kind,
     /// The WIT package name (without namespace and version), also the kind's name.
     pub package: &'static str,
-    /// The contract (WIT package) version this host implements.
-    pub contract: Version,
+    /// Every contract (WIT package) version this host implements for the kind, oldest first:
+    /// every version a chain has used stays, so old heights replay on their own contract.
+    pub contracts: &'static [Contract],
     /// The world a component of this kind implements.
     pub world: &'static str,
     /// The interface a component of this kind exports.
@@ -75,10 +79,23 @@ pub struct OutputBounds {
     pub bytes: usize,
     /// Bytes of an error message a call returns; 0 for kinds that return none.
     pub message_bytes: usize,
+    /// Bytes of the state a stateful contract's module hands back to the host to keep between
+    /// calls (gossip-policy@2.0.0); 0 for kinds whose contracts keep none.
+    pub state_bytes: usize,
     /// Linear memory of one call, when below the engine profile's pinned limit: a local kind
     /// that has no use for more is refused cheaply when it tries to build a huge output.
     /// `None` keeps the pinned limit (consensus kinds: the limit is consensus).
     pub memory_bytes: Option<usize>,
+}
+
+/// One contract version of a kind: its version and the WIT package the host's bindings of it
+/// are generated from (also what export signatures are checked against).
+#[derive(Debug, Clone, Copy)]
+pub struct Contract {
+    /// The WIT package version.
+    pub version: Version,
+    /// The package's WIT text.
+    pub wit: &'static str,
 }
 
 /// What `describe()` may return, for every kind: a name, a paragraph and a few parameters.
@@ -100,12 +117,33 @@ const V2: Version = Version {
     patch: 0,
 };
 
+/// deposits 2.0.0 (`wit/deposits`).
+const DEPOSITS_2: Contract = Contract {
+    version: V2,
+    wit: include_str!("../../../wit/deposits/deposits.wit"),
+};
+/// checkpoint 2.0.0 (`wit/checkpoint`).
+const CHECKPOINT_2: Contract = Contract {
+    version: V2,
+    wit: include_str!("../../../wit/checkpoint/checkpoint.wit"),
+};
+/// gossip-policy 1.0.0 (`wit/gossip-policy`): a pure plan function.
+const GOSSIP_POLICY_1: Contract = Contract {
+    version: V1,
+    wit: include_str!("../../../wit/gossip-policy/gossip-policy.wit"),
+};
+/// gossip-policy 2.0.0 (`wit/gossip-policy-2`): state kept by the host, events in.
+const GOSSIP_POLICY_2: Contract = Contract {
+    version: V2,
+    wit: include_str!("../../../wit/gossip-policy-2/gossip-policy.wit"),
+};
+
 /// Every kind the host implements.
 pub const KINDS: [KindSpec; 3] = [
     KindSpec {
         kind: Kind::Deposits,
         package: "deposits",
-        contract: V2,
+        contracts: &[DEPOSITS_2],
         world: "modnode:deposits/deposits",
         export_interface: "processor",
         importable: &["types", "registry", "crypto"],
@@ -119,13 +157,14 @@ pub const KINDS: [KindSpec; 3] = [
             list_items: 1 << 16,
             bytes: 0,
             message_bytes: 4 << 10,
+            state_bytes: 0,
             memory_bytes: None,
         },
     },
     KindSpec {
         kind: Kind::Checkpoint,
         package: "checkpoint",
-        contract: V2,
+        contracts: &[CHECKPOINT_2],
         world: "modnode:checkpoint/checkpoint",
         export_interface: "chunker",
         importable: &["types", "state-reader"],
@@ -138,13 +177,14 @@ pub const KINDS: [KindSpec; 3] = [
             list_items: 1 << 16,
             bytes: 64 << 20,
             message_bytes: 4 << 10,
+            state_bytes: 0,
             memory_bytes: None,
         },
     },
     KindSpec {
         kind: Kind::GossipPolicy,
         package: "gossip-policy",
-        contract: V1,
+        contracts: &[GOSSIP_POLICY_1, GOSSIP_POLICY_2],
         world: "modnode:gossip-policy/gossip-policy",
         export_interface: "policy",
         importable: &["types"],
@@ -157,6 +197,8 @@ pub const KINDS: [KindSpec; 3] = [
             list_items: 4 << 10,
             bytes: 0,
             message_bytes: 0,
+            // Memory of a few thousand peers and recent messages; far below the call's memory.
+            state_bytes: 64 << 10,
             // A plan of 4,096 targets takes 32 KiB; 16 MiB refuses a 3M-target plan at its
             // first large allocation instead of after ~100M fuel.
             memory_bytes: Some(16 << 20),
@@ -192,9 +234,18 @@ impl Kind {
         self.spec().importable
     }
 
-    /// The contract version this host implements.
-    pub fn contract(self) -> Version {
-        self.spec().contract
+    /// Every contract version this host implements for the kind, oldest first.
+    pub fn contracts(self) -> &'static [Contract] {
+        self.spec().contracts
+    }
+
+    /// The host contract a module declaring `declared` runs on: the implemented version of the
+    /// same major that is not older than `declared` (a module may be built against an older
+    /// minor). `None`: the host does not implement that contract.
+    pub fn implementing(self, declared: Version) -> Option<&'static Contract> {
+        self.contracts()
+            .iter()
+            .find(|c| declared.runs_on(c.version))
     }
 
     /// Consensus or local.
@@ -207,14 +258,23 @@ impl Kind {
         &self.spec().bounds
     }
 
-    /// `modnode:<package>/<export>@<version>`, the export that identifies the world.
-    pub fn export_name(self) -> String {
+    /// `modnode:<package>/<export>@<version>`, the export that identifies the world at
+    /// contract `version`.
+    pub fn export_name(self, version: Version) -> String {
         format!(
-            "modnode:{}/{}@{}",
+            "modnode:{}/{}@{version}",
             self.package(),
             self.export_interface(),
-            self.contract()
         )
+    }
+
+    /// The export names of every contract the host implements, comma-separated (for errors).
+    pub fn implemented_exports(self) -> String {
+        self.contracts()
+            .iter()
+            .map(|c| self.export_name(c.version))
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 }
 
@@ -258,6 +318,26 @@ mod tests {
             assert_eq!(kind.package().parse::<Kind>(), Ok(kind));
             assert!(row.world.starts_with(&format!("modnode:{}/", row.package)));
             assert!(row.fuel_budget > 0);
+            // Contracts oldest first, one per major (a module picks its contract by major).
+            assert!(!row.contracts.is_empty());
+            assert!(
+                row.contracts
+                    .windows(2)
+                    .all(|w| w[0].version.major < w[1].version.major)
+            );
+            for c in row.contracts {
+                assert!(
+                    c.wit
+                        .contains(&format!("package modnode:{}@{};", row.package, c.version)),
+                    "{} {}",
+                    row.package,
+                    c.version
+                );
+                assert_eq!(
+                    kind.implementing(c.version).map(|h| h.version),
+                    Some(c.version)
+                );
+            }
             assert!(row.bounds.list_items > 0 && row.bounds.describe_string_bytes > 0);
             // Only a local kind may run below the pinned memory limit.
             assert!(row.bounds.memory_bytes.is_none() || row.scope == Scope::Local);

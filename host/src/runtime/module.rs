@@ -9,7 +9,7 @@ use wasmtime::component::{InstancePre, Linker};
 use wasmtime::{CallHook, Engine, Store, StoreContextMut};
 
 use super::error::{HostFailure, HostFailureKind};
-use super::inspect::Kind;
+use super::inspect::{Kind, Version};
 use super::limits::{Limiter, Limits};
 use super::profile::HostCallFuel;
 use super::{CallError, ComponentInfo, LoadError, ModuleInfo, ModuleMeta};
@@ -136,21 +136,24 @@ fn host_fuel_hook<T: StoreData>(
     Ok(())
 }
 
-/// A WIT world: the one part of a module kind that is not data.
+/// A WIT world: the one part of a module kind that is not data. One world serves every contract
+/// version of its kind ([`Kind::contracts`]): its pre-instance and instance say which
+/// contract's bindings a module was linked with (an enum with one variant per contract), so
+/// slots, shadows and canaries hold versions of different contracts side by side.
 pub trait World: Sized + Send + Sync + 'static {
     /// The kind (its row of [`KINDS`](super::kinds::KINDS)).
     const KIND: Kind;
-    /// Store data of one call.
+    /// Store data of one call, shared by every contract of the kind.
     type Data: StoreData;
-    /// The bindgen-generated pre-instance.
+    /// The bindgen-generated pre-instance of the module's contract.
     type Pre: Clone + Send + Sync + 'static;
-    /// The bindgen-generated instance.
+    /// The bindgen-generated instance of the module's contract.
     type Instance;
 
-    /// The world's host interfaces.
-    fn linker(engine: &Engine) -> wasmtime::Result<Linker<Self::Data>>;
-    /// Typed pre-instance from a linked one.
-    fn pre(pre: InstancePre<Self::Data>) -> wasmtime::Result<Self::Pre>;
+    /// The host interfaces of contract `contract` (one of [`Kind::contracts`]).
+    fn linker(engine: &Engine, contract: Version) -> wasmtime::Result<Linker<Self::Data>>;
+    /// Typed pre-instance, with `contract`'s bindings, from one linked by `contract`'s linker.
+    fn pre(pre: InstancePre<Self::Data>, contract: Version) -> wasmtime::Result<Self::Pre>;
     /// Instantiates in `store`.
     fn instantiate(
         pre: &Self::Pre,
@@ -165,6 +168,52 @@ pub trait World: Sized + Send + Sync + 'static {
     ) -> wasmtime::Result<ModuleInfo>;
     /// Runs the module once on realistic inputs of its kind (warm-up); returns the fuel used.
     fn dry_run(module: &Module<Self>) -> Result<u64, CallError>;
+    /// The state `module` starts with when it takes over a slot from `previous` (that version
+    /// and the state the host kept for it; `None` at the node's start). Contracts that keep
+    /// no state start from nothing, without a call.
+    fn take_over(
+        module: &Module<Self>,
+        previous: Option<(&Module<Self>, Vec<u8>)>,
+    ) -> Result<Vec<u8>, CallError> {
+        let _ = (module, previous);
+        Ok(Vec::new())
+    }
+}
+
+/// What a world's [`World::linker`] or [`World::pre`] answers for a contract version it has no
+/// bindings of (a row of [`KINDS`](super::kinds::KINDS) without its bindgen module: the host's
+/// bug, caught when the runtime starts).
+pub(crate) fn unimplemented_contract(kind: Kind, contract: Version) -> wasmtime::Error {
+    wasmtime::Error::msg(format!(
+        "the host lists modnode:{}@{contract} but has no bindings of it",
+        kind.package()
+    ))
+}
+
+/// The host implementation of every contract of a world's kind: one linker per contract
+/// version, built once per runtime. [`Module::prepare`] picks the one of the module's declared
+/// contract.
+pub(crate) struct ContractLinkers<W: World> {
+    linkers: Vec<(Version, Linker<W::Data>)>,
+}
+
+impl<W: World> ContractLinkers<W> {
+    /// A linker for each contract of `W`'s kind.
+    pub(crate) fn new(engine: &Engine) -> wasmtime::Result<Self> {
+        let linkers = W::KIND
+            .contracts()
+            .iter()
+            .map(|c| Ok((c.version, W::linker(engine, c.version)?)))
+            .collect::<wasmtime::Result<_>>()?;
+        Ok(Self { linkers })
+    }
+
+    fn get(&self, contract: Version) -> Option<&Linker<W::Data>> {
+        self.linkers
+            .iter()
+            .find(|(v, _)| *v == contract)
+            .map(|(_, l)| l)
+    }
 }
 
 /// What every call needs from the runtime; cheap to clone into a guest thread.
@@ -209,6 +258,8 @@ pub struct WarmupReport {
 /// A loaded, compiled and linked module of world `W`, described by itself. Cloning is cheap.
 pub struct Module<W: World> {
     meta: ModuleMeta,
+    /// The host contract the module is linked with.
+    contract: Version,
     pre: W::Pre,
     settings: CallSettings,
 }
@@ -217,6 +268,7 @@ impl<W: World> Clone for Module<W> {
     fn clone(&self) -> Self {
         Self {
             meta: self.meta.clone(),
+            contract: self.contract,
             pre: self.pre.clone(),
             settings: self.settings.clone(),
         }
@@ -224,10 +276,11 @@ impl<W: World> Clone for Module<W> {
 }
 
 impl<W: World> Module<W> {
-    /// Prepares a compiled component: links it, instantiates it once and reads its `describe`.
+    /// Prepares a compiled component: links it with the host implementation of the contract it
+    /// declares, instantiates it once and reads its `describe`.
     pub(crate) fn prepare(
         settings: CallSettings,
-        linker: &Linker<W::Data>,
+        linkers: &ContractLinkers<W>,
         component: &wasmtime::component::Component,
         info: ComponentInfo,
     ) -> Result<Self, LoadError> {
@@ -236,15 +289,33 @@ impl<W: World> Module<W> {
             module: name.clone(),
             message: format!("{e:?}"),
         };
+        // Validation refused every module whose contract the host does not implement.
+        let contract = info
+            .host_contract()
+            .map(|c| c.version)
+            .filter(|v| linkers.get(*v).is_some())
+            .ok_or_else(|| LoadError::Link {
+                module: name.clone(),
+                message: format!(
+                    "the module declares {}; this node implements {}",
+                    info.contract_name(),
+                    W::KIND.implemented_exports()
+                ),
+            })?;
+        let linker = linkers.get(contract).ok_or_else(|| LoadError::Link {
+            module: name.clone(),
+            message: format!("no host implementation of {}", info.contract_name()),
+        })?;
         // Before linking: a wrong signature otherwise surfaces at the first instantiation as
         // a conversion failure naming no function.
-        super::signatures::check_exports(W::KIND, &settings.engine, component).map_err(
+        super::signatures::check_exports(W::KIND, contract, &settings.engine, component).map_err(
             |source| LoadError::Signature {
                 module: name.clone(),
                 source: Box::new(source),
             },
         )?;
-        let pre = W::pre(linker.instantiate_pre(component).map_err(link)?).map_err(link)?;
+        let pre =
+            W::pre(linker.instantiate_pre(component).map_err(link)?, contract).map_err(link)?;
         let described = run::<W, _>(&settings, &pre, &name, W::idle_data, W::describe);
         let module_info = described
             .result
@@ -265,9 +336,16 @@ impl<W: World> Module<W> {
                 component: info,
                 info: module_info,
             },
+            contract,
             pre,
             settings,
         })
+    }
+
+    /// The host contract the module runs on (the version of its kind's contract whose bindings
+    /// and host implementation it is linked with).
+    pub fn contract(&self) -> Version {
+        self.contract
     }
 
     /// The module's identity.

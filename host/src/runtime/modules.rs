@@ -22,12 +22,13 @@ use std::time::{Duration, Instant};
 use super::checkpoint::{Checkpoint, CheckpointModule};
 use super::deposits::{DepositCall, Deposits, DepositsModule};
 use super::gossip_policy::{
-    GossipPolicy, GossipPolicyModule, MessageMeta, PeerStats, SendPlan, from_wit_plan, to_wit_meta,
-    to_wit_peers,
+    GossipPolicy, GossipPolicyModule, MessageMeta, PeerStats, PolicyEvent, SendPlan, from_wit_plan,
+    to_wit_meta, to_wit_peers,
 };
 use super::module::{Module, World};
 use super::slot::{
-    Invocation, Mode, Ready, Scheduled, ShadowWorker, Slot, SlotConfig, SlotStatus, SwapError,
+    Invocation, KeptState, Mode, Ready, Scheduled, ShadowWorker, Slot, SlotConfig, SlotStatus,
+    SwapError,
 };
 use super::{CallError, Kind, LoadError, LoadedModule, Runtime, Scope, WarmupReport};
 
@@ -108,6 +109,8 @@ pub struct Prepared {
     pub name: String,
     /// The module's own version number.
     pub version: u32,
+    /// The contract it declares (`modnode:<kind>@<version>`).
+    pub contract: String,
     /// sha256 of the component.
     #[serde(with = "hex_bytes")]
     pub hash: [u8; 32],
@@ -138,6 +141,7 @@ impl AnyReady {
                 kind: W::KIND,
                 name: meta.name(),
                 version: meta.info.version,
+                contract: meta.component.contract_name(),
                 hash: meta.component.sha256,
                 warmup: r.warmup,
                 new,
@@ -546,6 +550,12 @@ impl Modules {
         &self.gossip_policy
     }
 
+    /// Tells the gossip policies in service (active, shadow, canary) about `event`: what
+    /// stateful (`@2.0.0`) policies learn from between plans.
+    pub fn gossip_policy_event(&self, event: PolicyEvent) {
+        tell_policies(&self.gossip_policy, event);
+    }
+
     /// The gossip engine's policy: every plan goes through the gossip-policy slot.
     pub fn gossip_policy(&self) -> SlotPolicy {
         SlotPolicy {
@@ -569,6 +579,33 @@ impl Invocation<GossipPolicy> for PlanCall {
     fn invoke(&self, module: &GossipPolicyModule) -> Result<SendPlan, CallError> {
         module.plan(self.msg, self.peers.clone())
     }
+
+    /// A stateful policy plans on the state kept for it and leaves its new state; a failed
+    /// call (a fault, an oversized state) leaves the kept state as it was.
+    fn invoke_kept(
+        &self,
+        module: &GossipPolicyModule,
+        state: &KeptState,
+    ) -> Result<SendPlan, CallError> {
+        let mut kept = state.lock();
+        let planned = module.plan_with_state(self.msg, self.peers.clone(), kept.clone())?;
+        if let Some(next) = planned.state {
+            *kept = next;
+        }
+        Ok(planned.plan)
+    }
+}
+
+/// Tells every gossip policy in `slot` (active, shadow or canary) about `event`, each on its
+/// own kept state; a policy whose contract keeps no state hears nothing.
+fn tell_policies(slot: &Slot<GossipPolicy>, event: PolicyEvent) {
+    slot.notify(|module, state| {
+        let mut kept = state.lock();
+        if let Some(next) = module.on_event(event, kept.clone())? {
+            *kept = next;
+        }
+        Ok(())
+    });
 }
 
 /// The gossip engine's policy backed by the gossip-policy slot. A failed call (after the slot's
@@ -578,6 +615,13 @@ impl Invocation<GossipPolicy> for PlanCall {
 pub struct SlotPolicy {
     slot: Arc<Slot<GossipPolicy>>,
     recent: Arc<RecentInputs<PlanCall>>,
+}
+
+impl SlotPolicy {
+    /// Tells the policies in the slot about `event` (see [`Modules::gossip_policy_event`]).
+    pub fn on_event(&self, event: PolicyEvent) {
+        tell_policies(&self.slot, event);
+    }
 }
 
 impl modnode_gossip::policy::Policy for SlotPolicy {

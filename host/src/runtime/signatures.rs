@@ -8,34 +8,32 @@
 //! trap) is compiled once per kind, and each of its exported functions is compared with the
 //! candidate's of the same name, structurally (wasmtime's component types compare by shape).
 
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 
 use wasmtime::Engine;
 use wasmtime::component::Component;
 use wasmtime::component::types::{ComponentFunc, ComponentItem, Type};
 use wit_parser::{Resolve, TypeDefKind, WorldId};
 
-use super::Kind;
+use super::{Kind, Version};
 
 /// The shared `modnode:types` package every world uses.
 const TYPES_WIT: &str = include_str!("../../../wit/types/types.wit");
 
-/// The kind's WIT package and its world's name.
-fn wit_of(kind: Kind) -> (&'static str, &'static str) {
-    match kind {
-        Kind::Deposits => (
-            include_str!("../../../wit/deposits/deposits.wit"),
-            "deposits",
-        ),
-        Kind::Checkpoint => (
-            include_str!("../../../wit/checkpoint/checkpoint.wit"),
-            "checkpoint",
-        ),
-        Kind::GossipPolicy => (
-            include_str!("../../../wit/gossip-policy/gossip-policy.wit"),
-            "gossip-policy",
-        ),
-    }
+/// The WIT package of `kind`'s contract `contract` and its world's name.
+fn wit_of(kind: Kind, contract: Version) -> Result<(&'static str, &'static str), String> {
+    let wit = kind
+        .contracts()
+        .iter()
+        .find(|c| c.version == contract)
+        .map(|c| c.wit)
+        .ok_or_else(|| format!("this host does not implement {kind}@{contract}"))?;
+    let world = kind
+        .spec()
+        .world
+        .rsplit_once('/')
+        .map_or(kind.package(), |(_, w)| w);
+    Ok((wit, world))
 }
 
 /// Why a component's exports do not match its world.
@@ -43,12 +41,14 @@ fn wit_of(kind: Kind) -> (&'static str, &'static str) {
 pub enum SignatureError {
     /// The exported interface lacks a function of the world.
     #[error(
-        "export `{interface}` has no function `{function}`; the {kind} world expects \
-         `{function}: {expected}`"
+        "export `{interface}` has no function `{function}`; the {kind}@{contract} world \
+         expects `{function}: {expected}`"
     )]
     Missing {
         /// The module's kind.
         kind: Kind,
+        /// The contract the module declares (the world checked against).
+        contract: Version,
         /// The exported interface.
         interface: String,
         /// The function.
@@ -58,12 +58,14 @@ pub enum SignatureError {
     },
     /// A function of the world has another type in the component.
     #[error(
-        "function `{function}` of export `{interface}` has the wrong type: the {kind} world \
-         expects `{function}: {expected}`, the module exports `{found}`"
+        "function `{function}` of export `{interface}` has the wrong type: the \
+         {kind}@{contract} world expects `{function}: {expected}`, the module exports `{found}`"
     )]
     WrongType {
         /// The module's kind.
         kind: Kind,
+        /// The contract the module declares (the world checked against).
+        contract: Version,
         /// The exported interface.
         interface: String,
         /// The function.
@@ -106,22 +108,33 @@ struct Reference {
     functions: Vec<Expected>,
 }
 
-fn reference(kind: Kind, engine: &Engine) -> Result<&'static Reference, SignatureError> {
-    static REFERENCES: [OnceLock<Result<Reference, SignatureError>>; 3] =
-        [OnceLock::new(), OnceLock::new(), OnceLock::new()];
-    let slot = match kind {
-        Kind::Deposits => &REFERENCES[0],
-        Kind::Checkpoint => &REFERENCES[1],
-        Kind::GossipPolicy => &REFERENCES[2],
-    };
-    slot.get_or_init(|| build_reference(kind, engine))
-        .as_ref()
-        .map_err(Clone::clone)
+/// Every (kind, contract) reference built so far; built once each, kept for the process.
+type References = Mutex<Vec<((Kind, Version), &'static Reference)>>;
+
+fn reference(
+    kind: Kind,
+    contract: Version,
+    engine: &Engine,
+) -> Result<&'static Reference, SignatureError> {
+    static REFERENCES: OnceLock<References> = OnceLock::new();
+    let references = REFERENCES.get_or_init(|| Mutex::new(Vec::new()));
+    let mut built = references.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some((_, r)) = built.iter().find(|(key, _)| *key == (kind, contract)) {
+        return Ok(r);
+    }
+    // One per contract the host implements: a bounded, intentional leak.
+    let r: &'static Reference = Box::leak(Box::new(build_reference(kind, contract, engine)?));
+    built.push(((kind, contract), r));
+    Ok(r)
 }
 
-fn build_reference(kind: Kind, engine: &Engine) -> Result<Reference, SignatureError> {
+fn build_reference(
+    kind: Kind,
+    contract: Version,
+    engine: &Engine,
+) -> Result<Reference, SignatureError> {
     let failed = |message: String| SignatureError::Reference { kind, message };
-    let (resolve, world) = world_of(kind).map_err(failed)?;
+    let (resolve, world) = world_of(kind, contract).map_err(failed)?;
     let component = dummy_component(&resolve, world).map_err(failed)?;
     let component = Component::new(engine, &component).map_err(|e| failed(format!("{e:#}")))?;
     // The world exports one interface (static validation found the kind by it).
@@ -166,9 +179,10 @@ fn build_reference(kind: Kind, engine: &Engine) -> Result<Reference, SignatureEr
     })
 }
 
-/// The kind's world, parsed from the WIT the host's bindings are generated from.
-fn world_of(kind: Kind) -> Result<(Resolve, WorldId), String> {
-    let (wit, world_name) = wit_of(kind);
+/// The world of `kind`'s contract `contract`, parsed from the WIT the host's bindings are
+/// generated from.
+fn world_of(kind: Kind, contract: Version) -> Result<(Resolve, WorldId), String> {
+    let (wit, world_name) = wit_of(kind, contract)?;
     let mut resolve = Resolve::new();
     resolve
         .push_str("types.wit", TYPES_WIT)
@@ -205,14 +219,15 @@ fn unversioned(name: &str) -> &str {
     name.split_once('@').map_or(name, |(path, _)| path)
 }
 
-/// Checks that `component`, statically validated as a module of `kind`, exports every
-/// function of the kind's world with the world's type.
+/// Checks that `component`, statically validated as a module of `kind` for (host) contract
+/// `contract`, exports every function of that contract's world with the world's type.
 pub fn check_exports(
     kind: Kind,
+    contract: Version,
     engine: &Engine,
     component: &Component,
 ) -> Result<(), SignatureError> {
-    let reference = reference(kind, engine)?;
+    let reference = reference(kind, contract, engine)?;
     let ty = component.component_type();
     let Some((interface, item)) = ty
         .exports(engine)
@@ -236,6 +251,7 @@ pub fn check_exports(
             Some(other) => {
                 return Err(SignatureError::WrongType {
                     kind,
+                    contract,
                     interface: interface.to_string(),
                     function: expected.name.clone(),
                     expected: expected.wit.clone(),
@@ -245,6 +261,7 @@ pub fn check_exports(
             None => {
                 return Err(SignatureError::Missing {
                     kind,
+                    contract,
                     interface: interface.to_string(),
                     function: expected.name.clone(),
                     expected: expected.wit.clone(),
@@ -260,6 +277,7 @@ pub fn check_exports(
         if !same {
             return Err(SignatureError::WrongType {
                 kind,
+                contract,
                 interface: interface.to_string(),
                 function: expected.name.clone(),
                 expected: expected.wit.clone(),
@@ -415,12 +433,21 @@ mod tests {
     /// changed its exported interface's functions.
     fn edited(
         kind: Kind,
+        contract: Version,
         edit: impl FnOnce(&mut wit_parser::Interface) -> String,
     ) -> (Vec<u8>, String) {
-        let (mut resolve, world) = world_of(kind).unwrap();
+        let (mut resolve, world) = world_of(kind, contract).unwrap();
         let id = exported(&resolve, world);
         let function = edit(&mut resolve.interfaces[id]);
         (dummy_component(&resolve, world).unwrap(), function)
+    }
+
+    /// Every contract of every kind.
+    fn every_contract() -> Vec<(Kind, Version)> {
+        Kind::ALL
+            .into_iter()
+            .flat_map(|k| k.contracts().iter().map(move |c| (k, c.version)))
+            .collect()
     }
 
     /// Removes the interface's last function; returns its name.
@@ -443,20 +470,27 @@ mod tests {
         for (name, bytes) in crate::artifacts::EMBEDDED {
             let info = crate::runtime::inspect::validate(bytes).unwrap();
             let component = Component::new(engine(), bytes).unwrap();
-            check_exports(info.kind, engine(), &component)
+            let contract = info.host_contract().unwrap().version;
+            check_exports(info.kind, contract, engine(), &component)
                 .unwrap_or_else(|e| panic!("{name}: {e}"));
         }
     }
 
     #[test]
     fn a_missing_function_is_named_with_its_expected_type_for_every_kind() {
-        for kind in Kind::ALL {
-            let (bytes, function) = edited(kind, remove_last);
+        for (kind, contract) in every_contract() {
+            let (bytes, function) = edited(kind, contract, remove_last);
             let component = Component::new(engine(), &bytes).unwrap();
-            let err = check_exports(kind, engine(), &component).unwrap_err();
+            let err = check_exports(kind, contract, engine(), &component).unwrap_err();
             assert!(
                 matches!(&err, SignatureError::Missing { function: f, .. } if *f == function),
                 "{kind}: {err}"
+            );
+            // The world of the module's own contract is named.
+            assert!(
+                err.to_string()
+                    .contains(&format!("the {kind}@{contract} world")),
+                "{err}"
             );
             assert!(
                 err.to_string().contains(&format!("`{function}: func(")),
@@ -467,10 +501,10 @@ mod tests {
 
     #[test]
     fn a_wrong_signature_is_named_with_its_expected_type_for_every_kind() {
-        for kind in Kind::ALL {
-            let (bytes, function) = edited(kind, retype_last);
+        for (kind, contract) in every_contract() {
+            let (bytes, function) = edited(kind, contract, retype_last);
             let component = Component::new(engine(), &bytes).unwrap();
-            let err = check_exports(kind, engine(), &component).unwrap_err();
+            let err = check_exports(kind, contract, engine(), &component).unwrap_err();
             assert!(
                 matches!(&err, SignatureError::WrongType { function: f, .. } if *f == function),
                 "{kind}: {err}"
@@ -486,11 +520,15 @@ mod tests {
     fn loading_a_wrong_plan_names_the_function_not_a_trap() {
         // `plan` with one parameter fewer: before the check, the first instantiation failed
         // with "failed to convert function to given type", naming no function.
-        let (bytes, function) = edited(Kind::GossipPolicy, |interface| {
-            let plan = interface.functions.get_mut("plan").unwrap();
-            plan.params.pop().unwrap();
-            "plan".into()
-        });
+        let (bytes, function) = edited(
+            Kind::GossipPolicy,
+            Kind::GossipPolicy.contracts()[0].version,
+            |interface| {
+                let plan = interface.functions.get_mut("plan").unwrap();
+                plan.params.pop().unwrap();
+                "plan".into()
+            },
+        );
         let runtime =
             crate::runtime::Runtime::new(crate::runtime::RuntimeConfig::default()).unwrap();
         let err = match runtime.load(&bytes) {

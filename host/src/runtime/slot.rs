@@ -11,6 +11,12 @@
 //! on, whatever swaps happen meanwhile; writers build a new state and swap it in (serialised by
 //! a mutex so two operators cannot lose each other's change; readers never take it).
 //!
+//! Each version in a slot has the state the host keeps for it ([`KeptState`]; empty unless its
+//! contract keeps state, as gossip-policy@2.0.0 does). A version entering the slot — live,
+//! shadow, canary or by a rollback — gets state of its own, a clean hand-over: it starts from
+//! what its [`World::take_over`] makes of the version it replaces (empty, or that version's
+//! state if it can read it), never from state it left behind earlier.
+//!
 //! A circuit breaker guards local kinds: a candidate (or a freshly activated version, while its
 //! predecessor is still kept) that traps or runs out of fuel `breaker_threshold` times is rolled
 //! back by itself, logged and recorded in [`SlotStatus::breaker_trips`]. A canary call that
@@ -72,12 +78,37 @@ impl Default for SlotConfig {
     }
 }
 
+/// The state the host keeps for one version in a slot between calls (a stateful contract's
+/// bytes; empty otherwise). A call holds the lock while it runs, so calls on one version see
+/// each other's states in order and none is lost.
+#[derive(Debug, Default)]
+pub struct KeptState(Mutex<Vec<u8>>);
+
+impl KeptState {
+    /// State holding `bytes`.
+    pub fn new(bytes: Vec<u8>) -> Self {
+        Self(Mutex::new(bytes))
+    }
+
+    /// Locks the state for one call (a poisoned lock still holds a whole state).
+    pub fn lock(&self) -> std::sync::MutexGuard<'_, Vec<u8>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A copy of the bytes.
+    pub fn bytes(&self) -> Vec<u8> {
+        self.lock().clone()
+    }
+}
+
 /// A loaded version that passed warm-up.
 pub struct Ready<W: World> {
     /// The module.
     pub module: Arc<Module<W>>,
     /// What warm-up measured.
     pub warmup: WarmupReport,
+    /// The state kept for this version while it is in a slot.
+    state: Arc<KeptState>,
 }
 
 impl<W: World> Clone for Ready<W> {
@@ -85,11 +116,42 @@ impl<W: World> Clone for Ready<W> {
         Self {
             module: self.module.clone(),
             warmup: self.warmup,
+            state: self.state.clone(),
         }
     }
 }
 
 impl<W: World> Ready<W> {
+    /// `module`, with what its warm-up measured (or did not: see `WarmupReport::failed`).
+    pub fn new(module: Module<W>, warmup: WarmupReport) -> Self {
+        Self {
+            module: Arc::new(module),
+            warmup,
+            state: Arc::new(KeptState::default()),
+        }
+    }
+
+    /// The state kept for this version.
+    pub fn state(&self) -> &KeptState {
+        &self.state
+    }
+
+    /// This version entering a slot in place of `previous`, with state of its own: what
+    /// [`World::take_over`] makes of `previous` and its state. A take-over that fails starts
+    /// from empty state (logged): the hand-over never blocks a swap.
+    fn taking_over(&self, previous: Option<&Ready<W>>) -> Self {
+        let from = previous.map(|p| (&*p.module, p.state.bytes()));
+        let state = W::take_over(&self.module, from).unwrap_or_else(|e| {
+            tracing::warn!(kind = %W::KIND, module = %self.module.meta().name(), error = %e, "take-over failed; the version starts from empty state");
+            Vec::new()
+        });
+        Self {
+            module: self.module.clone(),
+            warmup: self.warmup,
+            state: Arc::new(KeptState::new(state)),
+        }
+    }
+
     /// Warms `module` (instantiate + dry run on realistic inputs); only a warmed module can
     /// enter a slot.
     pub fn warm(module: Module<W>) -> Result<Self, CallError> {
@@ -102,10 +164,7 @@ impl<W: World> Ready<W> {
         real: impl FnOnce(&Module<W>) -> Result<(u64, u32), CallError>,
     ) -> Result<Self, CallError> {
         let warmup = module.warm_with(real)?;
-        Ok(Self {
-            module: Arc::new(module),
-            warmup,
-        })
+        Ok(Self::new(module, warmup))
     }
 
     fn status(&self) -> VersionStatus {
@@ -114,6 +173,8 @@ impl<W: World> Ready<W> {
             name: meta.name(),
             hash: hex::encode(meta.component.sha256),
             version: meta.info.version,
+            contract: meta.component.contract_name(),
+            state_bytes: self.state.lock().len(),
             warmup: self.warmup,
         }
     }
@@ -190,6 +251,16 @@ pub trait Invocation<W: World>: Clone + fmt::Debug + Send + 'static {
     type Output: Clone + PartialEq + fmt::Debug + Send + 'static;
     /// Runs the call on `module`.
     fn invoke(&self, module: &Module<W>) -> Result<Self::Output, CallError>;
+    /// Runs the call on `module` with the state the slot keeps for it (what slots call). Calls
+    /// of contracts that keep no state ignore it.
+    fn invoke_kept(
+        &self,
+        module: &Module<W>,
+        state: &KeptState,
+    ) -> Result<Self::Output, CallError> {
+        let _ = state;
+        self.invoke(module)
+    }
 }
 
 /// Which version served a call.
@@ -212,6 +283,11 @@ pub struct VersionStatus {
     pub hash: String,
     /// The module's own version number.
     pub version: u32,
+    /// The contract it declares (`modnode:<kind>@<version>`); the host runs it on its
+    /// implementation of that contract.
+    pub contract: String,
+    /// Bytes of the state the host keeps for it (0 for contracts that keep none).
+    pub state_bytes: usize,
     /// What its warm-up measured.
     pub warmup: WarmupReport,
 }
@@ -430,7 +506,7 @@ impl<W: World> Slot<W> {
     pub fn new(active: Ready<W>, config: SlotConfig, shadow: ShadowWorker) -> Self {
         Self {
             state: ArcSwap::from_pointee(SlotState {
-                active,
+                active: active.taking_over(None),
                 probation: None,
                 previous: None,
                 candidate: None,
@@ -467,17 +543,17 @@ impl<W: World> Slot<W> {
             && canary_selected(seq, percent)
         {
             c.trial.calls.fetch_add(1, Ordering::Relaxed);
-            match input.invoke(&c.ready.module) {
+            match input.invoke_kept(&c.ready.module, &c.ready.state) {
                 Ok(out) => return Ok((out, Served::Canary)),
                 Err(e) => self.candidate_failed(c, &e),
             }
         }
-        let result = input.invoke(&state.active.module);
+        let result = input.invoke_kept(&state.active.module, &state.active.state);
         let result = match (result, &state.probation, &state.previous) {
             (Err(e), Some(trial), Some(previous)) if e.blames_module() => {
                 self.probation_failed(&state, trial, &e);
                 input
-                    .invoke(&previous.module)
+                    .invoke_kept(&previous.module, &previous.state)
                     .map(|out| (out, Served::Previous))
             }
             (result, _, _) => result.map(|out| (out, Served::Active)),
@@ -495,14 +571,14 @@ impl<W: World> Slot<W> {
 
     fn submit_shadow<I: Invocation<W>>(&self, c: &Candidate<W>, input: I, active_out: I::Output) {
         let trial = c.trial.clone();
-        let candidate = c.ready.module.clone();
+        let candidate = c.ready.clone();
         let remembered = self.config.remembered;
         let threshold = u64::from(self.config.breaker_threshold);
         // The worker cannot borrow the slot, so it only counts faults; the next call on the
         // slot trips the breaker (below).
         let job_trial = trial.clone();
         let submitted = self.shadow.try_submit(Box::new(move || {
-            let shadow_out = input.invoke(&candidate);
+            let shadow_out = input.invoke_kept(&candidate.module, &candidate.state);
             job_trial.compared.fetch_add(1, Ordering::Relaxed);
             let diverged = match &shadow_out {
                 Ok(out) => *out != active_out,
@@ -530,7 +606,7 @@ impl<W: World> Slot<W> {
                 };
                 tracing::warn!(
                     kind = %W::KIND,
-                    shadow = %candidate.meta().name(),
+                    shadow = %candidate.module.meta().name(),
                     input = %d.input,
                     active = %d.active,
                     output = %d.shadow,
@@ -664,6 +740,29 @@ impl<W: World> Slot<W> {
         Ok(())
     }
 
+    /// Tells the versions serving or tried in this slot — the active one and any shadow or
+    /// canary candidate — something that happened, each with its own kept state (`tell`
+    /// runs one of them; stateless contracts ignore it). A fault counts like a fault of a call:
+    /// against the candidate's breaker, or against an active version on probation.
+    pub fn notify(&self, tell: impl Fn(&Module<W>, &KeptState) -> Result<(), CallError>) {
+        let state = self.state.load_full();
+        if let Err(e) = tell(&state.active.module, &state.active.state) {
+            match &state.probation {
+                Some(trial) if e.blames_module() && state.previous.is_some() => {
+                    self.probation_failed(&state, trial, &e)
+                }
+                _ => {
+                    tracing::warn!(kind = %W::KIND, module = %state.active.module.meta().name(), error = %e, "module failed on an event; its state is unchanged")
+                }
+            }
+        }
+        if let Some(c) = &state.candidate
+            && let Err(e) = tell(&c.ready.module, &c.ready.state)
+        {
+            self.candidate_failed(c, &e);
+        }
+    }
+
     /// Puts a warmed version into service as `mode`. `Live` keeps the old active version as
     /// `previous` (on probation under the breaker until the next change) and drops a candidate
     /// of the same hash; `Shadow` and `Canary` replace any candidate.
@@ -691,12 +790,12 @@ impl<W: World> Slot<W> {
                         next.candidate = None;
                     }
                     next.previous = Some(s.active.clone());
-                    next.active = ready.clone();
+                    next.active = ready.taking_over(Some(&s.active));
                     next.probation = Some(Arc::new(Trial::default()));
                 }
                 Mode::Shadow | Mode::Canary(_) => {
                     next.candidate = Some(Candidate {
-                        ready: ready.clone(),
+                        ready: ready.taking_over(Some(&s.active)),
                         mode,
                         trial: Arc::new(Trial::default()),
                     });
@@ -716,7 +815,7 @@ impl<W: World> Slot<W> {
                 return Err(SwapError::NoPrevious { kind: W::KIND });
             };
             Ok(SlotState {
-                active: previous,
+                active: previous.taking_over(Some(&s.active)),
                 probation: None,
                 previous: Some(s.active.clone()),
                 candidate: None,

@@ -225,6 +225,112 @@ mod loopback {
     }
 }
 
+mod policy_events {
+    //! What the driver tells a stateful policy, over real QUIC on 127.0.0.1.
+
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use modnode::net::codec;
+    use modnode::net::endpoint::{self, TransportLimits};
+    use modnode::net::gossip::{self, GOSSIP_MESSAGE, GossipConfig};
+    use modnode::net::identity::NodeIdentity;
+    use modnode::runtime::gossip_policy::{self as wit, PolicyEvent};
+    use modnode_gossip::policy::MessageKind;
+    use modnode_gossip::policy_v2::PolicyV2;
+    use modnode_gossip::{Frame, MessageId};
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_driver_reports_a_peer_joining_its_duplicate_push_and_the_clock() {
+        let limits = TransportLimits::default();
+        let node = NodeIdentity::generate().unwrap();
+        let node_ep =
+            endpoint::make_endpoint("127.0.0.1:0".parse().unwrap(), &node, &limits).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (handle, _events) = gossip::spawn_with_policy_events(
+            GossipConfig::default(),
+            PolicyV2::default(),
+            Some(Box::new(move |e| {
+                let _ = tx.send(e);
+            })),
+        );
+        let peer = NodeIdentity::generate().unwrap();
+        let peer_ep =
+            endpoint::make_endpoint("127.0.0.1:0".parse().unwrap(), &peer, &limits).unwrap();
+        let accept = tokio::spawn({
+            let node_ep = node_ep.clone();
+            let limits = limits.clone();
+            async move {
+                endpoint::accept(node_ep.accept().await.unwrap(), &limits, 0)
+                    .await
+                    .unwrap()
+            }
+        });
+        let (conn, _) = endpoint::connect(
+            &peer_ep,
+            node_ep.local_addr().unwrap(),
+            Some(node.node_id()),
+            &limits,
+        )
+        .await
+        .unwrap();
+        let (server_side, peer_id) = accept.await.unwrap();
+        handle.add_peer(peer_id, server_side).unwrap();
+
+        // The peer pushes one message twice: the second copy is a duplicate.
+        let payload = vec![5u8; 300];
+        let id = MessageId::of(&payload);
+        let frame = Frame::Push {
+            id,
+            kind: MessageKind::Deposit,
+            hops: 0,
+            payload: Arc::from(&payload[..]),
+        }
+        .encode()
+        .unwrap();
+        for _ in 0..2 {
+            let mut stream = conn.open_uni().await.unwrap();
+            codec::write_frame(
+                &mut stream,
+                GOSSIP_MESSAGE,
+                &frame,
+                codec::MAX_MESSAGE_BYTES,
+            )
+            .await
+            .unwrap();
+            stream.finish().unwrap();
+        }
+
+        let head = u64::from_le_bytes(id.as_bytes()[..8].try_into().unwrap());
+        let expected_duplicate = PolicyEvent::Duplicate {
+            peer: 0,
+            message: head,
+            kind: wit::MessageKind::Deposit,
+        };
+        let (mut joined, mut duplicates, mut ticked) = (false, 0, false);
+        // A liveness bound, not a speed target.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !(joined && duplicates == 1 && ticked) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let event = rx.recv_timeout(left).unwrap_or_else(|_| {
+                panic!("joined {joined}, duplicates {duplicates}, ticked {ticked}")
+            });
+            match event {
+                PolicyEvent::PeerJoined(0) => joined = true,
+                PolicyEvent::Tick(_) => ticked = true,
+                e if e == expected_duplicate => duplicates += 1,
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        // Only the second copy was a duplicate.
+        assert!(
+            rx.try_iter().all(|e| e != expected_duplicate),
+            "more than one duplicate reported"
+        );
+        drop(handle);
+    }
+}
+
 mod handshake {
     //! The hello exchange over real connections.
 

@@ -10,24 +10,24 @@ fn component(wat: &str) -> Vec<u8> {
 
 #[test]
 fn real_modules_are_recognised() {
-    for (name, kind) in [
-        ("deposits-v1", Kind::Deposits),
-        ("deposits-v2", Kind::Deposits),
-        ("checkpoint-v1", Kind::Checkpoint),
-        ("checkpoint-v2", Kind::Checkpoint),
-        ("gossip-policy-v1", Kind::GossipPolicy),
+    for (name, kind, expected) in [
+        ("deposits-v1", Kind::Deposits, "2.0.0"),
+        ("deposits-v2", Kind::Deposits, "2.0.0"),
+        ("checkpoint-v1", Kind::Checkpoint, "2.0.0"),
+        ("checkpoint-v2", Kind::Checkpoint, "2.0.0"),
+        ("gossip-policy-v1", Kind::GossipPolicy, "1.0.0"),
+        ("gossip-policy-v2-stateful", Kind::GossipPolicy, "2.0.0"),
     ] {
         let info = validate(&artifact(name)).unwrap();
         assert_eq!(info.kind, kind, "{name}");
-        assert_eq!(info.contract, kind.contract(), "{name}");
-        let expected = if kind == Kind::GossipPolicy {
-            "1.0.0"
-        } else {
-            "2.0.0"
-        };
+        assert_eq!(
+            info.host_contract().map(|c| c.version),
+            Some(info.contract),
+            "{name}"
+        );
         assert_eq!(info.contract.to_string(), expected, "{name}");
         assert!(
-            info.exports.contains(&kind.export_name()),
+            info.exports.contains(&kind.export_name(info.contract)),
             "{name}: {:?}",
             info.exports
         );

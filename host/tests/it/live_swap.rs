@@ -341,6 +341,17 @@ async fn module_commands_upload_activate_roll_back_and_show_the_circuit_breaker(
     );
     assert!(!out.contains("  canary:"), "the canary is gone: {out}");
     assert!(out.contains("from admin upload from 127.0.0.1"), "{out}");
+    // Each version shows the contract it runs on: both gossip-policy contracts side by side.
+    assert!(
+        out.contains(" on modnode:gossip-policy@1.0.0 (warm-up"),
+        "the active policy's contract: {out}"
+    );
+    assert!(
+        out.contains("gossip-policy-v2@")
+            && out.contains(" on modnode:gossip-policy@2.0.0 sha256 "),
+        "the built-in stateful policy is ready on @2.0.0: {out}"
+    );
+    assert!(out.contains(" on modnode:deposits@2.0.0"), "{out}");
 
     // Live and back again through the CLI; the deposits kind is refused with the way to go.
     let v1 = hash_of("gossip-policy-v1");

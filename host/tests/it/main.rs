@@ -9,6 +9,7 @@ mod checkpoint_store;
 mod checkpoint_switch;
 mod checkpoint_sync;
 mod cli;
+mod contracts;
 mod crash;
 mod deposit_budget;
 mod deposits_e2e;

@@ -97,6 +97,25 @@ fn every_consecutive_version_pair_passes() {
 }
 
 #[test]
+fn a_policy_of_the_stateful_contract_is_checked_against_one_of_the_stateless_one() {
+    // @1.0.0 -> @2.0.0 and back: plans are compared in the host's types, each version on its
+    // own contract (the stateful one from empty state, as on a fresh slot).
+    for (from, to) in [
+        ("gossip-policy-v2", "gossip-policy-v2-stateful"),
+        ("gossip-policy-v2-stateful", "gossip-policy-v1"),
+    ] {
+        let (_, report) = check(Kind::GossipPolicy, from, to, 32, 11);
+        assert_eq!(
+            report.verdict,
+            Verdict::Pass,
+            "{from} -> {to}: {:?}",
+            report.counterexample
+        );
+        assert!(report.cases >= 32, "{from} -> {to}: {report:?}");
+    }
+}
+
+#[test]
 fn the_registry_scan_fixture_is_rejected_for_fuel() {
     let (_, report) = check(
         Kind::Deposits,

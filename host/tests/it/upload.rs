@@ -249,6 +249,17 @@ async fn each_bad_module_class_is_refused_with_its_own_reason_and_nothing_stored
         "incompatible-contract",
         "modnode:deposits/processor@3.0.0",
     );
+    // A contract of a kind the host implements several of: the refusal names the module's and
+    // every one the host implements.
+    let unknown_policy_contract = component(
+        r#"(component (instance $i) (export "modnode:gossip-policy/policy@3.0.0" (instance $i)))"#,
+    );
+    assert_refused(
+        node.upload(unknown_policy_contract).await,
+        "incompatible-contract",
+        "built for modnode:gossip-policy/policy@3.0.0, this node implements \
+         modnode:gossip-policy/policy@1.0.0, modnode:gossip-policy/policy@2.0.0",
+    );
     // The size cap is checked before anything else looks at the bytes.
     let mut oversized = artifact("gossip-policy-v1");
     oversized.resize(40_000, 0);

@@ -2,8 +2,6 @@
 //! warm-up on this node's own history only warns, and only the module's kind and contract (and
 //! whether it links and describes itself) can refuse it.
 
-use std::sync::Arc;
-
 use super::{AnyReady, Modules, Prepared, SlotError, Warmed};
 use crate::runtime::module::{Module, World};
 use crate::runtime::slot::Ready;
@@ -13,13 +11,13 @@ use crate::runtime::{ComponentInfo, Kind, LoadError, LoadedModule, Scope, Warmup
 /// the report says nothing ran.
 fn unwarmed(module: LoadedModule) -> AnyReady {
     fn ready<W: World>(module: Module<W>) -> Ready<W> {
-        Ready {
-            module: Arc::new(module),
-            warmup: WarmupReport {
+        Ready::new(
+            module,
+            WarmupReport {
                 failed: true,
                 ..WarmupReport::default()
             },
-        }
+        )
     }
     match module {
         LoadedModule::Deposits(m) => AnyReady::Deposits(ready(m)),
