@@ -721,6 +721,7 @@ impl Node {
                     upgrades: upgrades.clone(),
                     produces: may_produce,
                     slot_clock: (genesis.genesis_time_ms, genesis.slot_ms),
+                    data_dir: data_dir.clone(),
                 });
                 let (listener, token) = admin::server::bind(addr, &data_dir, config.admin_public)
                     .await
@@ -922,6 +923,8 @@ struct Backend {
     produces: bool,
     /// Start of slot 0 and the slot length, for readiness.
     slot_clock: (u64, u64),
+    /// The data directory, whose size `/metrics` reports.
+    data_dir: PathBuf,
 }
 
 impl AdminBackend for Backend {
@@ -988,6 +991,12 @@ impl AdminBackend for Backend {
         let mut cache = crate::node::metrics::render_state_cache(&self.states.metrics());
         cache.push_str(&crate::node::metrics::render_checkpoints(&self.metrics));
         cache.push_str(&self.upgrades.render_metrics(self.chain.view().head.height));
+        cache.push_str(&metrics::render_modules(
+            &self.slots.status(),
+            &self.slots.call_counts(),
+        ));
+        cache.push_str(&metrics::render_build_info());
+        cache.push_str(&metrics::render_disk(metrics::dir_bytes(&self.data_dir)));
         match text.rfind("# EOF") {
             Some(at) => text.insert_str(at, &cache),
             None => text.push_str(&cache),
