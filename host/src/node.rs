@@ -559,6 +559,7 @@ impl Node {
             .iter()
             .position(|a| a == node_id.as_bytes());
         let may_produce = config.produce && (genesis.authorities.is_empty() || my_index.is_some());
+        let mut deposit_endpoint = None;
         let deposit_source = match (&config.deposits.follow, may_produce) {
             (Some(follow), true) => {
                 let mut follow = follow.clone();
@@ -572,6 +573,7 @@ impl Node {
                 // Refuse a bad URL now rather than in the follower's log.
                 crate::deposit_source::client::RpcClient::new(&follow.endpoint)
                     .map_err(|e| NodeError::DepositSource(e.to_string()))?;
+                deposit_endpoint = Some(follow.endpoint.clone());
                 tracing::info!(
                     endpoint = %follow.endpoint,
                     contract = %hex::encode(follow.contract),
@@ -722,6 +724,7 @@ impl Node {
                     produces: may_produce,
                     slot_clock: (genesis.genesis_time_ms, genesis.slot_ms),
                     data_dir: data_dir.clone(),
+                    deposit_endpoint: deposit_endpoint.clone(),
                 });
                 let (listener, token) = admin::server::bind(addr, &data_dir, config.admin_public)
                     .await
@@ -925,6 +928,40 @@ struct Backend {
     slot_clock: (u64, u64),
     /// The data directory, whose size `/metrics` reports.
     data_dir: PathBuf,
+    /// The deposit contract endpoint this node follows (a producer), for `/readyz`.
+    deposit_endpoint: Option<String>,
+}
+
+impl Backend {
+    /// What `/readyz` (and `modnode_ready`) decide from, read now without blocking.
+    fn readiness_inputs(&self) -> health::ReadinessInputs {
+        let view = self.chain.view();
+        let (genesis_ms, slot_ms) = self.slot_clock;
+        let now = unix_ms();
+        let restore = self.metrics.checkpoint_restore.status();
+        let deposit_source = self.deposit_endpoint.as_ref().map(|endpoint| {
+            let (last_answer_unix_ms, last_failure) = self.metrics.eth1_follower.reachability();
+            health::DepositSourceHealth {
+                endpoint: endpoint.clone(),
+                last_answer_unix_ms,
+                last_failure,
+            }
+        });
+        health::ReadinessInputs {
+            now_unix_ms: now,
+            restoring: restore.chunks_total > 0 && !restore.done,
+            deposit_source,
+            wall_slot: now
+                .saturating_sub(genesis_ms)
+                .checked_div(slot_ms)
+                .unwrap_or(0),
+            head_slot: view.head.slot,
+            head_height: view.head.height,
+            best_peer_height: self.metrics.sync_target_height.load(Ordering::Relaxed),
+            started_up: self.metrics.started_up.load(Ordering::Relaxed),
+            syncing: self.metrics.syncing.load(Ordering::Relaxed),
+        }
+    }
 }
 
 impl AdminBackend for Backend {
@@ -941,19 +978,7 @@ impl AdminBackend for Backend {
     }
 
     fn readyz(&self) -> BoxFuture<'_, Result<(), String>> {
-        let view = self.chain.view();
-        let (genesis_ms, slot_ms) = self.slot_clock;
-        let inputs = health::ReadinessInputs {
-            wall_slot: unix_ms()
-                .saturating_sub(genesis_ms)
-                .checked_div(slot_ms)
-                .unwrap_or(0),
-            head_slot: view.head.slot,
-            head_height: view.head.height,
-            best_peer_height: self.metrics.sync_target_height.load(Ordering::Relaxed),
-            started_up: self.metrics.started_up.load(Ordering::Relaxed),
-            syncing: self.metrics.syncing.load(Ordering::Relaxed),
-        };
+        let inputs = self.readiness_inputs();
         Box::pin(async move { health::readiness(&inputs) })
     }
 
@@ -996,6 +1021,13 @@ impl AdminBackend for Backend {
             &self.slots.call_counts(),
         ));
         cache.push_str(&metrics::render_build_info());
+        let inputs = self.readiness_inputs();
+        cache.push_str(&metrics::render_sync(metrics::SyncFigures {
+            head_slot: inputs.head_slot,
+            wall_slot: inputs.wall_slot,
+            ready: health::readiness(&inputs).is_ok(),
+        }));
+        cache.push_str(&metrics::render_import());
         cache.push_str(&metrics::render_disk(metrics::dir_bytes(&self.data_dir)));
         match text.rfind("# EOF") {
             Some(at) => text.insert_str(at, &cache),

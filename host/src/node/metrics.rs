@@ -1,20 +1,25 @@
 //! Counters of a running node and its status snapshot, rendered for the admin API (metrics
 //! through `prometheus-client`). The node's own counters live here; each other part of a
 //! scrape has its file, named for what it counts: [`state_cache`], [`checkpoints`],
-//! [`modules`] (module versions, calls, faults, fuel, trials, breaker; build info) and
-//! [`disk`] (the data directory's bytes); the `/status` snapshot is in [`status`].
+//! [`modules`] (module versions, calls, faults, fuel, trials, breaker; build info),
+//! [`disk`] (the data directory's bytes), [`import`] (block import latency) and [`sync`] (the
+//! head against the slot clock, readiness); the `/status` snapshot is in [`status`].
 
 mod checkpoints;
 mod disk;
+mod import;
 mod modules;
 mod state_cache;
 mod status;
+mod sync;
 
 pub use checkpoints::render_checkpoints;
 pub use disk::{dir_bytes, render_disk};
+pub use import::{observe_import, render_import};
 pub use modules::{render_build_info, render_modules};
 pub use state_cache::render_state_cache;
 pub use status::{EquivocationStatus, NodeStatus, RestoreStatus};
+pub use sync::{SyncFigures, render_sync};
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 

@@ -23,13 +23,16 @@ fn labels(pairs: &[(&str, String)]) -> Labels {
 }
 
 /// Registers a labelled family of `M` under `name` and returns it for filling.
-fn family<M: prometheus_client::metrics::TypedMetric + Default + Clone + Send + Sync>(
-    registry: &mut Registry,
-    name: &str,
-    help: &str,
-) -> Family<Labels, M>
+fn family<M>(registry: &mut Registry, name: &str, help: &str) -> Family<Labels, M>
 where
-    M: prometheus_client::encoding::EncodeMetric + std::fmt::Debug + 'static,
+    M: prometheus_client::metrics::TypedMetric
+        + prometheus_client::encoding::EncodeMetric
+        + Default
+        + Clone
+        + Send
+        + Sync
+        + std::fmt::Debug
+        + 'static,
 {
     let f = Family::<Labels, M>::default();
     registry.register(name, help, f.clone());
