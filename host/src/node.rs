@@ -23,6 +23,7 @@ pub mod health;
 pub mod metrics;
 mod module_ops;
 mod network;
+pub mod status_line;
 pub mod upgrades;
 pub mod verdict;
 pub mod worker_inbox;
@@ -68,6 +69,9 @@ use upgrades::UpgradeAgent;
 pub const DEFAULT_DEPOSITS: &str = "deposits-v2";
 /// The gossip policy a node activates.
 pub const DEFAULT_GOSSIP_POLICY: &str = "gossip-policy-v2";
+
+/// How often a node logs its status line by default ([`NodeConfig::status_every`]).
+pub const DEFAULT_STATUS_EVERY: Duration = Duration::from_secs(30);
 /// The checkpoint module a node activates.
 pub const DEFAULT_CHECKPOINT: &str = "checkpoint-v1";
 
@@ -121,6 +125,8 @@ pub struct NodeConfig {
     /// Exchange peer addresses with peers (on by default). A testnet harness whose nodes reach
     /// each other only through its relay turns it off, so no node dials another's real address.
     pub peer_exchange: bool,
+    /// Log a status line (height, peers, lag, syncing) this often; `None`: never.
+    pub status_every: Option<Duration>,
 }
 
 /// The built-in dev deposit contract a node hosts.
@@ -205,6 +211,7 @@ impl NodeConfig {
             sync_mode: SyncMode::Full,
             restore_progress: ProgressDisplay::Log,
             peer_exchange: true,
+            status_every: Some(DEFAULT_STATUS_EVERY),
         }
     }
 }
@@ -688,6 +695,7 @@ impl Node {
                     .saturating_mul(2)
                     .max(slot.saturating_mul(4)),
                 bans,
+                produces: may_produce,
                 upgrades: upgrades.clone(),
                 checkpoints: crate::checkpoint::CheckpointServer::new(
                     checkpoints.clone(),
@@ -697,6 +705,15 @@ impl Node {
             shutdown_rx.clone(),
         )));
 
+        if let Some(every) = config.status_every.filter(|d| !d.is_zero()) {
+            tasks.push(tokio::spawn(status_line::run(
+                every,
+                metrics.clone(),
+                chain.clone(),
+                genesis.clone(),
+                shutdown_rx.clone(),
+            )));
+        }
         if may_produce {
             tasks.push(tokio::spawn(produce(
                 genesis.clone(),

@@ -90,6 +90,10 @@ pub struct RunArgs {
     /// testnets that exercise skewed clocks.
     #[arg(long, hide = true, default_value_t = 0, allow_hyphen_values = true)]
     pub clock_skew_ms: i64,
+    /// Log a status line (height, finalized, peers, lag behind the slot clock, syncing) every
+    /// this many seconds; 0: never.
+    #[arg(long, value_name = "SECONDS", default_value_t = node::DEFAULT_STATUS_EVERY.as_secs())]
+    pub status_every: u64,
     #[command(flatten)]
     pub deposits: DepositArgs,
 }
@@ -300,6 +304,8 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     config.deposits = args.deposits.config();
     config.sync_mode = args.sync.into();
     config.peer_exchange = !args.no_peer_exchange;
+    config.status_every =
+        (args.status_every > 0).then(|| std::time::Duration::from_secs(args.status_every));
     if args.clock_skew_ms != 0 {
         node::chain_worker::set_clock_skew_ms(args.clock_skew_ms);
         tracing::warn!(

@@ -25,6 +25,7 @@ mod live_swap;
 mod malicious;
 mod modules;
 mod network;
+mod operator_logs;
 mod peer_faults;
 mod profile;
 mod reproducible;
