@@ -23,6 +23,7 @@ pub mod health;
 pub mod metrics;
 mod module_ops;
 mod network;
+pub mod slot_record;
 pub mod status_line;
 pub mod upgrades;
 pub mod verdict;
@@ -500,6 +501,8 @@ impl Node {
                     ModuleService::open(&dir, dir.join(MODULE_CACHE_DIR), upload_config)?
                         .with_slots(modules.clone());
                 module_ops::prepare_stored(&modules, &module_store);
+                // What an operator activated before a restart, back in service.
+                slot_record::restore(&dir, &modules, &module_store);
                 Ok::<_, NodeError>((modules, module_store))
             })
             .await
@@ -1120,12 +1123,18 @@ impl AdminBackend for Backend {
 
     fn module_op(&self, op: ModuleOp) -> BoxFuture<'_, Result<serde_json::Value, ModuleOpError>> {
         let (slots, store) = (self.slots.clone(), self.module_store.clone());
+        let data_dir = self.data_dir.clone();
         Box::pin(async move {
-            tokio::task::spawn_blocking(move || module_ops::run(&slots, &store, op))
-                .await
-                .map_err(|e| {
-                    ModuleOpError::Internal(format!("module operation task failed: {e}"))
-                })?
+            tokio::task::spawn_blocking(move || {
+                let done = module_ops::run(&slots, &store, op)?;
+                // Kept across restarts; a failure to write it does not undo the change.
+                if let Err(e) = slot_record::save(&data_dir, &slots) {
+                    tracing::warn!(error = %e, "the module slots will not survive a restart");
+                }
+                Ok(done)
+            })
+            .await
+            .map_err(|e| ModuleOpError::Internal(format!("module operation task failed: {e}")))?
         })
     }
 

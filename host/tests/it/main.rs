@@ -30,6 +30,7 @@ mod peer_faults;
 mod profile;
 mod reproducible;
 mod scheduled_admission;
+mod slot_restart;
 mod slots;
 mod state_anchors;
 mod state_cache;
