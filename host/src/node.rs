@@ -745,6 +745,7 @@ impl Node {
                     slot_clock: (genesis.genesis_time_ms, genesis.slot_ms),
                     data_dir: data_dir.clone(),
                     deposit_endpoint: deposit_endpoint.clone(),
+                    deposit_source: deposit_source.clone(),
                 });
                 let (listener, token) = admin::server::bind(addr, &data_dir, config.admin_public)
                     .await
@@ -950,6 +951,8 @@ struct Backend {
     data_dir: PathBuf,
     /// The deposit contract endpoint this node follows (a producer), for `/readyz`.
     deposit_endpoint: Option<String>,
+    /// The deposits it followed (a producer), for the deposit queue on `/metrics`.
+    deposit_source: Option<Arc<DepositSource>>,
 }
 
 impl Backend {
@@ -1048,6 +1051,12 @@ impl AdminBackend for Backend {
             ready: health::readiness(&inputs).is_ok(),
         }));
         cache.push_str(&metrics::render_import());
+        if let Some(source) = &self.deposit_source {
+            cache.push_str(&metrics::render_deposit_queue(
+                source.len(),
+                self.chain.view().deposit_index,
+            ));
+        }
         cache.push_str(&metrics::render_disk(metrics::dir_bytes(&self.data_dir)));
         match text.rfind("# EOF") {
             Some(at) => text.insert_str(at, &cache),

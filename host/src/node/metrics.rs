@@ -2,10 +2,11 @@
 //! through `prometheus-client`). The node's own counters live here; each other part of a
 //! scrape has its file, named for what it counts: [`state_cache`], [`checkpoints`],
 //! [`modules`] (module versions, calls, faults, fuel, trials, breaker; build info),
-//! [`disk`] (the data directory's bytes), [`import`] (block import latency) and [`sync`] (the
+//! [`deposits`] (a producer's deposit queue), [`disk`] (the data directory's bytes), [`import`] (block import latency) and [`sync`] (the
 //! head against the slot clock, readiness); the `/status` snapshot is in [`status`].
 
 mod checkpoints;
+mod deposits;
 mod disk;
 mod import;
 mod modules;
@@ -14,6 +15,7 @@ mod status;
 mod sync;
 
 pub use checkpoints::render_checkpoints;
+pub use deposits::render_deposit_queue;
 pub use disk::{dir_bytes, render_disk};
 pub use import::{observe_import, render_import};
 pub use modules::{render_build_info, render_modules};
