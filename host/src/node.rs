@@ -708,6 +708,11 @@ impl Node {
             shutdown_rx.clone(),
         )));
 
+        tasks.push(tokio::spawn(metrics::copy_gossip_stats(
+            gossip.clone(),
+            metrics.clone(),
+            shutdown_rx.clone(),
+        )));
         if let Some(every) = config.status_every.filter(|d| !d.is_zero()) {
             tasks.push(tokio::spawn(status_line::run(
                 every,
@@ -1051,6 +1056,9 @@ impl AdminBackend for Backend {
             ready: health::readiness(&inputs).is_ok(),
         }));
         cache.push_str(&metrics::render_import());
+        if let Ok(gossip) = self.metrics.gossip.lock() {
+            cache.push_str(&metrics::render_gossip(&gossip));
+        }
         if let Some(source) = &self.deposit_source {
             cache.push_str(&metrics::render_deposit_queue(
                 source.len(),

@@ -2,12 +2,13 @@
 //! through `prometheus-client`). The node's own counters live here; each other part of a
 //! scrape has its file, named for what it counts: [`state_cache`], [`checkpoints`],
 //! [`modules`] (module versions, calls, faults, fuel, trials, breaker; build info),
-//! [`deposits`] (a producer's deposit queue), [`disk`] (the data directory's bytes), [`import`] (block import latency) and [`sync`] (the
+//! [`deposits`] (a producer's deposit queue), [`disk`] (the data directory's bytes), [`gossip`] (duplicates, deliveries, traffic), [`import`] (block import latency) and [`sync`] (the
 //! head against the slot clock, readiness); the `/status` snapshot is in [`status`].
 
 mod checkpoints;
 mod deposits;
 mod disk;
+mod gossip;
 mod import;
 mod modules;
 mod state_cache;
@@ -17,6 +18,7 @@ mod sync;
 pub use checkpoints::render_checkpoints;
 pub use deposits::render_deposit_queue;
 pub use disk::{dir_bytes, render_disk};
+pub use gossip::{GOSSIP_STATS_EVERY, GossipSnapshot, copy_gossip_stats, render_gossip};
 pub use import::{observe_import, render_import};
 pub use modules::{render_build_info, render_modules};
 pub use state_cache::render_state_cache;
@@ -76,6 +78,8 @@ pub struct Metrics {
     pub checkpoint_restore: RestoreCounters,
     /// The deposit follower's faults of its source (shared with the `DepositSource`).
     pub eth1_follower: std::sync::Arc<crate::deposit_source::FollowerCounters>,
+    /// The gossip driver's counters as last copied ([`copy_gossip_stats`]).
+    pub gossip: std::sync::Mutex<GossipSnapshot>,
 }
 
 /// Progress of restoring from a checkpoint (all zero when the node did not restore).
