@@ -115,6 +115,38 @@ pub struct FollowerCounters {
     pub head_went_back: AtomicU64,
     /// Answers refused as larger than what was asked for can need.
     pub answers_too_large: AtomicU64,
+    /// When the source last answered the follower (ms since the Unix epoch; 0: not in this
+    /// run), for `/readyz`.
+    pub last_answer_unix_ms: AtomicU64,
+    /// Why the follower's latest attempt failed; cleared when the source answers again.
+    pub last_failure: Mutex<Option<String>>,
+}
+
+impl FollowerCounters {
+    /// The source answered at `now_ms`.
+    pub fn answered(&self, now_ms: u64) {
+        self.last_answer_unix_ms
+            .store(now_ms, std::sync::atomic::Ordering::Relaxed);
+        if let Ok(mut last) = self.last_failure.lock() {
+            *last = None;
+        }
+    }
+
+    /// The follower's attempt failed for `why`.
+    pub fn failed(&self, why: String) {
+        if let Ok(mut last) = self.last_failure.lock() {
+            *last = Some(why);
+        }
+    }
+
+    /// When the source last answered (0: never in this run) and the failure since, if any.
+    pub fn reachability(&self) -> (u64, Option<String>) {
+        let at = self
+            .last_answer_unix_ms
+            .load(std::sync::atomic::Ordering::Relaxed);
+        let why = self.last_failure.lock().ok().and_then(|l| l.clone());
+        (at, why)
+    }
 }
 
 /// Why the source cannot prove what the producer asks for.

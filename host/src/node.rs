@@ -23,6 +23,8 @@ pub mod health;
 pub mod metrics;
 mod module_ops;
 mod network;
+pub mod slot_record;
+pub mod status_line;
 pub mod upgrades;
 pub mod verdict;
 pub mod worker_inbox;
@@ -68,6 +70,9 @@ use upgrades::UpgradeAgent;
 pub const DEFAULT_DEPOSITS: &str = "deposits-v2";
 /// The gossip policy a node activates.
 pub const DEFAULT_GOSSIP_POLICY: &str = "gossip-policy-v2";
+
+/// How often a node logs its status line by default ([`NodeConfig::status_every`]).
+pub const DEFAULT_STATUS_EVERY: Duration = Duration::from_secs(30);
 /// The checkpoint module a node activates.
 pub const DEFAULT_CHECKPOINT: &str = "checkpoint-v1";
 
@@ -121,6 +126,8 @@ pub struct NodeConfig {
     /// Exchange peer addresses with peers (on by default). A testnet harness whose nodes reach
     /// each other only through its relay turns it off, so no node dials another's real address.
     pub peer_exchange: bool,
+    /// Log a status line (height, peers, lag, syncing) this often; `None`: never.
+    pub status_every: Option<Duration>,
 }
 
 /// The built-in dev deposit contract a node hosts.
@@ -205,6 +212,7 @@ impl NodeConfig {
             sync_mode: SyncMode::Full,
             restore_progress: ProgressDisplay::Log,
             peer_exchange: true,
+            status_every: Some(DEFAULT_STATUS_EVERY),
         }
     }
 }
@@ -493,6 +501,8 @@ impl Node {
                     ModuleService::open(&dir, dir.join(MODULE_CACHE_DIR), upload_config)?
                         .with_slots(modules.clone());
                 module_ops::prepare_stored(&modules, &module_store);
+                // What an operator activated before a restart, back in service.
+                slot_record::restore(&dir, &modules, &module_store);
                 Ok::<_, NodeError>((modules, module_store))
             })
             .await
@@ -559,6 +569,7 @@ impl Node {
             .iter()
             .position(|a| a == node_id.as_bytes());
         let may_produce = config.produce && (genesis.authorities.is_empty() || my_index.is_some());
+        let mut deposit_endpoint = None;
         let deposit_source = match (&config.deposits.follow, may_produce) {
             (Some(follow), true) => {
                 let mut follow = follow.clone();
@@ -572,6 +583,7 @@ impl Node {
                 // Refuse a bad URL now rather than in the follower's log.
                 crate::deposit_source::client::RpcClient::new(&follow.endpoint)
                     .map_err(|e| NodeError::DepositSource(e.to_string()))?;
+                deposit_endpoint = Some(follow.endpoint.clone());
                 tracing::info!(
                     endpoint = %follow.endpoint,
                     contract = %hex::encode(follow.contract),
@@ -689,6 +701,7 @@ impl Node {
                     .saturating_mul(2)
                     .max(slot.saturating_mul(4)),
                 bans,
+                produces: may_produce,
                 upgrades: upgrades.clone(),
                 checkpoints: crate::checkpoint::CheckpointServer::new(
                     checkpoints.clone(),
@@ -698,6 +711,20 @@ impl Node {
             shutdown_rx.clone(),
         )));
 
+        tasks.push(tokio::spawn(metrics::copy_gossip_stats(
+            gossip.clone(),
+            metrics.clone(),
+            shutdown_rx.clone(),
+        )));
+        if let Some(every) = config.status_every.filter(|d| !d.is_zero()) {
+            tasks.push(tokio::spawn(status_line::run(
+                every,
+                metrics.clone(),
+                chain.clone(),
+                genesis.clone(),
+                shutdown_rx.clone(),
+            )));
+        }
         if may_produce {
             tasks.push(tokio::spawn(produce(
                 genesis.clone(),
@@ -724,6 +751,9 @@ impl Node {
                     upgrades: upgrades.clone(),
                     produces: may_produce,
                     slot_clock: (genesis.genesis_time_ms, genesis.slot_ms),
+                    data_dir: data_dir.clone(),
+                    deposit_endpoint: deposit_endpoint.clone(),
+                    deposit_source: deposit_source.clone(),
                 });
                 let (listener, token) = admin::server::bind(addr, &data_dir, config.admin_public)
                     .await
@@ -925,6 +955,44 @@ struct Backend {
     produces: bool,
     /// Start of slot 0 and the slot length, for readiness.
     slot_clock: (u64, u64),
+    /// The data directory, whose size `/metrics` reports.
+    data_dir: PathBuf,
+    /// The deposit contract endpoint this node follows (a producer), for `/readyz`.
+    deposit_endpoint: Option<String>,
+    /// The deposits it followed (a producer), for the deposit queue on `/metrics`.
+    deposit_source: Option<Arc<DepositSource>>,
+}
+
+impl Backend {
+    /// What `/readyz` (and `modnode_ready`) decide from, read now without blocking.
+    fn readiness_inputs(&self) -> health::ReadinessInputs {
+        let view = self.chain.view();
+        let (genesis_ms, slot_ms) = self.slot_clock;
+        let now = unix_ms();
+        let restore = self.metrics.checkpoint_restore.status();
+        let deposit_source = self.deposit_endpoint.as_ref().map(|endpoint| {
+            let (last_answer_unix_ms, last_failure) = self.metrics.eth1_follower.reachability();
+            health::DepositSourceHealth {
+                endpoint: endpoint.clone(),
+                last_answer_unix_ms,
+                last_failure,
+            }
+        });
+        health::ReadinessInputs {
+            now_unix_ms: now,
+            restoring: restore.chunks_total > 0 && !restore.done,
+            deposit_source,
+            wall_slot: now
+                .saturating_sub(genesis_ms)
+                .checked_div(slot_ms)
+                .unwrap_or(0),
+            head_slot: view.head.slot,
+            head_height: view.head.height,
+            best_peer_height: self.metrics.sync_target_height.load(Ordering::Relaxed),
+            started_up: self.metrics.started_up.load(Ordering::Relaxed),
+            syncing: self.metrics.syncing.load(Ordering::Relaxed),
+        }
+    }
 }
 
 impl AdminBackend for Backend {
@@ -941,19 +1009,7 @@ impl AdminBackend for Backend {
     }
 
     fn readyz(&self) -> BoxFuture<'_, Result<(), String>> {
-        let view = self.chain.view();
-        let (genesis_ms, slot_ms) = self.slot_clock;
-        let inputs = health::ReadinessInputs {
-            wall_slot: unix_ms()
-                .saturating_sub(genesis_ms)
-                .checked_div(slot_ms)
-                .unwrap_or(0),
-            head_slot: view.head.slot,
-            head_height: view.head.height,
-            best_peer_height: self.metrics.sync_target_height.load(Ordering::Relaxed),
-            started_up: self.metrics.started_up.load(Ordering::Relaxed),
-            syncing: self.metrics.syncing.load(Ordering::Relaxed),
-        };
+        let inputs = self.readiness_inputs();
         Box::pin(async move { health::readiness(&inputs) })
     }
 
@@ -991,6 +1047,28 @@ impl AdminBackend for Backend {
         let mut cache = crate::node::metrics::render_state_cache(&self.states.metrics());
         cache.push_str(&crate::node::metrics::render_checkpoints(&self.metrics));
         cache.push_str(&self.upgrades.render_metrics(self.chain.view().head.height));
+        cache.push_str(&metrics::render_modules(
+            &self.slots.status(),
+            &self.slots.call_counts(),
+        ));
+        cache.push_str(&metrics::render_build_info());
+        let inputs = self.readiness_inputs();
+        cache.push_str(&metrics::render_sync(metrics::SyncFigures {
+            head_slot: inputs.head_slot,
+            wall_slot: inputs.wall_slot,
+            ready: health::readiness(&inputs).is_ok(),
+        }));
+        cache.push_str(&metrics::render_import());
+        if let Ok(gossip) = self.metrics.gossip.lock() {
+            cache.push_str(&metrics::render_gossip(&gossip));
+        }
+        if let Some(source) = &self.deposit_source {
+            cache.push_str(&metrics::render_deposit_queue(
+                source.len(),
+                self.chain.view().deposit_index,
+            ));
+        }
+        cache.push_str(&metrics::render_disk(metrics::dir_bytes(&self.data_dir)));
         match text.rfind("# EOF") {
             Some(at) => text.insert_str(at, &cache),
             None => text.push_str(&cache),
@@ -1065,12 +1143,18 @@ impl AdminBackend for Backend {
 
     fn module_op(&self, op: ModuleOp) -> BoxFuture<'_, Result<serde_json::Value, ModuleOpError>> {
         let (slots, store) = (self.slots.clone(), self.module_store.clone());
+        let data_dir = self.data_dir.clone();
         Box::pin(async move {
-            tokio::task::spawn_blocking(move || module_ops::run(&slots, &store, op))
-                .await
-                .map_err(|e| {
-                    ModuleOpError::Internal(format!("module operation task failed: {e}"))
-                })?
+            tokio::task::spawn_blocking(move || {
+                let done = module_ops::run(&slots, &store, op)?;
+                // Kept across restarts; a failure to write it does not undo the change.
+                if let Err(e) = slot_record::save(&data_dir, &slots) {
+                    tracing::warn!(error = %e, "the module slots will not survive a restart");
+                }
+                Ok(done)
+            })
+            .await
+            .map_err(|e| ModuleOpError::Internal(format!("module operation task failed: {e}")))?
         })
     }
 

@@ -18,6 +18,7 @@
 
 pub mod bounds;
 pub mod cache;
+pub mod call_stats;
 pub mod checkpoint;
 pub mod deposits;
 pub mod engine;

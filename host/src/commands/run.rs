@@ -90,6 +90,10 @@ pub struct RunArgs {
     /// testnets that exercise skewed clocks.
     #[arg(long, hide = true, default_value_t = 0, allow_hyphen_values = true)]
     pub clock_skew_ms: i64,
+    /// Log a status line (height, finalized, peers, lag behind the slot clock, syncing) every
+    /// this many seconds; 0: never.
+    #[arg(long, value_name = "SECONDS", default_value_t = node::DEFAULT_STATUS_EVERY.as_secs())]
+    pub status_every: u64,
     #[command(flatten)]
     pub deposits: DepositArgs,
 }
@@ -300,6 +304,8 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     config.deposits = args.deposits.config();
     config.sync_mode = args.sync.into();
     config.peer_exchange = !args.no_peer_exchange;
+    config.status_every =
+        (args.status_every > 0).then(|| std::time::Duration::from_secs(args.status_every));
     if args.clock_skew_ms != 0 {
         node::chain_worker::set_clock_skew_ms(args.clock_skew_ms);
         tracing::warn!(
@@ -314,12 +320,20 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    rt.block_on(async {
+    let ran = rt.block_on(async {
         let mut signals =
             super::ShutdownSignals::install().context("cannot listen for SIGINT/SIGTERM")?;
-        let node = Node::start(config)
-            .await
-            .with_context(|| format!("cannot start the node in {}", args.data_dir.display()))?;
+        // A signal is honoured at any phase, a checkpoint restore that waits for peers
+        // included: dropping the start stops it at its next await, and the restore resumes
+        // from its stored, verified chunks on the next run.
+        let node = tokio::select! {
+            started = Node::start(config) => started
+                .with_context(|| format!("cannot start the node in {}", args.data_dir.display()))?,
+            signal = signals.wait() => {
+                tracing::info!(signal, "stopping before the node finished starting");
+                return anyhow::Ok(());
+            }
+        };
         tracing::info!(
             peer_addr = %node.peer_addr().map(|a| a.to_string()).unwrap_or_default(),
             "node running; give the peer address to other nodes' --bootstrap; Ctrl-C stops it"
@@ -328,7 +342,10 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         tracing::info!(signal, "stopping");
         node.shutdown().await;
         anyhow::Ok(())
-    })?;
+    });
+    // Work a cancelled start left behind (a dial, a module compile) gets a bounded time to end.
+    rt.shutdown_timeout(std::time::Duration::from_secs(10));
+    ran?;
     tracing::info!("stopped cleanly");
     Ok(())
 }

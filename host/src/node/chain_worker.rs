@@ -536,7 +536,10 @@ impl Worker {
             });
         }
         let before = self.chain.head();
-        let added = self.chain.add_block(block).inspect_err(|e| {
+        let started = std::time::Instant::now();
+        let added = self.chain.add_block(block);
+        super::metrics::observe_import(started.elapsed());
+        let added = added.inspect_err(|e| {
             let fatal = match e {
                 ForkChoiceError::Invalid(e) | ForkChoiceError::NotChecked(e) => e.is_fatal(),
                 ForkChoiceError::Revert(e) => e.is_fatal(),

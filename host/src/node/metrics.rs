@@ -1,16 +1,38 @@
 //! Counters of a running node and its status snapshot, rendered for the admin API (metrics
-//! through `prometheus-client`).
+//! through `prometheus-client`). The node's own counters live here; each other part of a
+//! scrape has its file, named for what it counts: [`state_cache`], [`checkpoints`],
+//! [`modules`] (module versions, calls, faults, fuel, trials, breaker; build info),
+//! [`deposits`] (a producer's deposit queue), [`disk`] (the data directory's bytes), [`gossip`] (duplicates, deliveries, traffic), [`import`] (block import latency) and [`sync`] (the
+//! head against the slot clock, readiness); the `/status` snapshot is in [`status`].
+
+mod checkpoints;
+mod deposits;
+mod disk;
+mod gossip;
+mod import;
+mod modules;
+mod state_cache;
+mod status;
+mod sync;
+
+pub use checkpoints::render_checkpoints;
+pub use deposits::render_deposit_queue;
+pub use disk::{dir_bytes, render_disk};
+pub use gossip::{GOSSIP_STATS_EVERY, GossipSnapshot, copy_gossip_stats, render_gossip};
+pub use import::{observe_import, render_import};
+pub use modules::{render_build_info, render_modules};
+pub use state_cache::render_state_cache;
+pub use status::{EquivocationStatus, NodeStatus, RestoreStatus};
+pub use sync::{SyncFigures, render_sync};
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+use super::chain_worker::ChainView;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Registry;
-use serde::Serialize;
-
-use super::chain_worker::ChainView;
 
 /// Monotonic counters and a few gauges, updated lock-free by the node's tasks.
 #[derive(Debug, Default)]
@@ -56,6 +78,8 @@ pub struct Metrics {
     pub checkpoint_restore: RestoreCounters,
     /// The deposit follower's faults of its source (shared with the `DepositSource`).
     pub eth1_follower: std::sync::Arc<crate::deposit_source::FollowerCounters>,
+    /// The gossip driver's counters as last copied ([`copy_gossip_stats`]).
+    pub gossip: std::sync::Mutex<GossipSnapshot>,
 }
 
 /// Progress of restoring from a checkpoint (all zero when the node did not restore).
@@ -96,131 +120,7 @@ pub(crate) fn bump(counter: &AtomicU64) {
     counter.fetch_add(1, Ordering::Relaxed);
 }
 
-/// A snapshot of a node, as `/status` and `modnode devnet` show it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct NodeStatus {
-    /// The node's id (hex ed25519 public key).
-    pub node_id: String,
-    /// Where it accepts peer connections.
-    pub p2p_addr: String,
-    /// Head height.
-    pub height: u64,
-    /// Head hash (hex).
-    pub head_hash: String,
-    /// Head slot.
-    pub slot: u64,
-    /// Finalized height.
-    pub finalized_height: u64,
-    /// Connected peers (handshake completed).
-    pub peers: u64,
-    /// Validators in the head state.
-    pub validators: u32,
-    /// When the head last changed (ms since the Unix epoch; 0 = not since start).
-    pub last_block_unix_ms: u64,
-    /// Deposits of the deposit contract applied by the head state (`eth1_deposit_index`).
-    pub deposit_index: u64,
-    /// Highest head a peer reported.
-    pub sync_target_height: u64,
-    /// Whether the node is catching up.
-    pub syncing: bool,
-    /// Branch switches since start.
-    pub reorgs: u64,
-    /// The restore from a checkpoint this node started with (all zero if none).
-    pub checkpoint_restore: RestoreStatus,
-    /// Equivocations found since start (an authority signing two blocks for one slot).
-    pub equivocations_found: u64,
-    /// The newest evidence of equivocation held (at most
-    /// [`RECENT_EVIDENCE`](crate::chain::RECENT_EVIDENCE)), newest slot first.
-    pub equivocations: Vec<EquivocationStatus>,
-}
-
-/// One piece of equivocation evidence, as `/status` lists it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct EquivocationStatus {
-    /// The slot the authority signed two blocks for.
-    pub slot: u64,
-    /// The authority's index in the genesis authority set.
-    pub authority: u32,
-    /// The block this node saw first (hex).
-    pub first: String,
-    /// The conflicting block (hex).
-    pub second: String,
-}
-
-/// A restore from a checkpoint, as `/status` shows it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct RestoreStatus {
-    /// Height of the checkpoint.
-    pub height: u64,
-    /// Chunks in it.
-    pub chunks_total: u64,
-    /// Chunks verified (resumed ones included).
-    pub chunks_verified: u64,
-    /// Chunks found verified in stored progress, not fetched again.
-    pub chunks_resumed: u64,
-    /// Chunks fetched from peers.
-    pub chunks_fetched: u64,
-    /// Verified chunks kept across switches to another checkpoint.
-    pub chunks_carried_over: u64,
-    /// Switches to another checkpoint.
-    pub switches: u64,
-    /// Peers penalised for bad data.
-    pub peers_penalised: u64,
-    /// Whether the chain started from it.
-    pub done: bool,
-}
-
-impl RestoreCounters {
-    /// The figures `/status` shows.
-    pub fn status(&self) -> RestoreStatus {
-        let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        RestoreStatus {
-            height: load(&self.height),
-            chunks_total: load(&self.chunks_total),
-            chunks_verified: load(&self.chunks_verified),
-            chunks_resumed: load(&self.chunks_resumed),
-            chunks_fetched: load(&self.chunks_fetched),
-            chunks_carried_over: load(&self.chunks_carried_over),
-            switches: load(&self.switches),
-            peers_penalised: load(&self.peers_penalised),
-            done: self.done.load(Ordering::Relaxed),
-        }
-    }
-}
-
 impl Metrics {
-    /// The status of a node with this chain view.
-    pub fn status(&self, node_id: String, p2p_addr: String, view: &ChainView) -> NodeStatus {
-        NodeStatus {
-            node_id,
-            p2p_addr,
-            height: view.head.height,
-            head_hash: hex::encode(view.head.hash),
-            slot: view.head.slot,
-            finalized_height: view.finalized_height,
-            peers: self.peers_connected.load(Ordering::Relaxed),
-            validators: view.validators,
-            last_block_unix_ms: view.last_block_unix_ms,
-            deposit_index: view.deposit_index,
-            sync_target_height: self.sync_target_height.load(Ordering::Relaxed),
-            syncing: self.syncing.load(Ordering::Relaxed),
-            reorgs: view.reorgs,
-            checkpoint_restore: self.checkpoint_restore.status(),
-            equivocations_found: view.equivocations,
-            equivocations: view
-                .recent_evidence
-                .iter()
-                .flatten()
-                .map(|e| EquivocationStatus {
-                    slot: e.slot,
-                    authority: e.proposer,
-                    first: hex::encode(e.first),
-                    second: hex::encode(e.second),
-                })
-                .collect(),
-        }
-    }
-
     /// The counters and the chain view in the OpenMetrics text format (served with
     /// [`METRICS_CONTENT_TYPE`]), encoded by `prometheus-client`. Counter names end in `_total`.
     pub fn render(&self, view: &ChainView) -> String {
@@ -366,7 +266,6 @@ impl Metrics {
         snapshot.encode_with_prefix("modnode")
     }
 }
-
 /// Content type of [`Metrics::render`]'s output.
 pub const METRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
@@ -412,178 +311,6 @@ impl<const C: usize, const G: usize> Collector for Snapshot<C, G> {
         }
         Ok(())
     }
-}
-
-/// The state cache's figures as OpenMetrics lines (prefix `modnode_state_cache_`), without the
-/// closing `# EOF`: accounted, allocator-reported and resident bytes side by side, the
-/// unexplained gap, and the cache's counters.
-pub fn render_state_cache(m: &crate::state_cache::CacheMetrics) -> String {
-    let snapshot = Snapshot {
-        gauges: [
-            ("states", "States cached", as_i64(m.states as u64)),
-            (
-                "accounted_bytes",
-                "Bytes the budget counts (states beyond the head, reservations)",
-                as_i64(m.accounted_bytes),
-            ),
-            (
-                "reserved_bytes",
-                "Bytes reserved for regenerations in flight",
-                as_i64(m.reserved_bytes),
-            ),
-            (
-                "head_bytes",
-                "Bytes of the head state",
-                as_i64(m.head_bytes),
-            ),
-            ("max_bytes", "The budget", as_i64(m.max_bytes)),
-            (
-                "allocator_bytes",
-                "Live heap bytes the allocator reports",
-                as_i64(m.allocator_bytes),
-            ),
-            (
-                "rss_bytes",
-                "Resident set size of the process",
-                as_i64(m.rss_bytes),
-            ),
-            (
-                "unexplained_bytes",
-                "Allocator bytes minus accounted and head bytes",
-                m.unexplained_bytes,
-            ),
-        ],
-        counters: [
-            ("hits", "Lookups answered from the cache", m.hits),
-            ("misses", "Lookups that missed", m.misses),
-            ("regenerations", "Replays run", m.regenerations),
-            ("replayed_blocks", "Blocks replayed", m.replayed_blocks),
-            (
-                "coalesced",
-                "Requests that joined another request's replay",
-                m.coalesced,
-            ),
-            ("evictions", "States evicted for the budget", m.evictions),
-            ("shed", "Queries refused while import was behind", m.shed),
-            (
-                "anchors_loaded",
-                "Anchors rebuilt from the persisted anchor records",
-                m.anchors_loaded,
-            ),
-        ],
-    };
-    let mut out = snapshot.encode_with_prefix("modnode_state_cache");
-    // Appended to the node's scrape, which carries the one closing `# EOF`.
-    if let Some(at) = out.rfind("# EOF") {
-        out.truncate(at);
-    }
-    out
-}
-
-/// Checkpoint serving and restore figures as OpenMetrics lines (prefix `modnode_checkpoint_`),
-/// without the closing `# EOF`.
-pub fn render_checkpoints(m: &Metrics) -> String {
-    let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
-    let served = &m.checkpoint_served;
-    let restore = &m.checkpoint_restore;
-    let snapshot = Snapshot {
-        counters: [
-            (
-                "served_lists",
-                "Checkpoint list requests answered",
-                load(&served.lists),
-            ),
-            (
-                "served_chunks",
-                "Checkpoint chunks sent to peers",
-                load(&served.chunks),
-            ),
-            (
-                "served_bytes",
-                "Checkpoint chunk bytes sent to peers",
-                load(&served.bytes),
-            ),
-            (
-                "served_not_found",
-                "Chunk requests answered not here",
-                load(&served.not_found),
-            ),
-            (
-                "restore_chunks_fetched",
-                "Chunks fetched from peers while restoring",
-                load(&restore.chunks_fetched),
-            ),
-            (
-                "restore_bytes_fetched",
-                "Chunk bytes fetched from peers while restoring",
-                load(&restore.bytes_fetched),
-            ),
-            (
-                "restore_chunks_refused",
-                "Fetched chunks refused as bad",
-                load(&restore.chunks_refused),
-            ),
-            (
-                "restore_peers_penalised",
-                "Peers penalised while restoring",
-                load(&restore.peers_penalised),
-            ),
-            (
-                "restore_chunks_carried_over",
-                "Verified chunks kept when the restore switched checkpoints",
-                load(&restore.chunks_carried_over),
-            ),
-            (
-                "restore_switches",
-                "Switches of the restore to another checkpoint",
-                load(&restore.switches),
-            ),
-        ],
-        gauges: [
-            (
-                "restore_height",
-                "Height of the checkpoint restored",
-                load(&restore.height),
-            ),
-            (
-                "restore_chunks_total",
-                "Chunks in it",
-                load(&restore.chunks_total),
-            ),
-            (
-                "restore_chunks_verified",
-                "Chunks verified and stored",
-                load(&restore.chunks_verified),
-            ),
-            (
-                "restore_chunks_resumed",
-                "Chunks found verified in stored progress",
-                load(&restore.chunks_resumed),
-            ),
-            (
-                "restore_peers",
-                "Peers offering the checkpoint",
-                load(&restore.peers),
-            ),
-            (
-                "restore_bytes_per_second",
-                "Fetch rate of the restore",
-                load(&restore.bytes_per_second),
-            ),
-            (
-                "restore_done",
-                "1 once the chain starts from the restored checkpoint",
-                u64::from(restore.done.load(Ordering::Relaxed)),
-            ),
-        ]
-        .map(|(name, help, value)| (name, help, as_i64(value))),
-    };
-    let mut out = snapshot.encode_with_prefix("modnode_checkpoint");
-    // Appended to the node's scrape, which carries the one closing `# EOF`.
-    if let Some(at) = out.rfind("# EOF") {
-        out.truncate(at);
-    }
-    out
 }
 
 #[cfg(test)]

@@ -157,6 +157,8 @@ pub(super) struct NetworkParts {
     pub upgrades: Arc<UpgradeAgent>,
     /// The stored checkpoints peers may fetch.
     pub checkpoints: crate::checkpoint::CheckpointServer,
+    /// Whether this node produces blocks (for what the start-up line says).
+    pub produces: bool,
 }
 
 pub(super) struct Network {
@@ -188,6 +190,7 @@ pub(super) struct Network {
     /// if any, is ready (see [`Network::waiting_for_module`]).
     module_wait: Option<(Option<[u8; 32]>, Instant)>,
     checkpoints: crate::checkpoint::CheckpointServer,
+    produces: bool,
 }
 
 /// Events the network task's helpers may have waiting for it. Every helper task sends at most
@@ -237,6 +240,7 @@ impl Network {
             bans: parts.bans,
             upgrades: parts.upgrades,
             checkpoints: parts.checkpoints,
+            produces: parts.produces,
             last_sync_import: None,
             module_wait: None,
             bootstrap: parts.bootstrap,
@@ -346,7 +350,13 @@ impl Network {
             }
         }
         if !self.metrics.started_up.load(Ordering::Relaxed) && self.may_produce_after_start() {
-            tracing::info!("tried the known peers and synced from them; production may start");
+            if self.produces {
+                tracing::info!("tried the known peers and synced from them; production may start");
+            } else {
+                tracing::info!(
+                    "tried the known peers and synced from them (this node does not produce)"
+                );
+            }
             self.metrics.started_up.store(true, Ordering::Relaxed);
         }
         super::bans::persist(&mut self.peers, &self.bans, now, unix_ms());

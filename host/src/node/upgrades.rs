@@ -231,9 +231,13 @@ impl UpgradeAgent {
     /// The upgrade gauges of `/metrics` (`modnode_upgrade_*`) at head `head_height`.
     pub fn render_metrics(&self, head_height: u64) -> String {
         // Ready as an attestation means it: compiled and warmed here.
-        governance::render_metrics(&self.schedule(), head_height, &self.rules, |h| {
-            self.modules.deposits_warmed(h)
-        })
+        governance::render_metrics(
+            &self.schedule(),
+            head_height,
+            &self.rules,
+            |h| self.modules.deposits_warmed(h),
+            &self.readiness(head_height),
+        )
     }
 
     /// The module schedule after the head (scheduled modules and pending upgrade votes).

@@ -3,11 +3,13 @@
 //! WIT world contributes only what is its own through [`World`]: its bindings, its store data and
 //! its realistic dry run.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use wasmtime::component::{InstancePre, Linker};
 use wasmtime::{CallHook, Engine, Store, StoreContextMut};
 
+use super::call_stats::{CallCounts, CallStats};
 use super::error::{HostFailure, HostFailureKind};
 use super::inspect::{Kind, Version};
 use super::limits::{Limiter, Limits};
@@ -262,6 +264,8 @@ pub struct Module<W: World> {
     contract: Version,
     pre: W::Pre,
     settings: CallSettings,
+    /// Shared by every clone: the version's calls, faults and fuel.
+    stats: Arc<CallStats>,
 }
 
 impl<W: World> Clone for Module<W> {
@@ -271,6 +275,7 @@ impl<W: World> Clone for Module<W> {
             contract: self.contract,
             pre: self.pre.clone(),
             settings: self.settings.clone(),
+            stats: self.stats.clone(),
         }
     }
 }
@@ -339,6 +344,7 @@ impl<W: World> Module<W> {
             contract,
             pre,
             settings,
+            stats: Arc::default(),
         })
     }
 
@@ -368,6 +374,16 @@ impl<W: World> Module<W> {
         &self.pre
     }
 
+    /// What this version has done since its warm-up: calls, its own faults, fuel.
+    pub fn call_counts(&self) -> CallCounts {
+        self.stats.counts()
+    }
+
+    /// The counters calls of this version go to (sessions share them).
+    pub(crate) fn stats(&self) -> &Arc<CallStats> {
+        &self.stats
+    }
+
     /// Fuel budget of each call.
     pub fn fuel_budget(&self) -> u64 {
         self.settings.fuel
@@ -389,6 +405,8 @@ impl<W: World> Module<W> {
         let start = Instant::now();
         let built_in = W::dry_run(self)?;
         let (real_fuel, real_inputs) = real(self)?;
+        // The dry runs were not service: the counters start here.
+        self.stats.reset();
         Ok(WarmupReport {
             fuel: built_in.saturating_add(real_fuel),
             latency_us: micros(start.elapsed()),
@@ -403,7 +421,10 @@ impl<W: World> Module<W> {
         data: impl FnOnce(CallBase) -> Result<W::Data, HostFailure> + Send + 'static,
         f: impl FnOnce(&W::Instance, &mut Store<W::Data>) -> wasmtime::Result<R> + Send + 'static,
     ) -> CallOutcome<Option<W::Data>, R> {
-        run::<W, R>(&self.settings, &self.pre, &self.meta.name(), data, f)
+        let outcome = run::<W, R>(&self.settings, &self.pre, &self.meta.name(), data, f);
+        self.stats
+            .record(outcome.fuel_used, outcome.result.as_ref().err());
+        outcome
     }
 
     /// The fuel budget of a call over `items` items of input: the base budget plus the
@@ -426,7 +447,10 @@ impl<W: World> Module<W> {
             fuel,
             ..self.settings.clone()
         };
-        run::<W, R>(&settings, &self.pre, &self.meta.name(), data, f)
+        let outcome = run::<W, R>(&settings, &self.pre, &self.meta.name(), data, f);
+        self.stats
+            .record(outcome.fuel_used, outcome.result.as_ref().err());
+        outcome
     }
 
     /// Instantiates the module `iterations` times in fresh idle stores and returns the

@@ -19,6 +19,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use super::call_stats::CallCounts;
 use super::checkpoint::{Checkpoint, CheckpointModule};
 use super::deposits::{DepositCall, Deposits, DepositsModule};
 use super::gossip_policy::{
@@ -151,6 +152,14 @@ impl AnyReady {
             AnyReady::Deposits(r) => p(r, new),
             AnyReady::Checkpoint(r) => p(r, new),
             AnyReady::GossipPolicy(r) => p(r, new),
+        }
+    }
+
+    fn call_counts(&self) -> CallCounts {
+        match self {
+            AnyReady::Deposits(r) => r.module.call_counts(),
+            AnyReady::Checkpoint(r) => r.module.call_counts(),
+            AnyReady::GossipPolicy(r) => r.module.call_counts(),
         }
     }
 }
@@ -414,6 +423,18 @@ impl Modules {
         let map = self.ready.lock().unwrap_or_else(|p| p.into_inner());
         let mut list: Vec<Prepared> = map.values().map(|r| r.prepared(false)).collect();
         list.sort_by_key(|p| (p.kind, p.version, p.hash));
+        list
+    }
+
+    /// Every prepared version with what it has done since its warm-up (calls, faults, fuel),
+    /// in [`prepared`](Self::prepared)'s order.
+    pub fn call_counts(&self) -> Vec<(Prepared, CallCounts)> {
+        let map = self.ready.lock().unwrap_or_else(|p| p.into_inner());
+        let mut list: Vec<(Prepared, CallCounts)> = map
+            .values()
+            .map(|r| (r.prepared(false), r.call_counts()))
+            .collect();
+        list.sort_by_key(|(p, _)| (p.kind, p.version, p.hash));
         list
     }
 

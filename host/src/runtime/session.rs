@@ -24,6 +24,8 @@ pub struct Session<W: World> {
     name: String,
     /// Set by a failed call: a trapped instance is not entered again.
     failed: bool,
+    /// The module's counters: a session's calls are the version's calls.
+    stats: std::sync::Arc<super::call_stats::CallStats>,
 }
 
 impl<W: World> Module<W> {
@@ -55,6 +57,7 @@ impl<W: World> Module<W> {
             fuel: settings.fuel,
             name,
             failed: false,
+            stats: self.stats().clone(),
         })
     }
 }
@@ -88,10 +91,13 @@ impl<W: World> Session<W> {
             )
             .into());
         }
-        f(&self.instance, &mut self.store).map_err(|e| {
+        let result = f(&self.instance, &mut self.store).map_err(|e| {
             self.failed = true;
             let breach = self.store.data_mut().base().limiter.breach();
             CallError::classify(&self.name, &e, breach, self.fuel, true)
-        })
+        });
+        let used = self.fuel.saturating_sub(self.store.get_fuel().unwrap_or(0));
+        self.stats.record(used, result.as_ref().err());
+        result
     }
 }

@@ -256,9 +256,13 @@ pub async fn run(
                 Ok(()) => {
                     checked = true;
                     reported.clear();
+                    source
+                        .counters()
+                        .answered(crate::node::chain_worker::unix_ms());
                 }
                 Err(e) => {
                     let text = e.to_string();
+                    source.counters().failed(text.clone());
                     if text != reported {
                         if e.is_transient() {
                             tracing::warn!(error = %text, "deposit follower waits for its source");
@@ -272,7 +276,14 @@ pub async fn run(
         }
         if checked {
             loop {
-                match poll_once(&client, &mut follower, &source, log.as_ref()).await {
+                let polled = poll_once(&client, &mut follower, &source, log.as_ref()).await;
+                match &polled {
+                    Ok(_) => source
+                        .counters()
+                        .answered(crate::node::chain_worker::unix_ms()),
+                    Err(e) => source.counters().failed(e.to_string()),
+                }
+                match polled {
                     Ok(true) => {
                         reported.clear();
                         continue;

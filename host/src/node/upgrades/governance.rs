@@ -8,6 +8,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use serde_json::{Value, json};
 
+use super::ScheduledReadiness;
 use crate::state::schedule::{Governance, Schedule, UpgradeOp};
 
 type Labels = Vec<(String, String)>;
@@ -83,13 +84,17 @@ pub fn governance_json(schedule: &Schedule, head_height: u64, rules: &Governance
 }
 
 /// Gauges of every open operation (`modnode_upgrade_*`), for alerts such as "an upgrade is
-/// scheduled and this node is not ready within K blocks of H". OpenMetrics text without the
-/// closing `# EOF`.
+/// scheduled and this node is not ready within K blocks of H": per pending operation the votes
+/// cast (and the votes needed), per scheduled upgrade the blocks until its height and its gate,
+/// the on-chain attestations, whether this node has its module ready to attest (`ready_here`),
+/// and from `readiness` how many connected peers and authorities report it ready. OpenMetrics text without the closing
+/// `# EOF`.
 pub fn render_metrics(
     schedule: &Schedule,
     head_height: u64,
     rules: &Governance,
     ready_here: impl Fn(&[u8; 32]) -> bool,
+    readiness: &[ScheduledReadiness],
 ) -> String {
     let mut registry = Registry::with_prefix("modnode_upgrade");
     let family = |registry: &mut Registry, name: &str, help: &str| {
@@ -127,6 +132,22 @@ pub fn render_metrics(
         "ready_here",
         "1 if this node holds the scheduled module compiled and warmed",
     );
+    let peers_ready = family(
+        &mut registry,
+        "peers_ready",
+        "Connected peers that report a scheduled upgrade's module ready",
+    );
+    let authorities_ready = family(
+        &mut registry,
+        "authorities_ready",
+        "Authorities (this node included if it is one) that report a scheduled upgrade's \
+         module ready",
+    );
+    let authorities = family(
+        &mut registry,
+        "authorities",
+        "Authorities of the chain (what authorities_ready counts out of)",
+    );
     let dropped = family(
         &mut registry,
         "dropped",
@@ -137,6 +158,9 @@ pub fn render_metrics(
     needed
         .get_or_create(&Vec::new())
         .set(count(rules.majority()));
+    authorities
+        .get_or_create(&Vec::new())
+        .set(count(rules.authorities));
     for p in &schedule.pending {
         let mut labels = op_labels(&p.op);
         labels.push(("action".into(), p.action.name().into()));
@@ -155,8 +179,18 @@ pub fn render_metrics(
                 .saturating_sub(rules.lead)
                 .saturating_sub(head_height),
         ));
+        let hash = hex::encode(e.module);
+        let r = readiness
+            .iter()
+            .find(|r| r.kind == e.kind && r.sha256 == hash && r.height == e.height);
         here.get_or_create(&labels)
             .set(i64::from(ready_here(&e.module)));
+        peers_ready
+            .get_or_create(&labels)
+            .set(count(r.map_or(0, |r| r.peers_ready)));
+        authorities_ready
+            .get_or_create(&labels)
+            .set(count(r.map_or(0, |r| r.authorities_ready)));
     }
     for d in &schedule.dropped {
         let mut labels = op_labels(&d.op);
@@ -261,8 +295,54 @@ mod tests {
         let view = governance_json(&s, 2, &rules);
         assert_eq!(view["scheduled"][0]["attested"], json!([0, 1]));
         assert_eq!(view["scheduled"][0]["gate_at"], json!(26));
-        let text = render_metrics(&s, 2, &rules, |_| false);
         let module = hex::encode([7u8; 32]);
+        let readiness = [ScheduledReadiness {
+            kind: Kind::Deposits,
+            sha256: module.clone(),
+            height: 30,
+            ready_here: false,
+            peers_ready: 5,
+            peers_connected: 6,
+            authorities_ready: 2,
+            authorities: 3,
+        }];
+        let text = render_metrics(&s, 2, &rules, |h| *h == [7; 32], &readiness);
+        for line in [
+            format!(
+                r#"modnode_upgrade_ready_here{{kind="deposits",module="{module}",height="30"}} 1"#
+            ),
+            format!(
+                r#"modnode_upgrade_peers_ready{{kind="deposits",module="{module}",height="30"}} 5"#
+            ),
+            format!(
+                r#"modnode_upgrade_authorities_ready{{kind="deposits",module="{module}",height="30"}} 2"#
+            ),
+            format!(
+                r#"modnode_upgrade_blocks_until_activation{{kind="deposits",module="{module}",height="30"}} 28"#
+            ),
+            "modnode_upgrade_authorities{} 3".to_string(),
+            "modnode_upgrade_votes_needed{} 2".to_string(),
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "{line:?} missing from\n{text}"
+            );
+        }
+        // Without a readiness report no peer or authority is known to have it.
+        let text = render_metrics(&s, 2, &rules, |_| false, &[]);
+        for line in [
+            format!(
+                r#"modnode_upgrade_ready_here{{kind="deposits",module="{module}",height="30"}} 0"#
+            ),
+            format!(
+                r#"modnode_upgrade_peers_ready{{kind="deposits",module="{module}",height="30"}} 0"#
+            ),
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "{line:?} missing from\n{text}"
+            );
+        }
         assert!(
             text.contains(&format!(
                 "modnode_upgrade_attested{{kind=\"deposits\",module=\"{module}\",height=\"30\"}} 2"

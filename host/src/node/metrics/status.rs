@@ -1,0 +1,134 @@
+//! The node's status snapshot as `/status` and `modnode devnet` show it.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use serde::Serialize;
+
+use super::super::chain_worker::ChainView;
+use super::{Metrics, RestoreCounters};
+
+/// A snapshot of a node, as `/status` and `modnode devnet` show it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct NodeStatus {
+    /// The node's id (hex ed25519 public key).
+    pub node_id: String,
+    /// Where it accepts peer connections.
+    pub p2p_addr: String,
+    /// Head height.
+    pub height: u64,
+    /// Head hash (hex).
+    pub head_hash: String,
+    /// Head slot.
+    pub slot: u64,
+    /// Finalized height.
+    pub finalized_height: u64,
+    /// Connected peers (handshake completed).
+    pub peers: u64,
+    /// Validators in the head state.
+    pub validators: u32,
+    /// When the head last changed (ms since the Unix epoch; 0 = not since start).
+    pub last_block_unix_ms: u64,
+    /// Deposits of the deposit contract applied by the head state (`eth1_deposit_index`).
+    pub deposit_index: u64,
+    /// Highest head a peer reported.
+    pub sync_target_height: u64,
+    /// Whether the node is catching up.
+    pub syncing: bool,
+    /// Branch switches since start.
+    pub reorgs: u64,
+    /// The restore from a checkpoint this node started with (all zero if none).
+    pub checkpoint_restore: RestoreStatus,
+    /// Equivocations found since start (an authority signing two blocks for one slot).
+    pub equivocations_found: u64,
+    /// The newest evidence of equivocation held (at most
+    /// [`RECENT_EVIDENCE`](crate::chain::RECENT_EVIDENCE)), newest slot first.
+    pub equivocations: Vec<EquivocationStatus>,
+}
+
+/// One piece of equivocation evidence, as `/status` lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct EquivocationStatus {
+    /// The slot the authority signed two blocks for.
+    pub slot: u64,
+    /// The authority's index in the genesis authority set.
+    pub authority: u32,
+    /// The block this node saw first (hex).
+    pub first: String,
+    /// The conflicting block (hex).
+    pub second: String,
+}
+
+/// A restore from a checkpoint, as `/status` shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct RestoreStatus {
+    /// Height of the checkpoint.
+    pub height: u64,
+    /// Chunks in it.
+    pub chunks_total: u64,
+    /// Chunks verified (resumed ones included).
+    pub chunks_verified: u64,
+    /// Chunks found verified in stored progress, not fetched again.
+    pub chunks_resumed: u64,
+    /// Chunks fetched from peers.
+    pub chunks_fetched: u64,
+    /// Verified chunks kept across switches to another checkpoint.
+    pub chunks_carried_over: u64,
+    /// Switches to another checkpoint.
+    pub switches: u64,
+    /// Peers penalised for bad data.
+    pub peers_penalised: u64,
+    /// Whether the chain started from it.
+    pub done: bool,
+}
+
+impl RestoreCounters {
+    /// The figures `/status` shows.
+    pub fn status(&self) -> RestoreStatus {
+        let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        RestoreStatus {
+            height: load(&self.height),
+            chunks_total: load(&self.chunks_total),
+            chunks_verified: load(&self.chunks_verified),
+            chunks_resumed: load(&self.chunks_resumed),
+            chunks_fetched: load(&self.chunks_fetched),
+            chunks_carried_over: load(&self.chunks_carried_over),
+            switches: load(&self.switches),
+            peers_penalised: load(&self.peers_penalised),
+            done: self.done.load(Ordering::Relaxed),
+        }
+    }
+}
+
+impl Metrics {
+    /// The status of a node with this chain view.
+    pub fn status(&self, node_id: String, p2p_addr: String, view: &ChainView) -> NodeStatus {
+        NodeStatus {
+            node_id,
+            p2p_addr,
+            height: view.head.height,
+            head_hash: hex::encode(view.head.hash),
+            slot: view.head.slot,
+            finalized_height: view.finalized_height,
+            peers: self.peers_connected.load(Ordering::Relaxed),
+            validators: view.validators,
+            last_block_unix_ms: view.last_block_unix_ms,
+            deposit_index: view.deposit_index,
+            sync_target_height: self.sync_target_height.load(Ordering::Relaxed),
+            syncing: self.syncing.load(Ordering::Relaxed),
+            reorgs: view.reorgs,
+            checkpoint_restore: self.checkpoint_restore.status(),
+            equivocations_found: view.equivocations,
+            equivocations: view
+                .recent_evidence
+                .iter()
+                .flatten()
+                .map(|e| EquivocationStatus {
+                    slot: e.slot,
+                    authority: e.proposer,
+                    first: hex::encode(e.first),
+                    second: hex::encode(e.second),
+                })
+                .collect(),
+        }
+    }
+}
