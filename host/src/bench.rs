@@ -5,6 +5,7 @@ pub mod checkpoint;
 pub mod deposits;
 pub mod gossip;
 pub mod host_call;
+pub mod prune;
 pub mod state_cache;
 pub mod swap;
 

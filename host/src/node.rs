@@ -121,6 +121,10 @@ pub struct NodeConfig {
     /// Exchange peer addresses with peers (on by default). A testnet harness whose nodes reach
     /// each other only through its relay turns it off, so no node dials another's real address.
     pub peer_exchange: bool,
+    /// Blocks kept below the head (`--history`); `None`: a day of slots at the genesis slot
+    /// time. Undo, eth1 and schedule records are folded at finality either way
+    /// (`chain::prune`); `Some(History::Full)` keeps every block.
+    pub history: Option<crate::chain::prune::History>,
 }
 
 /// The built-in dev deposit contract a node hosts.
@@ -205,6 +209,7 @@ impl NodeConfig {
             sync_mode: SyncMode::Full,
             restore_progress: ProgressDisplay::Log,
             peer_exchange: true,
+            history: None,
         }
     }
 }
@@ -538,6 +543,11 @@ impl Node {
         let mut chain = chain;
         chain.set_deposit_modules(upgrades.clone());
         chain.configure_state_cache(config.state_cache);
+        let history = config
+            .history
+            .unwrap_or_else(|| crate::chain::prune::History::day_of_slots(genesis.slot_ms));
+        // Detached: it holds the chain's store only while a batch runs and stops with the chain.
+        chain.pruner(history).spawn().map_err(NodeError::Thread)?;
         let states = chain.states();
         let genesis_hash = chain.genesis_hash();
         let head = chain.head();

@@ -25,6 +25,7 @@ mod modules;
 mod network;
 mod peer_faults;
 mod profile;
+mod prune;
 mod reproducible;
 mod scheduled_admission;
 mod slots;
