@@ -622,6 +622,7 @@ impl Chain {
             self.states.clone(),
             history,
             self.genesis.max_deposits_per_block,
+            self.genesis.finality_depth,
             self.base,
         )
     }

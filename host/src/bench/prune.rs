@@ -36,6 +36,8 @@ pub struct Run {
     pub disk_bytes: u64,
     /// Lowest height above genesis still stored.
     pub served_from: u64,
+    /// Opening the chain again after the run (sled open and `Chain::open`), ms.
+    pub reopen_ms: f64,
 }
 
 /// The report.
@@ -122,6 +124,7 @@ fn run(genesis: &Genesis, blocks: &[Block], history: Option<History>) -> anyhow:
         }
     }
     // The background pruner lets go of the store between batches; wait for sled's lock.
+    let reopen = Instant::now();
     let deadline = Instant::now() + std::time::Duration::from_secs(30);
     let store = loop {
         match SledStore::open(&path) {
@@ -131,6 +134,7 @@ fn run(genesis: &Genesis, blocks: &[Block], history: Option<History>) -> anyhow:
         }
     };
     let chain = Chain::open(Arc::new(store), genesis.clone(), engine())?;
+    let reopen_ms = ms_since(reopen);
     let served_from = chain.served_from();
     drop(chain);
     Ok(Run {
@@ -140,6 +144,7 @@ fn run(genesis: &Genesis, blocks: &[Block], history: Option<History>) -> anyhow:
         import_max_ms: samples.iter().copied().fold(0.0, f64::max),
         disk_bytes: du(dir.path())?,
         served_from,
+        reopen_ms,
     })
 }
 

@@ -16,6 +16,10 @@
 //! - **First signed headers**: evidence of equivocation is only looked for above the finalized
 //!   slot; older records go.
 //!
+//! "Finalized" here is one `finality_depth` lower than the chain's finalized height
+//! ([`Inputs::margin`]): that height is the head's minus the depth, so it falls when evidence
+//! of equivocation reverts the head, and a reorganisation may then go below the old one.
+//!
 //! **Crash-safe, bounded batches.** Each step deletes at most [`Pruner::step`]'s `max_heights`
 //! heights of each kind and writes how far it got ([`Cursors`], `keys::PRUNED`) in the same
 //! atomic, flushed batch: a crash between or inside batches leaves every record below each
@@ -148,7 +152,12 @@ pub struct Inputs {
     pub head: u64,
     /// The finalized height.
     pub finalized: u64,
-    /// The finalized block's slot.
+    /// Heights kept below the finalized height besides (the genesis `finality_depth`): the
+    /// finalized height is the head's minus the depth, so it falls when the head is reverted
+    /// (evidence of equivocation voids a head block), and a later reorganisation may then
+    /// revert that far below the old finalized height.
+    pub margin: u64,
+    /// The slot of the block at `finalized − margin`: first headers below it go.
     pub finalized_slot: u64,
     /// Upper height of the newest persisted state-anchor record (per-block undo records at or
     /// below it are covered by records); `None` if none is persisted.
@@ -163,7 +172,7 @@ pub struct Inputs {
 
 /// Where each cursor may go now ([`Cursors`] with the same meaning). Pure.
 pub fn targets(inputs: &Inputs) -> Cursors {
-    let finalized = inputs.finalized;
+    let finalized = inputs.finalized.saturating_sub(inputs.margin);
     let blocks = match inputs.history {
         History::Full => 0,
         History::Blocks(window) => inputs.head.saturating_sub(window).min(finalized),
@@ -232,6 +241,8 @@ pub struct Pruner {
     config: StateCacheConfig,
     history: History,
     max_deposits: u16,
+    /// See [`Inputs::margin`].
+    margin: u64,
     /// The checkpoint height the chain started from (nothing lies between genesis and it).
     base: u64,
 }
@@ -252,6 +263,7 @@ impl Pruner {
         states: Arc<StateCache>,
         history: History,
         max_deposits: u16,
+        margin: u64,
         base: u64,
     ) -> Self {
         let config = states.config();
@@ -262,6 +274,7 @@ impl Pruner {
             config,
             history,
             max_deposits,
+            margin,
             base,
         }
     }
@@ -273,7 +286,7 @@ impl Pruner {
         };
         let head = shared.head.load(Ordering::Relaxed);
         let finalized = shared.finalized.load(Ordering::Relaxed);
-        let finalized_slot = match canonical(store, finalized)? {
+        let finalized_slot = match canonical(store, finalized.saturating_sub(self.margin))? {
             Some(hash) => self.block(store, &hash)?.map_or(0, |b| b.header.slot),
             None => 0,
         };
@@ -288,6 +301,7 @@ impl Pruner {
         Ok(Some(Inputs {
             head,
             finalized,
+            margin: self.margin,
             finalized_slot,
             anchored: last.and_then(|low| low.checked_add(every)),
             anchor_every: every,
@@ -496,6 +510,7 @@ mod tests {
         Inputs {
             head,
             finalized: head.saturating_sub(32),
+            margin: 0,
             finalized_slot: head.saturating_sub(32) * 2,
             anchored: Some(head.saturating_sub(32) / 32 * 32),
             anchor_every: 32,
@@ -529,6 +544,13 @@ mod tests {
             ..inputs(10_000, History::Full)
         };
         assert_eq!(targets(&none).undo, 0);
+        // With a margin everything folds that much lower.
+        let margin = Inputs {
+            margin: 32,
+            ..inputs(10_000, History::Blocks(5))
+        };
+        let t = targets(&margin);
+        assert_eq!((t.blocks, t.state, t.undo), (9_936, 9_936, 9_937));
     }
 
     #[test]
