@@ -97,8 +97,13 @@ fn run(dir: &Path, blocks: &[Block], history: Option<History>) -> (u64, std::tim
 /// The window kept in the bounded run.
 const WINDOW: u64 = 256;
 
-/// The bound the pruned 5,000-block data dir stays under, and the unpruned one exceeds.
-const BOUND_BYTES: u64 = 12 << 20;
+/// The bound the pruned 5,000-block data dir stays under, and the unpruned one exceeds. Live
+/// data is well under 1 MiB (a 256-block window of ~2.7 KB blocks, ~380 validators); sled's
+/// files are not: measured 10.0–10.5 MB pruned against 94–98 MB unpruned here, and
+/// 13.9–15.0 MB pruned at 2,500 and at 5,000 blocks with the pruner in the background
+/// (`modnode bench prune`): flat in the block count, sled reusing freed segments but never
+/// shrinking its file below its own ~10 MB floor. The bound leaves room for that floor.
+const BOUND_BYTES: u64 = 20 << 20;
 
 #[test]
 fn a_5000_block_run_with_deposits_keeps_its_data_dir_under_a_bound_only_when_pruned() {
