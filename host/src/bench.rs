@@ -6,6 +6,7 @@ pub mod deposits;
 pub mod gossip;
 pub mod gossip_sim;
 pub mod host_call;
+pub mod prune;
 pub mod state_cache;
 pub mod swap;
 

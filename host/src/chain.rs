@@ -28,6 +28,7 @@ mod from_checkpoint;
 pub mod genesis;
 pub mod native_deposits;
 mod proposals;
+pub mod prune;
 mod registry_store;
 mod revert;
 pub mod transition;
@@ -127,6 +128,10 @@ pub struct Chain {
     /// The finalized height: `finality_depth` below the head and sealed over by a majority of
     /// the authorities (`finality`).
     finality: finality::Finality,
+    /// The serving floor and heights shared with the pruner (`prune`).
+    pruning: Arc<prune::Shared>,
+    /// The checkpoint height the chain started from (0: genesis); nothing lies between.
+    base: u64,
 }
 
 /// Why the operator's proposal was not taken.
@@ -241,6 +246,8 @@ impl Chain {
                     equivocations: Default::default(),
                     executed: 0,
                     finality,
+                    pruning: prune::Shared::new(0),
+                    base: 0,
                 };
                 chain.publish_head();
                 Ok(chain)
@@ -319,6 +326,9 @@ impl Chain {
                     head.height,
                     |height| proposer_at(store.as_ref(), &genesis, height),
                 )?;
+                let base = base_height(store.as_ref())?;
+                let pruned = prune::Cursors::load(store.as_ref())?;
+                let pruning = prune::Shared::new(pruned.blocks.max(base));
                 let chain = Self {
                     store,
                     genesis,
@@ -335,6 +345,8 @@ impl Chain {
                     equivocations,
                     executed: 0,
                     finality,
+                    pruning,
+                    base,
                 };
                 chain.publish_head();
                 Ok(chain)
@@ -441,6 +453,8 @@ impl Chain {
 
     /// Puts a snapshot of the head into the state cache as its head.
     fn publish_head(&self) {
+        self.pruning
+            .set_heights(self.head.height, self.finalized_height());
         match self.snapshot() {
             Ok(snapshot) => self.states.set_head(snapshot, self.finalized_height()),
             Err(e) => tracing::error!(error = %e, "cannot snapshot the head state"),
@@ -630,7 +644,29 @@ impl Chain {
             || self.modules.as_ref().is_some_and(|m| m.is_ready(hash))
     }
 
-    /// The canonical block at `height`.
+    /// The lowest height above genesis this node still holds blocks from (and serves): heights
+    /// below it were pruned (`prune`) or lie below the checkpoint the chain started from.
+    pub fn served_from(&self) -> u64 {
+        self.pruning.floor()
+    }
+
+    /// A pruner of this chain's store keeping `history` (see [`prune`]): run its steps, or
+    /// [`Pruner::spawn`](prune::Pruner::spawn) it in the background. It stops when the chain
+    /// is dropped.
+    pub fn pruner(&self, history: prune::History) -> prune::Pruner {
+        prune::Pruner::new(
+            self.store.clone(),
+            &self.pruning,
+            self.states.clone(),
+            history,
+            self.genesis.max_deposits_per_block,
+            self.genesis.finality_depth,
+            self.base,
+        )
+    }
+
+    /// The canonical block at `height` (`None` above the head and below
+    /// [`Chain::served_from`], genesis excepted).
     pub fn block_at(&self, height: u64) -> Result<Option<Block>, StoreError> {
         let Some(hash) = self.store.get(&keys::height(height))? else {
             return Ok(None);
@@ -639,6 +675,10 @@ impl Chain {
             .try_into()
             .map_err(|_| StoreError::Corrupt(format!("height index {height} malformed")))?;
         let Some(bytes) = self.store.get(&keys::block(&hash))? else {
+            // Pruned between the two reads: the floor rose before the deletion was committed.
+            if height < self.served_from() {
+                return Ok(None);
+            }
             return Err(StoreError::Corrupt(format!(
                 "block {} indexed at height {height} missing",
                 hex32(&hash)

@@ -117,6 +117,10 @@ enum DebugCommand {
         /// so crash tests can kill the loop around an activation.
         #[arg(long)]
         upgrade_at: Option<u64>,
+        /// Prune keeping this many blocks (or `full`): one small pruning batch after each
+        /// import, so crash tests can kill the loop mid-pruning.
+        #[arg(long, value_parser = modnode::chain::prune::History::parse)]
+        history: Option<modnode::chain::prune::History>,
     },
     /// Compile a component for this build's engine (the node runs this in a child process so a
     /// compile past its deadline can be killed). Exits 3 when the module does not compile.
@@ -350,6 +354,22 @@ enum BenchCommand {
         #[arg(long, value_enum, default_value_t = crate::bench::state_cache::StoreKind::Sled)]
         store: crate::bench::state_cache::StoreKind,
     },
+    /// Block import on sled with and without the background pruner: import p50/p99 and the
+    /// data dir's bytes on disk.
+    Prune {
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+        /// Validators at genesis.
+        #[arg(long, default_value_t = 1_000)]
+        validators: u32,
+        /// Blocks (with deposits) imported per run.
+        #[arg(long, default_value_t = 2_000)]
+        blocks: u64,
+        /// Blocks the pruned run keeps (`--history`).
+        #[arg(long, default_value_t = 256)]
+        window: u64,
+    },
     /// Checkpoint creation and restore with checkpoint-v1 and -v2 against the read-hash floor.
     Checkpoint {
         /// Print one JSON object.
@@ -405,7 +425,8 @@ fn main() -> std::process::ExitCode {
             data_dir,
             blocks,
             upgrade_at,
-        }) => commands::run::import_loop(&data_dir, blocks, upgrade_at),
+            history,
+        }) => commands::run::import_loop(&data_dir, blocks, upgrade_at, history),
         Command::Debug(DebugCommand::CompileModule { input, output }) => {
             use modnode::modules_store::upload::compiler;
             match compiler::compile_file(&input, &output) {
@@ -508,6 +529,12 @@ fn main() -> std::process::ExitCode {
             tight_mb,
             store,
         }) => commands::bench::state_cache(json, validators, blocks, generous_mb, tight_mb, store),
+        Command::Bench(BenchCommand::Prune {
+            json,
+            validators,
+            blocks,
+            window,
+        }) => commands::bench::prune(json, validators, blocks, window),
         Command::Bench(BenchCommand::Checkpoint {
             json,
             validators,

@@ -128,6 +128,10 @@ pub struct NodeConfig {
     pub peer_exchange: bool,
     /// Log a status line (height, peers, lag, syncing) this often; `None`: never.
     pub status_every: Option<Duration>,
+    /// Blocks kept below the head (`--history`); `None`: a day of slots at the genesis slot
+    /// time. Undo, eth1 and schedule records are folded at finality either way
+    /// (`chain::prune`); `Some(History::Full)` keeps every block.
+    pub history: Option<crate::chain::prune::History>,
 }
 
 /// The built-in dev deposit contract a node hosts.
@@ -213,6 +217,7 @@ impl NodeConfig {
             restore_progress: ProgressDisplay::Log,
             peer_exchange: true,
             status_every: Some(DEFAULT_STATUS_EVERY),
+            history: None,
         }
     }
 }
@@ -548,6 +553,11 @@ impl Node {
         let mut chain = chain;
         chain.set_deposit_modules(upgrades.clone());
         chain.configure_state_cache(config.state_cache);
+        let history = config
+            .history
+            .unwrap_or_else(|| crate::chain::prune::History::day_of_slots(genesis.slot_ms));
+        // Detached: it holds the chain's store only while a batch runs and stops with the chain.
+        chain.pruner(history).spawn().map_err(NodeError::Thread)?;
         let states = chain.states();
         let genesis_hash = chain.genesis_hash();
         let head = chain.head();

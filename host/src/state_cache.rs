@@ -392,6 +392,12 @@ impl StateCache {
         self.behind.store(behind, Ordering::Relaxed);
     }
 
+    /// Whether import is behind (set by the chain worker): background work such as pruning
+    /// waits while it is.
+    pub fn is_behind(&self) -> bool {
+        self.behind.load(Ordering::Relaxed)
+    }
+
     /// The state after block `hash`, from the cache or regenerated (see [`regen`]).
     pub fn state(&self, hash: &Hash) -> Result<StateSnapshot, StateCacheError> {
         regen::state(self, hash)

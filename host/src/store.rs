@@ -82,6 +82,27 @@ pub trait KvStore: Send + Sync {
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError>;
     /// Calls `visit` for every key starting with `prefix`, in key order.
     fn scan_prefix(&self, prefix: &[u8], visit: &mut Visitor<'_>) -> Result<(), StoreError>;
+    /// Calls `visit` for at most `limit` keys in `start..end`, in key order (pruning walks a
+    /// range in bounded batches). The default filters a scan of the range's common prefix;
+    /// the backends seek to `start`.
+    fn scan_range(
+        &self,
+        start: &[u8],
+        end: &[u8],
+        limit: usize,
+        visit: &mut Visitor<'_>,
+    ) -> Result<(), StoreError> {
+        let common = start.iter().zip(end).take_while(|(a, b)| a == b).count();
+        let prefix = start.get(..common).unwrap_or_default();
+        let mut seen = 0usize;
+        self.scan_prefix(prefix, &mut |key, value| {
+            if seen < limit && key >= start && key < end {
+                seen = seen.saturating_add(1);
+                visit(key, value)?;
+            }
+            Ok(())
+        })
+    }
     /// Applies `batch` atomically; when this returns `Ok` the batch survives a crash.
     fn commit(&self, batch: &WriteBatch) -> Result<(), StoreError>;
     /// The keyspace `name` of the same database, beside the chain's (its own sled tree): for
@@ -120,7 +141,7 @@ pub mod keys {
     /// record per slot of an authority chain: `q` ‖ slot ‖ proposer.
     pub fn first_header(slot: u64, proposer: u32) -> Vec<u8> {
         [
-            b"q".as_slice(),
+            FIRST_HEADER_PREFIX,
             &slot.to_be_bytes(),
             &proposer.to_be_bytes(),
         ]
@@ -170,6 +191,18 @@ pub mod keys {
             [BALANCE_PREFIX, &index.to_be_bytes()].concat()
         }
     }
+    /// Prefix of the side-block index.
+    pub const SIDE_BLOCK_PREFIX: &[u8] = b"k";
+    /// A stored block that is not (or no longer) canonical at `height`: `k` ‖ height ‖ hash.
+    /// Written when fork choice stores a side-branch block or reverts a canonical one, so
+    /// pruning finds the blocks no height index names (the record is empty).
+    pub fn side_block(height: u64, hash: &[u8; 32]) -> Vec<u8> {
+        [SIDE_BLOCK_PREFIX, &height.to_be_bytes(), hash].concat()
+    }
+    /// Prefix of the first-signed-header records (see [`first_header`]).
+    pub const FIRST_HEADER_PREFIX: &[u8] = b"q";
+    /// How far pruning has gone (`chain::prune`): one record, rewritten in each pruning batch.
+    pub const PRUNED: &[u8] = b"mpruned";
     /// The head record.
     pub const HEAD: &[u8] = b"mhead";
     /// The genesis hash.

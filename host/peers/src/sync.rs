@@ -162,6 +162,8 @@ pub struct SyncStatus {
 struct PeerHead {
     height: u64,
     hash: BlockHash,
+    /// The peer said it pruned the heights below this (0: nothing known pruned).
+    pruned_below: u64,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -267,11 +269,14 @@ impl RangeSync {
         if self.rejected.contains(&peer) {
             return;
         }
+        // What a peer pruned stays pruned: its floor survives its status reports.
+        let pruned_below = self.peers.get(&peer).map_or(0, |p| p.pruned_below);
         self.peers.insert(
             peer,
             PeerHead {
                 height: head_height,
                 hash: head_hash,
+                pruned_below,
             },
         );
     }
@@ -353,6 +358,36 @@ impl RangeSync {
                     .entry(height)
                     .or_insert(Buffered { bytes, peer });
             }
+        }
+        Ok(())
+    }
+
+    /// `peer` answered request `id` with "pruned": it serves heights `below` and up only. Not a
+    /// fault and no back-off: the range is asked of another peer at once, and `peer` is not
+    /// asked for heights below `below` again (it still serves those above). An answer that
+    /// does not cover the requested start (`below` at or below it) is a
+    /// [`Violation::InvalidBlocks`]: the peer claims the start and refuses it.
+    ///
+    /// Errors only for answers that match no request in flight; drop them.
+    pub fn handle_pruned(
+        &mut self,
+        peer: NodeId,
+        id: RequestId,
+        below: u64,
+    ) -> Result<(), SyncError> {
+        let request = self.take_request(peer, id)?;
+        if below <= request.start {
+            self.reject(
+                peer,
+                Violation::InvalidBlocks {
+                    request: id,
+                    reason: "a pruned answer that does not cover the requested start",
+                },
+            );
+            return Ok(());
+        }
+        if let Some(head) = self.peers.get_mut(&peer) {
+            head.pruned_below = head.pruned_below.max(below);
         }
         Ok(())
     }
@@ -491,6 +526,20 @@ impl RangeSync {
             .values()
             .map(|p| (self.claimed(p), p.hash))
             .max_by(|a, b| a.0.cmp(&b.0).then_with(|| b.1.cmp(&a.1)))
+    }
+
+    /// The next height needed when every peer that claims it has pruned it (this node cannot
+    /// sync from the peers it has: restore a checkpoint, or connect a peer keeping more
+    /// history); `None` when some peer may serve it or nothing is needed.
+    pub fn pruned_everywhere(&self) -> Option<u64> {
+        let next = self.head_height.checked_add(1)?;
+        let mut claiming = self
+            .peers
+            .values()
+            .filter(|p| self.claimed(p) >= next)
+            .peekable();
+        claiming.peek()?;
+        claiming.all(|p| p.pruned_below > next).then_some(next)
     }
 
     /// Whether the local head has reached the best known peer head (or no peer is known).
@@ -687,7 +736,7 @@ impl RangeSync {
         let pick = |skip_failed: bool| {
             self.peers
                 .iter()
-                .filter(|(_, head)| self.claimed(head) >= start)
+                .filter(|(_, head)| self.claimed(head) >= start && head.pruned_below <= start)
                 .filter(|(id, _)| !self.is_backed_off(id, now))
                 .filter(|(id, _)| !(skip_failed && self.failed.contains(&(start, **id))))
                 .map(|(id, _)| (self.in_flight_to(id), *id))

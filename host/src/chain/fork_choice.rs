@@ -217,6 +217,15 @@ impl Chain {
         if hash == self.head.hash || self.is_canonical(&block.header)? {
             return Ok(Added::Known);
         }
+        // Below the pruned floor nothing is stored to tell a canonical block from another,
+        // and every such height is final: the block cannot change the chain.
+        if block.header.height > 0 && block.header.height < self.served_from() {
+            return Err(ForkChoiceError::BeyondFinality {
+                hash: name,
+                ancestor: block.header.height.saturating_sub(1),
+                finalized: self.finalized_height(),
+            });
+        }
         // One block per authority per slot: a second one is never executed, stored or
         // weighed, and it voids the slot on this node.
         self.check_equivocation(block, &name)?;
@@ -307,6 +316,8 @@ impl Chain {
         if self.store.get(&keys::block(&hash))?.is_none() {
             let mut batch = WriteBatch::new();
             batch.put(keys::block(&hash), block.encode());
+            // Indexed by height so pruning finds it: no height index names a side block.
+            batch.put(keys::side_block(block.header.height, &hash), Vec::new());
             self.note_first_header(block, &mut batch)?;
             self.store.commit(&batch)?;
         }

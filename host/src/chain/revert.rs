@@ -52,6 +52,8 @@ impl Chain {
 
         let mut batch = WriteBatch::new();
         batch.delete(keys::height(head.height));
+        // The block stays stored, now off the canonical chain: indexed so pruning finds it.
+        batch.put(keys::side_block(head.height, &head.hash), Vec::new());
         batch.delete(keys::undo(&head.hash));
         batch.delete(keys::eth1(&head.hash));
         batch.delete(keys::schedule(&head.hash));

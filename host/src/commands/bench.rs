@@ -108,6 +108,19 @@ pub fn swap(json: bool, validators: u32, blocks: usize) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `modnode bench prune`.
+pub fn prune(json: bool, validators: u32, blocks: u64, window: u64) -> anyhow::Result<()> {
+    anyhow::ensure!(validators >= 1, "--validators must be at least 1");
+    anyhow::ensure!(blocks > window, "--blocks must exceed --window");
+    let report = crate::bench::prune::run_all(validators, blocks, window)?;
+    if json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    }
+    Ok(())
+}
+
 /// `modnode bench state-cache`.
 pub fn state_cache(
     json: bool,

@@ -503,6 +503,27 @@ mod tests {
     }
 
     #[test]
+    fn history_is_a_key_of_the_file_and_its_flag_wins() {
+        use crate::commands::run::HistoryArg;
+        use modnode::chain::prune::History;
+        let dir = tempfile::tempdir().unwrap();
+        let path = write(dir.path(), "history = 4096\n");
+        let p = path.to_str().unwrap();
+        let (args, _) = resolve(&os(&["--config", p])).unwrap();
+        assert_eq!(args.history, HistoryArg::Given(History::Blocks(4096)));
+        let (args, _) = resolve(&os(&["--config", p, "--history", "full"])).unwrap();
+        assert_eq!(args.history, HistoryArg::Given(History::Full));
+        let (args, settings) = resolve(&os(&[])).unwrap();
+        assert_eq!(args.history, HistoryArg::Day, "a day of slots by default");
+        assert!(show_text(&settings).contains("history = \"day\"  # default"));
+        let bad = write(dir.path(), "\nhistory = \"forever\"\n");
+        let e = resolve(&os(&["--config", bad.to_str().unwrap()]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("history") && e.contains("full"), "{e}");
+    }
+
+    #[test]
     fn unknown_keys_and_wrong_types_name_the_key_and_the_line() {
         let dir = tempfile::tempdir().unwrap();
         let cases = [

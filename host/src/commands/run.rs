@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 use modnode::chain::genesis::Genesis;
+use modnode::chain::prune::History;
 use modnode::chain::workload;
 use modnode::deposit_source::dev_contract::DEV_CONTRACT_ADDRESS;
 use modnode::deposit_source::follower::FollowerConfig;
@@ -65,6 +66,12 @@ pub struct RunArgs {
     /// regenerations in flight included.
     #[arg(long, default_value_t = modnode::state_cache::StateCacheConfig::default().max_bytes)]
     pub state_cache_max_bytes: u64,
+    /// Blocks kept below the head for serving range sync: a number, `full` (every block), or
+    /// `day` (a day of slots at the chain's slot time: 43,200 blocks at 2 s). Older blocks are
+    /// pruned in the background; undo, eth1 and schedule records are folded at finality either
+    /// way.
+    #[arg(long, value_name = "BLOCKS|full|day", default_value = "day", value_parser = parse_history)]
+    pub history: HistoryArg,
     /// Create a checkpoint every this many blocks (0: only on demand, `modnode checkpoint
     /// create`).
     #[arg(long, default_value_t = 100)]
@@ -96,6 +103,31 @@ pub struct RunArgs {
     pub status_every: u64,
     #[command(flatten)]
     pub deposits: DepositArgs,
+}
+
+/// `--history`: a day of slots (the default) or what [`History::parse`] reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HistoryArg {
+    /// A day of slots at the genesis slot time.
+    Day,
+    /// As given.
+    Given(History),
+}
+
+impl std::fmt::Display for HistoryArg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Day => f.write_str("day"),
+            Self::Given(history) => history.fmt(f),
+        }
+    }
+}
+
+fn parse_history(text: &str) -> Result<HistoryArg, String> {
+    match text.trim() {
+        "day" => Ok(HistoryArg::Day),
+        other => History::parse(other).map(HistoryArg::Given),
+    }
 }
 
 /// `--sync`.
@@ -298,6 +330,10 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     config.gossip_policy = args.gossip_policy;
     config.produce = !args.no_produce;
     config.state_cache.max_bytes = args.state_cache_max_bytes;
+    config.history = match args.history {
+        HistoryArg::Day => None,
+        HistoryArg::Given(history) => Some(history),
+    };
     config.checkpoint.interval = args.checkpoint_interval;
     config.checkpoint.keep = usize::from(args.checkpoint_keep);
     config.checkpoint.create_version = args.checkpoint_create_version;
@@ -353,8 +389,15 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
 /// `modnode debug import-loop`: imports generated dev blocks as fast as possible, printing
 /// `imported <height> <state root>` after each durable commit (crash tests kill it at random).
 /// With `upgrade_at`, the loop's blocks vote deposits-v1 in at that height (the dev chain has no
-/// authorities, so the vote is the majority) unless the schedule already has it.
-pub fn import_loop(data_dir: &Path, blocks: u64, upgrade_at: Option<u64>) -> anyhow::Result<()> {
+/// authorities, so the vote is the majority) unless the schedule already has it. With
+/// `history`, one pruning batch of [`IMPORT_LOOP_PRUNE_HEIGHTS`] runs after each import and
+/// `pruned <floor>` is printed after it commits.
+pub fn import_loop(
+    data_dir: &Path,
+    blocks: u64,
+    upgrade_at: Option<u64>,
+    history: Option<History>,
+) -> anyhow::Result<()> {
     let mut chain = node::open_chain(data_dir, Genesis::dev())?;
     if let Some(height) = upgrade_at {
         let bytes = modnode::artifacts::embedded("deposits-v1")
@@ -407,7 +450,15 @@ pub fn import_loop(data_dir: &Path, blocks: u64, upgrade_at: Option<u64>) -> any
             imported.head.height,
             hex::encode(imported.head.state_root)
         )?;
+        if let Some(history) = history {
+            chain.pruner(history).step(IMPORT_LOOP_PRUNE_HEIGHTS)?;
+            writeln!(out, "pruned {}", chain.served_from())?;
+        }
         out.flush()?;
     }
     Ok(())
 }
+
+/// Heights of each kind one pruning batch of the import loop deletes at most: small, so a
+/// kill often lands with pruning behind and going on.
+const IMPORT_LOOP_PRUNE_HEIGHTS: u64 = 8;

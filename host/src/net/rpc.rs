@@ -9,6 +9,10 @@
 //! - [`BLOCKS_REQUEST`]: `start u64 | count u16` (1..=[`MAX_BLOCKS_PER_REQUEST`]).
 //!   [`BLOCKS`]: `n u16 | n × (len u32 | encoded block)`: consecutive canonical blocks from
 //!   `start`, possibly fewer than asked (the server stops at its head or at the size budget).
+//!   Or [`BLOCKS_PRUNED`]: `lowest height served u64`, when `start` lies below it (pruned, or
+//!   below the checkpoint the server started from): not a lie but "ask someone else". It must
+//!   be above `start`. A frame type of its own, so the blocks answer and the protocol version
+//!   stay as they were: a node that never prunes never sends it.
 //! - [`PEERS_REQUEST`]: empty. [`PEERS`]: `n u8 | n × (node id 32 | 4 or 6 | ip | port u16)`.
 //! - [`MODULE_REQUEST`]: `sha256 32`. [`MODULE`]: `0` (not here) or `1 | len u32 | component` (the
 //!   requester checks the hash, then validates it like an upload).
@@ -51,6 +55,8 @@ pub const CHECKPOINTS: u8 = 12;
 pub const CHUNK_REQUEST: u8 = 13;
 /// Frame type of a checkpoint chunk answer.
 pub const CHUNK: u8 = 14;
+/// Frame type of the answer to a block range the sender pruned.
+pub const BLOCKS_PRUNED: u8 = 15;
 /// Most manifests a checkpoint list answer carries (a node keeps a few checkpoints).
 pub const MAX_CHECKPOINTS_PER_ANSWER: usize = 8;
 /// Most ready modules a status answer lists.
@@ -113,6 +119,9 @@ pub enum Response {
     Status(ChainStatus),
     /// Encoded blocks, consecutive from the requested start.
     Blocks(Vec<Vec<u8>>),
+    /// The requested start is pruned: the sender serves heights from this one (above the
+    /// start) up.
+    Pruned(u64),
     /// Known-good peer addresses.
     Peers(Vec<PeerAddr>),
     /// The module's bytes, or `None` if the sender does not have it.
@@ -302,6 +311,7 @@ impl Response {
                 }
                 (BLOCKS, out)
             }
+            Self::Pruned(below) => (BLOCKS_PRUNED, below.to_le_bytes().to_vec()),
             Self::Peers(peers) => {
                 let n = peers.len().min(MAX_PEERS_PER_ANSWER);
                 let mut out = vec![u8::try_from(n).unwrap_or(u8::MAX)];
@@ -344,6 +354,20 @@ impl Response {
             Request::Checkpoints => (CHECKPOINTS, "a checkpoint list"),
             Request::Chunk { .. } => (CHUNK, "a checkpoint chunk answer"),
         };
+        if let (Request::Blocks { start, .. }, BLOCKS_PRUNED) = (request, msg_type) {
+            let mut r = Reader(payload);
+            let below = r.u64("pruned answer height")?;
+            r.finish()?;
+            if below <= *start {
+                return Err(RpcError::Invalid {
+                    field: "pruned answer height",
+                    reason: format!(
+                        "says it keeps heights {below} and up, yet did not serve {start}"
+                    ),
+                });
+            }
+            return Ok(Self::Pruned(below));
+        }
         if msg_type != expected_type {
             return Err(RpcError::UnexpectedType {
                 found: msg_type,
@@ -489,6 +513,32 @@ mod tests {
             Response::decode(&request, t, &long),
             Err(RpcError::Trailing(1))
         );
+    }
+
+    #[test]
+    fn a_pruned_range_answer_roundtrips_only_for_blocks_and_above_the_start() {
+        let request = Request::Blocks {
+            start: 10,
+            count: 64,
+        };
+        roundtrip(request, Response::Pruned(500));
+        let (t, p) = Response::Pruned(10).encode();
+        assert!(matches!(
+            Response::decode(&request, t, &p),
+            Err(RpcError::Invalid {
+                field: "pruned answer height",
+                ..
+            })
+        ));
+        // Only an answer to a block range may say "pruned".
+        let (t, p) = Response::Pruned(500).encode();
+        assert!(matches!(
+            Response::decode(&Request::Status, t, &p),
+            Err(RpcError::UnexpectedType {
+                found: BLOCKS_PRUNED,
+                ..
+            })
+        ));
     }
 
     #[test]

@@ -66,6 +66,15 @@ pub enum WorkerError {
     /// Reading stored blocks failed.
     #[error("cannot read blocks: {0}")]
     Store(String),
+    /// The blocks asked for were pruned here (or lie below the checkpoint this node started
+    /// from): ask a node that keeps more history.
+    #[error("blocks from height {start} are pruned here; this node keeps heights {below} and up")]
+    Pruned {
+        /// The first height asked for.
+        start: u64,
+        /// The lowest height above genesis this node serves.
+        below: u64,
+    },
     /// The worker's queue for this kind of job (or this peer's share of it) is full.
     #[error("the chain worker is busy; try again later")]
     Busy,
@@ -647,6 +656,10 @@ impl Worker {
         count: u64,
         max_bytes: usize,
     ) -> Result<Vec<Vec<u8>>, WorkerError> {
+        let below = self.chain.served_from();
+        if start > 0 && start < below {
+            return Err(WorkerError::Pruned { start, below });
+        }
         let mut out = Vec::new();
         let mut bytes = 0usize;
         for height in start..start.saturating_add(count) {

@@ -83,6 +83,7 @@ impl WorkerError {
             Self::FutureSlot { .. } => Fault::Transient,
             Self::Busy => Fault::Transient,
             Self::Stopped | Self::Produce { .. } | Self::Store(_) => Fault::Ours,
+            Self::Pruned { .. } => Fault::Transient,
             Self::Proposal(_) => Fault::Transient,
         }
     }
@@ -101,13 +102,20 @@ pub enum RequestError {
     /// fault).
     #[error("malformed answer: {0}")]
     Malformed(String),
+    /// The peer pruned the blocks asked for: not available there, ask someone else (not a
+    /// fault).
+    #[error("the peer pruned these blocks; it keeps heights {below} and up")]
+    Pruned {
+        /// The lowest height above genesis the peer serves.
+        below: u64,
+    },
 }
 
 impl RequestError {
     /// Whose fault the failed request is.
     pub fn fault(&self) -> Fault {
         match self {
-            Self::Timeout(_) | Self::Transport(_) => Fault::Transient,
+            Self::Timeout(_) | Self::Transport(_) | Self::Pruned { .. } => Fault::Transient,
             Self::Malformed(_) => Fault::Peer,
         }
     }

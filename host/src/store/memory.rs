@@ -45,6 +45,23 @@ impl KvStore for MemoryStore {
         Ok(())
     }
 
+    fn scan_range(
+        &self,
+        start: &[u8],
+        end: &[u8],
+        limit: usize,
+        visit: &mut super::Visitor<'_>,
+    ) -> Result<(), StoreError> {
+        if start >= end {
+            return Ok(());
+        }
+        let map = self.map()?;
+        for (k, v) in map.range(start.to_vec()..end.to_vec()).take(limit) {
+            visit(k, v)?;
+        }
+        Ok(())
+    }
+
     fn commit(&self, batch: &WriteBatch) -> Result<(), StoreError> {
         let mut map = self.map()?;
         for (key, value) in batch.ops() {

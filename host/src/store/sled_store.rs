@@ -87,6 +87,23 @@ impl KvStore for SledStore {
         Ok(())
     }
 
+    fn scan_range(
+        &self,
+        start: &[u8],
+        end: &[u8],
+        limit: usize,
+        visit: &mut super::Visitor<'_>,
+    ) -> Result<(), StoreError> {
+        if start >= end {
+            return Ok(());
+        }
+        for item in self.chain.range(start..end).take(limit) {
+            let (k, v) = item.map_err(|e| self.err(e))?;
+            visit(&k, &v)?;
+        }
+        Ok(())
+    }
+
     fn commit(&self, batch: &WriteBatch) -> Result<(), StoreError> {
         let mut sled_batch = sled::Batch::default();
         for (key, value) in batch.ops() {

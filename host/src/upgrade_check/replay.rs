@@ -45,6 +45,14 @@ pub(crate) fn replay(
         DepositEngine::Native(native_deposits::Verification::OneByOne),
     )
     .map_err(|e| err(format!("{e} (pass the genesis the node was started with)")))?;
+    let served_from = recorded.served_from();
+    if served_from > 1 {
+        return Err(err(format!(
+            "this data dir keeps blocks from height {served_from} only (pruned, or started from \
+             a checkpoint): a replay needs every block from genesis; run the node with \
+             --history full to keep them"
+        )));
+    }
     let blocks = (1..=recorded.head().height)
         .map(|height| {
             recorded

@@ -31,6 +31,7 @@ mod network;
 mod operator_logs;
 mod peer_faults;
 mod profile;
+mod prune;
 mod reproducible;
 mod scheduled_admission;
 mod slot_restart;

@@ -497,3 +497,55 @@ fn config_is_validated() {
     };
     assert!(RangeSync::new(short, 0, hash(0)).is_err());
 }
+
+#[test]
+fn a_pruned_answer_sends_the_range_elsewhere_without_a_violation_or_back_off() {
+    let mut sync = RangeSync::new(SyncConfig::default(), 0, hash(0)).unwrap();
+    sync.handle_peer_status(node(1), 1_000, [0xee; 32], 0);
+    let request = sync.poll_request(0).unwrap();
+    assert_eq!((request.peer, request.start_height), (node(1), 1));
+    // Node 1 keeps heights 900 and up only.
+    sync.handle_pruned(node(1), request.id, 900).unwrap();
+    assert_eq!(sync.poll_violation(), None, "pruning is not a violation");
+    assert!(
+        !sync.is_backed_off(&node(1), 0),
+        "nor a failure to back off from"
+    );
+    assert_eq!(
+        sync.target().map(|(h, _)| h),
+        Some(1_000),
+        "its claim stands"
+    );
+    // Nobody else claims height 1: nothing to ask, and the driver learns why.
+    assert_eq!(sync.poll_request(0), None);
+    assert_eq!(sync.pruned_everywhere(), Some(1));
+    // Its floor survives its next status; a peer keeping everything gets the range.
+    sync.handle_peer_status(node(1), 1_001, [0xef; 32], 0);
+    assert_eq!(sync.poll_request(0), None);
+    sync.handle_peer_status(node(2), 1_000, [0xee; 32], 0);
+    assert_eq!(sync.pruned_everywhere(), None);
+    let retry = sync.poll_request(0).unwrap();
+    assert_eq!((retry.peer, retry.start_height), (node(2), 1));
+    let blocks = (1..=retry.count).map(|h| (h, hash(h), bytes(h))).collect();
+    sync.handle_blocks(node(2), retry.id, blocks).unwrap();
+    // Heights the pruned peer keeps are asked of it again once the head gets there.
+    while let Some((height, _, _)) = sync.poll_ready_block() {
+        sync.handle_imported(height, hash(height));
+    }
+    assert_eq!(sync.status().head_height, 64);
+    sync.handle_peer_disconnected(node(2));
+    assert_eq!(sync.poll_request(0), None, "65 is below node 1's floor");
+}
+
+#[test]
+fn a_pruned_answer_that_does_not_cover_the_start_is_a_violation() {
+    let mut sync = RangeSync::new(SyncConfig::default(), 0, hash(0)).unwrap();
+    sync.handle_peer_status(node(1), 1_000, [0xee; 32], 0);
+    let request = sync.poll_request(0).unwrap();
+    // "I keep heights 1 and up" as the answer to a request for height 1: a refusal.
+    sync.handle_pruned(node(1), request.id, 1).unwrap();
+    assert!(matches!(
+        sync.poll_violation(),
+        Some((peer, Violation::InvalidBlocks { .. })) if peer == node(1)
+    ));
+}

@@ -207,6 +207,8 @@ mod tests {
             hash: hex::encode([byte; 32]),
             version: u32::from(byte),
             warmup: WarmupReport::default(),
+            contract: "modnode:gossip-policy@1.0.0".into(),
+            state_bytes: 0,
         }
     }
 
@@ -235,6 +237,7 @@ mod tests {
             hash: [byte; 32],
             warmup: WarmupReport::default(),
             new: false,
+            contract: "modnode:gossip-policy@1.0.0".into(),
         }
     }
 

@@ -13,7 +13,7 @@ use super::{Event, NodeId, REQUEST_TIMEOUT, short};
 use crate::checkpoint::CheckpointServer;
 use crate::net::codec;
 use crate::net::rpc::{self, ChainStatus, Request, Response};
-use crate::node::chain_worker::ChainHandle;
+use crate::node::chain_worker::{ChainHandle, WorkerError};
 use crate::node::metrics::Metrics;
 use crate::node::upgrades::{Refusal, UpgradeAgent};
 
@@ -126,14 +126,18 @@ async fn serve_one(
             let budget = max_message_bytes.saturating_sub(1024);
             // On our own failure say nothing (the requester sees a failed request), never
             // "no blocks": that is what a liar answers, and the requester bans for it.
-            let blocks = chain
+            match chain
                 .blocks_for(Some(node), start, u64::from(count), budget)
                 .await
-                .map_err(|e| {
+            {
+                Ok(blocks) => Response::Blocks(blocks),
+                // Pruned here: say so, so the requester asks someone else and blames nobody.
+                Err(WorkerError::Pruned { below, .. }) => Response::Pruned(below),
+                Err(e) => {
                     tracing::warn!(peer = %short(&node), error = %e, "cannot serve a block range");
-                    None
-                })?;
-            Response::Blocks(blocks)
+                    return Err(None);
+                }
+            }
         }
         Request::Checkpoints | Request::Chunk { .. } => {
             let _permit = checkpoint_reads.acquire().await.map_err(|_| None)?;

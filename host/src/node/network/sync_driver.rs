@@ -77,6 +77,19 @@ impl Network {
     ) {
         let outcome = match result {
             Ok(blocks) => self.sync.handle_blocks(request.peer, request.id, blocks),
+            // Not there, not a fault: range sync asks someone else.
+            Err(RequestError::Pruned { below }) => {
+                tracing::debug!(peer = %short(&request.peer), start = request.start_height, below, "peer pruned the range");
+                let outcome = self.sync.handle_pruned(request.peer, request.id, below);
+                if let Some(height) = self.sync.pruned_everywhere() {
+                    tracing::warn!(
+                        height,
+                        "every peer that has height {height} pruned it: restore a checkpoint \
+                         (--sync checkpoint) or connect a peer that keeps more history"
+                    );
+                }
+                outcome
+            }
             Err(e) => {
                 tracing::debug!(peer = %short(&request.peer), error = %e, "block request failed");
                 let now = self.now();
@@ -331,8 +344,10 @@ async fn request_blocks(
     max_message_bytes: usize,
     max_deposits: u16,
 ) -> Result<Vec<(Block, Vec<u8>)>, RequestError> {
-    let Response::Blocks(encoded) = request(conn, blocks, max_message_bytes).await? else {
-        return Err(RequestError::Malformed("answer of the wrong kind".into()));
+    let encoded = match request(conn, blocks, max_message_bytes).await? {
+        Response::Blocks(encoded) => encoded,
+        Response::Pruned(below) => return Err(RequestError::Pruned { below }),
+        _ => return Err(RequestError::Malformed("answer of the wrong kind".into())),
     };
     encoded
         .into_iter()
