@@ -3,7 +3,8 @@
 //! builds only the chunks those blocks touched; a restorer holding checkpoint A fetches only
 //! B's new chunks and ends on B's root; a carried chunk damaged on disk is detected and fetched
 //! again; a manifest whose chunk roots do not lead to its registry root is refused before any
-//! fetch; the creator's store keeps each chunk once and notices one missing.
+//! fetch; the creator's store keeps each chunk once and notices one missing; over QUIC a
+//! node creating v3 checkpoints serves them and a fresh node restores one.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
@@ -357,4 +358,40 @@ fn the_creators_store_keeps_each_chunk_once_and_notices_one_missing() {
         store.put_listed(&e, std::iter::empty(), 2).is_err(),
         "a chunk only the pruned checkpoint listed is gone"
     );
+}
+
+/// Over QUIC: a node creating v3 checkpoints (twice: the second reuses the first's chunks)
+/// serves them, and a fresh node restores the newest and follows the chain.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fresh_node_restores_a_v3_checkpoint_and_follows_the_chain() {
+    use super::checkpoint_sync::{checkpoint_now, follows, height_at_least, node, test_genesis};
+    use super::network::dirs;
+    use modnode::node::SyncMode;
+
+    let d = dirs(2);
+    let (genesis, _) = test_genesis("ckpt-sync-v3", d[0].path());
+    let a = node(d[0].path(), &genesis, Vec::new(), 3, SyncMode::Full).await;
+    height_at_least(&a, 3).await;
+    let first = checkpoint_now(d[0].path(), &a).await;
+    height_at_least(&a, first.manifest.height + 2).await;
+    let cp = checkpoint_now(d[0].path(), &a).await;
+    assert_eq!(cp.manifest.module_version, 3);
+    assert_eq!(cp.manifest.chunk_roots.len(), cp.chunks.len());
+    assert!(cp.manifest.height > first.manifest.height);
+
+    let restored = node(
+        d[1].path(),
+        &genesis,
+        vec![a.peer_addr().unwrap()],
+        1,
+        SyncMode::Checkpoint,
+    )
+    .await;
+    let status = restored.status().checkpoint_restore;
+    assert!(status.done, "{status:?}");
+    assert!(status.height >= cp.manifest.height, "{status:?}");
+    assert_eq!(status.chunks_verified, status.chunks_total);
+    follows(&restored, &a, status.height).await;
+    restored.shutdown().await;
+    a.shutdown().await;
 }
