@@ -2,7 +2,7 @@
 //!
 //! Every chunk covers one of the registry's own storage chunks — [`LEAVES_PER_CHUNK`] leaves
 //! starting at a multiple of it — and holds only those leaves, column-transformed and
-//! compressed (see [`format`]). It carries no range proof: a proof names every other leaf
+//! compressed (see [`mod@format`]). It carries no range proof: a proof names every other leaf
 //! through its siblings, so it would change whenever any leaf anywhere changed, and with it
 //! the chunk's hash. Instead the manifest lists each chunk's subtree root (the registry tree's
 //! node above the chunk's leaves), checked against the registry root before any fetch; the host
