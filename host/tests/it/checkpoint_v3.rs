@@ -364,7 +364,9 @@ fn the_creators_store_keeps_each_chunk_once_and_notices_one_missing() {
 /// serves them, and a fresh node restores the newest and follows the chain.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fresh_node_restores_a_v3_checkpoint_and_follows_the_chain() {
-    use super::checkpoint_sync::{checkpoint_now, follows, height_at_least, node, test_genesis};
+    use super::checkpoint_sync::{
+        FINALITY, checkpoint_now, follows, height_at_least, node, test_genesis,
+    };
     use super::network::dirs;
     use modnode::node::SyncMode;
 
@@ -373,7 +375,8 @@ async fn a_fresh_node_restores_a_v3_checkpoint_and_follows_the_chain() {
     let a = node(d[0].path(), &genesis, Vec::new(), 3, SyncMode::Full).await;
     height_at_least(&a, 3).await;
     let first = checkpoint_now(d[0].path(), &a).await;
-    height_at_least(&a, first.manifest.height + 2).await;
+    // A later finalized height: the head one past where it made `first` final.
+    height_at_least(&a, first.manifest.height + FINALITY + 1).await;
     let cp = checkpoint_now(d[0].path(), &a).await;
     assert_eq!(cp.manifest.module_version, 3);
     assert_eq!(cp.manifest.chunk_roots.len(), cp.chunks.len());
