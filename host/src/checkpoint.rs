@@ -10,6 +10,11 @@
 //! - [`restore`]: the sans-IO restorer: per-chunk size, hash, range and Merkle range-proof
 //!   checks, coverage by leaf index, and the final rebuilt-root check; [`verify_all`] verifies
 //!   on several threads.
+//! - [`roots`]: checkpoint-v3's chunk roots: chunks that carry no range proof (so an
+//!   unchanged chunk keeps its bytes and hash from one checkpoint to the next) are proven
+//!   against the registry root through the subtree roots their manifest lists.
+//! - [`incremental`]: checkpoint-v3 creation that reuses, by the identity of the registry's
+//!   copy-on-write storage chunks, every chunk unchanged since the previous checkpoint.
 //! - [`carry`]: which verified chunks carry over when a restore switches to another
 //!   checkpoint (bytes the new manifest lists that verify against it), sans-IO.
 //! - [`fetch`]: choosing the checkpoint offered by enough peers and scheduling chunk fetches
@@ -30,9 +35,11 @@
 pub mod carry;
 pub mod create;
 pub mod fetch;
+pub mod incremental;
 pub mod leaves;
 pub mod manifest;
 pub mod restore;
+pub mod roots;
 pub mod serve;
 pub mod service;
 pub mod store;
@@ -40,7 +47,8 @@ pub mod store;
 pub use carry::{CarriedOver, carry_over, listed_chunks};
 pub use create::{BlockRef, Checkpoint, CreateError, CreateOptions, create};
 pub use fetch::{ChunkRequest, FetchConfig, FetchError, Fetcher, Penalty, choose, final_offers};
-pub use leaves::{StateLeaves, synthetic_state};
+pub use incremental::{IncrementalCheckpoint, IncrementalCreator};
+pub use leaves::{StateLeaves, StorageId, synthetic_state};
 pub use manifest::{ChunkEntry, Manifest, ManifestError, ManifestLimits};
 pub use restore::{
     ChunkOpener, Fault, Progress, RestoreError, RestoredState, Restorer, VerifiedChunk, verify_all,

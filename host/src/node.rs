@@ -330,7 +330,7 @@ fn load_modules(
     };
     let initial = InitialModules {
         deposits: embedded(DEFAULT_DEPOSITS, "")?,
-        checkpoint: embedded(checkpoint, " (checkpoint.create_version: try 1 or 2)")?,
+        checkpoint: embedded(checkpoint, " (checkpoint.create_version: try 1, 2 or 3)")?,
         gossip_policy: embedded(policy, " (try gossip-policy-v1 or gossip-policy-v2)")?,
     };
     let modules = Modules::new(runtime, initial, SlotConfig::default())

@@ -1,7 +1,15 @@
 //! `modnode bench checkpoint`: creating and restoring a checkpoint of a `validators`-validator
-//! state with checkpoint-v1 (fixed leaves, sequential, uncompressed) and checkpoint-v2
-//! (byte-sized chunks, lz4, parallel), against the floor any chunker pays: one single-threaded
-//! pass reading every leaf of the snapshot and hashing it, measured in the same run.
+//! state with checkpoint-v1 (fixed leaves, sequential, uncompressed), checkpoint-v2
+//! (byte-sized chunks, lz4, parallel) and checkpoint-v3 (content-addressed chunks aligned with
+//! the registry's storage, byte columns and lz4, parallel), against the floor any chunker pays:
+//! one single-threaded pass reading every leaf of the snapshot and hashing it, measured in the
+//! same run.
+//!
+//! v3 also reports an incremental creation: the full creation seeds an
+//! [`IncrementalCreator`], then [`INCREMENTAL_BLOCKS`] deposit-carrying blocks are applied to
+//! the state (each as a dev block: three new validators and a top-up of an existing one, here
+//! spread over the whole registry) and the next checkpoint is created, reusing every chunk
+//! those blocks did not touch.
 //!
 //! `restore_ms` is the whole local restore: manifest validation, every chunk's hash, opening,
 //! leaf hashing and range proof (on `threads` workers), the durable write of every verified
@@ -24,8 +32,8 @@ use modnode::chain::Chain;
 use modnode::chain::genesis::Genesis;
 use modnode::chain::workload;
 use modnode::checkpoint::{
-    BlockRef, CreateOptions, ManifestLimits, RestoreStore, Restorer, StateLeaves, create,
-    synthetic_state, verify_all,
+    BlockRef, CreateOptions, IncrementalCreator, ManifestLimits, RestoreStore, Restorer,
+    StateLeaves, create, synthetic_state, verify_all,
 };
 use modnode::runtime::checkpoint::{CheckpointModule, StateReader as _};
 use modnode::runtime::{LoadedModule, Runtime, RuntimeConfig};
@@ -67,6 +75,26 @@ pub struct RestoreParts {
     pub store_disk_bytes: u64,
 }
 
+/// checkpoint-v3's numbers: a full creation as for the other versions, and an incremental one.
+#[derive(Debug, Serialize)]
+pub struct IncrementalReport {
+    /// The full creation and the restore, as for v1 and v2.
+    #[serde(flatten)]
+    pub full: VersionReport,
+    /// Creating the checkpoint [`INCREMENTAL_BLOCKS`] blocks after the full one, reusing the
+    /// unchanged chunks, manifest included.
+    pub incremental_create_ms: f64,
+    /// CPU time of that creation.
+    pub incremental_create_cpu_ms: f64,
+    /// Chunks that creation built (the others were reused by hash).
+    pub incremental_chunks: usize,
+    /// Bytes of the chunks it built: what a peer holding the previous checkpoint fetches.
+    pub incremental_bytes: u64,
+}
+
+/// Deposit-carrying blocks between the full and the incremental v3 checkpoint.
+pub const INCREMENTAL_BLOCKS: u64 = 100;
+
 /// What `modnode bench checkpoint --json` prints.
 #[derive(Debug, Serialize)]
 pub struct CheckpointReport {
@@ -84,6 +112,8 @@ pub struct CheckpointReport {
     pub v1: VersionReport,
     /// checkpoint-v2.
     pub v2: VersionReport,
+    /// checkpoint-v3.
+    pub v3: IncrementalReport,
     /// 99th percentile of block import while v2 creations run in the background.
     pub import_p99_ms_during_create: f64,
     /// 99th percentile of block import with nothing else running.
@@ -198,6 +228,90 @@ fn measure_version(
     })
 }
 
+/// `state` after `blocks` dev-like deposit blocks: each appends three validators and tops up
+/// one existing validator, spread over the registry (a multiplicative hash of the height).
+fn after_deposit_blocks(state: &StateSnapshot, blocks: u64) -> anyhow::Result<StateSnapshot> {
+    use modnode::state::{NewValidator, RegistryDelta};
+    let mut registry = state.registry().clone();
+    for height in 1..=blocks {
+        let len = u64::from(registry.len());
+        let index = (height.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 11) % len.max(1);
+        let balance = registry
+            .balances()
+            .get(index as usize)
+            .copied()
+            .unwrap_or(0)
+            + 1_000_000_000;
+        let added = (0..3u64)
+            .map(|i| {
+                let key: [u8; 32] = Sha256::new()
+                    .chain_update(b"bench-deposit")
+                    .chain_update(height.to_le_bytes())
+                    .chain_update(i.to_le_bytes())
+                    .finalize()
+                    .into();
+                let mut pubkey = [0u8; 48];
+                pubkey[..32].copy_from_slice(&key);
+                NewValidator {
+                    pubkey,
+                    withdrawal_credentials: workload::withdrawal_credentials(height * 16 + i),
+                    effective_balance: 32_000_000_000,
+                    balance: 32_000_000_000 + i,
+                }
+            })
+            .collect();
+        registry.apply(&RegistryDelta {
+            added,
+            balances: vec![(index as u32, balance)],
+        })?;
+    }
+    Ok(StateSnapshot::new(
+        [2; 32],
+        state.height() + blocks,
+        registry,
+        state.eth1().clone(),
+        state.schedule().clone(),
+    ))
+}
+
+/// v3's incremental creation [`INCREMENTAL_BLOCKS`] blocks after a full one.
+fn measure_incremental(
+    module: &CheckpointModule,
+    state: &Arc<StateSnapshot>,
+    threads: usize,
+    target_chunk_bytes: u64,
+    full: VersionReport,
+) -> anyhow::Result<IncrementalReport> {
+    let options = CreateOptions {
+        target_chunk_bytes,
+        threads,
+        background: false,
+    };
+    let mut creator = IncrementalCreator::new();
+    creator.create(module, state.clone(), AT, options)?;
+    let later = Arc::new(after_deposit_blocks(state, INCREMENTAL_BLOCKS)?);
+    let at = BlockRef {
+        height: AT.height + INCREMENTAL_BLOCKS,
+        hash: [2; 32],
+    };
+    let cpu_start = process_cpu_ms();
+    let start = Instant::now();
+    let made = creator.create(module, later.clone(), at, options)?;
+    let incremental_create_ms = super::ms_since(start);
+    let incremental_create_cpu_ms = process_cpu_ms() - cpu_start;
+    anyhow::ensure!(
+        made.manifest.state_root == later.state_root(),
+        "the incremental checkpoint's state root differs from the state's"
+    );
+    Ok(IncrementalReport {
+        full,
+        incremental_create_ms,
+        incremental_create_cpu_ms,
+        incremental_chunks: made.built.len(),
+        incremental_bytes: made.built.iter().map(|(_, b)| b.len() as u64).sum(),
+    })
+}
+
 /// Bytes of the files under `dir`.
 fn disk_bytes(dir: &std::path::Path) -> anyhow::Result<u64> {
     let mut total = 0;
@@ -277,6 +391,7 @@ pub fn run(
     let runtime = Runtime::new(RuntimeConfig::default())?;
     let v1 = load(&runtime, "checkpoint-v1")?;
     let v2 = load(&runtime, "checkpoint-v2")?;
+    let v3 = load(&runtime, "checkpoint-v3")?;
 
     eprintln!("read-and-hash floor …");
     let cpu_start = process_cpu_ms();
@@ -286,6 +401,9 @@ pub fn run(
     let v1_report = measure_version(&v1, &state, threads, target_chunk_bytes)?;
     eprintln!("checkpoint-v2: create and restore on {threads} threads …");
     let v2_report = measure_version(&v2, &state, threads, target_chunk_bytes)?;
+    eprintln!("checkpoint-v3: create and restore on {threads} threads, then incrementally …");
+    let v3_report = measure_version(&v3, &state, threads, target_chunk_bytes)?;
+    let v3_report = measure_incremental(&v3, &state, threads, target_chunk_bytes, v3_report)?;
 
     eprintln!("import of {import_blocks} dev blocks idle, then during v2 creations …");
     let mut chain = ImportWorkload::new()?;
@@ -344,6 +462,7 @@ pub fn run(
         threads,
         v1: v1_report,
         v2: v2_report,
+        v3: v3_report,
         import_p99_ms_during_create: super::percentile(&during, 99),
         import_p99_ms_idle: super::percentile(&idle, 99),
     })

@@ -19,6 +19,12 @@
 //! against the new root, and the whole state is fetched again. A checkpoint of another module
 //! version or parameters chunks differently, so nothing carries either. Leaves are never
 //! re-proven from an old proof: a proof against the old root says nothing about the new one.
+//!
+//! That is checkpoint-v1 and -v2, whose chunks carry their proofs. A checkpoint-v3 chunk holds
+//! only its leaves, and its proof comes from the new manifest's chunk roots
+//! ([`super::roots`]): every chunk whose leaves no block between the two heights touched is
+//! listed again with the same bytes and carries over, proven against the new root — a restorer
+//! holding an older v3 checkpoint fetches only the chunks that changed.
 
 use std::collections::BTreeMap;
 

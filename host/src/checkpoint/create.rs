@@ -21,6 +21,11 @@ use crate::state::merkle::Hash32;
 pub const PARALLEL_PARAM: &str = "parallel-build";
 /// The host parameter recorded in every manifest.
 pub const TARGET_PARAM: &str = "target-chunk-bytes";
+/// The module parameter by which a version says where its chunks' range proofs are.
+pub const CHUNK_PROOF_PARAM: &str = "chunk-proof";
+/// [`CHUNK_PROOF_PARAM`]'s value for chunks that carry no proof: the manifest lists each
+/// chunk's subtree root instead (checkpoint-v3, see [`super::roots`]).
+pub const MANIFEST_ROOTS: &str = "manifest-roots";
 
 /// How to create a checkpoint.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -114,6 +119,17 @@ pub fn builds_in_parallel(module: &CheckpointModule) -> bool {
         .any(|(k, v)| k == PARALLEL_PARAM && v == "yes")
 }
 
+/// Whether `module`'s chunks carry no range proof, the manifest listing their subtree roots
+/// (so a chunk's bytes depend on its leaves alone and can be reused by hash).
+pub fn proofs_in_manifest(module: &CheckpointModule) -> bool {
+    module
+        .meta()
+        .info
+        .params
+        .iter()
+        .any(|(k, v)| k == CHUNK_PROOF_PARAM && v == MANIFEST_ROOTS)
+}
+
 /// Creates a checkpoint of `state` at `at` with `module`.
 ///
 /// Chunks are independent module calls, so the output does not depend on `options.threads`.
@@ -150,6 +166,41 @@ pub fn create(
         });
         chunks.push(bytes);
     }
+    let manifest = assemble_manifest(module, state.as_ref(), at, options, entries)?;
+    Ok(Checkpoint { manifest, chunks })
+}
+
+/// The manifest of `entries` (every chunk, in order) of `state`: the module's parameters and
+/// the host's, the state's roots and extras, and — for a module whose chunks carry no proof —
+/// each chunk's subtree root read from the registry tree. Validated as a peer's would be.
+pub(super) fn assemble_manifest(
+    module: &CheckpointModule,
+    state: &dyn StateLeaves,
+    at: BlockRef,
+    options: CreateOptions,
+    entries: Vec<ChunkEntry>,
+) -> Result<Manifest, CreateError> {
+    let limits = ManifestLimits::default();
+    let invalid = |source| CreateError::Invalid {
+        module: module.meta().name(),
+        source,
+    };
+    let chunk_roots = if proofs_in_manifest(module) {
+        let level = super::roots::chunk_level(&entries, state.leaf_count())
+            .map_err(|e| invalid(ManifestError::ChunkRoots(e)))?;
+        (0u64..)
+            .zip(&entries)
+            .map(|(index, _)| {
+                state.tree_node(level, index).ok_or_else(|| {
+                    invalid(ManifestError::ChunkRoots(format!(
+                        "the state has no tree node {index} at level {level}"
+                    )))
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?
+    } else {
+        Vec::new()
+    };
     let info = &module.meta().info;
     let mut manifest_params = info.params.clone();
     manifest_params.push((TARGET_PARAM.into(), options.target_chunk_bytes.to_string()));
@@ -165,14 +216,10 @@ pub fn create(
         leaf_size: state.leaf_size(),
         extras: state.extras(),
         chunks: entries,
+        chunk_roots,
     };
-    manifest
-        .validate(&limits)
-        .map_err(|source| CreateError::Invalid {
-            module: module.meta().name(),
-            source,
-        })?;
-    Ok(Checkpoint { manifest, chunks })
+    manifest.validate(&limits).map_err(invalid)?;
+    Ok(manifest)
 }
 
 /// Worker threads for a creation: one for modules that build sequentially, else
@@ -180,7 +227,12 @@ pub fn create(
 /// (at least one), so import always finds a core without a checkpoint worker on it.
 /// `SCHED_IDLE` alone still cost import ~1.3x its idle p99 with a worker on every core
 /// (cache and memory bandwidth); with one core left free it measured ~1.15x.
-fn worker_count(options: CreateOptions, parallel: bool, chunks: usize, cores: usize) -> usize {
+pub(super) fn worker_count(
+    options: CreateOptions,
+    parallel: bool,
+    chunks: usize,
+    cores: usize,
+) -> usize {
     let threads = if parallel {
         options.threads.clamp(1, chunks.max(1))
     } else {
@@ -193,7 +245,7 @@ fn worker_count(options: CreateOptions, parallel: bool, chunks: usize, cores: us
     }
 }
 
-type Built = (Vec<u8>, Hash32);
+pub(super) type Built = (Vec<u8>, Hash32);
 
 /// Builds one chunk on a worker's session and hashes it.
 fn build_one(session: &mut ChunkSession, range: LeafRange, max: u32) -> Result<Built, CreateError> {
@@ -218,7 +270,7 @@ fn build_one(session: &mut ChunkSession, range: LeafRange, max: u32) -> Result<B
 /// one module instance of its own (a [`ChunkSession`]: instantiated once, its memory reused for
 /// every chunk); results land at their range's position, so the order never depends on
 /// scheduling. Workers are dedicated guest threads, not the shared pool import uses.
-fn build_all(
+pub(super) fn build_all(
     module: &CheckpointModule,
     state: &Arc<dyn StateLeaves>,
     ranges: &[LeafRange],

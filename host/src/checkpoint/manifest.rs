@@ -13,8 +13,12 @@ use crate::state::merkle::Hash32;
 use crate::state::{Eth1State, Schedule, state_root};
 
 const MAGIC: &[u8; 4] = b"MNCM";
-/// Version of the manifest encoding.
+/// Version of the manifest encoding of checkpoints whose chunks carry their range proofs
+/// (checkpoint-v1, -v2).
 pub const MANIFEST_FORMAT: u8 = 1;
+/// Version of the encoding that also lists each chunk's subtree root (checkpoint-v3, whose
+/// chunks carry no proof: see [`super::roots`]). Format-1 manifests keep their bytes and ids.
+pub const MANIFEST_FORMAT_ROOTS: u8 = 2;
 /// Domain of the checkpoint id hash.
 const ID_DOMAIN: &[u8] = b"modnode-checkpoint-manifest-v1";
 
@@ -84,6 +88,10 @@ pub struct Manifest {
     pub extras: Vec<u8>,
     /// The chunks, in leaf order.
     pub chunks: Vec<ChunkEntry>,
+    /// Each chunk's subtree root in the registry tree, `chunk_roots[i]` for `chunks[i]`, when
+    /// the chunks carry no range proof (checkpoint-v3); empty otherwise. Checked against the
+    /// registry root by [`validate`](Self::validate), before any chunk is fetched.
+    pub chunk_roots: Vec<Hash32>,
 }
 
 /// Why a manifest is refused. Every variant is the fault of whoever produced the manifest.
@@ -96,7 +104,9 @@ pub enum ManifestError {
     #[error("not a checkpoint manifest (bad magic)")]
     BadMagic,
     /// An encoding version this node does not know.
-    #[error("manifest format {0} is not supported (expected {MANIFEST_FORMAT})")]
+    #[error(
+        "manifest format {0} is not supported (expected {MANIFEST_FORMAT} or {MANIFEST_FORMAT_ROOTS})"
+    )]
     UnsupportedFormat(u8),
     /// Bytes after the last chunk.
     #[error("{0} trailing bytes after the manifest")]
@@ -180,6 +190,9 @@ pub enum ManifestError {
         /// The state's leaves.
         leaf_count: u64,
     },
+    /// The chunk roots are not whole subtrees of the registry tree leading to its root.
+    #[error("manifest chunk roots refused: {0}")]
+    ChunkRoots(String),
     /// The state root does not follow from the registry root and the extras.
     #[error(
         "manifest state root {claimed} is not the root of its registry root and extras ({computed})"
@@ -242,7 +255,11 @@ impl Manifest {
         let mut out =
             Vec::with_capacity(256usize.saturating_add(self.chunks.len().saturating_mul(52)));
         out.extend_from_slice(MAGIC);
-        out.push(MANIFEST_FORMAT);
+        out.push(if self.chunk_roots.is_empty() {
+            MANIFEST_FORMAT
+        } else {
+            MANIFEST_FORMAT_ROOTS
+        });
         out.extend_from_slice(&self.module_hash);
         out.extend_from_slice(&self.module_version.to_le_bytes());
         put_len(&mut out, self.params.len());
@@ -264,6 +281,10 @@ impl Manifest {
             out.extend_from_slice(&c.end.to_le_bytes());
             out.extend_from_slice(&c.size.to_le_bytes());
         }
+        // Format 2 only: one root per chunk, the count being the chunks'.
+        for root in &self.chunk_roots {
+            out.extend_from_slice(root);
+        }
         out
     }
 
@@ -275,7 +296,7 @@ impl Manifest {
             return Err(ManifestError::BadMagic);
         }
         let [format] = r.array::<1>("format")?;
-        if format != MANIFEST_FORMAT {
+        if format != MANIFEST_FORMAT && format != MANIFEST_FORMAT_ROOTS {
             return Err(ManifestError::UnsupportedFormat(format));
         }
         let module_hash = r.array::<32>("module hash")?;
@@ -324,6 +345,19 @@ impl Manifest {
                 size: u32::from_le_bytes(r.array("chunk size")?),
             });
         }
+        let mut chunk_roots = Vec::new();
+        if format == MANIFEST_FORMAT_ROOTS {
+            chunk_roots.reserve_exact(chunks.len());
+            for _ in 0..chunks.len() {
+                chunk_roots.push(r.array("chunk root")?);
+            }
+            if chunk_roots.is_empty() {
+                // An empty root list is format 1; two encodings of one manifest are refused.
+                return Err(ManifestError::ChunkRoots(
+                    "format 2 with no chunk roots".into(),
+                ));
+            }
+        }
         if !r.bytes.is_empty() {
             return Err(ManifestError::TrailingBytes(r.bytes.len()));
         }
@@ -339,9 +373,22 @@ impl Manifest {
             leaf_size,
             extras,
             chunks,
+            chunk_roots,
         };
         manifest.validate(limits)?;
         Ok(manifest)
+    }
+
+    /// The chunk roots hashed up to the registry root (see [`super::roots`]); refused when they
+    /// are not whole subtrees leading to it.
+    pub fn root_tree(&self) -> Result<super::roots::RootTree, ManifestError> {
+        super::roots::RootTree::new(
+            &self.chunks,
+            &self.chunk_roots,
+            self.leaf_count,
+            &self.registry_root,
+        )
+        .map_err(ManifestError::ChunkRoots)
     }
 
     /// Checks the bounds, that the chunk ranges tile `[0, leaf_count)` exactly, in order, and
@@ -422,6 +469,9 @@ impl Manifest {
                 from: next,
                 to: self.leaf_count,
             });
+        }
+        if !self.chunk_roots.is_empty() {
+            self.root_tree()?;
         }
         let computed = state_root_of(&self.registry_root, &self.extras)
             .ok_or(ManifestError::ExtrasMalformed)?;

@@ -290,6 +290,9 @@ pub struct Restorer {
     verified: usize,
     verified_bytes: u64,
     total_bytes: u64,
+    /// For a manifest listing chunk roots (checkpoint-v3): where each chunk's range proof
+    /// comes from, its chunks carrying none.
+    roots: Option<super::roots::RootTree>,
 }
 
 impl Restorer {
@@ -297,7 +300,13 @@ impl Restorer {
     pub fn new(manifest: Manifest, limits: &ManifestLimits) -> Result<Self, RestoreError> {
         manifest.validate(limits)?;
         let count = manifest.chunks.len();
+        let roots = if manifest.chunk_roots.is_empty() {
+            None
+        } else {
+            Some(manifest.root_tree()?)
+        };
         Ok(Self {
+            roots,
             id: manifest.id(),
             total_bytes: manifest.total_bytes(),
             manifest,
@@ -417,8 +426,18 @@ impl Restorer {
             .chunks_exact(leaf_bytes)
             .map(|leaf| Sha256::digest(leaf).into())
             .collect();
-        let proof = RangeProof::from_bytes(&contents.proof)
-            .map_err(|source| RestoreError::Proof { index, source })?;
+        let proof = match &self.roots {
+            None => RangeProof::from_bytes(&contents.proof),
+            Some(_) if !contents.proof.is_empty() => {
+                return Err(RestoreError::Malformed {
+                    index,
+                    reason: "the chunk carries a range proof, but its manifest lists chunk roots"
+                        .into(),
+                });
+            }
+            Some(roots) => roots.proof(index),
+        }
+        .map_err(|source| RestoreError::Proof { index, source })?;
         if proof.tree_len() != self.manifest.leaf_count {
             return Err(RestoreError::Proof {
                 index,

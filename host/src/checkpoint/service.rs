@@ -14,7 +14,11 @@ use std::time::Instant;
 
 use tokio::sync::oneshot;
 
-use super::create::{BlockRef, Checkpoint, CreateOptions, create};
+use sha2::Digest as _;
+
+use super::create::{BlockRef, Checkpoint, CreateOptions};
+use super::incremental::{IncrementalCheckpoint, IncrementalCreator};
+use super::leaves::StateLeaves;
 use super::manifest::{Manifest, ManifestLimits};
 use crate::runtime::checkpoint::CheckpointModule;
 use crate::state::StateSnapshot;
@@ -96,13 +100,30 @@ pub enum CheckpointServiceError {
     /// The creation thread has stopped.
     #[error("the checkpoint creator has stopped")]
     Stopped,
+    /// A manifest lists a chunk by hash that was neither built nor found stored (it was
+    /// pruned, or dropped after its bytes stopped matching their hash): create the checkpoint
+    /// again without reuse.
+    #[error(
+        "checkpoint chunk {index} ({hash}) is listed by hash but not stored; it is built again"
+    )]
+    MissingChunk {
+        /// The chunk's index in the manifest.
+        index: usize,
+        /// Its hash (hex).
+        hash: String,
+    },
 }
 
-/// Created checkpoints on disk: manifests by height, chunks by checkpoint id and index.
+/// Created checkpoints on disk: manifests by height; chunks content-addressed — their bytes
+/// once by hash (`blobs`), whatever number of checkpoints list them, and per checkpoint id and
+/// index the hash (`refs`). Stores written before chunks were content-addressed keep their
+/// chunks' bytes by id and index (`chunks`), still served.
 #[derive(Debug, Clone)]
 pub struct CheckpointStore {
     manifests: sled::Tree,
     chunks: sled::Tree,
+    refs: sled::Tree,
+    blobs: sled::Tree,
 }
 
 impl CheckpointStore {
@@ -112,10 +133,14 @@ impl CheckpointStore {
         Ok(Self {
             manifests: db.open_tree("manifests")?,
             chunks: db.open_tree("chunks")?,
+            refs: db.open_tree("chunk-refs")?,
+            blobs: db.open_tree("chunk-blobs")?,
         })
     }
 
-    /// Stores `checkpoint` durably, then drops all but the `keep` newest.
+    /// Stores `checkpoint` durably as it is, its chunks by id and index (not content-addressed:
+    /// any subset of the chunks, the bytes as given, served as they are), then drops all but
+    /// the `keep` newest. A node stores what it creates with [`put_listed`](Self::put_listed).
     pub fn put(&self, checkpoint: &Checkpoint, keep: usize) -> Result<(), CheckpointServiceError> {
         let id = checkpoint.manifest.id();
         for (index, chunk) in checkpoint.chunks.iter().enumerate() {
@@ -125,6 +150,43 @@ impl CheckpointStore {
         self.chunks.flush()?;
         let key = manifest_key(checkpoint.manifest.height, &id);
         self.manifests.insert(key, checkpoint.manifest.encode())?;
+        self.manifests.flush()?;
+        self.prune(keep)
+    }
+
+    /// Stores `manifest` durably with the chunks `built` (`(index, bytes)`); every other chunk
+    /// it lists must already be stored under its hash (reused from an earlier checkpoint),
+    /// else nothing is recorded and [`CheckpointServiceError::MissingChunk`] says which. Then
+    /// drops all but the `keep` newest checkpoints and the chunks only they listed.
+    pub fn put_listed<'a>(
+        &self,
+        manifest: &Manifest,
+        built: impl Iterator<Item = (usize, &'a [u8])>,
+        keep: usize,
+    ) -> Result<(), CheckpointServiceError> {
+        let id = manifest.id();
+        for (index, bytes) in built {
+            if let Some(entry) = manifest.chunks.get(index)
+                && !self.blobs.contains_key(entry.hash)?
+            {
+                self.blobs.insert(entry.hash, bytes)?;
+            }
+        }
+        self.blobs.flush()?;
+        let mut refs = sled::Batch::default();
+        for (index, entry) in manifest.chunks.iter().enumerate() {
+            if !self.blobs.contains_key(entry.hash)? {
+                return Err(CheckpointServiceError::MissingChunk {
+                    index,
+                    hash: hex::encode(entry.hash),
+                });
+            }
+            refs.insert(chunk_key(&id, index), &entry.hash[..]);
+        }
+        self.refs.apply_batch(refs)?;
+        self.refs.flush()?;
+        let key = manifest_key(manifest.height, &id);
+        self.manifests.insert(key, manifest.encode())?;
         self.manifests.flush()?;
         self.prune(keep)
     }
@@ -140,13 +202,31 @@ impl CheckpointStore {
         Ok(out)
     }
 
-    /// Chunk `index` of checkpoint `id`.
+    /// Chunk `index` of checkpoint `id`. A content-addressed chunk whose bytes no longer hash
+    /// to their name (damaged on disk) is dropped and reported absent: peers fetch it
+    /// elsewhere, and the next creation that lists it finds it missing and builds it again.
     pub fn chunk(
         &self,
         id: &Hash32,
         index: usize,
     ) -> Result<Option<Vec<u8>>, CheckpointServiceError> {
-        Ok(self.chunks.get(chunk_key(id, index))?.map(|v| v.to_vec()))
+        let key = chunk_key(id, index);
+        let Some(hash) = self.refs.get(&key)? else {
+            return Ok(self.chunks.get(key)?.map(|v| v.to_vec()));
+        };
+        let Some(bytes) = self.blobs.get(&hash)? else {
+            return Ok(None);
+        };
+        let found: Hash32 = sha2::Sha256::digest(&bytes).into();
+        if found[..] != hash[..] {
+            tracing::warn!(
+                chunk = %hex::encode(&hash),
+                "a stored checkpoint chunk no longer matches its hash; dropped, it is built again"
+            );
+            self.blobs.remove(&hash)?;
+            return Ok(None);
+        }
+        Ok(Some(bytes.to_vec()))
     }
 
     fn prune(&self, keep: usize) -> Result<(), CheckpointServiceError> {
@@ -157,11 +237,29 @@ impl CheckpointStore {
                 for chunk in self.chunks.scan_prefix(id).keys() {
                     self.chunks.remove(chunk?)?;
                 }
+                for chunk in self.refs.scan_prefix(id).keys() {
+                    self.refs.remove(chunk?)?;
+                }
             }
             self.manifests.remove(key)?;
         }
         self.manifests.flush()?;
         self.chunks.flush()?;
+        self.refs.flush()?;
+        if drop > 0 {
+            // Chunks no kept checkpoint lists any more.
+            let mut listed = std::collections::HashSet::new();
+            for hash in self.refs.iter().values() {
+                listed.insert(hash?);
+            }
+            for blob in self.blobs.iter().keys() {
+                let blob = blob?;
+                if !listed.contains(&blob) {
+                    self.blobs.remove(blob)?;
+                }
+            }
+            self.blobs.flush()?;
+        }
         Ok(())
     }
 }
@@ -223,9 +321,12 @@ impl Checkpointer {
             .spawn(move || {
                 // Planning, the manifest and the sled writes are background work too.
                 crate::runtime::threads::lower_this_threads_priority();
+                // The previous checkpoint's chunks, reused by the next creation.
+                let mut creator = IncrementalCreator::new();
                 while let Ok(job) = rx.recv() {
                     let outcome = (job.state)().and_then(|state| {
-                        run_job(&module(), &store, &config, state).map_err(|e| e.to_string())
+                        run_job(&module(), &store, &config, &mut creator, state)
+                            .map_err(|e| e.to_string())
                     });
                     match &outcome {
                         Ok(s) => tracing::info!(
@@ -276,6 +377,7 @@ fn run_job(
     module: &CheckpointModule,
     store: &CheckpointStore,
     config: &CheckpointConfig,
+    creator: &mut IncrementalCreator,
     state: StateSnapshot,
 ) -> Result<CheckpointSummary, CheckpointServiceError> {
     let start = Instant::now();
@@ -288,10 +390,34 @@ fn run_job(
         threads: config.threads,
         background: true,
     };
-    let checkpoint = create(module, Arc::new(state), at, options)?;
-    store.put(&checkpoint, config.keep)?;
+    let state: Arc<dyn StateLeaves> = Arc::new(state);
+    let mut made = creator.create(module, state.clone(), at, options)?;
+    let mut stored = put_made(store, &made, config.keep);
+    if let Err(CheckpointServiceError::MissingChunk { index, hash }) = &stored {
+        tracing::warn!(index, chunk = %hash, "a reused checkpoint chunk is not stored; building every chunk");
+        creator.forget();
+        made = creator.create(module, state, at, options)?;
+        stored = put_made(store, &made, config.keep);
+    }
+    if stored.is_err() {
+        // What the creator remembers may not be stored: reuse nothing next time.
+        creator.forget();
+    }
+    stored?;
     let ms = u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX);
-    Ok(CheckpointSummary::of(&checkpoint.manifest, ms))
+    Ok(CheckpointSummary::of(&made.manifest, ms))
+}
+
+fn put_made(
+    store: &CheckpointStore,
+    made: &IncrementalCheckpoint,
+    keep: usize,
+) -> Result<(), CheckpointServiceError> {
+    let built = made
+        .built
+        .iter()
+        .map(|(index, bytes)| (*index, bytes.as_slice()));
+    store.put_listed(&made.manifest, built, keep)
 }
 
 /// The height a checkpoint is made at when the head is at `head`: the finalized height

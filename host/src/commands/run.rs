@@ -81,7 +81,7 @@ pub struct RunArgs {
     pub checkpoint_keep: u16,
     /// Checkpoint module version that creates checkpoints (`checkpoint-v<N>`; can be switched
     /// live through the module slot).
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=2))]
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=3))]
     pub checkpoint_create_version: u32,
     /// Where a node without local state gets its state: `full` replays from genesis,
     /// `checkpoint` restores the newest checkpoint its --bootstrap peers agree on (waiting for

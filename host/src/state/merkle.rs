@@ -719,8 +719,10 @@ impl MerkleTree {
         Ok(())
     }
 
-    /// Stored node `index` at level `depth`.
-    fn node(&self, depth: usize, index: u64) -> Result<Hash32, MerkleError> {
+    /// Stored node `index` at level `depth` (level 0 holds the leaves): the root of the
+    /// subtree over leaves `[index << depth, (index + 1) << depth)`, O(1), nothing hashed
+    /// (checkpoint-v3 lists these for its chunks).
+    pub fn node(&self, depth: usize, index: u64) -> Result<Hash32, MerkleError> {
         usize::try_from(index)
             .ok()
             .and_then(|index| self.levels.get(depth)?.get(index))

@@ -8,6 +8,7 @@ mod checkpoint_finality;
 mod checkpoint_store;
 mod checkpoint_switch;
 mod checkpoint_sync;
+mod checkpoint_v3;
 mod cli;
 mod contracts;
 mod crash;

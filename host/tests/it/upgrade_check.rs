@@ -88,6 +88,7 @@ fn every_consecutive_version_pair_passes() {
         "deposits-v1->deposits-v2",
         "gossip-policy-v1->gossip-policy-v2",
         "checkpoint-v1->checkpoint-v2",
+        "checkpoint-v2->checkpoint-v3",
     ] {
         assert!(
             checked.iter().any(|c| c == pair),
