@@ -86,6 +86,9 @@ enum CheckpointCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Write a stored checkpoint of a stopped node to one file (with its block), for `modnode
+    /// run --restore-from FILE` on another machine or after a failed upgrade.
+    Export(commands::checkpoint::ExportArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -447,6 +450,7 @@ fn main() -> std::process::ExitCode {
         Command::Checkpoint(CheckpointCommand::List { node, json }) => {
             commands::checkpoint::list(&node, json)
         }
+        Command::Checkpoint(CheckpointCommand::Export(args)) => commands::checkpoint::export(&args),
         Command::UpgradeCheck(args) => match commands::upgrade_check::upgrade_check(args) {
             Ok(true) => Ok(()),
             Ok(false) => return std::process::ExitCode::FAILURE,

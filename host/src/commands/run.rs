@@ -82,6 +82,12 @@ pub struct RunArgs {
     /// --checkpoint-interval blocks ahead. A node with local state always goes on from it.
     #[arg(long, value_enum, default_value_t = SyncArg::Auto)]
     pub sync: SyncArg,
+    /// Start an empty data directory from this checkpoint file (`modnode checkpoint export`),
+    /// verified as a restore from peers is (every chunk's proof, the rebuilt state root, block
+    /// H's seal), then sync the blocks after it from the --bootstrap peers. A data directory
+    /// already started from it goes on from its local chain.
+    #[arg(long, value_name = "FILE")]
+    pub restore_from: Option<PathBuf>,
     /// Dial only the --bootstrap addresses: neither ask peers for addresses nor give any
     /// (a testnet whose nodes reach each other only through its fault-injecting relay).
     #[arg(long, hide = true)]
@@ -299,6 +305,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     config.checkpoint.create_version = args.checkpoint_create_version;
     config.deposits = args.deposits.config();
     config.sync_mode = args.sync.into();
+    config.restore_from = args.restore_from.clone();
     config.peer_exchange = !args.no_peer_exchange;
     if args.clock_skew_ms != 0 {
         node::chain_worker::set_clock_skew_ms(args.clock_skew_ms);
