@@ -472,7 +472,10 @@ mod tests {
         w.finish().unwrap()
     }
 
-    fn read_all(bytes: &[u8]) -> Result<(Manifest, Vec<u8>, Vec<Vec<u8>>), CheckpointFileError> {
+    /// A file's manifest, block and chunks.
+    type Contents = (Manifest, Vec<u8>, Vec<Vec<u8>>);
+
+    fn read_all(bytes: &[u8]) -> Result<Contents, CheckpointFileError> {
         let mut r = CheckpointFileReader::new(bytes, Path::new("t.ckpt"), &Default::default())?;
         let mut chunks = Vec::new();
         while let Some((i, c)) = r.next_chunk()? {
