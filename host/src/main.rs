@@ -40,7 +40,8 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run a node (on its embedded defaults: a single-node dev chain, default modules).
-    Run(commands::run::RunArgs),
+    // Boxed: `run` has many more flags than any other command (clippy::large_enum_variant).
+    Run(Box<commands::run::RunArgs>),
     /// The config file of `modnode run` (`modnode.toml`).
     #[command(subcommand)]
     Config(ConfigCommand),
@@ -358,7 +359,7 @@ fn main() -> std::process::ExitCode {
     let command = match cli.command {
         Command::Run(args) if args.config.is_some() => {
             match commands::config::run_args_from_env() {
-                Ok(args) => Command::Run(args),
+                Ok(args) => Command::Run(Box::new(args)),
                 Err(e) => {
                     eprintln!("error: {e:#}");
                     return std::process::ExitCode::from(2);
@@ -378,7 +379,7 @@ fn main() -> std::process::ExitCode {
     };
     commands::init_logs(log_format);
     let result = match command {
-        Command::Run(args) => commands::run::run(args),
+        Command::Run(args) => commands::run::run(*args),
         Command::Config(ConfigCommand::Show(args)) => commands::config::show(args),
         Command::Config(ConfigCommand::Init(args)) => commands::config::init(args),
         Command::Devnet(args) => commands::devnet::devnet(args),
