@@ -66,28 +66,32 @@ async fn an_exported_checkpoint_restores_the_same_state_as_peers_serve_and_follo
     assert!(matches!(unknown, ExportError::NotFound { .. }), "{unknown}");
     assert!(unknown.to_string().contains(&hex::encode(cp.manifest.id())));
 
-    // The source runs again; one node restores from it over QUIC, one from the file.
+    // The source runs again. The file's node starts without peers first, so its head stays at
+    // H and its state there is the restored one itself (a restored node answers `/state` only
+    // from its base up, and a synced one may have moved far past it).
     let a = node(d[0].path(), &genesis, Vec::new(), 2, SyncMode::Full).await;
     let bootstrap = vec![a.peer_addr().unwrap()];
-    let from_peers = node(
-        d[1].path(),
-        &genesis,
-        bootstrap.clone(),
-        1,
-        SyncMode::Checkpoint,
-    )
-    .await;
-    let from_file = start_edited(d[2].path(), &genesis, bootstrap, Default::default(), |c| {
-        c.sync_mode = SyncMode::Full;
-        c.restore_from = Some(file.clone());
-    })
-    .await;
+    let restore_from_file = |bootstrap: Vec<modnode_peers::PeerAddr>| {
+        let file = file.clone();
+        start_edited(
+            d[2].path(),
+            &genesis,
+            bootstrap,
+            Default::default(),
+            move |c| {
+                c.sync_mode = SyncMode::Full;
+                c.restore_from = Some(file);
+            },
+        )
+    };
+    let from_file = restore_from_file(Vec::new()).await;
     let status = from_file.status().checkpoint_restore;
     assert!(status.done, "{status:?}");
     assert_eq!(status.height, height);
     assert_eq!(status.chunks_total, cp.chunks.len() as u64);
     assert_eq!(status.chunks_verified, status.chunks_total);
-    // Restored, not replayed: nothing below the checkpoint is stored.
+    assert_eq!(from_file.status().height, height);
+    // Restored, not replayed: nothing below the checkpoint is stored; block H is the source's.
     assert!(
         from_file
             .chain()
@@ -104,10 +108,10 @@ async fn an_exported_checkpoint_restores_the_same_state_as_peers_serve_and_follo
             .unwrap(),
         a.chain().blocks(height, 1, usize::MAX).await.unwrap()
     );
-
-    let (file_state, peer_state) = (
+    // The rebuilt state is the source's at H, field by field.
+    let (file_state, source_state) = (
         state_at(d[2].path(), height).await,
-        state_at(d[1].path(), height).await,
+        state_at(d[0].path(), height).await,
     );
     for field in [
         "block_hash",
@@ -116,12 +120,34 @@ async fn an_exported_checkpoint_restores_the_same_state_as_peers_serve_and_follo
         "validators",
         "balance_sum_gwei",
     ] {
-        assert_eq!(file_state[field], peer_state[field], "{field}");
+        assert_eq!(file_state[field], source_state[field], "{field}");
     }
     assert_eq!(
         file_state["state_root"],
         hex::encode(cp.manifest.state_root)
     );
+    from_file.shutdown().await;
+
+    // A network restore of the same checkpoint, and the file's node started again with the same
+    // flag and a peer: it goes on from its chain. Both import the source's blocks after H, each
+    // checked against the state root its header commits to, so both restored the same state.
+    let from_peers = node(
+        d[1].path(),
+        &genesis,
+        bootstrap.clone(),
+        1,
+        SyncMode::Checkpoint,
+    )
+    .await;
+    let status = from_peers.status().checkpoint_restore;
+    assert!(status.done && status.height == height, "{status:?}");
+    let from_file = restore_from_file(bootstrap).await;
+    assert_eq!(
+        from_file.status().checkpoint_restore.chunks_verified,
+        0,
+        "not restored twice"
+    );
+    follows(&from_peers, &a, height).await;
     follows(&from_file, &a, height).await;
     from_file.shutdown().await;
     from_peers.shutdown().await;
