@@ -17,6 +17,9 @@
 //!   copy-on-write storage chunks, every chunk unchanged since the previous checkpoint.
 //! - [`carry`]: which verified chunks carry over when a restore switches to another
 //!   checkpoint (bytes the new manifest lists that verify against it), sans-IO.
+//! - [`file`]: a checkpoint in one file (header, manifest, block `H`, chunks) for
+//!   `modnode checkpoint export` and `modnode run --restore-from`; read back, it is verified
+//!   by the same [`Restorer`] as chunks from peers.
 //! - [`fetch`]: choosing the checkpoint offered by enough peers and scheduling chunk fetches
 //!   across them (adaptive timeouts, a slow peer's share shrinking, a corrupt peer dropped),
 //!   sans-IO; `node/network/checkpoint_restore.rs` drives it over QUIC.
@@ -35,6 +38,7 @@
 pub mod carry;
 pub mod create;
 pub mod fetch;
+pub mod file;
 pub mod incremental;
 pub mod leaves;
 pub mod manifest;

@@ -40,7 +40,8 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run a node (on its embedded defaults: a single-node dev chain, default modules).
-    Run(commands::run::RunArgs),
+    // Boxed: `run` has many more flags than any other command (clippy::large_enum_variant).
+    Run(Box<commands::run::RunArgs>),
     /// The config file of `modnode run` (`modnode.toml`).
     #[command(subcommand)]
     Config(ConfigCommand),
@@ -86,6 +87,9 @@ enum CheckpointCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Write a stored checkpoint of a stopped node to one file (with its block), for `modnode
+    /// run --restore-from FILE` on another machine or after a failed upgrade.
+    Export(commands::checkpoint::ExportArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -395,7 +399,7 @@ fn main() -> std::process::ExitCode {
     let command = match cli.command {
         Command::Run(args) if args.config.is_some() => {
             match commands::config::run_args_from_env() {
-                Ok(args) => Command::Run(args),
+                Ok(args) => Command::Run(Box::new(args)),
                 Err(e) => {
                     eprintln!("error: {e:#}");
                     return std::process::ExitCode::from(2);
@@ -415,7 +419,7 @@ fn main() -> std::process::ExitCode {
     };
     commands::init_logs(log_format);
     let result = match command {
-        Command::Run(args) => commands::run::run(args),
+        Command::Run(args) => commands::run::run(*args),
         Command::Config(ConfigCommand::Show(args)) => commands::config::show(args),
         Command::Config(ConfigCommand::Init(args)) => commands::config::init(args),
         Command::Devnet(args) => commands::devnet::devnet(args),
@@ -488,6 +492,7 @@ fn main() -> std::process::ExitCode {
         Command::Checkpoint(CheckpointCommand::List { node, json }) => {
             commands::checkpoint::list(&node, json)
         }
+        Command::Checkpoint(CheckpointCommand::Export(args)) => commands::checkpoint::export(&args),
         Command::UpgradeCheck(args) => match commands::upgrade_check::upgrade_check(args) {
             Ok(true) => Ok(()),
             Ok(false) => return std::process::ExitCode::FAILURE,

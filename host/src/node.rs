@@ -19,6 +19,7 @@
 
 mod bans;
 pub mod chain_worker;
+pub mod checkpoint_file;
 pub mod health;
 pub mod metrics;
 mod module_ops;
@@ -120,6 +121,9 @@ pub struct NodeConfig {
     /// Where a node without local state gets its state (`--sync`): range sync from genesis,
     /// or a checkpoint its bootstrap peers serve first.
     pub sync_mode: SyncMode,
+    /// A checkpoint file to start an empty data directory from (`--restore-from`), verified
+    /// as a restore from peers is; `sync_mode` then has nothing left to restore.
+    pub restore_from: Option<PathBuf>,
     /// How a checkpoint restore shows its progress: log lines (the default) or a progress bar
     /// on stderr (`modnode run` on a terminal).
     pub restore_progress: ProgressDisplay,
@@ -214,6 +218,7 @@ impl NodeConfig {
             deposits: DepositSourceConfig::default(),
             state_cache: crate::state_cache::StateCacheConfig::default(),
             sync_mode: SyncMode::Full,
+            restore_from: None,
             restore_progress: ProgressDisplay::Log,
             peer_exchange: true,
             status_every: Some(DEFAULT_STATUS_EVERY),
@@ -252,6 +257,9 @@ pub enum NodeError {
         /// What failed.
         reason: String,
     },
+    /// The checkpoint file given to start from was refused or could not be restored.
+    #[error(transparent)]
+    RestoreFromFile(#[from] checkpoint_file::FileRestoreError),
     /// The QUIC endpoint could not be created.
     #[error(transparent)]
     Net(#[from] crate::net::endpoint::NetError),
@@ -514,6 +522,21 @@ impl Node {
             .map_err(|e| NodeError::Startup(e.to_string()))??
         };
         let metrics = Arc::new(Metrics::default());
+        if let Some(file) = &config.restore_from {
+            // Before the network restore: once the file has started the chain, that one finds
+            // local state and has nothing to do.
+            tokio::task::block_in_place(|| {
+                checkpoint_file::restore_from_file(&checkpoint_file::FileRestoreParts {
+                    file,
+                    genesis: &genesis,
+                    modules: &modules,
+                    data_dir: &data_dir,
+                    counters: &metrics.checkpoint_restore,
+                    threads: config.checkpoint.threads,
+                    progress: config.restore_progress,
+                })
+            })?;
+        }
         network::checkpoint_restore::restore_if_needed(
             network::checkpoint_restore::RestoreParts {
                 identity: &identity,

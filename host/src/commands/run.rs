@@ -89,6 +89,12 @@ pub struct RunArgs {
     /// --checkpoint-interval blocks ahead. A node with local state always goes on from it.
     #[arg(long, value_enum, default_value_t = SyncArg::Auto)]
     pub sync: SyncArg,
+    /// Start an empty data directory from this checkpoint file (`modnode checkpoint export`),
+    /// verified as a restore from peers is (every chunk's proof, the rebuilt state root, block
+    /// H's seal), then sync the blocks after it from the --bootstrap peers. A data directory
+    /// already started from it goes on from its local chain.
+    #[arg(long, value_name = "FILE")]
+    pub restore_from: Option<PathBuf>,
     /// Dial only the --bootstrap addresses: neither ask peers for addresses nor give any
     /// (a testnet whose nodes reach each other only through its fault-injecting relay).
     #[arg(long, hide = true)]
@@ -339,6 +345,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     config.checkpoint.create_version = args.checkpoint_create_version;
     config.deposits = args.deposits.config();
     config.sync_mode = args.sync.into();
+    config.restore_from = args.restore_from.clone();
     config.peer_exchange = !args.no_peer_exchange;
     config.status_every =
         (args.status_every > 0).then(|| std::time::Duration::from_secs(args.status_every));

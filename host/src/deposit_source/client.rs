@@ -3,28 +3,45 @@
 //! in size by what was asked for ([`wire`]: an `eth_getLogs` page by the logs it may hold, a
 //! quantity by a few KiB); the answer is read up to that bound and decoded into typed
 //! structures, never into an untyped JSON tree.
+//!
+//! The envelopes are alloy's (`alloy-json-rpc`: [`Request`](alloy_json_rpc::Request) and
+//! [`Response`](alloy_json_rpc::Response)), the values in them alloy's primitives (`U64`
+//! quantities, `Address`, `B256`, `Bytes`, hex on the wire); the transport stays ours because
+//! the per-call bound on the answer is (no JSON-RPC client crate bounds an answer by method).
+//! A call whose endpoint could not be reached is retried with exponential backoff and jitter
+//! (`backon`, [`RETRY`]); any other failure is returned at once.
 
 pub mod wire;
 
 use std::time::Duration;
 
+use alloy_json_rpc::{Id, ResponsePayload, RpcSend};
+use alloy_primitives::{Address, U64};
+use backon::{ExponentialBuilder, Retryable as _};
 use http_body_util::{BodyExt as _, Full};
 use hyper::Request;
 use hyper::body::Bytes;
 use hyper_util::rt::TokioIo;
 use serde::de::DeserializeOwned;
-use serde_json::{Value, json};
 
-use self::wire::{BlockJson, Envelope, LogJson, SubmittedJson};
+use self::wire::{BlockJson, LogFilter, LogJson, SubmittedJson};
 use super::abi::deposit_event_topic;
 use super::dev_contract::Eth1Block;
 use super::follower::RawLog;
-use super::rpc::{data, parse_quantity, quantity};
 use crate::admin::deposit_json;
 use crate::chain::block::DepositData;
 
 /// Default bound on one call.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Retries of a call whose endpoint could not be reached (connection refused or reset, HTTP
+/// handshake failed): two more attempts, 100 ms then about 200 ms later (jittered), so a
+/// restarting execution client or a dropped keep-alive costs a poll nothing while a source that
+/// is down is reported within half a second.
+pub const RETRY: ExponentialBuilder = ExponentialBuilder::new()
+    .with_min_delay(Duration::from_millis(100))
+    .with_max_delay(Duration::from_secs(1))
+    .with_max_times(2)
+    .with_jitter();
 /// Largest answer read for any call (the largest per-method bound, [`wire::MAX_LOGS_ANSWER_BYTES`],
 /// is below it).
 pub const MAX_RESPONSE_BYTES: usize = 32 << 20;
@@ -184,29 +201,46 @@ impl RpcClient {
         &self.url
     }
 
-    /// Calls `method` with `params`; reads an answer of at most `limit` bytes and returns its
-    /// `result` decoded as a `T` (`None`: the result is null).
-    pub async fn call<T: DeserializeOwned>(
+    /// Calls `method` with `params` (serialized as the JSON-RPC `params` array; `()` for
+    /// none); reads an answer of at most `limit` bytes and returns its `result` decoded as a
+    /// `T` (`None`: the result is null). Each attempt is bounded by the client's timeout; an
+    /// unreachable endpoint is retried as [`RETRY`] says.
+    pub async fn call<P: RpcSend, T: DeserializeOwned>(
         &self,
-        method: &str,
-        params: Value,
+        method: &'static str,
+        params: P,
         limit: usize,
     ) -> Result<Option<T>, ClientError> {
-        match tokio::time::timeout(self.timeout, self.call_unbounded(method, params, limit)).await {
-            Ok(result) => result,
-            Err(_) => Err(ClientError::Timeout {
-                url: self.url.clone(),
-                method: method.to_string(),
-                seconds: self.timeout.as_secs(),
-            }),
-        }
+        let attempt = || async {
+            match tokio::time::timeout(
+                self.timeout,
+                self.call_unbounded(method, params.clone(), limit),
+            )
+            .await
+            {
+                Ok(result) => result,
+                Err(_) => Err(ClientError::Timeout {
+                    url: self.url.clone(),
+                    method: method.to_string(),
+                    seconds: self.timeout.as_secs(),
+                }),
+            }
+        };
+        attempt
+            .retry(RETRY)
+            .sleep(tokio::time::sleep)
+            .when(|e| matches!(e, ClientError::Unreachable { .. }))
+            .notify(|e, after| {
+                tracing::debug!(error = %e, retry_in = ?after, "deposit source call retried");
+            })
+            .await
     }
 
     /// [`call`](Self::call) for a result that must not be null.
-    async fn call_some<T: DeserializeOwned>(
+    async fn call_some<P: RpcSend, T: DeserializeOwned>(
         &self,
-        method: &str,
-        params: Value,
+        method: &'static str,
+        params: P,
         limit: usize,
     ) -> Result<T, ClientError> {
         self.call(method, params, limit)
@@ -214,10 +248,10 @@ impl RpcClient {
             .ok_or_else(|| self.bad(method, "no `result` or `error`, or a null result".into()))
     }
 
-    async fn call_unbounded<T: DeserializeOwned>(
+    async fn call_unbounded<P: RpcSend, T: DeserializeOwned>(
         &self,
-        method: &str,
-        params: Value,
+        method: &'static str,
+        params: P,
         limit: usize,
     ) -> Result<Option<T>, ClientError> {
         let limit = limit.min(MAX_RESPONSE_BYTES);
@@ -226,8 +260,8 @@ impl RpcClient {
             reason,
         };
         let bad = |reason: String| self.bad(method, reason);
-        let body = json!({ "jsonrpc": "2.0", "id": 1, "method": method, "params": params });
-        let body = serde_json::to_vec(&body).map_err(|e| bad(e.to_string()))?;
+        let request = alloy_json_rpc::Request::new(method, Id::Number(1), params);
+        let body = serde_json::to_vec(&request).map_err(|e| bad(e.to_string()))?;
         let stream = tokio::net::TcpStream::connect(&self.authority)
             .await
             .map_err(|e| unreachable(format!("cannot connect: {e}")))?;
@@ -266,21 +300,22 @@ impl RpcClient {
                 return Err(unreachable(format!("reading the answer: {e}")));
             }
         };
-        let answer: Envelope<T> = serde_json::from_slice(&bytes).map_err(|e| {
-            bad(format!(
-                "HTTP {status}, not a JSON-RPC answer of the expected shape ({e}): {}",
-                String::from_utf8_lossy(bytes.get(..200).unwrap_or(&bytes))
-            ))
-        })?;
-        if let Some(error) = answer.error {
-            return Err(ClientError::Rpc {
+        let answer: alloy_json_rpc::Response<Option<T>> =
+            serde_json::from_slice(&bytes).map_err(|e| {
+                bad(format!(
+                    "HTTP {status}, not a JSON-RPC answer of the expected shape ({e}): {}",
+                    String::from_utf8_lossy(bytes.get(..200).unwrap_or(&bytes))
+                ))
+            })?;
+        match answer.payload {
+            ResponsePayload::Success(result) => Ok(result),
+            ResponsePayload::Failure(error) => Err(ClientError::Rpc {
                 url: self.url.clone(),
                 method: method.to_string(),
                 code: error.code,
                 message: error.message.chars().take(500).collect(),
-            });
+            }),
         }
-        Ok(answer.result)
     }
 
     fn bad(&self, method: &str, reason: String) -> ClientError {
@@ -291,56 +326,48 @@ impl RpcClient {
         }
     }
 
-    fn quantity_of(&self, method: &str, text: &str) -> Result<u64, ClientError> {
-        parse_quantity(text, "result").map_err(|e| self.bad(method, e.message))
-    }
-
     /// `eth_blockNumber`.
     pub async fn block_number(&self) -> Result<u64, ClientError> {
-        const METHOD: &str = "eth_blockNumber";
-        let text: String = self
-            .call_some(METHOD, json!([]), wire::MAX_SMALL_ANSWER_BYTES)
+        let number: U64 = self
+            .call_some("eth_blockNumber", (), wire::MAX_SMALL_ANSWER_BYTES)
             .await?;
-        self.quantity_of(METHOD, &text)
+        Ok(number.to())
     }
 
     /// `eth_chainId`.
     pub async fn chain_id(&self) -> Result<u64, ClientError> {
-        const METHOD: &str = "eth_chainId";
-        let text: String = self
-            .call_some(METHOD, json!([]), wire::MAX_SMALL_ANSWER_BYTES)
+        let id: U64 = self
+            .call_some("eth_chainId", (), wire::MAX_SMALL_ANSWER_BYTES)
             .await?;
-        self.quantity_of(METHOD, &text)
+        Ok(id.to())
     }
 
     /// `eth_getCode(address, "latest")`: the code at `address` (empty: no contract there).
     pub async fn code(&self, address: &[u8; 20]) -> Result<Vec<u8>, ClientError> {
-        const METHOD: &str = "eth_getCode";
-        let text: String = self
+        let code: alloy_primitives::Bytes = self
             .call_some(
-                METHOD,
-                json!([data(address), "latest"]),
+                "eth_getCode",
+                (Address::from(*address), "latest"),
                 wire::MAX_CODE_ANSWER_BYTES,
             )
             .await?;
-        hex::decode(text.strip_prefix("0x").unwrap_or(&text))
-            .map_err(|e| self.bad(METHOD, format!("code is not hex: {e}")))
+        Ok(code.to_vec())
     }
 
     /// `eth_getBlockByNumber(number, false)`; `None` if the source has no such block.
     pub async fn block(&self, number: u64) -> Result<Option<Eth1Block>, ClientError> {
         const METHOD: &str = "eth_getBlockByNumber";
         let Some(json) = self
-            .call::<BlockJson>(
+            .call::<_, BlockJson>(
                 METHOD,
-                json!([quantity(number), false]),
+                (U64::from(number), false),
                 wire::MAX_BLOCK_ANSWER_BYTES,
             )
             .await?
         else {
             return Ok(None);
         };
-        let block = json.parse().map_err(|e| self.bad(METHOD, e.message))?;
+        let block = json.parse();
         if block.number != number {
             return Err(self.bad(
                 METHOD,
@@ -360,12 +387,12 @@ impl RpcClient {
         to: u64,
     ) -> Result<Vec<RawLog>, ClientError> {
         const METHOD: &str = "eth_getLogs";
-        let filter = json!([{
-            "address": data(address),
-            "fromBlock": quantity(from),
-            "toBlock": quantity(to),
-            "topics": [data(&deposit_event_topic())],
-        }]);
+        let filter = (LogFilter {
+            address: Address::from(*address),
+            from_block: U64::from(from),
+            to_block: U64::from(to),
+            topics: [deposit_event_topic().into()],
+        },);
         let logs: Vec<LogJson> = self
             .call_some(METHOD, filter, wire::MAX_LOGS_ANSWER_BYTES)
             .await?;
@@ -383,7 +410,7 @@ impl RpcClient {
             .enumerate()
             .map(|(i, log)| {
                 log.parse()
-                    .map_err(|e| self.bad(METHOD, format!("log {i}: {}", e.message)))
+                    .map_err(|reason| self.bad(METHOD, format!("log {i}: {reason}")))
             })
             .collect()
     }
@@ -394,11 +421,11 @@ impl RpcClient {
         let submitted: SubmittedJson = self
             .call_some(
                 METHOD,
-                json!([deposit_json::encode(deposit)]),
+                (deposit_json::encode(deposit),),
                 wire::MAX_SMALL_ANSWER_BYTES,
             )
             .await?;
-        parse_quantity(&submitted.index, "index").map_err(|e| self.bad(METHOD, e.message))
+        Ok(submitted.index.to())
     }
 }
 

@@ -12,6 +12,8 @@
 
 use std::sync::Mutex;
 
+use alloy_primitives::{Address, B256, Bytes, U64};
+use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::abi::{deposit_event_topic, encode_deposit_event};
@@ -111,14 +113,46 @@ fn truncate(text: &str) -> String {
     text.chars().take(80).collect()
 }
 
+/// The block object of `eth_getBlockByNumber` (the fields a follower reads), typed: alloy's
+/// primitives write quantities and data as Ethereum clients do.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct BlockOut {
+    number: U64,
+    hash: B256,
+    parent_hash: B256,
+    timestamp: U64,
+    transactions: [B256; 0],
+}
+
+/// The log object of a `DepositEvent`, typed.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct LogOut {
+    address: Address,
+    topics: [B256; 1],
+    data: Bytes,
+    block_number: U64,
+    block_hash: B256,
+    transaction_hash: B256,
+    transaction_index: U64,
+    log_index: U64,
+    removed: bool,
+}
+
+fn to_json(value: &impl Serialize) -> Value {
+    // Plain structs of primitives: serialising them cannot fail.
+    serde_json::to_value(value).unwrap_or(Value::Null)
+}
+
 /// The block object of `eth_getBlockByNumber` (the fields a follower reads).
 pub fn block_json(block: &Eth1Block) -> Value {
-    json!({
-        "number": quantity(block.number),
-        "hash": data(&block.hash),
-        "parentHash": data(&block.parent_hash),
-        "timestamp": quantity(block.timestamp),
-        "transactions": [],
+    to_json(&BlockOut {
+        number: U64::from(block.number),
+        hash: B256::from(block.hash),
+        parent_hash: B256::from(block.parent_hash),
+        timestamp: U64::from(block.timestamp),
+        transactions: [],
     })
 }
 
@@ -127,16 +161,16 @@ pub fn log_json(logged: &LoggedDeposit, block_hash: &[u8; 32], log_index: u64) -
     let mut tx = [0u8; 32];
     let (low, _) = tx.split_at_mut(8);
     low.copy_from_slice(&logged.index.to_be_bytes());
-    json!({
-        "address": data(&DEV_CONTRACT_ADDRESS),
-        "topics": [data(&deposit_event_topic())],
-        "data": data(&encode_deposit_event(&logged.deposit, logged.index)),
-        "blockNumber": quantity(logged.block),
-        "blockHash": data(block_hash),
-        "transactionHash": data(&tx),
-        "transactionIndex": quantity(log_index),
-        "logIndex": quantity(log_index),
-        "removed": false,
+    to_json(&LogOut {
+        address: Address::from(DEV_CONTRACT_ADDRESS),
+        topics: [B256::from(deposit_event_topic())],
+        data: encode_deposit_event(&logged.deposit, logged.index).into(),
+        block_number: U64::from(logged.block),
+        block_hash: B256::from(*block_hash),
+        transaction_hash: B256::from(tx),
+        transaction_index: U64::from(log_index),
+        log_index: U64::from(log_index),
+        removed: false,
     })
 }
 

@@ -542,3 +542,47 @@ fn output_into_a_closed_pipe_ends_the_command_without_a_panic() {
         out.status
     );
 }
+
+#[test]
+fn checkpoint_export_and_restore_from_name_what_is_missing_or_wrong() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    let out = dir.path().join("backup.ckpt");
+    let (ok, _, err) = modnode(&[
+        "checkpoint",
+        "export",
+        "latest",
+        "-o",
+        out.to_str().unwrap(),
+        "--data-dir",
+        data.to_str().unwrap(),
+    ]);
+    assert!(!ok);
+    assert!(err.contains("no checkpoint latest is stored"), "{err}");
+    assert!(!out.exists());
+
+    // A file that is not a checkpoint: `run` stops before starting the chain, naming it.
+    let bogus = dir.path().join("bogus.ckpt");
+    std::fs::write(&bogus, b"not a checkpoint at all").unwrap();
+    let (ok, _, err) = modnode(&[
+        "run",
+        "--data-dir",
+        data.to_str().unwrap(),
+        "--listen",
+        "127.0.0.1:0",
+        "--no-admin",
+        "--dev-contract-listen",
+        "127.0.0.1:0",
+        "--restore-from",
+        bogus.to_str().unwrap(),
+    ]);
+    assert!(!ok);
+    assert!(
+        err.contains(&format!(
+            "{} is not a modnode checkpoint file",
+            bogus.display()
+        )),
+        "{err}"
+    );
+}

@@ -4,6 +4,7 @@ mod branch_modules;
 mod cache;
 mod chain;
 mod checkpoint;
+mod checkpoint_file;
 mod checkpoint_finality;
 mod checkpoint_store;
 mod checkpoint_switch;

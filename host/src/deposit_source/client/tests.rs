@@ -306,3 +306,75 @@ fn a_deposit_log_fits_the_per_log_bound_and_decodes_typed() {
     let (deposit, index) = crate::deposit_source::abi::decode_deposit_event(&log.data).unwrap();
     assert_eq!((deposit, index), (logged.deposit, u64::MAX));
 }
+
+/// An endpoint that drops its first `drops` connections unanswered, then answers
+/// `eth_blockNumber` with `0x2a`; counts the connections it accepted.
+async fn flaky(drops: usize) -> (String, Arc<AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let counter = accepted.clone();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut stream, _)) = listener.accept().await else {
+                return;
+            };
+            if counter.fetch_add(1, Ordering::Relaxed) < drops {
+                drop(stream);
+                continue;
+            }
+            tokio::spawn(async move {
+                let mut request = Vec::new();
+                let mut buf = [0u8; 4096];
+                while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                    let n = stream.read(&mut buf).await.unwrap_or(0);
+                    if n == 0 {
+                        return;
+                    }
+                    request.extend_from_slice(&buf[..n]);
+                }
+                let body = result("0x2a".into());
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+                    body.len()
+                );
+                let _ = stream.write_all(head.as_bytes()).await;
+                let _ = stream.write_all(&body).await;
+                let _ = stream.shutdown().await;
+            });
+        }
+    });
+    (url, accepted)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_connection_is_retried_with_backoff_and_a_source_that_stays_down_is_reported() {
+    // Two drops: the third attempt answers.
+    let (url, accepted) = flaky(2).await;
+    let client = RpcClient::new(&url).unwrap();
+    assert_eq!(client.block_number().await.unwrap(), 42);
+    assert_eq!(accepted.load(Ordering::Relaxed), 3);
+    // Three drops: the retries run out and the last failure is reported, as unreachable.
+    let (url, accepted) = flaky(3).await;
+    let client = RpcClient::new(&url).unwrap();
+    let err = client.block_number().await.unwrap_err();
+    assert!(matches!(err, ClientError::Unreachable { .. }), "{err}");
+    assert_eq!(accepted.load(Ordering::Relaxed), 3);
+    // A JSON-RPC error is the source's answer, not a transport failure: never retried.
+    let calls = Arc::new(AtomicUsize::new(0));
+    let counted = calls.clone();
+    let (url, _) = fake(Framing::Length, move |_, _| {
+        counted.fetch_add(1, Ordering::Relaxed);
+        serde_json::to_vec(&serde_json::json!({
+            "jsonrpc": "2.0", "id": 1, "error": {"code": -32000, "message": "busy"}
+        }))
+        .unwrap()
+    })
+    .await;
+    let err = RpcClient::new(&url).unwrap().chain_id().await.unwrap_err();
+    assert!(
+        matches!(err, ClientError::Rpc { code: -32000, .. }),
+        "{err}"
+    );
+    assert_eq!(calls.load(Ordering::Relaxed), 1);
+}

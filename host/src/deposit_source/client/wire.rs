@@ -4,11 +4,11 @@
 //! answer of the wrong shape (`[0,0,…]` for logs) fails at its first wrong element, and its
 //! size never exceeds the bound however the source pads it.
 
-use serde::Deserialize;
+use alloy_primitives::{Address, B256, Bytes, U64};
+use serde::{Deserialize, Serialize};
 
 use super::super::dev_contract::Eth1Block;
 use super::super::follower::RawLog;
-use super::super::rpc::{RpcError, parse_data, parse_quantity};
 
 /// Bytes of the JSON-RPC envelope around a result (`{"jsonrpc":"2.0","id":1,"result":…}`),
 /// with room for whitespace.
@@ -32,81 +32,52 @@ pub const MAX_CODE_ANSWER_BYTES: usize = 2 * 24_576 + ENVELOPE_BYTES + 16;
 /// `eth_chainId`, `modnode_submitDeposit`).
 pub const MAX_SMALL_ANSWER_BYTES: usize = 4 << 10;
 
-/// A JSON-RPC 2.0 response whose `result` is a `T`.
-#[derive(Debug, Deserialize)]
-pub struct Envelope<T> {
-    /// The result (absent or null on an error, or for a block the source does not have).
-    #[serde(default = "none")]
-    pub result: Option<T>,
-    /// The error, if the call failed.
-    #[serde(default)]
-    pub error: Option<ErrorObject>,
-}
-
-fn none<T>() -> Option<T> {
-    None
-}
-
-/// A JSON-RPC error object.
-#[derive(Debug, Deserialize)]
-pub struct ErrorObject {
-    /// The error code.
-    #[serde(default)]
-    pub code: i64,
-    /// The message.
-    #[serde(default)]
-    pub message: String,
+/// The `eth_getLogs` filter the follower sends: one contract, one block range, `topics[0]`.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LogFilter {
+    /// The contract.
+    pub address: Address,
+    /// First block.
+    pub from_block: U64,
+    /// Last block (inclusive).
+    pub to_block: U64,
+    /// `topics[0]`: the event's signature hash.
+    pub topics: [B256; 1],
 }
 
 /// A log as `eth_getLogs` returns it (only the fields the follower reads).
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct LogJson {
-    address: String,
-    topics: Vec<String>,
-    data: String,
-    block_number: String,
-    block_hash: String,
+    address: Address,
+    topics: Vec<B256>,
+    data: Bytes,
+    block_number: U64,
+    block_hash: B256,
     #[serde(default)]
     removed: bool,
     #[serde(default)]
-    log_index: Option<String>,
+    log_index: Option<U64>,
     #[serde(default)]
-    transaction_hash: Option<String>,
+    transaction_hash: Option<B256>,
 }
 
 impl LogJson {
-    /// The log with its fields parsed.
-    pub fn parse(self) -> Result<RawLog, RpcError> {
+    /// The log as the follower reads it; refuses more topics than a log can have.
+    pub fn parse(self) -> Result<RawLog, String> {
         if self.topics.len() > 4 {
-            return Err(RpcError::new(
-                0,
-                format!("{} topics, at most 4 exist", self.topics.len()),
-            ));
+            return Err(format!("{} topics, at most 4 exist", self.topics.len()));
         }
-        let data = hex::decode(self.data.strip_prefix("0x").unwrap_or(&self.data))
-            .map_err(|e| RpcError::new(0, format!("data: {e}")))?;
         Ok(RawLog {
-            address: parse_data(&self.address, "address")?,
-            topics: self
-                .topics
-                .iter()
-                .map(|t| parse_data(t, "topic"))
-                .collect::<Result<_, _>>()?,
-            data,
-            block_number: parse_quantity(&self.block_number, "blockNumber")?,
-            block_hash: parse_data(&self.block_hash, "blockHash")?,
+            address: self.address.into_array(),
+            topics: self.topics.iter().map(|t| t.0).collect(),
+            data: self.data.to_vec(),
+            block_number: self.block_number.to(),
+            block_hash: self.block_hash.0,
             removed: self.removed,
-            log_index: self
-                .log_index
-                .as_deref()
-                .map(|i| parse_quantity(i, "logIndex"))
-                .transpose()?,
-            transaction_hash: self
-                .transaction_hash
-                .as_deref()
-                .map(|t| parse_data(t, "transactionHash"))
-                .transpose()?,
+            log_index: self.log_index.map(|i| i.to()),
+            transaction_hash: self.transaction_hash.map(|t| t.0),
         })
     }
 }
@@ -115,27 +86,27 @@ impl LogJson {
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct BlockJson {
-    number: String,
-    hash: String,
-    parent_hash: String,
-    timestamp: String,
+    number: U64,
+    hash: B256,
+    parent_hash: B256,
+    timestamp: U64,
 }
 
 impl BlockJson {
-    /// The block with its fields parsed.
-    pub fn parse(&self) -> Result<Eth1Block, RpcError> {
-        Ok(Eth1Block {
-            number: parse_quantity(&self.number, "number")?,
-            hash: parse_data(&self.hash, "hash")?,
-            parent_hash: parse_data(&self.parent_hash, "parentHash")?,
-            timestamp: parse_quantity(&self.timestamp, "timestamp")?,
-        })
+    /// The block.
+    pub fn parse(&self) -> Eth1Block {
+        Eth1Block {
+            number: self.number.to(),
+            hash: self.hash.0,
+            parent_hash: self.parent_hash.0,
+            timestamp: self.timestamp.to(),
+        }
     }
 }
 
 /// The dev contract's answer to `modnode_submitDeposit`.
 #[derive(Debug, Deserialize)]
 pub struct SubmittedJson {
-    /// The deposit's index (a quantity).
-    pub index: String,
+    /// The deposit's index.
+    pub index: U64,
 }

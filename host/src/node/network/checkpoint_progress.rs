@@ -28,7 +28,7 @@ pub enum ProgressDisplay {
 }
 
 /// Reports a restore's progress.
-pub(super) struct Reporter {
+pub(in crate::node) struct Reporter {
     last: Instant,
     progress: Progress,
     bar: Option<ProgressBar>,
@@ -37,7 +37,7 @@ pub(super) struct Reporter {
 impl Reporter {
     /// Starts reporting from `progress` (resumed and carried-over chunks included; the bar's
     /// rate and ETA count only what is fetched from here on).
-    pub(super) fn new(progress: Progress, display: ProgressDisplay) -> Self {
+    pub(in crate::node) fn new(progress: Progress, display: ProgressDisplay) -> Self {
         let target =
             (display == ProgressDisplay::Bar).then(|| ProgressDrawTarget::stderr_with_hz(BAR_HZ));
         Self::drawing_to(progress, target)
@@ -64,7 +64,7 @@ impl Reporter {
 
     /// Records `progress`: moves the bar, or logs a line when a second has passed since the
     /// last.
-    pub(super) fn update(&mut self, progress: Progress, counters: &RestoreCounters) {
+    pub(in crate::node) fn update(&mut self, progress: Progress, counters: &RestoreCounters) {
         self.progress = progress;
         if let Some(bar) = &self.bar {
             bar.set_position(progress.bytes);
@@ -88,7 +88,7 @@ impl Reporter {
     }
 
     /// The last line (the bar stays on screen, full).
-    pub(super) fn finish(self) {
+    pub(in crate::node) fn finish(self) {
         if let Some(bar) = &self.bar {
             bar.finish_with_message(chunks_message(&self.progress));
             end_line(bar);
