@@ -461,6 +461,7 @@ mod tests {
             leaf_size: crate::state::LEAF_BYTES as u32,
             extras,
             chunks,
+            chunk_roots: Vec::new(),
         }
     }
 
