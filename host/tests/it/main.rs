@@ -27,6 +27,7 @@ mod malicious;
 mod modules;
 mod network;
 mod peer_faults;
+mod policy_reuse;
 mod profile;
 mod reproducible;
 mod scheduled_admission;

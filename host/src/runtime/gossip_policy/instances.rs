@@ -30,6 +30,7 @@
 //! engine's instance pool); the least recently returned goes first.
 
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use wasmtime::{Engine, Store};
 
@@ -87,6 +88,8 @@ struct Warm {
 }
 
 static WARM: Mutex<Vec<Warm>> = Mutex::new(Vec::new());
+/// Calls served by an instance that had served an earlier call.
+static REUSED_CALLS: AtomicU64 = AtomicU64::new(0);
 static IMPURE: Mutex<Vec<[u8; 32]>> = Mutex::new(Vec::new());
 
 fn is_impure(hash: &[u8; 32]) -> bool {
@@ -131,6 +134,11 @@ fn checkin(w: Warm) {
 /// Whether instances of `module` are reused now (false once it was caught keeping hidden state).
 pub fn reuses(module: &GossipPolicyModule) -> bool {
     !is_impure(&module.hash())
+}
+
+/// Calls answered by a reused instance since the process started (all modules).
+pub fn reused_calls() -> u64 {
+    REUSED_CALLS.load(Ordering::Relaxed)
 }
 
 /// Warm instances kept now (all modules).
@@ -226,6 +234,9 @@ where
             ));
         }
     };
+    if reused {
+        REUSED_CALLS.fetch_add(1, Ordering::Relaxed);
+    }
     warm.uses = warm.uses.saturating_add(1);
     if warm.uses == 2 || warm.uses % VERIFY_EVERY == 0 {
         let checked = fresh(module, f.clone())?;
