@@ -43,7 +43,7 @@ fn msg(seed: u32) -> MessageMeta {
             _ => MessageKind::PeerExchange,
         },
         size: 100 + (seed.wrapping_mul(7_919) % 200_000),
-        local_origin: seed % 5 == 0,
+        local_origin: seed.is_multiple_of(5),
         hops: seed % 3,
         network_size: 2 + seed % 1_000,
     }
@@ -84,7 +84,7 @@ fn a_stateful_policy_on_reused_instances_follows_the_same_states_as_on_fresh_one
         let (m, p) = (msg(seed), peers(4 + seed % 20, seed));
         let planned = module.plan_with_state(m, p, state.clone()).unwrap();
         state = planned.state.unwrap();
-        if seed % 3 == 0 {
+        if seed.is_multiple_of(3) {
             let event = modnode::runtime::gossip_policy::PolicyEvent::Duplicate {
                 peer: seed % 7,
                 message: u64::from(seed),
