@@ -169,3 +169,23 @@ fn fuel_is_per_call_and_a_call_that_runs_out_does_not_starve_the_next() {
         }
     }
 }
+
+#[test]
+fn a_policy_keeping_hidden_state_is_caught_and_then_runs_fresh() {
+    let rt = runtime(1_000_000_000);
+    let module = policy(&rt, "fixture-policy-hidden-state");
+    let (m, p) = (msg(2), peers(6, 2));
+    // On fresh instances the plan never changes: the quorum is always the first call's.
+    let (fresh, _) = module.plan_metered(m, p.clone()).unwrap();
+    assert_eq!(fresh.quorum, 1);
+    assert!(instances::reuses(&module));
+    // Every answer is a fresh instance's; the verification of a reused instance's second call
+    // catches the divergence.
+    for call in 0..50 {
+        assert_eq!(module.plan(m, p.clone()).unwrap(), fresh, "call {call}");
+    }
+    assert!(
+        !instances::reuses(&module),
+        "the hidden state went unnoticed"
+    );
+}
