@@ -1,12 +1,16 @@
 //! Host side of the `modnode:gossip-policy` world, every contract of it side by side: typed
 //! calls into a policy's `plan`. A policy imports nothing; it decides, the host sends.
 //!
-//! - `@1.0.0`: `plan(msg, peers) -> send-plan`, a pure function with a fresh store per call.
+//! - `@1.0.0`: `plan(msg, peers) -> send-plan`, a pure function.
 //! - `@2.0.0`: the same plan types, plus state the host keeps between calls and events the
 //!   host reports (`take-over`, `plan(msg, peers, state) -> (plan, state)`,
 //!   `on-event(event, state) -> state`). The module stays a pure function of its inputs; the
 //!   state it hands back is bounded ([`OutputBounds::state_bytes`](super::kinds::OutputBounds))
 //!   and an oversized one is a module fault like any other.
+//!
+//! Being output-pure, plans and events run on warm instances reused across calls, fuel and
+//! limits fresh each call, with the guarantees [`instances`] states; `plan_metered` (fuel
+//! compared across versions) keeps a fresh instance per call.
 //!
 //! The host's types are those of `@1.0.0` (the gossip engine's plan), so slots, shadows and
 //! canaries compare plans of versions of either contract; a `@2.0.0` plan is converted.
