@@ -5,6 +5,12 @@
 //! - `instantiate_us`: instantiating a deposits module from its `InstancePre` in a fresh store.
 //! - `compile_ms`: compiling the deposits-v1 component.
 //! - `cached_load_ms`: loading deposits-v1's compiled artifact from the on-disk cache.
+//! - `plan_call_us`: one gossip-policy-v2 plan over 8 peers, end to end (arguments lowered, a
+//!   warm instance checked out with fresh fuel, run, the plan lifted and bounds-checked), on a
+//!   guest thread as the other figures; `plan_call_stateful_us` the same for
+//!   gossip-policy-v2-stateful (`@2.0.0`, its state passed in and out); `plan_call_handoff_us`
+//!   the gossip-policy-v2 plan called from a thread that is not a guest thread (the gossip
+//!   driver's case: the call is handed to a guest thread and back).
 
 use std::sync::{Arc, RwLock};
 use std::time::Instant;
@@ -14,6 +20,7 @@ use serde::Serialize;
 use super::{median, ms_since};
 use modnode::runtime::cache::ArtifactCache;
 use modnode::runtime::deposits::{BlockContext, Deposit, WitEth1Data};
+use modnode::runtime::gossip_policy::{GossipPolicyModule, MessageKind, MessageMeta, PeerStats};
 use modnode::runtime::{LoadedModule, Runtime, RuntimeConfig};
 use modnode::state::{NewValidator, Registry, RegistryDelta, SharedRegistry};
 
@@ -35,6 +42,13 @@ pub struct HostCallReport {
     pub compile_to_cached_ratio: f64,
     /// Host calls per timed run.
     pub calls_per_run: u64,
+    /// Median microseconds of a gossip-policy-v2 plan over 8 peers, end to end, on a guest
+    /// thread.
+    pub plan_call_us: f64,
+    /// The same for gossip-policy-v2-stateful (`@2.0.0`), its kept state passed in and out.
+    pub plan_call_stateful_us: f64,
+    /// `plan_call_us` called from a thread that is not a guest thread (handoff included).
+    pub plan_call_handoff_us: f64,
 }
 
 /// Parameters.
@@ -60,7 +74,59 @@ impl Default for HostCallParams {
 pub fn run(params: &HostCallParams, hostcall_fixture: &[u8]) -> anyhow::Result<HostCallReport> {
     let params = params.clone();
     let fixture = hostcall_fixture.to_vec();
-    modnode::runtime::threads::run_on_guest_thread(move || run_here(&params, &fixture))
+    let mut report =
+        modnode::runtime::threads::run_on_guest_thread(move || run_here(&params, &fixture))?;
+    let runtime = Runtime::new(RuntimeConfig::default())?;
+    let v2 = policy(&runtime, "gossip-policy-v2")?;
+    report.plan_call_handoff_us = time_plans(&v2, Vec::new())?;
+    Ok(report)
+}
+
+fn policy(runtime: &Runtime, name: &str) -> anyhow::Result<GossipPolicyModule> {
+    let bytes = modnode::artifacts::embedded(name)
+        .ok_or_else(|| anyhow::anyhow!("{name} is not embedded in this build"))?;
+    match runtime.load(bytes)? {
+        LoadedModule::GossipPolicy(m) => Ok(m),
+        _ => anyhow::bail!("{name} is not a gossip-policy module"),
+    }
+}
+
+/// Median microseconds of a plan over 8 peers (a relayed block, 3 peers already holding it),
+/// each call on the state the previous one left.
+fn time_plans(module: &GossipPolicyModule, mut state: Vec<u8>) -> anyhow::Result<f64> {
+    let peers: Vec<PeerStats> = (0..8u32)
+        .map(|i| PeerStats {
+            peer: i,
+            rtt_us: 1_000 + 3_000 * i,
+            queue_depth: i % 3,
+            recent_failures: u32::from(i == 5),
+            has_message: i % 3 == 0,
+            is_origin: i == 0,
+        })
+        .collect();
+    let msg = MessageMeta {
+        kind: MessageKind::Block,
+        size: 4_096,
+        local_origin: false,
+        hops: 1,
+        network_size: 32,
+    };
+    let plan = |state: &mut Vec<u8>| -> anyhow::Result<f64> {
+        let start = Instant::now();
+        let planned = module.plan_with_state(msg, peers.clone(), std::mem::take(state))?;
+        let elapsed = start.elapsed().as_secs_f64() * 1e6;
+        *state = planned.state.unwrap_or_default();
+        anyhow::ensure!(!planned.plan.targets.is_empty(), "the plan sends to nobody");
+        Ok(elapsed)
+    };
+    for _ in 0..100 {
+        plan(&mut state)?; // warm instances and caches
+    }
+    let mut samples = Vec::with_capacity(2_000);
+    for _ in 0..2_000 {
+        samples.push(plan(&mut state)?);
+    }
+    Ok(median(&mut samples))
 }
 
 fn run_here(params: &HostCallParams, hostcall_fixture: &[u8]) -> anyhow::Result<HostCallReport> {
@@ -166,6 +232,11 @@ fn run_here(params: &HostCallParams, hostcall_fixture: &[u8]) -> anyhow::Result<
     }
     let cached_load_ms = median(&mut cached);
 
+    let plan_call_us = time_plans(&policy(&runtime, "gossip-policy-v2")?, Vec::new())?;
+    let stateful = policy(&runtime, "gossip-policy-v2-stateful")?;
+    let initial = stateful.take_over(None, Vec::new())?;
+    let plan_call_stateful_us = time_plans(&stateful, initial)?;
+
     Ok(HostCallReport {
         host_call_ns,
         instantiate_us,
@@ -174,5 +245,8 @@ fn run_here(params: &HostCallParams, hostcall_fixture: &[u8]) -> anyhow::Result<
         empty_call_us,
         compile_to_cached_ratio: compile_ms / cached_load_ms.max(1e-9),
         calls_per_run: params.calls,
+        plan_call_us,
+        plan_call_stateful_us,
+        plan_call_handoff_us: 0.0,
     })
 }

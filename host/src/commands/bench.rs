@@ -32,6 +32,14 @@ pub fn host_call(json: bool, calls: u64) -> anyhow::Result<()> {
             "load cached deposits-v1:      {:.2} ms ({:.0}x faster)",
             report.cached_load_ms, report.compile_to_cached_ratio
         );
+        println!(
+            "empty call (fresh instance):  {:.1} µs",
+            report.empty_call_us
+        );
+        println!(
+            "gossip-policy-v2 plan, 8 peers: {:.2} µs ({:.2} µs stateful v2, {:.2} µs from a non-guest thread)",
+            report.plan_call_us, report.plan_call_stateful_us, report.plan_call_handoff_us
+        );
     }
     Ok(())
 }

@@ -1,12 +1,16 @@
 //! Host side of the `modnode:gossip-policy` world, every contract of it side by side: typed
 //! calls into a policy's `plan`. A policy imports nothing; it decides, the host sends.
 //!
-//! - `@1.0.0`: `plan(msg, peers) -> send-plan`, a pure function with a fresh store per call.
+//! - `@1.0.0`: `plan(msg, peers) -> send-plan`, a pure function.
 //! - `@2.0.0`: the same plan types, plus state the host keeps between calls and events the
 //!   host reports (`take-over`, `plan(msg, peers, state) -> (plan, state)`,
 //!   `on-event(event, state) -> state`). The module stays a pure function of its inputs; the
 //!   state it hands back is bounded ([`OutputBounds::state_bytes`](super::kinds::OutputBounds))
 //!   and an oversized one is a module fault like any other.
+//!
+//! Being output-pure, plans and events run on warm instances reused across calls, fuel and
+//! limits fresh each call, with the guarantees [`instances`] states; `plan_metered` (fuel
+//! compared across versions) keeps a fresh instance per call.
 //!
 //! The host's types are those of `@1.0.0` (the gossip engine's plan), so slots, shadows and
 //! canaries compare plans of versions of either contract; a `@2.0.0` plan is converted.
@@ -69,9 +73,57 @@ pub enum PolicyEvent {
     Tick(u64),
 }
 
+pub mod instances;
+
 /// Store data of one policy call (every contract).
 pub struct PolicyCtx {
     base: CallBase,
+    /// A linear memory grew since the data was set (see [`instances`]).
+    grew: bool,
+}
+
+impl PolicyCtx {
+    fn new(base: CallBase) -> Self {
+        Self { base, grew: false }
+    }
+}
+
+/// The pinned limiter, noting growth: what decides whether a warm instance is kept.
+impl wasmtime::ResourceLimiter for PolicyCtx {
+    fn memory_growing(
+        &mut self,
+        current: usize,
+        desired: usize,
+        maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        self.grew = true;
+        self.base.limiter.memory_growing(current, desired, maximum)
+    }
+
+    fn memory_grow_failed(&mut self, error: wasmtime::Error) -> wasmtime::Result<()> {
+        self.base.limiter.memory_grow_failed(error)
+    }
+
+    fn table_growing(
+        &mut self,
+        current: usize,
+        desired: usize,
+        maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        self.base.limiter.table_growing(current, desired, maximum)
+    }
+
+    fn instances(&self) -> usize {
+        self.base.limiter.instances()
+    }
+
+    fn tables(&self) -> usize {
+        self.base.limiter.tables()
+    }
+
+    fn memories(&self) -> usize {
+        self.base.limiter.memories()
+    }
 }
 
 impl StoreData for PolicyCtx {
@@ -154,7 +206,7 @@ impl World for GossipPolicy {
     }
 
     fn idle_data(base: CallBase) -> Result<PolicyCtx, HostFailure> {
-        Ok(PolicyCtx { base })
+        Ok(PolicyCtx::new(base))
     }
 
     fn describe(
@@ -257,63 +309,60 @@ pub struct Planned {
 
 impl Module<GossipPolicy> {
     /// Asks the policy how to spread one message, as a pure function: a stateful policy starts
-    /// from empty state and what it would keep is dropped (`upgrade-check`, the native policy).
+    /// from empty state and what it would keep is dropped. Runs on a warm instance
+    /// ([`instances`]).
     pub fn plan(&self, msg: MessageMeta, peers: Vec<PeerStats>) -> Result<SendPlan, CallError> {
-        self.plan_metered(msg, peers).map(|(plan, _)| plan)
+        self.plan_with_state(msg, peers, Vec::new()).map(|p| p.plan)
     }
 
-    /// [`plan`](Self::plan), also returning the fuel the call used (`upgrade-check`).
+    /// [`plan`](Self::plan) on a fresh instance, also returning the fuel the call used: the
+    /// fuel of a fresh instance, comparable across versions (`upgrade-check`, warm-up).
     pub fn plan_metered(
         &self,
         msg: MessageMeta,
         peers: Vec<PeerStats>,
     ) -> Result<(SendPlan, u64), CallError> {
-        self.plan_with_state(msg, peers, Vec::new())
-            .map(|p| (p.plan, p.fuel))
+        let outcome = self.call(
+            |base| Ok(PolicyCtx::new(base)),
+            move |i, s| plan_on(i, s, msg, &peers, &[]),
+        );
+        let (plan, state) = outcome.result?;
+        self.check_plan(&plan, state.as_deref())?;
+        Ok((plan, outcome.fuel_used))
     }
 
     /// Asks the policy how to spread one message given its kept `state` (ignored by a
-    /// stateless policy). The plan's targets and the returned state are checked against the
-    /// kind's bounds: over either is a module fault.
+    /// stateless policy), on a warm instance ([`instances`]: fuel and limits are per call, and
+    /// the answer is a fresh instance's). The plan's targets and the returned state are
+    /// checked against the kind's bounds: over either is a module fault.
     pub fn plan_with_state(
         &self,
         msg: MessageMeta,
         peers: Vec<PeerStats>,
         state: Vec<u8>,
     ) -> Result<Planned, CallError> {
-        let outcome = self.call(
-            |base| Ok(PolicyCtx { base }),
-            move |i, s| match i {
-                PolicyInstance::V1(i) => i
-                    .modnode_gossip_policy_policy()
-                    .call_plan(s, msg, &peers)
-                    .map(|plan| (plan, None)),
-                PolicyInstance::V2(i) => {
-                    let peers: Vec<v2::PeerStats> = peers.iter().map(peer_to_v2).collect();
-                    i.modnode_gossip_policy_policy()
-                        .call_plan(s, meta_to_v2(msg), &peers, &state)
-                        .map(|p| (plan_from_v2(&p.plan), Some(p.state)))
-                }
-            },
-        );
-        let (plan, state) = outcome.result?;
+        let ((plan, state), fuel) =
+            instances::call(self, move |i, s| plan_on(i, s, msg, &peers, &state))?;
+        self.check_plan(&plan, state.as_deref())?;
+        Ok(Planned { plan, state, fuel })
+    }
+
+    /// Checks a plan and the state that came with it against the kind's bounds.
+    fn check_plan(&self, plan: &SendPlan, state: Option<&[u8]>) -> Result<(), CallError> {
         let name = self.meta().name();
         let output = super::bounds::Output {
             module: &name,
             kind: Kind::GossipPolicy,
         };
         output.list("plan().targets", plan.targets.len())?;
-        if let Some(state) = &state {
+        if let Some(state) = state {
             self.check_state("plan().state", state)?;
         }
-        Ok(Planned {
-            plan,
-            state,
-            fuel: outcome.fuel_used,
-        })
+        Ok(())
     }
 
-    /// Tells a stateful policy about `event`; returns its new state (checked against the
+    /// Tells a stateful policy about `event` (on a warm instance, as
+    /// [`plan_with_state`](Self::plan_with_state)); returns its new state (checked against the
     /// kind's bound). A stateless policy hears nothing: `None`, and no call is made.
     pub fn on_event(
         &self,
@@ -323,17 +372,13 @@ impl Module<GossipPolicy> {
         if self.contract().major < 2 {
             return Ok(None);
         }
-        let outcome = self.call(
-            |base| Ok(PolicyCtx { base }),
-            move |i, s| match i {
-                PolicyInstance::V1(_) => Ok(None),
-                PolicyInstance::V2(i) => i
-                    .modnode_gossip_policy_policy()
-                    .call_on_event(s, event_to_v2(event), &state)
-                    .map(Some),
-            },
-        );
-        let state = outcome.result?;
+        let (state, _) = instances::call(self, move |i, s| match i {
+            PolicyInstance::V1(_) => Ok(None),
+            PolicyInstance::V2(i) => i
+                .modnode_gossip_policy_policy()
+                .call_on_event(s, event_to_v2(event), &state)
+                .map(Some),
+        })?;
         if let Some(state) = &state {
             self.check_state("on-event()", state)?;
         }
@@ -352,7 +397,7 @@ impl Module<GossipPolicy> {
             return Ok(Vec::new());
         }
         let outcome = self.call(
-            |base| Ok(PolicyCtx { base }),
+            |base| Ok(PolicyCtx::new(base)),
             move |i, s| match i {
                 PolicyInstance::V1(_) => Ok(Vec::new()),
                 PolicyInstance::V2(i) => {
@@ -381,6 +426,29 @@ impl Module<GossipPolicy> {
             kind: Kind::GossipPolicy,
         };
         Ok(output.state(what, state.len())?)
+    }
+}
+
+/// One `plan` call on `instance`, with either contract's bindings: the plan in the host's types
+/// and, for a stateful policy, its new state.
+fn plan_on(
+    instance: &PolicyInstance,
+    store: &mut wasmtime::Store<PolicyCtx>,
+    msg: MessageMeta,
+    peers: &[PeerStats],
+    state: &[u8],
+) -> wasmtime::Result<(SendPlan, Option<Vec<u8>>)> {
+    match instance {
+        PolicyInstance::V1(i) => i
+            .modnode_gossip_policy_policy()
+            .call_plan(store, msg, peers)
+            .map(|plan| (plan, None)),
+        PolicyInstance::V2(i) => {
+            let peers: Vec<v2::PeerStats> = peers.iter().map(peer_to_v2).collect();
+            i.modnode_gossip_policy_policy()
+                .call_plan(store, meta_to_v2(msg), &peers, state)
+                .map(|p| (plan_from_v2(&p.plan), Some(p.state)))
+        }
     }
 }
 

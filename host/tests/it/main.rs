@@ -32,6 +32,7 @@ mod modules;
 mod network;
 mod operator_logs;
 mod peer_faults;
+mod policy_reuse;
 mod profile;
 mod prune;
 mod reproducible;
