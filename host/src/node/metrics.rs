@@ -289,6 +289,15 @@ impl<const C: usize, const G: usize> Snapshot<C, G> {
     }
 }
 
+/// `text` without its closing `# EOF`: one section of the node's scrape, which carries the one
+/// closing `# EOF` at its end.
+pub(crate) fn without_eof(mut text: String) -> String {
+    if let Some(at) = text.rfind("# EOF") {
+        text.truncate(at);
+    }
+    text
+}
+
 /// A gauge value as `prometheus-client` takes it (clamped at `i64::MAX`).
 fn as_i64(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)

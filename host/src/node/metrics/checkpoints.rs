@@ -102,10 +102,6 @@ pub fn render_checkpoints(m: &Metrics) -> String {
         ]
         .map(|(name, help, value)| (name, help, as_i64(value))),
     };
-    let mut out = snapshot.encode_with_prefix("modnode_checkpoint");
     // Appended to the node's scrape, which carries the one closing `# EOF`.
-    if let Some(at) = out.rfind("# EOF") {
-        out.truncate(at);
-    }
-    out
+    super::without_eof(snapshot.encode_with_prefix("modnode_checkpoint"))
 }

@@ -23,11 +23,7 @@ pub fn render_deposit_queue(followed: u64, applied: u64) -> String {
             ),
         ],
     };
-    let mut out = snapshot.encode_with_prefix("modnode");
-    if let Some(at) = out.rfind("# EOF") {
-        out.truncate(at);
-    }
-    out
+    super::without_eof(snapshot.encode_with_prefix("modnode"))
 }
 
 #[cfg(test)]

@@ -36,11 +36,7 @@ pub fn render_disk(data_dir_bytes: u64) -> String {
             i64::try_from(data_dir_bytes).unwrap_or(i64::MAX),
         )],
     };
-    let mut out = snapshot.encode_with_prefix("modnode");
-    if let Some(at) = out.rfind("# EOF") {
-        out.truncate(at);
-    }
-    out
+    super::without_eof(snapshot.encode_with_prefix("modnode"))
 }
 
 #[cfg(test)]

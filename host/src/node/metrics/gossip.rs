@@ -69,11 +69,7 @@ pub fn render_gossip(snapshot: &GossipSnapshot) -> String {
         ],
         gauges: [],
     };
-    let mut out = snapshot.encode_with_prefix("modnode_gossip");
-    if let Some(at) = out.rfind("# EOF") {
-        out.truncate(at);
-    }
-    out
+    super::without_eof(snapshot.encode_with_prefix("modnode_gossip"))
 }
 
 /// Copies the gossip driver's counters into `metrics` every [`GOSSIP_STATS_EVERY`] until

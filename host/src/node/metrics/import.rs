@@ -33,10 +33,7 @@ pub fn render_import() -> String {
     if prometheus_client::encoding::text::encode(&mut out, &registry).is_err() {
         return String::new();
     }
-    if let Some(at) = out.rfind("# EOF") {
-        out.truncate(at);
-    }
-    out
+    super::without_eof(out)
 }
 
 #[cfg(test)]

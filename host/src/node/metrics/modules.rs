@@ -45,10 +45,7 @@ fn text(registry: &Registry) -> String {
     if encode(&mut out, registry).is_err() {
         return String::new();
     }
-    if let Some(at) = out.rfind("# EOF") {
-        out.truncate(at);
-    }
-    out
+    super::without_eof(out)
 }
 
 /// The modules' series (prefix `modnode_module_`), from every slot's status and every prepared

@@ -61,10 +61,6 @@ pub fn render_state_cache(m: &crate::state_cache::CacheMetrics) -> String {
             ),
         ],
     };
-    let mut out = snapshot.encode_with_prefix("modnode_state_cache");
     // Appended to the node's scrape, which carries the one closing `# EOF`.
-    if let Some(at) = out.rfind("# EOF") {
-        out.truncate(at);
-    }
-    out
+    super::without_eof(snapshot.encode_with_prefix("modnode_state_cache"))
 }

@@ -40,11 +40,7 @@ pub fn render_sync(f: SyncFigures) -> String {
             ),
         ],
     };
-    let mut out = snapshot.encode_with_prefix("modnode");
-    if let Some(at) = out.rfind("# EOF") {
-        out.truncate(at);
-    }
-    out
+    super::without_eof(snapshot.encode_with_prefix("modnode"))
 }
 
 #[cfg(test)]

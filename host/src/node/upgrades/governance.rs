@@ -201,10 +201,7 @@ pub fn render_metrics(
     if encode(&mut out, &registry).is_err() {
         return String::new();
     }
-    if let Some(at) = out.rfind("# EOF") {
-        out.truncate(at);
-    }
-    out
+    crate::node::metrics::without_eof(out)
 }
 
 /// Logs what changed between the head's schedule before and after a head change: new votes,
