@@ -361,7 +361,9 @@ impl Chain {
             });
         }
 
-        // Revert to the ancestor, keeping the old branch to restore on failure.
+        // Revert to the ancestor, keeping the old branch (and what was final on it) to restore
+        // on failure: finality may advance while the new branch is imported.
+        let finality = self.finality.clone();
         let mut old_branch = Vec::new();
         while self.head.height > ancestor {
             if let Some(old) = self.block_at(self.head.height)? {
@@ -378,6 +380,7 @@ impl Chain {
                 for old in old_branch.iter().rev() {
                     self.import(old)?;
                 }
+                self.finality = finality;
                 return Err(e.into());
             }
         }

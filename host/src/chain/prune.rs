@@ -17,8 +17,8 @@
 //!   slot; older records go.
 //!
 //! "Finalized" here is one `finality_depth` lower than the chain's finalized height
-//! ([`Inputs::margin`]): that height is the head's minus the depth, so it falls when evidence
-//! of equivocation reverts the head, and a reorganisation may then go below the old one.
+//! ([`Inputs::margin`]): a margin kept from when that height was the head's minus the depth and
+//! fell when evidence of equivocation reverted the head (it never goes down now: `finality`).
 //!
 //! **Crash-safe, bounded batches.** Each step deletes at most [`Pruner::step`]'s `max_heights`
 //! heights of each kind and writes how far it got ([`Cursors`], `keys::PRUNED`) in the same
@@ -152,10 +152,9 @@ pub struct Inputs {
     pub head: u64,
     /// The finalized height.
     pub finalized: u64,
-    /// Heights kept below the finalized height besides (the genesis `finality_depth`): the
-    /// finalized height is the head's minus the depth, so it falls when the head is reverted
-    /// (evidence of equivocation voids a head block), and a later reorganisation may then
-    /// revert that far below the old finalized height.
+    /// Heights kept below the finalized height besides (the genesis `finality_depth`): a margin
+    /// from when the finalized height was the head's minus the depth and fell with a reverted
+    /// head; it never goes down now (`finality`), so the margin only keeps more than needed.
     pub margin: u64,
     /// The slot of the block at `finalized − margin`: first headers below it go.
     pub finalized_slot: u64,
