@@ -595,7 +595,6 @@ impl<W: World> Slot<W> {
                 }
             };
             if diverged {
-                job_trial.divergences.fetch_add(1, Ordering::Relaxed);
                 let d = Divergence {
                     input: format!("{input:?}"),
                     active: format!("{active_out:?}"),
@@ -613,6 +612,8 @@ impl<W: World> Slot<W> {
                     "shadow diverged from the active module"
                 );
                 remember(&job_trial.recent, d, remembered);
+                // Counted after it is remembered: whoever sees the count sees the divergence.
+                job_trial.divergences.fetch_add(1, Ordering::Relaxed);
             }
         }));
         if !submitted {
