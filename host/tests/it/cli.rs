@@ -110,7 +110,7 @@ fn componentize_turns_a_guest_core_module_into_the_same_component() {
 
 /// Kills the child if the test fails before it exits, so no node outlives the test (and holds
 /// the harness's output pipe open).
-struct KillOnDrop(std::process::Child);
+pub(super) struct KillOnDrop(pub(super) std::process::Child);
 
 impl Drop for KillOnDrop {
     fn drop(&mut self) {

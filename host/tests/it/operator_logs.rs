@@ -2,17 +2,10 @@
 //! may start on a node told not to produce, and SIGTERM honoured while a checkpoint restore waits.
 
 use std::io::{BufRead as _, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-struct KillOnDrop(Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+use super::cli::KillOnDrop;
 
 #[test]
 fn run_logs_a_status_line_and_a_non_producer_never_says_production_may_start() {
