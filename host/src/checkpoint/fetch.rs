@@ -155,6 +155,19 @@ pub struct Fetcher<P: Ord + Clone> {
     /// Chunk → (peer, deadline, sent at).
     in_flight: BTreeMap<usize, (P, Instant, Instant)>,
     penalised: Vec<Penalty<P>>,
+    /// What happened to requests so far: [`Fetcher::stats`].
+    stats: FetchStats,
+}
+
+/// How the fetcher's requests ended other than by an answer: what an operator (or a test)
+/// reads to tell a restore that waited out a slow peer from one that took its chunks over.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FetchStats {
+    /// Requests that reached their deadline unanswered; each chunk went back to the queue.
+    pub timed_out: u64,
+    /// Chunks an idle faster peer took over from a slower one before the slower one's
+    /// deadline.
+    pub taken_over: u64,
 }
 
 impl<P: Ord + Clone> Fetcher<P> {
@@ -185,6 +198,7 @@ impl<P: Ord + Clone> Fetcher<P> {
             pending: missing.into_iter().collect(),
             in_flight: BTreeMap::new(),
             penalised: Vec::new(),
+            stats: FetchStats::default(),
         }
     }
 
@@ -291,6 +305,7 @@ impl<P: Ord + Clone> Fetcher<P> {
     /// Takes chunk `index` from its holder to give it to another peer: the holder's share
     /// shrinks as on a timeout, its request's answer is still taken if it comes first.
     fn steal(&mut self, index: usize) {
+        self.stats.taken_over = self.stats.taken_over.saturating_add(1);
         if let Some((holder, _)) = self.take_in_flight(index)
             && let Some(state) = self.peers.get_mut(&holder)
         {
@@ -306,6 +321,11 @@ impl<P: Ord + Clone> Fetcher<P> {
             state.in_flight = state.in_flight.saturating_sub(1);
         }
         Some((holder, sent))
+    }
+
+    /// How requests ended so far other than by an answer.
+    pub fn stats(&self) -> FetchStats {
+        self.stats
     }
 
     /// `peer` delivered chunk `index` and it verified (possibly after the request timed out
@@ -402,6 +422,7 @@ impl<P: Ord + Clone> Fetcher<P> {
     }
 
     fn timed_out(&mut self, peer: &P) {
+        self.stats.timed_out = self.stats.timed_out.saturating_add(1);
         if let Some(state) = self.peers.get_mut(peer) {
             state.timeouts = state.timeouts.saturating_add(1);
             state.timeout = state.timeout.saturating_mul(2).min(self.config.max_timeout);
@@ -555,6 +576,10 @@ mod tests {
         // Slow is not malicious: the peer stays, unpenalised, with a smaller share.
         assert!(fetcher.penalised().is_empty());
         assert!(fetcher.peers().any(|p| *p == 0));
+        // What an operator reads: chunks taken over, no request waited out to its deadline.
+        let stats = fetcher.stats();
+        assert!(stats.taken_over >= 1, "{stats:?}");
+        assert_eq!(stats.timed_out, 0, "{stats:?}");
     }
 
     #[test]
@@ -578,6 +603,13 @@ mod tests {
         // The driver gave up at the fetcher's deadline: the chunk goes to the other peer.
         fetcher.handle_expired(&first.peer, 7);
         assert_eq!(fetcher.in_flight(), 0);
+        assert_eq!(
+            fetcher.stats(),
+            FetchStats {
+                timed_out: 1,
+                taken_over: 0
+            }
+        );
         let t1 = first.deadline;
         let second = fetcher.poll_request(t1).unwrap().unwrap();
         assert_ne!(second.peer, first.peer);

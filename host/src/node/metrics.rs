@@ -107,6 +107,10 @@ pub struct RestoreCounters {
     pub chunks_refused: AtomicU64,
     /// Peers penalised for serving bad chunks or malformed answers.
     pub peers_penalised: AtomicU64,
+    /// Chunk requests that reached their deadline unanswered (the chunk went to another peer).
+    pub requests_timed_out: AtomicU64,
+    /// Chunks an idle faster peer took over from a slower one before its deadline.
+    pub chunks_taken_over: AtomicU64,
     /// Peers offering the checkpoint being restored.
     pub peers: AtomicU64,
     /// Fetch rate over the restore so far, bytes per second.

@@ -53,6 +53,16 @@ pub fn render_checkpoints(m: &Metrics) -> String {
                 load(&restore.peers_penalised),
             ),
             (
+                "restore_requests_timed_out",
+                "Chunk requests that reached their deadline unanswered while restoring",
+                load(&restore.requests_timed_out),
+            ),
+            (
+                "restore_chunks_taken_over",
+                "Chunks an idle faster peer took over from a slower one while restoring",
+                load(&restore.chunks_taken_over),
+            ),
+            (
                 "restore_chunks_carried_over",
                 "Verified chunks kept when the restore switched checkpoints",
                 load(&restore.chunks_carried_over),

@@ -77,6 +77,10 @@ pub struct RestoreStatus {
     pub switches: u64,
     /// Peers penalised for bad data.
     pub peers_penalised: u64,
+    /// Chunk requests that reached their deadline unanswered.
+    pub requests_timed_out: u64,
+    /// Chunks an idle faster peer took over from a slower one before its deadline.
+    pub chunks_taken_over: u64,
     /// Whether the chain started from it.
     pub done: bool,
 }
@@ -94,6 +98,8 @@ impl RestoreCounters {
             chunks_carried_over: load(&self.chunks_carried_over),
             switches: load(&self.switches),
             peers_penalised: load(&self.peers_penalised),
+            requests_timed_out: load(&self.requests_timed_out),
+            chunks_taken_over: load(&self.chunks_taken_over),
             done: self.done.load(Ordering::Relaxed),
         }
     }

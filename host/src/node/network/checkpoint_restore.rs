@@ -622,9 +622,29 @@ impl Driver<'_> {
         peers: &[Peer],
         holders: Vec<NodeId>,
     ) -> Result<(), Stop> {
+        let mut fetcher = Fetcher::new(restorer.missing(), holders, FetchConfig::default());
+        let result = self.fetch_with(&mut fetcher, restorer, opener, peers).await;
+        let stats = fetcher.stats();
+        let counters = self.counters();
+        counters
+            .requests_timed_out
+            .fetch_add(stats.timed_out, Ordering::Relaxed);
+        counters
+            .chunks_taken_over
+            .fetch_add(stats.taken_over, Ordering::Relaxed);
+        result
+    }
+
+    /// [`fetch_chunks`](Self::fetch_chunks) with `fetcher`.
+    async fn fetch_with(
+        &self,
+        fetcher: &mut Fetcher<NodeId>,
+        restorer: &mut Restorer,
+        opener: &CheckpointModule,
+        peers: &[Peer],
+    ) -> Result<(), Stop> {
         let id = restorer.id();
         let max = self.parts.transport.max_message_bytes;
-        let mut fetcher = Fetcher::new(restorer.missing(), holders, FetchConfig::default());
         let mut in_flight = JoinSet::new();
         let mut progress =
             super::checkpoint_progress::Reporter::new(restorer.progress(), self.parts.progress);
@@ -686,7 +706,7 @@ impl Driver<'_> {
             let Some(Ok((peer, index, answer))) = joined else {
                 continue;
             };
-            self.on_answer(restorer, opener, &mut fetcher, peers, (peer, index), answer)?;
+            self.on_answer(restorer, opener, fetcher, peers, (peer, index), answer)?;
             let elapsed = started.elapsed().as_secs_f64();
             let counters = self.counters();
             if elapsed > 0.0 {
