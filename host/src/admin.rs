@@ -71,6 +71,13 @@ pub trait AdminBackend: Send + Sync + 'static {
     fn status(&self) -> serde_json::Value;
     /// Metrics in the OpenMetrics text format. Same constraints as [`Self::status`].
     fn metrics(&self) -> String;
+    /// Why the node cannot serve chain and module operations yet (it is still starting:
+    /// loading modules, restoring a checkpoint), or `None` once it can. While `Some`, every
+    /// route but `/status`, `/metrics`, `/livez` and `/readyz` answers 503 with the reason.
+    /// Same constraints as [`Self::status`].
+    fn starting(&self) -> Option<String> {
+        None
+    }
     /// Validates, precompiles, warms and stores an uploaded module (`source` says who sent
     /// it). Resolves only once the module is ready or refused.
     fn upload_module(

@@ -25,6 +25,7 @@ pub mod metrics;
 mod module_ops;
 mod network;
 pub mod slot_record;
+mod starting_backend;
 pub mod status_line;
 pub mod upgrades;
 pub mod verdict;
@@ -522,6 +523,34 @@ impl Node {
             .map_err(|e| NodeError::Startup(e.to_string()))??
         };
         let metrics = Arc::new(Metrics::default());
+        // Dropped (so every task below stops) if the start fails.
+        let (shutdown, shutdown_rx) = watch::channel(false);
+        let mut tasks = Vec::new();
+        // The admin API answers from now on: status, metrics and health while the node
+        // restores; chain and module operations once the chain is open.
+        let admin = match config.admin_listen {
+            None => None,
+            Some(addr) => {
+                let backend = Arc::new(starting_backend::StartingBackend::new(
+                    node_id.to_string(),
+                    metrics.clone(),
+                ));
+                let (listener, token) = admin::server::bind(addr, &data_dir, config.admin_public)
+                    .await
+                    .map_err(|e| NodeError::Admin(e.to_string()))?;
+                let bound = listener
+                    .local_addr()
+                    .map_err(|e| NodeError::Admin(e.to_string()))?;
+                tasks.push(tokio::spawn(admin::server::serve(
+                    listener,
+                    token,
+                    backend.clone(),
+                    config.admin.clone(),
+                    shutdown_rx.clone(),
+                )));
+                Some((bound, backend))
+            }
+        };
         if let Some(file) = &config.restore_from {
             // Before the network restore: once the file has started the chain, that one finds
             // local state and has nothing to do.
@@ -584,8 +613,6 @@ impl Node {
         let states = chain.states();
         let genesis_hash = chain.genesis_hash();
         let head = chain.head();
-        let (shutdown, shutdown_rx) = watch::channel(false);
-        let mut tasks = Vec::new();
 
         // The dev deposit contract first: this node's own follower may read it.
         let deposit_contract_url = match &config.deposits.host_dev_contract {
@@ -710,7 +737,7 @@ impl Node {
                 .unwrap_or_default(),
         );
         let mut peers = PeerManager::new(peer_config, config.bootstrap.iter().copied(), seed, 0)?;
-        bans::restore(&mut peers, &bans, unix_ms());
+        bans::restore(&mut peers, &bans, &metrics.bans, unix_ms());
         let sync = RangeSync::new(config.sync, head.height, head.hash)?;
         let slot = Duration::from_millis(genesis.slot_ms);
 
@@ -769,41 +796,25 @@ impl Node {
             )));
         }
 
-        let admin_addr = match config.admin_listen {
-            None => None,
-            Some(addr) => {
-                let backend = Arc::new(Backend {
-                    node_id: node_id.to_string(),
-                    p2p_addr: p2p_addr.to_string(),
-                    chain: chain.clone(),
-                    metrics: metrics.clone(),
-                    module_store,
-                    slots: modules.clone(),
-                    states: states.clone(),
-                    checkpoints: checkpoints.clone(),
-                    upgrades: upgrades.clone(),
-                    produces: may_produce,
-                    slot_clock: (genesis.genesis_time_ms, genesis.slot_ms),
-                    data_dir: data_dir.clone(),
-                    deposit_endpoint: deposit_endpoint.clone(),
-                    deposit_source: deposit_source.clone(),
-                });
-                let (listener, token) = admin::server::bind(addr, &data_dir, config.admin_public)
-                    .await
-                    .map_err(|e| NodeError::Admin(e.to_string()))?;
-                let bound = listener
-                    .local_addr()
-                    .map_err(|e| NodeError::Admin(e.to_string()))?;
-                tasks.push(tokio::spawn(admin::server::serve(
-                    listener,
-                    token,
-                    backend,
-                    config.admin.clone(),
-                    shutdown_rx.clone(),
-                )));
-                Some(bound)
-            }
-        };
+        let admin_addr = admin.map(|(bound, starting)| {
+            starting.install(Arc::new(Backend {
+                node_id: node_id.to_string(),
+                p2p_addr: p2p_addr.to_string(),
+                chain: chain.clone(),
+                metrics: metrics.clone(),
+                module_store,
+                slots: modules.clone(),
+                states: states.clone(),
+                checkpoints: checkpoints.clone(),
+                upgrades: upgrades.clone(),
+                produces: may_produce,
+                slot_clock: (genesis.genesis_time_ms, genesis.slot_ms),
+                data_dir: data_dir.clone(),
+                deposit_endpoint: deposit_endpoint.clone(),
+                deposit_source: deposit_source.clone(),
+            }));
+            bound
+        });
         tracing::info!(
             node_id = %node_id,
             %p2p_addr,

@@ -44,8 +44,7 @@ pub(crate) struct AppState {
 
 /// The whole API.
 pub(crate) fn router(state: AppState) -> Router {
-    let protected = Router::new()
-        .route("/status", get(status).fallback(not_allowed))
+    let operations = Router::new()
         .route(
             "/modules",
             get(list_modules).post(upload_module).fallback(not_allowed),
@@ -74,6 +73,10 @@ pub(crate) fn router(state: AppState) -> Router {
             "/modules/cancel",
             axum::routing::post(cancel_candidate).fallback(not_allowed),
         )
+        .route_layer(middleware::from_fn_with_state(state.clone(), until_started));
+    let protected = Router::new()
+        .route("/status", get(status).fallback(not_allowed))
+        .merge(operations)
         .route_layer(middleware::from_fn_with_state(state.clone(), authorize));
     Router::new()
         .route("/metrics", get(metrics).fallback(not_allowed))
@@ -102,6 +105,25 @@ async fn livez(State(state): State<AppState>) -> Response {
 
 async fn readyz(State(state): State<AppState>) -> Response {
     health(state.backend.readyz().await)
+}
+
+/// Seconds a client is told to wait (`Retry-After`) while the node is starting.
+const STARTING_RETRY_AFTER_S: &str = "5";
+
+/// While the node is starting, a chain or module operation gets 503 with the reason (and a
+/// `Retry-After`) instead of reaching a backend that has no chain yet.
+async fn until_started(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    match state.backend.starting() {
+        None => next.run(request).await,
+        Some(reason) => {
+            let mut response = error(StatusCode::SERVICE_UNAVAILABLE, reason);
+            response.headers_mut().insert(
+                header::RETRY_AFTER,
+                HeaderValue::from_static(STARTING_RETRY_AFTER_S),
+            );
+            response
+        }
+    }
 }
 
 /// `{"error": message}` with `status`.

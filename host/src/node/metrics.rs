@@ -22,7 +22,7 @@ pub use gossip::{GOSSIP_STATS_EVERY, GossipSnapshot, copy_gossip_stats, render_g
 pub use import::{observe_import, render_import};
 pub use modules::{render_build_info, render_modules};
 pub use state_cache::render_state_cache;
-pub use status::{EquivocationStatus, NodeStatus, RestoreStatus};
+pub use status::{BanStatus, EquivocationStatus, NodeStatus, RestoreStatus};
 pub use sync::{SyncFigures, render_sync};
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -80,6 +80,49 @@ pub struct Metrics {
     pub eth1_follower: std::sync::Arc<crate::deposit_source::FollowerCounters>,
     /// The gossip driver's counters as last copied ([`copy_gossip_stats`]).
     pub gossip: std::sync::Mutex<GossipSnapshot>,
+    /// The peers this node bans, as recorded in its ban list ([`BanView`]).
+    pub bans: BanView,
+}
+
+/// The peers a node bans and until when (unix ms): what `/status` lists, kept beside the ban
+/// list on disk by every place that records a ban, so a scrape never reads the store. Holds at
+/// most [`BanView::MAX`] entries (the earliest-ending dropped first) and drops expired ones as
+/// it records.
+#[derive(Debug, Default)]
+pub struct BanView(std::sync::Mutex<std::collections::BTreeMap<[u8; 32], u64>>);
+
+impl BanView {
+    /// Most bans listed.
+    pub const MAX: usize = 1_024;
+
+    /// `node` is banned until `until_ms`; `now_ms` is now.
+    pub fn record(&self, node: [u8; 32], until_ms: u64, now_ms: u64) {
+        let Ok(mut bans) = self.0.lock() else {
+            return;
+        };
+        bans.retain(|_, until| *until > now_ms);
+        let until = bans.entry(node).or_insert(until_ms);
+        *until = (*until).max(until_ms);
+        while bans.len() > Self::MAX {
+            let Some(first) = bans.iter().min_by_key(|(_, u)| **u).map(|(n, _)| *n) else {
+                break;
+            };
+            bans.remove(&first);
+        }
+    }
+
+    /// The bans still running at `now_ms`: (node, until unix ms), by node.
+    pub fn live(&self, now_ms: u64) -> Vec<([u8; 32], u64)> {
+        self.0.lock().map_or_else(
+            |_| Vec::new(),
+            |bans| {
+                bans.iter()
+                    .filter(|(_, until)| **until > now_ms)
+                    .map(|(n, u)| (*n, *u))
+                    .collect()
+            },
+        )
+    }
 }
 
 /// Progress of restoring from a checkpoint (all zero when the node did not restore).
@@ -330,6 +373,32 @@ impl<const C: usize, const G: usize> Collector for Snapshot<C, G> {
 mod tests {
     use super::*;
     use crate::chain::Head;
+
+    #[test]
+    fn the_ban_view_lists_running_bans_keeps_the_later_end_and_stays_bounded() {
+        let view = BanView::default();
+        view.record([1; 32], 2_000, 1_000);
+        view.record([2; 32], 1_500, 1_000);
+        // A shorter ban recorded later does not shorten a running one.
+        view.record([1; 32], 1_200, 1_100);
+        assert_eq!(view.live(1_000), vec![([1; 32], 2_000), ([2; 32], 1_500)]);
+        // Expired bans are not listed, and are dropped at the next record.
+        assert_eq!(view.live(1_600), vec![([1; 32], 2_000)]);
+        view.record([3; 32], 3_000, 1_600);
+        assert_eq!(view.live(0).len(), 2);
+        // Never more than MAX: the earliest-ending goes first.
+        for i in 0..BanView::MAX + 10 {
+            let mut node = [9u8; 32];
+            node[..8].copy_from_slice(&(i as u64).to_le_bytes());
+            view.record(node, 10_000 + i as u64, 1_600);
+        }
+        let live = view.live(1_600);
+        assert_eq!(live.len(), BanView::MAX);
+        assert!(
+            live.iter().all(|(_, until)| *until >= 10_010),
+            "earliest ends dropped"
+        );
+    }
 
     #[test]
     fn render_is_openmetrics_with_every_counter_and_gauge() {

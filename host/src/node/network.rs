@@ -359,7 +359,13 @@ impl Network {
             }
             self.metrics.started_up.store(true, Ordering::Relaxed);
         }
-        super::bans::persist(&mut self.peers, &self.bans, now, unix_ms());
+        super::bans::persist(
+            &mut self.peers,
+            &self.bans,
+            &self.metrics.bans,
+            now,
+            unix_ms(),
+        );
         let target = self.sync.target().map_or(0, |(h, _)| h);
         let head = self.chain.view().head.height;
         self.metrics

@@ -263,9 +263,28 @@ mod bans {
                 .is_err(),
             "banned before the restart"
         );
+        // The operator sees the ban in `/status`, with the villain's id.
+        let villain_hex = hex::encode(villain.node_id().as_bytes());
+        let listed = |node: &Node| {
+            node.status()
+                .bans
+                .iter()
+                .any(|b| b.node == villain_hex && b.until_unix_ms > 0)
+        };
+        let deadline = tokio::time::Instant::now() + LIVENESS;
+        while !listed(&node) {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the ban never showed in /status: {:?}",
+                node.status().bans
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(node.status().bans.len(), 1, "{:?}", node.status().bans);
         node.shutdown().await;
 
         let node = start(tmp.path(), &genesis).await;
+        assert!(listed(&node), "the restored ban is not listed in /status");
         let refused = hello_as(&villain, &node, &genesis, genesis_hash).await;
         assert!(refused.is_err(), "the ban was lifted by the restart");
         // The refusal is the ban: another key from the same address gets in.

@@ -116,6 +116,9 @@ fn sigterm_stops_run_while_a_checkpoint_restore_waits_for_peers() {
         log.push_str(&line);
         log.push('\n');
     }
+    // The operator can watch the restore: health, status and metrics answer while it runs,
+    // every chain or module operation says why not yet and when to retry.
+    admin_answers_while_starting(&data);
     unsafe { libc::kill(child.0.id() as i32, libc::SIGTERM) };
     // Stopped within a bound, not after systemd's escalation to SIGKILL.
     let stop_by = Instant::now() + Duration::from_secs(20);
@@ -137,4 +140,71 @@ fn sigterm_stops_run_while_a_checkpoint_restore_waits_for_peers() {
         "{log}"
     );
     assert!(log.contains("stopped cleanly"), "{log}");
+}
+
+/// `GET path` with the node's token: status code, head (lower case) and body.
+async fn authorized_get(data: &std::path::Path, path: &str) -> (u16, String, String) {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let addr = modnode::admin::read_admin_addr(data).unwrap();
+    let token = modnode::admin::AdminToken::load(data).unwrap().to_hex();
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let request = format!(
+        "GET {path} HTTP/1.1\r\nHost: modnode\r\nAuthorization: Bearer {token}\r\n\
+         Connection: close\r\n\r\n"
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).await.unwrap();
+    let text = String::from_utf8(raw).unwrap();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let code = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no status line in {head:?}"));
+    (code, head.to_ascii_lowercase(), body.to_string())
+}
+
+/// What the admin API answers on a node still restoring (checked on the running process).
+fn admin_answers_while_starting(data: &std::path::Path) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let addr = modnode::admin::read_admin_addr(data).unwrap();
+        let (code, body) = super::health::http_get(addr, "/livez").await;
+        assert_eq!(code, 200, "alive while restoring: {body}");
+        let (code, body) = super::health::http_get(addr, "/readyz").await;
+        assert_eq!(code, 503, "not ready while restoring: {body}");
+        assert!(
+            body.contains("starting") || body.contains("restoring"),
+            "{body}"
+        );
+        let (code, body) = super::health::http_get(addr, "/metrics").await;
+        assert_eq!(code, 200, "{body}");
+        assert!(body.contains("restore_chunks_total"), "{body}");
+        assert!(body.trim_end().ends_with("# EOF"), "{body}");
+        let (code, _, body) = authorized_get(data, "/status").await;
+        assert_eq!(code, 200, "{body}");
+        let status: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert!(status["starting"].is_string(), "{status}");
+        assert!(status["checkpoint_restore"]["done"] == false, "{status}");
+        // No chain yet: no height rather than height 0.
+        assert!(status.get("height").is_none(), "{status}");
+        for path in [
+            "/modules",
+            "/blocks?from=1&count=1",
+            "/state",
+            "/checkpoints",
+        ] {
+            let (code, head, body) = authorized_get(data, path).await;
+            assert_eq!(code, 503, "{path} while restoring: {body}");
+            assert!(head.contains("retry-after: 5"), "{path}: {head}");
+            assert!(body.contains("starting"), "{path}: {body}");
+        }
+        // The token is still checked first.
+        let (code, _) = super::health::http_get(addr, "/modules").await;
+        assert_eq!(code, 401);
+    });
 }

@@ -43,6 +43,17 @@ pub struct NodeStatus {
     /// The newest evidence of equivocation held (at most
     /// [`RECENT_EVIDENCE`](crate::chain::RECENT_EVIDENCE)), newest slot first.
     pub equivocations: Vec<EquivocationStatus>,
+    /// The peers this node bans now (at most [`BanView::MAX`](super::BanView::MAX)).
+    pub bans: Vec<BanStatus>,
+}
+
+/// One peer this node bans, as `/status` lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct BanStatus {
+    /// The banned peer's node id (hex).
+    pub node: String,
+    /// When the ban ends (ms since the Unix epoch).
+    pub until_unix_ms: u64,
 }
 
 /// One piece of equivocation evidence, as `/status` lists it.
@@ -133,6 +144,15 @@ impl Metrics {
                     authority: e.proposer,
                     first: hex::encode(e.first),
                     second: hex::encode(e.second),
+                })
+                .collect(),
+            bans: self
+                .bans
+                .live(crate::node::chain_worker::unix_ms())
+                .into_iter()
+                .map(|(node, until_unix_ms)| BanStatus {
+                    node: hex::encode(node),
+                    until_unix_ms,
                 })
                 .collect(),
         }

@@ -446,7 +446,10 @@ impl Driver<'_> {
         tracing::warn!(peer = %short(&peer), %reason, "checkpoint restore: banning peer");
         bump(&self.counters().peers_penalised);
         let ban_ms = modnode_peers::PeerConfig::new([0; 32]).ban_duration / 1_000;
-        if let Err(e) = self.bans.record(peer, unix_ms().saturating_add(ban_ms)) {
+        let now_ms = unix_ms();
+        let until_ms = now_ms.saturating_add(ban_ms);
+        self.parts.metrics.bans.record(peer, until_ms, now_ms);
+        if let Err(e) = self.bans.record(peer, until_ms) {
             tracing::warn!(error = %e, "could not record a peer ban");
         }
         if let Some(p) = peers.iter().find(|p| p.key == peer) {

@@ -1,5 +1,6 @@
 //! What the runner does with what it observes: samples into the checker (with RSS and the bans
-//! read off the logs), log lines, process exits, convergence, progress lines and the report.
+//! each node lists in `/status`, plus any a log line announced since), log lines, process
+//! exits, convergence, progress lines and the report.
 
 use super::poll::Observation;
 use super::{Outcome, RunnerError, Testnet};
@@ -44,7 +45,17 @@ impl Testnet {
                 .collect(),
             deposit_count: o.deposit_count,
             balance_sum_gwei: o.balance_sum_gwei,
-            banned: self.banned.get(node).cloned().unwrap_or_default(),
+            banned: {
+                // The bans the node lists, and those its log announced (a ban lifted between
+                // two polls is still seen).
+                let mut banned = o.banned.clone();
+                for id in self.banned.get(node).into_iter().flatten() {
+                    if !banned.contains(id) {
+                        banned.push(id.clone());
+                    }
+                }
+                banned
+            },
             rss_bytes: rss,
         };
         let found = self.checker.record(&sample);

@@ -47,6 +47,8 @@ pub struct Observation {
     pub balance_sum_gwei: u128,
     /// Connected peers.
     pub peers: u64,
+    /// The peers the node bans now (hex node ids, `/status`'s `bans`).
+    pub banned: Vec<String>,
 }
 
 /// Polls the node on `data_dir` until `stop` turns true, sending each observation.
@@ -144,5 +146,11 @@ async fn poll_once(node: usize, target: &Target, cursor: &mut u64) -> Option<Obs
         deposit_count: state.get("eth1_deposit_index")?.as_u64()?,
         balance_sum_gwei,
         peers: status.get("peers").and_then(Value::as_u64).unwrap_or(0),
+        banned: status
+            .get("bans")?
+            .as_array()?
+            .iter()
+            .map(|b| b.get("node").and_then(Value::as_str).map(str::to_owned))
+            .collect::<Option<Vec<_>>>()?,
     })
 }
