@@ -16,6 +16,7 @@
 
 pub mod engine;
 pub mod error;
+pub mod links;
 mod peer;
 pub mod seen;
 pub mod sim;
@@ -29,12 +30,13 @@ pub type Time = u64;
 pub use gossip_policy_common::PeerId;
 
 pub use engine::{
-    EngineConfig, EngineStats, Event, GossipEngine, SendId, StateSizes, Transmit,
+    EngineConfig, EngineStats, Event, GossipEngine, SendId, StateSizes, Transmit, id_head,
     payload_message_id,
 };
 pub use error::{GossipError, PeerFault, WireError};
 pub use policy::{
-    Flood, MessageKind, MessageMeta, PeerStats, Policy, Priority, SendMode, SendPlan, Target,
+    Flood, LinkControl, MessageKind, MessageMeta, PeerStats, Policy, PolicyEvent, Priority,
+    SendMode, SendPlan, Target,
 };
 pub use policy_v2::{PolicyV2, V2Params, plan_v2};
-pub use wire::{AnnounceItem, Frame, MessageId, Payload};
+pub use wire::{AnnounceItem, Frame, LinkItem, LinkOp, MessageId, Payload};

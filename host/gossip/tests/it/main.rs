@@ -3,5 +3,6 @@
 mod engine;
 mod gossipsub;
 mod hostile;
+mod links;
 mod sim;
 mod wire_props;
