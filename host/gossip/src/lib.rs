@@ -22,7 +22,7 @@ pub mod seen;
 pub mod sim;
 pub mod wire;
 
-pub use gossip_policy_common::{policy, policy_v2};
+pub use gossip_policy_common::{policy, policy_v2, policy_v3};
 
 /// Time in microseconds on a monotonic scale chosen by the driver (virtual in simulations).
 pub type Time = u64;
@@ -39,4 +39,5 @@ pub use policy::{
     SendMode, SendPlan, Target,
 };
 pub use policy_v2::{PolicyV2, V2Params, plan_v2};
+pub use policy_v3::{PolicyV3, TreeState, V3Params, plan_v3};
 pub use wire::{AnnounceItem, Frame, LinkItem, LinkOp, MessageId, Payload};

@@ -5,4 +5,5 @@ mod gossipsub;
 mod hostile;
 mod links;
 mod sim;
+mod tree;
 mod wire_props;

@@ -5,6 +5,7 @@
 //! - [`policy`]: the WIT types mirrored in Rust, the [`policy::Policy`] trait, and
 //!   [`policy::Flood`] (version 1).
 //! - [`policy_v2`]: version 2 — push to a few well-placed peers, announce to the rest.
+//! - [`policy_v3`]: version 3 — a self-repairing spreading tree (PlumTree), stateful.
 //! - [`guest`]: WIT bindings and conversions, so a guest module is a [`policy::Policy`] plus
 //!   `describe`.
 #![deny(missing_docs)]
@@ -12,6 +13,7 @@
 pub mod guest;
 pub mod policy;
 pub mod policy_v2;
+pub mod policy_v3;
 
 /// Opaque handle of a connected peer (the `peer` field of the WIT `peer-stats`).
 pub type PeerId = u32;
