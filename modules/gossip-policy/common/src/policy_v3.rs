@@ -23,8 +23,10 @@
 //! its own versioned encoding within [`MAX_STATE_BYTES`]; bytes that are not such a state read
 //! as empty, so the policy is a total function of its inputs.
 
-use crate::PeerId;
-use crate::policy::{
+// Named through the crate's name, not `crate::`: the `gossip-policy-v3` module compiles this
+// file into itself (see the crate docs).
+use gossip_policy_common::PeerId;
+use gossip_policy_common::policy::{
     LinkControl, MessageMeta, PeerStats, Policy, PolicyEvent, Priority, SendMode, SendPlan, Target,
 };
 
@@ -301,24 +303,26 @@ pub fn plan_v3(
     candidates.sort_by_key(|p| (slow(p), p.rtt_us, p.peer));
     let announce_first = msg.size > params.announce_first_above;
     let mut pushes: u32 = 0;
-    let mut targets: Vec<Target> = Vec::with_capacity(candidates.len());
-    for p in &candidates {
-        let eager = !announce_first
-            && !state.is_lazy(p.peer)
-            && pushes < params.eager_max
-            && !(priority == Priority::High && slow(p));
-        if eager {
-            pushes = pushes.saturating_add(1);
-        }
-        targets.push(Target {
-            peer: p.peer,
-            mode: if eager {
-                SendMode::Push
-            } else {
-                SendMode::Announce
-            },
-        });
-    }
+    let mut targets: Vec<Target> = candidates
+        .iter()
+        .map(|p| {
+            let eager = !announce_first
+                && !state.is_lazy(p.peer)
+                && pushes < params.eager_max
+                && !(priority == Priority::High && slow(p));
+            if eager {
+                pushes = pushes.saturating_add(1);
+            }
+            Target {
+                peer: p.peer,
+                mode: if eager {
+                    SendMode::Push
+                } else {
+                    SendMode::Announce
+                },
+            }
+        })
+        .collect();
     // A small message this node creates goes out pushed at least once, over the best link.
     if msg.local_origin && !announce_first && pushes == 0 {
         if let Some(first) = targets.first_mut() {
@@ -365,7 +369,7 @@ impl Policy for PolicyV3 {
 )]
 mod tests {
     use super::*;
-    use crate::policy::MessageKind;
+    use gossip_policy_common::policy::MessageKind;
 
     fn peers(n: u32) -> Vec<PeerStats> {
         (0..n)
