@@ -352,41 +352,12 @@ impl<P: Policy> Policy for Reporting<P> {
     fn on_event(&mut self, event: &modnode_gossip::PolicyEvent) {
         self.inner.on_event(event);
         if let Some(tell) = &mut self.tell {
-            tell(to_wit_event(*event));
+            tell(crate::runtime::gossip_policy::to_wit_event(*event));
         }
     }
 
     fn link_control(&self) -> Option<modnode_gossip::LinkControl> {
         self.inner.link_control()
-    }
-}
-
-/// The host's form of an engine event.
-fn to_wit_event(event: modnode_gossip::PolicyEvent) -> PolicyEvent {
-    use crate::runtime::gossip_policy::to_wit_kind;
-    use modnode_gossip::PolicyEvent as Native;
-    match event {
-        Native::Duplicate {
-            peer,
-            message,
-            kind,
-        } => PolicyEvent::Duplicate {
-            peer,
-            message,
-            kind: to_wit_kind(kind),
-        },
-        Native::Missing {
-            peer,
-            message,
-            kind,
-        } => PolicyEvent::Missing {
-            peer,
-            message,
-            kind: to_wit_kind(kind),
-        },
-        Native::PeerJoined(p) => PolicyEvent::PeerJoined(p),
-        Native::PeerLeft(p) => PolicyEvent::PeerLeft(p),
-        Native::Tick(ms) => PolicyEvent::Tick(ms),
     }
 }
 

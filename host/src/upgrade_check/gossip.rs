@@ -5,8 +5,9 @@
 //!   and be deterministic (same input, same plan). Plans may differ between versions; that is
 //!   what an upgrade is for.
 //! - Network: a small simulated network ([`modnode_gossip::sim`]) runs each version on every
-//!   node; the new version must not deliver to fewer (message, node) pairs than the old, nor
-//!   more than double the duplicate block copies.
+//!   node (a stateful version keeping its state per node and hearing its engine's events); the
+//!   new version must not deliver to fewer (message, node) pairs than the old, nor more than
+//!   double the duplicate block copies.
 
 use std::collections::HashSet;
 
@@ -318,10 +319,13 @@ impl NetworkCheck {
             block_size: 32 * 1024,
             duration: 1_000_000,
         };
-        modnode_gossip::sim::run(&cfg, &scenario, |_| policy.clone()).map_err(|e| {
-            CheckError::Host {
-                reason: format!("gossip simulator: {e}"),
-            }
+        // Each node keeps its own state of a stateful policy and hears its engine's events
+        // (duplicates, missing messages, peers, ticks), with the tree mechanics it declares.
+        modnode_gossip::sim::run(&cfg, &scenario, |_| {
+            crate::runtime::gossip_policy::KeptPolicy::new(policy)
+        })
+        .map_err(|e| CheckError::Host {
+            reason: format!("gossip simulator: {e}"),
         })
     }
 }
