@@ -62,7 +62,7 @@ fn wit_peers(p: &[native::PeerStats]) -> Vec<PeerStats> {
 fn event(seed: u32) -> native::PolicyEvent {
     let peer = seed.wrapping_mul(31) % 40;
     match seed % 7 {
-        0 | 1 | 2 => native::PolicyEvent::Duplicate {
+        0..=2 => native::PolicyEvent::Duplicate {
             peer,
             message: u64::from(seed),
             kind: native::MessageKind::Deposit,

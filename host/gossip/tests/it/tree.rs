@@ -14,13 +14,16 @@ use modnode_gossip::wire::{Frame, MessageId};
 
 const MS: u64 = 1_000;
 
+/// A frame (or, `None`, the acknowledgement of `send id`) on its way: from, to, send id.
+type InFlight = (usize, usize, u64, Option<Frame>);
+
 /// A hand-built network of engines: fixed one-way latencies, deliveries in time order, a
 /// transmission acknowledged one latency after it arrived. Nodes can be killed.
 struct Net {
     nodes: Vec<Option<GossipEngine<PolicyV3>>>,
     latency: BTreeMap<(usize, usize), u64>,
     /// (time, sequence) → (from, to, send id, frame).
-    queue: BTreeMap<(u64, u64), (usize, usize, u64, Option<Frame>)>,
+    queue: BTreeMap<(u64, u64), InFlight>,
     seq: u64,
     now: u64,
     delivered: BTreeMap<(usize, MessageId), u64>,

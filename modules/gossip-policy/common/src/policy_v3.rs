@@ -289,9 +289,11 @@ pub fn plan_v3(
     peers: &[PeerStats],
 ) -> SendPlan {
     let priority = priority_of(msg);
-    let timeout_ms = params
-        .base_timeout_ms
-        .saturating_add(msg.size / params.timeout_bytes_per_ms.max(1));
+    let timeout_ms = params.base_timeout_ms.saturating_add(
+        msg.size
+            .checked_div(params.timeout_bytes_per_ms)
+            .unwrap_or(0),
+    );
     let mut candidates: Vec<&PeerStats> = peers
         .iter()
         .filter(|p| !p.has_message && !p.is_origin)
@@ -306,10 +308,9 @@ pub fn plan_v3(
     let mut targets: Vec<Target> = candidates
         .iter()
         .map(|p| {
-            let eager = !announce_first
-                && !state.is_lazy(p.peer)
-                && pushes < params.eager_max
-                && !(priority == Priority::High && slow(p));
+            let lazy = announce_first || state.is_lazy(p.peer);
+            let slowed = priority == Priority::High && slow(p);
+            let eager = !lazy && !slowed && pushes < params.eager_max;
             if eager {
                 pushes = pushes.saturating_add(1);
             }
@@ -324,10 +325,12 @@ pub fn plan_v3(
         })
         .collect();
     // A small message this node creates goes out pushed at least once, over the best link.
-    if msg.local_origin && !announce_first && pushes == 0 {
-        if let Some(first) = targets.first_mut() {
-            first.mode = SendMode::Push;
-        }
+    if msg.local_origin
+        && !announce_first
+        && pushes == 0
+        && let Some(first) = targets.first_mut()
+    {
+        first.mode = SendMode::Push;
     }
     SendPlan {
         targets,
@@ -521,7 +524,7 @@ mod tests {
         }
         assert_eq!(p.state.links.len(), MAX_LINKS);
         assert!(p.state.encode().len() <= MAX_STATE_BYTES);
-        assert!(MAX_STATE_BYTES < 64 * 1024);
+        const { assert!(MAX_STATE_BYTES < 64 * 1024) };
         assert!(p.state.links.windows(2).all(|w| w[0].peer < w[1].peer));
     }
 }
