@@ -24,16 +24,24 @@
 //! - bounds on what a peer can make us hold: fetches per announcer and in total, announced
 //!   sizes within the message limit (a larger one is a [`PeerFault`]), the answer timeout of
 //!   a request grows only with the bytes asked of that same peer and never beyond
-//!   [`EngineConfig::max_response_timeout`], and every per-peer queue is indexed.
+//!   [`EngineConfig::max_response_timeout`], and every per-peer queue is indexed;
+//! - what a stateful policy hears ([`Policy::on_event`]): duplicates, peers joining and
+//!   leaving, a tick every [`EngineConfig::policy_tick`]; and for a policy that builds a
+//!   spreading tree ([`Policy::link_control`]), the PlumTree mechanics: an announce of a small
+//!   message is waited on for the graft timer (tuned from measured gaps, [`crate::links`])
+//!   before it is pulled, and then reported `missing` and grafted; a duplicate push is
+//!   answered with PRUNE; a peer's PRUNE / GRAFT is heard as `duplicate` / `missing` of that
+//!   link, within a per-peer budget ([`EngineConfig::link_burst`]) whatever the peer sends.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::ops::Bound;
 
 use crate::error::{GossipError, PeerFault};
+use crate::links::GapTimer;
 use crate::peer::{Inflight, Item, PeerState, Tag, frame_for};
-use crate::policy::{MessageKind, MessageMeta, PeerStats, Policy, Priority, SendMode};
+use crate::policy::{MessageKind, MessageMeta, PeerStats, Policy, PolicyEvent, Priority, SendMode};
 use crate::seen::SeenCache;
-use crate::wire::{AnnounceItem, Frame, MAX_PAYLOAD, MessageId, Payload};
+use crate::wire::{AnnounceItem, Frame, LinkItem, LinkOp, MAX_PAYLOAD, MessageId, Payload};
 use crate::{PeerId, Time};
 
 /// Identifies one transmission handed out by [`GossipEngine::poll_transmit`].
@@ -111,6 +119,14 @@ pub struct EngineConfig {
     /// ([`GossipEngine::handle_validated`]): nothing is forwarded or served before, and a
     /// rejected message never is, so an honest node relays only what it checked.
     pub validate_before_relay: bool,
+    /// Shortest time between two ticks told to the policy.
+    pub policy_tick: Time,
+    /// PRUNE / GRAFT items one peer may make this node hear at once, and this node send it at
+    /// once; beyond it, [`EngineConfig::link_per_sec`]. Items heard over it are ignored
+    /// (counted), never a fault: they cannot cost more than this, nor cut a link.
+    pub link_burst: u32,
+    /// PRUNE / GRAFT items per second per peer and direction after the burst.
+    pub link_per_sec: u32,
 }
 
 /// The default message id: the sha256 of the payload, whatever the kind.
@@ -148,6 +164,9 @@ impl Default for EngineConfig {
             max_hops: 64,
             network_size: None,
             validate_before_relay: false,
+            policy_tick: 1_000 * MS,
+            link_burst: 32,
+            link_per_sec: 16,
         }
     }
 }
@@ -221,6 +240,16 @@ pub struct EngineStats {
     pub announces_dropped: u64,
     /// Policy plans naming more targets than the peers offered, replaced by flooding.
     pub plans_over_peers: u64,
+    /// Announced messages not delivered within the graft timer (reported `missing`).
+    pub missing: u64,
+    /// PRUNE items queued to peers.
+    pub prunes_sent: u64,
+    /// GRAFT items queued to peers.
+    pub grafts_sent: u64,
+    /// PRUNE / GRAFT items heard from peers and told to the policy.
+    pub link_heard: u64,
+    /// PRUNE / GRAFT items from peers over their budget, ignored.
+    pub link_ignored: u64,
 }
 
 /// How much state the engine holds: what the caps bound.
@@ -268,6 +297,10 @@ struct Fetch {
     /// When the current request was queued.
     asked_at: Time,
     deadline: Time,
+    /// Waiting for the eager copy (the graft timer runs until `deadline`); nothing asked yet.
+    waiting: bool,
+    /// When the first announce arrived.
+    announced_at: Time,
 }
 
 /// The gossip engine of one node, generic over its [`Policy`].
@@ -287,6 +320,10 @@ pub struct GossipEngine<P> {
     next_send_id: SendId,
     rr_cursor: Option<PeerId>,
     stats: EngineStats,
+    /// When the policy last heard a tick.
+    last_tick: Option<Time>,
+    /// The graft timer of tree-building policies.
+    gaps: GapTimer,
 }
 
 impl<P: Policy> GossipEngine<P> {
@@ -305,6 +342,8 @@ impl<P: Policy> GossipEngine<P> {
             next_send_id: 0,
             rr_cursor: None,
             stats: EngineStats::default(),
+            last_tick: None,
+            gaps: GapTimer::default(),
         }
     }
 
@@ -339,6 +378,7 @@ impl<P: Policy> GossipEngine<P> {
             return Err(GossipError::PeerExists(peer));
         }
         self.peers.insert(peer, PeerState::default());
+        self.policy.on_event(&PolicyEvent::PeerJoined(peer));
         Ok(())
     }
 
@@ -361,6 +401,7 @@ impl<P: Policy> GossipEngine<P> {
         for id in retry {
             self.next_fetch_attempt(id, now);
         }
+        self.policy.on_event(&PolicyEvent::PeerLeft(peer));
         Ok(())
     }
 
@@ -405,12 +446,13 @@ impl<P: Policy> GossipEngine<P> {
             return Err(GossipError::PayloadTooLarge(payload.len()));
         }
         self.expire(now);
+        self.tick(now);
         let id = (self.cfg.message_id)(kind, &payload);
         if self.seen.contains(&id, now) || self.store.contains_key(&id) {
             return Err(GossipError::Duplicate);
         }
         self.seen.insert(id, now);
-        let announcers = self.finish_fetch(&id);
+        let announcers = self.finish_fetch(&id, now);
         self.store_insert(id, kind, payload, 0, now);
         for peer in announcers {
             self.note_has(id, peer);
@@ -444,8 +486,75 @@ impl<P: Policy> GossipEngine<P> {
             return Err(GossipError::UnknownPeer(from));
         }
         self.expire(now);
+        self.tick(now);
         self.on_frame(from, frame, now)?;
         Ok(())
+    }
+
+    /// Tells the policy the time, at most every [`EngineConfig::policy_tick`] (the engine also
+    /// does so whenever it handles a frame, a publication or a timeout).
+    pub fn handle_tick(&mut self, now: Time) {
+        self.tick(now);
+    }
+
+    fn tick(&mut self, now: Time) {
+        if self
+            .last_tick
+            .is_some_and(|t| now.saturating_sub(t) < self.cfg.policy_tick)
+        {
+            return;
+        }
+        self.last_tick = Some(now);
+        self.policy.on_event(&PolicyEvent::Tick(now / MS));
+    }
+
+    /// Queues a PRUNE or GRAFT about `id` to `peer`, within the peer's outgoing budget.
+    fn send_link(&mut self, peer: PeerId, id: MessageId, kind: MessageKind, op: LinkOp, now: Time) {
+        let (burst, rate) = (self.cfg.link_burst, self.cfg.link_per_sec);
+        let timeout = self.cfg.serve_timeout;
+        let Some(state) = self.peers.get_mut(&peer) else {
+            return;
+        };
+        if !state.link_out.take(now, burst, rate) {
+            return;
+        }
+        if state.enqueue(
+            kind.default_priority(),
+            Item::Link { id, kind, op },
+            timeout,
+        ) {
+            match op {
+                LinkOp::Prune => self.stats.prunes_sent = self.stats.prunes_sent.saturating_add(1),
+                LinkOp::Graft => self.stats.grafts_sent = self.stats.grafts_sent.saturating_add(1),
+            }
+        }
+    }
+
+    /// A peer's PRUNE / GRAFT: heard by the policy as `duplicate` / `missing` of that link,
+    /// within the peer's budget (over it the item is ignored, not a fault).
+    fn on_link(&mut self, from: PeerId, item: LinkItem, now: Time) {
+        let (burst, rate) = (self.cfg.link_burst, self.cfg.link_per_sec);
+        let Some(state) = self.peers.get_mut(&from) else {
+            return;
+        };
+        if !state.link_in.take(now, burst, rate) {
+            self.stats.link_ignored = self.stats.link_ignored.saturating_add(1);
+            return;
+        }
+        self.stats.link_heard = self.stats.link_heard.saturating_add(1);
+        let (message, kind) = (id_head(&item.id), item.kind);
+        self.policy.on_event(&match item.op {
+            LinkOp::Prune => PolicyEvent::Duplicate {
+                peer: from,
+                message,
+                kind,
+            },
+            LinkOp::Graft => PolicyEvent::Missing {
+                peer: from,
+                message,
+                kind,
+            },
+        });
     }
 
     fn on_frame(&mut self, from: PeerId, frame: Frame, now: Time) -> Result<(), PeerFault> {
@@ -464,6 +573,11 @@ impl<P: Policy> GossipEngine<P> {
             Frame::Request { ids } => {
                 for id in ids {
                     self.on_request(from, id);
+                }
+            }
+            Frame::Link { items } => {
+                for item in items {
+                    self.on_link(from, item, now);
                 }
             }
             Frame::Batch { frames } => {
@@ -498,6 +612,14 @@ impl<P: Policy> GossipEngine<P> {
         if self.seen.contains(&id, now) || self.store.contains_key(&id) {
             self.stats.duplicate_pushes += 1;
             self.note_has(id, from);
+            self.policy.on_event(&PolicyEvent::Duplicate {
+                peer: from,
+                message: id_head(&id),
+                kind,
+            });
+            if self.policy.link_control().is_some() {
+                self.send_link(from, id, kind, LinkOp::Prune, now);
+            }
             return Ok(());
         }
         if self.cfg.verify_payload_ids && (self.cfg.message_id)(kind, &payload) != id {
@@ -505,7 +627,7 @@ impl<P: Policy> GossipEngine<P> {
             return Ok(());
         }
         self.seen.insert(id, now);
-        let announcers = self.finish_fetch(&id);
+        let announcers = self.finish_fetch(&id, now);
         let hops = hops.saturating_add(1);
         self.store_insert(id, kind, payload.clone(), hops, now);
         self.note_has(id, from);
@@ -586,6 +708,10 @@ impl<P: Policy> GossipEngine<P> {
             }
             fetch.announcers.push(from);
             announcer.fetches += 1;
+            if fetch.waiting {
+                // Nothing asked yet: the graft timer decides when, and whom.
+                return Ok(());
+            }
             // Hedge: if the unacknowledged request is expected to be acknowledged clearly later
             // (by `request_hedge_margin`) than a request to the new announcer would be, ask the
             // new announcer too.
@@ -613,6 +739,13 @@ impl<P: Policy> GossipEngine<P> {
             return Ok(());
         }
         announcer.fetches += 1;
+        // A tree-building policy pushes small messages along the tree and announces them to
+        // the other links: wait for the eager copy before pulling (the graft timer).
+        let wait = self
+            .policy
+            .link_control()
+            .filter(|c| item.size <= c.announce_first_above)
+            .map(|c| self.gaps.timer(&c));
         self.fetches.insert(
             id,
             Fetch {
@@ -624,10 +757,14 @@ impl<P: Policy> GossipEngine<P> {
                 current: None,
                 acked: false,
                 asked_at: now,
-                deadline: now,
+                deadline: now.saturating_add(wait.unwrap_or(0)),
+                waiting: wait.is_some(),
+                announced_at: now,
             },
         );
-        self.next_fetch_attempt(id, now);
+        if wait.is_none() {
+            self.next_fetch_attempt(id, now);
+        }
         Ok(())
     }
 
@@ -760,11 +897,15 @@ impl<P: Policy> GossipEngine<P> {
         Some(fetch)
     }
 
-    /// Ends a fetch because the message arrived; returns the peers that announced it.
-    fn finish_fetch(&mut self, id: &MessageId) -> Vec<PeerId> {
+    /// Ends a fetch because the message arrived; returns the peers that announced it. A
+    /// message that arrived while the graft timer ran is a measured gap.
+    fn finish_fetch(&mut self, id: &MessageId, now: Time) -> Vec<PeerId> {
         let Some(fetch) = self.drop_fetch(id) else {
             return Vec::new();
         };
+        if fetch.waiting {
+            self.gaps.sample(now.saturating_sub(fetch.announced_at));
+        }
         for peer in self.peers.values_mut() {
             peer.remove_queued(id, &[Tag::Request]);
         }
@@ -941,7 +1082,7 @@ impl<P: Policy> GossipEngine<P> {
                     }
                 }
                 Item::Request { id } => self.request_acked(id, peer, now),
-                Item::Announce { .. } => {}
+                Item::Announce { .. } | Item::Link { .. } => {}
             }
         }
         true
@@ -1034,9 +1175,31 @@ impl<P: Policy> GossipEngine<P> {
         }
     }
 
+    /// The graft timer of a waited-for announce ran out: the message is missing. The best
+    /// announcer is asked for it, told GRAFT, and the policy hears `missing` for that link.
+    fn graft(&mut self, id: MessageId, now: Time) {
+        let Some(fetch) = self.fetches.get_mut(&id) else {
+            return;
+        };
+        fetch.waiting = false;
+        let kind = fetch.kind;
+        self.next_fetch_attempt(id, now);
+        let Some(peer) = self.fetches.get(&id).and_then(|f| f.current) else {
+            return;
+        };
+        self.stats.missing = self.stats.missing.saturating_add(1);
+        self.policy.on_event(&PolicyEvent::Missing {
+            peer,
+            message: id_head(&id),
+            kind,
+        });
+        self.send_link(peer, id, kind, LinkOp::Graft, now);
+    }
+
     /// Times out sends and fetches whose deadline is at or before `now`.
     pub fn handle_timeout(&mut self, now: Time) {
         self.expire(now);
+        self.tick(now);
         let mut expired = Vec::new();
         for (&peer, state) in &mut self.peers {
             expired.extend(state.take_expired(now).into_iter().map(|f| (peer, f)));
@@ -1059,7 +1222,11 @@ impl<P: Policy> GossipEngine<P> {
             .map(|(id, _)| *id)
             .collect();
         for id in due {
-            self.next_fetch_attempt(id, now);
+            if self.fetches.get(&id).is_some_and(|f| f.waiting) {
+                self.graft(id, now);
+            } else {
+                self.next_fetch_attempt(id, now);
+            }
         }
     }
 
@@ -1116,4 +1283,9 @@ impl<P: Policy> GossipEngine<P> {
     pub fn poll_event(&mut self) -> Option<Event> {
         self.events.pop_front()
     }
+}
+
+/// The first 8 bytes of a message id, little endian: how a policy names a message.
+pub fn id_head(id: &MessageId) -> u64 {
+    u64::from_le_bytes(id.0.first_chunk::<8>().copied().unwrap_or_default())
 }

@@ -15,6 +15,9 @@ pub enum WireError {
     /// Unknown frame tag.
     #[error("unknown frame tag {0}")]
     UnknownTag(u8),
+    /// Unknown link operation code (neither PRUNE nor GRAFT).
+    #[error("unknown link operation {0}")]
+    UnknownLinkOp(u8),
     /// Unknown message-kind code.
     #[error("unknown message kind {0}")]
     UnknownKind(u8),

@@ -16,12 +16,13 @@
 
 pub mod engine;
 pub mod error;
+pub mod links;
 mod peer;
 pub mod seen;
 pub mod sim;
 pub mod wire;
 
-pub use gossip_policy_common::{policy, policy_v2};
+pub use gossip_policy_common::{policy, policy_v2, policy_v3};
 
 /// Time in microseconds on a monotonic scale chosen by the driver (virtual in simulations).
 pub type Time = u64;
@@ -29,12 +30,14 @@ pub type Time = u64;
 pub use gossip_policy_common::PeerId;
 
 pub use engine::{
-    EngineConfig, EngineStats, Event, GossipEngine, SendId, StateSizes, Transmit,
+    EngineConfig, EngineStats, Event, GossipEngine, SendId, StateSizes, Transmit, id_head,
     payload_message_id,
 };
 pub use error::{GossipError, PeerFault, WireError};
 pub use policy::{
-    Flood, MessageKind, MessageMeta, PeerStats, Policy, Priority, SendMode, SendPlan, Target,
+    Flood, LinkControl, MessageKind, MessageMeta, PeerStats, Policy, PolicyEvent, Priority,
+    SendMode, SendPlan, Target,
 };
 pub use policy_v2::{PolicyV2, V2Params, plan_v2};
-pub use wire::{AnnounceItem, Frame, MessageId, Payload};
+pub use policy_v3::{PolicyV3, TreeState, V3Params, plan_v3};
+pub use wire::{AnnounceItem, Frame, LinkItem, LinkOp, MessageId, Payload};

@@ -5,8 +5,9 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 
 use crate::Time;
+use crate::links::LinkBudget;
 use crate::policy::{MessageKind, Priority};
-use crate::wire::{AnnounceItem, Frame, MessageId, Payload};
+use crate::wire::{AnnounceItem, Frame, LinkItem, LinkOp, MessageId, Payload};
 
 /// One unit of work queued to a peer.
 #[derive(Clone, Debug)]
@@ -29,13 +30,22 @@ pub(crate) enum Item {
     },
     /// Ask the peer for the message.
     Request { id: MessageId },
+    /// Spreading-tree control about the link, prompted by the message.
+    Link {
+        id: MessageId,
+        kind: MessageKind,
+        op: LinkOp,
+    },
 }
 
 impl Item {
     /// The message the item is about.
     pub(crate) fn id(&self) -> MessageId {
         match self {
-            Item::Push { id, .. } | Item::Announce { id, .. } | Item::Request { id } => *id,
+            Item::Push { id, .. }
+            | Item::Announce { id, .. }
+            | Item::Request { id }
+            | Item::Link { id, .. } => *id,
         }
     }
 
@@ -45,6 +55,7 @@ impl Item {
             Item::Push { payload, .. } => 45 + payload.len(),
             Item::Announce { .. } => 38,
             Item::Request { .. } => 32,
+            Item::Link { .. } => 34,
         }
     }
 
@@ -52,7 +63,7 @@ impl Item {
     pub(crate) fn batchable(&self, threshold: usize) -> bool {
         match self {
             Item::Push { payload, .. } => payload.len() < threshold,
-            Item::Announce { .. } | Item::Request { .. } => true,
+            Item::Announce { .. } | Item::Request { .. } | Item::Link { .. } => true,
         }
     }
 
@@ -62,6 +73,12 @@ impl Item {
             Item::Push { .. } => Tag::Push,
             Item::Announce { .. } => Tag::Announce,
             Item::Request { .. } => Tag::Request,
+            Item::Link {
+                op: LinkOp::Prune, ..
+            } => Tag::Prune,
+            Item::Link {
+                op: LinkOp::Graft, ..
+            } => Tag::Graft,
         };
         (tag, self.id())
     }
@@ -73,6 +90,8 @@ pub(crate) enum Tag {
     Push,
     Announce,
     Request,
+    Prune,
+    Graft,
 }
 
 /// An item waiting in a queue, with the timeout its send will get.
@@ -110,6 +129,10 @@ pub(crate) struct PeerState {
     pub(crate) fetches: usize,
     /// Announced bytes of the fetches currently asked of this peer.
     pub(crate) fetch_bytes: u64,
+    /// PRUNE / GRAFT items this peer may still make us hear.
+    pub(crate) link_in: LinkBudget,
+    /// PRUNE / GRAFT items we may still send this peer.
+    pub(crate) link_out: LinkBudget,
 }
 
 impl PeerState {
@@ -324,6 +347,7 @@ impl PeerState {
 pub(crate) fn frame_for(items: &[Item]) -> Frame {
     let mut announces = Vec::new();
     let mut requests = Vec::new();
+    let mut links = Vec::new();
     let mut frames = Vec::new();
     for item in items {
         match item {
@@ -345,7 +369,15 @@ pub(crate) fn frame_for(items: &[Item]) -> Frame {
                 size: *size,
             }),
             Item::Request { id } => requests.push(*id),
+            Item::Link { id, kind, op } => links.push(LinkItem {
+                id: *id,
+                kind: *kind,
+                op: *op,
+            }),
         }
+    }
+    if !links.is_empty() {
+        frames.insert(0, Frame::Link { items: links });
     }
     if !requests.is_empty() {
         frames.insert(0, Frame::Request { ids: requests });

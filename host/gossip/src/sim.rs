@@ -251,6 +251,11 @@ pub(crate) fn add_stats(sum: &mut EngineStats, s: &EngineStats) {
     sum.fetches_abandoned += s.fetches_abandoned;
     sum.announces_dropped += s.announces_dropped;
     sum.plans_over_peers += s.plans_over_peers;
+    sum.missing += s.missing;
+    sum.prunes_sent += s.prunes_sent;
+    sum.grafts_sent += s.grafts_sent;
+    sum.link_heard += s.link_heard;
+    sum.link_ignored += s.link_ignored;
 }
 
 /// Nearest-rank percentile of sorted values (0 if empty).

@@ -9,7 +9,12 @@
 //!          | 0x01 count:varint { id:[32] kind:u8 size:varint }*count       ; Announce
 //!          | 0x02 count:varint { id:[32] }*count                           ; Request
 //!          | 0x03 count:varint { len:varint body:[len] }*count              ; Batch (no nesting)
+//!          | 0x04 count:varint { id:[32] kind:u8 op:u8 }*count             ; Link (op 0 PRUNE, 1 GRAFT)
 //! ```
+//!
+//! `Link` frames (tag 4) are newer than the others under the same version byte: an engine
+//! older than them refuses the tag, so they are sent only by policies that ask for them
+//! ([`crate::policy::LinkControl`]).
 //!
 //! Decoding checks every length against the input and the limits below, rejects trailing
 //! bytes, and never panics.
@@ -33,6 +38,7 @@ const TAG_PUSH: u8 = 0;
 const TAG_ANNOUNCE: u8 = 1;
 const TAG_REQUEST: u8 = 2;
 const TAG_BATCH: u8 = 3;
+const TAG_LINK: u8 = 4;
 
 /// Shared, immutable message payload (cloning is cheap).
 pub type Payload = Arc<[u8]>;
@@ -80,6 +86,43 @@ pub struct AnnounceItem {
     pub size: u32,
 }
 
+/// What a [`LinkItem`] asks of the link it travels on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum LinkOp {
+    /// "Your push of this message was a duplicate here: stop pushing to me (announce)."
+    Prune,
+    /// "This message you announced did not arrive in time: push to me again."
+    Graft,
+}
+
+impl LinkOp {
+    fn code(self) -> u8 {
+        match self {
+            LinkOp::Prune => 0,
+            LinkOp::Graft => 1,
+        }
+    }
+
+    fn from_code(code: u8) -> Option<LinkOp> {
+        match code {
+            0 => Some(LinkOp::Prune),
+            1 => Some(LinkOp::Graft),
+            _ => None,
+        }
+    }
+}
+
+/// One entry of a [`Frame::Link`]: PRUNE or GRAFT, naming the message that prompted it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LinkItem {
+    /// The message that prompted it.
+    pub id: MessageId,
+    /// Its kind.
+    pub kind: MessageKind,
+    /// Prune or graft.
+    pub op: LinkOp,
+}
+
 /// A wire message.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Frame {
@@ -104,6 +147,11 @@ pub enum Frame {
         /// The wanted ids.
         ids: Vec<MessageId>,
     },
+    /// Spreading-tree control (PlumTree's PRUNE / GRAFT).
+    Link {
+        /// The control items.
+        items: Vec<LinkItem>,
+    },
     /// Several non-batch frames sent as one transmission.
     Batch {
         /// The inner frames (none of them a batch).
@@ -118,7 +166,7 @@ impl Frame {
         match self {
             Frame::Push { kind, .. } => u64::from(*kind == MessageKind::Block),
             Frame::Batch { frames } => frames.iter().map(Frame::block_pushes).sum(),
-            Frame::Announce { .. } | Frame::Request { .. } => 0,
+            Frame::Announce { .. } | Frame::Request { .. } | Frame::Link { .. } => 0,
         }
     }
 }
@@ -165,6 +213,7 @@ impl Frame {
                     + items.iter().map(|i| 33 + varint_len(i.size)).sum::<usize>()
             }
             Frame::Request { ids } => 1 + varint_len(count_u32(ids.len())) + 32 * ids.len(),
+            Frame::Link { items } => 1 + varint_len(count_u32(items.len())) + 34 * items.len(),
             Frame::Batch { frames } => {
                 1 + varint_len(count_u32(frames.len()))
                     + frames
@@ -210,6 +259,16 @@ impl Frame {
                 put_varint(out, count);
                 for id in ids {
                     out.extend_from_slice(&id.0);
+                }
+            }
+            Frame::Link { items } => {
+                let count = check_count("link", items.len())?;
+                out.push(TAG_LINK);
+                put_varint(out, count);
+                for item in items {
+                    out.extend_from_slice(&item.id.0);
+                    out.push(item.kind.code());
+                    out.push(item.op.code());
                 }
             }
             Frame::Batch { frames } => {
@@ -385,6 +444,21 @@ fn decode_body(r: &mut Reader<'_>, in_batch: bool) -> Result<Frame, WireError> {
             }
             Ok(Frame::Request { ids })
         }
+        TAG_LINK => {
+            let n = r.count("link")?;
+            if r.buf.len() < n.saturating_mul(34) {
+                return Err(WireError::Truncated);
+            }
+            let mut items = Vec::with_capacity(n);
+            for _ in 0..n {
+                let id = r.id()?;
+                let kind = r.kind()?;
+                let code = r.u8()?;
+                let op = LinkOp::from_code(code).ok_or(WireError::UnknownLinkOp(code))?;
+                items.push(LinkItem { id, kind, op });
+            }
+            Ok(Frame::Link { items })
+        }
         TAG_BATCH => {
             if in_batch {
                 return Err(WireError::NestedBatch);
@@ -450,6 +524,20 @@ mod tests {
             Frame::Batch {
                 frames: vec![push(7, 10), Frame::Request { ids: vec![id(8)] }],
             },
+            Frame::Link {
+                items: vec![
+                    LinkItem {
+                        id: id(9),
+                        kind: MessageKind::Deposit,
+                        op: LinkOp::Prune,
+                    },
+                    LinkItem {
+                        id: id(10),
+                        kind: MessageKind::Block,
+                        op: LinkOp::Graft,
+                    },
+                ],
+            },
         ]
     }
 
@@ -492,6 +580,11 @@ mod tests {
         );
         assert_eq!(Frame::decode(&[1, 7]), Err(WireError::UnknownTag(7)));
         assert_eq!(Frame::decode(&[1, 2, 0]), Err(WireError::Empty("request")));
+        assert_eq!(Frame::decode(&[1, 4, 0]), Err(WireError::Empty("link")));
+        let mut link = vec![1, 4, 1];
+        link.extend_from_slice(&[0; 32]);
+        link.extend_from_slice(&[0, 2]);
+        assert_eq!(Frame::decode(&link), Err(WireError::UnknownLinkOp(2)));
         // Overlong varint count.
         assert_eq!(
             Frame::decode(&[1, 2, 0x81, 0x00]),

@@ -1,7 +1,8 @@
 //! `modnode bench gossip`: N gossip nodes with real quinn endpoints on loopback, in one
 //! process, in a random degree-limited topology, publishing deposits and blocks from varying
-//! origins — under gossip-policy-v1 (flood) and gossip-policy-v2, then v2 again with 25% of the
-//! nodes throttled to a slow receive rate.
+//! origins — under gossip-policy-v1 (flood), gossip-policy-v2 and gossip-policy-v3 (stateful:
+//! each node keeps its own state and hears its engine's events, as a node's slot does), then v2
+//! and v3 again with 25% of the nodes throttled to a slow receive rate.
 //!
 //! Coverage latency of a (message, node) pair is the time from publication to the node's first
 //! delivery. `tX` is the X-th percentile over all pairs; `missed` counts pairs never delivered;
@@ -22,7 +23,7 @@ use tokio::time::Instant;
 use modnode::net::endpoint::{self, TransportLimits};
 use modnode::net::gossip::{self, GossipConfig, GossipEvent, GossipHandle};
 use modnode::net::identity::{NodeId, NodeIdentity};
-use modnode::runtime::gossip_policy::GossipPolicyModule;
+use modnode::runtime::gossip_policy::{GossipPolicyModule, KeptPolicy};
 use modnode::runtime::{LoadedModule, Runtime, RuntimeConfig};
 use modnode_gossip::policy::MessageKind;
 use modnode_gossip::{EngineConfig, MessageId};
@@ -112,6 +113,10 @@ pub struct GossipReport {
     pub v2: RunReport,
     /// v2 with 25% slow nodes.
     pub slow25: SlowReport,
+    /// gossip-policy-v3.
+    pub v3: RunReport,
+    /// v3 with 25% slow nodes.
+    pub slow25_v3: SlowReport,
 }
 
 fn median(mut values: Vec<f64>) -> f64 {
@@ -174,7 +179,7 @@ async fn run_once(
             receive_rate_bps: slow.then_some(params.slow_bps),
             ..GossipConfig::default()
         };
-        let (handle, mut events) = gossip::spawn(config, policy.clone());
+        let (handle, mut events) = gossip::spawn(config, KeptPolicy::new(policy));
         let tx = tx.clone();
         let verdicts = handle.clone();
         tokio::spawn(async move {
@@ -338,6 +343,7 @@ pub fn run(params: &GossipParams) -> anyhow::Result<GossipReport> {
     let runtime = Runtime::new(RuntimeConfig::default())?;
     let v1 = policy(&runtime, "gossip-policy-v1")?;
     let v2 = policy(&runtime, "gossip-policy-v2")?;
+    let v3 = policy(&runtime, "gossip-policy-v3")?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
@@ -352,6 +358,8 @@ pub fn run(params: &GossipParams) -> anyhow::Result<GossipReport> {
         }
         let (mut floods, mut v2s, mut slows, mut ratios, mut slow_missed) =
             (Vec::new(), Vec::new(), Vec::new(), Vec::new(), 0);
+        let (mut v3s, mut slows_v3, mut ratios_v3, mut slow_missed_v3) =
+            (Vec::new(), Vec::new(), Vec::new(), 0);
         for round in 1..=params.repeat.max(1) {
             eprintln!("round {round}: flood (gossip-policy-v1) …");
             floods.push(run_once(params, &v1, &none).await?.0);
@@ -363,8 +371,17 @@ pub fn run(params: &GossipParams) -> anyhow::Result<GossipReport> {
             slow_missed += missed;
             v2s.push(v2_report);
             slows.push(slow_report);
+            eprintln!("round {round}: gossip-policy-v3 …");
+            let (v3_report, _) = run_once(params, &v3, &none).await?;
+            eprintln!("round {round}: gossip-policy-v3 with {throttled} throttled nodes …");
+            let (slow_report, missed) = run_once(params, &v3, &slow).await?;
+            ratios_v3.push(slow_report.hp_p99_ms / v3_report.hp_p99_ms.max(f64::MIN_POSITIVE));
+            slow_missed_v3 += missed;
+            v3s.push(v3_report);
+            slows_v3.push(slow_report);
         }
         let v2_report = median_report(&v2s);
+        let v3_report = median_report(&v3s);
         Ok(GossipReport {
             nodes: params.nodes,
             repeats: floods.len(),
@@ -378,6 +395,15 @@ pub fn run(params: &GossipParams) -> anyhow::Result<GossipReport> {
                 slow_bps: params.slow_bps,
             },
             v2: v2_report,
+            slow25_v3: SlowReport {
+                hp_p99_ms: median(slows_v3.iter().map(|r| r.hp_p99_ms).collect()),
+                hp_p99_ms_unthrottled: v3_report.hp_p99_ms,
+                missed: slow_missed_v3,
+                ratios: ratios_v3,
+                throttled,
+                slow_bps: params.slow_bps,
+            },
+            v3: v3_report,
         })
     })
 }

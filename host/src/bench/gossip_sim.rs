@@ -1,7 +1,9 @@
 //! `modnode bench gossip-sim`: the deterministic gossip simulator (`modnode_gossip::sim`) at
 //! scale, every plan of modnode's policies made by the real wasm modules through wasmtime
-//! (flood = `gossip-policy-v1`, `gossip-policy-v2`), next to the simulator's gossipsub v1.2
-//! reference model, on the same topology, latencies, bandwidths, churn and publications.
+//! (flood = `gossip-policy-v1`, `gossip-policy-v2`, and the stateful `gossip-policy-v3`, each
+//! simulated node keeping its own state and hearing the engine's events through the module's
+//! `on-event`), next to the simulator's gossipsub v1.2 reference model, on the same topology,
+//! latencies, bandwidths, churn and publications.
 //!
 //! Each policy runs with 1 KiB messages (deposits) and with 100 KiB messages (blocks), each
 //! with no churn and with 10 % churn (a tenth of the nodes leave at even intervals over the
@@ -22,9 +24,9 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-use modnode::runtime::gossip_policy::GossipPolicyModule;
+use modnode::runtime::gossip_policy::{GossipPolicyModule, KeptPolicy};
 use modnode::runtime::{LoadedModule, Runtime, RuntimeConfig};
-use modnode_gossip::policy::{Flood, MessageMeta, PeerStats, Policy, SendPlan};
+use modnode_gossip::policy::{LinkControl, MessageMeta, PeerStats, Policy, PolicyEvent, SendPlan};
 use modnode_gossip::sim::gossipsub::{Gossipsub, GossipsubConfig};
 use modnode_gossip::sim::{self, Scenario, SimConfig, SimReport};
 
@@ -81,7 +83,7 @@ pub struct PolicyReport {
 /// The policies at one message size.
 #[derive(Debug, Clone, Serialize)]
 pub struct SizeReport {
-    /// Per policy: `flood`, `v2`, `gossipsub`.
+    /// Per policy: `flood`, `v2`, `v3`, `gossipsub`.
     pub policies: BTreeMap<String, PolicyReport>,
 }
 
@@ -122,25 +124,46 @@ pub struct GossipSimReport {
     pub run: RunStats,
 }
 
-/// A wasm policy module as the engine's policy, counting its plans and failures (a failed
-/// plan is flooded, as in a node, and counted: the benchmark must report none).
+/// A wasm policy module as one simulated node's policy ([`KeptPolicy`]: a stateful module's
+/// state kept per node, its events heard), counting plans and failures over all nodes (a
+/// failed call is flooded, as in a node, and counted: the benchmark must report none).
 struct WasmPolicy {
-    module: GossipPolicyModule,
+    inner: KeptPolicy,
     plans: Rc<Cell<u64>>,
     failures: Rc<Cell<u64>>,
 }
 
+impl WasmPolicy {
+    fn new(module: &GossipPolicyModule, plans: &Rc<Cell<u64>>, failures: &Rc<Cell<u64>>) -> Self {
+        WasmPolicy {
+            inner: KeptPolicy::new(module),
+            plans: plans.clone(),
+            failures: failures.clone(),
+        }
+    }
+
+    fn count<T>(&mut self, call: impl FnOnce(&mut KeptPolicy) -> T) -> T {
+        let (plans, failures) = (self.inner.plans(), self.inner.failures());
+        let out = call(&mut self.inner);
+        self.plans
+            .set(self.plans.get() + self.inner.plans().saturating_sub(plans));
+        self.failures
+            .set(self.failures.get() + self.inner.failures().saturating_sub(failures));
+        out
+    }
+}
+
 impl Policy for WasmPolicy {
     fn plan(&mut self, msg: &MessageMeta, peers: &[PeerStats]) -> SendPlan {
-        use modnode::runtime::gossip_policy::{from_wit_plan, to_wit_meta, to_wit_peers};
-        self.plans.set(self.plans.get() + 1);
-        match self.module.plan(to_wit_meta(msg), to_wit_peers(peers)) {
-            Ok(plan) => from_wit_plan(&plan),
-            Err(_) => {
-                self.failures.set(self.failures.get() + 1);
-                Flood.plan(msg, peers)
-            }
-        }
+        self.count(|p| p.plan(msg, peers))
+    }
+
+    fn on_event(&mut self, event: &PolicyEvent) {
+        self.count(|p| p.on_event(event));
+    }
+
+    fn link_control(&self) -> Option<LinkControl> {
+        self.inner.link_control()
     }
 }
 
@@ -214,6 +237,7 @@ pub fn run(params: &GossipSimParams) -> anyhow::Result<GossipSimReport> {
     let modules = [
         ("flood", module(&runtime, "gossip-policy-v1")?),
         ("v2", module(&runtime, "gossip-policy-v2")?),
+        ("v3", module(&runtime, "gossip-policy-v3")?),
     ];
     let failures = Rc::new(Cell::new(0));
     let mut wasm_plans = BTreeMap::new();
@@ -238,10 +262,8 @@ pub fn run(params: &GossipSimParams) -> anyhow::Result<GossipSimReport> {
                 eprintln!("{size} B, churn {}%: {name} …", churn / 10);
                 let cfg = network(params, churn);
                 reports.push(timed(name, &mut || {
-                    Ok(sim::run(&cfg, &scenario, |_| WasmPolicy {
-                        module: module.clone(),
-                        plans: plans.clone(),
-                        failures: failures.clone(),
+                    Ok(sim::run(&cfg, &scenario, |_| {
+                        WasmPolicy::new(module, &plans, &failures)
                     })?)
                 })?);
             }

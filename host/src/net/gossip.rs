@@ -278,8 +278,11 @@ impl GossipHandle {
 }
 
 /// Where the driver reports what a stateful gossip policy (`modnode:gossip-policy@2.0.0`)
-/// learns from between plans: peers joining and leaving, a peer pushing a message this node
-/// already had, and the clock (a tick at most every [`POLICY_TICK`]).
+/// learns from between plans, as the engine hears it ([`modnode_gossip::PolicyEvent`]): peers
+/// joining and leaving, a peer pushing a message this node already had or telling us PRUNE
+/// (`duplicate`), an announced message not delivered within a tree-building policy's graft
+/// timer or a peer telling us GRAFT (`missing`), and the clock (a tick at most every
+/// [`POLICY_TICK`]).
 pub type PolicyEvents = Box<dyn FnMut(PolicyEvent) + Send>;
 
 /// Shortest time between two ticks reported to the policy.
@@ -311,6 +314,11 @@ pub fn spawn_with_policy_events<P: Policy + Send + 'static>(
     let mut engine = config.engine.clone();
     let frame_limit = u32::try_from(config.max_message_bytes).unwrap_or(u32::MAX);
     engine.max_announced_size = engine.max_announced_size.min(frame_limit);
+    engine.policy_tick = Time::try_from(POLICY_TICK.as_micros()).unwrap_or(Time::MAX);
+    let policy = Reporting {
+        inner: policy,
+        tell: policy_events,
+    };
     let driver = Driver {
         engine: GossipEngine::new(engine, policy),
         config,
@@ -321,15 +329,40 @@ pub fn spawn_with_policy_events<P: Policy + Send + 'static>(
         events,
         traffic: Arc::new(Mutex::new(TrafficStats::default())),
         throttle: Arc::new(Mutex::new(Instant::now())),
-        policy_events,
-        last_tick: None,
     };
     tokio::spawn(driver.run(rx, io_rx));
     (GossipHandle { commands }, events_rx)
 }
 
+/// The driver's policy: `inner` plans; every event the engine tells it also goes to `tell`.
+struct Reporting<P> {
+    inner: P,
+    tell: Option<PolicyEvents>,
+}
+
+impl<P: Policy> Policy for Reporting<P> {
+    fn plan(
+        &mut self,
+        msg: &modnode_gossip::MessageMeta,
+        peers: &[modnode_gossip::PeerStats],
+    ) -> modnode_gossip::SendPlan {
+        self.inner.plan(msg, peers)
+    }
+
+    fn on_event(&mut self, event: &modnode_gossip::PolicyEvent) {
+        self.inner.on_event(event);
+        if let Some(tell) = &mut self.tell {
+            tell(crate::runtime::gossip_policy::to_wit_event(*event));
+        }
+    }
+
+    fn link_control(&self) -> Option<modnode_gossip::LinkControl> {
+        self.inner.link_control()
+    }
+}
+
 struct Driver<P> {
-    engine: GossipEngine<P>,
+    engine: GossipEngine<Reporting<P>>,
     config: GossipConfig,
     start: Instant,
     peers: HashMap<PeerId, (NodeId, quinn::Connection)>,
@@ -339,23 +372,6 @@ struct Driver<P> {
     traffic: Arc<Mutex<TrafficStats>>,
     /// When the throttled receiver may consume its next bytes.
     throttle: Arc<Mutex<Instant>>,
-    /// Where the policy's events go, if anywhere.
-    policy_events: Option<PolicyEvents>,
-    /// When the latest tick was reported.
-    last_tick: Option<Instant>,
-}
-
-/// The pushes a frame carries (a batch's inner ones too): the first 8 bytes of each id, little
-/// endian, and its kind.
-fn pushes_in(frame: &Frame) -> Vec<(u64, MessageKind)> {
-    match frame {
-        Frame::Push { id, kind, .. } => {
-            let head = id.0.first_chunk::<8>().copied().unwrap_or_default();
-            vec![(u64::from_le_bytes(head), *kind)]
-        }
-        Frame::Batch { frames } => frames.iter().flat_map(pushes_in).collect(),
-        Frame::Announce { .. } | Frame::Request { .. } => Vec::new(),
-    }
 }
 
 fn quic_priority(priority: Priority) -> i32 {
@@ -402,21 +418,11 @@ impl<P: Policy> Driver<P> {
         }
     }
 
-    fn tell_policy(&mut self, event: PolicyEvent) {
-        if let Some(tell) = &mut self.policy_events {
-            tell(event);
-        }
-    }
-
-    /// Reports the clock to the policy, at most every [`POLICY_TICK`].
+    /// Reports the clock to the policy, at most every [`POLICY_TICK`] (the engine's
+    /// `policy_tick`).
     fn tick(&mut self) {
-        if self.policy_events.is_none() || self.last_tick.is_some_and(|t| t.elapsed() < POLICY_TICK)
-        {
-            return;
-        }
-        self.last_tick = Some(Instant::now());
-        let now_ms = u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX);
-        self.tell_policy(PolicyEvent::Tick(now_ms));
+        let now = self.now();
+        self.engine.handle_tick(now);
     }
 
     fn handle(&mut self, command: Command) {
@@ -428,7 +434,6 @@ impl<P: Policy> Driver<P> {
                 if self.engine.add_peer(peer).is_ok() {
                     self.spawn_reader(peer, conn.clone());
                     self.peers.insert(peer, (node, conn));
-                    self.tell_policy(PolicyEvent::PeerJoined(peer));
                 }
             }
             Command::Publish {
@@ -443,27 +448,8 @@ impl<P: Policy> Driver<P> {
                 );
             }
             Command::Incoming { peer, frame } => {
-                let pushes = self.policy_events.as_ref().map(|_| pushes_in(&frame));
-                let duplicates_before = self.engine.stats().duplicate_pushes;
                 if let Err(e) = self.engine.handle_frame(peer, frame, now) {
                     self.violation(peer, e.to_string());
-                } else if let Some(pushes) = pushes {
-                    let duplicates = self
-                        .engine
-                        .stats()
-                        .duplicate_pushes
-                        .saturating_sub(duplicates_before);
-                    // Which pushes were duplicates is known when all were, or the frame had
-                    // one; a batch with some is not reported (the policy misses a hint).
-                    if duplicates > 0 && u64::try_from(pushes.len()).ok() == Some(duplicates) {
-                        for (message, kind) in pushes {
-                            self.tell_policy(PolicyEvent::Duplicate {
-                                peer,
-                                message,
-                                kind: crate::runtime::gossip_policy::to_wit_kind(kind),
-                            });
-                        }
-                    }
                 }
             }
             Command::SendDone {
@@ -483,7 +469,6 @@ impl<P: Policy> Driver<P> {
             Command::Closed { peer } => {
                 if self.peers.remove(&peer).is_some() {
                     let _ = self.engine.remove_peer(peer, now);
-                    self.tell_policy(PolicyEvent::PeerLeft(peer));
                 }
             }
             Command::Validated { id, valid } => {
@@ -504,7 +489,6 @@ impl<P: Policy> Driver<P> {
                 b"gossip protocol violation",
             );
             let _ = self.engine.remove_peer(peer, self.now());
-            self.tell_policy(PolicyEvent::PeerLeft(peer));
             if self
                 .events
                 .try_send(GossipEvent::Violation { peer: node, reason })

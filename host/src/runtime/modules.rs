@@ -665,4 +665,10 @@ impl modnode_gossip::policy::Policy for SlotPolicy {
             }
         }
     }
+
+    /// The active version's tree mechanics (`gossip-policy-v3`'s graft timer and
+    /// announce-before-send threshold); shadow and canary versions plan on what it gets.
+    fn link_control(&self) -> Option<modnode_gossip::LinkControl> {
+        self.slot.active().link_control()
+    }
 }

@@ -2,11 +2,15 @@
 //!
 //! - Plans: generated (message, peers) inputs; the new version's plan must satisfy the policy
 //!   contract (targets are known peers, each at most once, never the origin, quorum ≤ targets)
-//!   and be deterministic (same input, same plan). Plans may differ between versions; that is
-//!   what an upgrade is for.
+//!   and be deterministic (same input, same plan). A stateful (`@2.0.0`) new version is also
+//!   asked on the state it reaches by hearing the case's events (duplicates from the peers
+//!   that hold the message, missing messages from the failing ones, a tick): every state within
+//!   the kind's bound, the plan within the contract, and the same inputs on the same state give
+//!   the same plan. Plans may differ between versions; that is what an upgrade is for.
 //! - Network: a small simulated network ([`modnode_gossip::sim`]) runs each version on every
-//!   node; the new version must not deliver to fewer (message, node) pairs than the old, nor
-//!   more than double the duplicate block copies.
+//!   node (a stateful version keeping its state per node and hearing its engine's events); the
+//!   new version must not deliver to fewer (message, node) pairs than the old, nor more than
+//!   double the duplicate block copies.
 
 use std::collections::HashSet;
 
@@ -17,7 +21,7 @@ use super::runner::{CaseRun, Phase};
 use super::versions::{Version, is_host_failure};
 use super::{CaseInput, CheckError, Kind};
 use crate::runtime::CallError;
-use crate::runtime::gossip_policy::{MessageKind, MessageMeta, PeerStats, SendPlan};
+use crate::runtime::gossip_policy::{MessageKind, MessageMeta, PeerStats, PolicyEvent, SendPlan};
 
 /// Peers of one generated plan input (at most).
 const MAX_PEERS: usize = 48;
@@ -88,6 +92,32 @@ impl PlanCase {
             .collect();
         (meta, peers)
     }
+}
+
+/// What a stateful policy hears before the case's plan: a tick at `hops` seconds, then a
+/// duplicate from every peer that holds the message and a missing message from every peer with
+/// recent failures.
+fn events_of(meta: &MessageMeta, peers: &[PeerStats]) -> Vec<PolicyEvent> {
+    let mut events = vec![PolicyEvent::Tick(
+        u64::from(meta.hops).saturating_mul(1_000),
+    )];
+    for (message, p) in (0u64..).zip(peers) {
+        if p.has_message {
+            events.push(PolicyEvent::Duplicate {
+                peer: p.peer,
+                message,
+                kind: meta.kind,
+            });
+        }
+        if p.recent_failures > 0 {
+            events.push(PolicyEvent::Missing {
+                peer: p.peer,
+                message,
+                kind: meta.kind,
+            });
+        }
+    }
+    events
 }
 
 fn plan_case() -> impl Strategy<Value = PlanCase> {
@@ -252,6 +282,32 @@ impl Phase for PlanCheck<'_> {
                 "not deterministic: the same input planned once, then failed: {e}"
             )),
         }
+        let events = events_of(&meta, &peers);
+        match self.to.plan_gossip_on_state(&events, meta, peers.clone()) {
+            Err(e) if is_host_failure(&e) => {
+                return Err(CheckError::Host {
+                    reason: e.to_string(),
+                });
+            }
+            Err(e) => problems.push(format!(
+                "fails on the state it reached by hearing {} events: {e}",
+                events.len()
+            )),
+            Ok(None) => {}
+            Ok(Some((first, again))) => {
+                problems.extend(
+                    violations(&first, &peers)
+                        .into_iter()
+                        .map(|p| format!("on its kept state {p}")),
+                );
+                if first != again {
+                    problems.push(format!(
+                        "not deterministic on its kept state: the same input and state gave \
+                         {first:?}, then {again:?}"
+                    ));
+                }
+            }
+        }
         Ok(CaseRun {
             fuel_old,
             fuel_new,
@@ -318,10 +374,13 @@ impl NetworkCheck {
             block_size: 32 * 1024,
             duration: 1_000_000,
         };
-        modnode_gossip::sim::run(&cfg, &scenario, |_| policy.clone()).map_err(|e| {
-            CheckError::Host {
-                reason: format!("gossip simulator: {e}"),
-            }
+        // Each node keeps its own state of a stateful policy and hears its engine's events
+        // (duplicates, missing messages, peers, ticks), with the tree mechanics it declares.
+        modnode_gossip::sim::run(&cfg, &scenario, |_| {
+            crate::runtime::gossip_policy::KeptPolicy::new(policy)
+        })
+        .map_err(|e| CheckError::Host {
+            reason: format!("gossip simulator: {e}"),
         })
     }
 }
@@ -403,6 +462,38 @@ mod tests {
             timeout_ms: 100,
             priority: Priority::Normal,
         }
+    }
+
+    #[test]
+    fn the_events_prune_holders_and_graft_failing_peers() {
+        let meta = MessageMeta {
+            kind: MessageKind::Block,
+            size: 10,
+            local_origin: false,
+            hops: 2,
+            network_size: 10,
+        };
+        let mut holder = peer(4, false);
+        holder.has_message = true;
+        let mut failing = peer(9, false);
+        failing.recent_failures = 3;
+        let events = events_of(&meta, &[holder, peer(5, true), failing]);
+        assert_eq!(
+            events,
+            vec![
+                PolicyEvent::Tick(2_000),
+                PolicyEvent::Duplicate {
+                    peer: 4,
+                    message: 0,
+                    kind: MessageKind::Block
+                },
+                PolicyEvent::Missing {
+                    peer: 9,
+                    message: 2,
+                    kind: MessageKind::Block
+                },
+            ]
+        );
     }
 
     #[test]

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use crate::runtime::checkpoint::{ChunkContents, ChunkError, LeafRange, PlanParams, StateReader};
 use crate::runtime::deposits::{BlockContext, Deposit, Outcome, ProcessError};
-use crate::runtime::gossip_policy::{MessageMeta, PeerStats, SendPlan};
+use crate::runtime::gossip_policy::{MessageMeta, PeerStats, PolicyEvent, SendPlan};
 use crate::runtime::{CallError, LoadedModule, Runtime, RuntimeConfig, inspect};
 use crate::state::{RegistryDelta, SharedRegistry};
 
@@ -126,6 +126,33 @@ impl Version {
             return Err(self.not_kind("gossip-policy"));
         };
         module.plan_metered(msg, peers)
+    }
+
+    /// A stateful (`@2.0.0`) gossip policy's plan on the state it reaches from its initial one
+    /// by hearing `events`, made twice on that same state (the two must be equal); `None` for
+    /// a stateless policy. Every state the policy hands back is checked against the kind's
+    /// bound: over it is a module fault.
+    pub(crate) fn plan_gossip_on_state(
+        &self,
+        events: &[PolicyEvent],
+        msg: MessageMeta,
+        peers: Vec<PeerStats>,
+    ) -> Result<Option<(SendPlan, SendPlan)>, CallError> {
+        let LoadedModule::GossipPolicy(module) = &self.module else {
+            return Err(self.not_kind("gossip-policy"));
+        };
+        if module.contract().major < 2 {
+            return Ok(None);
+        }
+        let mut state = module.take_over(None, Vec::new())?;
+        for event in events {
+            if let Some(next) = module.on_event(*event, state.clone())? {
+                state = next;
+            }
+        }
+        let first = module.plan_with_state(msg, peers.clone(), state.clone())?;
+        let second = module.plan_with_state(msg, peers, state)?;
+        Ok(Some((first.plan, second.plan)))
     }
 
     /// The gossip policy as the gossip engine's [`Policy`](modnode_gossip::policy::Policy),

@@ -88,6 +88,7 @@ fn policies_of_both_contracts_load_on_their_own_contract_and_plan() {
         ("gossip-policy-v1", v(1)),
         ("gossip-policy-v2", v(1)),
         ("gossip-policy-v2-stateful", v(2)),
+        ("gossip-policy-v3", v(2)),
     ] {
         let info = validate(&artifact(name)).unwrap();
         assert_eq!(info.contract, contract, "{name}");
@@ -126,6 +127,12 @@ fn the_modules_of_the_first_contract_keep_their_bytes() {
         (
             "gossip-policy-v2",
             "18d8a6215baf4c7d42cf0552db00b1a48d13194463b8b36e3a3f49cc20168cc0",
+        ),
+        // The first @2.0.0 policy too: v3's algorithm joined `gossip-policy-common` without
+        // changing what v1, v2 and v2-stateful are built from.
+        (
+            "gossip-policy-v2-stateful",
+            "c7a008ccba66aa9792d52ae6e0de223f5b528855c2f9418c2c1172c958fadadf",
         ),
     ] {
         assert_eq!(

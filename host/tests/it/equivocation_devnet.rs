@@ -100,7 +100,7 @@ fn watch_gossip(conn: quinn::Connection) -> Arc<Mutex<BTreeSet<MessageId>>> {
             }
             Frame::Announce { items } => ids.extend(items.iter().map(|i| i.id)),
             Frame::Batch { frames } => frames.into_iter().for_each(|f| collect(f, ids)),
-            Frame::Request { .. } => {}
+            Frame::Request { .. } | Frame::Link { .. } => {}
         }
     }
     let seen = Arc::new(Mutex::new(BTreeSet::new()));

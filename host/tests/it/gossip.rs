@@ -329,6 +329,113 @@ mod policy_events {
         );
         drop(handle);
     }
+
+    /// v2's plans, asking for the tree mechanics (a graft timer of 50 ms).
+    struct Tree(PolicyV2);
+
+    impl modnode_gossip::Policy for Tree {
+        fn plan(
+            &mut self,
+            msg: &modnode_gossip::MessageMeta,
+            peers: &[modnode_gossip::PeerStats],
+        ) -> modnode_gossip::SendPlan {
+            self.0.plan(msg, peers)
+        }
+
+        fn link_control(&self) -> Option<modnode_gossip::LinkControl> {
+            Some(modnode_gossip::LinkControl {
+                graft_min_ms: 50,
+                graft_max_ms: 50,
+                announce_first_above: 1024,
+            })
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_driver_reports_an_announced_message_that_does_not_arrive_as_missing() {
+        let limits = TransportLimits::default();
+        let node = NodeIdentity::generate().unwrap();
+        let node_ep =
+            endpoint::make_endpoint("127.0.0.1:0".parse().unwrap(), &node, &limits).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (handle, _events) = gossip::spawn_with_policy_events(
+            GossipConfig::default(),
+            Tree(PolicyV2::default()),
+            Some(Box::new(move |e| {
+                let _ = tx.send(e);
+            })),
+        );
+        let peer = NodeIdentity::generate().unwrap();
+        let peer_ep =
+            endpoint::make_endpoint("127.0.0.1:0".parse().unwrap(), &peer, &limits).unwrap();
+        let accept = tokio::spawn({
+            let node_ep = node_ep.clone();
+            let limits = limits.clone();
+            async move {
+                endpoint::accept(node_ep.accept().await.unwrap(), &limits, 0)
+                    .await
+                    .unwrap()
+            }
+        });
+        let (conn, _) = endpoint::connect(
+            &peer_ep,
+            node_ep.local_addr().unwrap(),
+            Some(node.node_id()),
+            &limits,
+        )
+        .await
+        .unwrap();
+        let (server_side, peer_id) = accept.await.unwrap();
+        handle.add_peer(peer_id, server_side).unwrap();
+
+        // The peer announces a small message and never sends it.
+        let id = MessageId::of(b"never sent");
+        let frame = Frame::Announce {
+            items: vec![modnode_gossip::AnnounceItem {
+                id,
+                kind: MessageKind::Deposit,
+                size: 300,
+            }],
+        }
+        .encode()
+        .unwrap();
+        let mut stream = conn.open_uni().await.unwrap();
+        codec::write_frame(
+            &mut stream,
+            GOSSIP_MESSAGE,
+            &frame,
+            codec::MAX_MESSAGE_BYTES,
+        )
+        .await
+        .unwrap();
+        stream.finish().unwrap();
+
+        let head = u64::from_le_bytes(id.as_bytes()[..8].try_into().unwrap());
+        let expected = PolicyEvent::Missing {
+            peer: 0,
+            message: head,
+            kind: wit::MessageKind::Deposit,
+        };
+        // A liveness bound, not a speed target.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let event = rx
+                .recv_timeout(left)
+                .unwrap_or_else(|_| panic!("no missing reported"));
+            if event == expected {
+                break;
+            }
+            assert!(
+                !matches!(
+                    event,
+                    PolicyEvent::Missing { .. } | PolicyEvent::Duplicate { .. }
+                ),
+                "unexpected {event:?}"
+            );
+        }
+        drop(handle);
+    }
 }
 
 mod handshake {

@@ -586,7 +586,7 @@ pub(crate) mod quic {
                 }
                 Frame::Announce { items } => ids.extend(items.iter().map(|i| i.id)),
                 Frame::Batch { frames } => frames.into_iter().for_each(|f| collect(f, ids)),
-                Frame::Request { .. } => {}
+                Frame::Request { .. } | Frame::Link { .. } => {}
             }
         }
         let seen = Arc::new(Mutex::new(BTreeSet::new()));

@@ -33,6 +33,7 @@ mod network;
 mod operator_logs;
 mod peer_faults;
 mod policy_reuse;
+mod policy_v3;
 mod profile;
 mod prune;
 mod reproducible;

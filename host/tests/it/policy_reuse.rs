@@ -57,6 +57,7 @@ fn reused_instances_plan_as_fresh_ones_over_many_varied_calls() {
         "gossip-policy-v1",
         "gossip-policy-v2",
         "gossip-policy-v2-stateful",
+        "gossip-policy-v3",
     ] {
         let module = policy(&rt, name);
         for seed in 0..300u32 {

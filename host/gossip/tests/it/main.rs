@@ -3,5 +3,7 @@
 mod engine;
 mod gossipsub;
 mod hostile;
+mod links;
 mod sim;
+mod tree;
 mod wire_props;

@@ -143,6 +143,55 @@ pub struct SendPlan {
     pub priority: Priority,
 }
 
+/// Something the engine saw happen, reported to a stateful policy between plans (the native
+/// mirror of `modnode:gossip-policy@2.0.0`'s `event`). `message` is the first 8 bytes of the
+/// message id, little endian.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PolicyEvent {
+    /// The link to `peer` delivered a redundant copy: the peer pushed a full copy of a message
+    /// this node already had, or the peer told us (PRUNE) that our push was one for it.
+    Duplicate {
+        /// Handle of the peer.
+        peer: u32,
+        /// First 8 bytes of the message id.
+        message: u64,
+        /// Message kind.
+        kind: MessageKind,
+    },
+    /// The link to `peer` is needed: the peer announced a message that did not arrive within
+    /// the graft timer, or the peer told us (GRAFT) that a message we announced went missing.
+    Missing {
+        /// Handle of the peer.
+        peer: u32,
+        /// First 8 bytes of the message id.
+        message: u64,
+        /// Message kind.
+        kind: MessageKind,
+    },
+    /// A peer connected.
+    PeerJoined(u32),
+    /// A peer left; its handle may be reused later.
+    PeerLeft(u32),
+    /// Time passed: milliseconds on the engine's clock.
+    Tick(u64),
+}
+
+/// What a tree-building (PlumTree-style) policy asks of the engine's mechanics: wait for the
+/// eager push of an announced message before pulling it, report `missing` when it does not
+/// come, and tell peers PRUNE / GRAFT. A policy that asks nothing (`None`) gets today's
+/// mechanics: an announce is pulled at once and no control messages are sent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LinkControl {
+    /// Shortest graft timer, milliseconds: the engine tunes the timer from the gaps it
+    /// measures between an announce and the eager copy that follows it, within these bounds.
+    pub graft_min_ms: u32,
+    /// Longest graft timer, milliseconds (also the timer before any gap was measured).
+    pub graft_max_ms: u32,
+    /// Announces of messages larger than this (bytes) are pulled at once: the policy announces
+    /// them before sending (to eager peers too), so there is no eager copy to wait for.
+    pub announce_first_above: u32,
+}
+
 /// A gossip policy: decides, for one message, who gets it and how.
 ///
 /// The engine calls [`Policy::plan`] once per message this node publishes or receives for the
@@ -150,11 +199,28 @@ pub struct SendPlan {
 pub trait Policy {
     /// Decides who gets `msg`. `peers` lists every connected peer, sorted by handle.
     fn plan(&mut self, msg: &MessageMeta, peers: &[PeerStats]) -> SendPlan;
+
+    /// Hears what happened between plans (a stateless policy ignores it).
+    fn on_event(&mut self, _event: &PolicyEvent) {}
+
+    /// The tree mechanics the policy wants from the engine ([`LinkControl`]); `None` for
+    /// policies that build no tree.
+    fn link_control(&self) -> Option<LinkControl> {
+        None
+    }
 }
 
 impl<P: Policy + ?Sized> Policy for Box<P> {
     fn plan(&mut self, msg: &MessageMeta, peers: &[PeerStats]) -> SendPlan {
         (**self).plan(msg, peers)
+    }
+
+    fn on_event(&mut self, event: &PolicyEvent) {
+        (**self).on_event(event);
+    }
+
+    fn link_control(&self) -> Option<LinkControl> {
+        (**self).link_control()
     }
 }
 

@@ -1,0 +1,221 @@
+//! gossip-policy-v3 as a wasm module (`modnode:gossip-policy@2.0.0`): it plans as the native
+//! algorithm on the same state, its state round-trips and stays within bounds, a state it
+//! cannot read is empty, it asks for the engine's tree mechanics, and the simulator runs it
+//! through wasmtime — one state per node — to a tree that misses nothing.
+
+use modnode::runtime::gossip_policy::{
+    GossipPolicyModule, KeptPolicy, MessageKind, MessageMeta, PeerStats, PolicyEvent,
+    from_wit_plan, to_wit_event,
+};
+use modnode::runtime::inspect::validate;
+use modnode::runtime::{LoadedModule, Runtime};
+use modnode_gossip::policy as native;
+use modnode_gossip::policy_v3::{MAX_STATE_BYTES, PolicyV3, TreeState, V3Params, plan_v3};
+use modnode_gossip::sim::{self, Scenario, SimConfig};
+
+use super::{artifact, runtime};
+
+fn policy(rt: &Runtime, name: &str) -> GossipPolicyModule {
+    match rt.load(&artifact(name)).unwrap() {
+        LoadedModule::GossipPolicy(m) => m,
+        _ => panic!("{name} is not a gossip policy"),
+    }
+}
+
+fn native_peers(n: u32, seed: u32) -> Vec<native::PeerStats> {
+    (0..n)
+        .map(|i| {
+            let x = i
+                .wrapping_mul(2_654_435_761)
+                .wrapping_add(seed.wrapping_mul(40_503));
+            native::PeerStats {
+                peer: i,
+                rtt_us: 500 + x % 90_000,
+                queue_depth: (x >> 7) % 12,
+                recent_failures: u32::from((x >> 11) % 7 == 0),
+                has_message: (x >> 3) % 4 == 0,
+                is_origin: i == seed % n.max(1),
+            }
+        })
+        .collect()
+}
+
+fn native_msg(seed: u32) -> native::MessageMeta {
+    native::MessageMeta {
+        kind: native::MessageKind::ALL[(seed % 4) as usize],
+        size: 100 + (seed.wrapping_mul(7_919) % 4_000),
+        local_origin: seed.is_multiple_of(5),
+        hops: seed % 3,
+        network_size: 1_000,
+    }
+}
+
+fn wit_msg(m: &native::MessageMeta) -> MessageMeta {
+    modnode::runtime::gossip_policy::to_wit_meta(m)
+}
+
+fn wit_peers(p: &[native::PeerStats]) -> Vec<PeerStats> {
+    modnode::runtime::gossip_policy::to_wit_peers(p)
+}
+
+/// Events that prune, graft, join, leave and tick, varied by `seed`.
+fn event(seed: u32) -> native::PolicyEvent {
+    let peer = seed.wrapping_mul(31) % 40;
+    match seed % 7 {
+        0..=2 => native::PolicyEvent::Duplicate {
+            peer,
+            message: u64::from(seed),
+            kind: native::MessageKind::Deposit,
+        },
+        3 => native::PolicyEvent::Missing {
+            peer,
+            message: u64::from(seed),
+            kind: native::MessageKind::Block,
+        },
+        4 => native::PolicyEvent::PeerLeft(peer),
+        5 => native::PolicyEvent::PeerJoined(peer),
+        _ => native::PolicyEvent::Tick(u64::from(seed) * 700),
+    }
+}
+
+#[test]
+fn the_module_plans_as_the_native_algorithm_on_the_same_state_and_keeps_it_in_bounds() {
+    let rt = runtime(1_000_000_000);
+    let module = policy(&rt, "gossip-policy-v3");
+    let info = validate(&artifact("gossip-policy-v3")).unwrap();
+    assert_eq!(info.contract.to_string(), "2.0.0");
+    let mut native = PolicyV3::default();
+    let mut state = module.take_over(None, Vec::new()).unwrap();
+    assert_eq!(TreeState::decode(&state), TreeState::default());
+    for seed in 0..200u32 {
+        let ev = event(seed);
+        native::Policy::on_event(&mut native, &ev);
+        state = module
+            .on_event(to_wit_event(ev), state)
+            .unwrap()
+            .expect("a stateful module keeps state");
+        assert!(state.len() <= MAX_STATE_BYTES);
+        assert_eq!(
+            TreeState::decode(&state),
+            native.state,
+            "after event {seed}"
+        );
+        let (m, p) = (native_msg(seed), native_peers(40, seed));
+        let planned = module
+            .plan_with_state(wit_msg(&m), wit_peers(&p), state.clone())
+            .unwrap();
+        // Planning changes no state, and the same inputs on the same state plan the same.
+        assert_eq!(planned.state.as_deref(), Some(&state[..]));
+        assert_eq!(
+            from_wit_plan(&planned.plan),
+            plan_v3(&V3Params::default(), &native.state, &m, &p),
+            "plan {seed}"
+        );
+        let again = module
+            .plan_with_state(wit_msg(&m), wit_peers(&p), state.clone())
+            .unwrap();
+        assert_eq!(again.plan, planned.plan);
+    }
+    // Many peers pruned: the state stays within its bound, far under the host's.
+    for peer in 0..5_000u32 {
+        let dup = PolicyEvent::Duplicate {
+            peer,
+            message: 1,
+            kind: MessageKind::Deposit,
+        };
+        state = module.on_event(dup, state).unwrap().unwrap();
+    }
+    assert!(state.len() <= MAX_STATE_BYTES, "{} bytes", state.len());
+}
+
+#[test]
+fn a_state_it_cannot_read_is_empty_and_a_take_over_reads_only_its_own_format() {
+    let rt = runtime(1_000_000_000);
+    let v3 = policy(&rt, "gossip-policy-v3");
+    let stateful_v2 = policy(&rt, "gossip-policy-v2-stateful");
+    let (m, p) = (native_msg(2), native_peers(20, 2));
+    let empty = v3
+        .plan_with_state(wit_msg(&m), wit_peers(&p), Vec::new())
+        .unwrap();
+    let garbage = v3
+        .plan_with_state(wit_msg(&m), wit_peers(&p), b"not a tree state".to_vec())
+        .unwrap();
+    assert_eq!(empty.plan, garbage.plan);
+    // v2-stateful's state is not v3's: v3 starts empty.
+    let mut v2_state = Vec::new();
+    for peer in 0..4 {
+        let dup = PolicyEvent::Duplicate {
+            peer,
+            message: 1,
+            kind: MessageKind::Deposit,
+        };
+        v2_state = stateful_v2.on_event(dup, v2_state).unwrap().unwrap();
+    }
+    let taken = v3
+        .take_over(Some(stateful_v2.meta().info.clone()), v2_state)
+        .unwrap();
+    assert_eq!(TreeState::decode(&taken), TreeState::default());
+    // Its own state carries over to a version of the same format (itself here).
+    let mut own = Vec::new();
+    for seed in 0..10 {
+        own = v3
+            .on_event(to_wit_event(event(seed)), own)
+            .unwrap()
+            .unwrap();
+    }
+    let carried = v3
+        .take_over(Some(v3.meta().info.clone()), own.clone())
+        .unwrap();
+    assert_eq!(carried, own);
+}
+
+#[test]
+fn v3_asks_for_the_tree_mechanics_and_the_older_policies_do_not() {
+    let rt = runtime(1_000_000_000);
+    let p = V3Params::default();
+    assert_eq!(
+        policy(&rt, "gossip-policy-v3").link_control(),
+        Some(p.link_control())
+    );
+    for name in [
+        "gossip-policy-v1",
+        "gossip-policy-v2",
+        "gossip-policy-v2-stateful",
+    ] {
+        assert_eq!(policy(&rt, name).link_control(), None, "{name}");
+    }
+}
+
+#[test]
+fn the_simulator_runs_the_wasm_module_to_a_tree_that_misses_nothing() {
+    let rt = runtime(1_000_000_000);
+    let module = policy(&rt, "gossip-policy-v3");
+    let flood = policy(&rt, "gossip-policy-v1");
+    let cfg = SimConfig {
+        nodes: 24,
+        degree: 6,
+        seed: 5,
+        latency_min: 5_000,
+        latency_max: 30_000,
+        ..SimConfig::default()
+    };
+    let scenario = Scenario {
+        deposits: 40,
+        deposit_size: 300,
+        blocks: 2,
+        block_size: 20 * 1024,
+        duration: 8_000_000,
+    };
+    let tree = sim::run(&cfg, &scenario, |_| KeptPolicy::new(&module)).unwrap();
+    let flooded = sim::run(&cfg, &scenario, |_| KeptPolicy::new(&flood)).unwrap();
+    assert_eq!(tree.missed, 0, "{tree}");
+    assert!(tree.engine.prunes_sent > 0, "no tree: {tree}");
+    assert!(
+        tree.payload_rmr * 3.0 < flooded.payload_rmr,
+        "v3 {tree} vs flood {flooded}"
+    );
+    // The wasm module and the native algorithm build the same network behaviour.
+    let native = sim::run(&cfg, &scenario, |_| PolicyV3::default()).unwrap();
+    assert_eq!(tree.payload_rmr, native.payload_rmr);
+    assert_eq!(tree.t99, native.t99);
+}
