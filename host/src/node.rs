@@ -42,7 +42,7 @@ use modnode_peers::{PeerAddr, PeerConfig, PeerManager, RangeSync, SyncConfig};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use self::chain_worker::{ChainHandle, unix_ms};
+use self::chain_worker::ChainHandle;
 use self::metrics::bump;
 pub use self::metrics::{Metrics, NodeStatus};
 pub use self::network::checkpoint_progress::ProgressDisplay;
@@ -51,6 +51,7 @@ use crate::admin::{self, AdminBackend, BoxFuture, ModuleOp, ModuleOpError};
 use crate::chain::genesis::Genesis;
 use crate::chain::{Chain, DepositEngine};
 use crate::checkpoint::{CheckpointConfig, CheckpointStore, Checkpointer};
+use crate::clock::unix_ms;
 use crate::deposit_source::dev_contract::{self, DevContract};
 use crate::deposit_source::follower::{self, FollowerConfig};
 use crate::deposit_source::log::FollowedLog;

@@ -36,13 +36,14 @@ use modnode_peers::{
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
-use super::chain_worker::{CLOCK_SKEW_MS, ChainHandle, WorkerError, unix_ms};
+use super::chain_worker::{ChainHandle, WorkerError};
 use super::metrics::{Metrics, bump};
 use super::upgrades::UpgradeAgent;
 use super::verdict::{self, RequestError};
 use crate::chain::Added;
 use crate::chain::block::Block;
 use crate::chain::genesis::Genesis;
+use crate::clock::{self, unix_ms};
 use crate::net::endpoint::{CLOSE_PROTOCOL_VIOLATION, NetError, TransportLimits};
 use crate::net::gossip::{GossipEvent, GossipHandle};
 use crate::net::handshake::{HandshakeError, Hello, PROTOCOL_VERSION};
@@ -317,10 +318,8 @@ impl Network {
         // Expired requests and back-offs first, so `poll_timeout` never names a past time.
         self.sync.handle_time(now);
         // No chain is longer than its slot count: claims beyond the current slot are capped.
-        self.sync.handle_height_bound(
-            self.genesis
-                .slot_at(unix_ms().saturating_add(CLOCK_SKEW_MS)),
-        );
+        self.sync
+            .handle_height_bound(self.genesis.slot_at(clock::latest_slot_start_ms(unix_ms())));
         if Instant::now() >= self.next_status_poll {
             self.next_status_poll = timer_deadline(Instant::now(), self.status_interval);
             for (node, conn) in &self.conns {

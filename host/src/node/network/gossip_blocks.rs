@@ -8,8 +8,9 @@ use modnode_peers::NodeId;
 use super::{Event, Network, short};
 use crate::chain::Added;
 use crate::chain::block::Block;
+use crate::clock::{self, unix_ms};
 use crate::net::gossip::GossipEvent;
-use crate::node::chain_worker::{FAR_FUTURE_MS, WorkerError, early_by_ms, unix_ms};
+use crate::node::chain_worker::WorkerError;
 use crate::node::metrics::bump;
 use crate::node::verdict;
 
@@ -50,10 +51,12 @@ impl Network {
         };
         // The chain worker checks this too; checked here first, it costs the sender's block
         // no trip through the worker's queue. The same rule as every path (`verdict`).
-        if let Some(ahead_ms) = early_by_ms(&self.genesis, block.header.slot, unix_ms()) {
+        if let Some(ahead_ms) =
+            clock::early_by_ms(self.genesis.slot_start_ms(block.header.slot), unix_ms())
+        {
             bump(&self.metrics.blocks_rejected);
             self.verdict(id, false);
-            if ahead_ms > FAR_FUTURE_MS {
+            if clock::is_far_future(ahead_ms) {
                 // An honest relayer imported it first, which its clock allowed only once the
                 // slot had started: a block this far ahead was made up in advance.
                 bump(&self.metrics.peer_future_blocks);
@@ -109,7 +112,7 @@ impl Network {
                 if !verdict.behind_sender {
                     bump(&self.metrics.blocks_rejected);
                 }
-                if matches!(e, WorkerError::FutureSlot { ahead_ms, .. } if *ahead_ms > FAR_FUTURE_MS)
+                if matches!(e, WorkerError::FutureSlot { ahead_ms, .. } if clock::is_far_future(*ahead_ms))
                 {
                     bump(&self.metrics.peer_future_blocks);
                 }
