@@ -21,6 +21,7 @@ mod bans;
 pub mod chain_worker;
 pub mod checkpoint_file;
 pub mod health;
+pub mod intake;
 pub mod metrics;
 mod module_ops;
 mod network;
