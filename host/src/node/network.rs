@@ -37,6 +37,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
 use super::chain_worker::{ChainHandle, WorkerError};
+use super::intake::{BlockIntake, IntakeLimits};
 use super::metrics::{Metrics, bump};
 use super::upgrades::UpgradeAgent;
 use super::verdict::{self, RequestError};
@@ -192,6 +193,8 @@ pub(super) struct Network {
     module_wait: Option<(Option<[u8; 32]>, Instant)>,
     checkpoints: crate::checkpoint::CheckpointServer,
     produces: bool,
+    /// The verdict on gossiped blocks (sans-IO; driven in `gossip_blocks`).
+    intake: BlockIntake,
 }
 
 /// Events the network task's helpers may have waiting for it. Every helper task sends at most
@@ -221,6 +224,11 @@ impl Network {
         let mut gossip_events = parts.gossip_events;
         let mut chain_view = parts.chain.watch();
         let endpoint = parts.endpoint.clone();
+        let intake = BlockIntake::new(
+            parts.genesis.clone(),
+            parts.genesis_hash,
+            IntakeLimits::default(),
+        );
         let mut net = Network {
             endpoint: parts.endpoint,
             limits: parts.limits,
@@ -246,6 +254,7 @@ impl Network {
             module_wait: None,
             bootstrap: parts.bootstrap,
             startup_deadline: timer_deadline(Instant::now(), parts.startup_wait),
+            intake,
         };
         loop {
             net.drive();
@@ -297,6 +306,10 @@ impl Network {
         {
             wake = wake.min(self.instant_at(t));
         }
+        if let Some(release_ms) = self.intake.poll_timeout() {
+            let wait = Duration::from_millis(release_ms.saturating_sub(unix_ms()));
+            wake = wake.min(timer_deadline(Instant::now(), wait));
+        }
         wake
     }
 
@@ -317,6 +330,9 @@ impl Network {
         let now = self.now();
         // Expired requests and back-offs first, so `poll_timeout` never names a past time.
         self.sync.handle_time(now);
+        // Early gossiped blocks whose slot has started go to import.
+        self.intake.handle_time(unix_ms());
+        self.run_intake();
         // No chain is longer than its slot count: claims beyond the current slot are capped.
         self.sync
             .handle_height_bound(self.genesis.slot_at(clock::latest_slot_start_ms(unix_ms())));
