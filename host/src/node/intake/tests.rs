@@ -243,7 +243,9 @@ fn the_workers_answer_decides_relay_sync_and_penalty() {
     let payload = block.encode();
     let id = id_of(&payload);
     let hash = || "ab".repeat(32);
-    let cases: Vec<(&str, Result<Added, WorkerError>, bool, bool, bool)> = vec![
+    // (what, the worker's answer, relayed, sender penalised, synced from)
+    type Case = (&'static str, Result<Added, WorkerError>, bool, bool, bool);
+    let cases: Vec<Case> = vec![
         ("known", Ok(Added::Known), true, false, false),
         ("side branch", Ok(Added::Stored), true, false, false),
         (
@@ -407,7 +409,7 @@ fn hostile_blocks_at_scale_keep_state_bounded_and_blame_their_senders() {
     let mut penalties: Vec<NodeId> = Vec::new();
     let mut worker: VecDeque<(MessageId, NodeId, Box<Block>)> = VecDeque::new();
     let mut peak = IntakeSizes::default();
-    let honest: BTreeSet<NodeId> = (0..10).map(|i| honest_peer(i)).collect();
+    let honest: BTreeSet<NodeId> = (0..10).map(honest_peer).collect();
 
     let mut step = |f: &mut Fixture,
                     worker: &mut VecDeque<(MessageId, NodeId, Box<Block>)>,
