@@ -542,3 +542,44 @@ fn hostile_blocks_at_scale_keep_state_bounded_and_blame_their_senders() {
         "{peak:?} {stats:?}"
     );
 }
+
+/// `check_shell`, the pure check the intake applies (without its seal memory): due, early
+/// with its release time, far future, swapped body, forged seal.
+#[test]
+fn check_shell_tells_due_early_and_each_fault_apart() {
+    let f = Fixture::new();
+    let genesis = f.chain.genesis().clone();
+    let hash = f.chain.genesis_hash();
+    let block = f.sealed(8);
+    let check = |b: &Block, now| check_shell(&genesis, &hash, b, now);
+    assert_eq!(check(&block, at(8)).unwrap(), Timing::Due);
+    assert_eq!(
+        check(&block, at(8) - crate::clock::CLOCK_SKEW_MS).unwrap(),
+        Timing::Due
+    );
+    assert_eq!(
+        check(&block, at(5)).unwrap(),
+        Timing::Early {
+            release_ms: at(8) - crate::clock::CLOCK_SKEW_MS
+        }
+    );
+    assert!(matches!(
+        check(&block, at(8) - crate::clock::FAR_FUTURE_MS - 1),
+        Err(ShellError::FarFuture { slot: 8, .. })
+    ));
+    assert!(matches!(
+        check(&body_swapped(&block), at(8)),
+        Err(ShellError::Invalid {
+            source: ImportError::BadBody { .. },
+            ..
+        })
+    ));
+    let forged = f.sealed_by(8, &NodeIdentity::generate().unwrap());
+    assert!(matches!(
+        check(&forged, at(8)),
+        Err(ShellError::Invalid {
+            source: ImportError::BadSeal { .. },
+            ..
+        })
+    ));
+}
