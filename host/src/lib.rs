@@ -11,6 +11,7 @@
 //! - [`chain`]: blocks, genesis, block import with atomic durable commits.
 //! - [`runtime`]: the sandboxed, deterministic wasmtime runtime, one host module per WIT world.
 //! - [`net`]: QUIC transport with mutually authenticated TLS 1.3 and message framing.
+//! - [`clock`]: the one wall clock and the one rule for blocks from slots not yet started.
 //! - [`files`]: crash-safe writes of small private files (node key, admin token).
 //! - [`crypto`]: BLS12-381 verification (blst) offered to modules.
 //! - [`state`]: the validator registry, pubkey index, state tree and the per-call overlay.
@@ -37,6 +38,7 @@ pub mod admin;
 pub mod alloc_stats;
 pub mod chain;
 pub mod checkpoint;
+pub mod clock;
 pub mod crypto;
 pub mod deposit_source;
 pub mod files;

@@ -55,7 +55,7 @@ pub fn genesis(
         );
         return Ok(genesis);
     }
-    let start = modnode::node::chain_worker::unix_ms().saturating_add(1_000);
+    let start = modnode::clock::unix_ms().saturating_add(1_000);
     let text = serde_json::to_string_pretty(&serde_json::json!({
         "chain_id": "modnode-devnet",
         "genesis_time_ms": start,
@@ -174,7 +174,7 @@ pub fn devnet(args: DevnetArgs) -> anyhow::Result<()> {
 
 /// The status table: node, role, height, peers, validators, last block age.
 pub fn table(statuses: &[NodeStatus], authorities: usize) -> String {
-    let now = modnode::node::chain_worker::unix_ms();
+    let now = modnode::clock::unix_ms();
     let mut out = format!(
         "{:<5} {:<10} {:<9} {:>7} {:>6} {:>10} {:>16} {:>8}\n",
         "node", "id", "role", "height", "peers", "validators", "last block", "deposits"

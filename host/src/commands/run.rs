@@ -350,7 +350,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     config.status_every =
         (args.status_every > 0).then(|| std::time::Duration::from_secs(args.status_every));
     if args.clock_skew_ms != 0 {
-        node::chain_worker::set_clock_skew_ms(args.clock_skew_ms);
+        modnode::clock::set_clock_skew_ms(args.clock_skew_ms);
         tracing::warn!(
             skew_ms = args.clock_skew_ms,
             "this node's clock is skewed on purpose (--clock-skew-ms)"

@@ -83,8 +83,7 @@ pub fn testnet(command: TestnetCommand) -> anyhow::Result<()> {
 }
 
 fn init(args: InitArgs) -> anyhow::Result<()> {
-    let start = modnode::node::chain_worker::unix_ms()
-        .saturating_add(args.start_in_secs.saturating_mul(1_000));
+    let start = modnode::clock::unix_ms().saturating_add(args.start_in_secs.saturating_mul(1_000));
     let spec = NetworkSpec {
         nodes: usize::from(args.nodes),
         authorities: usize::from(args.authorities),

@@ -24,7 +24,7 @@ use tokio::sync::watch;
 use super::dev_contract::DevContract;
 use super::rpc::{self, RpcError, codes};
 use crate::admin::server::{ServerConfig, serve_router};
-use crate::node::chain_worker::unix_ms;
+use crate::clock::unix_ms;
 
 /// Largest request body accepted.
 pub const MAX_BODY_BYTES: usize = 64 * 1024;

@@ -548,7 +548,7 @@ impl ModuleService {
             module_version: meta.info.version,
             description: meta.info.description.clone(),
             size: u64::try_from(bytes.len()).unwrap_or(u64::MAX),
-            first_seen_unix_ms: crate::node::chain_worker::unix_ms(),
+            first_seen_unix_ms: crate::clock::unix_ms(),
             source: source.to_string(),
             compile_ms,
             warm_us,

@@ -7,8 +7,6 @@
 //! time, so imports, block production and range serving never interleave; they wait in a
 //! [`WorkerQueue`](super::worker_queue::WorkerQueue) that puts production before imports before serving peers and bounds each.
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
 use tokio::sync::{oneshot, watch};
 
 use std::sync::Arc;
@@ -20,6 +18,7 @@ use crate::chain::eth1::{DepositProofs, DepositProofsError, Eth1Data, ProvenDepo
 use crate::chain::{Added, Chain, ForkChoiceError, Head};
 use crate::checkpoint::service::CreateReply;
 use crate::checkpoint::{CheckpointSummary, Checkpointer, FrozenState, checkpoint_height_at};
+use crate::clock::{self, unix_ms};
 use crate::deposit_source::DepositSource;
 use crate::net::identity::NodeIdentity;
 use crate::state::schedule::Action;
@@ -91,31 +90,9 @@ pub enum WorkerError {
         /// Our current slot (with the clock-skew allowance).
         current: u64,
         /// How far beyond our clock the block's slot starts, in ms: beyond
-        /// [`FAR_FUTURE_MS`] it is the sender's fault.
+        /// [`FAR_FUTURE_MS`](clock::FAR_FUTURE_MS) it is the sender's fault.
         ahead_ms: u64,
     },
-}
-
-/// How far ahead of our clock a peer's clock may be: a block whose slot starts within this
-/// is accepted.
-pub const CLOCK_SKEW_MS: u64 = 500;
-
-/// How far beyond our clock a block's slot may start before sending it is the sender's fault.
-/// Closer than this the block is only early — our own clock may be the one behind, and an
-/// honest peer must not be banned for our drift — so it is dropped without a penalty (range
-/// sync backs off from the peer); beyond it, no honest clock explains it: the block was made up
-/// in advance.
-pub const FAR_FUTURE_MS: u64 = 10_000;
-
-/// Whether a block for `slot` is early by our clock (beyond [`CLOCK_SKEW_MS`]), and if so by
-/// how many milliseconds its slot starts after `now_ms`.
-pub fn early_by_ms(
-    genesis: &crate::chain::genesis::Genesis,
-    slot: u64,
-    now_ms: u64,
-) -> Option<u64> {
-    let current = genesis.slot_at(now_ms.saturating_add(CLOCK_SKEW_MS));
-    (slot > current).then(|| genesis.slot_start_ms(slot).saturating_sub(now_ms))
 }
 
 enum Command {
@@ -372,29 +349,6 @@ impl DepositProofs for NoSource {
     }
 }
 
-/// The offset [`unix_ms`] adds to the system clock, in ms (0 unless a test skews it).
-static CLOCK_SKEW: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
-
-/// Makes this process's [`unix_ms`] run `skew_ms` ahead of the system clock (behind if
-/// negative): `modnode run --clock-skew-ms`, for testnets that exercise skewed clocks.
-pub fn set_clock_skew_ms(skew_ms: i64) {
-    CLOCK_SKEW.store(skew_ms, std::sync::atomic::Ordering::Relaxed);
-}
-
-/// Milliseconds since the Unix epoch (plus the skew [`set_clock_skew_ms`] set, if any).
-pub fn unix_ms() -> u64 {
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-        .unwrap_or(0);
-    let skew = CLOCK_SKEW.load(std::sync::atomic::Ordering::Relaxed);
-    if skew >= 0 {
-        now.saturating_add(skew.unsigned_abs())
-    } else {
-        now.saturating_sub(skew.unsigned_abs())
-    }
-}
-
 impl Worker {
     fn view(&self) -> ChainView {
         let validators = self
@@ -533,14 +487,12 @@ impl Worker {
         // Every path (gossip, range sync, branch fetch) comes through here: a block from a
         // future slot would let an authority pre-produce its slots and reorg honest nodes.
         let now = unix_ms();
-        if let Some(ahead_ms) = early_by_ms(self.chain.genesis(), block.header.slot, now) {
+        let genesis = self.chain.genesis();
+        if let Some(ahead_ms) = clock::early_by_ms(genesis.slot_start_ms(block.header.slot), now) {
             return Err(WorkerError::FutureSlot {
                 height: block.header.height,
                 slot: block.header.slot,
-                current: self
-                    .chain
-                    .genesis()
-                    .slot_at(now.saturating_add(CLOCK_SKEW_MS)),
+                current: genesis.slot_at(clock::latest_slot_start_ms(now)),
                 ahead_ms,
             });
         }

@@ -36,13 +36,15 @@ use modnode_peers::{
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
-use super::chain_worker::{CLOCK_SKEW_MS, ChainHandle, WorkerError, unix_ms};
+use super::chain_worker::{ChainHandle, WorkerError};
+use super::intake::{BlockIntake, IntakeLimits};
 use super::metrics::{Metrics, bump};
 use super::upgrades::UpgradeAgent;
 use super::verdict::{self, RequestError};
 use crate::chain::Added;
 use crate::chain::block::Block;
 use crate::chain::genesis::Genesis;
+use crate::clock::{self, unix_ms};
 use crate::net::endpoint::{CLOSE_PROTOCOL_VIOLATION, NetError, TransportLimits};
 use crate::net::gossip::{GossipEvent, GossipHandle};
 use crate::net::handshake::{HandshakeError, Hello, PROTOCOL_VERSION};
@@ -191,6 +193,8 @@ pub(super) struct Network {
     module_wait: Option<(Option<[u8; 32]>, Instant)>,
     checkpoints: crate::checkpoint::CheckpointServer,
     produces: bool,
+    /// The verdict on gossiped blocks (sans-IO; driven in `gossip_blocks`).
+    intake: BlockIntake,
 }
 
 /// Events the network task's helpers may have waiting for it. Every helper task sends at most
@@ -220,6 +224,11 @@ impl Network {
         let mut gossip_events = parts.gossip_events;
         let mut chain_view = parts.chain.watch();
         let endpoint = parts.endpoint.clone();
+        let intake = BlockIntake::new(
+            parts.genesis.clone(),
+            parts.genesis_hash,
+            IntakeLimits::default(),
+        );
         let mut net = Network {
             endpoint: parts.endpoint,
             limits: parts.limits,
@@ -245,6 +254,7 @@ impl Network {
             module_wait: None,
             bootstrap: parts.bootstrap,
             startup_deadline: timer_deadline(Instant::now(), parts.startup_wait),
+            intake,
         };
         loop {
             net.drive();
@@ -296,6 +306,10 @@ impl Network {
         {
             wake = wake.min(self.instant_at(t));
         }
+        if let Some(release_ms) = self.intake.poll_timeout() {
+            let wait = Duration::from_millis(release_ms.saturating_sub(unix_ms()));
+            wake = wake.min(timer_deadline(Instant::now(), wait));
+        }
         wake
     }
 
@@ -316,11 +330,12 @@ impl Network {
         let now = self.now();
         // Expired requests and back-offs first, so `poll_timeout` never names a past time.
         self.sync.handle_time(now);
+        // Early gossiped blocks whose slot has started go to import.
+        self.intake.handle_time(unix_ms());
+        self.run_intake();
         // No chain is longer than its slot count: claims beyond the current slot are capped.
-        self.sync.handle_height_bound(
-            self.genesis
-                .slot_at(unix_ms().saturating_add(CLOCK_SKEW_MS)),
-        );
+        self.sync
+            .handle_height_bound(self.genesis.slot_at(clock::latest_slot_start_ms(unix_ms())));
         if Instant::now() >= self.next_status_poll {
             self.next_status_poll = timer_deadline(Instant::now(), self.status_interval);
             for (node, conn) in &self.conns {

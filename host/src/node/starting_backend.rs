@@ -67,7 +67,7 @@ impl AdminBackend for StartingBackend {
         let bans: Vec<metrics::BanStatus> = self
             .metrics
             .bans
-            .live(super::chain_worker::unix_ms())
+            .live(crate::clock::unix_ms())
             .into_iter()
             .map(|(node, until_unix_ms)| metrics::BanStatus {
                 node: hex::encode(node),

@@ -8,9 +8,10 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use super::chain_worker::{ChainHandle, unix_ms};
+use super::chain_worker::ChainHandle;
 use super::metrics::Metrics;
 use crate::chain::genesis::Genesis;
+use crate::clock::unix_ms;
 
 /// What one status line says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

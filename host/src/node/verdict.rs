@@ -4,10 +4,10 @@
 //! only a peer's proven fault penalises it. Our own failures (a store error, a stopped
 //! worker, a poisoned lock) and transient ones (a timeout, a busy worker) drop what was sent
 //! without touching the sender. A block whose slot starts more than
-//! [`FAR_FUTURE_MS`](super::chain_worker::FAR_FUTURE_MS) beyond our clock is the sender's
+//! [`FAR_FUTURE_MS`](crate::clock::FAR_FUTURE_MS) beyond our clock is the sender's
 //! fault: an honest node only sends blocks whose slot has started on its own clock, and no
 //! honest clock is that far off, so such a block was made up in advance. One merely early
-//! (beyond [`CLOCK_SKEW_MS`](super::chain_worker::CLOCK_SKEW_MS), within the far-future
+//! (beyond [`CLOCK_SKEW_MS`](crate::clock::CLOCK_SKEW_MS), within the far-future
 //! margin) is dropped without a penalty: our own clock may be the one behind. The same rule on
 //! every path: gossip, range answers, branch fetches.
 
@@ -77,7 +77,7 @@ impl WorkerError {
     pub fn fault(&self) -> Fault {
         match self {
             Self::Block(e) => e.fault(),
-            Self::FutureSlot { ahead_ms, .. } if *ahead_ms > super::chain_worker::FAR_FUTURE_MS => {
+            Self::FutureSlot { ahead_ms, .. } if crate::clock::is_far_future(*ahead_ms) => {
                 Fault::Peer
             }
             Self::FutureSlot { .. } => Fault::Transient,

@@ -27,12 +27,12 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
-use std::time::SystemTime;
 
 use arc_swap::ArcSwap;
 
 use super::module::{Module, WarmupReport, World};
 use super::{CallError, Kind, Scope};
+use crate::clock::unix_ms;
 
 /// How a ready version is put into service.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -463,13 +463,6 @@ pub struct Slot<W: World> {
     trips: AtomicU64,
     failed: AtomicU64,
     recent_trips: Mutex<VecDeque<BreakerTrip>>,
-}
-
-fn unix_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
 }
 
 fn remember<T>(queue: &Mutex<VecDeque<T>>, item: T, cap: usize) {

@@ -166,7 +166,7 @@ fn write_genesis(
     let mut json = serde_json::json!({
         "chain_id": format!("modnode-testnet-{}", manifest.name),
         // Time for every process to start before slot 0.
-        "genesis_time_ms": crate::node::chain_worker::unix_ms().saturating_add(3_000),
+        "genesis_time_ms": crate::clock::unix_ms().saturating_add(3_000),
         "slot_ms": manifest.slot_ms,
         "finality_depth": manifest.finality_depth,
         "authorities": ids.iter().take(manifest.authorities).collect::<Vec<_>>(),

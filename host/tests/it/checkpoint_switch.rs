@@ -392,7 +392,7 @@ async fn peers_offering_a_manifest_whose_chunks_do_not_prove_are_banned_and_the_
     let mut banned: Vec<[u8; 32]> = store
         .ban_list()
         .unwrap()
-        .load(modnode::node::chain_worker::unix_ms())
+        .load(modnode::clock::unix_ms())
         .unwrap()
         .into_iter()
         .map(|(node, _)| node)

@@ -228,7 +228,7 @@ async fn a_restore_from_three_peers_one_corrupt_finishes_and_bans_only_the_corru
     let banned: Vec<[u8; 32]> = store
         .ban_list()
         .unwrap()
-        .load(modnode::node::chain_worker::unix_ms())
+        .load(modnode::clock::unix_ms())
         .unwrap()
         .into_iter()
         .map(|(node, _)| node)

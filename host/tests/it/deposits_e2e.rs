@@ -267,7 +267,7 @@ async fn a_contract_reorganised_under_applied_deposits_is_not_voted_on() {
     let contract_dir = dir.join("deposit-contract");
     let replacement = workload::new_validator(901, GWEI_32_ETH, fork);
     {
-        let now = modnode::node::chain_worker::unix_ms();
+        let now = modnode::clock::unix_ms();
         let mut dev = DevContract::open(&contract_dir, 100, now).unwrap();
         let head = dev.head(now);
         let logged = dev.logs(0, head, 10, now).unwrap();

@@ -185,7 +185,7 @@ mod bans {
         let id = NodeIdentity::load_or_create(dir).unwrap().node_id();
         let text = serde_json::json!({
             "chain_id": "modnode-it-bans",
-            "genesis_time_ms": modnode::node::chain_worker::unix_ms(),
+            "genesis_time_ms": modnode::clock::unix_ms(),
             "slot_ms": 300,
             "finality_depth": 32,
             "authorities": [id.to_string()],

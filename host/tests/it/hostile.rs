@@ -107,7 +107,8 @@ fn body_swapped_blocks_are_refused_on_every_fork_choice_path() {
 /// every network path (gossip, range sync, branch fetch) imports through.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn blocks_from_future_slots_are_refused_on_import() {
-    use modnode::node::chain_worker::{self, WorkerError, unix_ms};
+    use modnode::clock::unix_ms;
+    use modnode::node::chain_worker::{self, WorkerError};
     let a = NodeIdentity::generate().unwrap();
     let mut genesis = Genesis::generated("hostile-future", 8, 7);
     genesis.authorities = vec![*a.node_id().as_bytes()];
@@ -201,7 +202,7 @@ fn local_failures_do_not_penalise_the_sender() {
         height: 5,
         slot: 11,
         current: 10,
-        ahead_ms: modnode::node::chain_worker::FAR_FUTURE_MS,
+        ahead_ms: modnode::clock::FAR_FUTURE_MS,
     };
     assert_eq!(early.fault(), Fault::Transient);
     let verdict = verdict::gossip_block(5, &Err(early));
@@ -464,7 +465,7 @@ pub(crate) mod quic {
             .collect();
         let text = serde_json::json!({
             "chain_id": chain_id,
-            "genesis_time_ms": modnode::node::chain_worker::unix_ms(),
+            "genesis_time_ms": modnode::clock::unix_ms(),
             "slot_ms": SLOT_MS,
             "finality_depth": 32,
             "authorities": ids,
@@ -825,8 +826,7 @@ pub(crate) mod quic {
             .expect("the liar keeps its connection");
         assert!(closed_for_violation(&closed), "{closed:?}");
         assert!(
-            node.status().sync_target_height
-                <= genesis.slot_at(modnode::node::chain_worker::unix_ms()) + 1,
+            node.status().sync_target_height <= genesis.slot_at(modnode::clock::unix_ms()) + 1,
             "a claim beyond the current slot is believed: {:?}",
             node.status()
         );

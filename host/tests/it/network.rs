@@ -60,7 +60,7 @@ pub(super) fn genesis_json(
         .collect();
     serde_json::json!({
         "chain_id": chain_id,
-        "genesis_time_ms": modnode::node::chain_worker::unix_ms(),
+        "genesis_time_ms": modnode::clock::unix_ms(),
         "slot_ms": SLOT_MS,
         "finality_depth": finality_depth,
         "authorities": ids,
@@ -475,9 +475,7 @@ async fn a_peer_relaying_an_invalid_block_is_disconnected_and_the_block_dropped(
     let header = BlockHeader {
         parent_hash: parent.hash(),
         height: 1,
-        slot: genesis
-            .slot_at(modnode::node::chain_worker::unix_ms())
-            .max(1),
+        slot: genesis.slot_at(modnode::clock::unix_ms()).max(1),
         proposer: 0,
         state_root: parent.header.state_root,
         body_root: body.root(),

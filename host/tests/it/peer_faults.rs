@@ -10,11 +10,11 @@ use std::time::Duration;
 use modnode::chain::DepositModules;
 use modnode::chain::block::Block;
 use modnode::chain::genesis::Genesis;
+use modnode::clock::unix_ms;
 use modnode::net::codec;
 use modnode::net::identity::NodeIdentity;
 use modnode::net::rpc::{ChainStatus, Request, Response};
 use modnode::node::Node;
-use modnode::node::chain_worker::unix_ms;
 use modnode::runtime::Kind;
 use modnode_gossip::policy::MessageKind;
 

@@ -256,9 +256,7 @@ pub async fn run(
                 Ok(()) => {
                     checked = true;
                     reported.clear();
-                    source
-                        .counters()
-                        .answered(crate::node::chain_worker::unix_ms());
+                    source.counters().answered(crate::clock::unix_ms());
                 }
                 Err(e) => {
                     let text = e.to_string();
@@ -278,9 +276,7 @@ pub async fn run(
             loop {
                 let polled = poll_once(&client, &mut follower, &source, log.as_ref()).await;
                 match &polled {
-                    Ok(_) => source
-                        .counters()
-                        .answered(crate::node::chain_worker::unix_ms()),
+                    Ok(_) => source.counters().answered(crate::clock::unix_ms()),
                     Err(e) => source.counters().failed(e.to_string()),
                 }
                 match polled {

@@ -148,7 +148,7 @@ impl Metrics {
                 .collect(),
             bans: self
                 .bans
-                .live(crate::node::chain_worker::unix_ms())
+                .live(crate::clock::unix_ms())
                 .into_iter()
                 .map(|(node, until_unix_ms)| BanStatus {
                     node: hex::encode(node),

@@ -50,11 +50,11 @@ use crate::checkpoint::{
     ChunkRequest, Fault, FetchConfig, FetchError, Fetcher, Manifest, ManifestLimits, RestoreStore,
     Restorer, choose, final_offers,
 };
+use crate::clock::unix_ms;
 use crate::net::endpoint::{self, CLOSE_PROTOCOL_VIOLATION, TransportLimits};
 use crate::net::handshake::{self, Hello, PROTOCOL_VERSION, Role};
 use crate::net::identity::{self, NodeIdentity};
 use crate::net::rpc::{Request, Response};
-use crate::node::chain_worker::unix_ms;
 use crate::node::metrics::{Metrics, RestoreCounters, bump};
 use crate::node::verdict::RequestError;
 use crate::runtime::Modules;

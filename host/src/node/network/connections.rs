@@ -163,6 +163,7 @@ impl Network {
     /// driver watches the connection itself.)
     pub(super) fn peer_left(&mut self, node: NodeId) {
         self.sync.handle_peer_disconnected(node);
+        self.intake.handle_peer_left(&node);
         self.upgrades.peer_gone(&node);
     }
 

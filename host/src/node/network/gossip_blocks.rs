@@ -1,5 +1,8 @@
-//! Gossiped blocks for [`Network`]: decode, refuse future slots, hand to the chain worker, and
-//! turn its answer into a relay verdict and, when the sender is to blame, a penalty.
+//! Gossiped blocks for [`Network`]: the driver of the sans-IO [`BlockIntake`], which decides
+//! (decode, shell check, holding early blocks, import requests, relay or penalise); this file
+//! only carries its actions out.
+//!
+//! [`BlockIntake`]: crate::node::intake::BlockIntake
 
 use modnode_gossip::MessageId;
 use modnode_gossip::policy::MessageKind;
@@ -8,8 +11,10 @@ use modnode_peers::NodeId;
 use super::{Event, Network, short};
 use crate::chain::Added;
 use crate::chain::block::Block;
+use crate::clock::unix_ms;
 use crate::net::gossip::GossipEvent;
-use crate::node::chain_worker::{FAR_FUTURE_MS, WorkerError, early_by_ms, unix_ms};
+use crate::node::chain_worker::WorkerError;
+use crate::node::intake::{IntakeAction, IntakeCount};
 use crate::node::metrics::bump;
 use crate::node::verdict;
 
@@ -39,54 +44,8 @@ impl Network {
     }
 
     fn on_gossip_block(&mut self, id: MessageId, from: NodeId, payload: &[u8]) {
-        let block = match Block::decode(payload, self.genesis.max_deposits_per_block) {
-            Ok(block) => block,
-            Err(e) => {
-                bump(&self.metrics.blocks_rejected);
-                self.verdict(id, false);
-                self.violation(from, format!("relayed an undecodable block: {e}"));
-                return;
-            }
-        };
-        // The chain worker checks this too; checked here first, it costs the sender's block
-        // no trip through the worker's queue. The same rule as every path (`verdict`).
-        if let Some(ahead_ms) = early_by_ms(&self.genesis, block.header.slot, unix_ms()) {
-            bump(&self.metrics.blocks_rejected);
-            self.verdict(id, false);
-            if ahead_ms > FAR_FUTURE_MS {
-                // An honest relayer imported it first, which its clock allowed only once the
-                // slot had started: a block this far ahead was made up in advance.
-                bump(&self.metrics.peer_future_blocks);
-                self.violation(
-                    from,
-                    format!(
-                        "relayed block {} for slot {}, which starts {ahead_ms} ms from now",
-                        block.header.height, block.header.slot
-                    ),
-                );
-            } else {
-                tracing::debug!(
-                    peer = %short(&from),
-                    height = block.header.height,
-                    ahead_ms,
-                    "gossiped block is early by our clock; dropped"
-                );
-            }
-            return;
-        }
-        let chain = self.chain.clone();
-        let events = self.events.clone();
-        tokio::spawn(async move {
-            let result = chain.add_block(block.clone()).await;
-            let _ = events
-                .send(Event::GossipBlock {
-                    id,
-                    from,
-                    block: Box::new(block),
-                    result,
-                })
-                .await;
-        });
+        self.intake.handle_block(id, from, payload, unix_ms());
+        self.run_intake();
     }
 
     /// The chain worker's answer for a gossiped block.
@@ -97,37 +56,47 @@ impl Network {
         block: &Block,
         result: &Result<Added, WorkerError>,
     ) {
-        let now = self.now();
-        let height = block.header.height;
-        let verdict = verdict::gossip_block(height, result);
-        match result {
-            Ok(Added::Extended(_) | Added::Reorganised { .. }) => {
-                bump(&self.metrics.blocks_gossip_imported)
-            }
-            Ok(_) => {}
-            Err(e) => {
-                if !verdict.behind_sender {
-                    bump(&self.metrics.blocks_rejected);
+        if let Err(e) = result {
+            tracing::info!(peer = %short(&from), height = block.header.height, error = %e, "gossiped block not taken");
+        }
+        self.intake.handle_added(id, from, block, result);
+        self.run_intake();
+    }
+
+    /// Carries out what the block intake wants done: imports on the chain worker, verdicts to
+    /// the gossip engine, penalties, range sync from a sender ahead of us, metrics.
+    pub(super) fn run_intake(&mut self) {
+        while let Some(action) = self.intake.poll_action() {
+            match action {
+                IntakeAction::Import { id, from, block } => {
+                    let chain = self.chain.clone();
+                    let events = self.events.clone();
+                    tokio::spawn(async move {
+                        let result = chain.add_block((*block).clone()).await;
+                        let _ = events
+                            .send(Event::GossipBlock {
+                                id,
+                                from,
+                                block,
+                                result,
+                            })
+                            .await;
+                    });
                 }
-                if matches!(e, WorkerError::FutureSlot { ahead_ms, .. } if *ahead_ms > FAR_FUTURE_MS)
-                {
-                    bump(&self.metrics.peer_future_blocks);
+                IntakeAction::Verdict { id, relay } => self.verdict(id, relay),
+                IntakeAction::Penalise { peer, reason } => self.violation(peer, reason),
+                IntakeAction::SyncFrom { peer, height, hash } => {
+                    // Seal and body checked: the sender holds a real block at this height, so
+                    // range sync can fetch the gap from it.
+                    let now = self.now();
+                    self.sync.handle_peer_status(peer, height, hash, now);
                 }
-                tracing::info!(peer = %short(&from), height, error = %e, "gossiped block not taken");
+                IntakeAction::Count(count) => bump(match count {
+                    IntakeCount::Rejected => &self.metrics.blocks_rejected,
+                    IntakeCount::Imported => &self.metrics.blocks_gossip_imported,
+                    IntakeCount::PeerFutureBlock => &self.metrics.peer_future_blocks,
+                }),
             }
         }
-        if verdict.behind_sender {
-            // Seal and body checked: the sender holds a real block at this height, so
-            // range sync can fetch the gap from it.
-            self.sync
-                .handle_peer_status(from, height, block.hash(), now);
-        }
-        let penalty = verdict
-            .penalty
-            .or_else(|| verdict::equivocation_penalty(&from, &self.genesis.authorities, result));
-        if let Some(reason) = penalty {
-            self.violation(from, reason);
-        }
-        self.verdict(id, verdict.relay);
     }
 }

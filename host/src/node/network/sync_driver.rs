@@ -50,7 +50,7 @@ impl SyncImportError {
     }
 
     /// Whether the block (or one of its branch) is from a slot starting more than
-    /// [`FAR_FUTURE_MS`](crate::node::chain_worker::FAR_FUTURE_MS) beyond our clock: served as
+    /// [`FAR_FUTURE_MS`](crate::clock::FAR_FUTURE_MS) beyond our clock: served as
     /// the answer to our own request, that is the peer's fault.
     fn is_future_slot(&self) -> bool {
         matches!(self, Self::Refused(e @ WorkerError::FutureSlot { .. }) if e.fault() == Fault::Peer)

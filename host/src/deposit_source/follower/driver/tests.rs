@@ -15,12 +15,12 @@ use crate::chain::block::DepositData;
 use crate::chain::eth1::{
     DepositProofs, DepositProofsError, Eth1Data, ProvenDeposit, empty_deposit_root,
 };
+use crate::clock::unix_ms;
 use crate::deposit_source::SourceError;
 use crate::deposit_source::cache::DepositCache;
 use crate::deposit_source::dev_contract::{DEV_CONTRACT_ADDRESS, DevContract};
 use crate::deposit_source::follower::Followed;
 use crate::deposit_source::server;
-use crate::node::chain_worker::unix_ms;
 
 const DEADLINE: Duration = Duration::from_secs(30);
 const DISTANCE: u64 = 2;
