@@ -243,3 +243,99 @@ fn the_deposits_modules_of_contract_2_keep_their_bytes() {
     let info = validate(&artifact("deposits-v3")).unwrap();
     assert_eq!(info.contract.major, 3);
 }
+
+/// The transition's deposits@3 step over a dev genesis with 4-slot epochs and finality 2: the
+/// epoch runs only on the first block of an epoch, before the block's own deposits; the
+/// registry delta is the parent's to the end; a block that crosses no boundary applies
+/// nothing.
+#[test]
+fn the_transition_step_runs_the_epoch_on_boundaries_before_the_blocks_deposits() {
+    use modnode::chain::deposits_v3;
+    use modnode::chain::genesis::Genesis;
+
+    let rt = runtime(u64::MAX / 4);
+    let v3 = deposits_module(&rt, "deposits-v3");
+    let mut genesis = Genesis::dev();
+    genesis.slots_per_epoch = Some(4);
+    genesis.finality_depth = 2;
+    let mut registry = genesis.registry().unwrap();
+    let base_count = registry.len();
+    let mut pending = PendingQueue::new();
+    let deposits: Vec<DepositData> = (100..103)
+        .map(|i| workload::new_validator(i, 32 * ETH, FORK))
+        .collect();
+    let mut log = DevDepositLog::new();
+    for d in &deposits {
+        log.push(*d);
+    }
+    let eth1 = log.eth1_data();
+    let proven = log.proven_deposits(0, 3, 3).unwrap();
+    let ctx_at = |height: u64, slot: u64, index: u64| BlockContext {
+        height,
+        slot,
+        genesis_fork_version: FORK.to_vec(),
+        eth1_data: WitEth1Data {
+            deposit_root: eth1.deposit_root.to_vec(),
+            deposit_count: eth1.deposit_count,
+            block_hash: eth1.block_hash.to_vec(),
+        },
+        eth1_deposit_index: index,
+    };
+
+    // Height 1, slot 1: queues the three deposits; no boundary (slot 0 → 1).
+    let step = deposits_v3::run(
+        &v3,
+        &genesis,
+        &registry,
+        &pending,
+        0,
+        &ctx_at(1, 1, 0),
+        &proven,
+    )
+    .unwrap();
+    assert!(step.epoch.is_none());
+    assert!(step.delta.is_empty());
+    assert_eq!(step.pending.len(), 3);
+    assert_eq!(step.eth1_deposit_index, 3);
+    pending = step.pending;
+
+    // Height 2, slot 4: a boundary, but the entries of height 1 are not final (1 + 2 > 2).
+    let step =
+        deposits_v3::run(&v3, &genesis, &registry, &pending, 1, &ctx_at(2, 4, 3), &[]).unwrap();
+    assert_eq!(step.epoch.map(|e| e.outcomes.len()), Some(0));
+    assert_eq!(step.pending.len(), 3);
+    pending = step.pending;
+
+    // Height 3, slot 5: final now, but no boundary (slot 4 → 5): nothing applied.
+    let step =
+        deposits_v3::run(&v3, &genesis, &registry, &pending, 4, &ctx_at(3, 5, 3), &[]).unwrap();
+    assert!(step.epoch.is_none());
+    assert_eq!(step.pending.len(), 3);
+
+    // Height 3, slot 9 (slots 5–8 empty): a boundary; the churn (128 ETH over 64 genesis
+    // validators' 2048 ETH) takes all three 32-ETH deposits.
+    let step =
+        deposits_v3::run(&v3, &genesis, &registry, &pending, 4, &ctx_at(3, 9, 3), &[]).unwrap();
+    assert_eq!(step.epoch.as_ref().map(|e| e.outcomes.len()), Some(3));
+    assert!(step.pending.is_empty());
+    assert_eq!(step.delta.added.len(), 3);
+    registry.apply(&step.delta).unwrap();
+    assert_eq!(registry.len(), base_count + 3);
+    assert_eq!(registry.index_of(&deposits[2].pubkey), Some(base_count + 2));
+
+    // A block whose deposits are not the due ones is refused before anything is queued.
+    let err = deposits_v3::run(
+        &v3,
+        &genesis,
+        &registry,
+        &pending,
+        9,
+        &ctx_at(4, 10, 1),
+        &proven,
+    )
+    .unwrap_err();
+    assert!(
+        matches!(err, deposits_v3::V3StepError::Rejected(_)),
+        "{err}"
+    );
+}
