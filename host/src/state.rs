@@ -18,7 +18,10 @@ pub mod schedule;
 mod snapshot;
 mod validator;
 
-pub use eth1::{ETH1_DATA_BYTES, Eth1Data, Eth1Error, Eth1State, Eth1Vote, MAX_VOTES, state_root};
+pub use eth1::{
+    ETH1_DATA_BYTES, Eth1Data, Eth1Error, Eth1State, Eth1Vote, MAX_VOTES, state_root,
+    state_root_with,
+};
 pub use overlay::{
     OverlayError, RegistryDelta, RegistryOverlay, RegistryRead, RegistryUndo, SharedRegistry,
 };
