@@ -19,6 +19,7 @@
 
 pub mod block;
 mod deposit_engine;
+pub mod deposits_v3;
 mod equivocation;
 mod errors;
 pub mod eth1;

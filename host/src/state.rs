@@ -11,15 +11,22 @@ pub mod chunked;
 mod eth1;
 pub mod merkle;
 mod overlay;
+pub mod pending;
 pub mod pubkey_index;
 mod registry;
 pub mod schedule;
 mod snapshot;
 mod validator;
 
-pub use eth1::{ETH1_DATA_BYTES, Eth1Data, Eth1Error, Eth1State, Eth1Vote, MAX_VOTES, state_root};
+pub use eth1::{
+    ETH1_DATA_BYTES, Eth1Data, Eth1Error, Eth1State, Eth1Vote, MAX_VOTES, state_root,
+    state_root_with,
+};
 pub use overlay::{
     OverlayError, RegistryDelta, RegistryOverlay, RegistryRead, RegistryUndo, SharedRegistry,
+};
+pub use pending::{
+    PendingDelta, PendingDeposit, PendingError, PendingOverlay, PendingQueue, PendingUndo,
 };
 pub use registry::{Registry, StateError};
 pub use schedule::{Schedule, ScheduleError, UpgradeOp};

@@ -68,6 +68,11 @@ pub struct Genesis {
     pub max_deposits_per_block: u16,
     /// Blocks this far below the head are final: no reorganisation reaches them.
     pub finality_depth: u64,
+    /// Slots per epoch: a `modnode:deposits@3.0.0` module's `process-epoch` runs on the first
+    /// block of each epoch (the first block whose slot is in a later epoch than its parent's).
+    /// `None` (a file without the field, every chain before deposits@3): no epoch transitions,
+    /// and the configuration hashes exactly as before the field existed.
+    pub slots_per_epoch: Option<u64>,
     /// Node ids (ed25519 public keys) of the block producers; slot `s` belongs to
     /// `authorities[s % len]`, and its block must be signed by it. Empty: an unpermissioned
     /// single-node dev chain whose blocks are unsigned.
@@ -112,6 +117,8 @@ struct GenesisFile {
     max_deposits_per_block: u16,
     #[serde(default = "default_finality_depth")]
     finality_depth: u64,
+    #[serde(default)]
+    slots_per_epoch: Option<u64>,
     #[serde(default)]
     authorities: Vec<String>,
     #[serde(default = "default_eth1_voting_period_slots")]
@@ -271,6 +278,11 @@ impl Genesis {
         if file.finality_depth == 0 {
             return Err(invalid("finality_depth must be at least 1".into()));
         }
+        if file.slots_per_epoch == Some(0) {
+            return Err(invalid(
+                "slots_per_epoch must be at least 1 (or absent: no epoch transitions)".into(),
+            ));
+        }
         if file.eth1_voting_period_slots == 0 {
             return Err(invalid(
                 "eth1_voting_period_slots must be at least 1".into(),
@@ -329,6 +341,7 @@ impl Genesis {
             slot_ms: file.slot_ms,
             max_deposits_per_block: file.max_deposits_per_block,
             finality_depth: file.finality_depth,
+            slots_per_epoch: file.slots_per_epoch,
             authorities,
             eth1_voting_period_slots: file.eth1_voting_period_slots,
             validators,
@@ -374,6 +387,7 @@ impl Genesis {
             slot_ms: default_slot_ms(),
             max_deposits_per_block: DEFAULT_MAX_DEPOSITS,
             finality_depth: DEFAULT_FINALITY_DEPTH,
+            slots_per_epoch: None,
             authorities: Vec::new(),
             eth1_voting_period_slots: DEFAULT_ETH1_VOTING_PERIOD_SLOTS,
             validators: generated_validators(count, seed).collect(),
@@ -385,6 +399,14 @@ impl Genesis {
             upgrade_vote_ttl_blocks: DEFAULT_UPGRADE_VOTE_TTL_BLOCKS,
             upgrade_open_per_authority: DEFAULT_UPGRADE_OPEN_PER_AUTHORITY,
         }
+    }
+
+    /// Whether the block at `slot`, child of a block at `parent_slot`, is the first of an
+    /// epoch (its slot's epoch is later than its parent's). Never, without `slots_per_epoch`.
+    pub fn starts_epoch(&self, parent_slot: u64, slot: u64) -> bool {
+        self.slots_per_epoch
+            .and_then(|n| Some(slot.checked_div(n)? > parent_slot.checked_div(n)?))
+            .unwrap_or(false)
     }
 
     /// The chain's governance rules for upgrade votes (see [`crate::state::schedule`]).
@@ -511,6 +533,11 @@ impl Genesis {
         h.update(self.upgrade_max_ahead_blocks.to_le_bytes());
         h.update(self.upgrade_vote_ttl_blocks.to_le_bytes());
         h.update(self.upgrade_open_per_authority.to_le_bytes());
+        // Absent, it adds nothing: every genesis before the field hashes as it did.
+        if let Some(slots) = self.slots_per_epoch {
+            h.update(b"slots_per_epoch");
+            h.update(slots.to_le_bytes());
+        }
         h.finalize().into()
     }
 
@@ -576,6 +603,36 @@ fn generated_validators(count: u32, seed: u64) -> impl Iterator<Item = GenesisVa
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn slots_per_epoch_is_optional_and_absent_keeps_the_config_hash() {
+        let dev = Genesis::dev();
+        assert_eq!(dev.slots_per_epoch, None);
+        // The embedded dev genesis's hash as released: an absent field adds no bytes.
+        assert_eq!(
+            hex::encode(dev.config_hash()),
+            "62b49cb759d1d23326f9bc18f85f7134f85367dd7c953d365cfca96597fa0f10"
+        );
+        let with = DEV_GENESIS_JSON.replace(
+            r#""finality_depth": 32,"#,
+            r#""finality_depth": 32, "slots_per_epoch": 8,"#,
+        );
+        let epochs = Genesis::from_json(&with, "t").unwrap();
+        assert_eq!(epochs.slots_per_epoch, Some(8));
+        assert_ne!(epochs.config_hash(), dev.config_hash());
+        // The first block of an epoch is the first whose slot is in a later epoch than its
+        // parent's, empty slots between them or not.
+        assert!(epochs.starts_epoch(7, 8));
+        assert!(!epochs.starts_epoch(8, 9));
+        assert!(epochs.starts_epoch(5, 17));
+        assert!(!dev.starts_epoch(7, 8));
+        let zero = DEV_GENESIS_JSON.replace(
+            r#""finality_depth": 32,"#,
+            r#""finality_depth": 32, "slots_per_epoch": 0,"#,
+        );
+        let err = Genesis::from_json(&zero, "t").unwrap_err().to_string();
+        assert!(err.contains("slots_per_epoch"), "{err}");
+    }
 
     #[test]
     fn dev_genesis_parses_and_is_stable() {

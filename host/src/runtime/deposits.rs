@@ -8,7 +8,11 @@ use wasmtime::component::{HasSelf, Linker};
 use super::error::{HostFailure, HostFailureKind, HostFunctionFailure};
 use super::module::{CallBase, Module, StoreData, World, unimplemented_contract};
 use super::{CallError, Kind, ModuleInfo, Version};
-use crate::state::{OverlayError, RegistryDelta, RegistryOverlay, SharedRegistry};
+use crate::state::{
+    OverlayError, PendingOverlay, PendingQueue, RegistryDelta, RegistryOverlay, SharedRegistry,
+};
+
+pub mod v3;
 
 mod bindings {
     wasmtime::component::bindgen!({
@@ -31,6 +35,9 @@ pub const NOT_FOUND: u32 = u32::MAX;
 /// Store data of one deposits call.
 pub struct DepositsCtx {
     overlay: RegistryOverlay,
+    /// The pending-deposit queue (`@3.0.0`); over an empty queue for `@2.0.0` calls, which
+    /// cannot reach it.
+    pending: PendingOverlay,
     base: CallBase,
 }
 
@@ -162,14 +169,30 @@ pub struct Deposits;
 /// A loaded deposits module.
 pub type DepositsModule = Module<Deposits>;
 
+/// A linked deposits module, with the bindings of its contract.
+#[derive(Clone)]
+pub enum DepositsPre {
+    /// `@2.0.0`: deposits applied in the block.
+    V2(bindings::DepositsPre<DepositsCtx>),
+    /// `@3.0.0`: deposits queued, applied per epoch (Electra).
+    V3(v3::bindings::DepositsPre<DepositsCtx>),
+}
+
+/// An instantiated deposits module, with the bindings of its contract.
+pub enum DepositsInstance {
+    /// `@2.0.0`.
+    V2(bindings::Deposits),
+    /// `@3.0.0`.
+    V3(v3::bindings::Deposits),
+}
+
 impl World for Deposits {
     const KIND: Kind = Kind::Deposits;
     type Data = DepositsCtx;
-    type Pre = bindings::DepositsPre<DepositsCtx>;
-    type Instance = bindings::Deposits;
+    type Pre = DepositsPre;
+    type Instance = DepositsInstance;
 
-    /// One contract so far (2.0.0); a later major adds its bindgen module and an arm here
-    /// and in [`pre`](World::pre), with `Pre` and `Instance` becoming one variant per contract.
+    /// `@2.0.0` and `@3.0.0`, each with its own bindings.
     fn linker(
         engine: &wasmtime::Engine,
         contract: Version,
@@ -181,6 +204,10 @@ impl World for Deposits {
                     ctx
                 })?
             }
+            3 => v3::bindings::Deposits::add_to_linker::<_, HasSelf<DepositsCtx>>(
+                &mut linker,
+                |ctx| ctx,
+            )?,
             _ => return Err(unimplemented_contract(Self::KIND, contract)),
         }
         Ok(linker)
@@ -191,7 +218,8 @@ impl World for Deposits {
         contract: Version,
     ) -> wasmtime::Result<Self::Pre> {
         match contract.major {
-            2 => bindings::DepositsPre::new(pre),
+            2 => Ok(DepositsPre::V2(bindings::DepositsPre::new(pre)?)),
+            3 => Ok(DepositsPre::V3(v3::bindings::DepositsPre::new(pre)?)),
             _ => Err(unimplemented_contract(Self::KIND, contract)),
         }
     }
@@ -200,20 +228,34 @@ impl World for Deposits {
         pre: &Self::Pre,
         store: &mut wasmtime::Store<DepositsCtx>,
     ) -> wasmtime::Result<Self::Instance> {
-        pre.instantiate(store)
+        Ok(match pre {
+            DepositsPre::V2(pre) => DepositsInstance::V2(pre.instantiate(store)?),
+            DepositsPre::V3(pre) => DepositsInstance::V3(pre.instantiate(store)?),
+        })
     }
 
     fn idle_data(base: CallBase) -> Result<DepositsCtx, HostFailure> {
         let registry: SharedRegistry =
             std::sync::Arc::new(std::sync::RwLock::new(crate::state::Registry::new()));
-        data(registry, base, "deposits")
+        data(registry, PendingQueue::new(), base, "deposits")
     }
 
     fn describe(
         instance: &Self::Instance,
         store: &mut wasmtime::Store<DepositsCtx>,
     ) -> wasmtime::Result<ModuleInfo> {
-        let info = instance.modnode_deposits_processor().call_describe(store)?;
+        let info = match instance {
+            DepositsInstance::V2(i) => i.modnode_deposits_processor().call_describe(store)?,
+            DepositsInstance::V3(i) => {
+                let info = i.modnode_deposits_processor().call_describe(store)?;
+                return Ok(ModuleInfo {
+                    kind: info.kind,
+                    version: info.version,
+                    description: info.description,
+                    params: info.params,
+                });
+            }
+        };
         Ok(ModuleInfo {
             kind: info.kind,
             version: info.version,
@@ -228,6 +270,27 @@ impl World for Deposits {
         let (ctx, deposits) = warmup_block().clone();
         let registry: SharedRegistry =
             std::sync::Arc::new(std::sync::RwLock::new(crate::state::Registry::new()));
+        if module.contract().major == 3 {
+            // The block queues the three deposits; the epoch applies them.
+            let queued =
+                match module.process_v3(registry.clone(), PendingQueue::new(), &ctx, &deposits)? {
+                    Ok(out) => out,
+                    Err(_) => return Ok(0),
+                };
+            let mut pending = PendingQueue::new();
+            if pending.apply(&queued.pending).is_err() {
+                return Ok(queued.fuel_used);
+            }
+            let epoch = v3::EpochContext {
+                height: ctx.height,
+                finality_depth: 0,
+                genesis_fork_version: ctx.genesis_fork_version.clone(),
+            };
+            let applied = module.process_epoch(registry, pending, epoch)?;
+            return Ok(queued
+                .fuel_used
+                .saturating_add(applied.map_or(0, |out| out.fuel_used)));
+        }
         let out = module.process(registry, ctx, deposits)?;
         Ok(match out {
             Ok(out) => out.fuel_used,
@@ -283,12 +346,17 @@ fn warmup_block() -> &'static (BlockContext, Vec<Deposit>) {
 
 fn data(
     registry: SharedRegistry,
+    pending: PendingQueue,
     base: CallBase,
     module: &str,
 ) -> Result<DepositsCtx, HostFailure> {
     let overlay = RegistryOverlay::new(registry)
         .map_err(|e| HostFailure::new(module, HostFailureKind::Poisoned, e.to_string()))?;
-    Ok(DepositsCtx { overlay, base })
+    Ok(DepositsCtx {
+        overlay,
+        pending: PendingOverlay::new(pending),
+        base,
+    })
 }
 
 /// One real deposits call the chain made: a canonical block's deposits, its context and the
@@ -344,6 +412,18 @@ impl Module<Deposits> {
         deposits: Vec<Deposit>,
     ) -> Result<Result<DepositsOutput, ProcessError>, CallError> {
         let name = self.meta().name();
+        if self.contract().major != 2 {
+            return Err(HostFailure::new(
+                &name,
+                HostFailureKind::Runtime,
+                format!(
+                    "`process` is a modnode:deposits@2.0.0 call; this module implements @{} \
+                     (use `process_v3` / `process_epoch`)",
+                    self.contract()
+                ),
+            )
+            .into());
+        }
         // The budget grows with the block (see `EngineProfile::deposits_budget_per_deposit`):
         // deterministic, since every node runs the same deposits.
         let count = u64::try_from(deposits.len()).unwrap_or(u64::MAX);
@@ -357,11 +437,16 @@ impl Module<Deposits> {
         };
         let outcome = self.call_with_fuel(
             fuel,
-            move |base| data(registry, base, &name),
-            move |instance, store| {
-                instance
+            move |base| data(registry, PendingQueue::new(), base, &name),
+            move |instance, store| match instance {
+                DepositsInstance::V2(instance) => instance
                     .modnode_deposits_processor()
-                    .call_process(&mut *store, &ctx, &deposits)
+                    .call_process(&mut *store, &ctx, &deposits),
+                // A height scheduled on a @3.0.0 module runs `process_v3` (the queue is
+                // state the caller provides); reaching here is the host's bug.
+                DepositsInstance::V3(_) => Err(wasmtime::Error::msg(
+                    "a modnode:deposits@3.0.0 module called through the @2.0.0 `process`",
+                )),
             },
         );
         let fuel_used = outcome.fuel_used;

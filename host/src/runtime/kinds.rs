@@ -122,6 +122,15 @@ const DEPOSITS_2: Contract = Contract {
     version: V2,
     wit: include_str!("../../../wit/deposits/deposits.wit"),
 };
+/// deposits 3.0.0 (`wit/deposits-3`): Electra's pending-deposit queue.
+const DEPOSITS_3: Contract = Contract {
+    version: Version {
+        major: 3,
+        minor: 0,
+        patch: 0,
+    },
+    wit: include_str!("../../../wit/deposits-3/deposits.wit"),
+};
 /// checkpoint 2.0.0 (`wit/checkpoint`).
 const CHECKPOINT_2: Contract = Contract {
     version: V2,
@@ -143,10 +152,10 @@ pub const KINDS: [KindSpec; 3] = [
     KindSpec {
         kind: Kind::Deposits,
         package: "deposits",
-        contracts: &[DEPOSITS_2],
+        contracts: &[DEPOSITS_2, DEPOSITS_3],
         world: "modnode:deposits/deposits",
         export_interface: "processor",
-        importable: &["types", "registry", "crypto"],
+        importable: &["types", "registry", "queue", "crypto"],
         fuel_budget: 2_000_000_000,
         scope: Scope::Consensus,
         bounds: OutputBounds {

@@ -267,6 +267,28 @@ pub fn state_root(
     h.finalize().into()
 }
 
+/// The state root of a state that may hold deposits@3's pending-deposit queue: without one,
+/// exactly [`state_root`] (`modnode-state-v3`: every root of a chain that never ran deposits@3
+/// is unchanged); with one, `sha256("modnode-state-v4" ‖ registry ‖ eth1 ‖ schedule ‖
+/// pending)`, where `pending` is [`PendingQueue::root`](super::PendingQueue::root).
+pub fn state_root_with(
+    registry_root: &Hash32,
+    eth1: &Eth1State,
+    schedule: &super::schedule::Schedule,
+    pending_root: Option<&Hash32>,
+) -> Hash32 {
+    let Some(pending_root) = pending_root else {
+        return state_root(registry_root, eth1, schedule);
+    };
+    let mut h = Sha256::new();
+    h.update(b"modnode-state-v4");
+    h.update(registry_root);
+    h.update(eth1.root());
+    h.update(schedule.root());
+    h.update(pending_root);
+    h.finalize().into()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -13,6 +13,8 @@ pub trait RegistryRead: Send + Sync {
     fn validator_count(&self) -> u32;
     /// Balance of validator `index`.
     fn balance(&self, index: u32) -> Option<u64>;
+    /// Sum of every validator's effective balance, O(1).
+    fn total_effective_balance(&self) -> u64;
 }
 
 /// A registry shared between the importer (which applies deltas) and calls in flight (which
@@ -109,6 +111,7 @@ impl RegistryDelta {
 pub struct RegistryOverlay {
     base: SharedRegistry,
     base_count: u32,
+    base_effective: u64,
     added: Vec<NewValidator>,
     added_index: HashMap<Pubkey, u32>,
     balances: BTreeMap<u32, u64>,
@@ -117,13 +120,14 @@ pub struct RegistryOverlay {
 impl RegistryOverlay {
     /// An empty overlay over `base`.
     pub fn new(base: SharedRegistry) -> Result<Self, OverlayError> {
-        let base_count = base
-            .read()
-            .map_err(|_| OverlayError::Poisoned)?
-            .validator_count();
+        let (base_count, base_effective) = {
+            let read = base.read().map_err(|_| OverlayError::Poisoned)?;
+            (read.validator_count(), read.total_effective_balance())
+        };
         Ok(Self {
             base,
             base_count,
+            base_effective,
             added: Vec::new(),
             added_index: HashMap::new(),
             balances: BTreeMap::new(),
@@ -152,6 +156,14 @@ impl RegistryOverlay {
         // Bounded by `add_validator`, which refuses to pass u32::MAX.
         self.base_count
             .saturating_add(u32::try_from(self.added.len()).unwrap_or(u32::MAX))
+    }
+
+    /// Sum of every validator's effective balance, pending additions included (saturating, as
+    /// the registry's): O(additions), bounded by the call's own writes.
+    pub fn total_effective_balance(&self) -> u64 {
+        self.added.iter().fold(self.base_effective, |sum, v| {
+            sum.saturating_add(v.effective_balance)
+        })
     }
 
     /// Appends a validator.

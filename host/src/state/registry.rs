@@ -55,6 +55,9 @@ pub struct Registry {
     balances: ChunkedVec<u64>,
     index: PubkeyIndex,
     tree: MerkleTree,
+    /// Sum of the effective balances (saturating: 2^64 Gwei is far beyond any supply), kept
+    /// on every change so deposits@3's churn limit reads it in O(1).
+    total_effective: u64,
 }
 
 /// Equality of contents; the index and tree are derived from them.
@@ -145,12 +148,22 @@ impl Registry {
                 balances: usize::try_from(tree.len()).unwrap_or(usize::MAX),
             });
         }
+        let total_effective = chunked
+            .iter()
+            .fold(0u64, |sum, v| sum.saturating_add(v.effective_balance));
         Ok(Self {
             validators: chunked,
             balances: balances.into(),
             index,
             tree,
+            total_effective,
         })
+    }
+
+    /// Sum of every validator's effective balance (what deposits@3 counts as the total active
+    /// balance: modnode has no exits), O(1).
+    pub fn total_effective_balance(&self) -> u64 {
+        self.total_effective
     }
 
     /// Number of validators.
@@ -275,6 +288,7 @@ impl Registry {
         for added in &delta.added {
             self.validators.push(added.record());
             self.balances.push(added.balance);
+            self.total_effective = self.total_effective.saturating_add(added.effective_balance);
         }
         Ok(())
     }
@@ -355,6 +369,11 @@ impl Registry {
         self.tree.truncate(u64::from(keep))?;
         self.tree.set_many(&updates)?;
         let keep = usize::try_from(keep).map_err(|_| StateError::Full)?;
+        let dropped = self
+            .validators
+            .range(keep, self.validators.len())
+            .fold(0u64, |sum, v| sum.saturating_add(v.effective_balance));
+        self.total_effective = self.total_effective.saturating_sub(dropped);
         self.validators.truncate(keep);
         self.balances.truncate(keep);
         for &(index, balance) in &undo.balances {
@@ -391,6 +410,10 @@ impl RegistryRead for Registry {
 
     fn balance(&self, index: u32) -> Option<u64> {
         self.balances.get(usize::try_from(index).ok()?).copied()
+    }
+
+    fn total_effective_balance(&self) -> u64 {
+        self.total_effective
     }
 }
 

@@ -8,9 +8,10 @@
 
 use std::sync::Arc;
 
-use super::eth1::{Eth1State, state_root};
+use super::eth1::{Eth1State, state_root_with};
 use super::merkle::Hash32;
 use super::overlay::RegistryRead;
+use super::pending::PendingQueue;
 use super::registry::Registry;
 use super::schedule::Schedule;
 use super::validator::{Pubkey, Validator};
@@ -23,6 +24,8 @@ struct Inner {
     registry: Registry,
     eth1: Eth1State,
     schedule: Schedule,
+    /// deposits@3's queue, once a state has run that contract (see [`state_root_with`]).
+    pending: Option<PendingQueue>,
     root: Hash32,
 }
 
@@ -42,15 +45,36 @@ impl StateSnapshot {
         eth1: Eth1State,
         schedule: Schedule,
     ) -> Self {
-        let root = state_root(&registry.root(), &eth1, &schedule);
+        Self::with_pending(block, height, registry, eth1, schedule, None)
+    }
+
+    /// [`new`](Self::new) with deposits@3's pending-deposit queue: `Some` once the chain has
+    /// run that contract (the root then commits to it, [`state_root_with`]), `None` before
+    /// (the root is exactly [`state_root`]'s).
+    pub fn with_pending(
+        block: Hash32,
+        height: u64,
+        registry: Registry,
+        eth1: Eth1State,
+        schedule: Schedule,
+        pending: Option<PendingQueue>,
+    ) -> Self {
+        let pending_root = pending.as_ref().map(PendingQueue::root);
+        let root = state_root_with(&registry.root(), &eth1, &schedule, pending_root.as_ref());
         Self(Arc::new(Inner {
             block,
             height,
             registry,
             eth1,
             schedule,
+            pending,
             root,
         }))
+    }
+
+    /// deposits@3's pending-deposit queue, if this state has one.
+    pub fn pending(&self) -> Option<&PendingQueue> {
+        self.0.pending.as_ref()
     }
 
     /// The on-chain module schedule.
@@ -139,9 +163,11 @@ impl StateSnapshot {
             .votes
             .capacity()
             .saturating_mul(std::mem::size_of::<super::eth1::Eth1Vote>());
+        let pending = self.0.pending.as_ref().map_or(0, PendingQueue::table_bytes);
         self.0
             .registry
             .table_bytes()
+            .saturating_add(pending)
             .saturating_add(votes)
             .saturating_add(std::mem::size_of::<Inner>())
             .saturating_add(16)
@@ -151,7 +177,7 @@ impl StateSnapshot {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::state::{NewValidator, RegistryDelta};
+    use crate::state::{NewValidator, RegistryDelta, state_root};
 
     #[test]
     fn a_snapshot_never_sees_later_writes() {
@@ -190,5 +216,54 @@ mod tests {
         assert_eq!(snapshot.root(), root);
         assert_eq!(snapshot.validators(1, 10).count(), 2);
         assert_eq!(snapshot.leaves(0, 3).count(), 3);
+    }
+
+    #[test]
+    fn a_state_with_a_queue_commits_it_and_one_without_hashes_as_before() {
+        let registry = Registry::new();
+        let plain = StateSnapshot::new(
+            [1; 32],
+            1,
+            registry.clone(),
+            Eth1State::default(),
+            Schedule::default(),
+        );
+        let v3 = state_root(
+            &registry.root(),
+            &Eth1State::default(),
+            &Schedule::default(),
+        );
+        assert_eq!(plain.root(), v3);
+        assert!(plain.pending().is_none());
+        let mut queue = PendingQueue::new();
+        let empty = StateSnapshot::with_pending(
+            [1; 32],
+            1,
+            registry.clone(),
+            Eth1State::default(),
+            Schedule::default(),
+            Some(queue.clone()),
+        );
+        // Present, even empty, the queue enters the root under the v4 tag.
+        assert_ne!(empty.root(), v3);
+        queue
+            .apply(&crate::state::PendingDelta {
+                balance_to_consume: Some(1),
+                ..Default::default()
+            })
+            .unwrap();
+        let counted = StateSnapshot::with_pending(
+            [1; 32],
+            1,
+            registry,
+            Eth1State::default(),
+            Schedule::default(),
+            Some(queue),
+        );
+        assert_ne!(counted.root(), empty.root());
+        assert_eq!(
+            counted.pending().map(PendingQueue::balance_to_consume),
+            Some(1)
+        );
     }
 }

@@ -168,17 +168,20 @@ fn a_module_for_a_contract_the_host_does_not_implement_is_refused_naming_both() 
         Err(e) => panic!("refused for another reason: {e}"),
         Ok(_) => panic!("a module for gossip-policy@3.0.0 loaded"),
     }
-    // A kind with one contract names the one it implements.
+    // deposits names both contracts it implements (@2.0.0 and, since issue 20's item 4,
+    // @3.0.0).
     let err = validate(
         &wat::parse_str(
-            r#"(component (instance $i) (export "modnode:deposits/processor@3.0.0" (instance $i)))"#,
+            r#"(component (instance $i) (export "modnode:deposits/processor@4.0.0" (instance $i)))"#,
         )
         .unwrap(),
     )
     .unwrap_err();
+    let msg = err.to_string();
     assert!(
-        err.to_string().contains("modnode:deposits/processor@2.0.0"),
-        "{err}"
+        msg.contains("modnode:deposits/processor@2.0.0")
+            && msg.contains("modnode:deposits/processor@3.0.0"),
+        "{msg}"
     );
 }
 

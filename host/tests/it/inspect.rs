@@ -84,18 +84,21 @@ fn unknown_world() {
 #[test]
 fn incompatible_contract_version() {
     let err = validate(&component(
-        r#"(component (instance $i) (export "modnode:deposits/processor@3.0.0" (instance $i)))"#,
+        r#"(component (instance $i) (export "modnode:deposits/processor@4.0.0" (instance $i)))"#,
     ))
     .unwrap_err();
     assert_eq!(
         err,
         ValidationError::IncompatibleContract {
-            found: "modnode:deposits/processor@3.0.0".into(),
-            supported: "modnode:deposits/processor@2.0.0".into(),
+            found: "modnode:deposits/processor@4.0.0".into(),
+            supported: "modnode:deposits/processor@2.0.0, modnode:deposits/processor@3.0.0".into(),
         }
     );
     let msg = err.to_string();
-    assert!(msg.contains("@3.0.0") && msg.contains("@2.0.0"), "{msg}");
+    assert!(
+        msg.contains("@4.0.0") && msg.contains("@2.0.0") && msg.contains("@3.0.0"),
+        "{msg}"
+    );
 
     // A newer minor than the host implements is just as incompatible.
     let err = validate(&component(

@@ -16,6 +16,7 @@ mod crash;
 mod dashboards;
 mod deposit_budget;
 mod deposits_e2e;
+mod deposits_v3;
 mod equivocation;
 mod equivocation_devnet;
 mod finality;

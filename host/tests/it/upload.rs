@@ -242,12 +242,12 @@ async fn each_bad_module_class_is_refused_with_its_own_reason_and_nothing_stored
         "wasi:cli/environment@0.2.0",
     );
     let wrong_contract = component(
-        r#"(component (instance $i) (export "modnode:deposits/processor@3.0.0" (instance $i)))"#,
+        r#"(component (instance $i) (export "modnode:deposits/processor@4.0.0" (instance $i)))"#,
     );
     assert_refused(
         node.upload(wrong_contract).await,
         "incompatible-contract",
-        "modnode:deposits/processor@3.0.0",
+        "modnode:deposits/processor@4.0.0",
     );
     // A contract of a kind the host implements several of: the refusal names the module's and
     // every one the host implements.

@@ -114,6 +114,16 @@ fn block_fuel(module: &DepositsModule, n: u64, bad: bool, slot: u64) -> Result<u
 /// grow) and checks a block of `max_deposits` fits its budget. Blocking: runs the module on
 /// `2 × (SMALL + LARGE)` deposits with their BLS checks.
 pub fn check(module: &DepositsModule, slot: u64, max_deposits: u16) -> Result<DepositCost, String> {
+    // deposits@3.0.0 needs its pending-deposit queue carried by import, revert, the store and
+    // the state cache, which do not yet: scheduled, its first block would stop every node.
+    if module.contract().major != 2 {
+        return Err(format!(
+            "it implements modnode:deposits@{}, whose pending-deposit queue this node's chain \
+             does not carry yet (import and revert do not run process-epoch); only \
+             modnode:deposits@2.0.0 modules can be scheduled",
+            module.contract()
+        ));
+    }
     let mut worst: Option<(u64, u64)> = None;
     for bad in [false, true] {
         let small = block_fuel(module, SMALL, bad, slot)?;

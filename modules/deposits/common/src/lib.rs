@@ -17,6 +17,7 @@
     clippy::panic
 )]
 
+pub mod electra;
 pub mod process;
 pub mod ssz;
 pub mod tree;

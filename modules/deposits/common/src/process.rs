@@ -30,11 +30,11 @@ pub trait Host {
 }
 
 /// A deposit whose fields have their fixed sizes.
-struct Checked<'a> {
-    pubkey: &'a [u8; 48],
-    withdrawal_credentials: &'a [u8; 32],
-    amount: u64,
-    signature: &'a [u8; 96],
+pub(crate) struct Checked<'a> {
+    pub(crate) pubkey: &'a [u8; 48],
+    pub(crate) withdrawal_credentials: &'a [u8; 32],
+    pub(crate) amount: u64,
+    pub(crate) signature: &'a [u8; 96],
     proof: DepositProof,
 }
 
@@ -72,7 +72,7 @@ fn field<'a, const N: usize>(
     })
 }
 
-fn check(deposits: &[Deposit]) -> Result<Vec<Checked<'_>>, ProcessError> {
+pub(crate) fn check(deposits: &[Deposit]) -> Result<Vec<Checked<'_>>, ProcessError> {
     deposits
         .iter()
         .enumerate()
@@ -98,7 +98,7 @@ fn check(deposits: &[Deposit]) -> Result<Vec<Checked<'_>>, ProcessError> {
         .collect()
 }
 
-fn domain(ctx: &BlockContext) -> Result<Root, ProcessError> {
+pub(crate) fn domain(ctx: &BlockContext) -> Result<Root, ProcessError> {
     let version: [u8; 4] = ctx
         .genesis_fork_version
         .as_slice()
@@ -142,7 +142,10 @@ fn verify_proofs(ctx: &BlockContext, deposits: &[Checked<'_>]) -> Result<u64, Pr
 /// deposits share all but their lowest levels, and shared levels are hashed once
 /// ([`tree::ProofVerifier`]); the verdict for every deposit is the same. deposits-v2's path;
 /// `verify_proofs` stays as deposits-v1 was released, so v1's bytes and hash do not change.
-fn verify_proofs_shared(ctx: &BlockContext, deposits: &[Checked<'_>]) -> Result<u64, ProcessError> {
+pub(crate) fn verify_proofs_shared(
+    ctx: &BlockContext,
+    deposits: &[Checked<'_>],
+) -> Result<u64, ProcessError> {
     let root: Root = ctx
         .eth1_data
         .deposit_root
