@@ -117,7 +117,7 @@ fn a_bad_chunk_mid_pipeline_is_refused_its_peer_dropped_and_it_is_fetched_again(
     // Whoever is asked for the bad chunk first serves it corrupted.
     let mut corrupted_by = None;
     let mut refused = Vec::new();
-    let mut served_by = vec![None; 10];
+    let mut served_by = [None; 10];
     let now = Instant::now();
     for _ in 0..1_000 {
         if restorer.is_complete() {
