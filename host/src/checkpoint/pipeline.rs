@@ -329,7 +329,17 @@ fn verify_loop<T>(
         if stop.load(Ordering::Relaxed) {
             return;
         }
-        let verified = verifier.verify(opener, job.index, &job.bytes);
+        // A panic here would leave the chunk held forever (its outcome never sent): it is
+        // refused as our fault instead, and fetched again.
+        let verified = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            verifier.verify(opener, job.index, &job.bytes)
+        }))
+        .unwrap_or_else(|_| {
+            Err(RestoreError::Local(format!(
+                "verifying chunk {} panicked",
+                job.index
+            )))
+        });
         if to_writer.send(Checked { job, verified }).is_err() {
             return;
         }

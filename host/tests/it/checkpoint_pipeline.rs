@@ -352,3 +352,32 @@ fn a_slow_writer_backs_up_the_fetcher_instead_of_buffering_chunks() {
         cp.manifest.state_root
     );
 }
+
+#[test]
+fn a_chunk_being_verified_is_neither_asked_again_nor_timed_out_and_a_refusal_re_asks_it() {
+    let mut fetcher = Fetcher::new([0usize], ["a", "b"], FetchConfig::default());
+    let start = Instant::now();
+    let request = fetcher.poll_request(start).unwrap().expect("a request");
+    fetcher.handle_received(&request.peer, 0, start);
+    assert!(fetcher.is_verifying(0));
+    assert!(!fetcher.is_done());
+    // Long past the request's deadline: nothing expires, nobody takes it over, no deadline
+    // to wait for — the pipeline's outcome decides.
+    let later = request.deadline + Duration::from_secs(3_600);
+    assert!(fetcher.handle_timeouts(later).is_empty());
+    assert!(fetcher.poll_request(later).unwrap().is_none());
+    assert_eq!(fetcher.next_deadline(), None);
+    // A second answer (another peer's, after a reassignment) changes nothing.
+    fetcher.handle_received(&"b", 0, later);
+    assert_eq!(fetcher.verifying(), 1);
+    // Refused (our side failed, say): asked again.
+    fetcher
+        .handle_refused(&request.peer, 0, Fault::Ours, "disk".into())
+        .unwrap();
+    assert!(!fetcher.is_verifying(0));
+    let again = fetcher.poll_request(later).unwrap().expect("asked again");
+    assert_eq!(again.index, 0);
+    fetcher.handle_received(&again.peer, 0, later);
+    fetcher.handle_verified(&again.peer, 0, later);
+    assert!(fetcher.is_done());
+}

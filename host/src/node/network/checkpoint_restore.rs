@@ -21,8 +21,11 @@
 //!    and its seal its slot's authority's (checked when the chain starts from it);
 //! 4. re-verify the chunks stored by an earlier run (local work, no network), then fetch the
 //!    rest across every offering peer with [`Fetcher`] (adaptive timeouts, slow peers losing
-//!    their share); each chunk is verified on arrival, appended to the progress's chunk log
-//!    and recorded under its index once durable, before it counts; a chunk with bad bytes bans its sender only and is
+//!    their share); each chunk goes on arrival into the restore [`Pipeline`], which verifies
+//!    it on a worker thread, appends it to the progress's chunk log and records it under its
+//!    index once durable (one flush per batch), and only then reports it, so it counts only
+//!    once durable; the fetcher asks for no more while `max_unverified` chunks are requested
+//!    or in the pipeline, so a slow disk backs up the fetching; a chunk with bad bytes bans its sender only and is
 //!    fetched elsewhere; a chunk whose listed bytes do not prove bans every peer that offered
 //!    the manifest (peers offer only checkpoints they made), and the checkpoint is dropped;
 //! 5. rebuild the state, check its root (a mismatch bans the manifest's offerers too), and
