@@ -10,6 +10,9 @@
 //! - [`restore`]: the sans-IO restorer: per-chunk size, hash, range and Merkle range-proof
 //!   checks, coverage by leaf index, and the final rebuilt-root check; [`verify_all`] verifies
 //!   on several threads.
+//! - [`pipeline`]: restore as a pipeline — chunks verified on worker threads as they arrive,
+//!   written in batches, each reported once durable; bounded end to end, so a slow disk backs
+//!   up the fetching.
 //! - [`roots`]: checkpoint-v3's chunk roots: chunks that carry no range proof (so an
 //!   unchanged chunk keeps its bytes and hash from one checkpoint to the next) are proven
 //!   against the registry root through the subtree roots their manifest lists.
@@ -42,6 +45,7 @@ pub mod file;
 pub mod incremental;
 pub mod leaves;
 pub mod manifest;
+pub mod pipeline;
 pub mod restore;
 pub mod roots;
 pub mod serve;
@@ -54,8 +58,10 @@ pub use fetch::{ChunkRequest, FetchConfig, FetchError, Fetcher, Penalty, choose,
 pub use incremental::{IncrementalCheckpoint, IncrementalCreator};
 pub use leaves::{StateLeaves, StorageId, synthetic_state};
 pub use manifest::{ChunkEntry, Manifest, ManifestError, ManifestLimits};
+pub use pipeline::{ChunkSink, NoSink, Outcome, Pipeline, PipelineConfig, SubmitError};
 pub use restore::{
-    ChunkOpener, Fault, Progress, RestoreError, RestoredState, Restorer, VerifiedChunk, verify_all,
+    ChunkOpener, ChunkVerifier, Fault, Progress, RestoreError, RestoredState, Restorer,
+    VerifiedChunk, verify_all,
 };
 pub use serve::{CheckpointServer, ServeCounters};
 pub use service::{

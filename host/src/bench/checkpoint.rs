@@ -11,10 +11,11 @@
 //! spread over the whole registry) and the next checkpoint is created, reusing every chunk
 //! those blocks did not touch.
 //!
-//! `restore_ms` is the whole local restore: manifest validation, every chunk's hash, opening,
-//! leaf hashing and range proof (on `threads` workers), the durable write of every verified
-//! chunk (the progress store's append-only chunk log, fdatasynced, and a sled record per
-//! chunk), and the rebuild of the registry with its root checked. `restore_parts` splits it,
+//! `restore_ms` is the whole local restore as a node does it, through the restore pipeline
+//! (`checkpoint::pipeline`): manifest validation, every chunk's hash, opening, leaf hashing
+//! and range proof (on `threads` verifiers), overlapped with the durable write of every
+//! verified chunk (the progress store's append-only chunk log, fdatasynced once per batch, and
+//! a sled record per chunk), and the rebuild of the registry with its root checked. `restore_parts` splits it,
 //! and measures verification alone and the durable write alone.
 //!
 //! Import latency: a dev chain (sled, deposits module) imports `import_blocks` blocks idle and
@@ -32,8 +33,9 @@ use modnode::chain::Chain;
 use modnode::chain::genesis::Genesis;
 use modnode::chain::workload;
 use modnode::checkpoint::{
-    BlockRef, CreateOptions, IncrementalCreator, ManifestLimits, RestoreStore, Restorer,
-    StateLeaves, create, synthetic_state, verify_all,
+    BlockRef, ChunkOpener, CreateOptions, FetchConfig, IncrementalCreator, ManifestLimits, Outcome,
+    Pipeline, PipelineConfig, RestoreStore, Restorer, StateLeaves, create, synthetic_state,
+    verify_all,
 };
 use modnode::runtime::checkpoint::{CheckpointModule, StateReader as _};
 use modnode::runtime::{LoadedModule, Runtime, RuntimeConfig};
@@ -62,8 +64,8 @@ pub struct VersionReport {
 /// alone, after it, to tell verification from the durable write.
 #[derive(Debug, Serialize)]
 pub struct RestoreParts {
-    /// Every chunk verified on `threads` workers and stored durably (`verify_all` with the
-    /// progress store).
+    /// Every chunk verified on `threads` workers and stored durably, overlapped (the restore
+    /// pipeline with the progress store).
     pub verify_and_write_ms: f64,
     /// The registry rebuilt from the verified leaves and its root checked (`Restorer::finish`).
     pub finish_ms: f64,
@@ -90,6 +92,14 @@ pub struct IncrementalReport {
     pub incremental_chunks: usize,
     /// Bytes of the chunks it built: what a peer holding the previous checkpoint fetches.
     pub incremental_bytes: u64,
+    /// Creating the checkpoint of the same state once more, every chunk reused: the fixed
+    /// part of an incremental creation (planning, the lookups, the chunk roots read from the
+    /// tree, the manifest), which no chunk left unchanged adds work to.
+    pub incremental_unchanged_ms: f64,
+    /// Validators the deposit blocks topped up (one each, uniformly spread) and the distinct
+    /// 1,024-leaf storage chunks they fall in: a chunk holds records and balances together
+    /// (the leaf hash binds them), so each top-up re-makes its whole chunk.
+    pub incremental_top_up_chunks: usize,
 }
 
 /// Deposit-carrying blocks between the full and the incremental v3 checkpoint.
@@ -182,7 +192,7 @@ fn measure_version(
     let start = Instant::now();
     let mut restorer = Restorer::new(checkpoint.manifest.clone(), &ManifestLimits::default())?;
     store.begin(restorer.manifest())?;
-    verify_all(&mut restorer, module, &chunks, threads, Some(&store))?;
+    restore_through_pipeline(&mut restorer, module, &chunks, threads, store.clone())?;
     let verify_and_write_ms = super::ms_since(start);
     let finishing = Instant::now();
     let restored = restorer.finish()?;
@@ -228,6 +238,53 @@ fn measure_version(
     })
 }
 
+/// Restores `chunks` (in memory, as if they arrived from peers) the way a node does: through
+/// a [`Pipeline`] of `threads` verifiers and one batching writer into `store`, as many chunks
+/// in it at once as a node's fetcher allows, each inserted once durable.
+fn restore_through_pipeline(
+    restorer: &mut Restorer,
+    module: &CheckpointModule,
+    chunks: &[(usize, Vec<u8>)],
+    threads: usize,
+    store: RestoreStore,
+) -> anyhow::Result<()> {
+    let config = PipelineConfig::new(threads, FetchConfig::default().max_unverified);
+    let opener: Arc<dyn ChunkOpener> = Arc::new(module.clone());
+    let mut pipeline = Pipeline::start(restorer.verifier(), opener, store, config)?;
+    let mut next = chunks.iter();
+    loop {
+        while pipeline.has_room()
+            && let Some((index, bytes)) = next.next()
+        {
+            pipeline.submit(*index, bytes.clone(), ())?;
+        }
+        match pipeline.next_blocking() {
+            None => break,
+            Some(Outcome::Stored { chunk, .. }) => {
+                restorer.insert(chunk)?;
+            }
+            Some(Outcome::Refused { error, .. }) => return Err(error.into()),
+            Some(Outcome::NotStored { reason, .. }) => anyhow::bail!("{reason}"),
+        }
+    }
+    Ok(())
+}
+
+/// The validator [`after_deposit_blocks`] tops up at `height` in a registry of `len`.
+fn topped_up(height: u64, len: u64) -> u64 {
+    (height.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 11) % len.max(1)
+}
+
+/// Distinct 1,024-leaf storage chunks the top-ups of `blocks` blocks fall in, starting from a
+/// registry of `len` validators (three are added per block).
+fn top_up_chunks(len: u32, blocks: u64) -> usize {
+    let chunk = modnode::state::chunked::CHUNK_LEN as u64;
+    (1..=blocks)
+        .map(|h| topped_up(h, u64::from(len) + 3 * (h - 1)) / chunk)
+        .collect::<std::collections::BTreeSet<_>>()
+        .len()
+}
+
 /// `state` after `blocks` dev-like deposit blocks: each appends three validators and tops up
 /// one existing validator, spread over the registry (a multiplicative hash of the height).
 fn after_deposit_blocks(state: &StateSnapshot, blocks: u64) -> anyhow::Result<StateSnapshot> {
@@ -235,7 +292,7 @@ fn after_deposit_blocks(state: &StateSnapshot, blocks: u64) -> anyhow::Result<St
     let mut registry = state.registry().clone();
     for height in 1..=blocks {
         let len = u64::from(registry.len());
-        let index = (height.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 11) % len.max(1);
+        let index = topped_up(height, len);
         let balance = registry
             .balances()
             .get(index as usize)
@@ -299,6 +356,14 @@ fn measure_incremental(
     let made = creator.create(module, later.clone(), at, options)?;
     let incremental_create_ms = super::ms_since(start);
     let incremental_create_cpu_ms = process_cpu_ms() - cpu_start;
+    let start = Instant::now();
+    let again = creator.create(module, later.clone(), at, options)?;
+    let incremental_unchanged_ms = super::ms_since(start);
+    anyhow::ensure!(
+        again.built.is_empty() && again.manifest == made.manifest,
+        "a creation of the same state again built {} chunks",
+        again.built.len()
+    );
     anyhow::ensure!(
         made.manifest.state_root == later.state_root(),
         "the incremental checkpoint's state root differs from the state's"
@@ -309,6 +374,8 @@ fn measure_incremental(
         incremental_create_cpu_ms,
         incremental_chunks: made.built.len(),
         incremental_bytes: made.built.iter().map(|(_, b)| b.len() as u64).sum(),
+        incremental_unchanged_ms,
+        incremental_top_up_chunks: top_up_chunks(state.registry().len(), INCREMENTAL_BLOCKS),
     })
 }
 

@@ -84,6 +84,10 @@ pub struct FetchConfig {
     pub min_timeout: Duration,
     /// Upper bound of an adapted timeout.
     pub max_timeout: Duration,
+    /// Chunks requested or received but not yet verified and stored, at most: while the
+    /// restore's verification or writing lags, no further request is made, so a slow disk
+    /// backs up the fetching instead of chunks piling up in memory.
+    pub max_unverified: usize,
 }
 
 impl Default for FetchConfig {
@@ -93,6 +97,7 @@ impl Default for FetchConfig {
             initial_timeout: Duration::from_secs(10),
             min_timeout: Duration::from_millis(500),
             max_timeout: Duration::from_secs(60),
+            max_unverified: 64,
         }
     }
 }
@@ -154,6 +159,8 @@ pub struct Fetcher<P: Ord + Clone> {
     pending: BTreeSet<usize>,
     /// Chunk → (peer, deadline, sent at).
     in_flight: BTreeMap<usize, (P, Instant, Instant)>,
+    /// Chunks received and being verified and stored → the peer that delivered them.
+    verifying: BTreeMap<usize, P>,
     penalised: Vec<Penalty<P>>,
     /// What happened to requests so far: [`Fetcher::stats`].
     stats: FetchStats,
@@ -197,6 +204,7 @@ impl<P: Ord + Clone> Fetcher<P> {
             peers,
             pending: missing.into_iter().collect(),
             in_flight: BTreeMap::new(),
+            verifying: BTreeMap::new(),
             penalised: Vec::new(),
             stats: FetchStats::default(),
         }
@@ -204,7 +212,7 @@ impl<P: Ord + Clone> Fetcher<P> {
 
     /// Whether every chunk is verified.
     pub fn is_done(&self) -> bool {
-        self.pending.is_empty() && self.in_flight.is_empty()
+        self.pending.is_empty() && self.in_flight.is_empty() && self.verifying.is_empty()
     }
 
     /// The peers still in use.
@@ -219,6 +227,9 @@ impl<P: Ord + Clone> Fetcher<P> {
             return Err(FetchError::NoPeers {
                 missing: self.pending.len().saturating_add(self.in_flight.len()),
             });
+        }
+        if self.in_flight.len().saturating_add(self.verifying.len()) >= self.config.max_unverified {
+            return Ok(None);
         }
         let (index, peer) = match self.pending.first() {
             Some(&index) => {
@@ -323,21 +334,61 @@ impl<P: Ord + Clone> Fetcher<P> {
         Some((holder, sent))
     }
 
+    /// The tunables it runs with.
+    pub fn config(&self) -> FetchConfig {
+        self.config
+    }
+
     /// How requests ended so far other than by an answer.
     pub fn stats(&self) -> FetchStats {
         self.stats
+    }
+
+    /// `peer`'s answer for chunk `index` arrived and goes to verification (a pipeline whose
+    /// result comes later through [`handle_verified`](Self::handle_verified) or
+    /// [`handle_refused`](Self::handle_refused)): the request is over — its latency sampled,
+    /// its peer's slot free — and the chunk is neither asked again nor timed out meanwhile.
+    /// It still counts against [`FetchConfig::max_unverified`] until its result comes.
+    pub fn handle_received(&mut self, peer: &P, index: usize, now: Instant) {
+        if !self.pending.remove(&index) && !self.in_flight.contains_key(&index) {
+            // Verified already, or another answer of it is being verified.
+            return;
+        }
+        if let Some((holder, sent)) = self.take_in_flight(index)
+            && &holder == peer
+        {
+            self.sample_latency(peer, sent, now);
+        }
+        self.verifying.insert(index, peer.clone());
+    }
+
+    /// Chunks received and not yet verified and stored (see
+    /// [`handle_received`](Self::handle_received)).
+    pub fn verifying(&self) -> usize {
+        self.verifying.len()
+    }
+
+    /// Whether chunk `index` was received and is being verified.
+    pub fn is_verifying(&self, index: usize) -> bool {
+        self.verifying.contains_key(&index)
     }
 
     /// `peer` delivered chunk `index` and it verified (possibly after the request timed out
     /// and went to another peer: that request is no longer needed).
     pub fn handle_verified(&mut self, peer: &P, index: usize, now: Instant) {
         self.pending.remove(&index);
+        self.verifying.remove(&index);
         let Some((holder, sent)) = self.take_in_flight(index) else {
             return;
         };
         if &holder != peer {
             return;
         }
+        self.sample_latency(peer, sent, now);
+    }
+
+    /// Folds the answer time of a request to `peer` sent at `sent` into its latency.
+    fn sample_latency(&mut self, peer: &P, sent: Instant, now: Instant) {
         if let Some(state) = self.peers.get_mut(peer) {
             let sample = now.saturating_duration_since(sent);
             let latency = match state.latency {
@@ -365,6 +416,14 @@ impl<P: Ord + Clone> Fetcher<P> {
         fault: Fault,
         reason: String,
     ) -> Result<(), FetchError> {
+        if self
+            .verifying
+            .get(&index)
+            .is_some_and(|holder| holder == peer)
+        {
+            self.verifying.remove(&index);
+            self.pending.insert(index);
+        }
         if self
             .in_flight
             .get(&index)

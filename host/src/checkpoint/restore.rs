@@ -8,7 +8,7 @@
 //! hand the results to [`Restorer::insert`].
 
 use std::collections::BTreeMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use sha2::{Digest, Sha256};
 
@@ -278,10 +278,22 @@ pub struct Progress {
     pub total_bytes: u64,
 }
 
+/// What verifies a chunk of one checkpoint on its own: the manifest and, for a manifest
+/// listing chunk roots, the tree its chunks' range proofs come from. Shared read-only between
+/// verification threads (a restore pipeline's workers) while the [`Restorer`] that made it
+/// tracks coverage.
+#[derive(Debug)]
+pub struct ChunkVerifier {
+    manifest: Manifest,
+    /// For a manifest listing chunk roots (checkpoint-v3): where each chunk's range proof
+    /// comes from, its chunks carrying none.
+    roots: Option<super::roots::RootTree>,
+}
+
 /// The restore of one checkpoint.
 #[derive(Debug)]
 pub struct Restorer {
-    manifest: Manifest,
+    verifier: Arc<ChunkVerifier>,
     id: Hash32,
     chunks: Vec<Option<VerifiedChunk>>,
     /// Verified leaf ranges, `start -> end`.
@@ -290,74 +302,16 @@ pub struct Restorer {
     verified: usize,
     verified_bytes: u64,
     total_bytes: u64,
-    /// For a manifest listing chunk roots (checkpoint-v3): where each chunk's range proof
-    /// comes from, its chunks carrying none.
-    roots: Option<super::roots::RootTree>,
 }
 
-impl Restorer {
-    /// Starts restoring `manifest`, validating it first.
-    pub fn new(manifest: Manifest, limits: &ManifestLimits) -> Result<Self, RestoreError> {
-        manifest.validate(limits)?;
-        let count = manifest.chunks.len();
-        let roots = if manifest.chunk_roots.is_empty() {
-            None
-        } else {
-            Some(manifest.root_tree()?)
-        };
-        Ok(Self {
-            roots,
-            id: manifest.id(),
-            total_bytes: manifest.total_bytes(),
-            manifest,
-            chunks: vec![None; count],
-            covered: BTreeMap::new(),
-            covered_leaves: 0,
-            verified: 0,
-            verified_bytes: 0,
-        })
-    }
-
-    /// The manifest being restored.
+impl ChunkVerifier {
+    /// The manifest the chunks are verified against.
     pub fn manifest(&self) -> &Manifest {
         &self.manifest
     }
 
-    /// The checkpoint id.
-    pub fn id(&self) -> Hash32 {
-        self.id
-    }
-
-    /// Whether chunk `index` is verified.
-    pub fn has(&self, index: usize) -> bool {
-        self.chunks.get(index).is_some_and(Option::is_some)
-    }
-
-    /// Indices of the chunks not yet verified, in order.
-    pub fn missing(&self) -> Vec<usize> {
-        (0..self.chunks.len()).filter(|&i| !self.has(i)).collect()
-    }
-
-    /// How far the restore is.
-    pub fn progress(&self) -> Progress {
-        Progress {
-            chunks: self.verified,
-            total_chunks: self.chunks.len(),
-            leaves: self.covered_leaves,
-            total_leaves: self.manifest.leaf_count,
-            bytes: self.verified_bytes,
-            total_bytes: self.total_bytes,
-        }
-    }
-
-    /// Whether every leaf is covered.
-    pub fn is_complete(&self) -> bool {
-        self.covered_leaves == self.manifest.leaf_count && self.verified == self.chunks.len()
-    }
-
-    /// Checks chunk `index`'s bytes: size and hash against the manifest entry (the serving
-    /// peer's fault if wrong), then opens it with `opener` and proves its leaves (the manifest
-    /// producer's fault if wrong). Cheap checks come first.
+    /// Checks chunk `index`'s bytes as [`Restorer::verify`] does, except whether it is
+    /// verified already (the [`Restorer`] refuses a duplicate when it is inserted).
     pub fn verify(
         &self,
         opener: &dyn ChunkOpener,
@@ -372,13 +326,6 @@ impl Restorer {
                 index,
                 count: self.manifest.chunks.len(),
             })?;
-        if self.has(index) {
-            return Err(RestoreError::DuplicateRange {
-                index,
-                start: entry.start,
-                end: entry.end,
-            });
-        }
         if u32::try_from(bytes.len()).ok() != Some(entry.size) {
             return Err(RestoreError::WrongSize {
                 index,
@@ -458,6 +405,94 @@ impl Restorer {
             nodes,
         })
     }
+}
+
+impl Restorer {
+    /// Starts restoring `manifest`, validating it first.
+    pub fn new(manifest: Manifest, limits: &ManifestLimits) -> Result<Self, RestoreError> {
+        manifest.validate(limits)?;
+        let count = manifest.chunks.len();
+        let roots = if manifest.chunk_roots.is_empty() {
+            None
+        } else {
+            Some(manifest.root_tree()?)
+        };
+        Ok(Self {
+            id: manifest.id(),
+            total_bytes: manifest.total_bytes(),
+            verifier: Arc::new(ChunkVerifier { manifest, roots }),
+            chunks: vec![None; count],
+            covered: BTreeMap::new(),
+            covered_leaves: 0,
+            verified: 0,
+            verified_bytes: 0,
+        })
+    }
+
+    /// The manifest being restored.
+    pub fn manifest(&self) -> &Manifest {
+        &self.verifier.manifest
+    }
+
+    /// What verifies this checkpoint's chunks, for verification on other threads (the
+    /// results come back through [`insert`](Self::insert), which refuses duplicates).
+    pub fn verifier(&self) -> Arc<ChunkVerifier> {
+        self.verifier.clone()
+    }
+
+    /// The checkpoint id.
+    pub fn id(&self) -> Hash32 {
+        self.id
+    }
+
+    /// Whether chunk `index` is verified.
+    pub fn has(&self, index: usize) -> bool {
+        self.chunks.get(index).is_some_and(Option::is_some)
+    }
+
+    /// Indices of the chunks not yet verified, in order.
+    pub fn missing(&self) -> Vec<usize> {
+        (0..self.chunks.len()).filter(|&i| !self.has(i)).collect()
+    }
+
+    /// How far the restore is.
+    pub fn progress(&self) -> Progress {
+        Progress {
+            chunks: self.verified,
+            total_chunks: self.chunks.len(),
+            leaves: self.covered_leaves,
+            total_leaves: self.verifier.manifest.leaf_count,
+            bytes: self.verified_bytes,
+            total_bytes: self.total_bytes,
+        }
+    }
+
+    /// Whether every leaf is covered.
+    pub fn is_complete(&self) -> bool {
+        self.covered_leaves == self.verifier.manifest.leaf_count
+            && self.verified == self.chunks.len()
+    }
+
+    /// Checks chunk `index`'s bytes: size and hash against the manifest entry (the serving
+    /// peer's fault if wrong), then opens it with `opener` and proves its leaves (the manifest
+    /// producer's fault if wrong). Cheap checks come first.
+    pub fn verify(
+        &self,
+        opener: &dyn ChunkOpener,
+        index: usize,
+        bytes: &[u8],
+    ) -> Result<VerifiedChunk, RestoreError> {
+        if self.has(index)
+            && let Some(entry) = self.manifest().chunks.get(index)
+        {
+            return Err(RestoreError::DuplicateRange {
+                index,
+                start: entry.start,
+                end: entry.end,
+            });
+        }
+        self.verifier.verify(opener, index, bytes)
+    }
 
     /// Records a verified chunk; refuses leaves that are already covered.
     pub fn insert(&mut self, chunk: VerifiedChunk) -> Result<Progress, RestoreError> {
@@ -480,14 +515,19 @@ impl Restorer {
             .get_mut(chunk.index)
             .ok_or(RestoreError::UnknownChunk {
                 index: chunk.index,
-                count: self.manifest.chunks.len(),
+                count: self.verifier.manifest.chunks.len(),
             })?;
         self.covered.insert(chunk.start, chunk.end);
         self.covered_leaves = self
             .covered_leaves
             .saturating_add(chunk.end.saturating_sub(chunk.start));
         self.verified = self.verified.saturating_add(1);
-        let size = self.manifest.chunks.get(chunk.index).map_or(0, |e| e.size);
+        let size = self
+            .verifier
+            .manifest
+            .chunks
+            .get(chunk.index)
+            .map_or(0, |e| e.size);
         self.verified_bytes = self.verified_bytes.saturating_add(u64::from(size));
         *slot = Some(chunk);
         Ok(self.progress())
@@ -499,7 +539,7 @@ impl Restorer {
         if !self.is_complete() {
             let missing = self.missing();
             let first = missing.first().copied().unwrap_or(0);
-            let entry = self.manifest.chunks.get(first);
+            let entry = self.verifier.manifest.chunks.get(first);
             return Err(RestoreError::MissingChunks {
                 missing: missing.len(),
                 first,
@@ -507,9 +547,9 @@ impl Restorer {
                 end: entry.map_or(0, |e| e.end),
             });
         }
-        let (eth1, schedule) = super::manifest::decode_extras(&self.manifest.extras)
+        let (eth1, schedule) = super::manifest::decode_extras(&self.verifier.manifest.extras)
             .ok_or(RestoreError::Manifest(ManifestError::ExtrasMalformed))?;
-        let leaf_count = usize::try_from(self.manifest.leaf_count).unwrap_or(usize::MAX);
+        let leaf_count = usize::try_from(self.verifier.manifest.leaf_count).unwrap_or(usize::MAX);
         let mut validators = Vec::with_capacity(leaf_count);
         let mut balances = Vec::with_capacity(leaf_count);
         let mut chunks: Vec<VerifiedChunk> = self.chunks.into_iter().flatten().collect();
@@ -524,15 +564,15 @@ impl Restorer {
             .iter()
             .map(|c| (c.hashes.as_slice(), &c.nodes))
             .collect();
-        let leaves = self.manifest.leaf_count;
+        let leaves = self.verifier.manifest.leaf_count;
         let registry = Registry::from_parts_building_tree(validators, balances, || {
             Ok(MerkleTree::from_proven_ranges(leaves, &ranges)?)
         })?;
         let root = state_root(&registry.root(), &eth1, &schedule);
-        if root != self.manifest.state_root {
+        if root != self.verifier.manifest.state_root {
             return Err(RestoreError::RootMismatch {
                 computed: hex::encode(root),
-                expected: hex::encode(self.manifest.state_root),
+                expected: hex::encode(self.verifier.manifest.state_root),
             });
         }
         Ok(RestoredState {

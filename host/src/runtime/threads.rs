@@ -141,6 +141,22 @@ pub fn scoped_guest_workers(
     })
 }
 
+/// Starts one long-lived guest thread named `name` running `work` (its own big stack, outside
+/// the shared pool, as [`scoped_guest_workers`]' threads): for a stage of a pipeline that
+/// calls modules for as long as the pipeline runs. The caller joins it.
+pub fn spawn_guest_thread(
+    name: String,
+    work: impl FnOnce() + Send + 'static,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name(name)
+        .stack_size(GUEST_THREAD_STACK)
+        .spawn(move || {
+            ON_GUEST_THREAD.with(|flag| flag.set(true));
+            work();
+        })
+}
+
 /// Moves the calling thread to Linux's `SCHED_IDLE` class (best effort, no privilege needed):
 /// it then runs only on CPU time no normal thread wants, so block import, serving and the
 /// network never queue behind it (nice 10 still took ~10% of a shared core from them). If the

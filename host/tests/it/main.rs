@@ -6,6 +6,7 @@ mod chain;
 mod checkpoint;
 mod checkpoint_file;
 mod checkpoint_finality;
+mod checkpoint_pipeline;
 mod checkpoint_store;
 mod checkpoint_switch;
 mod checkpoint_sync;

@@ -21,8 +21,11 @@
 //!    and its seal its slot's authority's (checked when the chain starts from it);
 //! 4. re-verify the chunks stored by an earlier run (local work, no network), then fetch the
 //!    rest across every offering peer with [`Fetcher`] (adaptive timeouts, slow peers losing
-//!    their share); each chunk is verified on arrival, appended to the progress's chunk log
-//!    and recorded under its index once durable, before it counts; a chunk with bad bytes bans its sender only and is
+//!    their share); each chunk goes on arrival into the restore [`Pipeline`], which verifies
+//!    it on a worker thread, appends it to the progress's chunk log and records it under its
+//!    index once durable (one flush per batch), and only then reports it, so it counts only
+//!    once durable; the fetcher asks for no more while `max_unverified` chunks are requested
+//!    or in the pipeline, so a slow disk backs up the fetching; a chunk with bad bytes bans its sender only and is
 //!    fetched elsewhere; a chunk whose listed bytes do not prove bans every peer that offered
 //!    the manifest (peers offer only checkpoints they made), and the checkpoint is dropped;
 //! 5. rebuild the state, check its root (a mismatch bans the manifest's offerers too), and
@@ -47,8 +50,8 @@ use crate::chain::block::Block;
 use crate::chain::genesis::Genesis;
 use crate::chain::{CheckpointStart, init_from_checkpoint};
 use crate::checkpoint::{
-    ChunkRequest, Fault, FetchConfig, FetchError, Fetcher, Manifest, ManifestLimits, RestoreStore,
-    Restorer, choose, final_offers,
+    ChunkOpener, ChunkRequest, Fault, FetchConfig, FetchError, Fetcher, Manifest, ManifestLimits,
+    Outcome, Pipeline, PipelineConfig, RestoreStore, Restorer, SubmitError, choose, final_offers,
 };
 use crate::clock::unix_ms;
 use crate::net::endpoint::{self, CLOSE_PROTOCOL_VIOLATION, TransportLimits};
@@ -617,11 +620,15 @@ impl Driver<'_> {
         Stop::Bad(reason)
     }
 
-    /// Fetches every missing chunk from `holders` in parallel.
+    /// Fetches every missing chunk from `holders` in parallel, verifying and writing them in
+    /// a [`Pipeline`] as they arrive (off this task, on `threads` verifiers and one batching
+    /// writer); a chunk counts once the pipeline reports it durable. The fetcher's
+    /// `max_unverified` is the pipeline's capacity: while verification or the disk lags, no
+    /// new request goes out.
     async fn fetch_chunks(
         &self,
         restorer: &mut Restorer,
-        opener: &CheckpointModule,
+        opener: &Arc<CheckpointModule>,
         peers: &[Peer],
         holders: Vec<NodeId>,
     ) -> Result<(), Stop> {
@@ -643,16 +650,27 @@ impl Driver<'_> {
         &self,
         fetcher: &mut Fetcher<NodeId>,
         restorer: &mut Restorer,
-        opener: &CheckpointModule,
+        opener: &Arc<CheckpointModule>,
         peers: &[Peer],
     ) -> Result<(), Stop> {
         let id = restorer.id();
         let max = self.parts.transport.max_message_bytes;
+        let pipeline_config =
+            PipelineConfig::new(self.parts.threads, fetcher.config().max_unverified);
+        let opener: Arc<dyn ChunkOpener> = opener.clone();
+        let mut pipeline = Pipeline::start(
+            restorer.verifier(),
+            opener,
+            self.progress.clone(),
+            pipeline_config,
+        )
+        .map_err(|e| self.storage(e.to_string()))?;
         let mut in_flight = JoinSet::new();
         let mut progress =
             super::checkpoint_progress::Reporter::new(restorer.progress(), self.parts.progress);
         let started = Instant::now();
-        // Set when no peer is left: the answers in flight are still taken (and stored) first.
+        // Set when no peer is left (or the fetcher finds the checkpoint bad): the answers in
+        // flight and the chunks in the pipeline are still taken (and stored) first.
         let mut stop: Option<Stop> = None;
         while !restorer.is_complete() {
             while stop.is_none() {
@@ -689,48 +707,58 @@ impl Driver<'_> {
                 }
             }
             // A request the fetcher counts in flight is always waited for here (its one
-            // deadline is the fetcher's), so the attempt stops only when neither has any.
-            if in_flight.is_empty() && (stop.is_some() || fetcher.in_flight() == 0) {
+            // deadline is the fetcher's), and a chunk in the pipeline always comes out, so the
+            // attempt stops only when none of them is left.
+            if in_flight.is_empty()
+                && pipeline.held() == 0
+                && (stop.is_some() || fetcher.in_flight() == 0)
+            {
                 return Err(
                     stop.unwrap_or_else(|| Stop::Retry("no chunk request could be made".into()))
                 );
             }
             let deadline = fetcher.next_deadline();
-            let joined = tokio::select! {
-                joined = in_flight.join_next(), if !in_flight.is_empty() => joined,
+            let holding = pipeline.held() > 0;
+            tokio::select! {
+                joined = in_flight.join_next(), if !in_flight.is_empty() => {
+                    if let Some(Ok((peer, index, answer))) = joined {
+                        self.on_answer(restorer, fetcher, &mut pipeline, peers, (peer, index), answer)?;
+                    }
+                }
+                outcome = pipeline.next(), if holding => {
+                    let Some(outcome) = outcome else {
+                        return Err(self.storage("the restore pipeline stopped".into()));
+                    };
+                    self.on_outcome(restorer, fetcher, peers, outcome)?;
+                    let elapsed = started.elapsed().as_secs_f64();
+                    let counters = self.counters();
+                    if elapsed > 0.0 {
+                        let rate = counters.bytes_fetched.load(Ordering::Relaxed) as f64 / elapsed;
+                        counters
+                            .bytes_per_second
+                            .store(rate as u64, Ordering::Relaxed);
+                    }
+                    progress.update(restorer.progress(), counters);
+                }
                 () = sleep_until(deadline) => {
                     let expired = fetcher.handle_timeouts(Instant::now());
                     if !expired.is_empty() {
                         tracing::debug!(expired = expired.len(), "chunk requests timed out; reassigned");
                     }
-                    continue;
                 }
-            };
-            let Some(Ok((peer, index, answer))) = joined else {
-                continue;
-            };
-            self.on_answer(restorer, opener, fetcher, peers, (peer, index), answer)?;
-            let elapsed = started.elapsed().as_secs_f64();
-            let counters = self.counters();
-            if elapsed > 0.0 {
-                let rate = counters.bytes_fetched.load(Ordering::Relaxed) as f64 / elapsed;
-                counters
-                    .bytes_per_second
-                    .store(rate as u64, Ordering::Relaxed);
             }
-            progress.update(restorer.progress(), counters);
         }
         progress.finish();
         in_flight.abort_all();
         Ok(())
     }
 
-    /// Handles one chunk answer.
+    /// Handles one chunk answer: a chunk's bytes go to the pipeline.
     fn on_answer(
         &self,
-        restorer: &mut Restorer,
-        opener: &CheckpointModule,
+        restorer: &Restorer,
         fetcher: &mut Fetcher<NodeId>,
+        pipeline: &mut Pipeline<NodeId>,
         peers: &[Peer],
         (peer, index): (NodeId, usize),
         answer: Result<Response, RequestError>,
@@ -770,33 +798,54 @@ impl Driver<'_> {
             fetcher.handle_verified(&peer, index, Instant::now());
             return Ok(());
         }
-        let verified = tokio::task::block_in_place(|| restorer.verify(opener, index, &bytes));
-        match verified {
-            Ok(chunk) => {
-                // Durable before it counts: appended to the chunk log, fdatasynced, then
-                // recorded under its index (verified: its manifest entry exists).
-                if let Some(entry) = restorer.manifest().chunks.get(index) {
-                    self.progress
-                        .put_chunk(index, &bytes, &entry.hash)
-                        .and_then(|()| self.progress.flush())
-                        .map_err(|e| self.storage(e.to_string()))?;
-                }
+        if pipeline.holds(index) || fetcher.is_verifying(index) {
+            // Another peer's answer for it is being verified; this one is not needed.
+            return Ok(());
+        }
+        fetcher.handle_received(&peer, index, Instant::now());
+        match pipeline.submit(index, bytes, peer) {
+            Ok(()) => Ok(()),
+            Err(e @ SubmitError::Stopped) => Err(self.storage(e.to_string())),
+            Err(e) => {
+                // Never with the fetcher bounded by the pipeline's capacity; asked again.
+                tracing::warn!(index, error = %e, "chunk not taken by the restore pipeline");
+                fetcher
+                    .handle_refused(&peer, index, Fault::Ours, e.to_string())
+                    .map_err(|e| Stop::Bad(e.to_string()))
+            }
+        }
+    }
+
+    /// Handles what the pipeline made of a chunk: a durable one is inserted, a refused one
+    /// blamed on whoever the error names and fetched again (or the checkpoint dropped).
+    fn on_outcome(
+        &self,
+        restorer: &mut Restorer,
+        fetcher: &mut Fetcher<NodeId>,
+        peers: &[Peer],
+        outcome: Outcome<NodeId>,
+    ) -> Result<(), Stop> {
+        let counters = self.counters();
+        match outcome {
+            Outcome::Stored { chunk, from } => {
+                let index = chunk.index;
                 if let Err(e) = restorer.insert(chunk) {
                     tracing::warn!(error = %e, "verified chunk not inserted");
                 }
-                fetcher.handle_verified(&peer, index, Instant::now());
+                fetcher.handle_verified(&from, index, Instant::now());
                 bump(&counters.chunks_verified);
                 Ok(())
             }
-            Err(e) => {
+            Outcome::NotStored { reason, .. } => Err(self.storage(reason)),
+            Outcome::Refused { index, from, error } => {
                 bump(&counters.chunks_refused);
-                let fault = e.fault();
-                let reason = e.to_string();
+                let fault = error.fault();
+                let reason = error.to_string();
                 if fault == Fault::ChunkPeer {
-                    self.penalise(peers, peer, &reason);
+                    self.penalise(peers, from, &reason);
                 }
                 fetcher
-                    .handle_refused(&peer, index, fault, reason)
+                    .handle_refused(&from, index, fault, reason)
                     .map_err(|e| {
                         Stop::Offerers(format!("checkpoint {}: {e}", hex::encode(restorer.id())))
                     })
