@@ -149,6 +149,36 @@ pub enum ProposeError {
     /// Keeping the proposal in the store failed (ours).
     #[error("cannot keep the proposal in the store: {0}")]
     Store(#[from] StoreError),
+    /// The operator's: a deposits module whose contract cannot hold deposits@3's queue
+    /// (`modnode:deposits@2`), proposed while the queue is not empty: the queued deposits
+    /// would never be applied. Wait until the queue drains (`GET /state`'s
+    /// `pending_deposits` is 0) and propose again.
+    #[error(
+        "deposits module {module} implements modnode:deposits@{contract}, which cannot hold the \
+         {queued} deposits queued under modnode:deposits@3 (they would never be applied): \
+         propose it once the queue has drained (GET /state: pending_deposits 0)"
+    )]
+    CannotHoldQueue {
+        /// The proposed module (hex sha256).
+        module: String,
+        /// Its contract.
+        contract: String,
+        /// Deposits queued after the head.
+        queued: u64,
+    },
+    /// The operator's: the contract of the proposed deposits module is unknown here (the
+    /// module is not prepared on this node) while deposits are queued, so whether it can hold
+    /// them cannot be checked. Upload the module first.
+    #[error(
+        "deposits module {module} is not prepared on this node, so whether its contract can hold \
+         the {queued} queued deposits cannot be checked: upload it first"
+    )]
+    ContractUnknown {
+        /// The proposed module (hex sha256).
+        module: String,
+        /// Deposits queued after the head.
+        queued: u64,
+    },
 }
 
 /// What the producer's next block says about the schedule.
@@ -532,6 +562,9 @@ impl Chain {
 
     fn propose(&mut self, action: Action, op: UpgradeOp) -> Result<(), ProposeError> {
         self.check_proposal(action, op)?;
+        if action == Action::Upgrade && op.kind == Kind::Deposits {
+            self.check_holds_queue(&op.module)?;
+        }
         let mut proposals = self.proposals.clone();
         proposals.retain(|(a, p)| !(*a == action && *p == op));
         proposals.push((action, op));
@@ -540,6 +573,43 @@ impl Chain {
         self.store.commit(&batch)?;
         self.proposals = proposals;
         Ok(())
+    }
+
+    /// The downgrade rule: while deposits are queued under deposits@3, a deposits module whose
+    /// contract cannot hold the queue (an older major) is refused.
+    fn check_holds_queue(&self, module: &Hash) -> Result<(), ProposeError> {
+        let queued = self.pending.as_ref().map_or(0, PendingQueue::len);
+        if queued == 0 {
+            return Ok(());
+        }
+        let engine = if self.deposits.hash() == Some(*module) {
+            Some(self.deposits.clone())
+        } else {
+            self.modules.as_ref().and_then(|m| m.deposits(module))
+        };
+        let contract = match engine {
+            Some(DepositEngine::Module(m)) => m.contract(),
+            // The native reference is deposits@2's phase0 semantics.
+            Some(DepositEngine::Native(_)) => crate::runtime::inspect::Version {
+                major: 2,
+                minor: 0,
+                patch: 0,
+            },
+            None => {
+                return Err(ProposeError::ContractUnknown {
+                    module: hex32(module),
+                    queued,
+                });
+            }
+        };
+        if contract.major >= transition::QUEUE_CONTRACT_MAJOR {
+            return Ok(());
+        }
+        Err(ProposeError::CannotHoldQueue {
+            module: hex32(module),
+            contract: contract.to_string(),
+            queued,
+        })
     }
 
     /// The same rules a block's votes meet, checked now so the operator hears of them; drops

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use modnode::chain::block::{Block, Hash};
 use modnode::chain::genesis::Genesis;
 use modnode::chain::workload::{self, DevDepositLog};
-use modnode::chain::{Chain, DepositEngine, DepositModules};
+use modnode::chain::{Chain, DepositEngine, DepositModules, ProposeError};
 use modnode::runtime::Kind;
 use modnode::state::{PendingQueue, StateSnapshot, UpgradeOp};
 use modnode::state_cache::StateCacheConfig;
@@ -220,4 +220,51 @@ fn a_chain_switching_to_deposits_v3_queues_applies_at_epochs_reverts_restarts_an
         assert_eq!(state.root(), blocks[height - 1].header.state_root);
         assert_eq!(queued(&state), Some(0), "height {height}");
     }
+}
+
+/// The downgrade rule (issue 20 item 3): while deposits are queued under deposits@3, a
+/// proposal back to a deposits@2 module is refused with the reason; once the queue has
+/// drained the same proposal is taken.
+#[test]
+fn a_proposal_back_to_deposits_v2_is_refused_while_the_queue_holds_deposits() {
+    let setup = setup();
+    let dir = tempfile::tempdir().unwrap();
+    let mut chain = open(&setup, &dir.path().join("db"));
+    chain
+        .propose_upgrade(UpgradeOp {
+            kind: Kind::Deposits,
+            module: setup.v3_hash,
+            height: H,
+        })
+        .unwrap();
+    let mut log = DevDepositLog::new();
+    let mut seed = 0u64;
+    while chain.head().height < H {
+        let deposits = if chain.head().height + 1 == H { 2 } else { 0 };
+        next(&mut chain, &mut log, &mut seed, deposits);
+    }
+    assert_eq!(queued(&chain.snapshot().unwrap()), Some(2));
+    let back = UpgradeOp {
+        kind: Kind::Deposits,
+        module: setup.v2.hash().unwrap(),
+        height: 20,
+    };
+    let err = chain.propose_upgrade(back).unwrap_err();
+    assert!(
+        matches!(err, ProposeError::CannotHoldQueue { queued: 2, .. }),
+        "{err}"
+    );
+    let message = err.to_string();
+    assert!(
+        message.contains("modnode:deposits@2") && message.contains("2 deposits queued"),
+        "{message}"
+    );
+    assert!(chain.proposals().is_empty());
+    // The epoch at slot 8 applies both (final at 8 − 2): the queue is empty, v2 may come back.
+    while chain.head().height < 8 {
+        next(&mut chain, &mut log, &mut seed, 0);
+    }
+    assert_eq!(queued(&chain.snapshot().unwrap()), Some(0));
+    chain.propose_upgrade(back).unwrap();
+    assert_eq!(chain.proposals().len(), 1);
 }
