@@ -268,3 +268,45 @@ fn a_proposal_back_to_deposits_v2_is_refused_while_the_queue_holds_deposits() {
     chain.propose_upgrade(back).unwrap();
     assert_eq!(chain.proposals().len(), 1);
 }
+
+/// A node warms a new deposits module on the deposits of its latest real blocks before it
+/// attests readiness: a @3.0.0 module is warmed with its own calls (the block queued on an
+/// empty queue), not refused for not answering @2.0.0's `process`, so a node with recent
+/// deposits can attest it and the upgrade is not dropped at the readiness gate.
+#[test]
+fn a_deposits_v3_module_warms_up_on_a_nodes_recent_real_deposits() {
+    use modnode::runtime::Modules;
+    use modnode::runtime::deposits::DepositCall;
+    use modnode::runtime::modules::InitialModules;
+    use modnode::runtime::slot::SlotConfig;
+
+    let modules = Modules::new(
+        runtime(1_000_000_000),
+        InitialModules {
+            deposits: &super::artifact("deposits-v2"),
+            checkpoint: &super::artifact("checkpoint-v1"),
+            gossip_policy: &super::artifact("gossip-policy-v2"),
+        },
+        SlotConfig::default(),
+    )
+    .unwrap();
+    let mut log = DevDepositLog::new();
+    for seed in 0..3 {
+        log.push(workload::new_validator(500 + seed, 32 * ETH, [0; 4]));
+    }
+    let eth1 = log.eth1_data();
+    let proven = modnode::chain::eth1::DepositProofs::proven_deposits(
+        &log,
+        0,
+        eth1.deposit_count,
+        eth1.deposit_count,
+    )
+    .unwrap();
+    modules.record_deposits(DepositCall {
+        registry: super::shared(&modnode::state::Registry::new()),
+        ctx: modnode::chain::block_context(1, 1, [0; 4], &eth1, 0),
+        deposits: proven.iter().map(modnode::chain::to_wit).collect(),
+    });
+    let prepared = modules.prepare(&super::artifact("deposits-v3"));
+    assert!(prepared.is_ok(), "{:?}", prepared.err());
+}
