@@ -4,7 +4,9 @@
 //!
 //! A block must carry every due deposit, so a module that cannot finish a full block within
 //! its budget would halt the chain the first time that many deposits are due. `propose` refuses
-//! such a module, naming what it measured.
+//! such a module, naming what it measured. A `modnode:deposits@3.0.0` module is measured on its
+//! block call (which queues the deposits), and its epoch transition must finish a queue of a
+//! full block of final deposits within its budget.
 
 use std::sync::{Arc, OnceLock, RwLock};
 
