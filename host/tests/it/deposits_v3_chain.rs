@@ -310,3 +310,54 @@ fn a_deposits_v3_module_warms_up_on_a_nodes_recent_real_deposits() {
     let prepared = modules.prepare(&super::artifact("deposits-v3"));
     assert!(prepared.is_ok(), "{:?}", prepared.err());
 }
+
+/// Pruning folds deposits@3's per-block queue extents exactly like the eth1 and schedule
+/// records (below finality, anchor heights as they are), and a pruned chain reopens with its
+/// queue.
+#[test]
+fn pruning_drops_old_queue_extents_where_it_drops_eth1_records_and_the_chain_reopens() {
+    use modnode::chain::prune::History;
+    use modnode::store::KvStore;
+
+    let setup = setup();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let mut chain = open(&setup, &path);
+    chain
+        .propose_upgrade(UpgradeOp {
+            kind: Kind::Deposits,
+            module: setup.v3_hash,
+            height: H,
+        })
+        .unwrap();
+    let mut log = DevDepositLog::new();
+    let mut seed = 0u64;
+    let mut blocks = Vec::new();
+    while chain.head().height < 40 {
+        let deposits = u64::from(chain.head().height < 12);
+        blocks.push(next(&mut chain, &mut log, &mut seed, deposits));
+    }
+    chain
+        .pruner(History::Blocks(4))
+        .run_until_done(256)
+        .unwrap();
+    let head = chain.snapshot().unwrap();
+    drop(chain);
+    let store = SledStore::open(&path).unwrap();
+    let has = |prefix: &[u8], hash: &Hash| -> bool {
+        store.get(&[prefix, hash].concat()).unwrap().is_some()
+    };
+    // Exactly where the eth1 state of a block is kept, its queue extent is (from H on).
+    for (i, block) in blocks.iter().enumerate() {
+        let height = i + 1;
+        let hash = block.hash();
+        let expected = height as u64 >= H && has(b"e", &hash);
+        assert_eq!(has(b"p", &hash), expected, "height {height}");
+    }
+    assert!(!has(b"p", &blocks[9].hash()), "height 10's extent is kept");
+    assert!(has(b"p", &head.block_hash()), "the head's extent is gone");
+    drop(store);
+    let chain = open(&setup, &path);
+    assert_eq!(fingerprint(&chain.snapshot().unwrap()), fingerprint(&head));
+    assert!(chain.snapshot().unwrap().pending().is_some());
+}
