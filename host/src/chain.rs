@@ -28,6 +28,7 @@ mod fork_choice;
 mod from_checkpoint;
 pub mod genesis;
 pub mod native_deposits;
+mod pending_store;
 mod proposals;
 pub mod prune;
 mod registry_store;
@@ -49,7 +50,9 @@ use genesis::Genesis;
 use crate::runtime::Kind;
 use crate::runtime::deposits::{DepositCall, Outcome};
 use crate::state::schedule::{Action, BlockVotes, MAX_READY_ATTESTATIONS, MAX_UPGRADE_VOTES};
-use crate::state::{Registry, Schedule, StateError, StateSnapshot, UpgradeOp, state_root};
+use crate::state::{
+    PendingQueue, Registry, Schedule, StateError, StateSnapshot, UpgradeOp, state_root_with,
+};
 use crate::state_cache::{StateCache, StateCacheConfig, StateSource};
 use crate::store::{KvStore, StoreError, WriteBatch, keys};
 use transition::Transition;
@@ -114,6 +117,8 @@ pub struct Chain {
     genesis_hash: Hash,
     registry: Arc<RwLock<Registry>>,
     eth1: Eth1State,
+    /// deposits@3's pending-deposit queue after the head, once the chain has run that contract.
+    pending: Option<PendingQueue>,
     head: Head,
     deposits: DepositEngine,
     schedule: Schedule,
@@ -144,6 +149,36 @@ pub enum ProposeError {
     /// Keeping the proposal in the store failed (ours).
     #[error("cannot keep the proposal in the store: {0}")]
     Store(#[from] StoreError),
+    /// The operator's: a deposits module whose contract cannot hold deposits@3's queue
+    /// (`modnode:deposits@2`), proposed while the queue is not empty: the queued deposits
+    /// would never be applied. Wait until the queue drains (`GET /state`'s
+    /// `pending_deposits` is 0) and propose again.
+    #[error(
+        "deposits module {module} implements modnode:deposits@{contract}, which cannot hold the \
+         {queued} deposits queued under modnode:deposits@3 (they would never be applied): \
+         propose it once the queue has drained (GET /state: pending_deposits 0)"
+    )]
+    CannotHoldQueue {
+        /// The proposed module (hex sha256).
+        module: String,
+        /// Its contract.
+        contract: String,
+        /// Deposits queued after the head.
+        queued: u64,
+    },
+    /// The operator's: the contract of the proposed deposits module is unknown here (the
+    /// module is not prepared on this node) while deposits are queued, so whether it can hold
+    /// them cannot be checked. Upload the module first.
+    #[error(
+        "deposits module {module} is not prepared on this node, so whether its contract can hold \
+         the {queued} queued deposits cannot be checked: upload it first"
+    )]
+    ContractUnknown {
+        /// The proposed module (hex sha256).
+        module: String,
+        /// Deposits queued after the head.
+        queued: u64,
+    },
 }
 
 /// What the producer's next block says about the schedule.
@@ -237,6 +272,7 @@ impl Chain {
                     genesis_hash,
                     registry: Arc::new(RwLock::new(registry_genesis)),
                     eth1: eth1_genesis,
+                    pending: None,
                     head,
                     deposits,
                     schedule: schedule_genesis,
@@ -308,7 +344,10 @@ impl Chain {
                 let registry = registry_store::load_registry(store.as_ref())?;
                 let eth1 = load_eth1(store.as_ref(), &head.hash)?;
                 let schedule = load_schedule(store.as_ref(), &head.hash)?;
-                let root = state_root(&registry.root(), &eth1, &schedule);
+                let pending = pending_store::load(store.as_ref(), &head.hash)?;
+                let pending_root = pending.as_ref().map(PendingQueue::root);
+                let root =
+                    state_root_with(&registry.root(), &eth1, &schedule, pending_root.as_ref());
                 if root != head.state_root {
                     return Err(OpenError::Corrupt(format!(
                         "state root {} does not match head block {} (height {}), which commits to {}",
@@ -336,6 +375,7 @@ impl Chain {
                     genesis_hash,
                     registry: Arc::new(RwLock::new(registry)),
                     eth1,
+                    pending,
                     head,
                     deposits,
                     schedule,
@@ -448,6 +488,7 @@ impl Chain {
             delta,
             eth1: state.eth1().clone(),
             schedule: state.schedule().clone(),
+            pending: state.pending().cloned(),
             root: state.root(),
         }))
     }
@@ -470,12 +511,13 @@ impl Chain {
             .read()
             .map_err(|_| StateError::Poisoned)?
             .clone();
-        Ok(StateSnapshot::new(
+        Ok(StateSnapshot::with_pending(
             self.head.hash,
             self.head.height,
             registry,
             self.eth1.clone(),
             self.schedule.clone(),
+            self.pending.clone(),
         ))
     }
 
@@ -520,6 +562,9 @@ impl Chain {
 
     fn propose(&mut self, action: Action, op: UpgradeOp) -> Result<(), ProposeError> {
         self.check_proposal(action, op)?;
+        if action == Action::Upgrade && op.kind == Kind::Deposits {
+            self.check_holds_queue(&op.module)?;
+        }
         let mut proposals = self.proposals.clone();
         proposals.retain(|(a, p)| !(*a == action && *p == op));
         proposals.push((action, op));
@@ -528,6 +573,43 @@ impl Chain {
         self.store.commit(&batch)?;
         self.proposals = proposals;
         Ok(())
+    }
+
+    /// The downgrade rule: while deposits are queued under deposits@3, a deposits module whose
+    /// contract cannot hold the queue (an older major) is refused.
+    fn check_holds_queue(&self, module: &Hash) -> Result<(), ProposeError> {
+        let queued = self.pending.as_ref().map_or(0, PendingQueue::len);
+        if queued == 0 {
+            return Ok(());
+        }
+        let engine = if self.deposits.hash() == Some(*module) {
+            Some(self.deposits.clone())
+        } else {
+            self.modules.as_ref().and_then(|m| m.deposits(module))
+        };
+        let contract = match engine {
+            Some(DepositEngine::Module(m)) => m.contract(),
+            // The native reference is deposits@2's phase0 semantics.
+            Some(DepositEngine::Native(_)) => crate::runtime::inspect::Version {
+                major: 2,
+                minor: 0,
+                patch: 0,
+            },
+            None => {
+                return Err(ProposeError::ContractUnknown {
+                    module: hex32(module),
+                    queued,
+                });
+            }
+        };
+        if contract.major >= transition::QUEUE_CONTRACT_MAJOR {
+            return Ok(());
+        }
+        Err(ProposeError::CannotHoldQueue {
+            module: hex32(module),
+            contract: contract.to_string(),
+            queued,
+        })
     }
 
     /// The same rules a block's votes meet, checked now so the operator hears of them; drops
@@ -710,8 +792,12 @@ impl Chain {
             &self.genesis,
             &|height| self.deposit_engine_at(height),
             &self.registry,
-            &self.eth1,
-            &self.schedule,
+            &transition::Parent {
+                eth1: &self.eth1,
+                schedule: &self.schedule,
+                pending: self.pending.as_ref(),
+                slot: self.head.slot,
+            },
             header,
             body,
         )
@@ -843,6 +929,7 @@ impl Chain {
             delta,
             eth1,
             schedule,
+            pending,
             root,
         } = match self.adopt(block)? {
             Some(adopted) => adopted,
@@ -891,6 +978,8 @@ impl Chain {
         // The schedule is state like any other: an activation is part of this batch, never a
         // marker written after it.
         batch.put(keys::schedule(&hash), schedule.encode());
+        // deposits@3's queue: the entries this block pushed and the extent after it.
+        pending_store::put_block(&mut batch, &hash, self.pending.as_ref(), pending.as_ref());
         batch.put(keys::height(head.height), hash.to_vec());
         batch.put(keys::HEAD, head.encode());
         self.store
@@ -915,13 +1004,14 @@ impl Chain {
             .registry
             .write()
             .map_err(|_| diverged("unreadable".into(), "registry lock poisoned".into()))?;
+        let pending_root = pending.as_ref().map(PendingQueue::root);
+        let root_of = |registry: &Registry| {
+            state_root_with(&registry.root(), &eth1, &schedule, pending_root.as_ref())
+        };
         if let Err(e) = registry.apply(&delta) {
-            return Err(diverged(
-                hex32(&state_root(&registry.root(), &eth1, &schedule)),
-                e.to_string(),
-            ));
+            return Err(diverged(hex32(&root_of(&registry)), e.to_string()));
         }
-        let memory_root = state_root(&registry.root(), &eth1, &schedule);
+        let memory_root = root_of(&registry);
         if memory_root != root {
             return Err(diverged(
                 hex32(&memory_root),
@@ -931,6 +1021,7 @@ impl Chain {
         drop(registry);
         self.eth1 = eth1;
         self.schedule = schedule;
+        self.pending = pending;
         self.head = head;
         self.finality.imported(head.height, header.proposer);
         if let Some(modules) = &self.modules {
@@ -982,6 +1073,22 @@ pub(crate) fn load_eth1(store: &dyn KvStore, hash: &Hash) -> Result<Eth1State, S
     Eth1State::decode(&bytes).ok_or_else(|| {
         StoreError::Corrupt(format!("eth1 state of block {} malformed", hex32(hash)))
     })
+}
+
+/// deposits@3's queue extent stored after block `hash` (`None`: that state has no queue).
+pub(crate) fn load_pending_extent(
+    store: &dyn KvStore,
+    hash: &Hash,
+) -> Result<Option<crate::state::PendingUndo>, StoreError> {
+    pending_store::load_extent(store, hash)
+}
+
+/// The queue of an ancestor with extent `extent`, rolled back from a later queue of its chain.
+pub(crate) fn pending_rolled_back(
+    later: Option<&PendingQueue>,
+    extent: Option<&crate::state::PendingUndo>,
+) -> Result<Option<PendingQueue>, crate::state::PendingError> {
+    pending_store::rolled_back(later, extent)
 }
 
 /// The module schedule stored after block `hash`.

@@ -191,6 +191,18 @@ pub mod keys {
             [BALANCE_PREFIX, &index.to_be_bytes()].concat()
         }
     }
+    /// deposits@3's queue extent after a block (entries ever pushed, front offset,
+    /// `deposit_balance_to_consume`): `p` ‖ hash. Absent: the state has no queue.
+    pub fn pending(hash: &[u8; 32]) -> Vec<u8> {
+        [b"p".as_slice(), hash].concat()
+    }
+    /// Prefix of the canonical chain's queued-deposit entries.
+    pub const PENDING_ENTRY_PREFIX: &[u8] = b"n";
+    /// The `index`-th deposit ever queued on the canonical chain (encoded
+    /// `PendingDeposit`): `n` ‖ index.
+    pub fn pending_entry(index: u64) -> Vec<u8> {
+        [PENDING_ENTRY_PREFIX, &index.to_be_bytes()].concat()
+    }
     /// Prefix of the side-block index.
     pub const SIDE_BLOCK_PREFIX: &[u8] = b"k";
     /// A stored block that is not (or no longer) canonical at `height`: `k` ‖ height ‖ hash.

@@ -2,14 +2,16 @@
 //! height (the head without `height`), answered from the state cache or by regeneration.
 //!
 //! The answer: `{"height","block_hash","state_root","registry_root","validators",
-//! "eth1_deposit_index","balance_sum_gwei","validator"?}`, where `validator` (when `index` or `pubkey` is given)
+//! "eth1_deposit_index","balance_sum_gwei","pending_deposits","deposit_balance_to_consume_gwei",
+//! "validator"?}` (`pending_deposits`: deposits queued under `modnode:deposits@3`, 0 before
+//! the chain runs that contract), where `validator` (when `index` or `pubkey` is given)
 //! is `{"index","pubkey","withdrawal_credentials","effective_balance","balance","slashed",
 //! "activation_eligibility_epoch","activation_epoch","exit_epoch","withdrawable_epoch"}` or
 //! `null` if no validator matches.
 
 use serde_json::{Value, json};
 
-use crate::state::{PUBKEY_LEN, Pubkey, StateSnapshot};
+use crate::state::{PUBKEY_LEN, PendingQueue, Pubkey, StateSnapshot};
 use crate::state_cache::{StateCache, StateCacheError};
 
 /// Which validator a query asks for.
@@ -144,6 +146,10 @@ pub fn render(state: &StateSnapshot, selector: Option<Selector>) -> Value {
         "eth1_deposit_index": state.eth1().deposit_index,
         // A string: JSON numbers lose precision above 2^53 and the sum is a u128.
         "balance_sum_gwei": balance_sum(state).to_string(),
+        // deposits@3's queue (0 and 0 for a state before the chain ran that contract).
+        "pending_deposits": state.pending().map_or(0, PendingQueue::len),
+        "deposit_balance_to_consume_gwei":
+            state.pending().map_or(0, PendingQueue::balance_to_consume),
     });
     if let Some(selector) = selector {
         let index = match selector {
@@ -176,6 +182,46 @@ pub fn render(state: &StateSnapshot, selector: Option<Selector>) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::state::{Eth1State, PendingDelta, PendingDeposit, Registry, Schedule};
+
+    fn entry(n: u8) -> PendingDeposit {
+        PendingDeposit {
+            pubkey: [n; 48],
+            withdrawal_credentials: [1; 32],
+            amount: 32_000_000_000,
+            signature: [0; 96],
+            slot: 7,
+            height: 6,
+        }
+    }
+
+    #[test]
+    fn the_state_shows_deposits_v3_queue_length_and_balance_to_consume() {
+        let state = |pending| {
+            StateSnapshot::with_pending(
+                [1; 32],
+                9,
+                Registry::new(),
+                Eth1State::default(),
+                Schedule::default(),
+                pending,
+            )
+        };
+        let before = render(&state(None), None);
+        assert_eq!(before["pending_deposits"], 0);
+        assert_eq!(before["deposit_balance_to_consume_gwei"], 0);
+        let mut queue = PendingQueue::new();
+        queue
+            .apply(&PendingDelta {
+                pushed: vec![entry(1), entry(2), entry(3)],
+                dropped: 1,
+                balance_to_consume: Some(5_000_000_000),
+            })
+            .unwrap();
+        let after = render(&state(Some(queue)), None);
+        assert_eq!(after["pending_deposits"], 2);
+        assert_eq!(after["deposit_balance_to_consume_gwei"], 5_000_000_000u64);
+    }
 
     #[test]
     fn queries_parse_strictly() {

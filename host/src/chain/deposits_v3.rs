@@ -11,8 +11,9 @@
 //! block's slot and height), the block call wrote nothing to the registry and dropped nothing,
 //! and the reported `eth1_deposit_index` and `deposit_balance_to_consume` are the state's.
 //!
-//! The chain's import, revert, store and state cache do not call this yet (see
-//! ARCHITECTURE.md, "Contract versions"): no chain can schedule a @3.0.0 module before they do.
+//! The transition (`chain/transition.rs`) calls this for every block whose scheduled deposits
+//! module is on contract 3, on import, block production, replay and side-branch execution (see
+//! ARCHITECTURE.md, "Contract versions").
 
 use std::sync::{Arc, RwLock};
 

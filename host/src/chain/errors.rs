@@ -125,6 +125,16 @@ pub enum ImportError {
         /// The module's reason.
         error: ProcessError,
     },
+    /// The block's `modnode:deposits@3.0.0` step failed: the module rejected the block or
+    /// broke the contract (the block is invalid), or the host could not apply its changes
+    /// (ours: `State`, `NotAnExtension`).
+    #[error("block {hash}: {source}")]
+    DepositsV3 {
+        /// The block's hash (hex).
+        hash: String,
+        /// What failed.
+        source: super::deposits_v3::V3StepError,
+    },
     /// The deposits module failed deterministically (trap, fuel, limits): the block is invalid.
     #[error("block {hash}: {0}", hash = .1)]
     Module(#[source] ModuleFault, String),
@@ -220,6 +230,12 @@ impl ImportError {
                 ..
             } => FailureClass::Ours,
             Self::State { .. } => FailureClass::Block,
+            Self::DepositsV3 { source, .. } => match source {
+                super::deposits_v3::V3StepError::Call(crate::runtime::CallError::Host(_))
+                | super::deposits_v3::V3StepError::State(_)
+                | super::deposits_v3::V3StepError::NotAnExtension => FailureClass::Ours,
+                _ => FailureClass::Block,
+            },
             // The scheduled module is not here yet, the host failed, storage failed, or disk
             // and memory disagree: never the block's.
             Self::ModuleMissing { .. }

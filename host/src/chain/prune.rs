@@ -351,6 +351,7 @@ impl Pruner {
                 batch.delete(keys::undo(&hash));
                 batch.delete(keys::eth1(&hash));
                 batch.delete(keys::schedule(&hash));
+                batch.delete(keys::pending(&hash));
                 batch.delete(keys::height(height));
             }
         }
@@ -391,6 +392,7 @@ impl Pruner {
             {
                 batch.delete(keys::eth1(&hash));
                 batch.delete(keys::schedule(&hash));
+                batch.delete(keys::pending(&hash));
             }
         }
         to.state = to.state.max(state.end);
@@ -401,6 +403,7 @@ impl Pruner {
             if let Some(hash) = canonical(store, height)? {
                 batch.delete(keys::eth1(&hash));
                 batch.delete(keys::schedule(&hash));
+                batch.delete(keys::pending(&hash));
             }
             height = height.saturating_add(every);
         }

@@ -1,8 +1,10 @@
 //! Reverting the head block with its undo record: the basis of reorganisations.
 
 use super::block::Block;
-use super::{Chain, Head, RevertError, hex32, load_eth1, load_schedule, registry_store};
-use crate::state::{RegistryUndo, state_root};
+use super::{
+    Chain, Head, RevertError, hex32, load_eth1, load_schedule, pending_store, registry_store,
+};
+use crate::state::{PendingQueue, RegistryUndo, state_root_with};
 use crate::store::{WriteBatch, keys};
 
 impl Chain {
@@ -49,6 +51,10 @@ impl Chain {
             .map_err(|e| corrupt(format!("parent eth1 state: {e}")))?;
         let schedule = load_schedule(self.store.as_ref(), &parent_hash)
             .map_err(|e| corrupt(format!("parent module schedule: {e}")))?;
+        let parent_extent = pending_store::load_extent(self.store.as_ref(), &parent_hash)
+            .map_err(|e| corrupt(format!("parent pending-deposit extent: {e}")))?;
+        let pending = pending_store::rolled_back(self.pending.as_ref(), parent_extent.as_ref())
+            .map_err(|e| corrupt(format!("parent pending-deposit extent: {e}")))?;
 
         let mut batch = WriteBatch::new();
         batch.delete(keys::height(head.height));
@@ -57,6 +63,12 @@ impl Chain {
         batch.delete(keys::undo(&head.hash));
         batch.delete(keys::eth1(&head.hash));
         batch.delete(keys::schedule(&head.hash));
+        pending_store::put_revert(
+            &mut batch,
+            &head.hash,
+            self.pending.as_ref(),
+            parent_extent.as_ref(),
+        );
         {
             // A poisoned lock is not "zero validators": refuse before anything is written.
             let registry = self.registry.read().map_err(|_| RevertError::Poisoned {
@@ -95,7 +107,8 @@ impl Chain {
                 .rollback(&undo)
                 .map_err(|e| diverged(e.to_string()))?,
         }
-        let root = state_root(&registry.root(), &eth1, &schedule);
+        let pending_root = pending.as_ref().map(PendingQueue::root);
+        let root = state_root_with(&registry.root(), &eth1, &schedule, pending_root.as_ref());
         if root != new_head.state_root {
             return Err(diverged(format!(
                 "state root {} after rollback, parent commits to {}",
@@ -106,6 +119,7 @@ impl Chain {
         drop(registry);
         self.eth1 = eth1;
         self.schedule = schedule;
+        self.pending = pending;
         self.head = new_head;
         self.finality.reverted(head.height);
         if let Some(modules) = &self.modules {

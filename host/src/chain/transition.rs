@@ -9,9 +9,16 @@ use super::errors::ImportError;
 use super::eth1::{Eth1Data, Eth1State};
 use super::genesis::Genesis;
 use super::hex32;
+use super::{DepositsResult, deposits_v3};
 use crate::runtime::deposits::{BlockContext, Outcome};
 use crate::runtime::{CallError, Kind};
-use crate::state::{Registry, RegistryDelta, Schedule, StateError, StateSnapshot, state_root};
+use crate::state::{
+    PendingQueue, Registry, RegistryDelta, Schedule, StateError, StateSnapshot, state_root_with,
+};
+
+/// The major version of the deposits contract whose modules run a block through
+/// [`deposits_v3::run`] (Electra's pending-deposit queue).
+pub const QUEUE_CONTRACT_MAJOR: u64 = 3;
 
 /// What a block's transition produced, before it is committed.
 pub(crate) struct Transition {
@@ -19,7 +26,19 @@ pub(crate) struct Transition {
     pub(crate) delta: RegistryDelta,
     pub(crate) eth1: Eth1State,
     pub(crate) schedule: Schedule,
+    /// deposits@3's queue after the block: `Some` once the chain has run that contract.
+    pub(crate) pending: Option<PendingQueue>,
     pub(crate) root: [u8; 32],
+}
+
+/// The parent's state a block's transition reads besides its registry: eth1 state, module
+/// schedule, deposits@3's queue (if the parent has one) and the parent block's slot (which
+/// says whether the block starts an epoch).
+pub(crate) struct Parent<'a> {
+    pub(crate) eth1: &'a Eth1State,
+    pub(crate) schedule: &'a Schedule,
+    pub(crate) pending: Option<&'a PendingQueue>,
+    pub(crate) slot: u64,
 }
 
 /// The deposits engine that runs the block at `height` on a state with `schedule`: the
@@ -84,18 +103,22 @@ pub(crate) fn voted(
     })
 }
 
-/// Runs a block's body over `registry`, `eth1` and `schedule` without changing any: the eth1
-/// vote, the upgrade votes, exactly the due deposits through the engine `engine_at` gives for
-/// the block's height, the new state root.
+/// Runs a block's body over `registry` and `parent` without changing any: the eth1 vote, the
+/// upgrade votes, exactly the due deposits through the engine `engine_at` gives for the
+/// block's height — a `modnode:deposits@3.0.0` module through [`deposits_v3::run`] on the
+/// parent's queue (an empty one for the chain's first such block), any other engine as
+/// before, the queue carried unchanged —, the new state root (with the queue, if any,
+/// [`state_root_with`]).
 pub(crate) fn transition(
     genesis: &Genesis,
     engine_at: &dyn Fn(u64) -> Result<DepositEngine, ImportError>,
     registry: &Arc<RwLock<Registry>>,
-    eth1: &Eth1State,
-    schedule: &Schedule,
+    parent: &Parent<'_>,
     header: &BlockHeader,
     body: &BlockBody,
 ) -> Result<Transition, ImportError> {
+    let eth1 = parent.eth1;
+    let schedule = parent.schedule;
     let hash = hex32(&header.hash());
     let voted = voted(
         genesis,
@@ -127,20 +150,56 @@ pub(crate) fn transition(
             from: voted.deposit_index,
         });
     }
-    let result = deposits
-        .process(
-            registry.clone(),
-            &context(genesis, header, &voted),
-            &body.deposits,
-        )
-        .map_err(|e| match e {
-            CallError::Module(fault) => ImportError::Module(fault, hash.clone()),
-            CallError::Host(failure) => ImportError::Host(failure, hash.clone()),
-        })?
-        .map_err(|error| ImportError::Rejected {
-            hash: hash.clone(),
-            error,
-        })?;
+    let call_error = |e: CallError| match e {
+        CallError::Module(fault) => ImportError::Module(fault, hash.clone()),
+        CallError::Host(failure) => ImportError::Host(failure, hash.clone()),
+    };
+    let ctx = context(genesis, header, &voted);
+    let (result, pending) = match &deposits {
+        DepositEngine::Module(module) if module.contract().major == QUEUE_CONTRACT_MAJOR => {
+            let base = registry
+                .read()
+                .map_err(|_| ImportError::State {
+                    hash: hash.clone(),
+                    source: StateError::Poisoned,
+                })?
+                .clone();
+            let empty = PendingQueue::new();
+            let queue = parent.pending.unwrap_or(&empty);
+            let step = deposits_v3::run(
+                module,
+                genesis,
+                &base,
+                queue,
+                parent.slot,
+                &ctx,
+                &body.deposits,
+            )
+            .map_err(|source| match source {
+                deposits_v3::V3StepError::Call(e) => call_error(e),
+                source => ImportError::DepositsV3 {
+                    hash: hash.clone(),
+                    source,
+                },
+            })?;
+            let result = DepositsResult {
+                outcomes: Vec::new(),
+                delta: step.delta,
+                eth1_deposit_index: step.eth1_deposit_index,
+            };
+            (result, Some(step.pending))
+        }
+        _ => {
+            let result = deposits
+                .process(registry.clone(), &ctx, &body.deposits)
+                .map_err(call_error)?
+                .map_err(|error| ImportError::Rejected {
+                    hash: hash.clone(),
+                    error,
+                })?;
+            (result, parent.pending.cloned())
+        }
+    };
     let eth1 = voted
         .after_deposits(found)
         .map_err(|source| ImportError::Eth1Vote {
@@ -162,18 +221,20 @@ pub(crate) fn transition(
         })?
         .root_after(&result.delta)
         .map_err(|source| ImportError::State { hash, source })?;
+    let pending_root = pending.as_ref().map(PendingQueue::root);
     Ok(Transition {
         outcomes: result.outcomes,
         delta: result.delta,
-        root: state_root(&registry_root, &eth1, &schedule),
+        root: state_root_with(&registry_root, &eth1, &schedule, pending_root.as_ref()),
         eth1,
         schedule,
+        pending,
     })
 }
 
-/// The state after `block`, replayed on `base` (the state after its parent) with the deposits
-/// engine `engine_at(height, base's schedule)` names: the block's state root is checked like on
-/// import. `base` is never changed.
+/// The state after `block`, replayed on `base` (the state after its parent, a block at
+/// `parent_slot`) with the deposits engine `engine_at(height, base's schedule)` names: the
+/// block's state root is checked like on import. `base` is never changed.
 ///
 /// The block's header must follow `base` (parent hash, height); seal and body are not checked
 /// again, as every stored block was checked before it was stored.
@@ -181,6 +242,7 @@ pub fn replay(
     genesis: &Genesis,
     engine_at: &dyn Fn(u64, &Schedule) -> Result<DepositEngine, ImportError>,
     base: &StateSnapshot,
+    parent_slot: u64,
     block: &Block,
 ) -> Result<StateSnapshot, ImportError> {
     let header = &block.header;
@@ -203,8 +265,12 @@ pub fn replay(
         genesis,
         &|height| engine_at(height, base.schedule()),
         &registry,
-        base.eth1(),
-        base.schedule(),
+        &Parent {
+            eth1: base.eth1(),
+            schedule: base.schedule(),
+            pending: base.pending(),
+            slot: parent_slot,
+        },
         header,
         &block.body,
     )?;
@@ -229,11 +295,12 @@ pub fn replay(
             hash: name.clone(),
             source,
         })?;
-    Ok(StateSnapshot::new(
+    Ok(StateSnapshot::with_pending(
         hash,
         header.height,
         registry,
         done.eth1,
         done.schedule,
+        done.pending,
     ))
 }

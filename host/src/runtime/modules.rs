@@ -257,12 +257,23 @@ struct RecentReal<'a> {
 fn warm_any(module: LoadedModule, recent: RecentReal<'_>) -> Result<AnyReady, SlotError> {
     Ok(match module {
         LoadedModule::Deposits(m) => AnyReady::Deposits(warm_on(m, recent.deposits, |m, call| {
+            // A rejection is an answer: the module ran (fuel is only reported on success).
+            if m.contract().major == 3 {
+                // deposits@3 queues the block's deposits (on an empty queue: the real queue
+                // is the chain's, not the warm-up's).
+                let out = m.process_v3(
+                    call.registry.clone(),
+                    crate::state::PendingQueue::new(),
+                    &call.ctx,
+                    &call.deposits,
+                )?;
+                return Ok(out.map_or(0, |o| o.fuel_used));
+            }
             let out = m.process(
                 call.registry.clone(),
                 call.ctx.clone(),
                 call.deposits.clone(),
             )?;
-            // A rejection is an answer: the module ran (fuel is only reported on success).
             Ok(out.map_or(0, |o| o.fuel_used))
         })?),
         LoadedModule::Checkpoint(m) => AnyReady::Checkpoint(warm(m)?),

@@ -184,8 +184,18 @@ impl PendingQueue {
     }
 
     /// Entries ever pushed, drained ones included.
-    fn total(&self) -> u64 {
+    pub fn total(&self) -> u64 {
         self.tree.len()
+    }
+
+    /// The front offset: entries drained so far.
+    pub fn start(&self) -> u64 {
+        self.start
+    }
+
+    /// The entry pushed `index`-th (drained ones included), by its absolute position.
+    pub fn entry(&self, index: u64) -> Option<&PendingDeposit> {
+        self.entries.get(usize::try_from(index).ok()?)
     }
 
     /// `deposit_balance_to_consume`.

@@ -318,7 +318,11 @@ impl Anchors {
         let hash = block.hash();
         let eth1 = crate::chain::load_eth1(source.store.as_ref(), &hash)?;
         let schedule = crate::chain::load_schedule(source.store.as_ref(), &hash)?;
-        let state = StateSnapshot::new(hash, height, registry, eth1, schedule);
+        // deposits@3's queue there: the base's rolled back to the extent stored for the block.
+        let extent = crate::chain::load_pending_extent(source.store.as_ref(), &hash)?;
+        let pending = crate::chain::pending_rolled_back(base.pending(), extent.as_ref())
+            .map_err(|e| self.error(height, format!("rolling the queue back: {e}")))?;
+        let state = StateSnapshot::with_pending(hash, height, registry, eth1, schedule, pending);
         if state.root() != block.header.state_root {
             return Err(self.error(
                 height,

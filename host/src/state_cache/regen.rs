@@ -277,10 +277,12 @@ pub(super) fn execute(cache: &StateCache, block: &Block) -> Result<StateSnapshot
     }
     let parent = state(cache, &block.header.parent_hash)?;
     let source = cache.regen.source();
+    let parent_slot = source.block(&block.header.parent_hash)?.header.slot;
     let state = replay(
         &source.genesis,
         &|h, s| source.engine_at(h, s),
         &parent,
+        parent_slot,
         block,
     )
     .map_err(|e| match e.class() {
@@ -387,6 +389,14 @@ fn regenerate(cache: &StateCache, hash: &Hash) -> Result<StateSnapshot, StateCac
     let reserved = cache.reserve(blocks.len().min(2) as u64)?;
     let _permit = regen.permit.lock().unwrap_or_else(PoisonError::into_inner);
     regen.regenerations.fetch_add(1, Ordering::Relaxed);
+    // The slot of the block each replay runs after (whether a block starts an epoch).
+    let mut parent_slot = match regen.source.block(&base.block_hash()) {
+        Ok(block) => block.header.slot,
+        Err(e) => {
+            cache.release(reserved);
+            return Err(e);
+        }
+    };
     let mut state = base;
     let mut outcome = Ok(());
     for block in blocks.iter().rev() {
@@ -395,9 +405,13 @@ fn regenerate(cache: &StateCache, hash: &Hash) -> Result<StateSnapshot, StateCac
             &source.genesis,
             &|h, s| source.engine_at(h, s),
             &state,
+            parent_slot,
             block,
         ) {
-            Ok(next) => state = next,
+            Ok(next) => {
+                state = next;
+                parent_slot = block.header.slot;
+            }
             Err(e) => {
                 outcome = Err(e);
                 break;

@@ -18,6 +18,7 @@ mod dashboards;
 mod deposit_budget;
 mod deposits_e2e;
 mod deposits_v3;
+mod deposits_v3_chain;
 mod equivocation;
 mod equivocation_devnet;
 mod finality;

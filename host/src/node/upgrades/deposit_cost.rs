@@ -4,15 +4,19 @@
 //!
 //! A block must carry every due deposit, so a module that cannot finish a full block within
 //! its budget would halt the chain the first time that many deposits are due. `propose` refuses
-//! such a module, naming what it measured.
+//! such a module, naming what it measured. A `modnode:deposits@3.0.0` module is measured on its
+//! block call (which queues the deposits), and its epoch transition must finish a queue of a
+//! full block of final deposits within its budget.
 
 use std::sync::{Arc, OnceLock, RwLock};
 
 use crate::chain::eth1::DepositProofs as _;
 use crate::chain::to_wit;
+use crate::chain::transition::QUEUE_CONTRACT_MAJOR;
 use crate::chain::workload::{self, DevDepositLog};
 use crate::runtime::deposits::DepositsModule;
-use crate::state::Registry;
+use crate::runtime::deposits::v3::EpochContext;
+use crate::state::{PendingQueue, Registry};
 
 /// The two block sizes the marginal cost is measured between, and their difference. Fuel is
 /// deterministic, so small blocks measure it exactly; they keep `propose` quick.
@@ -94,8 +98,19 @@ fn block_fuel(module: &DepositsModule, n: u64, bad: bool, slot: u64) -> Result<u
     } else {
         "all valid"
     };
-    match module.process(registry, ctx, proven.iter().map(to_wit).collect()) {
-        Ok(Ok(out)) => Ok(out.fuel_used),
+    let wit: Vec<_> = proven.iter().map(to_wit).collect();
+    // deposits@3 queues a block's deposits (its block call); @2 applies them.
+    let fuel = if module.contract().major == QUEUE_CONTRACT_MAJOR {
+        module
+            .process_v3(registry, PendingQueue::new(), &ctx, &wit)
+            .map(|r| r.map(|out| out.fuel_used).map_err(|e| format!("{e:?}")))
+    } else {
+        module
+            .process(registry, ctx, wit)
+            .map(|r| r.map(|out| out.fuel_used).map_err(|e| e.to_string()))
+    };
+    match fuel {
+        Ok(Ok(fuel)) => Ok(fuel),
         Ok(Err(e)) => Err(format!(
             "it refuses a valid block of {n} deposits ({which}): {e}"
         )),
@@ -110,19 +125,63 @@ fn block_fuel(module: &DepositsModule, n: u64, bad: bool, slot: u64) -> Result<u
     }
 }
 
+/// deposits@3: `process-epoch` over a queue of a full block of final deposits (valid, one bad
+/// signature) must finish within its budget, or the first epoch with them would halt the
+/// chain.
+fn epoch_fits(module: &DepositsModule, slot: u64) -> Result<(), String> {
+    for bad in [false, true] {
+        let (proven, eth1) = inputs(LARGE, bad)?;
+        let ctx = crate::chain::block_context(1, slot, [0u8; 4], eth1, 0);
+        let wit: Vec<_> = proven.iter().map(to_wit).collect();
+        let registry = Arc::new(RwLock::new(Registry::new()));
+        let queued = match module.process_v3(registry.clone(), PendingQueue::new(), &ctx, &wit) {
+            Ok(Ok(out)) => out.pending,
+            Ok(Err(e)) => {
+                return Err(format!(
+                    "it refuses to queue a valid block of {LARGE} deposits: {e:?}"
+                ));
+            }
+            Err(e) => return Err(format!("it cannot queue a block of {LARGE} deposits: {e}")),
+        };
+        let mut queue = PendingQueue::new();
+        queue
+            .apply(&queued)
+            .map_err(|e| format!("its queued deposits do not apply: {e}"))?;
+        let epoch = EpochContext {
+            height: 1,
+            finality_depth: 0,
+            genesis_fork_version: vec![0; 4],
+        };
+        match module.process_epoch(registry, queue, epoch) {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => {
+                return Err(format!(
+                    "its epoch transition refuses a queue of {LARGE} final deposits: {e:?}"
+                ));
+            }
+            Err(e) if e.is_deterministic() => {
+                return Err(format!(
+                    "its epoch transition cannot finish a queue of {LARGE} final deposits \
+                     within its budget: {e}"
+                ));
+            }
+            Err(e) => {
+                return Err(format!(
+                    "measuring its epoch transition failed on this node (not the module's \
+                     fault; retry): {e}"
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Measures `module` at `slot` (the chain's current slot: a module may cost more as slots
 /// grow) and checks a block of `max_deposits` fits its budget. Blocking: runs the module on
 /// `2 × (SMALL + LARGE)` deposits with their BLS checks.
 pub fn check(module: &DepositsModule, slot: u64, max_deposits: u16) -> Result<DepositCost, String> {
-    // deposits@3.0.0 needs its pending-deposit queue carried by import, revert, the store and
-    // the state cache, which do not yet: scheduled, its first block would stop every node.
-    if module.contract().major != 2 {
-        return Err(format!(
-            "it implements modnode:deposits@{}, whose pending-deposit queue this node's chain \
-             does not carry yet (import and revert do not run process-epoch); only \
-             modnode:deposits@2.0.0 modules can be scheduled",
-            module.contract()
-        ));
+    if module.contract().major == QUEUE_CONTRACT_MAJOR {
+        epoch_fits(module, slot)?;
     }
     let mut worst: Option<(u64, u64)> = None;
     for bad in [false, true] {
