@@ -181,7 +181,11 @@ pub(crate) mod tests {
         let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
         let mut files = Vec::new();
         rust_files(&src, &mut files);
-        assert!(files.len() > 50, "host sources not found under {}", src.display());
+        assert!(
+            files.len() > 50,
+            "host sources not found under {}",
+            src.display()
+        );
         let shared = ["hash_pair", "count_chunk", "mix_in_count"];
         let mut copies = Vec::new();
         for file in &files {
@@ -197,7 +201,10 @@ pub(crate) mod tests {
                 }
             }
         }
-        assert!(copies.is_empty(), "own copies of the shared hasher: {copies:#?}");
+        assert!(
+            copies.is_empty(),
+            "own copies of the shared hasher: {copies:#?}"
+        );
     }
 
     #[test]

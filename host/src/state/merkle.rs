@@ -966,9 +966,9 @@ mod tests {
         assert!(tree.root_with(&[(1, [0; 32])], &[]).is_err());
     }
     use super::*;
-    use sha2::{Digest, Sha256};
     use proptest::collection::vec;
     use proptest::prelude::*;
+    use sha2::{Digest, Sha256};
     use std::time::Instant;
 
     fn h(left: &Hash32, right: &Hash32) -> Hash32 {
