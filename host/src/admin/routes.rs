@@ -305,23 +305,37 @@ async fn metrics(State(state): State<AppState>) -> Response {
 
 /// The admin server's counters as OpenMetrics lines, without the closing `# EOF`.
 fn admin_metrics(evicted: u64) -> String {
-    use prometheus_client::metrics::counter::Counter;
-    let mut registry = prometheus_client::registry::Registry::with_prefix("modnode");
-    let counter = Counter::<u64>::default();
-    counter.inc_by(evicted);
-    registry.register(
-        "admin_connections_evicted",
-        "Unauthenticated admin connections evicted to make room for others",
-        counter,
-    );
+    // One scrape at a time sets and encodes, so each encodes its own server's figure.
+    let admin = ADMIN_METRICS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let (registry, counter) = &*admin;
+    counter.inner().store(evicted, Ordering::Relaxed);
     let mut out = String::new();
     // Writing into a String cannot fail; the encoder only fails when its writer does.
-    let _ = prometheus_client::encoding::text::encode(&mut out, &registry);
+    let _ = prometheus_client::encoding::text::encode(&mut out, registry);
     match out.rfind("# EOF") {
         Some(at) => out.get(..at).unwrap_or_default().to_string(),
         None => out,
     }
 }
+
+/// The admin server's counters, registered on the first scrape.
+static ADMIN_METRICS: std::sync::LazyLock<
+    std::sync::Mutex<(
+        prometheus_client::registry::Registry,
+        prometheus_client::metrics::counter::Counter,
+    )>,
+> = std::sync::LazyLock::new(|| {
+    let mut registry = prometheus_client::registry::Registry::with_prefix("modnode");
+    let counter = prometheus_client::metrics::counter::Counter::<u64>::default();
+    registry.register(
+        "admin_connections_evicted",
+        "Unauthenticated admin connections evicted to make room for others",
+        counter.clone(),
+    );
+    std::sync::Mutex::new((registry, counter))
+});
 
 async fn upload_module(State(state): State<AppState>, request: Request) -> Response {
     let client = request
