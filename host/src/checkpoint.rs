@@ -1,4 +1,4 @@
-//! Checkpoints of the full state at a height (issue 12): versioned chunking modules, provable
+//! Checkpoints of the full state at a height: versioned chunking modules, provable
 //! chunks and a restorer that verifies each chunk on arrival.
 //!
 //! - [`manifest`]: the manifest (module hash, version, every output-changing parameter, the

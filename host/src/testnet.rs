@@ -1,4 +1,4 @@
-//! Parts of a multi-process testnet that is broken on purpose (issue 25): the pieces a runner
+//! Parts of a multi-process testnet that is broken on purpose: the pieces a runner
 //! combines to start many `modnode` processes, perturb them and check that nothing was lost.
 //!
 //! - [`invariants`]: the invariants (safety, deposits, bans, liveness…) checked on every sample.

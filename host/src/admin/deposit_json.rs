@@ -7,7 +7,7 @@
 //! The `0x` prefix is optional on input and always written on output; unknown fields are
 //! refused so a misspelt field is not silently ignored.
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use crate::chain::block::DepositData;
 
@@ -39,55 +39,77 @@ pub enum DepositJsonError {
     },
 }
 
+/// A deposit as JSON: hex fields as strings (the `0x` prefix optional on input), the amount in
+/// Gwei. Parsed once; a field a deposit does not have is refused. Fields in alphabetical order,
+/// as the hand-built object it replaces was written.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DepositBody {
+    /// The amount in Gwei.
+    amount: u64,
+    /// The validator's BLS public key, 48 bytes in hex.
+    pubkey: String,
+    /// The deposit's BLS signature, 96 bytes in hex.
+    signature: String,
+    /// The withdrawal credentials, 32 bytes in hex.
+    withdrawal_credentials: String,
+}
+
 /// The JSON object for `deposit`, hex fields `0x`-prefixed.
 pub fn encode(deposit: &DepositData) -> Value {
-    serde_json::json!({
-        "pubkey": format!("0x{}", hex::encode(deposit.pubkey)),
-        "withdrawal_credentials": format!("0x{}", hex::encode(deposit.withdrawal_credentials)),
-        "amount": deposit.amount,
-        "signature": format!("0x{}", hex::encode(deposit.signature)),
-    })
+    let body = DepositBody {
+        amount: deposit.amount,
+        pubkey: format!("0x{}", hex::encode(deposit.pubkey)),
+        signature: format!("0x{}", hex::encode(deposit.signature)),
+        withdrawal_credentials: format!("0x{}", hex::encode(deposit.withdrawal_credentials)),
+    };
+    // A struct of strings and an integer always serialises; Null is never returned.
+    serde_json::to_value(body).unwrap_or(Value::Null)
 }
 
 /// Parses a request body into a deposit.
 pub fn decode(body: &[u8]) -> Result<DepositData, DepositJsonError> {
-    let Value::Object(map) = serde_json::from_slice(body)? else {
+    // Syntax first, so that "not JSON" and "not an object" keep their own answers.
+    let value: Value = serde_json::from_slice(body)?;
+    if !value.is_object() {
         return Err(DepositJsonError::NotObject);
-    };
-    if let Some(unknown) = map.keys().find(|k| !FIELDS.contains(&k.as_str())) {
-        return Err(DepositJsonError::UnknownField(
-            unknown.chars().take(64).collect(),
-        ));
     }
-    let amount = field(&map, "amount")?;
+    let parsed: DepositBody = serde_path_to_error::deserialize(value).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner().to_string();
+        if let Some(name) = FIELDS.iter().find(|name| **name == path) {
+            DepositJsonError::BadField {
+                field: name,
+                reason: inner,
+            }
+        } else if let Some(rest) = inner.strip_prefix("unknown field `") {
+            let name = rest.split('`').next().unwrap_or_default();
+            DepositJsonError::UnknownField(name.chars().take(64).collect())
+        } else if let Some(name) = FIELDS
+            .iter()
+            .find(|name| inner.contains(&format!("`{name}`")))
+        {
+            DepositJsonError::MissingField(name)
+        } else {
+            DepositJsonError::NotObject
+        }
+    })?;
     Ok(DepositData {
-        pubkey: hex_field(&map, "pubkey")?,
-        withdrawal_credentials: hex_field(&map, "withdrawal_credentials")?,
-        amount: amount.as_u64().ok_or_else(|| DepositJsonError::BadField {
-            field: "amount",
-            reason: format!("expected a non-negative integer number of Gwei, got {amount}"),
-        })?,
-        signature: hex_field(&map, "signature")?,
+        pubkey: hex_field(&parsed.pubkey, "pubkey")?,
+        withdrawal_credentials: hex_field(
+            &parsed.withdrawal_credentials,
+            "withdrawal_credentials",
+        )?,
+        amount: parsed.amount,
+        signature: hex_field(&parsed.signature, "signature")?,
     })
 }
 
-fn field<'m>(
-    map: &'m Map<String, Value>,
-    name: &'static str,
-) -> Result<&'m Value, DepositJsonError> {
-    map.get(name).ok_or(DepositJsonError::MissingField(name))
-}
-
-fn hex_field<const N: usize>(
-    map: &Map<String, Value>,
-    name: &'static str,
-) -> Result<[u8; N], DepositJsonError> {
+/// `text` (hex, optional `0x`) as the `N` bytes of field `name`, or why not.
+fn hex_field<const N: usize>(text: &str, name: &'static str) -> Result<[u8; N], DepositJsonError> {
     let bad = |reason: String| DepositJsonError::BadField {
         field: name,
         reason,
-    };
-    let Value::String(text) = field(map, name)? else {
-        return Err(bad("expected a hex string".into()));
     };
     let digits = text.strip_prefix("0x").unwrap_or(text);
     // Evaluated at compile time: a field too large to double fails the build, not a request.
@@ -135,6 +157,10 @@ mod tests {
                 "unknown field `extra`",
             ),
             ("{}".to_string(), "missing field"),
+            (
+                json.replacen("\"0x0101", "7, \"x\": \"", 1),
+                "field `pubkey`",
+            ),
             ("[1]".to_string(), "JSON object"),
             ("{".to_string(), "not valid JSON"),
         ];

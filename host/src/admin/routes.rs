@@ -6,6 +6,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use super::server::{ConnPhase, Phase, ServerConfig};
+use super::token::AdminToken;
+use super::{AdminBackend, ModuleOp, ModuleOpError};
+use crate::modules_store::StoredModule;
+use crate::modules_store::upload::UploadOutcome;
+use crate::runtime::{Kind, Mode};
+use crate::state::schedule::Action;
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
@@ -14,14 +21,6 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use http_body_util::BodyExt as _;
-use serde_json::json;
-
-use super::server::{ConnPhase, Phase, ServerConfig};
-use super::token::AdminToken;
-use super::{AdminBackend, ModuleOp, ModuleOpError};
-use crate::modules_store::upload::UploadOutcome;
-use crate::runtime::{Kind, Mode};
-use crate::state::schedule::Action;
 
 /// Content type of `/metrics`.
 const METRICS_TYPE: &str = crate::node::metrics::METRICS_CONTENT_TYPE;
@@ -87,13 +86,52 @@ pub(crate) fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
+/// The body of a health answer. (Fields in alphabetical order, as the hand-built objects it
+/// replaces were written, so the bytes on the wire are unchanged.)
+#[derive(Debug, serde::Serialize)]
+struct Health {
+    /// Why it is failing; absent when ok.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reason: Option<String>,
+    /// `ok` or `failing`.
+    status: &'static str,
+}
+
+/// The body of an error answer (fields in alphabetical order, as for [`Health`]):
+/// `{"error": message}`, with a machine-readable `reason` where
+/// the client acts on it.
+#[derive(Debug, serde::Serialize)]
+struct ErrorBody {
+    /// What went wrong, for a person.
+    error: String,
+    /// A short code (`too-large`, `busy`, …), where there is one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reason: Option<&'static str>,
+}
+
+/// The answer to a module upload: `{"status": "ready" | "already-stored", "module": …}`.
+#[derive(Debug, serde::Serialize)]
+struct UploadAnswer<'a> {
+    /// The stored module.
+    module: &'a StoredModule,
+    /// `ready` or `already-stored`.
+    status: &'static str,
+}
+
 /// A health answer: 200 `{"status":"ok"}` or 503 `{"status":"failing","reason":…}`.
 fn health(result: Result<(), String>) -> Response {
     match result {
-        Ok(()) => axum::Json(json!({ "status": "ok" })).into_response(),
+        Ok(()) => axum::Json(Health {
+            status: "ok",
+            reason: None,
+        })
+        .into_response(),
         Err(reason) => (
             StatusCode::SERVICE_UNAVAILABLE,
-            axum::Json(json!({ "status": "failing", "reason": reason })),
+            axum::Json(Health {
+                status: "failing",
+                reason: Some(reason),
+            }),
         )
             .into_response(),
     }
@@ -128,7 +166,11 @@ async fn until_started(State(state): State<AppState>, request: Request, next: Ne
 
 /// `{"error": message}` with `status`.
 pub(crate) fn error(status: StatusCode, message: impl Into<String>) -> Response {
-    (status, axum::Json(json!({ "error": message.into() }))).into_response()
+    let body = ErrorBody {
+        error: message.into(),
+        reason: None,
+    };
+    (status, axum::Json(body)).into_response()
 }
 
 async fn not_found(request: Request) -> Response {
@@ -221,7 +263,10 @@ async fn read_body(
         let message = format!("body of {len} bytes exceeds {limit} bytes");
         return Err((
             StatusCode::PAYLOAD_TOO_LARGE,
-            axum::Json(json!({"error": message, "reason": "too-large"})),
+            axum::Json(ErrorBody {
+                error: message,
+                reason: Some("too-large"),
+            }),
         )
             .into_response());
     }
@@ -260,23 +305,37 @@ async fn metrics(State(state): State<AppState>) -> Response {
 
 /// The admin server's counters as OpenMetrics lines, without the closing `# EOF`.
 fn admin_metrics(evicted: u64) -> String {
-    use prometheus_client::metrics::counter::Counter;
-    let mut registry = prometheus_client::registry::Registry::with_prefix("modnode");
-    let counter = Counter::<u64>::default();
-    counter.inc_by(evicted);
-    registry.register(
-        "admin_connections_evicted",
-        "Unauthenticated admin connections evicted to make room for others",
-        counter,
-    );
+    // One scrape at a time sets and encodes, so each encodes its own server's figure.
+    let admin = ADMIN_METRICS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let (registry, counter) = &*admin;
+    counter.inner().store(evicted, Ordering::Relaxed);
     let mut out = String::new();
     // Writing into a String cannot fail; the encoder only fails when its writer does.
-    let _ = prometheus_client::encoding::text::encode(&mut out, &registry);
+    let _ = prometheus_client::encoding::text::encode(&mut out, registry);
     match out.rfind("# EOF") {
         Some(at) => out.get(..at).unwrap_or_default().to_string(),
         None => out,
     }
 }
+
+/// The admin server's counters, registered on the first scrape.
+static ADMIN_METRICS: std::sync::LazyLock<
+    std::sync::Mutex<(
+        prometheus_client::registry::Registry,
+        prometheus_client::metrics::counter::Counter,
+    )>,
+> = std::sync::LazyLock::new(|| {
+    let mut registry = prometheus_client::registry::Registry::with_prefix("modnode");
+    let counter = prometheus_client::metrics::counter::Counter::<u64>::default();
+    registry.register(
+        "admin_connections_evicted",
+        "Unauthenticated admin connections evicted to make room for others",
+        counter.clone(),
+    );
+    std::sync::Mutex::new((registry, counter))
+});
 
 async fn upload_module(State(state): State<AppState>, request: Request) -> Response {
     let client = request
@@ -303,7 +362,8 @@ async fn upload_module(State(state): State<AppState>, request: Request) -> Respo
                 UploadOutcome::Ready(_) => "ready",
                 UploadOutcome::AlreadyStored(_) => "already-stored",
             };
-            axum::Json(json!({"status": status, "module": outcome.module()})).into_response()
+            let module = outcome.module();
+            axum::Json(UploadAnswer { module, status }).into_response()
         }
         Ok(Err(e)) => {
             let status = match e.code() {
@@ -314,7 +374,10 @@ async fn upload_module(State(state): State<AppState>, request: Request) -> Respo
             };
             (
                 status,
-                axum::Json(json!({"error": e.to_string(), "reason": e.code()})),
+                axum::Json(ErrorBody {
+                    error: e.to_string(),
+                    reason: Some(e.code()),
+                }),
             )
                 .into_response()
         }
@@ -370,7 +433,7 @@ async fn propose_upgrade(State(state): State<AppState>, request: Request) -> Res
         Ok(body) => body,
         Err(response) => return response,
     };
-    let proposal: Proposal = match serde_json::from_slice(&body) {
+    let proposal: Proposal = match parse_body(&body) {
         Ok(p) => p,
         Err(e) => return error(StatusCode::BAD_REQUEST, format!("proposal: {e}")),
     };
@@ -397,52 +460,79 @@ async fn list_modules(State(state): State<AppState>) -> Response {
     }
 }
 
-/// Reads a small JSON object body (the module operations).
-async fn read_json(state: &AppState, request: Request) -> Result<serde_json::Value, Response> {
+/// Reads a small body (the module operations), within the body-size limit.
+async fn read_small_body(state: &AppState, request: Request) -> Result<Bytes, Response> {
     let (parts, body) = request.into_parts();
-    let body = read_body(
+    read_body(
         &parts.headers,
         body,
         state.config.max_body,
         state.config.io_timeout,
     )
-    .await?;
-    match serde_json::from_slice::<serde_json::Value>(&body) {
-        Ok(value) if value.is_object() => Ok(value),
-        Ok(_) => Err(error(
-            StatusCode::BAD_REQUEST,
-            "the body must be a JSON object",
-        )),
-        Err(e) => Err(error(
-            StatusCode::BAD_REQUEST,
-            format!("the body is not JSON: {e}"),
-        )),
-    }
+    .await
 }
 
-/// The string field `name` of `body`, or why not (answered as a 400).
-fn field<'a>(body: &'a serde_json::Value, name: &str) -> Result<&'a str, String> {
-    body.get(name)
-        .and_then(|v| v.as_str())
-        .ok_or_else(|| format!("missing string field `{name}`"))
+/// `body` parsed once into the request `T`, or a 400 message naming the field at fault (or
+/// saying the body as a whole is, when it is not the JSON object `T` is).
+fn parse_body<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, String> {
+    let mut deserializer = serde_json::Deserializer::from_slice(body);
+    let parsed = serde_path_to_error::deserialize(&mut deserializer).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        if path == "." {
+            format!("the body: {inner}")
+        } else {
+            format!("field `{path}`: {inner}")
+        }
+    })?;
+    deserializer.end().map_err(|e| format!("the body: {e}"))?;
+    Ok(parsed)
+}
+
+/// `POST /modules/activate`: `{"hash", "mode", "percent"}`.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ActivateRequest {
+    /// The module's full sha256 as 64 hex digits.
+    hash: String,
+    /// `live` (the default), `shadow` or `canary`.
+    #[serde(default)]
+    mode: Option<String>,
+    /// For `canary`: the share of calls, 1 to 100.
+    #[serde(default)]
+    percent: Option<u64>,
+}
+
+/// `POST /modules/rollback` and `POST /modules/cancel`: `{"kind"}`.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct KindRequest {
+    /// The module kind, as `Kind` prints it.
+    kind: String,
+}
+
+/// `{"kind"}` → the kind, or why not (answered as a 400).
+fn parse_kind(body: &[u8]) -> Result<Kind, String> {
+    let request: KindRequest = parse_body(body)?;
+    request.kind.parse::<Kind>()
 }
 
 /// `{"hash","mode","percent"}` → the operation, or why not (answered as a 400).
-fn parse_activate(body: &serde_json::Value) -> Result<ModuleOp, String> {
-    let hex_hash = field(body, "hash")?;
+fn parse_activate(body: &[u8]) -> Result<ModuleOp, String> {
+    let request: ActivateRequest = parse_body(body)?;
+    let hex_hash = request.hash.as_str();
     let hash: [u8; 32] = hex::decode(hex_hash)
         .ok()
         .and_then(|b| b.try_into().ok())
         .ok_or_else(|| {
             format!("`hash` must be a module's full sha256 as 64 hex digits, not {hex_hash:?}")
         })?;
-    let mode = match body.get("mode").and_then(|v| v.as_str()).unwrap_or("live") {
+    let mode = match request.mode.as_deref().unwrap_or("live") {
         "live" => Mode::Live,
         "shadow" => Mode::Shadow,
         "canary" => {
-            let percent = body
-                .get("percent")
-                .and_then(serde_json::Value::as_u64)
+            let percent = request
+                .percent
                 .and_then(|p| u8::try_from(p).ok())
                 .filter(|p| (1..=100).contains(p))
                 .ok_or("canary needs `percent`, a share of calls from 1 to 100")?;
@@ -476,7 +566,7 @@ async fn run_op(state: &AppState, op: ModuleOp) -> Response {
 }
 
 async fn activate_module(State(state): State<AppState>, request: Request) -> Response {
-    let body = match read_json(&state, request).await {
+    let body = match read_small_body(&state, request).await {
         Ok(body) => body,
         Err(response) => return response,
     };
@@ -488,11 +578,11 @@ async fn activate_module(State(state): State<AppState>, request: Request) -> Res
 
 /// A module operation on the kind named by the body's `kind` field.
 async fn kind_op(state: &AppState, request: Request, op: fn(Kind) -> ModuleOp) -> Response {
-    let body = match read_json(state, request).await {
+    let body = match read_small_body(state, request).await {
         Ok(body) => body,
         Err(response) => return response,
     };
-    match field(&body, "kind").and_then(str::parse::<Kind>) {
+    match parse_kind(&body) {
         Ok(kind) => run_op(state, op(kind)).await,
         Err(message) => error(StatusCode::BAD_REQUEST, message),
     }
@@ -550,12 +640,16 @@ async fn blocks(State(state): State<AppState>, request: Request) -> Response {
 mod tests {
     use serde_json::json;
 
-    use super::{Mode, ModuleOp, parse_activate};
+    use super::{ErrorBody, Health, Kind, Mode, ModuleOp, parse_activate, parse_kind};
+
+    fn bytes(body: &serde_json::Value) -> Vec<u8> {
+        serde_json::to_vec(body).unwrap()
+    }
 
     #[test]
     fn activation_requests_are_parsed_strictly_with_the_culprit_named() {
         let hash = "ab".repeat(32);
-        let op = |body| parse_activate(&body);
+        let op = |body| parse_activate(&bytes(&body));
         assert_eq!(
             op(json!({"hash": hash})),
             Ok(ModuleOp::Activate {
@@ -586,6 +680,77 @@ mod tests {
         ] {
             let err = op(body.clone()).unwrap_err();
             assert!(err.contains(culprit), "{body}: {err}");
+        }
+    }
+
+    /// A module operation's body is parsed once into its typed request: a field the request
+    /// does not have is refused by name (before: ignored, so a typo like `percnt` was lost),
+    /// and so is a body that is not a JSON object.
+    #[test]
+    fn module_operation_bodies_with_unknown_fields_are_refused_naming_the_field() {
+        let hash = "ab".repeat(32);
+        let err = parse_activate(&bytes(&json!({"hash": hash, "mode": "live", "percnt": 10})))
+            .unwrap_err();
+        assert!(err.contains("`percnt`"), "{err}");
+        assert_eq!(
+            parse_kind(&bytes(&json!({"kind": "deposits"}))),
+            Ok(Kind::Deposits)
+        );
+        let err = parse_kind(&bytes(&json!({"kind": "deposits", "force": true}))).unwrap_err();
+        assert!(err.contains("`force`"), "{err}");
+        let err = parse_kind(&bytes(&json!({}))).unwrap_err();
+        assert!(err.contains("`kind`"), "{err}");
+        let err = parse_kind(&bytes(&json!({"kind": "storage"}))).unwrap_err();
+        assert!(err.contains("storage"), "{err}");
+        for body in [&b"[1]"[..], b"not json", b""] {
+            assert!(parse_kind(body).is_err(), "{body:?}");
+            assert!(parse_activate(body).is_err(), "{body:?}");
+        }
+    }
+
+    /// The typed answers serialise to the JSON the CLI, the testnet runner and the tests read.
+    #[test]
+    fn typed_answers_keep_their_json_shapes() {
+        let value = |v: &dyn erased::Ser| v.to_value();
+        assert_eq!(
+            value(&Health {
+                status: "ok",
+                reason: None
+            }),
+            json!({"status": "ok"})
+        );
+        assert_eq!(
+            value(&Health {
+                status: "failing",
+                reason: Some("no peers".into())
+            }),
+            json!({"status": "failing", "reason": "no peers"})
+        );
+        assert_eq!(
+            value(&ErrorBody {
+                error: "gone".into(),
+                reason: None
+            }),
+            json!({"error": "gone"})
+        );
+        assert_eq!(
+            value(&ErrorBody {
+                error: "big".into(),
+                reason: Some("too-large")
+            }),
+            json!({"error": "big", "reason": "too-large"})
+        );
+    }
+
+    mod erased {
+        /// A serialisable answer, as a JSON value.
+        pub trait Ser {
+            fn to_value(&self) -> serde_json::Value;
+        }
+        impl<T: serde::Serialize> Ser for T {
+            fn to_value(&self) -> serde_json::Value {
+                serde_json::to_value(self).unwrap()
+            }
         }
     }
 }

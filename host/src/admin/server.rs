@@ -6,8 +6,8 @@
 //! [`ServerConfig::connection_lifetime`]) and in size (16 KiB of head; bodies of at most
 //! [`ServerConfig::max_body`], uploads of at most [`ServerConfig::max_module_bytes`]).
 //!
-//! The operator must always get through, whatever unauthenticated clients do (issue 21,
-//! item 9). So the server always accepts while some connection can make room, and:
+//! The operator must always get through, whatever unauthenticated clients do.
+//! So the server always accepts while some connection can make room, and:
 //! - at most [`ServerConfig::max_connections`] connections without the token are held at once;
 //!   a new one evicts the slowest of them first — the one that has held its slot longest
 //!   without a complete request head, then a refused one, then an unauthenticated request still

@@ -12,7 +12,7 @@
 //! subtree), the other subtrees' nodes above it. The restorer then verifies the chunk's leaves
 //! with that proof exactly as it verifies a proof carried in a chunk.
 
-use sha2::{Digest, Sha256};
+use deposits_common::ssz::hash_pair;
 
 use super::manifest::ChunkEntry;
 use crate::state::merkle::{Hash32, MerkleError, RANGE_PROOF_VERSION, RangeProof};
@@ -32,14 +32,6 @@ fn zero_hash(depth: usize) -> Hash32 {
         current = hash_pair(&current, &current);
     }
     current
-}
-
-fn hash_pair(left: &Hash32, right: &Hash32) -> Hash32 {
-    Sha256::new()
-        .chain_update(left)
-        .chain_update(right)
-        .finalize()
-        .into()
 }
 
 /// `sha256(tree_root || len as 32-byte little-endian)`, the registry root.

@@ -2,8 +2,8 @@
 //!
 //! `modnode testnet init` writes a network's genesis and node keys for N machines and prints
 //! each machine's exact command line (the library's [`modnode::testnet::network`]).
-//! `modnode testnet run <manifest.toml> [--out DIR]` runs a multi-process testnet under faults
-//! (issue 25), described by a manifest; prints progress lines, writes `report.json` and
+//! `modnode testnet run <manifest.toml> [--out DIR]` runs a multi-process testnet under faults,
+//! described by a manifest; prints progress lines, writes `report.json` and
 //! `timeline.png` into the output directory and exits non-zero on any violation.
 
 use std::collections::BTreeMap;

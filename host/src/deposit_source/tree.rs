@@ -5,8 +5,6 @@
 //! [`DepositTree`] is what the dev deposit contract runs; the proofs the producer needs come
 //! from [`DepositCache`](super::cache::DepositCache), which keeps every complete node.
 
-use sha2::{Digest, Sha256};
-
 use crate::chain::block::DepositData;
 
 /// Depth of the deposit contract's tree (`DEPOSIT_CONTRACT_TREE_DEPTH`).
@@ -17,37 +15,11 @@ pub const MAX_DEPOSIT_COUNT: u64 = (1 << DEPTH) - 1;
 /// A 32-byte node of the tree.
 pub type Node = [u8; 32];
 
-/// `sha256(left ‖ right)`.
-pub fn hash_pair(left: &Node, right: &Node) -> Node {
-    let mut hasher = Sha256::new();
-    hasher.update(left);
-    hasher.update(right);
-    hasher.finalize().into()
-}
-
-/// `zero_hashes[h]`: the root of an empty subtree of height `h`, for `h` in `0..=DEPTH`.
-pub fn zero_hashes() -> [Node; DEPTH + 1] {
-    let mut zeros = [[0u8; 32]; DEPTH + 1];
-    let mut previous = [0u8; 32];
-    for zero in zeros.iter_mut().skip(1) {
-        *zero = hash_pair(&previous, &previous);
-        previous = *zero;
-    }
-    zeros
-}
-
-/// The deposit count as the contract mixes it in: a 32-byte chunk, little-endian.
-pub fn count_chunk(count: u64) -> Node {
-    let mut chunk = [0u8; 32];
-    let (low, _) = chunk.split_at_mut(8);
-    low.copy_from_slice(&count.to_le_bytes());
-    chunk
-}
-
-/// The contract's `get_deposit_root`: `sha256(node ‖ count as 32-byte little-endian)`.
-pub fn mix_in_count(node: &Node, count: u64) -> Node {
-    hash_pair(node, &count_chunk(count))
-}
+/// `sha256(left ‖ right)`, the empty-subtree roots (`zero_hashes()[h]` for `h` in `0..=DEPTH`),
+/// the count as a chunk and the contract's `get_deposit_root` mix-in: the guests' own functions
+/// (`deposits-common`), so the host and the deposits modules hash the tree one way.
+pub use deposits_common::ssz::hash_pair;
+pub use deposits_common::tree::{count_chunk, mix_in_count, zero_hashes};
 
 /// `hash_tree_root(DepositData)` as phase0 SSZ defines it (deposits-common's, shared with the
 /// deposits module that verifies the proofs).
@@ -131,6 +103,7 @@ impl DepositTree {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use sha2::{Digest, Sha256};
 
     /// A from-scratch reference: the whole tree of the first `leaves.len()` leaves, level by
     /// level, padded with zero hashes, then the count mixed in. O(n · depth) — tests only.
@@ -185,6 +158,53 @@ pub(crate) mod tests {
         let mut hasher = Sha256::new();
         hasher.update(seed.to_le_bytes());
         hasher.finalize().into()
+    }
+
+    /// Every `.rs` file under `dir`, recursively.
+    fn rust_files(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                rust_files(&path, out);
+            } else if path.extension().is_some_and(|ext| ext == "rs") {
+                out.push(path);
+            }
+        }
+    }
+
+    /// The host hashes deposit-tree and SSZ pairs with one function, the guests'
+    /// (`deposits_common::ssz::hash_pair`), and takes the deposit tree's empty-subtree roots,
+    /// count chunk and count mix-in from `deposits_common::tree`: no module of the host defines
+    /// its own copy.
+    #[test]
+    fn the_host_defines_no_copy_of_the_deposit_tree_hasher() {
+        let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let mut files = Vec::new();
+        rust_files(&src, &mut files);
+        assert!(
+            files.len() > 50,
+            "host sources not found under {}",
+            src.display()
+        );
+        let shared = ["hash_pair", "count_chunk", "mix_in_count"];
+        let mut copies = Vec::new();
+        for file in &files {
+            let text = std::fs::read_to_string(file).unwrap();
+            for (n, line) in text.lines().enumerate() {
+                let line = line.trim_start();
+                let line = line.strip_prefix("pub(crate) ").unwrap_or(line);
+                let line = line.strip_prefix("pub ").unwrap_or(line);
+                let defines = |name: &str| line.starts_with(&format!("fn {name}("));
+                let deposit_zeros = defines("zero_hashes") && line.contains("DEPTH + 1]");
+                if shared.iter().any(|name| defines(name)) || deposit_zeros {
+                    copies.push(format!("{}:{}: {line}", file.display(), n + 1));
+                }
+            }
+        }
+        assert!(
+            copies.is_empty(),
+            "own copies of the shared hasher: {copies:#?}"
+        );
     }
 
     #[test]

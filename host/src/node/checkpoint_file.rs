@@ -1,4 +1,4 @@
-//! Checkpoints to and from files (issue 22, item 5): [`export`] writes a stored checkpoint of a
+//! Checkpoints to and from files: [`export`] writes a stored checkpoint of a
 //! stopped node's data directory to one file (`modnode checkpoint export`), and
 //! [`restore_from_file`] starts an empty data directory from such a file (`modnode run
 //! --restore-from`) before the node opens its chain.

@@ -30,8 +30,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use super::chain_worker::ChainView;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
-use prometheus_client::metrics::counter::ConstCounter;
-use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
 /// Monotonic counters and a few gauges, updated lock-free by the node's tasks.
@@ -316,8 +316,10 @@ impl Metrics {
 /// Content type of [`Metrics::render`]'s output.
 pub const METRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
-/// The values of one scrape (name, help, value), handed to `prometheus-client` as a collector;
-/// the node's and the state cache's metrics both go through it.
+/// The values of one scrape (name, help, value) of one section of the scrape; the node's, the
+/// state cache's, the checkpoints', the gossip, deposit-queue and disk sections all go through
+/// it. Their `prometheus-client` metrics are registered once per section (see [`Families`]);
+/// a scrape only sets the values and encodes.
 #[derive(Debug)]
 struct Snapshot<const C: usize, const G: usize> {
     counters: [(&'static str, &'static str, u64); C],
@@ -325,15 +327,107 @@ struct Snapshot<const C: usize, const G: usize> {
 }
 
 impl<const C: usize, const G: usize> Snapshot<C, G> {
-    /// These figures as OpenMetrics text under `prefix`, ending with `# EOF`.
-    fn encode_with_prefix(self, prefix: &str) -> String {
+    /// These figures as OpenMetrics text under `prefix`, ending with `# EOF`: the section's
+    /// families (registered on its first scrape) set to these values, then encoded. One lock
+    /// covers setting and encoding, so concurrent scrapes (of one node or of several nodes in
+    /// one process) each encode their own values.
+    fn encode_with_prefix(self, prefix: &'static str) -> String {
+        let key = SectionKey {
+            prefix,
+            names: self
+                .counters
+                .iter()
+                .map(|(name, ..)| *name)
+                .chain(self.gauges.iter().map(|(name, ..)| *name))
+                .collect(),
+        };
+        let mut sections = SECTIONS
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let families = sections
+            .entry(key)
+            .or_insert_with(|| Families::new(prefix, &self));
+        families.encode(&self)
+    }
+}
+
+/// Which section a set of [`Families`] belongs to: its prefix and its metric names in order.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct SectionKey {
+    prefix: &'static str,
+    names: Vec<&'static str>,
+}
+
+/// Every section's families, registered on the section's first scrape.
+static SECTIONS: std::sync::Mutex<std::collections::BTreeMap<SectionKey, Families>> =
+    std::sync::Mutex::new(std::collections::BTreeMap::new());
+
+/// Sections registered so far in this process (each once).
+#[cfg(test)]
+fn registered_sections() -> usize {
+    SECTIONS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .len()
+}
+
+/// One section's counters and gauges, registered once in its own `Registry`; a scrape sets
+/// their values ([`Families::encode`]) and encodes the registry.
+#[derive(Debug)]
+struct Families {
+    registry: Registry,
+    counters: Vec<Counter>,
+    gauges: Vec<Gauge>,
+}
+
+impl Families {
+    /// A registry under `prefix` holding one counter or gauge per figure of `snapshot` (its
+    /// values are set at each scrape).
+    fn new<const C: usize, const G: usize>(prefix: &str, snapshot: &Snapshot<C, G>) -> Self {
+        let described = Described {
+            counters: snapshot
+                .counters
+                .iter()
+                .map(|&(name, help, _)| (name, help, Counter::default()))
+                .collect(),
+            gauges: snapshot
+                .gauges
+                .iter()
+                .map(|&(name, help, _)| (name, help, Gauge::default()))
+                .collect(),
+        };
+        let counters = described.counters.iter().map(|(.., c)| c.clone()).collect();
+        let gauges = described.gauges.iter().map(|(.., g)| g.clone()).collect();
         let mut registry = Registry::with_prefix(prefix);
-        registry.register_collector(Box::new(self));
+        registry.register_collector(Box::new(described));
+        Families {
+            registry,
+            counters,
+            gauges,
+        }
+    }
+
+    /// The registry as OpenMetrics text after setting every figure to `snapshot`'s value.
+    fn encode<const C: usize, const G: usize>(&self, snapshot: &Snapshot<C, G>) -> String {
+        for (counter, &(.., value)) in self.counters.iter().zip(&snapshot.counters) {
+            counter.inner().store(value, Ordering::Relaxed);
+        }
+        for (gauge, &(.., value)) in self.gauges.iter().zip(&snapshot.gauges) {
+            gauge.set(value);
+        }
         let mut out = String::new();
         // Writing into a String cannot fail; the encoder only fails when its writer does.
-        let _ = prometheus_client::encoding::text::encode(&mut out, &registry);
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
         out
     }
+}
+
+/// A section's metrics with their names and help texts, as the one collector of its registry
+/// (a collector so that the help texts are written as given, as before).
+#[derive(Debug)]
+struct Described {
+    counters: Vec<(&'static str, &'static str, Counter)>,
+    gauges: Vec<(&'static str, &'static str, Gauge)>,
 }
 
 /// `text` without its closing `# EOF`: one section of the node's scrape, which carries the one
@@ -350,10 +444,9 @@ fn as_i64(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
 }
 
-impl<const C: usize, const G: usize> Collector for Snapshot<C, G> {
+impl Collector for Described {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        for &(name, help, value) in &self.counters {
-            let counter = ConstCounter::new(value);
+        for (name, help, counter) in &self.counters {
             counter.encode(encoder.encode_descriptor(
                 name,
                 help,
@@ -361,8 +454,7 @@ impl<const C: usize, const G: usize> Collector for Snapshot<C, G> {
                 counter.metric_type(),
             )?)?;
         }
-        for &(name, help, value) in &self.gauges {
-            let gauge = ConstGauge::new(value);
+        for (name, help, gauge) in &self.gauges {
             gauge.encode(encoder.encode_descriptor(name, help, None, gauge.metric_type())?)?;
         }
         Ok(())
@@ -444,5 +536,54 @@ mod tests {
             );
         }
         assert!(text.ends_with("# EOF\n"), "{text}");
+    }
+
+    /// A scrape registers nothing new after the first: each section's metrics are registered
+    /// once and only set and encoded afterwards. Two nodes in one process, scraped in turn,
+    /// each get their own values. (Before: every scrape built a new `Registry`.)
+    #[test]
+    fn scrapes_register_each_section_once_and_encode_their_own_values() {
+        let view = |height| ChainView {
+            head: Head {
+                hash: [0; 32],
+                height,
+                slot: height,
+                state_root: [0; 32],
+            },
+            finalized_height: 0,
+            validators: 1,
+            last_block_unix_ms: 0,
+            deposit_index: 0,
+            reorgs: 0,
+            equivocations: 0,
+            recent_evidence: [None; crate::chain::RECENT_EVIDENCE],
+        };
+        let (a, b) = (Metrics::default(), Metrics::default());
+        bump(&a.blocks_produced);
+        let first = a.render(&view(7));
+        render_disk(1);
+        let registered = registered_sections();
+        assert!(registered >= 2, "{registered} sections registered");
+        for round in 0..3u64 {
+            let text_b = b.render(&view(100 + round));
+            let text_a = a.render(&view(7));
+            assert!(
+                text_b
+                    .lines()
+                    .any(|l| l == "modnode_blocks_produced_total 0")
+            );
+            assert!(text_b.contains(&format!("modnode_head_height {}\n", 100 + round)));
+            assert_eq!(text_a, first);
+            let disk = render_disk(round);
+            assert!(
+                disk.contains(&format!("modnode_data_dir_bytes {round}\n")),
+                "{disk}"
+            );
+        }
+        assert_eq!(
+            registered_sections(),
+            registered,
+            "a scrape registered a section again"
+        );
     }
 }

@@ -1,7 +1,7 @@
 //! The checks of [`OutputBounds`]: every list and string a module returns is measured against
 //! its kind's bound before the host uses it, and one over it is a
-//! [`ModuleFault::OutputOverBound`] naming the output, its length and the bound (issue 21,
-//! item 7). Each kind's refusals are counted for `/metrics`
+//! [`ModuleFault::OutputOverBound`] naming the output, its length and the bound.
+//! Each kind's refusals are counted for `/metrics`
 //! (`modnode_module_output_over_bound_<kind>_total`).
 
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -324,7 +324,7 @@ fn warmup_block() -> &'static (BlockContext, Vec<Deposit>) {
             pubkey: other.pubkey,
             ..new
         };
-        // Proven against a deposit log, as every block's deposits are (issue 9).
+        // Proven against a deposit log, as every block's deposits are.
         let mut log = crate::chain::workload::DevDepositLog::new();
         for d in [new, top_up, bad] {
             log.push(d);

@@ -58,7 +58,7 @@ pub struct KindSpec {
     pub bounds: OutputBounds,
 }
 
-/// Bounds on what a module of a kind returns (issue 21, item 7). Every list and string a
+/// Bounds on what a module of a kind returns. Every list and string a
 /// module returns is checked against them before the host uses it
 /// ([`super::bounds`]); one over its bound is a module fault (a local kind's previous version,
 /// where there is one, serves the call instead). Lists of bytes whose length the host checks
@@ -109,8 +109,8 @@ const V1: Version = Version {
     patch: 0,
 };
 
-/// deposits 2.0.0: every deposit proven against the agreed deposit root (issue 9);
-/// checkpoint 2.0.0: concatenated leaf reads and chunk contents (issue 12).
+/// deposits 2.0.0: every deposit proven against the agreed deposit root;
+/// checkpoint 2.0.0: concatenated leaf reads and chunk contents.
 const V2: Version = Version {
     major: 2,
     minor: 0,

@@ -25,7 +25,7 @@
 use std::fmt;
 use std::sync::OnceLock;
 
-use sha2::{Digest, Sha256};
+use deposits_common::ssz::hash_pair;
 
 use super::chunked::ChunkedVec;
 
@@ -40,14 +40,6 @@ const ZERO_HASH_COUNT: usize = 65;
 
 /// Version byte that opens every encoded [`RangeProof`].
 pub const RANGE_PROOF_VERSION: u8 = 1;
-
-/// Hash of the concatenation `left || right`.
-fn hash_pair(left: &Hash32, right: &Hash32) -> Hash32 {
-    let mut hasher = Sha256::new();
-    hasher.update(left);
-    hasher.update(right);
-    hasher.finalize().into()
-}
 
 /// Levels at least this long are hashed on two threads.
 const PARALLEL_LEVEL_LEN: usize = 1 << 16;
@@ -976,6 +968,7 @@ mod tests {
     use super::*;
     use proptest::collection::vec;
     use proptest::prelude::*;
+    use sha2::{Digest, Sha256};
     use std::time::Instant;
 
     fn h(left: &Hash32, right: &Hash32) -> Hash32 {

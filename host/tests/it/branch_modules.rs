@@ -1,4 +1,4 @@
-//! Issue 18, items 1 and 2: a side branch that needs a scheduled module this node does not
+//! A side branch that needs a scheduled module this node does not
 //! have ready. Not having it is our condition, never the block's: the branch is not judged
 //! (nothing remembered as invalid, no peer blamed), the module goes on the fetch list even
 //! though the head's schedule does not name it, and the branch imports once it is ready.

@@ -1,4 +1,4 @@
-//! Checkpoints (issue 12): restore(create_vN(S)) gives S's root for v1 and v2, both versions
+//! Checkpoints: restore(create_vN(S)) gives S's root for v1 and v2, both versions
 //! restore to the same state, v2 is byte-identical for 1, 2 and 8 threads, and each way a chunk
 //! or manifest can be wrong is refused with its own error. Restore progress survives a restart;
 //! the fetch scheduler (virtual time, simulated peers) finishes despite a corrupt or a silent

@@ -1,4 +1,4 @@
-//! Checkpoints to and from files (issue 22, item 5): a checkpoint exported from a stopped node
+//! Checkpoints to and from files: a checkpoint exported from a stopped node
 //! starts an empty node (`--restore-from`) on the same state as a restore from peers, and that
 //! node then follows the chain; a tampered file is refused naming the chunk, a truncated one
 //! naming where it ends, both naming the file.

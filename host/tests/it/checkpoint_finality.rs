@@ -1,4 +1,4 @@
-//! Checkpoints only at finalized heights (issue 18, item 6). A node restored from a checkpoint
+//! Checkpoints only at finalized heights. A node restored from a checkpoint
 //! holds no undo record for its base block, so a reorganisation across the base would leave it
 //! stuck for good: checkpoints are made only at finalized heights (periodic and on demand),
 //! offered only when final on the server, and taken by a restorer only when final on the peer

@@ -1,4 +1,4 @@
-//! The restore progress store on real disk (issue 12): verified chunks go to an append-only
+//! The restore progress store on real disk: verified chunks go to an append-only
 //! log and get a sled record each only once they are durable; what a crash or a damaged file
 //! leaves behind is dropped (and fetched again), never a failed restore; a switch keeps the
 //! carried chunks where they are, and one abandoning most of the log starts a new file;

@@ -1,4 +1,4 @@
-//! A restore switching checkpoints (issue 12, item 5): verified chunks carry over to a newer
+//! A restore switching checkpoints: verified chunks carry over to a newer
 //! checkpoint exactly when their bytes are listed by it and verify against it (sans-IO, on
 //! generated states), the progress store switches in one atomic write, and over real QUIC a
 //! restore whose checkpoint its peer pruned finishes on the newer one without fetching the

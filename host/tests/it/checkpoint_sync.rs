@@ -1,7 +1,7 @@
-//! Checkpoints served and restored over real QUIC (issue 12, item 5): a fresh node restores a
+//! Checkpoints served and restored over real QUIC: a fresh node restores a
 //! v1 or a v2 checkpoint and then follows the chain; a restore from three peers of which one
 //! serves corrupted chunks finishes and bans only that peer; one with a peer answering chunks
-//! after 30 s finishes from the others without waiting it out (issue 21, item 5); a restoring
+//! after 30 s finishes from the others without waiting it out; a restoring
 //! `modnode` process killed with SIGKILL halfway resumes without fetching its verified chunks
 //! again. Plus the sans-IO answers to checkpoint requests (bounds, unknown ids).
 //!

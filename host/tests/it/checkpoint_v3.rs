@@ -1,4 +1,4 @@
-//! checkpoint-v3 (issue 24): content-addressed, incremental checkpoints. Incremental creation
+//! checkpoint-v3: content-addressed, incremental checkpoints. Incremental creation
 //! after random deposit blocks equals a full creation of the same state byte for byte and
 //! builds only the chunks those blocks touched; a restorer holding checkpoint A fetches only
 //! B's new chunks and ends on B's root; a carried chunk damaged on disk is detected and fetched

@@ -331,7 +331,7 @@ fn network_commands_refuse_bad_arguments_with_the_culprit_named() {
     assert!(err.contains("bad.json") && err.contains("pubkey"), "{err}");
 }
 
-/// Issue 25: a second `modnode run` on a data directory another holds, or on ports another
+/// A second `modnode run` on a data directory another holds, or on ports another
 /// holds, fails at once with one line saying which flag to give, before it opens anything.
 #[test]
 fn a_second_run_on_a_held_directory_or_taken_ports_fails_in_one_line_naming_the_flag() {

@@ -1,4 +1,4 @@
-//! Contract versions side by side (issue 20 item 1, issue 23 item 1): the host implements
+//! Contract versions side by side: the host implements
 //! `modnode:gossip-policy@1.0.0` and `@2.0.0` at once, binds each module to the contract it
 //! declares, keeps a stateful policy's state per slot version within a bound, and shadows or
 //! canaries a candidate of either contract beside an active one of the other.
@@ -168,7 +168,7 @@ fn a_module_for_a_contract_the_host_does_not_implement_is_refused_naming_both() 
         Err(e) => panic!("refused for another reason: {e}"),
         Ok(_) => panic!("a module for gossip-policy@3.0.0 loaded"),
     }
-    // deposits names both contracts it implements (@2.0.0 and, since issue 20's item 4,
+    // deposits names both contracts it implements (@2.0.0 and, since deposits-v3,
     // @3.0.0).
     let err = validate(
         &wat::parse_str(

@@ -1,4 +1,4 @@
-//! One bad deposit must not halt the chain (issue 18, item 7). A block must carry every due
+//! One bad deposit must not halt the chain. A block must carry every due
 //! deposit, up to the genesis `max_deposits_per_block`; with a fixed fuel budget a large enough
 //! block — 2,000 deposits with one bad signature under deposits-v2 (its batch fails and every
 //! signature is checked again alone), or 2,000 valid ones under deposits-v1 — could not be

@@ -243,13 +243,13 @@ async fn gossiped_deposits_change_nothing_and_honest_ones_still_get_in() {
     );
 }
 
-/// Issue 18 item 8, end to end on one authority hosting the dev contract: deposit 0 applied,
-/// then (node down) the contract reorganises it away deeper than the follow distance and puts
-/// another deposit in its place. Restarted, the node halts its source and says to delete the
-/// deposit log; done, the follower reads the new log — whose root at the chain's count is not
-/// the chain's — and the node must not vote it in: a later deposit is followed but never
-/// applied. (Before: the node voted the new root and applied the later deposit on top of a
-/// deposit the contract no longer has.)
+/// A followed deposit reorganised out, end to end on one authority hosting the dev contract:
+/// deposit 0 applied, then (node down) the contract reorganises it away deeper than the follow
+/// distance and puts another deposit in its place. Restarted, the node halts its source and says to
+/// delete the deposit log; done, the follower reads the new log — whose root at the chain's count
+/// is not the chain's — and the node must not vote it in: a later deposit is followed but never
+/// applied. (Before: the node voted the new root and applied the later deposit on top of a deposit
+/// the contract no longer has.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_contract_reorganised_under_applied_deposits_is_not_voted_on() {
     let tmp = TempDir::new().unwrap();

@@ -1,4 +1,4 @@
-//! `modnode:deposits@3.0.0` with the real `deposits-v3` component (issue 20 item 4): a block's
+//! `modnode:deposits@3.0.0` with the real `deposits-v3` component: a block's
 //! deposits are queued through the host's queue overlay, `process-epoch` applies them once
 //! final, 16 at a time, the registry ends where deposits-v2 leaves it for the same deposits,
 //! and an epoch's work does not grow with the queue. The @2.0.0 modules keep their bytes.

@@ -1,4 +1,4 @@
-//! Issue 21 item 1: an authority signing many blocks for one of its slots. Each node keeps at
+//! An authority signing many blocks for one of its slots. Each node keeps at
 //! most one of them, records the evidence (two signed headers), relays one conflicting block
 //! so its peers learn it, and voids the slot: every honest node ends on the same chain
 //! whatever order it saw the blocks in.

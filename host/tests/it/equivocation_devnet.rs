@@ -1,5 +1,6 @@
-//! Issue 21 item 1 over QUIC on loopback: a 4-authority devnet (three honest nodes, an
-//! equivocating authority as a raw peer) ends on one chain with the evidence everywhere.
+//! An authority signing many blocks for one slot, over QUIC on loopback: a 4-authority devnet
+//! (three honest nodes, an equivocating authority as a raw peer) ends on one chain with the
+//! evidence everywhere.
 
 use std::collections::BTreeSet;
 use std::path::Path;

@@ -128,7 +128,7 @@ async fn blocks_from_future_slots_are_refused_on_import() {
         "a block 60 slots ahead was taken: {refused:?}"
     );
     assert_eq!(handle.view().head.height, 0);
-    // Issue 21 item 2: an honest node sends only blocks whose slot has started on its clock
+    // An honest node sends only blocks whose slot has started on its clock
     // (within the one skew allowance), so a block 60 slots ahead is its sender's fault.
     assert_eq!(
         refused.unwrap_err().fault(),
@@ -188,8 +188,8 @@ fn local_failures_do_not_penalise_the_sender() {
         Fault::Transient
     );
 
-    // The peer's fault: a block from beyond our clock plus the skew allowance (issue 21 item
-    // 2), a bad seal or a swapped body.
+    // The peer's fault: a block from beyond our clock plus the skew allowance, a bad
+    // seal or a swapped body.
     let future = WorkerError::FutureSlot {
         height: 5,
         slot: 90,

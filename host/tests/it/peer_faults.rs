@@ -1,4 +1,4 @@
-//! Issue 21 items 2–4, over QUIC on loopback: a peer answering our range requests with blocks
+//! Faulty peers over QUIC on loopback: a peer answering our range requests with blocks
 //! from far-future slots, or gossiping one, is banned (no busy loop it never pays for); a
 //! malformed answer to a module request bans its sender as a malformed range answer does; and
 //! no per-peer table outlives a ban.

@@ -511,7 +511,7 @@ fn proven(data: modnode::chain::block::DepositData) -> (WitEth1Data, Deposit) {
     )
 }
 
-/// A policy whose plan names 3M targets (issue 21, item 7) is refused cheaply as a module fault
+/// A policy whose plan names 3M targets is refused cheaply as a module fault
 /// (its memory is the kind's bound, far below what 3M targets take) and a plan just over the
 /// kind's bound on targets is refused by the host's check; on probation, the previous version
 /// serves both. (Before: the 3M-target plan was accepted, 96M fuel and 67 MB later.)

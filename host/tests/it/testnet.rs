@@ -1,4 +1,4 @@
-//! The short testnet run of issue 25, in CI: 5 `modnode run` processes behind the
+//! The short multi-process testnet run, in CI: 5 `modnode run` processes behind the
 //! fault-injecting relay, one kill and restart, one partition and heal, one pause, deposits
 //! flowing, one deposits upgrade voted at a height — every invariant checked continuously by
 //! the runner, and asserted here: no violation, every node converged on one head with every

@@ -51,7 +51,7 @@ fn versions(kind: Kind) -> Vec<String> {
 /// Each version against the next; a kind with a single version against itself.
 /// Consecutive versions of one contract: versions of different contracts (deposits-v2 on
 /// @2.0.0, deposits-v3 on @3.0.0) differ by design and are not compared output for output
-/// (issue 20 item 5 defines what holds across contracts).
+/// (what must hold across contracts is defined separately).
 fn consecutive_pairs(kind: Kind) -> Vec<(String, String)> {
     let all = versions(kind);
     let contract = |name: &str| {

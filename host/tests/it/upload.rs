@@ -283,7 +283,7 @@ async fn each_bad_module_class_is_refused_with_its_own_reason_and_nothing_stored
 }
 
 /// A module whose `describe()` returns 6 MiB is refused at upload with the kind's bound named,
-/// stores nothing, and the module list keeps working (issue 21, item 7). (Before: it was
+/// stores nothing, and the module list keeps working. (Before: it was
 /// stored, and the upload answer and every `module list` failed with "length limit exceeded".)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_module_describing_itself_at_length_is_refused_naming_the_bound() {

@@ -683,8 +683,8 @@ impl Policy for Repeat {
 }
 
 /// A plan naming more targets than the peers it was offered is the policy's fault: its
-/// targets are not walked and the message is flooded instead (issue 21, item 7: a policy's
-/// 3M targets were each looked at). A plan within the bound is followed as it is.
+/// targets are not walked and the message is flooded instead (a policy's
+/// 3M targets were once each looked at). A plan within the bound is followed as it is.
 #[test]
 fn a_plan_longer_than_the_peer_set_is_replaced_by_flooding() {
     let mut a = node(Repeat(1_000_000), &[1, 2, 3], 4);

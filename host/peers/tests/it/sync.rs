@@ -202,7 +202,7 @@ fn malformed_answer_is_a_violation_and_the_range_moves_on() {
     assert_eq!(sync.status().buffered, 0);
 }
 
-/// Found by the multi-process testnet (issue 25): an honest peer's head moves to a sibling
+/// Found by the multi-process testnet: an honest peer's head moves to a sibling
 /// block at the same height after its status (fork choice breaks ties to the lower hash), so
 /// its answer's block at the claimed height has another hash. That is a stale claim, not a
 /// lie: no violation (a ban of an honest node), the claim is forgotten until its next status
@@ -298,7 +298,7 @@ fn a_lone_peer_that_failed_is_tried_again_after_a_growing_backoff() {
     assert!(!sync.is_backed_off(&node(1), 3 * SECONDS));
 }
 
-/// Issue 21 item 2: a block the importer cannot take for a reason that is not proven the
+/// A block the importer cannot take for a reason that is not proven the
 /// peer's (it would be refused again at once) is asked for again only after a back-off, not
 /// in a loop of range requests and imports as fast as the peer answers.
 #[test]

@@ -23,18 +23,23 @@ pub fn observe_import(took: Duration) {
 
 /// `modnode_block_import_seconds` as OpenMetrics lines, without the closing `# EOF`.
 pub fn render_import() -> String {
+    let mut out = String::new();
+    if prometheus_client::encoding::text::encode(&mut out, &IMPORT_REGISTRY).is_err() {
+        return String::new();
+    }
+    super::without_eof(out)
+}
+
+/// The histogram, registered once.
+static IMPORT_REGISTRY: LazyLock<Registry> = LazyLock::new(|| {
     let mut registry = Registry::with_prefix("modnode");
     registry.register(
         "block_import_seconds",
         "Time the chain worker took to import a block (fork choice, transition, commit)",
         IMPORT_SECONDS.clone(),
     );
-    let mut out = String::new();
-    if prometheus_client::encoding::text::encode(&mut out, &registry).is_err() {
-        return String::new();
-    }
-    super::without_eof(out)
-}
+    registry
+});
 
 #[cfg(test)]
 mod tests {

@@ -2,6 +2,8 @@
 //! has done (calls, its own faults, fuel), how a shadow or canary trial is going, and the
 //! circuit breaker; and the build the node runs (`modnode_build_info`).
 
+use std::sync::{LazyLock, Mutex};
+
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -48,6 +50,111 @@ fn text(registry: &Registry) -> String {
     super::without_eof(out)
 }
 
+/// The modules' families, registered once under `modnode_module`; a scrape clears and refills
+/// them (a version or a role gone since the last scrape leaves no series behind) and encodes.
+#[derive(Debug)]
+struct ModuleFamilies {
+    registry: Registry,
+    info: Family<Labels, Gauge>,
+    calls: Family<Labels, Counter>,
+    faults: Family<Labels, Counter>,
+    fuel: Family<Labels, Counter>,
+    compared: Family<Labels, Counter>,
+    divergences: Family<Labels, Counter>,
+    skipped: Family<Labels, Counter>,
+    share: Family<Labels, Gauge>,
+    trips: Family<Labels, Counter>,
+    failed: Family<Labels, Counter>,
+}
+
+impl ModuleFamilies {
+    fn new() -> Self {
+        let mut registry = Registry::with_prefix("modnode_module");
+        let info: Family<Labels, Gauge> = family(
+            &mut registry,
+            "version_info",
+            "A module version held for a kind, by role (active, previous, shadow, canary, prepared)",
+        );
+        let calls: Family<Labels, Counter> = family(
+            &mut registry,
+            "calls",
+            "Calls of a module version since its warm-up",
+        );
+        let faults: Family<Labels, Counter> = family(
+            &mut registry,
+            "faults",
+            "Calls of a module version that failed by its own fault (trap, out of fuel, limit)",
+        );
+        let fuel: Family<Labels, Counter> = family(
+            &mut registry,
+            "fuel",
+            "Fuel used by a module version's calls, wasm and host calls together",
+        );
+        let compared: Family<Labels, Counter> = family(
+            &mut registry,
+            "shadow_compared",
+            "Inputs a shadow candidate ran on beside the active version",
+        );
+        let divergences: Family<Labels, Counter> = family(
+            &mut registry,
+            "shadow_divergences",
+            "Inputs on which a shadow candidate's output differed from the active version's \
+             (its faults included)",
+        );
+        let skipped: Family<Labels, Counter> = family(
+            &mut registry,
+            "shadow_skipped",
+            "Inputs not compared because the shadow worker was behind",
+        );
+        let share: Family<Labels, Gauge> = family(
+            &mut registry,
+            "canary_share_percent",
+            "Share of a kind's calls its canary serves, in percent (0: no canary)",
+        );
+        let trips: Family<Labels, Counter> = family(
+            &mut registry,
+            "breaker_trips",
+            "Automatic rollbacks by a kind's circuit breaker",
+        );
+        let failed: Family<Labels, Counter> = family(
+            &mut registry,
+            "failed_calls",
+            "Calls of a kind that failed after every fallback",
+        );
+        ModuleFamilies {
+            registry,
+            info,
+            calls,
+            faults,
+            fuel,
+            compared,
+            divergences,
+            skipped,
+            share,
+            trips,
+            failed,
+        }
+    }
+
+    /// Drops every series, before a scrape fills them again.
+    fn clear(&self) {
+        self.info.clear();
+        self.calls.clear();
+        self.faults.clear();
+        self.fuel.clear();
+        self.compared.clear();
+        self.divergences.clear();
+        self.skipped.clear();
+        self.share.clear();
+        self.trips.clear();
+        self.failed.clear();
+    }
+}
+
+/// The modules' families, registered on the first scrape.
+static MODULE_FAMILIES: LazyLock<Mutex<ModuleFamilies>> =
+    LazyLock::new(|| Mutex::new(ModuleFamilies::new()));
+
 /// The modules' series (prefix `modnode_module_`), from every slot's status and every prepared
 /// version's counters, as OpenMetrics lines without the closing `# EOF`:
 ///
@@ -59,58 +166,24 @@ fn text(registry: &Registry) -> String {
 /// - `canary_share_percent{kind}` (0 without a canary), `breaker_trips_total{kind}` and
 ///   `failed_calls_total{kind}` (calls that failed after every fallback).
 pub fn render_modules(slots: &[SlotStatus], versions: &[(Prepared, CallCounts)]) -> String {
-    let mut registry = Registry::with_prefix("modnode_module");
-    let info: Family<Labels, Gauge> = family(
-        &mut registry,
-        "version_info",
-        "A module version held for a kind, by role (active, previous, shadow, canary, prepared)",
-    );
-    let calls: Family<Labels, Counter> = family(
-        &mut registry,
-        "calls",
-        "Calls of a module version since its warm-up",
-    );
-    let faults: Family<Labels, Counter> = family(
-        &mut registry,
-        "faults",
-        "Calls of a module version that failed by its own fault (trap, out of fuel, limit)",
-    );
-    let fuel: Family<Labels, Counter> = family(
-        &mut registry,
-        "fuel",
-        "Fuel used by a module version's calls, wasm and host calls together",
-    );
-    let compared: Family<Labels, Counter> = family(
-        &mut registry,
-        "shadow_compared",
-        "Inputs a shadow candidate ran on beside the active version",
-    );
-    let divergences: Family<Labels, Counter> = family(
-        &mut registry,
-        "shadow_divergences",
-        "Inputs on which a shadow candidate's output differed from the active version's \
-         (its faults included)",
-    );
-    let skipped: Family<Labels, Counter> = family(
-        &mut registry,
-        "shadow_skipped",
-        "Inputs not compared because the shadow worker was behind",
-    );
-    let share: Family<Labels, Gauge> = family(
-        &mut registry,
-        "canary_share_percent",
-        "Share of a kind's calls its canary serves, in percent (0: no canary)",
-    );
-    let trips: Family<Labels, Counter> = family(
-        &mut registry,
-        "breaker_trips",
-        "Automatic rollbacks by a kind's circuit breaker",
-    );
-    let failed: Family<Labels, Counter> = family(
-        &mut registry,
-        "failed_calls",
-        "Calls of a kind that failed after every fallback",
-    );
+    // One scrape at a time fills and encodes the families, so each encodes its own figures.
+    let families = MODULE_FAMILIES
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    families.clear();
+    let ModuleFamilies {
+        registry,
+        info,
+        calls,
+        faults,
+        fuel,
+        compared,
+        divergences,
+        skipped,
+        share,
+        trips,
+        failed,
+    } = &*families;
 
     let mut roles: Vec<(Kind, &str, &VersionStatus)> = Vec::new();
     for slot in slots {
@@ -167,12 +240,17 @@ pub fn render_modules(slots: &[SlotStatus], versions: &[(Prepared, CallCounts)])
         faults.get_or_create(&l).inc_by(counts.faults);
         fuel.get_or_create(&l).inc_by(counts.fuel);
     }
-    text(&registry)
+    text(registry)
 }
 
 /// `modnode_build_info{version, profile}` = 1: which build answers (for a dashboard's header
 /// and for spotting a fleet running mixed builds), without the closing `# EOF`.
 pub fn render_build_info() -> String {
+    text(&BUILD_INFO)
+}
+
+/// `build_info`, registered and set once: the build does not change while the process runs.
+static BUILD_INFO: LazyLock<Registry> = LazyLock::new(|| {
     let mut registry = Registry::with_prefix("modnode");
     let info: Family<Labels, Gauge> = family(
         &mut registry,
@@ -189,8 +267,8 @@ pub fn render_build_info() -> String {
         ("profile", profile.to_string()),
     ]))
     .set(1);
-    text(&registry)
-}
+    registry
+});
 
 #[cfg(test)]
 mod tests {
@@ -317,5 +395,40 @@ mod tests {
             )),
             "{text}"
         );
+    }
+
+    /// The families are registered once and refilled at each scrape: a role gone since the
+    /// last scrape leaves no series behind, and counters show the current figures, not a sum
+    /// over scrapes.
+    #[test]
+    fn a_second_scrape_shows_only_the_current_roles_and_figures() {
+        let mut policy = slot(Kind::GossipPolicy, version("gossip-policy-v2@12", 12));
+        policy.shadow = Some(ShadowStatus {
+            version: version("gossip-policy-v3@13", 13),
+            compared: 40,
+            divergences: 7,
+            skipped: 1,
+            faults: 0,
+            recent_divergences: Vec::new(),
+        });
+        let counts = CallCounts {
+            calls: 11,
+            faults: 1,
+            fuel: 1234,
+        };
+        let versions = [(
+            prepared(Kind::GossipPolicy, "gossip-policy-v2@12", 12),
+            counts,
+        )];
+        let first = render_modules(std::slice::from_ref(&policy), &versions);
+        assert!(
+            first.contains(r#"module="gossip-policy-v3@13"} 40"#),
+            "{first}"
+        );
+        policy.shadow = None;
+        let second = render_modules(&[policy], &versions);
+        assert!(!second.contains("gossip-policy-v3@13"), "{second}");
+        let calls = r#"modnode_module_calls_total{kind="gossip-policy",module="gossip-policy-v2@12",version="12"} 11"#;
+        assert!(second.lines().any(|l| l == calls), "{second}");
     }
 }

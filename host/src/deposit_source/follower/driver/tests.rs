@@ -172,7 +172,7 @@ async fn follow_then_reorg_while_down(dev: &Dev, log_dir: &Path, replacement: De
     );
 }
 
-/// Issue 18 item 8: a deposit followed at block B, reorganised out deeper than the follow
+/// A deposit followed at block B, reorganised out deeper than the follow
 /// distance while the node was down. On restart the source must not vote for the reorged-out
 /// block nor prove the deposit — not before the follower has looked, not after — and it halts
 /// saying exactly what to do. (Before: the restored log was voted and proven at once, and the
