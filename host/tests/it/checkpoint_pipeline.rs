@@ -1,4 +1,4 @@
-//! Restore as a pipeline (issue 24, item 3): chunks verified on worker threads and written in
+//! Restore as a pipeline: chunks verified on worker threads and written in
 //! batches are reported only once durable and rebuild the state whatever order they finish
 //! in; a bad chunk in the middle of the stream is refused, its peer dropped and the chunk
 //! fetched again from another; a restore interrupted mid-pipeline resumes from (at least)

@@ -1,4 +1,4 @@
-//! Issue 20, items 2 and 4 on the chain: a chain scheduled to switch from deposits-v2 to the
+//! deposits@3 on the chain (the queue carried by every path): a chain scheduled to switch from deposits-v2 to the
 //! real deposits-v3 component at height H runs each height on its own module and contract.
 //! Before H a deposit is applied at once; from H on it is queued and applied by the epoch
 //! transition once final, within the churn limit. The queue is state: committed by the root,
@@ -222,7 +222,7 @@ fn a_chain_switching_to_deposits_v3_queues_applies_at_epochs_reverts_restarts_an
     }
 }
 
-/// The downgrade rule (issue 20 item 3): while deposits are queued under deposits@3, a
+/// The downgrade rule: while deposits are queued under deposits@3, a
 /// proposal back to a deposits@2 module is refused with the reason; once the queue has
 /// drained the same proposal is taken.
 #[test]
