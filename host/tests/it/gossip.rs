@@ -254,27 +254,8 @@ mod policy_events {
                 let _ = tx.send(e);
             })),
         );
-        let peer = NodeIdentity::generate().unwrap();
-        let peer_ep =
-            endpoint::make_endpoint("127.0.0.1:0".parse().unwrap(), &peer, &limits).unwrap();
-        let accept = tokio::spawn({
-            let node_ep = node_ep.clone();
-            let limits = limits.clone();
-            async move {
-                endpoint::accept(node_ep.accept().await.unwrap(), &limits, 0)
-                    .await
-                    .unwrap()
-            }
-        });
-        let (conn, _) = endpoint::connect(
-            &peer_ep,
-            node_ep.local_addr().unwrap(),
-            Some(node.node_id()),
-            &limits,
-        )
-        .await
-        .unwrap();
-        let (server_side, peer_id) = accept.await.unwrap();
+        let (conn, server_side, peer_id) =
+            crate::gossip_hostile::raw_peer_of(&node_ep, &node, &limits).await;
         handle.add_peer(peer_id, server_side).unwrap();
 
         // The peer pushes one message twice: the second copy is a duplicate.
@@ -365,27 +346,8 @@ mod policy_events {
                 let _ = tx.send(e);
             })),
         );
-        let peer = NodeIdentity::generate().unwrap();
-        let peer_ep =
-            endpoint::make_endpoint("127.0.0.1:0".parse().unwrap(), &peer, &limits).unwrap();
-        let accept = tokio::spawn({
-            let node_ep = node_ep.clone();
-            let limits = limits.clone();
-            async move {
-                endpoint::accept(node_ep.accept().await.unwrap(), &limits, 0)
-                    .await
-                    .unwrap()
-            }
-        });
-        let (conn, _) = endpoint::connect(
-            &peer_ep,
-            node_ep.local_addr().unwrap(),
-            Some(node.node_id()),
-            &limits,
-        )
-        .await
-        .unwrap();
-        let (server_side, peer_id) = accept.await.unwrap();
+        let (conn, server_side, peer_id) =
+            crate::gossip_hostile::raw_peer_of(&node_ep, &node, &limits).await;
         handle.add_peer(peer_id, server_side).unwrap();
 
         // The peer announces a small message and never sends it.

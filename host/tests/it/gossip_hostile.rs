@@ -11,6 +11,40 @@ use modnode::net::identity::NodeIdentity;
 use modnode_gossip::policy_v2::PolicyV2;
 use tokio::sync::mpsc::Receiver;
 
+/// A fresh identity on its own endpoint connected to `node_ep` (the endpoint of `node`): the
+/// peer's side of the connection, the node's side, and the peer's id as the node sees it.
+pub(super) async fn raw_peer_of(
+    node_ep: &quinn::Endpoint,
+    node: &NodeIdentity,
+    limits: &TransportLimits,
+) -> (
+    quinn::Connection,
+    quinn::Connection,
+    modnode::net::identity::NodeId,
+) {
+    let peer = NodeIdentity::generate().unwrap();
+    let peer_ep = endpoint::make_endpoint("127.0.0.1:0".parse().unwrap(), &peer, limits).unwrap();
+    let accept = tokio::spawn({
+        let node_ep = node_ep.clone();
+        let limits = limits.clone();
+        async move {
+            endpoint::accept(node_ep.accept().await.unwrap(), &limits, 0)
+                .await
+                .unwrap()
+        }
+    });
+    let (conn, _) = endpoint::connect(
+        &peer_ep,
+        node_ep.local_addr().unwrap(),
+        Some(node.node_id()),
+        limits,
+    )
+    .await
+    .unwrap();
+    let (server_side, peer_id) = accept.await.unwrap();
+    (conn, server_side, peer_id)
+}
+
 /// A gossip driver on its own endpoint, and a raw QUIC connection to it from a fresh identity
 /// that the driver has taken as a peer.
 async fn driver_and_raw_peer(
@@ -25,27 +59,7 @@ async fn driver_and_raw_peer(
     let node = NodeIdentity::generate().unwrap();
     let node_ep = endpoint::make_endpoint("127.0.0.1:0".parse().unwrap(), &node, &limits).unwrap();
     let (handle, events) = gossip::spawn(config, PolicyV2::default());
-    let attacker = NodeIdentity::generate().unwrap();
-    let attacker_ep =
-        endpoint::make_endpoint("127.0.0.1:0".parse().unwrap(), &attacker, &limits).unwrap();
-    let accept = tokio::spawn({
-        let node_ep = node_ep.clone();
-        let limits = limits.clone();
-        async move {
-            endpoint::accept(node_ep.accept().await.unwrap(), &limits, 0)
-                .await
-                .unwrap()
-        }
-    });
-    let (conn, _) = endpoint::connect(
-        &attacker_ep,
-        node_ep.local_addr().unwrap(),
-        Some(node.node_id()),
-        &limits,
-    )
-    .await
-    .unwrap();
-    let (server_side, attacker_id) = accept.await.unwrap();
+    let (conn, server_side, attacker_id) = raw_peer_of(&node_ep, &node, &limits).await;
     handle.add_peer(attacker_id, server_side).unwrap();
     (node_ep, handle, events, conn)
 }
