@@ -60,8 +60,12 @@ pub fn submit(args: SubmitArgs) -> anyhow::Result<()> {
             std::fs::read_to_string(&path)
                 .with_context(|| {
                     format!(
-                        "cannot read {} (is a node hosting the dev deposit contract running with \
-                         --data-dir {}? or give --contract URL)",
+                        "cannot read {}: no node hosting the dev deposit contract has run with \
+                         --data-dir {}. Only a node that produces blocks (an authority) hosts \
+                         it; a follower or a --no-produce node does not, since no authority \
+                         would see deposits sent there. Give the authority's --data-dir, or \
+                         --contract URL (the URL its log line `node started` shows as \
+                         deposit_contract)",
                         path.display(),
                         args.data_dir.display()
                     )

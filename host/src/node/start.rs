@@ -147,6 +147,20 @@ pub const DEPOSIT_LOG_DIR: &str = "deposit-log";
 /// `modnode deposit submit`).
 pub const DEPOSIT_CONTRACT_URL_FILE: &str = "deposit-contract.url";
 
+/// Removes [`DEPOSIT_CONTRACT_URL_FILE`] left by an earlier run that hosted the dev contract,
+/// so that `modnode deposit submit` does not send deposits to a contract nobody follows.
+fn forget_dev_contract_url(data_dir: &Path) -> Result<(), NodeError> {
+    let path = data_dir.join(DEPOSIT_CONTRACT_URL_FILE);
+    match std::fs::remove_file(&path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(NodeError::DepositContract(format!(
+            "cannot remove {} left by an earlier run: {e}",
+            path.display()
+        ))),
+    }
+}
+
 /// Opens the dev deposit contract in `<data_dir>/deposit-contract` (a new one starts with the
 /// genesis deposits, the contract's first), serves its JSON-RPC endpoint and writes its URL to
 /// [`DEPOSIT_CONTRACT_URL_FILE`].
@@ -322,21 +336,32 @@ impl Node {
         let genesis_hash = chain.genesis_hash();
         let head = chain.head();
 
-        // The dev deposit contract first: this node's own follower may read it.
-        let deposit_contract_url = match &config.deposits.host_dev_contract {
-            None => None,
-            Some(dev) => {
-                let (url, task) =
-                    start_dev_contract(&data_dir, &genesis, dev, shutdown_rx.clone()).await?;
-                tasks.push(task);
-                Some(url)
-            }
-        };
         let my_index = genesis
             .authorities
             .iter()
             .position(|a| a == node_id.as_bytes());
         let may_produce = config.produce && (genesis.authorities.is_empty() || my_index.is_some());
+        // The dev deposit contract first: this node's own follower may read it. Only a node
+        // that produces blocks hosts it: deposits sent to a follower's contract would never
+        // reach the chain (authorities follow their own source, not a follower's).
+        let deposit_contract_url = match &config.deposits.host_dev_contract {
+            Some(dev) if may_produce => {
+                let (url, task) =
+                    start_dev_contract(&data_dir, &genesis, dev, shutdown_rx.clone()).await?;
+                tasks.push(task);
+                Some(url)
+            }
+            Some(_) => {
+                forget_dev_contract_url(&data_dir)?;
+                tracing::info!(
+                    "not hosting the dev deposit contract: this node does not produce blocks \
+                     (not an authority of this chain, or --no-produce); deposits go to the \
+                     contract the authorities follow"
+                );
+                None
+            }
+            None => None,
+        };
         let mut deposit_endpoint = None;
         let deposit_source = match (&config.deposits.follow, may_produce) {
             (Some(follow), true) => {

@@ -232,6 +232,38 @@ async fn deposits_reach_every_node_and_late_or_restarted_nodes_catch_up() {
     }
 }
 
+/// Deposits sent to a follower's own dev contract would never reach the chain: only a node
+/// that produces blocks hosts it, and a follower forgets the URL an earlier run left behind,
+/// so `modnode deposit submit --data-dir <follower>` fails instead of logging a lost deposit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_a_producing_node_hosts_the_dev_deposit_contract() {
+    let tmp = dirs(2);
+    let genesis = genesis("modnode-it-hosting", &[tmp[0].path()], 1);
+    let stale = tmp[1].path().join(modnode::node::DEPOSIT_CONTRACT_URL_FILE);
+    std::fs::write(&stale, "http://127.0.0.1:1").unwrap();
+    let authority = start_with(tmp[0].path(), &genesis, vec![], hosting()).await;
+    let follower = start_with(
+        tmp[1].path(),
+        &genesis,
+        vec![authority.peer_addr().unwrap()],
+        hosting(),
+    )
+    .await;
+    let url = authority
+        .deposit_contract_url()
+        .expect("the authority hosts the dev contract")
+        .to_string();
+    let written = tmp[0].path().join(modnode::node::DEPOSIT_CONTRACT_URL_FILE);
+    assert_eq!(std::fs::read_to_string(&written).unwrap().trim(), url);
+    assert_eq!(follower.deposit_contract_url(), None);
+    assert!(
+        !stale.exists(),
+        "the follower kept the URL of a contract nobody follows"
+    );
+    follower.shutdown().await;
+    authority.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_on_another_genesis_is_refused() {
     let tmp = dirs(2);
