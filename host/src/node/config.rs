@@ -72,8 +72,9 @@ pub struct NodeConfig {
     /// A checkpoint file to start an empty data directory from (`--restore-from`), verified
     /// as a restore from peers is; `sync_mode` then has nothing left to restore.
     pub restore_from: Option<PathBuf>,
-    /// How a checkpoint restore shows its progress: log lines (the default) or a progress bar
-    /// on stderr (`modnode run` on a terminal).
+    /// How long work shows its progress — a checkpoint restore, a range sync that starts far
+    /// behind: log lines (the default) or a progress bar on stderr (`modnode run` on a
+    /// terminal).
     pub restore_progress: ProgressDisplay,
     /// Exchange peer addresses with peers (on by default). A testnet harness whose nodes reach
     /// each other only through its relay turns it off, so no node dials another's real address.

@@ -21,6 +21,7 @@ mod gossip_blocks;
 mod module_fetch;
 mod rpc_server;
 mod sync_driver;
+mod sync_progress;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -36,6 +37,8 @@ use modnode_peers::{
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
+use self::checkpoint_progress::ProgressDisplay;
+use self::sync_progress::SyncProgress;
 use super::chain_worker::{ChainHandle, WorkerError};
 use super::intake::{BlockIntake, IntakeLimits};
 use super::metrics::{Metrics, bump};
@@ -161,6 +164,8 @@ pub(super) struct NetworkParts {
     pub checkpoints: crate::checkpoint::CheckpointServer,
     /// Whether this node produces blocks (for what the start-up line says).
     pub produces: bool,
+    /// How a long range sync shows its progress (a bar on a terminal, else log lines).
+    pub progress: ProgressDisplay,
 }
 
 pub(super) struct Network {
@@ -195,6 +200,8 @@ pub(super) struct Network {
     produces: bool,
     /// The verdict on gossiped blocks (sans-IO; driven in `gossip_blocks`).
     intake: BlockIntake,
+    /// Shows a long range sync's progress.
+    sync_progress: SyncProgress,
 }
 
 /// Events the network task's helpers may have waiting for it. Every helper task sends at most
@@ -255,6 +262,7 @@ impl Network {
             bootstrap: parts.bootstrap,
             startup_deadline: timer_deadline(Instant::now(), parts.startup_wait),
             intake,
+            sync_progress: SyncProgress::new(parts.progress),
         };
         loop {
             net.drive();

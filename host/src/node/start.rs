@@ -495,6 +495,7 @@ impl Node {
                     .max(slot.saturating_mul(4)),
                 bans,
                 produces: may_produce,
+                progress: config.restore_progress,
                 upgrades: upgrades.clone(),
                 checkpoints: crate::checkpoint::CheckpointServer::new(
                     checkpoints.clone(),

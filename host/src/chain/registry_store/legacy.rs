@@ -16,6 +16,9 @@ use crate::state::Validator;
 use crate::state::chunked::CHUNK_LEN;
 use crate::store::{KvStore, StoreError, WriteBatch, keys};
 
+/// Time between two progress lines of a migration.
+const PROGRESS_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// The store format that kept the registry as two records per validator.
 pub(crate) const PER_VALIDATOR_FORMAT: u32 = 3;
 
@@ -30,11 +33,22 @@ pub(crate) fn migrate(store: &dyn KvStore, format: u32, per_batch: usize) -> Res
         "migrating the registry from per-validator records (store format \
          {PER_VALIDATOR_FORMAT}) to chunk records (format {format})"
     );
-    write_chunks(
-        store,
-        validators.chunks(CHUNK_LEN).zip(balances.chunks(CHUNK_LEN)),
-        per_batch,
-    )?;
+    // A migration of millions of validators takes a while: a line every few seconds says how
+    // far it got, so an operator does not take a long open for a hang.
+    let total = validators.len();
+    let mut written = 0usize;
+    let mut last_line = Instant::now();
+    let chunks = validators
+        .chunks(CHUNK_LEN)
+        .zip(balances.chunks(CHUNK_LEN))
+        .inspect(|(chunk, _)| {
+            written = written.saturating_add(chunk.len());
+            if last_line.elapsed() >= PROGRESS_EVERY {
+                last_line = Instant::now();
+                tracing::info!(written, total, "registry migration progress");
+            }
+        });
+    write_chunks(store, chunks, per_batch)?;
     let mut batch = WriteBatch::new();
     batch.put(keys::FORMAT, format.to_le_bytes().to_vec());
     store.commit(&batch)?;

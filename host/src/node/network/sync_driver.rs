@@ -119,6 +119,9 @@ impl Network {
                 bump(&self.metrics.blocks_synced);
                 self.last_sync_import = Some(Instant::now());
                 self.sync.handle_imported(height, hash);
+                let target = self.sync.target().map_or(height, |(target, _)| target);
+                self.sync_progress
+                    .on_imported(height, target, std::time::Instant::now());
             }
             Err(SyncImportError::Fork(block)) => self.resolve_fork(*block, peer),
             Err(e) => {
