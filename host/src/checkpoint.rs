@@ -56,7 +56,7 @@ pub use carry::{CarriedOver, carry_over, listed_chunks};
 pub use create::{BlockRef, Checkpoint, CreateError, CreateOptions, create};
 pub use fetch::{ChunkRequest, FetchConfig, FetchError, Fetcher, Penalty, choose, final_offers};
 pub use incremental::{IncrementalCheckpoint, IncrementalCreator};
-pub use leaves::{StateLeaves, StorageId, synthetic_state};
+pub use leaves::{StateLeaves, synthetic_state};
 pub use manifest::{ChunkEntry, Manifest, ManifestError, ManifestLimits};
 pub use pipeline::{ChunkSink, NoSink, Outcome, Pipeline, PipelineConfig, SubmitError};
 pub use restore::{

@@ -1,20 +1,18 @@
 //! Incremental creation: a checkpoint that costs what changed since the previous one.
 //!
-//! With a module whose chunks carry no range proof (checkpoint-v3: a chunk's bytes are a pure
-//! function of its range and leaves) and whose plan follows the state's storage chunks, a
-//! chunk whose storage no block has written since the previous checkpoint has the previous
-//! checkpoint's bytes, hash and size. [`IncrementalCreator`] recognises such a chunk by the
-//! identity of that storage ([`StorageId`]: the addresses of the registry's copy-on-write
-//! record and balance chunks) and lists the remembered hash and size without reading,
-//! encoding or hashing its leaves; its subtree root is read from the registry tree, nothing
-//! hashed. Only the other chunks are built by the module.
+//! With a module whose chunks carry no range proof (checkpoint-v3, `chunk-proof =
+//! manifest-roots`) a chunk's bytes are a pure function of its leaf range and its leaves, and
+//! its chunks are whole subtrees of the registry tree. [`IncrementalCreator`] remembers every
+//! chunk it listed by its range and its subtree root — the registry tree's node above the
+//! chunk's leaves, read from the tree the state keeps up to date, not hashed — and lists a
+//! chunk whose range and root are unchanged with the remembered hash and size, without
+//! reading, encoding or hashing its leaves. Only the other chunks are built by the module.
 //!
-//! Why an address is a safe key: the creator keeps the previous state (an `Arc`, so every
-//! storage chunk it names stays allocated); while it holds a chunk the chunk is shared, and a
-//! shared chunk is never written in place — a write copies it to a new address first. So while
-//! the previous state lives, the same address in the new state is the same, unchanged memory,
-//! and no freed address can have been reused for other leaves. The range is part of the key
-//! too, and so are the module, its parameters and the leaf size: a change of any of them
+//! Why the subtree root is a safe key: equal roots over equal ranges mean equal leaves (the
+//! tree is sha256), so the chunk's bytes are the ones built last time. Nothing about where the
+//! leaves sit in memory is assumed, so a chunk smaller than the state's storage chunk is
+//! reused as soon as its own leaves are unchanged, whatever else its storage chunk holds. The
+//! module, its parameters and the leaf size are part of the key too: a change of any of them
 //! rebuilds everything.
 
 use std::collections::HashMap;
@@ -24,7 +22,7 @@ use super::create::{
     BlockRef, CreateError, CreateOptions, assemble_manifest, build_all, builds_in_parallel,
     proofs_in_manifest, worker_count,
 };
-use super::leaves::{StateLeaves, StorageId};
+use super::leaves::StateLeaves;
 use super::manifest::{ChunkEntry, Manifest, ManifestLimits};
 use crate::runtime::checkpoint::{CheckpointModule, LeafRange, PlanParams};
 use crate::state::merkle::Hash32;
@@ -41,14 +39,11 @@ pub struct IncrementalCheckpoint {
     pub reused: usize,
 }
 
-/// The key a reusable chunk is remembered under.
-type ChunkKey = (u64, u64, StorageId);
+/// The key a reusable chunk is remembered under: its leaf range and its subtree root.
+type ChunkKey = (u64, u64, Hash32);
 
-/// What was created last: the state (kept alive, see the module docs) and every chunk's
-/// hash and size by the storage it was built from.
+/// What was created last: every chunk's hash and size by its range and subtree root.
 struct Previous {
-    /// Held only to keep every storage chunk named in `chunks` allocated and unwritten.
-    _state: Arc<dyn StateLeaves>,
     module_hash: Hash32,
     target_chunk_bytes: u64,
     leaf_size: u32,
@@ -56,7 +51,7 @@ struct Previous {
 }
 
 /// Creates checkpoints one after another, each reusing the unchanged chunks of the one before
-/// (see the module docs). Holds the previous checkpoint's state: one per creator.
+/// (see the module docs). Remembers one hash and size per chunk of the previous checkpoint.
 #[derive(Default)]
 pub struct IncrementalCreator {
     previous: Option<Previous>,
@@ -106,15 +101,22 @@ impl IncrementalCreator {
         };
         let ranges = module.plan(state.clone(), params)?;
         let reusable = proofs_in_manifest(module);
-        let storage: HashMap<(u64, u64), StorageId> = if reusable {
-            state
-                .storage()
-                .into_iter()
-                .map(|(start, end, id)| ((start, end), id))
-                .collect()
-        } else {
-            HashMap::new()
-        };
+        // The chunks' level in the registry tree; `None` (nothing reused) when the plan's
+        // ranges are not whole subtrees of one size, which assembling the manifest refuses.
+        let level = reusable
+            .then(|| {
+                let tiles: Vec<ChunkEntry> = ranges
+                    .iter()
+                    .map(|r| ChunkEntry {
+                        hash: [0; 32],
+                        start: r.start,
+                        end: r.end,
+                        size: 0,
+                    })
+                    .collect();
+                super::roots::chunk_level(&tiles, state.leaf_count()).ok()
+            })
+            .flatten();
         let previous = self.previous.take().filter(|p| {
             reusable
                 && p.module_hash == module.hash()
@@ -122,8 +124,10 @@ impl IncrementalCreator {
                 && p.leaf_size == state.leaf_size()
         });
         let key = |range: &LeafRange| -> Option<ChunkKey> {
-            let id = storage.get(&(range.start, range.end))?;
-            Some((range.start, range.end, *id))
+            let level = level?;
+            let index = range.start.checked_shr(u32::try_from(level).ok()?)?;
+            let root = state.tree_node(level, index)?;
+            Some((range.start, range.end, root))
         };
         let mut entries: Vec<Option<ChunkEntry>> = Vec::with_capacity(ranges.len());
         let mut to_build: Vec<(usize, LeafRange)> = Vec::new();
@@ -188,7 +192,6 @@ impl IncrementalCreator {
                 .filter_map(|(range, entry)| Some((key(range)?, (entry.hash, entry.size))))
                 .collect();
             self.previous = Some(Previous {
-                _state: state,
                 module_hash: module.hash(),
                 target_chunk_bytes: options.target_chunk_bytes,
                 leaf_size: manifest.leaf_size,

@@ -3,7 +3,6 @@
 //! state), read from an immutable [`StateSnapshot`] so creation never races import.
 
 use crate::runtime::checkpoint::StateReader;
-use crate::state::chunked::CHUNK_LEN;
 use crate::state::merkle::Hash32;
 use crate::state::{LEAF_BYTES, Registry, Schedule, StateSnapshot};
 
@@ -19,23 +18,7 @@ pub trait StateLeaves: StateReader {
     /// Node `index` at level `depth` of the registry tree (level 0: the leaf hashes), read,
     /// not hashed: a checkpoint-v3 chunk's subtree root.
     fn tree_node(&self, depth: usize, index: u64) -> Option<Hash32>;
-    /// The storage the leaves sit in, one entry per storage chunk in leaf order: its leaf
-    /// range and an identity for the memory holding those leaves (see [`StorageId`]). Empty
-    /// when the state has no such storage (then nothing is ever reused).
-    fn storage(&self) -> Vec<(u64, u64, StorageId)> {
-        Vec::new()
-    }
 }
-
-/// The identity of the immutable memory holding one storage chunk's leaves: the addresses of
-/// the copy-on-write chunks of the registry's records and balances.
-///
-/// Two states' equal identities mean equal leaves **only while both states are alive**: a
-/// shared chunk is never written in place (a write copies it first, see `state::chunked`), and
-/// an address cannot be freed and reused for other leaves while a live state still holds the
-/// chunk. [`super::incremental::IncrementalCreator`] therefore keeps the previous state it
-/// compares against.
-pub type StorageId = [usize; 2];
 
 /// Leaves `[start, end)` of `snapshot` as indices, or `None` when out of range.
 fn leaf_range(snapshot: &StateSnapshot, start: u64, end: u64) -> Option<std::ops::Range<usize>> {
@@ -122,24 +105,6 @@ impl StateLeaves for StateSnapshot {
 
     fn tree_node(&self, depth: usize, index: u64) -> Option<Hash32> {
         self.registry().tree().node(depth, index).ok()
-    }
-
-    fn storage(&self) -> Vec<(u64, u64, StorageId)> {
-        let registry = self.registry();
-        let len = self.leaf_count();
-        let chunk = u64::try_from(CHUNK_LEN).unwrap_or(u64::MAX);
-        let mut out = Vec::new();
-        let mut start = 0u64;
-        for ((records, _), (balances, _)) in registry
-            .validators()
-            .chunk_ptrs()
-            .zip(registry.balances().chunk_ptrs())
-        {
-            let end = start.saturating_add(chunk).min(len);
-            out.push((start, end, [records, balances]));
-            start = end;
-        }
-        out
     }
 }
 

@@ -26,6 +26,22 @@ pub(super) fn module(name: &str) -> CheckpointModule {
     }
 }
 
+/// checkpoint-v3's leaves per chunk, as the module describes itself (`leaves-per-chunk`).
+pub(super) fn v3_leaves_per_chunk() -> u32 {
+    static LEAVES: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *LEAVES.get_or_init(|| {
+        let m = module("checkpoint-v3");
+        let (_, value) = m
+            .meta()
+            .info
+            .params
+            .iter()
+            .find(|(key, _)| key == "leaves-per-chunk")
+            .expect("checkpoint-v3 describes its leaves per chunk");
+        value.parse().unwrap()
+    })
+}
+
 fn at() -> BlockRef {
     BlockRef {
         height: 100,
@@ -68,7 +84,7 @@ fn state(validators: u32, seed: u64) -> Arc<StateSnapshot> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 6, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 6, failure_persistence: None, ..ProptestConfig::default() })]
 
     #[test]
     fn v1_and_v2_restore_the_state_root_in_any_order(

@@ -17,12 +17,12 @@ use modnode::checkpoint::{
 };
 use modnode::state::merkle::Hash32;
 
-use super::checkpoint::module;
+use super::checkpoint::{module, v3_leaves_per_chunk};
 
-/// A checkpoint-v3 checkpoint of a 10,000-validator state (10 chunks).
+/// A checkpoint-v3 checkpoint of a state of 10 chunks.
 fn checkpoint() -> Checkpoint {
     let m = module("checkpoint-v3");
-    let state = synthetic_state(10_000, 11).unwrap();
+    let state = synthetic_state(10 * v3_leaves_per_chunk(), 11).unwrap();
     let options = CreateOptions {
         target_chunk_bytes: 1 << 20,
         threads: 2,

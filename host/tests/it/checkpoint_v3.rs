@@ -14,13 +14,12 @@ use modnode::checkpoint::{
     ManifestError, ManifestLimits, RestoreStore, Restorer, StateLeaves, carry_over, create,
     synthetic_state, verify_all,
 };
-use modnode::state::chunked::CHUNK_LEN;
 use modnode::state::merkle::Hash32;
 use modnode::state::{NewValidator, RegistryDelta, StateSnapshot};
 use proptest::prelude::*;
 use sha2::{Digest, Sha256};
 
-use super::checkpoint::module;
+use super::checkpoint::{module, v3_leaves_per_chunk};
 
 fn options() -> CreateOptions {
     CreateOptions {
@@ -53,8 +52,9 @@ fn block() -> impl Strategy<Value = Block> {
         .prop_map(|(top_ups, added)| Block { top_ups, added })
 }
 
-/// `state` after `block`, and the storage chunks the block wrote.
+/// `state` after `block`, and the checkpoint-v3 chunks whose leaves the block changed.
 fn apply(state: &StateSnapshot, block: &Block, salt: u64) -> (StateSnapshot, BTreeSet<usize>) {
+    let per_chunk = v3_leaves_per_chunk() as usize;
     let mut registry = state.registry().clone();
     let len = registry.len() as usize;
     let mut touched = BTreeSet::new();
@@ -69,7 +69,7 @@ fn apply(state: &StateSnapshot, block: &Block, salt: u64) -> (StateSnapshot, BTr
         .collect();
     balances.sort_by_key(|(i, _)| *i);
     balances.dedup_by_key(|(i, _)| *i);
-    touched.extend(balances.iter().map(|(i, _)| *i as usize / CHUNK_LEN));
+    touched.extend(balances.iter().map(|(i, _)| *i as usize / per_chunk));
     let added: Vec<NewValidator> = (0..block.added as u64)
         .map(|k| {
             let key: [u8; 32] = Sha256::new()
@@ -87,7 +87,7 @@ fn apply(state: &StateSnapshot, block: &Block, salt: u64) -> (StateSnapshot, BTr
             }
         })
         .collect();
-    touched.extend((len..len + added.len()).map(|i| i / CHUNK_LEN));
+    touched.extend((len..len + added.len()).map(|i| i / per_chunk));
     registry.apply(&RegistryDelta { added, balances }).unwrap();
     let next = StateSnapshot::new(
         [salt as u8; 32],
@@ -109,7 +109,7 @@ fn assemble(full: &Checkpoint, built: &HashMap<Hash32, Vec<u8>>) -> Vec<Vec<u8>>
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 6, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 6, failure_persistence: None, ..ProptestConfig::default() })]
 
     /// After any sequence of blocks, the incremental checkpoint's manifest is the full
     /// creation's, every chunk it lists is byte for byte the full creation's, and it built
@@ -158,8 +158,8 @@ proptest! {
     }
 }
 
-/// A checkpoint of a 10,000-validator state A (10 chunks) and, two deposit blocks later
-/// touching 3 of them, B (created incrementally).
+/// A checkpoint of a 10,000-validator state A and, two deposit blocks later touching 3 of its
+/// chunks, B (created incrementally).
 fn a_and_b() -> (Checkpoint, Checkpoint, BTreeSet<usize>) {
     let m = module("checkpoint-v3");
     let a_state = synthetic_state(10_000, 3).unwrap();
@@ -235,7 +235,8 @@ fn a_restorer_holding_a_fetches_only_bs_new_chunks_and_ends_on_bs_root() {
         .collect();
     assert_eq!(fetched, new);
     assert_eq!(fetched, built.into_iter().collect::<Vec<_>>());
-    assert_eq!((fetched.len(), b.chunks.len()), (3, 10));
+    let chunks = 10_000usize.div_ceil(v3_leaves_per_chunk() as usize);
+    assert_eq!((fetched.len(), b.chunks.len()), (3, chunks));
 }
 
 #[test]
@@ -270,7 +271,8 @@ fn a_reused_chunk_damaged_on_disk_is_detected_and_fetched_again() {
 #[test]
 fn v3_restores_in_any_order_and_bad_chunk_roots_are_refused_before_any_fetch() {
     let m = module("checkpoint-v3");
-    let s = Arc::new(synthetic_state(3000, 4).unwrap());
+    // Three chunks, the last one partial.
+    let s = Arc::new(synthetic_state(3 * v3_leaves_per_chunk() - 50, 4).unwrap());
     let cp = create(&m, s.clone(), at(5), options()).unwrap();
     assert_eq!(cp.chunks.len(), 3);
     assert_eq!(cp.manifest.chunk_roots.len(), 3);
