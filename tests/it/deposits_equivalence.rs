@@ -83,7 +83,7 @@ fn run_blocks(blocks: &[(Vec<DepositSpec>, Tamper)]) -> Vec<(&'static str, Vec<R
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 24, failure_persistence: None, ..ProptestConfig::default() })]
 
     #[test]
     fn all_versions_agree(blocks in proptest::collection::vec((proptest::collection::vec(deposit_spec(), 0..=16), tamper()), 1..=3)) {

@@ -451,6 +451,9 @@ mod tests {
     }
 
     proptest! {
+        // Failing cases are printed, not written next to the sources.
+        #![proptest_config(ProptestConfig { failure_persistence: None, ..ProptestConfig::default() })]
+
         #[test]
         fn roundtrip(height: u64, slot: u64, proposer: u32, seeds in proptest::collection::vec((any::<u8>(), any::<u64>()), 0..16)) {
             let upgrade_votes = (0..(height % 5)).map(|i| UpgradeOp { kind: crate::runtime::Kind::Deposits, module: [i as u8; 32], height: slot }).collect();

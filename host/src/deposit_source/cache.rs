@@ -268,7 +268,7 @@ mod tests {
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig::with_cases(48))]
+        #![proptest_config(ProptestConfig { cases: 48, failure_persistence: None, ..ProptestConfig::default() })]
         #[test]
         fn random_logs_agree_with_the_reference(
             seeds in proptest::collection::vec(any::<u64>(), 1..80),

@@ -381,6 +381,9 @@ mod tests {
     }
 
     proptest! {
+        // Failing cases are printed, not written next to the sources.
+        #![proptest_config(ProptestConfig { failure_persistence: None, ..ProptestConfig::default() })]
+
         /// Behaves like a `Vec`, and a clone taken earlier never sees later writes.
         #[test]
         fn matches_vec_and_snapshots_are_immutable(
@@ -412,6 +415,9 @@ mod tests {
     }
 
     proptest! {
+        // Failing cases are printed, not written next to the sources.
+        #![proptest_config(ProptestConfig { failure_persistence: None, ..ProptestConfig::default() })]
+
         /// `slices` covers exactly `range`, in order, never crossing a chunk, and two vectors
         /// of one length are split at the same indices.
         #[test]

@@ -1099,7 +1099,7 @@ mod tests {
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig::with_cases(256))]
+        #![proptest_config(ProptestConfig { cases: 256, failure_persistence: None, ..ProptestConfig::default() })]
 
         /// Inserts (often of pubkeys removed by an earlier truncation), lookups and truncations
         /// against a `HashMap` model, checking the table layout after every step.
@@ -1195,7 +1195,7 @@ mod tests {
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig::with_cases(512))]
+        #![proptest_config(ProptestConfig { cases: 512, failure_persistence: None, ..ProptestConfig::default() })]
 
         /// `rebuild` lays the table out exactly as inserting `0..n` one by one does, and fails
         /// the same way on a duplicate; keys are drawn from a small set, so duplicates and

@@ -211,7 +211,7 @@ mod tests {
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig::with_cases(64))]
+        #![proptest_config(ProptestConfig { cases: 64, failure_persistence: None, ..ProptestConfig::default() })]
 
         /// The records an import's batch leaves are exactly those of the registry after the
         /// block, and the records its revert's batch leaves exactly those of the registry

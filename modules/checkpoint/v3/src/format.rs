@@ -224,6 +224,9 @@ mod tests {
     use proptest::prelude::*;
 
     proptest! {
+        // Failing cases are printed, not written next to the sources.
+        #![proptest_config(ProptestConfig { failure_persistence: None, ..ProptestConfig::default() })]
+
         /// Columns and back is the identity, for any leaf size and count.
         #[test]
         fn columns_roundtrip(leaf_size in 0usize..200, count in 0usize..40, seed: u8) {
@@ -237,6 +240,9 @@ mod tests {
     }
 
     proptest! {
+        // Failing cases are printed, not written next to the sources.
+        #![proptest_config(ProptestConfig { failure_persistence: None, ..ProptestConfig::default() })]
+
         /// The blocked transposition equals the naive one, for any shape.
         #[test]
         fn columns_are_the_naive_transposition(width in 1usize..40, count in 0usize..40) {
