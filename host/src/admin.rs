@@ -59,6 +59,7 @@ pub mod server;
 pub mod state_query;
 pub mod token;
 
+pub use routes::METRICS_CONTENT_TYPE;
 pub use token::{AdminToken, read_admin_addr};
 
 /// A boxed future returned by [`AdminBackend`].

@@ -22,8 +22,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use http_body_util::BodyExt as _;
 
-/// Content type of `/metrics`.
-const METRICS_TYPE: &str = crate::node::metrics::METRICS_CONTENT_TYPE;
+/// Content type of `/metrics`: the OpenMetrics text format (what the node's metrics render).
+pub const METRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// The client's address, put on every request by the connection handler.
 #[derive(Debug, Clone, Copy)]
@@ -300,7 +300,7 @@ async fn metrics(State(state): State<AppState>) -> Response {
         Some(at) => text.insert_str(at, &admin),
         None => text.push_str(&admin),
     }
-    ([(header::CONTENT_TYPE, METRICS_TYPE)], text).into_response()
+    ([(header::CONTENT_TYPE, METRICS_CONTENT_TYPE)], text).into_response()
 }
 
 /// The admin server's counters as OpenMetrics lines, without the closing `# EOF`.

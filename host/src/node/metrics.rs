@@ -313,8 +313,8 @@ impl Metrics {
         snapshot.encode_with_prefix("modnode")
     }
 }
-/// Content type of [`Metrics::render`]'s output.
-pub const METRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+/// Content type of [`Metrics::render`]'s output (the admin API serves it with this type).
+pub use crate::admin::METRICS_CONTENT_TYPE;
 
 /// The values of one scrape (name, help, value) of one section of the scrape; the node's, the
 /// state cache's, the checkpoints', the gossip, deposit-queue and disk sections all go through

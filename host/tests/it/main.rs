@@ -29,6 +29,7 @@ mod governance;
 mod health;
 mod hostile;
 mod inspect;
+mod layers;
 mod live_swap;
 mod malicious;
 mod modules;

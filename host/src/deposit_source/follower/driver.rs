@@ -17,6 +17,7 @@
 //!   counted ([`FollowerCounters`](crate::deposit_source::FollowerCounters)).
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use tokio::sync::watch;
 
@@ -24,7 +25,6 @@ use super::{FollowError, Follower, FollowerConfig};
 use crate::deposit_source::DepositSource;
 use crate::deposit_source::client::{ClientError, RpcClient};
 use crate::deposit_source::log::{FollowedLog, LogError};
-use crate::node::metrics::bump;
 
 /// Why the endpoint must not be followed (checked before the first poll).
 #[derive(Debug, thiserror::Error)]
@@ -151,7 +151,10 @@ pub async fn poll_once(
     };
     let head = client.block_number().await?;
     if let Some(back) = follower.observe_head(head) {
-        bump(&source.counters().head_went_back);
+        source
+            .counters()
+            .head_went_back
+            .fetch_add(1, Ordering::Relaxed);
         tracing::warn!(
             endpoint = client.url(),
             previous = back.previous,
@@ -184,7 +187,10 @@ pub async fn poll_once(
         let (from, to) = (*range.start(), *range.end());
         let logs = client.deposit_logs(&follower.contract, from, to).await;
         if let Err(ClientError::TooLarge { .. }) = &logs {
-            bump(&source.counters().answers_too_large);
+            source
+                .counters()
+                .answers_too_large
+                .fetch_add(1, Ordering::Relaxed);
         }
         match logs {
             Ok(logs) => break (range, logs),

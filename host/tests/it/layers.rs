@@ -1,0 +1,206 @@
+//! The library's layering, checked: every `crate::<module>` path in non-test code of
+//! `host/src/<module>` must point to a module of the same or a lower layer (ARCHITECTURE.md,
+//! "Layers"). The arrows that still point up are listed below, each with why it exists; the
+//! test fails when a new one appears *and* when a listed one is gone (then take it off the
+//! list), so the list only shrinks.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// Each top-level module of the library and its layer, lowest first. A module may import from
+/// its own layer's modules only where the order below allows it (`RANK`), never from a higher
+/// one.
+const RANK: &[(&str, u32)] = &[
+    // Utilities that import nothing from the crate.
+    ("clock", 0),
+    ("files", 0),
+    ("crypto", 0),
+    ("alloc_stats", 0),
+    // The state value and the key-value store it is saved in.
+    ("state", 1),
+    ("store", 2),
+    // The wasm engine, the module kinds and their host interfaces.
+    ("runtime", 3),
+    // Blocks, the transition, fork choice and the store of blocks.
+    ("chain", 4),
+    // Every state the node keeps (regeneration replays the chain's transition).
+    ("state_cache", 5),
+    // Checkpoints, the module store, the deposit contract's side.
+    ("checkpoint", 6),
+    ("modules_store", 6),
+    ("deposit_source", 6),
+    // QUIC transport and wire types (carry blocks and checkpoint chunks).
+    ("net", 7),
+    // Tools over the above, and the admin API's types and server.
+    ("upgrade_check", 8),
+    ("admin", 8),
+    ("testnet", 9),
+    // The node: wires everything.
+    ("node", 10),
+];
+
+/// Arrows that still point up: `(from, to, why)`. Remove a line when its arrow is gone.
+const KNOWN_UPWARD: &[(&str, &str, &str)] = &[
+    (
+        "state",
+        "runtime",
+        "state/schedule.rs names modules by runtime::Kind and checks Scope",
+    ),
+    (
+        "runtime",
+        "chain",
+        "runtime/deposits.rs builds warm-up blocks from chain::workload",
+    ),
+    (
+        "chain",
+        "state_cache",
+        "Chain owns the StateCache (the cache should own every state)",
+    ),
+    (
+        "chain",
+        "net",
+        "seals are checked with net::identity::NodeId",
+    ),
+    (
+        "chain",
+        "deposit_source",
+        "chain/workload.rs (test and bench code) drives the dev contract",
+    ),
+    (
+        "checkpoint",
+        "net",
+        "checkpoint/serve.rs answers net::rpc requests",
+    ),
+    (
+        "deposit_source",
+        "admin",
+        "the deposit JSON codec and the HTTP server live in admin",
+    ),
+];
+
+fn rank(module: &str) -> Option<u32> {
+    RANK.iter().find(|(m, _)| *m == module).map(|(_, r)| *r)
+}
+
+/// Every `.rs` file of the module `name` (its `name.rs` and `name/`), test files excluded.
+fn files_of(src: &Path, name: &str) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    let file = src.join(format!("{name}.rs"));
+    if file.exists() {
+        files.push(file);
+    }
+    let mut dirs = vec![src.join(name)];
+    while let Some(dir) = dirs.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries {
+            let path = entry.unwrap().path();
+            let file_name = path.file_name().unwrap().to_string_lossy().to_string();
+            if path.is_dir() {
+                if file_name != "tests" {
+                    dirs.push(path);
+                }
+            } else if file_name.ends_with(".rs") && file_name != "tests.rs" {
+                files.push(path);
+            }
+        }
+    }
+    files
+}
+
+/// The code of `source` without comments and without an inline `#[cfg(test)] mod tests { … }`
+/// at its end.
+fn code_of(source: &str) -> String {
+    let source = match source.find("#[cfg(test)]\nmod tests {") {
+        Some(at) => &source[..at],
+        None => source,
+    };
+    source
+        .lines()
+        .map(|line| match line.find("//") {
+            Some(at) => &line[..at],
+            None => line,
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// `crate::<module>` targets named in `code`.
+fn targets(code: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let mut rest = code;
+    while let Some(at) = rest.find("crate::") {
+        rest = &rest[at + "crate::".len()..];
+        let name: String = rest
+            .chars()
+            .take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_')
+            .collect();
+        if !name.is_empty() {
+            out.insert(name);
+        }
+    }
+    out
+}
+
+#[test]
+fn no_module_imports_from_a_layer_above_it_except_the_listed_ones() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut upward: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
+    for (module, from_rank) in RANK {
+        let files = files_of(&src, module);
+        assert!(!files.is_empty(), "no source for module `{module}`");
+        for file in files {
+            let code = code_of(&std::fs::read_to_string(&file).unwrap());
+            for target in targets(&code) {
+                let Some(to_rank) = rank(&target) else {
+                    continue;
+                };
+                if target != *module && to_rank > *from_rank {
+                    let shown = file.strip_prefix(&src).unwrap().display().to_string();
+                    upward
+                        .entry((module.to_string(), target))
+                        .or_default()
+                        .push(shown);
+                }
+            }
+        }
+    }
+    let known: BTreeSet<(String, String)> = KNOWN_UPWARD
+        .iter()
+        .map(|(from, to, _)| (from.to_string(), to.to_string()))
+        .collect();
+    let new: Vec<String> = upward
+        .iter()
+        .filter(|(arrow, _)| !known.contains(*arrow))
+        .map(|((from, to), files)| format!("{from} -> {to} in {}", files.join(", ")))
+        .collect();
+    assert!(
+        new.is_empty(),
+        "new imports from a higher layer (see ARCHITECTURE.md, Layers): {new:#?}"
+    );
+    let gone: Vec<&(String, String)> = known.iter().filter(|a| !upward.contains_key(*a)).collect();
+    assert!(
+        gone.is_empty(),
+        "these arrows are gone: take them off KNOWN_UPWARD: {gone:?}"
+    );
+}
+
+#[test]
+fn every_library_module_has_a_layer() {
+    let lib =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("src/lib.rs")).unwrap();
+    let declared: Vec<&str> = lib
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("pub mod "))
+        .map(|l| l.trim_end_matches(';').trim_end_matches(" {"))
+        .filter(|m| *m != "artifacts")
+        .collect();
+    assert!(declared.len() >= RANK.len(), "{declared:?}");
+    for module in declared {
+        assert!(
+            rank(module).is_some(),
+            "`{module}` has no layer in RANK (and in ARCHITECTURE.md)"
+        );
+    }
+}
