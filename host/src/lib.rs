@@ -42,6 +42,7 @@ pub mod clock;
 pub mod crypto;
 pub mod deposit_source;
 pub mod files;
+pub mod kind;
 pub mod modules_store;
 pub mod net;
 pub mod node;

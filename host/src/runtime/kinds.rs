@@ -1,46 +1,22 @@
 //! The module kinds as data: one row of [`KINDS`] per kind says everything the runtime needs to
-//! know about it — its package, every contract (WIT package) version the host implements for it,
-//! its world, which host interfaces it may import, its fuel budget and whether it decides
-//! consensus. Adding a kind is a new row; adding a contract version to a kind is a new
+//! know about it — every contract (WIT package) version the host implements for it, its world,
+//! which host interfaces it may import, its fuel budget and its output bounds. Its name and
+//! whether it decides consensus are [`crate::kind`]'s, below the state (the schedule names
+//! modules by kind). Adding a kind is a new row; adding a contract version to a kind is a new
 //! [`Contract`] in its row (the WIT under `wit/`) plus that contract's bindgen module beside the
 //! kind's world (`runtime/<kind>.rs`) — not a new copy of the loading, calling and swapping
 //! code. A module declares its contract by the package version of the interface it exports;
 //! the runtime binds it to the host implementation of that contract ([`Kind::implementing`]).
 
-use std::fmt;
-
 use super::inspect::Version;
 
-/// The module kinds modnode knows, one per WIT world.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Kind {
-    /// `modnode:deposits` — deposit processing (consensus).
-    Deposits,
-    /// `modnode:checkpoint` — checkpoint chunking.
-    Checkpoint,
-    /// `modnode:gossip-policy` — gossip decisions.
-    GossipPolicy,
-}
-
-/// Whether a kind's outputs decide consensus.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Scope {
-    /// Every node must run the same version at the same height: versions switch only at a height
-    /// agreed on chain.
-    Consensus,
-    /// Only this node's behaviour depends on it: versions switch live (shadow, canary, activate,
-    /// roll back).
-    Local,
-}
+pub use crate::kind::{Kind, Scope};
 
 /// One kind, as data.
 #[derive(Debug, Clone, Copy)]
 pub struct KindSpec {
     /// The kind.
     pub kind: Kind,
-    /// The WIT package name (without namespace and version), also the kind's name.
-    pub package: &'static str,
     /// Every contract (WIT package) version this host implements for the kind, oldest first:
     /// every version a chain has used stays, so old heights replay on their own contract.
     pub contracts: &'static [Contract],
@@ -52,8 +28,6 @@ pub struct KindSpec {
     pub importable: &'static [&'static str],
     /// Fuel each call starts with (the engine profile's per-kind budget).
     pub fuel_budget: u64,
-    /// Consensus or local.
-    pub scope: Scope,
     /// How long what a module of this kind returns may be.
     pub bounds: OutputBounds,
 }
@@ -151,13 +125,11 @@ const GOSSIP_POLICY_2: Contract = Contract {
 pub const KINDS: [KindSpec; 3] = [
     KindSpec {
         kind: Kind::Deposits,
-        package: "deposits",
         contracts: &[DEPOSITS_2, DEPOSITS_3],
         world: "modnode:deposits/deposits",
         export_interface: "processor",
         importable: &["types", "registry", "queue", "crypto"],
         fuel_budget: 2_000_000_000,
-        scope: Scope::Consensus,
         bounds: OutputBounds {
             describe_string_bytes: DESCRIBE_STRING_BYTES,
             describe_params: DESCRIBE_PARAMS,
@@ -172,13 +144,11 @@ pub const KINDS: [KindSpec; 3] = [
     },
     KindSpec {
         kind: Kind::Checkpoint,
-        package: "checkpoint",
         contracts: &[CHECKPOINT_2],
         world: "modnode:checkpoint/checkpoint",
         export_interface: "chunker",
         importable: &["types", "state-reader"],
         fuel_budget: 2_000_000_000,
-        scope: Scope::Local,
         bounds: OutputBounds {
             describe_string_bytes: DESCRIBE_STRING_BYTES,
             describe_params: DESCRIBE_PARAMS,
@@ -192,13 +162,11 @@ pub const KINDS: [KindSpec; 3] = [
     },
     KindSpec {
         kind: Kind::GossipPolicy,
-        package: "gossip-policy",
         contracts: &[GOSSIP_POLICY_1, GOSSIP_POLICY_2],
         world: "modnode:gossip-policy/gossip-policy",
         export_interface: "policy",
         importable: &["types"],
         fuel_budget: 100_000_000,
-        scope: Scope::Local,
         bounds: OutputBounds {
             describe_string_bytes: DESCRIBE_STRING_BYTES,
             describe_params: DESCRIBE_PARAMS,
@@ -216,9 +184,6 @@ pub const KINDS: [KindSpec; 3] = [
 ];
 
 impl Kind {
-    /// Every kind.
-    pub const ALL: [Kind; 3] = [Kind::Deposits, Kind::Checkpoint, Kind::GossipPolicy];
-
     /// The kind's row of [`KINDS`].
     pub fn spec(self) -> &'static KindSpec {
         match self {
@@ -226,11 +191,6 @@ impl Kind {
             Kind::Checkpoint => &KINDS[1],
             Kind::GossipPolicy => &KINDS[2],
         }
-    }
-
-    /// The WIT package name (without namespace and version).
-    pub fn package(self) -> &'static str {
-        self.spec().package
     }
 
     /// The interface a component of this kind exports.
@@ -255,11 +215,6 @@ impl Kind {
         self.contracts()
             .iter()
             .find(|c| declared.runs_on(c.version))
-    }
-
-    /// Consensus or local.
-    pub fn scope(self) -> Scope {
-        self.spec().scope
     }
 
     /// How long what a module of this kind returns may be.
@@ -287,34 +242,6 @@ impl Kind {
     }
 }
 
-impl fmt::Display for Kind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.package())
-    }
-}
-
-impl serde::Serialize for Kind {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(self.package())
-    }
-}
-
-impl std::str::FromStr for Kind {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        Kind::ALL
-            .into_iter()
-            .find(|k| k.package() == s)
-            .ok_or_else(|| {
-                let known: Vec<&str> = KINDS.iter().map(|k| k.package).collect();
-                format!(
-                    "unknown module kind `{s}` (expected one of {})",
-                    known.join(", ")
-                )
-            })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -325,7 +252,10 @@ mod tests {
             assert_eq!(row.kind, kind);
             assert_eq!(kind.spec().kind, kind);
             assert_eq!(kind.package().parse::<Kind>(), Ok(kind));
-            assert!(row.world.starts_with(&format!("modnode:{}/", row.package)));
+            assert!(
+                row.world
+                    .starts_with(&format!("modnode:{}/", kind.package()))
+            );
             assert!(row.fuel_budget > 0);
             // Contracts oldest first, one per major (a module picks its contract by major).
             assert!(!row.contracts.is_empty());
@@ -336,10 +266,13 @@ mod tests {
             );
             for c in row.contracts {
                 assert!(
-                    c.wit
-                        .contains(&format!("package modnode:{}@{};", row.package, c.version)),
+                    c.wit.contains(&format!(
+                        "package modnode:{}@{};",
+                        kind.package(),
+                        c.version
+                    )),
                     "{} {}",
-                    row.package,
+                    kind.package(),
                     c.version
                 );
                 assert_eq!(
@@ -349,7 +282,7 @@ mod tests {
             }
             assert!(row.bounds.list_items > 0 && row.bounds.describe_string_bytes > 0);
             // Only a local kind may run below the pinned memory limit.
-            assert!(row.bounds.memory_bytes.is_none() || row.scope == Scope::Local);
+            assert!(row.bounds.memory_bytes.is_none() || kind.scope() == Scope::Local);
         }
         assert!(
             "nope"

@@ -225,7 +225,7 @@ impl EngineProfile {
             },
             budgets: KINDS
                 .iter()
-                .map(|k| (k.package.to_string(), k.fuel_budget))
+                .map(|k| (k.kind.package().to_string(), k.fuel_budget))
                 .collect(),
             deposits_budget_per_deposit: DEPOSITS_BUDGET_PER_DEPOSIT,
             host_calls: HostCallFuel {

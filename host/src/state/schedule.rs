@@ -27,7 +27,7 @@ mod codec;
 #[cfg(test)]
 mod tests;
 
-use crate::runtime::{Kind, Scope};
+use crate::kind::{Kind, Scope};
 
 /// A 32-byte hash.
 pub type Hash32 = [u8; 32];
