@@ -2,18 +2,20 @@
 //! index, each block run through it (an epoch transition first on an epoch's first block under
 //! @3.0.0), the per-call cost gate, the checks a single version must pass on its own (exactly
 //! once, outcomes naming the right validator, a live epoch transition), and the queue-length
-//! probe.
+//! probe (`probe`).
+
+mod probe;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
 
 use super::super::versions::{BlockRun, V3Run, Version, is_host_failure};
 use super::super::{CheckError, Failure, Invariant, Settings};
-use super::{COST_GATE_PERCENT, MIN_ACTIVATION_BALANCE, PAD_LONG, PAD_SHORT, PER_EPOCH};
+use super::{COST_GATE_PERCENT, PER_EPOCH};
 use crate::chain::genesis::Genesis;
 use crate::runtime::deposits::v3::{EpochContext, EpochOutcome, EpochProcessed};
 use crate::runtime::deposits::{BlockContext, Deposit, Outcome};
-use crate::state::{PendingDelta, PendingDeposit, PendingQueue, Registry, RegistryDelta};
+use crate::state::{PendingDelta, PendingQueue, Registry, RegistryDelta};
 
 /// A block both versions are given.
 pub(super) struct BlockIn {
@@ -503,63 +505,6 @@ impl<'a> Lane<'a> {
             total,
         }))
     }
-
-    /// The queue-length probe: the same epoch with [`PAD_SHORT`] and [`PAD_LONG`] non-final
-    /// entries behind the real ones gives the same result for the same fuel.
-    fn probe(
-        &self,
-        registry: &Registry,
-        pending: &PendingQueue,
-        ctx: &EpochContext,
-        base: &EpochRun,
-        settings: &Settings,
-    ) -> Judged<()> {
-        let height = ctx.height;
-        let short = padded(pending, 0, PAD_SHORT, height)?;
-        let long = padded(&short, PAD_SHORT, PAD_LONG, height)?;
-        let mut fuel = Vec::with_capacity(2);
-        for (queue, behind) in [(&short, PAD_SHORT), (&long, PAD_LONG)] {
-            let run = match self.epoch(registry, queue, ctx.clone())? {
-                Ok(run) => run,
-                Err(f) => return Ok(Err(with_probe(f, behind))),
-            };
-            if run.outcomes != base.outcomes
-                || run.delta != base.delta
-                || run.changes.dropped != base.changes.dropped
-                || run.changes.balance_to_consume != base.changes.balance_to_consume
-            {
-                return Ok(Err(invariant(
-                    Invariant::Finality,
-                    format!(
-                        "{}'s epoch transition at height {height} applied {} entries with \
-                         {behind} entries that are not final queued behind the real ones, {} \
-                         without them",
-                        self.name(),
-                        run.outcomes.len(),
-                        base.outcomes.len()
-                    ),
-                )));
-            }
-            fuel.push(run.total);
-        }
-        if let [short, long] = fuel.as_slice() {
-            let (short, long) = (*short, *long);
-            let limit = short.saturating_add(settings.fuel_floor);
-            if long > limit {
-                return Ok(Err(Failure::Cost {
-                    call: format!(
-                        "{} epoch transition at height {height} with {PAD_LONG} entries queued \
-                         behind instead of {PAD_SHORT} (its work must follow the deposits \
-                         applied, not the queue's length)",
-                        self.name()
-                    ),
-                    fuel: long,
-                    limit,
-                }));
-            }
-        }
-        Ok(Ok(()))
-    }
 }
 
 /// What one epoch transition did, checked.
@@ -575,47 +520,36 @@ struct EpochRun {
     total: u64,
 }
 
-fn with_probe(failure: Failure, behind: usize) -> Failure {
-    match failure {
-        Failure::Invariant { invariant, detail } => Failure::Invariant {
-            invariant,
-            detail: format!("{detail} (with {behind} non-final entries queued behind)"),
-        },
-        other => other,
-    }
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::upgrade_check::{Kind, ModuleFile, versions};
 
-/// `pending` with entries `from..to` of the probe's padding appended, queued at `height` (not
-/// final for the epoch transition at `height`).
-fn padded(
-    pending: &PendingQueue,
-    from: usize,
-    to: usize,
-    height: u64,
-) -> Result<PendingQueue, CheckError> {
-    let pushed = (from..to)
-        .map(|i| {
-            let mut pubkey = [0xee; 48];
-            if let Some(head) = pubkey.get_mut(..8) {
-                head.copy_from_slice(&u64::try_from(i).unwrap_or(u64::MAX).to_le_bytes());
-            }
-            PendingDeposit {
-                pubkey,
-                withdrawal_credentials: [0x01; 32],
-                amount: MIN_ACTIVATION_BALANCE,
-                signature: [0xab; 96],
-                slot: height,
-                height,
-            }
-        })
-        .collect();
-    let mut queue = pending.clone();
-    queue
-        .apply(&PendingDelta {
-            pushed,
-            dropped: 0,
-            balance_to_consume: None,
-        })
-        .map_err(|e| host(format!("padding the queue for the length probe: {e}")))?;
-    Ok(queue)
+    #[test]
+    fn the_cost_gate_allows_80_percent_of_a_calls_budget_and_names_the_call() {
+        let runtime = versions::runtime().unwrap();
+        let file = ModuleFile::read(&crate::artifacts::path("deposits-v3")).unwrap();
+        let v3 = versions::load(&runtime, &file, Kind::Deposits).unwrap();
+        let lane = Lane::new(&v3, &Registry::new(), 7);
+        let budget = v3.deposits_budget(PER_EPOCH).unwrap();
+        let limit = budget / 100 * COST_GATE_PERCENT;
+        assert!(limit > 0 && limit < budget);
+        assert_eq!(lane.gate("epoch transition", 12, PER_EPOCH, limit), None);
+        let Some(Failure::Cost {
+            call,
+            fuel,
+            limit: l,
+        }) = lane.gate("epoch transition", 12, PER_EPOCH, limit + 1)
+        else {
+            panic!("a call over 80 % of its budget passed the gate")
+        };
+        assert_eq!((fuel, l), (limit + 1, limit));
+        assert!(
+            call.starts_with(&v3.name) && call.ends_with("epoch transition at height 12"),
+            "{call}"
+        );
+        // A block's budget grows with its deposits, and so does what the gate allows.
+        let block = |n| lane.gate("block call", 3, n, limit + 1).is_some();
+        assert!(block(0) && block(PER_EPOCH) && !block(PER_EPOCH + 1));
+    }
 }
