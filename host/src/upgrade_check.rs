@@ -4,11 +4,21 @@
 //! explicit seed) go through both versions; outputs, post-state roots and fuel are compared
 //! case by case. The first failing case is shrunk to a minimal counterexample, which can be
 //! written to a [`CaseFile`] and re-run with [`Checker::replay_case`]. Deposits can also be
-//! checked against a data dir's recorded blocks ([`Checker::replay_data_dir`]).
+//! checked against a data dir's recorded blocks ([`Checker::replay_data_dir`]) or a running
+//! node's ([`Checker::replay_blocks`], `--from-node`).
+//!
+//! Deposits versions of different contracts (@2.0.0 applies a deposit in its block, @3.0.0
+//! queues it for an epoch transition) differ by design: they are checked for what must hold
+//! instead ([`Invariant`]: acceptance, deposit index, exactly once, conservation, same
+//! outcome, drain with only the documented [`DifferenceClass`]es, liveness, finality) and a
+//! cost gate ([`COST_GATE_PERCENT`] of each call's budget; epoch work independent of the
+//! queue's length), on generated cases, a recorded chain's deposits, or a chain that switched
+//! between them at H replayed on its own schedule.
 //!
 //! - [`deposit_inputs`]: generated registries and deposit blocks (also used by the workspace
 //!   equivalence tests).
-//! - `deposits`, `gossip`, `checkpoint`: what a case is and what must hold, per kind.
+//! - `deposits`, `gossip`, `checkpoint`: what a case is and what must hold, per kind;
+//!   `deposits_cross` across deposits contracts.
 //! - `runner`: seeds, case counts, shrinking and fuel ratios, the same for every kind.
 //! - `versions`: the adapter over the runtime (load, call, read fuel).
 //! - `case_file`, `replay`: counterexample files and data-dir replay.
@@ -19,7 +29,9 @@ mod case_file;
 mod checkpoint;
 pub mod deposit_inputs;
 mod deposits;
+mod deposits_cross;
 mod gossip;
+mod invariant;
 mod replay;
 mod runner;
 mod versions;
@@ -30,6 +42,10 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 pub use case_file::{CaseFile, CaseInput};
+pub use deposits_cross::{
+    COST_GATE_PERCENT, CrossBlock, CrossCase, CrossDeposit, Difference, DifferenceClass,
+};
+pub use invariant::Invariant;
 
 /// Default bound on new-version fuel over old-version fuel, per case.
 pub const DEFAULT_MAX_FUEL_RATIO: f64 = 2.0;
@@ -231,13 +247,30 @@ pub enum Failure {
         /// `new / old`.
         ratio: f64,
     },
+    /// A cross-contract invariant does not hold (see [`Invariant`]).
+    Invariant {
+        /// Which one.
+        invariant: Invariant,
+        /// Where and how, naming the block, the deposit index and the version.
+        detail: String,
+    },
+    /// One call used more fuel than the cost gate allows: over [`COST_GATE_PERCENT`] of its
+    /// budget, or growing with the length of the queue behind the entries it applies.
+    Cost {
+        /// The version, the call and the height.
+        call: String,
+        /// Fuel it used (host calls included).
+        fuel: u64,
+        /// The most it may use.
+        limit: u64,
+    },
 }
 
 impl Failure {
     fn verdict(&self) -> Verdict {
         match self {
-            Failure::Divergence { .. } => Verdict::Divergence,
-            Failure::Fuel { .. } => Verdict::FuelRegression,
+            Failure::Divergence { .. } | Failure::Invariant { .. } => Verdict::Divergence,
+            Failure::Fuel { .. } | Failure::Cost { .. } => Verdict::FuelRegression,
         }
     }
 }
@@ -250,6 +283,13 @@ impl fmt::Display for Failure {
                 f,
                 "fuel regression: the new version used {new} fuel where the old used {old} \
                  ({ratio:.2}x)"
+            ),
+            Failure::Invariant { invariant, detail } => {
+                write!(f, "invariant `{invariant}` does not hold: {detail}")
+            }
+            Failure::Cost { call, fuel, limit } => write!(
+                f,
+                "cost gate: {call} used {fuel} fuel, over the {limit} it may use"
             ),
         }
     }
@@ -321,6 +361,16 @@ pub struct Checker {
     to: versions::Version,
 }
 
+/// What a run found, with the documented differences seen (cross-contract deposits only).
+#[derive(Debug, Clone)]
+pub struct Findings {
+    /// The report.
+    pub report: Report,
+    /// The documented differences between the versions' results, with how often each was
+    /// seen over the passing cases; empty for versions of one contract.
+    pub differences: Vec<Difference>,
+}
+
 impl Checker {
     /// Loads both versions; each must be a valid module of `kind`.
     pub fn new(kind: Kind, from: &ModuleFile, to: &ModuleFile) -> Result<Self, CheckError> {
@@ -337,9 +387,46 @@ impl Checker {
         (&self.from.name, &self.to.name)
     }
 
+    /// Whether the two versions are deposits modules of different contracts (@2.0.0 and
+    /// @3.0.0), checked for what must hold rather than output for output.
+    pub fn is_cross_contract(&self) -> bool {
+        self.kind == Kind::Deposits && self.from.deposits_contract() != self.to.deposits_contract()
+    }
+
     /// Runs `settings.cases` generated cases (per phase) through both versions.
     pub fn run(&self, settings: &Settings) -> Result<Report, CheckError> {
+        Ok(self.run_with_differences(settings)?.report)
+    }
+
+    /// [`run`](Self::run), with the documented differences seen.
+    pub fn run_with_differences(&self, settings: &Settings) -> Result<Findings, CheckError> {
+        if self.is_cross_contract() {
+            let check = deposits_cross::CrossCheck::new(&self.from, &self.to)?;
+            let report = runner::run(&check, settings)?;
+            return Ok(Findings {
+                report,
+                differences: check.differences(),
+            });
+        }
+        let report = self.run_one_contract(settings)?;
+        Ok(Findings {
+            report,
+            differences: Vec::new(),
+        })
+    }
+
+    fn run_one_contract(&self, settings: &Settings) -> Result<Report, CheckError> {
         match self.kind {
+            Kind::Deposits if self.from.deposits_contract() != Some(2) => {
+                Err(CheckError::Unsupported(format!(
+                    "{} and {} are both on modnode:deposits@{}.x: versions of one contract are \
+                     compared output for output only on @2.0.0; check each against a @2.0.0 \
+                     version (the cross-contract check)",
+                    self.from.name,
+                    self.to.name,
+                    self.from.deposits_contract().unwrap_or(0)
+                )))
+            }
             Kind::Deposits => runner::run(
                 &deposits::DepositsCheck::new(&self.from, &self.to),
                 settings,
@@ -379,13 +466,34 @@ impl Checker {
             reason: format!("its input is a {found} case, not a {} case", self.kind),
         };
         match &case.input {
+            CaseInput::DepositsCross(input) => match self.kind {
+                Kind::Deposits if self.is_cross_contract() => runner::replay(
+                    &deposits_cross::CrossCheck::new(&self.from, &self.to)?,
+                    input,
+                    case.seed,
+                    settings,
+                ),
+                Kind::Deposits => Err(CheckError::CaseFile {
+                    path: case.origin.clone(),
+                    reason: "it records a case of deposits versions of different contracts \
+                             (@2.0.0 against @3.0.0), but these two are of one contract"
+                        .into(),
+                }),
+                _ => Err(mismatch("deposits")),
+            },
             CaseInput::Deposits(input) => match self.kind {
-                Kind::Deposits => runner::replay(
+                Kind::Deposits if !self.is_cross_contract() => runner::replay(
                     &deposits::DepositsCheck::new(&self.from, &self.to),
                     input,
                     case.seed,
                     settings,
                 ),
+                Kind::Deposits => Err(CheckError::CaseFile {
+                    path: case.origin.clone(),
+                    reason: "it records a case of deposits versions of one contract, but these \
+                             two are of different contracts (@2.0.0 against @3.0.0)"
+                        .into(),
+                }),
                 _ => Err(mismatch("deposits")),
             },
             CaseInput::GossipPlan(input) => match self.kind {
@@ -432,6 +540,18 @@ impl Checker {
         genesis: crate::chain::genesis::Genesis,
         settings: &Settings,
     ) -> Result<Report, CheckError> {
+        Ok(self
+            .replay_data_dir_with_differences(data_dir, genesis, settings)?
+            .report)
+    }
+
+    /// [`replay_data_dir`](Self::replay_data_dir), with the documented differences seen.
+    pub fn replay_data_dir_with_differences(
+        &self,
+        data_dir: &Path,
+        genesis: crate::chain::genesis::Genesis,
+        settings: &Settings,
+    ) -> Result<Findings, CheckError> {
         if self.kind != Kind::Deposits {
             return Err(CheckError::Unsupported(format!(
                 "--replay re-executes recorded blocks, which only deposits modules process; \
@@ -439,7 +559,35 @@ impl Checker {
                 self.kind
             )));
         }
-        replay::replay(&self.from, &self.to, data_dir, genesis, settings)
+        let blocks = replay::recorded_blocks(data_dir, &genesis)?;
+        self.replay_blocks(&data_dir.display().to_string(), &blocks, genesis, settings)
+    }
+
+    /// Re-executes a chain's canonical `blocks` from height 1 (read from `origin`: a data dir
+    /// or a running node) with both versions (deposits only): versions of one contract each
+    /// replay the whole history and must agree with it and each other; versions of different
+    /// contracts replay it on its own schedule, or, if it never switches between them, run its
+    /// real deposits through both and check what must hold across contracts.
+    pub fn replay_blocks(
+        &self,
+        origin: &str,
+        blocks: &[crate::chain::block::Block],
+        genesis: crate::chain::genesis::Genesis,
+        settings: &Settings,
+    ) -> Result<Findings, CheckError> {
+        if self.kind != Kind::Deposits {
+            return Err(CheckError::Unsupported(format!(
+                "recorded blocks are replayed only by deposits modules, not {} modules",
+                self.kind
+            )));
+        }
+        if self.is_cross_contract() {
+            return replay::replay_across(&self.from, &self.to, origin, blocks, genesis, settings);
+        }
+        Ok(Findings {
+            report: replay::replay(&self.from, &self.to, origin, blocks, genesis, settings)?,
+            differences: Vec::new(),
+        })
     }
 
     /// A case file for `counterexample`, naming both modules.

@@ -87,6 +87,14 @@ pub async fn blocks(target: &Target, from: u64, count: u64) -> Result<Value, Adm
     request(target, "GET", &path, None, CLIENT_TIMEOUT).await
 }
 
+/// The canonical blocks from `from`, at most `count` (at most
+/// [`MAX_RAW_BLOCKS`](super::blocks_query::MAX_RAW_BLOCKS)), each with its canonical
+/// encoding (`GET /blocks?raw=1`).
+pub async fn raw_blocks(target: &Target, from: u64, count: u64) -> Result<Value, AdminError> {
+    let path = format!("/blocks?from={from}&count={count}&raw=1");
+    request(target, "GET", &path, None, CLIENT_TIMEOUT).await
+}
+
 /// Uploads a module; returns the node's answer (`{"status": "ready" | "already-stored",
 /// "module": {…}}`) once the module is compiled and warmed.
 pub async fn upload_module(target: &Target, bytes: Vec<u8>) -> Result<Value, AdminError> {

@@ -1,12 +1,17 @@
 //! `modnode upgrade-check <kind> --from <a.wasm> --to <b.wasm>`: runs both versions side by side
 //! (see [`modnode::upgrade_check`]) and exits non-zero on any divergence or fuel regression.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
+use modnode::admin::AdminToken;
+use modnode::admin::blocks_query::MAX_RAW_BLOCKS;
+use modnode::admin::client::{self, Target};
+use modnode::chain::block::Block;
+use modnode::chain::genesis::MAX_DEPOSITS_PER_BLOCK;
 use modnode::upgrade_check::{
-    CaseFile, Checker, DEFAULT_FUEL_FLOOR, DEFAULT_MAX_FUEL_RATIO, Kind, ModuleFile, Report,
-    Settings,
+    COST_GATE_PERCENT, CaseFile, Checker, DEFAULT_FUEL_FLOOR, DEFAULT_MAX_FUEL_RATIO, Kind,
+    ModuleFile, Report, Settings,
 };
 
 /// Arguments of `modnode upgrade-check`.
@@ -27,10 +32,24 @@ pub struct UpgradeCheckArgs {
     #[arg(long)]
     pub seed: Option<u64>,
     /// Re-execute the recorded blocks of this data dir (deposits) instead of generated cases.
-    #[arg(long, conflicts_with = "replay_case")]
+    #[arg(long, conflicts_with_all = ["replay_case", "from_node"])]
     pub replay: Option<PathBuf>,
-    /// Genesis file of the --replay data dir (the embedded dev genesis if omitted).
-    #[arg(long, requires = "replay")]
+    /// Re-execute the canonical blocks of the running node whose admin API is at this URL
+    /// (`http://<ip>:<port>`; deposits), fetched from genesis to its head: try-runtime's
+    /// "live" mode. The node must keep every block (`--history full`).
+    #[arg(long, value_name = "URL", conflicts_with = "replay_case")]
+    pub from_node: Option<String>,
+    /// With `--from-node`: the file holding the node's admin token (its `admin.token`).
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "from_node",
+        alias = "token-file"
+    )]
+    pub token: Option<PathBuf>,
+    /// Genesis file of the --replay data dir or --from-node chain (the embedded dev genesis if
+    /// omitted).
+    #[arg(long)]
     pub genesis: Option<PathBuf>,
     /// Re-run the case recorded in this case file.
     #[arg(long)]
@@ -74,21 +93,42 @@ pub fn upgrade_check(args: UpgradeCheckArgs) -> anyhow::Result<bool> {
     if !args.json {
         eprintln!("upgrade-check {}: {old} -> {new}", args.kind);
     }
+    let mut differences = Vec::new();
     let mut report = if let Some(case) = &args.replay_case {
         let case = CaseFile::read(case)?;
         checker.replay_case(&case, &settings)?
     } else if let Some(data_dir) = &args.replay {
         let genesis = super::run::genesis(args.genesis.as_ref())?;
-        checker.replay_data_dir(data_dir, genesis, &settings)?
+        let findings = checker.replay_data_dir_with_differences(data_dir, genesis, &settings)?;
+        differences = findings.differences;
+        findings.report
+    } else if let Some(url) = &args.from_node {
+        let genesis = super::run::genesis(args.genesis.as_ref())?;
+        let blocks = node_blocks(url, args.token.as_deref())?;
+        if !args.json {
+            eprintln!("{} blocks from {url}", blocks.len());
+        }
+        let findings = checker.replay_blocks(url, &blocks, genesis, &settings)?;
+        differences = findings.differences;
+        findings.report
     } else {
         if !args.json {
             eprintln!("seed {seed}, {} cases", args.cases);
+            if checker.is_cross_contract() {
+                eprintln!(
+                    "versions of different deposits contracts: checking what must hold \
+                     (acceptance, deposit index, exactly once, conservation, same outcome, \
+                     drain, cost gate at {COST_GATE_PERCENT}% of each call's budget)"
+                );
+            }
         }
-        checker.run(&settings)?
+        let findings = checker.run_with_differences(&settings)?;
+        differences = findings.differences;
+        findings.report
     };
     if let Some(counterexample) = report.counterexample.as_mut() {
         // Generated cases get a case file; replayed ones already have theirs.
-        if args.replay_case.is_none() && args.replay.is_none() {
+        if args.replay_case.is_none() && args.replay.is_none() && args.from_node.is_none() {
             let path = args.case_file.clone().unwrap_or_else(|| {
                 PathBuf::from(format!(
                     "upgrade-check-{}-{}.json",
@@ -103,11 +143,82 @@ pub fn upgrade_check(args: UpgradeCheckArgs) -> anyhow::Result<bool> {
         }
     }
     if args.json {
-        println!("{}", report.to_json());
+        let mut json = report.to_json();
+        if !differences.is_empty()
+            && let Some(object) = json.as_object_mut()
+        {
+            object.insert(
+                "differences".into(),
+                serde_json::to_value(&differences).context("cannot print the differences")?,
+            );
+        }
+        println!("{json}");
     } else {
         print_human(&report);
+        for d in &differences {
+            println!(
+                "documented difference {} (seen {} times): {}",
+                serde_json::to_value(d.class)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_string))
+                    .unwrap_or_default(),
+                d.count,
+                d.rule
+            );
+        }
     }
     Ok(report.verdict.passed())
+}
+
+/// The canonical blocks of the node at `url` from height 1 to its head, over its admin API
+/// (`GET /blocks?raw=1`, a page at a time).
+fn node_blocks(url: &str, token: Option<&Path>) -> anyhow::Result<Vec<Block>> {
+    let token = token.map(AdminToken::load_file).transpose()?;
+    let target = Target::url(url, token)?;
+    let runtime = super::module::runtime()?;
+    let mut blocks: Vec<Block> = Vec::new();
+    loop {
+        let from = next_height(&blocks);
+        let answer = runtime
+            .block_on(client::raw_blocks(&target, from, MAX_RAW_BLOCKS))
+            .with_context(|| format!("cannot read blocks from {from} of the node at {url}"))?;
+        let page = answer
+            .get("blocks")
+            .and_then(|b| b.as_array())
+            .with_context(|| format!("the node at {url} answered /blocks without a block list"))?;
+        if page.is_empty() {
+            break;
+        }
+        for line in page {
+            let height = line.get("height").and_then(|h| h.as_u64()).unwrap_or(0);
+            let bytes = line
+                .get("bytes")
+                .and_then(|b| b.as_str())
+                .and_then(|h| hex::decode(h).ok())
+                .with_context(|| {
+                    format!("the node at {url} sent block {height} without its encoding")
+                })?;
+            let block = Block::decode(&bytes, MAX_DEPOSITS_PER_BLOCK)
+                .map_err(|e| anyhow::anyhow!("block {height} from the node at {url}: {e}"))?;
+            if block.header.height != next_height(&blocks) {
+                anyhow::bail!(
+                    "the node at {url} keeps blocks from height {} only (pruned, or started from \
+                     a checkpoint): a replay needs every block from genesis; run it with \
+                     --history full",
+                    block.header.height
+                );
+            }
+            blocks.push(block);
+        }
+    }
+    Ok(blocks)
+}
+
+/// The height after the last block read (1 before any).
+fn next_height(blocks: &[Block]) -> u64 {
+    u64::try_from(blocks.len())
+        .unwrap_or(u64::MAX)
+        .saturating_add(1)
 }
 
 fn print_human(report: &Report) {

@@ -188,7 +188,7 @@ impl AdminBackend for Backend {
                 .blocks(query.from, query.count, usize::MAX)
                 .await
                 .map_err(|e| e.to_string())?;
-            admin::blocks_query::render(&encoded)
+            admin::blocks_query::render(&encoded, query.raw)
         })
     }
 

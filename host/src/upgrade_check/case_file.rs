@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use super::checkpoint::CheckpointCase;
 use super::deposit_inputs::DepositCase;
+use super::deposits_cross::CrossCase;
 use super::gossip::{NetworkCase, PlanCase};
 use super::{CheckError, Failure, Kind};
 
@@ -16,6 +17,8 @@ use super::{CheckError, Failure, Kind};
 pub enum CaseInput {
     /// A registry and deposit blocks.
     Deposits(DepositCase),
+    /// A genesis with epochs and deposit blocks, for versions of different deposits contracts.
+    DepositsCross(CrossCase),
     /// One gossip-policy call.
     GossipPlan(PlanCase),
     /// A simulated gossip network.

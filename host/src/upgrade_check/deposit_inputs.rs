@@ -66,6 +66,11 @@ pub fn amount() -> impl Strategy<Value = u64> {
 
 /// Strategy for one deposit: new, top-up, invalid signature, malformed pubkey.
 pub fn deposit_spec() -> impl Strategy<Value = DepositSpec> {
+    deposit_spec_with(amount())
+}
+
+/// [`deposit_spec`] with amounts from `amount`.
+pub fn deposit_spec_with(amount: impl Strategy<Value = u64>) -> impl Strategy<Value = DepositSpec> {
     let key = prop_oneof![
         6 => (0u8..6).prop_map(Key::Fresh),
         2 => (0u8..4).prop_map(Key::Existing),
@@ -74,7 +79,7 @@ pub fn deposit_spec() -> impl Strategy<Value = DepositSpec> {
     ];
     let sig =
         prop_oneof![6 => Just(Sig::Valid), 2 => Just(Sig::WrongMessage), 1 => Just(Sig::Garbage)];
-    (key, amount(), sig).prop_map(|(key, amount, sig)| DepositSpec { key, amount, sig })
+    (key, amount, sig).prop_map(|(key, amount, sig)| DepositSpec { key, amount, sig })
 }
 
 /// How a generated block departs from the honest one (every version must agree on the verdict).
@@ -184,7 +189,7 @@ pub fn deposit_case(max_validators: u32) -> impl Strategy<Value = DepositCase> {
 /// Turns specs into signed deposits, caching signatures (signing dominates otherwise).
 #[derive(Default)]
 pub struct Signer {
-    cache: HashMap<(u8, u64), [u8; 96]>,
+    cache: HashMap<(u8, u64, [u8; 32]), [u8; 96]>,
 }
 
 impl Signer {
@@ -193,6 +198,17 @@ impl Signer {
     pub fn deposit(
         &mut self,
         spec: &DepositSpec,
+        existing: &[[u8; 48]],
+        fork: [u8; 4],
+    ) -> DepositData {
+        self.deposit_with_credentials(spec, [0x01; 32], existing, fork)
+    }
+
+    /// [`deposit`](Self::deposit) with these withdrawal credentials (signed over them).
+    pub fn deposit_with_credentials(
+        &mut self,
+        spec: &DepositSpec,
+        withdrawal_credentials: [u8; 32],
         existing: &[[u8; 48]],
         fork: [u8; 4],
     ) -> DepositData {
@@ -212,7 +228,7 @@ impl Signer {
         };
         let mut d = DepositData {
             pubkey,
-            withdrawal_credentials: [0x01; 32],
+            withdrawal_credentials,
             amount: spec.amount,
             signature: [0xab; 96],
         };
@@ -221,7 +237,8 @@ impl Signer {
                 Sig::Valid => spec.amount,
                 _ => spec.amount.wrapping_add(1),
             };
-            d.signature = *self.cache.entry((i, signed_amount)).or_insert_with(|| {
+            let key = (i, signed_amount, withdrawal_credentials);
+            d.signature = *self.cache.entry(key).or_insert_with(|| {
                 let mut message = d;
                 message.amount = signed_amount;
                 workload::keypair(u64::from(i)).sign(&deposit_signing_root(&message, fork))

@@ -92,6 +92,7 @@ pub(crate) fn run_block(
                 delta,
                 eth1_deposit_index,
                 fuel,
+                ..
             } => {
                 let mut state = registry.write().map_err(|_| poisoned())?;
                 let result = match state.apply(&delta) {

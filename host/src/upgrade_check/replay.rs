@@ -5,30 +5,43 @@
 //! recorded block with the same outcomes and roots. A version replays every height, including
 //! heights where the chain's schedule names another deposits module: the question is whether it
 //! would have agreed with the recorded history there ([`Substitute`]).
+//!
+//! Versions of different deposits contracts cannot both reproduce one history: a chain that
+//! switched from @2.0.0 to @3.0.0 at H is replayed once on its own schedule instead
+//! ([`replay_across`]), each height on the module and contract the schedule names for it —
+//! the older version before H, the newer from H on, the queue carried — ending on the
+//! recorded roots.
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
 use super::deposits::{BlockResult, first_difference};
+use super::deposits_cross;
 use super::versions::{BlockRun, Version, is_host_failure};
-use super::{CaseInput, CheckError, Counterexample, Failure, Kind, Report, Settings, Verdict};
+use super::{
+    CaseInput, CheckError, Counterexample, Failure, Findings, Kind, Report, Settings, Verdict,
+};
 use crate::chain::block::Block;
 use crate::chain::genesis::Genesis;
 use crate::chain::{Chain, DepositEngine, DepositModules, block_context, native_deposits, to_wit};
 use crate::store::{MemoryStore, SledStore};
 
-/// Replays `data_dir` (a node's data dir, which must not be in use) with both versions.
-pub(crate) fn replay(
-    from: &Version,
-    to: &Version,
-    data_dir: &Path,
-    genesis: Genesis,
-    settings: &Settings,
-) -> Result<Report, CheckError> {
-    let err = |reason: String| CheckError::Replay {
-        path: data_dir.display().to_string(),
+fn replay_error(origin: &str, reason: String) -> CheckError {
+    CheckError::Replay {
+        path: origin.to_string(),
         reason,
-    };
+    }
+}
+
+/// The canonical blocks recorded in `data_dir` (a node's data dir, which must not be in use),
+/// from height 1 to its head.
+pub(crate) fn recorded_blocks(
+    data_dir: &Path,
+    genesis: &Genesis,
+) -> Result<Vec<Block>, CheckError> {
+    let origin = data_dir.display().to_string();
+    let err = |reason: String| replay_error(&origin, reason);
     let chain_dir = data_dir.join("chain");
     if !chain_dir.is_dir() {
         return Err(err(format!(
@@ -61,9 +74,22 @@ pub(crate) fn replay(
                 .ok_or_else(|| err(format!("no canonical block at height {height}")))
         })
         .collect::<Result<Vec<Block>, CheckError>>()?;
-    drop(recorded);
+    Ok(blocks)
+}
 
-    let (old, fuel_old) = replay_version(from, &genesis, &blocks)?;
+/// Replays `blocks` (a chain's canonical blocks from height 1, read from `origin`: a data dir
+/// or a node) with both versions.
+pub(crate) fn replay(
+    from: &Version,
+    to: &Version,
+    origin: &str,
+    blocks: &[Block],
+    genesis: Genesis,
+    settings: &Settings,
+) -> Result<Report, CheckError> {
+    let err = |reason: String| replay_error(origin, reason);
+
+    let (old, fuel_old) = replay_version(from, &genesis, blocks)?;
     if let Some((height, result)) = (1u64..)
         .zip(&old)
         .find(|(_, r)| !matches!(r, BlockResult::Imported { .. }))
@@ -75,7 +101,7 @@ pub(crate) fn replay(
             result.describe()
         )));
     }
-    let (new, fuel_new) = replay_version(to, &genesis, &blocks)?;
+    let (new, fuel_new) = replay_version(to, &genesis, blocks)?;
 
     // Fuel per block: (height, old, new, new / old) of the block with the highest ratio.
     let worst = (1u64..)
@@ -97,21 +123,17 @@ pub(crate) fn replay(
         cases: u32::try_from(blocks.len()).unwrap_or(u32::MAX),
         divergences: u32::from(failure.is_some()),
         max_fuel_ratio: worst.map_or(0.0, |w| w.3),
-        verdict: match &failure {
-            None => Verdict::Pass,
-            Some(Failure::Divergence { .. }) => Verdict::Divergence,
-            Some(Failure::Fuel { .. }) => Verdict::FuelRegression,
-        },
+        verdict: failure.as_ref().map_or(Verdict::Pass, Failure::verdict),
         counterexample: failure.map(|failure| {
             let height = match &failure {
                 Failure::Fuel { .. } => worst.map_or(0, |w| w.0),
-                Failure::Divergence { .. } => 0,
+                _ => 0,
             };
             Counterexample {
                 seed: settings.seed,
                 failure,
                 input: CaseInput::Recorded {
-                    data_dir: data_dir.display().to_string(),
+                    data_dir: origin.to_string(),
                     height,
                 },
                 case_file: None,
@@ -180,4 +202,114 @@ fn replay_version(
         });
     }
     Ok((results, fuel))
+}
+
+/// Deposits modules by component hash: what a node that has both versions prepared answers.
+struct ByHash(HashMap<[u8; 32], DepositEngine>);
+
+impl DepositModules for ByHash {
+    fn deposits(&self, hash: &[u8; 32]) -> Option<DepositEngine> {
+        self.0.get(hash).cloned()
+    }
+}
+
+/// Replays `blocks` (read from `origin`) with `from` and `to` of different contracts. A chain
+/// whose schedule switches between them is replayed on its own schedule: every height on the
+/// module and contract the schedule names for it, each block's state root checked against its
+/// header as a syncing node checks it, ending on the recorded head. A chain that runs only one
+/// of them (the upgrade not proposed yet) has its real deposits run through both versions and
+/// checked for what must hold across contracts ([`deposits_cross::on_recorded`]).
+pub(crate) fn replay_across(
+    from: &Version,
+    to: &Version,
+    origin: &str,
+    blocks: &[Block],
+    genesis: Genesis,
+    settings: &Settings,
+) -> Result<Findings, CheckError> {
+    let err = |reason: String| replay_error(origin, reason);
+    let engine = |v: &Version| {
+        v.deposit_engine().ok_or_else(|| CheckError::Host {
+            reason: format!("{} is not loaded as a deposits module", v.name),
+        })
+    };
+    let engines = HashMap::from([(from.sha256, engine(from)?), (to.sha256, engine(to)?)]);
+    let name_of = |hash: &[u8; 32]| {
+        [from, to]
+            .into_iter()
+            .find(|v| &v.sha256 == hash)
+            .map(|v| v.name.clone())
+    };
+    let genesis_module = genesis.deposits_module.unwrap_or(from.sha256);
+    let Some(genesis_engine) = engines.get(&genesis_module).cloned() else {
+        return Err(err(format!(
+            "the genesis runs deposits module {}, which is neither --from nor --to",
+            hex::encode(genesis_module)
+        )));
+    };
+    let mut chain = Chain::open(
+        Arc::new(MemoryStore::new()),
+        genesis.clone(),
+        genesis_engine,
+    )
+    .map_err(|e| CheckError::Host {
+        reason: format!("in-memory chain for the replay: {e}"),
+    })?;
+    chain.set_deposit_modules(Arc::new(ByHash(engines)));
+    let mut heights: HashMap<[u8; 32], u64> = HashMap::new();
+    let mut failure = None;
+    for block in blocks {
+        let height = block.header.height;
+        let module = chain
+            .schedule()
+            .module_at(crate::runtime::Kind::Deposits, height)
+            .unwrap_or(genesis_module);
+        if name_of(&module).is_none() {
+            return Err(err(format!(
+                "height {height} runs deposits module {} by the chain's schedule, which is \
+                 neither --from nor --to",
+                hex::encode(module)
+            )));
+        }
+        let ran = heights.entry(module).or_insert(0);
+        *ran = ran.saturating_add(1);
+        if let Err(e) = chain.import(block) {
+            failure = Some((
+                height,
+                Failure::Divergence {
+                    detail: format!(
+                        "recorded block {height} does not replay on {} (the module its \
+                         height is scheduled to run): {e}",
+                        name_of(&module).unwrap_or_default()
+                    ),
+                },
+            ));
+            break;
+        }
+    }
+    if failure.is_none()
+        && !(heights.contains_key(&from.sha256) && heights.contains_key(&to.sha256))
+    {
+        return deposits_cross::on_recorded(from, to, origin, blocks, &genesis, settings);
+    }
+    let report = Report {
+        kind: Kind::Deposits,
+        cases: u32::try_from(blocks.len()).unwrap_or(u32::MAX),
+        divergences: u32::from(failure.is_some()),
+        max_fuel_ratio: 0.0,
+        verdict: failure.as_ref().map_or(Verdict::Pass, |(_, f)| f.verdict()),
+        counterexample: failure.map(|(height, failure)| Counterexample {
+            seed: 0,
+            failure,
+            input: CaseInput::Recorded {
+                data_dir: origin.to_string(),
+                height,
+            },
+            case_file: None,
+        }),
+    };
+    Ok(Findings {
+        report,
+        differences: Vec::new(),
+    })
 }

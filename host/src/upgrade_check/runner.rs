@@ -54,6 +54,17 @@ pub(crate) trait Phase {
     fn wrap(input: Self::Input) -> CaseInput;
     /// Runs a case through both versions. `Err` is a host failure: no verdict.
     fn run_case(&self, input: &Self::Input) -> Result<CaseRun, CheckError>;
+    /// Runs a case and judges it: by default the divergence, then the fuel ratio. A phase
+    /// whose cases can fail in other ways (an invariant, a cost gate) names the failure itself.
+    fn run_judged(
+        &self,
+        input: &Self::Input,
+        settings: &Settings,
+    ) -> Result<(CaseRun, Option<Failure>), CheckError> {
+        let run = self.run_case(input)?;
+        let failure = run.judge(settings);
+        Ok((run, failure))
+    }
 }
 
 /// The generators' random source for `seed`.
@@ -84,9 +95,9 @@ pub(crate) fn run<P: Phase>(phase: &P, settings: &Settings) -> Result<Report, Ch
     let mut runner = TestRunner::new_with_rng(config, rng(settings.seed));
     let progress = RefCell::new(Progress::default());
     let result = runner.run(&phase.strategy(), |input| {
-        let run = phase.run_case(&input);
+        let run = phase.run_judged(&input, settings);
         let mut p = progress.borrow_mut();
-        let run = match run {
+        let (run, failure) = match run {
             Ok(run) => run,
             Err(e) => {
                 p.host_error.get_or_insert(e);
@@ -99,7 +110,7 @@ pub(crate) fn run<P: Phase>(phase: &P, settings: &Settings) -> Result<Report, Ch
                 p.max_ratio = p.max_ratio.max(ratio);
             }
         }
-        match run.judge(settings) {
+        match failure {
             Some(failure) => {
                 p.shrinking = true;
                 Err(TestCaseError::fail(failure.to_string()))
@@ -123,15 +134,14 @@ pub(crate) fn run<P: Phase>(phase: &P, settings: &Settings) -> Result<Report, Ch
         Ok(()) => Ok(report),
         Err(TestError::Fail(message, minimal)) => {
             // Cases are deterministic: re-running the minimal one gives its structured failure.
-            let failure =
-                phase
-                    .run_case(&minimal)?
-                    .judge(settings)
-                    .unwrap_or(Failure::Divergence {
-                        detail: format!(
-                            "non-deterministic: the case failed ({message}) but passed when re-run"
-                        ),
-                    });
+            let failure = phase
+                .run_judged(&minimal, settings)?
+                .1
+                .unwrap_or(Failure::Divergence {
+                    detail: format!(
+                        "non-deterministic: the case failed ({message}) but passed when re-run"
+                    ),
+                });
             report.divergences = 1;
             report.verdict = failure.verdict();
             report.counterexample = Some(Counterexample {
@@ -155,8 +165,7 @@ pub(crate) fn replay<P: Phase>(
     seed: u64,
     settings: &Settings,
 ) -> Result<Report, CheckError> {
-    let run = phase.run_case(input)?;
-    let failure = run.judge(settings);
+    let (run, failure) = phase.run_judged(input, settings)?;
     Ok(Report {
         kind: phase.kind(),
         cases: 1,

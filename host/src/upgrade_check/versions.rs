@@ -5,10 +5,13 @@
 use std::sync::Arc;
 
 use crate::runtime::checkpoint::{ChunkContents, ChunkError, LeafRange, PlanParams, StateReader};
+use crate::runtime::deposits::v3::{
+    EpochContext, EpochProcessed, ProcessErrorV3, Queued, V3Output,
+};
 use crate::runtime::deposits::{BlockContext, Deposit, Outcome, ProcessError};
 use crate::runtime::gossip_policy::{MessageMeta, PeerStats, PolicyEvent, SendPlan};
 use crate::runtime::{CallError, LoadedModule, Runtime, RuntimeConfig, inspect};
-use crate::state::{RegistryDelta, SharedRegistry};
+use crate::state::{PendingDelta, PendingQueue, RegistryDelta, SharedRegistry};
 
 use super::{CheckError, Kind, ModuleFile};
 
@@ -68,12 +71,14 @@ pub(crate) fn load(
 
 /// What a deposits version made of one block.
 pub(crate) enum BlockRun {
-    /// Processed: outcomes, the registry changes and the fuel used.
+    /// Processed: outcomes, the registry changes and the fuel used (`fuel`: the module's own
+    /// computation; `total_fuel`: host calls included, what the budget bounds).
     Applied {
         outcomes: Vec<Outcome>,
         delta: RegistryDelta,
         eth1_deposit_index: u64,
         fuel: u64,
+        total_fuel: u64,
     },
     /// The module rejected the block (it is invalid). The runtime does not report fuel here.
     Rejected(ProcessError),
@@ -100,10 +105,57 @@ impl Version {
                 // The module's own computation: host-call fuel (BLS verifications above all)
                 // bounds a call but would hide a registry scan behind the signature checks.
                 fuel: out.fuel_used.saturating_sub(out.host_fuel),
+                total_fuel: out.fuel_used,
             },
             Ok(Err(e)) => BlockRun::Rejected(e),
             Err(e) => BlockRun::Failed(e),
         }
+    }
+
+    /// The deposits contract major the module implements (`None` for another kind).
+    pub(crate) fn deposits_contract(&self) -> Option<u64> {
+        match &self.module {
+            LoadedModule::Deposits(module) => Some(module.contract().major),
+            _ => None,
+        }
+    }
+
+    /// The fuel budget of one deposits call over `items` deposits (or, for an epoch
+    /// transition, its most entries applied); `None` for another kind or on overflow.
+    pub(crate) fn deposits_budget(&self, items: u64) -> Option<u64> {
+        match &self.module {
+            LoadedModule::Deposits(module) => module.budget_for(items),
+            _ => None,
+        }
+    }
+
+    /// Queues a block's deposits (`process` of `modnode:deposits@3.0.0`) over `registry` and
+    /// `pending` (neither is changed).
+    pub(crate) fn queue_deposits(
+        &self,
+        registry: SharedRegistry,
+        pending: PendingQueue,
+        ctx: &BlockContext,
+        deposits: &[Deposit],
+    ) -> V3Run<Queued> {
+        let LoadedModule::Deposits(module) = &self.module else {
+            return V3Run::Failed(self.not_kind("deposits"));
+        };
+        V3Run::from(module.process_v3(registry, pending, ctx, deposits))
+    }
+
+    /// `process-epoch` of `modnode:deposits@3.0.0` over `registry` and `pending` (neither is
+    /// changed).
+    pub(crate) fn process_epoch(
+        &self,
+        registry: SharedRegistry,
+        pending: PendingQueue,
+        ctx: EpochContext,
+    ) -> V3Run<EpochProcessed> {
+        let LoadedModule::Deposits(module) = &self.module else {
+            return V3Run::Failed(self.not_kind("deposits"));
+        };
+        V3Run::from(module.process_epoch(registry, pending, ctx))
     }
 
     /// The deposits version as a chain's deposit engine (for replaying recorded blocks).
@@ -208,6 +260,39 @@ impl Version {
             format!("upgrade-check called it as a {kind} module"),
         )
         .into()
+    }
+}
+
+/// What a `modnode:deposits@3.0.0` call made of its input.
+pub(crate) enum V3Run<T> {
+    /// Processed: the answer, the registry and queue changes, the fuel (`fuel`: the module's
+    /// own computation; `total_fuel`: host calls included, what the budget bounds).
+    Applied {
+        result: T,
+        delta: RegistryDelta,
+        pending: PendingDelta,
+        fuel: u64,
+        total_fuel: u64,
+    },
+    /// The module rejected the block (it is invalid).
+    Rejected(ProcessErrorV3),
+    /// The call failed: trap, out of fuel, limit (deterministic) or a host failure.
+    Failed(CallError),
+}
+
+impl<T> From<Result<Result<V3Output<T>, ProcessErrorV3>, CallError>> for V3Run<T> {
+    fn from(r: Result<Result<V3Output<T>, ProcessErrorV3>, CallError>) -> Self {
+        match r {
+            Ok(Ok(out)) => V3Run::Applied {
+                result: out.result,
+                delta: out.delta,
+                pending: out.pending,
+                fuel: out.fuel_used.saturating_sub(out.host_fuel),
+                total_fuel: out.fuel_used,
+            },
+            Ok(Err(e)) => V3Run::Rejected(e),
+            Err(e) => V3Run::Failed(e),
+        }
     }
 }
 

@@ -1,17 +1,21 @@
-//! `upgrade-check`: every consecutive version pair in `modules/` passes; the two fixtures are
-//! rejected for the right reason with a counterexample; case files and data dirs replay; the
-//! CLI's exit codes and `--json` shape.
+//! `upgrade-check`: every consecutive version pair in `modules/` passes (deposits-v2 → v3
+//! across contracts, for what must hold); the fixtures are rejected for the right reason with a
+//! counterexample; case files and data dirs replay (a chain that switched contracts at H, on
+//! its own schedule); the CLI's exit codes and `--json` shape.
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
 
 use modnode::chain::genesis::Genesis;
 use modnode::chain::workload::DevDepositLog;
-use modnode::chain::{Chain, DepositEngine, workload};
+use modnode::chain::{Chain, DepositEngine, DepositModules, workload};
+use modnode::state::UpgradeOp;
 use modnode::store::SledStore;
 use modnode::upgrade_check::{
-    CaseFile, CaseInput, Checker, Failure, Kind, ModuleFile, Report, Settings, Verdict,
+    CaseFile, CaseInput, Checker, DifferenceClass, Failure, Invariant, Kind, ModuleFile, Report,
+    Settings, Verdict,
 };
 
 fn module(name: &str) -> ModuleFile {
@@ -48,23 +52,15 @@ fn versions(kind: Kind) -> Vec<String> {
     found.into_iter().map(|(_, name)| name).collect()
 }
 
-/// Each version against the next; a kind with a single version against itself.
-/// Consecutive versions of one contract: versions of different contracts (deposits-v2 on
-/// @2.0.0, deposits-v3 on @3.0.0) differ by design and are not compared output for output
-/// (what must hold across contracts is defined separately).
+/// Each version against the next; a kind with a single version against itself. Versions of
+/// different contracts (deposits-v2 on @2.0.0, deposits-v3 on @3.0.0) differ by design: the
+/// checker compares them for what must hold instead of output for output.
 fn consecutive_pairs(kind: Kind) -> Vec<(String, String)> {
     let all = versions(kind);
-    let contract = |name: &str| {
-        modnode::runtime::inspect::validate(&super::artifact(name))
-            .unwrap()
-            .contract
-            .major
-    };
     match all.as_slice() {
         [only] => vec![(only.clone(), only.clone())],
         _ => all
             .windows(2)
-            .filter(|w| contract(&w[0]) == contract(&w[1]))
             .map(|w| (w[0].clone(), w[1].clone()))
             .collect(),
     }
@@ -96,6 +92,7 @@ fn every_consecutive_version_pair_passes() {
     }
     for pair in [
         "deposits-v1->deposits-v2",
+        "deposits-v2->deposits-v3",
         "gossip-policy-v1->gossip-policy-v2",
         "checkpoint-v1->checkpoint-v2",
         "checkpoint-v2->checkpoint-v3",
@@ -490,4 +487,354 @@ fn the_walkthrough_policy_plans_differently_from_v1_and_passes_against_v2() {
             .count()
     };
     assert_eq!((pushed(&v1), pushed(&custom)), (6, 3));
+}
+
+fn invariant_of(report: &Report) -> (Invariant, String) {
+    match &report
+        .counterexample
+        .as_ref()
+        .expect("a counterexample")
+        .failure
+    {
+        Failure::Invariant { invariant, detail } => (*invariant, detail.clone()),
+        other => panic!("not an invariant failure: {other:?}"),
+    }
+}
+
+#[test]
+fn deposits_v2_to_v3_holds_across_contracts_with_only_the_documented_differences() {
+    for (from, to) in [
+        ("deposits-v2", "deposits-v3"),
+        ("deposits-v3", "deposits-v2"),
+    ] {
+        let checker = Checker::new(Kind::Deposits, &module(from), &module(to)).unwrap();
+        assert!(checker.is_cross_contract());
+        let findings = checker.run_with_differences(&settings(24, 7)).unwrap();
+        let report = findings.report;
+        assert_eq!(
+            report.verdict,
+            Verdict::Pass,
+            "{from} -> {to}: {:?}",
+            report.counterexample
+        );
+        assert_eq!(report.cases, 24);
+        assert!(report.max_fuel_ratio > 0.0, "{report:?}");
+        // Both documented differences show up on generated cases, and nothing else.
+        let classes: Vec<DifferenceClass> = findings.differences.iter().map(|d| d.class).collect();
+        assert_eq!(
+            classes,
+            [
+                DifferenceClass::CompoundingEffectiveBalance,
+                DifferenceClass::AppliedLater
+            ],
+            "{:?}",
+            findings.differences
+        );
+        assert!(findings.differences.iter().all(|d| d.count > 0));
+    }
+}
+
+#[test]
+fn a_v3_that_loses_a_queued_deposit_is_rejected_for_exactly_once() {
+    let (checker, report) = check(
+        Kind::Deposits,
+        "deposits-v2",
+        "fixture-deposits-v3-lossy",
+        64,
+        5,
+    );
+    assert_eq!(report.verdict, Verdict::Divergence, "{report:?}");
+    let (invariant, detail) = invariant_of(&report);
+    assert_eq!(invariant, Invariant::ExactlyOnce, "{detail}");
+    assert!(
+        // The fixture describes itself as version 9201.
+        detail.contains("without being applied") && detail.contains("deposits-v9201@"),
+        "{detail}"
+    );
+    let counterexample = report.counterexample.unwrap();
+    let CaseInput::DepositsCross(case) = &counterexample.input else {
+        panic!("not a cross-contract case: {:?}", counterexample.input)
+    };
+    // Shrunk: two deposits are enough (one applied, one behind it that is lost).
+    assert!(
+        case.blocks.iter().map(|b| b.deposits.len()).sum::<usize>() <= 3,
+        "{case:?}"
+    );
+
+    // The case file replays: failing against the fixture, passing against the real v3.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("lossy.json");
+    checker.case_file(&counterexample).write(&path).unwrap();
+    let case = CaseFile::read(&path).unwrap();
+    let replayed = checker.replay_case(&case, &settings(1, 0)).unwrap();
+    assert_eq!(
+        replayed.counterexample.map(|c| c.failure),
+        Some(counterexample.failure)
+    );
+    let real = Checker::new(
+        Kind::Deposits,
+        &module("deposits-v2"),
+        &module("deposits-v3"),
+    )
+    .unwrap();
+    assert_eq!(
+        real.replay_case(&case, &settings(1, 0)).unwrap().verdict,
+        Verdict::Pass
+    );
+    // A one-contract pair refuses it, naming the file.
+    let same = Checker::new(
+        Kind::Deposits,
+        &module("deposits-v1"),
+        &module("deposits-v2"),
+    )
+    .unwrap();
+    let err = same.replay_case(&case, &settings(1, 0)).unwrap_err();
+    assert!(
+        err.to_string().contains("lossy.json") && err.to_string().contains("different contracts"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_v3_that_reads_the_whole_queue_every_epoch_is_rejected_by_the_cost_gate() {
+    let (_, report) = check(
+        Kind::Deposits,
+        "deposits-v2",
+        "fixture-deposits-v3-queue-scan",
+        16,
+        5,
+    );
+    assert_eq!(report.verdict, Verdict::FuelRegression, "{report:?}");
+    let c = report.counterexample.expect("a counterexample");
+    let Failure::Cost { call, fuel, limit } = &c.failure else {
+        panic!("not a cost failure: {:?}", c.failure)
+    };
+    assert!(
+        call.contains("deposits-v9202@")
+            && call.contains("epoch transition")
+            && call.contains("2048 entries"),
+        "{call}"
+    );
+    assert!(fuel > limit, "{fuel} <= {limit}");
+    // Its results are v3's: no invariant fails, only the cost.
+    assert!(matches!(c.input, CaseInput::DepositsCross(_)));
+}
+
+/// Deposits modules by hash (a node's prepared modules).
+struct Engines(HashMap<[u8; 32], DepositEngine>);
+
+impl DepositModules for Engines {
+    fn deposits(&self, hash: &[u8; 32]) -> Option<DepositEngine> {
+        self.0.get(hash).cloned()
+    }
+}
+
+/// A data dir whose chain runs deposits-v2 from genesis and switches to deposits-v3 at
+/// height `h` (slots_per_epoch 4, finality_depth 2), with deposits in every block up to
+/// `blocks` and the queue not yet drained at the end.
+fn data_dir_switching_to_v3(dir: &Path, h: u64, blocks: u64) -> Genesis {
+    let rt = super::runtime(2_000_000_000);
+    let v2 = super::deposits_module(&rt, "deposits-v2");
+    let v3 = super::deposits_module(&rt, "deposits-v3");
+    let v3_hash = v3.hash();
+    let mut genesis = Genesis::generated("upgrade-check-across", 8, 21);
+    genesis.slots_per_epoch = Some(4);
+    genesis.finality_depth = 2;
+    genesis.upgrade_lead_blocks = 2;
+    genesis.deposits_module = Some(v2.hash());
+    let store = SledStore::open(&dir.join("chain")).unwrap();
+    let mut chain = Chain::open(
+        Arc::new(store),
+        genesis.clone(),
+        DepositEngine::Module(Box::new(v2)),
+    )
+    .unwrap();
+    chain.set_deposit_modules(Arc::new(Engines(HashMap::from([(
+        v3_hash,
+        DepositEngine::Module(Box::new(v3)),
+    )]))));
+    chain
+        .propose_upgrade(UpgradeOp {
+            kind: modnode::runtime::Kind::Deposits,
+            module: v3_hash,
+            height: h,
+        })
+        .unwrap();
+    let mut contract = DevDepositLog::new();
+    for height in 1..=blocks {
+        for i in 0..2 {
+            contract.push(workload::new_validator(
+                100 + 2 * height + i,
+                32_000_000_000,
+                genesis.genesis_fork_version,
+            ));
+        }
+        let block = chain
+            .build_block_from(height, 0, contract.eth1_data(), &contract)
+            .unwrap();
+        chain.import(&block).unwrap();
+    }
+    let head = chain.snapshot().unwrap();
+    assert!(
+        head.pending().is_some_and(|q| !q.is_empty()),
+        "the queue is carried"
+    );
+    genesis
+}
+
+#[test]
+fn a_data_dir_that_switched_to_v3_replays_each_height_on_its_own_contract() {
+    let dir = tempfile::tempdir().unwrap();
+    let genesis = data_dir_switching_to_v3(dir.path(), 6, 14);
+    let s = settings(1, 0);
+    let across = Checker::new(
+        Kind::Deposits,
+        &module("deposits-v2"),
+        &module("deposits-v3"),
+    )
+    .unwrap();
+    let report = across
+        .replay_data_dir(dir.path(), genesis.clone(), &s)
+        .unwrap();
+    assert_eq!(report.verdict, Verdict::Pass, "{report:?}");
+    assert_eq!(report.cases, 14);
+
+    // A version the schedule never runs cannot stand in for one it does.
+    let other = Checker::new(
+        Kind::Deposits,
+        &module("deposits-v2"),
+        &module("fixture-deposits-v3-lossy"),
+    )
+    .unwrap();
+    let err = other
+        .replay_data_dir(dir.path(), genesis.clone(), &s)
+        .unwrap_err();
+    assert!(err.to_string().contains("neither --from nor --to"), "{err}");
+    // A chain that never switched runs its real deposits through both versions; one without
+    // epochs cannot run deposits@3 at all, which is said.
+    let v1_only = tempfile::tempdir().unwrap();
+    let dev = recorded_data_dir(v1_only.path(), 3);
+    let err = Checker::new(
+        Kind::Deposits,
+        &module("deposits-v1"),
+        &module("deposits-v3"),
+    )
+    .unwrap()
+    .replay_data_dir(v1_only.path(), dev, &s)
+    .unwrap_err();
+    assert!(err.to_string().contains("slots_per_epoch"), "{err}");
+}
+
+/// `upgrade-check --from-node`: a running dev node (deposits-v2, a genesis with epochs) with
+/// deposits in its blocks; its real history replayed with deposits-v2 and the candidate
+/// deposits-v3 (try-runtime's "live" mode); a wrong token and a bad URL are named.
+#[test]
+fn from_node_replays_a_running_nodes_blocks_with_both_versions() {
+    use std::time::{Duration, Instant};
+
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("node");
+    let genesis = dir.path().join("genesis.json");
+    std::fs::write(
+        &genesis,
+        modnode::chain::genesis::DEV_GENESIS_JSON.replace(
+            r#""finality_depth": 32,"#,
+            r#""finality_depth": 4, "slots_per_epoch": 4,"#,
+        ),
+    )
+    .unwrap();
+    let genesis_arg = genesis.to_str().unwrap();
+    let data_arg = data.to_str().unwrap();
+    let node = Command::new(env!("CARGO_BIN_EXE_modnode"))
+        .args([
+            "run",
+            "--data-dir",
+            data_arg,
+            "--genesis",
+            genesis_arg,
+            "--listen",
+            "127.0.0.1:0",
+            "--admin",
+            "127.0.0.1:0",
+            "--dev-contract-listen",
+            "127.0.0.1:0",
+            "--dev-block-ms",
+            "100",
+            "--follow-distance",
+            "1",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let _node = super::cli::KillOnDrop(node);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !data.join("deposit-contract.url").exists() {
+        assert!(Instant::now() < deadline, "the node never started");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let addr = std::fs::read_to_string(data.join("admin.addr")).unwrap();
+    let url = format!("http://{}", addr.trim());
+    for seed in [9, 10, 11] {
+        let out = Command::new(env!("CARGO_BIN_EXE_modnode"))
+            .args(["deposit", "submit", "--data-dir", data_arg, "--dev-seed"])
+            .arg(seed.to_string())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+    }
+    let token = data.join("admin.token");
+    let token_arg = token.to_str().unwrap();
+    let (v2, v3) = (path("deposits-v2"), path("deposits-v3"));
+    let live = |token: &str, url: &str| {
+        cli(
+            &[
+                "deposits",
+                "--from",
+                &v2,
+                "--to",
+                &v3,
+                "--from-node",
+                url,
+                "--token",
+                token,
+                "--genesis",
+                genesis_arg,
+                "--json",
+            ],
+            dir.path(),
+        )
+    };
+    // Once the three deposits are in blocks, both versions replay them and what must hold
+    // across the contracts holds.
+    let report = loop {
+        let (code, out, err) = live(token_arg, &url);
+        assert_eq!(code, 0, "{out}\n{err}");
+        let json: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+        assert_eq!(json["verdict"], "pass", "{json}");
+        let applied = json["differences"]
+            .as_array()
+            .and_then(|d| d.iter().find(|d| d["class"] == "applied-later"))
+            .and_then(|d| d["count"].as_u64())
+            .unwrap_or(0);
+        if applied >= 3 {
+            break json;
+        }
+        assert!(Instant::now() < deadline, "deposits never carried: {json}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(report["cases"].as_u64().unwrap() > 0, "{report}");
+
+    // A wrong token and a bad URL are named as such.
+    let wrong = dir.path().join("wrong.token");
+    std::fs::write(&wrong, "00".repeat(32)).unwrap();
+    let (code, _, err) = live(wrong.to_str().unwrap(), &url);
+    assert_ne!(code, 0);
+    assert!(err.contains("401") && err.contains(&url), "{err}");
+    let (code, _, err) = live(token_arg, "ftp://127.0.0.1:1");
+    assert_ne!(code, 0);
+    assert!(err.contains("bad node URL"), "{err}");
+    let (code, _, err) = live(token_arg, "http://127.0.0.1:1");
+    assert_ne!(code, 0);
+    assert!(err.contains("127.0.0.1:1"), "{err}");
 }

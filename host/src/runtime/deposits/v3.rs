@@ -259,6 +259,9 @@ pub struct V3Output<T> {
     pub pending: PendingDelta,
     /// Fuel the call used, host calls included.
     pub fuel_used: u64,
+    /// The part of `fuel_used` charged for host calls (BLS verifications, registry and queue
+    /// access); `fuel_used - host_fuel` is the module's own computation.
+    pub host_fuel: u64,
 }
 
 /// A `@3.0.0` call's answer: the module's rejection inside, call failures outside.
@@ -378,7 +381,7 @@ impl Module<Deposits> {
         );
         let fuel_used = outcome.fuel_used;
         let result = outcome.result?;
-        let Some(data) = outcome.data else {
+        let Some(mut data) = outcome.data else {
             return Err(HostFailure::new(
                 &self.meta().name(),
                 HostFailureKind::Runtime,
@@ -386,11 +389,13 @@ impl Module<Deposits> {
             )
             .into());
         };
+        let host_fuel = data.base.fuel().charged();
         Ok(result.map(|result| V3Output {
             result,
             delta: data.overlay.into_delta(),
             pending: data.pending.into_delta(),
             fuel_used,
+            host_fuel,
         }))
     }
 }

@@ -1,0 +1,195 @@
+//! A real chain's deposits through both versions of different contracts (try-runtime's "live"
+//! mode, for a chain that does not run the newer version yet): the recorded blocks are
+//! imported on an in-memory chain with the module its schedule names (which must be one of the
+//! two), which gives each block's deposits their context — the agreed eth1 data and the
+//! running deposit index — as the chain saw them; the same deposits go through both versions
+//! from the genesis registry, with epoch transitions at the chain's epoch boundaries, then
+//! empty epochs until the queue drains, and what must hold is checked as on generated cases.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use super::super::versions::Version;
+use super::super::{CaseInput, CheckError, Counterexample, Failure, Findings, Invariant, Kind};
+use super::super::{Report, Settings, Verdict};
+use super::Difference;
+use super::lane::{BlockIn, invariant, queue_sum};
+use super::pair::{Pair, drain_bound, next_epoch_slot};
+use crate::chain::block::Block;
+use crate::chain::genesis::Genesis;
+use crate::chain::{Chain, DepositEngine, DepositModules, block_context, to_wit};
+use crate::store::MemoryStore;
+
+/// Deposits modules by component hash.
+struct ByHash(HashMap<[u8; 32], DepositEngine>);
+
+impl DepositModules for ByHash {
+    fn deposits(&self, hash: &[u8; 32]) -> Option<DepositEngine> {
+        self.0.get(hash).cloned()
+    }
+}
+
+/// Runs `blocks` (a chain's canonical blocks from height 1, read from `origin`) through
+/// `from` and `to`, one of which the chain runs; see the module docs.
+pub(crate) fn on_recorded(
+    from: &Version,
+    to: &Version,
+    origin: &str,
+    blocks: &[Block],
+    genesis: &Genesis,
+    settings: &Settings,
+) -> Result<Findings, CheckError> {
+    let err = |reason: String| CheckError::Replay {
+        path: origin.to_string(),
+        reason,
+    };
+    let Some(slots_per_epoch) = genesis.slots_per_epoch else {
+        return Err(err(
+            "the chain's genesis has no slots_per_epoch, so a modnode:deposits@3.0.0 module \
+             cannot run on it (its epoch transitions have no boundaries)"
+                .into(),
+        ));
+    };
+    let engine = |v: &Version| {
+        v.deposit_engine().ok_or_else(|| CheckError::Host {
+            reason: format!("{} is not loaded as a deposits module", v.name),
+        })
+    };
+    let engines = HashMap::from([(from.sha256, engine(from)?), (to.sha256, engine(to)?)]);
+    let genesis_module = genesis.deposits_module.unwrap_or(from.sha256);
+    let Some(genesis_engine) = engines.get(&genesis_module).cloned() else {
+        return Err(err(format!(
+            "the genesis runs deposits module {}, which is neither --from nor --to",
+            hex::encode(genesis_module)
+        )));
+    };
+    let mut chain = Chain::open(
+        Arc::new(MemoryStore::new()),
+        genesis.clone(),
+        genesis_engine,
+    )
+    .map_err(|e| CheckError::Host {
+        reason: format!("in-memory chain for the replay: {e}"),
+    })?;
+    chain.set_deposit_modules(Arc::new(ByHash(engines)));
+    let registry = chain
+        .registry()
+        .read()
+        .map_err(|_| CheckError::Host {
+            reason: "registry lock poisoned".into(),
+        })?
+        .clone();
+    let mut pair = Pair::new(from, to, &registry, chain.eth1_state().deposit_index);
+    let fork = genesis.genesis_fork_version;
+    let mut parent_slot = chain.head().slot;
+    let mut last_eth1 = chain.eth1_state().eth1_data;
+    let mut failure: Option<(u64, Failure)> = None;
+    for block in blocks {
+        let header = &block.header;
+        let due = chain
+            .deposits_due(header.slot, header.proposer, &block.body.eth1_vote)
+            .map_err(|e| {
+                err(format!(
+                    "recorded block {}: {e} (pass the genesis the node was started with)",
+                    header.height
+                ))
+            })?;
+        let input = BlockIn {
+            height: header.height,
+            slot: header.slot,
+            parent_slot,
+            ctx: block_context(header.height, header.slot, fork, &due.eth1_data, due.from),
+            deposits: block.body.deposits.iter().map(to_wit).collect(),
+        };
+        if let Err(f) = pair.block(&input, genesis, settings)? {
+            failure = Some((header.height, f));
+            break;
+        }
+        chain.import(block).map_err(|e| {
+            err(format!(
+                "recorded block {} does not replay on the module its chain runs: {e} (pass the \
+                 genesis the node was started with, and the module it runs as --from or --to)",
+                header.height
+            ))
+        })?;
+        parent_slot = header.slot;
+        last_eth1 = due.eth1_data;
+    }
+    if failure.is_none() {
+        // Empty epochs after the head until the queue drains.
+        let start = pair.queued().clone();
+        let mut left = drain_bound(&start, &[], pair.index(), genesis.finality_depth);
+        let (mut height, mut slot) = (chain.head().height, chain.head().slot);
+        while !pair.queued().is_empty() {
+            if left == 0 {
+                let queued = pair.queued();
+                failure = Some((
+                    height,
+                    invariant(
+                        Invariant::Drain,
+                        format!(
+                            "{} entries ({} Gwei) still queued after the empty epochs that \
+                             drain any queue of this chain",
+                            queued.len(),
+                            queue_sum(queued)
+                        ),
+                    ),
+                ));
+                break;
+            }
+            left = left.saturating_sub(1);
+            height = height.saturating_add(1);
+            let parent = slot;
+            slot = next_epoch_slot(slot, slots_per_epoch);
+            let input = BlockIn {
+                height,
+                slot,
+                parent_slot: parent,
+                ctx: block_context(height, slot, fork, &last_eth1, pair.index()),
+                deposits: Vec::new(),
+            };
+            if let Err(f) = pair.block(&input, genesis, settings)? {
+                failure = Some((height, f));
+                break;
+            }
+        }
+    }
+    let run = pair.fuel();
+    let mut differences = Vec::new();
+    if failure.is_none() {
+        match pair.finish() {
+            Ok(counts) => {
+                differences = counts
+                    .into_iter()
+                    .map(|(class, count)| Difference {
+                        class,
+                        rule: class.rule().to_string(),
+                        count,
+                    })
+                    .collect();
+            }
+            Err(f) => failure = Some((chain.head().height, f)),
+        }
+    }
+    let failure = failure.or_else(|| run.judge(settings).map(|f| (0, f)));
+    let report = Report {
+        kind: Kind::Deposits,
+        cases: u32::try_from(blocks.len()).unwrap_or(u32::MAX),
+        divergences: u32::from(failure.is_some()),
+        max_fuel_ratio: run.ratio(settings.fuel_floor).unwrap_or(0.0),
+        verdict: failure.as_ref().map_or(Verdict::Pass, |(_, f)| f.verdict()),
+        counterexample: failure.map(|(height, failure)| Counterexample {
+            seed: 0,
+            failure,
+            input: CaseInput::Recorded {
+                data_dir: origin.to_string(),
+                height,
+            },
+            case_file: None,
+        }),
+    };
+    Ok(Findings {
+        report,
+        differences,
+    })
+}
