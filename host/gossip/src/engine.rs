@@ -27,11 +27,14 @@
 //!   [`EngineConfig::max_response_timeout`], and every per-peer queue is indexed;
 //! - what a stateful policy hears ([`Policy::on_event`]): duplicates, peers joining and
 //!   leaving, a tick every [`EngineConfig::policy_tick`]; and for a policy that builds a
-//!   spreading tree ([`Policy::link_control`]), the PlumTree mechanics: an announce of a small
+//!   spreading tree ([`Policy::link_control`]), the PlumTree mechanics: once this node is on
+//!   the tree (a link of it carried a GRAFT, or an unasked first copy), an announce of a small
 //!   message is waited on for the graft timer (tuned from measured gaps, [`crate::links`])
-//!   before it is pulled, and then reported `missing` and grafted; a duplicate push is
-//!   answered with PRUNE; a peer's PRUNE / GRAFT is heard as `duplicate` / `missing` of that
-//!   link, within a per-peer budget ([`EngineConfig::link_burst`]) whatever the peer sends.
+//!   before it is pulled, and then reported `missing` and grafted; while the node is on no
+//!   tree link, such an announce is pulled at once and its announcer grafted the same way (the
+//!   node joins the tree through its fastest path); a duplicate push is answered with PRUNE; a
+//!   peer's PRUNE / GRAFT is heard as `duplicate` / `missing` of that link, within a per-peer
+//!   budget ([`EngineConfig::link_burst`]) whatever the peer sends.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::ops::Bound;
@@ -250,6 +253,9 @@ pub struct EngineStats {
     pub link_heard: u64,
     /// PRUNE / GRAFT items from peers over their budget, ignored.
     pub link_ignored: u64,
+    /// Announces pulled at once, their announcer grafted, because this node was on no tree
+    /// link yet (it joined the tree).
+    pub joins: u64,
 }
 
 /// How much state the engine holds: what the caps bound.
@@ -518,6 +524,8 @@ impl<P: Policy> GossipEngine<P> {
         if !state.link_out.take(now, burst, rate) {
             return;
         }
+        // A GRAFT puts the link on the tree (the peer will push to us), a PRUNE takes it off.
+        state.tree = op == LinkOp::Graft;
         if state.enqueue(
             kind.default_priority(),
             Item::Link { id, kind, op },
@@ -542,6 +550,7 @@ impl<P: Policy> GossipEngine<P> {
             return;
         }
         self.stats.link_heard = self.stats.link_heard.saturating_add(1);
+        state.tree = item.op == LinkOp::Graft;
         let (message, kind) = (id_head(&item.id), item.kind);
         self.policy.on_event(&match item.op {
             LinkOp::Prune => PolicyEvent::Duplicate {
@@ -625,6 +634,17 @@ impl<P: Policy> GossipEngine<P> {
         if self.cfg.verify_payload_ids && (self.cfg.message_id)(kind, &payload) != id {
             self.stats.invalid_pushes += 1;
             return Ok(());
+        }
+        // A first copy pushed unasked comes down a tree link (for a tree-building policy).
+        let asked = self
+            .fetches
+            .get(&id)
+            .is_some_and(|f| !f.waiting && f.current == Some(from));
+        if !asked
+            && self.policy.link_control().is_some()
+            && let Some(state) = self.peers.get_mut(&from)
+        {
+            state.tree = true;
         }
         self.seen.insert(id, now);
         let announcers = self.finish_fetch(&id, now);
@@ -739,12 +759,17 @@ impl<P: Policy> GossipEngine<P> {
             return Ok(());
         }
         announcer.fetches += 1;
-        // A tree-building policy pushes small messages along the tree and announces them to
-        // the other links: wait for the eager copy before pulling (the graft timer).
-        let wait = self
+        // A tree-building policy pushes small messages along its tree and announces them on
+        // the other links: on the tree, wait for the tree's copy before pulling (the graft
+        // timer); on no tree link yet, pull at once and graft the announcer (join the tree).
+        // Larger messages it announces to every peer before sending: pulled at once.
+        let control = self
             .policy
             .link_control()
-            .filter(|c| item.size <= c.announce_first_above)
+            .filter(|c| item.size <= c.announce_first_above);
+        let on_tree = control.is_some() && self.peers.values().any(|s| s.tree);
+        let wait = control
+            .filter(|_| on_tree)
             .map(|c| self.gaps.timer(&c));
         self.fetches.insert(
             id,
@@ -762,8 +787,10 @@ impl<P: Policy> GossipEngine<P> {
                 announced_at: now,
             },
         );
-        if wait.is_none() {
-            self.next_fetch_attempt(id, now);
+        match (control, wait) {
+            (Some(_), None) => self.graft(id, now),
+            (None, _) => self.next_fetch_attempt(id, now),
+            (Some(_), Some(_)) => {}
         }
         Ok(())
     }
@@ -1175,19 +1202,25 @@ impl<P: Policy> GossipEngine<P> {
         }
     }
 
-    /// The graft timer of a waited-for announce ran out: the message is missing. The best
-    /// announcer is asked for it, told GRAFT, and the policy hears `missing` for that link.
+    /// The graft timer of a waited-for announce ran out (or, on no tree link yet, an announce
+    /// came): the message is missing. The best announcer is asked for it, told GRAFT, and the
+    /// policy hears `missing` for that link.
     fn graft(&mut self, id: MessageId, now: Time) {
         let Some(fetch) = self.fetches.get_mut(&id) else {
             return;
         };
+        let joining = !fetch.waiting;
         fetch.waiting = false;
         let kind = fetch.kind;
         self.next_fetch_attempt(id, now);
         let Some(peer) = self.fetches.get(&id).and_then(|f| f.current) else {
             return;
         };
-        self.stats.missing = self.stats.missing.saturating_add(1);
+        if joining {
+            self.stats.joins = self.stats.joins.saturating_add(1);
+        } else {
+            self.stats.missing = self.stats.missing.saturating_add(1);
+        }
         self.policy.on_event(&PolicyEvent::Missing {
             peer,
             message: id_head(&id),

@@ -256,6 +256,7 @@ pub(crate) fn add_stats(sum: &mut EngineStats, s: &EngineStats) {
     sum.grafts_sent += s.grafts_sent;
     sum.link_heard += s.link_heard;
     sum.link_ignored += s.link_ignored;
+    sum.joins += s.joins;
 }
 
 /// Nearest-rank percentile of sorted values (0 if empty).
