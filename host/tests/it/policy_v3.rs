@@ -13,6 +13,7 @@ use modnode::runtime::inspect::validate;
 use modnode::runtime::modules::InitialModules;
 use modnode::runtime::slot::SlotConfig;
 use modnode::runtime::{Kind, LoadedModule, Mode, Modules, Runtime};
+use modnode::upgrade_check::{Checker, Kind as CheckKind, ModuleFile, Settings, Verdict};
 use modnode_gossip::engine::{EngineConfig, GossipEngine};
 use modnode_gossip::wire::{Frame, LinkOp, MessageId};
 use modnode_gossip::policy as native;
@@ -280,3 +281,41 @@ fn a_v3_canary_gets_the_tree_mechanics_and_a_v3_shadow_sends_nothing() {
     assert_eq!(engine.stats().prunes_sent, 1);
 }
 
+#[test]
+fn upgrade_check_passes_v2_to_v3_with_its_tree_repairing_when_parent_links_are_cut() {
+    let module = |name: &str| ModuleFile::read(&modnode::artifacts::path(name)).unwrap();
+    let checker = Checker::new(
+        CheckKind::GossipPolicy,
+        &module("gossip-policy-v2"),
+        &module("gossip-policy-v3"),
+    )
+    .unwrap();
+    let report = checker
+        .run(&Settings {
+            cases: 32,
+            seed: 11,
+            ..Settings::default()
+        })
+        .unwrap();
+    assert_eq!(report.verdict, Verdict::Pass, "{:?}", report.counterexample);
+    assert!(report.cases >= 32, "{report:?}");
+    // The cut runs happen: on one of the check's networks, v3 repairs around every cut.
+    let cfg = SimConfig {
+        nodes: 16,
+        degree: 4,
+        seed: 3,
+        parent_cuts: 4,
+        ..SimConfig::default()
+    };
+    let scenario = Scenario {
+        deposits: 12,
+        deposit_size: 1024,
+        blocks: 3,
+        block_size: 32 * 1024,
+        duration: 1_000_000,
+    };
+    let v3 = policy(&runtime(1_000_000_000), "gossip-policy-v3");
+    let repaired = sim::run(&cfg, &scenario, |_| KeptPolicy::new(&v3)).unwrap();
+    assert_eq!(repaired.cuts, 4, "{repaired}");
+    assert_eq!(repaired.missed, 0, "{repaired}");
+}

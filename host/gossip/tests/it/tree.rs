@@ -288,3 +288,26 @@ fn on_a_simulated_network_the_tree_cuts_duplicates_and_misses_nothing_even_with_
     assert!(links < 150 * 64, "{links} link items");
 }
 
+#[test]
+fn the_tree_repairs_when_parent_links_are_cut_while_messages_spread() {
+    let scenario = Scenario {
+        deposits: 60,
+        deposit_size: 300,
+        blocks: 6,
+        block_size: 20 * 1024,
+        duration: 6_000_000,
+    };
+    let cfg = SimConfig {
+        nodes: 64,
+        degree: 8,
+        seed: 11,
+        latency_min: 5_000,
+        latency_max: 40_000,
+        parent_cuts: 12,
+        ..SimConfig::default()
+    };
+    let cut = sim::run(&cfg, &scenario, |_| PolicyV3::default()).unwrap();
+    assert_eq!(cut.cuts, 12, "{cut}");
+    assert_eq!(cut.missed, 0, "{cut}");
+    assert!(cut.engine.missing + cut.engine.joins > 0, "no graft: {cut}");
+}
