@@ -15,10 +15,10 @@ use modnode::runtime::slot::SlotConfig;
 use modnode::runtime::{Kind, LoadedModule, Mode, Modules, Runtime};
 use modnode::upgrade_check::{Checker, Kind as CheckKind, ModuleFile, Settings, Verdict};
 use modnode_gossip::engine::{EngineConfig, GossipEngine};
-use modnode_gossip::wire::{Frame, LinkOp, MessageId};
 use modnode_gossip::policy as native;
 use modnode_gossip::policy_v3::{MAX_STATE_BYTES, PolicyV3, TreeState, V3Params, plan_v3};
 use modnode_gossip::sim::{self, Scenario, SimConfig};
+use modnode_gossip::wire::{Frame, LinkOp, MessageId};
 
 use super::{artifact, runtime};
 

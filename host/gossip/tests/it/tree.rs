@@ -205,7 +205,10 @@ fn the_tree_forms_and_repairs_when_a_parent_is_killed_mid_stream() {
         net.run_until(net.now + every);
     }
     assert_eq!(net.duplicates(), before, "the tree did not settle");
-    assert!(!net.node(3).policy().state.is_tree(2), "X keeps L off the tree");
+    assert!(
+        !net.node(3).policy().state.is_tree(2),
+        "X keeps L off the tree"
+    );
 
     // Kill P while S's push to it and P's to X are on the way.
     let killed_at = net.now;
