@@ -133,6 +133,9 @@ pub(crate) struct PeerState {
     pub(crate) link_in: LinkBudget,
     /// PRUNE / GRAFT items we may still send this peer.
     pub(crate) link_out: LinkBudget,
+    /// The link is on a spreading tree, as far as the engine saw: a GRAFT crossed it (either
+    /// way) or the peer pushed us a first copy unasked, and no PRUNE crossed it since.
+    pub(crate) tree: bool,
 }
 
 impl PeerState {

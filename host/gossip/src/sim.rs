@@ -10,8 +10,12 @@
 //! acknowledgement). Churn: `churn_permille` of the nodes leave, one at a time at even
 //! intervals over the publications, each for `churn_downtime`; a leaving node loses its state
 //! and whatever was in flight to or from it, and rejoins as a fresh node connected to its
-//! neighbours that are up. Time is virtual (microseconds); the run ends when no event is left
-//! or at `max_time`.
+//! neighbours that are up. Parent-link cuts: `parent_cuts` times, at even intervals over the
+//! publications and while a message spreads, the link over which a random node received its
+//! latest message breaks for `churn_downtime` (both ends stay up and see the peer leave, then
+//! come back; what was in flight over the link is lost; a cut that would split the network
+//! is not made). Time is virtual (microseconds); the run ends when no event is left or at
+//! `max_time`.
 //!
 //! The simulator drives any sans-IO node protocol behind [`SimNode`] ([`run_nodes`]): modnode's
 //! [`GossipEngine`] with any [`Policy`] ([`run`]; native policies or, in the host crate, the
@@ -70,8 +74,10 @@ pub struct SimConfig {
     pub max_time: Time,
     /// Nodes that leave (and later rejoin) during the publications, per thousand nodes.
     pub churn_permille: u32,
-    /// How long a leaving node stays away, microseconds.
+    /// How long a leaving node stays away (and a cut link stays cut), microseconds.
     pub churn_downtime: Time,
+    /// Parent links cut during the publications (see the module docs).
+    pub parent_cuts: usize,
     /// Virtual time of the first publication (time for gossipsub meshes to form),
     /// microseconds.
     pub publish_start: Time,
@@ -99,6 +105,7 @@ impl Default for SimConfig {
             max_time: 600_000_000,
             churn_permille: 0,
             churn_downtime: 2_000_000,
+            parent_cuts: 0,
             publish_start: 0,
         }
     }
@@ -163,6 +170,8 @@ pub struct SimReport {
     pub control_per_node: f64,
     /// Nodes that left during the run.
     pub leaves: usize,
+    /// Parent links cut during the run.
+    pub cuts: usize,
     /// p99 coverage latency of high-priority messages over unthrottled nodes, microseconds.
     pub hp_p99: Time,
     /// Median coverage latency of high-priority messages over unthrottled nodes, microseconds.
@@ -196,6 +205,9 @@ impl fmt::Display for SimReport {
         )?;
         if self.leaves > 0 {
             write!(f, ", {} left", self.leaves)?;
+        }
+        if self.cuts > 0 {
+            write!(f, ", {} parent links cut", self.cuts)?;
         }
         Ok(())
     }
@@ -256,6 +268,7 @@ pub(crate) fn add_stats(sum: &mut EngineStats, s: &EngineStats) {
     sum.grafts_sent += s.grafts_sent;
     sum.link_heard += s.link_heard;
     sum.link_ignored += s.link_ignored;
+    sum.joins += s.joins;
 }
 
 /// Nearest-rank percentile of sorted values (0 if empty).

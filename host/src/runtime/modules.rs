@@ -677,9 +677,17 @@ impl modnode_gossip::policy::Policy for SlotPolicy {
         }
     }
 
-    /// The active version's tree mechanics (`gossip-policy-v3`'s graft timer and
-    /// announce-before-send threshold); shadow and canary versions plan on what it gets.
+    /// The tree mechanics (`gossip-policy-v3`'s graft timer and its size classes) of the
+    /// active version, or else of a canary: a canary's plans are sent, so the tree it builds
+    /// needs PRUNE, GRAFT and `missing` while it serves its share (they cost the active
+    /// version's messages little: an announce is waited on only once the node is on a tree,
+    /// and the control frames are budgeted). Never a shadow's: its plans are never sent, so
+    /// nothing of it may reach the network, control frames included; it hears the node's
+    /// events all the same.
     fn link_control(&self) -> Option<modnode_gossip::LinkControl> {
-        self.slot.active().link_control()
+        self.slot
+            .active()
+            .link_control()
+            .or_else(|| self.slot.canary().and_then(|c| c.link_control()))
     }
 }

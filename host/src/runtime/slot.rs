@@ -525,6 +525,16 @@ impl<W: World> Slot<W> {
         self.state.load().active.module.clone()
     }
 
+    /// The canary candidate, if one is in trial (a shadow is not: it serves no call).
+    pub fn canary(&self) -> Option<Arc<Module<W>>> {
+        let state = self.state.load();
+        state
+            .candidate
+            .as_ref()
+            .filter(|c| matches!(c.mode, Mode::Canary(_)))
+            .map(|c| c.ready.module.clone())
+    }
+
     /// Runs `input` on the version this slot chooses for it: the canary for its share of calls,
     /// otherwise the active version; a shadow gets the same input afterwards on the worker.
     pub fn call<I: Invocation<W>>(&self, input: I) -> Result<(I::Output, Served), CallError> {

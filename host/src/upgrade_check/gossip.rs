@@ -10,7 +10,10 @@
 //! - Network: a small simulated network ([`modnode_gossip::sim`]) runs each version on every
 //!   node (a stateful version keeping its state per node and hearing its engine's events); the
 //!   new version must not deliver to fewer (message, node) pairs than the old, nor more than
-//!   double the duplicate block copies.
+//!   double the duplicate block copies. Then the same network with parent links cut while
+//!   messages spread (the link a node got its latest message over breaks, both ends stay up):
+//!   a spreading tree must repair itself, so the new version must still deliver every message
+//!   to every node (unless the old one misses as many there too: then the network is at fault).
 
 use std::collections::HashSet;
 
@@ -360,11 +363,13 @@ impl NetworkCheck {
         &self,
         policy: &crate::runtime::gossip_policy::GossipPolicyModule,
         case: &NetworkCase,
+        parent_cuts: usize,
     ) -> Result<modnode_gossip::sim::SimReport, CheckError> {
         let cfg = modnode_gossip::sim::SimConfig {
             nodes: usize::from(case.nodes.max(2)),
             degree: usize::from(case.degree.max(1)),
             seed: case.seed,
+            parent_cuts,
             ..modnode_gossip::sim::SimConfig::default()
         };
         let scenario = modnode_gossip::sim::Scenario {
@@ -383,6 +388,12 @@ impl NetworkCheck {
             reason: format!("gossip simulator: {e}"),
         })
     }
+}
+
+/// Parent links cut in the tree-repair run of a network case: one per message published, at
+/// most four.
+fn parent_cuts(case: &NetworkCase) -> usize {
+    usize::from(case.deposits.saturating_add(case.blocks)).clamp(1, 4)
 }
 
 impl Phase for NetworkCheck {
@@ -409,8 +420,8 @@ impl Phase for NetworkCheck {
     }
 
     fn run_case(&self, input: &NetworkCase) -> Result<CaseRun, CheckError> {
-        let old = self.simulate(&self.from, input)?;
-        let new = self.simulate(&self.to, input)?;
+        let old = self.simulate(&self.from, input, 0)?;
+        let new = self.simulate(&self.to, input, 0)?;
         let mut problems = Vec::new();
         if new.missed > old.missed {
             problems.push(format!(
@@ -424,6 +435,18 @@ impl Phase for NetworkCheck {
                  with the old",
                 new.rmr, old.rmr
             ));
+        }
+        let cuts = parent_cuts(input);
+        let repaired = self.simulate(&self.to, input, cuts)?;
+        if repaired.missed > 0 {
+            let old_cut = self.simulate(&self.from, input, cuts)?;
+            if repaired.missed > old_cut.missed {
+                problems.push(format!(
+                    "tree repair: with {} parent links cut while messages spread, the new \
+                     version misses {} of {} (message, node) pairs, the old {}",
+                    repaired.cuts, repaired.missed, repaired.pairs, old_cut.missed
+                ));
+            }
         }
         Ok(CaseRun {
             fuel_old: 0,

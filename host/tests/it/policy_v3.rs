@@ -1,17 +1,24 @@
 //! gossip-policy-v3 as a wasm module (`modnode:gossip-policy@2.0.0`): it plans as the native
 //! algorithm on the same state, its state round-trips and stays within bounds, a state it
-//! cannot read is empty, it asks for the engine's tree mechanics, and the simulator runs it
-//! through wasmtime — one state per node — to a tree that misses nothing.
+//! cannot read is empty, it asks for the engine's tree mechanics — which a node gives it as a
+//! canary too, never as a shadow — the simulator runs it through wasmtime — one state per
+//! node — to a tree that misses nothing, and `upgrade-check` passes it against v2, its tree
+//! repairing when parent links are cut.
 
 use modnode::runtime::gossip_policy::{
     GossipPolicyModule, KeptPolicy, MessageKind, MessageMeta, PeerStats, PolicyEvent,
     from_wit_plan, to_wit_event,
 };
 use modnode::runtime::inspect::validate;
-use modnode::runtime::{LoadedModule, Runtime};
+use modnode::runtime::modules::InitialModules;
+use modnode::runtime::slot::SlotConfig;
+use modnode::runtime::{Kind, LoadedModule, Mode, Modules, Runtime};
+use modnode::upgrade_check::{Checker, Kind as CheckKind, ModuleFile, Settings, Verdict};
+use modnode_gossip::engine::{EngineConfig, GossipEngine};
 use modnode_gossip::policy as native;
 use modnode_gossip::policy_v3::{MAX_STATE_BYTES, PolicyV3, TreeState, V3Params, plan_v3};
 use modnode_gossip::sim::{self, Scenario, SimConfig};
+use modnode_gossip::wire::{Frame, LinkOp, MessageId};
 
 use super::{artifact, runtime};
 
@@ -209,7 +216,7 @@ fn the_simulator_runs_the_wasm_module_to_a_tree_that_misses_nothing() {
     let tree = sim::run(&cfg, &scenario, |_| KeptPolicy::new(&module)).unwrap();
     let flooded = sim::run(&cfg, &scenario, |_| KeptPolicy::new(&flood)).unwrap();
     assert_eq!(tree.missed, 0, "{tree}");
-    assert!(tree.engine.prunes_sent > 0, "no tree: {tree}");
+    assert!(tree.engine.grafts_sent > 0, "no tree: {tree}");
     assert!(
         tree.payload_rmr * 3.0 < flooded.payload_rmr,
         "v3 {tree} vs flood {flooded}"
@@ -218,4 +225,97 @@ fn the_simulator_runs_the_wasm_module_to_a_tree_that_misses_nothing() {
     let native = sim::run(&cfg, &scenario, |_| PolicyV3::default()).unwrap();
     assert_eq!(tree.payload_rmr, native.payload_rmr);
     assert_eq!(tree.t99, native.t99);
+}
+
+#[test]
+fn a_v3_canary_gets_the_tree_mechanics_and_a_v3_shadow_sends_nothing() {
+    let modules = Modules::new(
+        runtime(1_000_000_000),
+        InitialModules {
+            deposits: &artifact("deposits-v2"),
+            checkpoint: &artifact("checkpoint-v1"),
+            gossip_policy: &artifact("gossip-policy-v2"),
+        },
+        SlotConfig::default(),
+    )
+    .unwrap();
+    let v3 = modules.prepare(&artifact("gossip-policy-v3")).unwrap();
+    let control = || native::Policy::link_control(&modules.gossip_policy());
+    assert_eq!(control(), None, "v2 builds no tree");
+    // A shadow's plans are never sent: nothing of it may reach the network, control frames
+    // included (it hears the node's events, as the active version does).
+    modules
+        .activate(Kind::GossipPolicy, v3.hash, Mode::Shadow)
+        .unwrap();
+    assert_eq!(control(), None, "a shadow got the tree mechanics");
+    // A canary's plans are sent: its tree needs PRUNE, GRAFT and `missing`.
+    modules
+        .activate(Kind::GossipPolicy, v3.hash, Mode::Canary(10))
+        .unwrap();
+    assert_eq!(control(), Some(V3Params::default().link_control()));
+    let mut engine = GossipEngine::new(EngineConfig::default(), modules.gossip_policy());
+    for peer in 1..=3 {
+        engine.add_peer(peer).unwrap();
+    }
+    let payload = vec![5u8; 300];
+    let id = MessageId::of(&payload);
+    let push = Frame::Push {
+        id,
+        kind: native::MessageKind::Deposit,
+        hops: 0,
+        payload: payload.into(),
+    };
+    engine.handle_frame(1, push.clone(), 0).unwrap();
+    engine.handle_frame(2, push, 1_000).unwrap();
+    let pruned = std::iter::from_fn(|| engine.poll_transmit(1_000)).any(|tx| {
+        tx.peer == 2
+            && match tx.frame {
+                Frame::Link { items } => items.iter().any(|i| i.op == LinkOp::Prune),
+                Frame::Batch { frames } => frames.iter().any(
+                    |f| matches!(f, Frame::Link { items } if items.iter().any(|i| i.op == LinkOp::Prune)),
+                ),
+                _ => false,
+            }
+    });
+    assert!(pruned, "the duplicate was not pruned");
+    assert_eq!(engine.stats().prunes_sent, 1);
+}
+
+#[test]
+fn upgrade_check_passes_v2_to_v3_with_its_tree_repairing_when_parent_links_are_cut() {
+    let module = |name: &str| ModuleFile::read(&modnode::artifacts::path(name)).unwrap();
+    let checker = Checker::new(
+        CheckKind::GossipPolicy,
+        &module("gossip-policy-v2"),
+        &module("gossip-policy-v3"),
+    )
+    .unwrap();
+    let report = checker
+        .run(&Settings {
+            cases: 32,
+            seed: 11,
+            ..Settings::default()
+        })
+        .unwrap();
+    assert_eq!(report.verdict, Verdict::Pass, "{:?}", report.counterexample);
+    assert!(report.cases >= 32, "{report:?}");
+    // The cut runs happen: on one of the check's networks, v3 repairs around every cut.
+    let cfg = SimConfig {
+        nodes: 16,
+        degree: 4,
+        seed: 3,
+        parent_cuts: 4,
+        ..SimConfig::default()
+    };
+    let scenario = Scenario {
+        deposits: 12,
+        deposit_size: 1024,
+        blocks: 3,
+        block_size: 32 * 1024,
+        duration: 1_000_000,
+    };
+    let v3 = policy(&runtime(1_000_000_000), "gossip-policy-v3");
+    let repaired = sim::run(&cfg, &scenario, |_| KeptPolicy::new(&v3)).unwrap();
+    assert_eq!(repaired.cuts, 4, "{repaired}");
+    assert_eq!(repaired.missed, 0, "{repaired}");
 }

@@ -20,6 +20,8 @@ pub(super) enum Ev<F> {
         send_id: SendId,
         frame: F,
         bytes: usize,
+        /// The generation of the link it travels (a cut makes frames on it stale).
+        link: u64,
     },
     LinkDone {
         node: usize,
@@ -44,6 +46,13 @@ pub(super) enum Ev<F> {
     },
     Join {
         node: usize,
+    },
+    /// Cut a random node's parent link.
+    Cut,
+    /// The cut link between the two nodes works again.
+    Restore {
+        a: usize,
+        b: usize,
     },
 }
 

@@ -2,7 +2,7 @@
 //! of who received what when. Generic over the node protocol ([`SimNode`]).
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
 
 use rand::rngs::StdRng;
 use rand::{Rng, RngCore, SeedableRng};
@@ -22,6 +22,7 @@ struct Incoming<F> {
     send_id: SendId,
     frame: F,
     bytes: usize,
+    link: u64,
 }
 
 /// One place in the network: the node living there (none while it is away), its receive link
@@ -69,6 +70,14 @@ struct Net<N: SimNode, M> {
     leaves: usize,
     /// Counters of node lives that ended.
     retired: EngineStats,
+    /// Per node: the neighbour its latest first delivery came from.
+    parent: Vec<Option<usize>>,
+    /// Links cut now (lower index first).
+    down: HashSet<(usize, usize)>,
+    /// Generation of each link that was ever cut (frames of an earlier one are lost).
+    link_gen: HashMap<(usize, usize), u64>,
+    cut_rng: StdRng,
+    cuts: usize,
 }
 
 pub(super) fn peer_handle(node: usize) -> PeerId {
@@ -96,6 +105,78 @@ impl<N: SimNode, M: FnMut(NodeSetup) -> N> Net<N, M> {
         u32::try_from(2 * self.latency(a, b)).unwrap_or(u32::MAX)
     }
 
+    fn link_gen(&self, a: usize, b: usize) -> u64 {
+        self.link_gen
+            .get(&(a.min(b), a.max(b)))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    fn link_up(&self, a: usize, b: usize) -> bool {
+        !self.down.contains(&(a.min(b), a.max(b)))
+    }
+
+    /// Every node reaches every other over links that work, `(a, b)` cut too.
+    fn connected_without(&self, a: usize, b: usize) -> bool {
+        let n = self.slots.len();
+        let mut reached = vec![false; n];
+        let mut stack = vec![0];
+        reached[0] = true;
+        while let Some(v) = stack.pop() {
+            for &u in &self.adj[v] {
+                if reached[u] || !self.link_up(v, u) || (v.min(u), v.max(u)) == (a.min(b), a.max(b))
+                {
+                    continue;
+                }
+                reached[u] = true;
+                stack.push(u);
+            }
+        }
+        reached.iter().all(|&r| r)
+    }
+
+    /// Cuts the parent link of a random node (one whose cut keeps the network in one piece).
+    fn cut(&mut self, now: Time) -> Result<(), GossipError> {
+        let n = self.slots.len();
+        let start = self.cut_rng.random_range(0..n);
+        let Some((a, b)) = (0..n).map(|i| (start + i) % n).find_map(|v| {
+            let p = self.parent[v]?;
+            (self.up(v) && self.up(p) && self.link_up(v, p) && self.connected_without(v, p))
+                .then_some((v, p))
+        }) else {
+            return Ok(());
+        };
+        let key = (a.min(b), a.max(b));
+        self.down.insert(key);
+        *self.link_gen.entry(key).or_insert(0) += 1;
+        self.cuts += 1;
+        for (x, y) in [(a, b), (b, a)] {
+            if let Some(node) = self.slots[x].node.as_mut() {
+                node.remove_peer(peer_handle(y), now)?;
+            }
+            self.pump(x, now);
+        }
+        self.schedule(now + self.cfg.churn_downtime, Ev::Restore { a, b });
+        Ok(())
+    }
+
+    /// The cut link works again: its ends, if up, connect.
+    fn restore(&mut self, a: usize, b: usize, now: Time) -> Result<(), GossipError> {
+        self.down.remove(&(a.min(b), a.max(b)));
+        if !(self.up(a) && self.up(b)) {
+            return Ok(());
+        }
+        let rtt = self.rtt_us(a, b);
+        for (x, y) in [(a, b), (b, a)] {
+            if let Some(node) = self.slots[x].node.as_mut() {
+                node.add_peer(peer_handle(y), rtt, now)?;
+            }
+        }
+        self.pump(a, now);
+        self.pump(b, now);
+        Ok(())
+    }
+
     /// Drains the node's transmits and deliveries and re-arms its timer.
     fn pump(&mut self, v: usize, now: Time) {
         let life = self.slots[v].life;
@@ -111,7 +192,7 @@ impl<N: SimNode, M: FnMut(NodeSetup) -> N> Net<N, M> {
                 break;
             };
             let to = tx.peer as usize;
-            if to >= self.slots.len() {
+            if to >= self.slots.len() || !self.link_up(v, to) {
                 continue;
             }
             let bytes = N::frame_cost(&tx.frame).bytes + self.cfg.frame_overhead;
@@ -123,6 +204,7 @@ impl<N: SimNode, M: FnMut(NodeSetup) -> N> Net<N, M> {
                 self.schedule(now + micros, Ev::UplinkDone { node: v, life });
             }
             let to_life = self.slots[to].life;
+            let link = self.link_gen(v, to);
             self.schedule(
                 at,
                 Ev::Arrive {
@@ -133,17 +215,11 @@ impl<N: SimNode, M: FnMut(NodeSetup) -> N> Net<N, M> {
                     send_id: tx.send_id,
                     frame: tx.frame,
                     bytes,
+                    link,
                 },
             );
         }
-        while let Some(id) = self.slots[v].node.as_mut().and_then(N::poll_delivered) {
-            if let Some(&msg) = self.ids.get(&id) {
-                let slot = &mut self.delivered[msg][v];
-                if slot.is_none() {
-                    *slot = Some(now);
-                }
-            }
-        }
+        self.record_deliveries(v, now, None);
         let next = self.slots[v].node.as_ref().and_then(N::poll_timeout);
         let s = &mut self.slots[v];
         if next != s.timer_at {
@@ -158,6 +234,21 @@ impl<N: SimNode, M: FnMut(NodeSetup) -> N> Net<N, M> {
                         generation,
                     },
                 );
+            }
+        }
+    }
+
+    /// Records what node `v` delivered, `from` the neighbour whose frame it just handled.
+    fn record_deliveries(&mut self, v: usize, now: Time, from: Option<usize>) {
+        while let Some(id) = self.slots[v].node.as_mut().and_then(N::poll_delivered) {
+            if let Some(&msg) = self.ids.get(&id) {
+                let slot = &mut self.delivered[msg][v];
+                if slot.is_none() {
+                    *slot = Some(now);
+                    if from.is_some() {
+                        self.parent[v] = from;
+                    }
+                }
             }
         }
     }
@@ -192,7 +283,7 @@ impl<N: SimNode, M: FnMut(NodeSetup) -> N> Net<N, M> {
         let neighbours: Vec<usize> = self.adj[v]
             .iter()
             .copied()
-            .filter(|&u| self.up(u))
+            .filter(|&u| self.up(u) && self.link_up(v, u))
             .collect();
         for &u in &neighbours {
             node.add_peer(peer_handle(u), self.rtt_us(v, u), now)?;
@@ -229,7 +320,11 @@ impl<N: SimNode, M: FnMut(NodeSetup) -> N> Net<N, M> {
                 expected[v] = false;
             }
         }
+        self.parent[v] = None;
         for u in self.adj[v].clone() {
+            if !self.link_up(v, u) {
+                continue;
+            }
             if let Some(peer) = self.slots[u].node.as_mut() {
                 peer.remove_peer(peer_handle(v), now)?;
                 self.pump(u, now);
@@ -270,6 +365,7 @@ impl<N: SimNode, M: FnMut(NodeSetup) -> N> Net<N, M> {
                 send_id,
                 frame,
                 bytes,
+                link,
             } => {
                 if self.slots[to].life == to_life && self.up(to) {
                     self.slots[to].link.push_back(Incoming {
@@ -278,6 +374,7 @@ impl<N: SimNode, M: FnMut(NodeSetup) -> N> Net<N, M> {
                         send_id,
                         frame,
                         bytes,
+                        link,
                     });
                     self.start_link(to, now);
                 }
@@ -288,8 +385,13 @@ impl<N: SimNode, M: FnMut(NodeSetup) -> N> Net<N, M> {
                 }
                 self.slots[v].link_busy = false;
                 if let Some(inc) = self.slots[v].link.pop_front() {
-                    // A frame from a sender that left since is from a closed connection.
-                    if self.slots[inc.from].life == inc.from_life && self.up(inc.from) {
+                    // A frame from a sender that left since, or over a link cut since, is from a
+                    // closed connection.
+                    if self.slots[inc.from].life == inc.from_life
+                        && self.up(inc.from)
+                        && self.link_up(v, inc.from)
+                        && self.link_gen(v, inc.from) == inc.link
+                    {
                         let cost = N::frame_cost(&inc.frame);
                         self.rx_bytes += inc.bytes as u64;
                         self.payload_copies += cost.payloads;
@@ -298,6 +400,7 @@ impl<N: SimNode, M: FnMut(NodeSetup) -> N> Net<N, M> {
                         if let Some(node) = self.slots[v].node.as_mut() {
                             node.handle_frame(peer_handle(inc.from), inc.frame, now)?;
                         }
+                        self.record_deliveries(v, now, Some(inc.from));
                         let ack_at = now + self.latency(v, inc.from);
                         self.schedule(
                             ack_at,
@@ -350,6 +453,8 @@ impl<N: SimNode, M: FnMut(NodeSetup) -> N> Net<N, M> {
                     self.join(node, now)?;
                 }
             }
+            Ev::Cut => self.cut(now)?,
+            Ev::Restore { a, b } => self.restore(a, b, now)?,
         }
         Ok(())
     }
@@ -408,6 +513,7 @@ impl<N: SimNode, M: FnMut(NodeSetup) -> N> Net<N, M> {
             bytes_per_node: self.rx_bytes / n as u64,
             control_per_node: self.control as f64 / n as f64,
             leaves: self.leaves,
+            cuts: self.cuts,
             hp_p99: percentile(&high, 99),
             hp_p50: percentile(&high, 50),
             other_p99: percentile(&other, 99),
@@ -538,6 +644,11 @@ pub(super) fn simulate<N: SimNode>(
         events: 0,
         leaves: 0,
         retired: EngineStats::default(),
+        parent: vec![None; n],
+        down: HashSet::new(),
+        link_gen: HashMap::new(),
+        cut_rng: StdRng::seed_from_u64(cfg.seed ^ 0x5eedu64.rotate_left(40)),
+        cuts: 0,
     };
     // Everyone starts up: build all nodes first, then connect them, so no node's first
     // outputs go to a neighbour that does not exist yet.
@@ -563,6 +674,12 @@ pub(super) fn simulate<N: SimNode>(
     net.published = published;
     for (i, &v) in churn_order.iter().take(leaving).enumerate() {
         net.schedule(spread(i, leaving), Ev::Leave { node: v });
+    }
+    // Parent-link cuts: while a message spreads (one largest latency after a point between
+    // publications).
+    for i in 0..cfg.parent_cuts {
+        let at = spread(i, cfg.parent_cuts) + cfg.latency_max;
+        net.schedule(at, Ev::Cut);
     }
 
     let mut now = 0;

@@ -68,6 +68,15 @@ fn drain(e: &mut GossipEngine<Recording>, now: u64) -> Vec<Transmit> {
     std::iter::from_fn(|| e.poll_transmit(now)).collect()
 }
 
+/// Puts `e` on the tree: `parent` pushes it a first copy unasked, as a tree link does (its
+/// forwards are sent and acknowledged).
+fn on_tree(e: &mut GossipEngine<Recording>, parent: u32) {
+    e.handle_frame(parent, push(&vec![200; 300]), 0).unwrap();
+    for tx in drain(e, 0) {
+        e.handle_send_complete(tx.peer, tx.send_id, 0);
+    }
+}
+
 fn small(n: u8) -> Vec<u8> {
     vec![n; 200]
 }
@@ -125,6 +134,7 @@ fn requests_in(txs: &[Transmit], to: u32) -> Vec<MessageId> {
 fn an_announce_waits_for_the_graft_timer_then_is_reported_missing_and_grafted() {
     let policy = Recording::default();
     let mut e = node(policy.clone(), &[1, 2]);
+    on_tree(&mut e, 2);
     let msg = small(1);
     let id = MessageId::of(&msg);
     e.handle_frame(1, announce(&msg), 0).unwrap();
@@ -160,6 +170,7 @@ fn an_announce_waits_for_the_graft_timer_then_is_reported_missing_and_grafted() 
 fn an_eager_copy_within_the_timer_is_a_measured_gap_that_tunes_the_timer() {
     let policy = Recording::default();
     let mut e = node(policy.clone(), &[1, 2]);
+    on_tree(&mut e, 2);
     let msg = small(1);
     e.handle_frame(1, announce(&msg), 0).unwrap();
     e.handle_frame(2, push(&msg), 30 * MS).unwrap();
@@ -174,12 +185,51 @@ fn an_eager_copy_within_the_timer_is_a_measured_gap_that_tunes_the_timer() {
 }
 
 #[test]
-fn large_announces_are_pulled_at_once() {
-    let mut e = node(Recording::default(), &[1]);
-    let msg = vec![3; 4096];
+fn on_no_tree_link_an_announce_is_pulled_at_once_and_its_announcer_grafted() {
+    let policy = Recording::default();
+    let mut e = node(policy.clone(), &[1, 2]);
+    let msg = small(1);
+    let id = MessageId::of(&msg);
     e.handle_frame(1, announce(&msg), 0).unwrap();
     let txs = drain(&mut e, 0);
+    assert_eq!(requests_in(&txs, 1), vec![id]);
+    assert_eq!(
+        links_in(&txs, 1),
+        vec![LinkItem {
+            id,
+            kind: MessageKind::Deposit,
+            op: LinkOp::Graft
+        }]
+    );
+    assert_eq!(
+        policy.links(),
+        vec![PolicyEvent::Missing {
+            peer: 1,
+            message: id_head(&id),
+            kind: MessageKind::Deposit
+        }]
+    );
+    assert_eq!((e.stats().joins, e.stats().missing), (1, 0));
+    // Now on the tree: the next announce waits for the tree's copy.
+    let next = small(2);
+    e.handle_frame(2, announce(&next), MS).unwrap();
+    assert!(requests_in(&drain(&mut e, MS), 2).is_empty());
+    e.handle_timeout(MS + 100 * MS);
+    let txs = drain(&mut e, MS + 100 * MS);
+    assert_eq!(requests_in(&txs, 2), vec![MessageId::of(&next)]);
+    assert_eq!(e.stats().missing, 1);
+}
+
+#[test]
+fn large_announces_are_pulled_at_once_even_on_the_tree() {
+    let mut e = node(Recording::default(), &[1, 2]);
+    on_tree(&mut e, 2);
+    let msg = vec![3; 4096];
+    e.handle_frame(1, announce(&msg), MS).unwrap();
+    let txs = drain(&mut e, MS);
     assert_eq!(requests_in(&txs, 1), vec![MessageId::of(&msg)]);
+    assert!(links_in(&txs, 1).is_empty(), "no graft for a large message");
+    assert_eq!((e.stats().joins, e.stats().missing), (0, 0));
 }
 
 #[test]

@@ -159,7 +159,8 @@ pub enum PolicyEvent {
         kind: MessageKind,
     },
     /// The link to `peer` is needed: the peer announced a message that did not arrive within
-    /// the graft timer, or the peer told us (GRAFT) that a message we announced went missing.
+    /// the graft timer (or that this node, on no tree link yet, pulls from it at once), or the
+    /// peer told us (GRAFT) that a message we announced went missing.
     Missing {
         /// Handle of the peer.
         peer: u32,
@@ -176,9 +177,10 @@ pub enum PolicyEvent {
     Tick(u64),
 }
 
-/// What a tree-building (PlumTree-style) policy asks of the engine's mechanics: wait for the
-/// eager push of an announced message before pulling it, report `missing` when it does not
-/// come, and tell peers PRUNE / GRAFT. A policy that asks nothing (`None`) gets today's
+/// What a tree-building (PlumTree-style) policy asks of the engine's mechanics: once the node
+/// is on the tree, wait for the tree's push of an announced small message before pulling it;
+/// report `missing` when it does not come (or at once while the node is on no tree link) and
+/// graft the announcer; tell peers PRUNE / GRAFT. A policy that asks nothing (`None`) gets today's
 /// mechanics: an announce is pulled at once and no control messages are sent.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LinkControl {
@@ -188,7 +190,7 @@ pub struct LinkControl {
     /// Longest graft timer, milliseconds (also the timer before any gap was measured).
     pub graft_max_ms: u32,
     /// Announces of messages larger than this (bytes) are pulled at once: the policy announces
-    /// them before sending (to eager peers too), so there is no eager copy to wait for.
+    /// them before sending (to every peer), so there is no eager copy to wait for.
     pub announce_first_above: u32,
 }
 

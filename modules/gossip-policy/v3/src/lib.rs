@@ -1,10 +1,11 @@
 //! `gossip-policy-v3`: a self-repairing spreading tree (PlumTree) on
-//! `modnode:gossip-policy@2.0.0`. Eager pushes along the fastest links, announces on the
-//! others, prune on duplicate, graft on missing (the host's graft timer, tuned from measured
-//! gaps within the bounds this module declares), announce-before-send above 1 KiB, a second
-//! eager parent only while churn is detected, high priority never pushed to slow peers. The
-//! algorithm and its state are [`gossip_policy_common::policy_v3`], which the host's simulator
-//! and tests also run natively.
+//! `modnode:gossip-policy@2.0.0`. Pushes, payload and all, along the tree's links (grafted
+//! ones: the first announcer a node pulled from, fastest first), announces on the others,
+//! prune on duplicate, graft on missing (the host's graft timer, tuned from measured gaps
+//! within the bounds this module declares), redundant copies announced before they are sent,
+//! a second parent only while churn is detected (announced, not pushed, messages above 1 KiB),
+//! high priority never pushed to slow peers. The algorithm and its state are
+//! [`gossip_policy_common::policy_v3`], which the host's simulator and tests also run natively.
 //!
 //! The parameters `graft-min-ms`, `graft-max-ms` and `announce-first-above` are what the host
 //! reads to give this policy the engine's tree mechanics; `state-format` lets a later version
@@ -52,9 +53,9 @@ impl Guest for PolicyV3 {
         ModuleInfo {
             kind: "gossip-policy".into(),
             version: 3,
-            description: "a self-repairing spreading tree (PlumTree): eager pushes along the \
-                          fastest links, announces on the rest, prune on duplicate, graft on \
-                          missing, large messages announced before they are sent"
+            description: "a self-repairing spreading tree (PlumTree): pushes along the tree \
+                          (the fastest links), announces on the rest, prune on duplicate, \
+                          graft on missing, redundant copies announced before they are sent"
                 .into(),
             params: vec![
                 ("eager-max".into(), p.eager_max.to_string()),

@@ -1,0 +1,87 @@
+//! Compares gossip-policy v3's spreading tree (the native twin of the wasm module: one
+//! algorithm, `gossip_policy_common::policy_v3`) with the simulator's gossipsub v1.2 model on
+//! the network of `modnode bench gossip-sim` (10–100 ms one way, 100 Mbit/s down and up,
+//! publications over 10 s from 3 s on), at a size that runs in seconds in a debug build:
+//!
+//! `cargo run -p modnode-gossip --example tree_vs_gossipsub -- [nodes] [messages] [seed]`
+//!
+//! Prints, per message size (1 KiB, 100 KiB) and churn (0 %, 10 %), each protocol's report.
+//! For design work (`V3_EAGER_MAX`, `V3_GRAFT_MIN_MS`, `V3_GRAFT_MAX_MS` in the environment
+//! override v3's parameters); the numbers of record come from the benchmark (the wasm modules).
+
+use std::error::Error;
+
+use modnode_gossip::policy_v3::{PolicyV3, V3Params};
+use modnode_gossip::sim::gossipsub::{Gossipsub, GossipsubConfig};
+use modnode_gossip::sim::{self, Scenario, SimConfig};
+
+fn arg(n: usize, default: u64) -> Result<u64, Box<dyn Error>> {
+    match std::env::args().nth(n) {
+        Some(a) => Ok(a.parse()?),
+        None => Ok(default),
+    }
+}
+
+fn env(name: &str, default: u32) -> Result<u32, Box<dyn Error>> {
+    match std::env::var(name) {
+        Ok(v) => Ok(v.parse()?),
+        Err(_) => Ok(default),
+    }
+}
+
+fn main() -> Result<(), Box<dyn Error>> {
+    let defaults = V3Params::default();
+    let params = V3Params {
+        eager_max: env("V3_EAGER_MAX", defaults.eager_max)?,
+        graft_min_ms: env("V3_GRAFT_MIN_MS", defaults.graft_min_ms)?,
+        graft_max_ms: env("V3_GRAFT_MAX_MS", defaults.graft_max_ms)?,
+        ..defaults
+    };
+    let nodes = usize::try_from(arg(1, 200)?)?;
+    let messages = usize::try_from(arg(2, 20)?)?;
+    let seed = arg(3, 7)?;
+    for size in [1024, 100 * 1024] {
+        let small = size < 16 * 1024;
+        let scenario = Scenario {
+            deposits: if small { messages } else { 0 },
+            deposit_size: size,
+            blocks: if small { 0 } else { messages },
+            block_size: size,
+            duration: 10_000_000,
+        };
+        for churn_permille in [0, 100] {
+            let cfg = SimConfig {
+                nodes,
+                degree: 16,
+                seed,
+                latency_min: 10_000,
+                latency_max: 100_000,
+                bandwidth_bps: 100_000_000,
+                upload_bps: 100_000_000,
+                churn_permille,
+                churn_downtime: 2_000_000,
+                publish_start: 3_000_000,
+                max_time: 23_000_000,
+                ..SimConfig::default()
+            };
+            let tree = sim::run(&cfg, &scenario, |_| PolicyV3 {
+                params: params.clone(),
+                ..PolicyV3::default()
+            })?;
+            let gs = sim::run_nodes(&cfg, &scenario, |setup| {
+                Gossipsub::new(GossipsubConfig::default(), setup)
+            })?;
+            println!("{size} B, churn {}%:", churn_permille / 10);
+            println!("  v3        {tree}");
+            println!(
+                "            grafts {} prunes {} missing {} dup pushes {}",
+                tree.engine.grafts_sent,
+                tree.engine.prunes_sent,
+                tree.engine.missing,
+                tree.engine.duplicate_pushes
+            );
+            println!("  gossipsub {gs}");
+        }
+    }
+    Ok(())
+}
