@@ -215,7 +215,9 @@ pub enum ManifestError {
     /// root and counters: the producer's fault (for a manifest without a queue, possibly one
     /// made by a node that does not checkpoint deposits@3's queue, of a state that holds one).
     #[error(
-        "manifest of block {block} at height {height}: state root {claimed} is not the root of {parts} ({computed}){hint}"
+        "manifest of block {block} at height {height}: state root {claimed} is not the root of {} ({computed}){}",
+        state_root_parts(*.with_queue),
+        state_root_hint(*.with_queue)
     )]
     StateRoot {
         /// The checkpointed block's height.
@@ -226,11 +228,29 @@ pub enum ManifestError {
         claimed: String,
         /// Root computed from its parts.
         computed: String,
-        /// What the root was computed from.
-        parts: &'static str,
-        /// What the producer may have done wrong.
-        hint: &'static str,
+        /// Whether the manifest carries a pending-deposit queue.
+        with_queue: bool,
     },
+}
+
+/// What [`ManifestError::StateRoot`] computed the state root from.
+fn state_root_parts(with_queue: bool) -> &'static str {
+    if with_queue {
+        "its registry root, extras and pending-deposit queue root and counters"
+    } else {
+        "its registry root and extras"
+    }
+}
+
+/// What the producer of a manifest refused by [`ManifestError::StateRoot`] may have done wrong.
+fn state_root_hint(with_queue: bool) -> &'static str {
+    if with_queue {
+        ""
+    } else {
+        "; the manifest carries no pending-deposit queue: if the state at this height holds \
+         deposits@3's queue, it was made by a node that does not checkpoint the queue (a \
+         format-3 manifest is needed)"
+    }
 }
 
 /// The non-leaf state parts as manifest extras: `eth1 length u32 | eth1 state | schedule`.
@@ -597,25 +617,12 @@ impl Manifest {
             state_root_with_queue(&self.registry_root, &self.extras, self.queue.as_ref())
                 .ok_or(ManifestError::ExtrasMalformed)?;
         if computed != self.state_root {
-            let (parts, hint) = match self.queue {
-                Some(_) => (
-                    "its registry root, extras and pending-deposit queue root and counters",
-                    "",
-                ),
-                None => (
-                    "its registry root and extras",
-                    "; the manifest carries no pending-deposit queue: if the state at this \
-                     height holds deposits@3's queue, it was made by a node that does not \
-                     checkpoint the queue (a format-3 manifest is needed)",
-                ),
-            };
             return Err(ManifestError::StateRoot {
                 height: self.height,
                 block: hex::encode(self.block_hash),
                 claimed: hex::encode(self.state_root),
                 computed: hex::encode(computed),
-                parts,
-                hint,
+                with_queue: self.queue.is_some(),
             });
         }
         Ok(())
