@@ -501,6 +501,44 @@ mod tests {
         assert_eq!(other.root(), q.root());
     }
 
+    /// The chunks a queue holds, by address.
+    fn chunk_addresses(q: &PendingQueue) -> std::collections::HashSet<usize> {
+        q.entries
+            .chunk_ptrs()
+            .chain(q.tree.chunk_ptrs())
+            .map(|(ptr, _)| ptr)
+            .collect()
+    }
+
+    #[test]
+    fn a_clone_shares_every_chunk_and_a_push_to_it_copies_only_a_path_of_chunks() {
+        // A state snapshot clones the queue: with 100,000 entries (98 entry chunks and the
+        // tree's levels), the clone must share every chunk, and the next block's pushes and
+        // drops copy only the chunks on the path they write — O(log n), never O(n).
+        let mut q = PendingQueue::new();
+        q.apply(&delta(0..100_000, 10, Some(3))).unwrap();
+        let (root, len) = (q.root(), q.len());
+        let before = chunk_addresses(&q);
+        assert!(before.len() > 100, "{} chunks", before.len());
+        let mut next = q.clone();
+        assert_eq!(chunk_addresses(&next), before, "a clone shares every chunk");
+        next.apply(&delta(100_000..100_016, 16, Some(0))).unwrap();
+        // The original is untouched.
+        assert_eq!((q.root(), q.len()), (root, len));
+        assert_eq!(q.entry(100_000), None);
+        assert_eq!(next.len(), len);
+        let after = chunk_addresses(&next);
+        let copied = after.difference(&before).count();
+        let depth = (u64::BITS - next.total().leading_zeros()) as usize;
+        assert!(
+            copied <= 2 * depth + 2,
+            "{copied} chunks copied for 16 pushes, the tree's depth is {depth}"
+        );
+        assert!(after.intersection(&before).count() >= before.len() - copied);
+        // The table bytes a snapshot owns alone stay small next to the entries it shares.
+        assert!(next.table_bytes() < 64 << 10, "{}", next.table_bytes());
+    }
+
     #[test]
     fn from_parts_rebuilds_the_queue_its_parts_came_from() {
         let mut q = PendingQueue::new();
