@@ -13,6 +13,10 @@
 //! - [`pipeline`]: restore as a pipeline — chunks verified on worker threads as they arrive,
 //!   written in batches, each reported once durable; bounded end to end, so a slow disk backs
 //!   up the fetching.
+//! - [`queue`]: deposits@3's pending-deposit queue in a checkpoint — host-made chunks of queue
+//!   entries with range proofs against the queue's tree, and the manifest's queue part (tree
+//!   root and counters) from which, with the registry root and the extras, the state root
+//!   follows (manifest format 3).
 //! - [`roots`]: checkpoint-v3's chunk roots: chunks that carry no range proof (so an
 //!   unchanged chunk keeps its bytes and hash from one checkpoint to the next) are proven
 //!   against the registry root through the subtree roots their manifest lists.
@@ -35,8 +39,10 @@
 //!   verified chunks again.
 //!
 //! A chunk is a contiguous range of state leaves (validator record and balance) with a range
-//! proof against the registry root; the eth1 state travels in the manifest, so the restorer
-//! recomputes the full state root.
+//! proof against the registry root, or — for a state holding deposits@3's queue — a contiguous
+//! range of queue entries with a range proof against the queue's tree; the eth1 state, the
+//! schedule and the queue's counters travel in the manifest, so the restorer recomputes the
+//! full state root.
 
 pub mod carry;
 pub mod create;
@@ -46,6 +52,7 @@ pub mod incremental;
 pub mod leaves;
 pub mod manifest;
 pub mod pipeline;
+pub mod queue;
 pub mod restore;
 pub mod roots;
 pub mod serve;
@@ -59,6 +66,7 @@ pub use incremental::{IncrementalCheckpoint, IncrementalCreator};
 pub use leaves::{StateLeaves, synthetic_state};
 pub use manifest::{ChunkEntry, Manifest, ManifestError, ManifestLimits};
 pub use pipeline::{ChunkSink, NoSink, Outcome, Pipeline, PipelineConfig, SubmitError};
+pub use queue::QueuePart;
 pub use restore::{
     ChunkOpener, ChunkVerifier, Fault, Progress, RestoreError, RestoredState, Restorer,
     VerifiedChunk, verify_all,

@@ -27,6 +27,7 @@ pub use overlay::{
 };
 pub use pending::{
     PendingDelta, PendingDeposit, PendingError, PendingOverlay, PendingQueue, PendingUndo,
+    pending_root,
 };
 pub use registry::{Registry, StateError};
 pub use schedule::{Schedule, ScheduleError, UpgradeOp};

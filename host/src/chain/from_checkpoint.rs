@@ -1,6 +1,7 @@
 //! Starting a chain from a restored checkpoint instead of genesis: the store is initialised
-//! with the state after block `H` (registry, eth1 state, module schedule), block `H` itself as
-//! the head, and the genesis block, so [`Chain::open`](super::Chain::open) opens it like any
+//! with the state after block `H` (registry, eth1 state, module schedule and, once the chain
+//! has run deposits@3, the pending-deposit queue), block `H` itself as the head, and the
+//! genesis block, so [`Chain::open`](super::Chain::open) opens it like any
 //! other store and range sync continues from `H + 1`. Every later block is imported exactly like
 //! any import, against the restored state root. Heights between genesis and `H` are not
 //! stored: this node cannot serve them. There is no undo record for block `H` either, so `H`
@@ -12,7 +13,7 @@ use super::block::{Block, Hash};
 use super::errors::OpenError;
 use super::genesis::Genesis;
 use super::{Head, STORE_FORMAT, check_seal};
-use crate::state::{Eth1State, Registry, Schedule, state_root};
+use crate::state::{Eth1State, PendingQueue, Registry, Schedule, state_root_with};
 use crate::store::{KvStore, StoreError, WriteBatch, keys};
 
 /// What a chain starts from: block `H` and the state after it, as a restore proved it.
@@ -26,10 +27,16 @@ pub struct CheckpointStart<'a> {
     pub eth1: &'a Eth1State,
     /// The module schedule after it.
     pub schedule: &'a Schedule,
+    /// deposits@3's pending-deposit queue after it (`None`: the state has none).
+    pub pending: Option<&'a PendingQueue>,
 }
 
-/// Initialises an empty `store` from `start`: the registry's records in bounded batches, then
-/// the blocks, head and FORMAT in one final batch (see `registry_store`). Refuses a store that
+/// Queue entries written per batch before the final one.
+const PENDING_ENTRIES_PER_BATCH: u64 = 16 * 1024;
+
+/// Initialises an empty `store` from `start`: the registry's records and the queue's entries
+/// (every entry ever pushed, as `pending_store` keeps them) in bounded batches, then the
+/// blocks, the queue's extent, head and FORMAT in one final batch (see `registry_store`). Refuses a store that
 /// already holds a chain, a block whose header does not commit to the state's root, and (on a
 /// chain with authorities) a block its slot's authority did not seal — so the restored state is
 /// anchored to a header an authority signed, not only to the peers that offered the checkpoint.
@@ -46,7 +53,13 @@ pub fn init_from_checkpoint(
     let block = start.block;
     let hash = block.hash();
     let name = hex::encode(hash);
-    let root = state_root(&start.registry.root(), start.eth1, start.schedule);
+    let pending_root = start.pending.map(PendingQueue::root);
+    let root = state_root_with(
+        &start.registry.root(),
+        start.eth1,
+        start.schedule,
+        pending_root.as_ref(),
+    );
     if root != block.header.state_root {
         return Err(OpenError::Corrupt(format!(
             "the restored state root {} is not the one block {name} commits to ({})",
@@ -75,7 +88,16 @@ pub fn init_from_checkpoint(
         start.registry,
         super::registry_store::VALIDATORS_PER_BATCH,
     )?;
+    if let Some(queue) = start.pending {
+        write_pending_entries(store, queue)?;
+    }
     let mut batch = WriteBatch::new();
+    if let Some(queue) = start.pending {
+        batch.put(
+            keys::pending(&hash),
+            super::pending_store::encode_extent(&queue.undo_for()),
+        );
+    }
     let head = Head {
         hash,
         height: block.header.height,
@@ -108,6 +130,32 @@ pub fn base_height(store: &dyn KvStore) -> Result<u64, StoreError> {
                 ))
             }),
     }
+}
+
+/// Writes every entry `queue` ever pushed under its index, in bounded batches (before the final
+/// batch: an interrupted start leaves them to be overwritten by the next attempt).
+fn write_pending_entries(store: &dyn KvStore, queue: &PendingQueue) -> Result<(), StoreError> {
+    let mut batch = WriteBatch::new();
+    let mut in_batch = 0u64;
+    for index in 0..queue.total() {
+        let entry = queue.entry(index).ok_or_else(|| {
+            StoreError::Corrupt(format!(
+                "the restored pending-deposit queue lacks entry {index} of {}",
+                queue.total()
+            ))
+        })?;
+        batch.put(keys::pending_entry(index), entry.encode().to_vec());
+        in_batch = in_batch.saturating_add(1);
+        if in_batch >= PENDING_ENTRIES_PER_BATCH {
+            store.commit(&batch)?;
+            batch = WriteBatch::new();
+            in_batch = 0;
+        }
+    }
+    if in_batch > 0 {
+        store.commit(&batch)?;
+    }
+    Ok(())
 }
 
 fn put_block(batch: &mut WriteBatch, block: &Block, hash: &Hash) {

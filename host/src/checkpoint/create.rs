@@ -1,6 +1,7 @@
 //! Creating a checkpoint: the module plans the chunk ranges, the host builds the chunks (on
 //! several worker threads when the module declares its chunks independent, one module instance
-//! per chunk) and writes the manifest.
+//! per chunk), adds its own chunks of deposits@3's pending-deposit queue when the state holds
+//! one ([`super::queue`]), and writes the manifest.
 
 use std::sync::Arc;
 use std::sync::Mutex;
@@ -10,6 +11,7 @@ use sha2::{Digest, Sha256};
 
 use super::leaves::StateLeaves;
 use super::manifest::{ChunkEntry, Manifest, ManifestError, ManifestLimits};
+use super::queue::QueuePart;
 use crate::runtime::CallError;
 use crate::runtime::checkpoint::{
     CheckpointModule, ChunkError, ChunkSession, LeafRange, PlanParams, StateReader,
@@ -107,6 +109,9 @@ pub enum CreateError {
     /// The worker threads could not be started.
     #[error("cannot start checkpoint worker threads: {0}")]
     Threads(std::io::Error),
+    /// A pending-deposit queue chunk could not be built (ours: the queue lacks what it lists).
+    #[error("cannot build the pending-deposit queue's checkpoint chunks: {0}")]
+    Queue(String),
 }
 
 /// Whether `module` declares its chunks independent (so they may be built concurrently).
@@ -166,19 +171,62 @@ pub fn create(
         });
         chunks.push(bytes);
     }
-    let manifest = assemble_manifest(module, state.as_ref(), at, options, entries)?;
+    let queue = build_queue_chunks(state.as_ref(), options, limits.max_chunk_bytes)?;
+    let queue_entries = queue.iter().map(|(entry, _)| *entry).collect();
+    chunks.extend(queue.into_iter().map(|(_, bytes)| bytes));
+    let manifest = assemble_manifest(module, state.as_ref(), at, options, entries, queue_entries)?;
     Ok(Checkpoint { manifest, chunks })
 }
 
-/// The manifest of `entries` (every chunk, in order) of `state`: the module's parameters and
-/// the host's, the state's roots and extras, and — for a module whose chunks carry no proof —
-/// each chunk's subtree root read from the registry tree. Validated as a peer's would be.
+/// The host's chunks of the state's pending-deposit queue, in entry order (none without a
+/// queue): about `options.target_chunk_bytes` each, every entry ever pushed covered.
+pub(super) fn build_queue_chunks(
+    state: &dyn StateLeaves,
+    options: CreateOptions,
+    max: u32,
+) -> Result<Vec<(ChunkEntry, Vec<u8>)>, CreateError> {
+    let Some(queue) = state.pending() else {
+        return Ok(Vec::new());
+    };
+    let ranges = super::queue::plan(queue.total(), options.target_chunk_bytes);
+    let mut out = Vec::with_capacity(ranges.len());
+    for (start, end) in ranges {
+        let bytes = super::queue::build_chunk(queue, start, end).map_err(CreateError::Queue)?;
+        let size = u32::try_from(bytes.len())
+            .ok()
+            .filter(|&size| size <= max)
+            .ok_or_else(|| {
+                CreateError::Queue(format!(
+                    "the chunk of entries [{start}, {end}) is {} bytes; chunks are capped at {max}",
+                    bytes.len()
+                ))
+            })?;
+        let entry = ChunkEntry {
+            hash: Sha256::digest(&bytes).into(),
+            start,
+            end,
+            size,
+        };
+        out.push((entry, bytes));
+        if options.background {
+            std::thread::yield_now();
+        }
+    }
+    Ok(out)
+}
+
+/// The manifest of `entries` (every registry chunk, in order) and `queue_entries` (every chunk
+/// of the state's pending-deposit queue, in order; empty without a queue) of `state`: the
+/// module's parameters and the host's, the state's roots and extras, the queue's part, and —
+/// for a module whose chunks carry no proof — each registry chunk's subtree root read from the
+/// registry tree. Validated as a peer's would be.
 pub(super) fn assemble_manifest(
     module: &CheckpointModule,
     state: &dyn StateLeaves,
     at: BlockRef,
     options: CreateOptions,
     entries: Vec<ChunkEntry>,
+    queue_entries: Vec<ChunkEntry>,
 ) -> Result<Manifest, CreateError> {
     let limits = ManifestLimits::default();
     let invalid = |source| CreateError::Invalid {
@@ -204,6 +252,20 @@ pub(super) fn assemble_manifest(
     let info = &module.meta().info;
     let mut manifest_params = info.params.clone();
     manifest_params.push((TARGET_PARAM.into(), options.target_chunk_bytes.to_string()));
+    let queue = match state.pending() {
+        None => None,
+        Some(queue) => {
+            let chunks = u32::try_from(queue_entries.len()).map_err(|_| {
+                invalid(ManifestError::Queue(format!(
+                    "{} queue chunks",
+                    queue_entries.len()
+                )))
+            })?;
+            Some(QueuePart::of(queue, chunks))
+        }
+    };
+    let mut entries = entries;
+    entries.extend(queue_entries);
     let manifest = Manifest {
         module_hash: module.hash(),
         module_version: info.version,
@@ -217,6 +279,7 @@ pub(super) fn assemble_manifest(
         extras: state.extras(),
         chunks: entries,
         chunk_roots,
+        queue,
     };
     manifest.validate(&limits).map_err(invalid)?;
     Ok(manifest)

@@ -462,6 +462,7 @@ mod tests {
             extras,
             chunks,
             chunk_roots: Vec::new(),
+            queue: None,
         }
     }
 

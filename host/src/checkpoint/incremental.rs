@@ -19,8 +19,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::create::{
-    BlockRef, CreateError, CreateOptions, assemble_manifest, build_all, builds_in_parallel,
-    proofs_in_manifest, worker_count,
+    BlockRef, CreateError, CreateOptions, assemble_manifest, build_all, build_queue_chunks,
+    builds_in_parallel, proofs_in_manifest, worker_count,
 };
 use super::leaves::StateLeaves;
 use super::manifest::{ChunkEntry, Manifest, ManifestLimits};
@@ -32,8 +32,9 @@ use crate::state::merkle::Hash32;
 pub struct IncrementalCheckpoint {
     /// The manifest (identical to a full creation's of the same state).
     pub manifest: Manifest,
-    /// The chunks built by this creation, `(index in the manifest, bytes)`, in order; every
-    /// other chunk was reused by hash from an earlier checkpoint.
+    /// The chunks built by this creation, `(index in the manifest, bytes)`, in order (the
+    /// pending-deposit queue's chunks, if any, always among them); every other chunk was reused
+    /// by hash from an earlier checkpoint.
     pub built: Vec<(usize, Vec<u8>)>,
     /// Chunks reused by hash.
     pub reused: usize,
@@ -184,7 +185,16 @@ impl IncrementalCreator {
             built_chunks.push((index, bytes));
         }
         let entries: Vec<ChunkEntry> = entries.into_iter().flatten().collect();
-        let manifest = assemble_manifest(module, state.as_ref(), at, options, entries)?;
+        // The pending-deposit queue's chunks (a state holding one) are the host's, built every
+        // time and listed after the registry's; unchanged bytes are stored once by hash.
+        let queue = build_queue_chunks(state.as_ref(), options, limits.max_chunk_bytes)?;
+        let mut queue_entries = Vec::with_capacity(queue.len());
+        for (offset, (entry, bytes)) in queue.into_iter().enumerate() {
+            queue_entries.push(entry);
+            built_chunks.push((entries.len().saturating_add(offset), bytes));
+        }
+        let manifest =
+            assemble_manifest(module, state.as_ref(), at, options, entries, queue_entries)?;
         if reusable {
             let chunks = ranges
                 .iter()

@@ -1,10 +1,11 @@
 //! What a checkpoint is made of: the state as position-indexed leaves (the registry, one leaf per
 //! validator: its record and balance) plus the parts of the state that are not leaves (the eth1
-//! state), read from an immutable [`StateSnapshot`] so creation never races import.
+//! state, the schedule) and deposits@3's pending-deposit queue when the state holds one, read
+//! from an immutable [`StateSnapshot`] so creation never races import.
 
 use crate::runtime::checkpoint::StateReader;
 use crate::state::merkle::Hash32;
-use crate::state::{LEAF_BYTES, Registry, Schedule, StateSnapshot};
+use crate::state::{LEAF_BYTES, PendingQueue, Registry, Schedule, StateSnapshot};
 
 /// An immutable state a checkpoint is created from. The leaf access comes from the checkpoint
 /// world's [`StateReader`]; this adds what the manifest needs besides the leaves.
@@ -13,8 +14,13 @@ pub trait StateLeaves: StateReader {
     fn registry_root(&self) -> Hash32;
     /// Canonical encoding of the non-leaf state parts, carried in the manifest.
     fn extras(&self) -> Vec<u8>;
-    /// The full state root: the registry root and the extras combined.
+    /// The full state root: the registry root, the extras and the queue (if any) combined.
     fn state_root(&self) -> Hash32;
+    /// deposits@3's pending-deposit queue, if the state holds one: the host adds its chunks
+    /// to the module's (see [`super::queue`]).
+    fn pending(&self) -> Option<&PendingQueue> {
+        None
+    }
     /// Node `index` at level `depth` of the registry tree (level 0: the leaf hashes), read,
     /// not hashed: a checkpoint-v3 chunk's subtree root.
     fn tree_node(&self, depth: usize, index: u64) -> Option<Hash32>;
@@ -101,6 +107,10 @@ impl StateLeaves for StateSnapshot {
 
     fn state_root(&self) -> Hash32 {
         self.root()
+    }
+
+    fn pending(&self) -> Option<&PendingQueue> {
+        StateSnapshot::pending(self)
     }
 
     fn tree_node(&self, depth: usize, index: u64) -> Option<Hash32> {

@@ -5,12 +5,15 @@
 //!
 //! A manifest from a peer is decoded with [`Manifest::decode`], which checks everything that can
 //! be checked before a single chunk is fetched: bounded sizes and counts, ranges that tile the
-//! leaf space exactly, and a state root that follows from the registry root and the extras.
+//! leaf space exactly, and a state root that follows from the registry root, the extras and,
+//! for a state holding deposits@3's pending-deposit queue, the queue's tree root and counters
+//! ([`QueuePart`], format [`MANIFEST_FORMAT_QUEUE`]).
 
 use sha2::{Digest, Sha256};
 
+use super::queue::{QUEUE_PART_BYTES, QueuePart};
 use crate::state::merkle::Hash32;
-use crate::state::{Eth1State, Schedule, state_root};
+use crate::state::{Eth1State, Schedule, state_root, state_root_with};
 
 const MAGIC: &[u8; 4] = b"MNCM";
 /// Version of the manifest encoding of checkpoints whose chunks carry their range proofs
@@ -19,6 +22,13 @@ pub const MANIFEST_FORMAT: u8 = 1;
 /// Version of the encoding that also lists each chunk's subtree root (checkpoint-v3, whose
 /// chunks carry no proof: see [`super::roots`]). Format-1 manifests keep their bytes and ids.
 pub const MANIFEST_FORMAT_ROOTS: u8 = 2;
+/// Version of the encoding of a state that holds deposits@3's pending-deposit queue: the
+/// chunk list ends with the host-made queue chunks, followed by the queue's part
+/// ([`QueuePart`]: tree root, counters, queue chunk count) and the registry chunks' roots
+/// (when the module's chunks carry no proof). A state without a queue is still encoded as
+/// format 1 or 2, byte for byte; a node that knows only those refuses format 3
+/// ([`ManifestError::UnsupportedFormat`]) rather than restoring a state without its queue.
+pub const MANIFEST_FORMAT_QUEUE: u8 = 3;
 /// Domain of the checkpoint id hash.
 const ID_DOMAIN: &[u8] = b"modnode-checkpoint-manifest-v1";
 
@@ -88,10 +98,15 @@ pub struct Manifest {
     pub extras: Vec<u8>,
     /// The chunks, in leaf order.
     pub chunks: Vec<ChunkEntry>,
-    /// Each chunk's subtree root in the registry tree, `chunk_roots[i]` for `chunks[i]`, when
-    /// the chunks carry no range proof (checkpoint-v3); empty otherwise. Checked against the
-    /// registry root by [`validate`](Self::validate), before any chunk is fetched.
+    /// Each registry chunk's subtree root in the registry tree, `chunk_roots[i]` for
+    /// `chunks[i]`, when the module's chunks carry no range proof (checkpoint-v3); empty
+    /// otherwise. Checked against the registry root by [`validate`](Self::validate), before any
+    /// chunk is fetched.
     pub chunk_roots: Vec<Hash32>,
+    /// deposits@3's pending-deposit queue, for a state that holds one: its tree root and
+    /// counters; its chunks are the last [`QueuePart::chunks`] of `chunks` (see
+    /// [`super::queue`]). `None`: the state has no queue (format 1 or 2).
+    pub queue: Option<QueuePart>,
 }
 
 /// Why a manifest is refused. Every variant is the fault of whoever produced the manifest.
@@ -105,7 +120,7 @@ pub enum ManifestError {
     BadMagic,
     /// An encoding version this node does not know.
     #[error(
-        "manifest format {0} is not supported (expected {MANIFEST_FORMAT} or {MANIFEST_FORMAT_ROOTS})"
+        "manifest format {0} is not supported (expected {MANIFEST_FORMAT}, {MANIFEST_FORMAT_ROOTS} or {MANIFEST_FORMAT_QUEUE})"
     )]
     UnsupportedFormat(u8),
     /// Bytes after the last chunk.
@@ -193,16 +208,49 @@ pub enum ManifestError {
     /// The chunk roots are not whole subtrees of the registry tree leading to its root.
     #[error("manifest chunk roots refused: {0}")]
     ChunkRoots(String),
-    /// The state root does not follow from the registry root and the extras.
+    /// The pending-deposit queue's part or chunk list is malformed.
+    #[error("manifest pending-deposit queue refused: {0}")]
+    Queue(String),
+    /// The state root does not follow from the registry root, the extras and the queue's
+    /// root and counters: the producer's fault (for a manifest without a queue, possibly one
+    /// made by a node that does not checkpoint deposits@3's queue, of a state that holds one).
     #[error(
-        "manifest state root {claimed} is not the root of its registry root and extras ({computed})"
+        "manifest of block {block} at height {height}: state root {claimed} is not the root of {} ({computed}){}",
+        state_root_parts(*.with_queue),
+        state_root_hint(*.with_queue)
     )]
     StateRoot {
+        /// The checkpointed block's height.
+        height: u64,
+        /// The checkpointed block (hex).
+        block: String,
         /// Root in the manifest.
         claimed: String,
         /// Root computed from its parts.
         computed: String,
+        /// Whether the manifest carries a pending-deposit queue.
+        with_queue: bool,
     },
+}
+
+/// What [`ManifestError::StateRoot`] computed the state root from.
+fn state_root_parts(with_queue: bool) -> &'static str {
+    if with_queue {
+        "its registry root, extras and pending-deposit queue root and counters"
+    } else {
+        "its registry root and extras"
+    }
+}
+
+/// What the producer of a manifest refused by [`ManifestError::StateRoot`] may have done wrong.
+fn state_root_hint(with_queue: bool) -> &'static str {
+    if with_queue {
+        ""
+    } else {
+        "; the manifest carries no pending-deposit queue: if the state at this height holds \
+         deposits@3's queue, it was made by a node that does not checkpoint the queue (a \
+         format-3 manifest is needed)"
+    }
 }
 
 /// The non-leaf state parts as manifest extras: `eth1 length u32 | eth1 state | schedule`.
@@ -225,6 +273,18 @@ pub fn decode_extras(extras: &[u8]) -> Option<(Eth1State, Schedule)> {
 /// The full state root a registry root and the extras commit to, if the extras decode.
 pub fn state_root_of(registry_root: &Hash32, extras: &[u8]) -> Option<Hash32> {
     decode_extras(extras).map(|(eth1, schedule)| state_root(registry_root, &eth1, &schedule))
+}
+
+/// The full state root a registry root, the extras and a pending-deposit queue's part commit
+/// to (`None`: no queue, [`state_root_of`]), if the extras decode.
+pub fn state_root_with_queue(
+    registry_root: &Hash32,
+    extras: &[u8],
+    queue: Option<&QueuePart>,
+) -> Option<Hash32> {
+    let pending = queue.map(QueuePart::root);
+    decode_extras(extras)
+        .map(|(eth1, schedule)| state_root_with(registry_root, &eth1, &schedule, pending.as_ref()))
 }
 
 impl Manifest {
@@ -250,16 +310,47 @@ impl Manifest {
         self.chunks.iter().map(|c| u64::from(c.size)).sum()
     }
 
+    /// How many chunks, at the front of `chunks`, are the module's registry chunks (the rest
+    /// are the pending-deposit queue's).
+    pub fn registry_chunk_count(&self) -> usize {
+        let queue = self
+            .queue
+            .map_or(0, |q| usize::try_from(q.chunks).unwrap_or(usize::MAX));
+        self.chunks.len().saturating_sub(queue)
+    }
+
+    /// The module's registry chunks, in leaf order.
+    pub fn registry_chunks(&self) -> &[ChunkEntry] {
+        self.chunks
+            .get(..self.registry_chunk_count())
+            .unwrap_or_default()
+    }
+
+    /// The host's pending-deposit queue chunks, in entry order (empty without a queue).
+    pub fn queue_chunks(&self) -> &[ChunkEntry] {
+        self.chunks
+            .get(self.registry_chunk_count()..)
+            .unwrap_or_default()
+    }
+
+    /// The encoding format: [`MANIFEST_FORMAT_QUEUE`] with a queue, else
+    /// [`MANIFEST_FORMAT_ROOTS`] with chunk roots, else [`MANIFEST_FORMAT`].
+    pub fn format(&self) -> u8 {
+        if self.queue.is_some() {
+            MANIFEST_FORMAT_QUEUE
+        } else if self.chunk_roots.is_empty() {
+            MANIFEST_FORMAT
+        } else {
+            MANIFEST_FORMAT_ROOTS
+        }
+    }
+
     /// Canonical encoding (integers little-endian; strings and byte lists length-prefixed).
     pub fn encode(&self) -> Vec<u8> {
         let mut out =
             Vec::with_capacity(256usize.saturating_add(self.chunks.len().saturating_mul(52)));
         out.extend_from_slice(MAGIC);
-        out.push(if self.chunk_roots.is_empty() {
-            MANIFEST_FORMAT
-        } else {
-            MANIFEST_FORMAT_ROOTS
-        });
+        out.push(self.format());
         out.extend_from_slice(&self.module_hash);
         out.extend_from_slice(&self.module_version.to_le_bytes());
         put_len(&mut out, self.params.len());
@@ -281,7 +372,13 @@ impl Manifest {
             out.extend_from_slice(&c.end.to_le_bytes());
             out.extend_from_slice(&c.size.to_le_bytes());
         }
-        // Format 2 only: one root per chunk, the count being the chunks'.
+        if let Some(queue) = &self.queue {
+            // Format 3: the queue's part, then a flag and the registry chunks' roots.
+            out.reserve(QUEUE_PART_BYTES.saturating_add(1));
+            queue.encode(&mut out);
+            out.push(u8::from(!self.chunk_roots.is_empty()));
+        }
+        // Formats 2 and 3: one root per registry chunk, the count being theirs.
         for root in &self.chunk_roots {
             out.extend_from_slice(root);
         }
@@ -296,7 +393,13 @@ impl Manifest {
             return Err(ManifestError::BadMagic);
         }
         let [format] = r.array::<1>("format")?;
-        if format != MANIFEST_FORMAT && format != MANIFEST_FORMAT_ROOTS {
+        if ![
+            MANIFEST_FORMAT,
+            MANIFEST_FORMAT_ROOTS,
+            MANIFEST_FORMAT_QUEUE,
+        ]
+        .contains(&format)
+        {
             return Err(ManifestError::UnsupportedFormat(format));
         }
         let module_hash = r.array::<32>("module hash")?;
@@ -345,17 +448,47 @@ impl Manifest {
                 size: u32::from_le_bytes(r.array("chunk size")?),
             });
         }
+        let mut queue = None;
+        let mut with_roots = format == MANIFEST_FORMAT_ROOTS;
+        let mut registry_chunks = chunks.len();
+        if format == MANIFEST_FORMAT_QUEUE {
+            let (part, rest) =
+                QueuePart::decode(r.bytes).ok_or(ManifestError::Truncated("queue part"))?;
+            r.bytes = rest;
+            registry_chunks = usize::try_from(part.chunks)
+                .ok()
+                .and_then(|n| chunks.len().checked_sub(n))
+                .ok_or_else(|| {
+                    ManifestError::Queue(format!(
+                        "{} queue chunks counted, {} chunks listed in all",
+                        part.chunks,
+                        chunks.len()
+                    ))
+                })?;
+            let [flag] = r.array::<1>("chunk roots flag")?;
+            with_roots = match flag {
+                0 => false,
+                1 => true,
+                other => {
+                    return Err(ManifestError::ChunkRoots(format!(
+                        "chunk roots flag {other} is neither 0 nor 1"
+                    )));
+                }
+            };
+            queue = Some(part);
+        }
         let mut chunk_roots = Vec::new();
-        if format == MANIFEST_FORMAT_ROOTS {
-            chunk_roots.reserve_exact(chunks.len());
-            for _ in 0..chunks.len() {
+        if with_roots {
+            chunk_roots.reserve_exact(registry_chunks);
+            for _ in 0..registry_chunks {
                 chunk_roots.push(r.array("chunk root")?);
             }
             if chunk_roots.is_empty() {
-                // An empty root list is format 1; two encodings of one manifest are refused.
-                return Err(ManifestError::ChunkRoots(
-                    "format 2 with no chunk roots".into(),
-                ));
+                // An empty root list is the encoding without roots; two encodings of one
+                // manifest are refused.
+                return Err(ManifestError::ChunkRoots(format!(
+                    "format {format} says it lists chunk roots, and lists none"
+                )));
             }
         }
         if !r.bytes.is_empty() {
@@ -374,6 +507,7 @@ impl Manifest {
             extras,
             chunks,
             chunk_roots,
+            queue,
         };
         manifest.validate(limits)?;
         Ok(manifest)
@@ -383,7 +517,7 @@ impl Manifest {
     /// are not whole subtrees leading to it.
     pub fn root_tree(&self) -> Result<super::roots::RootTree, ManifestError> {
         super::roots::RootTree::new(
-            &self.chunks,
+            self.registry_chunks(),
             &self.chunk_roots,
             self.leaf_count,
             &self.registry_root,
@@ -391,8 +525,9 @@ impl Manifest {
         .map_err(ManifestError::ChunkRoots)
     }
 
-    /// Checks the bounds, that the chunk ranges tile `[0, leaf_count)` exactly, in order, and
-    /// that the state root follows from the registry root and the extras.
+    /// Checks the bounds, that the registry chunk ranges tile `[0, leaf_count)` exactly, in
+    /// order, that the queue chunks (if any) tile the queue's entries, and that the state root
+    /// follows from the registry root, the extras and the queue's root and counters.
     pub fn validate(&self, limits: &ManifestLimits) -> Result<(), ManifestError> {
         if self.chunks.len() > limits.max_chunks {
             return Err(ManifestError::TooManyChunks {
@@ -425,7 +560,7 @@ impl Manifest {
             });
         }
         let mut next = 0u64;
-        for (index, c) in self.chunks.iter().enumerate() {
+        for (index, c) in self.registry_chunks().iter().enumerate() {
             if c.size == 0 || c.size > limits.max_chunk_bytes {
                 return Err(ManifestError::ChunkSize {
                     index,
@@ -465,20 +600,29 @@ impl Manifest {
         }
         if next != self.leaf_count {
             return Err(ManifestError::Gap {
-                index: self.chunks.len(),
+                index: self.registry_chunk_count(),
                 from: next,
                 to: self.leaf_count,
             });
         }
+        if let Some(queue) = &self.queue {
+            queue
+                .validate(self.queue_chunks(), self.registry_chunk_count(), limits)
+                .map_err(ManifestError::Queue)?;
+        }
         if !self.chunk_roots.is_empty() {
             self.root_tree()?;
         }
-        let computed = state_root_of(&self.registry_root, &self.extras)
-            .ok_or(ManifestError::ExtrasMalformed)?;
+        let computed =
+            state_root_with_queue(&self.registry_root, &self.extras, self.queue.as_ref())
+                .ok_or(ManifestError::ExtrasMalformed)?;
         if computed != self.state_root {
             return Err(ManifestError::StateRoot {
+                height: self.height,
+                block: hex::encode(self.block_hash),
                 claimed: hex::encode(self.state_root),
                 computed: hex::encode(computed),
+                with_queue: self.queue.is_some(),
             });
         }
         Ok(())

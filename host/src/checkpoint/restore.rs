@@ -1,8 +1,10 @@
 //! Restoring a checkpoint, sans-IO: chunks arrive in any order from anyone; each is checked on
 //! arrival against its manifest entry (size, hash), opened by the module that made it, and its
-//! leaves proven against the manifest's registry root; coverage is tracked by leaf index. The
-//! restore is done only when every leaf is covered and the state rebuilt from the leaves has the
-//! manifest's state root.
+//! leaves proven against the manifest's registry root — or, for a pending-deposit queue chunk
+//! (host-made, see [`super::queue`]), opened by the host and its entries proven against the
+//! queue's tree root; coverage is tracked by leaf index and by queue entry index. The restore
+//! is done only when everything is covered and the state rebuilt from the leaves and entries has
+//! the manifest's state root.
 //!
 //! [`Restorer::verify`] takes `&self`, so a driver may verify chunks on several threads and
 //! hand the results to [`Restorer::insert`].
@@ -13,13 +15,15 @@ use std::sync::{Arc, Mutex};
 use sha2::{Digest, Sha256};
 
 use super::manifest::{Manifest, ManifestError, ManifestLimits};
+use super::queue::{rebuild_queue, verify_queue_chunk};
 use crate::runtime::CallError;
 use crate::runtime::checkpoint::{CheckpointModule, ChunkContents, ChunkSession};
 use crate::state::merkle::{
     Hash32, MerkleError, MerkleTree, RangeNodes, RangeProof, verify_range_keeping_nodes,
 };
 use crate::state::{
-    Eth1State, LEAF_BYTES, Registry, Schedule, StateError, VALIDATOR_BYTES, Validator, state_root,
+    Eth1State, LEAF_BYTES, PendingDeposit, PendingQueue, Registry, Schedule, StateError,
+    VALIDATOR_BYTES, Validator, state_root_with,
 };
 
 /// Opens chunks of one checkpoint version (the module that made them).
@@ -190,6 +194,9 @@ pub enum RestoreError {
     /// The leaves cannot form a registry (e.g. a duplicate pubkey).
     #[error("the restored leaves do not form a registry: {0}")]
     Registry(#[from] StateError),
+    /// The proven queue entries do not form the manifest's queue.
+    #[error("the restored pending-deposit queue entries do not form a queue: {0}")]
+    Queue(String),
     /// The rebuilt state's root is not the manifest's.
     #[error("the rebuilt state root is {computed}, the manifest's is {expected}")]
     RootMismatch {
@@ -218,6 +225,7 @@ impl RestoreError {
             | Self::Proof { .. }
             | Self::BadLeaf { .. }
             | Self::Registry(_)
+            | Self::Queue(_)
             | Self::RootMismatch { .. } => Fault::Manifest,
             Self::UnknownChunk { .. }
             | Self::DuplicateRange { .. }
@@ -243,9 +251,12 @@ pub struct VerifiedChunk {
     pub balances: Vec<u64>,
     /// `sha256` of each leaf (the tree's leaves).
     pub hashes: Vec<Hash32>,
-    /// The tree nodes its range proof computed: the rebuilt registry's tree is assembled from
-    /// them rather than hashed again.
+    /// The tree nodes its range proof computed: the rebuilt registry's (or queue's) tree is
+    /// assembled from them rather than hashed again.
     pub nodes: RangeNodes,
+    /// For a pending-deposit queue chunk, its entries (`start..end` are entry indices, and
+    /// `validators` and `balances` are empty); empty for a registry chunk.
+    pub pending: Vec<PendingDeposit>,
 }
 
 /// The restored state.
@@ -257,6 +268,9 @@ pub struct RestoredState {
     pub eth1: Eth1State,
     /// The module schedule, from the manifest's extras.
     pub schedule: Schedule,
+    /// deposits@3's pending-deposit queue, rebuilt from the queue chunks (`None`: the state
+    /// has none).
+    pub pending: Option<PendingQueue>,
     /// Its state root (equal to the manifest's).
     pub state_root: Hash32,
 }
@@ -298,6 +312,8 @@ pub struct Restorer {
     chunks: Vec<Option<VerifiedChunk>>,
     /// Verified leaf ranges, `start -> end`.
     covered: BTreeMap<u64, u64>,
+    /// Verified queue entry ranges, `start -> end`.
+    covered_queue: BTreeMap<u64, u64>,
     covered_leaves: u64,
     verified: usize,
     verified_bytes: u64,
@@ -340,6 +356,11 @@ impl ChunkVerifier {
                 expected: hex::encode(entry.hash),
                 found: hex::encode(hash),
             });
+        }
+        if let Some(part) = &self.manifest.queue
+            && index >= self.manifest.registry_chunk_count()
+        {
+            return verify_queue_chunk(part, index, entry, bytes);
         }
         let contents = opener
             .open(bytes)?
@@ -403,6 +424,7 @@ impl ChunkVerifier {
             balances,
             hashes,
             nodes,
+            pending: Vec::new(),
         })
     }
 }
@@ -423,6 +445,7 @@ impl Restorer {
             verifier: Arc::new(ChunkVerifier { manifest, roots }),
             chunks: vec![None; count],
             covered: BTreeMap::new(),
+            covered_queue: BTreeMap::new(),
             covered_leaves: 0,
             verified: 0,
             verified_bytes: 0,
@@ -467,7 +490,7 @@ impl Restorer {
         }
     }
 
-    /// Whether every leaf is covered.
+    /// Whether every leaf (and queue entry) is covered.
     pub fn is_complete(&self) -> bool {
         self.covered_leaves == self.verifier.manifest.leaf_count
             && self.verified == self.chunks.len()
@@ -494,19 +517,25 @@ impl Restorer {
         self.verifier.verify(opener, index, bytes)
     }
 
-    /// Records a verified chunk; refuses leaves that are already covered.
+    /// Records a verified chunk; refuses leaves (or queue entries) that are already covered.
     pub fn insert(&mut self, chunk: VerifiedChunk) -> Result<Progress, RestoreError> {
         let duplicate = RestoreError::DuplicateRange {
             index: chunk.index,
             start: chunk.start,
             end: chunk.end,
         };
-        let overlaps_before = self
-            .covered
+        let queue = self.verifier.manifest.queue.is_some()
+            && chunk.index >= self.verifier.manifest.registry_chunk_count();
+        let covered = if queue {
+            &self.covered_queue
+        } else {
+            &self.covered
+        };
+        let overlaps_before = covered
             .range(..=chunk.start)
             .next_back()
             .is_some_and(|(_, &end)| end > chunk.start);
-        let overlaps_after = self.covered.range(chunk.start..chunk.end).next().is_some();
+        let overlaps_after = covered.range(chunk.start..chunk.end).next().is_some();
         if overlaps_before || overlaps_after || self.has(chunk.index) {
             return Err(duplicate);
         }
@@ -517,10 +546,14 @@ impl Restorer {
                 index: chunk.index,
                 count: self.verifier.manifest.chunks.len(),
             })?;
-        self.covered.insert(chunk.start, chunk.end);
-        self.covered_leaves = self
-            .covered_leaves
-            .saturating_add(chunk.end.saturating_sub(chunk.start));
+        if queue {
+            self.covered_queue.insert(chunk.start, chunk.end);
+        } else {
+            self.covered.insert(chunk.start, chunk.end);
+            self.covered_leaves = self
+                .covered_leaves
+                .saturating_add(chunk.end.saturating_sub(chunk.start));
+        }
         self.verified = self.verified.saturating_add(1);
         let size = self
             .verifier
@@ -533,8 +566,8 @@ impl Restorer {
         Ok(self.progress())
     }
 
-    /// Rebuilds the state from the verified leaves; refuses an incomplete restore and a
-    /// rebuilt root that is not the manifest's.
+    /// Rebuilds the state from the verified leaves (and queue entries); refuses an incomplete
+    /// restore and a rebuilt root that is not the manifest's.
     pub fn finish(self) -> Result<RestoredState, RestoreError> {
         if !self.is_complete() {
             let missing = self.missing();
@@ -552,7 +585,14 @@ impl Restorer {
         let leaf_count = usize::try_from(self.verifier.manifest.leaf_count).unwrap_or(usize::MAX);
         let mut validators = Vec::with_capacity(leaf_count);
         let mut balances = Vec::with_capacity(leaf_count);
+        let registry_chunks = self.verifier.manifest.registry_chunk_count();
         let mut chunks: Vec<VerifiedChunk> = self.chunks.into_iter().flatten().collect();
+        // Complete: every chunk is here, in manifest order, the queue's last.
+        let queue_chunks = if registry_chunks <= chunks.len() {
+            chunks.split_off(registry_chunks)
+        } else {
+            Vec::new()
+        };
         for chunk in &mut chunks {
             validators.append(&mut chunk.validators);
             balances.append(&mut chunk.balances);
@@ -568,7 +608,12 @@ impl Restorer {
         let registry = Registry::from_parts_building_tree(validators, balances, || {
             Ok(MerkleTree::from_proven_ranges(leaves, &ranges)?)
         })?;
-        let root = state_root(&registry.root(), &eth1, &schedule);
+        let pending = match &self.verifier.manifest.queue {
+            None => None,
+            Some(part) => Some(rebuild_queue(part, queue_chunks)?),
+        };
+        let pending_root = pending.as_ref().map(PendingQueue::root);
+        let root = state_root_with(&registry.root(), &eth1, &schedule, pending_root.as_ref());
         if root != self.verifier.manifest.state_root {
             return Err(RestoreError::RootMismatch {
                 computed: hex::encode(root),
@@ -579,6 +624,7 @@ impl Restorer {
             registry,
             eth1,
             schedule,
+            pending,
             state_root: root,
         })
     }

@@ -452,6 +452,7 @@ pub fn restore_from_file(parts: &FileRestoreParts<'_>) -> Result<Option<u64>, Fi
         registry: &state.registry,
         eth1: &state.eth1,
         schedule: &state.schedule,
+        pending: state.pending.as_ref(),
     };
     init_from_checkpoint(&store, parts.genesis, &start).map_err(|e| FileRestoreError::Init {
         file: file.clone(),

@@ -151,8 +151,10 @@ fn level_count(len: u64, depth: usize) -> u64 {
     last.checked_shr(shift).unwrap_or(0).saturating_add(1)
 }
 
-/// `sha256(tree_root || len as 32-byte little-endian)`.
-fn mix_in_length(tree_root: &Hash32, len: u64) -> Hash32 {
+/// `sha256(tree_root || len as 32-byte little-endian)`: the [`MerkleTree::root`] of a tree of
+/// `len` leaves whose [`MerkleTree::tree_root`] is `tree_root` (a checkpoint proves the
+/// pending-deposit queue's leaves against it, its manifest carrying the tree root and length).
+pub fn mix_in_length(tree_root: &Hash32, len: u64) -> Hash32 {
     let mut length = [0u8; 32];
     if let Some(prefix) = length.first_chunk_mut::<8>() {
         *prefix = len.to_le_bytes();

@@ -101,6 +101,19 @@ impl PendingDeposit {
     }
 }
 
+/// The queue's commitment from its parts (see the module docs): the tree root over every
+/// entry ever pushed, that count, the front offset and `deposit_balance_to_consume`. A
+/// checkpoint's manifest carries these parts, and its state root must follow from them.
+pub fn pending_root(tree_root: &Hash32, total: u64, start: u64, balance_to_consume: u64) -> Hash32 {
+    let mut h = Sha256::new();
+    h.update(b"modnode-pending-v1");
+    h.update(tree_root);
+    h.update(total.to_le_bytes());
+    h.update(start.to_le_bytes());
+    h.update(balance_to_consume.to_le_bytes());
+    h.finalize().into()
+}
+
 /// Why a queue operation was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PendingError {
@@ -118,6 +131,19 @@ pub enum PendingError {
     /// The queue's tree refused a leaf or a truncation: ours (a bug or a corrupt record).
     #[error("the pending-deposit tree: {0}")]
     Tree(#[from] MerkleError),
+    /// Parts given to [`PendingQueue::from_parts`] do not fit each other: ours (a restore
+    /// assembled them wrong).
+    #[error(
+        "a pending-deposit queue of {entries} entries cannot have {leaves} tree leaves and front offset {start}"
+    )]
+    Parts {
+        /// Entries given.
+        entries: u64,
+        /// Leaves of the tree given.
+        leaves: u64,
+        /// Front offset given.
+        start: u64,
+    },
     /// An undo record does not fit this queue: ours (a bug or a corrupt record).
     #[error("a pending-deposit undo record of {undo_len} entries does not fit a queue of {len}")]
     Undo {
@@ -221,13 +247,48 @@ impl PendingQueue {
 
     /// The commitment (see the module docs).
     pub fn root(&self) -> Hash32 {
-        let mut h = Sha256::new();
-        h.update(b"modnode-pending-v1");
-        h.update(self.tree.tree_root());
-        h.update(self.total().to_le_bytes());
-        h.update(self.start.to_le_bytes());
-        h.update(self.balance_to_consume.to_le_bytes());
-        h.finalize().into()
+        pending_root(
+            &self.tree.tree_root(),
+            self.total(),
+            self.start,
+            self.balance_to_consume,
+        )
+    }
+
+    /// The tree over every entry ever pushed (drained ones included), whose
+    /// [`tree_root`](MerkleTree::tree_root) the commitment names: checkpoints prove the
+    /// entries against it.
+    pub fn tree(&self) -> &MerkleTree {
+        &self.tree
+    }
+
+    /// A queue from its parts as a checkpoint restore proved them: every entry ever pushed,
+    /// in order, the tree over their leaves (`tree.leaf(i)` must be `entries[i].leaf()`: the
+    /// caller proved each leaf from the entry's bytes), the front offset and
+    /// `deposit_balance_to_consume`. Refuses parts that do not fit each other.
+    pub fn from_parts(
+        entries: Vec<PendingDeposit>,
+        tree: MerkleTree,
+        start: u64,
+        balance_to_consume: u64,
+    ) -> Result<Self, PendingError> {
+        let total = u64::try_from(entries.len()).map_err(|_| PendingError::Full)?;
+        if tree.len() != total || start > total {
+            return Err(PendingError::Parts {
+                entries: total,
+                leaves: tree.len(),
+                start,
+            });
+        }
+        if total.saturating_sub(start) > MAX_QUEUED {
+            return Err(PendingError::Full);
+        }
+        Ok(Self {
+            entries: ChunkedVec::from(entries),
+            tree,
+            start,
+            balance_to_consume,
+        })
     }
 
     /// What reverts `delta` once applied.
@@ -438,6 +499,63 @@ mod tests {
         other.apply(&delta(0..3, 0, None)).unwrap();
         other.apply(&delta(3..10, 4, Some(5))).unwrap();
         assert_eq!(other.root(), q.root());
+    }
+
+    /// The chunks a queue holds, by address.
+    fn chunk_addresses(q: &PendingQueue) -> std::collections::HashSet<usize> {
+        q.entries
+            .chunk_ptrs()
+            .chain(q.tree.chunk_ptrs())
+            .map(|(ptr, _)| ptr)
+            .collect()
+    }
+
+    #[test]
+    fn a_clone_shares_every_chunk_and_a_push_to_it_copies_only_a_path_of_chunks() {
+        // A state snapshot clones the queue: with 100,000 entries (98 entry chunks and the
+        // tree's levels), the clone must share every chunk, and the next block's pushes and
+        // drops copy only the chunks on the path they write — O(log n), never O(n).
+        let mut q = PendingQueue::new();
+        q.apply(&delta(0..100_000, 10, Some(3))).unwrap();
+        let (root, len) = (q.root(), q.len());
+        let before = chunk_addresses(&q);
+        assert!(before.len() > 100, "{} chunks", before.len());
+        let mut next = q.clone();
+        assert_eq!(chunk_addresses(&next), before, "a clone shares every chunk");
+        next.apply(&delta(100_000..100_016, 16, Some(0))).unwrap();
+        // The original is untouched.
+        assert_eq!((q.root(), q.len()), (root, len));
+        assert_eq!(q.entry(100_000), None);
+        assert_eq!(next.len(), len);
+        let after = chunk_addresses(&next);
+        let copied = after.difference(&before).count();
+        let depth = (u64::BITS - next.total().leading_zeros()) as usize;
+        assert!(
+            copied <= 2 * depth + 2,
+            "{copied} chunks copied for 16 pushes, the tree's depth is {depth}"
+        );
+        assert!(after.intersection(&before).count() >= before.len() - copied);
+        // The table bytes a snapshot owns alone stay small next to the entries it shares.
+        assert!(next.table_bytes() < 64 << 10, "{}", next.table_bytes());
+    }
+
+    #[test]
+    fn from_parts_rebuilds_the_queue_its_parts_came_from() {
+        let mut q = PendingQueue::new();
+        q.apply(&delta(0..3000, 1200, Some(77))).unwrap();
+        let entries: Vec<PendingDeposit> = (0..3000).map(|i| *q.entry(i).unwrap()).collect();
+        let rebuilt =
+            PendingQueue::from_parts(entries.clone(), q.tree().clone(), q.start(), 77).unwrap();
+        assert_eq!(rebuilt, q);
+        assert_eq!(rebuilt.root(), q.root());
+        assert!(matches!(
+            PendingQueue::from_parts(entries[..10].to_vec(), q.tree().clone(), 0, 0),
+            Err(PendingError::Parts { .. })
+        ));
+        assert!(matches!(
+            PendingQueue::from_parts(entries, q.tree().clone(), 3001, 0),
+            Err(PendingError::Parts { .. })
+        ));
     }
 
     #[test]

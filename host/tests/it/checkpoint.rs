@@ -532,15 +532,15 @@ pub(super) async fn create_when_free(target: &modnode::admin::client::Target) ->
 
 /// One simulated peer: how long it takes to answer and whether it corrupts what it serves.
 #[derive(Clone, Copy)]
-struct SimPeer {
-    latency_ms: u64,
-    corrupt: bool,
-    silent: bool,
+pub(super) struct SimPeer {
+    pub(super) latency_ms: u64,
+    pub(super) corrupt: bool,
+    pub(super) silent: bool,
 }
 
 /// Fetches `cp`'s missing chunks (per `restorer`) from simulated peers with virtual time;
 /// returns how many chunks each peer delivered and every chunk index requested.
-fn simulate(
+pub(super) fn simulate(
     m: &CheckpointModule,
     cp: &Checkpoint,
     restorer: &mut Restorer,

@@ -182,6 +182,7 @@ fn restored_at(source: &Chain, height: u64) -> Chain {
             registry: state.registry(),
             eth1: state.eth1(),
             schedule: state.schedule(),
+            pending: state.pending(),
         },
     )
     .unwrap();

@@ -23,9 +23,9 @@ use super::{deposits_module, runtime};
 
 const ETH: u64 = 1_000_000_000;
 /// The height the schedule switches deposits to v3 at.
-const H: u64 = 6;
+pub(super) const H: u64 = 6;
 /// Validators in the genesis.
-const GENESIS_VALIDATORS: u32 = 8;
+pub(super) const GENESIS_VALIDATORS: u32 = 8;
 
 /// Deposits modules by hash (the node's prepared modules).
 struct Engines(HashMap<Hash, DepositEngine>);
@@ -36,14 +36,14 @@ impl DepositModules for Engines {
     }
 }
 
-struct Setup {
-    genesis: Genesis,
+pub(super) struct Setup {
+    pub(super) genesis: Genesis,
     v2: DepositEngine,
     v3: DepositEngine,
-    v3_hash: Hash,
+    pub(super) v3_hash: Hash,
 }
 
-fn setup() -> Setup {
+pub(super) fn setup() -> Setup {
     let rt = runtime(10_000_000_000);
     let v2 = deposits_module(&rt, "deposits-v2");
     let v3 = deposits_module(&rt, "deposits-v3");
@@ -61,7 +61,7 @@ fn setup() -> Setup {
     }
 }
 
-fn open(setup: &Setup, path: &Path) -> Chain {
+pub(super) fn open(setup: &Setup, path: &Path) -> Chain {
     let store = Arc::new(SledStore::open(path).unwrap());
     let mut chain = Chain::open(store, setup.genesis.clone(), setup.v2.clone()).unwrap();
     let engines = Engines(HashMap::from([(setup.v3_hash, setup.v3.clone())]));
@@ -70,7 +70,12 @@ fn open(setup: &Setup, path: &Path) -> Chain {
 }
 
 /// Builds and imports the next block (slot = height) with `deposits` new validators.
-fn next(chain: &mut Chain, log: &mut DevDepositLog, seed: &mut u64, deposits: u64) -> Block {
+pub(super) fn next(
+    chain: &mut Chain,
+    log: &mut DevDepositLog,
+    seed: &mut u64,
+    deposits: u64,
+) -> Block {
     for _ in 0..deposits {
         *seed += 1;
         log.push(workload::new_validator(1000 + *seed, 32 * ETH, [0; 4]));
@@ -83,12 +88,12 @@ fn next(chain: &mut Chain, log: &mut DevDepositLog, seed: &mut u64, deposits: u6
     block
 }
 
-fn queued(state: &StateSnapshot) -> Option<u64> {
+pub(super) fn queued(state: &StateSnapshot) -> Option<u64> {
     state.pending().map(PendingQueue::len)
 }
 
 /// What must be equal between two views of one state.
-fn fingerprint(state: &StateSnapshot) -> (Hash, Hash, u32, Option<u64>, Option<Hash>) {
+pub(super) fn fingerprint(state: &StateSnapshot) -> (Hash, Hash, u32, Option<u64>, Option<Hash>) {
     (
         state.block_hash(),
         state.root(),

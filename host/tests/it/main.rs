@@ -7,6 +7,7 @@ mod checkpoint;
 mod checkpoint_file;
 mod checkpoint_finality;
 mod checkpoint_pipeline;
+mod checkpoint_queue;
 mod checkpoint_store;
 mod checkpoint_switch;
 mod checkpoint_sync;

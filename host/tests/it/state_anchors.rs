@@ -193,6 +193,7 @@ fn a_chain_started_from_a_checkpoint_persists_anchors_from_its_base_up() {
             registry: base.registry(),
             eth1: base.eth1(),
             schedule: base.schedule(),
+            pending: base.pending(),
         },
     )
     .unwrap();

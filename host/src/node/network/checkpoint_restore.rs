@@ -334,7 +334,8 @@ impl Driver<'_> {
         peers
     }
 
-    /// Every peer's valid offers; a malformed answer bans its sender.
+    /// Every peer's valid offers; a malformed answer bans its sender (a manifest of a format
+    /// newer than this node's is skipped: not a fault).
     async fn offers(&self, peers: &[Peer]) -> Vec<(NodeId, Manifest)> {
         let max = self.parts.transport.max_message_bytes;
         let mut asks = JoinSet::new();
@@ -352,6 +353,10 @@ impl Driver<'_> {
                     for bytes in list {
                         match Manifest::decode(&bytes, &limits) {
                             Ok(manifest) => offers.push((peer, manifest)),
+                            // A newer node's encoding is not a fault: skip that checkpoint.
+                            Err(e @ crate::checkpoint::ManifestError::UnsupportedFormat(_)) => {
+                                tracing::debug!(peer = %short(&peer), "checkpoint skipped: {e}");
+                            }
                             Err(e) => {
                                 self.penalise(peers, peer, &format!("offered a bad manifest: {e}"));
                                 break;
@@ -553,6 +558,7 @@ impl Driver<'_> {
             registry: &state.registry,
             eth1: &state.eth1,
             schedule: &state.schedule,
+            pending: state.pending.as_ref(),
         };
         if let Err(e) = init_from_checkpoint(&self.store, self.parts.genesis, &start) {
             self.bad.insert(id);
