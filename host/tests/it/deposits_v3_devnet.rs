@@ -515,7 +515,7 @@ async fn a_reorg_across_the_switch_to_deposits_v3_and_an_epoch_boundary_ends_on_
     // longer chain, across H and the epoch transitions of its own branch.
     let d = start(
         paths[3],
-        &genesis,
+        genesis,
         vec![a.peer_addr().unwrap(), c.peer_addr().unwrap()],
     )
     .await;
