@@ -3,6 +3,7 @@
 
 pub mod checkpoint;
 pub mod deposits;
+pub mod deposits_v3;
 pub mod gossip;
 pub mod gossip_sim;
 pub mod host_call;

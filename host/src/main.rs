@@ -323,6 +323,29 @@ enum BenchCommand {
         #[arg(long, default_value_t = 3)]
         repeat: usize,
     },
+    /// deposits@3 (Electra's pending-deposit queue): epoch transitions with a long and a
+    /// short queue (BLS apart), block import under deposits-v2 and -v3, the switch between
+    /// them, and a state snapshot holding the long queue.
+    DepositsV3 {
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+        /// Validators in the registry.
+        #[arg(long, default_value_t = 2_000_000)]
+        validators: u32,
+        /// Entries of the long queue (reported as `queue_1m`).
+        #[arg(long, default_value_t = 1_000_000)]
+        queue_large: u64,
+        /// Entries of the short queue (reported as `queue_1k`).
+        #[arg(long, default_value_t = 1_000)]
+        queue_small: u64,
+        /// Epoch transitions timed per queue (16 deposits applied in each).
+        #[arg(long, default_value_t = 200)]
+        epochs: usize,
+        /// Blocks (of 16 deposits) timed before and after the switch each.
+        #[arg(long, default_value_t = 400)]
+        blocks: usize,
+    },
     /// A deposits version switch through the on-chain schedule under block import: prepared
     /// ahead (as the upgrade agent does) vs compiled on first use at the height.
     Swap {
@@ -521,6 +544,23 @@ fn main() -> std::process::ExitCode {
             deposits,
             repeat,
         }) => commands::bench::deposits(json, validators, deposits, repeat),
+        Command::Bench(BenchCommand::DepositsV3 {
+            json,
+            validators,
+            queue_large,
+            queue_small,
+            epochs,
+            blocks,
+        }) => commands::bench::deposits_v3(
+            json,
+            crate::bench::deposits_v3::Params {
+                validators,
+                queue_large,
+                queue_small,
+                epochs,
+                blocks,
+            },
+        ),
         Command::Bench(BenchCommand::Swap {
             json,
             validators,

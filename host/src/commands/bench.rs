@@ -57,6 +57,17 @@ pub fn deposits(json: bool, validators: u32, deposits: usize, repeat: usize) -> 
     Ok(())
 }
 
+/// `modnode bench deposits-v3`.
+pub fn deposits_v3(json: bool, params: crate::bench::deposits_v3::Params) -> anyhow::Result<()> {
+    let report = crate::bench::deposits_v3::run(params)?;
+    if json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    }
+    Ok(())
+}
+
 /// `modnode bench gossip`.
 pub fn gossip(
     json: bool,

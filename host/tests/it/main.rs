@@ -20,6 +20,8 @@ mod deposit_budget;
 mod deposits_e2e;
 mod deposits_v3;
 mod deposits_v3_chain;
+mod deposits_v3_devnet;
+mod devnet;
 mod equivocation;
 mod equivocation_devnet;
 mod finality;

@@ -13,18 +13,14 @@ use modnode::admin::client::{self, Target};
 use modnode::chain::genesis::Genesis;
 use modnode::node::Node;
 use modnode::runtime::Kind;
-use sha2::{Digest, Sha256};
 use tempfile::TempDir;
 
 use super::artifact;
+use super::devnet::{RunProcess, height, process_reaches, propose, same_block_at, sha, start_all};
 use super::network::{
     LIVENESS, SLOT_MS, closed_for_violation, dirs, eventually, genesis, genesis_hash, genesis_json,
     raw_peer, start,
 };
-
-fn sha(bytes: &[u8]) -> [u8; 32] {
-    Sha256::digest(bytes).into()
-}
 
 /// A devnet genesis whose first `authorities` of `dirs` produce, running `deposits-v1` from
 /// genesis.
@@ -32,39 +28,6 @@ fn upgrade_genesis(chain_id: &str, dirs: &[&Path], authorities: usize) -> Genesi
     let mut g = genesis(chain_id, dirs, authorities);
     g.deposits_module = Some(sha(&artifact("deposits-v1")));
     g
-}
-
-/// Starts one node per dir, each bootstrapping from the one before.
-async fn start_all(paths: &[&Path], genesis: &Genesis) -> Vec<Node> {
-    let mut nodes: Vec<Node> = Vec::new();
-    for dir in paths {
-        let bootstrap = nodes
-            .last()
-            .map(|n| vec![n.peer_addr().unwrap()])
-            .unwrap_or_default();
-        nodes.push(start(dir, genesis, bootstrap).await);
-    }
-    nodes
-}
-
-async fn propose(dir: &Path, module: &[u8; 32], height: u64) {
-    let target = Target::data_dir(dir).unwrap();
-    client::propose_upgrade(&target, "upgrade", "deposits", &hex::encode(module), height)
-        .await
-        .unwrap();
-}
-
-fn height(node: &Node) -> u64 {
-    node.status().height
-}
-
-/// Every node holds the same canonical block at `h`.
-async fn same_block_at(nodes: &[&Node], h: u64) {
-    let first = nodes[0].chain().blocks(h, 1, usize::MAX).await.unwrap();
-    assert_eq!(first.len(), 1, "no block at height {h}");
-    for node in &nodes[1..] {
-        assert_eq!(node.chain().blocks(h, 1, usize::MAX).await.unwrap(), first);
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -312,73 +275,6 @@ async fn a_peer_requesting_modules_in_a_loop_gets_a_bounded_share_and_is_banned(
     );
     eventually("the peer gone", || node.status().peers == 0).await;
     node.shutdown().await;
-}
-
-/// A `modnode run` process on `dir` (a follower of the devnet), SIGKILLed when dropped.
-struct RunProcess(std::process::Child);
-
-impl RunProcess {
-    fn start(dir: &Path, genesis_file: &Path, bootstrap: &str) -> Self {
-        // A killed process leaves its admin address behind: wait for the new one.
-        let _ = std::fs::remove_file(dir.join("admin.addr"));
-        let log = std::fs::File::create(dir.join("run.log")).unwrap();
-        let child = std::process::Command::new(env!("CARGO_BIN_EXE_modnode"))
-            .arg("run")
-            .arg("--data-dir")
-            .arg(dir)
-            .arg("--genesis")
-            .arg(genesis_file)
-            .args(["--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"])
-            .args(["--dev-contract-listen", "127.0.0.1:0", "--no-produce"])
-            .args(["--bootstrap", bootstrap])
-            .env("RUST_LOG", "info")
-            .stdout(std::process::Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap();
-        Self(child)
-    }
-
-    fn kill(mut self) {
-        // SIGKILL: no destructors, no flush.
-        unsafe { libc::kill(self.0.id() as i32, libc::SIGKILL) };
-        self.0.wait().unwrap();
-    }
-
-    /// Ctrl-C, and its exit status.
-    fn interrupt(mut self) -> std::process::ExitStatus {
-        unsafe { libc::kill(self.0.id() as i32, libc::SIGINT) };
-        self.0.wait().unwrap()
-    }
-}
-
-impl Drop for RunProcess {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// The height of the process on `dir`, once its admin API answers.
-async fn process_height(dir: &Path) -> Option<u64> {
-    let status = client::status(dir).await.ok()?;
-    status["height"].as_u64()
-}
-
-/// Polls the process on `dir` until its height reaches `goal`.
-async fn process_reaches(dir: &Path, goal: u64, what: &str) {
-    let deadline = tokio::time::Instant::now() + LIVENESS;
-    loop {
-        if process_height(dir).await.is_some_and(|h| h >= goal) {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for: {what}; its log:\n{}",
-            std::fs::read_to_string(dir.join("run.log")).unwrap_or_default()
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
