@@ -8,7 +8,6 @@ pub mod gossip;
 pub mod gossip_sim;
 pub mod host_call;
 pub mod prune;
-pub mod queue_snapshot;
 pub mod state_cache;
 pub mod swap;
 
