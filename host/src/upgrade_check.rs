@@ -20,6 +20,7 @@ mod checkpoint;
 pub mod deposit_inputs;
 mod deposits;
 mod gossip;
+pub mod migration;
 mod replay;
 mod runner;
 mod versions;

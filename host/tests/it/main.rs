@@ -31,6 +31,7 @@ mod hostile;
 mod inspect;
 mod live_swap;
 mod malicious;
+mod migration;
 mod modules;
 mod network;
 mod operator_logs;
