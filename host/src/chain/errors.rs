@@ -151,8 +151,8 @@ pub enum ImportError {
         height: u64,
         /// The module whose migration failed (hex sha256).
         module: String,
-        /// What failed.
-        source: super::migration::MigrationError,
+        /// What failed (boxed: it carries the module's error, and import errors travel far).
+        source: Box<super::migration::MigrationError>,
     },
     /// The deposits module failed deterministically (trap, fuel, limits): the block is invalid.
     #[error("block {hash}: {0}", hash = .1)]

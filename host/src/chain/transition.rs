@@ -172,7 +172,7 @@ pub(crate) fn transition(
                     hash: hash.clone(),
                     height: header.height,
                     module: hex32(&module.hash()),
-                    source,
+                    source: Box::new(source),
                 })?;
             tracing::info!(
                 module = %hex32(&module.hash()),
@@ -189,7 +189,7 @@ pub(crate) fn transition(
         hash: hash.clone(),
         height: header.height,
         module: deposits.hash().map(|h| hex32(&h)).unwrap_or_default(),
-        source,
+        source: Box::new(source),
     };
     // The registry and queue the block's deposits run on.
     let work = match &migrated {
