@@ -27,6 +27,7 @@ mod finality;
 mod fork_choice;
 mod from_checkpoint;
 pub mod genesis;
+pub mod migration;
 pub mod native_deposits;
 mod pending_store;
 mod proposals;
@@ -155,8 +156,9 @@ pub enum ProposeError {
     /// `pending_deposits` is 0) and propose again.
     #[error(
         "deposits module {module} implements modnode:deposits@{contract}, which cannot hold the \
-         {queued} deposits queued under modnode:deposits@3 (they would never be applied): \
-         propose it once the queue has drained (GET /state: pending_deposits 0)"
+         {queued} deposits queued under modnode:deposits@3 (they would never be applied), and \
+         brings no migration that drains them: propose it once the queue has drained (GET \
+         /state: pending_deposits 0), or propose a module whose down-migration applies them"
     )]
     CannotHoldQueue {
         /// The proposed module (hex sha256).
@@ -165,6 +167,21 @@ pub enum ProposeError {
         contract: String,
         /// Deposits queued after the head.
         queued: u64,
+    },
+    /// The proposed deposits module's migration fails on the head's state (traps, runs out of
+    /// fuel, refuses the state): at its activation height it would stop import. The module's
+    /// fault; fix its migration.
+    #[error(
+        "deposits module {module} cannot be proposed: run on the state at height {height} as \
+         its activation would run it, {source}; at its height it would stop import"
+    )]
+    MigrationFails {
+        /// The proposed module (hex sha256).
+        module: String,
+        /// The head height whose state the migration ran on.
+        height: u64,
+        /// What failed.
+        source: migration::MigrationError,
     },
     /// The operator's: the contract of the proposed deposits module is unknown here (the
     /// module is not prepared on this node) while deposits are queued, so whether it can hold
@@ -563,7 +580,7 @@ impl Chain {
     fn propose(&mut self, action: Action, op: UpgradeOp) -> Result<(), ProposeError> {
         self.check_proposal(action, op)?;
         if action == Action::Upgrade && op.kind == Kind::Deposits {
-            self.check_holds_queue(&op.module)?;
+            self.check_holds_queue(&op)?;
         }
         let mut proposals = self.proposals.clone();
         proposals.retain(|(a, p)| !(*a == action && *p == op));
@@ -575,18 +592,57 @@ impl Chain {
         Ok(())
     }
 
+    /// A proposed deposits module's migration, run now on the head's state as the block at
+    /// `op.height` would run it: one that fails is refused (it would stop import at that
+    /// height). Returns the queue's length after it (`None`: the module has no migration).
+    fn check_migration(
+        &self,
+        op: &UpgradeOp,
+        engine: Option<&DepositEngine>,
+    ) -> Result<Option<u64>, ProposeError> {
+        let Some(DepositEngine::Module(module)) = engine else {
+            return Ok(None);
+        };
+        let registry = self
+            .registry
+            .read()
+            .map_err(|_| ProposeError::MigrationFails {
+                module: hex32(&op.module),
+                height: self.head.height,
+                source: migration::MigrationError::State(crate::state::StateError::Poisoned),
+            })?
+            .clone();
+        let migrated = migration::check(
+            module,
+            &self.genesis,
+            &registry,
+            self.pending.as_ref(),
+            op.height,
+        )
+        .map_err(|source| ProposeError::MigrationFails {
+            module: hex32(&op.module),
+            height: self.head.height,
+            source,
+        })?;
+        Ok(migrated.map(|m| m.pending.len()))
+    }
+
     /// The downgrade rule: while deposits are queued under deposits@3, a deposits module whose
-    /// contract cannot hold the queue (an older major) is refused.
-    fn check_holds_queue(&self, module: &Hash) -> Result<(), ProposeError> {
-        let queued = self.pending.as_ref().map_or(0, PendingQueue::len);
-        if queued == 0 {
-            return Ok(());
-        }
+    /// contract cannot hold the queue (an older major) is refused, unless its migration drains
+    /// the queue (a down-migration: run on the head's state, it leaves the queue empty). Any
+    /// proposed module with a migration must finish it on the head's state.
+    fn check_holds_queue(&self, op: &UpgradeOp) -> Result<(), ProposeError> {
+        let module = &op.module;
         let engine = if self.deposits.hash() == Some(*module) {
             Some(self.deposits.clone())
         } else {
             self.modules.as_ref().and_then(|m| m.deposits(module))
         };
+        let after_migration = self.check_migration(op, engine.as_ref())?;
+        let queued = self.pending.as_ref().map_or(0, PendingQueue::len);
+        if queued == 0 || after_migration == Some(0) {
+            return Ok(());
+        }
         let contract = match engine {
             Some(DepositEngine::Module(m)) => m.contract(),
             // The native reference is deposits@2's phase0 semantics.

@@ -32,6 +32,7 @@ mod deposits;
 mod deposits_cross;
 mod gossip;
 mod invariant;
+pub mod migration;
 mod replay;
 mod runner;
 mod versions;

@@ -135,6 +135,25 @@ pub enum ImportError {
         /// What failed.
         source: super::deposits_v3::V3StepError,
     },
+    /// The migration of the deposits module the block's height activates failed: import stops
+    /// at that height (the node stays on the parent). Not the block's fault — any block at the
+    /// height fails alike — but the module's (or, for a host failure, ours): cancel the
+    /// upgrade before its height, or schedule a fixed module.
+    #[error(
+        "block {hash} at height {height} activates deposits module {module}, and {source}; \
+         import stops at this height until the schedule names a module whose migration \
+         finishes"
+    )]
+    Migration {
+        /// The block's hash (hex).
+        hash: String,
+        /// The activation height.
+        height: u64,
+        /// The module whose migration failed (hex sha256).
+        module: String,
+        /// What failed (boxed: it carries the module's error, and import errors travel far).
+        source: Box<super::migration::MigrationError>,
+    },
     /// The deposits module failed deterministically (trap, fuel, limits): the block is invalid.
     #[error("block {hash}: {0}", hash = .1)]
     Module(#[source] ModuleFault, String),
@@ -238,7 +257,10 @@ impl ImportError {
             },
             // The scheduled module is not here yet, the host failed, storage failed, or disk
             // and memory disagree: never the block's.
+            // A failed migration fails every block at its height, whoever built it: not a
+            // verdict on the block, so no peer is blamed and the node waits at the parent.
             Self::ModuleMissing { .. }
+            | Self::Migration { .. }
             | Self::Host(..)
             | Self::Store { .. }
             | Self::Diverged { .. } => FailureClass::Ours,

@@ -9,7 +9,7 @@ use super::errors::ImportError;
 use super::eth1::{Eth1Data, Eth1State};
 use super::genesis::Genesis;
 use super::hex32;
-use super::{DepositsResult, deposits_v3};
+use super::{DepositsResult, deposits_v3, migration};
 use crate::runtime::deposits::{BlockContext, Outcome};
 use crate::runtime::{CallError, Kind};
 use crate::state::{
@@ -155,17 +155,56 @@ pub(crate) fn transition(
         CallError::Host(failure) => ImportError::Host(failure, hash.clone()),
     };
     let ctx = context(genesis, header, &voted);
-    let (result, pending) = match &deposits {
-        DepositEngine::Module(module) if module.contract().major == QUEUE_CONTRACT_MAJOR => {
-            let base = registry
-                .read()
-                .map_err(|_| ImportError::State {
+    let poisoned = || ImportError::State {
+        hash: hash.clone(),
+        source: StateError::Poisoned,
+    };
+    // The module the height activates migrates the parent's state first, if it brings a
+    // migration: the block's deposits then run on what it left.
+    let migrated = match &deposits {
+        DepositEngine::Module(module)
+            if module.has_migration()
+                && migration::activates(parent.schedule, header.height, &module.hash()) =>
+        {
+            let base = registry.read().map_err(|_| poisoned())?.clone();
+            let done = migration::run(module, genesis, &base, parent.pending, header.height)
+                .map_err(|source| ImportError::Migration {
                     hash: hash.clone(),
-                    source: StateError::Poisoned,
-                })?
-                .clone();
+                    height: header.height,
+                    module: hex32(&module.hash()),
+                    source: Box::new(source),
+                })?;
+            tracing::info!(
+                module = %hex32(&module.hash()),
+                height = header.height,
+                fuel = done.fuel_used,
+                changed = done.changed,
+                "ran the deposits module's migration at its activation height"
+            );
+            Some(done)
+        }
+        _ => None,
+    };
+    let migration_error = |source: migration::MigrationError| ImportError::Migration {
+        hash: hash.clone(),
+        height: header.height,
+        module: deposits.hash().map(|h| hex32(&h)).unwrap_or_default(),
+        source: Box::new(source),
+    };
+    // The registry and queue the block's deposits run on.
+    let work = match &migrated {
+        Some(m) => Arc::new(RwLock::new(m.registry.clone())),
+        None => registry.clone(),
+    };
+    let parent_pending = match &migrated {
+        Some(m) => Some(&m.pending),
+        None => parent.pending,
+    };
+    let (mut result, pending) = match &deposits {
+        DepositEngine::Module(module) if module.contract().major == QUEUE_CONTRACT_MAJOR => {
+            let base = work.read().map_err(|_| poisoned())?.clone();
             let empty = PendingQueue::new();
-            let queue = parent.pending.unwrap_or(&empty);
+            let queue = parent_pending.unwrap_or(&empty);
             let step = deposits_v3::run(
                 module,
                 genesis,
@@ -191,15 +230,21 @@ pub(crate) fn transition(
         }
         _ => {
             let result = deposits
-                .process(registry.clone(), &ctx, &body.deposits)
+                .process(work.clone(), &ctx, &body.deposits)
                 .map_err(call_error)?
                 .map_err(|error| ImportError::Rejected {
                     hash: hash.clone(),
                     error,
                 })?;
-            (result, parent.pending.cloned())
+            (result, parent_pending.cloned())
         }
     };
+    if let Some(m) = &migrated {
+        // One delta for the block: the migration's and the deposits' together.
+        let parent_registry = registry.read().map_err(|_| poisoned())?;
+        result.delta = migration::rebase(&parent_registry, &m.registry, &result.delta)
+            .map_err(migration_error)?;
+    }
     let eth1 = voted
         .after_deposits(found)
         .map_err(|source| ImportError::Eth1Vote {

@@ -202,9 +202,14 @@ fn contract(v: &Value) -> String {
     let Some(contract) = at(v, "/contract").as_str() else {
         return String::new();
     };
+    let migration = if at(v, "/migration").as_bool() == Some(true) {
+        ", migrates the state at its activation"
+    } else {
+        ""
+    };
     match at(v, "/state_bytes").as_u64() {
-        Some(n) if n > 0 => format!(" on {contract}, {n} bytes of state kept"),
-        _ => format!(" on {contract}"),
+        Some(n) if n > 0 => format!(" on {contract}{migration}, {n} bytes of state kept"),
+        _ => format!(" on {contract}{migration}"),
     }
 }
 
@@ -476,6 +481,7 @@ pub fn inspect(file: &Path, json: bool) -> anyhow::Result<()> {
             "kind": info.kind.package(),
             "world": world,
             "contract": contract,
+            "migration": info.has_migration(),
             "module_version": meta.info.version,
             "description": meta.info.description,
             "params": meta.info.params.iter().map(|(k, v)| serde_json::json!([k, v])).collect::<Vec<_>>(),
@@ -490,6 +496,14 @@ pub fn inspect(file: &Path, json: bool) -> anyhow::Result<()> {
     println!("file:        {}", file.display());
     println!("kind:        {} (world {world})", info.kind);
     println!("contract:    {contract}");
+    println!(
+        "migration:   {}",
+        if info.has_migration() {
+            "yes (runs once, at its activation height, on the state before it)"
+        } else {
+            "no"
+        }
+    );
     println!(
         "module:      {}-v{} — {}",
         info.kind, meta.info.version, meta.info.description

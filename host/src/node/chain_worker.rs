@@ -15,7 +15,7 @@ use super::worker_inbox::{InboxSender, Refused, inbox};
 use super::worker_queue::{JobClass, QueueLimits, Requester};
 use crate::chain::block::{Block, Seal};
 use crate::chain::eth1::{DepositProofs, DepositProofsError, Eth1Data, ProvenDeposit};
-use crate::chain::{Added, Chain, ForkChoiceError, Head};
+use crate::chain::{Added, Chain, ForkChoiceError, Head, ImportError};
 use crate::checkpoint::service::CreateReply;
 use crate::checkpoint::{CheckpointSummary, Checkpointer, FrozenState, checkpoint_height_at};
 use crate::clock::{self, unix_ms};
@@ -43,6 +43,18 @@ pub struct ChainView {
     pub equivocations: u64,
     /// The newest evidence records held, newest slot first.
     pub recent_evidence: [Option<crate::chain::EvidenceSummary>; crate::chain::RECENT_EVIDENCE],
+    /// Import stopped above the head: the migration of the deposits module the next height
+    /// activates failed there (`None` once a block at that height imports).
+    pub import_stopped: Option<ImportStopped>,
+}
+
+/// Where and why import stopped: a failed migration at its module's activation height.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ImportStopped {
+    /// The activation height no block could be imported at.
+    pub height: u64,
+    /// The deposits module whose migration failed.
+    pub module: [u8; 32],
 }
 
 /// Why the worker could not do what was asked.
@@ -263,6 +275,7 @@ pub fn spawn_with_checkpoints(
         source,
         last_block_unix_ms: 0,
         reorgs: 0,
+        import_stopped: None,
         fatal: None,
         checkpointer,
         last_checkpoint,
@@ -320,6 +333,8 @@ struct Worker {
     source: Option<Arc<DepositSource>>,
     last_block_unix_ms: u64,
     reorgs: u64,
+    /// The last failed migration's height and module, until a block at that height imports.
+    import_stopped: Option<ImportStopped>,
     /// Set when disk and memory disagree; the worker stops after the current command.
     fatal: Option<String>,
     /// Creates checkpoints in the background from the snapshots this worker takes.
@@ -366,6 +381,7 @@ impl Worker {
             reorgs: self.reorgs,
             equivocations: self.chain.equivocations_found(),
             recent_evidence: self.chain.recent_evidence(),
+            import_stopped: self.import_stopped,
         }
     }
 
@@ -509,6 +525,14 @@ impl Worker {
             if fatal {
                 self.fatal = Some(e.to_string());
             }
+            if let ForkChoiceError::NotChecked(ImportError::Migration { height, module, .. }) = e
+                && let Some(module) = hex::decode(module).ok().and_then(|m| m.try_into().ok())
+            {
+                self.import_stopped = Some(ImportStopped {
+                    height: *height,
+                    module,
+                });
+            }
             // Evidence voided the slot of a head block: the head moved back, a branch switch.
             if let ForkChoiceError::Equivocation { reverted, .. } = e
                 && *reverted > 0
@@ -517,6 +541,10 @@ impl Worker {
                 self.last_block_unix_ms = unix_ms();
             }
         })?;
+        let head = self.chain.head().height;
+        if self.import_stopped.is_some_and(|s| head >= s.height) {
+            self.import_stopped = None;
+        }
         match &added {
             Added::Extended(_) => self.last_block_unix_ms = unix_ms(),
             Added::Reorganised { head, reverted } => {

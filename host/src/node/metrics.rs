@@ -512,6 +512,7 @@ mod tests {
             reorgs: 1,
             equivocations: 2,
             recent_evidence: [None; crate::chain::RECENT_EVIDENCE],
+            import_stopped: None,
         };
         let text = metrics.render(&view);
         for line in [
@@ -538,6 +539,44 @@ mod tests {
         assert!(text.ends_with("# EOF\n"), "{text}");
     }
 
+    /// `/status` says where import stopped and whose migration stopped it, and says nothing
+    /// when it did not.
+    #[test]
+    fn status_shows_the_height_and_module_import_stopped_at() {
+        let metrics = Metrics::default();
+        let mut view = ChainView {
+            head: Head {
+                hash: [0; 32],
+                height: 5,
+                slot: 5,
+                state_root: [0; 32],
+            },
+            finalized_height: 0,
+            validators: 1,
+            last_block_unix_ms: 0,
+            deposit_index: 0,
+            reorgs: 0,
+            equivocations: 0,
+            recent_evidence: [None; crate::chain::RECENT_EVIDENCE],
+            import_stopped: None,
+        };
+        let status = metrics.status("n".into(), "a".into(), &view);
+        assert_eq!(status.import_stopped, None);
+        let json = serde_json::to_value(&status).unwrap();
+        assert!(json.get("import_stopped").is_none(), "{json}");
+        view.import_stopped = Some(super::super::chain_worker::ImportStopped {
+            height: 6,
+            module: [0xab; 32],
+        });
+        let status = metrics.status("n".into(), "a".into(), &view);
+        let stopped = status.import_stopped.clone().unwrap();
+        assert_eq!(stopped.height, 6);
+        assert_eq!(stopped.module, "ab".repeat(32));
+        assert!(stopped.reason.contains("migration"), "{}", stopped.reason);
+        let json = serde_json::to_value(&status).unwrap();
+        assert_eq!(json["import_stopped"]["height"], 6);
+    }
+
     /// A scrape registers nothing new after the first: each section's metrics are registered
     /// once and only set and encoded afterwards. Two nodes in one process, scraped in turn,
     /// each get their own values. (Before: every scrape built a new `Registry`.)
@@ -557,6 +596,7 @@ mod tests {
             reorgs: 0,
             equivocations: 0,
             recent_evidence: [None; crate::chain::RECENT_EVIDENCE],
+            import_stopped: None,
         };
         let (a, b) = (Metrics::default(), Metrics::default());
         bump(&a.blocks_produced);

@@ -144,6 +144,7 @@ pub(crate) fn list(slots: &Modules, service: &ModuleService) -> Result<Value, St
                     "sha256": hash,
                     "module_version": p.version,
                     "contract": p.contract,
+                    "migration": p.migration,
                     "warmup": p.warmup,
                     "from": from,
                 })

@@ -12,6 +12,7 @@ use crate::state::{
     OverlayError, PendingOverlay, PendingQueue, RegistryDelta, RegistryOverlay, SharedRegistry,
 };
 
+pub mod migration;
 pub mod v3;
 
 mod bindings {
@@ -169,13 +170,26 @@ pub struct Deposits;
 /// A loaded deposits module.
 pub type DepositsModule = Module<Deposits>;
 
-/// A linked deposits module, with the bindings of its contract.
+/// The typed pre-instance of a module's optional migration export.
+type MigrationPre = migration::bindings::MigratingPre<DepositsCtx>;
+
+/// A linked deposits module, with the bindings of its contract and of its migration, if it
+/// exports one.
 #[derive(Clone)]
 pub enum DepositsPre {
     /// `@2.0.0`: deposits applied in the block.
-    V2(bindings::DepositsPre<DepositsCtx>),
+    V2(bindings::DepositsPre<DepositsCtx>, Option<MigrationPre>),
     /// `@3.0.0`: deposits queued, applied per epoch (Electra).
-    V3(v3::bindings::DepositsPre<DepositsCtx>),
+    V3(v3::bindings::DepositsPre<DepositsCtx>, Option<MigrationPre>),
+}
+
+impl DepositsPre {
+    /// The module's migration, if it exports one.
+    fn migration(&self) -> Option<&MigrationPre> {
+        match self {
+            Self::V2(_, m) | Self::V3(_, m) => m.as_ref(),
+        }
+    }
 }
 
 /// An instantiated deposits module, with the bindings of its contract.
@@ -202,7 +216,14 @@ impl World for Deposits {
             2 => {
                 bindings::Deposits::add_to_linker::<_, HasSelf<DepositsCtx>>(&mut linker, |ctx| {
                     ctx
-                })?
+                })?;
+                // A @2.0.0 module's down-migration imports the @3.0.0 registry, queue and
+                // crypto (`wit/deposits-3`, world `migrating`); modules without one import
+                // none of them.
+                migration::bindings::Migrating::add_to_linker::<_, HasSelf<DepositsCtx>>(
+                    &mut linker,
+                    |ctx| ctx,
+                )?
             }
             3 => v3::bindings::Deposits::add_to_linker::<_, HasSelf<DepositsCtx>>(
                 &mut linker,
@@ -217,9 +238,13 @@ impl World for Deposits {
         pre: wasmtime::component::InstancePre<DepositsCtx>,
         contract: Version,
     ) -> wasmtime::Result<Self::Pre> {
+        let migration = migration::pre(&pre)?;
         match contract.major {
-            2 => Ok(DepositsPre::V2(bindings::DepositsPre::new(pre)?)),
-            3 => Ok(DepositsPre::V3(v3::bindings::DepositsPre::new(pre)?)),
+            2 => Ok(DepositsPre::V2(bindings::DepositsPre::new(pre)?, migration)),
+            3 => Ok(DepositsPre::V3(
+                v3::bindings::DepositsPre::new(pre)?,
+                migration,
+            )),
             _ => Err(unimplemented_contract(Self::KIND, contract)),
         }
     }
@@ -229,8 +254,8 @@ impl World for Deposits {
         store: &mut wasmtime::Store<DepositsCtx>,
     ) -> wasmtime::Result<Self::Instance> {
         Ok(match pre {
-            DepositsPre::V2(pre) => DepositsInstance::V2(pre.instantiate(store)?),
-            DepositsPre::V3(pre) => DepositsInstance::V3(pre.instantiate(store)?),
+            DepositsPre::V2(pre, _) => DepositsInstance::V2(pre.instantiate(store)?),
+            DepositsPre::V3(pre, _) => DepositsInstance::V3(pre.instantiate(store)?),
         })
     }
 

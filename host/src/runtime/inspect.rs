@@ -174,6 +174,12 @@ impl ComponentInfo {
         self.kind.implementing(self.contract)
     }
 
+    /// Whether it exports a migration the chain runs once at its activation height
+    /// (`modnode:deposits/migration@<contract>`), as `module inspect` and `module list` show.
+    pub fn has_migration(&self) -> bool {
+        migration_of(self.kind, &self.exports).is_some()
+    }
+
     /// `modnode:<package>@<contract>`: the contract as `module inspect` and `module list` show
     /// it.
     pub fn contract_name(&self) -> String {
@@ -205,7 +211,7 @@ pub fn validate(bytes: &[u8]) -> Result<ComponentInfo, ValidationError> {
         })?;
 
     let (kind, contract, host) = world_of(&exports)?;
-    check_imports(kind, host, &imports)?;
+    check_imports(kind, host, migration_of(kind, &exports), &imports)?;
     Ok(ComponentInfo {
         kind,
         contract,
@@ -318,15 +324,43 @@ fn world_of(exports: &[String]) -> Result<(Kind, Version, Version), ValidationEr
     }
 }
 
+/// The host contract of a deposits module's optional `migration` export
+/// (`modnode:deposits/migration@<contract>`, `wit/deposits-3`), whose host interfaces the module
+/// may import besides its own contract's: a `@2.0.0` module's down-migration reads the
+/// `@3.0.0` queue. `None` for other kinds, modules without one, and contracts the host does not
+/// implement (whose imports then stay refused).
+fn migration_of(kind: Kind, exports: &[String]) -> Option<Version> {
+    if kind != Kind::Deposits {
+        return None;
+    }
+    exports.iter().find_map(|name| {
+        let p = InterfaceName::parse(name)?;
+        if p.namespace != "modnode" || p.package != kind.package() || p.interface != "migration" {
+            return None;
+        }
+        kind.implementing(p.version?).map(|c| c.version)
+    })
+}
+
 /// Imports must be of the contract the module's export declares (`host`: the host's version of
-/// it), or the shared types.
-fn check_imports(kind: Kind, host: Version, imports: &[String]) -> Result<(), ValidationError> {
+/// it), of its migration's contract (`migration`), or the shared types.
+fn check_imports(
+    kind: Kind,
+    host: Version,
+    migration: Option<Version>,
+    imports: &[String],
+) -> Result<(), ValidationError> {
     let allowed: Vec<String> = std::iter::once(format!("modnode:types/types@{TYPES_CONTRACT}"))
         .chain(
             kind.importable()
                 .iter()
                 .map(|i| format!("modnode:{}/{i}@{host}", kind.package())),
         )
+        .chain(migration.into_iter().flat_map(|m| {
+            kind.importable()
+                .iter()
+                .map(move |i| format!("modnode:{}/{i}@{m}", kind.package()))
+        }))
         .collect();
     for import in imports {
         let parsed = InterfaceName::parse(import);
@@ -338,8 +372,14 @@ fn check_imports(kind: Kind, host: Version, imports: &[String]) -> Result<(), Va
             } else {
                 None
             };
+            let of_migration = migration.is_some_and(|m| {
+                p.package == kind.package()
+                    && kind.importable().contains(&p.interface)
+                    && p.version.is_some_and(|v| v.runs_on(m))
+            });
             p.namespace == "modnode"
-                && host_version.is_some_and(|host| p.version.is_some_and(|v| v.runs_on(host)))
+                && (of_migration
+                    || host_version.is_some_and(|host| p.version.is_some_and(|v| v.runs_on(host))))
         });
         if !ok {
             // A modnode interface at the wrong version is a contract mismatch, not a stray import.

@@ -115,6 +115,8 @@ pub struct Prepared {
     /// sha256 of the component.
     #[serde(with = "hex_bytes")]
     pub hash: [u8; 32],
+    /// Whether it exports a migration the chain runs once at its activation height.
+    pub migration: bool,
     /// What warm-up measured.
     pub warmup: WarmupReport,
     /// `false` when the same bytes were prepared before (nothing was done again).
@@ -144,6 +146,7 @@ impl AnyReady {
                 version: meta.info.version,
                 contract: meta.component.contract_name(),
                 hash: meta.component.sha256,
+                migration: meta.component.has_migration(),
                 warmup: r.warmup,
                 new,
             }

@@ -35,6 +35,7 @@ mod inspect;
 mod layers;
 mod live_swap;
 mod malicious;
+mod migration;
 mod modules;
 mod network;
 mod operator_logs;

@@ -512,6 +512,8 @@ fn a_component_retagged_with_a_custom_section_is_a_separate_version_running_the_
         height: H,
     })
     .unwrap();
+    // Propose looks the module up once (to run its migration, if it has one).
+    assert_eq!(producer.take(), vec![hr]);
     let mut log = DevDepositLog::new();
     for seed in 0..2 * (H + 2) {
         log.push(workload::new_validator(100 + seed, 32_000_000_000, [0; 4]));

@@ -310,6 +310,7 @@ mod tests {
             name: name.into(),
             version: u32::from(byte),
             hash: [byte; 32],
+            migration: false,
             warmup: WarmupReport::default(),
             new: false,
             contract: "modnode:gossip-policy@1.0.0".into(),

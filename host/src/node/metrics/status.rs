@@ -45,6 +45,21 @@ pub struct NodeStatus {
     pub equivocations: Vec<EquivocationStatus>,
     /// The peers this node bans now (at most [`BanView::MAX`](super::BanView::MAX)).
     pub bans: Vec<BanStatus>,
+    /// Why import stopped above the head, if it did: the migration of the deposits module
+    /// the next height activates fails (absent otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub import_stopped: Option<ImportStoppedStatus>,
+}
+
+/// Import stopped at a module's activation height, as `/status` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ImportStoppedStatus {
+    /// The activation height no block imports at; the node stays below it.
+    pub height: u64,
+    /// The deposits module whose migration fails there (hex sha256).
+    pub module: String,
+    /// What it means and what to do.
+    pub reason: String,
 }
 
 /// One peer this node bans, as `/status` lists it.
@@ -146,6 +161,17 @@ impl Metrics {
                     second: hex::encode(e.second),
                 })
                 .collect(),
+            import_stopped: view.import_stopped.map(|s| ImportStoppedStatus {
+                height: s.height,
+                module: hex::encode(s.module),
+                reason: format!(
+                    "the migration of deposits module {} fails at its activation height {}: \
+                     no block imports there (the log names the failure); the chain waits \
+                     below it until the schedule names a module whose migration finishes",
+                    hex::encode(s.module),
+                    s.height
+                ),
+            }),
             bans: self
                 .bans
                 .live(crate::clock::unix_ms())

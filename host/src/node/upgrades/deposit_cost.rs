@@ -6,7 +6,8 @@
 //! its budget would halt the chain the first time that many deposits are due. `propose` refuses
 //! such a module, naming what it measured. A `modnode:deposits@3.0.0` module is measured on its
 //! block call (which queues the deposits), and its epoch transition must finish a queue of a
-//! full block of final deposits within its budget.
+//! full block of final deposits within its budget. A module with a migration must finish it on
+//! a state with such a queue within 80 % of one call's budget.
 
 use std::sync::{Arc, OnceLock, RwLock};
 
@@ -15,8 +16,9 @@ use crate::chain::to_wit;
 use crate::chain::transition::QUEUE_CONTRACT_MAJOR;
 use crate::chain::workload::{self, DevDepositLog};
 use crate::runtime::deposits::DepositsModule;
+use crate::runtime::deposits::migration::MigrationContext;
 use crate::runtime::deposits::v3::EpochContext;
-use crate::state::{PendingQueue, Registry};
+use crate::state::{PendingDelta, PendingDeposit, PendingQueue, Registry};
 
 /// The two block sizes the marginal cost is measured between, and their difference. Fuel is
 /// deterministic, so small blocks measure it exactly; they keep `propose` quick.
@@ -176,6 +178,72 @@ fn epoch_fits(module: &DepositsModule, slot: u64) -> Result<(), String> {
     Ok(())
 }
 
+/// The share of one call's budget a migration may use on the generated state (the issue's
+/// cost gate: a migration near its budget on a small queue would run out on a real one).
+const MIGRATION_BUDGET_PERCENT: u64 = 80;
+
+/// A module with a migration (`modnode:deposits/migration@3.0.0`): it must finish on a state
+/// with a queue of a full generated block of deposits (one with a bad signature) within
+/// [`MIGRATION_BUDGET_PERCENT`] of one call's budget — a migration that traps, refuses the
+/// state or runs out of fuel would stop import at its activation height — and run again on its
+/// own result change nothing (`upgrade_check::migration::run_twice`). `Chain::propose` also
+/// runs it on the head's real state.
+fn migration_fits(module: &DepositsModule) -> Result<Option<u64>, String> {
+    if !module.has_migration() {
+        return Ok(None);
+    }
+    let (proven, _) = inputs(LARGE, true)?;
+    let pushed = proven
+        .iter()
+        .map(|d| PendingDeposit {
+            pubkey: d.data.pubkey,
+            withdrawal_credentials: d.data.withdrawal_credentials,
+            amount: d.data.amount,
+            signature: d.data.signature,
+            slot: 1,
+            height: 1,
+        })
+        .collect();
+    let mut queue = PendingQueue::new();
+    queue
+        .apply(&PendingDelta {
+            pushed,
+            dropped: 0,
+            balance_to_consume: None,
+        })
+        .map_err(|e| format!("the generated queue does not build: {e}"))?;
+    let ctx = MigrationContext {
+        height: 2,
+        finality_depth: 0,
+        genesis_fork_version: vec![0; 4],
+    };
+    let budget = module.fuel_budget();
+    match crate::upgrade_check::migration::run_twice(module, &Registry::new(), &queue, &ctx) {
+        Ok(twice) => {
+            let gate = (budget / 100).saturating_mul(MIGRATION_BUDGET_PERCENT);
+            if twice.fuel_once > gate {
+                return Err(format!(
+                    "its migration takes {} fuel on a queue of {LARGE} deposits, over \
+                     {MIGRATION_BUDGET_PERCENT} % of its budget of {budget}",
+                    twice.fuel_once
+                ));
+            }
+            Ok(Some(twice.fuel_once))
+        }
+        Err(crate::upgrade_check::migration::TwiceError::Failed {
+            module_fault: false,
+            reason,
+            ..
+        }) => Err(format!(
+            "measuring its migration failed on this node (not the module's fault; retry): \
+             {reason}"
+        )),
+        Err(e) => Err(format!(
+            "on a state with a queue of {LARGE} deposits and a budget of {budget}: {e}"
+        )),
+    }
+}
+
 /// Measures `module` at `slot` (the chain's current slot: a module may cost more as slots
 /// grow) and checks a block of `max_deposits` fits its budget. Blocking: runs the module on
 /// `2 × (SMALL + LARGE)` deposits with their BLS checks.
@@ -183,6 +251,7 @@ pub fn check(module: &DepositsModule, slot: u64, max_deposits: u16) -> Result<De
     if module.contract().major == QUEUE_CONTRACT_MAJOR {
         epoch_fits(module, slot)?;
     }
+    migration_fits(module)?;
     let mut worst: Option<(u64, u64)> = None;
     for bad in [false, true] {
         let small = block_fuel(module, SMALL, bad, slot)?;
