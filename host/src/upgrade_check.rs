@@ -35,6 +35,7 @@ mod invariant;
 pub mod migration;
 mod replay;
 mod runner;
+mod seed_text;
 mod versions;
 
 use std::fmt;
@@ -299,7 +300,8 @@ impl fmt::Display for Failure {
 /// A minimal failing case.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Counterexample {
-    /// The seed the run started from.
+    /// The seed the run started from (a decimal string in JSON).
+    #[serde(with = "seed_text")]
     pub seed: u64,
     /// What was wrong.
     pub failure: Failure,

@@ -42,7 +42,8 @@ pub struct CaseFile {
     pub origin: String,
     /// The kind checked.
     pub kind: Kind,
-    /// The seed of the run that found the case.
+    /// The seed of the run that found the case (a decimal string; a number in older files).
+    #[serde(with = "super::seed_text")]
     pub seed: u64,
     /// The old version's name.
     pub from: String,
