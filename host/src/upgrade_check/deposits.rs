@@ -19,7 +19,7 @@ use crate::chain::genesis::Genesis;
 use crate::chain::workload::DevDepositLog;
 use crate::chain::{block_context, to_wit};
 use crate::runtime::deposits::{BlockContext, Deposit, Outcome};
-use crate::state::Registry;
+use crate::state::{Registry, RegistryDelta};
 
 /// Largest generated registry: large enough that a registry scan per deposit costs more than
 /// the rest of the deposit's processing.
@@ -38,6 +38,9 @@ pub(crate) enum BlockResult {
         eth1_deposit_index: u64,
         /// Registry root after the block.
         root: [u8; 32],
+        /// The registry changes the block made, when known (not compared: the root commits to
+        /// them; shown to say which validator and field differ when the roots do).
+        delta: Option<RegistryDelta>,
     },
     /// Rejected by the module: the block is invalid (the reason is not compared).
     Rejected(String),
@@ -50,7 +53,21 @@ impl BlockResult {
         match (self, other) {
             (BlockResult::Rejected(_), BlockResult::Rejected(_))
             | (BlockResult::Failed(_), BlockResult::Failed(_)) => true,
-            _ => self == other,
+            (
+                BlockResult::Imported {
+                    outcomes: oa,
+                    eth1_deposit_index: ia,
+                    root: ra,
+                    ..
+                },
+                BlockResult::Imported {
+                    outcomes: ob,
+                    eth1_deposit_index: ib,
+                    root: rb,
+                    ..
+                },
+            ) => oa == ob && ia == ib && ra == rb,
+            _ => false,
         }
     }
 
@@ -60,6 +77,7 @@ impl BlockResult {
                 outcomes,
                 eth1_deposit_index,
                 root,
+                ..
             } => format!(
                 "imported ({} deposits, deposit index after {eth1_deposit_index}, registry root \
                  {})",
@@ -100,6 +118,7 @@ pub(crate) fn run_block(
                         outcomes,
                         eth1_deposit_index,
                         root: state.root(),
+                        delta: Some(delta),
                     },
                     Err(e) => {
                         BlockResult::Rejected(format!("its registry changes do not apply: {e}"))
@@ -174,11 +193,13 @@ pub(crate) fn first_difference(old: &[BlockResult], new: &[BlockResult]) -> Opti
                         outcomes: oa,
                         eth1_deposit_index: ia,
                         root: ra,
+                        delta: da,
                     },
                     BlockResult::Imported {
                         outcomes: ob,
                         eth1_deposit_index: ib,
                         root: rb,
+                        delta: db,
                     },
                 ) => match oa.iter().zip(ob).position(|(x, y)| x != y) {
                     Some(j) => format!(
@@ -194,11 +215,20 @@ pub(crate) fn first_difference(old: &[BlockResult], new: &[BlockResult]) -> Opti
                     None if ia != ib => format!(
                         "{place}: deposit index after the block: old version {ia}, new {ib}"
                     ),
-                    None => format!(
-                        "{place}: same outcomes, different post-state roots (old {}, new {})",
-                        hex::encode(ra),
-                        hex::encode(rb)
-                    ),
+                    None => {
+                        let changes = match (da, db) {
+                            (Some(da), Some(db)) => delta_difference(da, db)
+                                .map(|d| format!("; {d}"))
+                                .unwrap_or_default(),
+                            _ => String::new(),
+                        };
+                        format!(
+                            "{place}: same outcomes, different post-state roots (old {}, new \
+                             {}){changes}",
+                            hex::encode(ra),
+                            hex::encode(rb)
+                        )
+                    }
                 },
                 _ => format!(
                     "{place}: old version {}, new version {}",
@@ -207,6 +237,63 @@ pub(crate) fn first_difference(old: &[BlockResult], new: &[BlockResult]) -> Opti
                 ),
             }
         })
+}
+
+/// The first validator and field on which two versions' registry changes for one block
+/// differ, in words: a balance they set differently, a balance one set and the other did not,
+/// or a field of an added validator. `None` when the changes are the same.
+pub(crate) fn delta_difference(old: &RegistryDelta, new: &RegistryDelta) -> Option<String> {
+    let old_balances: std::collections::BTreeMap<u32, u64> = old.balances.iter().copied().collect();
+    let new_balances: std::collections::BTreeMap<u32, u64> = new.balances.iter().copied().collect();
+    let indices: std::collections::BTreeSet<u32> = old_balances
+        .keys()
+        .chain(new_balances.keys())
+        .copied()
+        .collect();
+    for index in indices {
+        let (a, b) = (old_balances.get(&index), new_balances.get(&index));
+        if a != b {
+            let show = |v: Option<&u64>| v.map_or("unchanged".to_string(), |v| format!("{v} Gwei"));
+            return Some(format!(
+                "validator {index}: balance set by the old version {}, by the new {}",
+                show(a),
+                show(b)
+            ));
+        }
+    }
+    for (k, (a, b)) in old.added.iter().zip(&new.added).enumerate() {
+        let field = if a.pubkey != b.pubkey {
+            Some(("pubkey", hex::encode(a.pubkey), hex::encode(b.pubkey)))
+        } else if a.withdrawal_credentials != b.withdrawal_credentials {
+            Some((
+                "withdrawal_credentials",
+                hex::encode(a.withdrawal_credentials),
+                hex::encode(b.withdrawal_credentials),
+            ))
+        } else if a.effective_balance != b.effective_balance {
+            Some((
+                "effective_balance",
+                a.effective_balance.to_string(),
+                b.effective_balance.to_string(),
+            ))
+        } else if a.balance != b.balance {
+            Some(("balance", a.balance.to_string(), b.balance.to_string()))
+        } else {
+            None
+        };
+        if let Some((name, x, y)) = field {
+            return Some(format!(
+                "validator added {k} of the block: {name} old {x}, new {y}"
+            ));
+        }
+    }
+    (old.added.len() != new.added.len()).then(|| {
+        format!(
+            "validators added: old version {}, new version {}",
+            old.added.len(),
+            new.added.len()
+        )
+    })
 }
 
 /// The deposits phase.

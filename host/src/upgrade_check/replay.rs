@@ -197,6 +197,7 @@ fn replay_version(
                 outcomes: imported.outcomes,
                 eth1_deposit_index: chain.eth1_state().deposit_index,
                 root: imported.head.state_root,
+                delta: None,
             },
             Err(e) => BlockResult::Rejected(e.to_string()),
         });
