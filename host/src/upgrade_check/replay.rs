@@ -214,6 +214,43 @@ impl DepositModules for ByHash {
     }
 }
 
+/// An in-memory chain of `genesis` (read from `origin`) that runs `from` and `to` by hash,
+/// as a node with both versions prepared: the genesis's deposits module (`from` when it names
+/// none) must be one of them.
+pub(crate) fn chain_running(
+    from: &Version,
+    to: &Version,
+    genesis: &Genesis,
+    origin: &str,
+) -> Result<Chain, CheckError> {
+    let engine = |v: &Version| {
+        v.deposit_engine().ok_or_else(|| CheckError::Host {
+            reason: format!("{} is not loaded as a deposits module", v.name),
+        })
+    };
+    let engines = HashMap::from([(from.sha256, engine(from)?), (to.sha256, engine(to)?)]);
+    let genesis_module = genesis.deposits_module.unwrap_or(from.sha256);
+    let Some(genesis_engine) = engines.get(&genesis_module).cloned() else {
+        return Err(replay_error(
+            origin,
+            format!(
+                "the genesis runs deposits module {}, which is neither --from nor --to",
+                hex::encode(genesis_module)
+            ),
+        ));
+    };
+    let mut chain = Chain::open(
+        Arc::new(MemoryStore::new()),
+        genesis.clone(),
+        genesis_engine,
+    )
+    .map_err(|e| CheckError::Host {
+        reason: format!("in-memory chain for the replay: {e}"),
+    })?;
+    chain.set_deposit_modules(Arc::new(ByHash(engines)));
+    Ok(chain)
+}
+
 /// Replays `blocks` (read from `origin`) with `from` and `to` of different contracts. A chain
 /// whose schedule switches between them is replayed on its own schedule: every height on the
 /// module and contract the schedule names for it, each block's state root checked against its
@@ -229,12 +266,6 @@ pub(crate) fn replay_across(
     settings: &Settings,
 ) -> Result<Findings, CheckError> {
     let err = |reason: String| replay_error(origin, reason);
-    let engine = |v: &Version| {
-        v.deposit_engine().ok_or_else(|| CheckError::Host {
-            reason: format!("{} is not loaded as a deposits module", v.name),
-        })
-    };
-    let engines = HashMap::from([(from.sha256, engine(from)?), (to.sha256, engine(to)?)]);
     let name_of = |hash: &[u8; 32]| {
         [from, to]
             .into_iter()
@@ -242,21 +273,7 @@ pub(crate) fn replay_across(
             .map(|v| v.name.clone())
     };
     let genesis_module = genesis.deposits_module.unwrap_or(from.sha256);
-    let Some(genesis_engine) = engines.get(&genesis_module).cloned() else {
-        return Err(err(format!(
-            "the genesis runs deposits module {}, which is neither --from nor --to",
-            hex::encode(genesis_module)
-        )));
-    };
-    let mut chain = Chain::open(
-        Arc::new(MemoryStore::new()),
-        genesis.clone(),
-        genesis_engine,
-    )
-    .map_err(|e| CheckError::Host {
-        reason: format!("in-memory chain for the replay: {e}"),
-    })?;
-    chain.set_deposit_modules(Arc::new(ByHash(engines)));
+    let mut chain = chain_running(from, to, &genesis, origin)?;
     let mut heights: HashMap<[u8; 32], u64> = HashMap::new();
     let mut failure = None;
     for block in blocks {

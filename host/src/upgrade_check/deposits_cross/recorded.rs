@@ -6,9 +6,6 @@
 //! from the genesis registry, with epoch transitions at the chain's epoch boundaries, then
 //! empty epochs until the queue drains, and what must hold is checked as on generated cases.
 
-use std::collections::HashMap;
-use std::sync::Arc;
-
 use super::super::versions::Version;
 use super::super::{CaseInput, CheckError, Counterexample, Failure, Findings, Invariant, Kind};
 use super::super::{Report, Settings, Verdict};
@@ -17,17 +14,7 @@ use super::lane::{BlockIn, invariant, queue_sum};
 use super::pair::{Pair, drain_bound, next_epoch_slot};
 use crate::chain::block::Block;
 use crate::chain::genesis::Genesis;
-use crate::chain::{Chain, DepositEngine, DepositModules, block_context, to_wit};
-use crate::store::MemoryStore;
-
-/// Deposits modules by component hash.
-struct ByHash(HashMap<[u8; 32], DepositEngine>);
-
-impl DepositModules for ByHash {
-    fn deposits(&self, hash: &[u8; 32]) -> Option<DepositEngine> {
-        self.0.get(hash).cloned()
-    }
-}
+use crate::chain::{block_context, to_wit};
 
 /// Runs `blocks` (a chain's canonical blocks from height 1, read from `origin`) through
 /// `from` and `to`, one of which the chain runs; see the module docs.
@@ -50,28 +37,7 @@ pub(crate) fn on_recorded(
                 .into(),
         ));
     };
-    let engine = |v: &Version| {
-        v.deposit_engine().ok_or_else(|| CheckError::Host {
-            reason: format!("{} is not loaded as a deposits module", v.name),
-        })
-    };
-    let engines = HashMap::from([(from.sha256, engine(from)?), (to.sha256, engine(to)?)]);
-    let genesis_module = genesis.deposits_module.unwrap_or(from.sha256);
-    let Some(genesis_engine) = engines.get(&genesis_module).cloned() else {
-        return Err(err(format!(
-            "the genesis runs deposits module {}, which is neither --from nor --to",
-            hex::encode(genesis_module)
-        )));
-    };
-    let mut chain = Chain::open(
-        Arc::new(MemoryStore::new()),
-        genesis.clone(),
-        genesis_engine,
-    )
-    .map_err(|e| CheckError::Host {
-        reason: format!("in-memory chain for the replay: {e}"),
-    })?;
-    chain.set_deposit_modules(Arc::new(ByHash(engines)));
+    let mut chain = super::super::replay::chain_running(from, to, genesis, origin)?;
     let registry = chain
         .registry()
         .read()
