@@ -36,6 +36,8 @@ use std::collections::{HashMap, VecDeque};
 use super::*;
 use crate::tree;
 
+mod batch;
+
 const GENESIS_FORK: [u8; 4] = [0, 0, 0, 1];
 const FINALITY_DEPTH: u64 = 4;
 const INCREMENT: u64 = crate::EFFECTIVE_BALANCE_INCREMENT;
@@ -59,6 +61,17 @@ struct MockHost {
     total_active: Option<u64>,
     /// Entries the epoch asked to read, summed: work must follow deposits applied.
     read: u64,
+    /// `bls_verify` calls made.
+    single_checks: u32,
+    /// The size of every `bls_verify_batch` call made, in order.
+    batch_checks: Vec<usize>,
+}
+
+impl MockHost {
+    /// The mock's BLS: the first 32 bytes of the signature are the message, under a valid key.
+    fn verifies(pubkey: &[u8], message: &[u8], signature: &[u8]) -> bool {
+        valid_key(pubkey) && signature.get(..32) == Some(message)
+    }
 }
 
 fn valid_key(pubkey: &[u8]) -> bool {
@@ -103,11 +116,16 @@ impl Host for MockHost {
         Ok(())
     }
     fn bls_verify(&mut self, pubkey: &[u8], message: &[u8], signature: &[u8]) -> bool {
-        valid_key(pubkey) && signature.get(..32) == Some(message)
+        self.single_checks += 1;
+        Self::verifies(pubkey, message, signature)
     }
     fn bls_verify_batch(&mut self, sets: &[SignatureSet]) -> bool {
-        sets.iter()
-            .all(|s| self.bls_verify(&s.pubkey, &s.message, &s.signature))
+        self.batch_checks.push(sets.len());
+        // blst's batch: false when empty, else true only if every set verifies.
+        !sets.is_empty()
+            && sets
+                .iter()
+                .all(|s| Self::verifies(&s.pubkey, &s.message, &s.signature))
     }
 }
 
