@@ -145,9 +145,32 @@ fn the_same_new_pubkey_twice_first_valid_the_second_is_a_top_up() {
         ]
     );
     assert_eq!(after.balances[next as usize], 12 * INCREMENT);
-    assert_eq!(after.validators[next as usize].effective_balance, 8 * INCREMENT);
+    assert_eq!(
+        after.validators[next as usize].effective_balance,
+        8 * INCREMENT
+    );
     assert_eq!(after.batch_checks, vec![2]);
     assert_eq!(after.single_checks, 0);
+}
+
+#[test]
+fn a_lone_new_deposit_is_checked_once_valid_or_not() {
+    let host = state();
+    let next = host.validators.len() as u32;
+    for valid in [true, false] {
+        let (_, after) = epoch_matches_one_by_one(&host, &[deposit(next, INCREMENT, valid)]);
+        assert!(after.batch_checks.is_empty(), "valid: {valid}");
+        assert_eq!(after.single_checks, 1, "valid: {valid}");
+    }
+    // pyspec's invalid_sig_then_valid_sig: one check per entry of the new pubkey.
+    let (_, after) = epoch_matches_one_by_one(
+        &host,
+        &[
+            deposit(next, INCREMENT, false),
+            deposit(next, INCREMENT, true),
+        ],
+    );
+    assert_eq!(after.single_checks, 2);
 }
 
 #[test]
@@ -175,13 +198,7 @@ fn every_mix_of_four_entries_matches_the_one_by_one_loop() {
         deposit(next + 1, INCREMENT, false),
         deposit(7, INCREMENT, true),
         deposit(7, 2 * INCREMENT, false),
-        pending_for(
-            infinity,
-            INCREMENT,
-            credentials(1),
-            Some(GENESIS_FORK),
-            0,
-        ),
+        pending_for(infinity, INCREMENT, credentials(1), Some(GENESIS_FORK), 0),
     ];
     let n = alphabet.len();
     let mut batches = 0;
