@@ -352,3 +352,73 @@ fn a_deposits_v3_module_passes_the_propose_cost_check_now_that_the_chain_carries
     assert!(cost.per_deposit > 0, "{cost:?}");
     assert!(cost.full_block <= cost.full_budget, "{cost:?}");
 }
+
+/// The real deposits-v3 component with real BLS: an epoch's new validators are checked in one
+/// host batch (its host fuel is below what 16 single checks alone would charge), and a bad
+/// signature among them gives the one-by-one outcomes — that entry dropped, the others created
+/// in queue order — through one single check per entry after the failed batch.
+#[test]
+fn an_epochs_new_validators_are_checked_in_one_batch_with_the_one_by_one_outcomes() {
+    use modnode::runtime::deposits::v3::EpochOutcome;
+    use modnode::runtime::profile::EngineProfile;
+
+    let rt = runtime(u64::MAX / 4);
+    let v3 = deposits_module(&rt, "deposits-v3");
+    let bls_verify = EngineProfile::build().host_calls.bls_verify;
+    let signed: Vec<DepositData> = (0..16)
+        .map(|i| workload::new_validator(300 + i, 8 * ETH, FORK))
+        .collect();
+    let run = |deposits: &[DepositData]| {
+        let mut pending = PendingQueue::new();
+        pending
+            .apply(&PendingDelta {
+                pushed: deposits
+                    .iter()
+                    .map(|d| PendingDeposit {
+                        pubkey: d.pubkey,
+                        withdrawal_credentials: d.withdrawal_credentials,
+                        amount: d.amount,
+                        signature: d.signature,
+                        slot: 1,
+                        height: 1,
+                    })
+                    .collect(),
+                dropped: 0,
+                balance_to_consume: None,
+            })
+            .unwrap();
+        let registry = Arc::new(RwLock::new(Registry::new()));
+        v3.process_epoch(registry, pending, epoch(10, 1))
+            .unwrap()
+            .unwrap()
+    };
+
+    let valid = run(&signed);
+    assert_eq!(
+        valid.result.outcomes,
+        (0..16).map(EpochOutcome::Created).collect::<Vec<_>>()
+    );
+    assert!(
+        valid.host_fuel < 16 * bls_verify,
+        "host fuel {} is that of 16 single checks or more",
+        valid.host_fuel
+    );
+
+    let mut tampered = signed.clone();
+    tampered[5].signature = signed[6].signature;
+    let invalid = run(&tampered);
+    let expected: Vec<EpochOutcome> = (0..16u32)
+        .map(|i| match i {
+            5 => EpochOutcome::InvalidSignature,
+            i if i < 5 => EpochOutcome::Created(i),
+            i => EpochOutcome::Created(i - 1),
+        })
+        .collect();
+    assert_eq!(invalid.result.outcomes, expected);
+    assert!(
+        invalid.host_fuel >= valid.host_fuel + 16 * bls_verify,
+        "a failed batch falls back to 16 single checks: {} vs {}",
+        invalid.host_fuel,
+        valid.host_fuel
+    );
+}
