@@ -638,9 +638,14 @@ impl DepositModules for Engines {
 /// height `h` (slots_per_epoch 4, finality_depth 2), with deposits in every block up to
 /// `blocks` and the queue not yet drained at the end.
 fn data_dir_switching_to_v3(dir: &Path, h: u64, blocks: u64) -> Genesis {
+    data_dir_switching_to(dir, "deposits-v3", h, blocks)
+}
+
+/// [`data_dir_switching_to_v3`] with the deposits@3 module `to` (e.g. one with a migration).
+fn data_dir_switching_to(dir: &Path, to: &str, h: u64, blocks: u64) -> Genesis {
     let rt = super::runtime(2_000_000_000);
     let v2 = super::deposits_module(&rt, "deposits-v2");
-    let v3 = super::deposits_module(&rt, "deposits-v3");
+    let v3 = super::deposits_module(&rt, to);
     let v3_hash = v3.hash();
     let mut genesis = Genesis::generated("upgrade-check-across", 8, 21);
     genesis.slots_per_epoch = Some(4);
@@ -728,6 +733,39 @@ fn a_data_dir_that_switched_to_v3_replays_each_height_on_its_own_contract() {
     .replay_data_dir(v1_only.path(), dev, &s)
     .unwrap_err();
     assert!(err.to_string().contains("slots_per_epoch"), "{err}");
+}
+
+/// `--replay` of a chain that switched at H to a deposits@3 module with a migration: the replay
+/// runs the migration at H exactly as import did (its marker is in H's recorded root), so
+/// every height replays on the recorded roots; the same chain replayed with deposits-v3 (no
+/// migration) as the candidate is refused, naming the module the schedule runs.
+#[test]
+fn a_replay_across_h_runs_the_candidates_migration_at_h() {
+    let dir = tempfile::tempdir().unwrap();
+    let genesis = data_dir_switching_to(dir.path(), "fixture-deposits-v3-migrate", 6, 10);
+    let s = settings(1, 0);
+    let migrating = Checker::new(
+        Kind::Deposits,
+        &module("deposits-v2"),
+        &module("fixture-deposits-v3-migrate"),
+    )
+    .unwrap();
+    let report = migrating
+        .replay_data_dir(dir.path(), genesis.clone(), &s)
+        .unwrap();
+    assert_eq!(report.verdict, Verdict::Pass, "{report:?}");
+    assert_eq!(report.cases, 10);
+
+    let without = Checker::new(
+        Kind::Deposits,
+        &module("deposits-v2"),
+        &module("deposits-v3"),
+    )
+    .unwrap();
+    let err = without
+        .replay_data_dir(dir.path(), genesis, &s)
+        .unwrap_err();
+    assert!(err.to_string().contains("neither --from nor --to"), "{err}");
 }
 
 /// `upgrade-check --from-node`: a running dev node (deposits-v2, a genesis with epochs) with
