@@ -805,6 +805,8 @@ fn from_node_replays_a_running_nodes_blocks_with_both_versions() {
             "100",
             "--follow-distance",
             "1",
+            "--checkpoint-interval",
+            "0",
         ])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
@@ -853,8 +855,18 @@ fn from_node_replays_a_running_nodes_blocks_with_both_versions() {
     let report = loop {
         let (code, out, err) = live(token_arg, &url);
         assert_eq!(code, 0, "{out}\n{err}");
+        // The node stores no checkpoint: the replay says so and starts from genesis.
+        assert!(err.contains("has no checkpoint to start from"), "{err}");
         let json: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
         assert_eq!(json["verdict"], "pass", "{json}");
+        assert_eq!(
+            json["from_node"]["checkpoint_height"],
+            serde_json::Value::Null
+        );
+        assert_eq!(
+            json["from_node"]["blocks_replayed"], json["cases"],
+            "{json}"
+        );
         let applied = json["differences"]
             .as_array()
             .and_then(|d| d.iter().find(|d| d["class"] == "applied-later"))
@@ -880,4 +892,245 @@ fn from_node_replays_a_running_nodes_blocks_with_both_versions() {
     let (code, _, err) = live(token_arg, "http://127.0.0.1:1");
     assert_ne!(code, 0);
     assert!(err.contains("127.0.0.1:1"), "{err}");
+}
+
+/// A dev node (deposits-v2, epochs of 4, finality depth 4, 100 ms blocks) started by
+/// `modnode run` in `dir`, without periodic checkpoints: (the process, its data dir, the
+/// genesis file, its admin URL).
+fn live_node(dir: &Path) -> (super::cli::KillOnDrop, std::path::PathBuf, String, String) {
+    use std::time::{Duration, Instant};
+
+    let data = dir.join("node");
+    let genesis = dir.join("genesis.json");
+    std::fs::write(
+        &genesis,
+        modnode::chain::genesis::DEV_GENESIS_JSON.replace(
+            r#""finality_depth": 32,"#,
+            r#""finality_depth": 4, "slots_per_epoch": 4,"#,
+        ),
+    )
+    .unwrap();
+    let node = Command::new(env!("CARGO_BIN_EXE_modnode"))
+        .args(["run", "--data-dir"])
+        .arg(&data)
+        .arg("--genesis")
+        .arg(&genesis)
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--admin",
+            "127.0.0.1:0",
+            "--dev-contract-listen",
+            "127.0.0.1:0",
+            "--dev-block-ms",
+            "100",
+            "--follow-distance",
+            "1",
+            "--checkpoint-interval",
+            "0",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let node = super::cli::KillOnDrop(node);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !data.join("deposit-contract.url").exists() {
+        assert!(Instant::now() < deadline, "the node never started");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let addr = std::fs::read_to_string(data.join("admin.addr")).unwrap();
+    let url = format!("http://{}", addr.trim());
+    (node, data, genesis.display().to_string(), url)
+}
+
+fn submit_deposits(data: &Path, seeds: &[u64]) {
+    for seed in seeds {
+        let out = Command::new(env!("CARGO_BIN_EXE_modnode"))
+            .args(["deposit", "submit", "--data-dir"])
+            .arg(data)
+            .arg("--dev-seed")
+            .arg(seed.to_string())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+    }
+}
+
+/// How many deposits a cross-contract report saw applied later (queued by deposits@3).
+fn applied_later(json: &serde_json::Value) -> u64 {
+    json["differences"]
+        .as_array()
+        .and_then(|d| d.iter().find(|d| d["class"] == "applied-later"))
+        .and_then(|d| d["count"].as_u64())
+        .unwrap_or(0)
+}
+
+/// An HTTP relay to `upstream` (one request per connection, as the admin API answers) that
+/// flips the first hex digit of every checkpoint chunk it relays: a node serving a tampered
+/// chunk. Returns its URL.
+fn tampering_relay(upstream: std::net::SocketAddr) -> String {
+    use std::io::{Read as _, Write as _};
+
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for client in listener.incoming() {
+            let Ok(mut client) = client else { continue };
+            let mut head = Vec::new();
+            let mut buf = [0u8; 4096];
+            while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                match client.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => head.extend_from_slice(&buf[..n]),
+                }
+            }
+            let Ok(mut node) = std::net::TcpStream::connect(upstream) else {
+                continue;
+            };
+            let mut answer = Vec::new();
+            if node.write_all(&head).is_err() || node.read_to_end(&mut answer).is_err() {
+                continue;
+            }
+            if head.starts_with(b"GET /checkpoints/chunk") {
+                let key = br#""bytes":""#;
+                if let Some(at) = answer.windows(key.len()).position(|w| w == key) {
+                    let digit = &mut answer[at + key.len()];
+                    *digit = if *digit == b'0' { b'1' } else { b'0' };
+                }
+            }
+            let _ = client.write_all(&answer);
+        }
+    });
+    url
+}
+
+/// `upgrade-check --from-node` on a node with a checkpoint: the checkpoint is fetched and
+/// verified, only the blocks after it are fetched and replayed (the report says which
+/// checkpoint and how many blocks), with the same verdict as a replay from genesis; a node
+/// serving a tampered chunk is refused, naming the node and the chunk.
+#[test]
+fn from_node_starts_from_the_nodes_checkpoint_and_refuses_a_tampered_chunk() {
+    use std::time::{Duration, Instant};
+
+    let dir = tempfile::tempdir().unwrap();
+    let (_node, data, genesis, url) = live_node(dir.path());
+    let token = data.join("admin.token").display().to_string();
+    let (v2, v3) = (path("deposits-v2"), path("deposits-v3"));
+    let live = |url: &str, extra: &[&str]| {
+        let mut args = vec![
+            "deposits",
+            "--from",
+            &v2,
+            "--to",
+            &v3,
+            "--from-node",
+            url,
+            "--token",
+            &token,
+            "--genesis",
+            &genesis,
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        let (code, out, err) = cli(&args, dir.path());
+        assert_eq!(code, 0, "{out}\n{err}");
+        let json: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+        (json, err)
+    };
+    let deadline = Instant::now() + Duration::from_secs(180);
+    // Three deposits in blocks, then a checkpoint of the finalized state after them.
+    submit_deposits(&data, &[9, 10, 11]);
+    loop {
+        let (json, _) = live(&url, &["--from-genesis"]);
+        assert_eq!(json["verdict"], "pass", "{json}");
+        if applied_later(&json) >= 3 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "deposits never carried: {json}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // Created once a block after the deposits is final.
+    let created = loop {
+        let out = Command::new(env!("CARGO_BIN_EXE_modnode"))
+            .args(["checkpoint", "create", "--json", "--data-dir"])
+            .arg(&data)
+            .output()
+            .unwrap();
+        let json: Option<serde_json::Value> = serde_json::from_slice(&out.stdout).ok();
+        if let Some(json) = json.filter(|j| j["height"].as_u64() > Some(2)) {
+            break json;
+        }
+        assert!(Instant::now() < deadline, "no checkpoint created: {out:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let checkpoint = created["height"].as_u64().unwrap();
+    assert!(checkpoint > 0, "{created}");
+
+    // Two more deposits after the checkpoint: the replay from it sees them (and only them).
+    submit_deposits(&data, &[12, 13]);
+    let (from_checkpoint, err) = loop {
+        let (json, err) = live(&url, &[]);
+        assert_eq!(json["verdict"], "pass", "{json}\n{err}");
+        assert_eq!(
+            json["from_node"]["checkpoint_height"].as_u64(),
+            Some(checkpoint),
+            "{json}"
+        );
+        assert_eq!(json["from_node"]["checkpoint"], created["id"], "{json}");
+        if applied_later(&json) >= 2 {
+            break (json, err);
+        }
+        assert!(Instant::now() < deadline, "deposits never carried: {json}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(!err.contains("no checkpoint"), "{err}");
+    assert_eq!(applied_later(&from_checkpoint), 2, "{from_checkpoint}");
+    let replayed = from_checkpoint["from_node"]["blocks_replayed"]
+        .as_u64()
+        .unwrap();
+    assert_eq!(
+        from_checkpoint["cases"].as_u64(),
+        Some(replayed),
+        "{from_checkpoint}"
+    );
+    // From genesis afterwards: every block (the head only grew), the same verdict.
+    let (from_genesis, _) = live(&url, &["--from-genesis"]);
+    assert_eq!(from_genesis["verdict"], from_checkpoint["verdict"]);
+    assert_eq!(
+        from_genesis["from_node"]["checkpoint_height"],
+        serde_json::Value::Null
+    );
+    let all = from_genesis["from_node"]["blocks_replayed"]
+        .as_u64()
+        .unwrap();
+    assert!(
+        replayed > 0 && checkpoint + replayed <= all,
+        "from the checkpoint at {checkpoint}: {replayed} blocks; from genesis: {all}"
+    );
+    assert_eq!(applied_later(&from_genesis), 5, "{from_genesis}");
+
+    // A node serving a tampered chunk is refused, naming it and the chunk.
+    let relay = tampering_relay(url.trim_start_matches("http://").parse().unwrap());
+    let (code, out, err) = cli(
+        &[
+            "deposits",
+            "--from",
+            &v2,
+            "--to",
+            &v3,
+            "--from-node",
+            &relay,
+            "--token",
+            &token,
+            "--genesis",
+            &genesis,
+        ],
+        dir.path(),
+    );
+    assert_ne!(code, 0, "{out}\n{err}");
+    assert!(
+        err.contains(&relay) && err.contains("chunk 0") && err.contains("does not verify"),
+        "{err}"
+    );
 }
