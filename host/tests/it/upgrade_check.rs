@@ -11,7 +11,7 @@ use std::sync::Arc;
 use modnode::chain::genesis::Genesis;
 use modnode::chain::workload::DevDepositLog;
 use modnode::chain::{Chain, DepositEngine, DepositModules, workload};
-use modnode::state::UpgradeOp;
+use modnode::state::{StateSnapshot, UpgradeOp};
 use modnode::store::SledStore;
 use modnode::upgrade_check::{
     CaseFile, CaseInput, Checker, DifferenceClass, Failure, Invariant, Kind, ModuleFile, Report,
@@ -643,6 +643,21 @@ fn data_dir_switching_to_v3(dir: &Path, h: u64, blocks: u64) -> Genesis {
 
 /// [`data_dir_switching_to_v3`] with the deposits@3 module `to` (e.g. one with a migration).
 fn data_dir_switching_to(dir: &Path, to: &str, h: u64, blocks: u64) -> Genesis {
+    record_switching_to(dir, to, h, blocks).0
+}
+
+/// [`data_dir_switching_to`], with the blocks it recorded and the state after each.
+fn record_switching_to(
+    dir: &Path,
+    to: &str,
+    h: u64,
+    blocks: u64,
+) -> (
+    Genesis,
+    Vec<modnode::chain::block::Block>,
+    Vec<StateSnapshot>,
+) {
+    let mut recorded = (Vec::new(), Vec::new());
     let rt = super::runtime(2_000_000_000);
     let v2 = super::deposits_module(&rt, "deposits-v2");
     let v3 = super::deposits_module(&rt, to);
@@ -683,13 +698,15 @@ fn data_dir_switching_to(dir: &Path, to: &str, h: u64, blocks: u64) -> Genesis {
             .build_block_from(height, 0, contract.eth1_data(), &contract)
             .unwrap();
         chain.import(&block).unwrap();
+        recorded.0.push(block);
+        recorded.1.push(chain.snapshot().unwrap());
     }
     let head = chain.snapshot().unwrap();
     assert!(
         head.pending().is_some_and(|q| !q.is_empty()),
         "the queue is carried"
     );
-    genesis
+    (genesis, recorded.0, recorded.1)
 }
 
 #[test]
@@ -766,6 +783,96 @@ fn a_replay_across_h_runs_the_candidates_migration_at_h() {
         .replay_data_dir(dir.path(), genesis, &s)
         .unwrap_err();
     assert!(err.to_string().contains("neither --from nor --to"), "{err}");
+}
+
+/// A replay from a verified checkpoint (what `--from-node` fetches) of a chain that switched at
+/// H = 6 to a deposits@3 module with a migration: from a checkpoint before H (no queue) the
+/// replay runs the migration at H and every block after the checkpoint on the recorded roots;
+/// from one after H (a queue in its state) it goes on on the newer version; only the blocks
+/// after the checkpoint are replayed. A tampered chunk or the wrong block is refused, naming
+/// the node and the chunk.
+#[test]
+fn a_replay_from_a_verified_checkpoint_runs_only_the_blocks_after_it() {
+    use modnode::checkpoint::{BlockRef, CreateOptions, create};
+    use modnode::upgrade_check::verify_checkpoint;
+
+    let dir = tempfile::tempdir().unwrap();
+    let (genesis, blocks, states) =
+        record_switching_to(dir.path(), "fixture-deposits-v3-migrate", 6, 10);
+    let checker = Checker::new(
+        Kind::Deposits,
+        &module("deposits-v2"),
+        &module("fixture-deposits-v3-migrate"),
+    )
+    .unwrap();
+    let checkpoint_module = super::checkpoint::module("checkpoint-v1");
+    let checkpoint_at = |height: u64| {
+        let i = height as usize - 1;
+        let at = BlockRef {
+            height,
+            hash: blocks[i].hash(),
+        };
+        let options = CreateOptions {
+            target_chunk_bytes: 1 << 10,
+            threads: 1,
+            background: false,
+        };
+        create(&checkpoint_module, Arc::new(states[i].clone()), at, options).unwrap()
+    };
+    let node = "http://127.0.0.1:9/test-node";
+    for (height, queued) in [(4u64, false), (8, true)] {
+        let cp = checkpoint_at(height);
+        let mut serve = |i: usize| Ok(cp.chunks[i].clone());
+        let live = verify_checkpoint(
+            node,
+            &cp.manifest.encode(),
+            blocks[height as usize - 1].clone(),
+            &mut serve,
+        )
+        .unwrap();
+        assert_eq!(live.height(), height);
+        assert_eq!(
+            live.state.pending.as_ref().is_some_and(|q| !q.is_empty()),
+            queued
+        );
+        let after = &blocks[height as usize..];
+        let findings = checker
+            .replay_blocks_from(node, Some(&live), after, genesis.clone(), &settings(1, 0))
+            .unwrap();
+        assert_eq!(findings.report.verdict, Verdict::Pass, "{findings:?}");
+        assert_eq!(findings.report.cases, 10 - height as u32);
+    }
+
+    let cp = checkpoint_at(4);
+    // A chunk whose bytes were changed on the way.
+    let mut tampered = |i: usize| {
+        let mut bytes = cp.chunks[i].clone();
+        if i == 0 {
+            bytes[0] ^= 1;
+        }
+        Ok(bytes)
+    };
+    let err = verify_checkpoint(
+        node,
+        &cp.manifest.encode(),
+        blocks[3].clone(),
+        &mut tampered,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains(node) && err.contains("chunk 0 ") && err.contains("does not verify"),
+        "{err}"
+    );
+    // A block other than the one the manifest names.
+    let mut serve = |i: usize| Ok(cp.chunks[i].clone());
+    let err = verify_checkpoint(node, &cp.manifest.encode(), blocks[4].clone(), &mut serve)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains(node) && err.contains("the manifest names block"),
+        "{err}"
+    );
 }
 
 /// `upgrade-check --from-node`: a running dev node (deposits-v2, a genesis with epochs) with
