@@ -237,6 +237,19 @@ fn a_written_case_file_replays() {
 
 /// A data dir with `blocks` dev blocks, the last one topping up a genesis validator by 2^32.
 fn recorded_data_dir(dir: &Path, blocks: u64) -> Genesis {
+    record_dev(dir, blocks).0
+}
+
+/// [`recorded_data_dir`], with the blocks it recorded and the state after each.
+fn record_dev(
+    dir: &Path,
+    blocks: u64,
+) -> (
+    Genesis,
+    Vec<modnode::chain::block::Block>,
+    Vec<StateSnapshot>,
+) {
+    let mut recorded = (Vec::new(), Vec::new());
     let genesis = Genesis::dev();
     let rt = super::runtime(2_000_000_000);
     let engine = DepositEngine::Module(Box::new(super::deposits_module(&rt, "deposits-v1")));
@@ -258,8 +271,10 @@ fn recorded_data_dir(dir: &Path, blocks: u64) -> Genesis {
             .build_block_from(height, 0, contract.eth1_data(), &contract)
             .unwrap();
         chain.import(&block).unwrap();
+        recorded.0.push(block);
+        recorded.1.push(chain.snapshot().unwrap());
     }
-    genesis
+    (genesis, recorded.0, recorded.1)
 }
 
 #[test]
@@ -873,6 +888,65 @@ fn a_replay_from_a_verified_checkpoint_runs_only_the_blocks_after_it() {
         err.contains(node) && err.contains("the manifest names block"),
         "{err}"
     );
+}
+
+/// Versions of one contract replayed from a verified checkpoint: only the blocks after it, on
+/// its state; a version that tops up wrongly in a block after it diverges there.
+#[test]
+fn versions_of_one_contract_replay_from_a_verified_checkpoint() {
+    use modnode::checkpoint::{BlockRef, CreateOptions, create};
+    use modnode::upgrade_check::verify_checkpoint;
+
+    let dir = tempfile::tempdir().unwrap();
+    let (genesis, blocks, states) = record_dev(dir.path(), 5);
+    let at = BlockRef {
+        height: 3,
+        hash: blocks[2].hash(),
+    };
+    let options = CreateOptions {
+        target_chunk_bytes: 1 << 20,
+        threads: 1,
+        background: false,
+    };
+    let cp = create(
+        &super::checkpoint::module("checkpoint-v2"),
+        Arc::new(states[2].clone()),
+        at,
+        options,
+    )
+    .unwrap();
+    let mut serve = |i: usize| Ok(cp.chunks[i].clone());
+    let node = "http://127.0.0.1:9";
+    let live =
+        verify_checkpoint(node, &cp.manifest.encode(), blocks[2].clone(), &mut serve).unwrap();
+    let s = settings(1, 0);
+    let same = Checker::new(
+        Kind::Deposits,
+        &module("deposits-v1"),
+        &module("deposits-v2"),
+    )
+    .unwrap();
+    let findings = same
+        .replay_blocks_from(node, Some(&live), &blocks[3..], genesis.clone(), &s)
+        .unwrap();
+    assert_eq!(findings.report.verdict, Verdict::Pass, "{findings:?}");
+    assert_eq!(findings.report.cases, 2);
+
+    let wrong = Checker::new(
+        Kind::Deposits,
+        &module("deposits-v1"),
+        &module("fixture-deposits-wrong-topup"),
+    )
+    .unwrap();
+    let report = wrong
+        .replay_blocks_from(node, Some(&live), &blocks[3..], genesis, &s)
+        .unwrap()
+        .report;
+    assert_eq!(report.verdict, Verdict::Divergence, "{report:?}");
+    let Failure::Divergence { detail } = report.counterexample.unwrap().failure else {
+        panic!("not a divergence")
+    };
+    assert!(detail.starts_with("block 2 of 2"), "{detail}");
 }
 
 /// `upgrade-check --from-node`: a running dev node (deposits-v2, a genesis with epochs) with
