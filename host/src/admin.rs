@@ -33,6 +33,9 @@
 //!   503 while the node is behind on import.
 //! - `GET /blocks?from=H&count=N` (token): height, hash, slot and state root of the canonical
 //!   blocks from `H` ([`blocks_query`]; a testnet harness compares nodes with it).
+//! - `GET /checkpoints/latest` and `GET /checkpoints/chunk?id=<hex>&index=N` (token): the
+//!   newest stored checkpoint's manifest and its chunks ([`checkpoint_query`]), for
+//!   `upgrade-check --from-node`.
 //!
 //! Every error answer is `{"error":"<what is wrong>"}` (plus `"reason"` for refused modules)
 //! with a 4xx/5xx status, and every response closes the connection: one request per
@@ -52,6 +55,7 @@ use crate::modules_store::upload::{UploadError, UploadOutcome};
 use crate::runtime::{Kind, Mode};
 
 pub mod blocks_query;
+pub mod checkpoint_query;
 pub mod client;
 pub mod deposit_json;
 mod routes;
@@ -126,6 +130,19 @@ pub trait AdminBackend: Send + Sync + 'static {
     fn checkpoints(&self) -> BoxFuture<'_, Result<serde_json::Value, String>> {
         Box::pin(async { Ok(serde_json::json!({ "checkpoints": [] })) })
     }
+    /// The newest stored checkpoint, `None` when there is none ([`checkpoint_query`]).
+    fn latest_checkpoint(&self) -> BoxFuture<'_, Result<Option<StoredCheckpoint>, String>> {
+        Box::pin(async { Ok(None) })
+    }
+    /// Chunk `index` of the stored checkpoint `id`, `None` when this node does not have it.
+    fn checkpoint_chunk(
+        &self,
+        id: [u8; 32],
+        index: u32,
+    ) -> BoxFuture<'_, Result<Option<Vec<u8>>, String>> {
+        let _ = (id, index);
+        Box::pin(async { Ok(None) })
+    }
     /// Makes this node's blocks vote for upgrading `kind` to the module `sha256` (hex) at
     /// `activate_at` (the module must be stored here, ready and of that kind), or, with
     /// [`Action::Cancel`](crate::state::schedule::Action), for cancelling that scheduled upgrade.
@@ -150,6 +167,17 @@ pub trait AdminBackend: Send + Sync + 'static {
             ))
         })
     }
+}
+
+/// A stored checkpoint as `GET /checkpoints/latest` serves it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredCheckpoint {
+    /// Its height.
+    pub height: u64,
+    /// Its id.
+    pub id: [u8; 32],
+    /// Its encoded manifest.
+    pub manifest: Vec<u8>,
 }
 
 /// A module slot operation asked through the admin API.

@@ -32,6 +32,7 @@ mod deposits;
 mod deposits_cross;
 mod gossip;
 mod invariant;
+mod live;
 pub mod migration;
 mod replay;
 mod runner;
@@ -48,6 +49,7 @@ pub use deposits_cross::{
     COST_GATE_PERCENT, CrossBlock, CrossCase, CrossDeposit, Difference, DifferenceClass,
 };
 pub use invariant::Invariant;
+pub use live::{LiveCheckpoint, verify_checkpoint};
 
 /// Default bound on new-version fuel over old-version fuel, per case.
 pub const DEFAULT_MAX_FUEL_RATIO: f64 = 2.0;
@@ -578,6 +580,20 @@ impl Checker {
         genesis: crate::chain::genesis::Genesis,
         settings: &Settings,
     ) -> Result<Findings, CheckError> {
+        self.replay_blocks_from(origin, None, blocks, genesis, settings)
+    }
+
+    /// [`replay_blocks`](Self::replay_blocks) from `start` (a running node's verified
+    /// checkpoint; `blocks` are the canonical blocks after it), or from genesis without one:
+    /// both versions run on the checkpoint's real state.
+    pub fn replay_blocks_from(
+        &self,
+        origin: &str,
+        start: Option<&LiveCheckpoint>,
+        blocks: &[crate::chain::block::Block],
+        genesis: crate::chain::genesis::Genesis,
+        settings: &Settings,
+    ) -> Result<Findings, CheckError> {
         if self.kind != Kind::Deposits {
             return Err(CheckError::Unsupported(format!(
                 "recorded blocks are replayed only by deposits modules, not {} modules",
@@ -585,10 +601,14 @@ impl Checker {
             )));
         }
         if self.is_cross_contract() {
-            return replay::replay_across(&self.from, &self.to, origin, blocks, genesis, settings);
+            return replay::replay_across(
+                &self.from, &self.to, origin, start, blocks, genesis, settings,
+            );
         }
         Ok(Findings {
-            report: replay::replay(&self.from, &self.to, origin, blocks, genesis, settings)?,
+            report: replay::replay(
+                &self.from, &self.to, origin, start, blocks, genesis, settings,
+            )?,
             differences: Vec::new(),
         })
     }

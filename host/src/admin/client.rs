@@ -134,6 +134,23 @@ pub async fn checkpoints(target: &Target) -> Result<Value, AdminError> {
     request(target, "GET", "/checkpoints", None, CLIENT_TIMEOUT).await
 }
 
+/// The node's newest stored checkpoint (`GET /checkpoints/latest`: `{"height", "id",
+/// "manifest"}`, hex); refused with 404 when it has none.
+pub async fn latest_checkpoint(target: &Target) -> Result<Value, AdminError> {
+    request(target, "GET", "/checkpoints/latest", None, CLIENT_TIMEOUT).await
+}
+
+/// Chunk `index` of the node's stored checkpoint `id` (hex) (`GET /checkpoints/chunk`:
+/// `{"bytes", "id", "index"}`, hex).
+pub async fn checkpoint_chunk(
+    target: &Target,
+    id: &str,
+    index: usize,
+) -> Result<Value, AdminError> {
+    let path = format!("/checkpoints/chunk?id={id}&index={index}");
+    request(target, "GET", &path, None, CLIENT_TIMEOUT).await
+}
+
 /// Asks the node to vote for upgrading `kind` to module `sha256` (hex) at `activate_at`, or
 /// with `action` `"cancel"` for revoking that scheduled upgrade (`POST /modules/propose`).
 pub async fn propose_upgrade(

@@ -57,6 +57,14 @@ pub(crate) fn router(state: AppState) -> Router {
                 .fallback(not_allowed),
         )
         .route(
+            "/checkpoints/latest",
+            get(super::checkpoint_query::latest).fallback(not_allowed),
+        )
+        .route(
+            "/checkpoints/chunk",
+            get(super::checkpoint_query::chunk).fallback(not_allowed),
+        )
+        .route(
             "/modules/propose",
             axum::routing::post(propose_upgrade).fallback(not_allowed),
         )

@@ -1,17 +1,17 @@
 //! `modnode upgrade-check <kind> --from <a.wasm> --to <b.wasm>`: runs both versions side by side
 //! (see [`modnode::upgrade_check`]) and exits non-zero on any divergence or fuel regression.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use anyhow::Context as _;
-use modnode::admin::AdminToken;
 use modnode::admin::blocks_query::MAX_RAW_BLOCKS;
 use modnode::admin::client::{self, Target};
+use modnode::admin::{AdminError, AdminToken};
 use modnode::chain::block::Block;
 use modnode::chain::genesis::MAX_DEPOSITS_PER_BLOCK;
 use modnode::upgrade_check::{
     COST_GATE_PERCENT, CaseFile, Checker, DEFAULT_FUEL_FLOOR, DEFAULT_MAX_FUEL_RATIO, Kind,
-    ModuleFile, Report, Settings,
+    LiveCheckpoint, ModuleFile, Report, Settings, verify_checkpoint,
 };
 
 /// Arguments of `modnode upgrade-check`.
@@ -34,11 +34,15 @@ pub struct UpgradeCheckArgs {
     /// Re-execute the recorded blocks of this data dir (deposits) instead of generated cases.
     #[arg(long, conflicts_with_all = ["replay_case", "from_node"])]
     pub replay: Option<PathBuf>,
-    /// Re-execute the canonical blocks of the running node whose admin API is at this URL
-    /// (`http://<ip>:<port>`; deposits), fetched from genesis to its head: try-runtime's
-    /// "live" mode. The node must keep every block (`--history full`).
+    /// Re-execute the running node whose admin API is at this URL (`http://<ip>:<port>`;
+    /// deposits) on its real state: its newest checkpoint (verified as a restorer verifies
+    /// it) and the canonical blocks after it, to its head — try-runtime's "live" mode. A node
+    /// without a checkpoint is replayed from genesis (it must keep every block).
     #[arg(long, value_name = "URL", conflicts_with = "replay_case")]
     pub from_node: Option<String>,
+    /// With `--from-node`: ignore the node's checkpoints and replay every block from genesis.
+    #[arg(long, requires = "from_node")]
+    pub from_genesis: bool,
     /// With `--from-node`: the file holding the node's admin token (its `admin.token`).
     #[arg(
         long,
@@ -94,6 +98,7 @@ pub fn upgrade_check(args: UpgradeCheckArgs) -> anyhow::Result<bool> {
         eprintln!("upgrade-check {}: {old} -> {new}", args.kind);
     }
     let mut differences = Vec::new();
+    let mut live = None;
     let mut report = if let Some(case) = &args.replay_case {
         let case = CaseFile::read(case)?;
         checker.replay_case(&case, &settings)?
@@ -104,11 +109,38 @@ pub fn upgrade_check(args: UpgradeCheckArgs) -> anyhow::Result<bool> {
         findings.report
     } else if let Some(url) = &args.from_node {
         let genesis = super::run::genesis(args.genesis.as_ref())?;
-        let blocks = node_blocks(url, args.token.as_deref())?;
+        let token = args
+            .token
+            .as_deref()
+            .map(AdminToken::load_file)
+            .transpose()?;
+        let target = Target::url(url, token)?;
+        let runtime = super::module::runtime()?;
+        let start = if args.from_genesis {
+            None
+        } else {
+            node_checkpoint(&runtime, &target, url)?
+        };
+        let first = start.as_ref().map_or(1, |c| c.height().saturating_add(1));
+        let blocks = node_blocks(&runtime, &target, url, first)?;
         if !args.json {
-            eprintln!("{} blocks from {url}", blocks.len());
+            match &start {
+                Some(c) => eprintln!(
+                    "checkpoint {} at height {} from {url} (verified), then {} blocks after it",
+                    hex::encode(c.id),
+                    c.height(),
+                    blocks.len()
+                ),
+                None => eprintln!("{} blocks from genesis, from {url}", blocks.len()),
+            }
         }
-        let findings = checker.replay_blocks(url, &blocks, genesis, &settings)?;
+        let findings =
+            checker.replay_blocks_from(url, start.as_ref(), &blocks, genesis, &settings)?;
+        live = Some(serde_json::json!({
+            "checkpoint": start.as_ref().map(|c| hex::encode(c.id)),
+            "checkpoint_height": start.as_ref().map(LiveCheckpoint::height),
+            "blocks_replayed": blocks.len(),
+        }));
         differences = findings.differences;
         findings.report
     } else {
@@ -144,13 +176,16 @@ pub fn upgrade_check(args: UpgradeCheckArgs) -> anyhow::Result<bool> {
     }
     if args.json {
         let mut json = report.to_json();
-        if !differences.is_empty()
-            && let Some(object) = json.as_object_mut()
-        {
-            object.insert(
-                "differences".into(),
-                serde_json::to_value(&differences).context("cannot print the differences")?,
-            );
+        if let Some(object) = json.as_object_mut() {
+            if !differences.is_empty() {
+                object.insert(
+                    "differences".into(),
+                    serde_json::to_value(&differences).context("cannot print the differences")?,
+                );
+            }
+            if let Some(live) = live {
+                object.insert("from_node".into(), live);
+            }
         }
         println!("{json}");
     } else {
@@ -170,26 +205,87 @@ pub fn upgrade_check(args: UpgradeCheckArgs) -> anyhow::Result<bool> {
     Ok(report.verdict.passed())
 }
 
-/// The canonical blocks of the node at `url` from height 1 to its head, over its admin API
-/// (`GET /blocks?raw=1`, a page at a time).
-fn node_blocks(url: &str, token: Option<&Path>) -> anyhow::Result<Vec<Block>> {
-    let token = token.map(AdminToken::load_file).transpose()?;
-    let target = Target::url(url, token)?;
-    let runtime = super::module::runtime()?;
-    let mut blocks: Vec<Block> = Vec::new();
-    loop {
-        let from = next_height(&blocks);
-        let answer = runtime
-            .block_on(client::raw_blocks(&target, from, MAX_RAW_BLOCKS))
-            .with_context(|| format!("cannot read blocks from {from} of the node at {url}"))?;
-        let page = answer
-            .get("blocks")
-            .and_then(|b| b.as_array())
-            .with_context(|| format!("the node at {url} answered /blocks without a block list"))?;
-        if page.is_empty() {
-            break;
+/// The newest checkpoint of the node at `url`, verified as a restorer verifies one (over its
+/// admin API: `GET /checkpoints/latest`, the checkpoint's block, `GET /checkpoints/chunk`
+/// chunk by chunk); `None`, said on stderr (also with `--json`, whose answer is on stdout),
+/// when the node stores none yet.
+fn node_checkpoint(
+    runtime: &tokio::runtime::Runtime,
+    target: &Target,
+    url: &str,
+) -> anyhow::Result<Option<LiveCheckpoint>> {
+    let latest = match runtime.block_on(client::latest_checkpoint(target)) {
+        Ok(latest) => latest,
+        Err(AdminError::Refused {
+            status: 404,
+            message,
+            ..
+        }) => {
+            eprintln!(
+                "the node at {url} has no checkpoint to start from ({message}): replaying every \
+                 block from genesis"
+            );
+            return Ok(None);
         }
-        for line in page {
+        Err(e) => {
+            return Err(e)
+                .with_context(|| format!("cannot read the checkpoint of the node at {url}"));
+        }
+    };
+    let text = |name: &str| {
+        latest
+            .get(name)
+            .and_then(|v| v.as_str())
+            .map(str::to_string)
+            .with_context(|| {
+                format!("the node at {url} answered /checkpoints/latest without {name}")
+            })
+    };
+    let id = text("id")?;
+    let manifest = hex::decode(text("manifest")?)
+        .with_context(|| format!("the node at {url} sent a checkpoint manifest that is not hex"))?;
+    let height = latest
+        .get("height")
+        .and_then(|h| h.as_u64())
+        .with_context(|| {
+            format!("the node at {url} answered /checkpoints/latest without height")
+        })?;
+    let block = node_blocks_page(runtime, target, url, height, 1)?
+        .into_iter()
+        .next()
+        .with_context(|| {
+            format!("the node at {url} does not serve its checkpoint's block {height}")
+        })?;
+    let mut chunk = |index: usize| -> Result<Vec<u8>, String> {
+        let answer = runtime
+            .block_on(client::checkpoint_chunk(target, &id, index))
+            .map_err(|e| e.to_string())?;
+        answer
+            .get("bytes")
+            .and_then(|b| b.as_str())
+            .and_then(|h| hex::decode(h).ok())
+            .ok_or_else(|| "the answer carries no hex bytes".to_string())
+    };
+    Ok(Some(verify_checkpoint(url, &manifest, block, &mut chunk)?))
+}
+
+/// One page of the node's canonical blocks from `from` (at most `count`), decoded.
+fn node_blocks_page(
+    runtime: &tokio::runtime::Runtime,
+    target: &Target,
+    url: &str,
+    from: u64,
+    count: u64,
+) -> anyhow::Result<Vec<Block>> {
+    let answer = runtime
+        .block_on(client::raw_blocks(target, from, count))
+        .with_context(|| format!("cannot read blocks from {from} of the node at {url}"))?;
+    let page = answer
+        .get("blocks")
+        .and_then(|b| b.as_array())
+        .with_context(|| format!("the node at {url} answered /blocks without a block list"))?;
+    page.iter()
+        .map(|line| {
             let height = line.get("height").and_then(|h| h.as_u64()).unwrap_or(0);
             let bytes = line
                 .get("bytes")
@@ -198,13 +294,33 @@ fn node_blocks(url: &str, token: Option<&Path>) -> anyhow::Result<Vec<Block>> {
                 .with_context(|| {
                     format!("the node at {url} sent block {height} without its encoding")
                 })?;
-            let block = Block::decode(&bytes, MAX_DEPOSITS_PER_BLOCK)
-                .map_err(|e| anyhow::anyhow!("block {height} from the node at {url}: {e}"))?;
-            if block.header.height != next_height(&blocks) {
+            Block::decode(&bytes, MAX_DEPOSITS_PER_BLOCK)
+                .map_err(|e| anyhow::anyhow!("block {height} from the node at {url}: {e}"))
+        })
+        .collect()
+}
+
+/// The canonical blocks of the node at `url` from height `first` to its head, over its admin
+/// API (`GET /blocks?raw=1`, a page at a time).
+fn node_blocks(
+    runtime: &tokio::runtime::Runtime,
+    target: &Target,
+    url: &str,
+    first: u64,
+) -> anyhow::Result<Vec<Block>> {
+    let mut blocks: Vec<Block> = Vec::new();
+    loop {
+        let from = next_height(first, &blocks);
+        let page = node_blocks_page(runtime, target, url, from, MAX_RAW_BLOCKS)?;
+        if page.is_empty() {
+            break;
+        }
+        for block in page {
+            if block.header.height != next_height(first, &blocks) {
                 anyhow::bail!(
                     "the node at {url} keeps blocks from height {} only (pruned, or started from \
-                     a checkpoint): a replay needs every block from genesis; run it with \
-                     --history full",
+                     a checkpoint) but the replay starts at {first}: let it create a checkpoint \
+                     (modnode checkpoint create), or run it with --history full",
                     block.header.height
                 );
             }
@@ -214,11 +330,11 @@ fn node_blocks(url: &str, token: Option<&Path>) -> anyhow::Result<Vec<Block>> {
     Ok(blocks)
 }
 
-/// The height after the last block read (1 before any).
-fn next_height(blocks: &[Block]) -> u64 {
+/// The height after the last block read (`first` before any).
+fn next_height(first: u64, blocks: &[Block]) -> u64 {
     u64::try_from(blocks.len())
         .unwrap_or(u64::MAX)
-        .saturating_add(1)
+        .saturating_add(first)
 }
 
 fn print_human(report: &Report) {

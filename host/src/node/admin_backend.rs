@@ -109,6 +109,38 @@ impl AdminBackend for Backend {
         })
     }
 
+    fn latest_checkpoint(&self) -> BoxFuture<'_, Result<Option<admin::StoredCheckpoint>, String>> {
+        let store = self.checkpoints.clone();
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || {
+                let newest = store.list().map_err(|e| e.to_string())?.into_iter().next();
+                Ok(newest.map(|m| admin::StoredCheckpoint {
+                    height: m.height,
+                    id: m.id(),
+                    manifest: m.encode(),
+                }))
+            })
+            .await
+            .map_err(|e| format!("checkpoint listing task failed: {e}"))?
+        })
+    }
+
+    fn checkpoint_chunk(
+        &self,
+        id: [u8; 32],
+        index: u32,
+    ) -> BoxFuture<'_, Result<Option<Vec<u8>>, String>> {
+        let store = self.checkpoints.clone();
+        Box::pin(async move {
+            let Ok(index) = usize::try_from(index) else {
+                return Ok(None);
+            };
+            tokio::task::spawn_blocking(move || store.chunk(&id, index).map_err(|e| e.to_string()))
+                .await
+                .map_err(|e| format!("checkpoint chunk task failed: {e}"))?
+        })
+    }
+
     fn status(&self) -> serde_json::Value {
         let status = self.metrics.status(
             self.node_id.clone(),

@@ -178,6 +178,32 @@ impl AdminBackend for StartingBackend {
         }
     }
 
+    fn latest_checkpoint(
+        &self,
+    ) -> BoxFuture<'_, Result<Option<crate::admin::StoredCheckpoint>, String>> {
+        match self.started.get() {
+            Some(backend) => backend.latest_checkpoint(),
+            None => {
+                let reason = self.reason();
+                Box::pin(async move { Err(reason) })
+            }
+        }
+    }
+
+    fn checkpoint_chunk(
+        &self,
+        id: [u8; 32],
+        index: u32,
+    ) -> BoxFuture<'_, Result<Option<Vec<u8>>, String>> {
+        match self.started.get() {
+            Some(backend) => backend.checkpoint_chunk(id, index),
+            None => {
+                let reason = self.reason();
+                Box::pin(async move { Err(reason) })
+            }
+        }
+    }
+
     fn propose_upgrade(
         &self,
         action: crate::state::schedule::Action,

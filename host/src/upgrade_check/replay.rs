@@ -11,6 +11,10 @@
 //! ([`replay_across`]), each height on the module and contract the schedule names for it —
 //! the older version before H, the newer from H on, the queue carried — ending on the
 //! recorded roots.
+//!
+//! A replay starts from genesis, or from a running node's verified checkpoint
+//! ([`LiveCheckpoint`], `--from-node`): then each version's chain starts at the checkpoint's
+//! block and state, and `blocks` are the canonical blocks after it.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -18,6 +22,7 @@ use std::sync::Arc;
 
 use super::deposits::{BlockResult, first_difference};
 use super::deposits_cross;
+use super::live::LiveCheckpoint;
 use super::versions::{BlockRun, Version, is_host_failure};
 use super::{
     CaseInput, CheckError, Counterexample, Failure, Findings, Kind, Report, Settings, Verdict,
@@ -77,20 +82,44 @@ pub(crate) fn recorded_blocks(
     Ok(blocks)
 }
 
-/// Replays `blocks` (a chain's canonical blocks from height 1, read from `origin`: a data dir
-/// or a node) with both versions.
+/// An in-memory chain of `genesis` running `engine`, at genesis or at `start` (read from
+/// `origin`).
+pub(crate) fn memory_chain(
+    genesis: &Genesis,
+    start: Option<&LiveCheckpoint>,
+    engine: DepositEngine,
+    origin: &str,
+) -> Result<Chain, CheckError> {
+    match start {
+        Some(checkpoint) => checkpoint.chain(genesis, engine, origin),
+        None => Chain::open(Arc::new(MemoryStore::new()), genesis.clone(), engine).map_err(|e| {
+            CheckError::Host {
+                reason: format!("in-memory chain for the replay: {e}"),
+            }
+        }),
+    }
+}
+
+/// The heights of `blocks`, in order.
+fn heights(blocks: &[Block]) -> impl Iterator<Item = u64> + '_ {
+    blocks.iter().map(|b| b.header.height)
+}
+
+/// Replays `blocks` (a chain's canonical blocks after `start`, or from height 1 without one,
+/// read from `origin`: a data dir or a node) with both versions.
 pub(crate) fn replay(
     from: &Version,
     to: &Version,
     origin: &str,
+    start: Option<&LiveCheckpoint>,
     blocks: &[Block],
     genesis: Genesis,
     settings: &Settings,
 ) -> Result<Report, CheckError> {
     let err = |reason: String| replay_error(origin, reason);
 
-    let (old, fuel_old) = replay_version(from, &genesis, blocks)?;
-    if let Some((height, result)) = (1u64..)
+    let (old, fuel_old) = replay_version(from, &genesis, start, blocks, origin)?;
+    if let Some((height, result)) = heights(blocks)
         .zip(&old)
         .find(|(_, r)| !matches!(r, BlockResult::Imported { .. }))
     {
@@ -101,10 +130,10 @@ pub(crate) fn replay(
             result.describe()
         )));
     }
-    let (new, fuel_new) = replay_version(to, &genesis, blocks)?;
+    let (new, fuel_new) = replay_version(to, &genesis, start, blocks, origin)?;
 
     // Fuel per block: (height, old, new, new / old) of the block with the highest ratio.
-    let worst = (1u64..)
+    let worst = heights(blocks)
         .zip(fuel_old.iter().zip(&fuel_new))
         .filter(|(_, (old, _))| **old > 0)
         .map(|(height, (&old, &new))| {
@@ -156,19 +185,14 @@ impl DepositModules for Substitute {
 fn replay_version(
     version: &Version,
     genesis: &Genesis,
+    start: Option<&LiveCheckpoint>,
     blocks: &[Block],
+    origin: &str,
 ) -> Result<(Vec<BlockResult>, Vec<u64>), CheckError> {
     let engine = version.deposit_engine().ok_or_else(|| CheckError::Host {
         reason: format!("{} is not loaded as a deposits module", version.name),
     })?;
-    let mut chain = Chain::open(
-        Arc::new(MemoryStore::new()),
-        genesis.clone(),
-        engine.clone(),
-    )
-    .map_err(|e| CheckError::Host {
-        reason: format!("in-memory chain for {}: {e}", version.name),
-    })?;
+    let mut chain = memory_chain(genesis, start, engine.clone(), origin)?;
     chain.set_deposit_modules(Arc::new(Substitute(engine)));
     let fork = genesis.genesis_fork_version;
     let mut results = Vec::with_capacity(blocks.len());
@@ -214,13 +238,14 @@ impl DepositModules for ByHash {
     }
 }
 
-/// An in-memory chain of `genesis` (read from `origin`) that runs `from` and `to` by hash,
-/// as a node with both versions prepared: the genesis's deposits module (`from` when it names
-/// none) must be one of them.
+/// An in-memory chain of `genesis` (read from `origin`), at genesis or at `start`, that runs
+/// `from` and `to` by hash, as a node with both versions prepared: the genesis's deposits
+/// module (`from` when it names none) must be one of them.
 pub(crate) fn chain_running(
     from: &Version,
     to: &Version,
     genesis: &Genesis,
+    start: Option<&LiveCheckpoint>,
     origin: &str,
 ) -> Result<Chain, CheckError> {
     let engine = |v: &Version| {
@@ -239,14 +264,7 @@ pub(crate) fn chain_running(
             ),
         ));
     };
-    let mut chain = Chain::open(
-        Arc::new(MemoryStore::new()),
-        genesis.clone(),
-        genesis_engine,
-    )
-    .map_err(|e| CheckError::Host {
-        reason: format!("in-memory chain for the replay: {e}"),
-    })?;
+    let mut chain = memory_chain(genesis, start, genesis_engine, origin)?;
     chain.set_deposit_modules(Arc::new(ByHash(engines)));
     Ok(chain)
 }
@@ -261,6 +279,7 @@ pub(crate) fn replay_across(
     from: &Version,
     to: &Version,
     origin: &str,
+    start: Option<&LiveCheckpoint>,
     blocks: &[Block],
     genesis: Genesis,
     settings: &Settings,
@@ -273,7 +292,7 @@ pub(crate) fn replay_across(
             .map(|v| v.name.clone())
     };
     let genesis_module = genesis.deposits_module.unwrap_or(from.sha256);
-    let mut chain = chain_running(from, to, &genesis, origin)?;
+    let mut chain = chain_running(from, to, &genesis, start, origin)?;
     let mut heights: HashMap<[u8; 32], u64> = HashMap::new();
     let mut failure = None;
     for block in blocks {
@@ -305,10 +324,12 @@ pub(crate) fn replay_across(
             break;
         }
     }
-    if failure.is_none()
-        && !(heights.contains_key(&from.sha256) && heights.contains_key(&to.sha256))
-    {
-        return deposits_cross::on_recorded(from, to, origin, blocks, &genesis, settings);
+    // From a checkpoint taken after the switch, every replayed height runs the newer
+    // version: that is a replay on the chain's own schedule too.
+    let switched =
+        heights.contains_key(&to.sha256) && (heights.contains_key(&from.sha256) || start.is_some());
+    if failure.is_none() && !switched {
+        return deposits_cross::on_recorded(from, to, origin, start, blocks, &genesis, settings);
     }
     let report = Report {
         kind: Kind::Deposits,

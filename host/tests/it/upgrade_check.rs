@@ -11,7 +11,7 @@ use std::sync::Arc;
 use modnode::chain::genesis::Genesis;
 use modnode::chain::workload::DevDepositLog;
 use modnode::chain::{Chain, DepositEngine, DepositModules, workload};
-use modnode::state::UpgradeOp;
+use modnode::state::{StateSnapshot, UpgradeOp};
 use modnode::store::SledStore;
 use modnode::upgrade_check::{
     CaseFile, CaseInput, Checker, DifferenceClass, Failure, Invariant, Kind, ModuleFile, Report,
@@ -237,6 +237,19 @@ fn a_written_case_file_replays() {
 
 /// A data dir with `blocks` dev blocks, the last one topping up a genesis validator by 2^32.
 fn recorded_data_dir(dir: &Path, blocks: u64) -> Genesis {
+    record_dev(dir, blocks).0
+}
+
+/// [`recorded_data_dir`], with the blocks it recorded and the state after each.
+fn record_dev(
+    dir: &Path,
+    blocks: u64,
+) -> (
+    Genesis,
+    Vec<modnode::chain::block::Block>,
+    Vec<StateSnapshot>,
+) {
+    let mut recorded = (Vec::new(), Vec::new());
     let genesis = Genesis::dev();
     let rt = super::runtime(2_000_000_000);
     let engine = DepositEngine::Module(Box::new(super::deposits_module(&rt, "deposits-v1")));
@@ -258,8 +271,10 @@ fn recorded_data_dir(dir: &Path, blocks: u64) -> Genesis {
             .build_block_from(height, 0, contract.eth1_data(), &contract)
             .unwrap();
         chain.import(&block).unwrap();
+        recorded.0.push(block);
+        recorded.1.push(chain.snapshot().unwrap());
     }
-    genesis
+    (genesis, recorded.0, recorded.1)
 }
 
 #[test]
@@ -638,9 +653,29 @@ impl DepositModules for Engines {
 /// height `h` (slots_per_epoch 4, finality_depth 2), with deposits in every block up to
 /// `blocks` and the queue not yet drained at the end.
 fn data_dir_switching_to_v3(dir: &Path, h: u64, blocks: u64) -> Genesis {
+    data_dir_switching_to(dir, "deposits-v3", h, blocks)
+}
+
+/// [`data_dir_switching_to_v3`] with the deposits@3 module `to` (e.g. one with a migration).
+fn data_dir_switching_to(dir: &Path, to: &str, h: u64, blocks: u64) -> Genesis {
+    record_switching_to(dir, to, h, blocks).0
+}
+
+/// [`data_dir_switching_to`], with the blocks it recorded and the state after each.
+fn record_switching_to(
+    dir: &Path,
+    to: &str,
+    h: u64,
+    blocks: u64,
+) -> (
+    Genesis,
+    Vec<modnode::chain::block::Block>,
+    Vec<StateSnapshot>,
+) {
+    let mut recorded = (Vec::new(), Vec::new());
     let rt = super::runtime(2_000_000_000);
     let v2 = super::deposits_module(&rt, "deposits-v2");
-    let v3 = super::deposits_module(&rt, "deposits-v3");
+    let v3 = super::deposits_module(&rt, to);
     let v3_hash = v3.hash();
     let mut genesis = Genesis::generated("upgrade-check-across", 8, 21);
     genesis.slots_per_epoch = Some(4);
@@ -678,13 +713,15 @@ fn data_dir_switching_to_v3(dir: &Path, h: u64, blocks: u64) -> Genesis {
             .build_block_from(height, 0, contract.eth1_data(), &contract)
             .unwrap();
         chain.import(&block).unwrap();
+        recorded.0.push(block);
+        recorded.1.push(chain.snapshot().unwrap());
     }
     let head = chain.snapshot().unwrap();
     assert!(
         head.pending().is_some_and(|q| !q.is_empty()),
         "the queue is carried"
     );
-    genesis
+    (genesis, recorded.0, recorded.1)
 }
 
 #[test]
@@ -730,6 +767,188 @@ fn a_data_dir_that_switched_to_v3_replays_each_height_on_its_own_contract() {
     assert!(err.to_string().contains("slots_per_epoch"), "{err}");
 }
 
+/// `--replay` of a chain that switched at H to a deposits@3 module with a migration: the replay
+/// runs the migration at H exactly as import did (its marker is in H's recorded root), so
+/// every height replays on the recorded roots; the same chain replayed with deposits-v3 (no
+/// migration) as the candidate is refused, naming the module the schedule runs.
+#[test]
+fn a_replay_across_h_runs_the_candidates_migration_at_h() {
+    let dir = tempfile::tempdir().unwrap();
+    let genesis = data_dir_switching_to(dir.path(), "fixture-deposits-v3-migrate", 6, 10);
+    let s = settings(1, 0);
+    let migrating = Checker::new(
+        Kind::Deposits,
+        &module("deposits-v2"),
+        &module("fixture-deposits-v3-migrate"),
+    )
+    .unwrap();
+    let report = migrating
+        .replay_data_dir(dir.path(), genesis.clone(), &s)
+        .unwrap();
+    assert_eq!(report.verdict, Verdict::Pass, "{report:?}");
+    assert_eq!(report.cases, 10);
+
+    let without = Checker::new(
+        Kind::Deposits,
+        &module("deposits-v2"),
+        &module("deposits-v3"),
+    )
+    .unwrap();
+    let err = without
+        .replay_data_dir(dir.path(), genesis, &s)
+        .unwrap_err();
+    assert!(err.to_string().contains("neither --from nor --to"), "{err}");
+}
+
+/// A replay from a verified checkpoint (what `--from-node` fetches) of a chain that switched at
+/// H = 6 to a deposits@3 module with a migration: from a checkpoint before H (no queue) the
+/// replay runs the migration at H and every block after the checkpoint on the recorded roots;
+/// from one after H (a queue in its state) it goes on on the newer version; only the blocks
+/// after the checkpoint are replayed. A tampered chunk or the wrong block is refused, naming
+/// the node and the chunk.
+#[test]
+fn a_replay_from_a_verified_checkpoint_runs_only_the_blocks_after_it() {
+    use modnode::checkpoint::{BlockRef, CreateOptions, create};
+    use modnode::upgrade_check::verify_checkpoint;
+
+    let dir = tempfile::tempdir().unwrap();
+    let (genesis, blocks, states) =
+        record_switching_to(dir.path(), "fixture-deposits-v3-migrate", 6, 10);
+    let checker = Checker::new(
+        Kind::Deposits,
+        &module("deposits-v2"),
+        &module("fixture-deposits-v3-migrate"),
+    )
+    .unwrap();
+    let checkpoint_module = super::checkpoint::module("checkpoint-v1");
+    let checkpoint_at = |height: u64| {
+        let i = height as usize - 1;
+        let at = BlockRef {
+            height,
+            hash: blocks[i].hash(),
+        };
+        let options = CreateOptions {
+            target_chunk_bytes: 1 << 10,
+            threads: 1,
+            background: false,
+        };
+        create(&checkpoint_module, Arc::new(states[i].clone()), at, options).unwrap()
+    };
+    let node = "http://127.0.0.1:9/test-node";
+    for (height, queued) in [(4u64, false), (8, true)] {
+        let cp = checkpoint_at(height);
+        let mut serve = |i: usize| Ok(cp.chunks[i].clone());
+        let live = verify_checkpoint(
+            node,
+            &cp.manifest.encode(),
+            blocks[height as usize - 1].clone(),
+            &mut serve,
+        )
+        .unwrap();
+        assert_eq!(live.height(), height);
+        assert_eq!(
+            live.state.pending.as_ref().is_some_and(|q| !q.is_empty()),
+            queued
+        );
+        let after = &blocks[height as usize..];
+        let findings = checker
+            .replay_blocks_from(node, Some(&live), after, genesis.clone(), &settings(1, 0))
+            .unwrap();
+        assert_eq!(findings.report.verdict, Verdict::Pass, "{findings:?}");
+        assert_eq!(findings.report.cases, 10 - height as u32);
+    }
+
+    let cp = checkpoint_at(4);
+    // A chunk whose bytes were changed on the way.
+    let mut tampered = |i: usize| {
+        let mut bytes = cp.chunks[i].clone();
+        if i == 0 {
+            bytes[0] ^= 1;
+        }
+        Ok(bytes)
+    };
+    let err = verify_checkpoint(
+        node,
+        &cp.manifest.encode(),
+        blocks[3].clone(),
+        &mut tampered,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains(node) && err.contains("chunk 0 ") && err.contains("does not verify"),
+        "{err}"
+    );
+    // A block other than the one the manifest names.
+    let mut serve = |i: usize| Ok(cp.chunks[i].clone());
+    let err = verify_checkpoint(node, &cp.manifest.encode(), blocks[4].clone(), &mut serve)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains(node) && err.contains("the manifest names block"),
+        "{err}"
+    );
+}
+
+/// Versions of one contract replayed from a verified checkpoint: only the blocks after it, on
+/// its state; a version that tops up wrongly in a block after it diverges there.
+#[test]
+fn versions_of_one_contract_replay_from_a_verified_checkpoint() {
+    use modnode::checkpoint::{BlockRef, CreateOptions, create};
+    use modnode::upgrade_check::verify_checkpoint;
+
+    let dir = tempfile::tempdir().unwrap();
+    let (genesis, blocks, states) = record_dev(dir.path(), 5);
+    let at = BlockRef {
+        height: 3,
+        hash: blocks[2].hash(),
+    };
+    let options = CreateOptions {
+        target_chunk_bytes: 1 << 20,
+        threads: 1,
+        background: false,
+    };
+    let cp = create(
+        &super::checkpoint::module("checkpoint-v2"),
+        Arc::new(states[2].clone()),
+        at,
+        options,
+    )
+    .unwrap();
+    let mut serve = |i: usize| Ok(cp.chunks[i].clone());
+    let node = "http://127.0.0.1:9";
+    let live =
+        verify_checkpoint(node, &cp.manifest.encode(), blocks[2].clone(), &mut serve).unwrap();
+    let s = settings(1, 0);
+    let same = Checker::new(
+        Kind::Deposits,
+        &module("deposits-v1"),
+        &module("deposits-v2"),
+    )
+    .unwrap();
+    let findings = same
+        .replay_blocks_from(node, Some(&live), &blocks[3..], genesis.clone(), &s)
+        .unwrap();
+    assert_eq!(findings.report.verdict, Verdict::Pass, "{findings:?}");
+    assert_eq!(findings.report.cases, 2);
+
+    let wrong = Checker::new(
+        Kind::Deposits,
+        &module("deposits-v1"),
+        &module("fixture-deposits-wrong-topup"),
+    )
+    .unwrap();
+    let report = wrong
+        .replay_blocks_from(node, Some(&live), &blocks[3..], genesis, &s)
+        .unwrap()
+        .report;
+    assert_eq!(report.verdict, Verdict::Divergence, "{report:?}");
+    let Failure::Divergence { detail } = report.counterexample.unwrap().failure else {
+        panic!("not a divergence")
+    };
+    assert!(detail.starts_with("block 2 of 2"), "{detail}");
+}
+
 /// `upgrade-check --from-node`: a running dev node (deposits-v2, a genesis with epochs) with
 /// deposits in its blocks; its real history replayed with deposits-v2 and the candidate
 /// deposits-v3 (try-runtime's "live" mode); a wrong token and a bad URL are named.
@@ -767,6 +986,8 @@ fn from_node_replays_a_running_nodes_blocks_with_both_versions() {
             "100",
             "--follow-distance",
             "1",
+            "--checkpoint-interval",
+            "0",
         ])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
@@ -815,8 +1036,18 @@ fn from_node_replays_a_running_nodes_blocks_with_both_versions() {
     let report = loop {
         let (code, out, err) = live(token_arg, &url);
         assert_eq!(code, 0, "{out}\n{err}");
+        // The node stores no checkpoint: the replay says so and starts from genesis.
+        assert!(err.contains("has no checkpoint to start from"), "{err}");
         let json: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
         assert_eq!(json["verdict"], "pass", "{json}");
+        assert_eq!(
+            json["from_node"]["checkpoint_height"],
+            serde_json::Value::Null
+        );
+        assert_eq!(
+            json["from_node"]["blocks_replayed"], json["cases"],
+            "{json}"
+        );
         let applied = json["differences"]
             .as_array()
             .and_then(|d| d.iter().find(|d| d["class"] == "applied-later"))
@@ -842,4 +1073,245 @@ fn from_node_replays_a_running_nodes_blocks_with_both_versions() {
     let (code, _, err) = live(token_arg, "http://127.0.0.1:1");
     assert_ne!(code, 0);
     assert!(err.contains("127.0.0.1:1"), "{err}");
+}
+
+/// A dev node (deposits-v2, epochs of 4, finality depth 4, 100 ms blocks) started by
+/// `modnode run` in `dir`, without periodic checkpoints: (the process, its data dir, the
+/// genesis file, its admin URL).
+fn live_node(dir: &Path) -> (super::cli::KillOnDrop, std::path::PathBuf, String, String) {
+    use std::time::{Duration, Instant};
+
+    let data = dir.join("node");
+    let genesis = dir.join("genesis.json");
+    std::fs::write(
+        &genesis,
+        modnode::chain::genesis::DEV_GENESIS_JSON.replace(
+            r#""finality_depth": 32,"#,
+            r#""finality_depth": 4, "slots_per_epoch": 4,"#,
+        ),
+    )
+    .unwrap();
+    let node = Command::new(env!("CARGO_BIN_EXE_modnode"))
+        .args(["run", "--data-dir"])
+        .arg(&data)
+        .arg("--genesis")
+        .arg(&genesis)
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--admin",
+            "127.0.0.1:0",
+            "--dev-contract-listen",
+            "127.0.0.1:0",
+            "--dev-block-ms",
+            "100",
+            "--follow-distance",
+            "1",
+            "--checkpoint-interval",
+            "0",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let node = super::cli::KillOnDrop(node);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !data.join("deposit-contract.url").exists() {
+        assert!(Instant::now() < deadline, "the node never started");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let addr = std::fs::read_to_string(data.join("admin.addr")).unwrap();
+    let url = format!("http://{}", addr.trim());
+    (node, data, genesis.display().to_string(), url)
+}
+
+fn submit_deposits(data: &Path, seeds: &[u64]) {
+    for seed in seeds {
+        let out = Command::new(env!("CARGO_BIN_EXE_modnode"))
+            .args(["deposit", "submit", "--data-dir"])
+            .arg(data)
+            .arg("--dev-seed")
+            .arg(seed.to_string())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+    }
+}
+
+/// How many deposits a cross-contract report saw applied later (queued by deposits@3).
+fn applied_later(json: &serde_json::Value) -> u64 {
+    json["differences"]
+        .as_array()
+        .and_then(|d| d.iter().find(|d| d["class"] == "applied-later"))
+        .and_then(|d| d["count"].as_u64())
+        .unwrap_or(0)
+}
+
+/// An HTTP relay to `upstream` (one request per connection, as the admin API answers) that
+/// flips the first hex digit of every checkpoint chunk it relays: a node serving a tampered
+/// chunk. Returns its URL.
+fn tampering_relay(upstream: std::net::SocketAddr) -> String {
+    use std::io::{Read as _, Write as _};
+
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for client in listener.incoming() {
+            let Ok(mut client) = client else { continue };
+            let mut head = Vec::new();
+            let mut buf = [0u8; 4096];
+            while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                match client.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => head.extend_from_slice(&buf[..n]),
+                }
+            }
+            let Ok(mut node) = std::net::TcpStream::connect(upstream) else {
+                continue;
+            };
+            let mut answer = Vec::new();
+            if node.write_all(&head).is_err() || node.read_to_end(&mut answer).is_err() {
+                continue;
+            }
+            if head.starts_with(b"GET /checkpoints/chunk") {
+                let key = br#""bytes":""#;
+                if let Some(at) = answer.windows(key.len()).position(|w| w == key) {
+                    let digit = &mut answer[at + key.len()];
+                    *digit = if *digit == b'0' { b'1' } else { b'0' };
+                }
+            }
+            let _ = client.write_all(&answer);
+        }
+    });
+    url
+}
+
+/// `upgrade-check --from-node` on a node with a checkpoint: the checkpoint is fetched and
+/// verified, only the blocks after it are fetched and replayed (the report says which
+/// checkpoint and how many blocks), with the same verdict as a replay from genesis; a node
+/// serving a tampered chunk is refused, naming the node and the chunk.
+#[test]
+fn from_node_starts_from_the_nodes_checkpoint_and_refuses_a_tampered_chunk() {
+    use std::time::{Duration, Instant};
+
+    let dir = tempfile::tempdir().unwrap();
+    let (_node, data, genesis, url) = live_node(dir.path());
+    let token = data.join("admin.token").display().to_string();
+    let (v2, v3) = (path("deposits-v2"), path("deposits-v3"));
+    let live = |url: &str, extra: &[&str]| {
+        let mut args = vec![
+            "deposits",
+            "--from",
+            &v2,
+            "--to",
+            &v3,
+            "--from-node",
+            url,
+            "--token",
+            &token,
+            "--genesis",
+            &genesis,
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        let (code, out, err) = cli(&args, dir.path());
+        assert_eq!(code, 0, "{out}\n{err}");
+        let json: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+        (json, err)
+    };
+    let deadline = Instant::now() + Duration::from_secs(180);
+    // Three deposits in blocks, then a checkpoint of the finalized state after them.
+    submit_deposits(&data, &[9, 10, 11]);
+    loop {
+        let (json, _) = live(&url, &["--from-genesis"]);
+        assert_eq!(json["verdict"], "pass", "{json}");
+        if applied_later(&json) >= 3 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "deposits never carried: {json}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // Created once a block after the deposits is final.
+    let created = loop {
+        let out = Command::new(env!("CARGO_BIN_EXE_modnode"))
+            .args(["checkpoint", "create", "--json", "--data-dir"])
+            .arg(&data)
+            .output()
+            .unwrap();
+        let json: Option<serde_json::Value> = serde_json::from_slice(&out.stdout).ok();
+        if let Some(json) = json.filter(|j| j["height"].as_u64() > Some(2)) {
+            break json;
+        }
+        assert!(Instant::now() < deadline, "no checkpoint created: {out:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let checkpoint = created["height"].as_u64().unwrap();
+    assert!(checkpoint > 0, "{created}");
+
+    // Two more deposits after the checkpoint: the replay from it sees them (and only them).
+    submit_deposits(&data, &[12, 13]);
+    let (from_checkpoint, err) = loop {
+        let (json, err) = live(&url, &[]);
+        assert_eq!(json["verdict"], "pass", "{json}\n{err}");
+        assert_eq!(
+            json["from_node"]["checkpoint_height"].as_u64(),
+            Some(checkpoint),
+            "{json}"
+        );
+        assert_eq!(json["from_node"]["checkpoint"], created["id"], "{json}");
+        if applied_later(&json) >= 2 {
+            break (json, err);
+        }
+        assert!(Instant::now() < deadline, "deposits never carried: {json}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(!err.contains("no checkpoint"), "{err}");
+    assert_eq!(applied_later(&from_checkpoint), 2, "{from_checkpoint}");
+    let replayed = from_checkpoint["from_node"]["blocks_replayed"]
+        .as_u64()
+        .unwrap();
+    assert_eq!(
+        from_checkpoint["cases"].as_u64(),
+        Some(replayed),
+        "{from_checkpoint}"
+    );
+    // From genesis afterwards: every block (the head only grew), the same verdict.
+    let (from_genesis, _) = live(&url, &["--from-genesis"]);
+    assert_eq!(from_genesis["verdict"], from_checkpoint["verdict"]);
+    assert_eq!(
+        from_genesis["from_node"]["checkpoint_height"],
+        serde_json::Value::Null
+    );
+    let all = from_genesis["from_node"]["blocks_replayed"]
+        .as_u64()
+        .unwrap();
+    assert!(
+        replayed > 0 && checkpoint + replayed <= all,
+        "from the checkpoint at {checkpoint}: {replayed} blocks; from genesis: {all}"
+    );
+    assert_eq!(applied_later(&from_genesis), 5, "{from_genesis}");
+
+    // A node serving a tampered chunk is refused, naming it and the chunk.
+    let relay = tampering_relay(url.trim_start_matches("http://").parse().unwrap());
+    let (code, out, err) = cli(
+        &[
+            "deposits",
+            "--from",
+            &v2,
+            "--to",
+            &v3,
+            "--from-node",
+            &relay,
+            "--token",
+            &token,
+            "--genesis",
+            &genesis,
+        ],
+        dir.path(),
+    );
+    assert_ne!(code, 0, "{out}\n{err}");
+    assert!(
+        err.contains(&relay) && err.contains("chunk 0") && err.contains("does not verify"),
+        "{err}"
+    );
 }

@@ -69,6 +69,33 @@ impl AdminBackend for FakeNode {
         let refusal = self.refusal;
         Box::pin(async move { refusal.map_or(Ok(()), |r| Err(r.to_string())) })
     }
+    fn latest_checkpoint(
+        &self,
+    ) -> BoxFuture<'_, Result<Option<crate::admin::StoredCheckpoint>, String>> {
+        Box::pin(async move {
+            Ok(Some(crate::admin::StoredCheckpoint {
+                height: 12,
+                id: [0xab; 32],
+                manifest: vec![1, 2, 3],
+            }))
+        })
+    }
+    fn checkpoint_chunk(
+        &self,
+        id: [u8; 32],
+        index: u32,
+    ) -> BoxFuture<'_, Result<Option<Vec<u8>>, String>> {
+        Box::pin(async move {
+            Ok(match (id == [0xab; 32], index) {
+                (true, 0) => Some(vec![0xca, 0xfe]),
+                (true, 1) => Some(vec![
+                    0;
+                    crate::admin::checkpoint_query::MAX_ANSWER_BYTES + 1
+                ]),
+                _ => None,
+            })
+        })
+    }
     fn module_op(
         &self,
         op: crate::admin::ModuleOp,
@@ -194,6 +221,43 @@ async fn status_needs_the_token_and_metrics_do_not() {
             && text.ends_with("# EOF\n"),
         "{text}"
     );
+}
+
+#[tokio::test]
+async fn checkpoints_are_served_with_the_token_bounded_and_named() {
+    let node = start(None).await;
+    let get = |path: &str, auth: &str| format!("GET {path} HTTP/1.1\r\nHost: x\r\n{auth}\r\n");
+    let id = "ab".repeat(32);
+    let chunk = |index: u32| format!("/checkpoints/chunk?id={id}&index={index}");
+    for path in ["/checkpoints/latest".to_string(), chunk(0)] {
+        let (status, text) = raw(node.addr, get(&path, "").as_bytes()).await;
+        assert_eq!(status, 401, "{path}: {text}");
+    }
+    let (status, text) = raw(node.addr, get("/checkpoints/latest", &node.auth).as_bytes()).await;
+    assert!(
+        status == 200
+            && text.ends_with(&format!(
+                r#"{{"height":12,"id":"{id}","manifest":"010203"}}"#
+            )),
+        "{text}"
+    );
+    let (status, text) = raw(node.addr, get(&chunk(0), &node.auth).as_bytes()).await;
+    assert!(
+        status == 200 && text.ends_with(&format!(r#"{{"bytes":"cafe","id":"{id}","index":0}}"#)),
+        "{text}"
+    );
+    let (status, text) = raw(node.addr, get(&chunk(1), &node.auth).as_bytes()).await;
+    assert!(status == 413 && text.contains("chunk 1"), "{text}");
+    let (status, text) = raw(node.addr, get(&chunk(2), &node.auth).as_bytes()).await;
+    assert!(status == 404 && text.contains("no chunk 2"), "{text}");
+    let (status, text) = raw(
+        node.addr,
+        get("/checkpoints/chunk?index=0", &node.auth).as_bytes(),
+    )
+    .await;
+    assert_eq!(status, 400, "{text}");
+    let (status, _) = raw(node.addr, &post("/checkpoints/latest", &node.auth, "")).await;
+    assert_eq!(status, 405);
 }
 
 #[tokio::test]

@@ -15,13 +15,18 @@ use super::pair::{Pair, drain_bound, next_epoch_slot};
 use crate::chain::block::Block;
 use crate::chain::genesis::Genesis;
 use crate::chain::{block_context, to_wit};
+use crate::upgrade_check::live::LiveCheckpoint;
 
-/// Runs `blocks` (a chain's canonical blocks from height 1, read from `origin`) through
-/// `from` and `to`, one of which the chain runs; see the module docs.
+/// Runs `blocks` (a chain's canonical blocks after `start`, or from height 1 without one, read
+/// from `origin`) through `from` and `to`, one of which the chain runs; see the module docs.
+/// From a checkpoint, both versions start from its registry and deposit index; a checkpoint
+/// whose state holds a queue (the chain already runs deposits@3) is refused, since the
+/// @2.0.0 version cannot start from it.
 pub(crate) fn on_recorded(
     from: &Version,
     to: &Version,
     origin: &str,
+    start: Option<&LiveCheckpoint>,
     blocks: &[Block],
     genesis: &Genesis,
     settings: &Settings,
@@ -37,7 +42,20 @@ pub(crate) fn on_recorded(
                 .into(),
         ));
     };
-    let mut chain = super::super::replay::chain_running(from, to, genesis, origin)?;
+    if let Some(checkpoint) = start
+        && checkpoint
+            .state
+            .pending
+            .as_ref()
+            .is_some_and(|q| !q.is_empty())
+    {
+        return Err(err(format!(
+            "the checkpoint at height {} holds queued deposits, which a modnode:deposits@2.0.0 \
+             version cannot start from; replay from genesis (--from-genesis)",
+            checkpoint.height()
+        )));
+    }
+    let mut chain = super::super::replay::chain_running(from, to, genesis, start, origin)?;
     let registry = chain
         .registry()
         .read()
