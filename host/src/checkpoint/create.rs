@@ -174,7 +174,15 @@ pub fn create(
     let queue = build_queue_chunks(state.as_ref(), options, limits.max_chunk_bytes)?;
     let queue_entries = queue.iter().map(|(entry, _)| *entry).collect();
     chunks.extend(queue.into_iter().map(|(_, bytes)| bytes));
-    let manifest = assemble_manifest(module, state.as_ref(), at, options, entries, queue_entries)?;
+    let manifest = assemble_manifest(
+        module,
+        state.as_ref(),
+        at,
+        options,
+        entries,
+        queue_entries,
+        None,
+    )?;
     Ok(Checkpoint { manifest, chunks })
 }
 
@@ -219,7 +227,8 @@ pub(super) fn build_queue_chunks(
 /// of the state's pending-deposit queue, in order; empty without a queue) of `state`: the
 /// module's parameters and the host's, the state's roots and extras, the queue's part, and —
 /// for a module whose chunks carry no proof — each registry chunk's subtree root read from the
-/// registry tree. Validated as a peer's would be.
+/// registry tree (`read_roots`, when the caller read them already: one per entry). Validated as
+/// a peer's would be.
 pub(super) fn assemble_manifest(
     module: &CheckpointModule,
     state: &dyn StateLeaves,
@@ -227,13 +236,18 @@ pub(super) fn assemble_manifest(
     options: CreateOptions,
     entries: Vec<ChunkEntry>,
     queue_entries: Vec<ChunkEntry>,
+    read_roots: Option<Vec<Hash32>>,
 ) -> Result<Manifest, CreateError> {
     let limits = ManifestLimits::default();
     let invalid = |source| CreateError::Invalid {
         module: module.meta().name(),
         source,
     };
-    let chunk_roots = if proofs_in_manifest(module) {
+    let chunk_roots = if let Some(roots) =
+        read_roots.filter(|r| proofs_in_manifest(module) && r.len() == entries.len())
+    {
+        roots
+    } else if proofs_in_manifest(module) {
         let level = super::roots::chunk_level(&entries, state.leaf_count())
             .map_err(|e| invalid(ManifestError::ChunkRoots(e)))?;
         (0u64..)

@@ -15,7 +15,6 @@
 //! module, its parameters and the leaf size are part of the key too: a change of any of them
 //! rebuilds everything.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::create::{
@@ -40,15 +39,41 @@ pub struct IncrementalCheckpoint {
     pub reused: usize,
 }
 
-/// The key a reusable chunk is remembered under: its leaf range and its subtree root.
-type ChunkKey = (u64, u64, Hash32);
+/// A chunk of the previous checkpoint, remembered at its position in the tiling: its leaf
+/// range, its subtree root, and the hash and size it was listed with.
+#[derive(Clone, Copy)]
+struct Remembered {
+    start: u64,
+    end: u64,
+    root: Hash32,
+    hash: Hash32,
+    size: u32,
+}
 
-/// What was created last: every chunk's hash and size by its range and subtree root.
+/// What was created last: every chunk by its position (chunks are whole subtrees of one
+/// level, so the `i`-th chunk of any tiling at that level starts at leaf `i << level`).
 struct Previous {
     module_hash: Hash32,
     target_chunk_bytes: u64,
     leaf_size: u32,
-    chunks: HashMap<ChunkKey, (Hash32, u32)>,
+    level: usize,
+    chunks: Vec<Remembered>,
+}
+
+impl Previous {
+    /// The remembered hash and size of the chunk at `position` if it covered `range` at
+    /// `level` with subtree root `root`: then its bytes are this chunk's.
+    fn reusable(
+        &self,
+        level: usize,
+        position: usize,
+        range: &LeafRange,
+        root: &Hash32,
+    ) -> Option<(Hash32, u32)> {
+        let r = self.chunks.get(position)?;
+        (self.level == level && r.start == range.start && r.end == range.end && r.root == *root)
+            .then_some((r.hash, r.size))
+    }
 }
 
 /// Creates checkpoints one after another, each reusing the unchanged chunks of the one before
@@ -61,10 +86,7 @@ pub struct IncrementalCreator {
 impl std::fmt::Debug for IncrementalCreator {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("IncrementalCreator")
-            .field(
-                "remembered_chunks",
-                &self.previous.as_ref().map_or(0, |p| p.chunks.len()),
-            )
+            .field("remembered_chunks", &self.remembered())
             .finish()
     }
 }
@@ -124,21 +146,26 @@ impl IncrementalCreator {
                 && p.target_chunk_bytes == options.target_chunk_bytes
                 && p.leaf_size == state.leaf_size()
         });
-        let key = |range: &LeafRange| -> Option<ChunkKey> {
-            let level = level?;
-            let index = range.start.checked_shr(u32::try_from(level).ok()?)?;
-            let root = state.tree_node(level, index)?;
-            Some((range.start, range.end, root))
-        };
+        // Every chunk's subtree root, read once from the tree the state keeps (`None`: some
+        // node is missing, nothing is reused and the manifest reads them again and says which).
+        let roots: Option<(usize, Vec<Hash32>)> = level.and_then(|level| {
+            (0u64..)
+                .take(ranges.len())
+                .map(|position| state.tree_node(level, position))
+                .collect::<Option<Vec<_>>>()
+                .map(|roots| (level, roots))
+        });
         let mut entries: Vec<Option<ChunkEntry>> = Vec::with_capacity(ranges.len());
         let mut to_build: Vec<(usize, LeafRange)> = Vec::new();
         for (index, range) in ranges.iter().enumerate() {
             let known = previous
                 .as_ref()
-                .zip(key(range))
-                .and_then(|(p, k)| p.chunks.get(&k));
+                .zip(roots.as_ref())
+                .and_then(|(p, (level, roots))| {
+                    p.reusable(*level, index, range, roots.get(index)?)
+                });
             match known {
-                Some(&(hash, size)) => entries.push(Some(ChunkEntry {
+                Some((hash, size)) => entries.push(Some(ChunkEntry {
                     hash,
                     start: range.start,
                     end: range.end,
@@ -193,18 +220,33 @@ impl IncrementalCreator {
             queue_entries.push(entry);
             built_chunks.push((entries.len().saturating_add(offset), bytes));
         }
-        let manifest =
-            assemble_manifest(module, state.as_ref(), at, options, entries, queue_entries)?;
-        if reusable {
+        let manifest = assemble_manifest(
+            module,
+            state.as_ref(),
+            at,
+            options,
+            entries,
+            queue_entries,
+            roots.as_ref().map(|(_, roots)| roots.clone()),
+        )?;
+        if let Some((level, roots)) = roots.filter(|_| reusable) {
             let chunks = ranges
                 .iter()
                 .zip(&manifest.chunks)
-                .filter_map(|(range, entry)| Some((key(range)?, (entry.hash, entry.size))))
+                .zip(roots)
+                .map(|((range, entry), root)| Remembered {
+                    start: range.start,
+                    end: range.end,
+                    root,
+                    hash: entry.hash,
+                    size: entry.size,
+                })
                 .collect();
             self.previous = Some(Previous {
                 module_hash: module.hash(),
                 target_chunk_bytes: options.target_chunk_bytes,
                 leaf_size: manifest.leaf_size,
+                level,
                 chunks,
             });
         }
