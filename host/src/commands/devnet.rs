@@ -75,18 +75,21 @@ pub fn genesis(
         return Ok(genesis);
     }
     let start = modnode::clock::unix_ms().saturating_add(1_000);
-    let mut json = serde_json::json!({
-        "chain_id": "modnode-devnet",
-        "genesis_time_ms": start,
-        "slot_ms": options.slot_ms,
-        "authorities": ids.iter().take(authorities).collect::<Vec<_>>(),
-        "generated_validators": { "count": 64, "seed": 1 },
-    });
+    let mut json = serde_json::Map::new();
+    json.insert("chain_id".into(), "modnode-devnet".into());
+    json.insert("genesis_time_ms".into(), start.into());
+    json.insert("slot_ms".into(), options.slot_ms.into());
+    let ids: Vec<&String> = ids.iter().take(authorities).collect();
+    json.insert("authorities".into(), serde_json::json!(ids));
+    json.insert(
+        "generated_validators".into(),
+        serde_json::json!({ "count": 64, "seed": 1 }),
+    );
     if let Some(slots) = options.slots_per_epoch {
-        json["slots_per_epoch"] = slots.into();
+        json.insert("slots_per_epoch".into(), slots.into());
     }
     if let Some(depth) = options.finality_depth {
-        json["finality_depth"] = depth.into();
+        json.insert("finality_depth".into(), depth.into());
     }
     let text = serde_json::to_string_pretty(&json)?;
     let genesis = Genesis::from_json(&text, &path.display().to_string())?;

@@ -54,7 +54,7 @@ async fn a_node_restored_from_a_checkpoint_with_a_non_empty_deposits_v3_queue_ag
         a0.status().deposit_index >= 3
     })
     .await;
-    let h = height(&a0) + genesis.upgrade_lead_blocks + VOTE_MARGIN;
+    let h = height(a0) + genesis.upgrade_lead_blocks + VOTE_MARGIN;
     for dir in &paths[..2] {
         propose(dir, &v3, h).await;
     }
@@ -75,7 +75,7 @@ async fn a_node_restored_from_a_checkpoint_with_a_non_empty_deposits_v3_queue_ag
 
     // A checkpoint of a state after H whose queue holds deposits (checkpoints are made at the
     // finalized height; one taken where the queue happens to be empty is followed by another).
-    eventually("the chain past H + finality", || height(&a0) > h + FINALITY).await;
+    eventually("the chain past H + finality", || height(a0) > h + FINALITY).await;
     let deadline = tokio::time::Instant::now() + LIVENESS;
     let cp = loop {
         let cp = checkpoint_now(paths[0], a0).await;
