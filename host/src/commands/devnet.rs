@@ -32,15 +32,34 @@ pub struct DevnetArgs {
     /// Time between the dev deposit contract's blocks, in ms (new networks only).
     #[arg(long, default_value_t = 1_000)]
     pub dev_block_ms: u64,
+    /// Slots per epoch (new networks only): a deposits@3 module drains its pending-deposit
+    /// queue on the first block of each epoch. Without it the chain has no epoch transitions.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub slots_per_epoch: Option<u64>,
+    /// Blocks below the head that are final (new networks only); deposits@3 applies a queued
+    /// deposit only once the block that carried it is final. Default: the genesis default (32).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub finality_depth: Option<u64>,
+}
+
+/// What a new devnet's genesis says beyond its authorities.
+#[derive(Debug, Clone, Copy)]
+pub struct GenesisOptions {
+    /// Slot length in milliseconds.
+    pub slot_ms: u64,
+    /// Slots per epoch, if the chain has epochs.
+    pub slots_per_epoch: Option<u64>,
+    /// Finality depth in blocks, if not the default.
+    pub finality_depth: Option<u64>,
 }
 
 /// The genesis of the devnet in `dir`: read back if it exists, otherwise written with the
-/// first `authorities` node ids and slot 0 starting shortly.
+/// first `authorities` node ids, `options` and slot 0 starting shortly.
 pub fn genesis(
     dir: &Path,
     ids: &[String],
     authorities: usize,
-    slot_ms: u64,
+    options: GenesisOptions,
 ) -> anyhow::Result<Genesis> {
     let path = dir.join("genesis.json");
     if path.exists() {
@@ -56,13 +75,23 @@ pub fn genesis(
         return Ok(genesis);
     }
     let start = modnode::clock::unix_ms().saturating_add(1_000);
-    let text = serde_json::to_string_pretty(&serde_json::json!({
-        "chain_id": "modnode-devnet",
-        "genesis_time_ms": start,
-        "slot_ms": slot_ms,
-        "authorities": ids.iter().take(authorities).collect::<Vec<_>>(),
-        "generated_validators": { "count": 64, "seed": 1 },
-    }))?;
+    let mut json = serde_json::Map::new();
+    json.insert("chain_id".into(), "modnode-devnet".into());
+    json.insert("genesis_time_ms".into(), start.into());
+    json.insert("slot_ms".into(), options.slot_ms.into());
+    let ids: Vec<&String> = ids.iter().take(authorities).collect();
+    json.insert("authorities".into(), serde_json::json!(ids));
+    json.insert(
+        "generated_validators".into(),
+        serde_json::json!({ "count": 64, "seed": 1 }),
+    );
+    if let Some(slots) = options.slots_per_epoch {
+        json.insert("slots_per_epoch".into(), slots.into());
+    }
+    if let Some(depth) = options.finality_depth {
+        json.insert("finality_depth".into(), depth.into());
+    }
+    let text = serde_json::to_string_pretty(&json)?;
     let genesis = Genesis::from_json(&text, &path.display().to_string())?;
     let tmp = dir.join("genesis.json.tmp");
     std::fs::write(&tmp, &text).with_context(|| format!("cannot write {}", tmp.display()))?;
@@ -86,7 +115,12 @@ pub fn devnet(args: DevnetArgs) -> anyhow::Result<()> {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
         ids.push(NodeIdentity::load_or_create(dir)?.node_id().to_string());
     }
-    let genesis = genesis(&args.dir, &ids, usize::from(args.authorities), args.slot_ms)?;
+    let options = GenesisOptions {
+        slot_ms: args.slot_ms,
+        slots_per_epoch: args.slots_per_epoch,
+        finality_depth: args.finality_depth,
+    };
+    let genesis = genesis(&args.dir, &ids, usize::from(args.authorities), options)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;

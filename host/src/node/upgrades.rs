@@ -601,7 +601,8 @@ pub fn running_at(schedule: &Schedule, head_height: u64) -> Vec<(Kind, Hash)> {
 /// Adds on-chain scheduling to a `GET /modules` listing: every upcoming entry under
 /// `"scheduled"`, the next one of each kind as that kind's `slot.scheduled` (hash, height,
 /// peers and authorities reporting it ready), and as a consensus kind's `slot.active` the
-/// module the chain runs next (`chain_active`: kind and hash), when it is ready here.
+/// module the chain runs next (`chain_active`: kind and hash) with its contract, when it is
+/// ready here.
 pub fn annotate_listing(
     listing: &mut serde_json::Value,
     readiness: &[ScheduledReadiness],
@@ -636,6 +637,8 @@ pub fn annotate_listing(
                         "name": v.get("name"),
                         "hash": hash,
                         "version": v.get("module_version"),
+                        "contract": v.get("contract"),
+                        "migration": v.get("migration"),
                         "warmup": v.get("warmup"),
                     }),
                 );
@@ -716,11 +719,17 @@ mod tests {
     /// A `GET /modules` listing as `module_ops::list` builds it: the deposits slot running
     /// the node's own default, both versions ready.
     fn listing() -> serde_json::Value {
-        let ready = |hash: &Hash, name: &str| json!({"name": name, "sha256": hex::encode(hash), "module_version": 1, "warmup": {}});
+        let ready = |hash: &Hash, name: &str, contract: &str| {
+            json!({"name": name, "sha256": hex::encode(hash), "module_version": 1,
+                "contract": contract, "migration": false, "warmup": {}})
+        };
         json!({"kinds": [{
             "kind": "deposits",
             "slot": {"active": {"name": "deposits-default", "hash": "00"}},
-            "ready": [ready(&OLD, "old"), ready(&NEW, "new")],
+            "ready": [
+                ready(&OLD, "old", "modnode:deposits@2.0.0"),
+                ready(&NEW, "new", "modnode:deposits@3.0.0"),
+            ],
         }]})
     }
 
@@ -751,6 +760,11 @@ mod tests {
             let after = listing_at(head);
             let slot = &after["kinds"][0]["slot"];
             assert_eq!(slot["active"]["hash"], hex::encode(NEW), "{after}");
+            // `module list` shows the contract the chain now runs the kind on.
+            assert_eq!(
+                slot["active"]["contract"], "modnode:deposits@3.0.0",
+                "{after}"
+            );
             assert!(slot.get("scheduled").is_none(), "{after}");
             assert_eq!(after["scheduled"], json!([]), "{after}");
         }

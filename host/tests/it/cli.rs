@@ -274,13 +274,28 @@ fn sigterm_stops_run_and_devnet_cleanly() {
     assert!(log.contains("stopped cleanly"), "{log}");
     assert!(log.contains("SIGTERM"), "{log}");
 
+    // A devnet with epochs and a short finality depth (what deposits@3 needs), in its genesis.
     let net = dir.path().join("devnet");
     let (status, log) = sigterm_after_start(
-        &["devnet", "--nodes", "2", "--dir", net.to_str().unwrap()],
+        &[
+            "devnet",
+            "--nodes",
+            "2",
+            "--dir",
+            net.to_str().unwrap(),
+            "--slots-per-epoch",
+            "4",
+            "--finality-depth",
+            "3",
+        ],
         &net.join("node-1").join("admin.addr"),
     );
     assert!(status.success(), "devnet exited with {status}:\n{log}");
     assert!(log.contains("stopped cleanly"), "{log}");
+    let genesis = std::fs::read_to_string(net.join("genesis.json")).unwrap();
+    let genesis: serde_json::Value = serde_json::from_str(&genesis).unwrap();
+    assert_eq!(genesis["slots_per_epoch"], 4, "{genesis}");
+    assert_eq!(genesis["finality_depth"], 3, "{genesis}");
 }
 
 #[test]

@@ -35,12 +35,12 @@ use super::network::{
 
 const ETH: u64 = 1_000_000_000;
 /// Slots per epoch of the devnets: an epoch transition every 1.2 s.
-const SLOTS_PER_EPOCH: u64 = 4;
+pub(super) const SLOTS_PER_EPOCH: u64 = 4;
 /// Validators in the genesis.
-const GENESIS_VALIDATORS: u64 = 8;
+pub(super) const GENESIS_VALIDATORS: u64 = 8;
 /// Blocks between the lead before H and the height the authorities vote from: their votes
 /// must be in blocks before H - lead even when a loaded machine lets slots pass without blocks.
-const VOTE_MARGIN: u64 = 16;
+pub(super) const VOTE_MARGIN: u64 = 16;
 /// How often the depositor sends a deposit: ~8 per epoch, averaging 14 ETH, so the churn limit
 /// of this small chain (128 ETH per epoch) drains the queue as fast as it fills.
 const DEPOSIT_EVERY: Duration = Duration::from_millis(150);
@@ -48,7 +48,7 @@ const DEPOSIT_EVERY: Duration = Duration::from_millis(150);
 /// A genesis whose first `authorities` of `dirs` produce, running deposits-v2 from genesis,
 /// with epochs of [`SLOTS_PER_EPOCH`] and `finality` (in blocks) as the depth at which a
 /// queued deposit becomes final; and its JSON (for `modnode run` processes).
-fn v3_genesis(
+pub(super) fn v3_genesis(
     chain_id: &str,
     dirs: &[&Path],
     authorities: usize,
@@ -72,13 +72,13 @@ fn deposit(i: u64, fork: [u8; 4]) -> DepositData {
 }
 
 /// Sends a deposit to the dev deposit contract every [`DEPOSIT_EVERY`] until stopped.
-struct Depositor {
+pub(super) struct Depositor {
     stop: Arc<AtomicBool>,
     task: tokio::task::JoinHandle<Vec<DepositData>>,
 }
 
 impl Depositor {
-    fn start(url: &str, fork: [u8; 4]) -> Self {
+    pub(super) fn start(url: &str, fork: [u8; 4]) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         let contract = RpcClient::new(url).unwrap();
         let stopped = stop.clone();
@@ -98,7 +98,7 @@ impl Depositor {
     }
 
     /// Stops sending; every deposit sent, in contract index order.
-    async fn stop(self) -> Vec<DepositData> {
+    pub(super) async fn stop(self) -> Vec<DepositData> {
         self.stop.store(true, Ordering::Relaxed);
         self.task.await.unwrap()
     }
@@ -106,7 +106,7 @@ impl Depositor {
 
 /// Polls the asynchronous `check` until it holds (`Ok`); panics with `what` and the last
 /// reason it gave (`Err`) after [`LIVENESS`].
-async fn until<F, Fut>(what: &str, mut check: F)
+pub(super) async fn until<F, Fut>(what: &str, mut check: F)
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<(), String>>,
@@ -122,7 +122,7 @@ where
 }
 
 /// `GET /state?{query}` on the node of `dir`, or why it did not answer.
-async fn try_state(dir: &Path, query: &str) -> Result<Value, String> {
+pub(super) async fn try_state(dir: &Path, query: &str) -> Result<Value, String> {
     let target = Target::data_dir(dir).map_err(|e| e.to_string())?;
     client::state(&target, query)
         .await
@@ -131,7 +131,7 @@ async fn try_state(dir: &Path, query: &str) -> Result<Value, String> {
 
 /// `GET /state?{query}` on the node of `dir`, asked again while it does not answer (a process
 /// restarting, a query shed while the node catches up).
-async fn state(dir: &Path, query: &str) -> Value {
+pub(super) async fn state(dir: &Path, query: &str) -> Value {
     let deadline = tokio::time::Instant::now() + LIVENESS;
     loop {
         match try_state(dir, query).await {
@@ -149,10 +149,16 @@ async fn state(dir: &Path, query: &str) -> Value {
 /// The canonical blocks 0..=`to` of the node on `dir` as `/blocks` lists them (height, hash,
 /// slot, state root).
 async fn chain_of(dir: &Path, to: u64) -> Vec<Value> {
+    blocks_of(dir, 0, to).await
+}
+
+/// The canonical blocks `first..=to` of the node on `dir` as `/blocks` lists them (height,
+/// hash, slot, state root).
+pub(super) async fn blocks_of(dir: &Path, first: u64, to: u64) -> Vec<Value> {
     let mut out: Vec<Value> = Vec::new();
     let deadline = tokio::time::Instant::now() + LIVENESS;
-    while (out.len() as u64) <= to {
-        let from = out.len() as u64;
+    while first + (out.len() as u64) <= to {
+        let from = first + out.len() as u64;
         let page = match Target::data_dir(dir) {
             Ok(target) => client::blocks(&target, from, to + 1 - from)
                 .await
@@ -179,7 +185,7 @@ async fn chain_of(dir: &Path, to: u64) -> Vec<Value> {
 }
 
 /// A number field of a JSON answer.
-fn num(v: &Value, field: &str) -> u64 {
+pub(super) fn num(v: &Value, field: &str) -> u64 {
     v[field]
         .as_u64()
         .unwrap_or_else(|| panic!("{field} in {v}"))

@@ -20,6 +20,7 @@ mod deposit_budget;
 mod deposits_e2e;
 mod deposits_v3;
 mod deposits_v3_chain;
+mod deposits_v3_checkpoint_devnet;
 mod deposits_v3_devnet;
 mod devnet;
 mod equivocation;
