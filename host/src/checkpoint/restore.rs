@@ -583,7 +583,6 @@ impl Restorer {
         let (eth1, schedule) = super::manifest::decode_extras(&self.verifier.manifest.extras)
             .ok_or(RestoreError::Manifest(ManifestError::ExtrasMalformed))?;
         let leaf_count = usize::try_from(self.verifier.manifest.leaf_count).unwrap_or(usize::MAX);
-        let mut validators = Vec::with_capacity(leaf_count);
         let mut balances = Vec::with_capacity(leaf_count);
         let registry_chunks = self.verifier.manifest.registry_chunk_count();
         let mut chunks: Vec<VerifiedChunk> = self.chunks.into_iter().flatten().collect();
@@ -594,9 +593,9 @@ impl Restorer {
             Vec::new()
         };
         for chunk in &mut chunks {
-            validators.append(&mut chunk.validators);
             balances.append(&mut chunk.balances);
         }
+        let parts: Vec<&[Validator]> = chunks.iter().map(|c| c.validators.as_slice()).collect();
         // Every node of the tree was computed by some chunk's range proof (the chunks tile
         // the leaves, in order), each leaf hash from the bytes its record and balance were
         // decoded from (the encoding is canonical): the tree is assembled, not hashed again.
@@ -605,7 +604,7 @@ impl Restorer {
             .map(|c| (c.hashes.as_slice(), &c.nodes))
             .collect();
         let leaves = self.verifier.manifest.leaf_count;
-        let registry = Registry::from_parts_building_tree(validators, balances, || {
+        let registry = Registry::from_slices_building_tree(&parts, balances, || {
             Ok(MerkleTree::from_proven_ranges(leaves, &ranges)?)
         })?;
         let pending = match &self.verifier.manifest.queue {

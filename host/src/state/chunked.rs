@@ -332,6 +332,39 @@ impl<T: Clone> From<&[T]> for ChunkedVec<T> {
     }
 }
 
+impl<T: Clone> ChunkedVec<T> {
+    /// The concatenation of `parts`, copied once straight into the chunks (no intermediate
+    /// vector of the whole).
+    pub fn from_slices<'a>(parts: impl IntoIterator<Item = &'a [T]>) -> Self
+    where
+        T: 'a,
+    {
+        let mut chunks = Vec::new();
+        let mut len = 0usize;
+        let mut current: Chunk<T> = Vec::with_capacity(CHUNK_LEN);
+        for part in parts {
+            let mut rest = part;
+            while !rest.is_empty() {
+                let room = CHUNK_LEN.saturating_sub(current.len());
+                let (now, later) = rest.split_at(room.min(rest.len()));
+                current.extend_from_slice(now);
+                len = len.saturating_add(now.len());
+                rest = later;
+                if current.len() == CHUNK_LEN {
+                    chunks.push(Arc::new(std::mem::replace(
+                        &mut current,
+                        Vec::with_capacity(CHUNK_LEN),
+                    )));
+                }
+            }
+        }
+        if !current.is_empty() {
+            chunks.push(Arc::new(current));
+        }
+        Self { chunks, len }
+    }
+}
+
 /// Iterator over a [`ChunkedVec`]'s elements.
 pub type Iter<'a, T> = std::iter::FlatMap<
     std::slice::Iter<'a, Arc<Chunk<T>>>,
@@ -362,6 +395,30 @@ impl<T: Clone> FromIterator<T> for ChunkedVec<T> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig { failure_persistence: None, ..ProptestConfig::default() })]
+
+        /// Built from consecutive parts of any sizes, the vector is the one built from their
+        /// concatenation: same elements, same chunk boundaries.
+        #[test]
+        fn from_slices_equals_from_the_concatenation(
+            sizes in proptest::collection::vec(0usize..3000, 0..8)
+        ) {
+            let mut next = 0u32;
+            let parts: Vec<Vec<u32>> = sizes
+                .iter()
+                .map(|&n| (0..n).map(|_| { next += 1; next }).collect())
+                .collect();
+            let whole: Vec<u32> = parts.concat();
+            let built = ChunkedVec::from_slices(parts.iter().map(Vec::as_slice));
+            let expected = ChunkedVec::from(whole.as_slice());
+            prop_assert_eq!(built.len(), whole.len());
+            prop_assert!(built == expected);
+            let lens = |v: &ChunkedVec<u32>| v.chunks.iter().map(|c| c.len()).collect::<Vec<_>>();
+            prop_assert_eq!(lens(&built), lens(&expected));
+        }
+    }
 
     #[derive(Debug, Clone)]
     enum Op {

@@ -290,17 +290,19 @@ impl PubkeyIndex {
                 "filling an index that is not empty and sized",
             ));
         }
-        let index = self;
-        let mask = index.slots.len().wrapping_sub(1);
+        // Filled as one flat table, then cut into the shared chunks once: a probe is one
+        // bounds-checked read, not a chunk lookup, and a write no copy-on-write check.
+        let mut table = vec![EMPTY; self.slots.len()];
+        let mask = table.len().wrapping_sub(1);
         let mut tags: Vec<u32> = Vec::with_capacity(usize::try_from(count).unwrap_or(0));
         for validator in 0..count {
             let key = key_at(validator).ok_or(IndexError::MissingKey { index: validator })?;
-            let hash = index.hasher.hash(key);
+            let hash = self.hasher.hash(key);
             let tag = u32::try_from(hash >> 32).unwrap_or(0);
-            let mut slot = index.home(key, mask);
+            let mut slot = self.home(key, mask);
             let mut steps = 0usize;
             loop {
-                match index.slots.get(slot) {
+                match table.get(slot) {
                     None => return Err(IndexError::Internal("probe left the table")),
                     Some(&EMPTY) => break,
                     Some(&value) => {
@@ -324,9 +326,17 @@ impl PubkeyIndex {
                     return Err(IndexError::Internal("no empty slot below the load cap"));
                 }
             }
-            index.occupy(slot, validator)?;
+            let value = validator
+                .checked_add(1)
+                .ok_or(IndexError::Internal("validator below len is u32::MAX"))?;
+            let cell = table
+                .get_mut(slot)
+                .ok_or(IndexError::Internal("vacant slot outside the table"))?;
+            *cell = value;
             tags.push(tag);
         }
+        self.slots = ChunkedVec::from(table.as_slice());
+        self.len = count;
         Ok(())
     }
 

@@ -160,6 +160,64 @@ impl Registry {
         })
     }
 
+    /// [`from_parts_building_tree`](Self::from_parts_building_tree) with the validators given
+    /// as consecutive `parts` (a checkpoint restore's verified chunks, in order): copied once,
+    /// straight into the registry's chunks, while the pubkey index is built on another thread
+    /// reading the parts in place.
+    pub fn from_slices_building_tree(
+        parts: &[&[Validator]],
+        balances: Vec<u64>,
+        tree: impl FnOnce() -> Result<MerkleTree, StateError>,
+    ) -> Result<Self, StateError> {
+        let count = parts.iter().fold(0usize, |n, p| n.saturating_add(p.len()));
+        if count != balances.len() {
+            return Err(StateError::LengthMismatch {
+                validators: count,
+                balances: balances.len(),
+            });
+        }
+        let keys_and_index = || -> Result<PubkeyIndex, StateError> {
+            let keys: Vec<&Pubkey> = parts
+                .iter()
+                .flat_map(|p| p.iter().map(|v| &v.pubkey))
+                .collect();
+            let count = u32::try_from(keys.len()).map_err(|_| StateError::Full)?;
+            Ok(PubkeyIndex::rebuild(count, |index| {
+                keys.get(usize::try_from(index).ok()?).copied()
+            })?)
+        };
+        let (index, tree, chunked) = std::thread::scope(|scope| {
+            let worker = std::thread::Builder::new()
+                .name("pubkey-index".into())
+                .spawn_scoped(scope, keys_and_index);
+            let tree = tree();
+            let chunked = ChunkedVec::from_slices(parts.iter().copied());
+            let index = match worker.ok().map(|w| w.join()) {
+                Some(Ok(index)) => index,
+                // The worker could not start (or died): build it here.
+                _ => keys_and_index(),
+            };
+            (index, tree, chunked)
+        });
+        let (index, tree) = (index?, tree?);
+        if tree.len() != u64::try_from(count).unwrap_or(u64::MAX) {
+            return Err(StateError::LengthMismatch {
+                validators: count,
+                balances: usize::try_from(tree.len()).unwrap_or(usize::MAX),
+            });
+        }
+        let total_effective = chunked
+            .iter()
+            .fold(0u64, |sum, v| sum.saturating_add(v.effective_balance));
+        Ok(Self {
+            validators: chunked,
+            balances: balances.into(),
+            index,
+            tree,
+            total_effective,
+        })
+    }
+
     /// Sum of every validator's effective balance (what deposits@3 counts as the total active
     /// balance: modnode has no exits), O(1).
     pub fn total_effective_balance(&self) -> u64 {
