@@ -118,46 +118,7 @@ impl Registry {
         balances: Vec<u64>,
         tree: impl FnOnce() -> Result<MerkleTree, StateError>,
     ) -> Result<Self, StateError> {
-        if validators.len() != balances.len() {
-            return Err(StateError::LengthMismatch {
-                validators: validators.len(),
-                balances: balances.len(),
-            });
-        }
-        u32::try_from(validators.len()).map_err(|_| StateError::Full)?;
-        // The index and the tree are independent and each takes a few hundred milliseconds at
-        // millions of validators: build them side by side, and copy the records into their
-        // chunks beside the index too.
-        let (index, tree, chunked) = std::thread::scope(|scope| {
-            let worker = std::thread::Builder::new()
-                .name("pubkey-index".into())
-                .spawn_scoped(scope, || index_of(&validators));
-            let tree = tree();
-            let chunked = ChunkedVec::from(validators.as_slice());
-            let index = match worker.ok().map(|w| w.join()) {
-                Some(Ok(index)) => index,
-                // The worker could not start (or died): build it here.
-                _ => index_of(&validators),
-            };
-            (index, tree, chunked)
-        });
-        let (index, tree) = (index?, tree?);
-        if tree.len() != u64::try_from(validators.len()).unwrap_or(u64::MAX) {
-            return Err(StateError::LengthMismatch {
-                validators: validators.len(),
-                balances: usize::try_from(tree.len()).unwrap_or(usize::MAX),
-            });
-        }
-        let total_effective = chunked
-            .iter()
-            .fold(0u64, |sum, v| sum.saturating_add(v.effective_balance));
-        Ok(Self {
-            validators: chunked,
-            balances: balances.into(),
-            index,
-            tree,
-            total_effective,
-        })
+        Self::from_slices_building_tree(&[validators.as_slice()], balances, tree)
     }
 
     /// [`from_parts_building_tree`](Self::from_parts_building_tree) with the validators given
@@ -441,17 +402,6 @@ impl Registry {
         }
         Ok(())
     }
-}
-
-/// The pubkey index over `validators`, validator `i` at index `i`.
-fn index_of(validators: &[Validator]) -> Result<PubkeyIndex, StateError> {
-    let count = u32::try_from(validators.len()).map_err(|_| StateError::Full)?;
-    // Read in place: a copy of the keys would be 48 bytes per validator more to write.
-    Ok(PubkeyIndex::rebuild(count, |index| {
-        validators
-            .get(usize::try_from(index).ok()?)
-            .map(|v| &v.pubkey)
-    })?)
 }
 
 impl RegistryRead for Registry {

@@ -957,58 +957,10 @@ fn from_node_replays_a_running_nodes_blocks_with_both_versions() {
     use std::time::{Duration, Instant};
 
     let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("node");
-    let genesis = dir.path().join("genesis.json");
-    std::fs::write(
-        &genesis,
-        modnode::chain::genesis::DEV_GENESIS_JSON.replace(
-            r#""finality_depth": 32,"#,
-            r#""finality_depth": 4, "slots_per_epoch": 4,"#,
-        ),
-    )
-    .unwrap();
-    let genesis_arg = genesis.to_str().unwrap();
-    let data_arg = data.to_str().unwrap();
-    let node = Command::new(env!("CARGO_BIN_EXE_modnode"))
-        .args([
-            "run",
-            "--data-dir",
-            data_arg,
-            "--genesis",
-            genesis_arg,
-            "--listen",
-            "127.0.0.1:0",
-            "--admin",
-            "127.0.0.1:0",
-            "--dev-contract-listen",
-            "127.0.0.1:0",
-            "--dev-block-ms",
-            "100",
-            "--follow-distance",
-            "1",
-            "--checkpoint-interval",
-            "0",
-        ])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let _node = super::cli::KillOnDrop(node);
+    let (_node, data, genesis, url) = live_node(dir.path());
+    let genesis_arg = genesis.as_str();
+    submit_deposits(&data, &[9, 10, 11]);
     let deadline = Instant::now() + Duration::from_secs(120);
-    while !data.join("deposit-contract.url").exists() {
-        assert!(Instant::now() < deadline, "the node never started");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let addr = std::fs::read_to_string(data.join("admin.addr")).unwrap();
-    let url = format!("http://{}", addr.trim());
-    for seed in [9, 10, 11] {
-        let out = Command::new(env!("CARGO_BIN_EXE_modnode"))
-            .args(["deposit", "submit", "--data-dir", data_arg, "--dev-seed"])
-            .arg(seed.to_string())
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{out:?}");
-    }
     let token = data.join("admin.token");
     let token_arg = token.to_str().unwrap();
     let (v2, v3) = (path("deposits-v2"), path("deposits-v3"));
@@ -1048,12 +1000,7 @@ fn from_node_replays_a_running_nodes_blocks_with_both_versions() {
             json["from_node"]["blocks_replayed"], json["cases"],
             "{json}"
         );
-        let applied = json["differences"]
-            .as_array()
-            .and_then(|d| d.iter().find(|d| d["class"] == "applied-later"))
-            .and_then(|d| d["count"].as_u64())
-            .unwrap_or(0);
-        if applied >= 3 {
+        if applied_later(&json) >= 3 {
             break json;
         }
         assert!(Instant::now() < deadline, "deposits never carried: {json}");
@@ -1079,8 +1026,6 @@ fn from_node_replays_a_running_nodes_blocks_with_both_versions() {
 /// `modnode run` in `dir`, without periodic checkpoints: (the process, its data dir, the
 /// genesis file, its admin URL).
 fn live_node(dir: &Path) -> (super::cli::KillOnDrop, std::path::PathBuf, String, String) {
-    use std::time::{Duration, Instant};
-
     let data = dir.join("node");
     let genesis = dir.join("genesis.json");
     std::fs::write(
@@ -1091,11 +1036,20 @@ fn live_node(dir: &Path) -> (super::cli::KillOnDrop, std::path::PathBuf, String,
         ),
     )
     .unwrap();
+    let (node, url) = run_dev_node(&data, &genesis);
+    (node, data, genesis.display().to_string(), url)
+}
+
+/// `modnode run` of a dev node in `data` on `genesis` (dev deposit contract, 100 ms blocks,
+/// follow distance 1, no periodic checkpoints), once it serves: the process and its admin URL.
+fn run_dev_node(data: &Path, genesis: &Path) -> (super::cli::KillOnDrop, String) {
+    use std::time::{Duration, Instant};
+
     let node = Command::new(env!("CARGO_BIN_EXE_modnode"))
         .args(["run", "--data-dir"])
-        .arg(&data)
+        .arg(data)
         .arg("--genesis")
-        .arg(&genesis)
+        .arg(genesis)
         .args([
             "--listen",
             "127.0.0.1:0",
@@ -1121,8 +1075,7 @@ fn live_node(dir: &Path) -> (super::cli::KillOnDrop, std::path::PathBuf, String,
         std::thread::sleep(Duration::from_millis(50));
     }
     let addr = std::fs::read_to_string(data.join("admin.addr")).unwrap();
-    let url = format!("http://{}", addr.trim());
-    (node, data, genesis.display().to_string(), url)
+    (node, format!("http://{}", addr.trim()))
 }
 
 fn submit_deposits(data: &Path, seeds: &[u64]) {
