@@ -16,7 +16,8 @@ use tempfile::TempDir;
 use super::artifact;
 use super::checkpoint_sync::checkpoint_now;
 use super::deposits_v3_devnet::{
-    Depositor, GENESIS_VALIDATORS, VOTE_MARGIN, blocks_of, num, state, try_state, until, v3_genesis,
+    Depositor, GENESIS_VALIDATORS, VOTE_MARGIN, blocks_of, common_height, every_deposit_applied,
+    num, state, until, v3_genesis,
 };
 use super::devnet::{height, propose, sha, share_module_cache};
 use super::network::{LIVENESS, dirs, eventually, hosting, start_edited, start_with};
@@ -128,31 +129,12 @@ async fn a_node_restored_from_a_checkpoint_with_a_non_empty_deposits_v3_queue_ag
     .await;
     let deposits = depositor.stop().await;
     let n = deposits.len() as u64;
-    let all: &[&Path] = &paths;
-    until(
-        "every deposit applied on every node and the queue drained",
-        || async move {
-            for dir in all {
-                let s = try_state(dir, "").await?;
-                let done = num(&s, "eth1_deposit_index") == n
-                    && num(&s, "pending_deposits") == 0
-                    && num(&s, "validators") == GENESIS_VALIDATORS + n;
-                if !done {
-                    return Err(format!("{n} deposits; {}: {s}", dir.display()));
-                }
-            }
-            Ok(())
-        },
-    )
-    .await;
+    every_deposit_applied(&paths, n).await;
 
     // From the checkpoint to the common head: the same blocks and the same state — roots,
     // registry, deposit index and queue — on the restored node as on both authorities, with
     // the queue drained in epoch transitions after the checkpoint.
-    let mut top = u64::MAX;
-    for dir in &paths {
-        top = top.min(num(&state(dir, "").await, "height"));
-    }
+    let top = common_height(&paths).await;
     let blocks = blocks_of(paths[0], m, top).await;
     for dir in &paths[1..] {
         assert_eq!(blocks_of(dir, m, top).await, blocks, "{}", dir.display());

@@ -204,6 +204,35 @@ async fn same_chain(dirs: &[&Path], to: u64) -> Vec<Value> {
     first
 }
 
+/// Waits until every node in `paths` has applied all `n` deposits (the queue drained).
+pub(super) async fn every_deposit_applied(paths: &[&Path], n: u64) {
+    until(
+        "every deposit applied on every node and the queue drained",
+        || async move {
+            for dir in paths {
+                let s = try_state(dir, "").await?;
+                let done = num(&s, "eth1_deposit_index") == n
+                    && num(&s, "pending_deposits") == 0
+                    && num(&s, "validators") == GENESIS_VALIDATORS + n;
+                if !done {
+                    return Err(format!("{n} deposits; {}: {s}", dir.display()));
+                }
+            }
+            Ok(())
+        },
+    )
+    .await;
+}
+
+/// The lowest head height among the nodes in `paths`.
+pub(super) async fn common_height(paths: &[&Path]) -> u64 {
+    let mut top = u64::MAX;
+    for dir in paths {
+        top = top.min(num(&state(dir, "").await, "height"));
+    }
+    top
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn continuous_deposits_across_the_switch_to_deposits_v3_apply_once_everywhere_through_kills_and_a_late_sync()
  {
@@ -316,29 +345,10 @@ async fn continuous_deposits_across_the_switch_to_deposits_v3_apply_once_everywh
     // The deposits stop; every node applies each of them once the queue drains.
     let deposits = depositor.stop().await;
     let n = deposits.len() as u64;
-    let all: &[&Path] = &paths;
-    until(
-        "every deposit applied on every node and the queue drained",
-        || async move {
-            for dir in all {
-                let s = try_state(dir, "").await?;
-                let done = num(&s, "eth1_deposit_index") == n
-                    && num(&s, "pending_deposits") == 0
-                    && num(&s, "validators") == GENESIS_VALIDATORS + n;
-                if !done {
-                    return Err(format!("{n} deposits; {}: {s}", dir.display()));
-                }
-            }
-            Ok(())
-        },
-    )
-    .await;
+    every_deposit_applied(&paths, n).await;
 
     // The same blocks and state roots at every height on every node.
-    let mut top = u64::MAX;
-    for dir in &paths {
-        top = top.min(num(&state(dir, "").await, "height"));
-    }
+    let top = common_height(&paths).await;
     let blocks = same_chain(&paths, top).await;
 
     // Before H each deposit is applied by the block carrying it; from H on it is queued and
