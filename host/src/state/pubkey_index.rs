@@ -214,6 +214,26 @@ impl fmt::Debug for PubkeyIndex {
 
 /// Table size for `validators` entries: the smallest power of two, at least [`MIN_SLOTS`], that
 /// keeps the load at or below 70%.
+/// How many keys ahead [`PubkeyIndex::rebuild`] prefetches home slots.
+const PREFETCH_AHEAD: u32 = 16;
+
+/// Hints the CPU to bring `slot`'s cache line in (a no-op off x86-64, and for `None`).
+#[inline]
+fn prefetch(slot: Option<&u32>) {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(slot) = slot {
+        // SAFETY: a prefetch is a hint that never faults and reads nothing into the
+        // program; the pointer comes from a live reference anyway.
+        unsafe {
+            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+                std::ptr::from_ref(slot).cast::<i8>(),
+            );
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = slot;
+}
+
 fn slots_for(validators: u64) -> Result<usize, IndexError> {
     let overflow = IndexError::CapacityOverflow { validators };
     if validators == 0 {
@@ -296,6 +316,15 @@ impl PubkeyIndex {
         let mask = table.len().wrapping_sub(1);
         let mut tags: Vec<u32> = Vec::with_capacity(usize::try_from(count).unwrap_or(0));
         for validator in 0..count {
+            // The table is tens of megabytes at millions of validators and every home slot a
+            // cache miss: ask for the slot of the key `PREFETCH_AHEAD` places on now.
+            if let Some(ahead) = validator
+                .checked_add(PREFETCH_AHEAD)
+                .filter(|&a| a < count)
+                .and_then(key_at)
+            {
+                prefetch(table.get(self.home(ahead, mask)));
+            }
             let key = key_at(validator).ok_or(IndexError::MissingKey { index: validator })?;
             let hash = self.hasher.hash(key);
             let tag = u32::try_from(hash >> 32).unwrap_or(0);
