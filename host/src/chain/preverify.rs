@@ -181,12 +181,15 @@ impl Preverifier {
     }
 }
 
+/// An entry the worker found invalid: its signing root and signature.
+type InvalidKey = ([u8; 32], [u8; 96]);
+
 struct Worker {
     cache: Arc<SigCache>,
     busy: Arc<Busy>,
     counters: Arc<Counters>,
-    /// Keys (signing root and signature) found invalid, bounded.
-    invalid: HashSet<([u8; 32], [u8; 96])>,
+    /// Entries found invalid, bounded.
+    invalid: HashSet<InvalidKey>,
 }
 
 impl Worker {
@@ -212,7 +215,7 @@ impl Worker {
                 deposit_signing_root(&data, job.genesis_fork_version)
             })
             .collect();
-        let todo: Vec<(SignatureSet<'_>, ([u8; 32], [u8; 96]))> = job
+        let todo: Vec<(SignatureSet<'_>, InvalidKey)> = job
             .entries
             .iter()
             .zip(&roots)
