@@ -8,7 +8,7 @@
 //! pubkey, message and signature (a fixed 32-byte key, and no two different triples share a
 //! preimage). At most `capacity` keys are held; the oldest inserted goes first.
 //!
-//! One cache belongs to a [`Runtime`](crate::runtime::Runtime) and is shared (`Arc`) by every
+//! One cache belongs to a runtime (`runtime::Runtime::sig_cache`) and is shared (`Arc`) by every
 //! guest thread calling its modules and by the pre-verifier feeding it; the lock is held only
 //! to look keys up and insert them, never while pairing.
 
