@@ -179,6 +179,13 @@ impl Runtime {
         self.sig_cache.clone()
     }
 
+    /// This runtime with `cache` for the modules loaded from now on (e.g.
+    /// `SigCache::off()` for benchmarks that time BLS on inputs they repeat).
+    pub fn with_sig_cache(mut self, cache: std::sync::Arc<crate::crypto::SigCache>) -> Self {
+        self.sig_cache = cache;
+        self
+    }
+
     /// The engine.
     pub fn engine(&self) -> &Engine {
         &self.engine

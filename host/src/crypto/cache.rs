@@ -77,14 +77,20 @@ fn key(set: &SignatureSet<'_>) -> Key {
 }
 
 impl SigCache {
-    /// An empty cache holding at most `capacity` sets (at least one).
+    /// An empty cache holding at most `capacity` sets; 0 holds none (see [`Self::off`]).
     pub fn new(capacity: usize) -> Self {
         Self {
-            capacity: capacity.max(1),
+            capacity,
             keys: Mutex::new(Keys::default()),
             answered_from_cache: AtomicU64::new(0),
             verified: AtomicU64::new(0),
         }
+    }
+
+    /// A cache that holds nothing: every call verifies for real (benchmarks that time BLS on
+    /// inputs they repeat).
+    pub fn off() -> Self {
+        Self::new(0)
     }
 
     /// The most sets it holds.
@@ -157,6 +163,9 @@ impl SigCache {
     }
 
     fn insert(&self, new: impl Iterator<Item = Key>) {
+        if self.capacity == 0 {
+            return;
+        }
         let Ok(mut held) = self.keys.lock() else {
             return;
         };
@@ -277,6 +286,18 @@ mod tests {
         assert!(cache.verify(all[0].pubkey, all[0].message, all[0].signature));
         assert_eq!(cache.stats().verified, before + 1);
         assert_eq!(cache.stats().entries, 3);
+    }
+
+    #[test]
+    fn a_cache_that_is_off_verifies_every_time() {
+        let cache = SigCache::off();
+        let keys = signed(1);
+        let set = sets(&keys)[0];
+        for round in 1..=2u64 {
+            assert!(cache.verify(set.pubkey, set.message, set.signature));
+            assert_eq!(cache.stats().verified, round);
+        }
+        assert_eq!(cache.stats().entries, 0);
     }
 
     #[test]
