@@ -30,6 +30,7 @@ pub mod genesis;
 pub mod migration;
 pub mod native_deposits;
 mod pending_store;
+pub mod preverify;
 mod proposals;
 pub mod prune;
 mod registry_store;
@@ -52,7 +53,8 @@ use crate::runtime::Kind;
 use crate::runtime::deposits::{DepositCall, Outcome};
 use crate::state::schedule::{Action, BlockVotes, MAX_READY_ATTESTATIONS, MAX_UPGRADE_VOTES};
 use crate::state::{
-    PendingQueue, Registry, Schedule, StateError, StateSnapshot, UpgradeOp, state_root_with,
+    PendingQueue, Registry, RegistryRead, Schedule, StateError, StateSnapshot, UpgradeOp,
+    state_root_with,
 };
 use crate::state_cache::{StateCache, StateCacheConfig, StateSource};
 use crate::store::{KvStore, StoreError, WriteBatch, keys};
@@ -139,6 +141,9 @@ pub struct Chain {
     pruning: Arc<prune::Shared>,
     /// The checkpoint height the chain started from (0: genesis); nothing lies between.
     base: u64,
+    /// Where the queue's next deposits are sent to have their signatures verified ahead of
+    /// the epoch transition (`preverify`); `None`: not done.
+    preverifier: Option<preverify::Preverifier>,
 }
 
 /// Why the operator's proposal was not taken.
@@ -302,6 +307,7 @@ impl Chain {
                     finality,
                     pruning: prune::Shared::new(0),
                     base: 0,
+                    preverifier: None,
                 };
                 chain.publish_head();
                 Ok(chain)
@@ -405,6 +411,7 @@ impl Chain {
                     finality,
                     pruning,
                     base,
+                    preverifier: None,
                 };
                 chain.publish_head();
                 Ok(chain)
@@ -1087,7 +1094,39 @@ impl Chain {
             }
         }
         self.publish_head();
+        self.offer_to_preverifier();
         Ok(Imported { head, outcomes })
+    }
+
+    /// Has `preverifier` verify, after each import, the signatures of the queue entries the
+    /// next epoch transitions may apply (it fills the cache of the runtime the deposits
+    /// modules run on). It only warms a cache: results are the same with or without it.
+    pub fn set_preverifier(&mut self, preverifier: preverify::Preverifier) {
+        self.preverifier = Some(preverifier);
+        self.offer_to_preverifier();
+    }
+
+    /// The pre-verifier, if one is set.
+    pub fn preverifier(&self) -> Option<&preverify::Preverifier> {
+        self.preverifier.as_ref()
+    }
+
+    /// Sends the first [`preverify::WINDOW`] queue entries whose pubkey is not in the
+    /// registry to the pre-verifier, if there is one and a queue; never blocks.
+    fn offer_to_preverifier(&self) {
+        let (Some(preverifier), Some(queue)) = (&self.preverifier, &self.pending) else {
+            return;
+        };
+        let Ok(registry) = self.registry.read() else {
+            return;
+        };
+        let entries: Vec<_> = queue
+            .window(0, preverify::WINDOW)
+            .filter(|e| RegistryRead::index_of(&*registry, &e.pubkey).is_none())
+            .copied()
+            .collect();
+        drop(registry);
+        preverifier.offer(entries, self.genesis.genesis_fork_version);
     }
 
     /// The deposits call `block` (valid, about to become the head) makes, for the warm-up of

@@ -4,6 +4,10 @@
 //! in the subgroup, the point at infinity) is a failed verification, never an error or a panic:
 //! consensus treats such deposits as having an invalid signature.
 
+pub mod cache;
+
+pub use cache::{CacheStats, SigCache};
+
 use std::cell::Cell;
 use std::time::{Duration, Instant};
 

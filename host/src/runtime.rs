@@ -136,6 +136,8 @@ pub struct Runtime {
     cache: cache::ArtifactCache,
     config: RuntimeConfig,
     linkers: Linkers,
+    /// Signature sets known valid, shared by every module loaded here (`crypto::cache`).
+    sig_cache: std::sync::Arc<crate::crypto::SigCache>,
 }
 
 /// The host implementation of every contract of every kind.
@@ -167,7 +169,21 @@ impl Runtime {
             cache,
             config,
             linkers,
+            sig_cache: std::sync::Arc::default(),
         })
+    }
+
+    /// The cache of signature sets known valid that the BLS host calls of every module loaded
+    /// here answer from; the chain's pre-verifier fills it.
+    pub fn sig_cache(&self) -> std::sync::Arc<crate::crypto::SigCache> {
+        self.sig_cache.clone()
+    }
+
+    /// This runtime with `cache` for the modules loaded from now on (e.g.
+    /// `SigCache::off()` for benchmarks that time BLS on inputs they repeat).
+    pub fn with_sig_cache(mut self, cache: std::sync::Arc<crate::crypto::SigCache>) -> Self {
+        self.sig_cache = cache;
+        self
     }
 
     /// The engine.
@@ -251,6 +267,7 @@ impl Runtime {
                 ..self.config.limits
             },
             host_calls: profile.host_calls,
+            sig_cache: self.sig_cache.clone(),
         }
     }
 }

@@ -164,12 +164,19 @@ fn modules(runtime: Runtime, deposits: &[u8]) -> anyhow::Result<Arc<Modules>> {
     )?))
 }
 
+/// No signature cache: followers import blocks the producer already verified (on the same
+/// runtime), which a cache would answer without BLS; the switch is timed with BLS as before.
+fn no_sig_cache() -> Arc<modnode::crypto::SigCache> {
+    Arc::new(modnode::crypto::SigCache::off())
+}
+
 /// A runtime with an artifact cache in `dir`.
 fn cached_runtime(dir: &tempfile::TempDir) -> anyhow::Result<Runtime> {
     Ok(Runtime::new(RuntimeConfig {
         cache_dir: Some(dir.path().to_path_buf()),
         ..RuntimeConfig::default()
-    })?)
+    })?
+    .with_sig_cache(no_sig_cache()))
 }
 
 fn open(genesis: &Genesis, modules: &Arc<Modules>, agent: Arc<Follower>) -> anyhow::Result<Chain> {
@@ -296,11 +303,14 @@ fn measure(
         "{}: cold follower, compiled on first use, no cache …",
         switch.name
     );
-    let modules_cold = modules(Runtime::new(RuntimeConfig::default())?, switch.from)?;
+    let modules_cold = modules(
+        Runtime::new(RuntimeConfig::default())?.with_sig_cache(no_sig_cache()),
+        switch.from,
+    )?;
     let cold_agent = Follower::new(
         modules_cold.clone(),
         Some(Cold {
-            runtime: Runtime::new(RuntimeConfig::default())?,
+            runtime: Runtime::new(RuntimeConfig::default())?.with_sig_cache(no_sig_cache()),
             bytes: vec![switch.from.to_vec(), switch.to.to_vec()],
         }),
     );

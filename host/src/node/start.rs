@@ -327,6 +327,12 @@ impl Node {
         let mut chain = chain;
         chain.set_deposit_modules(upgrades.clone());
         chain.configure_state_cache(config.state_cache);
+        // Deposit signatures the next epochs of deposits@3 check, verified between blocks
+        // into the runtime's cache (only warms it; best effort if no thread can start).
+        match crate::chain::preverify::Preverifier::spawn(modules.runtime().sig_cache()) {
+            Ok(preverifier) => chain.set_preverifier(preverifier),
+            Err(e) => tracing::warn!(error = %e, "deposit signature pre-verifier not started"),
+        }
         let history = config
             .history
             .unwrap_or_else(|| crate::chain::prune::History::day_of_slots(genesis.slot_ms));

@@ -132,7 +132,7 @@ impl crypto::Host for DepositsCtx {
             .saturating_add(message.len())
             .saturating_add(signature.len());
         self.base.fuel().charge_call(bytes, cost)?;
-        Ok(crate::crypto::verify(&pubkey, &message, &signature))
+        Ok(self.base.sig_cache.verify(&pubkey, &message, &signature))
     }
 
     fn bls_verify_batch(&mut self, sets: Vec<SignatureSet>) -> wasmtime::Result<bool> {
@@ -157,7 +157,7 @@ impl crypto::Host for DepositsCtx {
                 signature: &s.signature,
             })
             .collect();
-        Ok(crate::crypto::verify_batch(&sets))
+        Ok(self.base.sig_cache.verify_batch(&sets))
     }
 }
 

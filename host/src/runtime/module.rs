@@ -15,6 +15,7 @@ use super::inspect::{Kind, Version};
 use super::limits::{Limiter, Limits};
 use super::profile::HostCallFuel;
 use super::{CallError, ComponentInfo, LoadError, ModuleInfo, ModuleMeta};
+use crate::crypto::SigCache;
 
 /// What every world's store data carries: the call's resource limiter and host-call fuel meter.
 pub struct CallBase {
@@ -22,6 +23,8 @@ pub struct CallBase {
     pub(crate) limiter: Limiter,
     /// The call's host-call fuel meter.
     pub(crate) fuel: HostFuel,
+    /// The runtime's cache of signature sets known valid.
+    pub(crate) sig_cache: Arc<SigCache>,
 }
 
 impl CallBase {
@@ -29,6 +32,7 @@ impl CallBase {
         Self {
             limiter: Limiter::new(settings.limits),
             fuel: HostFuel::new(settings.host_calls),
+            sig_cache: settings.sig_cache.clone(),
         }
     }
 
@@ -230,6 +234,8 @@ pub(crate) struct CallSettings {
     pub(crate) fuel_per_item: u64,
     pub(crate) limits: Limits,
     pub(crate) host_calls: HostCallFuel,
+    /// The runtime's cache of signature sets known valid, shared by all its modules.
+    pub(crate) sig_cache: Arc<SigCache>,
 }
 
 /// Result of one call: the value or a typed error, the store data and the fuel used.
@@ -365,6 +371,11 @@ impl<W: World> Module<W> {
     }
 
     /// The settings every call of this module uses.
+    /// The cache of signature sets known valid its BLS host calls answer from (its runtime's).
+    pub fn sig_cache(&self) -> Arc<SigCache> {
+        self.settings.sig_cache.clone()
+    }
+
     pub(crate) fn settings(&self) -> &CallSettings {
         &self.settings
     }

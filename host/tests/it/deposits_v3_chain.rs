@@ -61,6 +61,16 @@ pub(super) fn setup() -> Setup {
     }
 }
 
+impl Setup {
+    /// The signature cache of the runtime the setup's modules run on.
+    pub(super) fn sig_cache(&self) -> Arc<modnode::crypto::SigCache> {
+        match &self.v3 {
+            DepositEngine::Module(m) => m.sig_cache(),
+            _ => unreachable!("the setup's v3 is a module"),
+        }
+    }
+}
+
 pub(super) fn open(setup: &Setup, path: &Path) -> Chain {
     let store = Arc::new(SledStore::open(path).unwrap());
     let mut chain = Chain::open(store, setup.genesis.clone(), setup.v2.clone()).unwrap();

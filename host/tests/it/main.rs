@@ -47,6 +47,7 @@ mod profile;
 mod prune;
 mod reproducible;
 mod scheduled_admission;
+mod sig_preverify;
 mod slot_restart;
 mod slots;
 mod state_anchors;
