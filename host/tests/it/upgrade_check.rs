@@ -30,6 +30,11 @@ fn settings(cases: u32, seed: u64) -> Settings {
     }
 }
 
+/// The deposits checker from module `from` to module `to` (artifact names).
+fn deposits_checker(from: &str, to: &str) -> Checker {
+    Checker::new(Kind::Deposits, &module(from), &module(to)).unwrap()
+}
+
 fn check(kind: Kind, from: &str, to: &str, cases: u32, seed: u64) -> (Checker, Report) {
     let checker = Checker::new(kind, &module(from), &module(to)).unwrap();
     let report = checker.run(&settings(cases, seed)).unwrap();
@@ -215,12 +220,7 @@ fn a_written_case_file_replays() {
     );
 
     // The same case against a correct version passes; against another kind it is refused.
-    let fixed = Checker::new(
-        Kind::Deposits,
-        &module("deposits-v1"),
-        &module("deposits-v2"),
-    )
-    .unwrap();
+    let fixed = deposits_checker("deposits-v1", "deposits-v2");
     assert_eq!(
         fixed.replay_case(&case, &settings(1, 0)).unwrap().verdict,
         Verdict::Pass
@@ -283,24 +283,14 @@ fn a_data_dir_replays_with_both_versions() {
     let genesis = recorded_data_dir(dir.path(), 5);
     let s = settings(1, 0);
 
-    let same = Checker::new(
-        Kind::Deposits,
-        &module("deposits-v1"),
-        &module("deposits-v2"),
-    )
-    .unwrap();
+    let same = deposits_checker("deposits-v1", "deposits-v2");
     let report = same
         .replay_data_dir(dir.path(), genesis.clone(), &s)
         .unwrap();
     assert_eq!(report.verdict, Verdict::Pass, "{report:?}");
     assert_eq!(report.cases, 5);
 
-    let wrong = Checker::new(
-        Kind::Deposits,
-        &module("deposits-v1"),
-        &module("fixture-deposits-wrong-topup"),
-    )
-    .unwrap();
+    let wrong = deposits_checker("deposits-v1", "fixture-deposits-wrong-topup");
     let report = wrong.replay_data_dir(dir.path(), genesis, &s).unwrap();
     assert_eq!(report.verdict, Verdict::Divergence, "{report:?}");
     let Failure::Divergence { detail } = report.counterexample.unwrap().failure else {
@@ -591,23 +581,13 @@ fn a_v3_that_loses_a_queued_deposit_is_rejected_for_exactly_once() {
         replayed.counterexample.map(|c| c.failure),
         Some(counterexample.failure)
     );
-    let real = Checker::new(
-        Kind::Deposits,
-        &module("deposits-v2"),
-        &module("deposits-v3"),
-    )
-    .unwrap();
+    let real = deposits_checker("deposits-v2", "deposits-v3");
     assert_eq!(
         real.replay_case(&case, &settings(1, 0)).unwrap().verdict,
         Verdict::Pass
     );
     // A one-contract pair refuses it, naming the file.
-    let same = Checker::new(
-        Kind::Deposits,
-        &module("deposits-v1"),
-        &module("deposits-v2"),
-    )
-    .unwrap();
+    let same = deposits_checker("deposits-v1", "deposits-v2");
     let err = same.replay_case(&case, &settings(1, 0)).unwrap_err();
     assert!(
         err.to_string().contains("lossy.json") && err.to_string().contains("different contracts"),
@@ -729,12 +709,7 @@ fn a_data_dir_that_switched_to_v3_replays_each_height_on_its_own_contract() {
     let dir = tempfile::tempdir().unwrap();
     let genesis = data_dir_switching_to_v3(dir.path(), 6, 14);
     let s = settings(1, 0);
-    let across = Checker::new(
-        Kind::Deposits,
-        &module("deposits-v2"),
-        &module("deposits-v3"),
-    )
-    .unwrap();
+    let across = deposits_checker("deposits-v2", "deposits-v3");
     let report = across
         .replay_data_dir(dir.path(), genesis.clone(), &s)
         .unwrap();
@@ -742,12 +717,7 @@ fn a_data_dir_that_switched_to_v3_replays_each_height_on_its_own_contract() {
     assert_eq!(report.cases, 14);
 
     // A version the schedule never runs cannot stand in for one it does.
-    let other = Checker::new(
-        Kind::Deposits,
-        &module("deposits-v2"),
-        &module("fixture-deposits-v3-lossy"),
-    )
-    .unwrap();
+    let other = deposits_checker("deposits-v2", "fixture-deposits-v3-lossy");
     let err = other
         .replay_data_dir(dir.path(), genesis.clone(), &s)
         .unwrap_err();
@@ -756,14 +726,9 @@ fn a_data_dir_that_switched_to_v3_replays_each_height_on_its_own_contract() {
     // epochs cannot run deposits@3 at all, which is said.
     let v1_only = tempfile::tempdir().unwrap();
     let dev = recorded_data_dir(v1_only.path(), 3);
-    let err = Checker::new(
-        Kind::Deposits,
-        &module("deposits-v1"),
-        &module("deposits-v3"),
-    )
-    .unwrap()
-    .replay_data_dir(v1_only.path(), dev, &s)
-    .unwrap_err();
+    let err = deposits_checker("deposits-v1", "deposits-v3")
+        .replay_data_dir(v1_only.path(), dev, &s)
+        .unwrap_err();
     assert!(err.to_string().contains("slots_per_epoch"), "{err}");
 }
 
@@ -776,24 +741,14 @@ fn a_replay_across_h_runs_the_candidates_migration_at_h() {
     let dir = tempfile::tempdir().unwrap();
     let genesis = data_dir_switching_to(dir.path(), "fixture-deposits-v3-migrate", 6, 10);
     let s = settings(1, 0);
-    let migrating = Checker::new(
-        Kind::Deposits,
-        &module("deposits-v2"),
-        &module("fixture-deposits-v3-migrate"),
-    )
-    .unwrap();
+    let migrating = deposits_checker("deposits-v2", "fixture-deposits-v3-migrate");
     let report = migrating
         .replay_data_dir(dir.path(), genesis.clone(), &s)
         .unwrap();
     assert_eq!(report.verdict, Verdict::Pass, "{report:?}");
     assert_eq!(report.cases, 10);
 
-    let without = Checker::new(
-        Kind::Deposits,
-        &module("deposits-v2"),
-        &module("deposits-v3"),
-    )
-    .unwrap();
+    let without = deposits_checker("deposits-v2", "deposits-v3");
     let err = without
         .replay_data_dir(dir.path(), genesis, &s)
         .unwrap_err();
@@ -814,12 +769,7 @@ fn a_replay_from_a_verified_checkpoint_runs_only_the_blocks_after_it() {
     let dir = tempfile::tempdir().unwrap();
     let (genesis, blocks, states) =
         record_switching_to(dir.path(), "fixture-deposits-v3-migrate", 6, 10);
-    let checker = Checker::new(
-        Kind::Deposits,
-        &module("deposits-v2"),
-        &module("fixture-deposits-v3-migrate"),
-    )
-    .unwrap();
+    let checker = deposits_checker("deposits-v2", "fixture-deposits-v3-migrate");
     let checkpoint_module = super::checkpoint::module("checkpoint-v1");
     let checkpoint_at = |height: u64| {
         let i = height as usize - 1;
@@ -920,24 +870,14 @@ fn versions_of_one_contract_replay_from_a_verified_checkpoint() {
     let live =
         verify_checkpoint(node, &cp.manifest.encode(), blocks[2].clone(), &mut serve).unwrap();
     let s = settings(1, 0);
-    let same = Checker::new(
-        Kind::Deposits,
-        &module("deposits-v1"),
-        &module("deposits-v2"),
-    )
-    .unwrap();
+    let same = deposits_checker("deposits-v1", "deposits-v2");
     let findings = same
         .replay_blocks_from(node, Some(&live), &blocks[3..], genesis.clone(), &s)
         .unwrap();
     assert_eq!(findings.report.verdict, Verdict::Pass, "{findings:?}");
     assert_eq!(findings.report.cases, 2);
 
-    let wrong = Checker::new(
-        Kind::Deposits,
-        &module("deposits-v1"),
-        &module("fixture-deposits-wrong-topup"),
-    )
-    .unwrap();
+    let wrong = deposits_checker("deposits-v1", "fixture-deposits-wrong-topup");
     let report = wrong
         .replay_blocks_from(node, Some(&live), &blocks[3..], genesis, &s)
         .unwrap()
