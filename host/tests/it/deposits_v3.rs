@@ -223,7 +223,7 @@ fn each_contract_s_calls_are_refused_on_the_other_s_modules() {
 }
 
 #[test]
-fn the_deposits_modules_of_contract_2_keep_their_bytes() {
+fn the_deposits_modules_keep_their_bytes() {
     for (name, sha256) in [
         (
             "deposits-v1",
@@ -232,6 +232,11 @@ fn the_deposits_modules_of_contract_2_keep_their_bytes() {
         (
             "deposits-v2",
             "1a2373632006efb78634ca6b308d2f75e402510aa074a9fce795a24c6ac3a00e",
+        ),
+        // Landed (stop 30) and runnable on chains since: its bytes never change either.
+        (
+            "deposits-v3",
+            "46e9815dddcc2a7d3718d2059046ccaac1bc993d54518186d0b9fdd1bfe5c49c",
         ),
     ] {
         assert_eq!(

@@ -28,14 +28,6 @@
 //!
 //! Work per epoch is proportional to the deposits applied (at most 16 entries read from the
 //! front of the queue), never to the queue's length or the registry's size.
-//!
-//! **Signatures are checked in one batch per epoch.** The spec checks each new validator's
-//! proof of possession inside `apply_pending_deposit`, one at a time; here the epoch first
-//! decides which entries it applies (nothing in that loop depends on a signature), then asks
-//! the host for one `bls-verify-batch` over the first entry of every pubkey unknown before the
-//! epoch, and falls back to checking each entry on its own when the batch fails. The outcomes
-//! are the spec's in every case; `apply_pending_deposits` says why, and `tests/batch.rs`
-//! compares the two on every mix of new, known, repeated and invalid entries.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -288,9 +280,8 @@ pub fn is_finalized(queued_at: u64, height: u64, finality_depth: u64) -> bool {
 /// `process_pending_deposits` for the modelled subset (no exits, no withdrawals): reads at most
 /// [`MAX_PENDING_DEPOSITS_PER_EPOCH`] entries from the front of the queue, stops at the first
 /// one not finalized or over the churn available (`deposit_balance_to_consume` plus the
-/// activation churn limit), applies the ones before it (their new validators' signatures in
-/// one batch, with the one-by-one outcomes), drops them from the front and carries the unused
-/// churn only when the churn limit was what stopped it.
+/// activation churn limit), applies the ones before it, drops them from the front and carries
+/// the unused churn only when the churn limit was what stopped it.
 pub fn process_pending_deposits<H: Host + PendingQueue>(
     host: &mut H,
     ctx: &EpochContext,
@@ -384,44 +375,9 @@ pub fn apply_pending_deposit<H: Host>(
 /// Pubkey → index before the epoch's deposits, for their distinct pubkeys.
 type Seen<'a> = HashMap<&'a [u8; 48], Option<u32>, BuildHasherDefault<DefaultHasher>>;
 
-/// What the one signature request of an epoch said about the entries in it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum BatchVerdict {
-    /// No entry needed a signature check.
-    Empty,
-    /// Every entry in the request has a valid signature.
-    AllValid,
-    /// The request held one entry, and its signature is invalid.
-    LoneInvalid,
-    /// Some entry of a request of two or more is invalid; which one is not known.
-    SomeInvalid,
-}
-
-/// Applies the entries `process_pending_deposits` took, in queue order, with one signature
-/// request for the epoch instead of one per new validator. The outcomes and registry writes are
-/// exactly those of pyspec's loop (`apply_pending_deposit` for each entry, each unknown
-/// pubkey's signature checked on its own when its turn comes), because:
-///
-/// - **Which entries are applied does not depend on signatures.** The loop's stops (not yet
-///   finalized, [`MAX_PENDING_DEPOSITS_PER_EPOCH`], the churn) look at heights and amounts
-///   only, and an entry with an invalid signature still consumes its churn; so the entries
-///   are known before any signature is checked.
-/// - **Only the first entry of a pubkey unknown before the epoch can need its signature.**
-///   A pubkey known before the epoch is a top-up whatever it carries (the registry is
-///   append-only, so its index is the one looked up here). For a pubkey unknown before, its
-///   first entry is checked; a later entry of the same pubkey is a top-up if the first created
-///   the validator, and is checked itself only if the first was invalid (the loop checks it
-///   then, and so does this function, on its own).
-/// - **One batch decides them all when it verifies.** The first entries of the unknown
-///   pubkeys go into one `bls_verify_batch`; true means every one of them is valid (blst's
-///   randomised batch: a false accept has probability 2^-64 per batch, as for deposits-v2's
-///   block batches), so each creates its validator and no later entry of those pubkeys is
-///   checked. When it fails, nothing is known about which one is invalid, and every entry is
-///   checked on its own exactly as the loop does. A request of one entry is a single
-///   `bls_verify`, whose answer is that entry's, valid or not.
-///
-/// An epoch of 16 new validators thus makes one host call instead of 16 (deposits-v2's block
-/// batching, `process::process_batched`, applied to the epoch's entries).
+/// Applies the entries in order with deposits-v2's batching: the first entry of every pubkey
+/// unknown before goes into one batch verification; if it fails, each is checked on its own.
+/// The outcomes are those of applying the entries one by one.
 fn apply_pending_deposits<H: Host>(
     host: &mut H,
     deposits: &[&PendingDeposit],
@@ -445,14 +401,12 @@ fn apply_pending_deposits<H: Host>(
             });
         }
     }
-    let verdict = match sets.as_slice() {
-        [] => BatchVerdict::Empty,
-        [one] if host.bls_verify(&one.pubkey, &one.message, &one.signature) => {
-            BatchVerdict::AllValid
-        }
-        [_] => BatchVerdict::LoneInvalid,
-        many if host.bls_verify_batch(many) => BatchVerdict::AllValid,
-        _ => BatchVerdict::SomeInvalid,
+    let batch_valid = match sets.len() {
+        0 => false,
+        1 => sets
+            .first()
+            .is_some_and(|s| host.bls_verify(&s.pubkey, &s.message, &s.signature)),
+        _ => host.bls_verify_batch(&sets),
     };
     let mut applied = Vec::with_capacity(deposits.len());
     for (deposit, member) in deposits.iter().zip(in_batch) {
@@ -461,10 +415,8 @@ fn apply_pending_deposits<H: Host>(
                 host.increase_balance(index, deposit.amount)?;
                 Applied::ToppedUp(index)
             }
-            None => apply_pending_deposit(host, deposit, |host| match (member, verdict) {
-                (true, BatchVerdict::AllValid) => true,
-                (true, BatchVerdict::LoneInvalid) => false,
-                _ => is_valid_deposit_signature(host, deposit, domain),
+            None => apply_pending_deposit(host, deposit, |host| {
+                (batch_valid && member) || is_valid_deposit_signature(host, deposit, domain)
             })?,
         };
         applied.push(outcome);
