@@ -20,14 +20,13 @@ use modnode::checkpoint::{
 use modnode::node::ProgressDisplay;
 use modnode::node::checkpoint_file::{FileRestoreParts, restore_from_file};
 use modnode::node::metrics::RestoreCounters;
-use modnode::runtime::Kind;
 use modnode::runtime::modules::{InitialModules, Modules};
 use modnode::runtime::slot::SlotConfig;
-use modnode::state::{StateSnapshot, UpgradeOp};
+use modnode::state::StateSnapshot;
 
 use super::checkpoint::{SimPeer, simulate};
 use super::deposits_v3_chain::{
-    GENESIS_VALIDATORS, H, Setup, fingerprint, next, open, queued, setup,
+    GENESIS_VALIDATORS, H, Setup, fingerprint, next, open, open_switching_at_h, queued, setup,
 };
 use super::{artifact, runtime};
 
@@ -71,14 +70,7 @@ struct Source {
 
 fn source(setup: &Setup) -> Source {
     let dir = tempfile::tempdir().unwrap();
-    let mut chain = open(setup, &dir.path().join("db"));
-    chain
-        .propose_upgrade(UpgradeOp {
-            kind: Kind::Deposits,
-            module: setup.v3_hash,
-            height: H,
-        })
-        .unwrap();
+    let mut chain = open_switching_at_h(setup, &dir.path().join("db"));
     let mut log = DevDepositLog::new();
     let mut seed = 0u64;
     let mut blocks = Vec::new();

@@ -71,6 +71,19 @@ impl Setup {
     }
 }
 
+/// [`open`], with this node's vote for deposits-v3 at [`H`] proposed.
+pub(super) fn open_switching_at_h(setup: &Setup, path: &Path) -> Chain {
+    let mut chain = open(setup, path);
+    chain
+        .propose_upgrade(UpgradeOp {
+            kind: Kind::Deposits,
+            module: setup.v3_hash,
+            height: H,
+        })
+        .unwrap();
+    chain
+}
+
 pub(super) fn open(setup: &Setup, path: &Path) -> Chain {
     let store = Arc::new(SledStore::open(path).unwrap());
     let mut chain = Chain::open(store, setup.genesis.clone(), setup.v2.clone()).unwrap();
@@ -118,14 +131,7 @@ fn a_chain_switching_to_deposits_v3_queues_applies_at_epochs_reverts_restarts_an
     let setup = setup();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("db");
-    let mut chain = open(&setup, &path);
-    chain
-        .propose_upgrade(UpgradeOp {
-            kind: Kind::Deposits,
-            module: setup.v3_hash,
-            height: H,
-        })
-        .unwrap();
+    let mut chain = open_switching_at_h(&setup, &path);
     let mut log = DevDepositLog::new();
     let mut seed = 0u64;
     let mut blocks: Vec<Block> = Vec::new();
@@ -244,14 +250,7 @@ fn a_chain_switching_to_deposits_v3_queues_applies_at_epochs_reverts_restarts_an
 fn a_proposal_back_to_deposits_v2_is_refused_while_the_queue_holds_deposits() {
     let setup = setup();
     let dir = tempfile::tempdir().unwrap();
-    let mut chain = open(&setup, &dir.path().join("db"));
-    chain
-        .propose_upgrade(UpgradeOp {
-            kind: Kind::Deposits,
-            module: setup.v3_hash,
-            height: H,
-        })
-        .unwrap();
+    let mut chain = open_switching_at_h(&setup, &dir.path().join("db"));
     let mut log = DevDepositLog::new();
     let mut seed = 0u64;
     while chain.head().height < H {
@@ -337,14 +336,7 @@ fn pruning_drops_old_queue_extents_where_it_drops_eth1_records_and_the_chain_reo
     let setup = setup();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("db");
-    let mut chain = open(&setup, &path);
-    chain
-        .propose_upgrade(UpgradeOp {
-            kind: Kind::Deposits,
-            module: setup.v3_hash,
-            height: H,
-        })
-        .unwrap();
+    let mut chain = open_switching_at_h(&setup, &path);
     let mut log = DevDepositLog::new();
     let mut seed = 0u64;
     let mut blocks = Vec::new();

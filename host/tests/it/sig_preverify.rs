@@ -13,10 +13,8 @@ use modnode::chain::native_deposits::deposit_signing_root;
 use modnode::chain::preverify::Preverifier;
 use modnode::chain::workload::{self, DevDepositLog};
 use modnode::crypto::SignatureSet;
-use modnode::runtime::Kind;
-use modnode::state::UpgradeOp;
 
-use super::deposits_v3_chain::{H, Setup, fingerprint, open, setup};
+use super::deposits_v3_chain::{H, Setup, fingerprint, open, open_switching_at_h, setup};
 
 const ETH: u64 = 1_000_000_000;
 /// Blocks the producer makes: H − 1 under v2, then four epochs of v3.
@@ -28,14 +26,7 @@ const BLOCKS: u64 = H + 16;
 fn produce(per_block: u64, bad: Option<u64>) -> Vec<Block> {
     let setup = setup();
     let dir = tempfile::tempdir().unwrap();
-    let mut chain = open(&setup, &dir.path().join("db"));
-    chain
-        .propose_upgrade(UpgradeOp {
-            kind: Kind::Deposits,
-            module: setup.v3_hash,
-            height: H,
-        })
-        .unwrap();
+    let mut chain = open_switching_at_h(&setup, &dir.path().join("db"));
     let mut log = DevDepositLog::new();
     let mut seed = 0u64;
     let mut blocks = Vec::new();
