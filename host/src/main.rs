@@ -396,6 +396,9 @@ enum BenchCommand {
         /// Blocks the pruned run keeps (`--history`).
         #[arg(long, default_value_t = 256)]
         window: u64,
+        /// Runs of each kind (without and with pruning, alternating); medians are compared.
+        #[arg(long, default_value_t = 5)]
+        reps: u32,
     },
     /// Checkpoint creation and restore with checkpoint-v1 and -v2 against the read-hash floor.
     Checkpoint {
@@ -579,7 +582,8 @@ fn main() -> std::process::ExitCode {
             validators,
             blocks,
             window,
-        }) => commands::bench::prune(json, validators, blocks, window),
+            reps,
+        }) => commands::bench::prune(json, validators, blocks, window, reps),
         Command::Bench(BenchCommand::Checkpoint {
             json,
             validators,

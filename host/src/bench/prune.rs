@@ -5,6 +5,14 @@
 //! pruning, one with the pruner running on its own `SCHED_IDLE` thread as a node runs it. Each
 //! run reports import latency (p50, p99, max) and the data dir's bytes on disk (allocated
 //! blocks, as `du` counts them) after a clean close and reopen.
+//!
+//! The p99 of a few thousand imports on a shared disk moves by tens of percent from one run to
+//! the next, so the two kinds of run alternate (`reps` of each: none, pruned, none, …) and the
+//! ratio is taken between the medians of their p99s.
+//!
+//! The disk bound: "state alone" is the data dir of a chain holding only the genesis state
+//! (opened, closed, `du`); a block of history costs what the unpruned run's disk grew per block;
+//! the bound is the state alone plus the window's blocks, and the pruned run is compared to it.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -47,12 +55,28 @@ pub struct Report {
     pub validators: u32,
     /// Blocks imported per run.
     pub blocks: u64,
-    /// Without pruning, then with the background pruner.
+    /// Blocks the pruned runs keep.
+    pub window: u64,
+    /// Runs of each kind.
+    pub reps: u32,
+    /// Every run in the order run: without pruning, with the background pruner, alternating.
     pub runs: Vec<Run>,
-    /// p99 with pruning / p99 without.
+    /// Median p99 of the runs without pruning (ms).
+    pub p99_none_ms: f64,
+    /// Median p99 of the runs with the pruner (ms).
+    pub p99_pruned_ms: f64,
+    /// `p99_pruned_ms / p99_none_ms`.
     pub p99_ratio: f64,
-    /// Disk with pruning / disk without.
+    /// Median disk with pruning / median disk without.
     pub disk_ratio: f64,
+    /// Bytes on disk of a data dir holding only the genesis state.
+    pub state_bytes: u64,
+    /// Opening that state-only data dir again (ms): compare each run's `reopen_ms`.
+    pub fresh_open_ms: f64,
+    /// The state alone plus the window's share of the unpruned run's growth.
+    pub bound_bytes: u64,
+    /// Median disk with pruning / `bound_bytes` (the target is ≤ 1.5).
+    pub bound_ratio: f64,
 }
 
 fn engine() -> DepositEngine {
@@ -148,19 +172,63 @@ fn run(genesis: &Genesis, blocks: &[Block], history: Option<History>) -> anyhow:
     })
 }
 
-/// Runs the benchmark: `blocks` blocks on `validators` genesis validators, the pruned run
-/// keeping `window` blocks.
-pub fn run_all(validators: u32, blocks: u64, window: u64) -> anyhow::Result<Report> {
+/// Bytes on disk of a sled data dir holding only the genesis state of `genesis`, and how long
+/// opening it again takes (ms): what a fresh node of the same state size costs to open.
+fn state_alone(genesis: &Genesis) -> anyhow::Result<(u64, f64)> {
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("chain");
+    {
+        let store = Arc::new(SledStore::open(&path)?);
+        let chain = Chain::open(store, genesis.clone(), engine())?;
+        drop(chain);
+    }
+    let bytes = du(dir.path())?;
+    let start = Instant::now();
+    let chain = Chain::open(Arc::new(SledStore::open(&path)?), genesis.clone(), engine())?;
+    let open_ms = ms_since(start);
+    drop(chain);
+    Ok((bytes, open_ms))
+}
+
+/// Runs the benchmark: `blocks` blocks on `validators` genesis validators, `reps` runs without
+/// pruning and `reps` with the pruner keeping `window` blocks, alternating.
+pub fn run_all(validators: u32, blocks: u64, window: u64, reps: u32) -> anyhow::Result<Report> {
     let genesis = Genesis::generated("bench-prune", validators, 11);
     let built = build(&genesis, blocks)?;
-    let none = run(&genesis, &built, None)?;
-    let pruned = run(&genesis, &built, Some(History::Blocks(window)))?;
+    let (state_bytes, fresh_open_ms) = state_alone(&genesis)?;
+    let mut runs = Vec::new();
+    for _ in 0..reps.max(1) {
+        runs.push(run(&genesis, &built, None)?);
+        runs.push(run(&genesis, &built, Some(History::Blocks(window)))?);
+    }
+    let of = |pruned: bool, field: fn(&Run) -> f64| {
+        let mut values: Vec<f64> = runs
+            .iter()
+            .filter(|r| (r.pruning != "none") == pruned)
+            .map(field)
+            .collect();
+        super::median(&mut values)
+    };
     let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { 0.0 };
+    let p99_none_ms = of(false, |r| r.import_p99_ms);
+    let p99_pruned_ms = of(true, |r| r.import_p99_ms);
+    let disk_none = of(false, |r| r.disk_bytes as f64);
+    let disk_pruned = of(true, |r| r.disk_bytes as f64);
+    let per_block = (disk_none - state_bytes as f64).max(0.0) / blocks.max(1) as f64;
+    let bound = state_bytes as f64 + per_block * window.min(blocks) as f64;
     Ok(Report {
         validators,
         blocks,
-        p99_ratio: ratio(pruned.import_p99_ms, none.import_p99_ms),
-        disk_ratio: ratio(pruned.disk_bytes as f64, none.disk_bytes as f64),
-        runs: vec![none, pruned],
+        window,
+        reps: reps.max(1),
+        p99_none_ms,
+        p99_pruned_ms,
+        p99_ratio: ratio(p99_pruned_ms, p99_none_ms),
+        disk_ratio: ratio(disk_pruned, disk_none),
+        state_bytes,
+        fresh_open_ms,
+        bound_bytes: bound as u64,
+        bound_ratio: ratio(disk_pruned, bound),
+        runs,
     })
 }

@@ -128,10 +128,17 @@ pub fn swap(json: bool, validators: u32, blocks: usize) -> anyhow::Result<()> {
 }
 
 /// `modnode bench prune`.
-pub fn prune(json: bool, validators: u32, blocks: u64, window: u64) -> anyhow::Result<()> {
+pub fn prune(
+    json: bool,
+    validators: u32,
+    blocks: u64,
+    window: u64,
+    reps: u32,
+) -> anyhow::Result<()> {
     anyhow::ensure!(validators >= 1, "--validators must be at least 1");
     anyhow::ensure!(blocks > window, "--blocks must exceed --window");
-    let report = crate::bench::prune::run_all(validators, blocks, window)?;
+    anyhow::ensure!(reps >= 1, "--reps must be at least 1");
+    let report = crate::bench::prune::run_all(validators, blocks, window, reps)?;
     if json {
         println!("{}", serde_json::to_string(&report)?);
     } else {
