@@ -46,6 +46,10 @@ pub struct Run {
     pub served_from: u64,
     /// Opening the chain again after the run (sled open and `Chain::open`), ms.
     pub reopen_ms: f64,
+    /// Bytes of the keys and values stored (what `du` would be without the store's own
+    /// overhead), by key prefix (the first byte, as a character; the anchors tree as
+    /// `anchors`).
+    pub live_bytes: std::collections::BTreeMap<String, u64>,
 }
 
 /// The report.
@@ -157,8 +161,10 @@ fn run(genesis: &Genesis, blocks: &[Block], history: Option<History>) -> anyhow:
             Err(_) => std::thread::sleep(std::time::Duration::from_millis(50)),
         }
     };
-    let chain = Chain::open(Arc::new(store), genesis.clone(), engine())?;
+    let store: Arc<dyn modnode::store::KvStore> = Arc::new(store);
+    let chain = Chain::open(store.clone(), genesis.clone(), engine())?;
     let reopen_ms = ms_since(reopen);
+    let live_bytes = live_bytes(store.as_ref())?;
     let served_from = chain.served_from();
     drop(chain);
     Ok(Run {
@@ -169,7 +175,32 @@ fn run(genesis: &Genesis, blocks: &[Block], history: Option<History>) -> anyhow:
         disk_bytes: du(dir.path())?,
         served_from,
         reopen_ms,
+        live_bytes,
     })
+}
+
+/// Bytes of keys and values in `store`, by key prefix.
+fn live_bytes(
+    store: &dyn modnode::store::KvStore,
+) -> anyhow::Result<std::collections::BTreeMap<String, u64>> {
+    let mut out = std::collections::BTreeMap::<String, u64>::new();
+    let mut add = |name: String, key: &[u8], value: &[u8]| {
+        let size = u64::try_from(key.len().saturating_add(value.len())).unwrap_or(u64::MAX);
+        let entry = out.entry(name).or_default();
+        *entry = entry.saturating_add(size);
+    };
+    store.scan_prefix(&[], &mut |key, value| {
+        let name = key.first().map_or_else(String::new, |b| char::from(*b).to_string());
+        add(name, key, value);
+        Ok(())
+    })?;
+    store
+        .tree(modnode::state_cache::anchors::TREE)?
+        .scan_prefix(&[], &mut |key, value| {
+            add("anchors".into(), key, value);
+            Ok(())
+        })?;
+    Ok(out)
 }
 
 /// Bytes on disk of a sled data dir holding only the genesis state of `genesis`, and how long
