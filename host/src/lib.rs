@@ -43,6 +43,7 @@ pub mod crypto;
 pub mod deposit_source;
 pub mod files;
 pub mod kind;
+pub mod log_span;
 pub mod modules_store;
 pub mod net;
 pub mod node;

@@ -458,7 +458,8 @@ fn run_reads_its_config_file_and_logs_json_when_asked() {
         &config,
         format!(
             "data-dir = {:?}\nlisten = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\n\
-             dev-contract-listen = \"127.0.0.1:0\"\nlog-format = \"json\"\n",
+             dev-contract-listen = \"127.0.0.1:0\"\nlog-format = \"json\"\n\
+             node-label = \"alpha\"\n",
             data.to_str().unwrap()
         ),
     )
@@ -482,6 +483,19 @@ fn run_reads_its_config_file_and_logs_json_when_asked() {
     };
     assert!(said("configuration read"), "{log}");
     assert!(said("stopped cleanly"), "{log}");
+    // The node's lines carry its label as a span field (the admin API listens before the
+    // signal: the test waits for its address file).
+    let started = lines
+        .iter()
+        .find(|l| l["fields"]["message"] == "admin API listening")
+        .unwrap_or_else(|| panic!("no `admin API listening` line:\n{log}"));
+    let spans = started["spans"].as_array().cloned().unwrap_or_default();
+    assert!(
+        spans
+            .iter()
+            .any(|s| s["name"] == "node" && s["label"] == "alpha"),
+        "{started}"
+    );
 }
 
 #[test]

@@ -39,6 +39,7 @@ mod malicious;
 mod migration;
 mod modules;
 mod network;
+mod node_labels;
 mod operator_logs;
 mod peer_faults;
 mod policy_reuse;
