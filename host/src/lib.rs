@@ -47,6 +47,7 @@ pub mod log_span;
 pub mod modules_store;
 pub mod net;
 pub mod node;
+pub mod progress;
 pub mod runtime;
 pub mod state;
 pub mod state_cache;

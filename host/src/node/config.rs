@@ -73,7 +73,7 @@ pub struct NodeConfig {
     /// as a restore from peers is; `sync_mode` then has nothing left to restore.
     pub restore_from: Option<PathBuf>,
     /// How long work shows its progress — a checkpoint restore, a range sync that starts far
-    /// behind: log lines (the default) or a progress bar on stderr (`modnode run` on a
+    /// behind, the registry's format migration when the chain opens: log lines (the default) or a progress bar on stderr (`modnode run` on a
     /// terminal).
     pub restore_progress: ProgressDisplay,
     /// Exchange peer addresses with peers (on by default). A testnet harness whose nodes reach

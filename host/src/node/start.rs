@@ -106,7 +106,12 @@ pub fn open_chain(data_dir: &Path, genesis: Genesis) -> Result<Chain, NodeError>
         DEFAULT_GOSSIP_POLICY,
         DEFAULT_CHECKPOINT,
     )?);
-    let (mut chain, _) = open_store(data_dir, genesis.clone(), &modules)?;
+    let (mut chain, _) = open_store(
+        data_dir,
+        genesis.clone(),
+        &modules,
+        crate::progress::ProgressDisplay::Log,
+    )?;
     let service = ModuleService::open(
         data_dir,
         data_dir.join(MODULE_CACHE_DIR),
@@ -117,10 +122,13 @@ pub fn open_chain(data_dir: &Path, genesis: Genesis) -> Result<Chain, NodeError>
     Ok(chain)
 }
 
+/// Opens the chain store in `data_dir` and its ban list; a format migration the open runs shows
+/// its progress as `display` says.
 fn open_store(
     data_dir: &Path,
     genesis: Genesis,
     modules: &Modules,
+    display: crate::progress::ProgressDisplay,
 ) -> Result<(Chain, BanList), NodeError> {
     let chain_err = |reason: String| NodeError::Chain {
         path: data_dir.display().to_string(),
@@ -129,10 +137,11 @@ fn open_store(
     let store = SledStore::open(&data_dir.join("chain")).map_err(|e| chain_err(e.to_string()))?;
     let bans = store.ban_list().map_err(|e| chain_err(e.to_string()))?;
     let deposits: crate::runtime::deposits::DepositsModule = (*modules.deposits()).clone();
-    let chain = Chain::open(
+    let chain = Chain::open_showing_progress(
         Arc::new(store),
         genesis,
         DepositEngine::Module(Box::new(deposits)),
+        display,
     )
     .map_err(|e| chain_err(e.to_string()))?;
     // Opening built and dropped transient copies of the registry; give their pages back.
@@ -327,8 +336,10 @@ impl Node {
             let dir = data_dir.clone();
             let genesis = genesis.clone();
             let modules = modules.clone();
+            // A store of an older format migrates here: a bar on a terminal.
+            let display = config.restore_progress;
             tokio::task::spawn_blocking(crate::log_span::in_current_span(move || {
-                open_store(&dir, genesis, &modules)
+                open_store(&dir, genesis, &modules, display)
             }))
             .await
             .map_err(|e| NodeError::Startup(e.to_string()))??
