@@ -56,6 +56,7 @@ mod state_cache;
 mod testnet;
 mod testnet_init;
 mod upgrade_check;
+mod upgrade_check_output;
 mod upgrade_devnet;
 mod upgrades;
 mod upload;
