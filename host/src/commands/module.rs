@@ -92,6 +92,18 @@ pub fn upload(file: &Path, node: &NodeArgs, json: bool) -> anyhow::Result<()> {
             at(module, "/warm_real_inputs")
         );
     }
+    // Another module under the same name (a copied template still describing itself as the
+    // original): best effort, the upload itself succeeded.
+    if let (Some(kind), Some(version), Some(sha256)) = (
+        at(module, "/kind").as_str(),
+        at(module, "/module_version").as_u64(),
+        at(module, "/sha256").as_str(),
+    ) && let Ok(listing) = runtime()?.block_on(client::modules(&target))
+    {
+        for warning in super::module_namesakes::listed(kind, version, sha256, &listing) {
+            eprintln!("{warning}");
+        }
+    }
     Ok(())
 }
 
@@ -473,6 +485,12 @@ pub fn inspect(file: &Path, json: bool) -> anyhow::Result<()> {
         .load(&bytes)
         .with_context(|| format!("{} failed to load", file.display()))?;
     let meta = module.meta();
+    // On stderr: `--json` output stays one object.
+    for warning in
+        super::module_namesakes::built_in(&info.kind.to_string(), meta.info.version, &info.sha256)
+    {
+        eprintln!("{warning}");
+    }
     let world = format!("modnode:{}/{}", info.kind.package(), info.kind.package());
     let contract = format!("modnode:{}@{}", info.kind.package(), info.contract);
     if json {

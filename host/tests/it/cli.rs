@@ -34,6 +34,25 @@ fn inspect_prints_what_a_module_is() {
     );
 }
 
+/// A copied module that still describes itself as a built-in version (the walkthrough's policy
+/// says gossip-policy v3) is told so: two different modules would show under one name.
+#[test]
+fn inspect_warns_when_a_module_takes_a_built_in_modules_name() {
+    let copied = modnode::artifacts::path("example-gossip-policy-custom");
+    let (ok, out, err) = modnode(&["module", "inspect", copied.to_str().unwrap()]);
+    assert!(ok, "{err}");
+    assert!(out.contains("gossip-policy-v3"), "{out}");
+    assert!(
+        err.contains("warning") && err.contains("gossip-policy-v3") && err.contains("describe"),
+        "{err}"
+    );
+    // The built-in module itself is not warned about.
+    let own = modnode::artifacts::path("gossip-policy-v3");
+    let (ok, _, err) = modnode(&["module", "inspect", own.to_str().unwrap()]);
+    assert!(ok, "{err}");
+    assert!(!err.contains("warning"), "{err}");
+}
+
 #[test]
 fn inspect_rejects_with_a_specific_message_and_nonzero_exit() {
     let dir = tempfile::tempdir().unwrap();
