@@ -49,6 +49,7 @@ pub use fork_choice::{Added, ForkChoiceError};
 pub use from_checkpoint::{CheckpointStart, base_height, init_from_checkpoint};
 use genesis::Genesis;
 
+use crate::progress::ProgressDisplay;
 use crate::runtime::Kind;
 use crate::runtime::deposits::{DepositCall, Outcome};
 use crate::state::schedule::{Action, BlockVotes, MAX_READY_ATTESTATIONS, MAX_UPGRADE_VOTES};
@@ -255,12 +256,40 @@ impl Chain {
         )
     }
 
+    /// [`Chain::open`], showing a long registry format migration as `display` says (a bar
+    /// on a terminal, log lines otherwise).
+    pub fn open_showing_progress(
+        store: Arc<dyn KvStore>,
+        genesis: Genesis,
+        deposits: DepositEngine,
+        display: ProgressDisplay,
+    ) -> Result<Self, OpenError> {
+        Self::open_configured(
+            store,
+            genesis,
+            deposits,
+            registry_store::VALIDATORS_PER_BATCH,
+            display,
+        )
+    }
+
     /// [`Chain::open`], writing a genesis registry `per_batch` validators per batch.
     fn open_batched(
         store: Arc<dyn KvStore>,
         genesis: Genesis,
         deposits: DepositEngine,
         per_batch: usize,
+    ) -> Result<Self, OpenError> {
+        Self::open_configured(store, genesis, deposits, per_batch, ProgressDisplay::Log)
+    }
+
+    /// [`Chain::open_batched`], a migration shown as `display` says.
+    fn open_configured(
+        store: Arc<dyn KvStore>,
+        genesis: Genesis,
+        deposits: DepositEngine,
+        per_batch: usize,
+        display: ProgressDisplay,
     ) -> Result<Self, OpenError> {
         let registry_genesis = genesis.registry()?;
         let eth1_genesis = genesis.eth1_state();
@@ -340,7 +369,12 @@ impl Chain {
                 drop(eth1_genesis);
                 drop(schedule_genesis);
                 if format == legacy {
-                    registry_store::legacy::migrate(store.as_ref(), STORE_FORMAT, per_batch)?;
+                    registry_store::legacy::migrate(
+                        store.as_ref(),
+                        STORE_FORMAT,
+                        per_batch,
+                        display,
+                    )?;
                 } else {
                     // Per-validator records a migration was interrupted before deleting.
                     registry_store::legacy::delete_records(store.as_ref(), per_batch)?;

@@ -6,6 +6,7 @@ pub mod config;
 pub mod deposit;
 pub mod devnet;
 pub mod module;
+pub mod module_namesakes;
 pub mod run;
 pub mod testnet;
 pub mod upgrade_check;

@@ -77,6 +77,8 @@ pub struct Node {
     /// The checkpoint creator; it stops after the worker (the holder of its job channel).
     creator: Option<std::thread::JoinHandle<()>>,
     checkpoints: CheckpointStore,
+    /// The span every log line of the node is in (`node{label=…}`; none without a label).
+    span: tracing::Span,
 }
 
 impl std::fmt::Debug for Node {
@@ -154,7 +156,12 @@ impl Node {
     }
 
     /// Stops every task, closes connections and waits until the chain is closed.
-    pub async fn shutdown(mut self) {
+    pub async fn shutdown(self) {
+        let span = self.span.clone();
+        tracing::Instrument::instrument(self.shutdown_in_span(), span).await;
+    }
+
+    async fn shutdown_in_span(mut self) {
         let _ = self.shutdown.send(true);
         for task in self.tasks.drain(..) {
             let _ = task.await;

@@ -210,13 +210,13 @@ async fn serve_counted(
                         continue;
                     }
                     let phase = ConnPhase::new();
-                    let handle = connections.tasks.spawn(connection(
+                    let handle = connections.tasks.spawn(tracing::Instrument::in_current_span(connection(
                         stream,
                         client,
                         phase.clone(),
                         router.clone(),
                         config.clone(),
-                    ));
+                    )));
                     connections.live.insert(handle.id(), Tracked {
                         accepted: Instant::now(),
                         phase,

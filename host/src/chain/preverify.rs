@@ -117,7 +117,9 @@ impl Preverifier {
         };
         std::thread::Builder::new()
             .name("modnode-preverify".into())
-            .spawn(move || worker.run(&receiver))?;
+            .spawn(crate::log_span::in_current_span(move || {
+                worker.run(&receiver)
+            }))?;
         Ok(Self {
             sender,
             busy,

@@ -471,7 +471,7 @@ impl Pruner {
     pub fn spawn(self) -> std::io::Result<std::thread::JoinHandle<()>> {
         std::thread::Builder::new()
             .name("pruner".into())
-            .spawn(move || {
+            .spawn(crate::log_span::in_current_span(move || {
                 crate::runtime::threads::lower_this_threads_priority();
                 tracing::info!(history = %self.history, "pruning below finality in the background");
                 while self.shared.strong_count() > 0 {
@@ -489,7 +489,7 @@ impl Pruner {
                     }
                 }
                 tracing::debug!("pruner stopped");
-            })
+            }))
     }
 }
 

@@ -21,6 +21,7 @@
 mod chunk_codec;
 mod chunk_edit;
 pub(crate) mod legacy;
+mod migration_progress;
 #[cfg(test)]
 mod tests;
 

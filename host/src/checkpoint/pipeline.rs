@@ -227,7 +227,9 @@ impl<T: Send + 'static> Pipeline<T> {
         };
         let thread = std::thread::Builder::new()
             .name("modnode-restore-writer".into())
-            .spawn(move || writer.run(&checked, &outcomes, &stop))
+            .spawn(crate::log_span::in_current_span(move || {
+                writer.run(&checked, &outcomes, &stop)
+            }))
             .map_err(cannot_start)?;
         pipeline.threads.push(thread);
         Ok(pipeline)

@@ -318,7 +318,7 @@ impl Checkpointer {
         let (jobs, rx) = mpsc::sync_channel::<Job>(1);
         let thread = std::thread::Builder::new()
             .name("checkpoint-creator".into())
-            .spawn(move || {
+            .spawn(crate::log_span::in_current_span(move || {
                 // Planning, the manifest and the sled writes are background work too.
                 crate::runtime::threads::lower_this_threads_priority();
                 // The previous checkpoint's chunks, reused by the next creation.
@@ -344,7 +344,7 @@ impl Checkpointer {
                         let _ = reply.send(outcome);
                     }
                 }
-            })?;
+            }))?;
         Ok((Self { jobs, config }, thread))
     }
 

@@ -111,8 +111,10 @@ pub fn devnet(args: DevnetArgs) -> anyhow::Result<()> {
         .map(|i| args.dir.join(format!("node-{i}")))
         .collect();
     let mut ids = Vec::new();
-    for dir in &dirs {
+    for (i, dir) in dirs.iter().enumerate() {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        // The node's label (`NodeConfig::label`) already on the key it creates.
+        let _node = tracing::info_span!("node", label = %format!("n{i}")).entered();
         ids.push(NodeIdentity::load_or_create(dir)?.node_id().to_string());
     }
     let options = GenesisOptions {
@@ -143,6 +145,8 @@ pub fn devnet(args: DevnetArgs) -> anyhow::Result<()> {
             } else {
                 DepositSourceConfig::follow_dev(contract_url.clone())
             };
+            // Every log line names its node as the status table does: `n0` is row 0.
+            config.label = Some(format!("n{i}"));
             config.listen = SocketAddr::from(([127, 0, 0, 1], 0));
             config.admin_listen = Some(SocketAddr::from(([127, 0, 0, 1], 0)));
             // Each node knows the one started before it; peer exchange finds the rest.

@@ -66,7 +66,7 @@ pub fn upload(file: &Path, node: &NodeArgs, json: bool) -> anyhow::Result<()> {
         })?;
     if json {
         println!("{answer}");
-        return Ok(());
+        return warn_of_namesakes(&target, at(&answer, "/module"));
     }
     let module = at(&answer, "/module");
     let status = at(&answer, "/status").as_str().unwrap_or("?");
@@ -91,6 +91,23 @@ pub fn upload(file: &Path, node: &NodeArgs, json: bool) -> anyhow::Result<()> {
             at(module, "/warm_fuel"),
             at(module, "/warm_real_inputs")
         );
+    }
+    warn_of_namesakes(&target, module)
+}
+
+/// Warns on stderr of each other module the node holds under the name of the one just
+/// uploaded (a copied template still describing itself as the original); best effort, the
+/// upload itself succeeded.
+fn warn_of_namesakes(target: &Target, module: &Value) -> anyhow::Result<()> {
+    if let (Some(kind), Some(version), Some(sha256)) = (
+        at(module, "/kind").as_str(),
+        at(module, "/module_version").as_u64(),
+        at(module, "/sha256").as_str(),
+    ) && let Ok(listing) = runtime()?.block_on(client::modules(target))
+    {
+        for warning in super::module_namesakes::listed(kind, version, sha256, &listing) {
+            eprintln!("{warning}");
+        }
     }
     Ok(())
 }
@@ -473,6 +490,12 @@ pub fn inspect(file: &Path, json: bool) -> anyhow::Result<()> {
         .load(&bytes)
         .with_context(|| format!("{} failed to load", file.display()))?;
     let meta = module.meta();
+    // On stderr: `--json` output stays one object.
+    for warning in
+        super::module_namesakes::built_in(&info.kind.to_string(), meta.info.version, &info.sha256)
+    {
+        eprintln!("{warning}");
+    }
     let world = format!("modnode:{}/{}", info.kind.package(), info.kind.package());
     let contract = format!("modnode:{}@{}", info.kind.package(), info.contract);
     if json {

@@ -107,6 +107,10 @@ pub struct RunArgs {
     /// this many seconds; 0: never.
     #[arg(long, value_name = "SECONDS", default_value_t = node::DEFAULT_STATUS_EVERY.as_secs())]
     pub status_every: u64,
+    /// A name for this node in every log line it writes (`node{label=NAME}`, a span field in
+    /// `--log-format json`), for logs gathered from several nodes.
+    #[arg(long, value_name = "NAME")]
+    pub node_label: Option<String>,
     #[command(flatten)]
     pub deposits: DepositArgs,
 }
@@ -347,6 +351,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     config.sync_mode = args.sync.into();
     config.restore_from = args.restore_from.clone();
     config.peer_exchange = !args.no_peer_exchange;
+    config.label = args.node_label.clone();
     config.status_every =
         (args.status_every > 0).then(|| std::time::Duration::from_secs(args.status_every));
     if args.clock_skew_ms != 0 {

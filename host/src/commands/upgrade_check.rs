@@ -338,8 +338,18 @@ fn next_height(first: u64, blocks: &[Block]) -> u64 {
 }
 
 fn print_human(report: &Report) {
-    println!(
-        "{} cases, max fuel ratio {:.2}: {}",
+    print!("{}", human(report));
+}
+
+/// The report for a person. Each number says what it is over: the summary's fuel ratio is the
+/// highest of every case run, the counterexample's is that of the smallest failing case
+/// shrinking found (a shrunk case is smaller, so its ratio is usually lower).
+fn human(report: &Report) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{} cases run, highest fuel ratio of the cases run {:.2} (new / old fuel): {}",
         report.cases,
         report.max_fuel_ratio,
         match report.verdict {
@@ -348,18 +358,38 @@ fn print_human(report: &Report) {
             modnode::upgrade_check::Verdict::FuelRegression => "FAIL (fuel regression)",
         }
     );
+    if report.kind == Kind::GossipPolicy && report.verdict == modnode::upgrade_check::Verdict::Pass
+    {
+        let _ = writeln!(
+            out,
+            "PASS: every plan keeps the contract's invariants and the simulated networks are \
+             covered as well; plans may differ from the old version's (a shadow counts each \
+             plan that differs from the active one's as a divergence: expected for a new policy)"
+        );
+    }
     if let Some(c) = &report.counterexample {
-        println!("counterexample (seed {}): {}", c.seed, c.failure);
+        let _ = writeln!(
+            out,
+            "counterexample (seed {}, the smallest failing case shrinking found; its numbers are \
+             its own): {}",
+            c.seed, c.failure
+        );
         match serde_json::to_string(&c.input) {
-            Ok(input) => println!("input: {input}"),
-            Err(e) => println!("input: (cannot print: {e})"),
+            Ok(input) => {
+                let _ = writeln!(out, "input: {input}");
+            }
+            Err(e) => {
+                let _ = writeln!(out, "input: (cannot print: {e})");
+            }
         }
         if let Some(path) = &c.case_file {
-            println!(
+            let _ = writeln!(
+                out,
                 "written to {}; re-run with --replay-case {}",
                 path.display(),
                 path.display()
             );
         }
     }
+    out
 }

@@ -81,8 +81,10 @@ async fn handle(State(contract): State<Arc<Mutex<DevContract>>>, body: Body) -> 
             }
         };
         // The contract flushes sled on a deposit: keep that off the async workers.
-        match tokio::task::spawn_blocking(move || rpc::handle_body(&contract, &body, unix_ms()))
-            .await
+        match tokio::task::spawn_blocking(crate::log_span::in_current_span(move || {
+            rpc::handle_body(&contract, &body, unix_ms())
+        }))
+        .await
         {
             Ok(answer) => axum::Json(answer).into_response(),
             Err(e) => error(

@@ -330,7 +330,7 @@ pub fn spawn_with_policy_events<P: Policy + Send + 'static>(
         traffic: Arc::new(Mutex::new(TrafficStats::default())),
         throttle: Arc::new(Mutex::new(Instant::now())),
     };
-    tokio::spawn(driver.run(rx, io_rx));
+    tokio::spawn(tracing::Instrument::in_current_span(driver.run(rx, io_rx)));
     (GossipHandle { commands }, events_rx)
 }
 
@@ -516,7 +516,7 @@ impl<P: Policy> Driver<P> {
             let conn = conn.clone();
             let io = self.io.clone();
             let max = self.config.max_message_bytes;
-            tokio::spawn(async move {
+            tokio::spawn(tracing::Instrument::in_current_span(async move {
                 let ok = send(&conn, quic_priority(transmit.priority), &bytes, max)
                     .await
                     .is_ok();
@@ -529,7 +529,7 @@ impl<P: Policy> Driver<P> {
                         rtt_us,
                     })
                     .await;
-            });
+            }));
         }
         while let Some(event) = self.engine.poll_event() {
             if let Event::Delivered {
@@ -572,7 +572,7 @@ impl<P: Policy> Driver<P> {
             let bps = NonZeroU64::new(bps).unwrap_or(NonZeroU64::MIN);
             (bps, self.throttle.clone())
         });
-        tokio::spawn(async move {
+        tokio::spawn(tracing::Instrument::in_current_span(async move {
             loop {
                 let mut stream = match conn.accept_uni().await {
                     Ok(stream) => stream,
@@ -585,7 +585,7 @@ impl<P: Policy> Driver<P> {
                 let traffic = traffic.clone();
                 let throttle = throttle.clone();
                 let budget = budget.clone();
-                tokio::spawn(async move {
+                tokio::spawn(tracing::Instrument::in_current_span(async move {
                     let read = read_within_budget(&mut stream, max, &budget, &traffic);
                     let outcome = match tokio::time::timeout(deadline, read).await {
                         Ok(Ok(None)) => Ok(None),
@@ -614,9 +614,9 @@ impl<P: Policy> Driver<P> {
                         Err(reason) => Command::Violation { peer, reason },
                     };
                     let _ = io.send(command).await;
-                });
+                }));
             }
-        });
+        }));
     }
 }
 

@@ -100,11 +100,12 @@ impl AdminBackend for Backend {
     fn checkpoints(&self) -> BoxFuture<'_, Result<serde_json::Value, String>> {
         let store = self.checkpoints.clone();
         Box::pin(async move {
-            let list =
-                tokio::task::spawn_blocking(move || crate::checkpoint::service::summaries(&store))
-                    .await
-                    .map_err(|e| format!("checkpoint listing task failed: {e}"))?
-                    .map_err(|e| e.to_string())?;
+            let list = tokio::task::spawn_blocking(crate::log_span::in_current_span(move || {
+                crate::checkpoint::service::summaries(&store)
+            }))
+            .await
+            .map_err(|e| format!("checkpoint listing task failed: {e}"))?
+            .map_err(|e| e.to_string())?;
             Ok(serde_json::json!({ "checkpoints": list }))
         })
     }
@@ -112,14 +113,14 @@ impl AdminBackend for Backend {
     fn latest_checkpoint(&self) -> BoxFuture<'_, Result<Option<admin::StoredCheckpoint>, String>> {
         let store = self.checkpoints.clone();
         Box::pin(async move {
-            tokio::task::spawn_blocking(move || {
+            tokio::task::spawn_blocking(crate::log_span::in_current_span(move || {
                 let newest = store.list().map_err(|e| e.to_string())?.into_iter().next();
                 Ok(newest.map(|m| admin::StoredCheckpoint {
                     height: m.height,
                     id: m.id(),
                     manifest: m.encode(),
                 }))
-            })
+            }))
             .await
             .map_err(|e| format!("checkpoint listing task failed: {e}"))?
         })
@@ -135,9 +136,11 @@ impl AdminBackend for Backend {
             let Ok(index) = usize::try_from(index) else {
                 return Ok(None);
             };
-            tokio::task::spawn_blocking(move || store.chunk(&id, index).map_err(|e| e.to_string()))
-                .await
-                .map_err(|e| format!("checkpoint chunk task failed: {e}"))?
+            tokio::task::spawn_blocking(crate::log_span::in_current_span(move || {
+                store.chunk(&id, index).map_err(|e| e.to_string())
+            }))
+            .await
+            .map_err(|e| format!("checkpoint chunk task failed: {e}"))?
         })
     }
 
@@ -200,13 +203,15 @@ impl AdminBackend for Backend {
             }
             // May replay blocks: off the async tasks, on its own thread (never the chain
             // worker's, so import does not wait for it).
-            tokio::task::spawn_blocking(move || admin::state_query::answer(&states, &query))
-                .await
-                .unwrap_or_else(|e| {
-                    Err(admin::state_query::StateQueryError::Internal(format!(
-                        "state query task failed: {e}"
-                    )))
-                })
+            tokio::task::spawn_blocking(crate::log_span::in_current_span(move || {
+                admin::state_query::answer(&states, &query)
+            }))
+            .await
+            .unwrap_or_else(|e| {
+                Err(admin::state_query::StateQueryError::Internal(format!(
+                    "state query task failed: {e}"
+                )))
+            })
         })
     }
 
@@ -231,16 +236,21 @@ impl AdminBackend for Backend {
     ) -> BoxFuture<'_, Result<UploadOutcome, UploadError>> {
         let modules = self.module_store.clone();
         Box::pin(async move {
-            tokio::task::spawn_blocking(move || modules.upload(&bytes, &source))
-                .await
-                .unwrap_or_else(|e| Err(UploadError::Internal(e.to_string())))
+            tokio::task::spawn_blocking(crate::log_span::in_current_span(move || {
+                modules.upload(&bytes, &source)
+            }))
+            .await
+            .unwrap_or_else(|e| Err(UploadError::Internal(e.to_string())))
         })
     }
 
     fn modules(&self) -> BoxFuture<'_, Result<serde_json::Value, String>> {
         let (slots, store) = (self.slots.clone(), self.module_store.clone());
         Box::pin(async move {
-            let mut listing = tokio::task::spawn_blocking(move || module_ops::list(&slots, &store))
+            let mut listing =
+                tokio::task::spawn_blocking(crate::log_span::in_current_span(move || {
+                    module_ops::list(&slots, &store)
+                }))
                 .await
                 .map_err(|e| format!("module listing task failed: {e}"))??;
             // Scheduled on chain: the height, and who reports the module ready.
@@ -254,14 +264,14 @@ impl AdminBackend for Backend {
         let (slots, store) = (self.slots.clone(), self.module_store.clone());
         let data_dir = self.data_dir.clone();
         Box::pin(async move {
-            tokio::task::spawn_blocking(move || {
+            tokio::task::spawn_blocking(crate::log_span::in_current_span(move || {
                 let done = module_ops::run(&slots, &store, op)?;
                 // Kept across restarts; a failure to write it does not undo the change.
                 if let Err(e) = slot_record::save(&data_dir, &slots) {
                     tracing::warn!(error = %e, "the module slots will not survive a restart");
                 }
                 Ok(done)
-            })
+            }))
             .await
             .map_err(|e| ModuleOpError::Internal(format!("module operation task failed: {e}")))?
         })
@@ -297,7 +307,10 @@ impl AdminBackend for Backend {
             };
             if action == Action::Upgrade {
                 let upgrades = self.upgrades.clone();
-                let ready = tokio::task::spawn_blocking(move || upgrades.prepare_as(kind, &module))
+                let ready =
+                    tokio::task::spawn_blocking(crate::log_span::in_current_span(move || {
+                        upgrades.prepare_as(kind, &module)
+                    }))
                     .await
                     .map_err(|e| format!("module preparation task failed: {e}"))??;
                 if !ready {
@@ -308,9 +321,11 @@ impl AdminBackend for Backend {
                 if kind == crate::runtime::Kind::Deposits {
                     let upgrades = self.upgrades.clone();
                     let slot = self.chain.view().head.slot;
-                    tokio::task::spawn_blocking(move || upgrades.check_deposit_cost(&module, slot))
-                        .await
-                        .map_err(|e| format!("module cost check failed: {e}"))??;
+                    tokio::task::spawn_blocking(crate::log_span::in_current_span(move || {
+                        upgrades.check_deposit_cost(&module, slot)
+                    }))
+                    .await
+                    .map_err(|e| format!("module cost check failed: {e}"))??;
                 }
             }
             self.chain

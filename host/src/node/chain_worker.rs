@@ -284,7 +284,7 @@ pub fn spawn_with_checkpoints(
     let states = worker.chain.states();
     let thread = std::thread::Builder::new()
         .name("chain-worker".into())
-        .spawn(move || {
+        .spawn(crate::log_span::in_current_span(move || {
             while let Some(command) = rx.recv() {
                 // Jobs piling up means import is behind: state queries are shed until it is not.
                 states.set_behind(rx.len() >= BEHIND_QUEUE_LEN);
@@ -310,7 +310,7 @@ pub fn spawn_with_checkpoints(
                 }
             }
             tracing::debug!("chain worker stopped");
-        })?;
+        }))?;
     Ok((ChainHandle { commands, view }, thread))
 }
 
@@ -546,7 +546,15 @@ impl Worker {
             self.import_stopped = None;
         }
         match &added {
-            Added::Extended(_) => self.last_block_unix_ms = unix_ms(),
+            Added::Extended(_) => {
+                self.last_block_unix_ms = unix_ms();
+                let head = self.chain.head();
+                tracing::debug!(
+                    height = head.height,
+                    hash = %hex::encode(head.hash.get(..8).unwrap_or_default()),
+                    "imported"
+                );
+            }
             Added::Reorganised { head, reverted } => {
                 // Deposits only the abandoned branch carried are due again on the new one: the
                 // state's `eth1_deposit_index` says so, and our source proves them again.

@@ -73,7 +73,7 @@ pub struct NodeConfig {
     /// as a restore from peers is; `sync_mode` then has nothing left to restore.
     pub restore_from: Option<PathBuf>,
     /// How long work shows its progress — a checkpoint restore, a range sync that starts far
-    /// behind: log lines (the default) or a progress bar on stderr (`modnode run` on a
+    /// behind, the registry's format migration when the chain opens: log lines (the default) or a progress bar on stderr (`modnode run` on a
     /// terminal).
     pub restore_progress: ProgressDisplay,
     /// Exchange peer addresses with peers (on by default). A testnet harness whose nodes reach
@@ -85,6 +85,10 @@ pub struct NodeConfig {
     /// time. Undo, eth1 and schedule records are folded at finality either way
     /// (`chain::prune`); `Some(History::Full)` keeps every block.
     pub history: Option<crate::chain::prune::History>,
+    /// A name for the node in its log lines (`node{label=n1}`: a span around everything the
+    /// node runs, its threads included), for processes running several nodes (`modnode
+    /// devnet`) or logs gathered from several; `None`: no span.
+    pub label: Option<String>,
 }
 
 /// The built-in dev deposit contract a node hosts.
@@ -172,6 +176,7 @@ impl NodeConfig {
             peer_exchange: true,
             status_every: Some(DEFAULT_STATUS_EVERY),
             history: None,
+            label: None,
         }
     }
 }

@@ -468,7 +468,7 @@ impl Network {
                     let conn = conn.conn.clone();
                     let events = self.events.clone();
                     let max = self.limits.max_message_bytes;
-                    tokio::spawn(async move {
+                    tokio::spawn(tracing::Instrument::in_current_span(async move {
                         let result = match request(&conn, Request::Peers, max).await {
                             Ok(Response::Peers(peers)) => Ok(peers),
                             Ok(_) => {
@@ -477,7 +477,7 @@ impl Network {
                             Err(e) => Err(e),
                         };
                         let _ = events.send(Event::PeersAnswer { node, result }).await;
-                    });
+                    }));
                 }
             }
         }

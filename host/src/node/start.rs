@@ -106,7 +106,12 @@ pub fn open_chain(data_dir: &Path, genesis: Genesis) -> Result<Chain, NodeError>
         DEFAULT_GOSSIP_POLICY,
         DEFAULT_CHECKPOINT,
     )?);
-    let (mut chain, _) = open_store(data_dir, genesis.clone(), &modules)?;
+    let (mut chain, _) = open_store(
+        data_dir,
+        genesis.clone(),
+        &modules,
+        crate::progress::ProgressDisplay::Log,
+    )?;
     let service = ModuleService::open(
         data_dir,
         data_dir.join(MODULE_CACHE_DIR),
@@ -117,10 +122,13 @@ pub fn open_chain(data_dir: &Path, genesis: Genesis) -> Result<Chain, NodeError>
     Ok(chain)
 }
 
+/// Opens the chain store in `data_dir` and its ban list; a format migration the open runs shows
+/// its progress as `display` says.
 fn open_store(
     data_dir: &Path,
     genesis: Genesis,
     modules: &Modules,
+    display: crate::progress::ProgressDisplay,
 ) -> Result<(Chain, BanList), NodeError> {
     let chain_err = |reason: String| NodeError::Chain {
         path: data_dir.display().to_string(),
@@ -129,10 +137,11 @@ fn open_store(
     let store = SledStore::open(&data_dir.join("chain")).map_err(|e| chain_err(e.to_string()))?;
     let bans = store.ban_list().map_err(|e| chain_err(e.to_string()))?;
     let deposits: crate::runtime::deposits::DepositsModule = (*modules.deposits()).clone();
-    let chain = Chain::open(
+    let chain = Chain::open_showing_progress(
         Arc::new(store),
         genesis,
         DepositEngine::Module(Box::new(deposits)),
+        display,
     )
     .map_err(|e| chain_err(e.to_string()))?;
     // Opening built and dropped transient copies of the registry; give their pages back.
@@ -173,7 +182,7 @@ async fn start_dev_contract(
     let dir = data_dir.join("deposit-contract");
     let block_ms = dev.block_ms;
     let genesis_deposits = genesis.deposits.clone();
-    let contract = tokio::task::spawn_blocking(move || {
+    let contract = tokio::task::spawn_blocking(crate::log_span::in_current_span(move || {
         let now = unix_ms();
         let mut contract = DevContract::open(&dir, block_ms, now)?;
         if contract.deposit_count() == 0 {
@@ -182,7 +191,7 @@ async fn start_dev_contract(
             }
         }
         Ok::<_, dev_contract::DevContractError>(contract)
-    })
+    }))
     .await
     .map_err(|e| NodeError::Startup(e.to_string()))?
     .map_err(|e| NodeError::DepositContract(e.to_string()))?;
@@ -208,13 +217,29 @@ async fn start_dev_contract(
     )
     .map_err(|e| NodeError::DepositContract(e.to_string()))?;
     let contract = Arc::new(std::sync::Mutex::new(contract));
-    let task = tokio::spawn(deposit_source::server::serve(listener, contract, shutdown));
+    let task = tokio::spawn(tracing::Instrument::in_current_span(
+        deposit_source::server::serve(listener, contract, shutdown),
+    ));
     Ok((url, task))
 }
 
 impl Node {
-    /// Starts a node; must be called within a multi-threaded tokio runtime.
+    /// Starts a node; must be called within a multi-threaded tokio runtime. With a
+    /// [`NodeConfig::label`], everything the node runs — its tasks, its threads, its shutdown —
+    /// logs inside one `node{label=…}` span.
     pub async fn start(config: NodeConfig) -> Result<Self, NodeError> {
+        let span = match &config.label {
+            Some(label) => tracing::info_span!("node", label = %label),
+            None => tracing::Span::none(),
+        };
+        let mut node =
+            tracing::Instrument::instrument(Self::start_in_span(config), span.clone()).await?;
+        node.span = span;
+        Ok(node)
+    }
+
+    /// [`Node::start`] inside the node's span.
+    async fn start_in_span(config: NodeConfig) -> Result<Self, NodeError> {
         let data_dir = config.data_dir.clone();
         create_data_dir(&data_dir)?;
         let identity = NodeIdentity::load_or_create(&data_dir)?;
@@ -226,7 +251,7 @@ impl Node {
         let (modules, module_store) = {
             let dir = data_dir.clone();
             let genesis = genesis.clone();
-            tokio::task::spawn_blocking(move || {
+            tokio::task::spawn_blocking(crate::log_span::in_current_span(move || {
                 let modules = Arc::new(load_modules(
                     &dir,
                     &genesis,
@@ -240,7 +265,7 @@ impl Node {
                 // What an operator activated before a restart, back in service.
                 slot_record::restore(&dir, &modules, &module_store);
                 Ok::<_, NodeError>((modules, module_store))
-            })
+            }))
             .await
             .map_err(|e| NodeError::Startup(e.to_string()))??
         };
@@ -263,12 +288,14 @@ impl Node {
                 let bound = listener
                     .local_addr()
                     .map_err(|e| NodeError::Admin(e.to_string()))?;
-                tasks.push(tokio::spawn(admin::server::serve(
-                    listener,
-                    token,
-                    backend.clone(),
-                    config.admin.clone(),
-                    shutdown_rx.clone(),
+                tasks.push(tokio::spawn(tracing::Instrument::in_current_span(
+                    admin::server::serve(
+                        listener,
+                        token,
+                        backend.clone(),
+                        config.admin.clone(),
+                        shutdown_rx.clone(),
+                    ),
                 )));
                 Some((bound, backend))
             }
@@ -309,9 +336,13 @@ impl Node {
             let dir = data_dir.clone();
             let genesis = genesis.clone();
             let modules = modules.clone();
-            tokio::task::spawn_blocking(move || open_store(&dir, genesis, &modules))
-                .await
-                .map_err(|e| NodeError::Startup(e.to_string()))??
+            // A store of an older format migrates here: a bar on a terminal.
+            let display = config.restore_progress;
+            tokio::task::spawn_blocking(crate::log_span::in_current_span(move || {
+                open_store(&dir, genesis, &modules, display)
+            }))
+            .await
+            .map_err(|e| NodeError::Startup(e.to_string()))??
         };
         let module_store = Arc::new(module_store);
         let upgrades = Arc::new(
@@ -392,10 +423,12 @@ impl Node {
                 let dir = data_dir.join(DEPOSIT_LOG_DIR);
                 let contract = follow.contract;
                 let (log, restored) =
-                    tokio::task::spawn_blocking(move || FollowedLog::open(&dir, contract))
-                        .await
-                        .map_err(|e| NodeError::Startup(e.to_string()))?
-                        .map_err(|e| NodeError::DepositSource(e.to_string()))?;
+                    tokio::task::spawn_blocking(crate::log_span::in_current_span(move || {
+                        FollowedLog::open(&dir, contract)
+                    }))
+                    .await
+                    .map_err(|e| NodeError::Startup(e.to_string()))?
+                    .map_err(|e| NodeError::DepositSource(e.to_string()))?;
                 let source = Arc::new(DepositSource::with_counters(metrics.eth1_follower.clone()));
                 if let Some(restored) = restored {
                     tracing::info!(
@@ -405,11 +438,8 @@ impl Node {
                     );
                     source.append(restored);
                 }
-                tasks.push(tokio::spawn(follower::run(
-                    follow,
-                    source.clone(),
-                    Some(log),
-                    shutdown_rx.clone(),
+                tasks.push(tokio::spawn(tracing::Instrument::in_current_span(
+                    follower::run(follow, source.clone(), Some(log), shutdown_rx.clone()),
                 )));
                 Some(source)
             }
@@ -480,60 +510,62 @@ impl Node {
         let sync = RangeSync::new(config.sync, head.height, head.hash)?;
         let slot = Duration::from_millis(genesis.slot_ms);
 
-        tasks.push(tokio::spawn(network::Network::run(
-            network::NetworkParts {
-                endpoint,
-                limits: config.transport.clone(),
-                genesis: genesis.clone(),
-                genesis_hash,
-                peers,
-                sync,
-                gossip: gossip.clone(),
-                gossip_events,
-                chain: chain.clone(),
-                metrics: metrics.clone(),
-                status_interval: slot.max(Duration::from_millis(500)),
-                bootstrap: config.bootstrap.iter().map(|p| p.node).collect(),
-                startup_wait: config
-                    .transport
-                    .handshake_timeout
-                    .saturating_mul(2)
-                    .max(slot.saturating_mul(4)),
-                bans,
-                produces: may_produce,
-                progress: config.restore_progress,
-                upgrades: upgrades.clone(),
-                checkpoints: crate::checkpoint::CheckpointServer::new(
-                    checkpoints.clone(),
-                    config.transport.max_message_bytes,
-                ),
-            },
-            shutdown_rx.clone(),
+        tasks.push(tokio::spawn(tracing::Instrument::in_current_span(
+            network::Network::run(
+                network::NetworkParts {
+                    endpoint,
+                    limits: config.transport.clone(),
+                    genesis: genesis.clone(),
+                    genesis_hash,
+                    peers,
+                    sync,
+                    gossip: gossip.clone(),
+                    gossip_events,
+                    chain: chain.clone(),
+                    metrics: metrics.clone(),
+                    status_interval: slot.max(Duration::from_millis(500)),
+                    bootstrap: config.bootstrap.iter().map(|p| p.node).collect(),
+                    startup_wait: config
+                        .transport
+                        .handshake_timeout
+                        .saturating_mul(2)
+                        .max(slot.saturating_mul(4)),
+                    bans,
+                    produces: may_produce,
+                    progress: config.restore_progress,
+                    upgrades: upgrades.clone(),
+                    checkpoints: crate::checkpoint::CheckpointServer::new(
+                        checkpoints.clone(),
+                        config.transport.max_message_bytes,
+                    ),
+                },
+                shutdown_rx.clone(),
+            ),
         )));
 
-        tasks.push(tokio::spawn(metrics::copy_gossip_stats(
-            gossip.clone(),
-            metrics.clone(),
-            shutdown_rx.clone(),
+        tasks.push(tokio::spawn(tracing::Instrument::in_current_span(
+            metrics::copy_gossip_stats(gossip.clone(), metrics.clone(), shutdown_rx.clone()),
         )));
         if let Some(every) = config.status_every.filter(|d| !d.is_zero()) {
-            tasks.push(tokio::spawn(status_line::run(
-                every,
-                metrics.clone(),
-                chain.clone(),
-                genesis.clone(),
-                shutdown_rx.clone(),
+            tasks.push(tokio::spawn(tracing::Instrument::in_current_span(
+                status_line::run(
+                    every,
+                    metrics.clone(),
+                    chain.clone(),
+                    genesis.clone(),
+                    shutdown_rx.clone(),
+                ),
             )));
         }
         if may_produce {
-            tasks.push(tokio::spawn(produce(
+            tasks.push(tokio::spawn(tracing::Instrument::in_current_span(produce(
                 genesis.clone(),
                 my_index,
                 chain.clone(),
                 gossip.clone(),
                 metrics.clone(),
                 shutdown_rx.clone(),
-            )));
+            ))));
         }
 
         let admin_addr = admin.map(|(bound, starting)| {
@@ -581,6 +613,7 @@ impl Node {
             worker: Some(worker),
             creator: Some(creator),
             checkpoints,
+            span: tracing::Span::none(),
         })
     }
 }

@@ -126,7 +126,7 @@ pub enum ModuleFault {
     Trap {
         /// Module name.
         module: String,
-        /// The trap and wasm backtrace.
+        /// The trap and the innermost wasm frame, in one line.
         message: String,
     },
 }
@@ -279,10 +279,11 @@ impl CallError {
                 HostFailureKind::StackExhausted,
                 format!(
                     "the call exhausted the {} bytes of wasm stack this build gives a guest; \
-                     not counted against the module or the block: {error:?}",
+                     not counted against the module or the block: {}",
                     super::profile::EngineProfile::build()
                         .determinism
-                        .max_wasm_stack
+                        .max_wasm_stack,
+                    trap_in_one_line(error)
                 ),
             ),
             _ if !instantiated => host(
@@ -291,9 +292,40 @@ impl CallError {
             ),
             _ => ModuleFault::Trap {
                 module,
-                message: format!("{error:?}"),
+                message: trap_in_one_line(error),
             }
             .into(),
+        }
+    }
+}
+
+/// A trap in one line: what trapped and where, instead of wasmtime's multi-line report (a
+/// frame per line — thousands for a deep recursion — and a "Caused by" section).
+fn trap_in_one_line(error: &wasmtime::Error) -> String {
+    let trap = error
+        .downcast_ref::<wasmtime::Trap>()
+        .map_or_else(|| error.root_cause().to_string(), ToString::to_string);
+    let Some(frames) = error
+        .downcast_ref::<wasmtime::WasmBacktrace>()
+        .map(wasmtime::WasmBacktrace::frames)
+    else {
+        return trap;
+    };
+    match frames.first() {
+        None => trap,
+        Some(innermost) => {
+            let function = innermost.func_name().map_or_else(
+                || format!("wasm function {}", innermost.func_index()),
+                String::from,
+            );
+            let offset = innermost
+                .module_offset()
+                .map(|o| format!(" at offset {o:#x}"))
+                .unwrap_or_default();
+            format!(
+                "{trap} (in {function}{offset}, {} wasm frames deep)",
+                frames.len()
+            )
         }
     }
 }

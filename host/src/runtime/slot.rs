@@ -422,12 +422,12 @@ impl ShadowWorker {
         let (sender, receiver) = mpsc::sync_channel::<Job>(capacity.max(1));
         std::thread::Builder::new()
             .name("modnode-shadow".into())
-            .spawn(move || {
+            .spawn(crate::log_span::in_current_span(move || {
                 while let Ok(job) = receiver.recv() {
                     // A panicking comparison must not stop later ones.
                     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
                 }
-            })?;
+            }))?;
         Ok(Self { sender })
     }
 

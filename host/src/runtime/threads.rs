@@ -73,6 +73,8 @@ pub fn run_on_guest_thread<R: Send + 'static>(f: impl FnOnce() -> R + Send + 'st
         return run_on_fresh_thread(f);
     };
     let (tx, rx) = mpsc::sync_channel(1);
+    // The caller's span (its node's label) goes with the job onto the shared thread.
+    let f = crate::log_span::in_current_span(f);
     let job: Job = Box::new(move || {
         // A panic in host code must not kill the worker; it is re-raised on the caller.
         let _ = tx.send(std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)));
@@ -97,10 +99,10 @@ fn pool_gone<R>() -> R {
 fn run_on_fresh_thread<R: Send + 'static>(f: impl FnOnce() -> R + Send + 'static) -> R {
     let handle = std::thread::Builder::new()
         .stack_size(GUEST_THREAD_STACK)
-        .spawn(move || {
+        .spawn(crate::log_span::in_current_span(move || {
             ON_GUEST_THREAD.with(|flag| flag.set(true));
             f()
-        });
+        }));
     match handle.map(|h| h.join()) {
         Ok(Ok(result)) => result,
         Ok(Err(panic)) => std::panic::resume_unwind(panic),
@@ -117,13 +119,16 @@ pub fn scoped_guest_workers(
     background: bool,
     work: &(dyn Fn(usize) + Sync),
 ) -> std::io::Result<()> {
+    let span = tracing::Span::current();
     std::thread::scope(|scope| {
         let mut handles = Vec::with_capacity(workers);
         for index in 0..workers {
+            let span = &span;
             let handle = std::thread::Builder::new()
                 .name(format!("modnode-worker-{index}"))
                 .stack_size(GUEST_THREAD_STACK)
                 .spawn_scoped(scope, move || {
+                    let _entered = span.enter();
                     ON_GUEST_THREAD.with(|flag| flag.set(true));
                     if background {
                         lower_this_threads_priority();
@@ -151,10 +156,10 @@ pub fn spawn_guest_thread(
     std::thread::Builder::new()
         .name(name)
         .stack_size(GUEST_THREAD_STACK)
-        .spawn(move || {
+        .spawn(crate::log_span::in_current_span(move || {
             ON_GUEST_THREAD.with(|flag| flag.set(true));
             work();
-        })
+        }))
 }
 
 /// Moves the calling thread to Linux's `SCHED_IDLE` class (best effort, no privilege needed):

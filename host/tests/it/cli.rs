@@ -34,6 +34,25 @@ fn inspect_prints_what_a_module_is() {
     );
 }
 
+/// A copied module that still describes itself as a built-in version (the walkthrough's policy
+/// says gossip-policy v3) is told so: two different modules would show under one name.
+#[test]
+fn inspect_warns_when_a_module_takes_a_built_in_modules_name() {
+    let copied = modnode::artifacts::path("example-gossip-policy-custom");
+    let (ok, out, err) = modnode(&["module", "inspect", copied.to_str().unwrap()]);
+    assert!(ok, "{err}");
+    assert!(out.contains("gossip-policy-v3"), "{out}");
+    assert!(
+        err.contains("warning") && err.contains("gossip-policy-v3") && err.contains("describe"),
+        "{err}"
+    );
+    // The built-in module itself is not warned about.
+    let own = modnode::artifacts::path("gossip-policy-v3");
+    let (ok, _, err) = modnode(&["module", "inspect", own.to_str().unwrap()]);
+    assert!(ok, "{err}");
+    assert!(!err.contains("warning"), "{err}");
+}
+
 #[test]
 fn inspect_rejects_with_a_specific_message_and_nonzero_exit() {
     let dir = tempfile::tempdir().unwrap();
@@ -458,7 +477,8 @@ fn run_reads_its_config_file_and_logs_json_when_asked() {
         &config,
         format!(
             "data-dir = {:?}\nlisten = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\n\
-             dev-contract-listen = \"127.0.0.1:0\"\nlog-format = \"json\"\n",
+             dev-contract-listen = \"127.0.0.1:0\"\nlog-format = \"json\"\n\
+             node-label = \"alpha\"\n",
             data.to_str().unwrap()
         ),
     )
@@ -482,6 +502,19 @@ fn run_reads_its_config_file_and_logs_json_when_asked() {
     };
     assert!(said("configuration read"), "{log}");
     assert!(said("stopped cleanly"), "{log}");
+    // The node's lines carry its label as a span field (the admin API listens before the
+    // signal: the test waits for its address file).
+    let started = lines
+        .iter()
+        .find(|l| l["fields"]["message"] == "admin API listening")
+        .unwrap_or_else(|| panic!("no `admin API listening` line:\n{log}"));
+    let spans = started["spans"].as_array().cloned().unwrap_or_default();
+    assert!(
+        spans
+            .iter()
+            .any(|s| s["name"] == "node" && s["label"] == "alpha"),
+        "{started}"
+    );
 }
 
 #[test]

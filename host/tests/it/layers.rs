@@ -16,6 +16,10 @@ const RANK: &[(&str, u32)] = &[
     ("files", 0),
     ("crypto", 0),
     ("alloc_stats", 0),
+    // Carrying a node's log span onto its threads.
+    ("log_span", 0),
+    // How long work shows its progress (a bar or log lines).
+    ("progress", 0),
     // The module kinds' names and scopes.
     ("kind", 0),
     // The state value and the key-value store it is saved in.

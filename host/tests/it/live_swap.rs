@@ -294,6 +294,24 @@ async fn module_commands_upload_activate_roll_back_and_show_the_circuit_breaker(
         "{uploaded}"
     );
     let hash = uploaded["module"]["sha256"].as_str().unwrap().to_string();
+    assert!(!err.contains("warning"), "{err}");
+    // A copy still describing itself as a module the node holds (the walkthrough's policy
+    // says gossip-policy v3, the built-in's name) is stored, with a warning naming the other.
+    let copied = modnode::artifacts::path("example-gossip-policy-custom");
+    let (ok, _, err) = modnode(&[
+        "module",
+        "upload",
+        "--data-dir",
+        data,
+        copied.to_str().unwrap(),
+    ]);
+    assert!(ok, "{err}");
+    let builtin_v3 = modnode::artifacts::embedded("gossip-policy-v3").unwrap();
+    let builtin_v3 = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(builtin_v3));
+    assert!(
+        err.contains("warning") && err.contains("gossip-policy-v3") && err.contains(&builtin_v3),
+        "{err}"
+    );
 
     // Without the token the node refuses and nothing changes.
     let (ok, _, err) = modnode(&[

@@ -10,21 +10,26 @@
 
 use std::time::Instant;
 
+use super::migration_progress::MigrationProgress;
 use super::write_chunks;
 use crate::chain::OpenError;
+use crate::progress::ProgressDisplay;
 use crate::state::Validator;
 use crate::state::chunked::CHUNK_LEN;
 use crate::store::{KvStore, StoreError, WriteBatch, keys};
-
-/// Time between two progress lines of a migration.
-const PROGRESS_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// The store format that kept the registry as two records per validator.
 pub(crate) const PER_VALIDATOR_FORMAT: u32 = 3;
 
 /// Migrates a format-3 store to chunk records and stamps it `format`, in bounded batches of
-/// about `per_batch` validators (see the module docs for why a crash at any point is safe).
-pub(crate) fn migrate(store: &dyn KvStore, format: u32, per_batch: usize) -> Result<(), OpenError> {
+/// about `per_batch` validators (see the module docs for why a crash at any point is safe),
+/// showing its progress as `display` says.
+pub(crate) fn migrate(
+    store: &dyn KvStore,
+    format: u32,
+    per_batch: usize,
+    display: ProgressDisplay,
+) -> Result<(), OpenError> {
     let started = Instant::now();
     let (validators, balances) = read_records(store)?;
     tracing::info!(
@@ -33,22 +38,20 @@ pub(crate) fn migrate(store: &dyn KvStore, format: u32, per_batch: usize) -> Res
         "migrating the registry from per-validator records (store format \
          {PER_VALIDATOR_FORMAT}) to chunk records (format {format})"
     );
-    // A migration of millions of validators takes a while: a line every few seconds says how
-    // far it got, so an operator does not take a long open for a hang.
-    let total = validators.len();
-    let mut written = 0usize;
-    let mut last_line = Instant::now();
+    // A migration of millions of validators takes a while: a bar, or a line every few seconds,
+    // says how far it got, so an operator does not take a long open for a hang.
+    let total = u64::try_from(validators.len()).unwrap_or(u64::MAX);
+    let mut progress = MigrationProgress::new(display, total, Instant::now());
+    let mut written = 0u64;
     let chunks = validators
         .chunks(CHUNK_LEN)
         .zip(balances.chunks(CHUNK_LEN))
         .inspect(|(chunk, _)| {
-            written = written.saturating_add(chunk.len());
-            if last_line.elapsed() >= PROGRESS_EVERY {
-                last_line = Instant::now();
-                tracing::info!(written, total, "registry migration progress");
-            }
+            written = written.saturating_add(u64::try_from(chunk.len()).unwrap_or(u64::MAX));
+            progress.on_written(written, Instant::now());
         });
     write_chunks(store, chunks, per_batch)?;
+    progress.finish();
     let mut batch = WriteBatch::new();
     batch.put(keys::FORMAT, format.to_le_bytes().to_vec());
     store.commit(&batch)?;

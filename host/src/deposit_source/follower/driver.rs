@@ -216,7 +216,11 @@ pub async fn poll_once(
         .map_err(|e| halt_on_reorg(e, follower))?;
     if let Some(log) = log {
         let (log, step) = (log.clone(), followed.clone());
-        match tokio::task::spawn_blocking(move || log.append(&step)).await {
+        match tokio::task::spawn_blocking(crate::log_span::in_current_span(move || {
+            log.append(&step)
+        }))
+        .await
+        {
             Ok(Ok(())) => {}
             Ok(Err(e)) => return Err(PollError::Log(e)),
             Err(e) => {

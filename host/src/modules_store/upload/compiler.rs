@@ -133,11 +133,11 @@ impl Compiler for InProcessCompiler {
         let owned = bytes.to_vec();
         let spawned = std::thread::Builder::new()
             .name("module-compile".into())
-            .spawn(move || {
+            .spawn(crate::log_span::in_current_span(move || {
                 let _lane = lane;
                 let engine = runtime::engine::compile_engine();
                 let _ = tx.send(engine.precompile_component(&owned));
-            });
+            }));
         if let Err(source) = spawned {
             return Err(UploadError::Staging {
                 action: "start a compile thread for",

@@ -17,15 +17,7 @@ const BAR_HZ: u8 = 4;
 const BAR_TEMPLATE: &str = "restoring checkpoint {spinner} [{elapsed_precise}] {wide_bar} \
      {binary_bytes}/{binary_total_bytes} ({binary_bytes_per_sec}, ETA {eta}) {msg}";
 
-/// How a restore shows its progress (`modnode run` picks the bar when stderr is a terminal).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum ProgressDisplay {
-    /// A log line at most once a second.
-    #[default]
-    Log,
-    /// A progress bar on stderr.
-    Bar,
-}
+pub use crate::progress::ProgressDisplay;
 
 /// Reports a restore's progress.
 pub(in crate::node) struct Reporter {

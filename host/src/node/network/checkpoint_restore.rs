@@ -306,7 +306,7 @@ impl Driver<'_> {
             let limits = self.parts.transport.clone();
             let hello = hello.clone();
             let peer = *peer;
-            dials.spawn(async move {
+            dials.spawn(tracing::Instrument::in_current_span(async move {
                 let id = identity::NodeId::from_bytes(peer.node);
                 let (conn, _) = endpoint::connect(&endpoint, peer.addr, Some(id), &limits)
                     .await
@@ -320,7 +320,7 @@ impl Driver<'_> {
                     conn,
                     head_height: theirs.head_height,
                 })
-            });
+            }));
         }
         let mut peers = Vec::new();
         while let Some(joined) = dials.join_next().await {
@@ -342,7 +342,9 @@ impl Driver<'_> {
         for peer in peers {
             let conn = peer.conn.clone();
             let key = peer.key;
-            asks.spawn(async move { (key, request(&conn, Request::Checkpoints, max).await) });
+            asks.spawn(tracing::Instrument::in_current_span(async move {
+                (key, request(&conn, Request::Checkpoints, max).await)
+            }));
         }
         let limits = ManifestLimits::default();
         let mut offers = Vec::new();
@@ -698,9 +700,9 @@ impl Driver<'_> {
                         };
                         // The fetcher's deadline and no other: what it counts in flight is
                         // exactly what is waited for here.
-                        in_flight.spawn(async move {
+                        in_flight.spawn(tracing::Instrument::in_current_span(async move {
                             (peer, index, request_until(&conn, ask, max, deadline).await)
-                        });
+                        }));
                     }
                     Ok(None) => break,
                     Err(e @ FetchError::NoPeers { .. }) => stop = Some(Stop::Retry(e.to_string())),

@@ -19,7 +19,7 @@ impl Network {
         let hello = self.hello();
         let events = self.events.clone();
         let timeout = self.limits.handshake_timeout;
-        tokio::spawn(async move {
+        tokio::spawn(tracing::Instrument::in_current_span(async move {
             let expected = identity::NodeId::from_bytes(node);
             let result = match endpoint::connect(&endpoint, addr, Some(expected), &limits).await {
                 Err(e) => Err(DialError::Net(e)),
@@ -31,7 +31,7 @@ impl Network {
                 }
             };
             let _ = events.send(Event::Dialed { node, result }).await;
-        });
+        }));
     }
 
     pub(super) fn on_incoming(&mut self, incoming: quinn::Incoming) {
@@ -45,7 +45,7 @@ impl Network {
         let limits = self.limits.clone();
         let open = self.conns.len();
         let events = self.events.clone();
-        tokio::spawn(async move {
+        tokio::spawn(tracing::Instrument::in_current_span(async move {
             let accepted = endpoint::accept(incoming, &limits, open).await;
             let _ = events.send(Event::IncomingDone { addr }).await;
             match accepted {
@@ -60,7 +60,7 @@ impl Network {
                 }
                 Err(e) => tracing::info!(%addr, error = %e, "refused incoming connection"),
             }
-        });
+        }));
     }
 
     pub(super) fn on_dialed(
@@ -113,13 +113,13 @@ impl Network {
         let hello = self.hello();
         let events = self.events.clone();
         let timeout = self.limits.handshake_timeout;
-        tokio::spawn(async move {
+        tokio::spawn(tracing::Instrument::in_current_span(async move {
             let id = identity::NodeId::from_bytes(node);
             let result = handshake::exchange(&conn, id, &hello, Role::Acceptor, timeout).await;
             let _ = events
                 .send(Event::InboundHandshake { node, conn, result })
                 .await;
-        });
+        }));
     }
 
     pub(super) fn on_inbound_handshake(
@@ -229,7 +229,7 @@ impl Network {
             .handle_peer_status(node, hello.head_height, hello.head_hash, now);
         let events = self.events.clone();
         let watched = conn.clone();
-        tokio::spawn(async move {
+        tokio::spawn(tracing::Instrument::in_current_span(async move {
             watched.closed().await;
             let _ = events
                 .send(Event::Closed {
@@ -237,8 +237,8 @@ impl Network {
                     stable_id: watched.stable_id(),
                 })
                 .await;
-        });
-        tokio::spawn(serve(
+        }));
+        tokio::spawn(tracing::Instrument::in_current_span(serve(
             node,
             conn.clone(),
             self.chain.clone(),
@@ -249,7 +249,7 @@ impl Network {
             },
             self.events.clone(),
             self.limits.max_message_bytes,
-        ));
+        )));
         self.conns.insert(node, Conn { conn, direction });
     }
 }

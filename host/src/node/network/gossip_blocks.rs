@@ -71,7 +71,7 @@ impl Network {
                 IntakeAction::Import { id, from, block } => {
                     let chain = self.chain.clone();
                     let events = self.events.clone();
-                    tokio::spawn(async move {
+                    tokio::spawn(tracing::Instrument::in_current_span(async move {
                         let result = chain.add_block((*block).clone()).await;
                         let _ = events
                             .send(Event::GossipBlock {
@@ -81,7 +81,7 @@ impl Network {
                                 result,
                             })
                             .await;
-                    });
+                    }));
                 }
                 IntakeAction::Verdict { id, relay } => self.verdict(id, relay),
                 IntakeAction::Penalise { peer, reason } => self.violation(peer, reason),

@@ -43,12 +43,15 @@ impl Network {
         let upgrades = self.upgrades.clone();
         let events = self.events.clone();
         let max = self.limits.max_message_bytes;
-        tokio::spawn(async move {
+        tokio::spawn(tracing::Instrument::in_current_span(async move {
             let module = hex::encode(hash);
             // The local store first (uploaded by the operator, or fetched before a restart).
             let local = {
                 let upgrades = upgrades.clone();
-                tokio::task::spawn_blocking(move || upgrades.prepare_scheduled(&hash)).await
+                tokio::task::spawn_blocking(crate::log_span::in_current_span(move || {
+                    upgrades.prepare_scheduled(&hash)
+                }))
+                .await
             };
             match local {
                 Ok(Ok(true)) => {
@@ -81,9 +84,9 @@ impl Network {
                 let accept = {
                     let upgrades = upgrades.clone();
                     let name = short(&peer);
-                    tokio::task::spawn_blocking(move || {
+                    tokio::task::spawn_blocking(crate::log_span::in_current_span(move || {
                         upgrades.accept_fetched(&hash, &bytes, &name)
-                    })
+                    }))
                     .await
                 };
                 match accept {
@@ -103,6 +106,6 @@ impl Network {
                 }
             }
             upgrades.fetch_done();
-        });
+        }));
     }
 }

@@ -45,7 +45,7 @@ pub(super) async fn serve(
         let served = served.clone();
         let events = events.clone();
         let checkpoint_reads = checkpoint_reads.clone();
-        tokio::spawn(async move {
+        tokio::spawn(tracing::Instrument::in_current_span(async move {
             let served = tokio::time::timeout(
                 REQUEST_TIMEOUT,
                 serve_one(
@@ -66,7 +66,7 @@ pub(super) async fn serve(
                 Ok(Err(None)) | Ok(Ok(())) => {}
                 Err(_) => tracing::debug!(peer = %short(&node), "request not completed in time"),
             }
-        });
+        }));
     }
 }
 
@@ -100,9 +100,11 @@ async fn serve_one(
         }
         Request::Module { hash } => {
             let upgrades = served.upgrades.clone();
-            let answer = tokio::task::spawn_blocking(move || upgrades.serve(node, &hash))
-                .await
-                .map_err(|_| None)?;
+            let answer = tokio::task::spawn_blocking(crate::log_span::in_current_span(move || {
+                upgrades.serve(node, &hash)
+            }))
+            .await
+            .map_err(|_| None)?;
             match answer {
                 Ok(mut module) => {
                     // A module that does not fit one frame is not served (uploads are capped
@@ -144,7 +146,7 @@ async fn serve_one(
             let served = served.clone();
             let finalized = chain.view().finalized_height;
             // On our own failure say nothing, as for blocks: "not here" would be a lie.
-            tokio::task::spawn_blocking(move || {
+            tokio::task::spawn_blocking(crate::log_span::in_current_span(move || {
                 let counters = &served.metrics.checkpoint_served;
                 match request {
                     Request::Chunk { id, index } => served
@@ -156,7 +158,7 @@ async fn serve_one(
                         .list(counters, finalized)
                         .map(Response::Checkpoints),
                 }
-            })
+            }))
             .await
             .map_err(|_| None)?
             .map_err(|e| {

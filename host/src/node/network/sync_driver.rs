@@ -174,7 +174,7 @@ impl Network {
         self.importing = true;
         let chain = self.chain.clone();
         let events = self.events.clone();
-        tokio::spawn(async move {
+        tokio::spawn(tracing::Instrument::in_current_span(async move {
             let hash = block.hash();
             let result = match chain.add_block(block.clone()).await {
                 Ok(_) => Ok(hash),
@@ -190,7 +190,7 @@ impl Network {
                     result,
                 })
                 .await;
-        });
+        }));
     }
 
     /// A synced block's parent is unknown: `peer` is on another branch. Fetch the branch back
@@ -208,7 +208,7 @@ impl Network {
         let events = self.events.clone();
         let max = self.limits.max_message_bytes;
         let max_deposits = self.genesis.max_deposits_per_block;
-        tokio::spawn(async move {
+        tokio::spawn(tracing::Instrument::in_current_span(async move {
             let result = fetch_branch(&conn, &chain, block, max, max_deposits).await;
             let _ = events
                 .send(Event::SyncImported {
@@ -217,13 +217,13 @@ impl Network {
                     result,
                 })
                 .await;
-        });
+        }));
     }
 
     pub(super) fn spawn_status_request(&self, node: NodeId, conn: quinn::Connection) {
         let events = self.events.clone();
         let max = self.limits.max_message_bytes;
-        tokio::spawn(async move {
+        tokio::spawn(tracing::Instrument::in_current_span(async move {
             let event = match request(&conn, Request::Status, max).await {
                 Ok(Response::Status(status)) => Event::StatusAnswer { node, status },
                 Ok(_) => Event::AnswerFailed {
@@ -238,21 +238,21 @@ impl Network {
                 },
             };
             let _ = events.send(event).await;
-        });
+        }));
     }
 
     pub(super) fn spawn_blocks_request(&self, sync_request: SyncRequest) {
         let events = self.events.clone();
         let Some(conn) = self.conns.get(&sync_request.peer).map(|c| c.conn.clone()) else {
             // Sent from a task: the network task only ever receives from its event channel.
-            tokio::spawn(async move {
+            tokio::spawn(tracing::Instrument::in_current_span(async move {
                 let _ = events
                     .send(Event::BlocksAnswer {
                         request: sync_request,
                         result: Err(RequestError::Transport("peer is not connected".into())),
                     })
                     .await;
-            });
+            }));
             return;
         };
         let max = self.limits.max_message_bytes;
@@ -260,7 +260,7 @@ impl Network {
         let count = u16::try_from(sync_request.count)
             .unwrap_or(MAX_BLOCKS_PER_REQUEST)
             .min(MAX_BLOCKS_PER_REQUEST);
-        tokio::spawn(async move {
+        tokio::spawn(tracing::Instrument::in_current_span(async move {
             let rpc_request = Request::Blocks {
                 start: sync_request.start_height,
                 count,
@@ -280,7 +280,7 @@ impl Network {
                     result,
                 })
                 .await;
-        });
+        }));
     }
 }
 
