@@ -55,11 +55,6 @@ const KNOWN_UPWARD: &[(&str, &str, &str)] = &[
     ),
     (
         "chain",
-        "net",
-        "seals are checked with net::identity::NodeId",
-    ),
-    (
-        "chain",
         "deposit_source",
         "chain/workload.rs (test and bench code) drives the dev contract",
     ),
