@@ -59,11 +59,6 @@ const KNOWN_UPWARD: &[(&str, &str, &str)] = &[
         "chain/workload.rs (test and bench code) drives the dev contract",
     ),
     (
-        "checkpoint",
-        "net",
-        "checkpoint/serve.rs answers net::rpc requests",
-    ),
-    (
         "deposit_source",
         "admin",
         "the deposit JSON codec and the HTTP server live in admin",
