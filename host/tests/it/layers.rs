@@ -16,6 +16,9 @@ const RANK: &[(&str, u32)] = &[
     ("files", 0),
     ("crypto", 0),
     ("alloc_stats", 0),
+    // HTTP/1.1 serving with bounded connections (the admin API and the dev contract's
+    // endpoint).
+    ("http_server", 0),
     // The module kinds' names and scopes.
     ("kind", 0),
     // The state value and the key-value store it is saved in.
@@ -57,11 +60,6 @@ const KNOWN_UPWARD: &[(&str, &str, &str)] = &[
         "chain",
         "deposit_source",
         "chain/workload.rs (test and bench code) drives the dev contract",
-    ),
-    (
-        "deposit_source",
-        "admin",
-        "the deposit JSON codec and the HTTP server live in admin",
     ),
 ];
 
