@@ -47,11 +47,6 @@ const RANK: &[(&str, u32)] = &[
 /// Arrows that still point up: `(from, to, why)`. Remove a line when its arrow is gone.
 const KNOWN_UPWARD: &[(&str, &str, &str)] = &[
     (
-        "runtime",
-        "chain",
-        "runtime/deposits.rs builds warm-up blocks from chain::workload",
-    ),
-    (
         "chain",
         "state_cache",
         "Chain owns the StateCache (the cache should own every state)",
