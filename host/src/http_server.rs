@@ -11,7 +11,7 @@
 //! without a complete request head, then a refused one, then one still being answered — but
 //! never one accepted less than [`ConnectionLimits::head_grace`] ago that is still waiting for
 //! its head or being answered. A router that checks credentials marks its connection through
-//! the [`ConnPhase`] put on every request (refused, or authenticated: then it is never evicted
+//! the `ConnPhase` put on every request (refused, or authenticated: then it is never evicted
 //! and counts against the reserved lane, [`ConnectionLimits::max_authenticated`], instead).
 //!
 //! It imports nothing from the crate, so any layer may serve HTTP with it.
