@@ -54,7 +54,7 @@ const KNOWN_UPWARD: &[(&str, &str, &str)] = &[
     (
         "chain",
         "deposit_source",
-        "chain/workload.rs (test and bench code) drives the dev contract",
+        "chain/workload.rs's CachedDepositLog (test and bench code) wraps deposit_source's DepositCache",
     ),
 ];
 
