@@ -42,8 +42,8 @@
 //! connection keeps the server simple and its limits easy to reason about.
 //!
 //! The admin API takes no deposits: they come only from the deposit contract
-//! ([`crate::deposit_source`]); [`deposit_json`] is the JSON form `modnode deposit submit`
-//! sends to the dev contract.
+//! ([`crate::deposit_source`]), whose [`deposit_json`](crate::deposit_source::deposit_json) is
+//! the JSON form `modnode deposit submit` sends to the dev contract.
 
 use std::future::Future;
 use std::io;
@@ -57,7 +57,6 @@ use crate::runtime::{Kind, Mode};
 pub mod blocks_query;
 pub mod checkpoint_query;
 pub mod client;
-pub mod deposit_json;
 mod routes;
 pub mod server;
 pub mod state_query;

@@ -1260,7 +1260,7 @@ pub(crate) fn check_seal(
     match &block.seal {
         block::Seal::Unsigned => Err(bad("unsigned, but this chain has authorities".into())),
         block::Seal::Ed25519(signature) => {
-            let id = crate::net::identity::NodeId::from_bytes(*authority);
+            let id = crate::crypto::identity::NodeId::from_bytes(*authority);
             if id.verify(&block::seal_message(genesis_hash, &block.hash()), signature) {
                 Ok(())
             } else {

@@ -71,7 +71,7 @@ pub use restore::{
     ChunkOpener, ChunkVerifier, Fault, Progress, RestoreError, RestoredState, Restorer,
     VerifiedChunk, verify_all,
 };
-pub use serve::{CheckpointServer, ServeCounters};
+pub use serve::{CheckpointServer, MAX_CHECKPOINTS_PER_ANSWER, ServeCounters};
 pub use service::{
     CheckpointConfig, CheckpointServiceError, CheckpointStore, CheckpointSummary, Checkpointer,
     FrozenState, checkpoint_height, checkpoint_height_at,

@@ -3,8 +3,11 @@
 //! Every failure to decode or validate a key or signature (wrong length, not on the curve, not
 //! in the subgroup, the point at infinity) is a failed verification, never an error or a panic:
 //! consensus treats such deposits as having an invalid signature.
+//!
+//! [`identity`] holds the ed25519 [`identity::NodeId`] that block seals are checked against.
 
 pub mod cache;
+pub mod identity;
 
 pub use cache::{CacheStats, SigCache};
 

@@ -7,6 +7,8 @@
 //! - [`abi`]: the `DepositEvent` log encoding.
 //! - [`dev_contract`]: the built-in dev deposit contract, persisted in sled.
 //! - [`rpc`], [`server`]: the JSON-RPC subset, and its HTTP endpoint.
+//! - [`deposit_json`]: the JSON form of a deposit, which `modnode_submitDeposit` takes and
+//!   `modnode deposit submit` sends.
 //! - [`client`]: a small JSON-RPC client.
 //! - [`follower`]: the sans-IO follower and its polling driver.
 //! - [`log`]: what the follower read, persisted so a restart resumes where it stopped.
@@ -25,6 +27,7 @@
 pub mod abi;
 pub mod cache;
 pub mod client;
+pub mod deposit_json;
 pub mod dev_contract;
 pub mod follower;
 pub mod log;

@@ -13,7 +13,9 @@
 //! - [`net`]: QUIC transport with mutually authenticated TLS 1.3 and message framing.
 //! - [`clock`]: the one wall clock and the one rule for blocks from slots not yet started.
 //! - [`files`]: crash-safe writes of small private files (node key, admin token).
-//! - [`crypto`]: BLS12-381 verification (blst) offered to modules.
+//! - [`http_server`]: HTTP/1.1 serving with bounded connections, the slowest evicted to make
+//!   room (the admin API and the dev deposit contract's endpoint).
+//! - [`crypto`]: BLS12-381 verification (blst) offered to modules, and the ed25519 node id.
 //! - [`state`]: the validator registry, pubkey index, state tree and the per-call overlay.
 //! - [`state_cache`]: immutable states of recent blocks within a byte budget, regenerated on demand.
 //! - [`alloc_stats`]: allocator-reported live bytes and RSS, next to what the cache accounts.
@@ -42,6 +44,7 @@ pub mod clock;
 pub mod crypto;
 pub mod deposit_source;
 pub mod files;
+pub mod http_server;
 pub mod kind;
 pub mod log_span;
 pub mod modules_store;

@@ -1,6 +1,7 @@
 //! Peer-to-peer transport: QUIC (quinn) with mutually authenticated TLS 1.3.
 //!
-//! - [`identity`]: the node's persistent ed25519 key and its [`identity::NodeId`].
+//! - [`identity`]: the node's persistent ed25519 key; its [`identity::NodeId`] is
+//!   `crypto::identity`'s, re-exported.
 //! - [`tls`]: rustls configurations that pin peers by `NodeId`.
 //! - [`codec`]: length-prefixed message framing.
 //! - [`gossip`]: the QUIC driver of the sans-IO gossip engine.

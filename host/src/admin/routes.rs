@@ -1,14 +1,15 @@
 //! The admin API's routes on axum: the bearer-token check, the body limits and the JSON
-//! errors. Connection handling (timeouts of the head, caps) is in [`super::server`].
+//! errors. Connection handling (timeouts of the head, caps) is [`crate::http_server`]'s, with
+//! [`super::server`]'s limits.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use super::server::{ConnPhase, Phase, ServerConfig};
+use super::server::ServerConfig;
 use super::token::AdminToken;
 use super::{AdminBackend, ModuleOp, ModuleOpError};
+use crate::http_server::{ClientAddr, ConnPhase, Phase};
 use crate::modules_store::StoredModule;
 use crate::modules_store::upload::UploadOutcome;
 use crate::runtime::{Kind, Mode};
@@ -24,10 +25,6 @@ use http_body_util::BodyExt as _;
 
 /// Content type of `/metrics`: the OpenMetrics text format (what the node's metrics render).
 pub const METRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
-
-/// The client's address, put on every request by the connection handler.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct ClientAddr(pub(crate) SocketAddr);
 
 /// What every handler shares.
 #[derive(Clone)]

@@ -137,7 +137,7 @@ impl Evidence {
         else {
             return false;
         };
-        let id = crate::net::identity::NodeId::from_bytes(*authority);
+        let id = crate::crypto::identity::NodeId::from_bytes(*authority);
         let signed = |s: &SignedHeader| {
             id.verify(
                 &super::block::seal_message(genesis_hash, &s.header.hash()),

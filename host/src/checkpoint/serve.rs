@@ -11,8 +11,11 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::service::{CheckpointServiceError, CheckpointStore};
-use crate::net::rpc::MAX_CHECKPOINTS_PER_ANSWER;
 use crate::state::merkle::Hash32;
+
+/// Most manifests a checkpoint list answer carries (a node keeps a few checkpoints). The wire
+/// format (`net::rpc`, which re-exports it) refuses a longer list from a peer.
+pub const MAX_CHECKPOINTS_PER_ANSWER: usize = 8;
 
 /// Bytes of a frame's answer that are not the payload itself (flag, length, count).
 const ANSWER_OVERHEAD: usize = 16;

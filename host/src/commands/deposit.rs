@@ -5,9 +5,9 @@
 use std::path::PathBuf;
 
 use anyhow::Context as _;
-use modnode::admin::deposit_json;
 use modnode::chain::workload;
 use modnode::deposit_source::client::RpcClient;
+use modnode::deposit_source::deposit_json;
 use modnode::node::DEPOSIT_CONTRACT_URL_FILE;
 
 /// Options of `modnode deposit submit`.

@@ -26,9 +26,9 @@ use serde::de::DeserializeOwned;
 
 use self::wire::{BlockJson, LogFilter, LogJson, SubmittedJson};
 use super::abi::deposit_event_topic;
+use super::deposit_json;
 use super::dev_contract::Eth1Block;
 use super::follower::RawLog;
-use crate::admin::deposit_json;
 use crate::chain::block::DepositData;
 
 /// Default bound on one call.

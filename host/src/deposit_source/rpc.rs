@@ -17,11 +17,11 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::abi::{deposit_event_topic, encode_deposit_event};
+use super::deposit_json;
 use super::dev_contract::{
     DEFAULT_LOG_BLOCK_RANGE, DEV_CONTRACT_ADDRESS, DEV_CONTRACT_CODE, DevContract, Eth1Block,
     LoggedDeposit,
 };
-use crate::admin::deposit_json;
 
 /// The dev chain id answered by `eth_chainId` (1337, the usual dev-chain id).
 pub const DEV_CHAIN_ID: u64 = 1337;

@@ -4,11 +4,12 @@
 //! Limits: bodies over [`MAX_BODY_BYTES`] get HTTP 413 with a JSON-RPC error, each request is
 //! answered within [`REQUEST_TIMEOUT`] (or HTTP 503 with a JSON-RPC error), and at most
 //! [`MAX_CONCURRENT_REQUESTS`] are handled at once (the rest wait). Connections are handled
-//! like the admin API's ([`connection_limits`]): one request per connection, the request head
-//! within [`IO_TIMEOUT`] and at most 16 KiB, a bounded lifetime, a cap on connections and on
-//! the idle ones a client address may hold.
+//! like the admin API's, by [`crate::http_server`] ([`connection_limits`]): one request per
+//! connection, the request head within [`IO_TIMEOUT`] and at most 16 KiB, a bounded lifetime,
+//! a cap on connections, the slowest evicted to make room.
 
 use std::net::SocketAddr;
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -23,8 +24,8 @@ use tokio::sync::watch;
 
 use super::dev_contract::DevContract;
 use super::rpc::{self, RpcError, codes};
-use crate::admin::server::{ServerConfig, serve_router};
 use crate::clock::unix_ms;
+use crate::http_server::{self, ConnectionLimits, DEFAULT_HEAD_GRACE, DEFAULT_MAX_AUTHENTICATED};
 
 /// Largest request body accepted.
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
@@ -35,16 +36,15 @@ pub const MAX_CONCURRENT_REQUESTS: usize = 64;
 /// Time a client has to send its request head.
 pub const IO_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The connection limits of the endpoint (the admin server's connection handling).
-pub fn connection_limits() -> ServerConfig {
-    ServerConfig {
+/// The connection limits of the endpoint (no credentials here: every connection may be
+/// evicted, the slowest first).
+pub fn connection_limits() -> ConnectionLimits {
+    ConnectionLimits {
         io_timeout: IO_TIMEOUT,
-        backend_timeout: REQUEST_TIMEOUT,
-        upload_timeout: Duration::ZERO,
+        handler_timeout: REQUEST_TIMEOUT,
         max_connections: MAX_CONCURRENT_REQUESTS,
-        max_body: MAX_BODY_BYTES,
-        max_module_bytes: 0,
-        ..ServerConfig::default()
+        max_authenticated: DEFAULT_MAX_AUTHENTICATED,
+        head_grace: DEFAULT_HEAD_GRACE,
     }
 }
 
@@ -138,7 +138,14 @@ pub async fn serve(
     contract: Arc<Mutex<DevContract>>,
     shutdown: watch::Receiver<bool>,
 ) {
-    serve_router(listener, router(contract), connection_limits(), shutdown).await;
+    http_server::serve(
+        listener,
+        router(contract),
+        connection_limits(),
+        Arc::new(AtomicU64::new(0)),
+        shutdown,
+    )
+    .await;
 }
 
 #[cfg(test)]

@@ -31,6 +31,10 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use modnode_peers::PeerAddr;
 
+/// Most manifests a checkpoint list answer carries: the checkpoint server's bound, which
+/// decoding enforces on a peer's answer.
+pub use crate::checkpoint::MAX_CHECKPOINTS_PER_ANSWER;
+
 /// Frame type of a status request.
 pub const STATUS_REQUEST: u8 = 3;
 /// Frame type of a status answer.
@@ -57,8 +61,6 @@ pub const CHUNK_REQUEST: u8 = 13;
 pub const CHUNK: u8 = 14;
 /// Frame type of the answer to a block range the sender pruned.
 pub const BLOCKS_PRUNED: u8 = 15;
-/// Most manifests a checkpoint list answer carries (a node keeps a few checkpoints).
-pub const MAX_CHECKPOINTS_PER_ANSWER: usize = 8;
 /// Most ready modules a status answer lists.
 pub const MAX_READY_MODULES: usize = 16;
 

@@ -325,48 +325,73 @@ impl World for Deposits {
     }
 }
 
+/// The built-in warm-up block, built once: see [`build_warmup_block`].
 fn warmup_block() -> &'static (BlockContext, Vec<Deposit>) {
     static BLOCK: OnceLock<(BlockContext, Vec<Deposit>)> = OnceLock::new();
-    BLOCK.get_or_init(|| {
-        use crate::chain::block::DepositData;
-        let fork = [0u8; 4];
-        let key = crate::crypto::Keypair::from_seed([0x5a; 32]);
-        let mut new = DepositData {
-            pubkey: key.pubkey,
-            withdrawal_credentials: [1; 32],
-            amount: 32_000_000_000,
-            signature: [0; 96],
-        };
-        new.signature = key.sign(&crate::chain::native_deposits::deposit_signing_root(
-            &new, fork,
+    BLOCK.get_or_init(build_warmup_block)
+}
+
+/// A block at height 1, slot 1, fork version 0 of three deposits: a new validator with a valid
+/// signature, a top-up of it (carrying the same signature, which a top-up does not need), and
+/// a new pubkey with that signature, which does not verify. Proven against the deposit
+/// contract's tree holding exactly these three, as every block's deposits are. Built here from
+/// the deposit contract's own hashing (`deposits_common`), so the engine needs nothing of the
+/// chain to warm a module.
+fn build_warmup_block() -> (BlockContext, Vec<Deposit>) {
+    use deposits_common::{ssz, tree};
+    use sha2::{Digest as _, Sha256};
+
+    let fork = [0u8; 4];
+    let withdrawal_credentials = [1u8; 32];
+    let amount = 32_000_000_000;
+    let key = crate::crypto::Keypair::from_seed([0x5a; 32]);
+    let other = crate::crypto::Keypair::from_seed([0xa5; 32]);
+    let message = ssz::deposit_message_root(&key.pubkey, &withdrawal_credentials, amount);
+    let signature = key.sign(&ssz::signing_root(&message, &ssz::deposit_domain(fork)));
+    // (pubkey, amount) of each deposit; all three carry `signature`.
+    let shapes = [
+        (key.pubkey, amount),
+        (key.pubkey, 1_000_000_000),
+        (other.pubkey, amount),
+    ];
+    let mut log = tree::reference::NaiveDepositTree::new();
+    for (pubkey, amount) in &shapes {
+        log.push(tree::deposit_data_root(
+            pubkey,
+            &withdrawal_credentials,
+            *amount,
+            &signature,
         ));
-        let top_up = DepositData {
-            amount: 1_000_000_000,
-            ..new
-        };
-        let other = crate::crypto::Keypair::from_seed([0xa5; 32]);
-        let bad = DepositData {
-            pubkey: other.pubkey,
-            ..new
-        };
-        // Proven against a deposit log, as every block's deposits are.
-        let mut log = crate::chain::workload::DevDepositLog::new();
-        for d in [new, top_up, bad] {
-            log.push(d);
-        }
-        let eth1 = log.eth1_data();
-        let ctx = crate::chain::block_context(1, 1, fork, &eth1, 0);
-        use crate::chain::eth1::DepositProofs as _;
-        // The log holds exactly these three deposits, so proving them cannot fail; an empty
-        // warm-up block would still run the module.
-        let deposits = log
-            .proven_deposits(0, eth1.deposit_count, eth1.deposit_count)
-            .unwrap_or_default()
-            .iter()
-            .map(crate::chain::to_wit)
-            .collect();
-        (ctx, deposits)
-    })
+    }
+    let count = log.len();
+    let deposit_root = log.root();
+    let block_hash: [u8; 32] = Sha256::digest(deposit_root).into();
+    let ctx = BlockContext {
+        height: 1,
+        slot: 1,
+        genesis_fork_version: fork.to_vec(),
+        eth1_data: WitEth1Data {
+            deposit_root: deposit_root.to_vec(),
+            deposit_count: count,
+            block_hash: block_hash.to_vec(),
+        },
+        eth1_deposit_index: 0,
+    };
+    // The tree holds exactly these three deposits, so proving them cannot fail; an empty
+    // warm-up block would still run the module.
+    let proofs = log.proofs(0, count, count).unwrap_or_default();
+    let deposits = shapes
+        .iter()
+        .zip(proofs)
+        .map(|((pubkey, amount), proof)| Deposit {
+            pubkey: pubkey.to_vec(),
+            withdrawal_credentials: withdrawal_credentials.to_vec(),
+            amount: *amount,
+            signature: signature.to_vec(),
+            proof: proof.concat(),
+        })
+        .collect();
+    (ctx, deposits)
 }
 
 fn data(
@@ -510,5 +535,57 @@ impl Module<Deposits> {
             fuel_used,
             host_fuel,
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The warm-up block as it was built through the chain's workload log and conversions.
+    fn through_the_chain() -> (BlockContext, Vec<Deposit>) {
+        use crate::chain::block::DepositData;
+        use crate::chain::eth1::DepositProofs as _;
+        let fork = [0u8; 4];
+        let key = crate::crypto::Keypair::from_seed([0x5a; 32]);
+        let mut new = DepositData {
+            pubkey: key.pubkey,
+            withdrawal_credentials: [1; 32],
+            amount: 32_000_000_000,
+            signature: [0; 96],
+        };
+        new.signature = key.sign(&crate::chain::native_deposits::deposit_signing_root(
+            &new, fork,
+        ));
+        let top_up = DepositData {
+            amount: 1_000_000_000,
+            ..new
+        };
+        let other = crate::crypto::Keypair::from_seed([0xa5; 32]);
+        let bad = DepositData {
+            pubkey: other.pubkey,
+            ..new
+        };
+        let mut log = crate::chain::workload::DevDepositLog::new();
+        for d in [new, top_up, bad] {
+            log.push(d);
+        }
+        let eth1 = log.eth1_data();
+        let ctx = crate::chain::block_context(1, 1, fork, &eth1, 0);
+        let deposits = log
+            .proven_deposits(0, eth1.deposit_count, eth1.deposit_count)
+            .unwrap()
+            .iter()
+            .map(crate::chain::to_wit)
+            .collect();
+        (ctx, deposits)
+    }
+
+    #[test]
+    fn the_warm_up_block_is_the_one_the_chain_builds_from_the_same_deposits() {
+        let (ctx, deposits) = build_warmup_block();
+        assert_eq!(deposits.len(), 3);
+        assert!(deposits.iter().all(|d| d.proof.len() == 33 * 32));
+        assert_eq!((ctx, deposits), through_the_chain());
     }
 }

@@ -8,10 +8,12 @@ use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
 use tokio::time::{Instant, timeout};
 
 use super::*;
 use crate::admin::{BoxFuture, client};
+use crate::http_server::MAX_HEAD;
 use crate::modules_store::StoredModule;
 use crate::modules_store::upload::{UploadError, UploadOutcome};
 

@@ -1,4 +1,5 @@
-//! The JSON form of a deposit, shared by the admin server and client.
+//! The JSON form of a deposit, shared by the dev contract's JSON-RPC endpoint (`rpc`), the
+//! JSON-RPC client and `modnode deposit submit`.
 //!
 //! ```json
 //! {"pubkey":"0x<96 hex>","withdrawal_credentials":"0x<64 hex>","amount":32000000000,

@@ -1,4 +1,4 @@
-//! Which admin connections are held, and which one is evicted to make room for a new one.
+//! Which connections are held, and which one is evicted to make room for a new one.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::task::{AbortHandle, JoinSet};
 use tokio::time::Instant;
 
-use super::ServerConfig;
+use super::ConnectionLimits;
 
 /// How far a connection got with its request; decides whether and in which order it may be
 /// evicted (lower first).
@@ -17,11 +17,12 @@ use super::ServerConfig;
 pub(crate) enum Phase {
     /// Accepted; its request head has not arrived yet.
     Head = 0,
-    /// Its request was refused (no or wrong token): answered, closing.
+    /// Its request was refused (no or wrong credentials): answered, closing.
     Refused = 1,
-    /// A request that needs no token (health, metrics, an unknown path), being answered.
+    /// A request not (yet) marked authenticated — one that needs no credentials (health,
+    /// metrics, an unknown path) — being answered.
     Public = 2,
-    /// A request with the right token: never evicted.
+    /// A request with the right credentials: never evicted.
     Authenticated = 3,
 }
 
@@ -61,7 +62,7 @@ pub(super) struct Tracked {
 impl Tracked {
     /// Whether it may be evicted at `now`, and if so its rank (evicted lowest first): the
     /// phase, then the oldest first. A connection still waiting for its head, or whose
-    /// unauthenticated request is being answered, has [`ServerConfig::head_grace`] first.
+    /// unauthenticated request is being answered, has [`ConnectionLimits::head_grace`] first.
     fn eviction_rank(&self, now: Instant, grace: Duration) -> Option<(Phase, Instant)> {
         match self.phase.get() {
             Phase::Authenticated => None,
@@ -77,7 +78,7 @@ impl Tracked {
 pub(super) struct Connections {
     pub(super) tasks: JoinSet<()>,
     pub(super) live: HashMap<tokio::task::Id, Tracked>,
-    pub(super) config: ServerConfig,
+    pub(super) config: ConnectionLimits,
     pub(super) evicted: Arc<AtomicU64>,
 }
 
@@ -139,7 +140,7 @@ impl Connections {
                 return false;
             };
             if let Some(t) = self.live.remove(&id) {
-                tracing::debug!(phase = ?t.phase.get(), "evicting the slowest unauthenticated admin connection");
+                tracing::debug!(phase = ?t.phase.get(), "evicting the slowest unauthenticated connection");
                 t.handle.abort();
                 self.evicted.fetch_add(1, Ordering::Relaxed);
             }
