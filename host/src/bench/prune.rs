@@ -23,8 +23,9 @@ use modnode::chain::block::Block;
 use modnode::chain::genesis::Genesis;
 use modnode::chain::native_deposits::Verification;
 use modnode::chain::prune::History;
-use modnode::chain::workload::{self, CachedDepositLog};
+use modnode::chain::workload;
 use modnode::chain::{Chain, DepositEngine};
+use modnode::deposit_source::cached_log::CachedDepositLog;
 use modnode::store::{MemoryStore, SledStore};
 
 use super::{ms_since, percentile};
@@ -190,7 +191,9 @@ fn live_bytes(
         *entry = entry.saturating_add(size);
     };
     store.scan_prefix(&[], &mut |key, value| {
-        let name = key.first().map_or_else(String::new, |b| char::from(*b).to_string());
+        let name = key
+            .first()
+            .map_or_else(String::new, |b| char::from(*b).to_string());
         add(name, key, value);
         Ok(())
     })?;

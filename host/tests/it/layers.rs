@@ -49,18 +49,11 @@ const RANK: &[(&str, u32)] = &[
 ];
 
 /// Arrows that still point up: `(from, to, why)`. Remove a line when its arrow is gone.
-const KNOWN_UPWARD: &[(&str, &str, &str)] = &[
-    (
-        "chain",
-        "state_cache",
-        "Chain owns the StateCache (the cache should own every state)",
-    ),
-    (
-        "chain",
-        "deposit_source",
-        "chain/workload.rs's CachedDepositLog (test and bench code) wraps deposit_source's DepositCache",
-    ),
-];
+const KNOWN_UPWARD: &[(&str, &str, &str)] = &[(
+    "chain",
+    "state_cache",
+    "Chain owns the StateCache (the cache should own every state)",
+)];
 
 fn rank(module: &str) -> Option<u32> {
     RANK.iter().find(|(m, _)| *m == module).map(|(_, r)| *r)
