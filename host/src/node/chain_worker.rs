@@ -15,7 +15,7 @@ use super::worker_inbox::{InboxSender, Refused, inbox};
 use super::worker_queue::{JobClass, QueueLimits, Requester};
 use crate::chain::block::{Block, Seal};
 use crate::chain::eth1::{DepositProofs, DepositProofsError, Eth1Data, ProvenDeposit};
-use crate::chain::{Added, Chain, ForkChoiceError, Head, ImportError};
+use crate::chain::{Added, Chain, ForkChoiceError, Head, ImportError, SealLock};
 use crate::checkpoint::service::CreateReply;
 use crate::checkpoint::{CheckpointSummary, Checkpointer, FrozenState, checkpoint_height_at};
 use crate::clock::{self, unix_ms};
@@ -279,6 +279,7 @@ pub fn spawn_with_checkpoints(
         fatal: None,
         checkpointer,
         last_checkpoint,
+        seal_lock: SealLock::default(),
     };
     let (view_tx, view) = watch::channel(worker.view());
     let states = worker.chain.states();
@@ -341,6 +342,10 @@ struct Worker {
     checkpointer: Option<Checkpointer>,
     /// Height of the last periodic checkpoint handed over (or the checkpoint height at start).
     last_checkpoint: u64,
+    /// The votes this authority cast by sealing, so that it never casts one surrounding another
+    /// (the chain's finality is safe only then; in memory: a restart keeps the head, whose
+    /// justification fork choice never lowers).
+    seal_lock: SealLock,
 }
 
 /// The deposit proofs of a node that follows no deposit source: none.
@@ -589,6 +594,16 @@ impl Worker {
             return Ok(None);
         }
         let sealed = !genesis.authorities.is_empty();
+        // Never a vote that surrounds one of ours (`chain::finality`): after fork choice moved
+        // us to a less justified branch, wait for it to catch up rather than seal there.
+        if sealed && !self.chain.may_seal(slot, &self.seal_lock) {
+            tracing::info!(
+                slot,
+                "not sealing: the head's branch is less justified than one we already voted on"
+            );
+            return Ok(None);
+        }
+        let vote = self.chain.vote_at(slot);
         let agreed = self.chain.eth1_data();
         let block = match &self.source {
             // Without a source we vote the agreed eth1 data: valid, and enough while no deposit
@@ -634,6 +649,9 @@ impl Worker {
                 reason: e.to_string(),
             }
         })?;
+        if sealed && let Some((epoch, source)) = vote {
+            self.seal_lock.sealed(epoch, source);
+        }
         self.last_block_unix_ms = unix_ms();
         Ok(Some(block))
     }

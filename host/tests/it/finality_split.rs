@@ -14,7 +14,7 @@ use std::sync::Arc;
 use modnode::chain::block::Block;
 use modnode::chain::genesis::Genesis;
 use modnode::chain::native_deposits::Verification;
-use modnode::chain::{Chain, DepositEngine};
+use modnode::chain::{Chain, DepositEngine, SealLock};
 use modnode::net::identity::NodeIdentity;
 use modnode::store::MemoryStore;
 
@@ -29,10 +29,12 @@ const A: usize = 0;
 const B: usize = 1;
 const C: usize = 2;
 
-/// A node of the simulated network: a name for the messages and its chain.
+/// A node of the simulated network: a name for the messages, its chain, and (authorities)
+/// the votes it cast by sealing, as the producer keeps them.
 struct Node {
     name: &'static str,
     chain: Chain,
+    lock: SealLock,
 }
 
 /// Three authority nodes (indexed like the authorities) and two followers, on one genesis.
@@ -56,6 +58,7 @@ impl Net {
                 DepositEngine::Native(Verification::Batched),
             )
             .unwrap(),
+            lock: SealLock::default(),
         };
         Self {
             keys,
@@ -64,20 +67,36 @@ impl Net {
         }
     }
 
-    /// The authority of `slot` does what the producer does in its slot: builds on its own
-    /// head, seals and imports. Returns the block (to deliver to others).
-    fn produce(&mut self, slot: u64) -> Block {
+    /// The authority of `slot` does what the producer does in its slot (`ChainWorker::produce`):
+    /// unless its lock forbids the vote, builds on its own head, seals, imports and records the
+    /// vote. Returns the block (to deliver to others), `None` if it did not seal.
+    fn produce(&mut self, slot: u64) -> Option<Block> {
         let me = (slot % 3) as usize;
-        let chain = &mut self.authorities[me].chain;
-        let block = sealed(chain, &self.keys, slot, 0);
-        chain.import(&block).unwrap();
+        let node = &mut self.authorities[me];
+        if !node.chain.may_seal(slot, &node.lock) {
+            return None;
+        }
+        let vote = node.chain.vote_at(slot).unwrap();
+        let block = sealed(&node.chain, &self.keys, slot, 0);
+        node.chain.import(&block).unwrap();
+        node.lock.sealed(vote.0, vote.1);
         self.check_safety();
-        block
+        Some(block)
+    }
+
+    /// Every node hears every block it lacks (a healed network; range sync): parents first.
+    fn heal(&mut self, blocks: &[Block]) {
+        for to in 0..3 {
+            self.deliver_to_authority(to, &blocks.iter().collect::<Vec<_>>());
+        }
+        for to in 0..2 {
+            self.deliver_to_follower(to, &blocks.iter().collect::<Vec<_>>());
+        }
     }
 
     /// Delivers `blocks` (parents first) to authority `to` (an index) — as gossip or range
     /// sync would; fork choice decides what the node does with them.
-    fn to_authority(&mut self, to: usize, blocks: &[&Block]) {
+    fn deliver_to_authority(&mut self, to: usize, blocks: &[&Block]) {
         for block in blocks {
             // Refusals (a branch below the node's finalized height) are the node's rules too.
             let _ = self.authorities[to].chain.add_block(block);
@@ -86,7 +105,7 @@ impl Net {
     }
 
     /// Delivers `blocks` (parents first) to follower `to` (0: F1, 1: F2).
-    fn to_follower(&mut self, to: usize, blocks: &[&Block]) {
+    fn deliver_to_follower(&mut self, to: usize, blocks: &[&Block]) {
         for block in blocks {
             let _ = self.followers[to].chain.add_block(block);
             self.check_safety();
@@ -142,41 +161,69 @@ impl Net {
 /// the producer's rules; A "sealed on both sides" at different slots without equivocating
 /// (what the finality module's doc assumed only a faulty authority could do).
 #[test]
-#[ignore = "reproduces the chain split (a consensus safety bug): fails until finality is fixed"]
 fn honest_authorities_never_let_two_nodes_finalize_conflicting_blocks() {
     let mut net = Net::new();
-    let y1 = net.produce(2);
-    net.to_follower(1, &[&y1]);
+    let y1 = net.produce(2).expect("the producer sealed");
+    net.deliver_to_follower(1, &[&y1]);
 
-    let x1 = net.produce(3);
-    net.to_authority(B, &[&x1]);
-    net.to_follower(0, &[&x1]);
+    let x1 = net.produce(3).expect("the producer sealed");
+    net.deliver_to_authority(B, &[&x1]);
+    net.deliver_to_follower(0, &[&x1]);
 
-    let x2 = net.produce(4);
-    net.to_follower(0, &[&x2]);
+    let x2 = net.produce(4).expect("the producer sealed");
+    net.deliver_to_follower(0, &[&x2]);
 
-    let y2 = net.produce(5);
-    net.to_follower(1, &[&y2]);
-    net.to_authority(A, &[&y1, &y2]);
+    let y2 = net.produce(5).expect("the producer sealed");
+    net.deliver_to_follower(1, &[&y2]);
+    net.deliver_to_authority(A, &[&y1, &y2]);
     assert_eq!(
         net.authorities[A].chain.head().hash,
         y2.hash(),
         "fork choice moved A to the longer branch"
     );
 
-    let y3 = net.produce(6);
+    let y3 = net.produce(6).expect("the producer sealed");
     assert_eq!(y3.header.parent_hash, y2.hash());
-    net.to_authority(C, &[&y3]);
-    net.to_follower(1, &[&y3]);
+    net.deliver_to_authority(C, &[&y3]);
+    net.deliver_to_follower(1, &[&y3]);
 
-    let x3 = net.produce(7);
-    net.to_follower(0, &[&x3]);
+    let x3 = net.produce(7).expect("the producer sealed");
+    net.deliver_to_follower(0, &[&x3]);
 
-    let y4 = net.produce(8);
-    net.to_follower(1, &[&y4]);
+    let y4 = net.produce(8).expect("the producer sealed");
+    net.deliver_to_follower(1, &[&y4]);
 
-    // The scenario did reach finality on both sides (else it proves nothing).
-    let f1 = &net.followers[0].chain;
-    let f2 = &net.followers[1].chain;
-    assert!(f1.finalized_height() >= 1 || f2.finalized_height() >= 1);
+    // Before the fix F1 had finalized X1 and F2 Y1 here (the check above failed at slot 7).
+    // Now X1 is only justified (epoch 1's votes by A and B) and nothing voted from it.
+    assert_eq!(net.followers[0].chain.finalized_height(), 0);
+    assert_eq!(net.followers[1].chain.finalized_height(), 0);
+
+    // Heal: everyone hears everything and fork choice picks Y, justified at epoch 2 (A and C
+    // voted in slots 6 and 8); X is justified at epoch 1 only.
+    let mut all = vec![y1, x1, x2, y2, y3, x3, y4];
+    net.heal(&all);
+    let head = net.authorities[C].chain.head();
+    assert_eq!(head.hash, all[6].hash());
+    for node in net.authorities.iter().chain(&net.followers) {
+        assert_eq!(node.chain.head(), head, "{} did not move to Y", node.name);
+    }
+    // And the chain is live again: every authority seals on Y, and finality moves on.
+    for slot in 9..=30 {
+        let block = net
+            .produce(slot)
+            .unwrap_or_else(|| panic!("authority {} did not seal at slot {slot}", slot % 3));
+        net.heal(std::slice::from_ref(&block));
+        all.push(block);
+    }
+    let head = net.authorities[A].chain.head();
+    for node in net.authorities.iter().chain(&net.followers) {
+        assert_eq!(node.chain.head(), head, "{}", node.name);
+        assert!(
+            node.chain.finalized_height() >= head.height - 7,
+            "{}: finalized {} of {}",
+            node.name,
+            node.chain.finalized_height(),
+            head.height
+        );
+    }
 }
