@@ -68,9 +68,10 @@
 //! is later. A chain without authorities (the unsigned dev chain) or with one keeps the depth
 //! rule only.
 //!
-//! What is not covered: an authority whose data directory is wiped forgets its lock (it still
-//! cannot seal in an epoch twice, its slot being taken; a surround needs it to have sealed from a
-//! higher source on a branch it no longer has).
+//! What is not covered: the producer's lock starts, after a restart, from the authority's last
+//! block on the stored canonical chain; a vote cast on a branch the node no longer has, or
+//! before its data directory was wiped, is forgotten (it still cannot seal twice in a slot it
+//! already used on this chain; a surround needs it to have voted from a higher source there).
 //!
 //! The finalized height never goes down: it is kept here, advanced on every import, and
 //! recomputed from the stored chain when the chain opens.
@@ -248,6 +249,18 @@ impl Finality {
             .fold(self.root.epoch, u64::max)
     }
 
+    /// The vote of `proposer`'s last canonical block above the root: its epoch and the epoch
+    /// of the source it voted from (`None`: no such block, or no votes counted).
+    pub(super) fn last_vote_of(&self, proposer: u32) -> Option<(u64, u64)> {
+        if !self.counts_votes() {
+            return None;
+        }
+        let last = self.above.iter().rev().find(|b| b.proposer == proposer)?;
+        let mut below = self.clone();
+        below.reverted(last.height);
+        Some((self.epoch_of(last.slot), below.source_for(last.slot)))
+    }
+
     /// The block at `height` and `slot` sealed by authority `proposer` became the head.
     pub(super) fn imported(&mut self, height: u64, slot: u64, proposer: u32) {
         // A head below what is kept (it cannot be: nothing final is reverted) resets nothing.
@@ -371,6 +384,11 @@ pub struct SealLock {
 }
 
 impl SealLock {
+    /// The lock of an authority whose last vote was `vote` (epoch, source), if any.
+    pub fn after(vote: Option<(u64, u64)>) -> Self {
+        Self { last: vote }
+    }
+
     /// Whether the authority may seal a block of `epoch` voting from `source`.
     pub fn allows(&self, epoch: u64, source: u64) -> bool {
         self.last
@@ -521,6 +539,18 @@ mod tests {
             Finality::open::<()>(3, 4, 110, |h| Ok((h > 100).then_some((3 * h + 1, 1)))).unwrap();
         assert_eq!(f.finalized(), 100);
         assert_eq!(f.above.len(), 10);
+    }
+
+    #[test]
+    fn an_authoritys_last_vote_is_found_on_the_chain() {
+        // Slots 1..=10 round robin, depth large so nothing moves the root.
+        let f = imported(3, 100, &(1..=10).collect::<Vec<_>>());
+        // Authority 1's last block is slot 10 (epoch 3), voting from epoch 2 (justified by
+        // slots 6..=8); authority 2's is slot 8 (epoch 2), from epoch 1.
+        assert_eq!(f.last_vote_of(1), Some((3, 2)));
+        assert_eq!(f.last_vote_of(2), Some((2, 1)));
+        assert_eq!(f.last_vote_of(7), None);
+        assert_eq!(imported(1, 100, &[1, 2]).last_vote_of(0), None);
     }
 
     #[test]

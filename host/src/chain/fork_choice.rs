@@ -195,6 +195,12 @@ impl Chain {
             .then(|| (self.finality.epoch_of(slot), self.finality.source_for(slot)))
     }
 
+    /// The vote authority `proposer` cast with its last canonical block above the finalized
+    /// root (epoch, source epoch): what its producer's [`SealLock`] starts from after a restart.
+    pub fn last_vote_of(&self, proposer: u32) -> Option<(u64, u64)> {
+        self.finality.last_vote_of(proposer)
+    }
+
     /// Whether the authority holding `lock` may seal a block of `slot` on the head: never a
     /// vote that surrounds, or is surrounded by, one of its own (`finality`). The producer
     /// asks before it builds and records the vote in `lock` once the block is imported.

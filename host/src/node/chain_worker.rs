@@ -269,6 +269,15 @@ pub fn spawn_with_checkpoints(
     // the next multiple of the interval to become final.
     let interval = checkpointer.as_ref().map_or(0, |c| c.config().interval);
     let last_checkpoint = checkpoint_height_at(chain.finalized_height(), interval).unwrap_or(0);
+    // After a restart the lock starts from our last vote on the stored chain (votes cast on a
+    // branch this node no longer has are forgotten).
+    let me = chain
+        .genesis()
+        .authorities
+        .iter()
+        .position(|a| a == identity.node_id().as_bytes())
+        .and_then(|i| u32::try_from(i).ok());
+    let seal_lock = SealLock::after(me.and_then(|me| chain.last_vote_of(me)));
     let mut worker = Worker {
         chain,
         identity,
@@ -279,7 +288,7 @@ pub fn spawn_with_checkpoints(
         fatal: None,
         checkpointer,
         last_checkpoint,
-        seal_lock: SealLock::default(),
+        seal_lock,
     };
     let (view_tx, view) = watch::channel(worker.view());
     let states = worker.chain.states();
@@ -343,8 +352,7 @@ struct Worker {
     /// Height of the last periodic checkpoint handed over (or the checkpoint height at start).
     last_checkpoint: u64,
     /// The votes this authority cast by sealing, so that it never casts one surrounding another
-    /// (the chain's finality is safe only then; in memory: a restart keeps the head, whose
-    /// justification fork choice never lowers).
+    /// (the chain's finality is safe only then; restarted from the stored chain).
     seal_lock: SealLock,
 }
 
