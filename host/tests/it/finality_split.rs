@@ -156,10 +156,12 @@ impl Net {
 /// - slot 8: C builds Y4 on Y3; F2 hears it. F2's Y1 is sealed by C and built on by A — a
 ///   majority of 3 — and `DEPTH` below F2's head: final.
 ///
-/// F1 finalized X1 and F2 finalized Y1, both at height 1: two honest nodes with conflicting
-/// final blocks, and no fork choice can ever bring them together again. Every authority obeyed
-/// the producer's rules; A "sealed on both sides" at different slots without equivocating
-/// (what the finality module's doc assumed only a faulty authority could do).
+/// Under rolling finality (every seal a vote for every block under it) F1 finalized X1 and F2
+/// Y1, both at height 1 (already A and B, at slot 7): two honest nodes with conflicting final
+/// blocks that no fork choice could ever bring together. Every authority obeyed the producer's
+/// rules; A "sealed on both sides" at different slots without equivocating. With FFG finality
+/// (`chain::finality`) X1 is only justified, nothing is final, and after the heal every node
+/// moves to Y (justified at a later epoch), every authority seals there and finality resumes.
 #[test]
 fn honest_authorities_never_let_two_nodes_finalize_conflicting_blocks() {
     let mut net = Net::new();
