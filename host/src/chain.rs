@@ -45,6 +45,7 @@ pub use deposit_engine::{DepositEngine, DepositModules, DepositsResult, block_co
 pub use equivocation::{Evidence, EvidenceSummary, MAX_EVIDENCE, RECENT_EVIDENCE, SignedHeader};
 pub use errors::{BuildError, FailureClass, ImportError, OpenError, RevertError};
 use eth1::{DepositProofs, DueDeposits, Eth1Data, Eth1State, ProvenDeposit};
+pub use finality::SealLock;
 pub use fork_choice::{Added, ForkChoiceError};
 pub use from_checkpoint::{CheckpointStart, base_height, init_from_checkpoint};
 use genesis::Genesis;
@@ -216,13 +217,13 @@ fn hex32(h: &Hash) -> String {
     hex::encode(h)
 }
 
-/// The proposer of the canonical block at `height`; `None` where none is stored (below a
-/// checkpoint's base).
-fn proposer_at(
+/// The slot and proposer of the canonical block at `height`; `None` where none is stored
+/// (below a checkpoint's base or the pruned floor).
+fn slot_and_proposer_at(
     store: &dyn KvStore,
     genesis: &Genesis,
     height: u64,
-) -> Result<Option<u32>, OpenError> {
+) -> Result<Option<(u64, u32)>, OpenError> {
     let Some(hash) = store.get(&keys::height(height))? else {
         return Ok(None);
     };
@@ -237,7 +238,7 @@ fn proposer_at(
     let block = Block::decode(&block, genesis.max_deposits_per_block).map_err(|e| {
         OpenError::Corrupt(format!("block {} at height {height}: {e}", hex32(&hash)))
     })?;
-    Ok(Some(block.header.proposer))
+    Ok(Some((block.header.slot, block.header.proposer)))
 }
 
 impl Chain {
@@ -421,7 +422,7 @@ impl Chain {
                     genesis.authorities.len(),
                     genesis.finality_depth,
                     head.height,
-                    |height| proposer_at(store.as_ref(), &genesis, height),
+                    |height| slot_and_proposer_at(store.as_ref(), &genesis, height),
                 )?;
                 let base = base_height(store.as_ref())?;
                 let pruned = prune::Cursors::load(store.as_ref())?;
@@ -1120,7 +1121,8 @@ impl Chain {
         self.schedule = schedule;
         self.pending = pending;
         self.head = head;
-        self.finality.imported(head.height, header.proposer);
+        self.finality
+            .imported(head.height, header.slot, header.proposer);
         if let Some(modules) = &self.modules {
             modules.scheduled(&self.schedule);
             if let Some(call) = warm_input {

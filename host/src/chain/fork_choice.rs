@@ -20,7 +20,7 @@
 //! on every node that holds the evidence (`equivocation`).
 
 use super::block::{Block, BlockHeader, Hash};
-use super::{Chain, FailureClass, Head, ImportError, Imported, RevertError, hex32};
+use super::{Chain, FailureClass, Head, ImportError, Imported, RevertError, SealLock, hex32};
 use crate::state_cache::StateCacheError;
 use crate::store::{StoreError, WriteBatch, keys};
 
@@ -186,6 +186,29 @@ impl Chain {
         self.finality.finalized()
     }
 
+    /// The vote a block of `slot` built on the head casts: its epoch and the epoch of the
+    /// source it votes from (`finality`). `None` on a chain that counts no votes (no
+    /// authorities, or one).
+    pub fn vote_at(&self, slot: u64) -> Option<(u64, u64)> {
+        self.finality
+            .counts_votes()
+            .then(|| (self.finality.epoch_of(slot), self.finality.source_for(slot)))
+    }
+
+    /// The vote authority `proposer` cast with its last canonical block above the finalized
+    /// root (epoch, source epoch): what its producer's [`SealLock`] starts from after a restart.
+    pub fn last_vote_of(&self, proposer: u32) -> Option<(u64, u64)> {
+        self.finality.last_vote_of(proposer)
+    }
+
+    /// Whether the authority holding `lock` may seal a block of `slot` on the head: never a
+    /// vote that surrounds, or is surrounded by, one of its own (`finality`). The producer
+    /// asks before it builds and records the vote in `lock` once the block is imported.
+    pub fn may_seal(&self, slot: u64, lock: &SealLock) -> bool {
+        self.vote_at(slot)
+            .is_none_or(|(epoch, source)| lock.allows(epoch, source))
+    }
+
     fn stored_block(&self, hash: &Hash) -> Result<Option<Block>, StoreError> {
         let Some(bytes) = self.store.get(&keys::block(hash))? else {
             return Ok(None);
@@ -323,8 +346,16 @@ impl Chain {
         }
 
         let head = self.head;
-        let better = block.header.height > head.height
+        let longer = block.header.height > head.height
             || (block.header.height == head.height && hash < head.hash);
+        // The higher justified checkpoint wins first (`finality`), then the longer chain.
+        let better = match self.branch_justification(block)? {
+            Some(justified) => {
+                let ours = self.finality.justified_epoch();
+                justified > ours || (justified == ours && longer)
+            }
+            None => longer,
+        };
         if !better {
             return Ok(Added::Stored);
         }
@@ -388,6 +419,50 @@ impl Chain {
             head: self.head,
             reverted: head.height.saturating_sub(ancestor),
         })
+    }
+}
+
+impl Chain {
+    /// Epoch of the highest justified checkpoint on the chain ending with stored side block
+    /// `block`, or `None` if the chain counts no votes or the branch cannot be weighed here (it
+    /// runs through a void or missing block, or forks below the finalized height: the caller's
+    /// checks refuse it).
+    fn branch_justification(&self, block: &Block) -> Result<Option<u64>, StoreError> {
+        if !self.finality.counts_votes() {
+            return Ok(None);
+        }
+        let mut branch = vec![(
+            block.header.height,
+            block.header.slot,
+            block.header.proposer,
+        )];
+        let mut parent = block.header.parent_hash;
+        let ancestor = loop {
+            let Some(cursor) = self.stored_block(&parent)? else {
+                return Ok(None);
+            };
+            if self.is_canonical(&cursor.header)? {
+                break cursor.header.height;
+            }
+            if self.is_void(&cursor.header) {
+                return Ok(None);
+            }
+            branch.push((
+                cursor.header.height,
+                cursor.header.slot,
+                cursor.header.proposer,
+            ));
+            parent = cursor.header.parent_hash;
+        };
+        if ancestor < self.finalized_height() {
+            return Ok(None);
+        }
+        let mut finality = self.finality.clone();
+        finality.reverted(ancestor.saturating_add(1));
+        for (height, slot, proposer) in branch.into_iter().rev() {
+            finality.imported(height, slot, proposer);
+        }
+        Ok(Some(finality.justified_epoch()))
     }
 }
 

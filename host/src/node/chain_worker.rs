@@ -15,7 +15,7 @@ use super::worker_inbox::{InboxSender, Refused, inbox};
 use super::worker_queue::{JobClass, QueueLimits, Requester};
 use crate::chain::block::{Block, Seal};
 use crate::chain::eth1::{DepositProofs, DepositProofsError, Eth1Data, ProvenDeposit};
-use crate::chain::{Added, Chain, ForkChoiceError, Head, ImportError};
+use crate::chain::{Added, Chain, ForkChoiceError, Head, ImportError, SealLock};
 use crate::checkpoint::service::CreateReply;
 use crate::checkpoint::{CheckpointSummary, Checkpointer, FrozenState, checkpoint_height_at};
 use crate::clock::{self, unix_ms};
@@ -269,6 +269,15 @@ pub fn spawn_with_checkpoints(
     // the next multiple of the interval to become final.
     let interval = checkpointer.as_ref().map_or(0, |c| c.config().interval);
     let last_checkpoint = checkpoint_height_at(chain.finalized_height(), interval).unwrap_or(0);
+    // After a restart the lock starts from our last vote on the stored chain (votes cast on a
+    // branch this node no longer has are forgotten).
+    let me = chain
+        .genesis()
+        .authorities
+        .iter()
+        .position(|a| a == identity.node_id().as_bytes())
+        .and_then(|i| u32::try_from(i).ok());
+    let seal_lock = SealLock::after(me.and_then(|me| chain.last_vote_of(me)));
     let mut worker = Worker {
         chain,
         identity,
@@ -279,6 +288,7 @@ pub fn spawn_with_checkpoints(
         fatal: None,
         checkpointer,
         last_checkpoint,
+        seal_lock,
     };
     let (view_tx, view) = watch::channel(worker.view());
     let states = worker.chain.states();
@@ -341,6 +351,9 @@ struct Worker {
     checkpointer: Option<Checkpointer>,
     /// Height of the last periodic checkpoint handed over (or the checkpoint height at start).
     last_checkpoint: u64,
+    /// The votes this authority cast by sealing, so that it never casts one surrounding another
+    /// (the chain's finality is safe only then; restarted from the stored chain).
+    seal_lock: SealLock,
 }
 
 /// The deposit proofs of a node that follows no deposit source: none.
@@ -589,6 +602,16 @@ impl Worker {
             return Ok(None);
         }
         let sealed = !genesis.authorities.is_empty();
+        // Never a vote that surrounds one of ours (`chain::finality`): after fork choice moved
+        // us to a less justified branch, wait for it to catch up rather than seal there.
+        if sealed && !self.chain.may_seal(slot, &self.seal_lock) {
+            tracing::info!(
+                slot,
+                "not sealing: the head's branch is less justified than one we already voted on"
+            );
+            return Ok(None);
+        }
+        let vote = self.chain.vote_at(slot);
         let agreed = self.chain.eth1_data();
         let block = match &self.source {
             // Without a source we vote the agreed eth1 data: valid, and enough while no deposit
@@ -634,6 +657,9 @@ impl Worker {
                 reason: e.to_string(),
             }
         })?;
+        if sealed && let Some((epoch, source)) = vote {
+            self.seal_lock.sealed(epoch, source);
+        }
         self.last_block_unix_ms = unix_ms();
         Ok(Some(block))
     }

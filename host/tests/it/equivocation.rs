@@ -282,12 +282,13 @@ fn evidence_and_header_records_stay_bounded_whatever_authorities_sign() {
     genesis.finality_depth = 2;
     let store: Arc<dyn KvStore> = Arc::new(MemoryStore::new());
     let mut chain = open(&genesis, store.clone());
-    for slot in 3..=6 {
+    for slot in 3..=14 {
         let block = sealed(&chain, &keys, slot, 0);
         chain.add_block(&block).unwrap();
     }
-    // The finalized block is at height 2 (slot 4): headers for the empty slots 1 and 2 below
-    // it are not kept.
+    // Epoch 3 (slots 12..=14) voted from epoch 2's checkpoint: the block of slot 7 (height
+    // 5) is final. Headers for the empty slots 1 and 2 below it are not kept.
+    assert_eq!(chain.finalized_height(), 5);
     let headers = records(store.as_ref(), b"q");
     for variant in 0..50 {
         let _ = chain.add_block(&detached(
@@ -304,8 +305,9 @@ fn evidence_and_header_records_stay_bounded_whatever_authorities_sign() {
         "records for final slots"
     );
 
-    // Two headers for each of MAX_EVIDENCE + 100 slots: the newest MAX_EVIDENCE kept.
-    let slots = 10..10 + modnode::chain::MAX_EVIDENCE as u64 + 100;
+    // Two headers for each of MAX_EVIDENCE + 100 slots after the head's: the newest
+    // MAX_EVIDENCE kept.
+    let slots = 20..20 + modnode::chain::MAX_EVIDENCE as u64 + 100;
     for slot in slots.clone() {
         for variant in 0..2 {
             let _ = chain.add_block(&detached(&genesis, &chain, &keys, slot, variant));

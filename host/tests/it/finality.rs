@@ -1,5 +1,6 @@
 //! Finality under a partition: a block is final once it is `finality_depth` below the head and
-//! a majority of the authorities sealed it or a block on it. A minority cut off for longer than
+//! under a checkpoint a majority of the authorities finalized by their seals (`chain::finality`:
+//! FFG with the seals as votes, epochs of one slot per authority). A minority cut off for longer than
 //! `finality_depth` must not finalize its own branch — with depth alone it did, and the two
 //! sides could never merge again.
 //!
@@ -61,7 +62,9 @@ fn a_minority_cut_off_longer_than_the_finality_depth_rejoins_the_majority_at_the
         majority.import(&block).unwrap();
     }
     let together = minority.head().height;
-    assert_eq!(minority.finalized_height(), together - DEPTH);
+    // Epochs of 3 slots; epoch 2 (slots 6..=8) voted from epoch 1's justified checkpoint (the
+    // block of slot 2): final.
+    assert_eq!(minority.finalized_height(), 2);
     // Cut: slots 10..=45, each side builds in the slots of its own authorities.
     for slot in 10..=45 {
         let side = if genesis.proposer_for(slot) == Some(2) {
@@ -74,16 +77,20 @@ fn a_minority_cut_off_longer_than_the_finality_depth_rejoins_the_majority_at_the
     }
     assert_eq!(minority.head().height, together + 12);
     assert_eq!(majority.head().height, together + 24);
-    // The majority finalizes by depth; the minority only what a majority sealed over: the
-    // last block before the cut.
-    assert_eq!(majority.finalized_height(), majority.head().height - DEPTH);
-    assert_eq!(minority.finalized_height(), together);
+    // The majority finalizes by votes: epoch 14 (slots 42, 43) voted from epoch 13's
+    // checkpoint (the block of slot 37, height 28). The minority only what a majority voted
+    // over: epoch 3 (slots 9 by authority 0, before the cut, and 11 by 2) justified epoch 3's
+    // checkpoint from epoch 2's (the block of slot 5), which is final; nothing it built alone.
+    assert_eq!(majority.head().height, 33);
+    assert_eq!(majority.finalized_height(), 28);
+    let stuck = minority.finalized_height();
+    assert_eq!(stuck, 5);
 
     // A restart during the cut finds the same finalized height in the stored chain.
     let minority_branch = canonical(&minority, together + 1);
     drop(minority);
     let mut minority = open(&genesis, minority_store);
-    assert_eq!(minority.finalized_height(), together);
+    assert_eq!(minority.finalized_height(), stuck);
 
     // Heal: the minority hears the majority's blocks and moves onto its longer chain.
     let mut last = None;
@@ -108,7 +115,7 @@ fn a_minority_cut_off_longer_than_the_finality_depth_rejoins_the_majority_at_the
 }
 
 /// While only one of two authorities produces, blocks are still made and imported but nothing
-/// new becomes final; when the other one seals again, finality catches up at once.
+/// new becomes final; when the other one seals again, finality catches up two epochs later.
 #[test]
 fn finality_waits_for_a_majority_and_catches_up_when_it_is_back() {
     let (keys, mut genesis) = setup();
@@ -118,20 +125,24 @@ fn finality_waits_for_a_majority_and_catches_up_when_it_is_back() {
         let block = sealed(&chain, &keys, slot, 0);
         chain.import(&block).unwrap();
     }
-    assert_eq!(chain.finalized_height(), 6 - DEPTH);
+    // Epochs of 2 slots: epoch 2 (slots 4, 5) voted from epoch 1's checkpoint (height 1).
+    assert_eq!(chain.finalized_height(), 1);
     // Authority 1's slots go empty: only even slots produce.
     for slot in (8..=30).step_by(2) {
         let block = sealed(&chain, &keys, slot, 0);
         chain.import(&block).unwrap();
     }
     let stuck = chain.finalized_height();
-    assert_eq!(
-        stuck, 5,
-        "the last block authority 1 sealed is final, nothing above"
-    );
+    assert_eq!(stuck, 1, "nothing authority 0 built alone is final");
     assert_eq!(chain.head().height, 18);
-    // Authority 1 seals one block: everything up to the depth is final again.
+    // Authority 1 seals again: epoch 15 (slots 30, 31) is justified, and once epoch 16 votes
+    // from it everything up to the depth is final again.
     let block = sealed(&chain, &keys, 31, 0);
     chain.import(&block).unwrap();
+    assert_eq!(chain.finalized_height(), stuck);
+    for slot in [32, 33] {
+        let block = sealed(&chain, &keys, slot, 0);
+        chain.import(&block).unwrap();
+    }
     assert_eq!(chain.finalized_height(), chain.head().height - DEPTH);
 }

@@ -26,6 +26,7 @@ mod devnet;
 mod equivocation;
 mod equivocation_devnet;
 mod finality;
+mod finality_split;
 mod gossip;
 mod gossip_hostile;
 mod gossip_sim;
