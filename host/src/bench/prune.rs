@@ -45,6 +45,10 @@ pub struct Run {
     pub disk_bytes: u64,
     /// Lowest height above genesis still stored.
     pub served_from: u64,
+    /// How far the serving floor fell behind head − window during the run, at most (blocks):
+    /// what the store held beyond the window at its fullest (never less than what finality
+    /// keeps, as blocks are pruned only below the finalized height).
+    pub max_lag_blocks: u64,
     /// Opening the chain again after the run (sled open and `Chain::open`), ms.
     pub reopen_ms: f64,
     /// Bytes of the keys and values stored (what `du` would be without the store's own
@@ -137,6 +141,7 @@ fn run(genesis: &Genesis, blocks: &[Block], history: Option<History>) -> anyhow:
     let dir = tempfile::tempdir()?;
     let path = dir.path().join("chain");
     let mut samples = Vec::with_capacity(blocks.len());
+    let mut max_lag = 0u64;
     {
         let store = Arc::new(SledStore::open(&path)?);
         let mut chain = Chain::open(store, genesis.clone(), engine())?;
@@ -147,6 +152,10 @@ fn run(genesis: &Genesis, blocks: &[Block], history: Option<History>) -> anyhow:
             let start = Instant::now();
             chain.import(block)?;
             samples.push(ms_since(start));
+            if let Some(History::Blocks(window)) = history {
+                let target = chain.head().height.saturating_sub(window);
+                max_lag = max_lag.max(target.saturating_sub(chain.served_from()));
+            }
         }
         if let Some(history) = history {
             chain.pruner(history).run_until_done(256)?;
@@ -174,6 +183,7 @@ fn run(genesis: &Genesis, blocks: &[Block], history: Option<History>) -> anyhow:
         import_max_ms: samples.iter().copied().fold(0.0, f64::max),
         disk_bytes: du(dir.path())?,
         served_from,
+        max_lag_blocks: max_lag,
         reopen_ms,
         live_bytes,
     })
