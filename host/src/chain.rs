@@ -418,10 +418,25 @@ impl Chain {
                 let states = new_state_cache(&store, &genesis, &deposits);
                 let proposals = proposals::load(store.as_ref())?;
                 let equivocations = equivocation::Equivocations::load(store.as_ref())?;
+                let stored_root = store
+                    .get(keys::FINALITY_ROOT)?
+                    .map(|bytes| {
+                        <[u8; finality::ROOT_RECORD_LEN]>::try_from(bytes.as_slice()).map_err(
+                            |_| {
+                                OpenError::Corrupt(format!(
+                                    "the finality root record is {} bytes, not {}",
+                                    bytes.len(),
+                                    finality::ROOT_RECORD_LEN
+                                ))
+                            },
+                        )
+                    })
+                    .transpose()?;
                 let finality = finality::Finality::open(
                     genesis.authorities.len(),
                     genesis.finality_depth,
                     head.height,
+                    stored_root,
                     |height| slot_and_proposer_at(store.as_ref(), &genesis, height),
                 )?;
                 let base = base_height(store.as_ref())?;
@@ -1080,6 +1095,10 @@ impl Chain {
         pending_store::put_block(&mut batch, &hash, self.pending.as_ref(), pending.as_ref());
         batch.put(keys::height(head.height), hash.to_vec());
         batch.put(keys::HEAD, head.encode());
+        // The finalized root as of the parent (never reverted): a restart walks only above it.
+        if let Some(root) = self.finality.root_record() {
+            batch.put(keys::FINALITY_ROOT, root.to_vec());
+        }
         self.store
             .commit(&batch)
             .map_err(|source| ImportError::Store {

@@ -217,6 +217,10 @@ pub mod keys {
     pub const PRUNED: &[u8] = b"mpruned";
     /// The head record.
     pub const HEAD: &[u8] = b"mhead";
+    /// The finalized checkpoint votes are counted from (`chain::finality`), as of the head's
+    /// parent: height and epoch, 8 bytes each, big-endian. Written with every block of a chain
+    /// with two or more authorities; an open walks the blocks above it only.
+    pub const FINALITY_ROOT: &[u8] = b"mfinalroot";
     /// The genesis hash.
     pub const GENESIS: &[u8] = b"mgenesis";
     /// The store format version.

@@ -93,6 +93,28 @@ struct Checkpoint {
     epoch: u64,
 }
 
+/// Bytes of a persisted root ([`Finality::root_record`]): height and epoch, big-endian.
+pub(super) const ROOT_RECORD_LEN: usize = 16;
+
+impl Checkpoint {
+    fn encode(self) -> [u8; ROOT_RECORD_LEN] {
+        let mut out = [0u8; ROOT_RECORD_LEN];
+        let (height, epoch) = out.split_at_mut(8);
+        height.copy_from_slice(&self.height.to_be_bytes());
+        epoch.copy_from_slice(&self.epoch.to_be_bytes());
+        out
+    }
+
+    fn decode(bytes: [u8; ROOT_RECORD_LEN]) -> Self {
+        let (height, epoch) = bytes.split_at(8);
+        let word = |b: &[u8]| <[u8; 8]>::try_from(b).map_or(0, u64::from_be_bytes);
+        Self {
+            height: word(height),
+            epoch: word(epoch),
+        }
+    }
+}
+
 /// What the votes of a chain justify and finalize.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Verdict {
@@ -169,10 +191,16 @@ impl Finality {
     /// from the head (`block_at(h)`: its slot and proposer; `Ok(None)` where no block is
     /// stored, i.e. below a checkpoint's base or the pruned floor, which is final) and counts
     /// their votes up again.
+    ///
+    /// `stored_root` is the root the chain last persisted ([`Finality::root_record`]): a
+    /// finalized checkpoint, so on every chain the store can hold from now on; the walk stops
+    /// there instead of going down to what is stored, and opening costs the blocks above the
+    /// root (about two epochs while a majority produces), not the history kept.
     pub(super) fn open<E>(
         authorities: usize,
         depth: u64,
         head: u64,
+        stored_root: Option<[u8; ROOT_RECORD_LEN]>,
         mut block_at: impl FnMut(u64) -> Result<Option<(u64, u32)>, E>,
     ) -> Result<Self, E> {
         let mut blocks = VecDeque::new();
@@ -181,6 +209,10 @@ impl Finality {
             height: 0,
             epoch: 0,
         };
+        let stored_root = stored_root
+            .filter(|_| authorities > 1)
+            .map(Checkpoint::decode)
+            .filter(|r| r.height <= head);
         // With the depth rule alone what is `depth` below the head is final: no need to walk
         // further (with votes, the walk goes down to what is stored).
         let by_depth = (authorities <= 1).then(|| head.saturating_sub(depth));
@@ -189,6 +221,12 @@ impl Finality {
         while height > 0 {
             if by_depth.is_some_and(|floor| height <= floor) {
                 root = Checkpoint { height, epoch: 0 };
+                break;
+            }
+            if let Some(stored) = stored_root
+                && height <= stored.height
+            {
+                root = stored;
                 break;
             }
             let Some((slot, proposer)) = block_at(height)? else {
@@ -220,6 +258,13 @@ impl Finality {
     /// Height at or below which blocks are final.
     pub(super) fn finalized(&self) -> u64 {
         self.finalized
+    }
+
+    /// The root to persist with the next block (`None` with the depth rule alone, which needs
+    /// none): a finalized checkpoint, never reverted, so a later [`open`](Self::open) may
+    /// start its walk there.
+    pub(super) fn root_record(&self) -> Option<[u8; ROOT_RECORD_LEN]> {
+        self.counts_votes().then(|| self.root.encode())
     }
 
     /// Whether this chain counts votes (more than one authority); else the depth rule alone.
@@ -410,7 +455,7 @@ mod tests {
     fn walked(authorities: usize, depth: u64, slots: &[u64]) -> Finality {
         let n = authorities.max(1) as u64;
         let head = slots.len() as u64;
-        Finality::open::<()>(authorities, depth, head, |h| {
+        Finality::open::<()>(authorities, depth, head, None, |h| {
             Ok(slots.get((h - 1) as usize).map(|s| (*s, (s % n) as u32)))
         })
         .unwrap()
@@ -494,7 +539,7 @@ mod tests {
             assert_eq!(walked(authorities, 5, &one).finalized(), 15);
             // Opening reads only the blocks above the depth, not the whole chain.
             let mut read = 0;
-            let f = Finality::open::<()>(authorities, 5, 20, |_| {
+            let f = Finality::open::<()>(authorities, 5, 20, None, |_| {
                 read += 1;
                 Ok(Some((read, 0)))
             })
@@ -533,10 +578,40 @@ mod tests {
     }
 
     #[test]
+    fn opening_from_the_persisted_root_reads_only_the_blocks_above_it_and_decides_the_same() {
+        // 300 blocks round robin by three authorities, depth 8.
+        let slots: Vec<u64> = (1..=300).collect();
+        let live = imported(3, 8, &slots);
+        let record = live.root_record().expect("votes are counted");
+        assert!(live.root.height > 250, "the root follows finality");
+        let mut read = 0u64;
+        let reopened = Finality::open::<()>(3, 8, 300, Some(record), |h| {
+            read += 1;
+            Ok(slots.get((h - 1) as usize).map(|s| (*s, (s % 3) as u32)))
+        })
+        .unwrap();
+        assert_eq!(
+            read,
+            300 - live.root.height,
+            "only the blocks above the root"
+        );
+        let full = walked(3, 8, &slots);
+        for f in [&reopened, &full] {
+            assert_eq!(f.finalized(), live.finalized());
+            assert_eq!(f.justified_epoch(), live.justified_epoch());
+            assert_eq!(f.last_vote_of(1), live.last_vote_of(1));
+        }
+        // The depth rule persists nothing and ignores a record.
+        assert_eq!(imported(1, 8, &slots).root_record(), None);
+        let depth_only = Finality::open::<()>(1, 8, 300, Some(record), |_| Ok(Some((1, 0))));
+        assert_eq!(depth_only.unwrap().finalized(), 292);
+    }
+
+    #[test]
     fn a_chain_restored_from_a_checkpoint_is_final_at_its_base() {
         // Blocks stored from height 101 (base 100) to 110, all by authority 1.
-        let f =
-            Finality::open::<()>(3, 4, 110, |h| Ok((h > 100).then_some((3 * h + 1, 1)))).unwrap();
+        let f = Finality::open::<()>(3, 4, 110, None, |h| Ok((h > 100).then_some((3 * h + 1, 1))))
+            .unwrap();
         assert_eq!(f.finalized(), 100);
         assert_eq!(f.above.len(), 10);
     }
