@@ -138,6 +138,27 @@ impl Drop for KillOnDrop {
     }
 }
 
+/// The lines a child writes to `stderr`, sent one by one on the returned channel by a reader
+/// thread (join it once the child is gone) — so a test can wait for a line with a deadline.
+pub(super) fn stderr_lines(
+    stderr: std::process::ChildStderr,
+) -> (
+    std::sync::mpsc::Receiver<String>,
+    std::thread::JoinHandle<()>,
+) {
+    use std::io::BufRead as _;
+    let (lines_tx, lines) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            if lines_tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    (lines, reader)
+}
+
 /// `modnode run` on the embedded dev chain with its dev deposit contract, `modnode deposit
 /// submit` against the contract, the deposit in a block, Ctrl-C.
 #[test]

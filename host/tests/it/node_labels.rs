@@ -1,11 +1,10 @@
 //! Several nodes in one process (`modnode devnet`) label every log line with the node that
 //! emitted it: its tokio tasks and its own OS threads (chain worker, pruner, …) alike.
 
-use std::io::{BufRead as _, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::cli::KillOnDrop;
+use super::cli::{KillOnDrop, stderr_lines};
 
 /// Whether `line` is a tracing line in the text format (`<time> <LEVEL> …`), not one of the
 /// devnet command's own messages.
@@ -47,15 +46,7 @@ fn devnet_labels_every_log_line_with_its_node() {
         .unwrap();
     let mut child = KillOnDrop(child);
     let stderr = child.0.stderr.take().unwrap();
-    let (lines_tx, lines) = std::sync::mpsc::channel();
-    let reader = std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines() {
-            let Ok(line) = line else { break };
-            if lines_tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
+    let (lines, reader) = stderr_lines(stderr);
 
     // Until both nodes spoke and each one's chain worker imported a block and its pruner
     // thread started.

@@ -5,7 +5,7 @@ use std::io::{BufRead as _, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::cli::KillOnDrop;
+use super::cli::{KillOnDrop, stderr_lines};
 
 #[test]
 fn run_logs_a_status_line_and_a_non_producer_never_says_production_may_start() {
@@ -98,15 +98,7 @@ fn sigterm_stops_run_while_a_checkpoint_restore_waits_for_peers() {
         .unwrap();
     let mut child = KillOnDrop(child);
     let stderr = child.0.stderr.take().unwrap();
-    let (lines_tx, lines) = std::sync::mpsc::channel();
-    let reader = std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines() {
-            let Ok(line) = line else { break };
-            if lines_tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
+    let (lines, reader) = stderr_lines(stderr);
     let deadline = Instant::now() + Duration::from_secs(120);
     let mut log = String::new();
     while !log.contains("checkpoint restore waits") {
