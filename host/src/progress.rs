@@ -11,3 +11,26 @@ pub enum ProgressDisplay {
     /// A progress bar on stderr.
     Bar,
 }
+
+/// A bar of `len` steps drawn to `target` in `template`'s style (indicatif's default style if
+/// the template does not parse).
+pub fn bar(
+    len: u64,
+    target: indicatif::ProgressDrawTarget,
+    template: &str,
+) -> indicatif::ProgressBar {
+    let bar = indicatif::ProgressBar::with_draw_target(Some(len), target);
+    if let Ok(style) = indicatif::ProgressStyle::with_template(template) {
+        bar.set_style(style);
+    }
+    bar
+}
+
+/// Ends a finished bar's line: indicatif leaves the cursor after the last drawn bar, where the
+/// next log line would start.
+pub fn end_line(bar: &indicatif::ProgressBar) {
+    use std::io::Write as _;
+    if !bar.is_hidden() {
+        let _ = writeln!(std::io::stderr());
+    }
+}

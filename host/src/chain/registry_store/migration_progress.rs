@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use indicatif::{ProgressBar, ProgressDrawTarget};
 
 use crate::progress::ProgressDisplay;
 
@@ -47,13 +47,7 @@ impl MigrationProgress {
     pub(crate) fn new(display: ProgressDisplay, total: u64, now: Instant) -> Self {
         let target =
             (display == ProgressDisplay::Bar).then(|| ProgressDrawTarget::stderr_with_hz(BAR_HZ));
-        let bar = target.map(|target| {
-            let bar = ProgressBar::with_draw_target(Some(total), target);
-            if let Ok(style) = ProgressStyle::with_template(BAR_TEMPLATE) {
-                bar.set_style(style);
-            }
-            bar
-        });
+        let bar = target.map(|target| crate::progress::bar(total, target, BAR_TEMPLATE));
         Self {
             total,
             started: now,
@@ -97,10 +91,7 @@ impl MigrationProgress {
         if let Some(bar) = &self.bar {
             bar.set_position(self.total);
             bar.finish();
-            if !bar.is_hidden() {
-                use std::io::Write as _;
-                let _ = writeln!(std::io::stderr());
-            }
+            crate::progress::end_line(bar);
         }
     }
 }
@@ -153,7 +144,7 @@ mod tests {
 
     #[test]
     fn on_a_terminal_the_bar_moves_and_no_line_is_logged() {
-        assert!(ProgressStyle::with_template(BAR_TEMPLATE).is_ok());
+        assert!(indicatif::ProgressStyle::with_template(BAR_TEMPLATE).is_ok());
         let start = Instant::now();
         let mut progress = MigrationProgress::new(ProgressDisplay::Bar, 4_096, start);
         let bar = progress.bar.clone().expect("a bar on a terminal");

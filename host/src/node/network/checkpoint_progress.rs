@@ -5,7 +5,7 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use indicatif::{ProgressBar, ProgressDrawTarget};
 
 use crate::checkpoint::Progress;
 use crate::node::metrics::RestoreCounters;
@@ -38,10 +38,7 @@ impl Reporter {
     /// [`new`](Self::new) with the bar drawn to `target` (`None`: log lines).
     fn drawing_to(progress: Progress, target: Option<ProgressDrawTarget>) -> Self {
         let bar = target.map(|target| {
-            let bar = ProgressBar::with_draw_target(Some(progress.total_bytes), target);
-            if let Ok(style) = ProgressStyle::with_template(BAR_TEMPLATE) {
-                bar.set_style(style);
-            }
+            let bar = crate::progress::bar(progress.total_bytes, target, BAR_TEMPLATE);
             bar.set_position(progress.bytes);
             bar.reset_eta();
             bar.set_message(chunks_message(&progress));
@@ -83,7 +80,7 @@ impl Reporter {
     pub(in crate::node) fn finish(self) {
         if let Some(bar) = &self.bar {
             bar.finish_with_message(chunks_message(&self.progress));
-            end_line(bar);
+            crate::progress::end_line(bar);
         }
         tracing::info!(
             chunks = self.progress.chunks,
@@ -101,17 +98,8 @@ impl Drop for Reporter {
             && !bar.is_finished()
         {
             bar.abandon();
-            end_line(bar);
+            crate::progress::end_line(bar);
         }
-    }
-}
-
-/// Ends the bar's line: indicatif leaves the cursor after the last drawn bar, where the next
-/// log line would start.
-fn end_line(bar: &ProgressBar) {
-    use std::io::Write as _;
-    if !bar.is_hidden() {
-        let _ = writeln!(std::io::stderr());
     }
 }
 
@@ -136,7 +124,7 @@ mod tests {
 
     #[test]
     fn the_template_parses_and_the_bar_follows_verified_bytes_and_chunks() {
-        assert!(ProgressStyle::with_template(BAR_TEMPLATE).is_ok());
+        assert!(indicatif::ProgressStyle::with_template(BAR_TEMPLATE).is_ok());
         let counters = RestoreCounters::default();
         let mut reporter = Reporter::drawing_to(at(2, 2_000), Some(ProgressDrawTarget::hidden()));
         let bar = reporter.bar.clone().unwrap();

@@ -8,7 +8,7 @@
 
 use std::time::{Duration, Instant};
 
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use indicatif::{ProgressBar, ProgressDrawTarget};
 
 use super::checkpoint_progress::ProgressDisplay;
 
@@ -77,14 +77,11 @@ impl SyncProgress {
             Some(shown) => shown,
             None if target.saturating_sub(height) >= MIN_GAP => {
                 let bar = (self.display == ProgressDisplay::Bar).then(|| {
-                    let bar = ProgressBar::with_draw_target(
-                        Some(target.saturating_sub(height)),
+                    crate::progress::bar(
+                        target.saturating_sub(height),
                         ProgressDrawTarget::stderr_with_hz(BAR_HZ),
-                    );
-                    if let Ok(style) = ProgressStyle::with_template(BAR_TEMPLATE) {
-                        bar.set_style(style);
-                    }
-                    bar
+                        BAR_TEMPLATE,
+                    )
                 });
                 tracing::info!(
                     height,
@@ -111,7 +108,7 @@ impl SyncProgress {
                 bar.set_length(shown.target.saturating_sub(shown.from_height));
                 bar.set_position(done);
                 bar.finish();
-                end_line(bar);
+                crate::progress::end_line(bar);
             }
             let seconds = now
                 .saturating_duration_since(shown.started_at)
@@ -168,16 +165,8 @@ impl Drop for SyncProgress {
             && !bar.is_finished()
         {
             bar.abandon();
-            end_line(bar);
+            crate::progress::end_line(bar);
         }
-    }
-}
-
-/// Ends the bar's line: indicatif leaves the cursor after the last drawn bar.
-fn end_line(bar: &ProgressBar) {
-    use std::io::Write as _;
-    if !bar.is_hidden() {
-        let _ = writeln!(std::io::stderr());
     }
 }
 
@@ -244,7 +233,7 @@ mod tests {
 
     #[test]
     fn the_bar_follows_the_blocks_and_finishes_when_caught_up() {
-        assert!(ProgressStyle::with_template(BAR_TEMPLATE).is_ok());
+        assert!(indicatif::ProgressStyle::with_template(BAR_TEMPLATE).is_ok());
         let mut progress = SyncProgress::new(ProgressDisplay::Bar);
         let start = Instant::now();
         progress.on_imported(10, 510, start);
