@@ -422,36 +422,7 @@ impl DepositProofs for DepositSource {
         state
             .usable()
             .map_err(|e| DepositProofsError::Unavailable(e.to_string()))?;
-        let known = state.cache.len();
-        if deposit_count > known {
-            return Err(DepositProofsError::Behind {
-                known,
-                deposit_count,
-            });
-        }
-        let end = from
-            .checked_add(count)
-            .filter(|&end| end <= deposit_count)
-            .ok_or(DepositProofsError::OutOfRange {
-                from,
-                count,
-                deposit_count,
-            })?;
-        let out_of_range = DepositProofsError::OutOfRange {
-            from,
-            count,
-            deposit_count,
-        };
-        (from..end)
-            .map(|index| {
-                let proof = state
-                    .cache
-                    .proof(index, deposit_count)
-                    .map_err(|_| out_of_range.clone())?;
-                let data = *state.cache.deposit(index).ok_or(out_of_range.clone())?;
-                Ok(ProvenDeposit { data, proof })
-            })
-            .collect()
+        state.cache.proven_range(from, count, deposit_count)
     }
 }
 

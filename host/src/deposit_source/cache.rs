@@ -10,6 +10,7 @@
 use super::tree::{DEPTH, DepositTree, MAX_DEPOSIT_COUNT, Node, TreeError, count_chunk};
 use super::tree::{deposit_data_root, hash_pair, mix_in_count, zero_hashes};
 use crate::chain::block::DepositData;
+use crate::chain::eth1::{DepositProofsError, ProvenDeposit};
 
 /// A deposit's Merkle branch: 32 siblings, then the count mixed in (phase0 `Deposit.proof`).
 pub type DepositProof = [Node; DEPTH + 1];
@@ -188,6 +189,43 @@ impl DepositCache {
         }
         proof[DEPTH] = count_chunk(count);
         Ok(proof)
+    }
+
+    /// Deposits `from..from + count` with their proofs against the root over the first
+    /// `deposit_count` deposits, as a block producer asks for them ([`DepositProofs`]):
+    /// `Behind` while fewer are known, `OutOfRange` for a range past `deposit_count`.
+    ///
+    /// [`DepositProofs`]: crate::chain::eth1::DepositProofs
+    pub fn proven_range(
+        &self,
+        from: u64,
+        count: u64,
+        deposit_count: u64,
+    ) -> Result<Vec<ProvenDeposit>, DepositProofsError> {
+        if deposit_count > self.len() {
+            return Err(DepositProofsError::Behind {
+                known: self.len(),
+                deposit_count,
+            });
+        }
+        let out_of_range = DepositProofsError::OutOfRange {
+            from,
+            count,
+            deposit_count,
+        };
+        let end = from
+            .checked_add(count)
+            .filter(|&end| end <= deposit_count)
+            .ok_or(out_of_range.clone())?;
+        (from..end)
+            .map(|index| {
+                let data = *self.deposit(index).ok_or(out_of_range.clone())?;
+                let proof = self
+                    .proof(index, deposit_count)
+                    .map_err(|_| out_of_range.clone())?;
+                Ok(ProvenDeposit { data, proof })
+            })
+            .collect()
     }
 }
 

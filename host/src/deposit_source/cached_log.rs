@@ -45,30 +45,6 @@ impl DepositProofs for CachedDepositLog {
         count: u64,
         deposit_count: u64,
     ) -> Result<Vec<ProvenDeposit>, DepositProofsError> {
-        if deposit_count > self.cache.len() {
-            return Err(DepositProofsError::Behind {
-                known: self.cache.len(),
-                deposit_count,
-            });
-        }
-        let out_of_range = DepositProofsError::OutOfRange {
-            from,
-            count,
-            deposit_count,
-        };
-        let end = from
-            .checked_add(count)
-            .filter(|&end| end <= deposit_count)
-            .ok_or(out_of_range.clone())?;
-        (from..end)
-            .map(|index| {
-                let data = *self.cache.deposit(index).ok_or(out_of_range.clone())?;
-                let proof = self
-                    .cache
-                    .proof(index, deposit_count)
-                    .map_err(|_| out_of_range.clone())?;
-                Ok(ProvenDeposit { data, proof })
-            })
-            .collect()
+        self.cache.proven_range(from, count, deposit_count)
     }
 }
