@@ -31,6 +31,9 @@ pub struct ChainView {
     pub head: Head,
     /// Height at or below which blocks are final.
     pub finalized_height: u64,
+    /// Lowest height above genesis whose block this node serves: 1 unless it pruned older
+    /// blocks or started from a checkpoint (`/blocks` and range sync below it answer "pruned").
+    pub served_from: u64,
     /// Validators in the head state.
     pub validators: u32,
     /// When the head last changed (ms since the Unix epoch; 0 = not since start).
@@ -388,6 +391,7 @@ impl Worker {
         ChainView {
             head: self.chain.head(),
             finalized_height: self.chain.finalized_height(),
+            served_from: self.chain.served_from(),
             validators,
             last_block_unix_ms: self.last_block_unix_ms,
             deposit_index: self.chain.eth1_state().deposit_index,

@@ -174,6 +174,9 @@ async fn a_fresh_node_restores_a_v1_or_a_v2_checkpoint_and_follows_the_chain() {
             }
             other => panic!("blocks below the checkpoint: {other:?}"),
         }
+        // `/status` says where its blocks start, so a client (the testnet's poller) asks
+        // from there rather than from 1.
+        assert_eq!(restored.status().served_from, cp.manifest.height);
         follows(&restored, &a, cp.manifest.height).await;
         restored.shutdown().await;
     }

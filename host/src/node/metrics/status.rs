@@ -22,6 +22,9 @@ pub struct NodeStatus {
     pub slot: u64,
     /// Finalized height.
     pub finalized_height: u64,
+    /// Lowest height above genesis whose block this node serves (`/blocks` below it answers
+    /// "pruned"): 1 unless it pruned older blocks or started from a checkpoint.
+    pub served_from: u64,
     /// Connected peers (handshake completed).
     pub peers: u64,
     /// Validators in the head state.
@@ -141,6 +144,7 @@ impl Metrics {
             head_hash: hex::encode(view.head.hash),
             slot: view.head.slot,
             finalized_height: view.finalized_height,
+            served_from: view.served_from,
             peers: self.peers_connected.load(Ordering::Relaxed),
             validators: view.validators,
             last_block_unix_ms: view.last_block_unix_ms,

@@ -92,6 +92,24 @@ fn hex_field(value: &Value, key: &str) -> Option<String> {
     value.get(key)?.as_str().map(str::to_string)
 }
 
+/// The first height and count of blocks to ask a node for, given its head, finalized height
+/// and serving floor: from the cursor (moved back to the finalized height when the node holds
+/// less than it, e.g. after a wipe, and up to the floor), at least the last few blocks, never
+/// below the floor, at most [`MAX_BLOCKS_PER_POLL`].
+fn blocks_to_ask(cursor: &mut u64, head: u64, finalized: u64, floor: u64) -> (u64, u64) {
+    if head < *cursor {
+        // Wiped, or restored from a checkpoint: look again from what it holds.
+        *cursor = finalized.max(1);
+    }
+    *cursor = (*cursor).max(floor);
+    let from = (*cursor).min(head.saturating_sub(4)).max(floor).max(1);
+    let count = head
+        .saturating_sub(from)
+        .saturating_add(1)
+        .min(MAX_BLOCKS_PER_POLL);
+    (from, count)
+}
+
 /// One poll; `None` if the node did not answer in full.
 async fn poll_once(node: usize, target: &Target, cursor: &mut u64) -> Option<Observation> {
     let status = client::node_status(target).await.ok()?;
@@ -100,15 +118,14 @@ async fn poll_once(node: usize, target: &Target, cursor: &mut u64) -> Option<Obs
     let head_hash = hex_field(&state, "block_hash")?;
     let head_root = hex_field(&state, "state_root")?;
     let finalized = status.get("finalized_height")?.as_u64()?.min(head);
-    if head < *cursor {
-        // Wiped, or restored from a checkpoint: look again from what it holds.
-        *cursor = finalized.max(1);
-    }
-    let from = (*cursor).min(head.saturating_sub(4)).max(1);
-    let count = head
-        .saturating_sub(from)
-        .saturating_add(1)
-        .min(MAX_BLOCKS_PER_POLL);
+    // Blocks below this are pruned or lie below the checkpoint the node started from: it
+    // answers "pruned" for them, so they are not asked for (an older node does not say: 1).
+    let floor = status
+        .get("served_from")
+        .and_then(Value::as_u64)
+        .unwrap_or(1)
+        .max(1);
+    let (from, count) = blocks_to_ask(cursor, head, finalized, floor);
     let mut blocks = Vec::new();
     if head >= 1 {
         let listed = client::blocks(target, from, count).await.ok()?;
@@ -153,4 +170,35 @@ async fn poll_once(node: usize, target: &Target, cursor: &mut u64) -> Option<Obs
             .map(|b| b.get("node").and_then(Value::as_str).map(str::to_owned))
             .collect::<Option<Vec<_>>>()?,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_node_restored_from_a_checkpoint_is_asked_only_for_blocks_it_serves() {
+        // Never polled yet (cursor 1); restored at 96, head 400: asking from 1 is answered
+        // "pruned" and the node would never be observed.
+        let mut cursor = 1;
+        let (from, count) = blocks_to_ask(&mut cursor, 400, 364, 96);
+        assert_eq!((from, count), (96, MAX_BLOCKS_PER_POLL));
+        assert_eq!(cursor, 96);
+        // A node that serves everything is read from the cursor on, in pages.
+        let mut cursor = 1;
+        assert_eq!(
+            blocks_to_ask(&mut cursor, 400, 364, 1),
+            (1, MAX_BLOCKS_PER_POLL)
+        );
+        // Near the head the last few blocks are asked for again (a reorg replaces them).
+        let mut cursor = 399;
+        assert_eq!(blocks_to_ask(&mut cursor, 400, 398, 1), (396, 5));
+        // Wiped and resyncing (head below the cursor): back to its finalized height.
+        let mut cursor = 300;
+        assert_eq!(blocks_to_ask(&mut cursor, 20, 10, 1), (10, 11));
+        assert_eq!(cursor, 10);
+        // Restored just now: the head is the floor.
+        let mut cursor = 1;
+        assert_eq!(blocks_to_ask(&mut cursor, 96, 96, 96), (96, 1));
+    }
 }
