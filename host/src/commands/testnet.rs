@@ -159,14 +159,25 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    let outcome = rt.block_on(runner::run(
-        manifest,
-        RunOptions {
+    let outcome = rt.block_on(async {
+        let mut signals =
+            super::ShutdownSignals::install().context("cannot install the signal handlers")?;
+        let options = RunOptions {
             binary,
-            out_dir: out,
+            out_dir: out.clone(),
             progress: true,
-        },
-    ))?;
+        };
+        // Stopped early, the run is dropped: that kills every node it started (none outlives
+        // the runner), and no report is written.
+        tokio::select! {
+            outcome = runner::run(manifest, options) => Ok(outcome?),
+            signal = signals.wait() => Err(anyhow::anyhow!(
+                "{signal}: the run stopped early and killed its nodes; no report was written \
+                 (their logs and data are in {})",
+                out.display()
+            )),
+        }
+    })?;
     println!("report: {}", outcome.report_json.display());
     println!("timeline: {}", outcome.report_png.display());
     for v in &outcome.violations {

@@ -124,3 +124,70 @@ fn the_command_refuses_a_manifest_with_an_unknown_key_naming_it() {
     assert!(stderr.contains("deposit_rate"), "{stderr}");
     assert!(!dir.path().join("out").exists(), "nothing started");
 }
+
+/// The `modnode run` processes whose command line names `dir`.
+fn processes_under(dir: &std::path::Path) -> Vec<u32> {
+    let needle = dir.display().to_string();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| {
+                let line = String::from_utf8_lossy(&c).replace('\0', " ");
+                line.contains(" run ") && !line.contains(" testnet ") && line.contains(&needle)
+            })
+        })
+        .collect()
+}
+
+/// Polls `check` every 100 ms until it holds; panics naming `what` after `deadline`.
+fn wait_for(what: &str, deadline: std::time::Duration, mut check: impl FnMut() -> bool) {
+    let start = std::time::Instant::now();
+    while !check() {
+        assert!(start.elapsed() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+/// SIGTERM (or Ctrl-C) to `modnode testnet run` stops the run and kills every node process it
+/// started: none is left running on the operator's machine, and the command says why it
+/// stopped.
+#[test]
+fn a_stopped_run_kills_every_node_it_started() {
+    let dir = tempfile::tempdir().unwrap();
+    let manifest = dir.path().join("short.toml");
+    std::fs::write(&manifest, SHORT).unwrap();
+    let out = dir.path().join("out");
+    // Into a file: a pipe nobody reads while the nodes start could fill and stall the runner.
+    let log = dir.path().join("runner.log");
+    let runner = std::process::Command::new(env!("CARGO_BIN_EXE_modnode"))
+        .args(["testnet", "run"])
+        .arg(&manifest)
+        .arg("--out")
+        .arg(&out)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let mut runner = super::cli::KillOnDrop(runner);
+    wait_for(
+        "the five nodes",
+        std::time::Duration::from_secs(120),
+        || processes_under(&out).len() == 5,
+    );
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(runner.0.id() as i32, libc::SIGTERM) };
+    let status = runner.0.wait().unwrap();
+    let stderr = std::fs::read_to_string(&log).unwrap();
+    assert!(!status.success(), "{stderr}");
+    assert!(
+        stderr.contains("SIGTERM: the run stopped early"),
+        "{stderr}"
+    );
+    wait_for(
+        "every node process to be gone",
+        std::time::Duration::from_secs(10),
+        || processes_under(&out).is_empty(),
+    );
+}
