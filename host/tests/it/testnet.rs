@@ -171,10 +171,14 @@ fn a_stopped_run_kills_every_node_it_started() {
         .spawn()
         .unwrap();
     let mut runner = super::cli::KillOnDrop(runner);
+    // Up and answering, not just spawned.
     wait_for(
         "the five nodes",
         std::time::Duration::from_secs(120),
-        || processes_under(&out).len() == 5,
+        || {
+            processes_under(&out).len() == 5
+                && (0..5).all(|i| out.join(format!("node-{i}/admin.addr")).exists())
+        },
     );
     // SAFETY: kill(2) on our own child.
     unsafe { libc::kill(runner.0.id() as i32, libc::SIGTERM) };
