@@ -136,15 +136,19 @@ pub struct RestoreCounters {
     pub chunks_verified: AtomicU64,
     /// Chunks found verified in the local progress at start (not fetched again).
     pub chunks_resumed: AtomicU64,
-    /// Chunks fetched from peers (verified or not).
+    /// Chunks fetched from peers and handed to verification (a chunk refused as bad and
+    /// fetched again counts twice); answers not needed count in `chunks_duplicate`.
     pub chunks_fetched: AtomicU64,
+    /// Chunk answers not needed: the chunk was already verified, or another peer's answer for
+    /// it was being verified (a late answer to a request that timed out or was taken over).
+    pub chunks_duplicate: AtomicU64,
     /// Verified chunks kept when the restore switched to another checkpoint (their bytes are
     /// listed by it and verify against it).
     pub chunks_carried_over: AtomicU64,
     /// Times the restore switched to another checkpoint (the one in progress was no longer
     /// offered, or was found bad).
     pub switches: AtomicU64,
-    /// Chunk bytes fetched from peers.
+    /// Chunk bytes fetched from peers (duplicate answers included).
     pub bytes_fetched: AtomicU64,
     /// Chunks refused (bad bytes); each penalised its sender.
     pub chunks_refused: AtomicU64,

@@ -38,6 +38,11 @@ pub fn render_checkpoints(m: &Metrics) -> String {
                 load(&restore.chunks_fetched),
             ),
             (
+                "restore_chunks_duplicate",
+                "Chunk answers not needed while restoring (late, or already had)",
+                load(&restore.chunks_duplicate),
+            ),
+            (
                 "restore_bytes_fetched",
                 "Chunk bytes fetched from peers while restoring",
                 load(&restore.bytes_fetched),

@@ -98,8 +98,10 @@ pub struct RestoreStatus {
     pub chunks_verified: u64,
     /// Chunks found verified in stored progress, not fetched again.
     pub chunks_resumed: u64,
-    /// Chunks fetched from peers.
+    /// Chunks fetched from peers and handed to verification.
     pub chunks_fetched: u64,
+    /// Chunk answers not needed (late answers to requests that timed out or were taken over).
+    pub chunks_duplicate: u64,
     /// Verified chunks kept across switches to another checkpoint.
     pub chunks_carried_over: u64,
     /// Switches to another checkpoint.
@@ -124,6 +126,7 @@ impl RestoreCounters {
             chunks_verified: load(&self.chunks_verified),
             chunks_resumed: load(&self.chunks_resumed),
             chunks_fetched: load(&self.chunks_fetched),
+            chunks_duplicate: load(&self.chunks_duplicate),
             chunks_carried_over: load(&self.chunks_carried_over),
             switches: load(&self.switches),
             peers_penalised: load(&self.peers_penalised),

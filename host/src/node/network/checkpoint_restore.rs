@@ -797,19 +797,21 @@ impl Driver<'_> {
                 return Ok(());
             }
         };
-        bump(&counters.chunks_fetched);
         counters
             .bytes_fetched
             .fetch_add(as_u64(bytes.len()), Ordering::Relaxed);
         if restorer.has(index) {
             // A late answer to a request that timed out and went to another peer.
+            bump(&counters.chunks_duplicate);
             fetcher.handle_verified(&peer, index, Instant::now());
             return Ok(());
         }
         if pipeline.holds(index) || fetcher.is_verifying(index) {
             // Another peer's answer for it is being verified; this one is not needed.
+            bump(&counters.chunks_duplicate);
             return Ok(());
         }
+        bump(&counters.chunks_fetched);
         fetcher.handle_received(&peer, index, Instant::now());
         match pipeline.submit(index, bytes, peer) {
             Ok(()) => Ok(()),
