@@ -105,6 +105,14 @@ pub trait KvStore: Send + Sync {
     }
     /// Applies `batch` atomically; when this returns `Ok` the batch survives a crash.
     fn commit(&self, batch: &WriteBatch) -> Result<(), StoreError>;
+    /// Applies `batch` atomically without waiting for the disk: a crash before the next
+    /// [`commit`](Self::commit) returns (or the backend writes out on its own) loses the whole
+    /// batch, never part of it, and never a batch committed before it. For work that is simply
+    /// redone after a crash (pruning), so that it adds no disk flush of its own to the ones
+    /// import waits for. The default commits durably.
+    fn commit_unflushed(&self, batch: &WriteBatch) -> Result<(), StoreError> {
+        self.commit(batch)
+    }
     /// The keyspace `name` of the same database, beside the chain's (its own sled tree): for
     /// derived data kept apart from the chain's keys, such as persisted state anchors. Asking
     /// twice for one name gives the same keyspace.

@@ -22,8 +22,10 @@
 //!
 //! **Crash-safe, bounded batches.** Each step deletes at most [`Pruner::step`]'s `max_heights`
 //! heights of each kind and writes how far it got ([`Cursors`], `keys::PRUNED`) in the same
-//! atomic, flushed batch: a crash between or inside batches leaves every record below each
-//! cursor gone and every record above it intact, and the next run goes on from the cursors.
+//! atomic batch: a crash between or inside batches leaves every record below each cursor gone
+//! and every record above it intact, and the next run goes on from the cursors. The batch is
+//! not flushed on its own ([`KvStore::commit_unflushed`]): a crash may lose the newest batches
+//! whole, which the next run simply does again.
 //!
 //! **Below import.** [`Pruner::spawn`] runs the steps on their own thread at Linux's
 //! `SCHED_IDLE` priority, pauses while import is behind, and sleeps between batches. Readers of
@@ -246,11 +248,15 @@ pub struct Pruner {
     base: u64,
 }
 
-/// Heights of each kind one background step deletes at most.
-pub const BATCH_HEIGHTS: u64 = 256;
+/// Heights of each kind one background step deletes at most. Small because sled applies a
+/// batch under its one process-wide write lock, which stalls import's reads and writes for as
+/// long as the batch takes: 16 heights are ~100–200 deletions, well under a millisecond, where
+/// 256 held import up for several (`modnode bench prune`).
+pub const BATCH_HEIGHTS: u64 = 16;
 
-/// Pause between background steps, so import and serving get the store in between.
-const BETWEEN_BATCHES: Duration = Duration::from_millis(20);
+/// Pause between background steps, so import and serving get the store in between (at 16
+/// heights a step, up to ~1,600 heights a second: far more than blocks arrive).
+const BETWEEN_BATCHES: Duration = Duration::from_millis(10);
 
 /// How often an idle background pruner looks for new work.
 const IDLE_POLL: Duration = Duration::from_millis(500);
@@ -450,7 +456,10 @@ impl Pruner {
                 .floor
                 .fetch_max(to.blocks.max(self.base), Ordering::SeqCst);
         }
-        store.commit(&batch)?;
+        // Unflushed: a crash loses the batch whole (its cursors with it) and the next run
+        // deletes the same records again; a flush here would only add a disk wait beside
+        // import's own, which writes this batch out with its next block.
+        store.commit_unflushed(&batch)?;
         Ok(Step { deleted, done })
     }
 

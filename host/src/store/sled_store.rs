@@ -1,7 +1,8 @@
 //! The sled-backed [`KvStore`].
 //!
 //! sled 0.34 writes asynchronously and only guarantees recovery of what was flushed, so every
-//! commit is one `apply_batch` (atomic) followed by `flush` (durable) before it returns.
+//! commit is one `apply_batch` (atomic) followed by `flush` (durable) before it returns; an
+//! unflushed commit (pruning's) is the `apply_batch` alone.
 
 use std::path::{Path, PathBuf};
 
@@ -105,6 +106,15 @@ impl KvStore for SledStore {
     }
 
     fn commit(&self, batch: &WriteBatch) -> Result<(), StoreError> {
+        self.commit_unflushed(batch)?;
+        self.db.flush().map_err(|e| self.err(e))?;
+        Ok(())
+    }
+
+    /// sled logs a batch as one unit and recovers a prefix of its log, so an unflushed batch
+    /// is recovered whole or not at all, and only with everything logged before it; its
+    /// flusher writes it out within `flush_every_ms` (500 ms) or the next `commit` does.
+    fn commit_unflushed(&self, batch: &WriteBatch) -> Result<(), StoreError> {
         let mut sled_batch = sled::Batch::default();
         for (key, value) in batch.ops() {
             match value {
@@ -114,9 +124,7 @@ impl KvStore for SledStore {
         }
         self.chain
             .apply_batch(sled_batch)
-            .map_err(|e| self.err(e))?;
-        self.db.flush().map_err(|e| self.err(e))?;
-        Ok(())
+            .map_err(|e| self.err(e))
     }
 
     fn tree(&self, name: &str) -> Result<std::sync::Arc<dyn KvStore>, StoreError> {
@@ -131,5 +139,45 @@ impl KvStore for SledStore {
 
     fn location(&self) -> String {
         format!("tree {} of {}", self.name, self.path.display())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn batch(ops: &[(&[u8], Option<&[u8]>)]) -> WriteBatch {
+        let mut batch = WriteBatch::new();
+        for (key, value) in ops {
+            match value {
+                Some(v) => batch.put(key.to_vec(), v.to_vec()),
+                None => batch.delete(key.to_vec()),
+            }
+        }
+        batch
+    }
+
+    #[test]
+    fn an_unflushed_commit_is_read_at_once_and_kept_with_the_next_flushed_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("db");
+        {
+            let store = SledStore::open(&path).unwrap();
+            store
+                .commit(&batch(&[(b"a", Some(b"1")), (b"b", Some(b"2"))]))
+                .unwrap();
+            store
+                .commit_unflushed(&batch(&[(b"a", None), (b"cursor", Some(b"1"))]))
+                .unwrap();
+            assert_eq!(store.get(b"a").unwrap(), None);
+            assert_eq!(store.get(b"cursor").unwrap(), Some(b"1".to_vec()));
+            store.commit(&batch(&[(b"c", Some(b"3"))])).unwrap();
+        }
+        assert!(crate::store::wait_released(&path, std::time::Duration::from_secs(30)).unwrap());
+        let store = SledStore::open(&path).unwrap();
+        assert_eq!(store.get(b"a").unwrap(), None);
+        assert_eq!(store.get(b"b").unwrap(), Some(b"2".to_vec()));
+        assert_eq!(store.get(b"cursor").unwrap(), Some(b"1".to_vec()));
+        assert_eq!(store.get(b"c").unwrap(), Some(b"3".to_vec()));
     }
 }
