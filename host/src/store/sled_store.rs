@@ -122,9 +122,7 @@ impl KvStore for SledStore {
                 None => sled_batch.remove(key.as_slice()),
             }
         }
-        self.chain
-            .apply_batch(sled_batch)
-            .map_err(|e| self.err(e))
+        self.chain.apply_batch(sled_batch).map_err(|e| self.err(e))
     }
 
     fn tree(&self, name: &str) -> Result<std::sync::Arc<dyn KvStore>, StoreError> {

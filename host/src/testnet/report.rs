@@ -1,8 +1,8 @@
 //! The testnet's report: [`Report`], JSON figures of a run, and [`draw_timeline`], a PNG of
 //! every node's head over time with the perturbations and upgrades on it.
 //!
-//! The PNG carries no text: plotters' text needs system fonts (or a font bundled into the
-//! binary) and the figures belong in the JSON anyway. What it shows, left to right in run time:
+//! Its text (title, time and height labels, a legend) is drawn with a bitmap font compiled in
+//! (`text`): plotters' own text needs system fonts. What it shows, left to right in run time:
 //! one line per node (head height, colours from plotters' `Palette99` in node order, node 0
 //! widest and underneath so that coinciding lines stay visible), a shaded
 //! band per perturbation (one colour per kind), and a vertical line per module upgrade with a
@@ -20,11 +20,28 @@ use serde::{Deserialize, Serialize};
 use super::invariants::{CheckerSummary, Convergence};
 use super::relay::LinkStats;
 
+mod text;
+
 /// Size of the timeline PNG [`Report::write`] draws.
 pub const TIMELINE_SIZE: (u32, u32) = (1600, 900);
 
-/// Pixels left around the plot.
+/// Pixels left around the plot of a small image (no labels).
 const MARGIN: i32 = 20;
+
+/// Pixels left of the plot of a labelled image: the height labels and the axis name.
+const LABELLED_LEFT: i32 = 110;
+/// Pixels right of it: the legend.
+const LABELLED_RIGHT: i32 = 360;
+/// Pixels above it: the title, and the height axis's name under it.
+const LABELLED_TOP: i32 = 60;
+/// Pixels below it: the time labels and the axis name.
+const LABELLED_BOTTOM: i32 = 52;
+/// Smallest image that gets labels and a legend; a smaller one is the bare plot.
+const LABELLED_FROM: (u32, u32) = (1000, 500);
+/// Text scale on the PNG: 16-pixel glyphs.
+const TEXT: i32 = 2;
+/// Height of one legend row, pixels.
+const ROW: i32 = 20;
 
 /// Band colours, picked per perturbation kind in order of first appearance.
 const BAND_COLOURS: [RGBColor; 6] = [
@@ -229,12 +246,39 @@ pub fn draw_timeline(
     root.present().map_err(|e| failed(e.to_string()))
 }
 
-/// Draws `timeline` on any drawing area (the PNG file, or an RGB buffer in tests).
+/// A round step (1, 2 or 5 × 10^k) that cuts `span` into at most about `ticks` pieces.
+fn nice_step(span: u64, ticks: u64) -> u64 {
+    let raw = span.checked_div(ticks.max(1)).unwrap_or(span).max(1);
+    let mut magnitude = 1u64;
+    loop {
+        for m in [1u64, 2, 5] {
+            let step = magnitude.saturating_mul(m);
+            if step >= raw {
+                return step;
+            }
+        }
+        if magnitude > u64::MAX / 10 {
+            return u64::MAX;
+        }
+        magnitude = magnitude.saturating_mul(10);
+    }
+}
+
+/// Draws `timeline` on any drawing area (the PNG file, or an RGB buffer in tests). An image
+/// of at least `LABELLED_FROM` (1000×500) also gets a title, time and height labels and a legend
+/// (perturbation kinds by colour, nodes by colour, upgrades by number).
 pub fn draw_on<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,
     timeline: &Timeline,
 ) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
     root.fill(&WHITE)?;
+    let (w, h) = root.dim_in_pixel();
+    let labelled = w >= LABELLED_FROM.0 && h >= LABELLED_FROM.1;
+    let (top, bottom, left, right) = if labelled {
+        (LABELLED_TOP, LABELLED_BOTTOM, LABELLED_LEFT, LABELLED_RIGHT)
+    } else {
+        (MARGIN, MARGIN, MARGIN, MARGIN)
+    };
     let x_end = timeline.end_ms().saturating_add(1);
     let y_end = timeline
         .samples
@@ -244,7 +288,7 @@ pub fn draw_on<DB: DrawingBackend>(
         .max()
         .unwrap_or(0)
         .saturating_add(1);
-    let area = root.margin(MARGIN, MARGIN, MARGIN, MARGIN);
+    let area = root.margin(top, bottom, left, right);
     let (px, py) = area.get_pixel_range();
     // Heights grow upwards: the y pixel range runs bottom to top.
     let flipped = Range {
@@ -257,27 +301,36 @@ pub fn draw_on<DB: DrawingBackend>(
         (px, flipped),
     ));
 
-    let mut kinds: Vec<&str> = Vec::new();
+    let mut kinds: Vec<(&str, RGBColor)> = Vec::new();
     for (start, end, kind, _) in &timeline.perturbations {
-        let index = kinds.iter().position(|k| k == kind).unwrap_or_else(|| {
-            kinds.push(kind);
-            kinds.len().saturating_sub(1)
-        });
-        let colour = BAND_COLOURS
-            .get(index.checked_rem(BAND_COLOURS.len()).unwrap_or(0))
-            .copied()
-            .unwrap_or(BLACK);
+        let colour = match kinds.iter().find(|(k, _)| k == kind) {
+            Some((_, colour)) => *colour,
+            None => {
+                let colour = BAND_COLOURS
+                    .get(kinds.len().checked_rem(BAND_COLOURS.len()).unwrap_or(0))
+                    .copied()
+                    .unwrap_or(BLACK);
+                kinds.push((kind, colour));
+                colour
+            }
+        };
         plot.draw(&Rectangle::new(
             [(*start, 0), ((*end).max(*start), y_end)],
             colour.mix(0.25).filled(),
         ))?;
     }
 
-    // Axes, and a faint line every tenth of the height.
+    // Axes, and a faint line at each round height.
     let grid = BLACK.mix(0.1);
-    let step = (y_end / 10).max(1);
-    for height in (0..y_end).step_by(usize::try_from(step).unwrap_or(usize::MAX)) {
-        plot.draw(&PathElement::new(vec![(0, height), (x_end, height)], grid))?;
+    let step = nice_step(y_end, 10);
+    let heights: Vec<u64> = (0..y_end)
+        .step_by(usize::try_from(step).unwrap_or(usize::MAX))
+        .collect();
+    for height in &heights {
+        plot.draw(&PathElement::new(
+            vec![(0, *height), (x_end, *height)],
+            grid,
+        ))?;
     }
     plot.draw(&PathElement::new(vec![(0, 0), (x_end, 0)], BLACK))?;
     plot.draw(&PathElement::new(vec![(0, 0), (0, y_end)], BLACK))?;
@@ -286,6 +339,7 @@ pub fn draw_on<DB: DrawingBackend>(
     for (at, node, head) in &timeline.samples {
         per_node.entry(*node).or_default().push((*at, *head));
     }
+    let nodes: Vec<usize> = per_node.keys().copied().collect();
     // Where nodes agree their lines coincide: each is drawn 2 px narrower than the one before
     // (node 0 widest, underneath), so agreeing nodes show as one striped cable, not one colour.
     let lines = u32::try_from(per_node.len()).unwrap_or(u32::MAX);
@@ -304,6 +358,118 @@ pub fn draw_on<DB: DrawingBackend>(
             BLACK.stroke_width(2),
         ))?;
         plot.draw(&Circle::new((*at, *height), 6, BLACK.filled()))?;
+    }
+    if !labelled {
+        return Ok(());
+    }
+
+    // Title, axis labels, upgrade numbers.
+    let at = |x: u64, y: u64| plot.as_coord_spec().translate(&(x, y));
+    text::draw(
+        root,
+        (left, 8),
+        "head height of each node over run time; shaded: perturbations; lines: upgrades",
+        TEXT,
+        &BLACK,
+    )?;
+    text::draw(root, (8, 36), "height", TEXT, &BLACK)?;
+    let half = text::height(TEXT) / 2;
+    for height in &heights {
+        let label = height.to_string();
+        let (_, y) = at(0, *height);
+        let x = left
+            .saturating_sub(8)
+            .saturating_sub(text::width(&label, TEXT));
+        text::draw(root, (x, y.saturating_sub(half)), &label, TEXT, &BLACK)?;
+    }
+    let (_, axis_y) = at(0, 0);
+    let step_s = nice_step(x_end / 1000, 8);
+    let mut second = 0u64;
+    while second.saturating_mul(1000) < x_end {
+        let (x, _) = at(second.saturating_mul(1000), 0);
+        root.draw(&PathElement::new(
+            vec![(x, axis_y), (x, axis_y.saturating_add(5))],
+            BLACK,
+        ))?;
+        let label = second.to_string();
+        let x = x.saturating_sub(text::width(&label, TEXT) / 2);
+        text::draw(root, (x, axis_y.saturating_add(8)), &label, TEXT, &BLACK)?;
+        second = second.saturating_add(step_s);
+    }
+    let name = "run time (s)";
+    let (end_x, _) = at(x_end, 0);
+    text::draw(
+        root,
+        (
+            end_x.saturating_sub(text::width(name, TEXT)),
+            axis_y.saturating_add(30),
+        ),
+        name,
+        TEXT,
+        &BLACK,
+    )?;
+    let (_, plot_top) = at(0, y_end);
+    for (i, (at_ms, _, _)) in (1u32..).zip(&timeline.upgrades) {
+        let (x, _) = at(*at_ms, 0);
+        // Alternating rows, so neighbouring upgrades' numbers do not overlap.
+        let row = if i % 2 == 0 { ROW } else { 0 };
+        text::draw(
+            root,
+            (
+                x.saturating_add(4),
+                plot_top.saturating_add(4).saturating_add(row),
+            ),
+            &i.to_string(),
+            TEXT,
+            &BLACK,
+        )?;
+    }
+
+    // The legend.
+    let x0 = i32::try_from(w)
+        .unwrap_or(i32::MAX)
+        .saturating_sub(right)
+        .saturating_add(12);
+    let bottom_y = i32::try_from(h).unwrap_or(i32::MAX).saturating_sub(ROW);
+    let mut y = top;
+    let mut rows: Vec<(Option<ShapeStyle>, String)> = Vec::new();
+    rows.push((None, "perturbations".into()));
+    rows.extend(
+        kinds
+            .iter()
+            .map(|(kind, colour)| (Some(colour.mix(0.25).filled()), (*kind).to_string())),
+    );
+    rows.push((None, "nodes".into()));
+    rows.extend(nodes.iter().map(|node| {
+        (
+            Some(Palette99::pick(*node).filled()),
+            format!("node {node}"),
+        )
+    }));
+    if !timeline.upgrades.is_empty() {
+        rows.push((None, "upgrades".into()));
+        rows.extend(
+            (1u32..)
+                .zip(&timeline.upgrades)
+                .map(|(i, (_, height, label))| (None, format!("{i} {label}@{height}"))),
+        );
+    }
+    for (swatch, label) in rows {
+        if y > bottom_y {
+            break;
+        }
+        let x = match swatch {
+            Some(style) => {
+                root.draw(&Rectangle::new(
+                    [(x0, y), (x0.saturating_add(15), y.saturating_add(15))],
+                    style,
+                ))?;
+                x0.saturating_add(24)
+            }
+            None => x0,
+        };
+        text::draw(root, (x, y), &label, TEXT, &BLACK)?;
+        y = y.saturating_add(ROW);
     }
     Ok(())
 }

@@ -131,3 +131,73 @@ fn the_report_holds_the_figures_and_round_trips_through_json() {
     let back: Report = serde_json::from_str(&std::fs::read_to_string(json).unwrap()).unwrap();
     assert_eq!(back, report);
 }
+
+#[test]
+fn a_full_size_timeline_has_a_title_axis_labels_and_a_legend() {
+    let (w, h) = TIMELINE_SIZE;
+    let mut buf = vec![0u8; (w * h * 3) as usize];
+    {
+        let root = BitMapBackend::with_buffer(&mut buf, (w, h)).into_drawing_area();
+        draw_on(&root, &timeline()).unwrap();
+        root.present().unwrap();
+    }
+    let black_in = |xs: std::ops::Range<u32>, ys: std::ops::Range<u32>| {
+        ys.flat_map(|y| xs.clone().map(move |x| (x, y)))
+            .filter(|&p| pixel(&buf, w, p) == (0, 0, 0))
+            .count()
+    };
+    let (left, right, top, bottom) = (
+        LABELLED_LEFT as u32,
+        LABELLED_RIGHT as u32,
+        LABELLED_TOP as u32,
+        LABELLED_BOTTOM as u32,
+    );
+    // The title above the plot, height labels left of it, time labels below it.
+    assert!(black_in(left..w - right, 0..top - 30) > 200, "no title");
+    assert!(
+        black_in(0..left - 8, top..h - bottom) > 100,
+        "no height labels"
+    );
+    assert!(
+        black_in(left..w - right, h - bottom + 6..h) > 100,
+        "no time labels"
+    );
+    // The legend: the first kind's swatch in its band colour (as drawn on the plot), then,
+    // after the kinds and the "nodes" heading, node 0's swatch in its line colour.
+    let x = w - right + 12 + 8;
+    let band = pixel(&buf, w, (left + 3, top + 3)); // left of every band: white
+    assert_eq!(band, (255, 255, 255));
+    let partition_swatch = pixel(&buf, w, (x, top + ROW as u32 + 8));
+    let partition_band = {
+        // x of 25 s on a 0..=60 s plot spanning left..w-right.
+        let span = u64::from(w - left - right);
+        let x = left as u64 + 25_000 * span / 60_001;
+        pixel(&buf, w, (x as u32, top + 3))
+    };
+    // The same colour, blended onto white the same way (within rounding).
+    let close = |a: (u8, u8, u8), b: (u8, u8, u8)| {
+        a.0.abs_diff(b.0) <= 2 && a.1.abs_diff(b.1) <= 2 && a.2.abs_diff(b.2) <= 2
+    };
+    assert!(
+        close(partition_swatch, partition_band) && partition_band != (255, 255, 255),
+        "{partition_swatch:?} vs {partition_band:?}"
+    );
+    let node0 = Palette99::pick(0).to_rgba();
+    // Rows: heading, 2 kinds, heading, node 0.
+    assert_eq!(
+        pixel(&buf, w, (x, top + 4 * ROW as u32 + 8)),
+        (node0.0, node0.1, node0.2)
+    );
+    // Legend text beside the swatches.
+    assert!(black_in(x + 16..w, top..top + 8 * ROW as u32) > 300);
+}
+
+#[test]
+fn round_steps_cut_a_span_into_about_the_asked_pieces() {
+    // 1,800 s in 8: 225 rounds up to 500.
+    assert_eq!(nice_step(1_800, 8), 500);
+    assert_eq!(nice_step(3_300, 10), 500);
+    assert_eq!(nice_step(60, 8), 10);
+    assert_eq!(nice_step(0, 8), 1);
+    assert_eq!(nice_step(7, 10), 1);
+}
