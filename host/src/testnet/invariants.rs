@@ -24,6 +24,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
+use super::manifest::PerturbationKind;
+
 mod violation;
 pub use violation::Violation;
 
@@ -123,12 +125,17 @@ pub struct Convergence {
     pub settle_ms: u64,
     /// Highest head before the heal minus the lowest: the most blocks one node had to fetch.
     pub blocks_missed: u64,
+    /// The perturbation that had just ended (absent for the final heal of the run).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<PerturbationKind>,
 }
 
 /// A heal whose convergence is being measured.
 #[derive(Debug, Clone, Copy)]
 struct Heal {
     at_ms: u64,
+    /// The perturbation whose end this is (`None`: the final heal of everything).
+    after: Option<PerturbationKind>,
     /// The highest head any live node reported before the heal.
     target: u64,
     /// The lowest one.
@@ -264,6 +271,12 @@ impl Checker {
 
     /// The runner healed every fault at `at_ms`: convergence is measured from here.
     pub fn heal_at(&mut self, at_ms: u64) {
+        self.heal_after(at_ms, None);
+    }
+
+    /// As [`Checker::heal_at`], after a perturbation of kind `after` ended: its convergence
+    /// names the kind, so a slow one can be told apart.
+    pub fn heal_after(&mut self, at_ms: u64, after: Option<PerturbationKind>) {
         let heads = self
             .nodes
             .iter()
@@ -272,6 +285,7 @@ impl Checker {
         let (target, lowest) = heads.fold((0, u64::MAX), |(hi, lo), h| (hi.max(h), lo.min(h)));
         self.heal = Some(Heal {
             at_ms,
+            after,
             target,
             lowest: lowest.min(target),
             caught_up_ms: None,
@@ -595,6 +609,7 @@ impl Checker {
                 sync_ms: caught_up.saturating_sub(heal_ms),
                 settle_ms: now_ms.saturating_sub(caught_up),
                 blocks_missed: heal.target.saturating_sub(heal.lowest),
+                after: heal.after,
             });
             self.heal = None;
             return;

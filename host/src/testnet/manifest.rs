@@ -38,7 +38,7 @@
 
 use std::path::{Path, PathBuf};
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// Why a manifest was refused (the manifest author's fault; the message says what to change).
 #[derive(Debug, thiserror::Error)]
@@ -70,7 +70,7 @@ pub enum ManifestError {
 }
 
 /// What can be done to the network.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum PerturbationKind {
     /// `kill -9` the targets, restart them after the duration.

@@ -325,8 +325,7 @@ impl Testnet {
     fn healed(&mut self, kind: PerturbationKind) {
         let now = self.now_ms();
         self.last_heal_ms = Some(now);
-        self.checker.heal_at(now);
-        let _ = kind;
+        self.checker.heal_after(now, Some(kind));
     }
 
     /// The main loop; Ok(converged).

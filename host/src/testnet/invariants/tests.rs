@@ -112,7 +112,7 @@ fn a_convergence_is_split_into_syncing_the_missed_blocks_and_settling() {
             );
         }
     }
-    c.heal_at(20_500);
+    c.heal_after(20_500, Some(PerturbationKind::PartitionMinority));
     // Node 2 is still at 10: neither caught up nor converged.
     assert!(c.record(&sample(21_000, 0, 21, "a", 0)).is_empty());
     assert!(c.record(&sample(21_000, 1, 21, "a", 0)).is_empty());
@@ -137,6 +137,7 @@ fn a_convergence_is_split_into_syncing_the_missed_blocks_and_settling() {
             sync_ms: 1_500,
             settle_ms: 2_000,
             blocks_missed: 10,
+            after: Some(PerturbationKind::PartitionMinority),
         }]
     );
     assert_eq!(summary.convergence_ms, vec![3_500]);
