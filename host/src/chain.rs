@@ -65,8 +65,15 @@ use transition::Transition;
 /// Version of the store layout this node writes (2: eth1 state per block, state root over
 /// registry and eth1 state; 3: module schedule per block, block encoding 3; 4: the registry as
 /// one record per chunk of validators and one per chunk of balances instead of two records per
-/// validator). A format-3 store is migrated when it opens.
-pub const STORE_FORMAT: u32 = 4;
+/// validator; 5: on sled, blocks, undo, eth1, schedule and state chunk values in the value log
+/// beside sled — `store::value_log` — so that a node from before it refuses the store instead
+/// of finding its blocks missing). A format-3 store is migrated when it opens; a format-4 one
+/// has had its values moved by the sled store's open and is marked format 5.
+pub const STORE_FORMAT: u32 = 5;
+
+/// The format before the value log: read as the current one (nothing in the chain's keys
+/// changed).
+const BEFORE_VALUE_LOG: u32 = 4;
 
 /// The chain head.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -351,10 +358,10 @@ impl Chain {
                         ))
                     })?;
                 let legacy = registry_store::legacy::PER_VALIDATOR_FORMAT;
-                if format != STORE_FORMAT && format != legacy {
+                if format != STORE_FORMAT && format != legacy && format != BEFORE_VALUE_LOG {
                     return Err(OpenError::Corrupt(format!(
                         "store format {format}: this node reads format {STORE_FORMAT} and migrates \
-                         format {legacy}"
+                         format {legacy} and format {BEFORE_VALUE_LOG}"
                     )));
                 }
                 let stored_genesis = store
@@ -379,6 +386,11 @@ impl Chain {
                 } else {
                     // Per-validator records a migration was interrupted before deleting.
                     registry_store::legacy::delete_records(store.as_ref(), per_batch)?;
+                    if format == BEFORE_VALUE_LOG {
+                        let mut batch = WriteBatch::new();
+                        batch.put(keys::FORMAT, STORE_FORMAT.to_le_bytes().to_vec());
+                        store.commit(&batch)?;
+                    }
                 }
                 let head_bytes = store
                     .get(keys::HEAD)?

@@ -56,6 +56,7 @@ pub mod state;
 pub mod state_cache;
 pub mod store;
 pub mod testnet;
+pub mod thread_priority;
 pub mod upgrade_check;
 
 /// Build artifacts produced by `build.rs`: every module component, and the default ones

@@ -399,6 +399,10 @@ enum BenchCommand {
         /// Runs of each kind (without and with pruning, alternating); medians are compared.
         #[arg(long, default_value_t = 5)]
         reps: u32,
+        /// Only the pruned runs (for long runs where only the pruned store's disk and reopen
+        /// matter: no ratios against unpruned runs are reported).
+        #[arg(long)]
+        pruned_only: bool,
     },
     /// Checkpoint creation and restore with checkpoint-v1 and -v2 against the read-hash floor.
     Checkpoint {
@@ -583,7 +587,8 @@ fn main() -> std::process::ExitCode {
             blocks,
             window,
             reps,
-        }) => commands::bench::prune(json, validators, blocks, window, reps),
+            pruned_only,
+        }) => commands::bench::prune(json, validators, blocks, window, reps, pruned_only),
         Command::Bench(BenchCommand::Checkpoint {
             json,
             validators,

@@ -11,6 +11,7 @@ mod dir_lock;
 mod memory;
 mod sled_open;
 mod sled_store;
+pub mod value_log;
 
 pub use ban_list::BanList;
 pub use dir_lock::{DataDirLock, DataDirLockError, LOCK_FILE};
@@ -92,16 +93,7 @@ pub trait KvStore: Send + Sync {
         limit: usize,
         visit: &mut Visitor<'_>,
     ) -> Result<(), StoreError> {
-        let common = start.iter().zip(end).take_while(|(a, b)| a == b).count();
-        let prefix = start.get(..common).unwrap_or_default();
-        let mut seen = 0usize;
-        self.scan_prefix(prefix, &mut |key, value| {
-            if seen < limit && key >= start && key < end {
-                seen = seen.saturating_add(1);
-                visit(key, value)?;
-            }
-            Ok(())
-        })
+        scan_range_by_prefix(self, start, end, limit, visit)
     }
     /// Applies `batch` atomically; when this returns `Ok` the batch survives a crash.
     fn commit(&self, batch: &WriteBatch) -> Result<(), StoreError>;
@@ -119,6 +111,26 @@ pub trait KvStore: Send + Sync {
     fn tree(&self, name: &str) -> Result<std::sync::Arc<dyn KvStore>, StoreError>;
     /// Where this keyspace lives, for error messages (a path and tree, or `memory`).
     fn location(&self) -> String;
+}
+
+/// [`KvStore::scan_range`] as a filtered scan of the range's common prefix.
+pub fn scan_range_by_prefix<S: KvStore + ?Sized>(
+    store: &S,
+    start: &[u8],
+    end: &[u8],
+    limit: usize,
+    visit: &mut Visitor<'_>,
+) -> Result<(), StoreError> {
+    let common = start.iter().zip(end).take_while(|(a, b)| a == b).count();
+    let prefix = start.get(..common).unwrap_or_default();
+    let mut seen = 0usize;
+    store.scan_prefix(prefix, &mut |key, value| {
+        if seen < limit && key >= start && key < end {
+            seen = seen.saturating_add(1);
+            visit(key, value)?;
+        }
+        Ok(())
+    })
 }
 
 /// The chain's key layout. Integers in keys are big-endian so that scans come in order.

@@ -10,6 +10,9 @@
 //! the next, so the two kinds of run alternate (`reps` of each: none, pruned, none, …) and the
 //! ratio is taken between the medians of their p99s.
 //!
+//! After the last block both runs finish the background work still queued (the pruner's last
+//! batches, the value log's reclaiming) before closing, as a node that keeps running would.
+//!
 //! The disk bound: "state alone" is the data dir of a chain holding only the genesis state
 //! (opened, closed, `du`); a block of history costs what the unpruned run's disk grew per block;
 //! the bound is the state alone plus the window's blocks, and the pruned run is compared to it.
@@ -49,6 +52,8 @@ pub struct Run {
     /// what the store held beyond the window at its fullest (never less than what finality
     /// keeps, as blocks are pruned only below the finalized height).
     pub max_lag_blocks: u64,
+    /// Of `disk_bytes`, the value log's segments (the rest is sled's own files).
+    pub value_log_bytes: u64,
     /// Opening the chain again after the run (sled open and `Chain::open`), ms.
     pub reopen_ms: f64,
     /// Bytes of the keys and values stored (what `du` would be without the store's own
@@ -144,7 +149,7 @@ fn run(genesis: &Genesis, blocks: &[Block], history: Option<History>) -> anyhow:
     let mut max_lag = 0u64;
     {
         let store = Arc::new(SledStore::open(&path)?);
-        let mut chain = Chain::open(store, genesis.clone(), engine())?;
+        let mut chain = Chain::open(store.clone(), genesis.clone(), engine())?;
         if let Some(history) = history {
             chain.pruner(history).spawn()?;
         }
@@ -160,6 +165,9 @@ fn run(genesis: &Genesis, blocks: &[Block], history: Option<History>) -> anyhow:
         if let Some(history) = history {
             chain.pruner(history).run_until_done(256)?;
         }
+        // The value log's collector runs beside import as the pruner does; like the pruner's
+        // last batches above, what it has not reached yet is done before closing.
+        store.collect_now()?;
     }
     // The background pruner lets go of the store between batches: wait for sled's lock to be
     // free before timing the open, so the time is the open's alone.
@@ -182,6 +190,7 @@ fn run(genesis: &Genesis, blocks: &[Block], history: Option<History>) -> anyhow:
         import_p99_ms: percentile(&samples, 99),
         import_max_ms: samples.iter().copied().fold(0.0, f64::max),
         disk_bytes: du(dir.path())?,
+        value_log_bytes: du(&path.join("values"))?,
         served_from,
         max_lag_blocks: max_lag,
         reopen_ms,
@@ -239,14 +248,23 @@ fn state_alone(genesis: &Genesis) -> anyhow::Result<(u64, f64)> {
 }
 
 /// Runs the benchmark: `blocks` blocks on `validators` genesis validators, `reps` runs without
-/// pruning and `reps` with the pruner keeping `window` blocks, alternating.
-pub fn run_all(validators: u32, blocks: u64, window: u64, reps: u32) -> anyhow::Result<Report> {
+/// pruning (unless `unpruned` is false) and `reps` with the pruner keeping `window` blocks,
+/// alternating. Without unpruned runs the ratios and the bound are 0.
+pub fn run_all(
+    validators: u32,
+    blocks: u64,
+    window: u64,
+    reps: u32,
+    unpruned: bool,
+) -> anyhow::Result<Report> {
     let genesis = Genesis::generated("bench-prune", validators, 11);
     let built = build(&genesis, blocks)?;
     let (state_bytes, fresh_open_ms) = state_alone(&genesis)?;
     let mut runs = Vec::new();
     for _ in 0..reps.max(1) {
-        runs.push(run(&genesis, &built, None)?);
+        if unpruned {
+            runs.push(run(&genesis, &built, None)?);
+        }
         runs.push(run(&genesis, &built, Some(History::Blocks(window)))?);
     }
     let of = |pruned: bool, field: fn(&Run) -> f64| {
@@ -263,7 +281,11 @@ pub fn run_all(validators: u32, blocks: u64, window: u64, reps: u32) -> anyhow::
     let disk_none = of(false, |r| r.disk_bytes as f64);
     let disk_pruned = of(true, |r| r.disk_bytes as f64);
     let per_block = (disk_none - state_bytes as f64).max(0.0) / blocks.max(1) as f64;
-    let bound = state_bytes as f64 + per_block * window.min(blocks) as f64;
+    let bound = if unpruned {
+        state_bytes as f64 + per_block * window.min(blocks) as f64
+    } else {
+        0.0
+    };
     Ok(Report {
         validators,
         blocks,

@@ -134,11 +134,12 @@ pub fn prune(
     blocks: u64,
     window: u64,
     reps: u32,
+    pruned_only: bool,
 ) -> anyhow::Result<()> {
     anyhow::ensure!(validators >= 1, "--validators must be at least 1");
     anyhow::ensure!(blocks > window, "--blocks must exceed --window");
     anyhow::ensure!(reps >= 1, "--reps must be at least 1");
-    let report = crate::bench::prune::run_all(validators, blocks, window, reps)?;
+    let report = crate::bench::prune::run_all(validators, blocks, window, reps, !pruned_only)?;
     if json {
         println!("{}", serde_json::to_string(&report)?);
     } else {

@@ -23,6 +23,8 @@ const RANK: &[(&str, u32)] = &[
     // HTTP/1.1 serving with bounded connections (the admin API and the dev contract's
     // endpoint).
     ("http_server", 0),
+    // Running background threads at the lowest priority.
+    ("thread_priority", 0),
     // The module kinds' names and scopes.
     ("kind", 0),
     // The state value and the key-value store it is saved in.

@@ -1,0 +1,921 @@
+//! The value log: large values kept out of sled, in append-only segment files.
+//!
+//! sled 0.34 reclaims the space of overwritten and deleted values only when its segment cleaner
+//! gets to them, and at a small state it does not keep up: a node pruning to a 256-block window
+//! at 1,000 validators held 1.1 MB of live keys and values in a 160 MB file after 20,000 blocks,
+//! and sled's recovery reads that file at every open (120 ms against 5 ms for a fresh node).
+//! What churns is the chain's bulk — block bodies and undo records (written once, deleted by
+//! height), per-block eth1 and schedule records, and the state's chunk records (rewritten as
+//! balances change). Those values go here instead (WiscKey's separation of keys from values,
+//! as reth keeps history in static files): sled keeps, for each such key, a 16-byte pointer
+//! under [`POINTER_PREFIX`] ‖ key, and per segment its live values' count and bytes under
+//! [`USE_PREFIX`] ‖ segment, both written in the same sled batch as the rest of a commit.
+//!
+//! ## Segments and records
+//! `values/NNNNNNNN.seg` in the sled directory, appended to and never rewritten; a new segment
+//! is started when the current one passes [`SEGMENT_BYTES`] and at every open (so a torn tail
+//! from a crash is never appended after). A record is `crc32 ‖ key length (u16) ‖ value length
+//! (u32) ‖ key ‖ value`, little-endian; the CRC covers everything after it. A read checks the
+//! CRC and that the record holds the key asked for.
+//!
+//! ## Crash safety
+//! - A commit appends its values and `fdatasync`s the segment **before** sled applies the batch
+//!   holding their pointers, so a pointer that survives a crash points at bytes on disk.
+//! - A segment whose live count reaches zero is unlinked only after a sled flush that made that
+//!   count durable; at open, a segment with no recorded live value (never committed, or emptied
+//!   before a crash) is unlinked, and a segment a live pointer needs but that is missing is
+//!   refused as corruption.
+//! - Space of overwritten values is reclaimed by [`ValueLog::collect`]: a segment under half
+//!   live has its live values appended anew and its pointers moved (under the same lock as
+//!   commits, checking each pointer still points at the old record), after which it empties.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs::{File, OpenOptions};
+use std::io::Write as _;
+use std::os::unix::fs::FileExt as _;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+
+use super::StoreError;
+
+/// First byte of the sled key holding a logged key's pointer: `V` ‖ key.
+pub const POINTER_PREFIX: u8 = b'V';
+/// First byte of the sled key holding a segment's live count and bytes: `G` ‖ segment (BE).
+pub const USE_PREFIX: u8 = b'G';
+/// The sled key saying every logged key of this store is in the log (written once, when a store
+/// is created or its inline values have been moved to the log).
+pub const MARKER: &[u8] = b"Mvalue-log";
+/// A segment is closed and a new one started once it holds this many bytes.
+pub const SEGMENT_BYTES: u64 = 4 << 20;
+/// Handles kept open for reading; beyond it, an arbitrary one is closed.
+const OPEN_HANDLES: usize = 64;
+/// Bytes of the record header: CRC, key length, value length.
+const HEADER: usize = 4 + 2 + 4;
+
+/// Whether values of `key` live in the log: the chain's bulk, by the key's first byte (block
+/// bodies `b`, undo records `u`, eth1 `e`, schedule `s`, pending-deposit sets `p`, state chunk
+/// records `r`; see [`super::keys`]).
+pub fn is_logged(key: &[u8]) -> bool {
+    matches!(key.first(), Some(b'b' | b'u' | b'e' | b's' | b'p' | b'r'))
+}
+
+/// Whether `key` is one of the log's own bookkeeping keys in sled.
+pub fn is_internal(key: &[u8]) -> bool {
+    matches!(key.first(), Some(&POINTER_PREFIX | &USE_PREFIX)) || key == MARKER
+}
+
+/// The sled key of `key`'s pointer.
+pub fn pointer_key(key: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(key.len().saturating_add(1));
+    out.push(POINTER_PREFIX);
+    out.extend_from_slice(key);
+    out
+}
+
+fn use_key(segment: u32) -> Vec<u8> {
+    let mut out = vec![USE_PREFIX];
+    out.extend_from_slice(&segment.to_be_bytes());
+    out
+}
+
+/// Where a value is: segment, offset of its record, the record's length.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pointer {
+    segment: u32,
+    offset: u64,
+    len: u32,
+}
+
+impl Pointer {
+    /// The 16-byte encoding stored in sled.
+    pub fn encode(&self) -> [u8; 16] {
+        let mut out = [0u8; 16];
+        out[..4].copy_from_slice(&self.segment.to_be_bytes());
+        out[4..12].copy_from_slice(&self.offset.to_be_bytes());
+        out[12..].copy_from_slice(&self.len.to_be_bytes());
+        out
+    }
+
+    /// Decodes a stored pointer; `None` when it is not 16 bytes.
+    pub fn decode(bytes: &[u8]) -> Option<Self> {
+        let bytes: &[u8; 16] = bytes.try_into().ok()?;
+        let (segment, rest) = bytes.split_first_chunk::<4>()?;
+        let (offset, len) = rest.split_first_chunk::<8>()?;
+        let len: &[u8; 4] = len.try_into().ok()?;
+        Some(Self {
+            segment: u32::from_be_bytes(*segment),
+            offset: u64::from_be_bytes(*offset),
+            len: u32::from_be_bytes(*len),
+        })
+    }
+}
+
+/// Live values and bytes of one segment, and its size on disk.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Use {
+    count: u64,
+    bytes: u64,
+    size: u64,
+}
+
+impl Use {
+    fn encode(&self) -> [u8; 16] {
+        let mut out = [0u8; 16];
+        out[..8].copy_from_slice(&self.count.to_le_bytes());
+        out[8..].copy_from_slice(&self.bytes.to_le_bytes());
+        out
+    }
+
+    fn decode(bytes: &[u8]) -> Option<Self> {
+        let bytes: &[u8; 16] = bytes.try_into().ok()?;
+        let (count, live) = bytes.split_first_chunk::<8>()?;
+        let live: &[u8; 8] = live.try_into().ok()?;
+        Some(Self {
+            count: u64::from_le_bytes(*count),
+            bytes: u64::from_le_bytes(*live),
+            size: 0,
+        })
+    }
+}
+
+/// The segment being appended to.
+struct Active {
+    id: u32,
+    file: File,
+    len: u64,
+}
+
+struct State {
+    active: Active,
+    /// The segment the collector is moving live values into, if one is open.
+    collecting: Option<u32>,
+    /// The number the next new segment takes.
+    next_id: u32,
+    uses: BTreeMap<u32, Use>,
+    /// Emptied segments, unlinked after the next flush makes their emptiness durable.
+    doomed: Vec<u32>,
+    /// Segments the collector could not empty (a damaged record hides the rest): skipped.
+    stuck: std::collections::BTreeSet<u32>,
+}
+
+/// The log of one sled tree's large values.
+pub struct ValueLog {
+    dir: PathBuf,
+    state: Mutex<State>,
+    /// Held for reading while a value is read, for writing while a segment is unlinked.
+    unlinking: RwLock<()>,
+    handles: Mutex<HashMap<u32, Arc<File>>>,
+    /// The collector's own segment: one collection at a time appends to it, outside `state`'s
+    /// lock, so commits never wait for its writes.
+    collector: Mutex<Option<Active>>,
+}
+
+impl std::fmt::Debug for ValueLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ValueLog")
+            .field("dir", &self.dir)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A value log's totals, for reports.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LogTotals {
+    /// Segments on disk.
+    pub segments: u64,
+    /// Bytes of the segments' files.
+    pub file_bytes: u64,
+    /// Bytes of live records.
+    pub live_bytes: u64,
+}
+
+fn io_err(path: &Path, what: &str, e: &std::io::Error) -> StoreError {
+    StoreError::Backend {
+        path: path.display().to_string(),
+        message: format!("{what}: {e}"),
+    }
+}
+
+fn sled_err(dir: &Path, e: &sled::Error) -> StoreError {
+    StoreError::Backend {
+        path: dir.display().to_string(),
+        message: e.to_string(),
+    }
+}
+
+fn exhausted() -> StoreError {
+    StoreError::Corrupt("value-log segment numbers are exhausted".into())
+}
+
+fn segment_name(id: u32) -> String {
+    format!("{id:08}.seg")
+}
+
+fn encode_record(key: &[u8], value: &[u8]) -> Result<Vec<u8>, StoreError> {
+    let key_len = u16::try_from(key.len()).map_err(|_| {
+        StoreError::Corrupt(format!("a key of {} bytes is too long to log", key.len()))
+    })?;
+    let value_len = u32::try_from(value.len()).map_err(|_| {
+        StoreError::Corrupt(format!(
+            "a value of {} bytes is too long to log",
+            value.len()
+        ))
+    })?;
+    let mut out = Vec::with_capacity(HEADER.saturating_add(key.len()).saturating_add(value.len()));
+    out.extend_from_slice(&[0; 4]);
+    out.extend_from_slice(&key_len.to_le_bytes());
+    out.extend_from_slice(&value_len.to_le_bytes());
+    out.extend_from_slice(key);
+    out.extend_from_slice(value);
+    let crc = crc32fast::hash(out.get(4..).unwrap_or_default());
+    if let Some(head) = out.get_mut(..4) {
+        head.copy_from_slice(&crc.to_le_bytes());
+    }
+    Ok(out)
+}
+
+/// One record parsed from `bytes` (at its start): key, value, total length. `None` when the
+/// bytes do not hold a whole record with a matching CRC.
+fn parse_record(bytes: &[u8]) -> Option<(&[u8], &[u8], usize)> {
+    let (crc, rest) = bytes.split_first_chunk::<4>()?;
+    let (key_len, rest) = rest.split_first_chunk::<2>()?;
+    let (value_len, rest) = rest.split_first_chunk::<4>()?;
+    let key_len = usize::from(u16::from_le_bytes(*key_len));
+    let value_len = usize::try_from(u32::from_le_bytes(*value_len)).ok()?;
+    let body_len = key_len.checked_add(value_len)?;
+    let body = rest.get(..body_len)?;
+    let total = HEADER.checked_add(body_len)?;
+    if crc32fast::hash(bytes.get(4..total)?) != u32::from_le_bytes(*crc) {
+        return None;
+    }
+    let (key, value) = body.split_at_checked(key_len)?;
+    Some((key, value, total))
+}
+
+fn create_segment(dir: &Path, id: u32) -> Result<Active, StoreError> {
+    let path = dir.join(segment_name(id));
+    let file = OpenOptions::new()
+        .create_new(true)
+        .append(true)
+        .read(true)
+        .open(&path)
+        .map_err(|e| io_err(&path, "cannot create value-log segment", &e))?;
+    // The new name must survive a crash before any pointer into it does.
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| io_err(dir, "cannot sync the value-log directory", &e))?;
+    Ok(Active { id, file, len: 0 })
+}
+
+/// What a commit changes in sled for its logged keys, built under the log's lock.
+pub struct Staged<'a> {
+    log: &'a ValueLog,
+    state: MutexGuard<'a, State>,
+    uses: BTreeMap<u32, Use>,
+    /// Each logged key's pointer as this batch leaves it.
+    pending: HashMap<Vec<u8>, Option<Pointer>>,
+    appended: bool,
+}
+
+impl ValueLog {
+    /// Opens the log in `dir` for `tree`: reads each segment's use, unlinks segments nothing
+    /// lives in, refuses a missing segment that holds live values, starts a new segment, and
+    /// moves into the log any logged value still stored inline (a store from before the log).
+    pub fn open(dir: &Path, tree: &sled::Tree) -> Result<Self, StoreError> {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| io_err(dir, "cannot create the value-log directory", &e))?;
+        let mut uses = BTreeMap::new();
+        for item in tree.scan_prefix([USE_PREFIX]) {
+            let (key, value) = item.map_err(|e| sled_err(dir, &e))?;
+            let id = key
+                .get(1..)
+                .and_then(|b| <[u8; 4]>::try_from(b).ok())
+                .map(u32::from_be_bytes);
+            let (Some(id), Some(used)) = (id, Use::decode(&value)) else {
+                return Err(StoreError::Corrupt(format!(
+                    "value-log use record {} of {} bytes is malformed",
+                    hex::encode(&key),
+                    value.len()
+                )));
+            };
+            uses.insert(id, used);
+        }
+        let mut on_disk = BTreeMap::new();
+        let entries =
+            std::fs::read_dir(dir).map_err(|e| io_err(dir, "cannot list the value log", &e))?;
+        for entry in entries {
+            let entry = entry.map_err(|e| io_err(dir, "cannot list the value log", &e))?;
+            let name = entry.file_name();
+            let Some(id) = name
+                .to_str()
+                .and_then(|n| n.strip_suffix(".seg"))
+                .and_then(|n| n.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            let size = entry
+                .metadata()
+                .map_err(|e| io_err(&entry.path(), "cannot read a segment's size", &e))?
+                .len();
+            on_disk.insert(id, size);
+        }
+        for (id, used) in &mut uses {
+            match on_disk.get(id) {
+                Some(size) => used.size = *size,
+                None if used.count > 0 => {
+                    return Err(StoreError::Corrupt(format!(
+                        "value-log segment {} is missing from {} but holds {} live values",
+                        segment_name(*id),
+                        dir.display(),
+                        used.count
+                    )));
+                }
+                None => {}
+            }
+        }
+        for id in on_disk.keys() {
+            if uses.get(id).is_none_or(|u| u.count == 0) {
+                let path = dir.join(segment_name(*id));
+                std::fs::remove_file(&path)
+                    .map_err(|e| io_err(&path, "cannot remove an empty value-log segment", &e))?;
+            }
+        }
+        uses.retain(|_, u| u.count > 0);
+        let next = on_disk
+            .keys()
+            .chain(uses.keys())
+            .max()
+            .map_or(Some(0), |m| m.checked_add(1))
+            .ok_or_else(exhausted)?;
+        let log = Self {
+            dir: dir.to_path_buf(),
+            state: Mutex::new(State {
+                active: create_segment(dir, next)?,
+                collecting: None,
+                next_id: next.checked_add(1).ok_or_else(exhausted)?,
+                uses,
+                doomed: Vec::new(),
+                stuck: Default::default(),
+            }),
+            unlinking: RwLock::new(()),
+            handles: Mutex::new(HashMap::new()),
+            collector: Mutex::new(None),
+        };
+        if tree.get(MARKER).map_err(|e| sled_err(dir, &e))?.is_none() {
+            log.move_inline_values(tree)?;
+        }
+        Ok(log)
+    }
+
+    /// Moves logged values stored inline (by a node from before the log) into the log, a few
+    /// megabytes per batch; a crash part-way leaves the rest inline, to be moved at the next open.
+    fn move_inline_values(&self, tree: &sled::Tree) -> Result<(), StoreError> {
+        let logged: Vec<u8> = (0..=u8::MAX).filter(|b| is_logged(&[*b])).collect();
+        let mut moved = 0u64;
+        for first in logged {
+            loop {
+                let mut batch = Vec::new();
+                let mut bytes = 0usize;
+                for item in tree.scan_prefix([first]) {
+                    let (key, value) = item.map_err(|e| sled_err(&self.dir, &e))?;
+                    bytes = bytes.saturating_add(value.len());
+                    batch.push((key.to_vec(), Some(value.to_vec())));
+                    if bytes >= 4 << 20 {
+                        break;
+                    }
+                }
+                if batch.is_empty() {
+                    break;
+                }
+                moved = moved.saturating_add(u64::try_from(batch.len()).unwrap_or(u64::MAX));
+                let mut staged = self.stage();
+                let mut sled_batch = sled::Batch::default();
+                for (key, value) in &batch {
+                    sled_batch.remove(key.as_slice());
+                    staged.put_or_delete(tree, key, value.as_deref(), &mut sled_batch)?;
+                }
+                staged.apply(tree, sled_batch)?;
+            }
+        }
+        tree.insert(MARKER, &[1u8][..])
+            .map_err(|e| sled_err(&self.dir, &e))?;
+        tree.flush().map_err(|e| sled_err(&self.dir, &e))?;
+        if moved > 0 {
+            tracing::info!(values = moved, dir = %self.dir.display(), "moved large values into the value log");
+        }
+        Ok(())
+    }
+
+    /// Starts a commit: takes the log's lock until the batch is applied.
+    pub fn stage(&self) -> Staged<'_> {
+        let state = self
+            .state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        Staged {
+            log: self,
+            uses: state.uses.clone(),
+            state,
+            pending: HashMap::new(),
+            appended: false,
+        }
+    }
+
+    fn handle(&self, segment: u32) -> Result<Arc<File>, StoreError> {
+        let mut handles = self
+            .handles
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(file) = handles.get(&segment) {
+            return Ok(file.clone());
+        }
+        let path = self.dir.join(segment_name(segment));
+        let file = Arc::new(
+            File::open(&path).map_err(|e| io_err(&path, "cannot open value-log segment", &e))?,
+        );
+        if handles.len() >= OPEN_HANDLES
+            && let Some(evict) = handles.keys().next().copied()
+        {
+            handles.remove(&evict);
+        }
+        handles.insert(segment, file.clone());
+        Ok(file)
+    }
+
+    /// The value of `key` that `pointer` (read from sled) points at.
+    pub fn read(&self, key: &[u8], pointer: &[u8]) -> Result<Vec<u8>, StoreError> {
+        let pointer = Pointer::decode(pointer).ok_or_else(|| {
+            StoreError::Corrupt(format!(
+                "value-log pointer of key {} is {} bytes, not 16",
+                hex::encode(key),
+                pointer.len()
+            ))
+        })?;
+        let _reading = self
+            .unlinking
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let file = self.handle(pointer.segment)?;
+        let len = usize::try_from(pointer.len).unwrap_or(usize::MAX);
+        let mut bytes = vec![0u8; len];
+        let path = || self.dir.join(segment_name(pointer.segment));
+        file.read_exact_at(&mut bytes, pointer.offset)
+            .map_err(|e| {
+                io_err(
+                    &path(),
+                    &format!("cannot read the record at {}", pointer.offset),
+                    &e,
+                )
+            })?;
+        match parse_record(&bytes) {
+            Some((stored, value, total)) if stored == key && total == len => Ok(value.to_vec()),
+            _ => Err(StoreError::Corrupt(format!(
+                "value-log record of key {} at {} in {} is damaged (bad checksum or another key)",
+                hex::encode(key),
+                pointer.offset,
+                path().display()
+            ))),
+        }
+    }
+
+    /// Unlinks segments emptied before the flush the caller just completed (`doomed` was taken
+    /// before that flush began).
+    pub fn unlink(&self, doomed: Vec<u32>) {
+        if doomed.is_empty() {
+            return;
+        }
+        let _unlinking = self
+            .unlinking
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut handles = self
+            .handles
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for id in doomed {
+            handles.remove(&id);
+            let path = self.dir.join(segment_name(id));
+            if let Err(e) = std::fs::remove_file(&path) {
+                // Left on disk: the next open removes a segment with no live value.
+                tracing::warn!(path = %path.display(), error = %e, "cannot remove an empty value-log segment");
+            }
+        }
+    }
+
+    /// Segments emptied so far, to unlink once a flush has made that durable.
+    pub fn take_doomed(&self) -> Vec<u32> {
+        std::mem::take(
+            &mut self
+                .state
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .doomed,
+        )
+    }
+
+    /// The log's totals.
+    pub fn totals(&self) -> LogTotals {
+        let state = self
+            .state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut totals = LogTotals {
+            segments: 1,
+            file_bytes: state.active.len,
+            live_bytes: 0,
+        };
+        for (id, used) in &state.uses {
+            totals.live_bytes = totals.live_bytes.saturating_add(used.bytes);
+            if *id != state.active.id {
+                totals.segments = totals.segments.saturating_add(1);
+                totals.file_bytes = totals.file_bytes.saturating_add(used.size);
+            }
+        }
+        totals
+    }
+
+    /// The closed segment with the least live share, if under half of it is live.
+    fn victim(&self) -> Option<u32> {
+        let state = self
+            .state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        state
+            .uses
+            .iter()
+            .filter(|(id, u)| {
+                **id != state.active.id
+                    && state.collecting != Some(**id)
+                    && !state.stuck.contains(id)
+                    && u.size > 0
+                    && u.bytes < u.size / 2
+            })
+            .min_by_key(|(_, u)| {
+                // Live share in thousandths; sizes are far below u64::MAX / 1000.
+                u.bytes
+                    .saturating_mul(1000)
+                    .checked_div(u.size)
+                    .unwrap_or(0)
+            })
+            .map(|(id, _)| *id)
+    }
+
+    /// Reclaims one segment under half live: copies its live records, `budget` bytes at a
+    /// time, into the collector's own segment and syncs it without holding the commit lock,
+    /// then, under it, moves each pointer that still points at the old record. Returns whether
+    /// a segment was collected (its emptiness is durable, and the file gone, after the next
+    /// flush and [`Self::unlink`]).
+    pub fn collect(&self, tree: &sled::Tree, budget: usize) -> Result<bool, StoreError> {
+        let mut collector = self
+            .collector
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let Some(victim) = self.victim() else {
+            return Ok(false);
+        };
+        let path = self.dir.join(segment_name(victim));
+        let bytes = {
+            let _reading = self
+                .unlinking
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            match std::fs::read(&path) {
+                Ok(bytes) => bytes,
+                // Emptied and removed since it was chosen: nothing left to move.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(true),
+                Err(e) => return Err(io_err(&path, "cannot read a segment to collect", &e)),
+            }
+        };
+        let mut offset = 0usize;
+        let mut records = Vec::new();
+        while let Some((key, _, total)) = bytes.get(offset..).and_then(parse_record) {
+            records.push((key.to_vec(), offset, total));
+            offset = offset.saturating_add(total);
+        }
+        let mut start = 0usize;
+        while let Some(rest) = records.get(start..).filter(|rest| !rest.is_empty()) {
+            let mut size = 0usize;
+            let take = rest
+                .iter()
+                .take_while(|(_, _, total)| {
+                    let before = size;
+                    size = size.saturating_add(*total);
+                    before < budget
+                })
+                .count()
+                .max(1);
+            start = start.saturating_add(take);
+            // Copy the records still pointed at (checked again under the lock below).
+            let mut moves = Vec::new();
+            for (key, offset, total) in rest.iter().take(take) {
+                let here = Pointer {
+                    segment: victim,
+                    offset: u64::try_from(*offset).unwrap_or(u64::MAX),
+                    len: u32::try_from(*total).unwrap_or(u32::MAX),
+                };
+                let current = tree
+                    .get(pointer_key(key))
+                    .map_err(|e| sled_err(&self.dir, &e))?
+                    .and_then(|p| Pointer::decode(&p));
+                if current != Some(here) {
+                    continue;
+                }
+                let record = bytes
+                    .get(*offset..offset.saturating_add(*total))
+                    .unwrap_or_default();
+                let to = self.append_collected(&mut collector, record)?;
+                moves.push((key, here, to));
+            }
+            let Some(target) = collector.as_mut() else {
+                continue;
+            };
+            if moves.is_empty() {
+                continue;
+            }
+            let target_path = self.dir.join(segment_name(target.id));
+            target
+                .file
+                .sync_data()
+                .map_err(|e| io_err(&target_path, "cannot sync value-log segment", &e))?;
+            let mut staged = self.stage();
+            let mut sled_batch = sled::Batch::default();
+            for (key, from, to) in moves {
+                staged.relocate(tree, key, from, to, &mut sled_batch)?;
+            }
+            staged.apply(tree, sled_batch)?;
+            if target.len >= SEGMENT_BYTES {
+                // Full: the next copy starts a new one.
+                *collector = None;
+                self.state
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .collecting = None;
+            }
+        }
+        let mut state = self
+            .state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if state.uses.get(&victim).is_some_and(|u| u.count == 0) {
+            // Emptied while it was the collector's own segment: nothing was left to doom it.
+            state.uses.remove(&victim);
+            state.doomed.push(victim);
+        } else if let Some(left) = state.uses.get(&victim).filter(|u| u.count > 0) {
+            tracing::warn!(
+                segment = %path.display(),
+                live = left.count,
+                "a value-log segment keeps live values the collector cannot read (a damaged \
+                 record?); it is left as it is"
+            );
+            state.stuck.insert(victim);
+        }
+        Ok(true)
+    }
+
+    /// Appends a copied `record` to the collector's segment (starting one if none is open).
+    fn append_collected(
+        &self,
+        collector: &mut Option<Active>,
+        record: &[u8],
+    ) -> Result<Pointer, StoreError> {
+        if collector.is_none() {
+            let mut state = self
+                .state
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let id = state.next_id;
+            state.next_id = id.checked_add(1).ok_or_else(exhausted)?;
+            *collector = Some(create_segment(&self.dir, id)?);
+            state.collecting = Some(id);
+        }
+        let Some(target) = collector.as_mut() else {
+            return Err(StoreError::Corrupt("the collector has no segment".into()));
+        };
+        let path = self.dir.join(segment_name(target.id));
+        if let Err(e) = target.file.write_all(record) {
+            if let Ok(meta) = target.file.metadata() {
+                target.len = meta.len();
+            }
+            return Err(io_err(&path, "cannot append to value-log segment", &e));
+        }
+        let pointer = Pointer {
+            segment: target.id,
+            offset: target.len,
+            len: u32::try_from(record.len()).unwrap_or(u32::MAX),
+        };
+        target.len = target
+            .len
+            .saturating_add(u64::try_from(record.len()).unwrap_or(u64::MAX));
+        Ok(pointer)
+    }
+
+    /// The directory of the segments.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+}
+
+impl Staged<'_> {
+    fn pointer_of(&self, tree: &sled::Tree, key: &[u8]) -> Result<Option<Pointer>, StoreError> {
+        if let Some(p) = self.pending.get(key) {
+            return Ok(*p);
+        }
+        Ok(tree
+            .get(pointer_key(key))
+            .map_err(|e| sled_err(&self.log.dir, &e))?
+            .and_then(|p| Pointer::decode(&p)))
+    }
+
+    /// Stages `key` set to `value` (appending it to the log) or deleted, adding its pointer's
+    /// change to `batch`.
+    pub fn put_or_delete(
+        &mut self,
+        tree: &sled::Tree,
+        key: &[u8],
+        value: Option<&[u8]>,
+        batch: &mut sled::Batch,
+    ) -> Result<(), StoreError> {
+        if let Some(old) = self.pointer_of(tree, key)? {
+            let used = self.uses.entry(old.segment).or_default();
+            used.count = used.count.saturating_sub(1);
+            used.bytes = used.bytes.saturating_sub(u64::from(old.len));
+        }
+        let pkey = pointer_key(key);
+        let Some(value) = value else {
+            batch.remove(pkey);
+            self.pending.insert(key.to_vec(), None);
+            return Ok(());
+        };
+        let record = encode_record(key, value)?;
+        let active = &mut self.state.active;
+        let path = || self.log.dir.join(segment_name(active.id));
+        if let Err(e) = active.file.write_all(&record) {
+            // Part of the record may be in the file: go on from its real end, so later
+            // pointers stay right (the partial bytes are dead space).
+            if let Ok(meta) = active.file.metadata() {
+                active.len = meta.len();
+            }
+            return Err(io_err(&path(), "cannot append to value-log segment", &e));
+        }
+        let pointer = Pointer {
+            segment: active.id,
+            offset: active.len,
+            len: u32::try_from(record.len()).unwrap_or(u32::MAX),
+        };
+        active.len = active
+            .len
+            .saturating_add(u64::try_from(record.len()).unwrap_or(u64::MAX));
+        let used = self.uses.entry(active.id).or_default();
+        used.count = used.count.saturating_add(1);
+        used.bytes = used.bytes.saturating_add(u64::from(pointer.len));
+        batch.insert(pkey, &pointer.encode()[..]);
+        self.pending.insert(key.to_vec(), Some(pointer));
+        self.appended = true;
+        Ok(())
+    }
+
+    /// Stages `key`'s pointer moved from `from` to `to` (a record the collector copied and
+    /// synced), if it still points at `from`; otherwise the copy is dead space.
+    pub fn relocate(
+        &mut self,
+        tree: &sled::Tree,
+        key: &[u8],
+        from: Pointer,
+        to: Pointer,
+        batch: &mut sled::Batch,
+    ) -> Result<(), StoreError> {
+        if self.pointer_of(tree, key)? != Some(from) {
+            return Ok(());
+        }
+        let old = self.uses.entry(from.segment).or_default();
+        old.count = old.count.saturating_sub(1);
+        old.bytes = old.bytes.saturating_sub(u64::from(from.len));
+        let new = self.uses.entry(to.segment).or_default();
+        new.count = new.count.saturating_add(1);
+        new.bytes = new.bytes.saturating_add(u64::from(to.len));
+        new.size = new.size.max(to.offset.saturating_add(u64::from(to.len)));
+        batch.insert(pointer_key(key), &to.encode()[..]);
+        self.pending.insert(key.to_vec(), Some(to));
+        Ok(())
+    }
+
+    /// Makes the appended values durable, adds the changed segment uses to `batch`, applies it
+    /// to `tree`, and starts a new segment when the current one is full.
+    pub fn apply(mut self, tree: &sled::Tree, mut batch: sled::Batch) -> Result<(), StoreError> {
+        let dir = self.log.dir.clone();
+        let active_id = self.state.active.id;
+        if self.appended {
+            let path = dir.join(segment_name(active_id));
+            self.state
+                .active
+                .file
+                .sync_data()
+                .map_err(|e| io_err(&path, "cannot sync value-log segment", &e))?;
+        }
+        let active_len = self.state.active.len;
+        let mut emptied = Vec::new();
+        for (id, used) in &mut self.uses {
+            if *id == active_id {
+                used.size = active_len;
+            }
+            if self.state.uses.get(id) == Some(used) {
+                continue;
+            }
+            if used.count == 0 {
+                batch.remove(use_key(*id));
+                if *id != active_id && self.state.collecting != Some(*id) {
+                    emptied.push(*id);
+                }
+            } else {
+                batch.insert(use_key(*id), &used.encode()[..]);
+            }
+        }
+        tree.apply_batch(batch).map_err(|e| sled_err(&dir, &e))?;
+        let mut uses = std::mem::take(&mut self.uses);
+        let collecting = self.state.collecting;
+        uses.retain(|id, u| u.count > 0 || *id == active_id || collecting == Some(*id));
+        self.state.uses = uses;
+        self.state.doomed.extend(emptied);
+        if self.state.active.len >= SEGMENT_BYTES {
+            let next = self.state.next_id;
+            self.state.next_id = next.checked_add(1).ok_or_else(exhausted)?;
+            self.state.active = create_segment(&dir, next)?;
+            if self
+                .state
+                .uses
+                .get(&active_id)
+                .is_some_and(|u| u.count == 0)
+            {
+                self.state.uses.remove(&active_id);
+                self.state.doomed.push(active_id);
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_record_round_trips_and_a_flipped_byte_is_refused() {
+        let record = encode_record(b"bkey", b"value bytes").unwrap();
+        assert_eq!(
+            parse_record(&record),
+            Some((&b"bkey"[..], &b"value bytes"[..], record.len()))
+        );
+        for i in 0..record.len() {
+            let mut bad = record.clone();
+            bad[i] ^= 0x40;
+            assert!(
+                parse_record(&bad).is_none_or(|(k, v, _)| k != b"bkey" || v != b"value bytes"),
+                "byte {i} flipped and still read back"
+            );
+        }
+        assert!(parse_record(&record[..record.len() - 1]).is_none());
+    }
+
+    #[test]
+    fn pointers_and_uses_round_trip() {
+        let p = Pointer {
+            segment: 7,
+            offset: 1 << 40,
+            len: 123_456,
+        };
+        assert_eq!(Pointer::decode(&p.encode()), Some(p));
+        assert_eq!(Pointer::decode(&[0; 15]), None);
+        let u = Use {
+            count: 3,
+            bytes: 99,
+            size: 0,
+        };
+        assert_eq!(Use::decode(&u.encode()), Some(u));
+    }
+
+    #[test]
+    fn the_logged_prefixes_are_the_bulk_and_the_internal_keys_are_not_among_them() {
+        for key in [
+            super::super::keys::block(&[1; 32]),
+            super::super::keys::undo(&[1; 32]),
+            super::super::keys::eth1(&[1; 32]),
+            super::super::keys::schedule(&[1; 32]),
+            super::super::keys::validator_chunk(3),
+            super::super::keys::balance_chunk(3),
+        ] {
+            assert!(is_logged(&key), "{}", hex::encode(&key));
+            assert!(!is_internal(&key));
+        }
+        for key in [
+            super::super::keys::height(5),
+            super::super::keys::HEAD.to_vec(),
+            super::super::keys::first_header(1, 2),
+        ] {
+            assert!(!is_logged(&key), "{}", hex::encode(&key));
+            assert!(!is_internal(&key));
+        }
+        assert!(
+            is_internal(&pointer_key(b"bx")) && is_internal(&use_key(1)) && is_internal(MARKER)
+        );
+    }
+}
