@@ -145,6 +145,30 @@ struct Active {
     len: u64,
 }
 
+impl Active {
+    /// Appends `record` (not yet synced); where it is.
+    fn append(&mut self, dir: &Path, record: &[u8]) -> Result<Pointer, StoreError> {
+        if let Err(e) = self.file.write_all(record) {
+            // Part of the record may be in the file: go on from its real end, so later
+            // pointers stay right (the partial bytes are dead space).
+            if let Ok(meta) = self.file.metadata() {
+                self.len = meta.len();
+            }
+            let path = dir.join(segment_name(self.id));
+            return Err(io_err(&path, "cannot append to value-log segment", &e));
+        }
+        let pointer = Pointer {
+            segment: self.id,
+            offset: self.len,
+            len: u32::try_from(record.len()).unwrap_or(u32::MAX),
+        };
+        self.len = self
+            .len
+            .saturating_add(u64::try_from(record.len()).unwrap_or(u64::MAX));
+        Ok(pointer)
+    }
+}
+
 struct State {
     active: Active,
     /// The segment the collector is moving live values into, if one is open.
@@ -168,6 +192,8 @@ pub struct ValueLog {
     /// The collector's own segment: one collection at a time appends to it, outside `state`'s
     /// lock, so commits never wait for its writes.
     collector: Mutex<Option<Active>>,
+    /// Emptied segments taken to be unlinked after a flush, not unlinked yet.
+    unlinks_in_flight: std::sync::atomic::AtomicUsize,
 }
 
 impl std::fmt::Debug for ValueLog {
@@ -360,6 +386,7 @@ impl ValueLog {
             unlinking: RwLock::new(()),
             handles: Mutex::new(HashMap::new()),
             collector: Mutex::new(None),
+            unlinks_in_flight: std::sync::atomic::AtomicUsize::new(0),
         };
         if tree.get(MARKER).map_err(|e| sled_err(dir, &e))?.is_none() {
             log.move_inline_values(tree)?;
@@ -478,39 +505,68 @@ impl ValueLog {
         }
     }
 
-    /// Unlinks segments emptied before the flush the caller just completed (`doomed` was taken
-    /// before that flush began).
-    pub fn unlink(&self, doomed: Vec<u32>) {
-        if doomed.is_empty() {
-            return;
-        }
-        let _unlinking = self
-            .unlinking
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let mut handles = self
-            .handles
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        for id in doomed {
-            handles.remove(&id);
-            let path = self.dir.join(segment_name(id));
-            if let Err(e) = std::fs::remove_file(&path) {
-                // Left on disk: the next open removes a segment with no live value.
-                tracing::warn!(path = %path.display(), error = %e, "cannot remove an empty value-log segment");
-            }
-        }
-    }
-
-    /// Segments emptied so far, to unlink once a flush has made that durable.
-    pub fn take_doomed(&self) -> Vec<u32> {
-        std::mem::take(
-            &mut self
+    /// Runs `flush` (a sled flush) and then unlinks the segments emptied before it began: their
+    /// emptiness is durable once it returns. A failed flush keeps them for the next one.
+    pub fn flush_then_unlink(
+        &self,
+        flush: impl FnOnce() -> Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
+        let doomed = {
+            let mut state = self
                 .state
                 .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let doomed = std::mem::take(&mut state.doomed);
+            self.unlinks_in_flight
+                .fetch_add(doomed.len(), std::sync::atomic::Ordering::SeqCst);
+            doomed
+        };
+        let count = doomed.len();
+        if let Err(e) = flush() {
+            self.state
+                .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .doomed,
-        )
+                .doomed
+                .extend(doomed);
+            self.unlinks_in_flight
+                .fetch_sub(count, std::sync::atomic::Ordering::SeqCst);
+            return Err(e);
+        }
+        if !doomed.is_empty() {
+            let _unlinking = self
+                .unlinking
+                .write()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let mut handles = self
+                .handles
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            for id in doomed {
+                handles.remove(&id);
+                let path = self.dir.join(segment_name(id));
+                if let Err(e) = std::fs::remove_file(&path) {
+                    // Left on disk: the next open removes a segment with no live value.
+                    tracing::warn!(path = %path.display(), error = %e, "cannot remove an empty value-log segment");
+                }
+            }
+        }
+        self.unlinks_in_flight
+            .fetch_sub(count, std::sync::atomic::Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// Waits (up to 10 s) until no other thread is between emptying segments and unlinking
+    /// them: after it, every segment emptied before the call and flushed is gone.
+    pub fn settle(&self) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while self
+            .unlinks_in_flight
+            .load(std::sync::atomic::Ordering::SeqCst)
+            > 0
+            && std::time::Instant::now() < deadline
+        {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
     }
 
     /// The log's totals.
@@ -691,22 +747,16 @@ impl ValueLog {
         let Some(target) = collector.as_mut() else {
             return Err(StoreError::Corrupt("the collector has no segment".into()));
         };
-        let path = self.dir.join(segment_name(target.id));
-        if let Err(e) = target.file.write_all(record) {
-            if let Ok(meta) = target.file.metadata() {
-                target.len = meta.len();
-            }
-            return Err(io_err(&path, "cannot append to value-log segment", &e));
-        }
-        let pointer = Pointer {
-            segment: target.id,
-            offset: target.len,
-            len: u32::try_from(record.len()).unwrap_or(u32::MAX),
-        };
-        target.len = target
-            .len
-            .saturating_add(u64::try_from(record.len()).unwrap_or(u64::MAX));
-        Ok(pointer)
+        target.append(&self.dir, record)
+    }
+
+    #[cfg(test)]
+    pub(crate) fn debug_uses(&self) -> String {
+        let state = self.state.lock().unwrap();
+        format!(
+            "active {} collecting {:?} stuck {:?} doomed {:?} uses {:?}",
+            state.active.id, state.collecting, state.stuck, state.doomed, state.uses
+        )
     }
 
     /// The directory of the segments.
@@ -748,23 +798,7 @@ impl Staged<'_> {
         };
         let record = encode_record(key, value)?;
         let active = &mut self.state.active;
-        let path = || self.log.dir.join(segment_name(active.id));
-        if let Err(e) = active.file.write_all(&record) {
-            // Part of the record may be in the file: go on from its real end, so later
-            // pointers stay right (the partial bytes are dead space).
-            if let Ok(meta) = active.file.metadata() {
-                active.len = meta.len();
-            }
-            return Err(io_err(&path(), "cannot append to value-log segment", &e));
-        }
-        let pointer = Pointer {
-            segment: active.id,
-            offset: active.len,
-            len: u32::try_from(record.len()).unwrap_or(u32::MAX),
-        };
-        active.len = active
-            .len
-            .saturating_add(u64::try_from(record.len()).unwrap_or(u64::MAX));
+        let pointer = active.append(&self.log.dir, &record)?;
         let used = self.uses.entry(active.id).or_default();
         used.count = used.count.saturating_add(1);
         used.bytes = used.bytes.saturating_add(u64::from(pointer.len));
