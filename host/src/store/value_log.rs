@@ -558,12 +558,12 @@ impl ValueLog {
     /// Waits (up to 10 s) until no other thread is between emptying segments and unlinking
     /// them: after it, every segment emptied before the call and flushed is gone.
     pub fn settle(&self) {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let started = std::time::Instant::now();
         while self
             .unlinks_in_flight
             .load(std::sync::atomic::Ordering::SeqCst)
             > 0
-            && std::time::Instant::now() < deadline
+            && started.elapsed() < std::time::Duration::from_secs(10)
         {
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
