@@ -394,6 +394,20 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     // Work a cancelled start left behind (a dial, a module compile) gets a bounded time to end.
     rt.shutdown_timeout(std::time::Duration::from_secs(10));
     ran?;
+    let chain_dir = args.data_dir.join("chain");
+    if chain_dir.join("db").exists() {
+        let started = std::time::Instant::now();
+        match modnode::store::SledStore::write_recovery_snapshot(
+            &chain_dir,
+            std::time::Duration::from_secs(10),
+        ) {
+            Ok(()) => tracing::info!(
+                ms = started.elapsed().as_millis(),
+                "store snapshot written: the next start opens without replaying this run"
+            ),
+            Err(e) => tracing::warn!(error = %e, "the next start replays this run's store log"),
+        }
+    }
     tracing::info!("stopped cleanly");
     Ok(())
 }
