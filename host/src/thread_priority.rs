@@ -20,3 +20,57 @@ pub fn lower_this_threads_priority() {
         }
     }
 }
+
+/// Runs `work` at normal priority when the calling thread runs at `SCHED_IDLE` (and puts the
+/// thread back after): for the short sections of background work that hold a lock block import
+/// also takes (a store commit). Preempted inside such a section, an idle thread would make
+/// import wait for whatever preempted it — a priority inversion.
+pub fn at_normal_priority<T>(work: impl FnOnce() -> T) -> T {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: sched_getscheduler(0) only reads the calling thread's scheduling class.
+        let idle = unsafe { libc::sched_getscheduler(0) } == libc::SCHED_IDLE;
+        if idle {
+            let param = libc::sched_param { sched_priority: 0 };
+            // SAFETY: `param` is a valid sched_param for the call's duration; the call only
+            // changes this thread's scheduling class. Leaving SCHED_IDLE needs CAP_SYS_NICE or
+            // an RLIMIT_NICE that allows the thread's nice value; refused, the work runs at
+            // idle priority as before.
+            let raised = unsafe { libc::sched_setscheduler(0, libc::SCHED_OTHER, &param) } == 0;
+            let out = work();
+            if raised {
+                lower_this_threads_priority();
+            }
+            return out;
+        }
+    }
+    work()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn work_runs_at_normal_priority_and_the_thread_returns_to_idle() {
+        std::thread::spawn(|| {
+            lower_this_threads_priority();
+            // SAFETY: reads the calling thread's class.
+            let class = || unsafe { libc::sched_getscheduler(0) };
+            assert_eq!(class(), libc::SCHED_IDLE);
+            let inside = at_normal_priority(class);
+            // Root (as on CI) may leave SCHED_IDLE; others only with a nice limit allowing it.
+            // SAFETY: geteuid only reads the process's effective user id.
+            if unsafe { libc::geteuid() } == 0 {
+                assert_eq!(inside, libc::SCHED_OTHER);
+            } else {
+                assert!(inside == libc::SCHED_OTHER || inside == libc::SCHED_IDLE);
+            }
+            assert_eq!(class(), libc::SCHED_IDLE);
+        })
+        .join()
+        .unwrap();
+        // A normal thread is left as it is.
+        assert_eq!(at_normal_priority(|| 7), 7);
+    }
+}

@@ -92,6 +92,12 @@ pub struct Report {
     /// Opening that state-only data dir again after a clean stop (ms): compare each run's
     /// `reopen_clean_ms` (and `reopen_ms`, the start after a kill).
     pub fresh_open_ms: f64,
+    /// Validators at the end of the runs (a new one every 16th block).
+    pub end_validators: u32,
+    /// `fresh_open_ms` for a fresh node of the end state's size (genesis with
+    /// `end_validators`): what a store after the runs should open in. Measured when the end
+    /// state is more than 1 % larger than genesis, else `fresh_open_ms`.
+    pub fresh_end_open_ms: f64,
     /// The state alone plus the window's share of the unpruned run's growth.
     pub bound_bytes: u64,
     /// Median disk with pruning / `bound_bytes` (the target is ≤ 1.5).
@@ -118,7 +124,8 @@ pub fn du(dir: &Path) -> std::io::Result<u64> {
     Ok(total)
 }
 
-fn build(genesis: &Genesis, count: u64) -> anyhow::Result<Vec<Block>> {
+/// The blocks, and the validators after the last.
+fn build(genesis: &Genesis, count: u64) -> anyhow::Result<(Vec<Block>, u32)> {
     let mut chain = Chain::open(Arc::new(MemoryStore::new()), genesis.clone(), engine())?;
     let mut log = CachedDepositLog::new();
     let mut blocks = Vec::new();
@@ -144,7 +151,7 @@ fn build(genesis: &Genesis, count: u64) -> anyhow::Result<Vec<Block>> {
         chain.import(&block)?;
         blocks.push(block);
     }
-    Ok(blocks)
+    Ok((blocks, chain.snapshot()?.validator_count()))
 }
 
 fn run(genesis: &Genesis, blocks: &[Block], history: Option<History>) -> anyhow::Result<Run> {
@@ -276,8 +283,15 @@ pub fn run_all(
     unpruned: bool,
 ) -> anyhow::Result<Report> {
     let genesis = Genesis::generated("bench-prune", validators, 11);
-    let built = build(&genesis, blocks)?;
+    let (built, end_validators) = build(&genesis, blocks)?;
     let (state_bytes, fresh_open_ms) = state_alone(&genesis)?;
+    let fresh_end_open_ms = if u64::from(end_validators).saturating_mul(100)
+        > u64::from(validators).saturating_mul(101)
+    {
+        state_alone(&Genesis::generated("bench-prune-end", end_validators, 11))?.1
+    } else {
+        fresh_open_ms
+    };
     let mut runs = Vec::new();
     for _ in 0..reps.max(1) {
         if unpruned {
@@ -315,6 +329,8 @@ pub fn run_all(
         disk_ratio: ratio(disk_pruned, disk_none),
         state_bytes,
         fresh_open_ms,
+        end_validators,
+        fresh_end_open_ms,
         bound_bytes: bound as u64,
         bound_ratio: ratio(disk_pruned, bound),
         runs,

@@ -114,7 +114,8 @@ impl SledStore {
             return Ok(());
         };
         while log.collect(&self.space.tree, COLLECT_STEP_BYTES)? {}
-        log.flush_then_unlink(|| self.db.flush().map(drop).map_err(|e| self.err(e)))?;
+        log.flush_then_release(|| self.db.flush().map(drop).map_err(|e| self.err(e)), true)?;
+        log.unlink_released();
         log.settle();
         Ok(())
     }
@@ -193,7 +194,8 @@ impl SledStore {
         }
         staged.apply(tree, sled_batch)?;
         if durable {
-            log.flush_then_unlink(|| self.db.flush().map(drop).map_err(|e| self.err(e)))?;
+            // The collector's thread unlinks what this flush released.
+            log.flush_then_release(|| self.db.flush().map(drop).map_err(|e| self.err(e)), false)?;
         }
         Ok(())
     }
@@ -249,10 +251,11 @@ fn spawn_collector(space: Weak<Keyspace>, path: &Path) -> Result<(), StoreError>
                     return;
                 };
                 let step = || -> Result<bool, StoreError> {
+                    log.unlink_released();
                     if !log.collect(&space.tree, COLLECT_STEP_BYTES)? {
                         return Ok(false);
                     }
-                    log.flush_then_unlink(|| {
+                    log.flush_then_release(|| {
                         space
                             .tree
                             .flush()
@@ -261,7 +264,7 @@ fn spawn_collector(space: Weak<Keyspace>, path: &Path) -> Result<(), StoreError>
                                 path: log.dir().display().to_string(),
                                 message: e.to_string(),
                             })
-                    })?;
+                    }, true)?;
                     Ok(true)
                 };
                 idle = match step() {
@@ -289,7 +292,23 @@ impl KvStore for SledStore {
             .map_err(|e| self.err(e))?;
         match (&self.space.log, stored) {
             (Some(log), Some(pointer)) if value_log::is_logged(key) => {
-                log.read(key, &pointer).map(Some)
+                match log.read(key, &pointer) {
+                    Ok(value) => Ok(Some(value)),
+                    // Deleted (pruned) or moved by the collector between reading the pointer
+                    // and reading the value, its segment then removed: read it again.
+                    Err(first) => {
+                        let now = self
+                            .space
+                            .tree
+                            .get(self.sled_key(key))
+                            .map_err(|e| self.err(e))?;
+                        match now {
+                            None => Ok(None),
+                            Some(moved) if moved != pointer => log.read(key, &moved).map(Some),
+                            Some(_) => Err(first),
+                        }
+                    }
+                }
             }
             (_, stored) => Ok(stored.map(|v| v.to_vec())),
         }
@@ -330,15 +349,18 @@ impl KvStore for SledStore {
     }
 
     fn commit(&self, batch: &WriteBatch) -> Result<(), StoreError> {
-        self.apply(batch, true)
+        crate::thread_priority::at_normal_priority(|| self.apply(batch, true))
     }
 
     /// sled logs a batch as one unit and recovers a prefix of its log, so an unflushed batch
     /// is recovered whole or not at all, and only with everything logged before it; its
     /// flusher writes it out within `flush_every_ms` (500 ms) or the next `commit` does. Values
     /// it appends to the value log are synced before the batch is applied.
+    ///
+    /// Background threads (the pruner) commit at normal priority: the value log's lock and
+    /// sled's are taken by import too.
     fn commit_unflushed(&self, batch: &WriteBatch) -> Result<(), StoreError> {
-        self.apply(batch, false)
+        crate::thread_priority::at_normal_priority(|| self.apply(batch, false))
     }
 
     fn tree(&self, name: &str) -> Result<std::sync::Arc<dyn KvStore>, StoreError> {
@@ -449,6 +471,11 @@ mod tests {
             b.delete(crate::store::keys::block(&[u8::try_from(i).unwrap(); 32]));
         }
         store.commit(&b).unwrap();
+        // The collector's thread removes the emptied segments (not the committing thread).
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while segments(&path) > 1 && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
         assert_eq!(segments(&path), 1, "only the segment being written is left");
         assert_eq!(store.value_log_totals().live_bytes, 0);
         assert_eq!(

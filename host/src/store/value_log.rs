@@ -178,6 +178,8 @@ struct State {
     uses: BTreeMap<u32, Use>,
     /// Emptied segments, unlinked after the next flush makes their emptiness durable.
     doomed: Vec<u32>,
+    /// Emptied segments a flush has made durable, for the collector's thread to unlink.
+    released: Vec<u32>,
     /// Segments the collector could not empty (a damaged record hides the rest): skipped.
     stuck: std::collections::BTreeSet<u32>,
 }
@@ -381,6 +383,7 @@ impl ValueLog {
                 next_id: next.checked_add(1).ok_or_else(exhausted)?,
                 uses,
                 doomed: Vec::new(),
+                released: Vec::new(),
                 stuck: Default::default(),
             }),
             unlinking: RwLock::new(()),
@@ -505,11 +508,15 @@ impl ValueLog {
         }
     }
 
-    /// Runs `flush` (a sled flush) and then unlinks the segments emptied before it began: their
-    /// emptiness is durable once it returns. A failed flush keeps them for the next one.
-    pub fn flush_then_unlink(
+    /// Runs `flush` (a sled flush); the segments emptied before it began are then empty for
+    /// good and are unlinked here when `unlink` is true, else left for
+    /// [`Self::unlink_released`] (block import flushes, and the collector's thread unlinks, so
+    /// that freeing a file's blocks never adds to an import). A failed flush keeps them for the
+    /// next one.
+    pub fn flush_then_release(
         &self,
         flush: impl FnOnce() -> Result<(), StoreError>,
+        unlink: bool,
     ) -> Result<(), StoreError> {
         let doomed = {
             let mut state = self
@@ -521,8 +528,8 @@ impl ValueLog {
                 .fetch_add(doomed.len(), std::sync::atomic::Ordering::SeqCst);
             doomed
         };
-        let count = doomed.len();
         if let Err(e) = flush() {
+            let count = doomed.len();
             self.state
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -532,7 +539,36 @@ impl ValueLog {
                 .fetch_sub(count, std::sync::atomic::Ordering::SeqCst);
             return Err(e);
         }
-        if !doomed.is_empty() {
+        if unlink {
+            self.unlink(doomed);
+        } else if !doomed.is_empty() {
+            self.state
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .released
+                .extend(doomed);
+        }
+        Ok(())
+    }
+
+    /// Unlinks the segments a flush has made empty for good.
+    pub fn unlink_released(&self) {
+        let released = std::mem::take(
+            &mut self
+                .state
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .released,
+        );
+        self.unlink(released);
+    }
+
+    fn unlink(&self, segments: Vec<u32>) {
+        if segments.is_empty() {
+            return;
+        }
+        let count = segments.len();
+        {
             let _unlinking = self
                 .unlinking
                 .write()
@@ -541,18 +577,22 @@ impl ValueLog {
                 .handles
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
-            for id in doomed {
-                handles.remove(&id);
-                let path = self.dir.join(segment_name(id));
-                if let Err(e) = std::fs::remove_file(&path) {
-                    // Left on disk: the next open removes a segment with no live value.
-                    tracing::warn!(path = %path.display(), error = %e, "cannot remove an empty value-log segment");
-                }
+            for id in &segments {
+                handles.remove(id);
+            }
+        }
+        // Removed outside the readers' lock: a reader holds a pointer into a segment only
+        // while that segment had live values, and these have had none since a durable flush;
+        // the lock above only keeps a reader from reopening one through a stale handle map.
+        for id in segments {
+            let path = self.dir.join(segment_name(id));
+            if let Err(e) = std::fs::remove_file(&path) {
+                // Left on disk: the next open removes a segment with no live value.
+                tracing::warn!(path = %path.display(), error = %e, "cannot remove an empty value-log segment");
             }
         }
         self.unlinks_in_flight
             .fetch_sub(count, std::sync::atomic::Ordering::SeqCst);
-        Ok(())
     }
 
     /// Waits (up to 10 s) until no other thread is between emptying segments and unlinking
@@ -693,12 +733,15 @@ impl ValueLog {
                 .file
                 .sync_data()
                 .map_err(|e| io_err(&target_path, "cannot sync value-log segment", &e))?;
-            let mut staged = self.stage();
-            let mut sled_batch = sled::Batch::default();
-            for (key, from, to) in moves {
-                staged.relocate(tree, key, from, to, &mut sled_batch)?;
-            }
-            staged.apply(tree, sled_batch)?;
+            // Under the commit lock at normal priority (see `at_normal_priority`).
+            crate::thread_priority::at_normal_priority(|| {
+                let mut staged = self.stage();
+                let mut sled_batch = sled::Batch::default();
+                for (key, from, to) in moves {
+                    staged.relocate(tree, key, from, to, &mut sled_batch)?;
+                }
+                staged.apply(tree, sled_batch)
+            })?;
             if target.len >= SEGMENT_BYTES {
                 // Full: the next copy starts a new one.
                 *collector = None;
