@@ -162,40 +162,37 @@ impl SledStore {
 
     fn apply(&self, batch: &WriteBatch, durable: bool) -> Result<(), StoreError> {
         let tree = &self.space.tree;
+        let log = self.space.log.as_ref();
         let mut sled_batch = sled::Batch::default();
-        let Some(log) = &self.space.log else {
-            for (key, value) in batch.ops() {
-                match value {
-                    Some(v) => sled_batch.insert(key.as_slice(), v.as_slice()),
-                    None => sled_batch.remove(key.as_slice()),
-                }
-            }
-            tree.apply_batch(sled_batch).map_err(|e| self.err(e))?;
-            if durable {
-                self.db.flush().map_err(|e| self.err(e))?;
-            }
-            return Ok(());
-        };
-        let mut staged = log.stage();
+        let mut staged = log.map(ValueLog::stage);
         for (key, value) in batch.ops() {
-            if value_log::is_logged(key) {
-                staged.put_or_delete(tree, key, value.as_deref(), &mut sled_batch)?;
-            } else if value_log::is_internal(key) {
-                return Err(StoreError::Corrupt(format!(
-                    "key {} is reserved for the value log's own records",
-                    hex::encode(key)
-                )));
-            } else {
-                match value {
+            match &mut staged {
+                Some(staged) if value_log::is_logged(key) => {
+                    staged.put_or_delete(tree, key, value.as_deref(), &mut sled_batch)?;
+                }
+                Some(_) if value_log::is_internal(key) => {
+                    return Err(StoreError::Corrupt(format!(
+                        "key {} is reserved for the value log's own records",
+                        hex::encode(key)
+                    )));
+                }
+                _ => match value {
                     Some(v) => sled_batch.insert(key.as_slice(), v.as_slice()),
                     None => sled_batch.remove(key.as_slice()),
-                }
+                },
             }
         }
-        staged.apply(tree, sled_batch)?;
+        match staged {
+            Some(staged) => staged.apply(tree, sled_batch)?,
+            None => tree.apply_batch(sled_batch).map_err(|e| self.err(e))?,
+        }
         if durable {
-            // The collector's thread unlinks what this flush released.
-            log.flush_then_release(|| self.db.flush().map(drop).map_err(|e| self.err(e)), false)?;
+            let flush = || self.db.flush().map(drop).map_err(|e| self.err(e));
+            match log {
+                // The collector's thread unlinks what this flush released.
+                Some(log) => log.flush_then_release(flush, false)?,
+                None => flush()?,
+            }
         }
         Ok(())
     }

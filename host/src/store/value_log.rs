@@ -26,15 +26,16 @@
 //!   before a crash) is unlinked, and a segment a live pointer needs but that is missing is
 //!   refused as corruption.
 //! - Space of overwritten values is reclaimed by [`ValueLog::collect`]: a segment under half
-//!   live has its live values appended anew and its pointers moved (under the same lock as
-//!   commits, checking each pointer still points at the old record), after which it empties.
+//!   live has its live records copied into the collector's own segment and synced outside the
+//!   commit lock, then its pointers moved under that lock (each only if it still points at the
+//!   old record), after which it empties.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::{File, OpenOptions};
 use std::io::Write as _;
 use std::os::unix::fs::FileExt as _;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::StoreError;
 
@@ -188,8 +189,6 @@ struct State {
 pub struct ValueLog {
     dir: PathBuf,
     state: Mutex<State>,
-    /// Held for reading while a value is read, for writing while a segment is unlinked.
-    unlinking: RwLock<()>,
     handles: Mutex<HashMap<u32, Arc<File>>>,
     /// The collector's own segment: one collection at a time appends to it, outside `state`'s
     /// lock, so commits never wait for its writes.
@@ -386,7 +385,6 @@ impl ValueLog {
                 released: Vec::new(),
                 stuck: Default::default(),
             }),
-            unlinking: RwLock::new(()),
             handles: Mutex::new(HashMap::new()),
             collector: Mutex::new(None),
             unlinks_in_flight: std::sync::atomic::AtomicUsize::new(0),
@@ -409,7 +407,7 @@ impl ValueLog {
                 for item in tree.scan_prefix([first]) {
                     let (key, value) = item.map_err(|e| sled_err(&self.dir, &e))?;
                     bytes = bytes.saturating_add(value.len());
-                    batch.push((key.to_vec(), Some(value.to_vec())));
+                    batch.push((key.to_vec(), value.to_vec()));
                     if bytes >= 4 << 20 {
                         break;
                     }
@@ -422,7 +420,7 @@ impl ValueLog {
                 let mut sled_batch = sled::Batch::default();
                 for (key, value) in &batch {
                     sled_batch.remove(key.as_slice());
-                    staged.put_or_delete(tree, key, value.as_deref(), &mut sled_batch)?;
+                    staged.put_or_delete(tree, key, Some(value), &mut sled_batch)?;
                 }
                 staged.apply(tree, sled_batch)?;
             }
@@ -481,10 +479,6 @@ impl ValueLog {
                 pointer.len()
             ))
         })?;
-        let _reading = self
-            .unlinking
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let file = self.handle(pointer.segment)?;
         let len = usize::try_from(pointer.len).unwrap_or(usize::MAX);
         let mut bytes = vec![0u8; len];
@@ -568,28 +562,20 @@ impl ValueLog {
             return;
         }
         let count = segments.len();
-        {
-            let _unlinking = self
-                .unlinking
-                .write()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            let mut handles = self
-                .handles
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            for id in &segments {
-                handles.remove(id);
-            }
-        }
-        // Removed outside the readers' lock: a reader holds a pointer into a segment only
-        // while that segment had live values, and these have had none since a durable flush;
-        // the lock above only keeps a reader from reopening one through a stale handle map.
+        // The file first, then its handle: `handle` opens a file while holding the map, so a
+        // reader either opened it before it was removed (and its handle is dropped here) or
+        // finds it gone (and reads the pointer again, see `SledStore::get`); no handle to a
+        // removed file stays in the map holding its blocks.
         for id in segments {
             let path = self.dir.join(segment_name(id));
             if let Err(e) = std::fs::remove_file(&path) {
                 // Left on disk: the next open removes a segment with no live value.
                 tracing::warn!(path = %path.display(), error = %e, "cannot remove an empty value-log segment");
             }
+            self.handles
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .remove(&id);
         }
         self.unlinks_in_flight
             .fetch_sub(count, std::sync::atomic::Ordering::SeqCst);
@@ -670,22 +656,16 @@ impl ValueLog {
             return Ok(false);
         };
         let path = self.dir.join(segment_name(victim));
-        let bytes = {
-            let _reading = self
-                .unlinking
-                .read()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            match std::fs::read(&path) {
-                Ok(bytes) => bytes,
-                // Emptied and removed since it was chosen: nothing left to move.
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(true),
-                Err(e) => return Err(io_err(&path, "cannot read a segment to collect", &e)),
-            }
+        let bytes = match std::fs::read(&path) {
+            Ok(bytes) => bytes,
+            // Emptied and removed since it was chosen: nothing left to move.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(true),
+            Err(e) => return Err(io_err(&path, "cannot read a segment to collect", &e)),
         };
         let mut offset = 0usize;
         let mut records = Vec::new();
         while let Some((key, _, total)) = bytes.get(offset..).and_then(parse_record) {
-            records.push((key.to_vec(), offset, total));
+            records.push((key, offset, total));
             offset = offset.saturating_add(total);
         }
         let mut start = 0usize;
