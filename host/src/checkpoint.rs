@@ -44,6 +44,7 @@
 //! schedule and the queue's counters travel in the manifest, so the restorer recomputes the
 //! full state root.
 
+mod assembly;
 pub mod carry;
 pub mod create;
 pub mod fetch;

@@ -86,8 +86,44 @@ pub struct FetchConfig {
     pub max_timeout: Duration,
     /// Chunks requested or received but not yet verified and stored, at most: while the
     /// restore's verification or writing lags, no further request is made, so a slow disk
-    /// backs up the fetching instead of chunks piling up in memory.
+    /// backs up the fetching instead of chunks piling up in memory. [`FetchConfig::for_manifest`]
+    /// sizes it from a byte budget.
     pub max_unverified: usize,
+}
+
+/// Bytes of chunks a restore holds unverified or unwritten at most, counting every chunk at
+/// the size of the manifest's largest: what [`FetchConfig::for_manifest`] sizes
+/// `max_unverified` from.
+pub const UNVERIFIED_BYTES: u64 = 64 << 20;
+/// Fewest chunks a restore keeps in flight, however large they are (enough to keep every
+/// verifier busy and a request per peer going).
+pub const MIN_UNVERIFIED: usize = 4;
+/// Most chunks a restore keeps in flight, however small they are (bounds the per-chunk
+/// bookkeeping and the verified chunks waiting for the disk).
+pub const MAX_UNVERIFIED: usize = 2048;
+
+impl FetchConfig {
+    /// The defaults, with `max_unverified` sized for `manifest`: as many chunks as
+    /// [`UNVERIFIED_BYTES`] holds of its largest one, within [`MIN_UNVERIFIED`] and
+    /// [`MAX_UNVERIFIED`]. A count fixed in chunks was either a memory hazard (64 chunks of a
+    /// hostile manifest's 64 MiB each) or a throttle: 64 of checkpoint-v3's ~18 KB chunks kept
+    /// ~1 MB in flight, so the disk's flushes and every hand-over between stages were paid
+    /// per handful of chunks.
+    pub fn for_manifest(manifest: &Manifest) -> Self {
+        let largest = manifest
+            .chunks
+            .iter()
+            .map(|c| u64::from(c.size))
+            .max()
+            .unwrap_or(0);
+        let fits = UNVERIFIED_BYTES
+            .checked_div(largest)
+            .map_or(MAX_UNVERIFIED, |n| usize::try_from(n).unwrap_or(MAX_UNVERIFIED));
+        Self {
+            max_unverified: fits.clamp(MIN_UNVERIFIED, MAX_UNVERIFIED),
+            ..Self::default()
+        }
+    }
 }
 
 impl Default for FetchConfig {
@@ -531,6 +567,62 @@ impl<P: Ord + Clone> Fetcher<P> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A manifest listing chunks of `sizes` bytes (nothing else in it matters here).
+    fn manifest_of(sizes: &[u32]) -> Manifest {
+        let chunks = (0u64..)
+            .zip(sizes)
+            .map(|(i, &size)| super::super::manifest::ChunkEntry {
+                hash: [0; 32],
+                start: i,
+                end: i + 1,
+                size,
+            })
+            .collect();
+        Manifest {
+            module_hash: [0; 32],
+            module_version: 3,
+            params: Vec::new(),
+            height: 1,
+            block_hash: [0; 32],
+            state_root: [0; 32],
+            registry_root: [0; 32],
+            leaf_count: sizes.len() as u64,
+            leaf_size: 129,
+            extras: Vec::new(),
+            chunks,
+            chunk_roots: Vec::new(),
+            queue: None,
+        }
+    }
+
+    #[test]
+    fn chunks_in_flight_are_bounded_by_bytes_not_by_count() {
+        // checkpoint-v3-sized chunks: far more than 64 in flight, within the byte budget.
+        let small = FetchConfig::for_manifest(&manifest_of(&[30_000, 40_000, 35_000]));
+        assert_eq!(
+            small.max_unverified,
+            usize::try_from(UNVERIFIED_BYTES / 40_000).unwrap()
+        );
+        assert!(small.max_unverified > FetchConfig::default().max_unverified);
+        // checkpoint-v1's ~1 MB chunks: as many as before.
+        let v1 = FetchConfig::for_manifest(&manifest_of(&[1 << 20, 1 << 20]));
+        assert_eq!(v1.max_unverified, 64);
+        // One huge chunk in a hostile manifest: few in flight, never 64 of them.
+        let huge = FetchConfig::for_manifest(&manifest_of(&[100, 64 << 20]));
+        assert_eq!(huge.max_unverified, MIN_UNVERIFIED);
+        // Tiny chunks: the count bound holds, and the bytes stay within the budget.
+        let tiny = FetchConfig::for_manifest(&manifest_of(&[10; 4]));
+        assert_eq!(tiny.max_unverified, MAX_UNVERIFIED);
+        let empty = FetchConfig::for_manifest(&manifest_of(&[]));
+        assert_eq!(empty.max_unverified, MAX_UNVERIFIED);
+        for config in [small, v1, tiny] {
+            assert_eq!(
+                config.max_in_flight_per_peer,
+                FetchConfig::default().max_in_flight_per_peer
+            );
+        }
+    }
 
     /// What a simulated restore did.
     struct Run {

@@ -14,12 +14,13 @@ use std::sync::{Arc, Mutex};
 
 use sha2::{Digest, Sha256};
 
+use super::assembly::Assembly;
 use super::manifest::{Manifest, ManifestError, ManifestLimits};
 use super::queue::{rebuild_queue, verify_queue_chunk};
 use crate::runtime::CallError;
 use crate::runtime::checkpoint::{CheckpointModule, ChunkContents, ChunkSession};
 use crate::state::merkle::{
-    Hash32, MerkleError, MerkleTree, RangeNodes, RangeProof, verify_range_keeping_nodes,
+    Hash32, MerkleError, RangeNodes, RangeProof, verify_range_keeping_nodes,
 };
 use crate::state::{
     Eth1State, LEAF_BYTES, PendingDeposit, PendingQueue, Registry, Schedule, StateError,
@@ -309,7 +310,11 @@ pub struct ChunkVerifier {
 pub struct Restorer {
     verifier: Arc<ChunkVerifier>,
     id: Hash32,
+    /// Verified chunks not yet taken into `assembly`: the queue's, and registry chunks verified
+    /// ahead of the prefix. A registry chunk below `assembly.next()` is verified and taken.
     chunks: Vec<Option<VerifiedChunk>>,
+    /// The registry, built from the verified prefix of its chunks as they come.
+    assembly: Assembly,
     /// Verified leaf ranges, `start -> end`.
     covered: BTreeMap<u64, u64>,
     /// Verified queue entry ranges, `start -> end`.
@@ -442,6 +447,7 @@ impl Restorer {
         Ok(Self {
             id: manifest.id(),
             total_bytes: manifest.total_bytes(),
+            assembly: Assembly::new(manifest.leaf_count),
             verifier: Arc::new(ChunkVerifier { manifest, roots }),
             chunks: vec![None; count],
             covered: BTreeMap::new(),
@@ -470,7 +476,7 @@ impl Restorer {
 
     /// Whether chunk `index` is verified.
     pub fn has(&self, index: usize) -> bool {
-        self.chunks.get(index).is_some_and(Option::is_some)
+        index < self.assembly.next() || self.chunks.get(index).is_some_and(Option::is_some)
     }
 
     /// Indices of the chunks not yet verified, in order.
@@ -563,7 +569,24 @@ impl Restorer {
             .map_or(0, |e| e.size);
         self.verified_bytes = self.verified_bytes.saturating_add(u64::from(size));
         *slot = Some(chunk);
+        self.assemble()?;
         Ok(self.progress())
+    }
+
+    /// Moves the registry chunks that now extend the verified prefix into the assembly.
+    fn assemble(&mut self) -> Result<(), RestoreError> {
+        let registry_chunks = self.verifier.manifest.registry_chunk_count();
+        while self.assembly.next() < registry_chunks {
+            let Some(chunk) = self
+                .chunks
+                .get_mut(self.assembly.next())
+                .and_then(Option::take)
+            else {
+                break;
+            };
+            self.assembly.take(chunk)?;
+        }
+        Ok(())
     }
 
     /// Rebuilds the state from the verified leaves (and queue entries); refuses an incomplete
@@ -582,31 +605,24 @@ impl Restorer {
         }
         let (eth1, schedule) = super::manifest::decode_extras(&self.verifier.manifest.extras)
             .ok_or(RestoreError::Manifest(ManifestError::ExtrasMalformed))?;
-        let leaf_count = usize::try_from(self.verifier.manifest.leaf_count).unwrap_or(usize::MAX);
-        let mut balances = Vec::with_capacity(leaf_count);
         let registry_chunks = self.verifier.manifest.registry_chunk_count();
-        let mut chunks: Vec<VerifiedChunk> = self.chunks.into_iter().flatten().collect();
-        // Complete: every chunk is here, in manifest order, the queue's last.
-        let queue_chunks = if registry_chunks <= chunks.len() {
-            chunks.split_off(registry_chunks)
-        } else {
-            Vec::new()
-        };
-        for chunk in &mut chunks {
-            balances.append(&mut chunk.balances);
+        if self.assembly.next() != registry_chunks {
+            return Err(RestoreError::Local(format!(
+                "{} of {registry_chunks} registry chunks assembled in a complete restore",
+                self.assembly.next()
+            )));
         }
-        let parts: Vec<&[Validator]> = chunks.iter().map(|c| c.validators.as_slice()).collect();
+        // Complete: every registry chunk is in the assembly, the queue's are held, in order.
+        let queue_chunks: Vec<VerifiedChunk> = self
+            .chunks
+            .into_iter()
+            .skip(registry_chunks)
+            .flatten()
+            .collect();
         // Every node of the tree was computed by some chunk's range proof (the chunks tile
         // the leaves, in order), each leaf hash from the bytes its record and balance were
-        // decoded from (the encoding is canonical): the tree is assembled, not hashed again.
-        let ranges: Vec<(&[Hash32], &RangeNodes)> = chunks
-            .iter()
-            .map(|c| (c.hashes.as_slice(), &c.nodes))
-            .collect();
-        let leaves = self.verifier.manifest.leaf_count;
-        let registry = Registry::from_slices_building_tree(&parts, balances, || {
-            Ok(MerkleTree::from_proven_ranges(leaves, &ranges)?)
-        })?;
+        // decoded from (the encoding is canonical): the tree was assembled, not hashed again.
+        let registry = self.assembly.finish()?;
         let pending = match &self.verifier.manifest.queue {
             None => None,
             Some(part) => Some(rebuild_queue(part, queue_chunks)?),

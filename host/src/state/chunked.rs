@@ -339,29 +339,77 @@ impl<T: Clone> ChunkedVec<T> {
     where
         T: 'a,
     {
-        let mut chunks = Vec::new();
-        let mut len = 0usize;
-        let mut current: Chunk<T> = Vec::with_capacity(CHUNK_LEN);
+        let mut builder = ChunkedBuilder::new();
         for part in parts {
-            let mut rest = part;
-            while !rest.is_empty() {
-                let room = CHUNK_LEN.saturating_sub(current.len());
-                let (now, later) = rest.split_at(room.min(rest.len()));
-                current.extend_from_slice(now);
-                len = len.saturating_add(now.len());
-                rest = later;
-                if current.len() == CHUNK_LEN {
-                    chunks.push(Arc::new(std::mem::replace(
-                        &mut current,
-                        Vec::with_capacity(CHUNK_LEN),
-                    )));
-                }
+            builder.extend_from_slice(part);
+        }
+        builder.finish()
+    }
+}
+
+/// A [`ChunkedVec`] built by appending, each element copied once into its final chunk: for
+/// a caller that receives the elements in pieces (a restore's verified chunks, in order) and
+/// wants to drop each piece as soon as it is copied.
+#[derive(Debug, Clone)]
+pub struct ChunkedBuilder<T> {
+    chunks: Vec<Arc<Chunk<T>>>,
+    current: Chunk<T>,
+    len: usize,
+}
+
+impl<T: Clone> Default for ChunkedBuilder<T> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<T: Clone> ChunkedBuilder<T> {
+    /// An empty builder.
+    pub fn new() -> Self {
+        Self {
+            chunks: Vec::new(),
+            current: Vec::with_capacity(CHUNK_LEN),
+            len: 0,
+        }
+    }
+
+    /// Elements appended so far.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether nothing was appended.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Appends `part`.
+    pub fn extend_from_slice(&mut self, part: &[T]) {
+        let mut rest = part;
+        while !rest.is_empty() {
+            let room = CHUNK_LEN.saturating_sub(self.current.len());
+            let (now, later) = rest.split_at(room.min(rest.len()));
+            self.current.extend_from_slice(now);
+            self.len = self.len.saturating_add(now.len());
+            rest = later;
+            if self.current.len() == CHUNK_LEN {
+                self.chunks.push(Arc::new(std::mem::replace(
+                    &mut self.current,
+                    Vec::with_capacity(CHUNK_LEN),
+                )));
             }
         }
-        if !current.is_empty() {
-            chunks.push(Arc::new(current));
+    }
+
+    /// The vector of everything appended.
+    pub fn finish(mut self) -> ChunkedVec<T> {
+        if !self.current.is_empty() {
+            self.chunks.push(Arc::new(self.current));
         }
-        Self { chunks, len }
+        ChunkedVec {
+            chunks: self.chunks,
+            len: self.len,
+        }
     }
 }
 

@@ -402,36 +402,11 @@ impl MerkleTree {
         len: u64,
         ranges: &[(&[Hash32], &RangeNodes)],
     ) -> Result<Self, MerkleError> {
-        if len == 0 {
-            return Ok(Self::from_leaves(Vec::new()));
+        let mut builder = ProvenTreeBuilder::new(len);
+        for (leaves, nodes) in ranges {
+            builder.push(leaves, nodes)?;
         }
-        let uncovered = MerkleError::Internal("the proven ranges do not cover the tree");
-        let mut levels = Vec::with_capacity(depth_for_len(len).saturating_add(1));
-        for depth in 0..=depth_for_len(len) {
-            let want = usize::try_from(level_count(len, depth)).map_err(|_| uncovered.clone())?;
-            let shift = u32::try_from(depth).map_err(|_| uncovered.clone())?;
-            let mut level: Vec<Hash32> = Vec::with_capacity(want);
-            for (leaves, nodes) in ranges {
-                let row: &[Hash32] = match depth.checked_sub(1) {
-                    None => leaves,
-                    Some(d) => nodes.rows.get(d).map_or(&[], Vec::as_slice),
-                };
-                let first = nodes.start.checked_shr(shift).unwrap_or(0);
-                let have = u64::try_from(level.len()).map_err(|_| uncovered.clone())?;
-                let skip = have
-                    .checked_sub(first)
-                    .and_then(|skip| usize::try_from(skip).ok())
-                    .ok_or_else(|| uncovered.clone())?;
-                if let Some(rest) = row.get(skip..) {
-                    level.extend_from_slice(rest);
-                }
-            }
-            if level.len() != want {
-                return Err(uncovered);
-            }
-            levels.push(Level::from(level));
-        }
-        Ok(Self { levels })
+        builder.finish()
     }
 
     /// The leaves, in position order.
@@ -871,6 +846,68 @@ pub fn verify_range(
 pub struct RangeNodes {
     start: u64,
     rows: Vec<Vec<Hash32>>,
+}
+
+/// [`MerkleTree::from_proven_ranges`] one range at a time, in leaf order: a restore adds each
+/// verified chunk's leaf hashes and nodes as it arrives and drops the chunk's copy at once.
+#[derive(Debug, Clone)]
+pub struct ProvenTreeBuilder {
+    len: u64,
+    levels: Vec<Vec<Hash32>>,
+}
+
+impl ProvenTreeBuilder {
+    /// A builder of the tree over `len` leaves. Nothing is reserved for them: `len` may come
+    /// from a peer, and the levels grow with the ranges actually added.
+    pub fn new(len: u64) -> Self {
+        let levels = if len == 0 {
+            Vec::new()
+        } else {
+            vec![Vec::new(); depth_for_len(len).saturating_add(1)]
+        };
+        Self { len, levels }
+    }
+
+    /// Adds the range whose leaf hashes are `leaves` and whose verification computed `nodes`;
+    /// it must start where the ranges added so far end (fails on a gap).
+    pub fn push(&mut self, leaves: &[Hash32], nodes: &RangeNodes) -> Result<(), MerkleError> {
+        let uncovered = || MerkleError::Internal("the proven ranges do not cover the tree");
+        for (depth, level) in self.levels.iter_mut().enumerate() {
+            let row: &[Hash32] = match depth.checked_sub(1) {
+                None => leaves,
+                Some(d) => nodes.rows.get(d).map_or(&[], Vec::as_slice),
+            };
+            let shift = u32::try_from(depth).map_err(|_| uncovered())?;
+            let first = nodes.start.checked_shr(shift).unwrap_or(0);
+            let have = u64::try_from(level.len()).map_err(|_| uncovered())?;
+            let skip = have
+                .checked_sub(first)
+                .and_then(|skip| usize::try_from(skip).ok())
+                .ok_or_else(uncovered)?;
+            if let Some(rest) = row.get(skip..) {
+                level.extend_from_slice(rest);
+            }
+        }
+        Ok(())
+    }
+
+    /// The tree; fails when the ranges added leave a node of some level uncovered.
+    pub fn finish(self) -> Result<MerkleTree, MerkleError> {
+        if self.len == 0 {
+            return Ok(MerkleTree::from_leaves(Vec::new()));
+        }
+        let mut levels = Vec::with_capacity(self.levels.len());
+        for (depth, level) in self.levels.into_iter().enumerate() {
+            let want = level_count(self.len, depth);
+            if u64::try_from(level.len()).ok() != Some(want) {
+                return Err(MerkleError::Internal(
+                    "the proven ranges do not cover the tree",
+                ));
+            }
+            levels.push(Level::from(level));
+        }
+        Ok(MerkleTree { levels })
+    }
 }
 
 /// [`verify_range`], returning the nodes it computed on the way to the root.

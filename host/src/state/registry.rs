@@ -179,6 +179,40 @@ impl Registry {
         })
     }
 
+    /// A registry from its parts already built: `validators` (copied into chunks as a restore
+    /// received them), their `balances`, and the tree over their leaves (assembled from the
+    /// restore's range proofs). Builds the pubkey index; the tree must be the tree over
+    /// `validators[i].leaf_hash(balances[i])`, or the root will not be the state's.
+    pub fn from_assembled(
+        validators: ChunkedVec<Validator>,
+        balances: Vec<u64>,
+        tree: MerkleTree,
+    ) -> Result<Self, StateError> {
+        let count = validators.len();
+        if count != balances.len() || u64::try_from(count).ok() != Some(tree.len()) {
+            return Err(StateError::LengthMismatch {
+                validators: count,
+                balances: balances.len(),
+            });
+        }
+        let keys = u32::try_from(count).map_err(|_| StateError::Full)?;
+        let index = PubkeyIndex::rebuild(keys, |index| {
+            validators
+                .get(usize::try_from(index).ok()?)
+                .map(|v| &v.pubkey)
+        })?;
+        let total_effective = validators
+            .iter()
+            .fold(0u64, |sum, v| sum.saturating_add(v.effective_balance));
+        Ok(Self {
+            validators,
+            balances: balances.into(),
+            index,
+            tree,
+            total_effective,
+        })
+    }
+
     /// Sum of every validator's effective balance (what deposits@3 counts as the total active
     /// balance: modnode has no exits), O(1).
     pub fn total_effective_balance(&self) -> u64 {

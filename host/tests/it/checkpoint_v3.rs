@@ -11,8 +11,8 @@ use std::sync::Arc;
 
 use modnode::checkpoint::{
     BlockRef, Checkpoint, CheckpointStore, CreateOptions, IncrementalCreator, Manifest,
-    ManifestError, ManifestLimits, RestoreStore, Restorer, StateLeaves, carry_over, create,
-    synthetic_state, verify_all,
+    ManifestError, ManifestLimits, RestoreError, RestoreStore, Restorer, StateLeaves, carry_over,
+    create, synthetic_state, verify_all,
 };
 use modnode::state::merkle::Hash32;
 use modnode::state::{NewValidator, RegistryDelta, StateSnapshot};
@@ -310,6 +310,49 @@ fn v3_restores_in_any_order_and_bad_chunk_roots_are_refused_before_any_fetch() {
         unaligned.validate(&limits),
         Err(ManifestError::ChunkRoots(_))
     ));
+}
+
+/// The restorer builds the registry from the verified prefix of its chunks as they arrive:
+/// chunks verified ahead of it wait, and a chunk already taken into the registry still counts
+/// as verified (never fetched or inserted again).
+#[test]
+fn chunks_verified_ahead_of_the_prefix_wait_and_taken_chunks_stay_verified() {
+    let m = module("checkpoint-v3");
+    let s = Arc::new(synthetic_state(5 * v3_leaves_per_chunk() - 7, 9).unwrap());
+    let cp = create(&m, s.clone(), at(5), options()).unwrap();
+    assert_eq!(cp.chunks.len(), 5);
+    let mut r = Restorer::new(cp.manifest.clone(), &ManifestLimits::default()).unwrap();
+    let mut inserted = Vec::new();
+    for i in [3, 1, 4, 0, 2] {
+        let chunk = r.verify(&m, i, &cp.chunks[i]).unwrap();
+        r.insert(chunk).unwrap();
+        inserted.push(i);
+        let missing: Vec<usize> = (0..5).filter(|c| !inserted.contains(c)).collect();
+        assert_eq!(r.missing(), missing, "after inserting {inserted:?}");
+        assert_eq!(r.progress().chunks, inserted.len());
+        for &done in &inserted {
+            assert!(r.has(done), "chunk {done} after {inserted:?}");
+            // Taken into the registry (0 and 1 once 0 came) or waiting: a duplicate either way.
+            assert!(
+                matches!(
+                    r.verify(&m, done, &cp.chunks[done]),
+                    Err(RestoreError::DuplicateRange { index, .. }) if index == done
+                ),
+                "chunk {done} verified again after {inserted:?}"
+            );
+        }
+    }
+    let again = r
+        .verifier()
+        .verify(&m, 0, &cp.chunks[0])
+        .expect("chunk 0 is still a good chunk");
+    assert!(matches!(
+        r.insert(again),
+        Err(RestoreError::DuplicateRange { index: 0, .. })
+    ));
+    let restored = r.finish().unwrap();
+    assert_eq!(restored.state_root, s.state_root());
+    assert_eq!(&restored.registry, s.registry());
 }
 
 #[test]

@@ -631,8 +631,8 @@ impl Driver<'_> {
     /// Fetches every missing chunk from `holders` in parallel, verifying and writing them in
     /// a [`Pipeline`] as they arrive (off this task, on `threads` verifiers and one batching
     /// writer); a chunk counts once the pipeline reports it durable. The fetcher's
-    /// `max_unverified` is the pipeline's capacity: while verification or the disk lags, no
-    /// new request goes out.
+    /// `max_unverified` (sized from a byte budget for this manifest's chunks) is the pipeline's
+    /// capacity: while verification or the disk lags, no new request goes out.
     async fn fetch_chunks(
         &self,
         restorer: &mut Restorer,
@@ -640,7 +640,11 @@ impl Driver<'_> {
         peers: &[Peer],
         holders: Vec<NodeId>,
     ) -> Result<(), Stop> {
-        let mut fetcher = Fetcher::new(restorer.missing(), holders, FetchConfig::default());
+        let mut fetcher = Fetcher::new(
+            restorer.missing(),
+            holders,
+            FetchConfig::for_manifest(restorer.manifest()),
+        );
         let result = self.fetch_with(&mut fetcher, restorer, opener, peers).await;
         let stats = fetcher.stats();
         let counters = self.counters();
