@@ -11,43 +11,43 @@
 //! in-memory state updated. On startup the stored head, head block and state root are checked
 //! against each other and against the genesis the node is configured with.
 //!
-//! - [`block`]: header, body, seal, canonical encoding; [`genesis`]: the configuration.
-//! - [`native_deposits`]: the native reference transition; [`workload`]: signed test deposits.
-//! - Errors, the deposit engine choice, revert, fork choice and equivocation (one block per
-//!   authority per slot) live in private submodules and
-//!   are re-exported here.
+//! - What every node computes alike — blocks, genesis, the eth1 state, the deposits engines and
+//!   the transition — is [`crate::consensus`]'s, re-exported here under its old paths
+//!   ([`block`], [`genesis`], [`eth1`], [`transition`], …).
+//! - [`workload`]: signed test deposits.
+//! - Errors, revert, fork choice and equivocation (one block per authority per slot) live in
+//!   private submodules and are re-exported here.
 
-pub mod block;
-mod deposit_engine;
-pub mod deposits_v3;
+pub use crate::consensus::{
+    block, deposits_v3, eth1, genesis, migration, native_deposits, transition,
+};
 mod equivocation;
 mod errors;
-pub mod eth1;
 mod finality;
 mod fork_choice;
 mod from_checkpoint;
-pub mod genesis;
-pub mod migration;
-pub mod native_deposits;
-mod pending_store;
 pub mod preverify;
 mod proposals;
 pub mod prune;
 mod registry_store;
 mod revert;
-pub mod transition;
 pub mod workload;
 
 use std::sync::{Arc, RwLock};
 
+pub use crate::consensus::{
+    DepositEngine, DepositModules, DepositsResult, FailureClass, ImportError, block_context, to_wit,
+};
+use crate::state_cache::pending_store;
+pub use crate::state_cache::records::base_height;
+use crate::state_cache::records::{load_eth1, load_schedule};
 use block::{Block, BlockHeader, Hash};
-pub use deposit_engine::{DepositEngine, DepositModules, DepositsResult, block_context, to_wit};
 pub use equivocation::{Evidence, EvidenceSummary, MAX_EVIDENCE, RECENT_EVIDENCE, SignedHeader};
-pub use errors::{BuildError, FailureClass, ImportError, OpenError, RevertError};
+pub use errors::{BuildError, OpenError, RevertError};
 use eth1::{DepositProofs, DueDeposits, Eth1Data, Eth1State, ProvenDeposit};
 pub use finality::SealLock;
 pub use fork_choice::{Added, ForkChoiceError};
-pub use from_checkpoint::{CheckpointStart, base_height, init_from_checkpoint};
+pub use from_checkpoint::{CheckpointStart, init_from_checkpoint};
 use genesis::Genesis;
 
 use crate::progress::ProgressDisplay;
@@ -220,9 +220,7 @@ struct ScheduleVotes {
     ready: Vec<UpgradeOp>,
 }
 
-fn hex32(h: &Hash) -> String {
-    hex::encode(h)
-}
+use crate::consensus::hex32;
 
 /// The slot and proposer of the canonical block at `height`; `None` where none is stored
 /// (below a checkpoint's base or the pruned floor).
@@ -1225,45 +1223,6 @@ fn new_state_cache(
         StateCacheConfig::default(),
         StateSource::new(store.clone(), genesis.clone(), deposits.clone()),
     ))
-}
-
-/// The eth1 state stored after block `hash`.
-pub(crate) fn load_eth1(store: &dyn KvStore, hash: &Hash) -> Result<Eth1State, StoreError> {
-    let bytes = store.get(&keys::eth1(hash))?.ok_or_else(|| {
-        StoreError::Corrupt(format!("eth1 state of block {} missing", hex32(hash)))
-    })?;
-    Eth1State::decode(&bytes).ok_or_else(|| {
-        StoreError::Corrupt(format!("eth1 state of block {} malformed", hex32(hash)))
-    })
-}
-
-/// deposits@3's queue extent stored after block `hash` (`None`: that state has no queue).
-pub(crate) fn load_pending_extent(
-    store: &dyn KvStore,
-    hash: &Hash,
-) -> Result<Option<crate::state::PendingUndo>, StoreError> {
-    pending_store::load_extent(store, hash)
-}
-
-/// The queue of an ancestor with extent `extent`, rolled back from a later queue of its chain.
-pub(crate) fn pending_rolled_back(
-    later: Option<&PendingQueue>,
-    extent: Option<&crate::state::PendingUndo>,
-) -> Result<Option<PendingQueue>, crate::state::PendingError> {
-    pending_store::rolled_back(later, extent)
-}
-
-/// The module schedule stored after block `hash`.
-pub(crate) fn load_schedule(store: &dyn KvStore, hash: &Hash) -> Result<Schedule, StoreError> {
-    let bytes = store.get(&keys::schedule(hash))?.ok_or_else(|| {
-        StoreError::Corrupt(format!("module schedule of block {} missing", hex32(hash)))
-    })?;
-    Schedule::decode(&bytes).ok_or_else(|| {
-        StoreError::Corrupt(format!(
-            "module schedule of block {} malformed",
-            hex32(hash)
-        ))
-    })
 }
 
 /// Checks that `block` comes from its slot's authority (chains with an authority set).

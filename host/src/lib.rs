@@ -41,6 +41,7 @@ pub mod alloc_stats;
 pub mod chain;
 pub mod checkpoint;
 pub mod clock;
+pub mod consensus;
 pub mod crypto;
 pub mod deposit_source;
 pub mod files;

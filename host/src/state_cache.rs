@@ -20,6 +20,8 @@
 
 pub mod anchors;
 mod ledger;
+pub(crate) mod pending_store;
+pub mod records;
 pub mod regen;
 
 use std::collections::HashMap;
@@ -30,7 +32,7 @@ use std::sync::{Mutex, MutexGuard};
 use ledger::Ledger;
 pub use regen::{StateCacheError, StateSource};
 
-use crate::chain::block::{Block, Hash};
+use crate::consensus::block::{Block, Hash};
 use crate::state::StateSnapshot;
 
 /// How the cache is bounded.
@@ -453,7 +455,7 @@ impl StateCache {
     }
 
     /// Sets the deposits engine regeneration replays with (module upgrades).
-    pub fn set_deposit_engine(&self, engine: crate::chain::DepositEngine) {
+    pub fn set_deposit_engine(&self, engine: crate::consensus::DepositEngine) {
         self.regen.source().set_engine(engine);
     }
 

@@ -95,7 +95,7 @@ pub fn init_from_checkpoint(
     if let Some(queue) = start.pending {
         batch.put(
             keys::pending(&hash),
-            super::pending_store::encode_extent(&queue.undo_for()),
+            crate::state_cache::pending_store::encode_extent(&queue.undo_for()),
         );
     }
     let head = Head {
@@ -114,22 +114,6 @@ pub fn init_from_checkpoint(
     batch.put(keys::FORMAT, STORE_FORMAT.to_le_bytes().to_vec());
     store.commit(&batch)?;
     Ok(head)
-}
-
-/// The height a chain in `store` was started from: the checkpoint's, or 0 for a chain that
-/// started at genesis.
-pub fn base_height(store: &dyn KvStore) -> Result<u64, StoreError> {
-    match store.get(keys::BASE)? {
-        None => Ok(0),
-        Some(bytes) => <[u8; 8]>::try_from(bytes.as_slice())
-            .map(u64::from_be_bytes)
-            .map_err(|_| {
-                StoreError::Corrupt(format!(
-                    "the chain's base height is {} bytes, expected 8",
-                    bytes.len()
-                ))
-            }),
-    }
 }
 
 /// Writes every entry `queue` ever pushed under its index, in bounded batches (before the final

@@ -118,7 +118,9 @@ impl FetchConfig {
             .unwrap_or(0);
         let fits = UNVERIFIED_BYTES
             .checked_div(largest)
-            .map_or(MAX_UNVERIFIED, |n| usize::try_from(n).unwrap_or(MAX_UNVERIFIED));
+            .map_or(MAX_UNVERIFIED, |n| {
+                usize::try_from(n).unwrap_or(MAX_UNVERIFIED)
+            });
         Self {
             max_unverified: fits.clamp(MIN_UNVERIFIED, MAX_UNVERIFIED),
             ..Self::default()

@@ -8,7 +8,7 @@
 //! [`MANIFEST_FORMAT_QUEUE`](super::manifest::MANIFEST_FORMAT_QUEUE)). Every entry ever pushed
 //! travels, drained ones included: the queue's tree keeps a leaf per entry ever queued (its
 //! root is what the state root commits to), and a restored node's store rebuilds the queue from
-//! them (`chain/pending_store.rs`). Chunks are bounded like the registry's: about the target
+//! them (`state_cache/pending_store.rs`). Chunks are bounded like the registry's: about the target
 //! chunk size each, and never more than [`MAX_QUEUE_CHUNKS`] of them.
 //!
 //! The manifest's state root must follow from the registry root, the extras and

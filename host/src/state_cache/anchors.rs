@@ -28,7 +28,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use super::{StateCache, StateCacheError};
-use crate::chain::block::{Block, Hash};
+use crate::consensus::block::{Block, Hash};
 use crate::state::{RegistryUndo, StateSnapshot};
 use crate::store::{KvStore, StoreError, WriteBatch, keys};
 
@@ -204,7 +204,7 @@ impl Anchors {
         }
         // A chain started from a checkpoint has no blocks (nor undo records) between genesis
         // and its base: its first anchor is the first anchor height at or above the base.
-        let base = crate::chain::base_height(cache.source().store.as_ref())?;
+        let base = super::records::base_height(cache.source().store.as_ref())?;
         // Saturates only for a base within `every` of u64::MAX: no anchor, as intended.
         let first = base.div_ceil(every).saturating_mul(every);
         let mut next = match progress.last {
@@ -316,11 +316,11 @@ impl Anchors {
         }
         let source = cache.source();
         let hash = block.hash();
-        let eth1 = crate::chain::load_eth1(source.store.as_ref(), &hash)?;
-        let schedule = crate::chain::load_schedule(source.store.as_ref(), &hash)?;
+        let eth1 = super::records::load_eth1(source.store.as_ref(), &hash)?;
+        let schedule = super::records::load_schedule(source.store.as_ref(), &hash)?;
         // deposits@3's queue there: the base's rolled back to the extent stored for the block.
-        let extent = crate::chain::load_pending_extent(source.store.as_ref(), &hash)?;
-        let pending = crate::chain::pending_rolled_back(base.pending(), extent.as_ref())
+        let extent = super::records::load_pending_extent(source.store.as_ref(), &hash)?;
+        let pending = super::records::pending_rolled_back(base.pending(), extent.as_ref())
             .map_err(|e| self.error(height, format!("rolling the queue back: {e}")))?;
         let state = StateSnapshot::with_pending(hash, height, registry, eth1, schedule, pending);
         if state.root() != block.header.state_root {

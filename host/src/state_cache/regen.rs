@@ -17,11 +17,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError, RwLock};
 
 use super::StateCache;
-use crate::chain::block::{Block, Hash};
-use crate::chain::genesis::Genesis;
-use crate::chain::transition::replay;
-use crate::chain::{DepositEngine, DepositModules};
-use crate::chain::{FailureClass, ImportError};
+use crate::consensus::block::{Block, Hash};
+use crate::consensus::genesis::Genesis;
+use crate::consensus::transition::replay;
+use crate::consensus::{DepositEngine, DepositModules};
+use crate::consensus::{FailureClass, ImportError};
 use crate::state::{Schedule, StateSnapshot};
 use crate::store::{KvStore, StoreError, keys};
 
@@ -149,7 +149,7 @@ impl StateSource {
     ) -> Result<DepositEngine, ImportError> {
         let engine = self.engine.read().unwrap_or_else(PoisonError::into_inner);
         let modules = self.modules.read().unwrap_or_else(PoisonError::into_inner);
-        crate::chain::transition::engine_for(schedule, height, &engine, modules.as_ref())
+        crate::consensus::transition::engine_for(schedule, height, &engine, modules.as_ref())
     }
 
     /// The chain's genesis configuration.

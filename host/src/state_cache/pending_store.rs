@@ -14,7 +14,8 @@
 //! Opening reads the head's extent and its entries (every entry ever pushed: drained entries
 //! keep their leaves in the queue's tree, see `state/pending.rs`).
 
-use super::{Hash, hex32};
+use crate::consensus::block::Hash;
+use crate::consensus::hex32;
 use crate::state::{PendingDelta, PendingDeposit, PendingQueue, PendingUndo};
 use crate::store::{KvStore, StoreError, WriteBatch, keys};
 

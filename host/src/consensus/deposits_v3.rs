@@ -11,7 +11,7 @@
 //! block's slot and height), the block call wrote nothing to the registry and dropped nothing,
 //! and the reported `eth1_deposit_index` and `deposit_balance_to_consume` are the state's.
 //!
-//! The transition (`chain/transition.rs`) calls this for every block whose scheduled deposits
+//! The transition (`transition.rs`) calls this for every block whose scheduled deposits
 //! module is on contract 3, on import, block production, replay and side-branch execution (see
 //! ARCHITECTURE.md, "Contract versions").
 

@@ -71,7 +71,7 @@ pub(crate) fn engine_for(
 }
 
 /// What the deposits module sees of the block and the state before it.
-pub(super) fn context(genesis: &Genesis, header: &BlockHeader, eth1: &Eth1State) -> BlockContext {
+pub(crate) fn context(genesis: &Genesis, header: &BlockHeader, eth1: &Eth1State) -> BlockContext {
     super::block_context(
         header.height,
         header.slot,

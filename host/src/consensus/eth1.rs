@@ -5,7 +5,7 @@
 //! proof against the agreed deposit root (Ethereum's deposit contract tree, byte-compatible).
 //!
 //! The producer asks a [`DepositProofs`] implementation — the node's deposit cache, or
-//! [`workload::DevDepositLog`](super::workload::DevDepositLog) in tests and dev tools — for the
+//! [`workload::DevDepositLog`](crate::chain::workload::DevDepositLog) in tests and dev tools — for the
 //! due deposits, after asking the chain which ones are due ([`Chain::deposits_due`]):
 //!
 //! ```ignore
@@ -16,8 +16,8 @@
 //!
 //! [`Chain::build_block_from`] does exactly this.
 //!
-//! [`Chain::deposits_due`]: super::Chain::deposits_due
-//! [`Chain::build_block_from`]: super::Chain::build_block_from
+//! [`Chain::deposits_due`]: crate::chain::Chain::deposits_due
+//! [`Chain::build_block_from`]: crate::chain::Chain::build_block_from
 
 use super::block::{DepositData, Hash};
 pub use crate::state::{ETH1_DATA_BYTES, Eth1Data, Eth1State};
@@ -111,7 +111,7 @@ pub enum DepositProofsError {
 }
 
 /// Something that holds the deposit contract's log and proves its deposits: the node's deposit
-/// cache, or [`DevDepositLog`](super::workload::DevDepositLog).
+/// cache, or [`DevDepositLog`](crate::chain::workload::DevDepositLog).
 pub trait DepositProofs {
     /// Checks, before proofs against `eth1_data` are asked for, that the source's tree over
     /// the first `eth1_data.deposit_count` deposits has `eth1_data.deposit_root`: a source

@@ -687,7 +687,7 @@ mod tests {
         let dev = Genesis::dev().eth1_state();
         assert_eq!(
             dev.eth1_data.deposit_root,
-            crate::chain::eth1::empty_deposit_root()
+            crate::consensus::eth1::empty_deposit_root()
         );
         assert_eq!(dev.deposit_index, 0);
     }

@@ -1,0 +1,35 @@
+//! What every node must compute alike: blocks and their canonical encoding, the genesis
+//! configuration, the eth1 state (phase0 `process_eth1_data`), the deposits engines (the
+//! scheduled module, or the native reference) and one block's state transition over any base
+//! state — what import runs on the head, what the state cache replays on an ancestor and
+//! executes on a side branch.
+//!
+//! It sits below everything that keeps states or blocks: the state cache and the chain
+//! import from here, nothing here imports from them. It reads no store and no clock.
+//!
+//! - [`block`]: header, body, seal, canonical encoding; [`genesis`]: the configuration.
+//! - [`eth1`]: the eth1 state and the deposits a block must carry.
+//! - [`transition`]: a block's transition ([`transition::replay`] on a snapshot);
+//!   [`deposits_v3`]: deposits@3's pending-deposit queue; [`migration`]: a contract switch's
+//!   state migration at its activation height.
+//! - [`native_deposits`]: the native reference transition (phase0 `process_deposit`).
+//! - [`ImportError`] says why a block was not imported and whose fault it is
+//!   ([`FailureClass`]).
+
+pub mod block;
+mod deposit_engine;
+pub mod deposits_v3;
+mod errors;
+pub mod eth1;
+pub mod genesis;
+pub mod migration;
+pub mod native_deposits;
+pub mod transition;
+
+pub use deposit_engine::{DepositEngine, DepositModules, DepositsResult, block_context, to_wit};
+pub use errors::{FailureClass, ImportError};
+
+/// A 32-byte hash as lowercase hex, as errors and logs name blocks.
+pub(crate) fn hex32(h: &block::Hash) -> String {
+    hex::encode(h)
+}
