@@ -52,9 +52,6 @@ fn main() -> anyhow::Result<()> {
     let chain = open(module)?;
     assert_eq!(chain.head(), head);
     let registry = chain.registry();
-    let registry = registry
-        .read()
-        .map_err(|_| anyhow::anyhow!("lock poisoned"))?;
     println!(
         "after restart: height {}, {} validators, {} deposits applied, state root {}",
         head.height,

@@ -33,7 +33,7 @@ mod registry_store;
 mod revert;
 pub mod workload;
 
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
 pub use crate::consensus::{
     DepositEngine, DepositModules, DepositsResult, FailureClass, ImportError, block_context, to_wit,
@@ -127,7 +127,10 @@ pub struct Chain {
     store: Arc<dyn KvStore>,
     genesis: Genesis,
     genesis_hash: Hash,
-    registry: Arc<RwLock<Registry>>,
+    /// The head's registry. Readers get a clone of the `Arc` (an immutable view of the head
+    /// at that moment); import applies each block's delta in place while no reader holds it,
+    /// and on a clone of the chunk tables (copy-on-write) while one does.
+    registry: Arc<Registry>,
     eth1: Eth1State,
     /// deposits@3's pending-deposit queue after the head, once the chain has run that contract.
     pending: Option<PendingQueue>,
@@ -327,7 +330,7 @@ impl Chain {
                     store,
                     genesis,
                     genesis_hash,
-                    registry: Arc::new(RwLock::new(registry_genesis)),
+                    registry: Arc::new(registry_genesis),
                     eth1: eth1_genesis,
                     pending: None,
                     head,
@@ -456,7 +459,7 @@ impl Chain {
                     store,
                     genesis,
                     genesis_hash,
-                    registry: Arc::new(RwLock::new(registry)),
+                    registry: Arc::new(registry),
                     eth1,
                     pending,
                     head,
@@ -509,8 +512,8 @@ impl Chain {
         block::seal_message(&self.genesis_hash, block_hash)
     }
 
-    /// The registry, shared with readers.
-    pub fn registry(&self) -> Arc<RwLock<Registry>> {
+    /// The head's registry, as it is now (an immutable view: later imports do not change it).
+    pub fn registry(&self) -> Arc<Registry> {
         self.registry.clone()
     }
 
@@ -559,14 +562,7 @@ impl Chain {
         if state.root() != block.header.state_root || state.height() != block.header.height {
             return Ok(None);
         }
-        let delta = self
-            .registry
-            .read()
-            .map_err(|_| ImportError::State {
-                hash: hex32(&hash),
-                source: StateError::Poisoned,
-            })?
-            .delta_to(state.registry());
+        let delta = self.registry.delta_to(state.registry());
         Ok(delta.map(|delta| Transition {
             outcomes: Vec::new(),
             delta,
@@ -590,15 +586,10 @@ impl Chain {
     /// An immutable snapshot of the head state: a clone of the registry's chunk tables (no
     /// element is copied), the eth1 state and the schedule.
     pub fn snapshot(&self) -> Result<StateSnapshot, StateError> {
-        let registry = self
-            .registry
-            .read()
-            .map_err(|_| StateError::Poisoned)?
-            .clone();
         Ok(StateSnapshot::with_pending(
             self.head.hash,
             self.head.height,
-            registry,
+            Registry::clone(&self.registry),
             self.eth1.clone(),
             self.schedule.clone(),
             self.pending.clone(),
@@ -670,19 +661,10 @@ impl Chain {
         let Some(DepositEngine::Module(module)) = engine else {
             return Ok(None);
         };
-        let registry = self
-            .registry
-            .read()
-            .map_err(|_| ProposeError::MigrationFails {
-                module: hex32(&op.module),
-                height: self.head.height,
-                source: migration::MigrationError::State(crate::state::StateError::Poisoned),
-            })?
-            .clone();
         let migrated = migration::check(
             module,
             &self.genesis,
-            &registry,
+            &self.registry,
             self.pending.as_ref(),
             op.height,
         )
@@ -1076,19 +1058,13 @@ impl Chain {
             state_root: root,
         };
         let mut batch = WriteBatch::new();
-        let undo = {
-            let registry = self.registry.read().map_err(|_| ImportError::State {
+        // The chunks the delta touches, as they will be once memory follows the batch.
+        let undo = registry_store::put_delta(&mut batch, &self.registry, &delta)
+            .and_then(|()| self.registry.undo_for(&delta))
+            .map_err(|source| ImportError::State {
                 hash: name.clone(),
-                source: StateError::Poisoned,
+                source,
             })?;
-            // The chunks the delta touches, as they will be once memory follows the batch.
-            registry_store::put_delta(&mut batch, &registry, &delta)
-                .and_then(|()| registry.undo_for(&delta))
-                .map_err(|source| ImportError::State {
-                    hash: name.clone(),
-                    source,
-                })?
-        };
         let warm_input = self.deposit_call(block, &name);
         self.note_first_header(block, &mut batch)
             .map_err(|source| ImportError::Store {
@@ -1127,25 +1103,21 @@ impl Chain {
             memory_root,
             reason,
         };
-        let mut registry = self
-            .registry
-            .write()
-            .map_err(|_| diverged("unreadable".into(), "registry lock poisoned".into()))?;
+        let registry = Arc::make_mut(&mut self.registry);
         let pending_root = pending.as_ref().map(PendingQueue::root);
         let root_of = |registry: &Registry| {
             state_root_with(&registry.root(), &eth1, &schedule, pending_root.as_ref())
         };
         if let Err(e) = registry.apply(&delta) {
-            return Err(diverged(hex32(&root_of(&registry)), e.to_string()));
+            return Err(diverged(hex32(&root_of(registry)), e.to_string()));
         }
-        let memory_root = root_of(&registry);
+        let memory_root = root_of(registry);
         if memory_root != root {
             return Err(diverged(
                 hex32(&memory_root),
                 "the state root in memory after applying differs".into(),
             ));
         }
-        drop(registry);
         self.eth1 = eth1;
         self.schedule = schedule;
         self.pending = pending;
@@ -1182,15 +1154,11 @@ impl Chain {
         let (Some(preverifier), Some(queue)) = (&self.preverifier, &self.pending) else {
             return;
         };
-        let Ok(registry) = self.registry.read() else {
-            return;
-        };
         let entries: Vec<_> = queue
             .window(0, preverify::WINDOW)
-            .filter(|e| RegistryRead::index_of(&*registry, &e.pubkey).is_none())
+            .filter(|e| RegistryRead::index_of(&*self.registry, &e.pubkey).is_none())
             .copied()
             .collect();
-        drop(registry);
         preverifier.offer(entries, self.genesis.genesis_fork_version);
     }
 
@@ -1204,9 +1172,8 @@ impl Chain {
         let voted = self
             .voted(header.slot, header.proposer, block.body.eth1_vote, name)
             .ok()?;
-        let registry = self.registry.read().ok()?.clone();
         Some(DepositCall {
-            registry: Arc::new(RwLock::new(registry)),
+            registry: self.registry.clone(),
             ctx: transition::context(&self.genesis, header, &voted),
             deposits: block.body.deposits.iter().map(to_wit).collect(),
         })

@@ -19,7 +19,7 @@
 //! cache (`crypto::SigCache::off`), so a repeat pairs for real like the first run. Top-ups are timed once per block: a repeat would
 //! find the looked-up validators in cache.
 
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::Instant;
 
 use rand::{Rng, SeedableRng};
@@ -137,8 +137,8 @@ pub struct Ratios {
     pub topup_module_over_native: f64,
 }
 
-fn shared(registry: Registry) -> Arc<RwLock<Registry>> {
-    Arc::new(RwLock::new(registry))
+fn shared(registry: Registry) -> Arc<Registry> {
+    Arc::new(registry)
 }
 
 fn ctx(height: u64, eth1: &Eth1Data, index: u64) -> BlockContext {
@@ -169,7 +169,7 @@ struct Step {
 /// `registry` `repeat` times, keeps the fastest run, applies its delta.
 fn step(
     engine: &DepositEngine,
-    registry: &Arc<RwLock<Registry>>,
+    registry: &mut Arc<Registry>,
     height: u64,
     (eth1, index): (&Eth1Data, u64),
     block: &[ProvenDeposit],
@@ -205,10 +205,8 @@ fn step(
     );
     let (outcomes, delta) = (out.outcomes, out.delta);
     let start = Instant::now();
-    registry
-        .write()
-        .map_err(|_| anyhow::anyhow!("registry lock poisoned"))?
-        .apply(&delta)?;
+    // In place: the engine's views of it were dropped with its call.
+    Arc::make_mut(registry).apply(&delta)?;
     let apply = super::ms_since(start);
     Ok(Step {
         transition,
@@ -269,7 +267,7 @@ fn run_here(validators: u32, deposits: usize, repeat: usize) -> anyhow::Result<D
 
     // New validators: v1, v2, native interleaved per block.
     eprintln!("new validators through v1, v2, native …");
-    let regs = [
+    let mut regs = [
         shared(base.clone()),
         shared(base.clone()),
         shared(base.clone()),
@@ -325,7 +323,7 @@ fn run_here(validators: u32, deposits: usize, repeat: usize) -> anyhow::Result<D
                 single_floor += best;
                 continue;
             }
-            let (engine, reg) = (engines[slot], &regs[slot]);
+            let (engine, reg) = (engines[slot], &mut regs[slot]);
             let run = step(engine, reg, height, (&eth1, index), block, repeat)?;
             totals[slot] += run.transition;
             bls_totals[slot] += run.bls;
@@ -346,10 +344,7 @@ fn run_here(validators: u32, deposits: usize, repeat: usize) -> anyhow::Result<D
             "block {height}: not every deposit created a validator"
         );
     }
-    let roots: Vec<_> = regs
-        .iter()
-        .map(|r| r.read().map(|r| r.root()).unwrap_or_default())
-        .collect();
+    let roots: Vec<_> = regs.iter().map(|r| r.root()).collect();
     anyhow::ensure!(
         roots.windows(2).all(|w| w[0] == w[1]),
         "engines disagree on the state root"
@@ -371,7 +366,7 @@ fn run_here(validators: u32, deposits: usize, repeat: usize) -> anyhow::Result<D
     let (eth1_n, topups_n) = contract(&topups(&base, &mut rng))?;
     let small = Genesis::generated("bench-10k", 10_000, 43).registry()?;
     let (eth1_small, topups_small) = contract(&topups(&small, &mut rng))?;
-    let regs = [shared(base.clone()), shared(base), shared(small)];
+    let mut regs = [shared(base.clone()), shared(base), shared(small)];
     let mut topup_totals = [0.0f64; 3];
     let mut topup_apply = 0.0;
     for (height, (block_n, block_small)) in
@@ -380,13 +375,20 @@ fn run_here(validators: u32, deposits: usize, repeat: usize) -> anyhow::Result<D
         // One run each: repeating a block would warm the cache lines of exactly the validators
         // it looks up, hiding the lookup cost at N that this scenario is about.
         let index = (height - 1) * BLOCK as u64;
-        let run = step(&v2, &regs[0], height, (&eth1_n, index), block_n, 1)?;
+        let run = step(&v2, &mut regs[0], height, (&eth1_n, index), block_n, 1)?;
         topup_totals[0] += run.transition;
         topup_apply += run.apply;
         topup_totals[1] +=
-            step(&native, &regs[1], height, (&eth1_n, index), block_n, 1)?.transition;
-        topup_totals[2] +=
-            step(&v2, &regs[2], height, (&eth1_small, index), block_small, 1)?.transition;
+            step(&native, &mut regs[1], height, (&eth1_n, index), block_n, 1)?.transition;
+        topup_totals[2] += step(
+            &v2,
+            &mut regs[2],
+            height,
+            (&eth1_small, index),
+            block_small,
+            1,
+        )?
+        .transition;
     }
     drop(regs);
 

@@ -43,7 +43,7 @@
 //! `--queue-small` say.
 
 use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
@@ -260,7 +260,7 @@ fn epochs(
         };
         let verify_before = crypto::verify_time_on_this_thread();
         let start = Instant::now();
-        let shared = Arc::new(RwLock::new(registry.clone()));
+        let shared = Arc::new(registry.clone());
         let out = module
             .process_epoch(shared, queue.clone(), ctx)?
             .map_err(|err| anyhow::anyhow!("epoch {e} rejected: {err:?}"))?;

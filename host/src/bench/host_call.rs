@@ -12,7 +12,7 @@
 //!   the gossip-policy-v2 plan called from a thread that is not a guest thread (the gossip
 //!   driver's case: the call is handed to a guest thread and back).
 
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::Instant;
 
 use serde::Serialize;
@@ -149,7 +149,7 @@ fn run_here(params: &HostCallParams, hostcall_fixture: &[u8]) -> anyhow::Result<
         }],
         balances: Vec::new(),
     })?;
-    let registry: SharedRegistry = Arc::new(RwLock::new(registry));
+    let registry: SharedRegistry = Arc::new(registry);
 
     let LoadedModule::Deposits(fixture) = runtime.load(hostcall_fixture)? else {
         anyhow::bail!("fixture-hostcall is not a deposits module");

@@ -60,18 +60,6 @@ pub enum RevertError {
         /// What is missing or malformed.
         reason: String,
     },
-    /// The registry lock is poisoned (a thread panicked while changing the state): nothing was
-    /// reverted; the node must stop.
-    #[error(
-        "cannot revert block {hash} at height {height}: the in-memory state is unusable (lock \
-         poisoned); nothing was reverted; restart the node to reload the state from disk"
-    )]
-    Poisoned {
-        /// The head block (hex).
-        hash: String,
-        /// Its height.
-        height: u64,
-    },
     /// The in-memory state refused the rollback after the store committed it; restart the node
     /// to reload the state from the store.
     #[error(
@@ -86,8 +74,8 @@ pub enum RevertError {
 }
 
 impl RevertError {
-    /// Whether disk and memory disagree or memory is unusable: the node must stop.
+    /// Whether disk and memory disagree: the node must stop.
     pub fn is_fatal(&self) -> bool {
-        matches!(self, Self::Poisoned { .. } | Self::Diverged { .. })
+        matches!(self, Self::Diverged { .. })
     }
 }

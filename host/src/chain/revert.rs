@@ -1,5 +1,7 @@
 //! Reverting the head block with its undo record: the basis of reorganisations.
 
+use std::sync::Arc;
+
 use super::block::Block;
 use super::{
     Chain, Head, RevertError, hex32, load_eth1, load_schedule, pending_store, registry_store,
@@ -69,25 +71,17 @@ impl Chain {
             self.pending.as_ref(),
             parent_extent.as_ref(),
         );
-        {
-            // A poisoned lock is not "zero validators": refuse before anything is written.
-            let registry = self.registry.read().map_err(|_| RevertError::Poisoned {
-                hash: name.clone(),
-                height: head.height,
-            })?;
-            // The chunks the rollback touches, as they will be once memory follows the batch;
-            // an undo record that does not fit the registry is refused before anything is
-            // written.
-            registry_store::put_rollback(&mut batch, &registry, &undo).map_err(|e| {
-                corrupt(format!(
-                    "undo record (keeps {} validators of {}, restores {} balances) does not fit \
-                     the registry: {e}",
-                    undo.validators_before,
-                    registry.len(),
-                    undo.balances.len()
-                ))
-            })?;
-        }
+        // The chunks the rollback touches, as they will be once memory follows the batch; an
+        // undo record that does not fit the registry is refused before anything is written.
+        registry_store::put_rollback(&mut batch, &self.registry, &undo).map_err(|e| {
+            corrupt(format!(
+                "undo record (keeps {} validators of {}, restores {} balances) does not fit the \
+                 registry: {e}",
+                undo.validators_before,
+                self.registry.len(),
+                undo.balances.len()
+            ))
+        })?;
         batch.put(keys::HEAD, new_head.encode());
         self.store.commit(&batch)?;
 
@@ -95,18 +89,15 @@ impl Chain {
             hash: name.clone(),
             reason,
         };
-        let mut registry = self
-            .registry
-            .write()
-            .map_err(|_| diverged("registry lock poisoned".into()))?;
         // A cached parent state is the registry after rollback: switch to it (a clone of its
         // chunk tables) instead of undoing block by block. Its root is checked below all the same.
         match self.states.peek(&parent_hash) {
-            Some(cached) => *registry = cached.registry().clone(),
-            None => registry
+            Some(cached) => self.registry = Arc::new(cached.registry().clone()),
+            None => Arc::make_mut(&mut self.registry)
                 .rollback(&undo)
                 .map_err(|e| diverged(e.to_string()))?,
         }
+        let registry = &self.registry;
         let pending_root = pending.as_ref().map(PendingQueue::root);
         let root = state_root_with(&registry.root(), &eth1, &schedule, pending_root.as_ref());
         if root != new_head.state_root {
@@ -116,7 +107,6 @@ impl Chain {
                 hex32(&new_head.state_root)
             )));
         }
-        drop(registry);
         self.eth1 = eth1;
         self.schedule = schedule;
         self.pending = pending;

@@ -15,7 +15,7 @@
 //! module is on contract 3, on import, block production, replay and side-branch execution (see
 //! ARCHITECTURE.md, "Contract versions").
 
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
 use super::eth1::ProvenDeposit;
 use super::genesis::Genesis;
@@ -106,7 +106,7 @@ pub fn run(
             finality_depth: genesis.finality_depth,
             genesis_fork_version: genesis.genesis_fork_version.to_vec(),
         };
-        let shared = Arc::new(RwLock::new(after.clone()));
+        let shared = Arc::new(after.clone());
         let out = module
             .process_epoch(shared, queue.clone(), epoch_ctx)?
             .map_err(V3StepError::Rejected)?;
@@ -125,7 +125,7 @@ pub fn run(
         None
     };
     let wit: Vec<Deposit> = deposits.iter().map(to_wit).collect();
-    let shared = Arc::new(RwLock::new(after.clone()));
+    let shared = Arc::new(after.clone());
     let out = module
         .process_v3(shared, queue.clone(), ctx, &wit)?
         .map_err(V3StepError::Rejected)?;

@@ -215,12 +215,7 @@ impl ImportError {
             | Self::DepositIndexMismatch { .. }
             // Out of fuel, limits and traps are deterministic outcomes of the block.
             | Self::Module(..) => FailureClass::Block,
-            // The state refused the module's changes: a deterministic outcome of the block,
-            // unless the lock was poisoned (a panic here).
-            Self::State {
-                source: StateError::Poisoned,
-                ..
-            } => FailureClass::Ours,
+            // The state refused the module's changes: a deterministic outcome of the block.
             Self::State { .. } => FailureClass::Block,
             Self::DepositsV3 { source, .. } => match source {
                 super::deposits_v3::V3StepError::Call(crate::runtime::CallError::Host(_))

@@ -12,7 +12,7 @@
 //! module beforehand by running its migration on the head's state
 //! ([`check`]).
 
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
 use super::genesis::Genesis;
 use crate::runtime::CallError;
@@ -102,7 +102,7 @@ pub fn run(
         finality_depth: genesis.finality_depth,
         genesis_fork_version: genesis.genesis_fork_version.to_vec(),
     };
-    let shared = Arc::new(RwLock::new(registry.clone()));
+    let shared = Arc::new(registry.clone());
     let out = module
         .migrate(shared, queue.clone(), ctx)?
         .map_err(MigrationError::Rejected)?;

@@ -125,14 +125,8 @@ pub fn process(
     }
     let deposits: Vec<DepositData> = proven.iter().map(|p| p.data).collect();
     let deposits = deposits.as_slice();
-    let mut overlay =
-        RegistryOverlay::new(registry).map_err(|e| ProcessError::Malformed(e.to_string()))?;
-    let lookup_err = |e| {
-        registry_error(&e).map_or_else(
-            || ProcessError::Malformed(e.to_string()),
-            ProcessError::Registry,
-        )
-    };
+    let mut overlay = RegistryOverlay::new(registry);
+    let lookup_err = |e| ProcessError::Registry(registry_error(&e));
 
     // Batch pass: first deposit of each pubkey unknown before the block.
     let mut prevalidated = vec![false; deposits.len()];
@@ -144,7 +138,7 @@ pub fn process(
             if !seen.insert(d.pubkey) {
                 continue;
             }
-            if overlay.index_of(&d.pubkey).map_err(lookup_err)?.is_none() {
+            if overlay.index_of(&d.pubkey).is_none() {
                 members.push(i);
                 roots.push(deposit_signing_root(d, fork_version));
             }
@@ -177,7 +171,7 @@ pub fn process(
 
     let mut outcomes = Vec::with_capacity(deposits.len());
     for (d, pre) in deposits.iter().zip(prevalidated) {
-        let outcome = match overlay.index_of(&d.pubkey).map_err(lookup_err)? {
+        let outcome = match overlay.index_of(&d.pubkey) {
             Some(index) => {
                 overlay
                     .increase_balance(index, d.amount)

@@ -1,7 +1,7 @@
 //! A block's state transition over any base state: what import runs on the head and what
 //! regeneration replays on a cached ancestor ([`replay`]).
 
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
 use super::block::{Block, BlockBody, BlockHeader};
 use super::deposit_engine::{DepositEngine, DepositModules};
@@ -13,7 +13,7 @@ use super::{DepositsResult, deposits_v3, migration};
 use crate::runtime::deposits::{BlockContext, Outcome};
 use crate::runtime::{CallError, Kind};
 use crate::state::{
-    PendingQueue, Registry, RegistryDelta, Schedule, StateError, StateSnapshot, state_root_with,
+    PendingQueue, Registry, RegistryDelta, Schedule, StateSnapshot, state_root_with,
 };
 
 /// The major version of the deposits contract whose modules run a block through
@@ -112,7 +112,7 @@ pub(crate) fn voted(
 pub(crate) fn transition(
     genesis: &Genesis,
     engine_at: &dyn Fn(u64) -> Result<DepositEngine, ImportError>,
-    registry: &Arc<RwLock<Registry>>,
+    registry: &Arc<Registry>,
     parent: &Parent<'_>,
     header: &BlockHeader,
     body: &BlockBody,
@@ -155,10 +155,6 @@ pub(crate) fn transition(
         CallError::Host(failure) => ImportError::Host(failure, hash.clone()),
     };
     let ctx = context(genesis, header, &voted);
-    let poisoned = || ImportError::State {
-        hash: hash.clone(),
-        source: StateError::Poisoned,
-    };
     // The module the height activates migrates the parent's state first, if it brings a
     // migration: the block's deposits then run on what it left.
     let migrated = match &deposits {
@@ -166,8 +162,7 @@ pub(crate) fn transition(
             if module.has_migration()
                 && migration::activates(parent.schedule, header.height, &module.hash()) =>
         {
-            let base = registry.read().map_err(|_| poisoned())?.clone();
-            let done = migration::run(module, genesis, &base, parent.pending, header.height)
+            let done = migration::run(module, genesis, registry, parent.pending, header.height)
                 .map_err(|source| ImportError::Migration {
                     hash: hash.clone(),
                     height: header.height,
@@ -193,7 +188,7 @@ pub(crate) fn transition(
     };
     // The registry and queue the block's deposits run on.
     let work = match &migrated {
-        Some(m) => Arc::new(RwLock::new(m.registry.clone())),
+        Some(m) => Arc::new(m.registry.clone()),
         None => registry.clone(),
     };
     let parent_pending = match &migrated {
@@ -202,13 +197,12 @@ pub(crate) fn transition(
     };
     let (mut result, pending) = match &deposits {
         DepositEngine::Module(module) if module.contract().major == QUEUE_CONTRACT_MAJOR => {
-            let base = work.read().map_err(|_| poisoned())?.clone();
             let empty = PendingQueue::new();
             let queue = parent_pending.unwrap_or(&empty);
             let step = deposits_v3::run(
                 module,
                 genesis,
-                &base,
+                &work,
                 queue,
                 parent.slot,
                 &ctx,
@@ -241,9 +235,8 @@ pub(crate) fn transition(
     };
     if let Some(m) = &migrated {
         // One delta for the block: the migration's and the deposits' together.
-        let parent_registry = registry.read().map_err(|_| poisoned())?;
-        result.delta = migration::rebase(&parent_registry, &m.registry, &result.delta)
-            .map_err(migration_error)?;
+        result.delta =
+            migration::rebase(registry, &m.registry, &result.delta).map_err(migration_error)?;
     }
     let eth1 = voted
         .after_deposits(found)
@@ -259,11 +252,6 @@ pub(crate) fn transition(
         });
     }
     let registry_root = registry
-        .read()
-        .map_err(|_| ImportError::State {
-            hash: hash.clone(),
-            source: StateError::Poisoned,
-        })?
         .root_after(&result.delta)
         .map_err(|source| ImportError::State { hash, source })?;
     let pending_root = pending.as_ref().map(PendingQueue::root);
@@ -305,7 +293,7 @@ pub fn replay(
             ),
         });
     }
-    let registry = Arc::new(RwLock::new(base.registry().clone()));
+    let registry = Arc::new(base.registry().clone());
     let done = transition(
         genesis,
         &|height| engine_at(height, base.schedule()),
@@ -326,14 +314,7 @@ pub fn replay(
             computed: hex32(&done.root),
         });
     }
-    let poisoned = |name: &str| ImportError::State {
-        hash: name.to_string(),
-        source: StateError::Poisoned,
-    };
-    let mut registry = Arc::try_unwrap(registry)
-        .map_err(|_| poisoned(&name))?
-        .into_inner()
-        .map_err(|_| poisoned(&name))?;
+    let mut registry = Arc::unwrap_or_clone(registry);
     registry
         .apply(&done.delta)
         .map_err(|source| ImportError::State {

@@ -382,12 +382,7 @@ impl DepositProofs for NoSource {
 
 impl Worker {
     fn view(&self) -> ChainView {
-        let validators = self
-            .chain
-            .registry()
-            .read()
-            .map(|r| r.validator_count())
-            .unwrap_or(0);
+        let validators = self.chain.registry().validator_count();
         ChainView {
             head: self.chain.head(),
             finalized_height: self.chain.finalized_height(),

@@ -5,7 +5,7 @@ use std::sync::OnceLock;
 
 use wasmtime::component::{HasSelf, Linker};
 
-use super::error::{HostFailure, HostFailureKind, HostFunctionFailure};
+use super::error::{HostFailure, HostFailureKind};
 use super::module::{CallBase, Module, StoreData, World, unimplemented_contract};
 use super::{CallError, Kind, ModuleInfo, Version};
 use crate::state::{
@@ -48,41 +48,31 @@ impl StoreData for DepositsCtx {
     }
 }
 
-fn overlay_failure(e: &OverlayError) -> wasmtime::Error {
-    HostFunctionFailure::error(HostFailureKind::Poisoned, e)
-}
-
-/// The WIT error for an overlay refusal; `None` for host failures (which trap).
-pub fn registry_error(e: &OverlayError) -> Option<RegistryError> {
-    Some(match e {
+/// The WIT error for an overlay refusal (every refusal is the module's input's, none traps).
+pub fn registry_error(e: &OverlayError) -> RegistryError {
+    match e {
         OverlayError::DuplicatePubkey => RegistryError::DuplicatePubkey,
         OverlayError::BadLength(field) => RegistryError::BadLength((*field).to_string()),
         OverlayError::UnknownIndex(i) => RegistryError::UnknownIndex(*i),
         OverlayError::BalanceOverflow(i) => RegistryError::BalanceOverflow(*i),
         OverlayError::RegistryFull => RegistryError::RegistryFull,
-        OverlayError::Poisoned => return None,
-    })
+    }
 }
 
-/// Maps an overlay refusal to the WIT error, or to a trap for host failures.
+/// Maps an overlay refusal to the WIT error.
+#[allow(
+    clippy::unnecessary_wraps,
+    reason = "the shape every WIT host function returns"
+)]
 fn registry_result<T>(r: Result<T, OverlayError>) -> wasmtime::Result<Result<T, RegistryError>> {
-    match r {
-        Ok(v) => Ok(Ok(v)),
-        Err(e) => match registry_error(&e) {
-            Some(wit) => Ok(Err(wit)),
-            None => Err(overlay_failure(&e)),
-        },
-    }
+    Ok(r.map_err(|e| registry_error(&e)))
 }
 
 impl registry::Host for DepositsCtx {
     fn index_of(&mut self, pubkey: Vec<u8>) -> wasmtime::Result<u32> {
         let cost = self.base.fuel().costs().registry_lookup;
         self.base.fuel().charge_call(pubkey.len(), cost)?;
-        self.overlay
-            .index_of(&pubkey)
-            .map(|found| found.unwrap_or(NOT_FOUND))
-            .map_err(|e| overlay_failure(&e))
+        Ok(self.overlay.index_of(&pubkey).unwrap_or(NOT_FOUND))
     }
 
     fn validator_count(&mut self) -> wasmtime::Result<u32> {
@@ -260,9 +250,8 @@ impl World for Deposits {
     }
 
     fn idle_data(base: CallBase) -> Result<DepositsCtx, HostFailure> {
-        let registry: SharedRegistry =
-            std::sync::Arc::new(std::sync::RwLock::new(crate::state::Registry::new()));
-        data(registry, PendingQueue::new(), base, "deposits")
+        let registry: SharedRegistry = std::sync::Arc::new(crate::state::Registry::new());
+        Ok(data(registry, PendingQueue::new(), base))
     }
 
     fn describe(
@@ -293,8 +282,7 @@ impl World for Deposits {
     /// signature, a top-up of it, and a new pubkey whose signature does not verify.
     fn dry_run(module: &DepositsModule) -> Result<u64, CallError> {
         let (ctx, deposits) = warmup_block().clone();
-        let registry: SharedRegistry =
-            std::sync::Arc::new(std::sync::RwLock::new(crate::state::Registry::new()));
+        let registry: SharedRegistry = std::sync::Arc::new(crate::state::Registry::new());
         if module.contract().major == 3 {
             // The block queues the three deposits; the epoch applies them.
             let queued =
@@ -394,19 +382,12 @@ fn build_warmup_block() -> (BlockContext, Vec<Deposit>) {
     (ctx, deposits)
 }
 
-fn data(
-    registry: SharedRegistry,
-    pending: PendingQueue,
-    base: CallBase,
-    module: &str,
-) -> Result<DepositsCtx, HostFailure> {
-    let overlay = RegistryOverlay::new(registry)
-        .map_err(|e| HostFailure::new(module, HostFailureKind::Poisoned, e.to_string()))?;
-    Ok(DepositsCtx {
-        overlay,
+fn data(registry: SharedRegistry, pending: PendingQueue, base: CallBase) -> DepositsCtx {
+    DepositsCtx {
+        overlay: RegistryOverlay::new(registry),
         pending: PendingOverlay::new(pending),
         base,
-    })
+    }
 }
 
 /// One real deposits call the chain made: a canonical block's deposits, its context and the
@@ -487,7 +468,7 @@ impl Module<Deposits> {
         };
         let outcome = self.call_with_fuel(
             fuel,
-            move |base| data(registry, PendingQueue::new(), base, &name),
+            move |base| Ok(data(registry, PendingQueue::new(), base)),
             move |instance, store| match instance {
                 DepositsInstance::V2(instance) => instance
                     .modnode_deposits_processor()

@@ -1,7 +1,7 @@
 //! The per-call overlay deposit modules write through.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
 use super::validator::{NewValidator, Pubkey, WITHDRAWAL_CREDENTIALS_LEN};
 
@@ -17,9 +17,9 @@ pub trait RegistryRead: Send + Sync {
     fn total_effective_balance(&self) -> u64;
 }
 
-/// A registry shared between the importer (which applies deltas) and calls in flight (which
-/// read through it).
-pub type SharedRegistry = Arc<RwLock<dyn RegistryRead>>;
+/// The registry a call reads: an immutable value (the importer applies the call's delta to
+/// its own registry afterwards, copy-on-write), so no lock is taken on the way.
+pub type SharedRegistry = Arc<dyn RegistryRead>;
 
 /// Why the overlay refused a write. Mirrors the WIT `registry-error`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -39,9 +39,6 @@ pub enum OverlayError {
     /// The registry holds 2^32 - 1 validators.
     #[error("the registry is full")]
     RegistryFull,
-    /// The shared registry lock was poisoned by a panic elsewhere.
-    #[error("the registry lock is poisoned")]
-    Poisoned,
 }
 
 /// What undoes a [`RegistryDelta`]: the validator count before it and the balances it
@@ -119,36 +116,26 @@ pub struct RegistryOverlay {
 
 impl RegistryOverlay {
     /// An empty overlay over `base`.
-    pub fn new(base: SharedRegistry) -> Result<Self, OverlayError> {
-        let (base_count, base_effective) = {
-            let read = base.read().map_err(|_| OverlayError::Poisoned)?;
-            (read.validator_count(), read.total_effective_balance())
-        };
-        Ok(Self {
+    pub fn new(base: SharedRegistry) -> Self {
+        Self {
+            base_count: base.validator_count(),
+            base_effective: base.total_effective_balance(),
             base,
-            base_count,
-            base_effective,
             added: Vec::new(),
             added_index: HashMap::new(),
             balances: BTreeMap::new(),
-        })
+        }
     }
 
     /// Index of the validator with this pubkey, pending additions included.
-    pub fn index_of(&self, pubkey: &[u8]) -> Result<Option<u32>, OverlayError> {
-        let Ok(pubkey) = <&Pubkey>::try_from(pubkey) else {
-            return Ok(None);
-        };
+    pub fn index_of(&self, pubkey: &[u8]) -> Option<u32> {
+        let pubkey = <&Pubkey>::try_from(pubkey).ok()?;
         if !self.added_index.is_empty()
             && let Some(&index) = self.added_index.get(pubkey)
         {
-            return Ok(Some(index));
+            return Some(index);
         }
-        Ok(self
-            .base
-            .read()
-            .map_err(|_| OverlayError::Poisoned)?
-            .index_of(pubkey))
+        self.base.index_of(pubkey)
     }
 
     /// Number of validators, pending additions included.
@@ -180,7 +167,7 @@ impl RegistryOverlay {
         let withdrawal_credentials: [u8; WITHDRAWAL_CREDENTIALS_LEN] = withdrawal_credentials
             .try_into()
             .map_err(|_| OverlayError::BadLength("withdrawal-credentials"))?;
-        if self.index_of(&pubkey)?.is_some() {
+        if self.index_of(&pubkey).is_some() {
             return Err(OverlayError::DuplicatePubkey);
         }
         let index = self.validator_count();
@@ -214,8 +201,6 @@ impl RegistryOverlay {
             Some(&b) => b,
             None => self
                 .base
-                .read()
-                .map_err(|_| OverlayError::Poisoned)?
                 .balance(index)
                 .ok_or(OverlayError::UnknownIndex(index))?,
         };

@@ -33,9 +33,6 @@ pub enum StateError {
     /// More than 2^32 - 1 validators.
     #[error("the registry is full")]
     Full,
-    /// The shared registry's lock was poisoned by a panic elsewhere; restart the node.
-    #[error("the registry lock is poisoned; restart the node")]
-    Poisoned,
 }
 
 /// Leaf replacements `(position, leaf)` and appended leaves of a delta.

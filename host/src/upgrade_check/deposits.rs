@@ -5,7 +5,7 @@
 //! root must match.
 
 use std::cell::RefCell;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
 use proptest::prelude::*;
 
@@ -96,13 +96,10 @@ impl BlockResult {
 /// fuel only for accepted ones).
 pub(crate) fn run_block(
     version: &Version,
-    registry: &Arc<RwLock<Registry>>,
+    registry: &mut Arc<Registry>,
     ctx: BlockContext,
     deposits: Vec<Deposit>,
 ) -> Result<(BlockResult, u64), CheckError> {
-    let poisoned = || CheckError::Host {
-        reason: "registry lock poisoned".into(),
-    };
     Ok(
         match version.process_deposits(registry.clone(), ctx, deposits) {
             BlockRun::Applied {
@@ -112,7 +109,7 @@ pub(crate) fn run_block(
                 fuel,
                 ..
             } => {
-                let mut state = registry.write().map_err(|_| poisoned())?;
+                let state = Arc::make_mut(registry);
                 let result = match state.apply(&delta) {
                     Ok(()) => BlockResult::Imported {
                         outcomes,
@@ -147,7 +144,7 @@ fn run_generated(
     fork: [u8; 4],
     max_per_block: u64,
 ) -> Result<(Vec<BlockResult>, u64), CheckError> {
-    let registry = Arc::new(RwLock::new(registry));
+    let mut registry = Arc::new(registry);
     let mut contract = DevDepositLog::new();
     let mut index = 0u64;
     let mut fuel = 0u64;
@@ -165,7 +162,7 @@ fn run_generated(
             })?;
         let wit = tamper.apply(honest).iter().map(to_wit).collect();
         let ctx = block_context(height, height, fork, &eth1, index);
-        let (result, used) = run_block(version, &registry, ctx, wit)?;
+        let (result, used) = run_block(version, &mut registry, ctx, wit)?;
         if let BlockResult::Imported {
             eth1_deposit_index, ..
         } = &result

@@ -9,7 +9,7 @@
 //! Used by the propose-time cost check (`node/upgrades/deposit_cost.rs`) on a generated state
 //! with a queue of a full block of deposits.
 
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
 use crate::runtime::deposits::DepositsModule;
 use crate::runtime::deposits::migration::MigrationContext;
@@ -73,7 +73,7 @@ fn once(
         reason,
         module_fault,
     };
-    let shared = Arc::new(RwLock::new(registry.clone()));
+    let shared = Arc::new(registry.clone());
     let out = match module.migrate(shared, pending.clone(), ctx.clone()) {
         Ok(Ok(out)) => out,
         Ok(Err(e)) => return Err(failed(format!("refuses the state: {e:?}"), true)),

@@ -136,7 +136,7 @@ fn spec_traps_hold_for_every_engine() {
             "{name}"
         );
         let registry = chain.registry();
-        let registry = registry.read().unwrap();
+        let registry = &*registry;
         assert_eq!(
             registry.validator(8).unwrap().effective_balance,
             32 * ETH,
@@ -163,7 +163,7 @@ fn spec_traps_hold_for_every_engine() {
 fn invalid_blocks_change_nothing() {
     for (name, engine) in engines() {
         let mut chain = chain(engine);
-        let before = (chain.head(), chain.registry().read().unwrap().clone());
+        let before = (chain.head(), chain.registry().as_ref().clone());
         let mut log = DevDepositLog::new();
         let good = build(
             &chain,
@@ -212,7 +212,7 @@ fn invalid_blocks_change_nothing() {
         );
 
         assert_eq!(chain.head(), before.0, "{name}");
-        assert_eq!(*chain.registry().read().unwrap(), before.1, "{name}");
+        assert_eq!(*chain.registry(), before.1, "{name}");
         chain.import(&good).unwrap();
         assert_eq!(chain.head().height, 1);
     }
@@ -236,7 +236,7 @@ fn state_and_index_survive_a_restart_on_sled() {
         }
         (
             chain.head(),
-            chain.registry().read().unwrap().clone(),
+            chain.registry().as_ref().clone(),
             chain.eth1_state().clone(),
         )
     };
@@ -246,7 +246,7 @@ fn state_and_index_survive_a_restart_on_sled() {
     assert!(eth1.deposit_index > 0);
     assert_eq!(eth1.deposit_index, eth1.eth1_data.deposit_count);
     let reopened = chain.registry();
-    let reopened = reopened.read().unwrap();
+    let reopened = &*reopened;
     assert_eq!(*reopened, registry);
     assert_eq!(
         modnode::state::state_root(&reopened.root(), chain.eth1_state(), chain.schedule()),
@@ -318,7 +318,7 @@ fn reverting_blocks_restores_earlier_state_and_survives_a_restart() {
     let snapshot = |chain: &Chain| {
         (
             chain.head(),
-            chain.registry().read().unwrap().clone(),
+            chain.registry().as_ref().clone(),
             chain.eth1_state().clone(),
         )
     };
@@ -342,11 +342,11 @@ fn reverting_blocks_restores_earlier_state_and_survives_a_restart() {
     for height in (2..5).rev() {
         let head = chain.revert_head().unwrap();
         assert_eq!(head, snapshots[height].0);
-        assert_eq!(*chain.registry().read().unwrap(), snapshots[height].1);
+        assert_eq!(*chain.registry(), snapshots[height].1);
         assert_eq!(*chain.eth1_state(), snapshots[height].2);
         assert_eq!(
             modnode::state::state_root(
-                &chain.registry().read().unwrap().root(),
+                &chain.registry().root(),
                 chain.eth1_state(),
                 chain.schedule()
             ),
@@ -362,10 +362,10 @@ fn reverting_blocks_restores_earlier_state_and_survives_a_restart() {
     // The reverted state is what a restart loads, and the index forgot the dropped validators.
     let mut chain = open();
     assert_eq!(chain.head(), snapshots[2].0);
-    assert_eq!(*chain.registry().read().unwrap(), snapshots[2].1);
+    assert_eq!(*chain.registry(), snapshots[2].1);
     assert_eq!(*chain.eth1_state(), snapshots[2].2);
     let dropped = snapshots[5].1.validators().last().unwrap().pubkey;
-    assert_eq!(chain.registry().read().unwrap().index_of(&dropped), None);
+    assert_eq!(chain.registry().index_of(&dropped), None);
 
     // A different block 3 imports on top, and the original block 3 can come back after it is
     // reverted too.
@@ -375,12 +375,12 @@ fn reverting_blocks_restores_earlier_state_and_survives_a_restart() {
     chain.revert_head().unwrap();
     chain.import(blocks[3].as_ref().unwrap()).unwrap();
     assert_eq!(chain.head(), snapshots[3].0);
-    assert_eq!(*chain.registry().read().unwrap(), snapshots[3].1);
+    assert_eq!(*chain.registry(), snapshots[3].1);
 
     while chain.head().height > 0 {
         chain.revert_head().unwrap();
     }
-    assert_eq!(*chain.registry().read().unwrap(), snapshots[0].1);
+    assert_eq!(*chain.registry(), snapshots[0].1);
     assert!(matches!(
         chain.revert_head(),
         Err(modnode::chain::RevertError::Genesis)
@@ -435,10 +435,7 @@ fn fork_choice_follows_the_longest_valid_chain() {
         "{longer:?}"
     );
     assert_eq!(node.head(), b.head());
-    assert_eq!(
-        *node.registry().read().unwrap(),
-        *b.registry().read().unwrap()
-    );
+    assert_eq!(*node.registry(), *b.registry());
 
     // A longer branch with an invalid block: refused from that block on; the node stays on b.
     let mut c = fresh();
@@ -483,10 +480,7 @@ fn fork_choice_follows_the_longest_valid_chain() {
         );
     }
     assert_eq!(node.head(), b.head());
-    assert_eq!(
-        *node.registry().read().unwrap(),
-        *b.registry().read().unwrap()
-    );
+    assert_eq!(*node.registry(), *b.registry());
 
     // A block whose parent nobody has seen.
     let mut orphan = b_blocks[3].clone();
@@ -689,7 +683,7 @@ fn genesis_authorities_are_parsed_and_checked() {
 fn every_engine_rejects_a_malformed_fork_version_the_same_way() {
     use modnode::chain::eth1::DepositProofs;
     use modnode::runtime::deposits::{BlockContext, WitEth1Data};
-    let registry = Arc::new(std::sync::RwLock::new(genesis().registry().unwrap()));
+    let registry = Arc::new(genesis().registry().unwrap());
     let mut log = DevDepositLog::new();
     log.push(workload::new_validator(1, 32 * ETH, FORK));
     let eth1 = log.eth1_data();

@@ -146,7 +146,7 @@ fn fuel(module: &str, deposits: Vec<DepositData>) -> u64 {
         },
         eth1_deposit_index: 0,
     };
-    let registry = Arc::new(std::sync::RwLock::new(Registry::new()));
+    let registry = Arc::new(Registry::new());
     let out = module
         .process(registry, ctx, proven.iter().map(to_wit).collect())
         .unwrap()

@@ -3,7 +3,7 @@
 //! final, 16 at a time, the registry ends where deposits-v2 leaves it for the same deposits,
 //! and an epoch's work does not grow with the queue. The @2.0.0 modules keep their bytes.
 
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
 use modnode::chain::block::DepositData;
 use modnode::chain::eth1::DepositProofs as _;
@@ -72,8 +72,8 @@ struct State {
 }
 
 impl State {
-    fn shared(&self) -> Arc<RwLock<Registry>> {
-        Arc::new(RwLock::new(self.registry.clone()))
+    fn shared(&self) -> Arc<Registry> {
+        Arc::new(self.registry.clone())
     }
 }
 
@@ -138,7 +138,7 @@ fn deposits_v3_queues_a_block_and_its_epochs_drain_it_into_v2s_registry() {
     assert_eq!(epochs, 7);
 
     // deposits-v2 on the same block: the same registry (0x00 credentials, ≤ 32 ETH each).
-    let reference = Arc::new(RwLock::new(Registry::new()));
+    let reference = Arc::new(Registry::new());
     let out = v2.process(reference.clone(), ctx, wit).unwrap().unwrap();
     let mut expected = Registry::new();
     expected.apply(&out.delta).unwrap();
@@ -207,7 +207,7 @@ fn each_contract_s_calls_are_refused_on_the_other_s_modules() {
     let v2 = deposits_module(&rt, "deposits-v2");
     let v3 = deposits_module(&rt, "deposits-v3");
     let (ctx, wit) = block(1, &stream()[..2]);
-    let registry = Arc::new(RwLock::new(Registry::new()));
+    let registry = Arc::new(Registry::new());
     assert!(matches!(
         v3.process(registry.clone(), ctx.clone(), wit.clone()),
         Err(CallError::Host(_))
@@ -392,7 +392,7 @@ fn an_epochs_new_validators_are_checked_in_one_batch_with_the_one_by_one_outcome
                 balance_to_consume: None,
             })
             .unwrap();
-        let registry = Arc::new(RwLock::new(Registry::new()));
+        let registry = Arc::new(Registry::new());
         v3.process_epoch(registry, pending, epoch(10, 1))
             .unwrap()
             .unwrap()

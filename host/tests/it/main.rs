@@ -62,7 +62,7 @@ mod upgrade_devnet;
 mod upgrades;
 mod upload;
 
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
 use modnode::runtime::{LoadedModule, Runtime, RuntimeConfig};
 use modnode::state::{Registry, SharedRegistry};
@@ -145,12 +145,12 @@ pub fn deposits_module(rt: &Runtime, name: &str) -> modnode::runtime::deposits::
 }
 
 /// Shares a registry the way the importer does.
-pub fn shared(registry: &Registry) -> Arc<RwLock<Registry>> {
-    Arc::new(RwLock::new(registry.clone()))
+pub fn shared(registry: &Registry) -> Arc<Registry> {
+    Arc::new(registry.clone())
 }
 
 /// The same registry as modules see it.
-pub fn view(registry: &Arc<RwLock<Registry>>) -> SharedRegistry {
+pub fn view(registry: &Arc<Registry>) -> SharedRegistry {
     registry.clone()
 }
 

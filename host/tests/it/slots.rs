@@ -230,7 +230,7 @@ fn a_call_in_flight_during_a_swap_finishes_on_the_version_it_started_on() {
         SlotConfig::default(),
         ShadowWorker::start(4).unwrap(),
     ));
-    let registry: SharedRegistry = Arc::new(std::sync::RwLock::new(Registry::new()));
+    let registry: SharedRegistry = Arc::new(Registry::new());
     let kp = modnode::crypto::Keypair::from_seed([9; 32]);
     // A well-formed signature over something else: each check is a full pairing, then false.
     let (eth1_data, deposit) = proven(modnode::chain::block::DepositData {

@@ -84,7 +84,7 @@ fn open_chain(path: &Path, genesis: &Genesis) -> Chain {
 
 /// The head and registry of a chain.
 fn state(chain: &Chain) -> (Head, Registry) {
-    (chain.head(), chain.registry().read().unwrap().clone())
+    (chain.head(), chain.registry().as_ref().clone())
 }
 
 /// Opens the store at `path` (initialising it if needed); the head and the registry.
@@ -207,7 +207,7 @@ fn import_across_the_boundary(chain: &mut Chain, log: &mut DevDepositLog) -> (He
         .chain([top_up(genesis.validators[3].pubkey, ETH)])
         .collect();
     import(chain, log, deposits);
-    assert_eq!(chain.registry().read().unwrap().len(), 1_028);
+    assert_eq!(chain.registry().len(), 1_028);
     state(chain)
 }
 
@@ -232,7 +232,7 @@ fn imports_and_reverts_across_a_chunk_boundary_reopen_to_the_same_state() {
 
     let reopened = open_chain(&path, &genesis);
     assert_eq!(reopened.head(), after_2.0);
-    assert!(*reopened.registry().read().unwrap() == after_2.1);
+    assert!(*reopened.registry() == after_2.1);
     drop(reopened);
     assert_eq!(chunk_records(&path), (2, 2));
 

@@ -9,7 +9,7 @@
 //! full block of final deposits within its budget. A module with a migration must finish it on
 //! a state with such a queue within 80 % of one call's budget.
 
-use std::sync::{Arc, OnceLock, RwLock};
+use std::sync::{Arc, OnceLock};
 
 use crate::chain::eth1::DepositProofs as _;
 use crate::chain::to_wit;
@@ -94,7 +94,7 @@ fn block_fuel(module: &DepositsModule, n: u64, bad: bool, slot: u64) -> Result<u
     let fork = [0u8; 4];
     let (proven, eth1) = inputs(n, bad)?;
     let ctx = crate::chain::block_context(1, slot, fork, eth1, 0);
-    let registry = Arc::new(RwLock::new(Registry::new()));
+    let registry = Arc::new(Registry::new());
     let which = if bad {
         "one bad signature"
     } else {
@@ -135,7 +135,7 @@ fn epoch_fits(module: &DepositsModule, slot: u64) -> Result<(), String> {
         let (proven, eth1) = inputs(LARGE, bad)?;
         let ctx = crate::chain::block_context(1, slot, [0u8; 4], eth1, 0);
         let wit: Vec<_> = proven.iter().map(to_wit).collect();
-        let registry = Arc::new(RwLock::new(Registry::new()));
+        let registry = Arc::new(Registry::new());
         let queued = match module.process_v3(registry.clone(), PendingQueue::new(), &ctx, &wit) {
             Ok(Ok(out)) => out.pending,
             Ok(Err(e)) => {

@@ -101,10 +101,7 @@ impl Module<Deposits> {
         let settings = self.settings().clone();
         let budget = settings.fuel;
         let (result, data, fuel_used) = crate::runtime::threads::run_on_guest_thread(move || {
-            let data = match super::data(registry, pending, CallBase::new(&settings), &name) {
-                Ok(data) => data,
-                Err(e) => return (Err(CallError::from(e)), None, 0),
-            };
+            let data = super::data(registry, pending, CallBase::new(&settings));
             let mut store = match new_store(&settings, data, &name) {
                 Ok(store) => store,
                 Err(e) => return (Err(e), None, 0),

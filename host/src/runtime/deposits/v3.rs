@@ -36,13 +36,7 @@ pub const MAX_READ: u32 = 64;
 fn registry_result<T>(
     r: Result<T, crate::state::OverlayError>,
 ) -> wasmtime::Result<Result<T, types::RegistryError>> {
-    match r {
-        Ok(v) => Ok(Ok(v)),
-        Err(e) => match registry_error(&e) {
-            Some(wit) => Ok(Err(to_v3_registry_error(wit))),
-            None => Err(super::overlay_failure(&e)),
-        },
-    }
+    Ok(r.map_err(|e| to_v3_registry_error(registry_error(&e))))
 }
 
 fn to_v3_registry_error(e: super::RegistryError) -> types::RegistryError {
@@ -100,10 +94,7 @@ impl registry::Host for DepositsCtx {
     fn index_of(&mut self, pubkey: Vec<u8>) -> wasmtime::Result<u32> {
         let cost = self.base.fuel().costs().registry_lookup;
         self.base.fuel().charge_call(pubkey.len(), cost)?;
-        self.overlay
-            .index_of(&pubkey)
-            .map(|found| found.unwrap_or(NOT_FOUND))
-            .map_err(|e| super::overlay_failure(&e))
+        Ok(self.overlay.index_of(&pubkey).unwrap_or(NOT_FOUND))
     }
 
     fn validator_count(&mut self) -> wasmtime::Result<u32> {
@@ -371,7 +362,7 @@ impl Module<Deposits> {
         }
         let outcome = self.call_with_fuel(
             fuel,
-            move |base| super::data(registry, pending, base, &name),
+            move |base| Ok(super::data(registry, pending, base)),
             move |instance, store| match instance {
                 super::DepositsInstance::V3(instance) => call(instance, store),
                 super::DepositsInstance::V2(_) => Err(wasmtime::Error::msg(

@@ -7,7 +7,7 @@
 mod probe;
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
 use super::super::versions::{BlockRun, V3Run, Version, is_host_failure};
 use super::super::{CheckError, Failure, Invariant, Settings};
@@ -47,7 +47,7 @@ pub(super) fn host(reason: String) -> CheckError {
 }
 
 fn shared(registry: &Registry) -> crate::state::SharedRegistry {
-    Arc::new(RwLock::new(registry.clone()))
+    Arc::new(registry.clone())
 }
 
 fn v3_outcome(o: &EpochOutcome) -> Outcome {

@@ -56,13 +56,7 @@ pub(crate) fn on_recorded(
         )));
     }
     let mut chain = super::super::replay::chain_running(from, to, genesis, start, origin)?;
-    let registry = chain
-        .registry()
-        .read()
-        .map_err(|_| CheckError::Host {
-            reason: "registry lock poisoned".into(),
-        })?
-        .clone();
+    let registry = crate::state::Registry::clone(&chain.registry());
     let mut pair = Pair::new(from, to, &registry, chain.eth1_state().deposit_index);
     let fork = genesis.genesis_fork_version;
     let mut parent_slot = chain.head().slot;
