@@ -224,6 +224,7 @@ struct ScheduleVotes {
 }
 
 use crate::consensus::hex32;
+use crate::consensus::shell::{ShellVerified, verify_shell};
 
 /// The slot and proposer of the canonical block at `height`; `None` where none is stored
 /// (below a checkpoint's base or the pruned floor).
@@ -908,9 +909,9 @@ impl Chain {
         )
     }
 
-    /// Checks that the block comes from its slot's authority (chains with an authority set).
-    fn check_seal(&self, block: &Block, name: &str) -> Result<(), ImportError> {
-        check_seal(&self.genesis, &self.genesis_hash, block, name)
+    /// Checks the block's seal and body against its header (`consensus::shell`).
+    fn verify_shell<'a>(&self, block: &'a Block) -> Result<ShellVerified<'a>, ImportError> {
+        verify_shell(block, &self.genesis, &self.genesis_hash)
     }
 
     /// Which deposits the next block at `slot` by `proposer`, voting `vote`, must carry (the
@@ -985,11 +986,26 @@ impl Chain {
     /// Imports the next block. On `Ok` the block, its state changes and the new head are on
     /// disk; on `Err` nothing changed.
     pub fn import(&mut self, block: &Block) -> Result<Imported, ImportError> {
+        self.check_next(block)?;
+        let shell = self.verify_shell(block)?;
+        self.import_after_checks(&shell)
+    }
+
+    /// [`import`](Self::import) of a block whose shell was verified already (by fork choice):
+    /// its seal is not verified again.
+    pub(crate) fn import_verified(
+        &mut self,
+        shell: &ShellVerified<'_>,
+    ) -> Result<Imported, ImportError> {
+        self.check_next(shell.block())?;
+        self.import_after_checks(shell)
+    }
+
+    /// Refuses a block that is not the head's child: parent, height, a later slot.
+    fn check_next(&self, block: &Block) -> Result<(), ImportError> {
         let header = &block.header;
-        let hash = block.hash();
-        let name = hex32(&hash);
         let not_next = |reason: String| ImportError::NotNext {
-            hash: name.clone(),
+            hash: hex32(&block.hash()),
             reason,
         };
         if header.parent_hash != self.head.hash {
@@ -1011,24 +1027,15 @@ impl Chain {
                 header.slot, self.head.slot
             )));
         }
-        if block.body.deposits.len() > usize::from(self.genesis.max_deposits_per_block) {
-            return Err(ImportError::BadBody {
-                hash: name,
-                reason: format!(
-                    "{} deposits, limit {}",
-                    block.body.deposits.len(),
-                    self.genesis.max_deposits_per_block
-                ),
-            });
-        }
-        self.check_seal(block, &name)?;
-        if block.body.root() != header.body_root {
-            return Err(ImportError::BadBody {
-                hash: name,
-                reason: "body does not match the header's body root".into(),
-            });
-        }
+        Ok(())
+    }
 
+    /// The rest of an import, once the block is the head's child and its shell is verified.
+    fn import_after_checks(&mut self, shell: &ShellVerified<'_>) -> Result<Imported, ImportError> {
+        let block = shell.block();
+        let header = &block.header;
+        let hash = shell.hash();
+        let name = hex32(&hash);
         let Transition {
             outcomes,
             delta,
@@ -1190,43 +1197,4 @@ fn new_state_cache(
         StateCacheConfig::default(),
         StateSource::new(store.clone(), genesis.clone(), deposits.clone()),
     ))
-}
-
-/// Checks that `block` comes from its slot's authority (chains with an authority set).
-pub(crate) fn check_seal(
-    genesis: &Genesis,
-    genesis_hash: &Hash,
-    block: &Block,
-    name: &str,
-) -> Result<(), ImportError> {
-    let bad = |reason: String| ImportError::BadSeal {
-        hash: name.to_string(),
-        reason,
-    };
-    let Some(expected) = genesis.proposer_for(block.header.slot) else {
-        return Ok(());
-    };
-    if block.header.proposer != expected {
-        return Err(bad(format!(
-            "slot {} belongs to authority {expected}, the header names {}",
-            block.header.slot, block.header.proposer
-        )));
-    }
-    let authority = usize::try_from(expected)
-        .ok()
-        .and_then(|i| genesis.authorities.get(i))
-        .ok_or_else(|| bad(format!("authority {expected} does not exist")))?;
-    match &block.seal {
-        block::Seal::Unsigned => Err(bad("unsigned, but this chain has authorities".into())),
-        block::Seal::Ed25519(signature) => {
-            let id = crate::crypto::identity::NodeId::from_bytes(*authority);
-            if id.verify(&block::seal_message(genesis_hash, &block.hash()), signature) {
-                Ok(())
-            } else {
-                Err(bad(format!(
-                    "signature does not verify against authority {id}"
-                )))
-            }
-        }
-    }
 }

@@ -13,6 +13,8 @@
 //!   [`deposits_v3`]: deposits@3's pending-deposit queue; [`migration`]: a contract switch's
 //!   state migration at its activation height.
 //! - [`native_deposits`]: the native reference transition (phase0 `process_deposit`).
+//! - [`shell`]: a block's seal and body against its header, checked once
+//!   ([`shell::verify_shell`]).
 //! - [`ImportError`] says why a block was not imported and whose fault it is
 //!   ([`FailureClass`]).
 
@@ -24,6 +26,7 @@ pub mod eth1;
 pub mod genesis;
 pub mod migration;
 pub mod native_deposits;
+pub mod shell;
 pub mod transition;
 
 pub use deposit_engine::{DepositEngine, DepositModules, DepositsResult, block_context, to_wit};

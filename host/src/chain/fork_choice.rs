@@ -21,6 +21,7 @@
 
 use super::block::{Block, BlockHeader, Hash};
 use super::{Chain, FailureClass, Head, ImportError, Imported, RevertError, SealLock, hex32};
+use crate::consensus::shell::ShellVerified;
 use crate::state_cache::StateCacheError;
 use crate::store::{StoreError, WriteBatch, keys};
 
@@ -235,8 +236,7 @@ impl Chain {
         // extending, side branch, unknown parent) its seal and its body must match the header:
         // a forged seal or a swapped body is never "known", relayed or stored, and a sealed
         // header is what makes its height worth believing.
-        self.check_seal(block, &name)?;
-        check_body(block, self.genesis.max_deposits_per_block, &name)?;
+        let shell = self.verify_shell(block)?;
         if hash == self.head.hash || self.is_canonical(&block.header)? {
             return Ok(Added::Known);
         }
@@ -252,7 +252,7 @@ impl Chain {
         // One block per authority per slot: a second one is never executed, stored or
         // weighed, and it voids the slot on this node.
         self.check_equivocation(block, &name)?;
-        let added = self.add_unequivocal(block, hash, name);
+        let added = self.add_unequivocal(&shell, name);
         // The first signed header of the slot is remembered in the batch that stores or
         // imports the block (no flush of its own on those paths); a block refused or not
         // attached yet is remembered on its own, so a conflicting one is caught even then.
@@ -269,12 +269,12 @@ impl Chain {
     /// its authority signed for its slot.
     fn add_unequivocal(
         &mut self,
-        block: &Block,
-        hash: Hash,
+        shell: &ShellVerified<'_>,
         name: String,
     ) -> Result<Added, ForkChoiceError> {
+        let (block, hash) = (shell.block(), shell.hash());
         if block.header.parent_hash == self.head.hash {
-            return Ok(Added::Extended(self.import(block)?));
+            return Ok(Added::Extended(self.import_verified(shell)?));
         }
         // A child of a block found invalid is part of an invalid branch (the parent was never
         // stored, so without this it would look merely unknown and be fetched).
@@ -464,22 +464,4 @@ impl Chain {
         }
         Ok(Some(finality.justified_epoch()))
     }
-}
-
-/// Checks that the body is the one the header commits to and within the deposit limit.
-fn check_body(block: &Block, max_deposits: u16, name: &str) -> Result<(), ImportError> {
-    let bad = |reason: String| ImportError::BadBody {
-        hash: name.to_string(),
-        reason,
-    };
-    if block.body.deposits.len() > usize::from(max_deposits) {
-        return Err(bad(format!(
-            "{} deposits, limit {max_deposits}",
-            block.body.deposits.len()
-        )));
-    }
-    if block.body.root() != block.header.body_root {
-        return Err(bad("body does not match the header's body root".into()));
-    }
-    Ok(())
 }

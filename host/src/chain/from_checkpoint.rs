@@ -12,7 +12,8 @@
 use super::block::{Block, Hash};
 use super::errors::OpenError;
 use super::genesis::Genesis;
-use super::{Head, STORE_FORMAT, check_seal};
+use super::{Head, STORE_FORMAT};
+use crate::consensus::shell::check_seal;
 use crate::state::{Eth1State, PendingQueue, Registry, Schedule, state_root_with};
 use crate::store::{KvStore, StoreError, WriteBatch, keys};
 

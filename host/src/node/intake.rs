@@ -40,6 +40,7 @@ use crate::chain::block::{Block, BlockError, Seal};
 use crate::chain::genesis::Genesis;
 use crate::chain::{Added, ImportError};
 use crate::clock;
+use crate::consensus::shell;
 
 /// Early blocks held for their slot, over all peers.
 pub const MAX_HELD_BLOCKS: usize = 32;
@@ -200,34 +201,21 @@ fn check_slot(genesis: &Genesis, block: &Block, now_ms: u64) -> Result<Timing, S
 
 /// The body is the one the header commits to, within the deposit limit.
 fn check_body(genesis: &Genesis, block: &Block) -> Result<(), ShellError> {
-    let bad = |reason: String| ShellError::Invalid {
-        height: block.header.height,
-        source: ImportError::BadBody {
-            hash: hex::encode(block.hash()),
-            reason,
-        },
-    };
-    let max = genesis.max_deposits_per_block;
-    if block.body.deposits.len() > usize::from(max) {
-        return Err(bad(format!(
-            "{} deposits, limit {max}",
-            block.body.deposits.len()
-        )));
-    }
-    if block.body.root() != block.header.body_root {
-        return Err(bad("body does not match the header's body root".into()));
-    }
-    Ok(())
+    let name = hex::encode(block.hash());
+    shell::check_body(block, genesis.max_deposits_per_block, &name).map_err(|source| {
+        ShellError::Invalid {
+            height: block.header.height,
+            source,
+        }
+    })
 }
 
 /// The seal is the slot's authority's signature over the block.
 fn check_seal(genesis: &Genesis, genesis_hash: &[u8; 32], block: &Block) -> Result<(), ShellError> {
     let name = hex::encode(block.hash());
-    crate::chain::check_seal(genesis, genesis_hash, block, &name).map_err(|source| {
-        ShellError::Invalid {
-            height: block.header.height,
-            source,
-        }
+    shell::check_seal(genesis, genesis_hash, block, &name).map_err(|source| ShellError::Invalid {
+        height: block.header.height,
+        source,
     })
 }
 
