@@ -6,7 +6,6 @@ use sha2::{Digest, Sha256};
 
 use super::block::DepositData;
 use super::eth1::{DepositProofs, DepositProofsError, Eth1Data, ProvenDeposit};
-use super::native_deposits::deposit_signing_root;
 use crate::crypto::Keypair;
 
 /// The keypair of workload seed `seed`.
@@ -25,7 +24,7 @@ pub fn new_validator(seed: u64, amount: u64, fork_version: [u8; 4]) -> DepositDa
         amount,
         signature: [0; 96],
     };
-    d.signature = kp.sign(&deposit_signing_root(&d, fork_version));
+    d.signature = kp.sign(&d.signing_root(fork_version));
     d
 }
 
