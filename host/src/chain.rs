@@ -12,7 +12,9 @@
 //! against each other and against the genesis the node is configured with.
 //!
 //! - [`block`]: header, body, seal, canonical encoding; [`genesis`]: the configuration.
-//! - [`native_deposits`]: the native reference transition; [`workload`]: signed test deposits.
+//! - `native_deposits` (with the `test-utils` feature): the native reference transition, the
+//!   modules' check in tests and the benchmarks' baseline; [`workload`]: seeded, signed deposits
+//!   and an in-memory deposit log (dev chains, tests, benchmarks).
 //! - Errors, the deposit engine choice, revert, fork choice and equivocation (one block per
 //!   authority per slot) live in private submodules and
 //!   are re-exported here.
@@ -28,6 +30,7 @@ mod fork_choice;
 mod from_checkpoint;
 pub mod genesis;
 pub mod migration;
+#[cfg(any(test, feature = "test-utils"))]
 pub mod native_deposits;
 mod pending_store;
 pub mod preverify;
@@ -715,6 +718,7 @@ impl Chain {
         let contract = match engine {
             Some(DepositEngine::Module(m)) => m.contract(),
             // The native reference is deposits@2's phase0 semantics.
+            #[cfg(any(test, feature = "test-utils"))]
             Some(DepositEngine::Native(_)) => crate::runtime::inspect::Version {
                 major: 2,
                 minor: 0,

@@ -1,7 +1,8 @@
 //! A native Rust reference of the deposits transition (phase0 `process_deposit`: the Merkle
 //! proof at the running index, then `apply_deposit`), written independently of the guest
 //! modules — its own SSZ leaf and branch check: the oracle for property tests and the
-//! baseline of `modnode bench deposits`.
+//! baseline of `modnode bench deposits`. Test and bench code: built with the `test-utils`
+//! feature only; no node runs it.
 
 use std::collections::HashSet;
 
