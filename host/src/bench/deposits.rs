@@ -124,7 +124,7 @@ pub struct DepositsReport {
     pub ratios: Ratios,
 }
 
-/// The ratios the issue sets targets for.
+/// The ratios with performance targets (each field names its target).
 #[derive(Debug, Serialize)]
 pub struct Ratios {
     /// v1_ms / v2_ms (target ≥ 2.0).
