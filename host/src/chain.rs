@@ -14,13 +14,15 @@
 //! - What every node computes alike — blocks, genesis, the eth1 state, the deposits engines and
 //!   the transition — is [`crate::consensus`]'s, re-exported here under its old paths
 //!   ([`block`], [`genesis`], [`eth1`], [`transition`], …).
-//! - [`workload`]: signed test deposits.
+//! - [`workload`]: seeded, signed deposits and an in-memory deposit log (dev chains, tests,
+//!   benchmarks); `native_deposits` (re-exported with the `test-utils` feature) is the native
+//!   reference transition, the modules' check in tests and the benchmarks' baseline.
 //! - Errors, revert, fork choice and equivocation (one block per authority per slot) live in
 //!   private submodules and are re-exported here.
 
-pub use crate::consensus::{
-    block, deposits_v3, eth1, genesis, migration, native_deposits, transition,
-};
+#[cfg(any(test, feature = "test-utils"))]
+pub use crate::consensus::native_deposits;
+pub use crate::consensus::{block, deposits_v3, eth1, genesis, migration, transition};
 mod equivocation;
 mod errors;
 mod finality;

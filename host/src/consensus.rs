@@ -12,7 +12,8 @@
 //! - [`transition`]: a block's transition ([`transition::replay`] on a snapshot);
 //!   [`deposits_v3`]: deposits@3's pending-deposit queue; [`migration`]: a contract switch's
 //!   state migration at its activation height.
-//! - [`native_deposits`]: the native reference transition (phase0 `process_deposit`).
+//! - `native_deposits` (with the `test-utils` feature): the native reference transition
+//!   (phase0 `process_deposit`), the modules' check in tests and the benchmarks' baseline.
 //! - [`shell`]: a block's seal and body against its header, checked once
 //!   ([`shell::verify_shell`]).
 //! - [`ImportError`] says why a block was not imported and whose fault it is
@@ -25,6 +26,7 @@ mod errors;
 pub mod eth1;
 pub mod genesis;
 pub mod migration;
+#[cfg(any(test, feature = "test-utils"))]
 pub mod native_deposits;
 pub mod shell;
 pub mod transition;

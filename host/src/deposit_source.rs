@@ -4,8 +4,8 @@
 //!
 //! - [`tree`]: the deposit contract's incremental Merkle tree, byte-compatible with Ethereum.
 //! - [`cache`]: every followed deposit with proofs against any past root.
-//! - [`cached_log`]: a deposit log over the cache for long generated runs (pruning tests and
-//!   benchmarks).
+//! - `cached_log` (with the `test-utils` feature): a deposit log over the cache for long
+//!   generated runs (pruning tests and benchmarks).
 //! - [`abi`]: the `DepositEvent` log encoding.
 //! - [`dev_contract`]: the built-in dev deposit contract, persisted in sled.
 //! - [`rpc`], [`server`]: the JSON-RPC subset, and its HTTP endpoint.
@@ -28,6 +28,7 @@
 
 pub mod abi;
 pub mod cache;
+#[cfg(any(test, feature = "test-utils"))]
 pub mod cached_log;
 pub mod client;
 pub mod deposit_json;

@@ -22,6 +22,11 @@
 //! - [`store`]: durable storage (sled) behind a small trait, with an in-memory twin.
 //! - [`upgrade_check`]: runs two versions of a module side by side on generated inputs.
 //! - [`testnet`]: a fault-injecting relay, invariant checkers and reports for multi-process testnets.
+//!
+//! The `test-utils` feature (on by default, because the binary's `modnode bench` needs it; off
+//! for the library as a workspace dependency) adds the code that exists only for tests and
+//! benchmarks: the native deposits reference, generated deposit logs and states, the dev
+//! contract's reorg hook. `ARCHITECTURE.md` ("Test and bench code") says what is in it and why.
 #![deny(missing_docs)]
 // Consensus code lives in this crate: no panics, no unchecked indexing or arithmetic outside
 // tests (as lighthouse's `state_processing`). Arithmetic is checked and names what overflowed;

@@ -564,7 +564,7 @@ impl Checker {
                 self.kind
             )));
         }
-        let blocks = replay::recorded_blocks(data_dir, &genesis)?;
+        let blocks = replay::recorded_blocks(data_dir, &genesis, &self.from)?;
         self.replay_blocks(&data_dir.display().to_string(), &blocks, genesis, settings)
     }
 

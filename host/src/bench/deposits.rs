@@ -29,7 +29,7 @@ use modnode::chain::DepositEngine;
 use modnode::chain::block::DepositData;
 use modnode::chain::eth1::{DepositProofs, Eth1Data, ProvenDeposit};
 use modnode::chain::genesis::Genesis;
-use modnode::chain::native_deposits::{Verification, deposit_signing_root};
+use modnode::chain::native_deposits::Verification;
 use modnode::chain::workload;
 use modnode::crypto::{self, SignatureSet};
 use modnode::runtime::deposits::{BlockContext, Outcome};
@@ -124,7 +124,7 @@ pub struct DepositsReport {
     pub ratios: Ratios,
 }
 
-/// The ratios the issue sets targets for.
+/// The ratios with performance targets (each field names its target).
 #[derive(Debug, Serialize)]
 pub struct Ratios {
     /// v1_ms / v2_ms (target ≥ 2.0).
@@ -279,7 +279,7 @@ fn run_here(validators: u32, deposits: usize, repeat: usize) -> anyhow::Result<D
     let mut per_block: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
     // The floor: the same signatures in the same blocks, bare blst batch verification,
     // measured in the same loop so it sees the same machine conditions.
-    let signing_roots: Vec<[u8; 32]> = new.iter().map(|d| deposit_signing_root(d, FORK)).collect();
+    let signing_roots: Vec<[u8; 32]> = new.iter().map(|d| d.signing_root(FORK)).collect();
     let mut floor = 0.0;
     let mut single_floor = 0.0;
     for ((height, block), roots) in (1u64..).zip(&blocks).zip(signing_roots.chunks(BLOCK)) {

@@ -39,7 +39,7 @@
 //!   cloned, root computed); the median time, and the heap bytes the snapshot adds while alive
 //!   (counting allocator, this thread).
 //!
-//! The JSON keys name the issue's sizes (`queue_1m`, `queue_1k`) whatever `--queue-large` and
+//! The JSON keys name the default sizes (`queue_1m`, `queue_1k`) whatever `--queue-large` and
 //! `--queue-small` say.
 
 use std::collections::HashMap;
@@ -82,9 +82,9 @@ const EPOCH_SEEDS: u64 = 1 << 40;
 pub struct Params {
     /// Validators at genesis.
     pub validators: u32,
-    /// Entries of the long queue (the issue's 1M).
+    /// Entries of the long queue (1M by default).
     pub queue_large: u64,
-    /// Entries of the short queue (the issue's 1k).
+    /// Entries of the short queue (1k by default).
     pub queue_small: u64,
     /// Epochs timed per queue.
     pub epochs: usize,
@@ -610,9 +610,9 @@ fn measure_here(params: Params) -> anyhow::Result<Measured> {
 mod tests {
     use super::*;
 
-    /// The benchmark at toy sizes: exactly the issue's keys, and values that can be true.
+    /// The benchmark at toy sizes: exactly the report's keys, and values that can be true.
     #[test]
-    fn deposits_v3_bench_reports_the_issues_keys_with_sane_values() {
+    fn deposits_v3_bench_reports_its_keys_with_sane_values() {
         let params = Params {
             validators: 64,
             queue_large: 600,

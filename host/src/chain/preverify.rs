@@ -6,7 +6,7 @@
 //! [`Chain`](super::Chain) sends the first [`WINDOW`] queue entries whose pubkey is not in the
 //! registry here ([`Preverifier::offer`]: a bounded channel, `try_send`, dropped when full —
 //! import never waits). One worker thread at idle priority computes each entry's signing root
-//! the way the guest does (`deposit_signing_root` with the *genesis* fork version, Electra's
+//! the way the guest does (`DepositData::signing_root` with the *genesis* fork version, Electra's
 //! `is_valid_deposit_signature`) and verifies it into the runtime's [`SigCache`], so the epoch
 //! block's batch is answered from the cache.
 //!
@@ -22,7 +22,6 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use super::block::DepositData;
-use super::native_deposits::deposit_signing_root;
 use crate::crypto::{SigCache, SignatureSet};
 use crate::state::PendingDeposit;
 
@@ -214,7 +213,7 @@ impl Worker {
                     amount: e.amount,
                     signature: e.signature,
                 };
-                deposit_signing_root(&data, job.genesis_fork_version)
+                data.signing_root(job.genesis_fork_version)
             })
             .collect();
         let todo: Vec<(SignatureSet<'_>, InvalidKey)> = job

@@ -143,6 +143,7 @@ impl Chain {
         let contract = match engine {
             Some(DepositEngine::Module(m)) => m.contract(),
             // The native reference is deposits@2's phase0 semantics.
+            #[cfg(any(test, feature = "test-utils"))]
             Some(DepositEngine::Native(_)) => crate::runtime::inspect::Version {
                 major: 2,
                 minor: 0,

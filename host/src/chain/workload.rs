@@ -1,12 +1,16 @@
-//! Deterministic deposit workloads for development, benchmarks and crash tests: real BLS
-//! keypairs and signatures derived from seeds, and an in-memory deposit contract log
-//! ([`DevDepositLog`]) that proves them.
+//! Deterministic deposit workloads: real BLS keypairs and signatures derived from seeds, and an
+//! in-memory deposit contract log ([`DevDepositLog`]) that proves them.
+//!
+//! Not behind the `test-utils` feature, because dev chains and tools use it —
+//! `modnode deposit submit --dev-seed`, `modnode debug import-loop`, the testnet runner's
+//! deposits, `modnode upgrade-check`'s generated cases — and so does a node, measuring a
+//! proposed deposits module's cost on generated blocks (`node::upgrades`). Tests and
+//! benchmarks use it too.
 
 use sha2::{Digest, Sha256};
 
 use super::block::DepositData;
 use super::eth1::{DepositProofs, DepositProofsError, Eth1Data, ProvenDeposit};
-use super::native_deposits::deposit_signing_root;
 use crate::crypto::Keypair;
 
 /// The keypair of workload seed `seed`.
@@ -25,7 +29,7 @@ pub fn new_validator(seed: u64, amount: u64, fork_version: [u8; 4]) -> DepositDa
         amount,
         signature: [0; 96],
     };
-    d.signature = kp.sign(&deposit_signing_root(&d, fork_version));
+    d.signature = kp.sign(&d.signing_root(fork_version));
     d
 }
 
@@ -75,7 +79,8 @@ pub fn dev_block(height: u64, existing: &[[u8; 48]], fork_version: [u8; 4]) -> V
 
 /// A deposit contract log kept in memory, proving its deposits with the naive reference tree
 /// (`deposits_common::tree::reference`, rebuilt per request: O(n) per call): the deposit source
-/// of tests, benchmarks and `modnode debug import-loop`. Nodes use the deposit cache.
+/// of tests, benchmarks, `modnode debug import-loop` and the cost check of a proposed deposits
+/// module (a few small blocks). Nodes follow their deposits with the deposit cache.
 #[derive(Debug, Clone, Default)]
 pub struct DevDepositLog {
     deposits: Vec<DepositData>,

@@ -1,6 +1,7 @@
 //! Which implementation of the deposits transition a chain runs.
 
 use super::eth1::{Eth1Data, ProvenDeposit};
+#[cfg(any(test, feature = "test-utils"))]
 use super::native_deposits;
 use crate::runtime::CallError;
 use crate::runtime::deposits::{
@@ -8,13 +9,14 @@ use crate::runtime::deposits::{
 };
 use crate::state::{RegistryDelta, SharedRegistry};
 
-/// How deposits are processed: a wasm module (the node) or the native reference (tests,
-/// benchmark baseline).
+/// How deposits are processed: a wasm module (the node) or, with the `test-utils` feature, the
+/// native reference (tests, benchmark baseline).
 #[derive(Clone)]
 pub enum DepositEngine {
     /// A loaded deposits module.
     Module(Box<DepositsModule>),
     /// The native reference.
+    #[cfg(any(test, feature = "test-utils"))]
     Native(native_deposits::Verification),
 }
 
@@ -62,6 +64,7 @@ impl DepositEngine {
     pub fn hash(&self) -> Option<[u8; 32]> {
         match self {
             DepositEngine::Module(module) => Some(module.hash()),
+            #[cfg(any(test, feature = "test-utils"))]
             DepositEngine::Native(_) => None,
         }
     }
@@ -85,6 +88,7 @@ impl DepositEngine {
                         eth1_deposit_index: out.eth1_deposit_index,
                     }))
             }
+            #[cfg(any(test, feature = "test-utils"))]
             DepositEngine::Native(verification) => Ok(native_deposits::process(
                 registry,
                 ctx,

@@ -19,6 +19,8 @@
 //! [`Chain::deposits_due`]: crate::chain::Chain::deposits_due
 //! [`Chain::build_block_from`]: crate::chain::Chain::build_block_from
 
+use sha2::{Digest, Sha256};
+
 use super::block::{DepositData, Hash};
 pub use crate::state::{ETH1_DATA_BYTES, Eth1Data, Eth1State};
 pub use deposits_common::tree::{
@@ -58,6 +60,34 @@ impl DepositData {
             &self.signature,
         )
     }
+
+    /// What the deposit's signature signs:
+    /// `compute_signing_root(DepositMessage, compute_domain(DOMAIN_DEPOSIT, fork_version, 0))`.
+    pub fn signing_root(&self, fork_version: [u8; 4]) -> Hash {
+        let mut pubkey_chunks = [0u8; 64];
+        pubkey_chunks[..48].copy_from_slice(&self.pubkey);
+        let pubkey_root: [u8; 32] = Sha256::digest(pubkey_chunks).into();
+        let mut amount = [0u8; 32];
+        amount[..8].copy_from_slice(&self.amount.to_le_bytes());
+        let message_root = sha256_pair(
+            &sha256_pair(&pubkey_root, &self.withdrawal_credentials),
+            &sha256_pair(&amount, &[0u8; 32]),
+        );
+        let mut version = [0u8; 32];
+        version[..4].copy_from_slice(&fork_version);
+        let fork_data_root = sha256_pair(&version, &[0u8; 32]);
+        let mut domain = [0u8; 32];
+        domain[..4].copy_from_slice(&[3, 0, 0, 0]);
+        domain[4..].copy_from_slice(&fork_data_root[..28]);
+        sha256_pair(&message_root, &domain)
+    }
+}
+
+fn sha256_pair(a: &[u8], b: &[u8]) -> [u8; 32] {
+    let mut h = Sha256::new();
+    h.update(a);
+    h.update(b);
+    h.finalize().into()
 }
 
 /// The deposits the next block must carry.

@@ -468,10 +468,7 @@ impl Genesis {
                             .ok_or(StateError::BalanceOverflow(name))?;
                     }
                     None => {
-                        let root = super::native_deposits::deposit_signing_root(
-                            d,
-                            self.genesis_fork_version,
-                        );
+                        let root = d.signing_root(self.genesis_fork_version);
                         if crate::crypto::verify(&d.pubkey, &root, &d.signature) {
                             index.insert(d.pubkey, records.len());
                             records.push(genesis_record(

@@ -1,7 +1,8 @@
 //! A native Rust reference of the deposits transition (phase0 `process_deposit`: the Merkle
 //! proof at the running index, then `apply_deposit`), written independently of the guest
 //! modules — its own SSZ leaf and branch check: the oracle for property tests and the
-//! baseline of `modnode bench deposits`.
+//! baseline of `modnode bench deposits`. Test and bench code: built with the `test-utils`
+//! feature only; no node runs it.
 
 use std::collections::HashSet;
 
@@ -22,26 +23,6 @@ fn sha256_pair(a: &[u8], b: &[u8]) -> [u8; 32] {
     h.update(a);
     h.update(b);
     h.finalize().into()
-}
-
-/// `compute_signing_root(DepositMessage, compute_domain(DOMAIN_DEPOSIT, fork_version, 0))`.
-pub fn deposit_signing_root(deposit: &DepositData, fork_version: [u8; 4]) -> [u8; 32] {
-    let mut pubkey_chunks = [0u8; 64];
-    pubkey_chunks[..48].copy_from_slice(&deposit.pubkey);
-    let pubkey_root: [u8; 32] = Sha256::digest(pubkey_chunks).into();
-    let mut amount = [0u8; 32];
-    amount[..8].copy_from_slice(&deposit.amount.to_le_bytes());
-    let message_root = sha256_pair(
-        &sha256_pair(&pubkey_root, &deposit.withdrawal_credentials),
-        &sha256_pair(&amount, &[0u8; 32]),
-    );
-    let mut version = [0u8; 32];
-    version[..4].copy_from_slice(&fork_version);
-    let fork_data_root = sha256_pair(&version, &[0u8; 32]);
-    let mut domain = [0u8; 32];
-    domain[..4].copy_from_slice(&[3, 0, 0, 0]);
-    domain[4..].copy_from_slice(&fork_data_root[..28]);
-    sha256_pair(&message_root, &domain)
 }
 
 /// `hash_tree_root(DepositData)`: pubkey (2 chunks), withdrawal credentials, amount (uint64
@@ -140,7 +121,7 @@ pub fn process(
             }
             if overlay.index_of(&d.pubkey).is_none() {
                 members.push(i);
-                roots.push(deposit_signing_root(d, fork_version));
+                roots.push(d.signing_root(fork_version));
             }
         }
         let sets: Vec<SignatureSet<'_>> = members
@@ -179,12 +160,8 @@ pub fn process(
                 Outcome::ToppedUp(index)
             }
             None => {
-                let valid = pre
-                    || crypto::verify(
-                        &d.pubkey,
-                        &deposit_signing_root(d, fork_version),
-                        &d.signature,
-                    );
+                let valid =
+                    pre || crypto::verify(&d.pubkey, &d.signing_root(fork_version), &d.signature);
                 if valid {
                     let effective = d
                         .amount

@@ -1,5 +1,6 @@
 //! A deposit contract log over the node's deposit cache, for runs of thousands of blocks with
-//! deposits (pruning tests, `modnode bench prune`).
+//! deposits (pruning tests, `modnode bench prune`). Test and bench code: built with the
+//! `test-utils` feature only.
 
 use sha2::{Digest, Sha256};
 

@@ -9,11 +9,12 @@
 //! root at its end, so a restarted contract serves the same blocks it served before. Empty
 //! blocks cost nothing, which keeps a follow distance moving without deposits.
 //!
-//! **Reorgs on demand**: [`DevContract::reorg`] replaces the last blocks with different ones
+//! **Reorgs on demand**: `DevContract::reorg` replaces the last blocks with different ones
 //! (their deposits dropped, others put in their place), like an execution chain reorganising
-//! deeper than a follower's follow distance. It is a Rust API for tests and dev tools only: no
-//! JSON-RPC method reaches it, so neither followers nor peers can trigger it. Each reorg is
-//! recorded, and every block from its first replaced block on hashes differently from before.
+//! deeper than a follower's follow distance. It is a Rust API for tests only, built with the
+//! `test-utils` feature: no JSON-RPC method reaches it, so neither followers nor peers can
+//! trigger it. Each reorg is recorded, and every block from its first replaced block on hashes
+//! differently from before.
 //!
 //! Like the real contract it checks deposits minimally — amount at least 1 ETH in Gwei, fixed
 //! field lengths (by type) — and never checks signatures: an invalid deposit is logged and the
@@ -22,7 +23,6 @@
 use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
-use sled::Transactional;
 
 use super::cache::{CacheError, DepositCache};
 use super::tree::{MAX_DEPOSIT_COUNT, Node, TreeError};
@@ -91,6 +91,7 @@ pub enum DevContractError {
         reason: String,
     },
     /// A reorg asked for blocks the contract does not have (the caller's mistake).
+    #[cfg(any(test, feature = "test-utils"))]
     #[error(
         "cannot reorganise the last {depth} blocks: the head is block {head}, and block 0 stays"
     )]
@@ -116,6 +117,8 @@ pub enum DevContractError {
 pub struct DevContract {
     path: PathBuf,
     db: sled::Db,
+    /// Creation time, block time and reorgs; kept open for [`DevContract::reorg`].
+    #[cfg(any(test, feature = "test-utils"))]
     meta: sled::Tree,
     log: sled::Tree,
     cache: DepositCache,
@@ -130,6 +133,7 @@ pub struct DevContract {
 }
 
 /// What [`DevContract::reorg`] did.
+#[cfg(any(test, feature = "test-utils"))]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Reorged {
     /// The first block replaced; every block from it on has a new hash.
@@ -210,6 +214,7 @@ impl DevContract {
         let mut contract = Self {
             path: dir.to_path_buf(),
             db,
+            #[cfg(any(test, feature = "test-utils"))]
             meta,
             log,
             cache: DepositCache::new(),
@@ -337,7 +342,8 @@ impl DevContract {
     /// Replaces the last `depth` blocks up to the head at `now_ms` with different ones: the
     /// deposits in them (and pending ones) are dropped, `replacement` lands in the first
     /// replaced block, and every block from it on hashes differently. Durable (flushed) before
-    /// it returns. A test and dev hook: no JSON-RPC method calls it.
+    /// it returns. A test hook (the `test-utils` feature): no JSON-RPC method calls it.
+    #[cfg(any(test, feature = "test-utils"))]
     pub fn reorg(
         &mut self,
         depth: u64,
@@ -389,6 +395,7 @@ impl DevContract {
             value.extend_from_slice(&deposit.encode());
             log.insert(&index.to_be_bytes(), value);
         }
+        use sled::Transactional as _;
         let written: sled::transaction::TransactionResult<(), ()> = (&self.log, &self.meta)
             .transaction(|(log_tx, meta_tx)| {
                 log_tx.apply_batch(&log)?;

@@ -535,9 +535,7 @@ mod tests {
             amount: 32_000_000_000,
             signature: [0; 96],
         };
-        new.signature = key.sign(&crate::chain::native_deposits::deposit_signing_root(
-            &new, fork,
-        ));
+        new.signature = key.sign(&new.signing_root(fork));
         let top_up = DepositData {
             amount: 1_000_000_000,
             ..new

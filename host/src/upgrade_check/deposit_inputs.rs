@@ -10,7 +10,6 @@ use serde::{Deserialize, Serialize};
 
 use crate::chain::block::DepositData;
 use crate::chain::eth1::ProvenDeposit;
-use crate::chain::native_deposits::deposit_signing_root;
 use crate::chain::workload;
 
 /// Which pubkey a generated deposit uses.
@@ -241,7 +240,7 @@ impl Signer {
             d.signature = *self.cache.entry(key).or_insert_with(|| {
                 let mut message = d;
                 message.amount = signed_amount;
-                workload::keypair(u64::from(i)).sign(&deposit_signing_root(&message, fork))
+                workload::keypair(u64::from(i)).sign(&message.signing_root(fork))
             });
         }
         d

@@ -29,7 +29,7 @@ use super::{
 };
 use crate::chain::block::Block;
 use crate::chain::genesis::Genesis;
-use crate::chain::{Chain, DepositEngine, DepositModules, block_context, native_deposits, to_wit};
+use crate::chain::{Chain, DepositEngine, DepositModules, block_context, to_wit};
 use crate::store::{MemoryStore, SledStore};
 
 fn replay_error(origin: &str, reason: String) -> CheckError {
@@ -40,10 +40,12 @@ fn replay_error(origin: &str, reason: String) -> CheckError {
 }
 
 /// The canonical blocks recorded in `data_dir` (a node's data dir, which must not be in use),
-/// from height 1 to its head.
+/// from height 1 to its head, read through a chain running `reader` (a deposits version; reading
+/// blocks runs none).
 pub(crate) fn recorded_blocks(
     data_dir: &Path,
     genesis: &Genesis,
+    reader: &Version,
 ) -> Result<Vec<Block>, CheckError> {
     let origin = data_dir.display().to_string();
     let err = |reason: String| replay_error(&origin, reason);
@@ -56,13 +58,12 @@ pub(crate) fn recorded_blocks(
     }
     let store = SledStore::open(&chain_dir)
         .map_err(|e| err(format!("{e} (is a node still running on it?)")))?;
-    // Reading blocks needs no deposits engine; the native one is never called.
-    let recorded = Chain::open(
-        Arc::new(store),
-        genesis.clone(),
-        DepositEngine::Native(native_deposits::Verification::OneByOne),
-    )
-    .map_err(|e| err(format!("{e} (pass the genesis the node was started with)")))?;
+    // Opening a chain takes a deposits engine; reading its blocks never calls it.
+    let engine = reader.deposit_engine().ok_or_else(|| CheckError::Host {
+        reason: format!("{} is not loaded as a deposits module", reader.name),
+    })?;
+    let recorded = Chain::open(Arc::new(store), genesis.clone(), engine)
+        .map_err(|e| err(format!("{e} (pass the genesis the node was started with)")))?;
     let served_from = recorded.served_from();
     if served_from > 1 {
         return Err(err(format!(

@@ -93,7 +93,7 @@ fn verdict_on(block: &Block, result: Result<Added, ForkChoiceError>) -> verdict:
     verdict::gossip_block(block.header.height, &result.map_err(WorkerError::Block))
 }
 
-/// Item 1. The node follows branch `a` (V1 throughout); branch `b` schedules V2 at H and is
+/// The node follows branch `a` (V1 throughout); branch `b` schedules V2 at H and is
 /// longer. Without V2 the block at H cannot be checked: that is ours, so neither it nor its
 /// children are invalid and no sender is penalised; once V2 is here the same blocks import
 /// and the node moves to `b`.
@@ -164,7 +164,7 @@ fn a_side_branch_needing_a_module_we_lack_is_not_judged_and_imports_once_the_mod
     assert_eq!(node.head(), b.head());
 }
 
-/// Item 2. The node's head schedules nothing; a competing branch schedules module X (a real
+/// The node's head schedules nothing; a competing branch schedules module X (a real
 /// deposits component) at H. Meeting that branch's block at H puts X on the upgrade agent's
 /// fetch list although the head's schedule does not name it; once X is fetched the branch
 /// imports and wins.

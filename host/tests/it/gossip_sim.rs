@@ -147,7 +147,7 @@ fn v3_spreads_with_a_fifth_of_the_gossipsub_models_duplicates_at_most() {
             tree.payload_rmr,
             gossipsub.payload_rmr
         );
-        // Not (yet) the t99 ≤ gossipsub's: a shared tree is not every origin's
+        // Not (yet) the target t99 ≤ gossipsub's: a shared tree is not every origin's
         // fastest path, and a large message is pulled hop by hop. Bounded here so that it
         // cannot silently get worse than measured (2.6× for 1 KiB, 1.3× for 100 KiB at 200
         // nodes).

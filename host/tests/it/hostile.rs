@@ -103,7 +103,7 @@ fn body_swapped_blocks_are_refused_on_every_fork_choice_path() {
     assert_eq!(chain.block_at(1).unwrap().unwrap(), rival);
 }
 
-/// Item 12: a block from a slot that has not started is refused by the chain worker, which
+/// A block from a slot that has not started is refused by the chain worker, which
 /// every network path (gossip, range sync, branch fetch) imports through.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn blocks_from_future_slots_are_refused_on_import() {
@@ -139,7 +139,7 @@ async fn blocks_from_future_slots_are_refused_on_import() {
     worker.join().unwrap();
 }
 
-/// Item 10: our own failures and transient ones never penalise the peer that sent a block;
+/// Our own failures and transient ones never penalise the peer that sent a block;
 /// provably invalid blocks do.
 #[test]
 fn local_failures_do_not_penalise_the_sender() {
@@ -233,7 +233,7 @@ fn local_failures_do_not_penalise_the_sender() {
     assert!(verdict.relay && verdict.penalty.is_none());
 }
 
-/// Item 4 (the rule): an authority that just started produces only once it tried every known
+/// An authority that just started produces only once it tried every known
 /// peer and has nothing left to sync from them, or once the bounded wait is over.
 #[test]
 fn a_started_authority_produces_only_after_trying_its_peers() {
@@ -307,7 +307,7 @@ fn schedule(
     }
 }
 
-/// Item 9: 8 peers sending 64 range requests each while our slots come round: with the
+/// 8 peers sending 64 range requests each while our slots come round: with the
 /// worker's bounded priority queue the producer never misses a slot (and most of the flood is
 /// refused at the door); with one FIFO, as before, it misses many.
 #[test]
@@ -601,7 +601,7 @@ pub(crate) mod quic {
         out
     }
 
-    /// Item 6: a body-swapped copy of a canonical block, pushed to B in the line A–B–C, is
+    /// A body-swapped copy of a canonical block, pushed to B in the line A–B–C, is
     /// refused by B (its sender banned), relayed to nobody, and no honest peer is banned.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_body_swapped_block_is_relayed_by_nobody_and_bans_no_honest_peer() {
@@ -703,7 +703,7 @@ pub(crate) mod quic {
         addr
     }
 
-    /// Item 4: an authority restarts while its only
+    /// An authority restarts while its only
     /// peer is reachable but slow to answer (the path comes up after several of its slots).
     /// It must wait for the peer it knows (within its bounded startup wait) and sync, not
     /// produce on its stale head in the meantime and reorganise later.
@@ -791,7 +791,7 @@ pub(crate) mod quic {
         });
     }
 
-    /// Item 5: a peer claiming head `u64::MAX` and answering empty ranges neither stops the
+    /// A peer claiming head `u64::MAX` and answering empty ranges neither stops the
     /// authority's production nor keeps its connection.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_peer_claiming_a_huge_head_does_not_stop_production() {
@@ -827,7 +827,7 @@ pub(crate) mod quic {
         node.shutdown().await;
     }
 
-    /// Item 14: message kinds this protocol does not use are violations, not silently dropped.
+    /// Message kinds this protocol does not use are violations, not silently dropped.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn unused_gossip_kinds_are_violations() {
         let tmp = dirs(1);
@@ -854,7 +854,7 @@ pub(crate) mod quic {
         node.shutdown().await;
     }
 
-    /// Item 3: a peer that crashed (no close sent) and restarts on the same address with the
+    /// A peer that crashed (no close sent) and restarts on the same address with the
     /// same key is let in again at once, not refused as "already connected" until the dead
     /// connection times out.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -119,7 +119,7 @@ async fn follower(chain_id: &str) -> (Vec<tempfile::TempDir>, Genesis, Node, [u8
     (tmp, genesis, node, genesis_hash)
 }
 
-/// Item 2: a peer that claims a few blocks more than we hold and answers each range request
+/// A peer that claims a few blocks more than we hold and answers each range request
 /// with a well-formed block from a far-future slot is banned at its first answer, instead of
 /// being asked again at once, thousands of times a second.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -170,7 +170,7 @@ async fn a_peer_serving_far_future_blocks_is_banned_not_asked_again_in_a_loop() 
     node.shutdown().await;
 }
 
-/// Item 2: a gossiped block from a far-future slot counts against its sender as well.
+/// A gossiped block from a far-future slot counts against its sender as well.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gossiped_far_future_block_bans_its_sender() {
     let (_tmp, genesis, node, genesis_hash) = follower("peer-faults-future-gossip").await;
@@ -193,7 +193,7 @@ async fn a_gossiped_far_future_block_bans_its_sender() {
     node.shutdown().await;
 }
 
-/// Item 4: a module answer announcing 100 MB is refused *and* bans its sender (one rule for
+/// A module answer announcing 100 MB is refused *and* bans its sender (one rule for
 /// malformed answers on every request kind), so the peer is not asked again every 2 s.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_oversized_module_answer_bans_its_sender() {
@@ -244,7 +244,7 @@ async fn ask_module(conn: &quinn::Connection, hash: [u8; 32]) {
     send.finish().unwrap();
 }
 
-/// Item 3: peers that reported a module ready and asked for one, then were banned, leave
+/// Peers that reported a module ready and asked for one, then were banned, leave
 /// nothing behind: every per-peer table (readiness, fetch pacing, serve limits, range sync) is
 /// bounded by the connected set, the status no longer counts them, and a banned identity that
 /// comes back is refused.
@@ -301,7 +301,7 @@ async fn no_per_peer_table_outlives_a_ban() {
     node.shutdown().await;
 }
 
-/// Item 3, sans-IO at scale: 10⁴ identities each connect, report a module ready, ask us for a
+/// Sans-IO at scale: 10⁴ identities each connect, report a module ready, ask us for a
 /// module (still being answered when the ban comes), fail a range request, break the protocol
 /// and are banned, then try to come back. Every per-peer table the network task keeps is
 /// driven the way it drives them — the manager's `Disconnect` action is what a ban turns into,

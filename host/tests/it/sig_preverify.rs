@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use modnode::chain::Chain;
 use modnode::chain::block::Block;
-use modnode::chain::native_deposits::deposit_signing_root;
 use modnode::chain::preverify::Preverifier;
 use modnode::chain::workload::{self, DevDepositLog};
 use modnode::crypto::SignatureSet;
@@ -155,7 +154,7 @@ fn an_invalid_queued_signature_is_not_cached_and_applies_one_by_one_as_before() 
         preverifier.stats()
     );
     let deposit = workload::new_validator(5000 + bad, 32 * ETH, [9; 4]);
-    let root = deposit_signing_root(&deposit, warm.setup.genesis.genesis_fork_version);
+    let root = deposit.signing_root(warm.setup.genesis.genesis_fork_version);
     assert!(!warm.setup.sig_cache().contains(&SignatureSet {
         pubkey: &deposit.pubkey,
         message: &root,

@@ -178,8 +178,8 @@ fn epoch_fits(module: &DepositsModule, slot: u64) -> Result<(), String> {
     Ok(())
 }
 
-/// The share of one call's budget a migration may use on the generated state (the issue's
-/// cost gate: a migration near its budget on a small queue would run out on a real one).
+/// The share of one call's budget a migration may use on the generated state (the cost gate:
+/// a migration near its budget on a small queue would run out on a real one).
 const MIGRATION_BUDGET_PERCENT: u64 = 80;
 
 /// A module with a migration (`modnode:deposits/migration@3.0.0`): it must finish on a state
