@@ -64,7 +64,9 @@ pub use carry::{CarriedOver, carry_over, listed_chunks};
 pub use create::{BlockRef, Checkpoint, CreateError, CreateOptions, create};
 pub use fetch::{ChunkRequest, FetchConfig, FetchError, Fetcher, Penalty, choose, final_offers};
 pub use incremental::{IncrementalCheckpoint, IncrementalCreator};
-pub use leaves::{StateLeaves, synthetic_state};
+pub use leaves::StateLeaves;
+#[cfg(any(test, feature = "test-utils"))]
+pub use leaves::synthetic_state;
 pub use manifest::{ChunkEntry, Manifest, ManifestError, ManifestLimits};
 pub use pipeline::{ChunkSink, NoSink, Outcome, Pipeline, PipelineConfig, SubmitError};
 pub use queue::QueuePart;

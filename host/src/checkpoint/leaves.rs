@@ -5,7 +5,7 @@
 
 use crate::runtime::checkpoint::StateReader;
 use crate::state::merkle::Hash32;
-use crate::state::{LEAF_BYTES, PendingQueue, Registry, Schedule, StateSnapshot};
+use crate::state::{LEAF_BYTES, PendingQueue, StateSnapshot};
 
 /// An immutable state a checkpoint is created from. The leaf access comes from the checkpoint
 /// world's [`StateReader`]; this adds what the manifest needs besides the leaves.
@@ -118,16 +118,20 @@ impl StateLeaves for StateSnapshot {
     }
 }
 
-/// A deterministic synthetic state of `validators` validators (benchmarks, tests, devnets):
+/// A deterministic synthetic state of `validators` validators (benchmarks and tests; with the
+/// `test-utils` feature):
 /// distinct pubkeys and withdrawal addresses derived from `seed`, balances around 32 ETH, a few
 /// slashed or exited validators, and an eth1 state with some votes.
 ///
 /// The snapshot is at height 0 under an all-zero block hash.
+#[cfg(any(test, feature = "test-utils"))]
 pub fn synthetic_state(
     validators: u32,
     seed: u64,
 ) -> Result<StateSnapshot, crate::state::StateError> {
-    use crate::state::{Eth1Data, Eth1State, Eth1Vote, FAR_FUTURE_EPOCH, Validator};
+    use crate::state::{
+        Eth1Data, Eth1State, Eth1Vote, FAR_FUTURE_EPOCH, Registry, Schedule, Validator,
+    };
     use sha2::{Digest, Sha256};
 
     let mut records = Vec::with_capacity(usize::try_from(validators).unwrap_or(0));
