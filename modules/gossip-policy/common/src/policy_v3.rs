@@ -550,8 +550,10 @@ mod tests {
             assert_eq!(plan.targets.len(), 8);
             assert_eq!(plan.priority, Priority::High);
         }
-        let mut relay = PolicyV3::default();
-        relay.state = p.state.clone();
+        let mut relay = PolicyV3 {
+            state: p.state.clone(),
+            ..PolicyV3::default()
+        };
         let plan = relay.plan(&meta(100 * 1024, MessageKind::Block, false), &peers(8));
         assert!(pushed(&plan).is_empty());
         assert_eq!(plan.quorum, 0);
