@@ -6,8 +6,10 @@
 //! `cargo run -p modnode-gossip --example tree_vs_gossipsub -- [nodes] [messages] [seed]`
 //!
 //! Prints, per message size (1 KiB, 100 KiB) and churn (0 %, 10 %), each protocol's report.
-//! For design work (`V3_EAGER_MAX`, `V3_GRAFT_MIN_MS`, `V3_GRAFT_MAX_MS` in the environment
-//! override v3's parameters); the numbers of record come from the benchmark (the wasm modules).
+//! For design work (`V3_EAGER_MAX`, `V3_GRAFT_MIN_MS`, `V3_GRAFT_MAX_MS`, `V3_CHURN_MS`,
+//! `V3_ANNOUNCE_FIRST_ABOVE`, `V3_LARGE_PUSHES`, `V3_LARGE_QUORUM` in the environment override
+//! v3's parameters; `SIM_SIZES=1024,102400` picks the sizes, `SKIP_GOSSIPSUB=1` runs v3 only);
+//! the numbers of record come from the benchmark (the wasm modules).
 
 use std::error::Error;
 
@@ -29,18 +31,29 @@ fn env(name: &str, default: u32) -> Result<u32, Box<dyn Error>> {
     }
 }
 
+fn sizes() -> Result<Vec<usize>, Box<dyn Error>> {
+    match std::env::var("SIM_SIZES") {
+        Ok(v) => v.split(',').map(|s| Ok(s.parse()?)).collect(),
+        Err(_) => Ok(vec![1024, 100 * 1024]),
+    }
+}
+
 fn main() -> Result<(), Box<dyn Error>> {
     let defaults = V3Params::default();
     let params = V3Params {
         eager_max: env("V3_EAGER_MAX", defaults.eager_max)?,
         graft_min_ms: env("V3_GRAFT_MIN_MS", defaults.graft_min_ms)?,
         graft_max_ms: env("V3_GRAFT_MAX_MS", defaults.graft_max_ms)?,
+        large_origin_pushes: env("V3_LARGE_PUSHES", defaults.large_origin_pushes)?,
+        large_origin_quorum: env("V3_LARGE_QUORUM", defaults.large_origin_quorum)?,
+        churn_ms: env("V3_CHURN_MS", u32::try_from(defaults.churn_ms)?)?.into(),
+        announce_first_above: env("V3_ANNOUNCE_FIRST_ABOVE", defaults.announce_first_above)?,
         ..defaults
     };
     let nodes = usize::try_from(arg(1, 200)?)?;
     let messages = usize::try_from(arg(2, 20)?)?;
     let seed = arg(3, 7)?;
-    for size in [1024, 100 * 1024] {
+    for size in sizes()? {
         let small = size < 16 * 1024;
         let scenario = Scenario {
             deposits: if small { messages } else { 0 },
@@ -68,19 +81,26 @@ fn main() -> Result<(), Box<dyn Error>> {
                 params: params.clone(),
                 ..PolicyV3::default()
             })?;
-            let gs = sim::run_nodes(&cfg, &scenario, |setup| {
-                Gossipsub::new(GossipsubConfig::default(), setup)
-            })?;
+            let gs = if std::env::var_os("SKIP_GOSSIPSUB").is_some() {
+                None
+            } else {
+                Some(sim::run_nodes(&cfg, &scenario, |setup| {
+                    Gossipsub::new(GossipsubConfig::default(), setup)
+                })?)
+            };
             println!("{size} B, churn {}%:", churn_permille / 10);
             println!("  v3        {tree}");
             println!(
-                "            grafts {} prunes {} missing {} dup pushes {}",
+                "            rmr {:.4} grafts {} prunes {} missing {} dup pushes {}",
+                tree.payload_rmr,
                 tree.engine.grafts_sent,
                 tree.engine.prunes_sent,
                 tree.engine.missing,
                 tree.engine.duplicate_pushes
             );
-            println!("  gossipsub {gs}");
+            if let Some(gs) = gs {
+                println!("  gossipsub {gs}");
+            }
         }
     }
     Ok(())
