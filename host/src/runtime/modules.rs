@@ -209,12 +209,13 @@ impl<T: Clone> RecentInputs<T> {
     }
 }
 
-/// Warms `module` on the built-in inputs of its kind, then on `recent` real inputs (bounded by
-/// [`WARMUP_REAL_TIME`]) through `run`, which returns the fuel one used; a fault on a real
-/// input names that input.
+/// Warms `module` on the built-in inputs of its kind, then on `recent` real inputs (for
+/// `budget` at most: [`SlotConfig::warmup_real_time`]) through `run`, which returns the fuel
+/// one used; a fault on a real input names that input.
 fn warm_on<W: World, T: std::fmt::Debug>(
     module: Module<W>,
     recent: &[T],
+    budget: Duration,
     run: impl Fn(&Module<W>, &T) -> Result<u64, CallError>,
 ) -> Result<Ready<W>, SlotError> {
     let name = module.meta().name();
@@ -223,7 +224,7 @@ fn warm_on<W: World, T: std::fmt::Debug>(
         let started = Instant::now();
         let (mut fuel, mut ran) = (0u64, 0u32);
         for input in recent {
-            if started.elapsed() >= WARMUP_REAL_TIME {
+            if started.elapsed() >= budget {
                 break;
             }
             failed_on = Some(input);
@@ -251,6 +252,8 @@ fn warm_on<W: World, T: std::fmt::Debug>(
 struct RecentReal<'a> {
     plans: &'a [PlanCall],
     deposits: &'a [DepositCall],
+    /// How long they may take at most.
+    budget: Duration,
 }
 
 /// Warms `module`: the built-in dry run of its kind, then the node's recent real inputs of the
@@ -259,29 +262,31 @@ struct RecentReal<'a> {
 /// Checkpoint modules warm on their built-in realistic inputs.
 fn warm_any(module: LoadedModule, recent: RecentReal<'_>) -> Result<AnyReady, SlotError> {
     Ok(match module {
-        LoadedModule::Deposits(m) => AnyReady::Deposits(warm_on(m, recent.deposits, |m, call| {
-            // A rejection is an answer: the module ran (fuel is only reported on success).
-            if m.contract().major == 3 {
-                // deposits@3 queues the block's deposits (on an empty queue: the real queue
-                // is the chain's, not the warm-up's).
-                let out = m.process_v3(
+        LoadedModule::Deposits(m) => {
+            AnyReady::Deposits(warm_on(m, recent.deposits, recent.budget, |m, call| {
+                // A rejection is an answer: the module ran (fuel is only reported on success).
+                if m.contract().major == 3 {
+                    // deposits@3 queues the block's deposits (on an empty queue: the real queue
+                    // is the chain's, not the warm-up's).
+                    let out = m.process_v3(
+                        call.registry.clone(),
+                        crate::state::PendingQueue::new(),
+                        &call.ctx,
+                        &call.deposits,
+                    )?;
+                    return Ok(out.map_or(0, |o| o.fuel_used));
+                }
+                let out = m.process(
                     call.registry.clone(),
-                    crate::state::PendingQueue::new(),
-                    &call.ctx,
-                    &call.deposits,
+                    call.ctx.clone(),
+                    call.deposits.clone(),
                 )?;
-                return Ok(out.map_or(0, |o| o.fuel_used));
-            }
-            let out = m.process(
-                call.registry.clone(),
-                call.ctx.clone(),
-                call.deposits.clone(),
-            )?;
-            Ok(out.map_or(0, |o| o.fuel_used))
-        })?),
+                Ok(out.map_or(0, |o| o.fuel_used))
+            })?)
+        }
         LoadedModule::Checkpoint(m) => AnyReady::Checkpoint(warm(m)?),
         LoadedModule::GossipPolicy(m) => {
-            AnyReady::GossipPolicy(warm_on(m, recent.plans, |m, call| {
+            AnyReady::GossipPolicy(warm_on(m, recent.plans, recent.budget, |m, call| {
                 Ok(m.plan_metered(call.msg, call.peers.clone())?.1)
             })?)
         }
@@ -319,6 +324,8 @@ pub struct Modules {
     gossip_policy: Arc<Slot<GossipPolicy>>,
     recent_plans: Arc<RecentInputs<PlanCall>>,
     recent_deposits: RecentInputs<DepositCall>,
+    /// How long a warm-up replays recent real inputs at most.
+    warmup_real_time: Duration,
 }
 
 impl std::fmt::Debug for Modules {
@@ -367,6 +374,7 @@ impl Modules {
             gossip_policy: Arc::new(Slot::new(policy, config, shadow)),
             recent_plans: Arc::new(RecentInputs::new()),
             recent_deposits: RecentInputs::new(),
+            warmup_real_time: config.warmup_real_time,
         })
     }
 
@@ -407,6 +415,7 @@ impl Modules {
             RecentReal {
                 plans: &plans,
                 deposits: &deposits,
+                budget: self.warmup_real_time,
             },
         )
         .map(Warmed)

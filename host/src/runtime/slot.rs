@@ -66,6 +66,9 @@ pub struct SlotConfig {
     pub shadow_queue: usize,
     /// Divergences and breaker trips remembered for the status, at most.
     pub remembered: usize,
+    /// How long a new version's warm-up replays the node's recent real inputs at most
+    /// ([`WARMUP_REAL_TIME`](super::modules::WARMUP_REAL_TIME) by default).
+    pub warmup_real_time: std::time::Duration,
 }
 
 impl Default for SlotConfig {
@@ -74,6 +77,7 @@ impl Default for SlotConfig {
             breaker_threshold: 3,
             shadow_queue: 256,
             remembered: 8,
+            warmup_real_time: super::modules::WARMUP_REAL_TIME,
         }
     }
 }

@@ -401,7 +401,12 @@ fn a_new_deposits_module_warms_up_on_the_deposits_of_the_latest_real_blocks() {
                 checkpoint: &artifact("checkpoint-v1"),
                 gossip_policy: &artifact("gossip-policy-v2"),
             },
-            SlotConfig::default(),
+            // Every recent input, however slow the machine: the node's default budget
+            // (`WARMUP_REAL_TIME`) is wall time, and under load a debug build fits fewer.
+            SlotConfig {
+                warmup_real_time: std::time::Duration::from_secs(3_600),
+                ..SlotConfig::default()
+            },
         )
         .unwrap(),
     );
