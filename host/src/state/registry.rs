@@ -106,8 +106,7 @@ impl Registry {
         Self::from_parts_building_tree(validators, balances, || Ok(MerkleTree::from_leaves(leaves)))
     }
 
-    /// [`from_parts`](Self::from_parts) with the tree made by `tree` (a checkpoint restore
-    /// assembles it from the nodes its range proofs computed): it must be the tree over
+    /// [`from_parts`](Self::from_parts) with the tree made by `tree`: it must be the tree over
     /// `validators[i].leaf_hash(balances[i])`, or the root will not be the state's. `tree`
     /// runs on this thread while the pubkey index is built on another.
     pub fn from_parts_building_tree(
@@ -115,65 +114,27 @@ impl Registry {
         balances: Vec<u64>,
         tree: impl FnOnce() -> Result<MerkleTree, StateError>,
     ) -> Result<Self, StateError> {
-        Self::from_slices_building_tree(&[validators.as_slice()], balances, tree)
-    }
-
-    /// [`from_parts_building_tree`](Self::from_parts_building_tree) with the validators given
-    /// as consecutive `parts` (a checkpoint restore's verified chunks, in order): copied once,
-    /// straight into the registry's chunks, while the pubkey index is built on another thread
-    /// reading the parts in place.
-    pub fn from_slices_building_tree(
-        parts: &[&[Validator]],
-        balances: Vec<u64>,
-        tree: impl FnOnce() -> Result<MerkleTree, StateError>,
-    ) -> Result<Self, StateError> {
-        let count = parts.iter().fold(0usize, |n, p| n.saturating_add(p.len()));
-        if count != balances.len() {
+        if validators.len() != balances.len() {
             return Err(StateError::LengthMismatch {
-                validators: count,
+                validators: validators.len(),
                 balances: balances.len(),
             });
         }
-        let keys_and_index = || -> Result<PubkeyIndex, StateError> {
-            let keys: Vec<&Pubkey> = parts
-                .iter()
-                .flat_map(|p| p.iter().map(|v| &v.pubkey))
-                .collect();
-            let count = u32::try_from(keys.len()).map_err(|_| StateError::Full)?;
-            Ok(PubkeyIndex::rebuild(count, |index| {
-                keys.get(usize::try_from(index).ok()?).copied()
-            })?)
-        };
+        let build_index = || pubkey_index(validators.len(), |i| validators.get(i));
         let (index, tree, chunked) = std::thread::scope(|scope| {
             let worker = std::thread::Builder::new()
                 .name("pubkey-index".into())
-                .spawn_scoped(scope, keys_and_index);
+                .spawn_scoped(scope, build_index);
             let tree = tree();
-            let chunked = ChunkedVec::from_slices(parts.iter().copied());
+            let chunked = ChunkedVec::from(validators.as_slice());
             let index = match worker.ok().map(|w| w.join()) {
                 Some(Ok(index)) => index,
                 // The worker could not start (or died): build it here.
-                _ => keys_and_index(),
+                _ => build_index(),
             };
             (index, tree, chunked)
         });
-        let (index, tree) = (index?, tree?);
-        if tree.len() != u64::try_from(count).unwrap_or(u64::MAX) {
-            return Err(StateError::LengthMismatch {
-                validators: count,
-                balances: usize::try_from(tree.len()).unwrap_or(usize::MAX),
-            });
-        }
-        let total_effective = chunked
-            .iter()
-            .fold(0u64, |sum, v| sum.saturating_add(v.effective_balance));
-        Ok(Self {
-            validators: chunked,
-            balances: balances.into(),
-            index,
-            tree,
-            total_effective,
-        })
+        Self::with_index(chunked, balances, index?, tree?)
     }
 
     /// A registry from its parts already built: `validators` (copied into chunks as a restore
@@ -185,19 +146,31 @@ impl Registry {
         balances: Vec<u64>,
         tree: MerkleTree,
     ) -> Result<Self, StateError> {
+        let index = pubkey_index(validators.len(), |i| validators.get(i))?;
+        Self::with_index(validators, balances, index, tree)
+    }
+
+    /// The registry of `validators`, `balances`, their pubkey `index` and their `tree`, their
+    /// lengths checked against each other.
+    fn with_index(
+        validators: ChunkedVec<Validator>,
+        balances: Vec<u64>,
+        index: PubkeyIndex,
+        tree: MerkleTree,
+    ) -> Result<Self, StateError> {
         let count = validators.len();
-        if count != balances.len() || u64::try_from(count).ok() != Some(tree.len()) {
+        if count != balances.len() {
             return Err(StateError::LengthMismatch {
                 validators: count,
                 balances: balances.len(),
             });
         }
-        let keys = u32::try_from(count).map_err(|_| StateError::Full)?;
-        let index = PubkeyIndex::rebuild(keys, |index| {
-            validators
-                .get(usize::try_from(index).ok()?)
-                .map(|v| &v.pubkey)
-        })?;
+        if u64::try_from(count).ok() != Some(tree.len()) {
+            return Err(StateError::LengthMismatch {
+                validators: count,
+                balances: usize::try_from(tree.len()).unwrap_or(usize::MAX),
+            });
+        }
         let total_effective = validators
             .iter()
             .fold(0u64, |sum, v| sum.saturating_add(v.effective_balance));
@@ -454,6 +427,17 @@ impl RegistryRead for Registry {
     fn total_effective_balance(&self) -> u64 {
         self.total_effective
     }
+}
+
+/// The pubkey index of `count` validators, validator `i` being `validator(i)`.
+fn pubkey_index<'v>(
+    count: usize,
+    validator: impl Fn(usize) -> Option<&'v Validator>,
+) -> Result<PubkeyIndex, StateError> {
+    let count = u32::try_from(count).map_err(|_| StateError::Full)?;
+    Ok(PubkeyIndex::rebuild(count, |index| {
+        validator(usize::try_from(index).ok()?).map(|v| &v.pubkey)
+    })?)
 }
 
 #[cfg(test)]
