@@ -13,6 +13,7 @@
 //! - [`net`]: QUIC transport with mutually authenticated TLS 1.3 and message framing.
 //! - [`clock`]: the one wall clock and the one rule for blocks from slots not yet started.
 //! - [`files`]: crash-safe writes of small private files (node key, admin token).
+//! - [`hashes`]: one type per kind of 32-byte hash (block, state root, module).
 //! - [`http_server`]: HTTP/1.1 serving with bounded connections, the slowest evicted to make
 //!   room (the admin API and the dev deposit contract's endpoint).
 //! - [`crypto`]: BLS12-381 verification (blst) offered to modules, and the ed25519 node id.
@@ -50,6 +51,7 @@ pub mod consensus;
 pub mod crypto;
 pub mod deposit_source;
 pub mod files;
+pub mod hashes;
 pub mod http_server;
 pub mod kind;
 pub mod log_span;

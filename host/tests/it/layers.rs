@@ -27,6 +27,8 @@ const RANK: &[(&str, u32)] = &[
     ("thread_priority", 0),
     // The module kinds' names and scopes.
     ("kind", 0),
+    // One type per kind of 32-byte hash (block, state root, module).
+    ("hashes", 0),
     // The state value and the key-value store it is saved in.
     ("state", 1),
     ("store", 2),
