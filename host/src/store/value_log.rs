@@ -39,6 +39,13 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::StoreError;
 
+mod collect;
+mod record;
+mod staged;
+
+use record::{encode_record, parse_record};
+pub use staged::Staged;
+
 /// First byte of the sled key holding a logged key's pointer: `V` ‖ key.
 pub const POINTER_PREFIX: u8 = b'V';
 /// First byte of the sled key holding a segment's live count and bytes: `G` ‖ segment (BE).
@@ -238,47 +245,6 @@ fn segment_name(id: u32) -> String {
     format!("{id:08}.seg")
 }
 
-fn encode_record(key: &[u8], value: &[u8]) -> Result<Vec<u8>, StoreError> {
-    let key_len = u16::try_from(key.len()).map_err(|_| {
-        StoreError::Corrupt(format!("a key of {} bytes is too long to log", key.len()))
-    })?;
-    let value_len = u32::try_from(value.len()).map_err(|_| {
-        StoreError::Corrupt(format!(
-            "a value of {} bytes is too long to log",
-            value.len()
-        ))
-    })?;
-    let mut out = Vec::with_capacity(HEADER.saturating_add(key.len()).saturating_add(value.len()));
-    out.extend_from_slice(&[0; 4]);
-    out.extend_from_slice(&key_len.to_le_bytes());
-    out.extend_from_slice(&value_len.to_le_bytes());
-    out.extend_from_slice(key);
-    out.extend_from_slice(value);
-    let crc = crc32fast::hash(out.get(4..).unwrap_or_default());
-    if let Some(head) = out.get_mut(..4) {
-        head.copy_from_slice(&crc.to_le_bytes());
-    }
-    Ok(out)
-}
-
-/// One record parsed from `bytes` (at its start): key, value, total length. `None` when the
-/// bytes do not hold a whole record with a matching CRC.
-fn parse_record(bytes: &[u8]) -> Option<(&[u8], &[u8], usize)> {
-    let (crc, rest) = bytes.split_first_chunk::<4>()?;
-    let (key_len, rest) = rest.split_first_chunk::<2>()?;
-    let (value_len, rest) = rest.split_first_chunk::<4>()?;
-    let key_len = usize::from(u16::from_le_bytes(*key_len));
-    let value_len = usize::try_from(u32::from_le_bytes(*value_len)).ok()?;
-    let body_len = key_len.checked_add(value_len)?;
-    let body = rest.get(..body_len)?;
-    let total = HEADER.checked_add(body_len)?;
-    if crc32fast::hash(bytes.get(4..total)?) != u32::from_le_bytes(*crc) {
-        return None;
-    }
-    let (key, value) = body.split_at_checked(key_len)?;
-    Some((key, value, total))
-}
-
 fn create_segment(dir: &Path, id: u32) -> Result<Active, StoreError> {
     let path = dir.join(segment_name(id));
     let file = OpenOptions::new()
@@ -292,16 +258,6 @@ fn create_segment(dir: &Path, id: u32) -> Result<Active, StoreError> {
         .and_then(|d| d.sync_all())
         .map_err(|e| io_err(dir, "cannot sync the value-log directory", &e))?;
     Ok(Active { id, file, len: 0 })
-}
-
-/// What a commit changes in sled for its logged keys, built under the log's lock.
-pub struct Staged<'a> {
-    log: &'a ValueLog,
-    state: MutexGuard<'a, State>,
-    uses: BTreeMap<u32, Use>,
-    /// Each logged key's pointer as this batch leaves it.
-    pending: HashMap<Vec<u8>, Option<Pointer>>,
-    appended: bool,
 }
 
 impl ValueLog {
@@ -432,21 +388,6 @@ impl ValueLog {
             tracing::info!(values = moved, dir = %self.dir.display(), "moved large values into the value log");
         }
         Ok(())
-    }
-
-    /// Starts a commit: takes the log's lock until the batch is applied.
-    pub fn stage(&self) -> Staged<'_> {
-        let state = self
-            .state
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        Staged {
-            log: self,
-            uses: state.uses.clone(),
-            state,
-            pending: HashMap::new(),
-            appended: false,
-        }
     }
 
     fn handle(&self, segment: u32) -> Result<Arc<File>, StoreError> {
@@ -616,163 +557,6 @@ impl ValueLog {
         totals
     }
 
-    /// The closed segment with the least live share, if under half of it is live.
-    fn victim(&self) -> Option<u32> {
-        let state = self
-            .state
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        state
-            .uses
-            .iter()
-            .filter(|(id, u)| {
-                **id != state.active.id
-                    && state.collecting != Some(**id)
-                    && !state.stuck.contains(id)
-                    && u.size > 0
-                    && u.bytes < u.size / 2
-            })
-            .min_by_key(|(_, u)| {
-                // Live share in thousandths; sizes are far below u64::MAX / 1000.
-                u.bytes
-                    .saturating_mul(1000)
-                    .checked_div(u.size)
-                    .unwrap_or(0)
-            })
-            .map(|(id, _)| *id)
-    }
-
-    /// Reclaims one segment under half live: copies its live records, `budget` bytes at a
-    /// time, into the collector's own segment and syncs it without holding the commit lock,
-    /// then, under it, moves each pointer that still points at the old record. Returns whether
-    /// a segment was collected (its emptiness is durable, and the file gone, after the next
-    /// flush and [`Self::unlink`]).
-    pub fn collect(&self, tree: &sled::Tree, budget: usize) -> Result<bool, StoreError> {
-        let mut collector = self
-            .collector
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let Some(victim) = self.victim() else {
-            return Ok(false);
-        };
-        let path = self.dir.join(segment_name(victim));
-        let bytes = match std::fs::read(&path) {
-            Ok(bytes) => bytes,
-            // Emptied and removed since it was chosen: nothing left to move.
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(true),
-            Err(e) => return Err(io_err(&path, "cannot read a segment to collect", &e)),
-        };
-        let mut offset = 0usize;
-        let mut records = Vec::new();
-        while let Some((key, _, total)) = bytes.get(offset..).and_then(parse_record) {
-            records.push((key, offset, total));
-            offset = offset.saturating_add(total);
-        }
-        let mut start = 0usize;
-        while let Some(rest) = records.get(start..).filter(|rest| !rest.is_empty()) {
-            let mut size = 0usize;
-            let take = rest
-                .iter()
-                .take_while(|(_, _, total)| {
-                    let before = size;
-                    size = size.saturating_add(*total);
-                    before < budget
-                })
-                .count()
-                .max(1);
-            start = start.saturating_add(take);
-            // Copy the records still pointed at (checked again under the lock below).
-            let mut moves = Vec::new();
-            for (key, offset, total) in rest.iter().take(take) {
-                let here = Pointer {
-                    segment: victim,
-                    offset: u64::try_from(*offset).unwrap_or(u64::MAX),
-                    len: u32::try_from(*total).unwrap_or(u32::MAX),
-                };
-                let current = tree
-                    .get(pointer_key(key))
-                    .map_err(|e| sled_err(&self.dir, &e))?
-                    .and_then(|p| Pointer::decode(&p));
-                if current != Some(here) {
-                    continue;
-                }
-                let record = bytes
-                    .get(*offset..offset.saturating_add(*total))
-                    .unwrap_or_default();
-                let to = self.append_collected(&mut collector, record)?;
-                moves.push((key, here, to));
-            }
-            let Some(target) = collector.as_mut() else {
-                continue;
-            };
-            if moves.is_empty() {
-                continue;
-            }
-            let target_path = self.dir.join(segment_name(target.id));
-            target
-                .file
-                .sync_data()
-                .map_err(|e| io_err(&target_path, "cannot sync value-log segment", &e))?;
-            // Under the commit lock at normal priority (see `at_normal_priority`).
-            crate::thread_priority::at_normal_priority(|| {
-                let mut staged = self.stage();
-                let mut sled_batch = sled::Batch::default();
-                for (key, from, to) in moves {
-                    staged.relocate(tree, key, from, to, &mut sled_batch)?;
-                }
-                staged.apply(tree, sled_batch)
-            })?;
-            if target.len >= SEGMENT_BYTES {
-                // Full: the next copy starts a new one.
-                *collector = None;
-                self.state
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .collecting = None;
-            }
-        }
-        let mut state = self
-            .state
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if state.uses.get(&victim).is_some_and(|u| u.count == 0) {
-            // Emptied while it was the collector's own segment: nothing was left to doom it.
-            state.uses.remove(&victim);
-            state.doomed.push(victim);
-        } else if let Some(left) = state.uses.get(&victim).filter(|u| u.count > 0) {
-            tracing::warn!(
-                segment = %path.display(),
-                live = left.count,
-                "a value-log segment keeps live values the collector cannot read (a damaged \
-                 record?); it is left as it is"
-            );
-            state.stuck.insert(victim);
-        }
-        Ok(true)
-    }
-
-    /// Appends a copied `record` to the collector's segment (starting one if none is open).
-    fn append_collected(
-        &self,
-        collector: &mut Option<Active>,
-        record: &[u8],
-    ) -> Result<Pointer, StoreError> {
-        if collector.is_none() {
-            let mut state = self
-                .state
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            let id = state.next_id;
-            state.next_id = id.checked_add(1).ok_or_else(exhausted)?;
-            *collector = Some(create_segment(&self.dir, id)?);
-            state.collecting = Some(id);
-        }
-        let Some(target) = collector.as_mut() else {
-            return Err(StoreError::Corrupt("the collector has no segment".into()));
-        };
-        target.append(&self.dir, record)
-    }
-
     #[cfg(test)]
     pub(crate) fn debug_uses(&self) -> String {
         let state = self.state.lock().unwrap();
@@ -788,191 +572,5 @@ impl ValueLog {
     }
 }
 
-impl Staged<'_> {
-    fn pointer_of(&self, tree: &sled::Tree, key: &[u8]) -> Result<Option<Pointer>, StoreError> {
-        if let Some(p) = self.pending.get(key) {
-            return Ok(*p);
-        }
-        Ok(tree
-            .get(pointer_key(key))
-            .map_err(|e| sled_err(&self.log.dir, &e))?
-            .and_then(|p| Pointer::decode(&p)))
-    }
-
-    /// Stages `key` set to `value` (appending it to the log) or deleted, adding its pointer's
-    /// change to `batch`.
-    pub fn put_or_delete(
-        &mut self,
-        tree: &sled::Tree,
-        key: &[u8],
-        value: Option<&[u8]>,
-        batch: &mut sled::Batch,
-    ) -> Result<(), StoreError> {
-        if let Some(old) = self.pointer_of(tree, key)? {
-            let used = self.uses.entry(old.segment).or_default();
-            used.count = used.count.saturating_sub(1);
-            used.bytes = used.bytes.saturating_sub(u64::from(old.len));
-        }
-        let pkey = pointer_key(key);
-        let Some(value) = value else {
-            batch.remove(pkey);
-            self.pending.insert(key.to_vec(), None);
-            return Ok(());
-        };
-        let record = encode_record(key, value)?;
-        let active = &mut self.state.active;
-        let pointer = active.append(&self.log.dir, &record)?;
-        let used = self.uses.entry(active.id).or_default();
-        used.count = used.count.saturating_add(1);
-        used.bytes = used.bytes.saturating_add(u64::from(pointer.len));
-        batch.insert(pkey, &pointer.encode()[..]);
-        self.pending.insert(key.to_vec(), Some(pointer));
-        self.appended = true;
-        Ok(())
-    }
-
-    /// Stages `key`'s pointer moved from `from` to `to` (a record the collector copied and
-    /// synced), if it still points at `from`; otherwise the copy is dead space.
-    pub fn relocate(
-        &mut self,
-        tree: &sled::Tree,
-        key: &[u8],
-        from: Pointer,
-        to: Pointer,
-        batch: &mut sled::Batch,
-    ) -> Result<(), StoreError> {
-        if self.pointer_of(tree, key)? != Some(from) {
-            return Ok(());
-        }
-        let old = self.uses.entry(from.segment).or_default();
-        old.count = old.count.saturating_sub(1);
-        old.bytes = old.bytes.saturating_sub(u64::from(from.len));
-        let new = self.uses.entry(to.segment).or_default();
-        new.count = new.count.saturating_add(1);
-        new.bytes = new.bytes.saturating_add(u64::from(to.len));
-        new.size = new.size.max(to.offset.saturating_add(u64::from(to.len)));
-        batch.insert(pointer_key(key), &to.encode()[..]);
-        self.pending.insert(key.to_vec(), Some(to));
-        Ok(())
-    }
-
-    /// Makes the appended values durable, adds the changed segment uses to `batch`, applies it
-    /// to `tree`, and starts a new segment when the current one is full.
-    pub fn apply(mut self, tree: &sled::Tree, mut batch: sled::Batch) -> Result<(), StoreError> {
-        let dir = self.log.dir.clone();
-        let active_id = self.state.active.id;
-        if self.appended {
-            let path = dir.join(segment_name(active_id));
-            self.state
-                .active
-                .file
-                .sync_data()
-                .map_err(|e| io_err(&path, "cannot sync value-log segment", &e))?;
-        }
-        let active_len = self.state.active.len;
-        let mut emptied = Vec::new();
-        for (id, used) in &mut self.uses {
-            if *id == active_id {
-                used.size = active_len;
-            }
-            if self.state.uses.get(id) == Some(used) {
-                continue;
-            }
-            if used.count == 0 {
-                batch.remove(use_key(*id));
-                if *id != active_id && self.state.collecting != Some(*id) {
-                    emptied.push(*id);
-                }
-            } else {
-                batch.insert(use_key(*id), &used.encode()[..]);
-            }
-        }
-        tree.apply_batch(batch).map_err(|e| sled_err(&dir, &e))?;
-        let mut uses = std::mem::take(&mut self.uses);
-        let collecting = self.state.collecting;
-        uses.retain(|id, u| u.count > 0 || *id == active_id || collecting == Some(*id));
-        self.state.uses = uses;
-        self.state.doomed.extend(emptied);
-        if self.state.active.len >= SEGMENT_BYTES {
-            let next = self.state.next_id;
-            self.state.next_id = next.checked_add(1).ok_or_else(exhausted)?;
-            self.state.active = create_segment(&dir, next)?;
-            if self
-                .state
-                .uses
-                .get(&active_id)
-                .is_some_and(|u| u.count == 0)
-            {
-                self.state.uses.remove(&active_id);
-                self.state.doomed.push(active_id);
-            }
-        }
-        Ok(())
-    }
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_record_round_trips_and_a_flipped_byte_is_refused() {
-        let record = encode_record(b"bkey", b"value bytes").unwrap();
-        assert_eq!(
-            parse_record(&record),
-            Some((&b"bkey"[..], &b"value bytes"[..], record.len()))
-        );
-        for i in 0..record.len() {
-            let mut bad = record.clone();
-            bad[i] ^= 0x40;
-            assert!(
-                parse_record(&bad).is_none_or(|(k, v, _)| k != b"bkey" || v != b"value bytes"),
-                "byte {i} flipped and still read back"
-            );
-        }
-        assert!(parse_record(&record[..record.len() - 1]).is_none());
-    }
-
-    #[test]
-    fn pointers_and_uses_round_trip() {
-        let p = Pointer {
-            segment: 7,
-            offset: 1 << 40,
-            len: 123_456,
-        };
-        assert_eq!(Pointer::decode(&p.encode()), Some(p));
-        assert_eq!(Pointer::decode(&[0; 15]), None);
-        let u = Use {
-            count: 3,
-            bytes: 99,
-            size: 0,
-        };
-        assert_eq!(Use::decode(&u.encode()), Some(u));
-    }
-
-    #[test]
-    fn the_logged_prefixes_are_the_bulk_and_the_internal_keys_are_not_among_them() {
-        for key in [
-            super::super::keys::block(&[1; 32]),
-            super::super::keys::undo(&[1; 32]),
-            super::super::keys::eth1(&[1; 32]),
-            super::super::keys::schedule(&[1; 32]),
-            super::super::keys::validator_chunk(3),
-            super::super::keys::balance_chunk(3),
-        ] {
-            assert!(is_logged(&key), "{}", hex::encode(&key));
-            assert!(!is_internal(&key));
-        }
-        for key in [
-            super::super::keys::height(5),
-            super::super::keys::HEAD.to_vec(),
-            super::super::keys::first_header(1, 2),
-        ] {
-            assert!(!is_logged(&key), "{}", hex::encode(&key));
-            assert!(!is_internal(&key));
-        }
-        assert!(
-            is_internal(&pointer_key(b"bx")) && is_internal(&use_key(1)) && is_internal(MARKER)
-        );
-    }
-}
+mod tests;
