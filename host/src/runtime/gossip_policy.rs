@@ -73,8 +73,8 @@ pub enum PolicyEvent {
     Tick(u64),
 }
 
-pub mod instances;
 mod convert;
+pub mod instances;
 mod kept;
 
 use convert::{event_to_v2, meta_to_v2, peer_to_v2, plan_from_v2};
@@ -457,4 +457,3 @@ fn plan_on(
         }
     }
 }
-
