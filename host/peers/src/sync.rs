@@ -35,73 +35,11 @@ use crate::error::{ConfigError, SyncError};
 use crate::violation::Violation;
 use crate::{BlockHash, NodeId, SECONDS, Time};
 
-/// Tunables of a [`RangeSync`]. `Default` gives 4 × 64 blocks in flight.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SyncConfig {
-    /// Most blocks per request. Default 64.
-    pub batch_size: u64,
-    /// Most requests in flight over all peers (M). Default 4.
-    pub max_in_flight: usize,
-    /// Most requests in flight to one peer. Default 4 (new requests go to the least loaded
-    /// peer anyway).
-    pub max_in_flight_per_peer: usize,
-    /// How long a peer may take to answer before its request is retried elsewhere.
-    /// Default 10 s.
-    pub request_timeout: Time,
-    /// Furthest a request may reach beyond the local head, bounding the blocks buffered while
-    /// an earlier range is outstanding. Default 512.
-    pub lookahead: u64,
-    /// How long a peer is left alone after a request to it failed or timed out, or a block it
-    /// served could not be taken for a reason that is not proven its fault; doubled on each
-    /// further failure up to [`retry_backoff_max`](Self::retry_backoff_max), reset when a block
-    /// it served is imported. Default 1 s.
-    pub retry_backoff: Time,
-    /// Longest back-off from one peer. Default 32 s.
-    pub retry_backoff_max: Time,
-}
+mod config;
+mod gaps;
+mod responses;
 
-impl Default for SyncConfig {
-    fn default() -> Self {
-        Self {
-            batch_size: 64,
-            max_in_flight: 4,
-            max_in_flight_per_peer: 4,
-            request_timeout: 10 * SECONDS,
-            lookahead: 512,
-            retry_backoff: SECONDS,
-            retry_backoff_max: 32 * SECONDS,
-        }
-    }
-}
-
-impl SyncConfig {
-    /// Checks that the values make sense.
-    pub fn validate(&self) -> Result<(), ConfigError> {
-        let counts = [
-            ("batch_size", self.batch_size > 0),
-            ("max_in_flight", self.max_in_flight > 0),
-            ("max_in_flight_per_peer", self.max_in_flight_per_peer > 0),
-            ("request_timeout", self.request_timeout > 0),
-            ("retry_backoff", self.retry_backoff > 0),
-        ];
-        if let Some((name, _)) = counts.iter().find(|(_, ok)| !ok) {
-            return Err(ConfigError::Zero(name));
-        }
-        if self.retry_backoff_max < self.retry_backoff {
-            return Err(ConfigError::BackoffMaxBelowFirst {
-                first: self.retry_backoff,
-                max: self.retry_backoff_max,
-            });
-        }
-        if self.lookahead < self.batch_size {
-            return Err(ConfigError::LookaheadBelowBatch {
-                lookahead: self.lookahead,
-                batch_size: self.batch_size,
-            });
-        }
-        Ok(())
-    }
-}
+pub use config::SyncConfig;
 
 /// Identifies a block request; unique within one [`RangeSync`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -588,54 +526,6 @@ impl RangeSync {
 
     // ----- internals ----------------------------------------------------------------------
 
-    fn take_request(&mut self, peer: NodeId, id: RequestId) -> Result<InFlight, SyncError> {
-        match self.in_flight.get(&id) {
-            None => Err(SyncError::UnknownRequest { id }),
-            Some(r) if r.peer != peer => Err(SyncError::WrongPeer {
-                id,
-                expected: r.peer,
-                actual: peer,
-            }),
-            Some(_) => self
-                .in_flight
-                .remove(&id)
-                .ok_or(SyncError::UnknownRequest { id }),
-        }
-    }
-
-    fn check_response(
-        &self,
-        request: &InFlight,
-        blocks: &[(u64, BlockHash, Vec<u8>)],
-    ) -> Result<(), &'static str> {
-        if u64::try_from(blocks.len()).map_or(true, |len| len > request.count) {
-            return Err("more blocks than requested");
-        }
-        let mut expected = request.start;
-        for (height, _, _) in blocks {
-            if *height != expected {
-                return Err("heights are not consecutive from the requested start");
-            }
-            expected = expected.saturating_add(1);
-        }
-        Ok(())
-    }
-
-    /// Whether the answer's block at the peer's claimed head height has another hash than
-    /// the claim (only an uncapped claim names the hash at its height).
-    fn head_moved(&self, request: &InFlight, blocks: &[(u64, BlockHash, Vec<u8>)]) -> bool {
-        let Some(head) = self
-            .peers
-            .get(&request.peer)
-            .filter(|head| head.height <= self.max_height)
-        else {
-            return false;
-        };
-        blocks
-            .iter()
-            .any(|(height, hash, _)| *height == head.height && *hash != head.hash)
-    }
-
     /// A peer's claimed head height, capped by the height bound.
     fn claimed(&self, head: &PeerHead) -> u64 {
         head.height.min(self.max_height)
@@ -685,70 +575,5 @@ impl RangeSync {
         });
         retry.until = Some(now.saturating_add(retry.next_delay));
         retry.next_delay = retry.next_delay.saturating_mul(2).min(max);
-    }
-
-    /// Whether `height` is handed out, buffered or requested.
-    fn covered_until(&self, height: u64) -> Option<u64> {
-        let awaiting = self.awaiting_import.is_some_and(|(h, _)| h == height);
-        if awaiting || self.buffer.contains_key(&height) {
-            return Some(height.saturating_add(1));
-        }
-        self.in_flight
-            .values()
-            .find(|r| r.start <= height && height < r.end())
-            .map(InFlight::end)
-    }
-
-    /// The lowest height in `head + 1 ..= limit` that nobody is taking care of.
-    fn first_gap(&self, limit: u64) -> Option<u64> {
-        let mut height = self.head_height.checked_add(1)?;
-        while height <= limit {
-            match self.covered_until(height) {
-                Some(next) if next > height => height = next,
-                Some(_) => return None,
-                None => return Some(height),
-            }
-        }
-        None
-    }
-
-    /// End (exclusive) of the request starting at the gap `start`: one batch, not past
-    /// `limit`, not into the next covered height.
-    fn gap_end(&self, start: u64, limit: u64) -> u64 {
-        let mut end = start
-            .saturating_add(self.config.batch_size)
-            .min(limit.saturating_add(1));
-        if let Some((height, _)) = self.buffer.range(start..).next() {
-            end = end.min(*height);
-        }
-        for request in self.in_flight.values().filter(|r| r.start > start) {
-            end = end.min(request.start);
-        }
-        if let Some((height, _)) = self.awaiting_import.filter(|(h, _)| *h > start) {
-            end = end.min(height);
-        }
-        end
-    }
-
-    /// The least loaded peer that claims `start`, is not backed off at `now` and has not failed
-    /// it; if all such peers failed it, their failures are forgotten and they are tried again.
-    fn choose_peer(&mut self, start: u64, now: Time) -> Option<NodeId> {
-        let pick = |skip_failed: bool| {
-            self.peers
-                .iter()
-                .filter(|(_, head)| self.claimed(head) >= start && head.pruned_below <= start)
-                .filter(|(id, _)| !self.is_backed_off(id, now))
-                .filter(|(id, _)| !(skip_failed && self.failed.contains(&(start, **id))))
-                .map(|(id, _)| (self.in_flight_to(id), *id))
-                .filter(|(load, _)| *load < self.config.max_in_flight_per_peer)
-                .min()
-                .map(|(_, id)| id)
-        };
-        if let Some(peer) = pick(true) {
-            return Some(peer);
-        }
-        let peer = pick(false)?;
-        self.failed.retain(|(h, _)| *h != start);
-        Some(peer)
     }
 }

@@ -54,8 +54,10 @@ impl Driver<'_> {
         )
         .map_err(|e| self.storage(e.to_string()))?;
         let mut in_flight = JoinSet::new();
-        let mut progress =
-            super::super::checkpoint_progress::Reporter::new(restorer.progress(), self.parts.progress);
+        let mut progress = super::super::checkpoint_progress::Reporter::new(
+            restorer.progress(),
+            self.parts.progress,
+        );
         let started = Instant::now();
         // Set when no peer is left (or the fetcher finds the checkpoint bad): the answers in
         // flight and the chunks in the pipeline are still taken (and stored) first.
