@@ -6,6 +6,7 @@
 //! flushed batch, so a crash leaves either both or neither. Nothing in the store is ever
 //! executed from a peer's artifact: only the wasm bytes are kept here, compiled locally.
 
+pub mod lifecycle;
 pub mod upload;
 
 use std::path::{Path, PathBuf};

@@ -8,14 +8,16 @@
 use serde_json::{Value, json};
 
 use crate::admin::{ModuleOp, ModuleOpError};
-use crate::modules_store::upload::ModuleService;
+use crate::hashes::ModuleHash;
+use crate::modules_store::upload::{Admission, ModuleService};
 use crate::modules_store::{ActiveModule, listing};
 use crate::runtime::{Kind, Modules, SlotError, SlotStatus};
 
-/// Prepares (loads from the artifact cache and warms) every stored module, so each can be
-/// activated by hash. A stored module that no longer prepares is logged and left out: it
-/// must not stop the node, and activating it later says why it is not ready.
-pub(crate) fn prepare_stored(slots: &Modules, service: &ModuleService) {
+/// Prepares every stored module through the module lifecycle (validate once, load from the
+/// artifact cache, warm, admit: `modules_store::lifecycle`), so each can be activated by hash.
+/// A stored module that no longer prepares is logged and left out: it must not stop the node,
+/// and activating it later says why it is not ready.
+pub(crate) fn prepare_stored(service: &ModuleService) {
     let stored = match service.store().list() {
         Ok(stored) => stored,
         Err(e) => {
@@ -24,12 +26,12 @@ pub(crate) fn prepare_stored(slots: &Modules, service: &ModuleService) {
         }
     };
     for module in stored {
-        let Some(hash) = parse_hash(&module.sha256) else {
+        let Ok(hash) = module.sha256.parse::<ModuleHash>() else {
             continue;
         };
-        match service.store().bytes(&hash) {
+        match service.store().bytes(hash.as_bytes()) {
             Ok(Some(bytes)) => {
-                if let Err(e) = slots.prepare(&bytes) {
+                if let Err(e) = service.prepare_stored(&bytes, Admission::Operator) {
                     tracing::warn!(module = %module.name(), error = %e, "stored module not ready");
                 }
             }
@@ -39,10 +41,6 @@ pub(crate) fn prepare_stored(slots: &Modules, service: &ModuleService) {
             }
         }
     }
-}
-
-fn parse_hash(hex_hash: &str) -> Option<[u8; 32]> {
-    hex::decode(hex_hash).ok()?.try_into().ok()
 }
 
 /// Runs one module operation; answers `{"kind": …, "slot": <the kind's slot status>}`.
@@ -68,15 +66,15 @@ pub(crate) fn run(
 fn ensure_ready(
     slots: &Modules,
     service: &ModuleService,
-    hash: &[u8; 32],
+    hash: &ModuleHash,
 ) -> Result<Kind, ModuleOpError> {
     if let Some(prepared) = slots.prepared_version(hash) {
         return Ok(prepared.kind);
     }
-    let hex_hash = hex::encode(hash);
+    let hex_hash = hash.to_hex();
     let bytes = service
         .store()
-        .bytes(hash)
+        .bytes(hash.as_bytes())
         .map_err(|e| ModuleOpError::Internal(e.to_string()))?
         .ok_or_else(|| {
             ModuleOpError::Unknown(format!(
@@ -84,9 +82,12 @@ fn ensure_ready(
                  it first (`modnode module upload <file.wasm>`)"
             ))
         })?;
-    slots.prepare(&bytes).map(|p| p.kind).map_err(|e| {
-        ModuleOpError::Refused(format!("module {hex_hash} is stored but not ready: {e}"))
-    })
+    service
+        .prepare_stored(&bytes, Admission::Operator)
+        .map(|p| p.kind)
+        .map_err(|e| {
+            ModuleOpError::Refused(format!("module {hex_hash} is stored but not ready: {e}"))
+        })
 }
 
 fn refusal(e: SlotError) -> ModuleOpError {
@@ -134,7 +135,7 @@ pub(crate) fn list(slots: &Modules, service: &ModuleService) -> Result<Value, St
             .iter()
             .filter(|p| p.kind.to_string() == kind)
             .map(|p| {
-                let hash = hex::encode(p.hash);
+                let hash = p.hash.to_hex();
                 let from = stored
                     .iter()
                     .find(|m| m.sha256 == hash)
@@ -154,3 +155,6 @@ pub(crate) fn list(slots: &Modules, service: &ModuleService) -> Result<Value, St
     }
     Ok(value)
 }
+
+#[cfg(test)]
+mod tests;

@@ -140,10 +140,9 @@ pub fn restore(data_dir: &Path, slots: &Modules, service: &ModuleService) {
             continue;
         }
         let activate = |hash: &str, mode: Mode| -> Result<(), String> {
-            let parsed: [u8; 32] = hex::decode(hash)
-                .ok()
-                .and_then(|b| b.try_into().ok())
-                .ok_or_else(|| format!("{hash} is not a sha256"))?;
+            let parsed: crate::hashes::ModuleHash = hash
+                .parse()
+                .map_err(|_| format!("{hash} is not a sha256"))?;
             module_ops::run(slots, service, ModuleOp::Activate { hash: parsed, mode })
                 .map(drop)
                 .map_err(|e| e.to_string())

@@ -26,7 +26,8 @@ use modnode_peers::NodeId;
 use sha2::{Digest, Sha256};
 
 use crate::chain::{DepositEngine, DepositModules};
-use crate::modules_store::upload::{Admission, ModuleService};
+use crate::hashes::ModuleHash;
+use crate::modules_store::upload::{Admission, ModuleService, UploadOutcome};
 use crate::runtime::{Kind, Modules};
 use crate::state::Schedule;
 use crate::state::schedule::{Action, Governance};
@@ -167,6 +168,13 @@ impl UpgradeAgent {
         me: NodeId,
     ) -> Self {
         let authorities_len = authorities.len();
+        // One ready-map: what the service admits is what the chain runs.
+        if !service.admit_into(modules.versions().clone()) {
+            tracing::warn!(
+                "the module service admits into another ready-map than the node's modules: \
+                 fetched modules must be prepared again from the store"
+            );
+        }
         let embedded = crate::artifacts::EMBEDDED
             .iter()
             .map(|(_, bytes)| (Sha256::digest(bytes).into(), *bytes))
@@ -202,7 +210,7 @@ impl UpgradeAgent {
     pub fn check_deposit_cost(&self, hash: &Hash, slot: u64) -> Result<(), String> {
         let module = self
             .modules
-            .prepared_deposits(hash)
+            .prepared_deposits(&ModuleHash(*hash))
             .ok_or_else(|| format!("deposits module {} is not prepared here", hex::encode(hash)))?;
         deposit_cost::check(&module, slot, self.max_deposits)
             .map(|cost| {
@@ -235,7 +243,7 @@ impl UpgradeAgent {
             &self.schedule(),
             head_height,
             &self.rules,
-            |h| self.modules.deposits_warmed(h),
+            |h| self.modules.deposits_warmed(&ModuleHash(*h)),
             &self.readiness(head_height),
         )
     }
@@ -270,7 +278,7 @@ impl UpgradeAgent {
 
     /// Whether the module `hash` is prepared (compiled and warmed) here.
     pub fn is_ready(&self, hash: &Hash) -> bool {
-        self.modules.prepared_deposits(hash).is_some()
+        self.modules.prepared_deposits(&ModuleHash(*hash)).is_some()
     }
 
     /// The scheduled modules this node has ready (what its status answers list).
@@ -329,7 +337,10 @@ impl UpgradeAgent {
         let Some(bytes) = self.local_bytes(hash)? else {
             return Ok(None);
         };
-        let prepared = self.modules.prepare(&bytes).map_err(|e| e.to_string())?;
+        let prepared = self
+            .service
+            .prepare_stored(&bytes, Admission::Operator)
+            .map_err(|e| e.to_string())?;
         Ok(Some(prepared.kind))
     }
 
@@ -361,7 +372,8 @@ impl UpgradeAgent {
     /// Prepares the scheduled module `hash` from the local store (or the modules built into
     /// this binary), if it is there, on the chain's word: only its kind and contract may refuse
     /// it, a failed warm-up on this node's own history only warns
-    /// ([`Modules::prepare_scheduled`]). Blocking (loads, maybe compiles).
+    /// ([`ModuleService::prepare_stored`] with [`Admission::Scheduled`]). Blocking (loads, maybe
+    /// compiles).
     pub fn prepare_scheduled(&self, hash: &Hash) -> Result<bool, String> {
         if self.is_ready(hash) {
             return Ok(true);
@@ -369,8 +381,9 @@ impl UpgradeAgent {
         let Some(bytes) = self.local_bytes(hash)? else {
             return Ok(false);
         };
-        self.modules
-            .prepare_scheduled(&bytes, self.scheduled_kind(hash))
+        let kind = self.scheduled_kind(hash);
+        self.service
+            .prepare_stored(&bytes, Admission::Scheduled { kind })
             .map_err(|e| e.to_string())?;
         Ok(true)
     }
@@ -392,17 +405,21 @@ impl UpgradeAgent {
             hash: hex::encode(hash),
             reason,
         };
-        let kind = self.scheduled_kind(hash);
-        self.service
-            .admit(
-                bytes,
-                &format!("peer {peer}"),
-                Admission::Scheduled { kind },
-            )
+        let admission = Admission::Scheduled {
+            kind: self.scheduled_kind(hash),
+        };
+        let outcome = self
+            .service
+            .admit(bytes, &format!("peer {peer}"), admission)
             .map_err(|e| rejected(e.to_string()))?;
-        self.modules
-            .prepare_scheduled(bytes, kind)
-            .map_err(|e| rejected(e.to_string()))?;
+        // Stored before (an earlier fetch, an upload) but not ready: read back from the store.
+        if let UploadOutcome::AlreadyStored(_) = outcome
+            && !self.is_ready(hash)
+        {
+            self.service
+                .prepare_stored(bytes, admission)
+                .map_err(|e| rejected(e.to_string()))?;
+        }
         tracing::info!(module = %hex::encode(hash), %peer, "scheduled module fetched, compiled and warmed: ready");
         Ok(())
     }
@@ -435,7 +452,7 @@ impl UpgradeAgent {
         if !self.serving.load(Ordering::Acquire) {
             return None;
         }
-        let consensus = self.modules.prepared_deposits(hash).is_some()
+        let consensus = self.modules.prepared_deposits(&ModuleHash(*hash)).is_some()
             || self
                 .service
                 .store()
@@ -675,12 +692,12 @@ impl DepositModules for UpgradeAgent {
     /// Ready to attest: prepared and warmed here (a scheduled module admitted although its
     /// warm-up failed on this node's recent blocks runs, but is not attested).
     fn is_ready(&self, hash: &Hash) -> bool {
-        self.modules.deposits_warmed(hash)
+        self.modules.deposits_warmed(&ModuleHash(*hash))
     }
 
     fn deposits(&self, hash: &Hash) -> Option<DepositEngine> {
         self.modules
-            .prepared_deposits(hash)
+            .prepared_deposits(&ModuleHash(*hash))
             .map(|m| DepositEngine::Module(Box::new((*m).clone())))
     }
 

@@ -175,7 +175,7 @@ impl<W: World> Ready<W> {
         let meta = self.module.meta();
         VersionStatus {
             name: meta.name(),
-            hash: hex::encode(meta.component.sha256),
+            hash: meta.component.sha256.to_hex(),
             version: meta.info.version,
             contract: meta.component.contract_name(),
             state_bytes: self.state.lock().len(),

@@ -275,5 +275,9 @@ fn a_fetched_module_of_another_kind_than_scheduled_is_refused() {
         .unwrap_err();
     assert!(err.to_string().contains("gossip-policy"), "{err}");
     assert!(!agent.is_ready(&policy_hash));
-    assert!(modules.prepared_version(&policy_hash).is_none());
+    assert!(
+        modules
+            .prepared_version(&modnode::hashes::ModuleHash(policy_hash))
+            .is_none()
+    );
 }

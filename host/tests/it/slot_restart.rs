@@ -12,12 +12,12 @@ use tempfile::TempDir;
 use super::network::{dirs, eventually, genesis, start};
 
 /// A prepared version of `kind` that is not the active one.
-fn other_version(node: &Node, kind: Kind) -> [u8; 32] {
+fn other_version(node: &Node, kind: Kind) -> modnode::hashes::ModuleHash {
     let active = node.modules().kind_status(kind).active.hash;
     node.modules()
         .prepared()
         .into_iter()
-        .find(|p| p.kind == kind && hex::encode(p.hash) != active)
+        .find(|p| p.kind == kind && p.hash.to_hex() != active)
         .unwrap_or_else(|| panic!("a second {kind} version prepared"))
         .hash
 }

@@ -422,7 +422,11 @@ fn the_modules_api_prepares_once_activates_local_kinds_and_refuses_consensus_one
         Err(SlotError::WrongKind { .. })
     ));
     assert!(matches!(
-        modules.activate(Kind::GossipPolicy, [7; 32], Mode::Shadow),
+        modules.activate(
+            Kind::GossipPolicy,
+            modnode::hashes::ModuleHash([7; 32]),
+            Mode::Shadow
+        ),
         Err(SlotError::UnknownModule { .. })
     ));
     let deposits_v1 = modules.prepare(&artifact("deposits-v1")).unwrap();

@@ -167,7 +167,12 @@ async fn a_valid_module_is_compiled_warmed_and_stored_once() {
         node.service.store().bytes(&sha).unwrap(),
         Some(bytes.clone())
     );
-    assert!(node.service.ready(&sha).is_some(), "not kept warm");
+    assert!(
+        node.service
+            .ready(&modnode::hashes::ModuleHash(sha))
+            .is_some(),
+        "not kept warm"
+    );
     assert_eq!(files_under(&node.dir.path().join("module-cache")), 1);
     assert_eq!(files_under(&node.dir.path().join("module-staging")), 0);
 

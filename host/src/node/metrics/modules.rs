@@ -309,7 +309,7 @@ mod tests {
             kind,
             name: name.into(),
             version: u32::from(byte),
-            hash: [byte; 32],
+            hash: crate::hashes::ModuleHash([byte; 32]),
             migration: false,
             warmup: WarmupReport::default(),
             new: false,
