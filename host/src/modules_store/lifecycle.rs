@@ -175,7 +175,7 @@ impl ModuleService {
             };
             local_limit(admission, &sha256.to_hex(), refusal)?;
         }
-        if let Some(existing) = self.store.meta(sha256.as_bytes())? {
+        if let Some(existing) = self.store.meta(&sha256)? {
             return Ok(UploadOutcome::AlreadyStored(existing));
         }
         let validated = self.validate(bytes, admission, true, path)?;
@@ -400,7 +400,7 @@ impl ModuleService {
             UploadError::Internal(format!("module {} has no staged artifact", info.sha256))
         })?;
         let stored = StoredModule {
-            sha256: info.sha256.to_hex(),
+            sha256: info.sha256,
             kind: info.kind.to_string(),
             contract: info.contract.to_string(),
             module_version: meta.info.version,
@@ -423,7 +423,7 @@ impl ModuleService {
             .map_err(staging_error("move the artifact to", &cached))?;
         if let Err(e) = self
             .store
-            .insert(info.sha256.as_bytes(), compiled.validated.bytes, &stored)
+            .insert(&info.sha256, compiled.validated.bytes, &stored)
         {
             let _ = std::fs::remove_file(&cached);
             return Err(e.into());

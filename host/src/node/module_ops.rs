@@ -26,10 +26,7 @@ pub(crate) fn prepare_stored(service: &ModuleService) {
         }
     };
     for module in stored {
-        let Ok(hash) = module.sha256.parse::<ModuleHash>() else {
-            continue;
-        };
-        match service.store().bytes(hash.as_bytes()) {
+        match service.store().bytes(&module.sha256) {
             Ok(Some(bytes)) => {
                 if let Err(e) = service.prepare_stored(&bytes, Admission::Operator) {
                     tracing::warn!(module = %module.name(), error = %e, "stored module not ready");
@@ -74,7 +71,7 @@ fn ensure_ready(
     let hex_hash = hash.to_hex();
     let bytes = service
         .store()
-        .bytes(hash.as_bytes())
+        .bytes(hash)
         .map_err(|e| ModuleOpError::Internal(e.to_string()))?
         .ok_or_else(|| {
             ModuleOpError::Unknown(format!(
@@ -138,7 +135,7 @@ pub(crate) fn list(slots: &Modules, service: &ModuleService) -> Result<Value, St
                 let hash = p.hash.to_hex();
                 let from = stored
                     .iter()
-                    .find(|m| m.sha256 == hash)
+                    .find(|m| m.sha256 == p.hash)
                     .map_or("built in", |m| m.source.as_str());
                 json!({
                     "name": p.name,

@@ -330,7 +330,11 @@ impl UpgradeAgent {
     fn local_bytes(&self, hash: &Hash) -> Result<Option<Vec<u8>>, String> {
         match self.embedded.get(hash) {
             Some(bytes) => Ok(Some(bytes.to_vec())),
-            None => self.service.store().bytes(hash).map_err(|e| e.to_string()),
+            None => self
+                .service
+                .store()
+                .bytes(&ModuleHash(*hash))
+                .map_err(|e| e.to_string()),
         }
     }
 
@@ -438,7 +442,7 @@ impl UpgradeAgent {
             || self
                 .service
                 .store()
-                .meta(hash)
+                .meta(&ModuleHash(*hash))
                 .ok()
                 .flatten()
                 .is_some_and(|m| m.kind == Kind::Deposits.to_string());
@@ -448,7 +452,11 @@ impl UpgradeAgent {
         if let Some(bytes) = self.embedded.get(hash) {
             return Some(bytes.to_vec());
         }
-        self.service.store().bytes(hash).ok().flatten()
+        self.service
+            .store()
+            .bytes(&ModuleHash(*hash))
+            .ok()
+            .flatten()
     }
 
     /// A missing module ([`UpgradeAgent::missing`]; each in turn) to fetch now and the peers

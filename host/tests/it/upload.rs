@@ -164,7 +164,10 @@ async fn a_valid_module_is_compiled_warmed_and_stored_once() {
     let sha: [u8; 32] = <sha2::Sha256 as sha2::Digest>::digest(&bytes).into();
     assert_eq!(module["sha256"], hex::encode(sha));
     assert_eq!(
-        node.service.store().bytes(&sha).unwrap(),
+        node.service
+            .store()
+            .bytes(&modnode::hashes::ModuleHash(sha))
+            .unwrap(),
         Some(bytes.clone())
     );
     assert!(
