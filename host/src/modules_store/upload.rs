@@ -1,10 +1,12 @@
-//! Upload of a module: validate, precompile on a worker thread under a deadline, warm, and only
-//! then store. A rejected upload leaves nothing behind: no store entry, no cached artifact.
+//! The module service: the store with the module lifecycle in front of it
+//! ([`lifecycle`](super::lifecycle): validate once → compile → warm → store → admit), its
+//! limits and who may be refused by them. A rejected upload leaves nothing behind: no store
+//! entry, no cached artifact.
 //!
 //! The order is cheapest check first: size, hash (a second upload of the same bytes is a no-op),
-//! the code's bounds read off the bytes ([`code_limits`]: functions, locals, body size, types,
-//! data, tables — before even validating, which is itself linear in them), static validation
-//! (component, known world, compatible contract, only modnode's imports), wasm features, then
+//! then one pass over the bytes that reads the code's bounds ([`code_limits`]: functions,
+//! locals, body size, types, data, tables — each before the validator reads it), validates
+//! (component, known world, compatible contract, only modnode's imports, wasm features), then
 //! compilation (bounded in time and output size) and warm-up.
 //! Compilation ([`compiler`]) holds no lock the node's import path needs and uses one core; the
 //! node compiles in a child process killed at the deadline, so a hostile module costs at most
