@@ -105,7 +105,7 @@ pub(crate) fn list(slots: &Modules, service: &ModuleService) -> Result<Value, St
         .map(|s| ActiveModule {
             kind: s.kind.to_string(),
             name: s.active.name.clone(),
-            sha256: s.active.hash.clone(),
+            sha256: s.active.hash.to_hex(),
         })
         .collect();
     let prepared = slots.prepared();

@@ -275,7 +275,7 @@ impl Modules {
         }
         self.versions.get(kind, &hash)?;
         self.deposits.set_scheduled(Some(Scheduled {
-            hash: hash.to_hex(),
+            hash,
             height,
             peers_ready: None,
             authorities_ready: None,

@@ -100,7 +100,7 @@ impl<W: World> Ready<W> {
         let meta = self.module.meta();
         VersionStatus {
             name: meta.name(),
-            hash: meta.component.sha256.to_hex(),
+            hash: meta.component.sha256,
             version: meta.info.version,
             contract: meta.component.contract_name(),
             state_bytes: self.state.lock().len(),

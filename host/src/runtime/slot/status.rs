@@ -2,13 +2,14 @@
 //! canary counters, breaker trips, and why a swap was refused.
 
 use super::super::{Kind, Scope};
+use crate::hashes::ModuleHash;
 use crate::runtime::module::WarmupReport;
 
 /// A version that is on a consensus kind's schedule (data only; on-chain scheduling decides).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Scheduled {
-    /// Module hash (hex).
-    pub hash: String,
+    /// Module hash (hex in JSON).
+    pub hash: ModuleHash,
     /// Height from which it is active.
     pub height: u64,
     /// Connected peers that report the module ready; `None` until nodes exchange readiness
@@ -35,7 +36,7 @@ pub struct VersionStatus {
     /// `<kind>-v<version>@<hash prefix>`.
     pub name: String,
     /// Full sha256 (hex).
-    pub hash: String,
+    pub hash: ModuleHash,
     /// The module's own version number.
     pub version: u32,
     /// The contract it declares (`modnode:<kind>@<version>`); the host runs it on its
