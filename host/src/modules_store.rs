@@ -1,8 +1,9 @@
 //! The module store: uploaded module components kept content-addressed (by sha256) in their own
 //! sled database under `<data_dir>/modules`, each with its metadata.
 //!
-//! A module enters the store only through [`upload::ModuleService::upload`], after it has been
-//! validated, precompiled and warmed; the bytes and the metadata are written in one atomic,
+//! A module enters the store only through the module lifecycle's store stage ([`lifecycle`]:
+//! an upload or a module fetched for the chain), after it has been validated, precompiled and
+//! warmed; the bytes and the metadata are written in one atomic,
 //! flushed batch, so a crash leaves either both or neither. Nothing in the store is ever
 //! executed from a peer's artifact: only the wasm bytes are kept here, compiled locally.
 

@@ -212,7 +212,7 @@ pub(super) fn warm_any(
 }
 
 /// A module that passed its warm-up (or that the chain scheduled: see
-/// [`Modules::warm_scheduled`]), to be made activatable with [`Modules::admit`].
+/// [`ReadyVersions::warm_scheduled`]), to be made ready with [`ReadyVersions::admit`].
 pub struct Warmed(pub(super) AnyReady);
 
 impl Warmed {
