@@ -185,7 +185,7 @@ pub enum ModuleOp {
     /// Put the ready module with this sha256 into service as `mode` (local kinds only).
     Activate {
         /// The module's sha256.
-        hash: [u8; 32],
+        hash: crate::hashes::ModuleHash,
         /// Live, shadow or canary.
         mode: Mode,
     },

@@ -1,16 +1,20 @@
 //! The module store: uploaded module components kept content-addressed (by sha256) in their own
 //! sled database under `<data_dir>/modules`, each with its metadata.
 //!
-//! A module enters the store only through [`upload::ModuleService::upload`], after it has been
-//! validated, precompiled and warmed; the bytes and the metadata are written in one atomic,
+//! A module enters the store only through the module lifecycle's store stage ([`lifecycle`]:
+//! an upload or a module fetched for the chain), after it has been validated, precompiled and
+//! warmed; the bytes and the metadata are written in one atomic,
 //! flushed batch, so a crash leaves either both or neither. Nothing in the store is ever
 //! executed from a peer's artifact: only the wasm bytes are kept here, compiled locally.
 
+pub mod lifecycle;
 pub mod upload;
 
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
+
+use crate::hashes::ModuleHash;
 
 /// Name of the store's directory inside the data directory.
 pub const MODULES_DIR: &str = "modules";
@@ -31,8 +35,8 @@ pub enum ModuleStoreError {
     Corrupt {
         /// The database directory.
         path: PathBuf,
-        /// The module's hash (hex).
-        sha256: String,
+        /// The module's hash.
+        sha256: ModuleHash,
         /// What is wrong.
         message: String,
     },
@@ -41,8 +45,8 @@ pub enum ModuleStoreError {
 /// What the node knows about a stored module.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StoredModule {
-    /// SHA-256 of the component bytes (hex): the module's identity.
-    pub sha256: String,
+    /// SHA-256 of the component bytes (hex in JSON): the module's identity.
+    pub sha256: ModuleHash,
     /// The module kind (`deposits`, `checkpoint`, `gossip-policy`).
     pub kind: String,
     /// The contract (WIT package) version it was built against.
@@ -78,7 +82,7 @@ impl StoredModule {
             "{}-v{}@{}",
             self.kind,
             self.module_version,
-            self.sha256.get(..12).unwrap_or(&self.sha256)
+            self.sha256.to_hex().get(..12).unwrap_or_default()
         )
     }
 }
@@ -134,13 +138,13 @@ impl std::fmt::Debug for ModuleStore {
 }
 
 /// Key of a module's bytes: `b` ‖ sha256.
-fn bytes_key(sha256: &[u8; 32]) -> Vec<u8> {
-    [b"b".as_slice(), sha256].concat()
+fn bytes_key(sha256: &ModuleHash) -> Vec<u8> {
+    [b"b".as_slice(), sha256.as_bytes()].concat()
 }
 
 /// Key of a module's metadata: `m` ‖ sha256.
-fn meta_key(sha256: &[u8; 32]) -> Vec<u8> {
-    [b"m".as_slice(), sha256].concat()
+fn meta_key(sha256: &ModuleHash) -> Vec<u8> {
+    [b"m".as_slice(), sha256.as_bytes()].concat()
 }
 
 impl ModuleStore {
@@ -170,23 +174,23 @@ impl ModuleStore {
     }
 
     /// The metadata of module `sha256`, if stored.
-    pub fn meta(&self, sha256: &[u8; 32]) -> Result<Option<StoredModule>, ModuleStoreError> {
+    pub fn meta(&self, sha256: &ModuleHash) -> Result<Option<StoredModule>, ModuleStoreError> {
         let Some(raw) = self.tree.get(meta_key(sha256)).map_err(|e| self.err(e))? else {
             return Ok(None);
         };
         self.decode(sha256, &raw).map(Some)
     }
 
-    fn decode(&self, sha256: &[u8; 32], raw: &[u8]) -> Result<StoredModule, ModuleStoreError> {
+    fn decode(&self, sha256: &ModuleHash, raw: &[u8]) -> Result<StoredModule, ModuleStoreError> {
         serde_json::from_slice(raw).map_err(|e| ModuleStoreError::Corrupt {
             path: self.path.clone(),
-            sha256: hex::encode(sha256),
+            sha256: *sha256,
             message: e.to_string(),
         })
     }
 
     /// The bytes of module `sha256`, if stored.
-    pub fn bytes(&self, sha256: &[u8; 32]) -> Result<Option<Vec<u8>>, ModuleStoreError> {
+    pub fn bytes(&self, sha256: &ModuleHash) -> Result<Option<Vec<u8>>, ModuleStoreError> {
         Ok(self
             .tree
             .get(bytes_key(sha256))
@@ -199,9 +203,9 @@ impl ModuleStore {
         let mut out = Vec::new();
         for item in self.tree.scan_prefix(b"m") {
             let (key, raw) = item.map_err(|e| self.err(e))?;
-            let mut sha256 = [0u8; 32];
+            let mut sha256 = ModuleHash::default();
             if let Some(hash) = key.get(1..).filter(|h| h.len() == 32) {
-                sha256.copy_from_slice(hash);
+                sha256.0.copy_from_slice(hash);
             }
             out.push(self.decode(&sha256, &raw)?);
         }
@@ -228,13 +232,13 @@ impl ModuleStore {
     /// Stores `bytes` with `meta` in one atomic batch and flushes it to disk before returning.
     pub fn insert(
         &self,
-        sha256: &[u8; 32],
+        sha256: &ModuleHash,
         bytes: &[u8],
         meta: &StoredModule,
     ) -> Result<(), ModuleStoreError> {
         let encoded = serde_json::to_vec(meta).map_err(|e| ModuleStoreError::Corrupt {
             path: self.path.clone(),
-            sha256: hex::encode(sha256),
+            sha256: *sha256,
             message: e.to_string(),
         })?;
         let mut batch = sled::Batch::default();
@@ -250,9 +254,9 @@ impl ModuleStore {
 mod tests {
     use super::*;
 
-    fn meta(kind: &str, version: u32, sha: &[u8; 32]) -> StoredModule {
+    fn meta(kind: &str, version: u32, sha: &ModuleHash) -> StoredModule {
         StoredModule {
-            sha256: hex::encode(sha),
+            sha256: *sha,
             kind: kind.into(),
             contract: "1.0.0".into(),
             module_version: version,
@@ -271,7 +275,7 @@ mod tests {
     #[test]
     fn modules_survive_a_reopen_and_list_in_order() {
         let dir = tempfile::tempdir().unwrap();
-        let (a, b) = ([1u8; 32], [2u8; 32]);
+        let (a, b) = (ModuleHash([1u8; 32]), ModuleHash([2u8; 32]));
         {
             let store = ModuleStore::open(dir.path()).unwrap();
             assert!(store.is_empty());
@@ -292,7 +296,7 @@ mod tests {
         let store = ModuleStore::open(dir.path()).unwrap();
         assert_eq!(store.bytes(&a).unwrap().as_deref(), Some(&b"aaa"[..]));
         assert_eq!(store.meta(&b).unwrap(), Some(meta("deposits", 1, &b)));
-        assert_eq!(store.meta(&[3; 32]).unwrap(), None);
+        assert_eq!(store.meta(&ModuleHash([3; 32])).unwrap(), None);
         let kinds: Vec<_> = store.list().unwrap().into_iter().map(|m| m.kind).collect();
         assert_eq!(kinds, ["deposits", "gossip-policy"]);
         assert_eq!(meta("deposits", 1, &b).name(), "deposits-v1@020202020202");
@@ -300,7 +304,7 @@ mod tests {
 
     #[test]
     fn listing_groups_by_kind_with_the_active_module() {
-        let (a, b) = ([1u8; 32], [2u8; 32]);
+        let (a, b) = (ModuleHash([1u8; 32]), ModuleHash([2u8; 32]));
         let active = ActiveModule {
             kind: "deposits".into(),
             name: "deposits-v2@abc".into(),

@@ -92,7 +92,7 @@ impl ModuleMeta {
 }
 
 fn display_name(component: &ComponentInfo, version: Option<u32>) -> String {
-    let hash = hex::encode(component.sha256.get(..6).unwrap_or_default());
+    let hash = hex::encode(component.sha256.0.get(..6).unwrap_or_default());
     match version {
         Some(v) => format!("{}-v{v}@{hash}", component.kind),
         None => format!("{}@{hash}", component.kind),
@@ -207,8 +207,45 @@ impl Runtime {
     /// runs it on realistic inputs.
     pub fn load(&self, bytes: &[u8]) -> Result<LoadedModule, LoadError> {
         let info = inspect::validate(bytes)?;
+        self.load_validated(bytes, info)
+    }
+
+    /// [`load`](Self::load) of bytes already validated (`info` is what validation found): the
+    /// bytes are not parsed again before compiling.
+    pub fn load_validated(
+        &self,
+        bytes: &[u8],
+        info: ComponentInfo,
+    ) -> Result<LoadedModule, LoadError> {
         let name = display_name(&info, None);
-        let component = self.cache.load(&self.engine, bytes, &info.sha256, &name)?;
+        let component = self
+            .cache
+            .load(&self.engine, bytes, info.sha256.as_bytes(), &name)?;
+        self.link(component, info)
+    }
+
+    /// Loads the validated module `info` from `artifact`, a file its upload's compiler wrote
+    /// outside the artifact cache (the module lifecycle's staging directory), with this
+    /// runtime's engine: the cache is neither read nor written, so a module that fails later
+    /// leaves nothing in it. The file must be this process's own compiler output (see
+    /// [`cache::ArtifactCache::load_staged`]).
+    pub fn load_staged(
+        &self,
+        artifact: &std::path::Path,
+        info: ComponentInfo,
+    ) -> Result<LoadedModule, LoadError> {
+        let name = display_name(&info, None);
+        let component = cache::ArtifactCache::load_staged(&self.engine, artifact, &name)?;
+        self.link(component, info)
+    }
+
+    /// Links `component` with the host implementation of the contract `info` declares and
+    /// instantiates it once (its `describe`).
+    fn link(
+        &self,
+        component: wasmtime::component::Component,
+        info: ComponentInfo,
+    ) -> Result<LoadedModule, LoadError> {
         let settings = self.call_settings(info.kind);
         Ok(match info.kind {
             Kind::Deposits => LoadedModule::Deposits(Module::prepare(
@@ -234,14 +271,15 @@ impl Runtime {
 
     /// Loads a module that must be of `kind`.
     pub fn load_kind(&self, bytes: &[u8], kind: Kind) -> Result<LoadedModule, LoadError> {
-        let found = inspect::validate(bytes)?.kind;
+        let info = inspect::validate(bytes)?;
+        let found = info.kind;
         if found != kind {
             return Err(LoadError::Link {
                 module: format!("{found} module"),
                 message: format!("expected a {kind} module, got a {found} module"),
             });
         }
-        self.load(bytes)
+        self.load_validated(bytes, info)
     }
 
     fn call_settings(&self, kind: Kind) -> module::CallSettings {

@@ -526,12 +526,9 @@ fn parse_kind(body: &[u8]) -> Result<Kind, String> {
 fn parse_activate(body: &[u8]) -> Result<ModuleOp, String> {
     let request: ActivateRequest = parse_body(body)?;
     let hex_hash = request.hash.as_str();
-    let hash: [u8; 32] = hex::decode(hex_hash)
-        .ok()
-        .and_then(|b| b.try_into().ok())
-        .ok_or_else(|| {
-            format!("`hash` must be a module's full sha256 as 64 hex digits, not {hex_hash:?}")
-        })?;
+    let hash: crate::hashes::ModuleHash = hex_hash.parse().map_err(|_| {
+        format!("`hash` must be a module's full sha256 as 64 hex digits, not {hex_hash:?}")
+    })?;
     let mode = match request.mode.as_deref().unwrap_or("live") {
         "live" => Mode::Live,
         "shadow" => Mode::Shadow,
@@ -658,14 +655,14 @@ mod tests {
         assert_eq!(
             op(json!({"hash": hash})),
             Ok(ModuleOp::Activate {
-                hash: [0xab; 32],
+                hash: crate::hashes::ModuleHash([0xab; 32]),
                 mode: Mode::Live
             })
         );
         assert_eq!(
             op(json!({"hash": hash, "mode": "canary", "percent": 10})),
             Ok(ModuleOp::Activate {
-                hash: [0xab; 32],
+                hash: crate::hashes::ModuleHash([0xab; 32]),
                 mode: Mode::Canary(10)
             })
         );

@@ -320,15 +320,15 @@ fn block_stream(
         let active = DepositEngine::Module(Box::new(v2.clone()));
         let mut chain = Chain::open(Arc::new(MemoryStore::new()), genesis.clone(), active)?;
         chain.set_deposit_modules(Arc::new(Prepared(HashMap::from([
-            (v2.hash(), DepositEngine::Module(Box::new(v2.clone()))),
-            (v3.hash(), DepositEngine::Module(Box::new(v3.clone()))),
+            (v2.hash().0, DepositEngine::Module(Box::new(v2.clone()))),
+            (v3.hash().0, DepositEngine::Module(Box::new(v3.clone()))),
         ]))));
         Ok(chain)
     };
     let mut producer = open((v2, v3))?;
     producer.propose_upgrade(UpgradeOp {
         kind: Kind::Deposits,
-        module: v3.hash(),
+        module: v3.hash().0,
         height: before + 1,
     })?;
     let count = usize::try_from(total)? * usize::from(BLOCK);
@@ -385,7 +385,7 @@ fn block_stream(
         cache.stats()
     );
     anyhow::ensure!(
-        follower.schedule().module_at(Kind::Deposits, before + 1) == Some(v3.hash()),
+        follower.schedule().module_at(Kind::Deposits, before + 1) == Some(v3.hash().0),
         "deposits-v3 was not scheduled at {}",
         before + 1
     );
@@ -498,7 +498,7 @@ fn measure_here(params: Params) -> anyhow::Result<Measured> {
     genesis.max_deposits_per_block = BLOCK;
     genesis.slots_per_epoch = Some(SLOTS_PER_EPOCH);
     genesis.finality_depth = FINALITY;
-    genesis.deposits_module = Some(v2.hash());
+    genesis.deposits_module = Some(v2.hash().0);
 
     // Blocks: the vote in block 1 must count, more than the lead before H.
     let before = (blocks as u64).max(genesis.upgrade_lead_blocks + 1);

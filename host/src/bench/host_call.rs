@@ -205,7 +205,7 @@ fn run_here(params: &HostCallParams, hostcall_fixture: &[u8]) -> anyhow::Result<
     let instantiate_us = median(&mut inst);
 
     let engine = runtime.engine();
-    let sha = v1.meta().component.sha256;
+    let sha = v1.meta().component.sha256.0;
     let mut compile = Vec::new();
     for _ in 0..5 {
         let cache = ArtifactCache::new(engine, None)?;

@@ -29,6 +29,7 @@ use modnode::chain::block::{Block, DepositData};
 use modnode::chain::genesis::Genesis;
 use modnode::chain::workload;
 use modnode::chain::{Chain, DepositEngine, DepositModules};
+use modnode::hashes::ModuleHash;
 use modnode::runtime::deposits::DepositCall;
 use modnode::runtime::modules::InitialModules;
 use modnode::runtime::slot::SlotConfig;
@@ -121,7 +122,10 @@ impl DepositModules for Follower {
         if let Some((_, engine)) = loaded.iter().find(|(h, _)| h == hash) {
             return Some(engine.clone());
         }
-        let engine = match (&self.cold, self.modules.prepared_deposits(hash)) {
+        let engine = match (
+            &self.cold,
+            self.modules.prepared_deposits(&ModuleHash(*hash)),
+        ) {
             (None, Some(m)) => DepositEngine::Module(Box::new((*m).clone())),
             (Some(cold), _) => {
                 let bytes = cold.bytes.iter().find(|b| sha(b) == *hash)?;

@@ -281,7 +281,7 @@ pub(super) fn assemble_manifest(
     let mut entries = entries;
     entries.extend(queue_entries);
     let manifest = Manifest {
-        module_hash: module.hash(),
+        module_hash: module.hash().0,
         module_version: info.version,
         params: manifest_params,
         height: at.height,

@@ -142,7 +142,7 @@ impl IncrementalCreator {
             .flatten();
         let previous = self.previous.take().filter(|p| {
             reusable
-                && p.module_hash == module.hash()
+                && p.module_hash == module.hash().0
                 && p.target_chunk_bytes == options.target_chunk_bytes
                 && p.leaf_size == state.leaf_size()
         });
@@ -243,7 +243,7 @@ impl IncrementalCreator {
                 })
                 .collect();
             self.previous = Some(Previous {
-                module_hash: module.hash(),
+                module_hash: module.hash().0,
                 target_chunk_bytes: options.target_chunk_bytes,
                 leaf_size: manifest.leaf_size,
                 level,

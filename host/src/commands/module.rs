@@ -491,9 +491,11 @@ pub fn inspect(file: &Path, json: bool) -> anyhow::Result<()> {
         .with_context(|| format!("{} failed to load", file.display()))?;
     let meta = module.meta();
     // On stderr: `--json` output stays one object.
-    for warning in
-        super::module_namesakes::built_in(&info.kind.to_string(), meta.info.version, &info.sha256)
-    {
+    for warning in super::module_namesakes::built_in(
+        &info.kind.to_string(),
+        meta.info.version,
+        info.sha256.as_bytes(),
+    ) {
         eprintln!("{warning}");
     }
     let world = format!("modnode:{}/{}", info.kind.package(), info.kind.package());

@@ -63,7 +63,7 @@ impl DepositEngine {
     /// sha256 of the module component (`None` for the native reference).
     pub fn hash(&self) -> Option<[u8; 32]> {
         match self {
-            DepositEngine::Module(module) => Some(module.hash()),
+            DepositEngine::Module(module) => Some(module.hash().0),
             #[cfg(any(test, feature = "test-utils"))]
             DepositEngine::Native(_) => None,
         }

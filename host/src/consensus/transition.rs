@@ -160,17 +160,17 @@ pub(crate) fn transition(
     let migrated = match &deposits {
         DepositEngine::Module(module)
             if module.has_migration()
-                && migration::activates(parent.schedule, header.height, &module.hash()) =>
+                && migration::activates(parent.schedule, header.height, &module.hash().0) =>
         {
             let done = migration::run(module, genesis, registry, parent.pending, header.height)
                 .map_err(|source| ImportError::Migration {
                     hash: hash.clone(),
                     height: header.height,
-                    module: hex32(&module.hash()),
+                    module: hex32(&module.hash().0),
                     source: Box::new(source),
                 })?;
             tracing::info!(
-                module = %hex32(&module.hash()),
+                module = %hex32(&module.hash().0),
                 height = header.height,
                 fuel = done.fuel_used,
                 changed = done.changed,

@@ -390,7 +390,10 @@ pub fn restore_from_file(parts: &FileRestoreParts<'_>) -> Result<Option<u64>, Fi
             ),
         });
     }
-    let Some(opener) = parts.modules.prepared_checkpoint(&manifest.module_hash) else {
+    let Some(opener) = parts
+        .modules
+        .prepared_checkpoint(&crate::hashes::ModuleHash(manifest.module_hash))
+    else {
         return Err(FileRestoreError::ModuleMissing {
             file,
             module: hex::encode(manifest.module_hash),

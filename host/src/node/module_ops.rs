@@ -8,14 +8,16 @@
 use serde_json::{Value, json};
 
 use crate::admin::{ModuleOp, ModuleOpError};
-use crate::modules_store::upload::ModuleService;
+use crate::hashes::ModuleHash;
+use crate::modules_store::upload::{Admission, ModuleService};
 use crate::modules_store::{ActiveModule, listing};
 use crate::runtime::{Kind, Modules, SlotError, SlotStatus};
 
-/// Prepares (loads from the artifact cache and warms) every stored module, so each can be
-/// activated by hash. A stored module that no longer prepares is logged and left out: it
-/// must not stop the node, and activating it later says why it is not ready.
-pub(crate) fn prepare_stored(slots: &Modules, service: &ModuleService) {
+/// Prepares every stored module through the module lifecycle (validate once, load from the
+/// artifact cache, warm, admit: `modules_store::lifecycle`), so each can be activated by hash.
+/// A stored module that no longer prepares is logged and left out: it must not stop the node,
+/// and activating it later says why it is not ready.
+pub(crate) fn prepare_stored(service: &ModuleService) {
     let stored = match service.store().list() {
         Ok(stored) => stored,
         Err(e) => {
@@ -24,12 +26,9 @@ pub(crate) fn prepare_stored(slots: &Modules, service: &ModuleService) {
         }
     };
     for module in stored {
-        let Some(hash) = parse_hash(&module.sha256) else {
-            continue;
-        };
-        match service.store().bytes(&hash) {
+        match service.store().bytes(&module.sha256) {
             Ok(Some(bytes)) => {
-                if let Err(e) = slots.prepare(&bytes) {
+                if let Err(e) = service.prepare_stored(&bytes, Admission::Operator) {
                     tracing::warn!(module = %module.name(), error = %e, "stored module not ready");
                 }
             }
@@ -39,10 +38,6 @@ pub(crate) fn prepare_stored(slots: &Modules, service: &ModuleService) {
             }
         }
     }
-}
-
-fn parse_hash(hex_hash: &str) -> Option<[u8; 32]> {
-    hex::decode(hex_hash).ok()?.try_into().ok()
 }
 
 /// Runs one module operation; answers `{"kind": …, "slot": <the kind's slot status>}`.
@@ -68,12 +63,12 @@ pub(crate) fn run(
 fn ensure_ready(
     slots: &Modules,
     service: &ModuleService,
-    hash: &[u8; 32],
+    hash: &ModuleHash,
 ) -> Result<Kind, ModuleOpError> {
     if let Some(prepared) = slots.prepared_version(hash) {
         return Ok(prepared.kind);
     }
-    let hex_hash = hex::encode(hash);
+    let hex_hash = hash.to_hex();
     let bytes = service
         .store()
         .bytes(hash)
@@ -84,9 +79,12 @@ fn ensure_ready(
                  it first (`modnode module upload <file.wasm>`)"
             ))
         })?;
-    slots.prepare(&bytes).map(|p| p.kind).map_err(|e| {
-        ModuleOpError::Refused(format!("module {hex_hash} is stored but not ready: {e}"))
-    })
+    service
+        .prepare_stored(&bytes, Admission::Operator)
+        .map(|p| p.kind)
+        .map_err(|e| {
+            ModuleOpError::Refused(format!("module {hex_hash} is stored but not ready: {e}"))
+        })
 }
 
 fn refusal(e: SlotError) -> ModuleOpError {
@@ -107,7 +105,7 @@ pub(crate) fn list(slots: &Modules, service: &ModuleService) -> Result<Value, St
         .map(|s| ActiveModule {
             kind: s.kind.to_string(),
             name: s.active.name.clone(),
-            sha256: s.active.hash.clone(),
+            sha256: s.active.hash.to_hex(),
         })
         .collect();
     let prepared = slots.prepared();
@@ -134,10 +132,10 @@ pub(crate) fn list(slots: &Modules, service: &ModuleService) -> Result<Value, St
             .iter()
             .filter(|p| p.kind.to_string() == kind)
             .map(|p| {
-                let hash = hex::encode(p.hash);
+                let hash = p.hash.to_hex();
                 let from = stored
                     .iter()
-                    .find(|m| m.sha256 == hash)
+                    .find(|m| m.sha256 == p.hash)
                     .map_or("built in", |m| m.source.as_str());
                 json!({
                     "name": p.name,
@@ -154,3 +152,6 @@ pub(crate) fn list(slots: &Modules, service: &ModuleService) -> Result<Value, St
     }
     Ok(value)
 }
+
+#[cfg(test)]
+mod tests;

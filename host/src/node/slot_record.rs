@@ -80,18 +80,18 @@ pub fn of(slots: &Modules) -> SlotRecord {
         .map(|s| {
             let candidate = match (&s.shadow, &s.canary) {
                 (Some(shadow), _) => Some(CandidateRecord {
-                    hash: shadow.version.hash.clone(),
+                    hash: shadow.version.hash.to_hex(),
                     canary_percent: None,
                 }),
                 (None, Some(canary)) => Some(CandidateRecord {
-                    hash: canary.version.hash.clone(),
+                    hash: canary.version.hash.to_hex(),
                     canary_percent: Some(canary.percent),
                 }),
                 (None, None) => None,
             };
             KindRecord {
                 kind: s.kind.to_string(),
-                active: s.active.hash,
+                active: s.active.hash.to_hex(),
                 candidate,
             }
         })
@@ -140,15 +140,14 @@ pub fn restore(data_dir: &Path, slots: &Modules, service: &ModuleService) {
             continue;
         }
         let activate = |hash: &str, mode: Mode| -> Result<(), String> {
-            let parsed: [u8; 32] = hex::decode(hash)
-                .ok()
-                .and_then(|b| b.try_into().ok())
-                .ok_or_else(|| format!("{hash} is not a sha256"))?;
+            let parsed: crate::hashes::ModuleHash = hash
+                .parse()
+                .map_err(|_| format!("{hash} is not a sha256"))?;
             module_ops::run(slots, service, ModuleOp::Activate { hash: parsed, mode })
                 .map(drop)
                 .map_err(|e| e.to_string())
         };
-        let running = slots.kind_status(kind).active.hash;
+        let running = slots.kind_status(kind).active.hash.to_hex();
         if entry.active != running
             && let Err(e) = activate(&entry.active, Mode::Live)
         {

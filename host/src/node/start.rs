@@ -261,7 +261,7 @@ impl Node {
                 let module_store =
                     ModuleService::open(&dir, dir.join(MODULE_CACHE_DIR), upload_config)?
                         .with_slots(modules.clone());
-                module_ops::prepare_stored(&modules, &module_store);
+                module_ops::prepare_stored(&module_store);
                 // What an operator activated before a restart, back in service.
                 slot_record::restore(&dir, &modules, &module_store);
                 Ok::<_, NodeError>((modules, module_store))

@@ -14,6 +14,7 @@
 
 pub mod deposit_cost;
 pub mod governance;
+mod listing;
 mod serve_limit;
 pub mod wanted;
 
@@ -26,16 +27,19 @@ use modnode_peers::NodeId;
 use sha2::{Digest, Sha256};
 
 use crate::chain::{DepositEngine, DepositModules};
-use crate::modules_store::upload::{Admission, ModuleService};
+use crate::hashes::ModuleHash;
+use crate::modules_store::upload::{Admission, ModuleService, UploadOutcome};
 use crate::runtime::{Kind, Modules};
 use crate::state::Schedule;
 use crate::state::schedule::{Action, Governance};
 
+use listing::readiness_of;
+pub use listing::{ScheduledReadiness, annotate_listing, running_at};
 pub use serve_limit::{FETCH_RETRY, FETCH_RETRY_MAX, Refusal, ServeLimits};
 use serve_limit::{FetchPacing, ServeLimiter};
 use wanted::WantedModules;
 
-type Hash = [u8; 32];
+pub(crate) type Hash = [u8; 32];
 
 /// Why a module fetched from a peer was not taken.
 #[derive(Debug, thiserror::Error)]
@@ -78,27 +82,6 @@ impl Drop for Permit {
     fn drop(&mut self) {
         lock(&self.limiter).finish(&self.peer);
     }
-}
-
-/// One scheduled module as `GET /modules` shows it.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct ScheduledReadiness {
-    /// The kind.
-    pub kind: Kind,
-    /// The module's sha256 (hex).
-    pub sha256: String,
-    /// The height it activates at.
-    pub height: u64,
-    /// Whether this node has it ready.
-    pub ready_here: bool,
-    /// Connected peers reporting it ready.
-    pub peers_ready: usize,
-    /// Connected peers.
-    pub peers_connected: usize,
-    /// Authorities (this node included, if it is one) reporting it ready.
-    pub authorities_ready: usize,
-    /// Size of the authority set.
-    pub authorities: usize,
 }
 
 /// Sizes of the upgrade agent's per-peer tables ([`UpgradeAgent::peer_table_sizes`]).
@@ -167,6 +150,13 @@ impl UpgradeAgent {
         me: NodeId,
     ) -> Self {
         let authorities_len = authorities.len();
+        // One ready-map: what the service admits is what the chain runs.
+        if !service.admit_into(modules.versions().clone()) {
+            tracing::warn!(
+                "the module service admits into another ready-map than the node's modules: \
+                 fetched modules must be prepared again from the store"
+            );
+        }
         let embedded = crate::artifacts::EMBEDDED
             .iter()
             .map(|(_, bytes)| (Sha256::digest(bytes).into(), *bytes))
@@ -202,7 +192,7 @@ impl UpgradeAgent {
     pub fn check_deposit_cost(&self, hash: &Hash, slot: u64) -> Result<(), String> {
         let module = self
             .modules
-            .prepared_deposits(hash)
+            .prepared_deposits(&ModuleHash(*hash))
             .ok_or_else(|| format!("deposits module {} is not prepared here", hex::encode(hash)))?;
         deposit_cost::check(&module, slot, self.max_deposits)
             .map(|cost| {
@@ -235,7 +225,7 @@ impl UpgradeAgent {
             &self.schedule(),
             head_height,
             &self.rules,
-            |h| self.modules.deposits_warmed(h),
+            |h| self.modules.deposits_warmed(&ModuleHash(*h)),
             &self.readiness(head_height),
         )
     }
@@ -270,7 +260,7 @@ impl UpgradeAgent {
 
     /// Whether the module `hash` is prepared (compiled and warmed) here.
     pub fn is_ready(&self, hash: &Hash) -> bool {
-        self.modules.prepared_deposits(hash).is_some()
+        self.modules.prepared_deposits(&ModuleHash(*hash)).is_some()
     }
 
     /// The scheduled modules this node has ready (what its status answers list).
@@ -329,7 +319,10 @@ impl UpgradeAgent {
         let Some(bytes) = self.local_bytes(hash)? else {
             return Ok(None);
         };
-        let prepared = self.modules.prepare(&bytes).map_err(|e| e.to_string())?;
+        let prepared = self
+            .service
+            .prepare_stored(&bytes, Admission::Operator)
+            .map_err(|e| e.to_string())?;
         Ok(Some(prepared.kind))
     }
 
@@ -337,7 +330,11 @@ impl UpgradeAgent {
     fn local_bytes(&self, hash: &Hash) -> Result<Option<Vec<u8>>, String> {
         match self.embedded.get(hash) {
             Some(bytes) => Ok(Some(bytes.to_vec())),
-            None => self.service.store().bytes(hash).map_err(|e| e.to_string()),
+            None => self
+                .service
+                .store()
+                .bytes(&ModuleHash(*hash))
+                .map_err(|e| e.to_string()),
         }
     }
 
@@ -361,7 +358,8 @@ impl UpgradeAgent {
     /// Prepares the scheduled module `hash` from the local store (or the modules built into
     /// this binary), if it is there, on the chain's word: only its kind and contract may refuse
     /// it, a failed warm-up on this node's own history only warns
-    /// ([`Modules::prepare_scheduled`]). Blocking (loads, maybe compiles).
+    /// ([`ModuleService::prepare_stored`] with [`Admission::Scheduled`]). Blocking (loads, maybe
+    /// compiles).
     pub fn prepare_scheduled(&self, hash: &Hash) -> Result<bool, String> {
         if self.is_ready(hash) {
             return Ok(true);
@@ -369,8 +367,9 @@ impl UpgradeAgent {
         let Some(bytes) = self.local_bytes(hash)? else {
             return Ok(false);
         };
-        self.modules
-            .prepare_scheduled(&bytes, self.scheduled_kind(hash))
+        let kind = self.scheduled_kind(hash);
+        self.service
+            .prepare_stored(&bytes, Admission::Scheduled { kind })
             .map_err(|e| e.to_string())?;
         Ok(true)
     }
@@ -392,17 +391,21 @@ impl UpgradeAgent {
             hash: hex::encode(hash),
             reason,
         };
-        let kind = self.scheduled_kind(hash);
-        self.service
-            .admit(
-                bytes,
-                &format!("peer {peer}"),
-                Admission::Scheduled { kind },
-            )
+        let admission = Admission::Scheduled {
+            kind: self.scheduled_kind(hash),
+        };
+        let outcome = self
+            .service
+            .admit(bytes, &format!("peer {peer}"), admission)
             .map_err(|e| rejected(e.to_string()))?;
-        self.modules
-            .prepare_scheduled(bytes, kind)
-            .map_err(|e| rejected(e.to_string()))?;
+        // Stored before (an earlier fetch, an upload) but not ready: read back from the store.
+        if let UploadOutcome::AlreadyStored(_) = outcome
+            && !self.is_ready(hash)
+        {
+            self.service
+                .prepare_stored(bytes, admission)
+                .map_err(|e| rejected(e.to_string()))?;
+        }
         tracing::info!(module = %hex::encode(hash), %peer, "scheduled module fetched, compiled and warmed: ready");
         Ok(())
     }
@@ -435,11 +438,11 @@ impl UpgradeAgent {
         if !self.serving.load(Ordering::Acquire) {
             return None;
         }
-        let consensus = self.modules.prepared_deposits(hash).is_some()
+        let consensus = self.modules.prepared_deposits(&ModuleHash(*hash)).is_some()
             || self
                 .service
                 .store()
-                .meta(hash)
+                .meta(&ModuleHash(*hash))
                 .ok()
                 .flatten()
                 .is_some_and(|m| m.kind == Kind::Deposits.to_string());
@@ -449,7 +452,11 @@ impl UpgradeAgent {
         if let Some(bytes) = self.embedded.get(hash) {
             return Some(bytes.to_vec());
         }
-        self.service.store().bytes(hash).ok().flatten()
+        self.service
+            .store()
+            .bytes(&ModuleHash(*hash))
+            .ok()
+            .flatten()
     }
 
     /// A missing module ([`UpgradeAgent::missing`]; each in turn) to fetch now and the peers
@@ -548,139 +555,16 @@ impl UpgradeAgent {
     }
 }
 
-/// Readiness of every entry of `schedule` not yet active at `head_height` (it activates at a
-/// height not imported yet): whether `me` has it ready, and which of `peers` (what each
-/// connected peer last reported ready) and of the `authorities` do.
-fn readiness_of(
-    schedule: &Schedule,
-    head_height: u64,
-    peers: &HashMap<NodeId, Vec<Hash>>,
-    authorities: &[NodeId],
-    me: &NodeId,
-    is_ready: impl Fn(&Hash) -> bool,
-) -> Vec<ScheduledReadiness> {
-    let me_authority = authorities.contains(me);
-    schedule
-        .upcoming(head_height)
-        .map(|e| {
-            let ready_here = is_ready(&e.module);
-            let ready_peers: Vec<&NodeId> = peers
-                .iter()
-                .filter(|(_, r)| r.contains(&e.module))
-                .map(|(p, _)| p)
-                .collect();
-            let authorities_ready = ready_peers
-                .iter()
-                .filter(|p| authorities.contains(p))
-                .count()
-                .saturating_add(usize::from(ready_here && me_authority));
-            ScheduledReadiness {
-                kind: e.kind,
-                sha256: hex::encode(e.module),
-                height: e.height,
-                ready_here,
-                peers_ready: ready_peers.len(),
-                peers_connected: peers.len(),
-                authorities_ready,
-                authorities: authorities.len(),
-            }
-        })
-        .collect()
-}
-
-/// The module each kind of `schedule` ran the head block at `head_height` with: what a
-/// listing shows as active. A module activating at `head_height + 1` is not running yet (the
-/// block at its height is not imported), so it is only scheduled.
-pub fn running_at(schedule: &Schedule, head_height: u64) -> Vec<(Kind, Hash)> {
-    Kind::ALL
-        .into_iter()
-        .filter_map(|k| schedule.module_at(k, head_height).map(|h| (k, h)))
-        .collect()
-}
-
-/// Adds on-chain scheduling to a `GET /modules` listing: every upcoming entry under
-/// `"scheduled"`, the next one of each kind as that kind's `slot.scheduled` (hash, height,
-/// peers and authorities reporting it ready), and as a consensus kind's `slot.active` the
-/// module the chain runs next (`chain_active`: kind and hash) with its contract, when it is
-/// ready here.
-pub fn annotate_listing(
-    listing: &mut serde_json::Value,
-    readiness: &[ScheduledReadiness],
-    chain_active: &[(Kind, Hash)],
-) {
-    if let Some(kinds) = listing.get_mut("kinds").and_then(|k| k.as_array_mut()) {
-        for entry in kinds {
-            let kind = entry
-                .get("kind")
-                .and_then(|k| k.as_str())
-                .map(str::to_string);
-            let running = chain_active
-                .iter()
-                .find(|(k, _)| Some(k.to_string()) == kind)
-                .map(|(_, h)| hex::encode(h));
-            let version = running.as_ref().and_then(|hash| {
-                entry
-                    .get("ready")
-                    .and_then(|r| r.as_array())
-                    .and_then(|r| {
-                        r.iter()
-                            .find(|v| v.get("sha256").and_then(|s| s.as_str()) == Some(hash))
-                    })
-                    .cloned()
-            });
-            if let (Some(hash), Some(v)) = (&running, version)
-                && let Some(slot) = entry.get_mut("slot").and_then(|s| s.as_object_mut())
-            {
-                slot.insert(
-                    "active".into(),
-                    serde_json::json!({
-                        "name": v.get("name"),
-                        "hash": hash,
-                        "version": v.get("module_version"),
-                        "contract": v.get("contract"),
-                        "migration": v.get("migration"),
-                        "warmup": v.get("warmup"),
-                    }),
-                );
-            }
-            let next = readiness
-                .iter()
-                .filter(|r| Some(r.kind.to_string()) == kind)
-                .min_by_key(|r| r.height);
-            if let (Some(next), Some(slot)) = (next, entry.get_mut("slot"))
-                && let Some(slot) = slot.as_object_mut()
-            {
-                slot.insert(
-                    "scheduled".into(),
-                    serde_json::json!({
-                        "hash": next.sha256,
-                        "height": next.height,
-                        "ready_here": next.ready_here,
-                        "peers_ready": next.peers_ready,
-                        "authorities_ready": next.authorities_ready,
-                    }),
-                );
-            }
-        }
-    }
-    if let Some(map) = listing.as_object_mut() {
-        map.insert(
-            "scheduled".into(),
-            serde_json::to_value(readiness).unwrap_or_default(),
-        );
-    }
-}
-
 impl DepositModules for UpgradeAgent {
     /// Ready to attest: prepared and warmed here (a scheduled module admitted although its
     /// warm-up failed on this node's recent blocks runs, but is not attested).
     fn is_ready(&self, hash: &Hash) -> bool {
-        self.modules.deposits_warmed(hash)
+        self.modules.deposits_warmed(&ModuleHash(*hash))
     }
 
     fn deposits(&self, hash: &Hash) -> Option<DepositEngine> {
         self.modules
-            .prepared_deposits(hash)
+            .prepared_deposits(&ModuleHash(*hash))
             .map(|m| DepositEngine::Module(Box::new((*m).clone())))
     }
 
@@ -707,66 +591,4 @@ impl DepositModules for UpgradeAgent {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::state::UpgradeOp;
-    use serde_json::json;
-
-    const OLD: Hash = [1; 32];
-    const NEW: Hash = [2; 32];
-    const H: u64 = 10;
-
-    /// A `GET /modules` listing as `module_ops::list` builds it: the deposits slot running
-    /// the node's own default, both versions ready.
-    fn listing() -> serde_json::Value {
-        let ready = |hash: &Hash, name: &str, contract: &str| {
-            json!({"name": name, "sha256": hex::encode(hash), "module_version": 1,
-                "contract": contract, "migration": false, "warmup": {}})
-        };
-        json!({"kinds": [{
-            "kind": "deposits",
-            "slot": {"active": {"name": "deposits-default", "hash": "00"}},
-            "ready": [
-                ready(&OLD, "old", "modnode:deposits@2.0.0"),
-                ready(&NEW, "new", "modnode:deposits@3.0.0"),
-            ],
-        }]})
-    }
-
-    /// The listing at head `head` of a chain running OLD from genesis and NEW from H.
-    fn listing_at(head: u64) -> serde_json::Value {
-        let mut schedule = Schedule::genesis(&[(Kind::Deposits, OLD)]);
-        schedule.entries.push(UpgradeOp {
-            kind: Kind::Deposits,
-            module: NEW,
-            height: H,
-        });
-        let readiness = readiness_of(&schedule, head, &HashMap::new(), &[], &[9; 32], |_| true);
-        let mut listing = listing();
-        annotate_listing(&mut listing, &readiness, &running_at(&schedule, head));
-        listing
-    }
-
-    #[test]
-    fn a_module_scheduled_at_h_is_only_scheduled_at_h_minus_1_and_only_active_from_h() {
-        let before = listing_at(H - 1);
-        let slot = &before["kinds"][0]["slot"];
-        assert_eq!(slot["active"]["hash"], hex::encode(OLD), "{before}");
-        assert_eq!(slot["scheduled"]["hash"], hex::encode(NEW), "{before}");
-        assert_eq!(slot["scheduled"]["height"], H, "{before}");
-        assert_eq!(before["scheduled"].as_array().map(Vec::len), Some(1));
-
-        for head in [H, H + 1] {
-            let after = listing_at(head);
-            let slot = &after["kinds"][0]["slot"];
-            assert_eq!(slot["active"]["hash"], hex::encode(NEW), "{after}");
-            // `module list` shows the contract the chain now runs the kind on.
-            assert_eq!(
-                slot["active"]["contract"], "modnode:deposits@3.0.0",
-                "{after}"
-            );
-            assert!(slot.get("scheduled").is_none(), "{after}");
-            assert_eq!(after["scheduled"], json!([]), "{after}");
-        }
-    }
-}
+mod tests;

@@ -69,10 +69,15 @@ impl ArtifactCache {
 
     /// Where the artifact for a module with this sha256 lives.
     pub fn artifact_path(&self, sha256: &[u8; 32]) -> Option<PathBuf> {
-        let compat = hex::encode(self.compat.get(..8).unwrap_or_default());
         self.dir
             .as_ref()
-            .map(|d| d.join(format!("{}-{compat}.cwasm", hex::encode(sha256))))
+            .map(|d| d.join(self.artifact_file_name(sha256)))
+    }
+
+    /// The file name of the artifact for a module with this sha256 (in any directory).
+    pub fn artifact_file_name(&self, sha256: &[u8; 32]) -> String {
+        let compat = hex::encode(self.compat.get(..8).unwrap_or_default());
+        format!("{}-{compat}.cwasm", hex::encode(sha256))
     }
 
     /// Loads the compiled component for `bytes`, compiling and caching it on a miss.
@@ -118,6 +123,21 @@ impl ArtifactCache {
             })?;
         }
         Ok(component)
+    }
+}
+
+impl ArtifactCache {
+    /// Loads the compiled component an upload's compiler wrote to `path`, outside any cache
+    /// directory, with `engine`; nothing is counted or written.
+    pub fn load_staged(engine: &Engine, path: &Path, name: &str) -> Result<Component, LoadError> {
+        // SAFETY: the module lifecycle writes this file into its private staging directory
+        // from this process's own compiler (in process, or the `modnode` binary's
+        // `debug compile-module` child) for this engine's configuration, exactly as the cache
+        // directory is written; wasmtime checks the header and its compatibility again.
+        unsafe { Component::deserialize_file(engine, path) }.map_err(|e| LoadError::Compile {
+            module: name.to_string(),
+            message: format!("{e:?}"),
+        })
     }
 }
 

@@ -5,7 +5,11 @@
 use std::fmt;
 
 use sha2::{Digest, Sha256};
-use wasmparser::{Encoding, Parser, Payload};
+use wasmparser::{
+    Encoding, FuncValidatorAllocations, Parser, Payload, ValidPayload, Validator, WasmFeatures,
+};
+
+use crate::hashes::ModuleHash;
 
 /// Largest component accepted, in bytes.
 pub const MAX_COMPONENT_BYTES: usize = 16 << 20;
@@ -158,7 +162,7 @@ pub struct ComponentInfo {
     /// declares it. The host runs it on [`host_contract`](Self::host_contract).
     pub contract: Version,
     /// SHA-256 of the bytes.
-    pub sha256: [u8; 32],
+    pub sha256: ModuleHash,
     /// Size in bytes.
     pub size: usize,
     /// Top-level import names.
@@ -189,6 +193,122 @@ impl ComponentInfo {
 
 /// Validates a component and says what it is.
 pub fn validate(bytes: &[u8]) -> Result<ComponentInfo, ValidationError> {
+    check_header(bytes)?;
+    let (imports, exports) = top_level_names(bytes)?;
+    passes::count();
+    wasmparser::Validator::new()
+        .validate_all(bytes)
+        .map_err(|e| ValidationError::Malformed {
+            message: e.to_string(),
+        })?;
+    identify(bytes, imports, exports)
+}
+
+/// Why [`validate_once`] refused a component.
+#[derive(Debug)]
+pub enum OnePassError<E> {
+    /// The component is not valid ([`validate`] refuses it too).
+    Invalid(ValidationError),
+    /// It is a valid component of a known world (`info`), but uses a wasm feature outside
+    /// the features asked for; the validator's message names the feature.
+    Feature {
+        /// What it is.
+        info: Box<ComponentInfo>,
+        /// The validator's message.
+        message: String,
+    },
+    /// The caller's check of a payload refused it (it stopped the pass).
+    Visit(E),
+}
+
+/// [`validate`] with only `features` enabled, in one pass over the bytes: every payload is
+/// shown to `visit` first (a bound read off the bytes — `modules_store`'s code limits —
+/// refuses before the validator spends time on it), then validated, and the top-level
+/// imports and exports are read on the way. An accepted component is parsed exactly once; a
+/// refused one may be parsed again to say why ([`OnePassError::Feature`] is only returned for
+/// a component [`validate`] accepts, with what it found, so refusals keep their order: not a
+/// component, unknown world, contract, imports, then features).
+pub fn validate_once<E>(
+    bytes: &[u8],
+    features: WasmFeatures,
+    mut visit: impl FnMut(&Payload<'_>) -> Result<(), E>,
+) -> Result<ComponentInfo, OnePassError<E>> {
+    passes::count();
+    check_header(bytes).map_err(OnePassError::Invalid)?;
+    let mut names = TopLevelNames::default();
+    let mut validator = Validator::new_with_features(features);
+    let mut parser = Parser::new(0);
+    parser.set_features(features);
+    // Bodies are checked after the sections, as `Validator::validate_all` does, so a refusal
+    // names the same first error.
+    let mut bodies = Vec::new();
+    let mut refused = None;
+    for payload in parser.parse_all(bytes) {
+        let payload = match payload {
+            Ok(payload) => payload,
+            Err(e) => {
+                refused = Some(e);
+                break;
+            }
+        };
+        visit(&payload).map_err(OnePassError::Visit)?;
+        names.read(&payload).map_err(OnePassError::Invalid)?;
+        match validator.payload(&payload) {
+            Ok(ValidPayload::Func(func, body)) => bodies.push((func, body)),
+            Ok(_) => {}
+            Err(e) => {
+                refused = Some(e);
+                break;
+            }
+        }
+    }
+    if refused.is_none() {
+        let mut allocations = FuncValidatorAllocations::default();
+        for (func, body) in bodies {
+            let mut func = func.into_validator(allocations);
+            if let Err(e) = func.validate(&body) {
+                refused = Some(e);
+                break;
+            }
+            allocations = func.into_allocations();
+        }
+    }
+    match refused {
+        None => identify(bytes, names.imports, names.exports).map_err(OnePassError::Invalid),
+        // Malformed, or only outside `features`: the full validator tells which.
+        Some(e) => match validate(bytes) {
+            Ok(info) => Err(OnePassError::Feature {
+                info: Box::new(info),
+                message: e.to_string(),
+            }),
+            Err(invalid) => Err(OnePassError::Invalid(invalid)),
+        },
+    }
+}
+
+/// Counting the passes over a component's bytes, for the test that an upload parses them once.
+pub mod passes {
+    #[cfg(any(test, feature = "test-utils"))]
+    thread_local! {
+        static PASSES: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    }
+
+    /// Records one pass over a component's bytes on this thread (every validation and every
+    /// check that reads the bytes calls it; only test builds count).
+    pub fn count() {
+        #[cfg(any(test, feature = "test-utils"))]
+        PASSES.with(|p| p.set(p.get().saturating_add(1)));
+    }
+
+    /// Passes over component bytes made on this thread so far.
+    #[cfg(any(test, feature = "test-utils"))]
+    pub fn on_this_thread() -> u64 {
+        PASSES.with(std::cell::Cell::get)
+    }
+}
+
+/// The size, then the header: a core module or not wasm at all is named before parsing.
+fn check_header(bytes: &[u8]) -> Result<(), ValidationError> {
     if bytes.len() > MAX_COMPONENT_BYTES {
         return Err(ValidationError::TooLarge {
             size: bytes.len(),
@@ -203,19 +323,21 @@ pub fn validate(bytes: &[u8]) -> Result<ComponentInfo, ValidationError> {
             reason: describe_header(bytes),
         });
     }
-    let (imports, exports) = top_level_names(bytes)?;
-    wasmparser::Validator::new()
-        .validate_all(bytes)
-        .map_err(|e| ValidationError::Malformed {
-            message: e.to_string(),
-        })?;
+    Ok(())
+}
 
+/// What a valid component's top-level names say it is.
+fn identify(
+    bytes: &[u8],
+    imports: Vec<String>,
+    exports: Vec<String>,
+) -> Result<ComponentInfo, ValidationError> {
     let (kind, contract, host) = world_of(&exports)?;
     check_imports(kind, host, migration_of(kind, &exports), &imports)?;
     Ok(ComponentInfo {
         kind,
         contract,
-        sha256: Sha256::digest(bytes).into(),
+        sha256: ModuleHash(Sha256::digest(bytes).into()),
         size: bytes.len(),
         imports,
         exports,
@@ -246,38 +368,57 @@ fn describe_header(bytes: &[u8]) -> String {
 }
 
 fn top_level_names(bytes: &[u8]) -> Result<(Vec<String>, Vec<String>), ValidationError> {
-    let malformed = |e: wasmparser::BinaryReaderError| ValidationError::Malformed {
-        message: e.to_string(),
-    };
-    let mut imports = Vec::new();
-    let mut exports = Vec::new();
-    let mut depth = 0u32;
+    passes::count();
+    let mut names = TopLevelNames::default();
     for payload in Parser::new(0).parse_all(bytes) {
-        match payload.map_err(malformed)? {
+        names.read(&payload.map_err(malformed)?)?;
+    }
+    Ok((names.imports, names.exports))
+}
+
+fn malformed(e: wasmparser::BinaryReaderError) -> ValidationError {
+    ValidationError::Malformed {
+        message: e.to_string(),
+    }
+}
+
+/// The component's own (top-level) import and export names, read payload by payload.
+#[derive(Default)]
+struct TopLevelNames {
+    imports: Vec<String>,
+    exports: Vec<String>,
+    depth: u32,
+}
+
+impl TopLevelNames {
+    fn read(&mut self, payload: &Payload<'_>) -> Result<(), ValidationError> {
+        match payload {
             Payload::Version {
                 encoding: Encoding::Module,
                 ..
-            } if depth == 0 => {
+            } if self.depth == 0 => {
                 return Err(ValidationError::CoreModule);
             }
             Payload::ModuleSection { .. } | Payload::ComponentSection { .. } => {
-                depth = depth.saturating_add(1)
+                self.depth = self.depth.saturating_add(1)
             }
-            Payload::End(_) => depth = depth.saturating_sub(1),
-            Payload::ComponentImportSection(reader) if depth == 0 => {
-                for import in reader {
-                    imports.push(import.map_err(malformed)?.name.name.to_string());
+            Payload::End(_) => self.depth = self.depth.saturating_sub(1),
+            Payload::ComponentImportSection(reader) if self.depth == 0 => {
+                for import in reader.clone() {
+                    self.imports
+                        .push(import.map_err(malformed)?.name.name.to_string());
                 }
             }
-            Payload::ComponentExportSection(reader) if depth == 0 => {
-                for export in reader {
-                    exports.push(export.map_err(malformed)?.name.name.to_string());
+            Payload::ComponentExportSection(reader) if self.depth == 0 => {
+                for export in reader.clone() {
+                    self.exports
+                        .push(export.map_err(malformed)?.name.name.to_string());
                 }
             }
             _ => {}
         }
+        Ok(())
     }
-    Ok((imports, exports))
 }
 
 /// The kind, declared contract and the host contract it runs on.

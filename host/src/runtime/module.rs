@@ -366,7 +366,7 @@ impl<W: World> Module<W> {
     }
 
     /// The component's sha256.
-    pub fn hash(&self) -> [u8; 32] {
+    pub fn hash(&self) -> crate::hashes::ModuleHash {
         self.meta.component.sha256
     }
 

@@ -25,14 +25,24 @@
 use std::collections::VecDeque;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{self, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
 
-use super::module::{Module, WarmupReport, World};
-use super::{CallError, Kind, Scope};
+use super::module::{Module, World};
+use super::{CallError, Kind};
 use crate::clock::unix_ms;
+
+mod ready;
+mod shadow;
+mod status;
+
+pub use ready::{KeptState, Ready};
+pub use shadow::ShadowWorker;
+pub use status::{
+    BreakerTrip, CanaryStatus, Divergence, Scheduled, Served, ShadowStatus, SlotStatus, SwapError,
+    VersionStatus,
+};
 
 /// How a ready version is put into service.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -82,112 +92,6 @@ impl Default for SlotConfig {
     }
 }
 
-/// The state the host keeps for one version in a slot between calls (a stateful contract's
-/// bytes; empty otherwise). A call holds the lock while it runs, so calls on one version see
-/// each other's states in order and none is lost.
-#[derive(Debug, Default)]
-pub struct KeptState(Mutex<Vec<u8>>);
-
-impl KeptState {
-    /// State holding `bytes`.
-    pub fn new(bytes: Vec<u8>) -> Self {
-        Self(Mutex::new(bytes))
-    }
-
-    /// Locks the state for one call (a poisoned lock still holds a whole state).
-    pub fn lock(&self) -> std::sync::MutexGuard<'_, Vec<u8>> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// A copy of the bytes.
-    pub fn bytes(&self) -> Vec<u8> {
-        self.lock().clone()
-    }
-}
-
-/// A loaded version that passed warm-up.
-pub struct Ready<W: World> {
-    /// The module.
-    pub module: Arc<Module<W>>,
-    /// What warm-up measured.
-    pub warmup: WarmupReport,
-    /// The state kept for this version while it is in a slot.
-    state: Arc<KeptState>,
-}
-
-impl<W: World> Clone for Ready<W> {
-    fn clone(&self) -> Self {
-        Self {
-            module: self.module.clone(),
-            warmup: self.warmup,
-            state: self.state.clone(),
-        }
-    }
-}
-
-impl<W: World> Ready<W> {
-    /// `module`, with what its warm-up measured (or did not: see `WarmupReport::failed`).
-    pub fn new(module: Module<W>, warmup: WarmupReport) -> Self {
-        Self {
-            module: Arc::new(module),
-            warmup,
-            state: Arc::new(KeptState::default()),
-        }
-    }
-
-    /// The state kept for this version.
-    pub fn state(&self) -> &KeptState {
-        &self.state
-    }
-
-    /// This version entering a slot in place of `previous`, with state of its own: what
-    /// [`World::take_over`] makes of `previous` and its state. A take-over that fails starts
-    /// from empty state (logged): the hand-over never blocks a swap.
-    fn taking_over(&self, previous: Option<&Ready<W>>) -> Self {
-        let from = previous.map(|p| (&*p.module, p.state.bytes()));
-        let state = W::take_over(&self.module, from).unwrap_or_else(|e| {
-            tracing::warn!(kind = %W::KIND, module = %self.module.meta().name(), error = %e, "take-over failed; the version starts from empty state");
-            Vec::new()
-        });
-        Self {
-            module: self.module.clone(),
-            warmup: self.warmup,
-            state: Arc::new(KeptState::new(state)),
-        }
-    }
-
-    /// Warms `module` (instantiate + dry run on realistic inputs); only a warmed module can
-    /// enter a slot.
-    pub fn warm(module: Module<W>) -> Result<Self, CallError> {
-        Self::warm_with(module, |_| Ok((0, 0)))
-    }
-
-    /// [`warm`](Self::warm), also replaying recent real inputs (see [`Module::warm_with`]).
-    pub fn warm_with(
-        module: Module<W>,
-        real: impl FnOnce(&Module<W>) -> Result<(u64, u32), CallError>,
-    ) -> Result<Self, CallError> {
-        let warmup = module.warm_with(real)?;
-        Ok(Self::new(module, warmup))
-    }
-
-    fn status(&self) -> VersionStatus {
-        let meta = self.module.meta();
-        VersionStatus {
-            name: meta.name(),
-            hash: hex::encode(meta.component.sha256),
-            version: meta.info.version,
-            contract: meta.component.contract_name(),
-            state_bytes: self.state.lock().len(),
-            warmup: self.warmup,
-        }
-    }
-
-    fn same(&self, other: &Ready<W>) -> bool {
-        self.module.hash() == other.module.hash()
-    }
-}
-
 /// Counters of the version on trial (candidate, or live activation on probation).
 #[derive(Default)]
 struct Trial {
@@ -206,20 +110,6 @@ struct Candidate<W: World> {
     ready: Ready<W>,
     mode: Mode,
     trial: Arc<Trial>,
-}
-
-/// A version that is on a consensus kind's schedule (data only; on-chain scheduling decides).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct Scheduled {
-    /// Module hash (hex).
-    pub hash: String,
-    /// Height from which it is active.
-    pub height: u64,
-    /// Connected peers that report the module ready; `None` until nodes exchange readiness
-    /// (the on-chain upgrade protocol fills it).
-    pub peers_ready: Option<u32>,
-    /// Authorities that report the module ready; `None` like `peers_ready`.
-    pub authorities_ready: Option<u32>,
 }
 
 /// One immutable state of a slot.
@@ -264,196 +154,6 @@ pub trait Invocation<W: World>: Clone + fmt::Debug + Send + 'static {
     ) -> Result<Self::Output, CallError> {
         let _ = state;
         self.invoke(module)
-    }
-}
-
-/// Which version served a call.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Served {
-    /// The active version.
-    Active,
-    /// The canary.
-    Canary,
-    /// The previous version, after the active one (on probation) failed.
-    Previous,
-}
-
-/// A version as the status shows it.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct VersionStatus {
-    /// `<kind>-v<version>@<hash prefix>`.
-    pub name: String,
-    /// Full sha256 (hex).
-    pub hash: String,
-    /// The module's own version number.
-    pub version: u32,
-    /// The contract it declares (`modnode:<kind>@<version>`); the host runs it on its
-    /// implementation of that contract.
-    pub contract: String,
-    /// Bytes of the state the host keeps for it (0 for contracts that keep none).
-    pub state_bytes: usize,
-    /// What its warm-up measured.
-    pub warmup: WarmupReport,
-}
-
-/// A divergence between a shadow and the active version.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct Divergence {
-    /// The input both ran on.
-    pub input: String,
-    /// The active version's output.
-    pub active: String,
-    /// The shadow's output (or its error).
-    pub shadow: String,
-}
-
-/// A shadow candidate's trial.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct ShadowStatus {
-    /// The candidate.
-    pub version: VersionStatus,
-    /// Inputs compared so far.
-    pub compared: u64,
-    /// Outputs that differed (shadow faults included).
-    pub divergences: u64,
-    /// Inputs not compared because the worker was behind.
-    pub skipped: u64,
-    /// Faults of the shadow the module is to blame for ([`CallError::blames_module`]).
-    pub faults: u64,
-    /// The latest divergences, oldest first.
-    pub recent_divergences: Vec<Divergence>,
-}
-
-/// A canary candidate's trial.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct CanaryStatus {
-    /// The candidate.
-    pub version: VersionStatus,
-    /// Share of calls it serves, in percent.
-    pub percent: u8,
-    /// Calls it was chosen for.
-    pub calls: u64,
-    /// Faults the module is to blame for ([`CallError::blames_module`]; each such call was
-    /// served by the active version instead).
-    pub faults: u64,
-}
-
-/// An automatic rollback by the circuit breaker.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct BreakerTrip {
-    /// The version rolled back.
-    pub module: String,
-    /// How it was running: `shadow`, `canary N%` or `live`.
-    pub mode: String,
-    /// Faults counted.
-    pub faults: u64,
-    /// The last fault.
-    pub last_fault: String,
-    /// When, in milliseconds since the Unix epoch.
-    pub at_unix_ms: u64,
-}
-
-/// What `module list` shows for one kind.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct SlotStatus {
-    /// The kind.
-    pub kind: Kind,
-    /// Consensus or local.
-    pub scope: Scope,
-    /// The version serving calls.
-    pub active: VersionStatus,
-    /// Deterministic faults of the active version since its live activation, while `previous`
-    /// is kept (the breaker's count); `None` when not on probation.
-    pub active_faults: Option<u64>,
-    /// The scheduled version (consensus kinds).
-    pub scheduled: Option<Scheduled>,
-    /// The shadow candidate.
-    pub shadow: Option<ShadowStatus>,
-    /// The canary candidate.
-    pub canary: Option<CanaryStatus>,
-    /// The version a rollback returns to.
-    pub previous: Option<VersionStatus>,
-    /// Faults after which the breaker rolls back.
-    pub breaker_threshold: u32,
-    /// Automatic rollbacks so far.
-    pub breaker_trips: u64,
-    /// Calls that failed after every fallback (the caller got the error: the gossip engine
-    /// floods such a message instead).
-    pub failed_calls: u64,
-    /// The latest automatic rollbacks, oldest first.
-    pub recent_trips: Vec<BreakerTrip>,
-}
-
-/// Why a slot refused a change.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum SwapError {
-    /// The version is already active.
-    #[error("{module} is already the active {kind} module")]
-    AlreadyActive {
-        /// The kind.
-        kind: Kind,
-        /// The module.
-        module: String,
-    },
-    /// There is nothing to roll back to.
-    #[error("the {kind} slot has no previous version to roll back to")]
-    NoPrevious {
-        /// The kind.
-        kind: Kind,
-    },
-    /// A canary share outside 1..=100.
-    #[error("canary share {0}% is outside 1..=100")]
-    BadShare(u8),
-    /// There is no candidate to cancel.
-    #[error("the {kind} slot has no shadow or canary candidate")]
-    NoCandidate {
-        /// The kind.
-        kind: Kind,
-    },
-}
-
-type Job = Box<dyn FnOnce() + Send>;
-
-/// A bounded queue and one worker thread for shadow comparisons. Shared by the slots of a node.
-#[derive(Clone)]
-pub struct ShadowWorker {
-    sender: SyncSender<Job>,
-}
-
-impl ShadowWorker {
-    /// Starts the worker with room for `capacity` waiting comparisons.
-    pub fn start(capacity: usize) -> std::io::Result<Self> {
-        let (sender, receiver) = mpsc::sync_channel::<Job>(capacity.max(1));
-        std::thread::Builder::new()
-            .name("modnode-shadow".into())
-            .spawn(crate::log_span::in_current_span(move || {
-                while let Ok(job) = receiver.recv() {
-                    // A panicking comparison must not stop later ones.
-                    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
-                }
-            }))?;
-        Ok(Self { sender })
-    }
-
-    fn try_submit(&self, job: Job) -> bool {
-        match self.sender.try_send(job) {
-            Ok(()) => true,
-            Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => false,
-        }
-    }
-
-    /// Waits until every comparison submitted before this call has finished.
-    pub fn flush(&self) {
-        let (tx, rx) = mpsc::sync_channel(1);
-        if self
-            .sender
-            .send(Box::new(move || {
-                let _ = tx.send(());
-            }))
-            .is_ok()
-        {
-            let _ = rx.recv();
-        }
     }
 }
 
@@ -909,19 +609,4 @@ impl<W: World> Slot<W> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::canary_selected;
-
-    #[test]
-    fn a_canary_gets_exactly_its_share_of_every_hundred_calls() {
-        for percent in [1u8, 5, 10, 33, 50, 99, 100] {
-            for start in [0u64, 100, 12_300] {
-                let chosen = (start..start + 100)
-                    .filter(|&s| canary_selected(s, percent))
-                    .count();
-                assert_eq!(chosen, usize::from(percent), "{percent}% from {start}");
-            }
-        }
-        assert!(!(0..1000).any(|s| canary_selected(s, 0)));
-    }
-}
+mod tests;

@@ -64,7 +64,7 @@ pub(crate) fn load(
     Ok(Version {
         name: meta.name(),
         version: meta.info.version,
-        sha256: meta.component.sha256,
+        sha256: meta.component.sha256.0,
         module,
     })
 }

@@ -28,7 +28,7 @@ fn restart_loads_the_cached_artifact_instead_of_compiling() {
     );
     let path = first
         .cache()
-        .artifact_path(&module.meta().component.sha256)
+        .artifact_path(module.meta().component.sha256.as_bytes())
         .unwrap();
     assert!(path.is_file(), "artifact not written to {}", path.display());
     drop(first);
@@ -54,7 +54,7 @@ fn corrupt_artifact_is_replaced_not_trusted() {
     let module = rt.load(&bytes).unwrap();
     let path = rt
         .cache()
-        .artifact_path(&module.meta().component.sha256)
+        .artifact_path(module.meta().component.sha256.as_bytes())
         .unwrap();
     std::fs::write(&path, b"definitely not machine code").unwrap();
 

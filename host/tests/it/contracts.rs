@@ -385,7 +385,11 @@ fn modules_prepare_list_and_tell_events_with_the_contract() {
     assert!(modules.kind_status(Kind::GossipPolicy).active.state_bytes > before);
     // Deposits stay a consensus kind: no live activation, whatever the contract.
     assert!(matches!(
-        modules.activate(Kind::Deposits, [0; 32], Mode::Live),
+        modules.activate(
+            Kind::Deposits,
+            modnode::hashes::ModuleHash([0; 32]),
+            Mode::Live
+        ),
         Err(SlotError::ConsensusKind { .. })
     ));
 }

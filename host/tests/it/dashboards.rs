@@ -300,7 +300,12 @@ async fn full_scrape() -> String {
     propose(paths[0], far + 1).await;
     propose(paths[1], far + 1).await;
 
-    let policy = a.modules().kind_status(Kind::GossipPolicy).active.hash;
+    let policy = a
+        .modules()
+        .kind_status(Kind::GossipPolicy)
+        .active
+        .hash
+        .to_hex();
     let other = a
         .modules()
         .prepared()

@@ -47,12 +47,12 @@ pub(super) fn setup() -> Setup {
     let rt = runtime(10_000_000_000);
     let v2 = deposits_module(&rt, "deposits-v2");
     let v3 = deposits_module(&rt, "deposits-v3");
-    let v3_hash = v3.hash();
+    let v3_hash = v3.hash().0;
     let mut genesis = Genesis::generated("deposits-v3-chain", GENESIS_VALIDATORS, 20);
     genesis.slots_per_epoch = Some(4);
     genesis.finality_depth = 2;
     genesis.upgrade_lead_blocks = 2;
-    genesis.deposits_module = Some(v2.hash());
+    genesis.deposits_module = Some(v2.hash().0);
     Setup {
         genesis,
         v2: DepositEngine::Module(Box::new(v2)),

@@ -114,7 +114,7 @@ async fn gossip_policy_canary_live_rollback_and_shadow_through_the_admin_api_on_
     three_more_blocks(&nodes).await;
     // No call failed: v1 served every plan on probation without a fault.
     let status = nodes[1].modules().kind_status(Kind::GossipPolicy);
-    assert_eq!(status.active.hash, v1);
+    assert_eq!(status.active.hash.to_hex(), v1);
     assert_eq!(status.active_faults, Some(0));
 
     let answer = client::rollback_module(&api, Kind::GossipPolicy)
@@ -150,7 +150,7 @@ async fn gossip_policy_canary_live_rollback_and_shadow_through_the_admin_api_on_
     );
     assert_ne!(d.active, d.shadow);
     assert_eq!(
-        modules.kind_status(Kind::GossipPolicy).active.hash,
+        modules.kind_status(Kind::GossipPolicy).active.hash.to_hex(),
         v2,
         "a shadow has no effect"
     );
@@ -229,7 +229,10 @@ async fn gossip_policy_canary_live_rollback_and_shadow_through_the_admin_api_on_
         401,
         "Authorization",
     );
-    assert_eq!(modules.kind_status(Kind::GossipPolicy).active.hash, v2);
+    assert_eq!(
+        modules.kind_status(Kind::GossipPolicy).active.hash.to_hex(),
+        v2
+    );
     for node in nodes {
         node.shutdown().await;
     }

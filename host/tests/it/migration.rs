@@ -67,7 +67,7 @@ fn setup() -> Setup {
     genesis.slots_per_epoch = Some(4);
     genesis.finality_depth = 2;
     genesis.upgrade_lead_blocks = 2;
-    genesis.deposits_module = Some(v2.hash());
+    genesis.deposits_module = Some(v2.hash().0);
     let engines = [
         "deposits-v3",
         "fixture-deposits-v3-migrate",

@@ -150,7 +150,13 @@ fn a_node_with_tiny_upload_limits_admits_a_scheduled_module_and_imports_past_its
     .unwrap();
     let refused = service.upload(&v1, "operator").unwrap_err();
     assert_eq!(refused.code(), "too-large", "{refused}");
-    assert!(service.store().meta(&v1_hash).unwrap().is_none());
+    assert!(
+        service
+            .store()
+            .meta(&modnode::hashes::ModuleHash(v1_hash))
+            .unwrap()
+            .is_none()
+    );
 
     // Fetched for the chain: admitted (the limits only warn), stored, ready, served on.
     agent.accept_fetched(&v1_hash, &v1, "peer").unwrap();
@@ -275,5 +281,9 @@ fn a_fetched_module_of_another_kind_than_scheduled_is_refused() {
         .unwrap_err();
     assert!(err.to_string().contains("gossip-policy"), "{err}");
     assert!(!agent.is_ready(&policy_hash));
-    assert!(modules.prepared_version(&policy_hash).is_none());
+    assert!(
+        modules
+            .prepared_version(&modnode::hashes::ModuleHash(policy_hash))
+            .is_none()
+    );
 }

@@ -12,12 +12,12 @@ use tempfile::TempDir;
 use super::network::{dirs, eventually, genesis, start};
 
 /// A prepared version of `kind` that is not the active one.
-fn other_version(node: &Node, kind: Kind) -> [u8; 32] {
+fn other_version(node: &Node, kind: Kind) -> modnode::hashes::ModuleHash {
     let active = node.modules().kind_status(kind).active.hash;
     node.modules()
         .prepared()
         .into_iter()
-        .find(|p| p.kind == kind && hex::encode(p.hash) != active)
+        .find(|p| p.kind == kind && p.hash != active)
         .unwrap_or_else(|| panic!("a second {kind} version prepared"))
         .hash
 }
@@ -39,13 +39,13 @@ async fn an_activated_policy_and_a_canary_are_restored_after_a_restart() {
         .await
         .unwrap();
     let before_policy = node.modules().kind_status(Kind::GossipPolicy);
-    assert_eq!(before_policy.active.hash, hex::encode(policy));
+    assert_eq!(before_policy.active.hash.to_hex(), hex::encode(policy));
     node.shutdown().await;
 
     let node = start(paths[0], &genesis, vec![]).await;
     let policy_slot = node.modules().kind_status(Kind::GossipPolicy);
     assert_eq!(
-        policy_slot.active.hash,
+        policy_slot.active.hash.to_hex(),
         hex::encode(policy),
         "the activated policy was lost on restart"
     );
@@ -53,7 +53,7 @@ async fn an_activated_policy_and_a_canary_are_restored_after_a_restart() {
     let canary = checkpoint_slot
         .canary
         .expect("the canary was lost on restart");
-    assert_eq!(canary.version.hash, hex::encode(checkpoint));
+    assert_eq!(canary.version.hash.to_hex(), hex::encode(checkpoint));
     assert_eq!(canary.percent, 30);
     // The node keeps running on them.
     let height = node.status().height;

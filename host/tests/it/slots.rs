@@ -180,9 +180,9 @@ fn live_swaps_under_gossip_load_fail_no_call_and_lose_no_message() {
     let served = policy.served_by.lock().unwrap().clone();
     assert_eq!(served.len(), 2, "{served:?}");
     let status = slot.status();
-    assert_eq!(status.active.hash, hex::encode(v2.module.hash()));
+    assert_eq!(status.active.hash.to_hex(), hex::encode(v2.module.hash()));
     assert_eq!(
-        status.previous.map(|p| p.hash),
+        status.previous.map(|p| p.hash.to_hex()),
         Some(hex::encode(v1.module.hash()))
     );
     assert_eq!(status.breaker_trips, 0);
@@ -372,7 +372,7 @@ fn the_circuit_breaker_rolls_back_a_trapping_canary_and_a_trapping_live_version(
         assert_eq!(served, Served::Previous);
     }
     let status = slot.status();
-    assert_eq!(status.active.hash, v2_hash);
+    assert_eq!(status.active.hash.to_hex(), v2_hash);
     assert_eq!(status.breaker_trips, 2);
     assert_eq!(status.recent_trips.last().unwrap().mode, "live");
     let (_, served) = slot.call(plan_call(4, 700)).unwrap();
@@ -409,9 +409,12 @@ fn the_modules_api_prepares_once_activates_local_kinds_and_refuses_consensus_one
     let status = modules
         .activate(Kind::GossipPolicy, first.hash, Mode::Live)
         .unwrap();
-    assert_eq!(status.active.hash, hex::encode(first.hash));
+    assert_eq!(status.active.hash.to_hex(), hex::encode(first.hash));
     let status = modules.rollback(Kind::GossipPolicy).unwrap();
-    assert_eq!(status.previous.unwrap().hash, hex::encode(first.hash));
+    assert_eq!(
+        status.previous.unwrap().hash.to_hex(),
+        hex::encode(first.hash)
+    );
 
     assert!(matches!(
         modules.activate(Kind::Deposits, first.hash, Mode::Live),
@@ -422,7 +425,11 @@ fn the_modules_api_prepares_once_activates_local_kinds_and_refuses_consensus_one
         Err(SlotError::WrongKind { .. })
     ));
     assert!(matches!(
-        modules.activate(Kind::GossipPolicy, [7; 32], Mode::Shadow),
+        modules.activate(
+            Kind::GossipPolicy,
+            modnode::hashes::ModuleHash([7; 32]),
+            Mode::Shadow
+        ),
         Err(SlotError::UnknownModule { .. })
     ));
     let deposits_v1 = modules.prepare(&artifact("deposits-v1")).unwrap();
@@ -562,5 +569,5 @@ fn a_plan_over_the_kinds_bounds_is_a_module_fault_and_the_previous_version_serve
     let _ = slot.call(plan_call(5, u32::try_from(bound).unwrap() + 1));
     assert!(modnode::runtime::bounds::over_bound(Kind::GossipPolicy) > before);
     // Three faults on probation: the breaker rolled it back to v2.
-    assert_eq!(slot.status().active.hash, v2_hash);
+    assert_eq!(slot.status().active.hash.to_hex(), v2_hash);
 }

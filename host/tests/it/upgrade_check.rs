@@ -656,12 +656,12 @@ fn record_switching_to(
     let rt = super::runtime(2_000_000_000);
     let v2 = super::deposits_module(&rt, "deposits-v2");
     let v3 = super::deposits_module(&rt, to);
-    let v3_hash = v3.hash();
+    let v3_hash = v3.hash().0;
     let mut genesis = Genesis::generated("upgrade-check-across", 8, 21);
     genesis.slots_per_epoch = Some(4);
     genesis.finality_depth = 2;
     genesis.upgrade_lead_blocks = 2;
-    genesis.deposits_module = Some(v2.hash());
+    genesis.deposits_module = Some(v2.hash().0);
     let store = SledStore::open(&dir.join("chain")).unwrap();
     let mut chain = Chain::open(
         Arc::new(store),

@@ -275,7 +275,7 @@ fn sigkill_around_the_activation_height_restarts_consistently() {
     let rt = super::runtime(1_000_000_000);
     let v1 = super::deposits_module(&rt, "deposits-v1");
     let v2 = super::deposits_module(&rt, "deposits-v2");
-    let v1_hash = v1.hash();
+    let v1_hash = v1.hash().0;
     let modules = Arc::new(Recorder::default());
     modules.add_engine(v1_hash, DepositEngine::Module(Box::new(v1)));
     let open = |store: Arc<dyn modnode::store::KvStore>| {
@@ -465,14 +465,14 @@ fn a_component_retagged_with_a_custom_section_is_a_separate_version_running_the_
     assert_ne!(h2, hr);
     let info = validate(&retagged).unwrap();
     assert_eq!(info.kind, Kind::Deposits);
-    assert_eq!(info.sha256, hr);
+    assert_eq!(info.sha256.0, hr);
     assert_eq!(info.exports, validate(&v2).unwrap().exports);
     let rt = super::runtime(1_000_000_000);
     let original = super::deposits_module(&rt, "deposits-v2");
     let LoadedModule::Deposits(copy) = rt.load(&retagged).unwrap() else {
         panic!("the re-tagged component does not load as a deposits module")
     };
-    assert_eq!(copy.hash(), hr);
+    assert_eq!(copy.hash().0, hr);
     assert_eq!(copy.meta().info, original.meta().info);
 
     // The module store keeps it as a version of its own next to the original.

@@ -164,10 +164,18 @@ async fn a_valid_module_is_compiled_warmed_and_stored_once() {
     let sha: [u8; 32] = <sha2::Sha256 as sha2::Digest>::digest(&bytes).into();
     assert_eq!(module["sha256"], hex::encode(sha));
     assert_eq!(
-        node.service.store().bytes(&sha).unwrap(),
+        node.service
+            .store()
+            .bytes(&modnode::hashes::ModuleHash(sha))
+            .unwrap(),
         Some(bytes.clone())
     );
-    assert!(node.service.ready(&sha).is_some(), "not kept warm");
+    assert!(
+        node.service
+            .ready(&modnode::hashes::ModuleHash(sha))
+            .is_some(),
+        "not kept warm"
+    );
     assert_eq!(files_under(&node.dir.path().join("module-cache")), 1);
     assert_eq!(files_under(&node.dir.path().join("module-staging")), 0);
 

@@ -25,7 +25,7 @@ struct FakeNode {
 
 fn stored(bytes: &[u8]) -> StoredModule {
     StoredModule {
-        sha256: hex::encode(<sha2::Sha256 as sha2::Digest>::digest(bytes)),
+        sha256: crate::hashes::ModuleHash(<sha2::Sha256 as sha2::Digest>::digest(bytes).into()),
         kind: "gossip-policy".into(),
         contract: "1.0.0".into(),
         module_version: 3,

@@ -19,7 +19,7 @@ pub enum Admission {
 
 /// A local limit `refusal` (size, code size, compiled size, warm-up): refuses an operator's
 /// upload, only warns for a module the chain scheduled.
-pub(super) fn local_limit(
+pub(crate) fn local_limit(
     admission: Admission,
     name: &str,
     refusal: UploadError,

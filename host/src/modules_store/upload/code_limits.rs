@@ -202,16 +202,58 @@ fn add(a: u64, b: impl Into<u64>) -> u64 {
 
 /// Checks `bytes` against every bound of this module and a function body of at most
 /// `max_body_bytes`, stopping at the first bound exceeded. Bytes that do not parse pass:
-/// validation, which runs next, names what is malformed.
+/// validation, which runs next, names what is malformed. (The module lifecycle does not call
+/// this: it counts the same bounds with a [`CodeCounter`] inside its one validating pass.)
 pub fn check_code_limits(bytes: &[u8], max_body_bytes: usize) -> Result<CodeMeasures, UploadError> {
-    let mut m = CodeMeasures::default();
-    // A core module's counts; components nest, so a stack of the modules being read.
-    let mut modules: Vec<Option<ModuleCounts>> = Vec::new();
+    crate::runtime::inspect::passes::count();
+    let mut counter = CodeCounter::new(max_body_bytes);
     for payload in Parser::new(0).parse_all(bytes) {
         let Ok(payload) = payload else {
-            return Ok(m);
+            break;
         };
-        let current = modules.last_mut().and_then(Option::as_mut);
+        counter.visit(&payload)?;
+        if counter.stopped {
+            break;
+        }
+    }
+    Ok(counter.measures)
+}
+
+/// The bounds counted payload by payload, as a pass over the bytes shows them (see
+/// [`check_code_limits`]); a payload it cannot read stops the counting (validation names it).
+#[derive(Debug)]
+pub struct CodeCounter {
+    measures: CodeMeasures,
+    /// A core module's counts; components nest, so a stack of the modules being read.
+    modules: Vec<Option<ModuleCounts>>,
+    max_body_bytes: usize,
+    stopped: bool,
+}
+
+impl CodeCounter {
+    /// Nothing counted yet; function bodies may be `max_body_bytes` long.
+    pub fn new(max_body_bytes: usize) -> Self {
+        Self {
+            measures: CodeMeasures::default(),
+            modules: Vec::new(),
+            max_body_bytes,
+            stopped: false,
+        }
+    }
+
+    /// Stops counting (the caller took note of a bound exceeded and reads on).
+    pub fn stop(&mut self) {
+        self.stopped = true;
+    }
+
+    /// Counts `payload`; an error is the first bound exceeded.
+    pub fn visit(&mut self, payload: &Payload<'_>) -> Result<(), UploadError> {
+        if self.stopped {
+            return Ok(());
+        }
+        let m = &mut self.measures;
+        let max_body_bytes = self.max_body_bytes;
+        let current = self.modules.last_mut().and_then(Option::as_mut);
         match (payload, current) {
             (
                 Payload::Version {
@@ -222,11 +264,11 @@ pub fn check_code_limits(bytes: &[u8], max_body_bytes: usize) -> Result<CodeMeas
             ) => {
                 let modules_seen = add(m.core_modules, 1u8);
                 bound(&mut m.core_modules, modules_seen, &CORE_MODULES)?;
-                modules.push(Some(ModuleCounts::default()));
+                self.modules.push(Some(ModuleCounts::default()));
             }
-            (Payload::Version { .. }, _) => modules.push(None),
+            (Payload::Version { .. }, _) => self.modules.push(None),
             (Payload::End(_), _) => {
-                modules.pop();
+                self.modules.pop();
             }
             (Payload::TypeSection(r), Some(c)) => {
                 c.types = add(c.types, r.count());
@@ -234,7 +276,7 @@ pub fn check_code_limits(bytes: &[u8], max_body_bytes: usize) -> Result<CodeMeas
             }
             (Payload::ImportSection(r), Some(c)) => {
                 // Function imports count as functions too; an import group may hold several.
-                for import in r.into_imports().flatten() {
+                for import in r.clone().into_imports().flatten() {
                     if matches!(import.ty, wasmparser::TypeRef::Func(_)) {
                         c.functions = add(c.functions, 1u8);
                         bound(
@@ -282,7 +324,7 @@ pub fn check_code_limits(bytes: &[u8], max_body_bytes: usize) -> Result<CodeMeas
                     r.count().into(),
                     &DATA_SEGMENTS_PER_MODULE,
                 )?;
-                for data in r.into_iter().flatten() {
+                for data in r.clone().into_iter().flatten() {
                     c.data_bytes = add(
                         c.data_bytes,
                         u64::try_from(data.data.len()).unwrap_or(u64::MAX),
@@ -300,7 +342,7 @@ pub fn check_code_limits(bytes: &[u8], max_body_bytes: usize) -> Result<CodeMeas
                     r.count().into(),
                     &TABLES_PER_MODULE,
                 )?;
-                for table in r.into_iter().flatten() {
+                for table in r.clone().into_iter().flatten() {
                     c.table_elements = add(c.table_elements, table.ty.initial);
                     bound(
                         &mut m.table_elements_per_module,
@@ -330,11 +372,13 @@ pub fn check_code_limits(bytes: &[u8], max_body_bytes: usize) -> Result<CodeMeas
                 }
                 let mut locals = 0u64;
                 let Ok(reader) = body.get_locals_reader() else {
-                    return Ok(m);
+                    self.stopped = true;
+                    return Ok(());
                 };
                 for local in reader {
                     let Ok((count, _)) = local else {
-                        return Ok(m);
+                        self.stopped = true;
+                        return Ok(());
                     };
                     locals = add(locals, count);
                     bound(&mut m.locals_per_function, locals, &LOCALS_PER_FUNCTION)?;
@@ -348,8 +392,8 @@ pub fn check_code_limits(bytes: &[u8], max_body_bytes: usize) -> Result<CodeMeas
             }
             _ => {}
         }
+        Ok(())
     }
-    Ok(m)
 }
 
 #[cfg(test)]

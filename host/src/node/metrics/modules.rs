@@ -215,13 +215,13 @@ pub fn render_modules(slots: &[SlotStatus], versions: &[(Prepared, CallCounts)])
             ("role", (*role).to_string()),
             ("module", v.name.clone()),
             ("version", v.version.to_string()),
-            ("sha256", v.hash.clone()),
+            ("sha256", v.hash.to_hex()),
         ]))
         .set(1);
     }
     for (p, counts) in versions {
         let hash = hex::encode(p.hash);
-        if !roles.iter().any(|(_, _, v)| v.hash == hash) {
+        if !roles.iter().any(|(_, _, v)| v.hash == p.hash) {
             info.get_or_create(&labels(&[
                 ("kind", p.kind.to_string()),
                 ("role", "prepared".to_string()),
@@ -279,7 +279,7 @@ mod tests {
     fn version(name: &str, byte: u8) -> VersionStatus {
         VersionStatus {
             name: name.into(),
-            hash: hex::encode([byte; 32]),
+            hash: crate::hashes::ModuleHash([byte; 32]),
             version: u32::from(byte),
             warmup: WarmupReport::default(),
             contract: "modnode:gossip-policy@1.0.0".into(),
@@ -309,7 +309,7 @@ mod tests {
             kind,
             name: name.into(),
             version: u32::from(byte),
-            hash: [byte; 32],
+            hash: crate::hashes::ModuleHash([byte; 32]),
             migration: false,
             warmup: WarmupReport::default(),
             new: false,

@@ -289,7 +289,7 @@ impl Driver<'_> {
         let Some(opener) = self
             .parts
             .modules
-            .prepared_checkpoint(&manifest.module_hash)
+            .prepared_checkpoint(&crate::hashes::ModuleHash(manifest.module_hash))
         else {
             self.bad.insert(id);
             return Err(Stop::Bad(format!(

@@ -53,7 +53,7 @@ const MAX_IMPURE: usize = 64;
 
 /// Which instances a call may reuse: the same component, contract, engine and limits.
 struct Key {
-    hash: [u8; 32],
+    hash: crate::hashes::ModuleHash,
     contract: Version,
     engine: Engine,
     limits: Limits,
@@ -90,9 +90,9 @@ struct Warm {
 static WARM: Mutex<Vec<Warm>> = Mutex::new(Vec::new());
 /// Calls served by an instance that had served an earlier call.
 static REUSED_CALLS: AtomicU64 = AtomicU64::new(0);
-static IMPURE: Mutex<Vec<[u8; 32]>> = Mutex::new(Vec::new());
+static IMPURE: Mutex<Vec<crate::hashes::ModuleHash>> = Mutex::new(Vec::new());
 
-fn is_impure(hash: &[u8; 32]) -> bool {
+fn is_impure(hash: &crate::hashes::ModuleHash) -> bool {
     IMPURE.lock().map_or(true, |l| l.contains(hash))
 }
 
