@@ -21,6 +21,32 @@ pub fn lower_this_threads_priority() {
     }
 }
 
+/// The calling thread's Linux thread id (0 elsewhere), for [`raise_to_normal`].
+pub fn this_threads_id() -> i32 {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: gettid takes nothing and returns this thread's id.
+        unsafe { libc::gettid() }
+    }
+    #[cfg(not(target_os = "linux"))]
+    0
+}
+
+/// Moves the thread `tid` (of this process, from [`this_threads_id`]) back to normal priority
+/// (best effort): for a background thread someone now waits for, which at `SCHED_IDLE` would
+/// get no CPU time on a busy machine.
+pub fn raise_to_normal(tid: i32) {
+    #[cfg(target_os = "linux")]
+    {
+        let param = libc::sched_param { sched_priority: 0 };
+        // SAFETY: `param` is a valid sched_param for the call's duration; the call only
+        // changes the scheduling class of `tid`, and fails harmlessly for an exited thread.
+        let _ = unsafe { libc::sched_setscheduler(tid, libc::SCHED_OTHER, &param) };
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = tid;
+}
+
 /// Runs `work` at normal priority when the calling thread runs at `SCHED_IDLE` (and puts the
 /// thread back after): for the short sections of background work that hold a lock block import
 /// also takes (a store commit). Preempted inside such a section, an idle thread would make

@@ -9,7 +9,9 @@
 //! background thread at the lowest priority reclaims the log's overwritten space.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::{Arc, Weak};
+use std::thread::JoinHandle;
 use std::time::Duration;
 
 use super::value_log::{self, LogTotals, ValueLog};
@@ -35,6 +37,57 @@ pub struct SledStore {
     space: Arc<Keyspace>,
     /// The tree's name, for messages.
     name: String,
+    /// The value log's reclaiming thread (the chain's tree only): stopped and joined when the
+    /// store drops, so sled is closed when the drop returns.
+    #[cfg_attr(
+        not(test),
+        expect(dead_code, reason = "held for its drop, which stops the thread")
+    )]
+    collector: Option<Collector>,
+}
+
+/// What the store and its reclaiming thread share.
+#[derive(Default)]
+struct CollectorSignal {
+    /// Set by the store's drop: the thread returns before its next step.
+    stop: AtomicBool,
+    /// The thread's Linux thread id (0 until it has started), so a drop can raise it out of
+    /// `SCHED_IDLE` to finish a step nothing else would give it CPU time for.
+    tid: AtomicI32,
+    /// Test hook: hold the keyspace inside a step until the store drops.
+    #[cfg(test)]
+    hold_in_step: AtomicBool,
+    /// Test hook: the thread is holding the keyspace inside a step.
+    #[cfg(test)]
+    holding: AtomicBool,
+}
+
+/// The reclaiming thread of a store's value log.
+struct Collector {
+    signal: Arc<CollectorSignal>,
+    handle: Option<JoinHandle<()>>,
+}
+
+impl Drop for Collector {
+    /// Stops the thread and waits for it. A step in progress (at most
+    /// [`COLLECT_STEP_BYTES`] moved and one flush) holds the keyspace, and with it sled's lock
+    /// on the directory: without the wait, reopening the store right after dropping it — a
+    /// restart, a test — fails with `WouldBlock` until an idle-priority thread on a busy
+    /// machine gets to finish.
+    fn drop(&mut self) {
+        self.signal.stop.store(true, Ordering::Release);
+        let Some(handle) = self.handle.take() else {
+            return;
+        };
+        let tid = self.signal.tid.load(Ordering::Acquire);
+        if tid != 0 {
+            crate::thread_priority::raise_to_normal(tid);
+        }
+        handle.thread().unpark();
+        if handle.join().is_err() {
+            tracing::warn!("the value-log thread panicked");
+        }
+    }
 }
 
 impl std::fmt::Debug for SledStore {
@@ -62,12 +115,13 @@ impl SledStore {
             tree: chain,
             log: Some(log),
         });
-        spawn_collector(Arc::downgrade(&space), path)?;
+        let collector = spawn_collector(Arc::downgrade(&space), path)?;
         Ok(Self {
             path: path.to_path_buf(),
             db,
             space,
             name: "chain".into(),
+            collector: Some(collector),
         })
     }
 
@@ -227,23 +281,39 @@ fn config(path: &Path) -> sled::Config {
 
 /// Runs the value log's reclaiming on its own lowest-priority thread until the store is
 /// dropped.
-fn spawn_collector(space: Weak<Keyspace>, path: &Path) -> Result<(), StoreError> {
+fn spawn_collector(space: Weak<Keyspace>, path: &Path) -> Result<Collector, StoreError> {
     // The thread must not keep sled open: it holds the keyspace weakly, upgrading it only for
-    // a step.
+    // a step, and the store's drop stops it and waits for the step in progress.
+    let signal = Arc::new(CollectorSignal::default());
+    let shared = Arc::clone(&signal);
     std::thread::Builder::new()
         .name("value-log".into())
         .spawn(crate::log_span::in_current_span(move || {
+            shared
+                .tid
+                .store(crate::thread_priority::this_threads_id(), Ordering::Release);
             crate::thread_priority::lower_this_threads_priority();
             // Segments are collected one after another while any is under half live (at
             // this thread's priority, only on CPU time nothing else wants); then it polls.
             let mut idle = true;
             loop {
-                if idle {
-                    std::thread::sleep(COLLECT_POLL);
+                if idle && !shared.stop.load(Ordering::Acquire) {
+                    std::thread::park_timeout(COLLECT_POLL);
+                }
+                if shared.stop.load(Ordering::Acquire) {
+                    return;
                 }
                 let Some(space) = space.upgrade() else {
                     return;
                 };
+                #[cfg(test)]
+                if shared.hold_in_step.load(Ordering::Acquire) {
+                    shared.holding.store(true, Ordering::Release);
+                    while !shared.stop.load(Ordering::Acquire) {
+                        std::thread::park_timeout(Duration::from_millis(1));
+                    }
+                    return;
+                }
                 let Some(log) = &space.log else {
                     return;
                 };
@@ -273,7 +343,10 @@ fn spawn_collector(space: Weak<Keyspace>, path: &Path) -> Result<(), StoreError>
                 };
             }
         }))
-        .map(drop)
+        .map(|handle| Collector {
+            signal,
+            handle: Some(handle),
+        })
         .map_err(|e| StoreError::Backend {
             path: path.display().to_string(),
             message: format!("cannot start the value-log thread: {e}"),
@@ -367,6 +440,7 @@ impl KvStore for SledStore {
             db: self.db.clone(),
             space: Arc::new(Keyspace { tree, log: None }),
             name: name.into(),
+            collector: None,
         }))
     }
 
@@ -388,6 +462,32 @@ mod tests {
             }
         }
         batch
+    }
+
+    /// The reclaiming thread holds the keyspace (and so sled's lock on the directory) during a
+    /// step; dropping the store must wait for it, or a reopen right after the drop fails with
+    /// `WouldBlock` — what a loaded machine made of `prune`'s reopen.
+    #[test]
+    fn a_store_reopens_at_once_after_a_drop_while_its_collector_is_inside_a_step() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("db");
+        let store = SledStore::open(&path).unwrap();
+        store.commit(&batch(&[(b"a", Some(b"1"))])).unwrap();
+        let collector = store.collector.as_ref().unwrap();
+        let signal = Arc::clone(&collector.signal);
+        signal.hold_in_step.store(true, Ordering::Release);
+        collector.handle.as_ref().unwrap().thread().unpark();
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while !signal.holding.load(Ordering::Acquire) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the collector never entered a step"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        drop(store);
+        let reopened = SledStore::open(&path).unwrap();
+        assert_eq!(reopened.get(b"a").unwrap(), Some(b"1".to_vec()));
     }
 
     #[test]
