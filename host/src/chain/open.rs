@@ -109,12 +109,15 @@ impl Chain {
                     store,
                     genesis,
                     genesis_hash,
-                    registry: Arc::new(registry_genesis),
-                    eth1: eth1_genesis,
-                    pending: None,
+                    state: State::new(
+                        genesis_hash,
+                        0,
+                        registry_genesis,
+                        eth1_genesis,
+                        schedule_genesis,
+                    ),
                     head,
                     deposits,
-                    schedule: schedule_genesis,
                     modules: None,
                     proposals: Vec::new(),
                     states,
@@ -195,9 +198,9 @@ impl Chain {
                 let eth1 = load_eth1(store.as_ref(), &head.hash)?;
                 let schedule = load_schedule(store.as_ref(), &head.hash)?;
                 let pending = pending_store::load(store.as_ref(), &head.hash)?;
-                let pending_root = pending.as_ref().map(PendingQueue::root);
-                let root =
-                    state_root_with(&registry.root(), &eth1, &schedule, pending_root.as_ref());
+                let state =
+                    State::with_pending(head.hash, head.height, registry, eth1, schedule, pending);
+                let root = state.root();
                 if root != head.state_root {
                     return Err(OpenError::Corrupt(format!(
                         "state root {} does not match head block {} (height {}), which commits to {}",
@@ -238,12 +241,9 @@ impl Chain {
                     store,
                     genesis,
                     genesis_hash,
-                    registry: Arc::new(registry),
-                    eth1,
-                    pending,
+                    state,
                     head,
                     deposits,
-                    schedule,
                     modules: None,
                     proposals,
                     states,

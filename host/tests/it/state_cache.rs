@@ -8,7 +8,7 @@ use modnode::chain::genesis::Genesis;
 use modnode::chain::native_deposits::Verification;
 use modnode::chain::workload::{self, DevDepositLog};
 use modnode::chain::{Chain, DepositEngine};
-use modnode::state::{NewValidator, Registry, RegistryDelta, StateSnapshot};
+use modnode::state::{NewValidator, Registry, RegistryDelta, State};
 use modnode::state_cache::{StateCache, StateCacheConfig, StateSource};
 use modnode::store::MemoryStore;
 
@@ -127,7 +127,7 @@ fn eviction_never_drops_the_head_or_a_state_in_use() {
         anchors_kept: 64,
     });
     let states = chain.states();
-    let mut held: Option<StateSnapshot> = None;
+    let mut held: Option<State> = None;
     let mut hashes = Vec::new();
     for height in 1..=8 {
         import_next(&mut chain, &mut log, height);
@@ -185,7 +185,7 @@ fn accounted_bytes_match_allocator_growth_within_ten_percent() {
         })
         .unwrap();
     cache.set_head(
-        StateSnapshot::new(
+        State::new(
             [0; 32],
             0,
             registry.clone(),
@@ -211,7 +211,7 @@ fn accounted_bytes_match_allocator_growth_within_ten_percent() {
         registry.apply(&delta).unwrap();
         let mut block = [0u8; 32];
         block[..8].copy_from_slice(&height.to_le_bytes());
-        cache.insert(StateSnapshot::new(
+        cache.insert(State::new(
             block,
             height,
             registry.clone(),

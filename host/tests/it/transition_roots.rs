@@ -1,7 +1,9 @@
 //! The state roots of generated chains, pinned: seeded chains — new validators, top-ups,
 //! deposits with bad signatures, lagging and fresh eth1 votes, and (one flavour) an upgrade
 //! vote switching deposits-v2 to deposits-v3's queue — built and imported through
-//! `Chain::import`, their per-height roots compared with `fixtures/transition_roots.txt`.
+//! `Chain::import`, their per-height roots compared with `fixtures/transition_roots.txt`; and
+//! `consensus::apply_block` folded over the same blocks from the genesis state gives the same
+//! roots, on the recorded seeds and on generated ones.
 //!
 //! The fixture was recorded with the code before the transition became one function (commit
 //! `95dd4c1`), so the roots stay what they were whatever path computes them now. To
@@ -16,9 +18,11 @@ use modnode::chain::genesis::Genesis;
 use modnode::chain::native_deposits::Verification;
 use modnode::chain::workload::{self, DevDepositLog};
 use modnode::chain::{Chain, DepositEngine, DepositModules};
+use modnode::consensus::{Rules, apply_block};
 use modnode::runtime::Kind;
 use modnode::state::UpgradeOp;
 use modnode::store::MemoryStore;
+use proptest::prelude::*;
 
 use super::{deposits_module, runtime};
 
@@ -206,10 +210,13 @@ pub(super) fn recorded_roots() -> HashMap<(u64, u64), Hash> {
 fn recorded() {
     let record = std::env::var_os("MODNODE_RECORD_ROOTS").is_some();
     let mut lines = vec![
-        "# Per-height state roots of the chains `host/tests/it/transition_roots.rs` generates:".to_string(),
-        "# `seed height root`. Recorded through `Chain::import` at commit 95dd4c1 (before".to_string(),
+        "# Per-height state roots of the chains `host/tests/it/transition_roots.rs` generates:"
+            .to_string(),
+        "# `seed height root`. Recorded through `Chain::import` at commit 95dd4c1 (before"
+            .to_string(),
         "# `consensus::apply_block`); regenerate with".to_string(),
-        "# MODNODE_RECORD_ROOTS=1 cargo test -p modnode --test it transition_roots::recorded".to_string(),
+        "# MODNODE_RECORD_ROOTS=1 cargo test -p modnode --test it transition_roots::recorded"
+            .to_string(),
     ];
     let recorded = if record {
         HashMap::new()
@@ -235,5 +242,62 @@ fn recorded() {
         lines.push(String::new());
         std::fs::create_dir_all(fixture_path().parent().unwrap()).unwrap();
         std::fs::write(fixture_path(), lines.join("\n")).unwrap();
+    }
+}
+
+/// The per-height roots of `consensus::apply_block` folded over `generated`'s blocks from the
+/// genesis state (the state a fresh chain of its genesis opens at).
+fn folded_roots(generated: &Generated) -> Vec<Hash> {
+    let fresh = Chain::open(
+        Arc::new(MemoryStore::new()),
+        generated.genesis.clone(),
+        generated.engine.clone(),
+    )
+    .unwrap();
+    let mut state = fresh.snapshot().unwrap();
+    let mut parent_slot = fresh.head().slot;
+    let modules: Option<Arc<dyn DepositModules>> = generated
+        .modules
+        .clone()
+        .map(|m| m as Arc<dyn DepositModules>);
+    let rules = Rules::new(&generated.genesis, &generated.engine, modules.as_ref());
+    let mut roots = Vec::new();
+    for block in &generated.blocks {
+        let applied = apply_block(&rules, &state, parent_slot, block).unwrap();
+        assert_eq!(applied.state.block_hash(), block.hash());
+        state = applied.state;
+        parent_slot = block.header.slot;
+        roots.push(state.root());
+    }
+    if generated.modules.is_some() {
+        // The switch happened: the last state carries deposits@3's queue.
+        assert!(state.pending().is_some());
+    }
+    roots
+}
+
+#[test]
+fn apply_block_gives_the_recorded_roots() {
+    let recorded = recorded_roots();
+    for &(seed, flavour, blocks) in RECORDED {
+        let generated = generate(seed, flavour, blocks);
+        for (i, root) in folded_roots(&generated).iter().enumerate() {
+            let height = i as u64 + 1;
+            assert_eq!(
+                recorded.get(&(seed, height)).map(hex::encode),
+                Some(hex::encode(root)),
+                "seed {seed} ({flavour:?}) height {height}"
+            );
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 12, ..ProptestConfig::default() })]
+
+    #[test]
+    fn apply_block_gives_the_roots_import_gives(seed in 100u64..1_000_000, blocks in 1u64..20) {
+        let generated = generate(seed, Flavour::Native, blocks);
+        prop_assert_eq!(folded_roots(&generated), generated.roots.clone());
     }
 }
