@@ -41,7 +41,8 @@ pub mod workload;
 use std::sync::Arc;
 
 pub use crate::consensus::{
-    DepositEngine, DepositModules, DepositsResult, FailureClass, ImportError, block_context, to_wit,
+    DepositContext, DepositEngine, DepositModules, DepositOutcome, DepositRejection,
+    DepositsResult, FailureClass, ImportError, RegistryRejection, block_context, to_wit,
 };
 use crate::state_cache::pending_store;
 pub use crate::state_cache::records::base_height;
@@ -59,7 +60,7 @@ pub use propose::ProposeError;
 use crate::consensus::{Applied, Rules, apply_block};
 use crate::progress::ProgressDisplay;
 use crate::runtime::Kind;
-use crate::runtime::deposits::{DepositCall, Outcome};
+use crate::runtime::deposits::DepositCall;
 use crate::state::schedule::{Action, BlockVotes, MAX_READY_ATTESTATIONS, MAX_UPGRADE_VOTES};
 use crate::state::{PendingQueue, Registry, RegistryRead, Schedule, State, StateError, UpgradeOp};
 use crate::state_cache::{StateCache, StateCacheConfig, StateSource};
@@ -122,7 +123,7 @@ pub struct Imported {
     /// The new head.
     pub head: Head,
     /// One outcome per deposit.
-    pub outcomes: Vec<Outcome>,
+    pub outcomes: Vec<DepositOutcome>,
 }
 
 /// A chain over a store.

@@ -8,12 +8,13 @@ use std::sync::Arc;
 
 use super::block::{Block, BlockBody, BlockHeader, Seal};
 use super::deposit_engine::{DepositEngine, DepositModules};
+use super::deposit_types::DepositOutcome;
 use super::errors::ImportError;
 use super::eth1::{DueDeposits, Eth1Data};
 use super::genesis::Genesis;
 use super::hex32;
 use super::transition::{self, Parent, Transition};
-use crate::runtime::deposits::{DepositCall, Outcome};
+use crate::runtime::deposits::DepositCall;
 use crate::state::{RegistryDelta, Schedule, State};
 
 /// What a block is applied under: the genesis configuration and where the deposits engine
@@ -69,7 +70,7 @@ pub struct Applied {
     pub state: State,
     /// One outcome per deposit (empty for a state taken from the cache, which keeps none, and
     /// under deposits@3, whose deposits are queued).
-    pub outcomes: Vec<Outcome>,
+    pub outcomes: Vec<DepositOutcome>,
     /// The registry change from the parent's state to [`Applied::state`].
     pub delta: RegistryDelta,
 }
@@ -195,11 +196,11 @@ pub fn deposit_call(genesis: &Genesis, parent: &State, block: &Block) -> Option<
         "",
     )
     .ok()?;
-    Some(DepositCall {
-        registry: parent.shared_registry().clone(),
-        ctx: transition::context(genesis, header, &voted),
-        deposits: block.body.deposits.iter().map(super::to_wit).collect(),
-    })
+    Some(super::deposit_engine::deposit_call(
+        parent.shared_registry().clone(),
+        &transition::context(genesis, header, &voted),
+        &block.body.deposits,
+    ))
 }
 
 /// The transition's steps over `parent`, nothing changed.

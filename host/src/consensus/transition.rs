@@ -5,13 +5,14 @@
 use std::sync::Arc;
 
 use super::block::{BlockBody, BlockHeader};
+use super::deposit_engine::wit_context;
 use super::deposit_engine::{DepositEngine, DepositModules};
+use super::deposit_types::{DepositContext, DepositOutcome};
 use super::errors::ImportError;
 use super::eth1::{Eth1Data, Eth1State};
 use super::genesis::Genesis;
 use super::hex32;
 use super::{DepositsResult, deposits_v3, migration};
-use crate::runtime::deposits::{BlockContext, Outcome};
 use crate::runtime::{CallError, Kind};
 use crate::state::{PendingQueue, Registry, RegistryDelta, Schedule, state_root_with};
 
@@ -21,7 +22,7 @@ pub const QUEUE_CONTRACT_MAJOR: u64 = 3;
 
 /// What a block's transition produced, before it is committed.
 pub(super) struct Transition {
-    pub(super) outcomes: Vec<Outcome>,
+    pub(super) outcomes: Vec<DepositOutcome>,
     pub(super) delta: RegistryDelta,
     pub(super) eth1: Eth1State,
     pub(super) schedule: Schedule,
@@ -70,14 +71,14 @@ pub(super) fn engine_for(
 }
 
 /// What the deposits module sees of the block and the state before it.
-pub(super) fn context(genesis: &Genesis, header: &BlockHeader, eth1: &Eth1State) -> BlockContext {
-    super::block_context(
-        header.height,
-        header.slot,
-        genesis.genesis_fork_version,
-        &eth1.eth1_data,
-        eth1.deposit_index,
-    )
+pub(super) fn context(genesis: &Genesis, header: &BlockHeader, eth1: &Eth1State) -> DepositContext {
+    DepositContext {
+        height: header.height,
+        slot: header.slot,
+        genesis_fork_version: genesis.genesis_fork_version,
+        eth1_data: eth1.eth1_data,
+        eth1_deposit_index: eth1.deposit_index,
+    }
 }
 
 /// `eth1` after `proposer`'s vote at `slot` (`process_eth1_data`).
@@ -204,7 +205,7 @@ pub(super) fn transition(
                 &work,
                 queue,
                 parent.slot,
-                &ctx,
+                &wit_context(&ctx),
                 &body.deposits,
             )
             .map_err(|source| match source {
@@ -223,7 +224,7 @@ pub(super) fn transition(
         }
         _ => {
             let result = deposits
-                .process(work.clone(), &ctx, &body.deposits)
+                .apply(work.clone(), &ctx, &body.deposits)
                 .map_err(call_error)?
                 .map_err(|error| ImportError::Rejected {
                     hash: hash.clone(),
