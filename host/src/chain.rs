@@ -12,8 +12,8 @@
 //! against each other and against the genesis the node is configured with.
 //!
 //! - What every node computes alike — blocks, genesis, the eth1 state, the deposits engines and
-//!   the transition — is [`crate::consensus`]'s, re-exported here under its old paths
-//!   ([`block`], [`genesis`], [`eth1`], [`transition`], …).
+//!   the one transition, [`crate::consensus::apply_block`] — is [`crate::consensus`]'s,
+//!   re-exported here under its old paths ([`block`], [`genesis`], [`eth1`], …).
 //! - [`workload`]: seeded, signed deposits and an in-memory deposit log (dev chains, tests,
 //!   benchmarks); `native_deposits` (re-exported with the `test-utils` feature) is the native
 //!   reference transition, the modules' check in tests and the benchmarks' baseline.
