@@ -62,7 +62,9 @@ use crate::progress::ProgressDisplay;
 use crate::runtime::Kind;
 use crate::runtime::deposits::DepositCall;
 use crate::state::schedule::{Action, BlockVotes, MAX_READY_ATTESTATIONS, MAX_UPGRADE_VOTES};
-use crate::state::{PendingQueue, Registry, RegistryRead, Schedule, State, StateError, UpgradeOp};
+use crate::state::{
+    PendingQueue, Registry, RegistryRead, Schedule, State, StateError, StatePart, UpgradeOp,
+};
 use crate::state_cache::{StateCache, StateCacheConfig, StateSource};
 use crate::store::{KvStore, StoreError, WriteBatch, keys};
 
@@ -131,14 +133,13 @@ pub struct Chain {
     store: Arc<dyn KvStore>,
     genesis: Genesis,
     genesis_hash: Hash,
-    /// The state after the head (registry, eth1 state, schedule, deposits@3's queue), the
-    /// one the state cache holds as its head. Immutable: import replaces it with what
-    /// [`apply_block`] made of it, and readers keep the one they took.
-    state: State,
     head: Head,
     deposits: DepositEngine,
     modules: Option<Arc<dyn DepositModules>>,
     proposals: Vec<(Action, UpgradeOp)>,
+    /// Every state the chain keeps, the head's included: the state after the head (registry,
+    /// eth1 state, schedule, deposits@3's queue) is the cache's head ([`Chain::head_state`]),
+    /// which commit replaces with what [`apply_block`] made of it.
     states: Arc<StateCache>,
     /// Side-branch blocks found invalid (bounded); their descendants are refused.
     invalid: std::collections::HashSet<Hash>,
@@ -178,13 +179,13 @@ impl Chain {
     }
 
     /// The eth1 state after the head: agreed eth1 data, deposit index, this period's votes.
-    pub fn eth1_state(&self) -> &Eth1State {
-        self.state.eth1()
+    pub fn eth1_state(&self) -> StatePart<Eth1State> {
+        StatePart::new(self.head_state(), State::eth1)
     }
 
     /// The agreed deposit contract checkpoint (what a producer without a deposit source votes).
     pub fn eth1_data(&self) -> Eth1Data {
-        self.state.eth1().eth1_data
+        self.head_state().eth1().eth1_data
     }
 
     /// What an authority signs to seal the block with hash `block_hash` on this chain.
@@ -194,7 +195,7 @@ impl Chain {
 
     /// The head's registry, as it is now (an immutable view: later imports do not change it).
     pub fn registry(&self) -> Arc<Registry> {
-        self.state.shared_registry().clone()
+        self.head_state().shared_registry().clone()
     }
 
     /// Replaces the deposit engine (module upgrades; benchmarks).
@@ -218,8 +219,8 @@ impl Chain {
         if let Some(modules) = &self.modules {
             source.set_modules(modules.clone());
         }
-        self.states = Arc::new(StateCache::new(config, source));
-        self.publish_head();
+        self.states = Arc::new(StateCache::new(config, source, self.head_state()));
+        self.publish_head(self.head_state());
     }
 
     /// Blocks whose state transition [`Chain::import`] ran since the chain was opened; a
@@ -242,7 +243,7 @@ impl Chain {
         if state.root() != block.header.state_root || state.height() != block.header.height {
             return Ok(None);
         }
-        let delta = self.state.registry().delta_to(state.registry());
+        let delta = self.head_state().registry().delta_to(state.registry());
         Ok(delta.map(|delta| Applied {
             state,
             outcomes: Vec::new(),
@@ -250,18 +251,22 @@ impl Chain {
         }))
     }
 
-    /// Puts the head's state into the state cache as its head.
-    fn publish_head(&self) {
+    /// Makes `state` (the state after [`Chain::head`]) the state cache's head.
+    fn publish_head(&self, state: State) {
         self.pruning
             .set_heights(self.head.height, self.finalized_height());
-        self.states
-            .set_head(self.state.clone(), self.finalized_height());
+        self.states.set_head(state, self.finalized_height());
+    }
+
+    /// The state after the head: the state cache's head, read without a lock.
+    fn head_state(&self) -> State {
+        self.states.head()
     }
 
     /// The state after the head (immutable: later imports do not change it; one reference
     /// count).
     pub fn snapshot(&self) -> Result<State, StateError> {
-        Ok(self.state.clone())
+        Ok(self.head_state())
     }
 
     /// What blocks are applied under on this chain: its genesis, its engine and the modules
@@ -273,14 +278,14 @@ impl Chain {
     /// Where the chain finds the deposits modules its schedule names (the node's prepared
     /// modules). Without it only the engine the chain was opened with can run.
     pub fn set_deposit_modules(&mut self, modules: Arc<dyn DepositModules>) {
-        modules.scheduled(self.state.schedule());
+        modules.scheduled(self.head_state().schedule());
         self.states.source().set_modules(modules.clone());
         self.modules = Some(modules);
     }
 
     /// The module schedule after the head.
-    pub fn schedule(&self) -> &Schedule {
-        self.state.schedule()
+    pub fn schedule(&self) -> StatePart<Schedule> {
+        StatePart::new(self.head_state(), State::schedule)
     }
 
     /// The lowest height above genesis this node still holds blocks from (and serves): heights
@@ -341,7 +346,7 @@ impl Chain {
         proposer: u32,
         vote: &Eth1Data,
     ) -> Result<DueDeposits, ImportError> {
-        crate::consensus::due_deposits(&self.genesis, &self.state, slot, proposer, *vote)
+        crate::consensus::due_deposits(&self.genesis, &self.head_state(), slot, proposer, *vote)
     }
 
     /// Builds the next block on the head at `slot`, voting `eth1_vote`, with `deposits` (the
@@ -371,7 +376,13 @@ impl Chain {
             state_root: [0; 32],
             body_root: body.root(),
         };
-        crate::consensus::build_block(&self.rules(), &self.state, self.head.slot, header, body)
+        crate::consensus::build_block(
+            &self.rules(),
+            &self.head_state(),
+            self.head.slot,
+            header,
+            body,
+        )
     }
 
     /// Builds the next block voting `eth1_vote`, with the due deposits proven by `source`.

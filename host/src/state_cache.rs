@@ -13,6 +13,9 @@
 //!   from the anchor below).
 //! - **Dropped:** states more than `final_window` blocks below finality.
 //!
+//! The head is also published in an [`ArcSwap`] beside the lock, so reading it
+//! ([`StateCache::head`]: the chain's own state reads, every query of the head) takes no lock.
+//!
 //! [`regen`] regenerates an uncached state by replaying stored blocks on the nearest cached
 //! ancestor or anchor, coalescing concurrent requests. [`anchors`] persists the anchors in
 //! the node's store, so replays stay bounded by `anchor_every` blocks after a restart too. [`CacheMetrics`] puts accounted bytes next to the
@@ -27,7 +30,9 @@ pub mod regen;
 use std::collections::HashMap;
 use std::num::NonZeroU128;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use arc_swap::ArcSwap;
 
 use ledger::Ledger;
 pub use regen::{StateCacheError, StateSource};
@@ -150,6 +155,8 @@ pub struct CacheMetrics {
 pub struct StateCache {
     config: StateCacheConfig,
     inner: Mutex<Inner>,
+    /// The head state, stored under the lock together with `Inner::head`, read without it.
+    head: ArcSwap<State>,
     hits: AtomicU64,
     misses: AtomicU64,
     shed: AtomicU64,
@@ -168,8 +175,9 @@ impl std::fmt::Debug for StateCache {
 }
 
 impl StateCache {
-    /// An empty cache regenerating from `source`.
-    pub fn new(config: StateCacheConfig, source: StateSource) -> Self {
+    /// A cache regenerating from `source`, holding `head` (the chain's head state) as its
+    /// head and nothing else.
+    pub fn new(config: StateCacheConfig, source: StateSource, head: State) -> Self {
         let anchors = match source.store.tree(anchors::TREE) {
             Ok(tree) => Some(anchors::Anchors::new(tree)),
             Err(e) => {
@@ -177,16 +185,19 @@ impl StateCache {
                 None
             }
         };
-        Self {
+        let cache = Self {
             anchors,
             config,
             inner: Mutex::new(Inner::default()),
+            head: ArcSwap::from_pointee(head.clone()),
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
             shed: AtomicU64::new(0),
             behind: AtomicBool::new(false),
             regen: regen::Regenerator::new(source),
-        }
+        };
+        cache.place_head(head, 0);
+        cache
     }
 
     /// The configuration.
@@ -222,11 +233,10 @@ impl StateCache {
             .map(|entry| entry.snapshot.clone())
     }
 
-    /// The head state, if one was set.
-    pub fn head(&self) -> Option<State> {
-        let inner = self.lock();
-        let head = inner.head?;
-        inner.entries.get(&head).map(|e| e.snapshot.clone())
+    /// The head state: the newest canonical state, read without the cache's lock (one
+    /// reference count).
+    pub fn head(&self) -> State {
+        State::clone(&self.head.load())
     }
 
     /// Adds a state (no-op if its block is cached), then evicts down to the budget.
@@ -264,7 +274,18 @@ impl StateCache {
     /// Makes `snapshot` the head (inserting it), drops states too far below finality
     /// (`finalized` height) and evicts down to the budget.
     pub fn set_head(&self, snapshot: State, finalized: u64) {
+        self.place_head(snapshot, finalized);
+        if let Some(anchors) = &self.anchors
+            && let Err(e) = anchors.persist(self, finalized)
+        {
+            tracing::warn!(error = %e, "could not persist state anchors; retried at the next head");
+        }
+    }
+
+    /// [`set_head`](Self::set_head) but for the anchors.
+    fn place_head(&self, snapshot: State, finalized: u64) {
         let mut inner = self.lock();
+        self.head.store(Arc::new(snapshot.clone()));
         let hash = snapshot.block_hash();
         Self::insert_locked(&mut inner, snapshot);
         if let Some(old) = inner.head.replace(hash)
@@ -293,12 +314,6 @@ impl StateCache {
             inner.remove(&old);
         }
         self.evict(&mut inner);
-        drop(inner);
-        if let Some(anchors) = &self.anchors
-            && let Err(e) = anchors.persist(self, finalized)
-        {
-            tracing::warn!(error = %e, "could not persist state anchors; retried at the next head");
-        }
     }
 
     /// The lowest cached state at `height` or above whose block is canonical (the head at

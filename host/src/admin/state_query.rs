@@ -119,9 +119,7 @@ impl From<StateCacheError> for StateQueryError {
 pub fn answer(states: &StateCache, query: &StateQuery) -> Result<Value, StateQueryError> {
     let state = match query.height {
         Some(height) => states.query_height(height)?,
-        None => states
-            .head()
-            .ok_or_else(|| StateQueryError::Internal("the state cache holds no head".into()))?,
+        None => states.head(),
     };
     Ok(render(&state, query.validator))
 }

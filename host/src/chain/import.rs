@@ -66,7 +66,7 @@ impl Chain {
             Some(adopted) => adopted,
             None => {
                 self.executed = self.executed.saturating_add(1);
-                apply_block(&self.rules(), &self.state, self.head.slot, block)?
+                apply_block(&self.rules(), &self.head_state(), self.head.slot, block)?
             }
         };
         let root = state.root();
@@ -86,7 +86,8 @@ impl Chain {
         };
         let mut batch = WriteBatch::new();
         // The chunks the delta touches, as they will be once memory follows the batch.
-        let parent = self.state.registry();
+        let parent_state = self.head_state();
+        let parent = parent_state.registry();
         let undo = registry_store::put_delta(&mut batch, parent, &delta)
             .and_then(|()| parent.undo_for(&delta))
             .map_err(|source| ImportError::State {
@@ -106,7 +107,7 @@ impl Chain {
         // marker written after it.
         batch.put(keys::schedule(&hash), state.schedule().encode());
         // deposits@3's queue: the entries this block pushed and the extent after it.
-        pending_store::put_block(&mut batch, &hash, self.state.pending(), state.pending());
+        pending_store::put_block(&mut batch, &hash, parent_state.pending(), state.pending());
         batch.put(keys::height(head.height), hash.to_vec());
         batch.put(keys::HEAD, head.encode());
         // The finalized root as of the parent (never reverted): a restart walks only above it.
@@ -121,18 +122,18 @@ impl Chain {
             })?;
 
         // The batch is durable: the new state (built, and its root checked, before the batch
-        // was written) becomes the head's.
-        self.state = state;
+        // was written) becomes the head's, in the state cache.
+        drop(parent_state);
         self.head = head;
         self.finality
             .imported(head.height, header.slot, header.proposer);
         if let Some(modules) = &self.modules {
-            modules.scheduled(self.state.schedule());
+            modules.scheduled(state.schedule());
             if let Some(call) = warm_input {
                 modules.imported(call);
             }
         }
-        self.publish_head();
+        self.publish_head(state);
         self.offer_to_preverifier();
         Ok(Imported { head, outcomes })
     }
@@ -153,12 +154,13 @@ impl Chain {
     /// Sends the first [`preverify::WINDOW`] queue entries whose pubkey is not in the
     /// registry to the pre-verifier, if there is one and a queue; never blocks.
     fn offer_to_preverifier(&self) {
-        let (Some(preverifier), Some(queue)) = (&self.preverifier, self.state.pending()) else {
+        let state = self.head_state();
+        let (Some(preverifier), Some(queue)) = (&self.preverifier, state.pending()) else {
             return;
         };
         let entries: Vec<_> = queue
             .window(0, preverify::WINDOW)
-            .filter(|e| RegistryRead::index_of(self.state.registry(), &e.pubkey).is_none())
+            .filter(|e| RegistryRead::index_of(state.registry(), &e.pubkey).is_none())
             .copied()
             .collect();
         preverifier.offer(entries, self.genesis.genesis_fork_version);
@@ -170,6 +172,6 @@ impl Chain {
         if block.body.deposits.is_empty() || self.modules.is_none() {
             return None;
         }
-        crate::consensus::deposit_call(&self.genesis, &self.state, block)
+        crate::consensus::deposit_call(&self.genesis, &self.head_state(), block)
     }
 }

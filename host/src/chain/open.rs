@@ -102,20 +102,20 @@ impl Chain {
                 batch.put(keys::GENESIS, genesis_hash.to_vec());
                 batch.put(keys::FORMAT, STORE_FORMAT.to_le_bytes().to_vec());
                 store.commit(&batch)?;
-                let states = new_state_cache(&store, &genesis, &deposits);
+                let state = State::new(
+                    genesis_hash,
+                    0,
+                    registry_genesis,
+                    eth1_genesis,
+                    schedule_genesis,
+                );
+                let states = new_state_cache(&store, &genesis, &deposits, state);
                 let finality =
                     finality::Finality::fresh(genesis.authorities.len(), genesis.finality_depth);
                 let chain = Self {
                     store,
                     genesis,
                     genesis_hash,
-                    state: State::new(
-                        genesis_hash,
-                        0,
-                        registry_genesis,
-                        eth1_genesis,
-                        schedule_genesis,
-                    ),
                     head,
                     deposits,
                     modules: None,
@@ -129,7 +129,7 @@ impl Chain {
                     base: 0,
                     preverifier: None,
                 };
-                chain.publish_head();
+                chain.publish_head(chain.head_state());
                 Ok(chain)
             }
             Some(format) => {
@@ -210,7 +210,7 @@ impl Chain {
                         hex32(&head.state_root)
                     )));
                 }
-                let states = new_state_cache(&store, &genesis, &deposits);
+                let states = new_state_cache(&store, &genesis, &deposits, state);
                 let proposals = proposals::load(store.as_ref())?;
                 let equivocations = equivocation::Equivocations::load(store.as_ref())?;
                 let stored_root = store
@@ -241,7 +241,6 @@ impl Chain {
                     store,
                     genesis,
                     genesis_hash,
-                    state,
                     head,
                     deposits,
                     modules: None,
@@ -255,21 +254,24 @@ impl Chain {
                     base,
                     preverifier: None,
                 };
-                chain.publish_head();
+                chain.publish_head(chain.head_state());
                 Ok(chain)
             }
         }
     }
 }
 
-/// An empty state cache with the default budget over `store`.
+/// A state cache with the default budget over `store`, holding `head` (the state after the
+/// head).
 fn new_state_cache(
     store: &Arc<dyn KvStore>,
     genesis: &Genesis,
     deposits: &DepositEngine,
+    head: State,
 ) -> Arc<StateCache> {
     Arc::new(StateCache::new(
         StateCacheConfig::default(),
         StateSource::new(store.clone(), genesis.clone(), deposits.clone()),
+        head,
     ))
 }

@@ -49,13 +49,14 @@ impl Chain {
             state_root: parent.header.state_root,
         };
 
+        let current = self.head_state();
         let eth1 = load_eth1(self.store.as_ref(), &parent_hash)
             .map_err(|e| corrupt(format!("parent eth1 state: {e}")))?;
         let schedule = load_schedule(self.store.as_ref(), &parent_hash)
             .map_err(|e| corrupt(format!("parent module schedule: {e}")))?;
         let parent_extent = pending_store::load_extent(self.store.as_ref(), &parent_hash)
             .map_err(|e| corrupt(format!("parent pending-deposit extent: {e}")))?;
-        let pending = pending_store::rolled_back(self.state.pending(), parent_extent.as_ref())
+        let pending = pending_store::rolled_back(current.pending(), parent_extent.as_ref())
             .map_err(|e| corrupt(format!("parent pending-deposit extent: {e}")))?;
 
         let mut batch = WriteBatch::new();
@@ -68,17 +69,17 @@ impl Chain {
         pending_store::put_revert(
             &mut batch,
             &head.hash,
-            self.state.pending(),
+            current.pending(),
             parent_extent.as_ref(),
         );
         // The chunks the rollback touches, as they will be once memory follows the batch; an
         // undo record that does not fit the registry is refused before anything is written.
-        registry_store::put_rollback(&mut batch, self.state.registry(), &undo).map_err(|e| {
+        registry_store::put_rollback(&mut batch, current.registry(), &undo).map_err(|e| {
             corrupt(format!(
                 "undo record (keeps {} validators of {}, restores {} balances) does not fit the \
                  registry: {e}",
                 undo.validators_before,
-                self.state.registry().len(),
+                current.registry().len(),
                 undo.balances.len()
             ))
         })?;
@@ -95,7 +96,7 @@ impl Chain {
         let registry = match self.states.peek(&parent_hash) {
             Some(cached) => cached.shared_registry().clone(),
             None => {
-                let mut registry = self.state.shared_registry().clone();
+                let mut registry = current.shared_registry().clone();
                 Arc::make_mut(&mut registry)
                     .rollback(&undo)
                     .map_err(|e| diverged(e.to_string()))?;
@@ -118,13 +119,13 @@ impl Chain {
                 hex32(&new_head.state_root)
             )));
         }
-        self.state = state;
+        drop(current);
         self.head = new_head;
         self.finality.reverted(head.height);
         if let Some(modules) = &self.modules {
-            modules.scheduled(self.state.schedule());
+            modules.scheduled(state.schedule());
         }
-        self.publish_head();
+        self.publish_head(state);
         Ok(new_head)
     }
 }

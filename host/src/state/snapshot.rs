@@ -1,5 +1,5 @@
 //! [`State`]: the immutable state after one block, cheap to clone and to share — what
-//! `consensus::apply_block` takes and returns, what the state cache keeps and the chain's head is.
+//! `consensus::apply_block` takes and returns, what the state cache keeps, the head included.
 //!
 //! A state holds a clone of the registry (persistent chunked vectors, so the clone shares
 //! every chunk with the registry it came from) and the eth1 state. Nothing can change it once
@@ -193,6 +193,46 @@ impl State {
             .saturating_add(votes)
             .saturating_add(std::mem::size_of::<Inner>())
             .saturating_add(16)
+    }
+}
+
+/// One part of a [`State`] (its schedule, its eth1 state), held through the state itself:
+/// what an accessor of a shared state hands out instead of a reference into a field. Derefs
+/// to the part; the state stays alive (and unchanged) while it is held.
+pub struct StatePart<T: 'static> {
+    state: State,
+    part: fn(&State) -> &T,
+}
+
+impl<T> StatePart<T> {
+    /// `part` of `state` (for example `State::schedule`).
+    pub fn new(state: State, part: fn(&State) -> &T) -> Self {
+        Self { state, part }
+    }
+
+    /// The whole state the part is of.
+    pub fn state(&self) -> &State {
+        &self.state
+    }
+}
+
+impl<T> std::ops::Deref for StatePart<T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        (self.part)(&self.state)
+    }
+}
+
+impl<T: PartialEq> PartialEq for StatePart<T> {
+    fn eq(&self, other: &Self) -> bool {
+        **self == **other
+    }
+}
+
+impl<T: std::fmt::Debug> std::fmt::Debug for StatePart<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(&**self, f)
     }
 }
 

@@ -250,7 +250,7 @@ fn state_and_index_survive_a_restart_on_sled() {
     let reopened = &*reopened;
     assert_eq!(*reopened, registry);
     assert_eq!(
-        modnode::state::state_root(&reopened.root(), chain.eth1_state(), chain.schedule()),
+        modnode::state::state_root(&reopened.root(), &chain.eth1_state(), &chain.schedule()),
         head.state_root
     );
     // The index was rebuilt: every validator is found at its position, and unknown keys are not.
@@ -348,8 +348,8 @@ fn reverting_blocks_restores_earlier_state_and_survives_a_restart() {
         assert_eq!(
             modnode::state::state_root(
                 &chain.registry().root(),
-                chain.eth1_state(),
-                chain.schedule()
+                &chain.eth1_state(),
+                &chain.schedule()
             ),
             head.state_root
         );
