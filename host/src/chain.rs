@@ -12,8 +12,8 @@
 //! against each other and against the genesis the node is configured with.
 //!
 //! - What every node computes alike — blocks, genesis, the eth1 state, the deposits engines and
-//!   the transition — is [`crate::consensus`]'s, re-exported here under its old paths
-//!   ([`block`], [`genesis`], [`eth1`], [`transition`], …).
+//!   the one transition, [`crate::consensus::apply_block`] — is [`crate::consensus`]'s,
+//!   re-exported here under its old paths ([`block`], [`genesis`], [`eth1`], …).
 //! - [`workload`]: seeded, signed deposits and an in-memory deposit log (dev chains, tests,
 //!   benchmarks); `native_deposits` (re-exported with the `test-utils` feature) is the native
 //!   reference transition, the modules' check in tests and the benchmarks' baseline.
@@ -22,7 +22,7 @@
 
 #[cfg(any(test, feature = "test-utils"))]
 pub use crate::consensus::native_deposits;
-pub use crate::consensus::{block, deposits_v3, eth1, genesis, migration, transition};
+pub use crate::consensus::{block, deposits_v3, eth1, genesis, migration};
 mod equivocation;
 mod errors;
 mod finality;
@@ -41,7 +41,8 @@ pub mod workload;
 use std::sync::Arc;
 
 pub use crate::consensus::{
-    DepositEngine, DepositModules, DepositsResult, FailureClass, ImportError, block_context, to_wit,
+    DepositContext, DepositEngine, DepositModules, DepositOutcome, DepositRejection,
+    DepositsResult, FailureClass, ImportError, RegistryRejection, block_context, to_wit,
 };
 use crate::state_cache::pending_store;
 pub use crate::state_cache::records::base_height;
@@ -56,17 +57,16 @@ pub use from_checkpoint::{CheckpointStart, init_from_checkpoint};
 use genesis::Genesis;
 pub use propose::ProposeError;
 
+use crate::consensus::{Applied, Rules, apply_block};
 use crate::progress::ProgressDisplay;
 use crate::runtime::Kind;
-use crate::runtime::deposits::{DepositCall, Outcome};
+use crate::runtime::deposits::DepositCall;
 use crate::state::schedule::{Action, BlockVotes, MAX_READY_ATTESTATIONS, MAX_UPGRADE_VOTES};
 use crate::state::{
-    PendingQueue, Registry, RegistryRead, Schedule, StateError, StateSnapshot, UpgradeOp,
-    state_root_with,
+    PendingQueue, Registry, RegistryRead, Schedule, State, StateError, StatePart, UpgradeOp,
 };
 use crate::state_cache::{StateCache, StateCacheConfig, StateSource};
 use crate::store::{KvStore, StoreError, WriteBatch, keys};
-use transition::Transition;
 
 /// Version of the store layout this node writes (2: eth1 state per block, state root over
 /// registry and eth1 state; 3: module schedule per block, block encoding 3; 4: the registry as
@@ -125,7 +125,7 @@ pub struct Imported {
     /// The new head.
     pub head: Head,
     /// One outcome per deposit.
-    pub outcomes: Vec<Outcome>,
+    pub outcomes: Vec<DepositOutcome>,
 }
 
 /// A chain over a store.
@@ -133,18 +133,13 @@ pub struct Chain {
     store: Arc<dyn KvStore>,
     genesis: Genesis,
     genesis_hash: Hash,
-    /// The head's registry. Readers get a clone of the `Arc` (an immutable view of the head
-    /// at that moment); import applies each block's delta in place while no reader holds it,
-    /// and on a clone of the chunk tables (copy-on-write) while one does.
-    registry: Arc<Registry>,
-    eth1: Eth1State,
-    /// deposits@3's pending-deposit queue after the head, once the chain has run that contract.
-    pending: Option<PendingQueue>,
     head: Head,
     deposits: DepositEngine,
-    schedule: Schedule,
     modules: Option<Arc<dyn DepositModules>>,
     proposals: Vec<(Action, UpgradeOp)>,
+    /// Every state the chain keeps, the head's included: the state after the head (registry,
+    /// eth1 state, schedule, deposits@3's queue) is the cache's head ([`Chain::head_state`]),
+    /// which commit replaces with what [`apply_block`] made of it.
     states: Arc<StateCache>,
     /// Side-branch blocks found invalid (bounded); their descendants are refused.
     invalid: std::collections::HashSet<Hash>,
@@ -184,13 +179,13 @@ impl Chain {
     }
 
     /// The eth1 state after the head: agreed eth1 data, deposit index, this period's votes.
-    pub fn eth1_state(&self) -> &Eth1State {
-        &self.eth1
+    pub fn eth1_state(&self) -> StatePart<Eth1State> {
+        StatePart::new(self.head_state(), State::eth1)
     }
 
     /// The agreed deposit contract checkpoint (what a producer without a deposit source votes).
     pub fn eth1_data(&self) -> Eth1Data {
-        self.eth1.eth1_data
+        self.head_state().eth1().eth1_data
     }
 
     /// What an authority signs to seal the block with hash `block_hash` on this chain.
@@ -200,7 +195,7 @@ impl Chain {
 
     /// The head's registry, as it is now (an immutable view: later imports do not change it).
     pub fn registry(&self) -> Arc<Registry> {
-        self.registry.clone()
+        self.head_state().shared_registry().clone()
     }
 
     /// Replaces the deposit engine (module upgrades; benchmarks).
@@ -224,8 +219,8 @@ impl Chain {
         if let Some(modules) = &self.modules {
             source.set_modules(modules.clone());
         }
-        self.states = Arc::new(StateCache::new(config, source));
-        self.publish_head();
+        self.states = Arc::new(StateCache::new(config, source, self.head_state()));
+        self.publish_head(self.head_state());
     }
 
     /// Blocks whose state transition [`Chain::import`] ran since the chain was opened; a
@@ -240,7 +235,7 @@ impl Chain {
     /// so a reorg onto its branch reuses that result instead of running the deposits again.
     /// The delta is read off the two registries (shared chunks are skipped); the outcomes of
     /// the deposits are not kept, so they come back empty.
-    fn adopt(&self, block: &Block) -> Result<Option<Transition>, ImportError> {
+    fn adopt(&self, block: &Block) -> Result<Option<Applied>, ImportError> {
         let hash = block.hash();
         let Some(state) = self.states.peek(&hash) else {
             return Ok(None);
@@ -248,64 +243,49 @@ impl Chain {
         if state.root() != block.header.state_root || state.height() != block.header.height {
             return Ok(None);
         }
-        let delta = self.registry.delta_to(state.registry());
-        Ok(delta.map(|delta| Transition {
+        let delta = self.head_state().registry().delta_to(state.registry());
+        Ok(delta.map(|delta| Applied {
+            state,
             outcomes: Vec::new(),
             delta,
-            eth1: state.eth1().clone(),
-            schedule: state.schedule().clone(),
-            pending: state.pending().cloned(),
-            root: state.root(),
         }))
     }
 
-    /// Puts a snapshot of the head into the state cache as its head.
-    fn publish_head(&self) {
+    /// Makes `state` (the state after [`Chain::head`]) the state cache's head.
+    fn publish_head(&self, state: State) {
         self.pruning
             .set_heights(self.head.height, self.finalized_height());
-        match self.snapshot() {
-            Ok(snapshot) => self.states.set_head(snapshot, self.finalized_height()),
-            Err(e) => tracing::error!(error = %e, "cannot snapshot the head state"),
-        }
+        self.states.set_head(state, self.finalized_height());
     }
 
-    /// An immutable snapshot of the head state: a clone of the registry's chunk tables (no
-    /// element is copied), the eth1 state and the schedule.
-    pub fn snapshot(&self) -> Result<StateSnapshot, StateError> {
-        Ok(StateSnapshot::with_pending(
-            self.head.hash,
-            self.head.height,
-            Registry::clone(&self.registry),
-            self.eth1.clone(),
-            self.schedule.clone(),
-            self.pending.clone(),
-        ))
+    /// The state after the head: the state cache's head, read without a lock.
+    fn head_state(&self) -> State {
+        self.states.head()
+    }
+
+    /// The state after the head (immutable: later imports do not change it; one reference
+    /// count).
+    pub fn snapshot(&self) -> Result<State, StateError> {
+        Ok(self.head_state())
+    }
+
+    /// What blocks are applied under on this chain: its genesis, its engine and the modules
+    /// its schedule may name.
+    fn rules(&self) -> Rules<'_> {
+        Rules::new(&self.genesis, &self.deposits, self.modules.as_ref())
     }
 
     /// Where the chain finds the deposits modules its schedule names (the node's prepared
     /// modules). Without it only the engine the chain was opened with can run.
     pub fn set_deposit_modules(&mut self, modules: Arc<dyn DepositModules>) {
-        modules.scheduled(&self.schedule);
+        modules.scheduled(self.head_state().schedule());
         self.states.source().set_modules(modules.clone());
         self.modules = Some(modules);
     }
 
     /// The module schedule after the head.
-    pub fn schedule(&self) -> &Schedule {
-        &self.schedule
-    }
-
-    /// The deposits engine that runs the block at `height` on the head, chosen by the head's
-    /// schedule: the scheduled module, or the engine the chain was opened with when the
-    /// schedule names none or names that very module. A module the node does not have ready is
-    /// [`ImportError::ModuleMissing`] — our condition, not the block's.
-    fn deposit_engine_at(&self, height: u64) -> Result<DepositEngine, ImportError> {
-        transition::engine_for(
-            &self.schedule,
-            height,
-            &self.deposits,
-            self.modules.as_ref(),
-        )
+    pub fn schedule(&self) -> StatePart<Schedule> {
+        StatePart::new(self.head_state(), State::schedule)
     }
 
     /// The lowest height above genesis this node still holds blocks from (and serves): heights
@@ -353,37 +333,6 @@ impl Chain {
             .map_err(|e| StoreError::Corrupt(format!("block {}: {e}", hex32(&hash))))
     }
 
-    /// The eth1 state after `proposer`'s vote at `slot` (`process_eth1_data`).
-    fn voted(
-        &self,
-        slot: u64,
-        proposer: u32,
-        vote: Eth1Data,
-        name: &str,
-    ) -> Result<Eth1State, ImportError> {
-        transition::voted(&self.genesis, &self.eth1, slot, proposer, vote, name)
-    }
-
-    fn transition(
-        &self,
-        header: &BlockHeader,
-        body: &block::BlockBody,
-    ) -> Result<Transition, ImportError> {
-        transition::transition(
-            &self.genesis,
-            &|height| self.deposit_engine_at(height),
-            &self.registry,
-            &transition::Parent {
-                eth1: &self.eth1,
-                schedule: &self.schedule,
-                pending: self.pending.as_ref(),
-                slot: self.head.slot,
-            },
-            header,
-            body,
-        )
-    }
-
     /// Checks the block's seal and body against its header (`consensus::shell`).
     fn verify_shell<'a>(&self, block: &'a Block) -> Result<ShellVerified<'a>, ImportError> {
         verify_shell(block, &self.genesis, &self.genesis_hash)
@@ -397,12 +346,7 @@ impl Chain {
         proposer: u32,
         vote: &Eth1Data,
     ) -> Result<DueDeposits, ImportError> {
-        let voted = self.voted(slot, proposer, *vote, "being built")?;
-        Ok(DueDeposits {
-            from: voted.deposit_index,
-            count: voted.due(u64::from(self.genesis.max_deposits_per_block)),
-            eth1_data: voted.eth1_data,
-        })
+        crate::consensus::due_deposits(&self.genesis, &self.head_state(), slot, proposer, *vote)
     }
 
     /// Builds the next block on the head at `slot`, voting `eth1_vote`, with `deposits` (the
@@ -424,7 +368,7 @@ impl Chain {
             cancel_votes: votes.cancels,
             ready: votes.ready,
         };
-        let mut header = BlockHeader {
+        let header = BlockHeader {
             parent_hash: self.head.hash,
             height,
             slot,
@@ -432,12 +376,13 @@ impl Chain {
             state_root: [0; 32],
             body_root: body.root(),
         };
-        header.state_root = self.transition(&header, &body)?.root;
-        Ok(Block {
+        crate::consensus::build_block(
+            &self.rules(),
+            &self.head_state(),
+            self.head.slot,
             header,
             body,
-            seal: block::Seal::Unsigned,
-        })
+        )
     }
 
     /// Builds the next block voting `eth1_vote`, with the due deposits proven by `source`.

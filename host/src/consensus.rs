@@ -9,7 +9,8 @@
 //!
 //! - [`block`]: header, body, seal, canonical encoding; [`genesis`]: the configuration.
 //! - [`eth1`]: the eth1 state and the deposits a block must carry.
-//! - [`transition`]: a block's transition ([`transition::replay`] on a snapshot);
+//! - [`apply_block`]: the one transition — the [`State`] after a block from the state after
+//!   its parent (its steps are private); [`build_block`] for a block being built;
 //!   [`deposits_v3`]: deposits@3's pending-deposit queue; [`migration`]: a contract switch's
 //!   state migration at its activation height.
 //! - `native_deposits` (with the `test-utils` feature): the native reference transition
@@ -19,8 +20,10 @@
 //! - [`ImportError`] says why a block was not imported and whose fault it is
 //!   ([`FailureClass`]).
 
+mod apply;
 pub mod block;
 mod deposit_engine;
+mod deposit_types;
 pub mod deposits_v3;
 mod errors;
 pub mod eth1;
@@ -29,10 +32,18 @@ pub mod migration;
 #[cfg(any(test, feature = "test-utils"))]
 pub mod native_deposits;
 pub mod shell;
-pub mod transition;
+mod transition;
 
+pub use apply::{Applied, Rules, apply_block, build_block, deposit_call, due_deposits};
 pub use deposit_engine::{DepositEngine, DepositModules, DepositsResult, block_context, to_wit};
+pub use deposit_types::{
+    DepositContext, DepositOutcome, DepositRejection, QueueRejection, RegistryRejection,
+};
 pub use errors::{FailureClass, ImportError};
+pub use transition::QUEUE_CONTRACT_MAJOR;
+
+/// The state after a block (re-exported from `state`, where it is defined below the runtime).
+pub use crate::state::State;
 
 /// A 32-byte hash as lowercase hex, as errors and logs name blocks.
 pub(crate) fn hex32(h: &block::Hash) -> String {

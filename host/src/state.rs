@@ -31,7 +31,7 @@ pub use pending::{
 };
 pub use registry::{Registry, StateError};
 pub use schedule::{Schedule, ScheduleError, UpgradeOp};
-pub use snapshot::StateSnapshot;
+pub use snapshot::{State, StatePart};
 pub use validator::{
     FAR_FUTURE_EPOCH, LEAF_BYTES, NewValidator, PUBKEY_LEN, Pubkey, RecordError, VALIDATOR_BYTES,
     Validator, WITHDRAWAL_CREDENTIALS_LEN,

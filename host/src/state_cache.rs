@@ -1,6 +1,6 @@
 //! The state cache: immutable states of recent blocks by block hash, within a byte budget.
 //!
-//! States are [`StateSnapshot`]s, which share unchanged chunks with their neighbours; the
+//! States are [`State`]s, which share unchanged chunks with their neighbours; the
 //! [`ledger`] counts each shared chunk once and keeps every state's exclusive bytes current.
 //! The budget (`state_cache.max_bytes`) covers what the cache holds *beyond the head state*
 //! (the head is the node's working set, reported separately as `head_bytes`) plus the bytes
@@ -12,6 +12,9 @@
 //! - **Evicted first:** the lowest regeneration cost per exclusive byte (cost = blocks to replay
 //!   from the anchor below).
 //! - **Dropped:** states more than `final_window` blocks below finality.
+//!
+//! The head is also published in an [`ArcSwap`] beside the lock, so reading it
+//! ([`StateCache::head`]: the chain's own state reads, every query of the head) takes no lock.
 //!
 //! [`regen`] regenerates an uncached state by replaying stored blocks on the nearest cached
 //! ancestor or anchor, coalescing concurrent requests. [`anchors`] persists the anchors in
@@ -27,13 +30,15 @@ pub mod regen;
 use std::collections::HashMap;
 use std::num::NonZeroU128;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use arc_swap::ArcSwap;
 
 use ledger::Ledger;
 pub use regen::{StateCacheError, StateSource};
 
 use crate::consensus::block::{Block, Hash};
-use crate::state::StateSnapshot;
+use crate::state::State;
 
 /// How the cache is bounded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -65,7 +70,7 @@ impl Default for StateCacheConfig {
 /// A cached state.
 #[derive(Debug)]
 struct Entry {
-    snapshot: StateSnapshot,
+    snapshot: State,
     id: u64,
     own: usize,
 }
@@ -96,7 +101,7 @@ impl Inner {
             .saturating_add(self.reserved)
     }
 
-    fn remove(&mut self, hash: &Hash) -> Option<StateSnapshot> {
+    fn remove(&mut self, hash: &Hash) -> Option<State> {
         let entry = self.entries.remove(hash)?;
         self.ledger.remove(entry.id, entry.snapshot.chunk_ptrs());
         if self.head != Some(*hash) {
@@ -150,6 +155,8 @@ pub struct CacheMetrics {
 pub struct StateCache {
     config: StateCacheConfig,
     inner: Mutex<Inner>,
+    /// The head state, stored under the lock together with `Inner::head`, read without it.
+    head: ArcSwap<State>,
     hits: AtomicU64,
     misses: AtomicU64,
     shed: AtomicU64,
@@ -168,8 +175,9 @@ impl std::fmt::Debug for StateCache {
 }
 
 impl StateCache {
-    /// An empty cache regenerating from `source`.
-    pub fn new(config: StateCacheConfig, source: StateSource) -> Self {
+    /// A cache regenerating from `source`, holding `head` (the chain's head state) as its
+    /// head and nothing else.
+    pub fn new(config: StateCacheConfig, source: StateSource, head: State) -> Self {
         let anchors = match source.store.tree(anchors::TREE) {
             Ok(tree) => Some(anchors::Anchors::new(tree)),
             Err(e) => {
@@ -177,16 +185,19 @@ impl StateCache {
                 None
             }
         };
-        Self {
+        let cache = Self {
             anchors,
             config,
             inner: Mutex::new(Inner::default()),
+            head: ArcSwap::from_pointee(head.clone()),
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
             shed: AtomicU64::new(0),
             behind: AtomicBool::new(false),
             regen: regen::Regenerator::new(source),
-        }
+        };
+        cache.place_head(head, 0);
+        cache
     }
 
     /// The configuration.
@@ -203,7 +214,7 @@ impl StateCache {
     }
 
     /// The cached state after block `hash`, counting a hit or a miss.
-    pub fn get(&self, hash: &Hash) -> Option<StateSnapshot> {
+    pub fn get(&self, hash: &Hash) -> Option<State> {
         let found = self.peek(hash);
         let counter = if found.is_some() {
             &self.hits
@@ -215,28 +226,27 @@ impl StateCache {
     }
 
     /// The cached state after block `hash`, without counting.
-    pub fn peek(&self, hash: &Hash) -> Option<StateSnapshot> {
+    pub fn peek(&self, hash: &Hash) -> Option<State> {
         self.lock()
             .entries
             .get(hash)
             .map(|entry| entry.snapshot.clone())
     }
 
-    /// The head state, if one was set.
-    pub fn head(&self) -> Option<StateSnapshot> {
-        let inner = self.lock();
-        let head = inner.head?;
-        inner.entries.get(&head).map(|e| e.snapshot.clone())
+    /// The head state: the newest canonical state, read without the cache's lock (one
+    /// reference count).
+    pub fn head(&self) -> State {
+        State::clone(&self.head.load())
     }
 
     /// Adds a state (no-op if its block is cached), then evicts down to the budget.
-    pub fn insert(&self, snapshot: StateSnapshot) {
+    pub fn insert(&self, snapshot: State) {
         let mut inner = self.lock();
         Self::insert_locked(&mut inner, snapshot);
         self.evict(&mut inner);
     }
 
-    fn insert_locked(inner: &mut Inner, snapshot: StateSnapshot) {
+    fn insert_locked(inner: &mut Inner, snapshot: State) {
         let hash = snapshot.block_hash();
         if inner.entries.contains_key(&hash) {
             return;
@@ -263,8 +273,19 @@ impl StateCache {
 
     /// Makes `snapshot` the head (inserting it), drops states too far below finality
     /// (`finalized` height) and evicts down to the budget.
-    pub fn set_head(&self, snapshot: StateSnapshot, finalized: u64) {
+    pub fn set_head(&self, snapshot: State, finalized: u64) {
+        self.place_head(snapshot, finalized);
+        if let Some(anchors) = &self.anchors
+            && let Err(e) = anchors.persist(self, finalized)
+        {
+            tracing::warn!(error = %e, "could not persist state anchors; retried at the next head");
+        }
+    }
+
+    /// [`set_head`](Self::set_head) but for the anchors.
+    fn place_head(&self, snapshot: State, finalized: u64) {
         let mut inner = self.lock();
+        self.head.store(Arc::new(snapshot.clone()));
         let hash = snapshot.block_hash();
         Self::insert_locked(&mut inner, snapshot);
         if let Some(old) = inner.head.replace(hash)
@@ -293,17 +314,11 @@ impl StateCache {
             inner.remove(&old);
         }
         self.evict(&mut inner);
-        drop(inner);
-        if let Some(anchors) = &self.anchors
-            && let Err(e) = anchors.persist(self, finalized)
-        {
-            tracing::warn!(error = %e, "could not persist state anchors; retried at the next head");
-        }
     }
 
     /// The lowest cached state at `height` or above whose block is canonical (the head at
     /// worst), to rebuild a persisted anchor from.
-    fn canonical_above(&self, height: u64) -> Result<Option<StateSnapshot>, StateCacheError> {
+    fn canonical_above(&self, height: u64) -> Result<Option<State>, StateCacheError> {
         let mut candidates: Vec<(u64, Hash)> = self
             .lock()
             .entries
@@ -401,7 +416,7 @@ impl StateCache {
     }
 
     /// The state after block `hash`, from the cache or regenerated (see [`regen`]).
-    pub fn state(&self, hash: &Hash) -> Result<StateSnapshot, StateCacheError> {
+    pub fn state(&self, hash: &Hash) -> Result<State, StateCacheError> {
         regen::state(self, hash)
     }
 
@@ -409,7 +424,7 @@ impl StateCache {
     /// state after it: how a block off the head is validated before it is stored, relayed or
     /// counted for fork choice. [`StateCacheError::InvalidBlock`] means the block is invalid;
     /// [`StateCacheError::NotExecuted`] that it could not be checked for a reason of ours.
-    pub fn execute(&self, block: &Block) -> Result<StateSnapshot, StateCacheError> {
+    pub fn execute(&self, block: &Block) -> Result<State, StateCacheError> {
         regen::execute(self, block)
     }
 
@@ -419,7 +434,7 @@ impl StateCache {
     /// query's replay only uses CPU time that import and side-branch validation leave over.
     /// (A side branch whose parent is being regenerated for a query waits for that replay;
     /// it is rare, and the replay still runs whenever a core is free.)
-    pub fn query(&self, hash: &Hash) -> Result<StateSnapshot, StateCacheError> {
+    pub fn query(&self, hash: &Hash) -> Result<State, StateCacheError> {
         if self.behind.load(Ordering::Relaxed) {
             self.shed.fetch_add(1, Ordering::Relaxed);
             return Err(StateCacheError::Shed);
@@ -444,7 +459,7 @@ impl StateCache {
     }
 
     /// The state after the canonical block at `height`.
-    pub fn query_height(&self, height: u64) -> Result<StateSnapshot, StateCacheError> {
+    pub fn query_height(&self, height: u64) -> Result<State, StateCacheError> {
         let hash = self.regen.source().canonical_hash(height)?;
         self.query(&hash)
     }

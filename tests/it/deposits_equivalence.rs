@@ -16,7 +16,7 @@ use proptest::prelude::*;
 #[derive(Debug, PartialEq, Eq)]
 enum Result {
     Imported {
-        outcomes: Vec<modnode::runtime::deposits::Outcome>,
+        outcomes: Vec<modnode::consensus::DepositOutcome>,
         root: [u8; 32],
     },
     /// The deposits module refused the block (the reason, engine-independent).

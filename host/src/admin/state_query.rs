@@ -11,7 +11,7 @@
 
 use serde_json::{Value, json};
 
-use crate::state::{PUBKEY_LEN, PendingQueue, Pubkey, StateSnapshot};
+use crate::state::{PUBKEY_LEN, PendingQueue, Pubkey, State};
 use crate::state_cache::{StateCache, StateCacheError};
 
 /// Which validator a query asks for.
@@ -119,16 +119,14 @@ impl From<StateCacheError> for StateQueryError {
 pub fn answer(states: &StateCache, query: &StateQuery) -> Result<Value, StateQueryError> {
     let state = match query.height {
         Some(height) => states.query_height(height)?,
-        None => states
-            .head()
-            .ok_or_else(|| StateQueryError::Internal("the state cache holds no head".into()))?,
+        None => states.head(),
     };
     Ok(render(&state, query.validator))
 }
 
 /// The sum of every validator's balance in `state`, in Gwei (a testnet's harness checks that
 /// deposits are applied exactly once by it).
-pub fn balance_sum(state: &StateSnapshot) -> u128 {
+pub fn balance_sum(state: &State) -> u128 {
     state
         .validators(0, state.validator_count())
         .map(|(_, balance)| u128::from(balance))
@@ -136,7 +134,7 @@ pub fn balance_sum(state: &StateSnapshot) -> u128 {
 }
 
 /// The JSON answer for `state`.
-pub fn render(state: &StateSnapshot, selector: Option<Selector>) -> Value {
+pub fn render(state: &State, selector: Option<Selector>) -> Value {
     let mut out = json!({
         "height": state.height(),
         "block_hash": hex::encode(state.block_hash()),
@@ -198,7 +196,7 @@ mod tests {
     #[test]
     fn the_state_shows_deposits_v3_queue_length_and_balance_to_consume() {
         let state = |pending| {
-            StateSnapshot::with_pending(
+            State::with_pending(
                 [1; 32],
                 9,
                 Registry::new(),

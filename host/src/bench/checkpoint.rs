@@ -39,7 +39,7 @@ use modnode::checkpoint::{
 };
 use modnode::runtime::checkpoint::{CheckpointModule, StateReader as _};
 use modnode::runtime::{LoadedModule, Runtime, RuntimeConfig};
-use modnode::state::StateSnapshot;
+use modnode::state::State;
 
 /// One version's numbers.
 #[derive(Debug, Serialize)]
@@ -157,7 +157,7 @@ fn process_cpu_ms() -> f64 {
 }
 
 /// The floor: every leaf read from the snapshot and hashed, on one thread.
-fn read_hash_floor(state: &StateSnapshot) -> (f64, [u8; 32]) {
+fn read_hash_floor(state: &State) -> (f64, [u8; 32]) {
     const STEP: u64 = 1 << 16;
     let leaf = state.leaf_size() as usize;
     let start = Instant::now();
@@ -176,7 +176,7 @@ fn read_hash_floor(state: &StateSnapshot) -> (f64, [u8; 32]) {
 
 fn measure_version(
     module: &CheckpointModule,
-    state: &Arc<StateSnapshot>,
+    state: &Arc<State>,
     threads: usize,
     target_chunk_bytes: u64,
 ) -> anyhow::Result<VersionReport> {
@@ -301,7 +301,7 @@ fn top_up_chunks(len: u32, blocks: u64) -> usize {
 
 /// `state` after `blocks` dev-like deposit blocks: each appends three validators and tops up
 /// one existing validator, spread over the registry (a multiplicative hash of the height).
-fn after_deposit_blocks(state: &StateSnapshot, blocks: u64) -> anyhow::Result<StateSnapshot> {
+fn after_deposit_blocks(state: &State, blocks: u64) -> anyhow::Result<State> {
     use modnode::state::{NewValidator, RegistryDelta};
     let mut registry = state.registry().clone();
     for height in 1..=blocks {
@@ -336,7 +336,7 @@ fn after_deposit_blocks(state: &StateSnapshot, blocks: u64) -> anyhow::Result<St
             balances: vec![(index as u32, balance)],
         })?;
     }
-    Ok(StateSnapshot::new(
+    Ok(State::new(
         [2; 32],
         state.height() + blocks,
         registry,
@@ -348,7 +348,7 @@ fn after_deposit_blocks(state: &StateSnapshot, blocks: u64) -> anyhow::Result<St
 /// v3's incremental creation [`INCREMENTAL_BLOCKS`] blocks after a full one.
 fn measure_incremental(
     module: &CheckpointModule,
-    state: &Arc<StateSnapshot>,
+    state: &Arc<State>,
     threads: usize,
     target_chunk_bytes: u64,
     full: VersionReport,

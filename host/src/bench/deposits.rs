@@ -31,8 +31,9 @@ use modnode::chain::eth1::{DepositProofs, Eth1Data, ProvenDeposit};
 use modnode::chain::genesis::Genesis;
 use modnode::chain::native_deposits::Verification;
 use modnode::chain::workload;
+use modnode::consensus::DepositOutcome;
 use modnode::crypto::{self, SignatureSet};
-use modnode::runtime::deposits::{BlockContext, Outcome};
+use modnode::runtime::deposits::BlockContext;
 use modnode::runtime::{LoadedModule, Runtime, RuntimeConfig};
 use modnode::state::{Registry, SharedRegistry};
 
@@ -162,7 +163,7 @@ struct Step {
     transition: f64,
     bls: f64,
     apply: f64,
-    outcomes: Vec<Outcome>,
+    outcomes: Vec<DepositOutcome>,
 }
 
 /// Runs one block (its deposits proven from `index` on against `eth1`) through `engine` over
@@ -340,7 +341,9 @@ fn run_here(validators: u32, deposits: usize, repeat: usize) -> anyhow::Result<D
             "engines disagree on block {height}"
         );
         anyhow::ensure!(
-            outcomes[0].iter().all(|o| matches!(o, Outcome::Created(_))),
+            outcomes[0]
+                .iter()
+                .all(|o| matches!(o, DepositOutcome::Created(_))),
             "block {height}: not every deposit created a validator"
         );
     }

@@ -57,9 +57,7 @@ use modnode::crypto;
 use modnode::runtime::deposits::DepositsModule;
 use modnode::runtime::deposits::v3::{EpochContext, EpochOutcome};
 use modnode::runtime::{Kind, LoadedModule, Runtime, RuntimeConfig};
-use modnode::state::{
-    PendingDelta, PendingDeposit, PendingQueue, Registry, StateSnapshot, UpgradeOp,
-};
+use modnode::state::{PendingDelta, PendingDeposit, PendingQueue, Registry, State, UpgradeOp};
 use modnode::store::MemoryStore;
 
 const ETH: u64 = 1_000_000_000;
@@ -303,7 +301,7 @@ fn epochs(
 struct Stream {
     times: Vec<f64>,
     epoch: Vec<bool>,
-    head: StateSnapshot,
+    head: State,
 }
 
 /// The deposits modules of one chain: v2, then v3.
@@ -398,13 +396,13 @@ fn block_stream(
 
 /// The snapshot of `head`'s state with `registry` and `queue` in it, as the chain takes it:
 /// median time (µs) and the heap bytes one adds.
-fn snapshots(head: &StateSnapshot, registry: &Registry, queue: &PendingQueue) -> (f64, u64) {
+fn snapshots(head: &State, registry: &Registry, queue: &PendingQueue) -> (f64, u64) {
     let mut times = Vec::with_capacity(SNAPSHOTS);
     let mut bytes = Vec::with_capacity(SNAPSHOTS);
     for _ in 0..SNAPSHOTS {
         let before = modnode::alloc_stats::thread_net_bytes();
         let start = Instant::now();
-        let snapshot = StateSnapshot::with_pending(
+        let snapshot = State::with_pending(
             head.block_hash(),
             head.height(),
             registry.clone(),

@@ -58,20 +58,18 @@ impl Chain {
         let header = &block.header;
         let hash = shell.hash();
         let name = hex32(&hash);
-        let Transition {
+        let Applied {
+            state,
             outcomes,
             delta,
-            eth1,
-            schedule,
-            pending,
-            root,
         } = match self.adopt(block)? {
             Some(adopted) => adopted,
             None => {
                 self.executed = self.executed.saturating_add(1);
-                self.transition(header, &block.body)?
+                apply_block(&self.rules(), &self.head_state(), self.head.slot, block)?
             }
         };
+        let root = state.root();
         if root != header.state_root {
             return Err(ImportError::StateRootMismatch {
                 hash: name,
@@ -88,13 +86,15 @@ impl Chain {
         };
         let mut batch = WriteBatch::new();
         // The chunks the delta touches, as they will be once memory follows the batch.
-        let undo = registry_store::put_delta(&mut batch, &self.registry, &delta)
-            .and_then(|()| self.registry.undo_for(&delta))
+        let parent_state = self.head_state();
+        let parent = parent_state.registry();
+        let undo = registry_store::put_delta(&mut batch, parent, &delta)
+            .and_then(|()| parent.undo_for(&delta))
             .map_err(|source| ImportError::State {
                 hash: name.clone(),
                 source,
             })?;
-        let warm_input = self.deposit_call(block, &name);
+        let warm_input = self.deposit_call(block);
         self.note_first_header(block, &mut batch)
             .map_err(|source| ImportError::Store {
                 hash: name.clone(),
@@ -102,12 +102,12 @@ impl Chain {
             })?;
         batch.put(keys::block(&hash), block.encode());
         batch.put(keys::undo(&hash), undo.encode());
-        batch.put(keys::eth1(&hash), eth1.encode());
+        batch.put(keys::eth1(&hash), state.eth1().encode());
         // The schedule is state like any other: an activation is part of this batch, never a
         // marker written after it.
-        batch.put(keys::schedule(&hash), schedule.encode());
+        batch.put(keys::schedule(&hash), state.schedule().encode());
         // deposits@3's queue: the entries this block pushed and the extent after it.
-        pending_store::put_block(&mut batch, &hash, self.pending.as_ref(), pending.as_ref());
+        pending_store::put_block(&mut batch, &hash, parent_state.pending(), state.pending());
         batch.put(keys::height(head.height), hash.to_vec());
         batch.put(keys::HEAD, head.encode());
         // The finalized root as of the parent (never reverted): a restart walks only above it.
@@ -121,45 +121,19 @@ impl Chain {
                 source,
             })?;
 
-        // The batch is durable; mirror it in memory. `root_after` already proved the delta
-        // applies, so a failure here means memory and disk disagree: fatal (`Diverged`), the
-        // node stops and the next start reloads from disk. As revert does, the in-memory root
-        // is checked against the committed one.
-        let diverged = |memory_root: String, reason: String| ImportError::Diverged {
-            hash: name.clone(),
-            height: head.height,
-            disk_root: hex32(&root),
-            memory_root,
-            reason,
-        };
-        let registry = Arc::make_mut(&mut self.registry);
-        let pending_root = pending.as_ref().map(PendingQueue::root);
-        let root_of = |registry: &Registry| {
-            state_root_with(&registry.root(), &eth1, &schedule, pending_root.as_ref())
-        };
-        if let Err(e) = registry.apply(&delta) {
-            return Err(diverged(hex32(&root_of(registry)), e.to_string()));
-        }
-        let memory_root = root_of(registry);
-        if memory_root != root {
-            return Err(diverged(
-                hex32(&memory_root),
-                "the state root in memory after applying differs".into(),
-            ));
-        }
-        self.eth1 = eth1;
-        self.schedule = schedule;
-        self.pending = pending;
+        // The batch is durable: the new state (built, and its root checked, before the batch
+        // was written) becomes the head's, in the state cache.
+        drop(parent_state);
         self.head = head;
         self.finality
             .imported(head.height, header.slot, header.proposer);
         if let Some(modules) = &self.modules {
-            modules.scheduled(&self.schedule);
+            modules.scheduled(state.schedule());
             if let Some(call) = warm_input {
                 modules.imported(call);
             }
         }
-        self.publish_head();
+        self.publish_head(state);
         self.offer_to_preverifier();
         Ok(Imported { head, outcomes })
     }
@@ -180,12 +154,13 @@ impl Chain {
     /// Sends the first [`preverify::WINDOW`] queue entries whose pubkey is not in the
     /// registry to the pre-verifier, if there is one and a queue; never blocks.
     fn offer_to_preverifier(&self) {
-        let (Some(preverifier), Some(queue)) = (&self.preverifier, &self.pending) else {
+        let state = self.head_state();
+        let (Some(preverifier), Some(queue)) = (&self.preverifier, state.pending()) else {
             return;
         };
         let entries: Vec<_> = queue
             .window(0, preverify::WINDOW)
-            .filter(|e| RegistryRead::index_of(&*self.registry, &e.pubkey).is_none())
+            .filter(|e| RegistryRead::index_of(state.registry(), &e.pubkey).is_none())
             .copied()
             .collect();
         preverifier.offer(entries, self.genesis.genesis_fork_version);
@@ -193,18 +168,10 @@ impl Chain {
 
     /// The deposits call `block` (valid, about to become the head) makes, for the warm-up of
     /// new deposits modules: only for a block with deposits, on a chain whose modules listen.
-    fn deposit_call(&self, block: &Block, name: &str) -> Option<DepositCall> {
-        let header = &block.header;
+    fn deposit_call(&self, block: &Block) -> Option<DepositCall> {
         if block.body.deposits.is_empty() || self.modules.is_none() {
             return None;
         }
-        let voted = self
-            .voted(header.slot, header.proposer, block.body.eth1_vote, name)
-            .ok()?;
-        Some(DepositCall {
-            registry: self.registry.clone(),
-            ctx: transition::context(&self.genesis, header, &voted),
-            deposits: block.body.deposits.iter().map(to_wit).collect(),
-        })
+        crate::consensus::deposit_call(&self.genesis, &self.head_state(), block)
     }
 }

@@ -102,19 +102,22 @@ impl Chain {
                 batch.put(keys::GENESIS, genesis_hash.to_vec());
                 batch.put(keys::FORMAT, STORE_FORMAT.to_le_bytes().to_vec());
                 store.commit(&batch)?;
-                let states = new_state_cache(&store, &genesis, &deposits);
+                let state = State::new(
+                    genesis_hash,
+                    0,
+                    registry_genesis,
+                    eth1_genesis,
+                    schedule_genesis,
+                );
+                let states = new_state_cache(&store, &genesis, &deposits, state);
                 let finality =
                     finality::Finality::fresh(genesis.authorities.len(), genesis.finality_depth);
                 let chain = Self {
                     store,
                     genesis,
                     genesis_hash,
-                    registry: Arc::new(registry_genesis),
-                    eth1: eth1_genesis,
-                    pending: None,
                     head,
                     deposits,
-                    schedule: schedule_genesis,
                     modules: None,
                     proposals: Vec::new(),
                     states,
@@ -126,7 +129,7 @@ impl Chain {
                     base: 0,
                     preverifier: None,
                 };
-                chain.publish_head();
+                chain.publish_head(chain.head_state());
                 Ok(chain)
             }
             Some(format) => {
@@ -195,9 +198,9 @@ impl Chain {
                 let eth1 = load_eth1(store.as_ref(), &head.hash)?;
                 let schedule = load_schedule(store.as_ref(), &head.hash)?;
                 let pending = pending_store::load(store.as_ref(), &head.hash)?;
-                let pending_root = pending.as_ref().map(PendingQueue::root);
-                let root =
-                    state_root_with(&registry.root(), &eth1, &schedule, pending_root.as_ref());
+                let state =
+                    State::with_pending(head.hash, head.height, registry, eth1, schedule, pending);
+                let root = state.root();
                 if root != head.state_root {
                     return Err(OpenError::Corrupt(format!(
                         "state root {} does not match head block {} (height {}), which commits to {}",
@@ -207,7 +210,7 @@ impl Chain {
                         hex32(&head.state_root)
                     )));
                 }
-                let states = new_state_cache(&store, &genesis, &deposits);
+                let states = new_state_cache(&store, &genesis, &deposits, state);
                 let proposals = proposals::load(store.as_ref())?;
                 let equivocations = equivocation::Equivocations::load(store.as_ref())?;
                 let stored_root = store
@@ -238,12 +241,8 @@ impl Chain {
                     store,
                     genesis,
                     genesis_hash,
-                    registry: Arc::new(registry),
-                    eth1,
-                    pending,
                     head,
                     deposits,
-                    schedule,
                     modules: None,
                     proposals,
                     states,
@@ -255,21 +254,24 @@ impl Chain {
                     base,
                     preverifier: None,
                 };
-                chain.publish_head();
+                chain.publish_head(chain.head_state());
                 Ok(chain)
             }
         }
     }
 }
 
-/// An empty state cache with the default budget over `store`.
+/// A state cache with the default budget over `store`, holding `head` (the state after the
+/// head).
 fn new_state_cache(
     store: &Arc<dyn KvStore>,
     genesis: &Genesis,
     deposits: &DepositEngine,
+    head: State,
 ) -> Arc<StateCache> {
     Arc::new(StateCache::new(
         StateCacheConfig::default(),
         StateSource::new(store.clone(), genesis.clone(), deposits.clone()),
+        head,
     ))
 }

@@ -74,6 +74,9 @@ pub struct PreverifyStats {
     pub valid: u64,
     /// Entries found invalid (never cached).
     pub invalid: u64,
+    /// Verifications it asked the cache for (one per batch or lone entry): each is a pairing
+    /// counted in the cache's own `verified`, unless another thread cached its sets first.
+    pub checks: u64,
 }
 
 #[derive(Default)]
@@ -81,6 +84,7 @@ struct Counters {
     dropped: AtomicU64,
     valid: AtomicU64,
     invalid: AtomicU64,
+    checks: AtomicU64,
 }
 
 /// The handle a chain sends entries through; the worker thread stops when the last clone is
@@ -178,6 +182,7 @@ impl Preverifier {
             dropped: self.counters.dropped.load(Ordering::Relaxed),
             valid: self.counters.valid.load(Ordering::Relaxed),
             invalid: self.counters.invalid.load(Ordering::Relaxed),
+            checks: self.counters.checks.load(Ordering::Relaxed),
         }
     }
 }
@@ -235,7 +240,7 @@ impl Worker {
             return;
         }
         let count = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
-        if sets.len() > 1 && self.cache.verify_batch(&sets) {
+        if sets.len() > 1 && self.check(|cache| cache.verify_batch(&sets)) {
             self.counters
                 .valid
                 .fetch_add(count(sets.len()), Ordering::Relaxed);
@@ -244,7 +249,7 @@ impl Worker {
         // One alone, or a batch with a bad set in it: each on its own, so the valid ones are
         // cached and the bad ones remembered here.
         for (set, key) in &todo {
-            if self.cache.verify(set.pubkey, set.message, set.signature) {
+            if self.check(|cache| cache.verify(set.pubkey, set.message, set.signature)) {
                 self.counters.valid.fetch_add(1, Ordering::Relaxed);
             } else {
                 self.counters.invalid.fetch_add(1, Ordering::Relaxed);
@@ -254,5 +259,11 @@ impl Worker {
                 self.invalid.insert(*key);
             }
         }
+    }
+
+    /// One verification through the cache, counted.
+    fn check(&self, verify: impl FnOnce(&SigCache) -> bool) -> bool {
+        self.counters.checks.fetch_add(1, Ordering::Relaxed);
+        verify(&self.cache)
     }
 }

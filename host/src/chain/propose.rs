@@ -109,11 +109,12 @@ impl Chain {
         let Some(DepositEngine::Module(module)) = engine else {
             return Ok(None);
         };
+        let state = self.head_state();
         let migrated = migration::check(
             module,
             &self.genesis,
-            &self.registry,
-            self.pending.as_ref(),
+            state.registry(),
+            state.pending(),
             op.height,
         )
         .map_err(|source| ProposeError::MigrationFails {
@@ -136,7 +137,7 @@ impl Chain {
             self.modules.as_ref().and_then(|m| m.deposits(module))
         };
         let after_migration = self.check_migration(op, engine.as_ref())?;
-        let queued = self.pending.as_ref().map_or(0, PendingQueue::len);
+        let queued = self.head_state().pending().map_or(0, PendingQueue::len);
         if queued == 0 || after_migration == Some(0) {
             return Ok(());
         }
@@ -156,7 +157,7 @@ impl Chain {
                 });
             }
         };
-        if contract.major >= transition::QUEUE_CONTRACT_MAJOR {
+        if contract.major >= crate::consensus::QUEUE_CONTRACT_MAJOR {
             return Ok(());
         }
         Err(ProposeError::CannotHoldQueue {
@@ -188,7 +189,9 @@ impl Chain {
         };
         // The proposer's own quota is checked when its block is built; here any index that
         // holds no pending vote stands in for it.
-        self.schedule.with_block(next, u32::MAX, votes, &rules)?;
+        self.head_state()
+            .schedule()
+            .with_block(next, u32::MAX, votes, &rules)?;
         self.proposals
             .retain(|(_, p)| p.height > next.saturating_add(rules.lead));
         Ok(())
@@ -205,8 +208,10 @@ impl Chain {
     /// attested yet. Never what would make the block invalid.
     pub(super) fn schedule_votes_for(&self, height: u64, proposer: u32) -> ScheduleVotes {
         let rules = self.genesis.governance();
+        let state = self.head_state();
+        let schedule = state.schedule();
         let voted = |action: Action, op: &UpgradeOp| {
-            self.schedule
+            schedule
                 .pending
                 .iter()
                 .any(|p| p.action == action && p.op == *op && p.voters.contains(&proposer))
@@ -216,8 +221,8 @@ impl Chain {
                 .iter()
                 .filter(|(a, op)| *a == action && op.height > height.saturating_add(rules.lead))
                 .filter(|(a, op)| match a {
-                    Action::Upgrade => !self.schedule.entries.contains(op),
-                    Action::Cancel => self.schedule.upcoming(height).any(|e| e == op),
+                    Action::Upgrade => !schedule.entries.contains(op),
+                    Action::Cancel => schedule.upcoming(height).any(|e| e == op),
                 })
                 .filter(|(a, op)| !voted(*a, op))
                 .map(|(_, op)| *op)
@@ -227,10 +232,10 @@ impl Chain {
         let upgrades = wanted(Action::Upgrade);
         let cancels = wanted(Action::Cancel);
         let mut ready: Vec<UpgradeOp> = Vec::new();
-        for op in self.schedule.open_upgrades(height).chain(upgrades.iter()) {
+        for op in schedule.open_upgrades(height).chain(upgrades.iter()) {
             if op.kind == Kind::Deposits
                 && !ready.contains(op)
-                && !self.schedule.attesters(op).contains(&proposer)
+                && !schedule.attesters(op).contains(&proposer)
                 && self.holds_ready(&op.module)
             {
                 ready.push(*op);
@@ -238,7 +243,7 @@ impl Chain {
         }
         ready.truncate(MAX_READY_ATTESTATIONS);
         let fits = |votes: BlockVotes<'_>| {
-            self.schedule
+            schedule
                 .with_block(height, proposer, votes, &rules)
                 .map_err(|e| tracing::warn!(error = %e, "not casting these upgrade votes"))
                 .is_ok()
@@ -257,7 +262,7 @@ impl Chain {
         }
         let attested_only = ready
             .iter()
-            .filter(|op| self.schedule.open_upgrades(height).any(|o| o == *op))
+            .filter(|op| schedule.open_upgrades(height).any(|o| o == *op))
             .copied()
             .collect::<Vec<_>>();
         let only_ready = BlockVotes {

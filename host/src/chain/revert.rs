@@ -6,7 +6,7 @@ use super::block::Block;
 use super::{
     Chain, Head, RevertError, hex32, load_eth1, load_schedule, pending_store, registry_store,
 };
-use crate::state::{PendingQueue, RegistryUndo, state_root_with};
+use crate::state::{RegistryUndo, State};
 use crate::store::{WriteBatch, keys};
 
 impl Chain {
@@ -49,13 +49,14 @@ impl Chain {
             state_root: parent.header.state_root,
         };
 
+        let current = self.head_state();
         let eth1 = load_eth1(self.store.as_ref(), &parent_hash)
             .map_err(|e| corrupt(format!("parent eth1 state: {e}")))?;
         let schedule = load_schedule(self.store.as_ref(), &parent_hash)
             .map_err(|e| corrupt(format!("parent module schedule: {e}")))?;
         let parent_extent = pending_store::load_extent(self.store.as_ref(), &parent_hash)
             .map_err(|e| corrupt(format!("parent pending-deposit extent: {e}")))?;
-        let pending = pending_store::rolled_back(self.pending.as_ref(), parent_extent.as_ref())
+        let pending = pending_store::rolled_back(current.pending(), parent_extent.as_ref())
             .map_err(|e| corrupt(format!("parent pending-deposit extent: {e}")))?;
 
         let mut batch = WriteBatch::new();
@@ -68,17 +69,17 @@ impl Chain {
         pending_store::put_revert(
             &mut batch,
             &head.hash,
-            self.pending.as_ref(),
+            current.pending(),
             parent_extent.as_ref(),
         );
         // The chunks the rollback touches, as they will be once memory follows the batch; an
         // undo record that does not fit the registry is refused before anything is written.
-        registry_store::put_rollback(&mut batch, &self.registry, &undo).map_err(|e| {
+        registry_store::put_rollback(&mut batch, current.registry(), &undo).map_err(|e| {
             corrupt(format!(
                 "undo record (keeps {} validators of {}, restores {} balances) does not fit the \
                  registry: {e}",
                 undo.validators_before,
-                self.registry.len(),
+                current.registry().len(),
                 undo.balances.len()
             ))
         })?;
@@ -90,16 +91,27 @@ impl Chain {
             reason,
         };
         // A cached parent state is the registry after rollback: switch to it (a clone of its
-        // chunk tables) instead of undoing block by block. Its root is checked below all the same.
-        match self.states.peek(&parent_hash) {
-            Some(cached) => self.registry = Arc::new(cached.registry().clone()),
-            None => Arc::make_mut(&mut self.registry)
-                .rollback(&undo)
-                .map_err(|e| diverged(e.to_string()))?,
-        }
-        let registry = &self.registry;
-        let pending_root = pending.as_ref().map(PendingQueue::root);
-        let root = state_root_with(&registry.root(), &eth1, &schedule, pending_root.as_ref());
+        // registry, shared) instead of undoing block by block. Its root is checked below all the
+        // same.
+        let registry = match self.states.peek(&parent_hash) {
+            Some(cached) => cached.shared_registry().clone(),
+            None => {
+                let mut registry = current.shared_registry().clone();
+                Arc::make_mut(&mut registry)
+                    .rollback(&undo)
+                    .map_err(|e| diverged(e.to_string()))?;
+                registry
+            }
+        };
+        let state = State::from_shared(
+            parent_hash,
+            new_head.height,
+            registry,
+            eth1,
+            schedule,
+            pending,
+        );
+        let root = state.root();
         if root != new_head.state_root {
             return Err(diverged(format!(
                 "state root {} after rollback, parent commits to {}",
@@ -107,15 +119,13 @@ impl Chain {
                 hex32(&new_head.state_root)
             )));
         }
-        self.eth1 = eth1;
-        self.schedule = schedule;
-        self.pending = pending;
+        drop(current);
         self.head = new_head;
         self.finality.reverted(head.height);
         if let Some(modules) = &self.modules {
-            modules.scheduled(&self.schedule);
+            modules.scheduled(state.schedule());
         }
-        self.publish_head();
+        self.publish_head(state);
         Ok(new_head)
     }
 }

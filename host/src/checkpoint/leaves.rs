@@ -1,11 +1,11 @@
 //! What a checkpoint is made of: the state as position-indexed leaves (the registry, one leaf per
 //! validator: its record and balance) plus the parts of the state that are not leaves (the eth1
 //! state, the schedule) and deposits@3's pending-deposit queue when the state holds one, read
-//! from an immutable [`StateSnapshot`] so creation never races import.
+//! from an immutable [`State`] so creation never races import.
 
 use crate::runtime::checkpoint::StateReader;
 use crate::state::merkle::Hash32;
-use crate::state::{LEAF_BYTES, PendingQueue, StateSnapshot};
+use crate::state::{LEAF_BYTES, PendingQueue, State};
 
 /// An immutable state a checkpoint is created from. The leaf access comes from the checkpoint
 /// world's [`StateReader`]; this adds what the manifest needs besides the leaves.
@@ -27,16 +27,16 @@ pub trait StateLeaves: StateReader {
 }
 
 /// Leaves `[start, end)` of `snapshot` as indices, or `None` when out of range.
-fn leaf_range(snapshot: &StateSnapshot, start: u64, end: u64) -> Option<std::ops::Range<usize>> {
+fn leaf_range(snapshot: &State, start: u64, end: u64) -> Option<std::ops::Range<usize>> {
     let start = usize::try_from(start).ok()?;
     let end = usize::try_from(end).ok()?;
     let len = snapshot.registry().validators().len();
     (start <= end && end <= len).then_some(start..end)
 }
 
-/// Creation reads the structurally shared [`StateSnapshot`] directly: taking one is a
+/// Creation reads the structurally shared [`State`] directly: taking one is a
 /// reference-count increment on the chain worker, and import never waits for a reader.
-impl StateReader for StateSnapshot {
+impl StateReader for State {
     fn leaf_count(&self) -> u64 {
         u64::from(self.validator_count())
     }
@@ -96,9 +96,9 @@ impl StateReader for StateSnapshot {
     }
 }
 
-impl StateLeaves for StateSnapshot {
+impl StateLeaves for State {
     fn registry_root(&self) -> Hash32 {
-        StateSnapshot::registry_root(self)
+        State::registry_root(self)
     }
 
     fn extras(&self) -> Vec<u8> {
@@ -110,7 +110,7 @@ impl StateLeaves for StateSnapshot {
     }
 
     fn pending(&self) -> Option<&PendingQueue> {
-        StateSnapshot::pending(self)
+        State::pending(self)
     }
 
     fn tree_node(&self, depth: usize, index: u64) -> Option<Hash32> {
@@ -125,10 +125,7 @@ impl StateLeaves for StateSnapshot {
 ///
 /// The snapshot is at height 0 under an all-zero block hash.
 #[cfg(any(test, feature = "test-utils"))]
-pub fn synthetic_state(
-    validators: u32,
-    seed: u64,
-) -> Result<StateSnapshot, crate::state::StateError> {
+pub fn synthetic_state(validators: u32, seed: u64) -> Result<State, crate::state::StateError> {
     use crate::state::{
         Eth1Data, Eth1State, Eth1Vote, FAR_FUTURE_EPOCH, Registry, Schedule, Validator,
     };
@@ -180,13 +177,7 @@ pub fn synthetic_state(
             data: data(u64::from(validators).saturating_add(4), 9),
         }],
     };
-    Ok(StateSnapshot::new(
-        [0; 32],
-        0,
-        registry,
-        eth1,
-        Schedule::default(),
-    ))
+    Ok(State::new([0; 32], 0, registry, eth1, Schedule::default()))
 }
 
 #[cfg(test)]

@@ -21,7 +21,7 @@ use super::incremental::{IncrementalCheckpoint, IncrementalCreator};
 use super::leaves::StateLeaves;
 use super::manifest::{Manifest, ManifestLimits};
 use crate::runtime::checkpoint::CheckpointModule;
-use crate::state::StateSnapshot;
+use crate::state::State;
 use crate::state::merkle::Hash32;
 
 /// `[checkpoint]` settings of a node.
@@ -280,7 +280,7 @@ pub type CreateReply = oneshot::Sender<Result<CheckpointSummary, String>>;
 /// over as it is (one reference count), or the regeneration that rebuilds an uncached finalized
 /// state — so a replay runs on the creator's low-priority thread, never on the chain worker.
 /// An `Err` says why the state could not be had.
-pub type FrozenState = Box<dyn FnOnce() -> Result<StateSnapshot, String> + Send>;
+pub type FrozenState = Box<dyn FnOnce() -> Result<State, String> + Send>;
 
 struct Job {
     state: FrozenState,
@@ -378,7 +378,7 @@ fn run_job(
     store: &CheckpointStore,
     config: &CheckpointConfig,
     creator: &mut IncrementalCreator,
-    state: StateSnapshot,
+    state: State,
 ) -> Result<CheckpointSummary, CheckpointServiceError> {
     let start = Instant::now();
     let at = BlockRef {

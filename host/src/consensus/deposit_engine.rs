@@ -1,11 +1,18 @@
-//! Which implementation of the deposits transition a chain runs.
+//! Which implementation of the deposits transition a chain runs, and the one place the
+//! chain's deposit types ([`DepositContext`], [`DepositOutcome`], [`DepositRejection`]) are
+//! converted to and from the deposits modules' WIT types.
 
+use super::deposit_types::{
+    DepositContext, DepositOutcome, DepositRejection, QueueRejection, RegistryRejection,
+};
 use super::eth1::{Eth1Data, ProvenDeposit};
 #[cfg(any(test, feature = "test-utils"))]
 use super::native_deposits;
 use crate::runtime::CallError;
+use crate::runtime::deposits::v3::{ProcessErrorV3, QueueError, RegistryErrorV3};
 use crate::runtime::deposits::{
-    BlockContext, Deposit, DepositsModule, Outcome, ProcessError, WitEth1Data,
+    BlockContext, Deposit, DepositCall, DepositsModule, Outcome, ProcessError, RegistryError,
+    WitEth1Data,
 };
 use crate::state::{RegistryDelta, SharedRegistry};
 
@@ -24,7 +31,7 @@ pub enum DepositEngine {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DepositsResult {
     /// One outcome per deposit.
-    pub outcomes: Vec<Outcome>,
+    pub outcomes: Vec<DepositOutcome>,
     /// The registry changes.
     pub delta: RegistryDelta,
     /// `eth1_deposit_index` after the block, as the engine reports it.
@@ -69,7 +76,22 @@ impl DepositEngine {
         }
     }
 
-    /// Runs the transition over `registry`. `Ok(Err(_))`: the block is invalid.
+    /// Runs the block's deposits over `registry` in the chain's types (what the transition
+    /// calls). `Ok(Err(_))`: the block is invalid.
+    pub(super) fn apply(
+        &self,
+        registry: SharedRegistry,
+        ctx: &DepositContext,
+        deposits: &[ProvenDeposit],
+    ) -> Result<Result<DepositsResult, DepositRejection>, CallError> {
+        Ok(self
+            .process(registry, &wit_context(ctx), deposits)?
+            .map_err(DepositRejection::from))
+    }
+
+    /// Runs the deposits over `registry` with the context as the module interface has it (a
+    /// context the chain would never build included: the engines' checks of it are tested).
+    /// `Ok(Err(_))`: the block is invalid.
     pub fn process(
         &self,
         registry: SharedRegistry,
@@ -83,11 +105,12 @@ impl DepositEngine {
                 Ok(module
                     .process(registry, ctx.clone(), wit)?
                     .map(|out| DepositsResult {
-                        outcomes: out.outcomes,
+                        outcomes: out.outcomes.into_iter().map(DepositOutcome::from).collect(),
                         delta: out.delta,
                         eth1_deposit_index: out.eth1_deposit_index,
                     }))
             }
+            // The native reference is written against the module interface, as its oracle.
             #[cfg(any(test, feature = "test-utils"))]
             DepositEngine::Native(verification) => Ok(native_deposits::process(
                 registry,
@@ -95,6 +118,109 @@ impl DepositEngine {
                 deposits,
                 *verification,
             )),
+        }
+    }
+}
+
+/// The WIT form of a deposits call's context.
+pub(super) fn wit_context(ctx: &DepositContext) -> BlockContext {
+    block_context(
+        ctx.height,
+        ctx.slot,
+        ctx.genesis_fork_version,
+        &ctx.eth1_data,
+        ctx.eth1_deposit_index,
+    )
+}
+
+/// The deposits call of a block (context and deposits) on `registry`, as the runtime warms a
+/// new deposits module with it.
+pub(super) fn deposit_call(
+    registry: SharedRegistry,
+    ctx: &DepositContext,
+    deposits: &[ProvenDeposit],
+) -> DepositCall {
+    DepositCall {
+        registry,
+        ctx: wit_context(ctx),
+        deposits: deposits.iter().map(to_wit).collect(),
+    }
+}
+
+impl From<Outcome> for DepositOutcome {
+    fn from(outcome: Outcome) -> Self {
+        match outcome {
+            Outcome::Created(i) => Self::Created(i),
+            Outcome::ToppedUp(i) => Self::ToppedUp(i),
+            Outcome::InvalidSignature => Self::InvalidSignature,
+        }
+    }
+}
+
+impl From<DepositOutcome> for Outcome {
+    fn from(outcome: DepositOutcome) -> Self {
+        match outcome {
+            DepositOutcome::Created(i) => Self::Created(i),
+            DepositOutcome::ToppedUp(i) => Self::ToppedUp(i),
+            DepositOutcome::InvalidSignature => Self::InvalidSignature,
+        }
+    }
+}
+
+impl From<ProcessError> for DepositRejection {
+    fn from(error: ProcessError) -> Self {
+        match error {
+            ProcessError::Malformed(m) => Self::Malformed(m),
+            ProcessError::Registry(e) => Self::Registry(e.into()),
+            ProcessError::BadContext(m) => Self::BadContext(m),
+            ProcessError::BadProof(i) => Self::BadProof(i),
+        }
+    }
+}
+
+impl From<ProcessErrorV3> for DepositRejection {
+    fn from(error: ProcessErrorV3) -> Self {
+        match error {
+            ProcessErrorV3::Malformed(m) => Self::Malformed(m),
+            ProcessErrorV3::Registry(e) => Self::Registry(e.into()),
+            ProcessErrorV3::Queue(e) => Self::Queue(e.into()),
+            ProcessErrorV3::BadContext(m) => Self::BadContext(m),
+            ProcessErrorV3::BadProof(i) => Self::BadProof(i),
+            ProcessErrorV3::Overflow(m) => Self::Overflow(m),
+        }
+    }
+}
+
+impl From<QueueError> for QueueRejection {
+    fn from(error: QueueError) -> Self {
+        match error {
+            QueueError::Full => Self::Full,
+            QueueError::BadLength(m) => Self::BadLength(m),
+            QueueError::Short((wanted, len)) => Self::Short(wanted, len),
+        }
+    }
+}
+
+impl From<RegistryErrorV3> for RegistryRejection {
+    fn from(error: RegistryErrorV3) -> Self {
+        match error {
+            RegistryErrorV3::DuplicatePubkey => Self::DuplicatePubkey,
+            RegistryErrorV3::BadLength(m) => Self::BadLength(m),
+            RegistryErrorV3::UnknownIndex(i) => Self::UnknownIndex(i),
+            RegistryErrorV3::BalanceOverflow(i) => Self::BalanceOverflow(i),
+            RegistryErrorV3::RegistryFull => Self::RegistryFull,
+        }
+    }
+}
+
+impl From<RegistryError> for RegistryRejection {
+    fn from(error: RegistryError) -> Self {
+        match error {
+            RegistryError::DuplicatePubkey => Self::DuplicatePubkey,
+            RegistryError::BadLength(m) => Self::BadLength(m),
+            RegistryError::UnknownIndex(i) => Self::UnknownIndex(i),
+            RegistryError::BalanceOverflow(i) => Self::BalanceOverflow(i),
+            RegistryError::RegistryFull => Self::RegistryFull,
         }
     }
 }
@@ -129,5 +255,55 @@ pub fn to_wit(d: &ProvenDeposit) -> Deposit {
         amount: d.data.amount,
         signature: d.data.signature.to_vec(),
         proof: d.proof.concat(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Log lines and error messages name outcomes and rejections as the WIT types did.
+    #[test]
+    fn the_chain_types_show_as_the_wit_types_did() {
+        let outcomes = [
+            Outcome::Created(3),
+            Outcome::ToppedUp(u32::MAX),
+            Outcome::InvalidSignature,
+        ];
+        for wit in outcomes {
+            let shown = format!("{wit:?}");
+            let ours = DepositOutcome::from(wit);
+            assert_eq!(format!("{ours:?}"), shown);
+            assert_eq!(format!("{:?}", Outcome::from(ours)), shown);
+        }
+        let errors = [
+            ProcessError::Malformed("deposit 1: pubkey".into()),
+            ProcessError::Registry(RegistryError::DuplicatePubkey),
+            ProcessError::Registry(RegistryError::BadLength("pubkey".into())),
+            ProcessError::Registry(RegistryError::UnknownIndex(7)),
+            ProcessError::Registry(RegistryError::BalanceOverflow(8)),
+            ProcessError::Registry(RegistryError::RegistryFull),
+            ProcessError::BadContext("fork".into()),
+            ProcessError::BadProof(9),
+        ];
+        for wit in errors {
+            let shown = format!("{wit:?}");
+            assert_eq!(format!("{:?}", DepositRejection::from(wit)), shown);
+        }
+        let errors = [
+            ProcessErrorV3::Malformed("deposit 1: pubkey".into()),
+            ProcessErrorV3::Registry(RegistryErrorV3::RegistryFull),
+            ProcessErrorV3::Registry(RegistryErrorV3::UnknownIndex(7)),
+            ProcessErrorV3::Queue(QueueError::Full),
+            ProcessErrorV3::Queue(QueueError::BadLength("amount".into())),
+            ProcessErrorV3::Queue(QueueError::Short((5, 2))),
+            ProcessErrorV3::BadContext("fork".into()),
+            ProcessErrorV3::BadProof(9),
+            ProcessErrorV3::Overflow("balance".into()),
+        ];
+        for wit in errors {
+            let shown = format!("{wit:?}");
+            assert_eq!(format!("{:?}", DepositRejection::from(wit)), shown);
+        }
     }
 }

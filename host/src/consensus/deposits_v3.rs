@@ -21,7 +21,7 @@ use super::eth1::ProvenDeposit;
 use super::genesis::Genesis;
 use super::to_wit;
 use crate::runtime::CallError;
-use crate::runtime::deposits::v3::{EpochContext, EpochProcessed, ProcessErrorV3};
+use crate::runtime::deposits::v3::{EpochContext, EpochProcessed};
 use crate::runtime::deposits::{BlockContext, Deposit, DepositsModule};
 use crate::state::{PendingError, PendingQueue, Registry, RegistryDelta, StateError};
 
@@ -35,7 +35,7 @@ pub enum V3StepError {
     Call(#[from] CallError),
     /// The module rejected the block (a bad proof, a malformed deposit, a refused write).
     #[error("deposits@3 rejected the block: {0:?}")]
-    Rejected(ProcessErrorV3),
+    Rejected(super::DepositRejection),
     /// The module's queue changes do not apply (dropping more than the queue holds).
     #[error("deposits@3's queue changes do not apply: {0}")]
     Queue(#[from] PendingError),
@@ -109,7 +109,7 @@ pub fn run(
         let shared = Arc::new(after.clone());
         let out = module
             .process_epoch(shared, queue.clone(), epoch_ctx)?
-            .map_err(V3StepError::Rejected)?;
+            .map_err(|e| V3StepError::Rejected(e.into()))?;
         after.apply(&out.delta)?;
         queue.apply(&out.pending)?;
         if out.result.deposit_balance_to_consume != queue.balance_to_consume() {
@@ -128,7 +128,7 @@ pub fn run(
     let shared = Arc::new(after.clone());
     let out = module
         .process_v3(shared, queue.clone(), ctx, &wit)?
-        .map_err(V3StepError::Rejected)?;
+        .map_err(|e| V3StepError::Rejected(e.into()))?;
     if !out.delta.is_empty() || out.pending.dropped != 0 || out.pending.balance_to_consume.is_some()
     {
         return Err(V3StepError::BlockCallWrote);

@@ -1,6 +1,6 @@
 //! Why a block was not imported, and whose fault that is.
 
-use crate::runtime::deposits::ProcessError;
+use super::deposit_types::DepositRejection;
 use crate::runtime::{HostFailure, ModuleFault};
 use crate::state::{Eth1Error, StateError};
 use crate::store::StoreError;
@@ -96,7 +96,7 @@ pub enum ImportError {
         /// The block's hash (hex).
         hash: String,
         /// The module's reason.
-        error: ProcessError,
+        error: DepositRejection,
     },
     /// The block's `modnode:deposits@3.0.0` step failed: the module rejected the block or
     /// broke the contract (the block is invalid), or the host could not apply its changes

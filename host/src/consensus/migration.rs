@@ -19,7 +19,6 @@ use crate::runtime::CallError;
 use crate::runtime::Kind;
 use crate::runtime::deposits::DepositsModule;
 use crate::runtime::deposits::migration::MigrationContext;
-use crate::runtime::deposits::v3::ProcessErrorV3;
 use crate::state::{PendingError, PendingQueue, Registry, RegistryDelta, Schedule, StateError};
 
 /// Why a module's migration failed. Every variant stops import at the activation height.
@@ -31,7 +30,7 @@ pub enum MigrationError {
     Call(#[from] CallError),
     /// The migration refused the state it was given (the module's verdict).
     #[error("its migration refused the state: {0:?}")]
-    Rejected(ProcessErrorV3),
+    Rejected(super::DepositRejection),
     /// The migration's queue changes do not apply (dropping more than the queue holds: the
     /// module's fault).
     #[error("its migration's queue changes do not apply: {0}")]
@@ -105,7 +104,7 @@ pub fn run(
     let shared = Arc::new(registry.clone());
     let out = module
         .migrate(shared, queue.clone(), ctx)?
-        .map_err(MigrationError::Rejected)?;
+        .map_err(|e| MigrationError::Rejected(e.into()))?;
     let mut after = registry.clone();
     after.apply(&out.delta)?;
     let mut queue = queue;

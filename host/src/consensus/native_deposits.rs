@@ -10,9 +10,10 @@ use sha2::{Digest, Sha256};
 
 use super::block::DepositData;
 use super::deposit_engine::DepositsResult;
+use super::deposit_types::DepositOutcome;
 use super::eth1::ProvenDeposit;
 use crate::crypto::{self, SignatureSet};
-use crate::runtime::deposits::{BlockContext, Outcome, ProcessError, registry_error};
+use crate::runtime::deposits::{BlockContext, ProcessError, registry_error};
 use crate::state::{RegistryOverlay, SharedRegistry};
 
 const GWEI_PER_ETH: u64 = 1_000_000_000;
@@ -157,7 +158,7 @@ pub fn process(
                 overlay
                     .increase_balance(index, d.amount)
                     .map_err(lookup_err)?;
-                Outcome::ToppedUp(index)
+                DepositOutcome::ToppedUp(index)
             }
             None => {
                 let valid =
@@ -172,9 +173,9 @@ pub fn process(
                     let index = overlay
                         .add_validator(&d.pubkey, &d.withdrawal_credentials, effective, d.amount)
                         .map_err(lookup_err)?;
-                    Outcome::Created(index)
+                    DepositOutcome::Created(index)
                 } else {
-                    Outcome::InvalidSignature
+                    DepositOutcome::InvalidSignature
                 }
             }
         };

@@ -1,51 +1,51 @@
-//! A block's state transition over any base state: what import runs on the head and what
-//! regeneration replays on a cached ancestor ([`replay`]).
+//! The steps of one block's transition over any base state, private to `consensus`: the only
+//! way to run them is [`apply_block`](super::apply_block) (or
+//! [`build_block`](super::build_block) for a block being built).
 
 use std::sync::Arc;
 
-use super::block::{Block, BlockBody, BlockHeader};
+use super::block::{BlockBody, BlockHeader};
+use super::deposit_engine::wit_context;
 use super::deposit_engine::{DepositEngine, DepositModules};
+use super::deposit_types::{DepositContext, DepositOutcome};
 use super::errors::ImportError;
 use super::eth1::{Eth1Data, Eth1State};
 use super::genesis::Genesis;
 use super::hex32;
 use super::{DepositsResult, deposits_v3, migration};
-use crate::runtime::deposits::{BlockContext, Outcome};
 use crate::runtime::{CallError, Kind};
-use crate::state::{
-    PendingQueue, Registry, RegistryDelta, Schedule, StateSnapshot, state_root_with,
-};
+use crate::state::{PendingQueue, Registry, RegistryDelta, Schedule, state_root_with};
 
 /// The major version of the deposits contract whose modules run a block through
 /// [`deposits_v3::run`] (Electra's pending-deposit queue).
 pub const QUEUE_CONTRACT_MAJOR: u64 = 3;
 
 /// What a block's transition produced, before it is committed.
-pub(crate) struct Transition {
-    pub(crate) outcomes: Vec<Outcome>,
-    pub(crate) delta: RegistryDelta,
-    pub(crate) eth1: Eth1State,
-    pub(crate) schedule: Schedule,
+pub(super) struct Transition {
+    pub(super) outcomes: Vec<DepositOutcome>,
+    pub(super) delta: RegistryDelta,
+    pub(super) eth1: Eth1State,
+    pub(super) schedule: Schedule,
     /// deposits@3's queue after the block: `Some` once the chain has run that contract.
-    pub(crate) pending: Option<PendingQueue>,
-    pub(crate) root: [u8; 32],
+    pub(super) pending: Option<PendingQueue>,
+    pub(super) root: [u8; 32],
 }
 
 /// The parent's state a block's transition reads besides its registry: eth1 state, module
 /// schedule, deposits@3's queue (if the parent has one) and the parent block's slot (which
 /// says whether the block starts an epoch).
-pub(crate) struct Parent<'a> {
-    pub(crate) eth1: &'a Eth1State,
-    pub(crate) schedule: &'a Schedule,
-    pub(crate) pending: Option<&'a PendingQueue>,
-    pub(crate) slot: u64,
+pub(super) struct Parent<'a> {
+    pub(super) eth1: &'a Eth1State,
+    pub(super) schedule: &'a Schedule,
+    pub(super) pending: Option<&'a PendingQueue>,
+    pub(super) slot: u64,
 }
 
 /// The deposits engine that runs the block at `height` on a state with `schedule`: the
 /// scheduled module, or `default` when the schedule names none or names that very module. A
 /// module `modules` does not have ready is [`ImportError::ModuleMissing`] (ours, not the
 /// block's), and `modules` is told ([`DepositModules::missing`]) so the node fetches it.
-pub(crate) fn engine_for(
+pub(super) fn engine_for(
     schedule: &Schedule,
     height: u64,
     default: &DepositEngine,
@@ -71,18 +71,18 @@ pub(crate) fn engine_for(
 }
 
 /// What the deposits module sees of the block and the state before it.
-pub(crate) fn context(genesis: &Genesis, header: &BlockHeader, eth1: &Eth1State) -> BlockContext {
-    super::block_context(
-        header.height,
-        header.slot,
-        genesis.genesis_fork_version,
-        &eth1.eth1_data,
-        eth1.deposit_index,
-    )
+pub(super) fn context(genesis: &Genesis, header: &BlockHeader, eth1: &Eth1State) -> DepositContext {
+    DepositContext {
+        height: header.height,
+        slot: header.slot,
+        genesis_fork_version: genesis.genesis_fork_version,
+        eth1_data: eth1.eth1_data,
+        eth1_deposit_index: eth1.deposit_index,
+    }
 }
 
 /// `eth1` after `proposer`'s vote at `slot` (`process_eth1_data`).
-pub(crate) fn voted(
+pub(super) fn voted(
     genesis: &Genesis,
     eth1: &Eth1State,
     slot: u64,
@@ -109,7 +109,7 @@ pub(crate) fn voted(
 /// parent's queue (an empty one for the chain's first such block), any other engine as
 /// before, the queue carried unchanged —, the new state root (with the queue, if any,
 /// [`state_root_with`]).
-pub(crate) fn transition(
+pub(super) fn transition(
     genesis: &Genesis,
     engine_at: &dyn Fn(u64) -> Result<DepositEngine, ImportError>,
     registry: &Arc<Registry>,
@@ -205,7 +205,7 @@ pub(crate) fn transition(
                 &work,
                 queue,
                 parent.slot,
-                &ctx,
+                &wit_context(&ctx),
                 &body.deposits,
             )
             .map_err(|source| match source {
@@ -224,7 +224,7 @@ pub(crate) fn transition(
         }
         _ => {
             let result = deposits
-                .process(work.clone(), &ctx, &body.deposits)
+                .apply(work.clone(), &ctx, &body.deposits)
                 .map_err(call_error)?
                 .map_err(|error| ImportError::Rejected {
                     hash: hash.clone(),
@@ -263,70 +263,4 @@ pub(crate) fn transition(
         schedule,
         pending,
     })
-}
-
-/// The state after `block`, replayed on `base` (the state after its parent, a block at
-/// `parent_slot`) with the deposits engine `engine_at(height, base's schedule)` names: the
-/// block's state root is checked like on import. `base` is never changed.
-///
-/// The block's header must follow `base` (parent hash, height); seal and body are not checked
-/// again, as every stored block was checked before it was stored.
-pub fn replay(
-    genesis: &Genesis,
-    engine_at: &dyn Fn(u64, &Schedule) -> Result<DepositEngine, ImportError>,
-    base: &StateSnapshot,
-    parent_slot: u64,
-    block: &Block,
-) -> Result<StateSnapshot, ImportError> {
-    let header = &block.header;
-    let hash = block.hash();
-    let name = hex32(&hash);
-    if header.parent_hash != base.block_hash()
-        || Some(header.height) != base.height().checked_add(1)
-    {
-        return Err(ImportError::NotNext {
-            hash: name,
-            reason: format!(
-                "replayed on state of {} at height {}",
-                hex32(&base.block_hash()),
-                base.height()
-            ),
-        });
-    }
-    let registry = Arc::new(base.registry().clone());
-    let done = transition(
-        genesis,
-        &|height| engine_at(height, base.schedule()),
-        &registry,
-        &Parent {
-            eth1: base.eth1(),
-            schedule: base.schedule(),
-            pending: base.pending(),
-            slot: parent_slot,
-        },
-        header,
-        &block.body,
-    )?;
-    if done.root != header.state_root {
-        return Err(ImportError::StateRootMismatch {
-            hash: name,
-            claimed: hex32(&header.state_root),
-            computed: hex32(&done.root),
-        });
-    }
-    let mut registry = Arc::unwrap_or_clone(registry);
-    registry
-        .apply(&done.delta)
-        .map_err(|source| ImportError::State {
-            hash: name.clone(),
-            source,
-        })?;
-    Ok(StateSnapshot::with_pending(
-        hash,
-        header.height,
-        registry,
-        done.eth1,
-        done.schedule,
-        done.pending,
-    ))
 }

@@ -1,10 +1,11 @@
-//! [`StateSnapshot`]: an immutable state after one block, cheap to clone and to share.
+//! [`State`]: the immutable state after one block, cheap to clone and to share — what
+//! `consensus::apply_block` takes and returns, what the state cache keeps, the head included.
 //!
-//! A snapshot holds a clone of the registry (persistent chunked vectors, so the clone shares
+//! A state holds a clone of the registry (persistent chunked vectors, so the clone shares
 //! every chunk with the registry it came from) and the eth1 state. Nothing can change it once
 //! built: readers on any thread (state queries, checkpoint creation) see the state after its
 //! block however far import has moved on. A further state component (for example a module
-//! schedule, already here) is one more field and one more input to [`StateSnapshot::root`].
+//! schedule, already here) is one more field and one more input to [`State::root`].
 
 use std::sync::Arc;
 
@@ -21,7 +22,9 @@ use super::validator::{Pubkey, Validator};
 struct Inner {
     block: Hash32,
     height: u64,
-    registry: Registry,
+    /// Shared behind its own `Arc` so that the transition reads it without cloning its chunk
+    /// tables and [`Self::shared_registry`] hands it out; never changed once here.
+    registry: Arc<Registry>,
     eth1: Eth1State,
     schedule: Schedule,
     /// deposits@3's queue, once a state has run that contract (see [`state_root_with`]).
@@ -33,9 +36,9 @@ struct Inner {
 ///
 /// `Clone` is one reference-count increment; `Send + Sync`.
 #[derive(Debug, Clone)]
-pub struct StateSnapshot(Arc<Inner>);
+pub struct State(Arc<Inner>);
 
-impl StateSnapshot {
+impl State {
     /// The state after `block` at `height`: `registry`, `eth1` and the module `schedule`. The
     /// root is computed once.
     pub fn new(
@@ -55,6 +58,19 @@ impl StateSnapshot {
         block: Hash32,
         height: u64,
         registry: Registry,
+        eth1: Eth1State,
+        schedule: Schedule,
+        pending: Option<PendingQueue>,
+    ) -> Self {
+        Self::from_shared(block, height, Arc::new(registry), eth1, schedule, pending)
+    }
+
+    /// [`with_pending`](Self::with_pending) over a registry already behind an `Arc` (the
+    /// transition's result: no copy of its chunk tables).
+    pub fn from_shared(
+        block: Hash32,
+        height: u64,
+        registry: Arc<Registry>,
         eth1: Eth1State,
         schedule: Schedule,
         pending: Option<PendingQueue>,
@@ -104,6 +120,12 @@ impl StateSnapshot {
 
     /// The registry (records, balances, pubkey index, tree).
     pub fn registry(&self) -> &Registry {
+        &self.0.registry
+    }
+
+    /// The registry as a shared value: a reader keeps it as it is here however far the chain
+    /// moves on (one reference count; a later transition copies the chunk tables it changes).
+    pub fn shared_registry(&self) -> &Arc<Registry> {
         &self.0.registry
     }
 
@@ -174,6 +196,46 @@ impl StateSnapshot {
     }
 }
 
+/// One part of a [`State`] (its schedule, its eth1 state), held through the state itself:
+/// what an accessor of a shared state hands out instead of a reference into a field. Derefs
+/// to the part; the state stays alive (and unchanged) while it is held.
+pub struct StatePart<T: 'static> {
+    state: State,
+    part: fn(&State) -> &T,
+}
+
+impl<T> StatePart<T> {
+    /// `part` of `state` (for example `State::schedule`).
+    pub fn new(state: State, part: fn(&State) -> &T) -> Self {
+        Self { state, part }
+    }
+
+    /// The whole state the part is of.
+    pub fn state(&self) -> &State {
+        &self.state
+    }
+}
+
+impl<T> std::ops::Deref for StatePart<T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        (self.part)(&self.state)
+    }
+}
+
+impl<T: PartialEq> PartialEq for StatePart<T> {
+    fn eq(&self, other: &Self) -> bool {
+        **self == **other
+    }
+}
+
+impl<T: std::fmt::Debug> std::fmt::Debug for StatePart<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(&**self, f)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -188,7 +250,7 @@ mod tests {
                 balances: vec![],
             })
             .unwrap();
-        let snapshot = StateSnapshot::new(
+        let snapshot = State::new(
             [1; 32],
             1,
             registry.clone(),
@@ -221,7 +283,7 @@ mod tests {
     #[test]
     fn a_state_with_a_queue_commits_it_and_one_without_hashes_as_before() {
         let registry = Registry::new();
-        let plain = StateSnapshot::new(
+        let plain = State::new(
             [1; 32],
             1,
             registry.clone(),
@@ -236,7 +298,7 @@ mod tests {
         assert_eq!(plain.root(), v3);
         assert!(plain.pending().is_none());
         let mut queue = PendingQueue::new();
-        let empty = StateSnapshot::with_pending(
+        let empty = State::with_pending(
             [1; 32],
             1,
             registry.clone(),
@@ -252,7 +314,7 @@ mod tests {
                 ..Default::default()
             })
             .unwrap();
-        let counted = StateSnapshot::with_pending(
+        let counted = State::with_pending(
             [1; 32],
             1,
             registry,

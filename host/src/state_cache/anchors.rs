@@ -29,7 +29,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use super::{StateCache, StateCacheError};
 use crate::consensus::block::{Block, Hash};
-use crate::state::{RegistryUndo, StateSnapshot};
+use crate::state::{RegistryUndo, State};
 use crate::store::{KvStore, StoreError, WriteBatch, keys};
 
 /// Name of the anchors' keyspace (sled tree) in the node's store.
@@ -241,11 +241,7 @@ impl Anchors {
 
     /// The state after `block`, the canonical block at anchor height `height`, rebuilt from the
     /// persisted anchors (see the module docs).
-    pub(super) fn load(
-        &self,
-        cache: &StateCache,
-        block: &Block,
-    ) -> Result<StateSnapshot, StateCacheError> {
+    pub(super) fn load(&self, cache: &StateCache, block: &Block) -> Result<State, StateCacheError> {
         let height = block.header.height;
         let hash = block.hash();
         let finalized = self.finalized.load(Ordering::Relaxed);
@@ -286,10 +282,10 @@ impl Anchors {
     fn rebuild(
         &self,
         cache: &StateCache,
-        base: &StateSnapshot,
+        base: &State,
         block: &Block,
         records: bool,
-    ) -> Result<StateSnapshot, StateCacheError> {
+    ) -> Result<State, StateCacheError> {
         let height = block.header.height;
         let every = cache.config.anchor_every.max(1);
         let mut composed = Composed::default();
@@ -322,7 +318,7 @@ impl Anchors {
         let extent = super::records::load_pending_extent(source.store.as_ref(), &hash)?;
         let pending = super::records::pending_rolled_back(base.pending(), extent.as_ref())
             .map_err(|e| self.error(height, format!("rolling the queue back: {e}")))?;
-        let state = StateSnapshot::with_pending(hash, height, registry, eth1, schedule, pending);
+        let state = State::with_pending(hash, height, registry, eth1, schedule, pending);
         if state.root() != block.header.state_root {
             return Err(self.error(
                 height,

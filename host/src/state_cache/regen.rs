@@ -19,10 +19,10 @@ use std::sync::{Arc, Condvar, Mutex, PoisonError, RwLock};
 use super::StateCache;
 use crate::consensus::block::{Block, Hash};
 use crate::consensus::genesis::Genesis;
-use crate::consensus::transition::replay;
 use crate::consensus::{DepositEngine, DepositModules};
 use crate::consensus::{FailureClass, ImportError};
-use crate::state::{Schedule, StateSnapshot};
+use crate::consensus::{Rules, apply_block};
+use crate::state::State;
 use crate::store::{KvStore, StoreError, keys};
 
 /// Why a state could not be had.
@@ -140,16 +140,12 @@ impl StateSource {
         *self.modules.write().unwrap_or_else(PoisonError::into_inner) = Some(modules);
     }
 
-    /// The deposits engine for the block at `height` on a state with `schedule`, chosen as
-    /// import chooses it.
-    pub fn engine_at(
-        &self,
-        height: u64,
-        schedule: &Schedule,
-    ) -> Result<DepositEngine, ImportError> {
+    /// The chain's deposits engine and the modules its schedule may name, as they are now
+    /// (what [`Rules`] for a replay are made of; copies, so no lock is held while it runs).
+    fn engines(&self) -> (DepositEngine, Option<Arc<dyn DepositModules>>) {
         let engine = self.engine.read().unwrap_or_else(PoisonError::into_inner);
         let modules = self.modules.read().unwrap_or_else(PoisonError::into_inner);
-        crate::consensus::transition::engine_for(schedule, height, &engine, modules.as_ref())
+        (engine.clone(), modules.clone())
     }
 
     /// The chain's genesis configuration.
@@ -169,7 +165,7 @@ impl StateSource {
     }
 
     /// The genesis state, built from the configuration (the stored ancestor of every state).
-    fn genesis_state(&self, hash: &Hash) -> Result<StateSnapshot, StateCacheError> {
+    fn genesis_state(&self, hash: &Hash) -> Result<State, StateCacheError> {
         let registry = self.genesis.registry().map_err(|e| {
             StoreError::Corrupt(format!("the configured genesis registry is invalid: {e}"))
         })?;
@@ -182,7 +178,7 @@ impl StateSource {
             ))
             .into());
         }
-        Ok(StateSnapshot::new(
+        Ok(State::new(
             *hash,
             0,
             registry,
@@ -205,12 +201,12 @@ impl StateSource {
 /// One replay in flight; waiters block on it.
 #[derive(Default)]
 struct Flight {
-    result: Mutex<Option<Result<StateSnapshot, String>>>,
+    result: Mutex<Option<Result<State, String>>>,
     done: Condvar,
 }
 
 impl Flight {
-    fn wait(&self) -> Result<StateSnapshot, StateCacheError> {
+    fn wait(&self) -> Result<State, StateCacheError> {
         let mut result = self.result.lock().unwrap_or_else(PoisonError::into_inner);
         loop {
             if let Some(result) = result.as_ref() {
@@ -223,7 +219,7 @@ impl Flight {
         }
     }
 
-    fn finish(&self, outcome: Result<StateSnapshot, String>) {
+    fn finish(&self, outcome: Result<State, String>) {
         *self.result.lock().unwrap_or_else(PoisonError::into_inner) = Some(outcome);
         self.done.notify_all();
     }
@@ -271,24 +267,21 @@ impl Regenerator {
 
 /// Executes `block` on its parent's state (cached, or regenerated at the same priority as
 /// any request) and caches the result.
-pub(super) fn execute(cache: &StateCache, block: &Block) -> Result<StateSnapshot, StateCacheError> {
+pub(super) fn execute(cache: &StateCache, block: &Block) -> Result<State, StateCacheError> {
     if let Some(state) = cache.peek(&block.hash()) {
         return Ok(state);
     }
     let parent = state(cache, &block.header.parent_hash)?;
     let source = cache.regen.source();
     let parent_slot = source.block(&block.header.parent_hash)?.header.slot;
-    let state = replay(
-        &source.genesis,
-        &|h, s| source.engine_at(h, s),
-        &parent,
-        parent_slot,
-        block,
-    )
-    .map_err(|e| match e.class() {
-        FailureClass::Block => StateCacheError::InvalidBlock(e),
-        FailureClass::Ours => StateCacheError::NotExecuted(e),
-    })?;
+    let (engine, modules) = source.engines();
+    let rules = Rules::new(&source.genesis, &engine, modules.as_ref());
+    let state = apply_block(&rules, &parent, parent_slot, block)
+        .map(|applied| applied.state)
+        .map_err(|e| match e.class() {
+            FailureClass::Block => StateCacheError::InvalidBlock(e),
+            FailureClass::Ours => StateCacheError::NotExecuted(e),
+        })?;
     cache.insert(state.clone());
     Ok(state)
 }
@@ -299,7 +292,7 @@ pub fn max_replay(cache: &StateCache) -> u64 {
 }
 
 /// The state after `hash`: cached, joined onto a replay in flight, or replayed here.
-pub(super) fn state(cache: &StateCache, hash: &Hash) -> Result<StateSnapshot, StateCacheError> {
+pub(super) fn state(cache: &StateCache, hash: &Hash) -> Result<State, StateCacheError> {
     if let Some(state) = cache.get(hash) {
         return Ok(state);
     }
@@ -331,7 +324,7 @@ pub(super) fn state(cache: &StateCache, hash: &Hash) -> Result<StateSnapshot, St
 }
 
 /// Walks back from `hash` to a cached state (or one being regenerated), then replays.
-fn regenerate(cache: &StateCache, hash: &Hash) -> Result<StateSnapshot, StateCacheError> {
+fn regenerate(cache: &StateCache, hash: &Hash) -> Result<State, StateCacheError> {
     let regen = &cache.regen;
     // A replay that finished between this request's cache miss and its becoming the leader
     // produced the state: this request shared that replay.
@@ -399,17 +392,12 @@ fn regenerate(cache: &StateCache, hash: &Hash) -> Result<StateSnapshot, StateCac
     };
     let mut state = base;
     let mut outcome = Ok(());
+    let (engine, modules) = regen.source.engines();
+    let rules = Rules::new(&regen.source.genesis, &engine, modules.as_ref());
     for block in blocks.iter().rev() {
-        let source = &regen.source;
-        match replay(
-            &source.genesis,
-            &|h, s| source.engine_at(h, s),
-            &state,
-            parent_slot,
-            block,
-        ) {
+        match apply_block(&rules, &state, parent_slot, block) {
             Ok(next) => {
-                state = next;
+                state = next.state;
                 parent_slot = block.header.slot;
             }
             Err(e) => {

@@ -219,7 +219,7 @@ fn replay_version(
         fuel.push(used);
         results.push(match chain.import(block) {
             Ok(imported) => BlockResult::Imported {
-                outcomes: imported.outcomes,
+                outcomes: imported.outcomes.into_iter().map(Into::into).collect(),
                 eth1_deposit_index: chain.eth1_state().deposit_index,
                 root: imported.head.state_root,
                 delta: None,

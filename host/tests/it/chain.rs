@@ -8,7 +8,8 @@ use modnode::chain::genesis::Genesis;
 use modnode::chain::native_deposits::Verification;
 use modnode::chain::workload::DevDepositLog;
 use modnode::chain::{Chain, DepositEngine, ImportError, OpenError, workload};
-use modnode::runtime::deposits::{Outcome, ProcessError};
+use modnode::consensus::{DepositOutcome as Outcome, DepositRejection};
+use modnode::runtime::deposits::ProcessError;
 use modnode::state::RegistryRead;
 use modnode::store::{KvStore, MemoryStore, SledStore, WriteBatch, keys};
 
@@ -249,7 +250,7 @@ fn state_and_index_survive_a_restart_on_sled() {
     let reopened = &*reopened;
     assert_eq!(*reopened, registry);
     assert_eq!(
-        modnode::state::state_root(&reopened.root(), chain.eth1_state(), chain.schedule()),
+        modnode::state::state_root(&reopened.root(), &chain.eth1_state(), &chain.schedule()),
         head.state_root
     );
     // The index was rebuilt: every validator is found at its position, and unknown keys are not.
@@ -347,8 +348,8 @@ fn reverting_blocks_restores_earlier_state_and_survives_a_restart() {
         assert_eq!(
             modnode::state::state_root(
                 &chain.registry().root(),
-                chain.eth1_state(),
-                chain.schedule()
+                &chain.eth1_state(),
+                &chain.schedule()
             ),
             head.state_root
         );
@@ -736,7 +737,7 @@ fn blocks_must_carry_exactly_the_due_deposits_in_order_with_valid_proofs() {
         assert_eq!((due.from, due.count), (0, 5), "{name}");
         let attempt = |deposits: Vec<_>| chain.build_block(1, 0, vote, deposits).unwrap_err();
         let count_err = |e: &ImportError, exp: u64, got: u64| matches!(e, ImportError::WrongDepositCount { expected, found, from: 0, .. } if *expected == exp && *found == got);
-        let proof_err = |e: &ImportError, at: u64| matches!(e, ImportError::Rejected { error: ProcessError::BadProof(i), .. } if *i == at);
+        let proof_err = |e: &ImportError, at: u64| matches!(e, ImportError::Rejected { error: DepositRejection::BadProof(i), .. } if *i == at);
 
         let censored = attempt(vec![]);
         assert!(

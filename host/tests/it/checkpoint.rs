@@ -13,7 +13,7 @@ use modnode::checkpoint::{
 };
 use modnode::runtime::LoadedModule;
 use modnode::runtime::checkpoint::{CheckpointModule, LeafRange, StateReader};
-use modnode::state::StateSnapshot;
+use modnode::state::State;
 use proptest::prelude::*;
 
 use super::network::{eventually, genesis_with_finality, start_edited};
@@ -49,12 +49,7 @@ fn at() -> BlockRef {
     }
 }
 
-fn make(
-    m: &CheckpointModule,
-    state: &Arc<StateSnapshot>,
-    target: u64,
-    threads: usize,
-) -> Checkpoint {
+fn make(m: &CheckpointModule, state: &Arc<State>, target: u64, threads: usize) -> Checkpoint {
     let options = CreateOptions {
         target_chunk_bytes: target,
         threads,
@@ -79,7 +74,7 @@ fn restore(
     restorer.finish()
 }
 
-fn state(validators: u32, seed: u64) -> Arc<StateSnapshot> {
+fn state(validators: u32, seed: u64) -> Arc<State> {
     Arc::new(synthetic_state(validators, seed).unwrap())
 }
 
@@ -123,7 +118,7 @@ proptest! {
 
 /// The snapshot read leaf by leaf: the `StateReader` default `read_leaf_bytes` (concatenating
 /// `read_leaves`), not the snapshot's chunk-wise encoder.
-struct LeafByLeaf(Arc<StateSnapshot>);
+struct LeafByLeaf(Arc<State>);
 
 impl StateReader for LeafByLeaf {
     fn leaf_count(&self) -> u64 {

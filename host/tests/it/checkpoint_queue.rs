@@ -22,7 +22,7 @@ use modnode::node::checkpoint_file::{FileRestoreParts, restore_from_file};
 use modnode::node::metrics::RestoreCounters;
 use modnode::runtime::modules::{InitialModules, Modules};
 use modnode::runtime::slot::SlotConfig;
-use modnode::state::StateSnapshot;
+use modnode::state::State;
 
 use super::checkpoint::{SimPeer, simulate};
 use super::deposits_v3_chain::{
@@ -62,8 +62,8 @@ fn modules() -> Modules {
 /// to the checkpoint, one a block for three more, then empty blocks while the queue drains.
 struct Source {
     blocks: Vec<Block>,
-    at_checkpoint: StateSnapshot,
-    head: StateSnapshot,
+    at_checkpoint: State,
+    head: State,
     deposited: u32,
     _dir: tempfile::TempDir,
 }
@@ -98,7 +98,7 @@ fn source(setup: &Setup) -> Source {
 }
 
 /// A checkpoint of `state`, the state after `block`, as a node creates one.
-fn checkpoint(modules: &Modules, state: &StateSnapshot, block: &Block) -> Checkpoint {
+fn checkpoint(modules: &Modules, state: &State, block: &Block) -> Checkpoint {
     create(
         &modules.checkpoint(),
         Arc::new(state.clone()),

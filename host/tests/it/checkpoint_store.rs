@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use modnode::checkpoint::{
     Checkpoint, ManifestLimits, RestoreStore, Restorer, synthetic_state, verify_all,
 };
-use modnode::state::StateSnapshot;
+use modnode::state::State;
 
 use super::checkpoint::module;
 use super::checkpoint_switch::make;
@@ -23,7 +23,7 @@ fn two_checkpoints() -> (Checkpoint, Checkpoint) {
     let s = synthetic_state(300, 9).unwrap();
     let mut eth1 = s.eth1().clone();
     eth1.vote_period += 1;
-    let later = StateSnapshot::new(
+    let later = State::new(
         [1; 32],
         s.height() + 1,
         s.registry().clone(),

@@ -13,7 +13,7 @@ use modnode::checkpoint::{
     carry_over, create, listed_chunks, synthetic_state, verify_all,
 };
 use modnode::runtime::checkpoint::CheckpointModule;
-use modnode::state::StateSnapshot;
+use modnode::state::State;
 
 use super::checkpoint::module;
 use super::checkpoint_sync::{
@@ -24,7 +24,7 @@ use super::network::{dirs, eventually};
 use modnode::node::SyncMode;
 
 /// A checkpoint of `state` at `height` with small chunks, built in the foreground.
-pub(crate) fn make(m: &CheckpointModule, state: &StateSnapshot, height: u64) -> Checkpoint {
+pub(crate) fn make(m: &CheckpointModule, state: &State, height: u64) -> Checkpoint {
     let at = BlockRef {
         height,
         hash: [height as u8; 32],
@@ -38,11 +38,11 @@ pub(crate) fn make(m: &CheckpointModule, state: &StateSnapshot, height: u64) -> 
 }
 
 /// The same registry with another eth1 state: another state root, the same registry root.
-fn with_other_eth1(s: &StateSnapshot) -> StateSnapshot {
+fn with_other_eth1(s: &State) -> State {
     let mut eth1 = s.eth1().clone();
     eth1.vote_period += 1;
     eth1.votes.clear();
-    StateSnapshot::new(
+    State::new(
         [1; 32],
         s.height() + 1,
         s.registry().clone(),

@@ -15,7 +15,7 @@ use modnode::checkpoint::{
     create, synthetic_state, verify_all,
 };
 use modnode::state::merkle::Hash32;
-use modnode::state::{NewValidator, RegistryDelta, StateSnapshot};
+use modnode::state::{NewValidator, RegistryDelta, State};
 use proptest::prelude::*;
 use sha2::{Digest, Sha256};
 
@@ -53,7 +53,7 @@ fn block() -> impl Strategy<Value = Block> {
 }
 
 /// `state` after `block`, and the checkpoint-v3 chunks whose leaves the block changed.
-fn apply(state: &StateSnapshot, block: &Block, salt: u64) -> (StateSnapshot, BTreeSet<usize>) {
+fn apply(state: &State, block: &Block, salt: u64) -> (State, BTreeSet<usize>) {
     let per_chunk = v3_leaves_per_chunk() as usize;
     let mut registry = state.registry().clone();
     let len = registry.len() as usize;
@@ -89,7 +89,7 @@ fn apply(state: &StateSnapshot, block: &Block, salt: u64) -> (StateSnapshot, BTr
         .collect();
     touched.extend((len..len + added.len()).map(|i| i / per_chunk));
     registry.apply(&RegistryDelta { added, balances }).unwrap();
-    let next = StateSnapshot::new(
+    let next = State::new(
         [salt as u8; 32],
         state.height() + 1,
         registry,

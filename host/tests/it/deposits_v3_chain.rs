@@ -15,7 +15,7 @@ use modnode::chain::genesis::Genesis;
 use modnode::chain::workload::{self, DevDepositLog};
 use modnode::chain::{Chain, DepositEngine, DepositModules, ProposeError};
 use modnode::runtime::Kind;
-use modnode::state::{PendingQueue, StateSnapshot, UpgradeOp};
+use modnode::state::{PendingQueue, State, UpgradeOp};
 use modnode::state_cache::StateCacheConfig;
 use modnode::store::SledStore;
 
@@ -111,12 +111,12 @@ pub(super) fn next(
     block
 }
 
-pub(super) fn queued(state: &StateSnapshot) -> Option<u64> {
+pub(super) fn queued(state: &State) -> Option<u64> {
     state.pending().map(PendingQueue::len)
 }
 
 /// What must be equal between two views of one state.
-pub(super) fn fingerprint(state: &StateSnapshot) -> (Hash, Hash, u32, Option<u64>, Option<Hash>) {
+pub(super) fn fingerprint(state: &State) -> (Hash, Hash, u32, Option<u64>, Option<Hash>) {
     (
         state.block_hash(),
         state.root(),

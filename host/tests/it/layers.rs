@@ -184,3 +184,63 @@ fn every_library_module_has_a_layer() {
         );
     }
 }
+
+/// What a block's transition is made of, below `consensus::apply_block`: its steps (the
+/// `transition` module, private to `consensus`, so naming it does not compile outside) and
+/// the parts of it `consensus` keeps public for their own tests (deposits@3's queue step, a
+/// migration's run). Naming one of them outside `consensus` is running a transition that is
+/// not `apply_block`.
+const TRANSITION_STEPS: &[&str] = &[
+    "transition::",
+    "engine_for(",
+    "deposits_v3::run(",
+    "migration::run(",
+    "migration::rebase(",
+];
+
+/// The code of every non-test file of `module`, one string per file with its path.
+fn module_code(src: &Path, module: &str) -> Vec<(String, String)> {
+    files_of(src, module)
+        .into_iter()
+        .map(|file| {
+            let shown = file.strip_prefix(src).unwrap().display().to_string();
+            (shown, code_of(&std::fs::read_to_string(&file).unwrap()))
+        })
+        .collect()
+}
+
+#[test]
+fn apply_block_is_the_only_transition_the_chain_cache_checkpoint_and_upgrade_check_run() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut found = Vec::new();
+    for module in ["chain", "state_cache", "checkpoint", "upgrade_check"] {
+        for (file, code) in module_code(&src, module) {
+            for step in TRANSITION_STEPS {
+                if code.contains(step) {
+                    found.push(format!("{file}: {step}"));
+                }
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "transition steps run outside consensus::apply_block: {found:#?}"
+    );
+    // Import, side-branch execution and regeneration go through it; `upgrade-check --replay`
+    // through `Chain::import`; checkpoint creation and restore execute no block.
+    let calls = |module: &str, what: &str| {
+        module_code(&src, module)
+            .into_iter()
+            .filter(|(_, code)| code.contains(what))
+            .map(|(file, _)| file)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(calls("chain", "apply_block("), ["chain/import.rs"]);
+    assert_eq!(calls("chain", "consensus::build_block("), ["chain.rs"]);
+    assert_eq!(
+        calls("state_cache", "apply_block("),
+        ["state_cache/regen.rs"]
+    );
+    assert!(calls("upgrade_check", ".import(").contains(&"upgrade_check/replay.rs".to_string()));
+    assert!(calls("checkpoint", "apply_block(").is_empty());
+}

@@ -56,6 +56,7 @@ mod state_anchors;
 mod state_cache;
 mod testnet;
 mod testnet_init;
+mod transition_roots;
 mod upgrade_check;
 mod upgrade_check_output;
 mod upgrade_devnet;

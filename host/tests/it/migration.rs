@@ -18,7 +18,7 @@ use modnode::chain::{
 };
 use modnode::runtime::Kind;
 use modnode::runtime::inspect::validate;
-use modnode::state::{PendingQueue, StateSnapshot, UpgradeOp};
+use modnode::state::{PendingQueue, State, UpgradeOp};
 use modnode::state_cache::StateCacheConfig;
 use modnode::store::SledStore;
 
@@ -128,11 +128,11 @@ fn next(chain: &mut Chain, log: &mut DevDepositLog, seed: &mut u64, deposits: u6
     block
 }
 
-fn queued(state: &StateSnapshot) -> Option<u64> {
+fn queued(state: &State) -> Option<u64> {
     state.pending().map(PendingQueue::len)
 }
 
-fn to_consume(state: &StateSnapshot) -> Option<u64> {
+fn to_consume(state: &State) -> Option<u64> {
     state.pending().map(PendingQueue::balance_to_consume)
 }
 
@@ -142,7 +142,7 @@ fn marker(validators: u32, queued: u64) -> u64 {
     u64::from(validators) * 1_000 + queued * 10 + 7
 }
 
-fn fingerprint(state: &StateSnapshot) -> (Hash, Hash, u32, Option<u64>, Option<u64>) {
+fn fingerprint(state: &State) -> (Hash, Hash, u32, Option<u64>, Option<u64>) {
     (
         state.block_hash(),
         state.root(),

@@ -8,7 +8,7 @@ use modnode::chain::genesis::Genesis;
 use modnode::chain::native_deposits::Verification;
 use modnode::chain::workload::{self, DevDepositLog};
 use modnode::chain::{Chain, DepositEngine};
-use modnode::state::{NewValidator, Registry, RegistryDelta, StateSnapshot};
+use modnode::state::{NewValidator, Registry, RegistryDelta, State};
 use modnode::state_cache::{StateCache, StateCacheConfig, StateSource};
 use modnode::store::MemoryStore;
 
@@ -127,12 +127,12 @@ fn eviction_never_drops_the_head_or_a_state_in_use() {
         anchors_kept: 64,
     });
     let states = chain.states();
-    let mut held: Option<StateSnapshot> = None;
+    let mut held: Option<State> = None;
     let mut hashes = Vec::new();
     for height in 1..=8 {
         import_next(&mut chain, &mut log, height);
         hashes.push(chain.head().hash);
-        let head = states.head().expect("the head is always cached");
+        let head = states.head();
         assert_eq!(head.block_hash(), chain.head().hash);
         assert_eq!(head.root(), chain.head().state_root);
         if height == 3 {
@@ -168,6 +168,20 @@ fn new_validator(tag: u32) -> NewValidator {
 fn accounted_bytes_match_allocator_growth_within_ten_percent() {
     let genesis = Genesis::generated("accounting", 8, 1);
     let source = StateSource::new(Arc::new(MemoryStore::new()), genesis, engine());
+    let mut registry = Registry::new();
+    registry
+        .apply(&RegistryDelta {
+            added: (0..50_000).map(new_validator).collect(),
+            balances: vec![],
+        })
+        .unwrap();
+    let head = State::new(
+        [0; 32],
+        0,
+        registry.clone(),
+        Default::default(),
+        Default::default(),
+    );
     let cache = StateCache::new(
         StateCacheConfig {
             max_bytes: 24 << 20,
@@ -176,24 +190,9 @@ fn accounted_bytes_match_allocator_growth_within_ten_percent() {
             anchors_kept: 0,
         },
         source,
+        head.clone(),
     );
-    let mut registry = Registry::new();
-    registry
-        .apply(&RegistryDelta {
-            added: (0..50_000).map(new_validator).collect(),
-            balances: vec![],
-        })
-        .unwrap();
-    cache.set_head(
-        StateSnapshot::new(
-            [0; 32],
-            0,
-            registry.clone(),
-            Default::default(),
-            Default::default(),
-        ),
-        0,
-    );
+    cache.set_head(head, 0);
     let explained = |cache: &StateCache| {
         let m = cache.metrics();
         (m.accounted_bytes + m.head_bytes) as i64
@@ -211,7 +210,7 @@ fn accounted_bytes_match_allocator_growth_within_ten_percent() {
         registry.apply(&delta).unwrap();
         let mut block = [0u8; 32];
         block[..8].copy_from_slice(&height.to_le_bytes());
-        cache.insert(StateSnapshot::new(
+        cache.insert(State::new(
             block,
             height,
             registry.clone(),
@@ -236,7 +235,7 @@ fn accounted_bytes_match_allocator_growth_within_ten_percent() {
 #[test]
 fn a_snapshot_is_unchanged_while_fifty_blocks_import() {
     let (mut chain, _, mut log) = chain_with(1, generous());
-    let snapshot = chain.states().head().unwrap();
+    let snapshot = chain.states().head();
     let (root, count) = (snapshot.root(), snapshot.validator_count());
     let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let reader = {

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use modnode::chain::genesis::Genesis;
 use modnode::chain::workload::DevDepositLog;
 use modnode::chain::{Chain, DepositEngine, DepositModules, workload};
-use modnode::state::{StateSnapshot, UpgradeOp};
+use modnode::state::{State, UpgradeOp};
 use modnode::store::SledStore;
 use modnode::upgrade_check::{
     CaseFile, CaseInput, Checker, DifferenceClass, Failure, Invariant, Kind, ModuleFile, Report,
@@ -241,14 +241,7 @@ fn recorded_data_dir(dir: &Path, blocks: u64) -> Genesis {
 }
 
 /// [`recorded_data_dir`], with the blocks it recorded and the state after each.
-fn record_dev(
-    dir: &Path,
-    blocks: u64,
-) -> (
-    Genesis,
-    Vec<modnode::chain::block::Block>,
-    Vec<StateSnapshot>,
-) {
+fn record_dev(dir: &Path, blocks: u64) -> (Genesis, Vec<modnode::chain::block::Block>, Vec<State>) {
     let mut recorded = (Vec::new(), Vec::new());
     let genesis = Genesis::dev();
     let rt = super::runtime(2_000_000_000);
@@ -647,11 +640,7 @@ fn record_switching_to(
     to: &str,
     h: u64,
     blocks: u64,
-) -> (
-    Genesis,
-    Vec<modnode::chain::block::Block>,
-    Vec<StateSnapshot>,
-) {
+) -> (Genesis, Vec<modnode::chain::block::Block>, Vec<State>) {
     let mut recorded = (Vec::new(), Vec::new());
     let rt = super::runtime(2_000_000_000);
     let v2 = super::deposits_module(&rt, "deposits-v2");

@@ -13,8 +13,8 @@ use std::sync::{Arc, OnceLock};
 
 use crate::chain::eth1::DepositProofs as _;
 use crate::chain::to_wit;
-use crate::chain::transition::QUEUE_CONTRACT_MAJOR;
 use crate::chain::workload::{self, DevDepositLog};
+use crate::consensus::QUEUE_CONTRACT_MAJOR;
 use crate::runtime::deposits::DepositsModule;
 use crate::runtime::deposits::migration::MigrationContext;
 use crate::runtime::deposits::v3::EpochContext;

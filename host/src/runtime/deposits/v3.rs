@@ -27,7 +27,7 @@ use bindings::modnode::deposits::{crypto, queue, registry, types};
 pub use types::{
     BlockContext as BlockContextV3, Deposit as DepositV3, EpochContext, EpochProcessed,
     Outcome as EpochOutcome, PendingDeposit as WitPendingDeposit, ProcessError as ProcessErrorV3,
-    QueueError, Queued,
+    QueueError, Queued, RegistryError as RegistryErrorV3,
 };
 
 /// Entries one `queue.read` returns at most (the WIT's bound).

@@ -1,0 +1,138 @@
+//! What the chain sees of a block's deposits call, in its own types: the context the call
+//! runs in, what became of each deposit, why a block's deposits were refused. The deposits
+//! engine (`deposit_engine`) converts to and from the modules' WIT types at the call; nothing
+//! above it sees those.
+
+use std::fmt;
+
+use super::eth1::Eth1Data;
+
+/// What the deposits engine is told about the block whose deposits it processes and the
+/// state before it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DepositContext {
+    /// Height of the block.
+    pub height: u64,
+    /// Slot of the block.
+    pub slot: u64,
+    /// The chain's genesis fork version, part of the deposit signing domain.
+    pub genesis_fork_version: [u8; 4],
+    /// The agreed deposit contract checkpoint after the block's vote: proofs are checked
+    /// against its deposit root.
+    pub eth1_data: Eth1Data,
+    /// Index of the block's first deposit in the contract; deposit `i` is proven at this
+    /// index + `i`.
+    pub eth1_deposit_index: u64,
+}
+
+/// What became of one deposit, in block order.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum DepositOutcome {
+    /// A new validator was added at this index.
+    Created(u32),
+    /// An existing validator's balance was increased.
+    ToppedUp(u32),
+    /// A new pubkey whose signature does not verify: skipped, the block stays valid.
+    InvalidSignature,
+}
+
+/// Why the deposits engine refused a block's deposits: the block is invalid.
+#[derive(Clone, PartialEq, Eq)]
+pub enum DepositRejection {
+    /// A deposit is malformed (a field of the wrong length); names the deposit and field.
+    Malformed(String),
+    /// The registry refused a write.
+    Registry(RegistryRejection),
+    /// The block context is unusable.
+    BadContext(String),
+    /// The proof of the deposit at this contract index does not verify against the agreed
+    /// deposit root.
+    BadProof(u64),
+    /// deposits@3: the pending-deposit queue refused a write.
+    Queue(QueueRejection),
+    /// deposits@3: a sum or counter would overflow; names it.
+    Overflow(String),
+}
+
+/// Why deposits@3's pending-deposit queue refused a write.
+#[derive(Clone, PartialEq, Eq)]
+pub enum QueueRejection {
+    /// The queue holds as many entries as it can.
+    Full,
+    /// A field of the wrong length; names the field.
+    BadLength(String),
+    /// Dropping `.0` entries from a queue of `.1`.
+    Short(u64, u64),
+}
+
+/// Why the registry refused a deposit's write.
+#[derive(Clone, PartialEq, Eq)]
+pub enum RegistryRejection {
+    /// A new validator whose pubkey is already registered.
+    DuplicatePubkey,
+    /// A field of the wrong length; names the field.
+    BadLength(String),
+    /// A top-up of an index that does not exist.
+    UnknownIndex(u32),
+    /// A balance would exceed 2^64 − 1 Gwei.
+    BalanceOverflow(u32),
+    /// The registry holds 2^32 − 1 validators.
+    RegistryFull,
+}
+
+// `Debug` shows the variants as the WIT types did (`Outcome::Created(3)`), so that log lines
+// and error messages naming them read as before.
+
+impl fmt::Debug for DepositOutcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Created(i) => f.debug_tuple("Outcome::Created").field(i).finish(),
+            Self::ToppedUp(i) => f.debug_tuple("Outcome::ToppedUp").field(i).finish(),
+            Self::InvalidSignature => f.debug_tuple("Outcome::InvalidSignature").finish(),
+        }
+    }
+}
+
+impl fmt::Debug for DepositRejection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Malformed(m) => f.debug_tuple("ProcessError::Malformed").field(m).finish(),
+            Self::Registry(e) => f.debug_tuple("ProcessError::Registry").field(e).finish(),
+            Self::BadContext(m) => f.debug_tuple("ProcessError::BadContext").field(m).finish(),
+            Self::BadProof(i) => f.debug_tuple("ProcessError::BadProof").field(i).finish(),
+            Self::Queue(e) => f.debug_tuple("ProcessError::Queue").field(e).finish(),
+            Self::Overflow(m) => f.debug_tuple("ProcessError::Overflow").field(m).finish(),
+        }
+    }
+}
+
+impl fmt::Debug for RegistryRejection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::DuplicatePubkey => f.debug_tuple("RegistryError::DuplicatePubkey").finish(),
+            Self::BadLength(m) => f.debug_tuple("RegistryError::BadLength").field(m).finish(),
+            Self::UnknownIndex(i) => f
+                .debug_tuple("RegistryError::UnknownIndex")
+                .field(i)
+                .finish(),
+            Self::BalanceOverflow(i) => f
+                .debug_tuple("RegistryError::BalanceOverflow")
+                .field(i)
+                .finish(),
+            Self::RegistryFull => f.debug_tuple("RegistryError::RegistryFull").finish(),
+        }
+    }
+}
+
+impl fmt::Debug for QueueRejection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Full => f.debug_tuple("QueueError::Full").finish(),
+            Self::BadLength(m) => f.debug_tuple("QueueError::BadLength").field(m).finish(),
+            Self::Short(wanted, len) => f
+                .debug_tuple("QueueError::Short")
+                .field(&(wanted, len))
+                .finish(),
+        }
+    }
+}
