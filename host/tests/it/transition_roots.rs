@@ -112,9 +112,9 @@ pub(super) fn generate(seed: u64, flavour: Flavour, blocks: u64) -> Generated {
             genesis.slots_per_epoch = Some(4);
             genesis.finality_depth = 2;
             genesis.upgrade_lead_blocks = 2;
-            genesis.deposits_module = Some(v2.hash());
+            genesis.deposits_module = Some(v2.hash().0);
             let modules = Engines(HashMap::from([(
-                v3.hash(),
+                v3.hash().0,
                 DepositEngine::Module(Box::new(v3)),
             )]));
             (DepositEngine::Module(Box::new(v2)), Some(Arc::new(modules)))
