@@ -24,6 +24,9 @@ use crate::net::identity::NodeIdentity;
 use crate::state::schedule::Action;
 use crate::state::{RegistryRead, UpgradeOp};
 
+mod checkpoints;
+mod produce;
+
 /// What the rest of the node sees of the chain; updated after every change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ChainView {
@@ -428,89 +431,6 @@ impl Worker {
         }
     }
 
-    /// The checkpoint height now: the finalized height, or with `interval > 0` the newest
-    /// multiple of it at or below (see [`checkpoint_height_at`]).
-    fn checkpoint_height(&self, interval: u64) -> Option<u64> {
-        checkpoint_height_at(self.chain.finalized_height(), interval)
-    }
-
-    /// The state after the canonical block at the finalized `height`: the state cache's
-    /// snapshot (one reference-count increment) if it holds it, else its regeneration, run
-    /// later on the creator's thread. The only part of creation on this thread.
-    fn finalized_state(&self, height: u64) -> Result<FrozenState, String> {
-        let states = self.chain.states();
-        let hash = states
-            .source()
-            .canonical_hash(height)
-            .map_err(|e| format!("the finalized block at height {height} cannot be read: {e}"))?;
-        Ok(match states.peek(&hash) {
-            Some(state) => Box::new(move || Ok(state)),
-            None => Box::new(move || {
-                states.state(&hash).map_err(|e| {
-                    format!(
-                        "the state after the finalized block {} at height {height}: {e}",
-                        hex::encode(hash)
-                    )
-                })
-            }),
-        })
-    }
-
-    /// Hands the state at the finalized `height` to the checkpointer (answering `reply` when it
-    /// is done); `None`: no block but genesis is final yet.
-    fn checkpoint(&mut self, reply: Option<CreateReply>, height: Option<u64>) {
-        let refuse = |reply: Option<CreateReply>, reason: String| {
-            if let Some(reply) = reply {
-                let _ = reply.send(Err(reason));
-            }
-        };
-        let Some(checkpointer) = &self.checkpointer else {
-            return refuse(reply, "this node does not create checkpoints".into());
-        };
-        let Some(height) = height else {
-            let head = self.chain.head().height;
-            let depth = self.chain.genesis().finality_depth;
-            return refuse(
-                reply,
-                format!(
-                    "no block is final yet (head {head}, finality_depth {depth}; a block is final \
-                     {depth} below the head once a majority of the authorities sealed it or a \
-                     block on it): a checkpoint is only made at a finalized height; retry later"
-                ),
-            );
-        };
-        let state = match self.finalized_state(height) {
-            Ok(state) => state,
-            Err(reason) => {
-                tracing::warn!(height, error = %reason, "checkpoint skipped");
-                return refuse(reply, reason);
-            }
-        };
-        if let Err(e) = checkpointer.offer(state, reply) {
-            tracing::warn!(height, error = %e, "checkpoint skipped");
-        }
-    }
-
-    /// Starts a checkpoint when the finalized height has reached a new multiple of the
-    /// interval.
-    fn periodic_checkpoint(&mut self) {
-        let Some(interval) = self
-            .checkpointer
-            .as_ref()
-            .map(|c| c.config().interval)
-            .filter(|&i| i > 0)
-        else {
-            return;
-        };
-        let height = self.checkpoint_height(interval);
-        if let Some(at) = height
-            && at != self.last_checkpoint
-        {
-            self.last_checkpoint = at;
-            self.checkpoint(None, height);
-        }
-    }
-
     fn add(&mut self, block: &Block) -> Result<Added, WorkerError> {
         // Every path (gossip, range sync, branch fetch) comes through here: a block from a
         // future slot would let an authority pre-produce its slots and reorg honest nodes.
@@ -582,85 +502,6 @@ impl Worker {
             Added::Known | Added::Stored => {}
         }
         Ok(added)
-    }
-
-    fn produce(&mut self, slot: u64) -> Result<Option<Block>, WorkerError> {
-        if slot <= self.chain.head().slot {
-            return Ok(None);
-        }
-        let genesis = self.chain.genesis();
-        let proposer = genesis.proposer_for(slot).unwrap_or(0);
-        // Never sign a second block for a slot (after a reorg within it, say): that would be
-        // an equivocation, voiding the slot on every node.
-        if !genesis.authorities.is_empty()
-            && self
-                .chain
-                .has_block_for_slot(slot, proposer)
-                .map_err(|e| WorkerError::Store(e.to_string()))?
-        {
-            return Ok(None);
-        }
-        let sealed = !genesis.authorities.is_empty();
-        // Never a vote that surrounds one of ours (`chain::finality`): after fork choice moved
-        // us to a less justified branch, wait for it to catch up rather than seal there.
-        if sealed && !self.chain.may_seal(slot, &self.seal_lock) {
-            tracing::info!(
-                slot,
-                "not sealing: the head's branch is less justified than one we already voted on"
-            );
-            return Ok(None);
-        }
-        let vote = self.chain.vote_at(slot);
-        let agreed = self.chain.eth1_data();
-        let block = match &self.source {
-            // Without a source we vote the agreed eth1 data: valid, and enough while no deposit
-            // is due (a node with no source cannot prove any, and says so).
-            None => self
-                .chain
-                .build_block_from(slot, proposer, agreed, &NoSource),
-            Some(source) => {
-                // The head's votes count only if they are of this slot's voting period.
-                let eth1 = self.chain.eth1_state();
-                let period = slot.checked_div(genesis.eth1_voting_period_slots);
-                let votes: Vec<Eth1Data> = if period == Some(eth1.vote_period) {
-                    eth1.votes.iter().map(|v| v.data).collect()
-                } else {
-                    Vec::new()
-                };
-                let vote = source.choose_vote(agreed, &votes);
-                self.chain
-                    .build_block_from(slot, proposer, vote, source.as_ref())
-            }
-        }
-        .map_err(|e| WorkerError::Produce {
-            slot,
-            reason: e.to_string(),
-        })?;
-        let mut block = block;
-        if sealed {
-            let signature = self
-                .identity
-                .sign(&self.chain.seal_message(&block.hash()))
-                .map_err(|e| WorkerError::Produce {
-                    slot,
-                    reason: e.to_string(),
-                })?;
-            block.seal = Seal::Ed25519(signature);
-        }
-        self.chain.import(&block).map_err(|e| {
-            if e.is_fatal() {
-                self.fatal = Some(e.to_string());
-            }
-            WorkerError::Produce {
-                slot,
-                reason: e.to_string(),
-            }
-        })?;
-        if sealed && let Some((epoch, source)) = vote {
-            self.seal_lock.sealed(epoch, source);
-        }
-        self.last_block_unix_ms = unix_ms();
-        Ok(Some(block))
     }
 
     fn blocks(
