@@ -92,12 +92,13 @@ pub fn apply_block(
 ) -> Result<Applied, ImportError> {
     let header = &block.header;
     let hash = block.hash();
-    let name = hex32(&hash);
+    // The block's name in an error, formatted only when one is returned.
+    let name = || hex32(&hash);
     if header.parent_hash != parent.block_hash()
         || Some(header.height) != parent.height().checked_add(1)
     {
         return Err(ImportError::NotNext {
-            hash: name,
+            hash: name(),
             reason: format!(
                 "applied to the state of {} at height {}",
                 hex32(&parent.block_hash()),
@@ -108,7 +109,7 @@ pub fn apply_block(
     let done = run(rules, parent, parent_slot, header, &block.body)?;
     if done.root != header.state_root {
         return Err(ImportError::StateRootMismatch {
-            hash: name,
+            hash: name(),
             claimed: hex32(&header.state_root),
             computed: hex32(&done.root),
         });
@@ -119,7 +120,7 @@ pub fn apply_block(
     Arc::make_mut(&mut registry)
         .apply(&done.delta)
         .map_err(|source| ImportError::State {
-            hash: name.clone(),
+            hash: name(),
             source,
         })?;
     let state = State::from_shared(
@@ -132,7 +133,7 @@ pub fn apply_block(
     );
     if state.root() != done.root {
         return Err(ImportError::Diverged {
-            hash: name,
+            hash: name(),
             height: header.height,
             disk_root: hex32(&done.root),
             memory_root: hex32(&state.root()),
