@@ -450,7 +450,10 @@ async fn module_propose_and_list_from_the_command_line() {
         "{out}"
     );
 
-    let h = height(&node) + genesis.upgrade_lead_blocks + 10;
+    // H leaves room for three command-line runs on a loaded machine (40 slots of 300 ms); the
+    // listing's "before H" lines are asserted only when the node was still below H after it
+    // answered, so a slow machine cannot make a correct listing fail the test.
+    let h = height(&node) + genesis.upgrade_lead_blocks + 40;
     let (ok, out, err) = modnode_cli(propose(&v1, h)).await;
     assert!(ok, "{err}");
     assert!(out.contains("proposed"), "{out}");
@@ -460,13 +463,15 @@ async fn module_propose_and_list_from_the_command_line() {
     })
     .await;
     let out = list().await;
+    let below_h = height(&node) < h;
     assert!(
-        out.contains(&format!(
-            "scheduled: {v1} at height {h} (peers ready: 0, authorities ready: 1)"
-        )),
+        !below_h
+            || out.contains(&format!(
+                "scheduled: {v1} at height {h} (peers ready: 0, authorities ready: 1)"
+            )),
         "{out}"
     );
-    assert!(out.contains("active:    deposits-v2@"), "{out}");
+    assert!(!below_h || out.contains("active:    deposits-v2@"), "{out}");
     // From H on, the chain runs deposits-v1, and the listing says so.
     eventually("the node past H", || height(&node) >= h).await;
     let out = list().await;
