@@ -23,7 +23,6 @@
 mod apply;
 pub mod block;
 mod deposit_engine;
-mod deposit_types;
 pub mod deposits_v3;
 mod errors;
 pub mod eth1;
@@ -34,11 +33,11 @@ pub mod native_deposits;
 pub mod shell;
 mod transition;
 
-pub use apply::{Applied, Rules, apply_block, build_block, deposit_call, due_deposits};
-pub use deposit_engine::{DepositEngine, DepositModules, DepositsResult, block_context, to_wit};
-pub use deposit_types::{
+pub use crate::deposit::{
     DepositContext, DepositOutcome, DepositRejection, QueueRejection, RegistryRejection,
 };
+pub use apply::{Applied, Rules, apply_block, build_block, deposit_call, due_deposits};
+pub use deposit_engine::{DepositEngine, DepositModules, DepositsResult, block_context, to_wit};
 pub use errors::{FailureClass, ImportError};
 pub use transition::QUEUE_CONTRACT_MAJOR;
 

@@ -8,12 +8,12 @@ use std::sync::Arc;
 
 use super::block::{Block, BlockBody, BlockHeader, Seal};
 use super::deposit_engine::{DepositEngine, DepositModules};
-use super::deposit_types::DepositOutcome;
 use super::errors::ImportError;
 use super::eth1::{DueDeposits, Eth1Data};
 use super::genesis::Genesis;
 use super::hex32;
 use super::transition::{self, Parent, Transition};
+use crate::deposit::DepositOutcome;
 use crate::runtime::deposits::DepositCall;
 use crate::state::{RegistryDelta, Schedule, State};
 

@@ -19,6 +19,8 @@
 use sha2::{Digest, Sha256};
 
 use super::eth1::{DEPOSIT_PROOF_LEN, Eth1Data, ProvenDeposit};
+/// One deposit with its fixed-size fields (defined in [`crate::deposit`], below the runtime).
+pub use crate::deposit::DepositData;
 use crate::state::schedule::{
     MAX_READY_ATTESTATIONS, MAX_UPGRADE_VOTES, ScheduleError, UPGRADE_OP_BYTES, UpgradeOp,
 };
@@ -99,19 +101,6 @@ pub enum BlockError {
         /// What is wrong.
         source: ScheduleError,
     },
-}
-
-/// One deposit with its fixed-size fields.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct DepositData {
-    /// BLS public key (compressed).
-    pub pubkey: [u8; 48],
-    /// Withdrawal credentials.
-    pub withdrawal_credentials: [u8; 32],
-    /// Amount in Gwei.
-    pub amount: u64,
-    /// BLS signature (compressed).
-    pub signature: [u8; 96],
 }
 
 impl DepositData {

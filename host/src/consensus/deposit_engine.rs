@@ -2,12 +2,12 @@
 //! chain's deposit types ([`DepositContext`], [`DepositOutcome`], [`DepositRejection`]) are
 //! converted to and from the deposits modules' WIT types.
 
-use super::deposit_types::{
-    DepositContext, DepositOutcome, DepositRejection, QueueRejection, RegistryRejection,
-};
 use super::eth1::{Eth1Data, ProvenDeposit};
 #[cfg(any(test, feature = "test-utils"))]
 use super::native_deposits;
+use crate::deposit::{
+    DepositContext, DepositOutcome, DepositRejection, QueueRejection, RegistryRejection,
+};
 use crate::runtime::CallError;
 use crate::runtime::deposits::v3::{ProcessErrorV3, QueueError, RegistryErrorV3};
 use crate::runtime::deposits::{

@@ -1,6 +1,6 @@
 //! Why a block was not imported, and whose fault that is.
 
-use super::deposit_types::DepositRejection;
+use crate::deposit::DepositRejection;
 use crate::runtime::{HostFailure, ModuleFault};
 use crate::state::{Eth1Error, StateError};
 use crate::store::StoreError;

@@ -22,21 +22,13 @@
 use sha2::{Digest, Sha256};
 
 use super::block::{DepositData, Hash};
+/// A deposit as a block carries it (defined in [`crate::deposit`], below the runtime).
+pub use crate::deposit::ProvenDeposit;
 pub use crate::state::{ETH1_DATA_BYTES, Eth1Data, Eth1State};
 pub use deposits_common::tree::{
     DEPOSIT_CONTRACT_TREE_DEPTH, DEPOSIT_PROOF_BYTES, DEPOSIT_PROOF_LEN, DepositProof,
     empty_deposit_root,
 };
-
-/// A deposit as a block carries it: the data and its proof against the agreed deposit root at
-/// the deposit's index.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ProvenDeposit {
-    /// The deposit.
-    pub data: DepositData,
-    /// 32 sibling hashes (leaf level first), then the deposit count chunk.
-    pub proof: DepositProof,
-}
 
 impl ProvenDeposit {
     /// The deposit's leaf in the deposit tree: `hash_tree_root(DepositData)`.

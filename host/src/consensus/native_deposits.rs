@@ -10,9 +10,9 @@ use sha2::{Digest, Sha256};
 
 use super::block::DepositData;
 use super::deposit_engine::DepositsResult;
-use super::deposit_types::DepositOutcome;
 use super::eth1::ProvenDeposit;
 use crate::crypto::{self, SignatureSet};
+use crate::deposit::DepositOutcome;
 use crate::runtime::deposits::{BlockContext, ProcessError, registry_error};
 use crate::state::{RegistryOverlay, SharedRegistry};
 

@@ -7,12 +7,12 @@ use std::sync::Arc;
 use super::block::{BlockBody, BlockHeader};
 use super::deposit_engine::wit_context;
 use super::deposit_engine::{DepositEngine, DepositModules};
-use super::deposit_types::{DepositContext, DepositOutcome};
 use super::errors::ImportError;
 use super::eth1::{Eth1Data, Eth1State};
 use super::genesis::Genesis;
 use super::hex32;
 use super::{DepositsResult, deposits_v3, migration};
+use crate::deposit::{DepositContext, DepositOutcome};
 use crate::runtime::{CallError, Kind};
 use crate::state::{PendingQueue, Registry, RegistryDelta, Schedule, state_root_with};
 

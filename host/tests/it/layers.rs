@@ -31,6 +31,9 @@ const RANK: &[(&str, u32)] = &[
     ("hashes", 0),
     // The state value and the key-value store it is saved in.
     ("state", 1),
+    // The chain's own deposit types (over `state`'s eth1 data and registry), which the runtime
+    // converts the deposits modules' WIT types to.
+    ("deposit", 1),
     ("store", 2),
     // The wasm engine, the module kinds and their host interfaces.
     ("runtime", 3),

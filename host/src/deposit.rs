@@ -1,11 +1,37 @@
-//! What the chain sees of a block's deposits call, in its own types: the context the call
-//! runs in, what became of each deposit, why a block's deposits were refused. The deposits
-//! engine (`deposit_engine`) converts to and from the modules' WIT types at the call; nothing
-//! above it sees those.
+//! The chain's own deposit types, below the runtime so the deposits modules' host side can
+//! convert to them: a deposit as a block carries it ([`DepositData`], [`ProvenDeposit`]), the
+//! context a block's deposits call runs in, what became of each deposit, why a block's
+//! deposits were refused. The runtime converts to and from the modules' WIT types at the call;
+//! nothing above it sees those. The deposit's encoding, leaf and signing root are the block
+//! format's (`consensus::block`, `consensus::eth1`).
 
 use std::fmt;
 
-use super::eth1::Eth1Data;
+pub use crate::state::Eth1Data;
+use deposits_common::tree::DepositProof;
+
+/// One deposit with its fixed-size fields.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DepositData {
+    /// BLS public key (compressed).
+    pub pubkey: [u8; 48],
+    /// Withdrawal credentials.
+    pub withdrawal_credentials: [u8; 32],
+    /// Amount in Gwei.
+    pub amount: u64,
+    /// BLS signature (compressed).
+    pub signature: [u8; 96],
+}
+
+/// A deposit as a block carries it: the data and its proof against the agreed deposit root at
+/// the deposit's index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProvenDeposit {
+    /// The deposit.
+    pub data: DepositData,
+    /// 32 sibling hashes (leaf level first), then the deposit count chunk.
+    pub proof: DepositProof,
+}
 
 /// What the deposits engine is told about the block whose deposits it processes and the
 /// state before it.
