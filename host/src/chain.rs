@@ -42,7 +42,7 @@ use std::sync::Arc;
 
 pub use crate::consensus::{
     DepositContext, DepositEngine, DepositModules, DepositOutcome, DepositRejection,
-    DepositsResult, FailureClass, ImportError, RegistryRejection, block_context, to_wit,
+    DepositsResult, FailureClass, ImportError, RegistryRejection,
 };
 use crate::state_cache::pending_store;
 pub use crate::state_cache::records::base_height;

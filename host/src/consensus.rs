@@ -34,10 +34,11 @@ pub mod shell;
 mod transition;
 
 pub use crate::deposit::{
-    DepositContext, DepositOutcome, DepositRejection, QueueRejection, RegistryRejection,
+    ChainContext, DepositContext, DepositOutcome, DepositRejection, EpochDeposits, QueueRejection,
+    QueuedDeposits, RegistryRejection,
 };
 pub use apply::{Applied, Rules, apply_block, build_block, deposit_call, due_deposits};
-pub use deposit_engine::{DepositEngine, DepositModules, DepositsResult, block_context, to_wit};
+pub use deposit_engine::{DepositEngine, DepositModules, DepositsResult};
 pub use errors::{FailureClass, ImportError};
 pub use transition::QUEUE_CONTRACT_MAJOR;
 

@@ -8,6 +8,7 @@
 use std::fmt;
 
 pub use crate::state::Eth1Data;
+use crate::state::OverlayError;
 use deposits_common::tree::DepositProof;
 
 /// One deposit with its fixed-size fields.
@@ -49,6 +50,37 @@ pub struct DepositContext {
     /// Index of the block's first deposit in the contract; deposit `i` is proven at this
     /// index + `i`.
     pub eth1_deposit_index: u64,
+}
+
+/// What a deposits call that is not a block's is told (deposits@3's epoch transition, a
+/// module's migration): the height of the block whose transition runs it, the chain's finality
+/// depth and its genesis fork version.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChainContext {
+    /// Height of the block whose transition makes the call.
+    pub height: u64,
+    /// The chain's finality depth.
+    pub finality_depth: u64,
+    /// The chain's genesis fork version.
+    pub genesis_fork_version: [u8; 4],
+}
+
+/// What deposits@3 reports of queuing a block's deposits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueuedDeposits {
+    /// Deposits queued.
+    pub queued: u32,
+    /// `eth1_deposit_index` after the block.
+    pub eth1_deposit_index: u64,
+}
+
+/// What deposits@3's epoch transition (`process_pending_deposits`) reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EpochDeposits {
+    /// One outcome per queue entry applied, in queue order.
+    pub outcomes: Vec<DepositOutcome>,
+    /// The queue's `deposit_balance_to_consume` after the epoch.
+    pub deposit_balance_to_consume: u64,
 }
 
 /// What became of one deposit, in block order.
@@ -104,6 +136,19 @@ pub enum RegistryRejection {
     BalanceOverflow(u32),
     /// The registry holds 2^32 − 1 validators.
     RegistryFull,
+}
+
+impl From<&OverlayError> for RegistryRejection {
+    /// The registry's refusal of a write (every refusal is the deposits' input's).
+    fn from(e: &OverlayError) -> Self {
+        match e {
+            OverlayError::DuplicatePubkey => Self::DuplicatePubkey,
+            OverlayError::BadLength(field) => Self::BadLength((*field).to_string()),
+            OverlayError::UnknownIndex(i) => Self::UnknownIndex(*i),
+            OverlayError::BalanceOverflow(i) => Self::BalanceOverflow(*i),
+            OverlayError::RegistryFull => Self::RegistryFull,
+        }
+    }
 }
 
 // `Debug` shows the variants as the WIT types did (`Outcome::Created(3)`), so that log lines

@@ -54,8 +54,8 @@ use modnode::chain::preverify::Preverifier;
 use modnode::chain::workload;
 use modnode::chain::{Chain, DepositEngine, DepositModules};
 use modnode::crypto;
+use modnode::deposit::{ChainContext, DepositOutcome};
 use modnode::runtime::deposits::DepositsModule;
-use modnode::runtime::deposits::v3::{EpochContext, EpochOutcome};
 use modnode::runtime::{Kind, LoadedModule, Runtime, RuntimeConfig};
 use modnode::state::{PendingDelta, PendingDeposit, PendingQueue, Registry, State, UpgradeOp};
 use modnode::store::MemoryStore;
@@ -251,16 +251,16 @@ fn epochs(
     let mut without_bls = Vec::with_capacity(epochs);
     let mut bls = Vec::with_capacity(epochs);
     for e in 0..epochs {
-        let ctx = EpochContext {
+        let ctx = ChainContext {
             height: 1_000 + e as u64,
             finality_depth: genesis.finality_depth,
-            genesis_fork_version: FORK.to_vec(),
+            genesis_fork_version: FORK,
         };
         let verify_before = crypto::verify_time_on_this_thread();
         let start = Instant::now();
         let shared = Arc::new(registry.clone());
         let out = module
-            .process_epoch(shared, queue.clone(), ctx)?
+            .apply_epoch(shared, queue.clone(), &ctx)?
             .map_err(|err| anyhow::anyhow!("epoch {e} rejected: {err:?}"))?;
         registry.apply(&out.delta)?;
         queue.apply(&out.pending)?;
@@ -274,7 +274,7 @@ fn epochs(
             .result
             .outcomes
             .iter()
-            .filter(|o| matches!(o, EpochOutcome::Created(_)))
+            .filter(|o| matches!(o, DepositOutcome::Created(_)))
             .count();
         anyhow::ensure!(
             created == PER_EPOCH,

@@ -197,7 +197,7 @@ pub fn deposit_call(genesis: &Genesis, parent: &State, block: &Block) -> Option<
         "",
     )
     .ok()?;
-    Some(super::deposit_engine::deposit_call(
+    Some(DepositCall::new(
         parent.shared_registry().clone(),
         &transition::context(genesis, header, &voted),
         &block.body.deposits,

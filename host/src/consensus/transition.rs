@@ -5,7 +5,6 @@
 use std::sync::Arc;
 
 use super::block::{BlockBody, BlockHeader};
-use super::deposit_engine::wit_context;
 use super::deposit_engine::{DepositEngine, DepositModules};
 use super::errors::ImportError;
 use super::eth1::{Eth1Data, Eth1State};
@@ -205,7 +204,7 @@ pub(super) fn transition(
                 &work,
                 queue,
                 parent.slot,
-                &wit_context(&ctx),
+                &ctx,
                 &body.deposits,
             )
             .map_err(|source| match source {

@@ -29,7 +29,7 @@ use super::{
 };
 use crate::chain::block::Block;
 use crate::chain::genesis::Genesis;
-use crate::chain::{Chain, DepositEngine, DepositModules, block_context, to_wit};
+use crate::chain::{Chain, DepositContext, DepositEngine, DepositModules};
 use crate::store::{MemoryStore, SledStore};
 
 fn replay_error(origin: &str, reason: String) -> CheckError {
@@ -202,9 +202,14 @@ fn replay_version(
         let header = &block.header;
         let used = match chain.deposits_due(header.slot, header.proposer, &block.body.eth1_vote) {
             Ok(due) => {
-                let ctx = block_context(header.height, header.slot, fork, &due.eth1_data, due.from);
-                let deposits = block.body.deposits.iter().map(to_wit).collect();
-                match version.process_deposits(chain.registry(), ctx, deposits) {
+                let ctx = DepositContext {
+                    height: header.height,
+                    slot: header.slot,
+                    genesis_fork_version: fork,
+                    eth1_data: due.eth1_data,
+                    eth1_deposit_index: due.from,
+                };
+                match version.process_deposits(chain.registry(), &ctx, &block.body.deposits) {
                     BlockRun::Applied { fuel, .. } => fuel,
                     BlockRun::Failed(e) if is_host_failure(&e) => {
                         return Err(CheckError::Host {
@@ -219,7 +224,7 @@ fn replay_version(
         fuel.push(used);
         results.push(match chain.import(block) {
             Ok(imported) => BlockResult::Imported {
-                outcomes: imported.outcomes.into_iter().map(Into::into).collect(),
+                outcomes: imported.outcomes,
                 eth1_deposit_index: chain.eth1_state().deposit_index,
                 root: imported.head.state_root,
                 delta: None,

@@ -4,11 +4,12 @@
 
 use std::sync::Arc;
 
-use crate::runtime::checkpoint::{ChunkContents, ChunkError, LeafRange, PlanParams, StateReader};
-use crate::runtime::deposits::v3::{
-    EpochContext, EpochProcessed, ProcessErrorV3, Queued, V3Output,
+use crate::deposit::{
+    ChainContext, DepositContext, DepositOutcome, DepositRejection, EpochDeposits, ProvenDeposit,
+    QueuedDeposits,
 };
-use crate::runtime::deposits::{BlockContext, Deposit, Outcome, ProcessError};
+use crate::runtime::checkpoint::{ChunkContents, ChunkError, LeafRange, PlanParams, StateReader};
+use crate::runtime::deposits::v3::{V3Applied, V3Output};
 use crate::runtime::gossip_policy::{MessageMeta, PeerStats, PolicyEvent, SendPlan};
 use crate::runtime::{CallError, LoadedModule, Runtime, RuntimeConfig, inspect};
 use crate::state::{PendingDelta, PendingQueue, RegistryDelta, SharedRegistry};
@@ -74,14 +75,14 @@ pub(crate) enum BlockRun {
     /// Processed: outcomes, the registry changes and the fuel used (`fuel`: the module's own
     /// computation; `total_fuel`: host calls included, what the budget bounds).
     Applied {
-        outcomes: Vec<Outcome>,
+        outcomes: Vec<DepositOutcome>,
         delta: RegistryDelta,
         eth1_deposit_index: u64,
         fuel: u64,
         total_fuel: u64,
     },
     /// The module rejected the block (it is invalid). The runtime does not report fuel here.
-    Rejected(ProcessError),
+    Rejected(DepositRejection),
     /// The call failed: trap, out of fuel, limit (deterministic) or a host failure.
     Failed(CallError),
 }
@@ -91,13 +92,13 @@ impl Version {
     pub(crate) fn process_deposits(
         &self,
         registry: SharedRegistry,
-        ctx: BlockContext,
-        deposits: Vec<Deposit>,
+        ctx: &DepositContext,
+        deposits: &[ProvenDeposit],
     ) -> BlockRun {
         let LoadedModule::Deposits(module) = &self.module else {
             return BlockRun::Failed(self.not_kind("deposits"));
         };
-        match module.process(registry, ctx, deposits) {
+        match module.apply(registry, ctx, deposits) {
             Ok(Ok(out)) => BlockRun::Applied {
                 outcomes: out.outcomes,
                 delta: out.delta,
@@ -135,13 +136,13 @@ impl Version {
         &self,
         registry: SharedRegistry,
         pending: PendingQueue,
-        ctx: &BlockContext,
-        deposits: &[Deposit],
-    ) -> V3Run<Queued> {
+        ctx: &DepositContext,
+        deposits: &[ProvenDeposit],
+    ) -> V3Run<QueuedDeposits> {
         let LoadedModule::Deposits(module) = &self.module else {
             return V3Run::Failed(self.not_kind("deposits"));
         };
-        V3Run::from(module.process_v3(registry, pending, ctx, deposits))
+        V3Run::from(module.queue_deposits(registry, pending, ctx, deposits))
     }
 
     /// `process-epoch` of `modnode:deposits@3.0.0` over `registry` and `pending` (neither is
@@ -150,12 +151,12 @@ impl Version {
         &self,
         registry: SharedRegistry,
         pending: PendingQueue,
-        ctx: EpochContext,
-    ) -> V3Run<EpochProcessed> {
+        ctx: &ChainContext,
+    ) -> V3Run<EpochDeposits> {
         let LoadedModule::Deposits(module) = &self.module else {
             return V3Run::Failed(self.not_kind("deposits"));
         };
-        V3Run::from(module.process_epoch(registry, pending, ctx))
+        V3Run::from(module.apply_epoch(registry, pending, ctx))
     }
 
     /// The deposits version as a chain's deposit engine (for replaying recorded blocks).
@@ -275,13 +276,13 @@ pub(crate) enum V3Run<T> {
         total_fuel: u64,
     },
     /// The module rejected the block (it is invalid).
-    Rejected(ProcessErrorV3),
+    Rejected(DepositRejection),
     /// The call failed: trap, out of fuel, limit (deterministic) or a host failure.
     Failed(CallError),
 }
 
-impl<T> From<Result<Result<V3Output<T>, ProcessErrorV3>, CallError>> for V3Run<T> {
-    fn from(r: Result<Result<V3Output<T>, ProcessErrorV3>, CallError>) -> Self {
+impl<T> From<V3Applied<T>> for V3Run<T> {
+    fn from(r: Result<Result<V3Output<T>, DepositRejection>, CallError>) -> Self {
         match r {
             Ok(Ok(out)) => V3Run::Applied {
                 result: out.result,

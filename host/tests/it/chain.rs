@@ -9,7 +9,6 @@ use modnode::chain::native_deposits::Verification;
 use modnode::chain::workload::DevDepositLog;
 use modnode::chain::{Chain, DepositEngine, ImportError, OpenError, workload};
 use modnode::consensus::{DepositOutcome as Outcome, DepositRejection};
-use modnode::runtime::deposits::ProcessError;
 use modnode::state::RegistryRead;
 use modnode::store::{KvStore, MemoryStore, SledStore, WriteBatch, keys};
 
@@ -680,10 +679,13 @@ fn genesis_authorities_are_parsed_and_checked() {
     );
 }
 
+/// A context the chain cannot build — a 3-byte fork version; its `DepositContext` holds four,
+/// so the native reference cannot be given one — is every module's `BadContext`, through the
+/// runtime's WIT-level call.
 #[test]
-fn every_engine_rejects_a_malformed_fork_version_the_same_way() {
+fn every_module_rejects_a_malformed_fork_version_the_same_way() {
     use modnode::chain::eth1::DepositProofs;
-    use modnode::runtime::deposits::{BlockContext, WitEth1Data};
+    use modnode::runtime::deposits::{BlockContext, ProcessError, WitEth1Data, convert};
     let registry = Arc::new(genesis().registry().unwrap());
     let mut log = DevDepositLog::new();
     log.push(workload::new_validator(1, 32 * ETH, FORK));
@@ -700,8 +702,11 @@ fn every_engine_rejects_a_malformed_fork_version_the_same_way() {
         eth1_deposit_index: 0,
     };
     let deposits = log.proven_deposits(0, 1, 1).unwrap();
-    for (name, engine) in engines() {
-        let result = engine.process(registry.clone(), &ctx, &deposits).unwrap();
+    let rt = runtime(1_000_000_000);
+    for name in ["deposits-v1", "deposits-v2"] {
+        let module = deposits_module(&rt, name);
+        let wit = deposits.iter().map(convert::deposit).collect();
+        let result = module.process(registry.clone(), ctx.clone(), wit).unwrap();
         assert!(
             matches!(result, Err(ProcessError::BadContext(_))),
             "{name}: {result:?}"

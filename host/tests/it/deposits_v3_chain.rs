@@ -316,11 +316,18 @@ fn a_deposits_v3_module_warms_up_on_a_nodes_recent_real_deposits() {
         eth1.deposit_count,
     )
     .unwrap();
-    modules.record_deposits(DepositCall {
-        registry: super::shared(&modnode::state::Registry::new()),
-        ctx: modnode::chain::block_context(1, 1, [0; 4], &eth1, 0),
-        deposits: proven.iter().map(modnode::chain::to_wit).collect(),
-    });
+    let ctx = modnode::deposit::DepositContext {
+        height: 1,
+        slot: 1,
+        genesis_fork_version: [0; 4],
+        eth1_data: eth1,
+        eth1_deposit_index: 0,
+    };
+    modules.record_deposits(DepositCall::new(
+        super::shared(&modnode::state::Registry::new()),
+        &ctx,
+        &proven,
+    ));
     let prepared = modules.prepare(&super::artifact("deposits-v3"));
     assert!(prepared.is_ok(), "{:?}", prepared.err());
 }

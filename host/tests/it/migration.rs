@@ -187,14 +187,14 @@ fn the_migration_flag_shows_on_modules_that_export_one_and_old_modules_keep_thei
 /// nothing; the propose-time check refuses one that does.
 #[test]
 fn a_migration_that_changes_the_state_again_when_run_twice_is_refused_by_the_check() {
-    use modnode::runtime::deposits::migration::MigrationContext;
+    use modnode::deposit::ChainContext;
     use modnode::upgrade_check::migration::{TwiceError, run_twice};
 
     let rt = runtime(1_000_000_000);
-    let ctx = MigrationContext {
+    let ctx = ChainContext {
         height: 2,
         finality_depth: 0,
-        genesis_fork_version: vec![0; 4],
+        genesis_fork_version: [0; 4],
     };
     let registry = modnode::state::Registry::new();
     let queue = PendingQueue::new();

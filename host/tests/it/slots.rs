@@ -514,7 +514,7 @@ fn proven(data: modnode::chain::block::DepositData) -> (WitEth1Data, Deposit) {
             deposit_count: eth1.deposit_count,
             block_hash: eth1.block_hash.to_vec(),
         },
-        modnode::chain::to_wit(&deposit[0]),
+        modnode::runtime::deposits::convert::deposit(&deposit[0]),
     )
 }
 
