@@ -34,7 +34,7 @@ use modnode::chain::workload;
 use modnode::consensus::DepositOutcome;
 use modnode::crypto::{self, SignatureSet};
 use modnode::runtime::deposits::BlockContext;
-use modnode::runtime::{LoadedModule, Runtime, RuntimeConfig};
+use modnode::runtime::{LinkedModule, Runtime, RuntimeConfig};
 use modnode::state::{Registry, SharedRegistry};
 
 const BLOCK: usize = 16;
@@ -238,7 +238,7 @@ fn run_here(validators: u32, deposits: usize, repeat: usize) -> anyhow::Result<D
         let bytes = modnode::artifacts::embedded(name)
             .ok_or_else(|| anyhow::anyhow!("{name} not embedded"))?;
         match runtime.load(bytes)? {
-            LoadedModule::Deposits(m) => Ok(DepositEngine::Module(Box::new(m))),
+            LinkedModule::Deposits(m) => Ok(DepositEngine::Module(Box::new(m))),
             _ => anyhow::bail!("{name} is not a deposits module"),
         }
     };

@@ -56,7 +56,7 @@ use modnode::chain::{Chain, DepositEngine, DepositModules};
 use modnode::crypto;
 use modnode::runtime::deposits::DepositsModule;
 use modnode::runtime::deposits::v3::{EpochContext, EpochOutcome};
-use modnode::runtime::{Kind, LoadedModule, Runtime, RuntimeConfig};
+use modnode::runtime::{Kind, LinkedModule, Runtime, RuntimeConfig};
 use modnode::state::{PendingDelta, PendingDeposit, PendingQueue, Registry, State, UpgradeOp};
 use modnode::store::MemoryStore;
 
@@ -154,15 +154,15 @@ fn load(runtime: &Runtime, name: &str) -> anyhow::Result<DepositsModule> {
     let bytes =
         modnode::artifacts::embedded(name).ok_or_else(|| anyhow::anyhow!("{name} not embedded"))?;
     match runtime.load(bytes)? {
-        LoadedModule::Deposits(m) => Ok(m),
+        LinkedModule::Deposits(m) => Ok(m),
         _ => anyhow::bail!("{name} is not a deposits module"),
     }
 }
 
 /// The prepared deposits modules, by hash, as a node's upgrade agent offers them.
-struct Prepared(HashMap<[u8; 32], DepositEngine>);
+struct ReadyEngines(HashMap<[u8; 32], DepositEngine>);
 
-impl DepositModules for Prepared {
+impl DepositModules for ReadyEngines {
     fn deposits(&self, hash: &[u8; 32]) -> Option<DepositEngine> {
         self.0.get(hash).cloned()
     }
@@ -317,7 +317,7 @@ fn block_stream(
     let open = |(v2, v3): Pair<'_>| -> anyhow::Result<Chain> {
         let active = DepositEngine::Module(Box::new(v2.clone()));
         let mut chain = Chain::open(Arc::new(MemoryStore::new()), genesis.clone(), active)?;
-        chain.set_deposit_modules(Arc::new(Prepared(HashMap::from([
+        chain.set_deposit_modules(Arc::new(ReadyEngines(HashMap::from([
             (v2.hash().0, DepositEngine::Module(Box::new(v2.clone()))),
             (v3.hash().0, DepositEngine::Module(Box::new(v3.clone()))),
         ]))));

@@ -33,7 +33,7 @@ use modnode::hashes::ModuleHash;
 use modnode::runtime::deposits::DepositCall;
 use modnode::runtime::modules::InitialModules;
 use modnode::runtime::slot::SlotConfig;
-use modnode::runtime::{Kind, LoadedModule, Modules, Runtime, RuntimeConfig, inspect};
+use modnode::runtime::{Kind, LinkedModule, Modules, Runtime, RuntimeConfig, inspect};
 use modnode::state::UpgradeOp;
 use modnode::store::MemoryStore;
 
@@ -130,7 +130,7 @@ impl DepositModules for Follower {
             (Some(cold), _) => {
                 let bytes = cold.bytes.iter().find(|b| sha(b) == *hash)?;
                 match cold.runtime.load(bytes).ok()? {
-                    LoadedModule::Deposits(m) => DepositEngine::Module(Box::new(m)),
+                    LinkedModule::Deposits(m) => DepositEngine::Module(Box::new(m)),
                     _ => return None,
                 }
             }

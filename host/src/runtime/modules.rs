@@ -27,15 +27,15 @@ use super::gossip_policy::{
 use super::slot::{
     Invocation, KeptState, Mode, Scheduled, ShadowWorker, Slot, SlotConfig, SlotStatus, SwapError,
 };
-use super::{CallError, Kind, LoadError, LoadedModule, Runtime, Scope};
+use super::{CallError, Kind, LinkedModule, LoadError, Runtime, Scope};
 use crate::hashes::ModuleHash;
 
 mod scheduled;
 pub mod versions;
 
 pub use scheduled::check_scheduled_kind;
-use versions::{AnyReady, RecentInputs, RecentReal, warm_any};
-pub use versions::{Prepared, ReadyVersions, WARMUP_REAL_INPUTS, WARMUP_REAL_TIME, Warmed};
+pub use versions::{ReadyInfo, ReadyModule, ReadyVersions, WARMUP_REAL_INPUTS, WARMUP_REAL_TIME};
+use versions::{RecentInputs, RecentReal, warm_any};
 
 /// Why a module operation was refused.
 #[derive(Debug, thiserror::Error)]
@@ -137,13 +137,13 @@ impl Modules {
     ) -> Result<Self, SlotError> {
         let shadow = ShadowWorker::start(config.shadow_queue)
             .map_err(|e| SlotError::Thread(e.to_string()))?;
-        let load = |bytes: &[u8], kind: Kind| -> Result<AnyReady, SlotError> {
+        let load = |bytes: &[u8], kind: Kind| -> Result<ReadyModule, SlotError> {
             warm_any(runtime.load_kind(bytes, kind)?, RecentReal::default())
         };
         let (
-            AnyReady::Deposits(deposits),
-            AnyReady::Checkpoint(checkpoint),
-            AnyReady::GossipPolicy(policy),
+            ReadyModule::Deposits(deposits),
+            ReadyModule::Checkpoint(checkpoint),
+            ReadyModule::GossipPolicy(policy),
         ) = (
             load(initial.deposits, Kind::Deposits)?,
             load(initial.checkpoint, Kind::Checkpoint)?,
@@ -155,11 +155,11 @@ impl Modules {
         };
         let versions = Arc::new(ReadyVersions::new(runtime, config.warmup_real_time));
         for ready in [
-            AnyReady::Deposits(deposits.clone()),
-            AnyReady::Checkpoint(checkpoint.clone()),
-            AnyReady::GossipPolicy(policy.clone()),
+            ReadyModule::Deposits(deposits.clone()),
+            ReadyModule::Checkpoint(checkpoint.clone()),
+            ReadyModule::GossipPolicy(policy.clone()),
         ] {
-            versions.admit(Warmed(ready));
+            versions.admit(ready);
         }
         Ok(Self {
             recent_plans: versions.recent_plans(),
@@ -183,19 +183,19 @@ impl Modules {
     /// Validates, compiles, links, warms and admits a module built into the node or given by a
     /// test (the module lifecycle, `modules_store::lifecycle`, is the path of every uploaded,
     /// fetched or stored module): the same bytes twice is a no-op that says so
-    /// ([`Prepared::new`] is `false`). No lock is held while compiling.
-    pub fn prepare(&self, bytes: &[u8]) -> Result<Prepared, SlotError> {
+    /// ([`ReadyInfo::new`] is `false`). No lock is held while compiling.
+    pub fn prepare(&self, bytes: &[u8]) -> Result<ReadyInfo, SlotError> {
         let info = super::inspect::validate(bytes).map_err(LoadError::from)?;
         if let Some(known) = self.versions.lookup(&info.sha256) {
-            return Ok(known.prepared(false));
+            return Ok(known.info(false));
         }
-        let loaded = self.runtime().load_validated(bytes, info)?;
-        let warmed = self.versions.warm_loaded(loaded)?;
-        Ok(self.versions.admit(warmed))
+        let linked = self.runtime().load_validated(bytes, info)?;
+        let ready = self.versions.warm_loaded(linked)?;
+        Ok(self.versions.admit(ready))
     }
 
     /// [`ReadyVersions::warm_loaded`].
-    pub fn warm_loaded(&self, module: LoadedModule) -> Result<Warmed, SlotError> {
+    pub fn warm_loaded(&self, module: LinkedModule) -> Result<ReadyModule, SlotError> {
         self.versions.warm_loaded(module)
     }
 
@@ -205,22 +205,22 @@ impl Modules {
     }
 
     /// [`ReadyVersions::admit`].
-    pub fn admit(&self, warmed: Warmed) -> Prepared {
-        self.versions.admit(warmed)
+    pub fn admit(&self, ready: ReadyModule) -> ReadyInfo {
+        self.versions.admit(ready)
     }
 
     /// [`ReadyVersions::prepared_version`].
-    pub fn prepared_version(&self, hash: &ModuleHash) -> Option<Prepared> {
+    pub fn prepared_version(&self, hash: &ModuleHash) -> Option<ReadyInfo> {
         self.versions.prepared_version(hash)
     }
 
     /// [`ReadyVersions::prepared`].
-    pub fn prepared(&self) -> Vec<Prepared> {
+    pub fn prepared(&self) -> Vec<ReadyInfo> {
         self.versions.prepared()
     }
 
     /// [`ReadyVersions::call_counts`].
-    pub fn call_counts(&self) -> Vec<(Prepared, CallCounts)> {
+    pub fn call_counts(&self) -> Vec<(ReadyInfo, CallCounts)> {
         self.versions.call_counts()
     }
 
@@ -235,9 +235,9 @@ impl Modules {
             return Err(SlotError::ConsensusKind { kind });
         }
         match self.versions.get(kind, &hash)? {
-            AnyReady::Checkpoint(r) => self.checkpoint.activate(r, mode)?,
-            AnyReady::GossipPolicy(r) => self.gossip_policy.activate(r, mode)?,
-            AnyReady::Deposits(_) => return Err(SlotError::ConsensusKind { kind }),
+            ReadyModule::Checkpoint(r) => self.checkpoint.activate(r, mode)?,
+            ReadyModule::GossipPolicy(r) => self.gossip_policy.activate(r, mode)?,
+            ReadyModule::Deposits(_) => return Err(SlotError::ConsensusKind { kind }),
         }
         Ok(self.kind_status(kind))
     }

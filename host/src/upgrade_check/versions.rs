@@ -10,7 +10,7 @@ use crate::runtime::deposits::v3::{
 };
 use crate::runtime::deposits::{BlockContext, Deposit, Outcome, ProcessError};
 use crate::runtime::gossip_policy::{MessageMeta, PeerStats, PolicyEvent, SendPlan};
-use crate::runtime::{CallError, LoadedModule, Runtime, RuntimeConfig, inspect};
+use crate::runtime::{CallError, LinkedModule, Runtime, RuntimeConfig, inspect};
 use crate::state::{PendingDelta, PendingQueue, RegistryDelta, SharedRegistry};
 
 use super::{CheckError, Kind, ModuleFile};
@@ -24,7 +24,7 @@ pub(crate) struct Version {
     pub(crate) version: u32,
     /// sha256 of the component.
     pub(crate) sha256: [u8; 32],
-    module: LoadedModule,
+    module: LinkedModule,
 }
 
 /// A runtime with the node's default settings (fuel budget and limits).
@@ -94,7 +94,7 @@ impl Version {
         ctx: BlockContext,
         deposits: Vec<Deposit>,
     ) -> BlockRun {
-        let LoadedModule::Deposits(module) = &self.module else {
+        let LinkedModule::Deposits(module) = &self.module else {
             return BlockRun::Failed(self.not_kind("deposits"));
         };
         match module.process(registry, ctx, deposits) {
@@ -115,7 +115,7 @@ impl Version {
     /// The deposits contract major the module implements (`None` for another kind).
     pub(crate) fn deposits_contract(&self) -> Option<u64> {
         match &self.module {
-            LoadedModule::Deposits(module) => Some(module.contract().major),
+            LinkedModule::Deposits(module) => Some(module.contract().major),
             _ => None,
         }
     }
@@ -124,7 +124,7 @@ impl Version {
     /// transition, its most entries applied); `None` for another kind or on overflow.
     pub(crate) fn deposits_budget(&self, items: u64) -> Option<u64> {
         match &self.module {
-            LoadedModule::Deposits(module) => module.budget_for(items),
+            LinkedModule::Deposits(module) => module.budget_for(items),
             _ => None,
         }
     }
@@ -138,7 +138,7 @@ impl Version {
         ctx: &BlockContext,
         deposits: &[Deposit],
     ) -> V3Run<Queued> {
-        let LoadedModule::Deposits(module) = &self.module else {
+        let LinkedModule::Deposits(module) = &self.module else {
             return V3Run::Failed(self.not_kind("deposits"));
         };
         V3Run::from(module.process_v3(registry, pending, ctx, deposits))
@@ -152,7 +152,7 @@ impl Version {
         pending: PendingQueue,
         ctx: EpochContext,
     ) -> V3Run<EpochProcessed> {
-        let LoadedModule::Deposits(module) = &self.module else {
+        let LinkedModule::Deposits(module) = &self.module else {
             return V3Run::Failed(self.not_kind("deposits"));
         };
         V3Run::from(module.process_epoch(registry, pending, ctx))
@@ -161,7 +161,7 @@ impl Version {
     /// The deposits version as a chain's deposit engine (for replaying recorded blocks).
     pub(crate) fn deposit_engine(&self) -> Option<crate::chain::DepositEngine> {
         match &self.module {
-            LoadedModule::Deposits(module) => Some(crate::chain::DepositEngine::Module(Box::new(
+            LinkedModule::Deposits(module) => Some(crate::chain::DepositEngine::Module(Box::new(
                 module.clone(),
             ))),
             _ => None,
@@ -174,7 +174,7 @@ impl Version {
         msg: MessageMeta,
         peers: Vec<PeerStats>,
     ) -> Result<(SendPlan, u64), CallError> {
-        let LoadedModule::GossipPolicy(module) = &self.module else {
+        let LinkedModule::GossipPolicy(module) = &self.module else {
             return Err(self.not_kind("gossip-policy"));
         };
         module.plan_metered(msg, peers)
@@ -190,7 +190,7 @@ impl Version {
         msg: MessageMeta,
         peers: Vec<PeerStats>,
     ) -> Result<Option<(SendPlan, SendPlan)>, CallError> {
-        let LoadedModule::GossipPolicy(module) = &self.module else {
+        let LinkedModule::GossipPolicy(module) = &self.module else {
             return Err(self.not_kind("gossip-policy"));
         };
         if module.contract().major < 2 {
@@ -213,7 +213,7 @@ impl Version {
         &self,
     ) -> Option<crate::runtime::gossip_policy::GossipPolicyModule> {
         match &self.module {
-            LoadedModule::GossipPolicy(module) => Some(module.clone()),
+            LinkedModule::GossipPolicy(module) => Some(module.clone()),
             _ => None,
         }
     }
@@ -224,7 +224,7 @@ impl Version {
         reader: Arc<dyn StateReader>,
         params: PlanParams,
     ) -> Result<(Vec<LeafRange>, u64), CallError> {
-        let LoadedModule::Checkpoint(module) = &self.module else {
+        let LinkedModule::Checkpoint(module) = &self.module else {
             return Err(self.not_kind("checkpoint"));
         };
         module.plan_metered(reader, params)
@@ -236,7 +236,7 @@ impl Version {
         reader: Arc<dyn StateReader>,
         range: LeafRange,
     ) -> Result<(Result<Vec<u8>, ChunkError>, u64), CallError> {
-        let LoadedModule::Checkpoint(module) = &self.module else {
+        let LinkedModule::Checkpoint(module) = &self.module else {
             return Err(self.not_kind("checkpoint"));
         };
         module.build_chunk_metered(reader, range)
@@ -247,7 +247,7 @@ impl Version {
         &self,
         chunk: Vec<u8>,
     ) -> Result<(Result<ChunkContents, ChunkError>, u64), CallError> {
-        let LoadedModule::Checkpoint(module) = &self.module else {
+        let LinkedModule::Checkpoint(module) = &self.module else {
             return Err(self.not_kind("checkpoint"));
         };
         module.open_chunk_metered(chunk)

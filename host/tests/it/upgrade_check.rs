@@ -454,7 +454,7 @@ fn the_walkthrough_policy_plans_differently_from_v1_and_passes_against_v2() {
     // And it is a real alternative: v1 floods, the example pushes to a few and announces.
     let rt = super::runtime(100_000_000);
     let plan = |name: &str| {
-        let modnode::runtime::LoadedModule::GossipPolicy(m) =
+        let modnode::runtime::LinkedModule::GossipPolicy(m) =
             rt.load(&super::artifact(name)).unwrap()
         else {
             panic!("{name} is not a gossip policy")

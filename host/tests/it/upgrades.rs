@@ -412,7 +412,7 @@ fn a_new_deposits_module_warms_up_on_the_deposits_of_the_latest_real_blocks() {
     );
     let warm_v1 = || {
         let loaded = modules.runtime().load(&artifact("deposits-v1")).unwrap();
-        modules.warm_loaded(loaded).unwrap().prepared().warmup
+        modules.warm_loaded(loaded).unwrap().info(true).warmup
     };
     // A fresh chain has no real blocks: the built-in inputs alone.
     let fresh = warm_v1();
@@ -453,7 +453,7 @@ fn a_new_deposits_module_warms_up_on_the_deposits_of_the_latest_real_blocks() {
 fn a_component_retagged_with_a_custom_section_is_a_separate_version_running_the_same_code() {
     use modnode::chain::workload::{self, DevDepositLog};
     use modnode::modules_store::upload::{ModuleService, UploadConfig, UploadOutcome};
-    use modnode::runtime::LoadedModule;
+    use modnode::runtime::LinkedModule;
     use modnode::runtime::inspect::{validate, with_custom_section};
     use sha2::{Digest, Sha256};
 
@@ -469,7 +469,7 @@ fn a_component_retagged_with_a_custom_section_is_a_separate_version_running_the_
     assert_eq!(info.exports, validate(&v2).unwrap().exports);
     let rt = super::runtime(1_000_000_000);
     let original = super::deposits_module(&rt, "deposits-v2");
-    let LoadedModule::Deposits(copy) = rt.load(&retagged).unwrap() else {
+    let LinkedModule::Deposits(copy) = rt.load(&retagged).unwrap() else {
         panic!("the re-tagged component does not load as a deposits module")
     };
     assert_eq!(copy.hash().0, hr);
