@@ -19,7 +19,7 @@
 //!   chain scheduled is never refused here.
 //! - **store** ([`Stored`], with its [`ModuleRecord`], the store's metadata): the artifact
 //!   moves from staging into the node's artifact cache, then bytes and metadata go into the
-//!   [`ModuleStore`] in one batch. Until here nothing of
+//!   [`ModuleStore`] in one batch (not for a built-in module: it is not stored). Until here nothing of
 //!   the module is in the node's cache or store, so a module refused at any stage leaves
 //!   nothing behind (the staging directory goes with the [`Staging`] guard). A module read
 //!   from the store skips this stage: it is stored already.
@@ -27,10 +27,12 @@
 //!   hash, runnable by the chain at the heights its schedule names it for; reported as a
 //!   [`ReadyInfo`].
 //!
-//! Three paths enter it ([`LifePath`]): the operator's upload (`POST /modules`), a module the
+//! Four paths enter it ([`LifePath`]): the operator's upload (`POST /modules`), a module the
 //! chain scheduled fetched from a peer (`node/network/module_fetch.rs`; admitted on the
-//! chain's word — [`Admission::Scheduled`]), and the stored modules prepared at start
-//! (`node/module_ops.rs`; also a stored module activated or scheduled later).
+//! chain's word — [`Admission::Scheduled`]), the stored modules prepared at start
+//! (`node/module_ops.rs`; also a stored module activated or scheduled later), and the modules
+//! built into the binary prepared at start (`node/start.rs`; compiled in process, never
+//! stored).
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -57,6 +59,8 @@ pub enum LifePath {
     PeerFetch,
     /// A module read back from the store (at start, or when activated or scheduled later).
     StartUp,
+    /// A module built into the binary, prepared at start.
+    BuiltIn,
 }
 
 /// A stage of the pipeline, as the stage observer of the tests sees them.
@@ -200,17 +204,37 @@ impl ModuleService {
         Ok(UploadOutcome::Ready(record))
     }
 
-    /// The pipeline for bytes read back from the store (or built into the binary): validate
-    /// once → compile (or load from the artifact cache) → warm → admit; the store stage is
-    /// already done. The features and the kind the chain scheduled refuse it as they would a
-    /// new module; the local limits were the upload's business. A module already ready is
-    /// not prepared again ([`ReadyInfo::new`] is `false`).
+    /// The pipeline for bytes read back from the store: validate once → compile (or load
+    /// from the artifact cache) → warm → admit; the store stage is already done. The features
+    /// and the kind the chain scheduled refuse it as they would a new module; the local limits
+    /// were the upload's business. A module already ready is not prepared again
+    /// ([`ReadyInfo::new`] is `false`).
     pub fn prepare_stored(
         &self,
         bytes: &[u8],
         admission: Admission,
     ) -> Result<ReadyInfo, UploadError> {
-        let path = LifePath::StartUp;
+        self.prepare_known(bytes, admission, LifePath::StartUp)
+    }
+
+    /// The pipeline for a module built into the binary: validate once → compile → warm →
+    /// admit, as [`prepare_stored`](Self::prepare_stored) but without a store stage (built-in
+    /// modules are not stored). It compiles in this process, on the node's runtime (from the
+    /// node's artifact cache when compiled before): the bytes are the binary's own, so there
+    /// is no hostile compile to bound with a child process and a deadline. Every check
+    /// refuses ([`Admission::Operator`]); a module already ready is not prepared again.
+    pub fn prepare_built_in(&self, bytes: &[u8]) -> Result<ReadyInfo, UploadError> {
+        self.prepare_known(bytes, Admission::Operator, LifePath::BuiltIn)
+    }
+
+    /// Validate once → compile in process (or load from the artifact cache) → warm → admit:
+    /// the pipeline of bytes that need no store stage (stored or built in).
+    fn prepare_known(
+        &self,
+        bytes: &[u8],
+        admission: Admission,
+        path: LifePath,
+    ) -> Result<ReadyInfo, UploadError> {
         let versions = self.versions()?;
         let validated = self.validate(bytes, admission, false, path)?;
         if let Some(known) = versions.prepared_version(&validated.info.sha256) {
@@ -357,9 +381,9 @@ impl ModuleService {
     ) -> Result<Warmed<'b>, UploadError> {
         let versions = self.versions()?;
         let started = Instant::now();
-        // A stored module is named as it describes itself, as the slots name it.
+        // A stored or built-in module is named as it describes itself, as the slots name it.
         let name = match path {
-            LifePath::StartUp => compiled.linked.meta().name(),
+            LifePath::StartUp | LifePath::BuiltIn => compiled.linked.meta().name(),
             LifePath::Upload | LifePath::PeerFetch => compiled.validated.name.clone(),
         };
         let ready = match admission {
