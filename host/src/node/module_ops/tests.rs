@@ -85,16 +85,16 @@ fn upload_peer_fetch_and_start_up_each_pass_the_lifecycle_stages_in_order() {
     let fetched_hash = inspect::validate(&fetched).unwrap().sha256;
     agent.scheduled(&crate::state::Schedule::genesis(&[(
         Kind::Deposits,
-        fetched_hash.0,
+        fetched_hash,
     )]));
     agent
-        .accept_fetched(&fetched_hash.0, &fetched, "peer")
+        .accept_fetched(&fetched_hash, &fetched, "peer")
         .unwrap();
     assert_eq!(
         stages_of(fetched_hash),
         NEW.map(|s| (LifePath::PeerFetch, s))
     );
-    assert!(agent.is_ready(&fetched_hash.0));
+    assert!(agent.is_ready(&fetched_hash));
     drop((agent, service));
 
     // A restart: the stored modules are prepared again — every stage but the store, which
