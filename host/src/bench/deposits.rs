@@ -33,7 +33,7 @@ use modnode::chain::native_deposits::Verification;
 use modnode::chain::workload;
 use modnode::consensus::{DepositContext, DepositOutcome};
 use modnode::crypto::{self, SignatureSet};
-use modnode::runtime::{LoadedModule, Runtime, RuntimeConfig};
+use modnode::runtime::{LinkedModule, Runtime, RuntimeConfig};
 use modnode::state::{Registry, SharedRegistry};
 
 const BLOCK: usize = 16;
@@ -243,7 +243,7 @@ fn run_here(validators: u32, deposits: usize, repeat: usize) -> anyhow::Result<D
         let bytes = modnode::artifacts::embedded(name)
             .ok_or_else(|| anyhow::anyhow!("{name} not embedded"))?;
         match runtime.load(bytes)? {
-            LoadedModule::Deposits(m) => Ok(DepositEngine::Module(Box::new(m))),
+            LinkedModule::Deposits(m) => Ok(DepositEngine::Module(Box::new(m))),
             _ => anyhow::bail!("{name} is not a deposits module"),
         }
     };

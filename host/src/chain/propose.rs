@@ -118,7 +118,7 @@ impl Chain {
             op.height,
         )
         .map_err(|source| ProposeError::MigrationFails {
-            module: hex32(&op.module),
+            module: op.module.to_hex(),
             height: self.head.height,
             source,
         })?;
@@ -152,7 +152,7 @@ impl Chain {
             },
             None => {
                 return Err(ProposeError::ContractUnknown {
-                    module: hex32(module),
+                    module: module.to_hex(),
                     queued,
                 });
             }
@@ -161,7 +161,7 @@ impl Chain {
             return Ok(());
         }
         Err(ProposeError::CannotHoldQueue {
-            module: hex32(module),
+            module: module.to_hex(),
             contract: contract.to_string(),
             queued,
         })
@@ -281,7 +281,7 @@ impl Chain {
 
     /// Whether this node holds the deposits module `hash` compiled and warmed: the engine the
     /// chain was opened with, or a prepared module.
-    fn holds_ready(&self, hash: &Hash) -> bool {
+    fn holds_ready(&self, hash: &crate::hashes::ModuleHash) -> bool {
         self.deposits.hash() == Some(*hash)
             || self.modules.as_ref().is_some_and(|m| m.is_ready(hash))
     }

@@ -445,8 +445,8 @@ mod tests {
 
         #[test]
         fn roundtrip(height: u64, slot: u64, proposer: u32, seeds in proptest::collection::vec((any::<u8>(), any::<u64>()), 0..16)) {
-            let upgrade_votes = (0..(height % 5)).map(|i| UpgradeOp { kind: crate::runtime::Kind::Deposits, module: [i as u8; 32], height: slot }).collect();
-            let op = |i: u64| UpgradeOp { kind: crate::runtime::Kind::Deposits, module: [i as u8; 32], height: slot };
+            let upgrade_votes = (0..(height % 5)).map(|i| UpgradeOp { kind: crate::runtime::Kind::Deposits, module: crate::hashes::ModuleHash([i as u8; 32]), height: slot }).collect();
+            let op = |i: u64| UpgradeOp { kind: crate::runtime::Kind::Deposits, module: crate::hashes::ModuleHash([i as u8; 32]), height: slot };
             let cancel_votes = (0..(slot % 5)).map(op).collect();
             let ready = (0..(height % 17)).map(op).collect();
             let body = BlockBody { eth1_vote: vote(height), deposits: seeds.iter().map(|(s, a)| deposit(*s, *a)).collect(), upgrade_votes, cancel_votes, ready };

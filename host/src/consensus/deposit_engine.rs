@@ -7,6 +7,7 @@ use super::eth1::ProvenDeposit;
 #[cfg(any(test, feature = "test-utils"))]
 use super::native_deposits;
 use crate::deposit::{DepositContext, DepositOutcome, DepositRejection};
+use crate::hashes::ModuleHash;
 use crate::runtime::CallError;
 use crate::runtime::deposits::DepositsModule;
 use crate::state::{RegistryDelta, SharedRegistry};
@@ -38,11 +39,11 @@ pub struct DepositsResult {
 /// a host condition, never a verdict on the block.
 pub trait DepositModules: Send + Sync {
     /// The ready deposits engine with component sha256 `hash`.
-    fn deposits(&self, hash: &[u8; 32]) -> Option<DepositEngine>;
+    fn deposits(&self, hash: &ModuleHash) -> Option<DepositEngine>;
 
     /// Whether the deposits module `hash` is compiled and warmed here, for the producer's
     /// readiness attestations. A module of another kind under that hash is not ready.
-    fn is_ready(&self, hash: &[u8; 32]) -> bool {
+    fn is_ready(&self, hash: &ModuleHash) -> bool {
         self.deposits(hash).is_some()
     }
 
@@ -58,14 +59,14 @@ pub trait DepositModules: Send + Sync {
     /// ready ([`ImportError::ModuleMissing`](super::ImportError::ModuleMissing)) — on any
     /// path: importing on the head, executing a side branch, regenerating a state — so the
     /// node fetches it whichever branch schedules it, not only the head's.
-    fn missing(&self, _kind: crate::runtime::Kind, _hash: &[u8; 32], _height: u64) {}
+    fn missing(&self, _kind: crate::runtime::Kind, _hash: &ModuleHash, _height: u64) {}
 }
 
 impl DepositEngine {
     /// sha256 of the module component (`None` for the native reference).
-    pub fn hash(&self) -> Option<[u8; 32]> {
+    pub fn hash(&self) -> Option<ModuleHash> {
         match self {
-            DepositEngine::Module(module) => Some(module.hash().0),
+            DepositEngine::Module(module) => Some(module.hash()),
             #[cfg(any(test, feature = "test-utils"))]
             DepositEngine::Native(_) => None,
         }

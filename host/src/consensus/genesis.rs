@@ -501,10 +501,10 @@ impl Genesis {
 
     /// The genesis module schedule: the deposits module named by the genesis, if any.
     pub fn schedule(&self) -> Schedule {
-        let initial: Vec<(crate::runtime::Kind, Hash)> = self
+        let initial: Vec<(crate::runtime::Kind, crate::hashes::ModuleHash)> = self
             .deposits_module
             .iter()
-            .map(|&h| (crate::runtime::Kind::Deposits, h))
+            .map(|&h| (crate::runtime::Kind::Deposits, crate::hashes::ModuleHash(h)))
             .collect();
         Schedule::genesis(&initial)
     }

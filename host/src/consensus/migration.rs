@@ -73,7 +73,7 @@ pub struct Migrated {
 /// the deposits module `module`: the schedule has an entry for it at exactly `height` and a
 /// different module (or none) runs at `height − 1`. Re-scheduling the module already running
 /// migrates nothing; genesis (height 0) activates nothing.
-pub fn activates(schedule: &Schedule, height: u64, module: &[u8; 32]) -> bool {
+pub fn activates(schedule: &Schedule, height: u64, module: &crate::hashes::ModuleHash) -> bool {
     let Some(before) = height.checked_sub(1) else {
         return false;
     };

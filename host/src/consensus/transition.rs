@@ -64,7 +64,7 @@ pub(super) fn engine_for(
     }
     Err(ImportError::ModuleMissing {
         kind: Kind::Deposits,
-        module: hex32(&hash),
+        module: hash.to_hex(),
         height,
     })
 }
@@ -159,7 +159,7 @@ pub(super) fn transition(
     let migrated = match &deposits {
         DepositEngine::Module(module)
             if module.has_migration()
-                && migration::activates(parent.schedule, header.height, &module.hash().0) =>
+                && migration::activates(parent.schedule, header.height, &module.hash()) =>
         {
             let done = migration::run(module, genesis, registry, parent.pending, header.height)
                 .map_err(|source| ImportError::Migration {
@@ -182,7 +182,7 @@ pub(super) fn transition(
     let migration_error = |source: migration::MigrationError| ImportError::Migration {
         hash: hash.clone(),
         height: header.height,
-        module: deposits.hash().map(|h| hex32(&h)).unwrap_or_default(),
+        module: deposits.hash().map(|h| h.to_hex()).unwrap_or_default(),
         source: Box::new(source),
     };
     // The registry and queue the block's deposits run on.

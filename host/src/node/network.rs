@@ -195,7 +195,7 @@ pub(super) struct Network {
     /// Range sync holds off after the chain could not check a block for a reason of ours,
     /// until the instant (then it tries once more) or until the scheduled module it waits for,
     /// if any, is ready (see [`Network::waiting_for_module`]).
-    module_wait: Option<(Option<[u8; 32]>, Instant)>,
+    module_wait: Option<(Option<crate::hashes::ModuleHash>, Instant)>,
     checkpoints: crate::checkpoint::CheckpointServer,
     produces: bool,
     /// The verdict on gossiped blocks (sans-IO; driven in `gossip_blocks`).

@@ -15,7 +15,7 @@ use crate::chain::genesis::Genesis;
 use crate::chain::{Chain, CheckpointStart, DepositEngine, init_from_checkpoint};
 use crate::checkpoint::restore::{ChunkOpener, RestoredState};
 use crate::checkpoint::{Manifest, ManifestLimits, Restorer};
-use crate::runtime::LoadedModule;
+use crate::runtime::LinkedModule;
 use crate::store::MemoryStore;
 
 /// The checkpoint module versions this binary embeds, which open their own checkpoints' chunks.
@@ -144,7 +144,7 @@ fn checkpoint_opener(hash: &[u8; 32]) -> Option<Box<dyn ChunkOpener>> {
             .filter(|bytes| <[u8; 32]>::from(sha2::Sha256::digest(bytes)) == *hash)
     })?;
     match versions::runtime().ok()?.load(bytes).ok()? {
-        LoadedModule::Checkpoint(module) => {
+        LinkedModule::Checkpoint(module) => {
             let opener: Box<dyn ChunkOpener> = Box::new(module);
             Some(opener)
         }

@@ -11,7 +11,7 @@ use crate::deposit::{
 use crate::runtime::checkpoint::{ChunkContents, ChunkError, LeafRange, PlanParams, StateReader};
 use crate::runtime::deposits::v3::{V3Applied, V3Output};
 use crate::runtime::gossip_policy::{MessageMeta, PeerStats, PolicyEvent, SendPlan};
-use crate::runtime::{CallError, LoadedModule, Runtime, RuntimeConfig, inspect};
+use crate::runtime::{CallError, LinkedModule, Runtime, RuntimeConfig, inspect};
 use crate::state::{PendingDelta, PendingQueue, RegistryDelta, SharedRegistry};
 
 use super::{CheckError, Kind, ModuleFile};
@@ -25,7 +25,7 @@ pub(crate) struct Version {
     pub(crate) version: u32,
     /// sha256 of the component.
     pub(crate) sha256: [u8; 32],
-    module: LoadedModule,
+    module: LinkedModule,
 }
 
 /// A runtime with the node's default settings (fuel budget and limits).
@@ -95,7 +95,7 @@ impl Version {
         ctx: &DepositContext,
         deposits: &[ProvenDeposit],
     ) -> BlockRun {
-        let LoadedModule::Deposits(module) = &self.module else {
+        let LinkedModule::Deposits(module) = &self.module else {
             return BlockRun::Failed(self.not_kind("deposits"));
         };
         match module.apply(registry, ctx, deposits) {
@@ -116,7 +116,7 @@ impl Version {
     /// The deposits contract major the module implements (`None` for another kind).
     pub(crate) fn deposits_contract(&self) -> Option<u64> {
         match &self.module {
-            LoadedModule::Deposits(module) => Some(module.contract().major),
+            LinkedModule::Deposits(module) => Some(module.contract().major),
             _ => None,
         }
     }
@@ -125,7 +125,7 @@ impl Version {
     /// transition, its most entries applied); `None` for another kind or on overflow.
     pub(crate) fn deposits_budget(&self, items: u64) -> Option<u64> {
         match &self.module {
-            LoadedModule::Deposits(module) => module.budget_for(items),
+            LinkedModule::Deposits(module) => module.budget_for(items),
             _ => None,
         }
     }
@@ -139,7 +139,7 @@ impl Version {
         ctx: &DepositContext,
         deposits: &[ProvenDeposit],
     ) -> V3Run<QueuedDeposits> {
-        let LoadedModule::Deposits(module) = &self.module else {
+        let LinkedModule::Deposits(module) = &self.module else {
             return V3Run::Failed(self.not_kind("deposits"));
         };
         V3Run::from(module.queue_deposits(registry, pending, ctx, deposits))
@@ -153,7 +153,7 @@ impl Version {
         pending: PendingQueue,
         ctx: &ChainContext,
     ) -> V3Run<EpochDeposits> {
-        let LoadedModule::Deposits(module) = &self.module else {
+        let LinkedModule::Deposits(module) = &self.module else {
             return V3Run::Failed(self.not_kind("deposits"));
         };
         V3Run::from(module.apply_epoch(registry, pending, ctx))
@@ -162,7 +162,7 @@ impl Version {
     /// The deposits version as a chain's deposit engine (for replaying recorded blocks).
     pub(crate) fn deposit_engine(&self) -> Option<crate::chain::DepositEngine> {
         match &self.module {
-            LoadedModule::Deposits(module) => Some(crate::chain::DepositEngine::Module(Box::new(
+            LinkedModule::Deposits(module) => Some(crate::chain::DepositEngine::Module(Box::new(
                 module.clone(),
             ))),
             _ => None,
@@ -175,7 +175,7 @@ impl Version {
         msg: MessageMeta,
         peers: Vec<PeerStats>,
     ) -> Result<(SendPlan, u64), CallError> {
-        let LoadedModule::GossipPolicy(module) = &self.module else {
+        let LinkedModule::GossipPolicy(module) = &self.module else {
             return Err(self.not_kind("gossip-policy"));
         };
         module.plan_metered(msg, peers)
@@ -191,7 +191,7 @@ impl Version {
         msg: MessageMeta,
         peers: Vec<PeerStats>,
     ) -> Result<Option<(SendPlan, SendPlan)>, CallError> {
-        let LoadedModule::GossipPolicy(module) = &self.module else {
+        let LinkedModule::GossipPolicy(module) = &self.module else {
             return Err(self.not_kind("gossip-policy"));
         };
         if module.contract().major < 2 {
@@ -214,7 +214,7 @@ impl Version {
         &self,
     ) -> Option<crate::runtime::gossip_policy::GossipPolicyModule> {
         match &self.module {
-            LoadedModule::GossipPolicy(module) => Some(module.clone()),
+            LinkedModule::GossipPolicy(module) => Some(module.clone()),
             _ => None,
         }
     }
@@ -225,7 +225,7 @@ impl Version {
         reader: Arc<dyn StateReader>,
         params: PlanParams,
     ) -> Result<(Vec<LeafRange>, u64), CallError> {
-        let LoadedModule::Checkpoint(module) = &self.module else {
+        let LinkedModule::Checkpoint(module) = &self.module else {
             return Err(self.not_kind("checkpoint"));
         };
         module.plan_metered(reader, params)
@@ -237,7 +237,7 @@ impl Version {
         reader: Arc<dyn StateReader>,
         range: LeafRange,
     ) -> Result<(Result<Vec<u8>, ChunkError>, u64), CallError> {
-        let LoadedModule::Checkpoint(module) = &self.module else {
+        let LinkedModule::Checkpoint(module) = &self.module else {
             return Err(self.not_kind("checkpoint"));
         };
         module.build_chunk_metered(reader, range)
@@ -248,7 +248,7 @@ impl Version {
         &self,
         chunk: Vec<u8>,
     ) -> Result<(Result<ChunkContents, ChunkError>, u64), CallError> {
-        let LoadedModule::Checkpoint(module) = &self.module else {
+        let LinkedModule::Checkpoint(module) = &self.module else {
             return Err(self.not_kind("checkpoint"));
         };
         module.open_chunk_metered(chunk)

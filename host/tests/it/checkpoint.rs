@@ -11,7 +11,7 @@ use modnode::checkpoint::{
     BlockRef, Checkpoint, CreateOptions, Fault, FetchConfig, Fetcher, Manifest, ManifestError,
     ManifestLimits, RestoreError, Restorer, StateLeaves, choose, create, synthetic_state,
 };
-use modnode::runtime::LoadedModule;
+use modnode::runtime::LinkedModule;
 use modnode::runtime::checkpoint::{CheckpointModule, LeafRange, StateReader};
 use modnode::state::State;
 use proptest::prelude::*;
@@ -21,7 +21,7 @@ use super::{artifact, runtime};
 
 pub(super) fn module(name: &str) -> CheckpointModule {
     match runtime(2_000_000_000).load(&artifact(name)).unwrap() {
-        LoadedModule::Checkpoint(m) => m,
+        LinkedModule::Checkpoint(m) => m,
         _ => panic!("{name} is not a checkpoint module"),
     }
 }

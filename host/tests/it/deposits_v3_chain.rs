@@ -14,6 +14,7 @@ use modnode::chain::block::{Block, Hash};
 use modnode::chain::genesis::Genesis;
 use modnode::chain::workload::{self, DevDepositLog};
 use modnode::chain::{Chain, DepositEngine, DepositModules, ProposeError};
+use modnode::hashes::ModuleHash;
 use modnode::runtime::Kind;
 use modnode::state::{PendingQueue, State, UpgradeOp};
 use modnode::state_cache::StateCacheConfig;
@@ -28,10 +29,10 @@ pub(super) const H: u64 = 6;
 pub(super) const GENESIS_VALIDATORS: u32 = 8;
 
 /// Deposits modules by hash (the node's prepared modules).
-struct Engines(HashMap<Hash, DepositEngine>);
+struct Engines(HashMap<ModuleHash, DepositEngine>);
 
 impl DepositModules for Engines {
-    fn deposits(&self, hash: &[u8; 32]) -> Option<DepositEngine> {
+    fn deposits(&self, hash: &ModuleHash) -> Option<DepositEngine> {
         self.0.get(hash).cloned()
     }
 }
@@ -40,14 +41,14 @@ pub(super) struct Setup {
     pub(super) genesis: Genesis,
     v2: DepositEngine,
     v3: DepositEngine,
-    pub(super) v3_hash: Hash,
+    pub(super) v3_hash: ModuleHash,
 }
 
 pub(super) fn setup() -> Setup {
     let rt = runtime(10_000_000_000);
     let v2 = deposits_module(&rt, "deposits-v2");
     let v3 = deposits_module(&rt, "deposits-v3");
-    let v3_hash = v3.hash().0;
+    let v3_hash = v3.hash();
     let mut genesis = Genesis::generated("deposits-v3-chain", GENESIS_VALIDATORS, 20);
     genesis.slots_per_epoch = Some(4);
     genesis.finality_depth = 2;

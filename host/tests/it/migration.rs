@@ -16,6 +16,7 @@ use modnode::chain::workload::{self, DevDepositLog};
 use modnode::chain::{
     Chain, DepositEngine, DepositModules, FailureClass, ImportError, ProposeError,
 };
+use modnode::hashes::ModuleHash;
 use modnode::runtime::Kind;
 use modnode::runtime::inspect::validate;
 use modnode::state::{PendingQueue, State, UpgradeOp};
@@ -31,10 +32,10 @@ const H: u64 = 6;
 const GENESIS_VALIDATORS: u32 = 8;
 
 /// Deposits modules by hash (the node's prepared modules).
-struct Engines(HashMap<Hash, DepositEngine>);
+struct Engines(HashMap<ModuleHash, DepositEngine>);
 
 impl DepositModules for Engines {
-    fn deposits(&self, hash: &[u8; 32]) -> Option<DepositEngine> {
+    fn deposits(&self, hash: &ModuleHash) -> Option<DepositEngine> {
         self.0.get(hash).cloned()
     }
 }
@@ -46,7 +47,7 @@ struct Setup {
 }
 
 impl Setup {
-    fn hash(&self, name: &str) -> Hash {
+    fn hash(&self, name: &str) -> ModuleHash {
         self.engines[name].hash().unwrap()
     }
 
@@ -96,7 +97,7 @@ fn open(setup: &Setup, path: &Path) -> Chain {
     chain
 }
 
-fn upgrade(module: Hash, height: u64) -> UpgradeOp {
+fn upgrade(module: ModuleHash, height: u64) -> UpgradeOp {
     UpgradeOp {
         kind: Kind::Deposits,
         module,

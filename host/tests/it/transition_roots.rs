@@ -19,6 +19,7 @@ use modnode::chain::native_deposits::Verification;
 use modnode::chain::workload::{self, DevDepositLog};
 use modnode::chain::{Chain, DepositEngine, DepositModules};
 use modnode::consensus::{Rules, apply_block};
+use modnode::hashes::ModuleHash;
 use modnode::runtime::Kind;
 use modnode::state::UpgradeOp;
 use modnode::store::MemoryStore;
@@ -74,10 +75,10 @@ impl Rng {
 }
 
 /// Deposits modules by hash (the node's prepared modules).
-pub(super) struct Engines(pub(super) HashMap<Hash, DepositEngine>);
+pub(super) struct Engines(pub(super) HashMap<ModuleHash, DepositEngine>);
 
 impl DepositModules for Engines {
-    fn deposits(&self, hash: &[u8; 32]) -> Option<DepositEngine> {
+    fn deposits(&self, hash: &ModuleHash) -> Option<DepositEngine> {
         self.0.get(hash).cloned()
     }
 }
@@ -114,7 +115,7 @@ pub(super) fn generate(seed: u64, flavour: Flavour, blocks: u64) -> Generated {
             genesis.upgrade_lead_blocks = 2;
             genesis.deposits_module = Some(v2.hash().0);
             let modules = Engines(HashMap::from([(
-                v3.hash().0,
+                v3.hash(),
                 DepositEngine::Module(Box::new(v3)),
             )]));
             (DepositEngine::Module(Box::new(v2)), Some(Arc::new(modules)))

@@ -4,6 +4,7 @@
 use super::{Event, Network, NodeId, REQUEST_TIMEOUT, SyncedBlocks, short};
 use crate::chain::ForkChoiceError;
 use crate::chain::block::Block;
+use crate::hashes::ModuleHash;
 use crate::net::codec;
 use crate::net::rpc::{self, MAX_BLOCKS_PER_REQUEST, Request, Response};
 use crate::node::chain_worker::{ChainHandle, WorkerError};
@@ -31,12 +32,12 @@ impl SyncImportError {
     /// ours — a scheduled module not ready here (on import, on a side branch or in a replay of
     /// its parent's state), the host, a lock, the store — which the same block from another
     /// peer would meet again at once.
-    fn hold(&self) -> Option<Option<[u8; 32]>> {
+    fn hold(&self) -> Option<Option<ModuleHash>> {
         let Self::Refused(WorkerError::Block(e)) = self else {
             return None;
         };
         if let Some((_, module)) = e.missing_module() {
-            return Some(Some(module));
+            return Some(Some(ModuleHash::from(module)));
         }
         matches!(e, ForkChoiceError::NotChecked(_)).then_some(None)
     }
@@ -287,9 +288,9 @@ impl Network {
 /// Whether a hold `(module, until)` still holds at `now`: before `until`, and while the module
 /// it waits for (if any) is not ready.
 fn holds(
-    hold: Option<(Option<[u8; 32]>, Instant)>,
+    hold: Option<(Option<ModuleHash>, Instant)>,
     now: Instant,
-    is_ready: impl Fn(&[u8; 32]) -> bool,
+    is_ready: impl Fn(&ModuleHash) -> bool,
 ) -> bool {
     hold.is_some_and(|(module, until)| now < until && !module.is_some_and(|m| is_ready(&m)))
 }
@@ -419,7 +420,7 @@ mod tests {
     use crate::runtime::Kind;
     use crate::store::StoreError;
 
-    const X: [u8; 32] = [7; 32];
+    const X: ModuleHash = ModuleHash([7; 32]);
 
     fn refused(e: ForkChoiceError) -> SyncImportError {
         SyncImportError::Refused(WorkerError::Block(e))
