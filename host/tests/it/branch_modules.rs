@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use modnode::chain::block::{Block, Hash};
+use modnode::chain::block::Block;
 use modnode::chain::genesis::Genesis;
 use modnode::chain::native_deposits::Verification;
 use modnode::chain::{Added, Chain, DepositEngine, DepositModules, ForkChoiceError, ImportError};
@@ -16,24 +16,24 @@ use modnode::runtime::Kind;
 use modnode::state::UpgradeOp;
 use modnode::store::MemoryStore;
 
-const V1: Hash = [1; 32];
-const V2: Hash = [2; 32];
+const V1: [u8; 32] = [1; 32];
+const V2: [u8; 32] = [2; 32];
 /// The activation height the side branch schedules its module at.
 const H: u64 = 5;
 
 /// Deposits engines by hash (native engines standing in for module versions).
 #[derive(Default)]
-struct Engines(Mutex<HashMap<Hash, DepositEngine>>);
+struct Engines(Mutex<HashMap<[u8; 32], DepositEngine>>);
 
 impl Engines {
-    fn with(engines: &[(Hash, DepositEngine)]) -> Arc<Self> {
+    fn with(engines: &[([u8; 32], DepositEngine)]) -> Arc<Self> {
         let this = Self::default();
         for (hash, engine) in engines {
             this.add(*hash, engine.clone());
         }
         Arc::new(this)
     }
-    fn add(&self, hash: Hash, engine: DepositEngine) {
+    fn add(&self, hash: [u8; 32], engine: DepositEngine) {
         self.0.lock().unwrap().insert(hash, engine);
     }
 }
@@ -48,7 +48,7 @@ fn native(v: Verification) -> DepositEngine {
     DepositEngine::Native(v)
 }
 
-fn genesis(deposits_module: Option<Hash>) -> Genesis {
+fn genesis(deposits_module: Option<[u8; 32]>) -> Genesis {
     let mut g = Genesis::generated("branch-modules", 8, 5);
     g.deposits_module = deposits_module;
     g.upgrade_lead_blocks = 2;
@@ -80,7 +80,7 @@ fn extend(chain: &mut Chain, n: u64, stride: u64) -> Vec<Block> {
         .collect()
 }
 
-fn at_h(module: Hash) -> UpgradeOp {
+fn at_h(module: [u8; 32]) -> UpgradeOp {
     UpgradeOp {
         kind: Kind::Deposits,
         module,
@@ -174,7 +174,7 @@ fn a_module_only_a_competing_branch_schedules_is_fetched_and_the_branch_imports(
 
     use super::artifact;
     let x_bytes = artifact("deposits-v1");
-    let x: Hash = Sha256::digest(&x_bytes).into();
+    let x: [u8; 32] = Sha256::digest(&x_bytes).into();
     let rt = super::runtime(1_000_000_000);
     let x_engine = DepositEngine::Module(Box::new(super::deposits_module(&rt, "deposits-v1")));
 
@@ -194,7 +194,7 @@ fn a_module_only_a_competing_branch_schedules_is_fetched_and_the_branch_imports(
     assert!(!agent.is_ready(&x));
     assert_eq!(
         agent.missing(),
-        Vec::<Hash>::new(),
+        Vec::<[u8; 32]>::new(),
         "the head schedules nothing"
     );
 
@@ -215,7 +215,7 @@ fn a_module_only_a_competing_branch_schedules_is_fetched_and_the_branch_imports(
     agent.accept_fetched(&x, &x_bytes, "peer").unwrap();
     agent.fetch_done();
     assert!(agent.is_ready(&x));
-    assert_eq!(agent.missing(), Vec::<Hash>::new());
+    assert_eq!(agent.missing(), Vec::<[u8; 32]>::new());
 
     // Sync offers the branch again: it imports and wins.
     let mut reorganised = false;

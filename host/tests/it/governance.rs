@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use modnode::chain::block::{Block, Hash, Seal};
+use modnode::chain::block::{Block, Seal};
 use modnode::chain::genesis::Genesis;
 use modnode::chain::native_deposits::Verification;
 use modnode::chain::{Chain, DepositEngine, DepositModules, ImportError, ProposeError};
@@ -15,15 +15,15 @@ use modnode::state::UpgradeOp;
 use modnode::state::schedule::{DropReason, ScheduleError};
 use modnode::store::MemoryStore;
 
-const V1: Hash = [1; 32];
-const V2: Hash = [2; 32];
+const V1: [u8; 32] = [1; 32];
+const V2: [u8; 32] = [2; 32];
 
 /// Deposits engines by hash: what a node holds compiled and warmed.
 #[derive(Default)]
-struct Held(Mutex<HashMap<Hash, DepositEngine>>);
+struct Held(Mutex<HashMap<[u8; 32], DepositEngine>>);
 
 impl Held {
-    fn with(hashes: &[Hash]) -> Arc<Self> {
+    fn with(hashes: &[[u8; 32]]) -> Arc<Self> {
         let held = Self::default();
         for (i, h) in hashes.iter().enumerate() {
             let v = if i % 2 == 0 {
@@ -66,7 +66,7 @@ fn chain(genesis: &Genesis, held: Arc<Held>) -> Chain {
     chain
 }
 
-fn op(module: Hash, height: u64) -> UpgradeOp {
+fn op(module: [u8; 32], height: u64) -> UpgradeOp {
     UpgradeOp {
         kind: Kind::Deposits,
         module,
@@ -172,7 +172,7 @@ struct Net {
 }
 
 impl Net {
-    fn new(held: &[Hash]) -> Self {
+    fn new(held: &[[u8; 32]]) -> Self {
         let keys: Vec<NodeIdentity> = (0..3).map(|_| NodeIdentity::generate().unwrap()).collect();
         let g = genesis(&keys.iter().collect::<Vec<_>>());
         let nodes = (0..3).map(|_| chain(&g, Held::with(held))).collect();
@@ -305,7 +305,7 @@ fn a_module_of_another_kind_is_refused_at_propose_and_never_attested_so_never_ac
     let dir = tempfile::tempdir().unwrap();
     let agent = Arc::new(super::node_agent(dir.path()));
     // The node holds the bytes (embedded): the operator's typo is refused, naming both kinds.
-    let policy: Hash = Sha256::digest(artifact("gossip-policy-v2")).into();
+    let policy: [u8; 32] = Sha256::digest(artifact("gossip-policy-v2")).into();
     let err = agent.prepare_as(Kind::Deposits, &policy).unwrap_err();
     assert!(
         err.contains("is a gossip-policy module, not a deposits module"),
@@ -343,7 +343,7 @@ fn a_deposits_module_that_cannot_finish_a_full_block_is_refused_at_propose() {
     let agent = super::node_agent_on(dir.path(), runtime).with_max_deposits(4_096);
     // The modules in the tree fit a block of the largest maximum a genesis may set.
     for name in ["deposits-v1", "deposits-v2"] {
-        let hash: Hash = Sha256::digest(artifact(name)).into();
+        let hash: [u8; 32] = Sha256::digest(artifact(name)).into();
         assert!(agent.prepare_as(Kind::Deposits, &hash).unwrap(), "{name}");
         agent
             .check_deposit_cost(&hash, 1)
@@ -353,7 +353,7 @@ fn a_deposits_module_that_cannot_finish_a_full_block_is_refused_at_propose() {
     // fuel per deposit, 4x the per-deposit budget. Such a module would run out of fuel on the
     // first full block and halt the chain there.
     let fixture = artifact("fixture-bls-loop");
-    let hash: Hash = Sha256::digest(&fixture).into();
+    let hash: [u8; 32] = Sha256::digest(&fixture).into();
     agent
         .accept_fetched(&hash, &fixture, "test")
         .expect("prepared");

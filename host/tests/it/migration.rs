@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use modnode::chain::block::{Block, Hash};
+use modnode::chain::block::{Block, BlockHash, StateRoot};
 use modnode::chain::genesis::Genesis;
 use modnode::chain::workload::{self, DevDepositLog};
 use modnode::chain::{
@@ -31,7 +31,7 @@ const H: u64 = 6;
 const GENESIS_VALIDATORS: u32 = 8;
 
 /// Deposits modules by hash (the node's prepared modules).
-struct Engines(HashMap<Hash, DepositEngine>);
+struct Engines(HashMap<[u8; 32], DepositEngine>);
 
 impl DepositModules for Engines {
     fn deposits(&self, hash: &[u8; 32]) -> Option<DepositEngine> {
@@ -46,7 +46,7 @@ struct Setup {
 }
 
 impl Setup {
-    fn hash(&self, name: &str) -> Hash {
+    fn hash(&self, name: &str) -> [u8; 32] {
         self.engines[name].hash().unwrap()
     }
 
@@ -96,7 +96,7 @@ fn open(setup: &Setup, path: &Path) -> Chain {
     chain
 }
 
-fn upgrade(module: Hash, height: u64) -> UpgradeOp {
+fn upgrade(module: [u8; 32], height: u64) -> UpgradeOp {
     UpgradeOp {
         kind: Kind::Deposits,
         module,
@@ -142,7 +142,7 @@ fn marker(validators: u32, queued: u64) -> u64 {
     u64::from(validators) * 1_000 + queued * 10 + 7
 }
 
-fn fingerprint(state: &State) -> (Hash, Hash, u32, Option<u64>, Option<u64>) {
+fn fingerprint(state: &State) -> (BlockHash, StateRoot, u32, Option<u64>, Option<u64>) {
     (
         state.block_hash(),
         state.root(),

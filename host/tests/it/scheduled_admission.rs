@@ -6,7 +6,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use modnode::chain::block::Hash;
 use modnode::chain::genesis::Genesis;
 use modnode::chain::native_deposits::Verification;
 use modnode::chain::{Chain, DepositEngine, DepositModules, ImportError};
@@ -56,7 +55,7 @@ fn modules() -> Arc<Modules> {
     )
 }
 
-fn hash(bytes: &[u8]) -> Hash {
+fn hash(bytes: &[u8]) -> [u8; 32] {
     Sha256::digest(bytes).into()
 }
 
@@ -71,7 +70,7 @@ fn agent(dir: &std::path::Path, modules: &Arc<Modules>, limits: UploadConfig) ->
 
 /// The modules of the producer: the scheduled hash runs a native engine (the blocks carry no
 /// deposits, so every engine computes the same state).
-struct Producer(Hash);
+struct Producer([u8; 32]);
 
 impl DepositModules for Producer {
     fn deposits(&self, hash: &[u8; 32]) -> Option<DepositEngine> {

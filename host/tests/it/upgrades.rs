@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use modnode::chain::block::{Block, Hash};
+use modnode::chain::block::Block;
 use modnode::chain::genesis::Genesis;
 use modnode::chain::native_deposits::Verification;
 use modnode::chain::{Added, Chain, DepositEngine, DepositModules, ImportError};
@@ -14,8 +14,8 @@ use modnode::runtime::Kind;
 use modnode::state::UpgradeOp;
 use modnode::store::{MemoryStore, SledStore};
 
-const V1: Hash = [1; 32];
-const V2: Hash = [2; 32];
+const V1: [u8; 32] = [1; 32];
+const V2: [u8; 32] = [2; 32];
 /// The activation height the tests schedule V2 at.
 const H: u64 = 5;
 
@@ -23,8 +23,8 @@ const H: u64 = 5;
 /// which hash every transition asked for.
 #[derive(Default)]
 struct Recorder {
-    engines: Mutex<HashMap<Hash, DepositEngine>>,
-    asked: Mutex<Vec<Hash>>,
+    engines: Mutex<HashMap<[u8; 32], DepositEngine>>,
+    asked: Mutex<Vec<[u8; 32]>>,
 }
 
 impl Recorder {
@@ -34,13 +34,13 @@ impl Recorder {
         r.add(V2, Verification::Batched);
         Arc::new(r)
     }
-    fn add(&self, hash: Hash, v: Verification) {
+    fn add(&self, hash: [u8; 32], v: Verification) {
         self.add_engine(hash, DepositEngine::Native(v));
     }
-    fn add_engine(&self, hash: Hash, engine: DepositEngine) {
+    fn add_engine(&self, hash: [u8; 32], engine: DepositEngine) {
         self.engines.lock().unwrap().insert(hash, engine);
     }
-    fn take(&self) -> Vec<Hash> {
+    fn take(&self) -> Vec<[u8; 32]> {
         std::mem::take(&mut *self.asked.lock().unwrap())
     }
 }
@@ -124,7 +124,7 @@ fn the_producer_votes_its_proposal_and_the_switch_happens_at_the_height() {
     extend(&mut a, H + 1, 1);
     let asked = modules.take();
     // Each height asks once while building and once while importing.
-    let per_height: Vec<Hash> = asked.chunks(2).map(|c| c[0]).collect();
+    let per_height: Vec<[u8; 32]> = asked.chunks(2).map(|c| c[0]).collect();
     assert!(asked.chunks(2).all(|c| c[0] == c[1]), "{asked:?}");
     assert_eq!(per_height, vec![V1, V1, V1, V2, V2, V2]);
     // Scheduled: the producer votes no more.
@@ -204,7 +204,7 @@ fn states_below_at_and_above_the_activation_height_regenerate_with_their_own_ver
         let block = a.block_at(height).unwrap().unwrap();
         let state = a.states().state(&block.hash()).unwrap();
         assert_eq!(state.root(), block.header.state_root, "height {height}");
-        let expected: Vec<Hash> = (1..=height).map(|h| if h < H { V1 } else { V2 }).collect();
+        let expected: Vec<[u8; 32]> = (1..=height).map(|h| if h < H { V1 } else { V2 }).collect();
         assert_eq!(modules.take(), expected, "height {height}");
         assert_eq!(a.states().metrics().replayed_blocks, height);
     }
@@ -234,7 +234,7 @@ fn a_node_without_the_scheduled_module_stops_at_the_height_and_resumes_once_it_h
             height,
         } => {
             assert_eq!(
-                (*kind, module.as_str(), *height),
+                (*kind, module.to_hex().as_str(), *height),
                 (Kind::Deposits, hex::encode(V2).as_str(), H)
             );
         }
@@ -334,7 +334,7 @@ fn fetched_module_bytes_must_hash_to_what_was_asked_and_pass_the_upload_checks()
     let dir = tempfile::tempdir().unwrap();
     let agent = super::node_agent(dir.path());
     let fixture = artifact("fixture-deposits-linear-scan");
-    let hash: Hash = Sha256::digest(&fixture).into();
+    let hash: [u8; 32] = Sha256::digest(&fixture).into();
     assert!(agent.deposits(&hash).is_none());
 
     // Other bytes than asked for: the peer lied.
@@ -345,14 +345,14 @@ fn fetched_module_bytes_must_hash_to_what_was_asked_and_pass_the_upload_checks()
     ));
     // Bytes that hash right but are no module: refused by the upload checks, nothing ready.
     let junk = b"not a component".to_vec();
-    let junk_hash: Hash = Sha256::digest(&junk).into();
+    let junk_hash: [u8; 32] = Sha256::digest(&junk).into();
     assert!(matches!(
         agent.accept_fetched(&junk_hash, &junk, "peer"),
         Err(FetchError::Rejected { .. })
     ));
     assert!(!agent.is_ready(&junk_hash));
     // What peer `n` is served (each peer well within its request limits).
-    let serve = |n: u8, hash: &Hash| agent.serve([n; 32], hash).unwrap().bytes;
+    let serve = |n: u8, hash: &[u8; 32]| agent.serve([n; 32], hash).unwrap().bytes;
     assert!(serve(1, &junk_hash).is_none());
 
     // The real bytes: validated, compiled, warmed, stored, served on, and the chain can run
@@ -360,11 +360,11 @@ fn fetched_module_bytes_must_hash_to_what_was_asked_and_pass_the_upload_checks()
     agent.accept_fetched(&hash, &fixture, "peer").unwrap();
     assert!(agent.is_ready(&hash));
     assert!(agent.deposits(&hash).is_some());
-    let policy: Hash = Sha256::digest(artifact("gossip-policy-v2")).into();
+    let policy: [u8; 32] = Sha256::digest(artifact("gossip-policy-v2")).into();
     assert_eq!(serve(2, &policy), None);
     let scheduled = modnode::state::Schedule::genesis(&[(Kind::Deposits, hash)]);
     agent.scheduled(&scheduled);
-    assert_eq!(agent.missing(), Vec::<Hash>::new());
+    assert_eq!(agent.missing(), Vec::<[u8; 32]>::new());
     assert_eq!(agent.ready_scheduled(), vec![hash]);
     assert_eq!(serve(3, &hash), Some(fixture));
     agent.set_serving(false);
@@ -460,8 +460,8 @@ fn a_component_retagged_with_a_custom_section_is_a_separate_version_running_the_
     // Different bytes and hash, the same world, exports and `describe()`.
     let v2 = super::artifact("deposits-v2");
     let retagged = with_custom_section(&v2, "modnode-retag", b"same code");
-    let h2: Hash = Sha256::digest(&v2).into();
-    let hr: Hash = Sha256::digest(&retagged).into();
+    let h2: [u8; 32] = Sha256::digest(&v2).into();
+    let hr: [u8; 32] = Sha256::digest(&retagged).into();
     assert_ne!(h2, hr);
     let info = validate(&retagged).unwrap();
     assert_eq!(info.kind, Kind::Deposits);
