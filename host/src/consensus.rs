@@ -44,8 +44,3 @@ pub use transition::QUEUE_CONTRACT_MAJOR;
 
 /// The state after a block (re-exported from `state`, where it is defined below the runtime).
 pub use crate::state::State;
-
-/// A 32-byte hash as lowercase hex, as errors and logs name blocks.
-pub(crate) fn hex32(h: &block::Hash) -> String {
-    hex::encode(h)
-}

@@ -337,7 +337,7 @@ fn after_deposit_blocks(state: &State, blocks: u64) -> anyhow::Result<State> {
         })?;
     }
     Ok(State::new(
-        [2; 32],
+        modnode::hashes::BlockHash::new([2; 32]),
         state.height() + blocks,
         registry,
         state.eth1().clone(),

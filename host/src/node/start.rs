@@ -446,7 +446,7 @@ impl Node {
         );
         let mut peers = PeerManager::new(peer_config, config.bootstrap.iter().copied(), seed, 0)?;
         bans::restore(&mut peers, &bans, &metrics.bans, unix_ms());
-        let sync = RangeSync::new(config.sync, head.height, head.hash)?;
+        let sync = RangeSync::new(config.sync, head.height, head.hash.to_bytes())?;
         let slot = Duration::from_millis(genesis.slot_ms);
 
         tasks.push(tokio::spawn(tracing::Instrument::in_current_span(

@@ -91,9 +91,9 @@ pub fn verify_checkpoint(
         hex::encode(id),
         manifest.height
     );
-    if block.hash() != manifest.block_hash
+    if block.hash().to_bytes() != manifest.block_hash
         || block.header.height != manifest.height
-        || block.header.state_root != manifest.state_root
+        || block.header.state_root.to_bytes() != manifest.state_root
     {
         return Err(refused(format!(
             "{name}: it sent block {} at height {} with state root {}, the manifest names \

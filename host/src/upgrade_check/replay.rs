@@ -227,7 +227,7 @@ fn replay_version(
             Ok(imported) => BlockResult::Imported {
                 outcomes: imported.outcomes,
                 eth1_deposit_index: chain.eth1_state().deposit_index,
-                root: imported.head.state_root,
+                root: imported.head.state_root.to_bytes(),
                 delta: None,
             },
             Err(e) => BlockResult::Rejected(e.to_string()),

@@ -174,7 +174,7 @@ fn invalid_blocks_change_nothing() {
         .unwrap();
 
         let mut wrong_root = good.clone();
-        wrong_root.header.state_root = [7; 32];
+        wrong_root.header.state_root = modnode::hashes::StateRoot::new([7; 32]);
         assert!(
             matches!(
                 chain.import(&wrong_root),
@@ -184,7 +184,7 @@ fn invalid_blocks_change_nothing() {
         );
 
         let mut wrong_parent = good.clone();
-        wrong_parent.header.parent_hash = [1; 32];
+        wrong_parent.header.parent_hash = modnode::hashes::BlockHash::new([1; 32]);
         assert!(
             matches!(
                 chain.import(&wrong_parent),
@@ -250,7 +250,7 @@ fn state_and_index_survive_a_restart_on_sled() {
     assert_eq!(*reopened, registry);
     assert_eq!(
         modnode::state::state_root(&reopened.root(), &chain.eth1_state(), &chain.schedule()),
-        head.state_root
+        head.state_root.to_bytes()
     );
     // The index was rebuilt: every validator is found at its position, and unknown keys are not.
     for (i, v) in registry.validators().iter().enumerate() {
@@ -350,7 +350,7 @@ fn reverting_blocks_restores_earlier_state_and_survives_a_restart() {
                 &chain.eth1_state(),
                 &chain.schedule()
             ),
-            head.state_root
+            head.state_root.to_bytes()
         );
     }
     assert!(
@@ -440,7 +440,7 @@ fn fork_choice_follows_the_longest_valid_chain() {
     // A longer branch with an invalid block: refused from that block on; the node stays on b.
     let mut c = fresh();
     let mut c_blocks = branch(&mut c, 3, 3);
-    c_blocks[2].header.state_root = [0xee; 32];
+    c_blocks[2].header.state_root = modnode::hashes::StateRoot::new([0xee; 32]);
     let mut parent = c_blocks[2].header.hash();
     for height in 4..=5 {
         let body = modnode::chain::block::BlockBody::default();
@@ -449,7 +449,7 @@ fn fork_choice_follows_the_longest_valid_chain() {
             height,
             slot: height,
             proposer: 0,
-            state_root: [0; 32],
+            state_root: modnode::hashes::StateRoot::new([0; 32]),
             body_root: body.root(),
         };
         parent = header.hash();
@@ -484,7 +484,7 @@ fn fork_choice_follows_the_longest_valid_chain() {
 
     // A block whose parent nobody has seen.
     let mut orphan = b_blocks[3].clone();
-    orphan.header.parent_hash = [0x42; 32];
+    orphan.header.parent_hash = modnode::hashes::BlockHash::new([0x42; 32]);
     assert!(matches!(
         node.add_block(&orphan),
         Err(ForkChoiceError::UnknownParent { .. })
@@ -566,7 +566,7 @@ fn authority_chains_accept_only_the_slot_authoritys_signed_blocks() {
     // Signed by the right authority, but over the raw block hash (what its key also signs in
     // TLS handshakes) instead of the domain-separated seal message.
     let mut raw_hash_seal = unsigned.clone();
-    raw_hash_seal.seal = Seal::Ed25519(a.sign(&unsigned.hash()).unwrap());
+    raw_hash_seal.seal = Seal::Ed25519(a.sign(unsigned.hash().as_bytes()).unwrap());
     let mut signed_by_b = unsigned.clone();
     seal(&chain, &mut signed_by_b, &b);
     for (what, bad) in [

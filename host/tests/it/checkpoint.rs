@@ -476,8 +476,8 @@ async fn a_node_creates_checkpoints_periodically_and_on_demand() {
         .expect("the on-demand checkpoint is stored");
     let block = node.chain().blocks(height, 1, usize::MAX).await.unwrap();
     let block = modnode::chain::block::Block::decode(&block[0], u16::MAX).unwrap();
-    assert_eq!(manifest.state_root, block.header.state_root);
-    assert_eq!(manifest.block_hash, block.hash());
+    assert_eq!(manifest.state_root, block.header.state_root.to_bytes());
+    assert_eq!(manifest.block_hash, block.hash().to_bytes());
     let id = manifest.id();
     let chunks: Vec<(usize, Vec<u8>)> = (0..manifest.chunks.len())
         .map(|i| (i, node.checkpoints().chunk(&id, i).unwrap().unwrap()))
@@ -488,7 +488,7 @@ async fn a_node_creates_checkpoints_periodically_and_on_demand() {
     modnode::checkpoint::verify_all(&mut restorer, &module, &chunks, 2, None).unwrap();
     assert_eq!(
         restorer.finish().unwrap().state_root,
-        block.header.state_root
+        block.header.state_root.to_bytes()
     );
     // Only `keep` are kept — checked once no creation is running: a creation stores its
     // checkpoint and then prunes, so a listing in between shows keep + 1.

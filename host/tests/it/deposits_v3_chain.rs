@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use modnode::chain::block::{Block, Hash};
+use modnode::chain::block::{Block, BlockHash, StateRoot};
 use modnode::chain::genesis::Genesis;
 use modnode::chain::workload::{self, DevDepositLog};
 use modnode::chain::{Chain, DepositEngine, DepositModules, ProposeError};
@@ -117,7 +117,9 @@ pub(super) fn queued(state: &State) -> Option<u64> {
 }
 
 /// What must be equal between two views of one state.
-pub(super) fn fingerprint(state: &State) -> (Hash, Hash, u32, Option<u64>, Option<Hash>) {
+pub(super) fn fingerprint(
+    state: &State,
+) -> (BlockHash, StateRoot, u32, Option<u64>, Option<[u8; 32]>) {
     (
         state.block_hash(),
         state.root(),
@@ -359,8 +361,11 @@ fn pruning_drops_old_queue_extents_where_it_drops_eth1_records_and_the_chain_reo
     let head = chain.snapshot().unwrap();
     drop(chain);
     let store = SledStore::open(&path).unwrap();
-    let has = |prefix: &[u8], hash: &Hash| -> bool {
-        store.get(&[prefix, hash].concat()).unwrap().is_some()
+    let has = |prefix: &[u8], hash: &BlockHash| -> bool {
+        store
+            .get(&[prefix, hash.as_bytes()].concat())
+            .unwrap()
+            .is_some()
     };
     // Exactly where the eth1 state of a block is kept, its queue extent is (from H on).
     for (i, block) in blocks.iter().enumerate() {

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use modnode::chain::block::{Block, Hash};
+use modnode::chain::block::{Block, BlockHash, StateRoot};
 use modnode::chain::genesis::Genesis;
 use modnode::chain::workload::{self, DevDepositLog};
 use modnode::chain::{
@@ -143,7 +143,7 @@ fn marker(validators: u32, queued: u64) -> u64 {
     u64::from(validators) * 1_000 + queued * 10 + 7
 }
 
-fn fingerprint(state: &State) -> (Hash, Hash, u32, Option<u64>, Option<u64>) {
+fn fingerprint(state: &State) -> (BlockHash, StateRoot, u32, Option<u64>, Option<u64>) {
     (
         state.block_hash(),
         state.root(),

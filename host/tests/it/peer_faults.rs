@@ -116,7 +116,7 @@ async fn follower(chain_id: &str) -> (Vec<tempfile::TempDir>, Genesis, Node, [u8
     let tmp = dirs(2);
     let genesis = genesis(chain_id, &[tmp[1].path()]);
     let node = start(tmp[0].path(), &genesis, vec![]).await;
-    let genesis_hash = block_at(&node, 0).await.hash();
+    let genesis_hash = block_at(&node, 0).await.hash().to_bytes();
     (tmp, genesis, node, genesis_hash)
 }
 
@@ -135,7 +135,7 @@ async fn a_peer_serving_far_future_blocks_is_banned_not_asked_again_in_a_loop() 
     let slot = far_slot(&genesis);
     // The claimed head is the hash of the block served at its height: every answer is
     // consistent with the claim.
-    let head = far_future(&template, slot, 3).hash();
+    let head = far_future(&template, slot, 3).hash().to_bytes();
     let asked = Arc::new(Asked::default());
     let me = NodeIdentity::generate().unwrap();
     let mut claim = hello(&genesis, genesis_hash, 3);

@@ -235,7 +235,7 @@ fn a_node_without_the_scheduled_module_stops_at_the_height_and_resumes_once_it_h
             height,
         } => {
             assert_eq!(
-                (*kind, module.as_str(), *height),
+                (*kind, module.to_hex().as_str(), *height),
                 (Kind::Deposits, hex::encode(V2).as_str(), H)
             );
         }

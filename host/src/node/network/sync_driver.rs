@@ -178,7 +178,7 @@ impl Network {
         tokio::spawn(tracing::Instrument::in_current_span(async move {
             let hash = block.hash();
             let result = match chain.add_block(block.clone()).await {
-                Ok(_) => Ok(hash),
+                Ok(_) => Ok(hash.to_bytes()),
                 Err(WorkerError::Block(ForkChoiceError::UnknownParent { .. })) => {
                     Err(SyncImportError::Fork(Box::new(block)))
                 }
@@ -272,7 +272,7 @@ impl Network {
                 .map(|blocks| {
                     blocks
                         .into_iter()
-                        .map(|(block, bytes)| (block.header.height, block.hash(), bytes))
+                        .map(|(block, bytes)| (block.header.height, block.hash().to_bytes(), bytes))
                         .collect::<SyncedBlocks>()
                 });
             let _ = events
@@ -337,7 +337,7 @@ async fn fetch_branch(
     chain
         .add_block(tip)
         .await
-        .map(|_| hash)
+        .map(|_| hash.to_bytes())
         .map_err(SyncImportError::Refused)
 }
 
@@ -430,17 +430,17 @@ mod tests {
     fn a_block_refused_for_a_missing_module_holds_sync_until_the_module_is_ready() {
         let missing = ImportError::ModuleMissing {
             kind: Kind::Deposits,
-            module: hex::encode(X),
+            module: X,
             height: 5,
         };
         // However the chain met it: on import (or a side branch), or replaying a parent state.
         let on_import = refused(ForkChoiceError::from(missing));
         let in_replay = refused(ForkChoiceError::ParentState {
-            hash: "ab".into(),
+            hash: crate::hashes::BlockHash::new([0xab; 32]),
             source: Box::new(crate::state_cache::StateCacheError::Replay(
                 ImportError::ModuleMissing {
                     kind: Kind::Deposits,
-                    module: hex::encode(X),
+                    module: X,
                     height: 5,
                 },
             )),
@@ -460,7 +460,7 @@ mod tests {
     #[test]
     fn a_block_not_checked_for_another_reason_of_ours_holds_sync_for_a_while_only() {
         let store = refused(ForkChoiceError::from(ImportError::Store {
-            hash: "ab".into(),
+            hash: crate::hashes::BlockHash::new([0xab; 32]),
             source: StoreError::Corrupt("test".into()),
         }));
         assert_ne!(store.fault(), Fault::Peer);
@@ -471,7 +471,7 @@ mod tests {
         assert!(!holds(hold, now + Duration::from_secs(5), |_| false));
         // A peer's fault or an unknown branch: no hold, the peer is dealt with instead.
         let invalid = refused(ForkChoiceError::from(ImportError::BadSeal {
-            hash: "ab".into(),
+            hash: crate::hashes::BlockHash::new([0xab; 32]),
             reason: "forged".into(),
         }));
         assert_eq!(invalid.hold(), None);
