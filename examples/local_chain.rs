@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use modnode::chain::genesis::Genesis;
 use modnode::chain::{Chain, DepositEngine, workload};
-use modnode::runtime::{LoadedModule, Runtime, RuntimeConfig};
+use modnode::runtime::{LinkedModule, Runtime, RuntimeConfig};
 use modnode::state::RegistryRead;
 use modnode::store::SledStore;
 
@@ -21,7 +21,7 @@ fn main() -> anyhow::Result<()> {
     })?;
     let bytes = modnode::artifacts::embedded("deposits-v2")
         .ok_or_else(|| anyhow::anyhow!("deposits-v2 not embedded"))?;
-    let LoadedModule::Deposits(module) = runtime.load(bytes)? else {
+    let LinkedModule::Deposits(module) = runtime.load(bytes)? else {
         anyhow::bail!("not a deposits module")
     };
     println!("loaded {}", module.meta().name());

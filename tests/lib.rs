@@ -5,7 +5,7 @@
 
 use modnode::chain::DepositEngine;
 use modnode::chain::native_deposits::Verification;
-use modnode::runtime::{LoadedModule, Runtime, RuntimeConfig};
+use modnode::runtime::{LinkedModule, Runtime, RuntimeConfig};
 
 pub use modnode::upgrade_check::deposit_inputs::{
     DepositSpec, Key, Sig, Signer, Tamper, deposit_spec, tamper,
@@ -15,7 +15,7 @@ pub use modnode::upgrade_check::deposit_inputs::{
 pub fn all_engines(runtime: &Runtime) -> Vec<(&'static str, DepositEngine)> {
     let module =
         |name: &str| match runtime.load(modnode::artifacts::embedded(name).unwrap_or_default()) {
-            Ok(LoadedModule::Deposits(m)) => m,
+            Ok(LinkedModule::Deposits(m)) => m,
             other => panic!(
                 "{name} did not load as a deposits module: {:?}",
                 other.err()

@@ -42,12 +42,13 @@ use std::sync::Arc;
 
 pub use crate::consensus::{
     DepositContext, DepositEngine, DepositModules, DepositOutcome, DepositRejection,
-    DepositsResult, FailureClass, ImportError, RegistryRejection, block_context, to_wit,
+    DepositsResult, FailureClass, ImportError, RegistryRejection,
 };
+use crate::hashes::ModuleHash;
 use crate::state_cache::pending_store;
 pub use crate::state_cache::records::base_height;
 use crate::state_cache::records::{load_eth1, load_schedule};
-use block::{Block, BlockHeader, Hash};
+use block::{Block, BlockHash, BlockHeader, StateRoot};
 pub use equivocation::{Evidence, EvidenceSummary, MAX_EVIDENCE, RECENT_EVIDENCE, SignedHeader};
 pub use errors::{BuildError, OpenError, RevertError};
 use eth1::{DepositProofs, DueDeposits, Eth1Data, Eth1State, ProvenDeposit};
@@ -85,22 +86,22 @@ const BEFORE_VALUE_LOG: u32 = 4;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Head {
     /// Head block hash.
-    pub hash: Hash,
+    pub hash: BlockHash,
     /// Height.
     pub height: u64,
     /// Slot.
     pub slot: u64,
     /// State root after the head block.
-    pub state_root: Hash,
+    pub state_root: StateRoot,
 }
 
 impl Head {
     fn encode(&self) -> Vec<u8> {
         [
-            &self.hash[..],
+            self.hash.as_bytes().as_slice(),
             &self.height.to_le_bytes(),
             &self.slot.to_le_bytes(),
-            &self.state_root,
+            self.state_root.as_bytes(),
         ]
         .concat()
     }
@@ -111,10 +112,10 @@ impl Head {
         let (slot, rest) = rest.split_first_chunk::<8>()?;
         let state_root: &[u8; 32] = rest.try_into().ok()?;
         Some(Self {
-            hash: *hash,
+            hash: BlockHash::new(*hash),
             height: u64::from_le_bytes(*height),
             slot: u64::from_le_bytes(*slot),
-            state_root: *state_root,
+            state_root: StateRoot::new(*state_root),
         })
     }
 }
@@ -132,7 +133,7 @@ pub struct Imported {
 pub struct Chain {
     store: Arc<dyn KvStore>,
     genesis: Genesis,
-    genesis_hash: Hash,
+    genesis_hash: BlockHash,
     head: Head,
     deposits: DepositEngine,
     modules: Option<Arc<dyn DepositModules>>,
@@ -142,7 +143,7 @@ pub struct Chain {
     /// which commit replaces with what [`apply_block`] made of it.
     states: Arc<StateCache>,
     /// Side-branch blocks found invalid (bounded); their descendants are refused.
-    invalid: std::collections::HashSet<Hash>,
+    invalid: std::collections::HashSet<BlockHash>,
     /// Evidence of authorities that signed two blocks for one slot (bounded; `equivocation`).
     equivocations: equivocation::Equivocations,
     /// Blocks whose transition import ran (an adopted cached state is not counted).
@@ -159,7 +160,6 @@ pub struct Chain {
     preverifier: Option<preverify::Preverifier>,
 }
 
-use crate::consensus::hex32;
 use crate::consensus::shell::{ShellVerified, verify_shell};
 
 impl Chain {
@@ -169,7 +169,7 @@ impl Chain {
     }
 
     /// The genesis hash.
-    pub fn genesis_hash(&self) -> Hash {
+    pub fn genesis_hash(&self) -> BlockHash {
         self.genesis_hash
     }
 
@@ -189,7 +189,7 @@ impl Chain {
     }
 
     /// What an authority signs to seal the block with hash `block_hash` on this chain.
-    pub fn seal_message(&self, block_hash: &Hash) -> Hash {
+    pub fn seal_message(&self, block_hash: &BlockHash) -> block::Digest32 {
         block::seal_message(&self.genesis_hash, block_hash)
     }
 
@@ -315,8 +315,8 @@ impl Chain {
         let Some(hash) = self.store.get(&keys::height(height))? else {
             return Ok(None);
         };
-        let hash: Hash = hash
-            .try_into()
+        let hash = <[u8; 32]>::try_from(hash)
+            .map(BlockHash::new)
             .map_err(|_| StoreError::Corrupt(format!("height index {height} malformed")))?;
         let Some(bytes) = self.store.get(&keys::block(&hash))? else {
             // Pruned between the two reads: the floor rose before the deletion was committed.
@@ -325,12 +325,12 @@ impl Chain {
             }
             return Err(StoreError::Corrupt(format!(
                 "block {} indexed at height {height} missing",
-                hex32(&hash)
+                hash
             )));
         };
         Block::decode(&bytes, self.genesis.max_deposits_per_block)
             .map(Some)
-            .map_err(|e| StoreError::Corrupt(format!("block {}: {e}", hex32(&hash))))
+            .map_err(|e| StoreError::Corrupt(format!("block {}: {e}", hash)))
     }
 
     /// Checks the block's seal and body against its header (`consensus::shell`).
@@ -373,7 +373,7 @@ impl Chain {
             height,
             slot,
             proposer,
-            state_root: [0; 32],
+            state_root: StateRoot::default(),
             body_root: body.root(),
         };
         crate::consensus::build_block(

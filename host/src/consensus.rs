@@ -23,7 +23,6 @@
 mod apply;
 pub mod block;
 mod deposit_engine;
-mod deposit_types;
 pub mod deposits_v3;
 mod errors;
 pub mod eth1;
@@ -34,18 +33,14 @@ pub mod native_deposits;
 pub mod shell;
 mod transition;
 
-pub use apply::{Applied, Rules, apply_block, build_block, deposit_call, due_deposits};
-pub use deposit_engine::{DepositEngine, DepositModules, DepositsResult, block_context, to_wit};
-pub use deposit_types::{
-    DepositContext, DepositOutcome, DepositRejection, QueueRejection, RegistryRejection,
+pub use crate::deposit::{
+    ChainContext, DepositContext, DepositOutcome, DepositRejection, EpochDeposits, QueueRejection,
+    QueuedDeposits, RegistryRejection,
 };
+pub use apply::{Applied, Rules, apply_block, build_block, deposit_call, due_deposits};
+pub use deposit_engine::{DepositEngine, DepositModules, DepositsResult};
 pub use errors::{FailureClass, ImportError};
 pub use transition::QUEUE_CONTRACT_MAJOR;
 
 /// The state after a block (re-exported from `state`, where it is defined below the runtime).
 pub use crate::state::State;
-
-/// A 32-byte hash as lowercase hex, as errors and logs name blocks.
-pub(crate) fn hex32(h: &block::Hash) -> String {
-    hex::encode(h)
-}

@@ -17,6 +17,8 @@
 //! - [`http_server`]: HTTP/1.1 serving with bounded connections, the slowest evicted to make
 //!   room (the admin API and the dev deposit contract's endpoint).
 //! - [`crypto`]: BLS12-381 verification (blst) offered to modules, and the ed25519 node id.
+//! - [`deposit`]: the chain's own deposit types (a proven deposit, a block's deposits call's
+//!   context, outcomes and rejections), below the runtime that converts to them.
 //! - [`state`]: the validator registry, pubkey index, state tree and the per-call overlay.
 //! - [`state_cache`]: immutable states of recent blocks within a byte budget, regenerated on demand.
 //! - [`alloc_stats`]: allocator-reported live bytes and RSS, next to what the cache accounts.
@@ -49,6 +51,7 @@ pub mod checkpoint;
 pub mod clock;
 pub mod consensus;
 pub mod crypto;
+pub mod deposit;
 pub mod deposit_source;
 pub mod files;
 pub mod hashes;

@@ -44,7 +44,7 @@ pub enum ModuleStoreError {
 
 /// What the node knows about a stored module.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct StoredModule {
+pub struct ModuleRecord {
     /// SHA-256 of the component bytes (hex in JSON): the module's identity.
     pub sha256: ModuleHash,
     /// The module kind (`deposits`, `checkpoint`, `gossip-policy`).
@@ -75,7 +75,7 @@ pub struct StoredModule {
     pub compiled_size: u64,
 }
 
-impl StoredModule {
+impl ModuleRecord {
     /// `<kind>-v<version>@<first 12 hex digits of sha256>`, as logs name modules.
     pub fn name(&self) -> String {
         format!(
@@ -101,7 +101,7 @@ pub struct ActiveModule {
 /// What `GET /modules` and `modnode module list` show: for every kind, the active module and
 /// every stored version with its metadata (kinds in [`Kind::ALL`](crate::runtime::Kind::ALL)
 /// order, then any other kind found in the store).
-pub fn listing(active: &[ActiveModule], stored: &[StoredModule]) -> serde_json::Value {
+pub fn listing(active: &[ActiveModule], stored: &[ModuleRecord]) -> serde_json::Value {
     let mut kinds: Vec<String> = crate::runtime::Kind::ALL
         .iter()
         .map(|k| k.to_string())
@@ -115,7 +115,7 @@ pub fn listing(active: &[ActiveModule], stored: &[StoredModule]) -> serde_json::
         .into_iter()
         .map(|kind| {
             let active = active.iter().find(|a| a.kind == kind);
-            let versions: Vec<&StoredModule> = stored.iter().filter(|m| m.kind == kind).collect();
+            let versions: Vec<&ModuleRecord> = stored.iter().filter(|m| m.kind == kind).collect();
             serde_json::json!({"kind": kind, "active": active, "stored": versions})
         })
         .collect();
@@ -174,14 +174,14 @@ impl ModuleStore {
     }
 
     /// The metadata of module `sha256`, if stored.
-    pub fn meta(&self, sha256: &ModuleHash) -> Result<Option<StoredModule>, ModuleStoreError> {
+    pub fn meta(&self, sha256: &ModuleHash) -> Result<Option<ModuleRecord>, ModuleStoreError> {
         let Some(raw) = self.tree.get(meta_key(sha256)).map_err(|e| self.err(e))? else {
             return Ok(None);
         };
         self.decode(sha256, &raw).map(Some)
     }
 
-    fn decode(&self, sha256: &ModuleHash, raw: &[u8]) -> Result<StoredModule, ModuleStoreError> {
+    fn decode(&self, sha256: &ModuleHash, raw: &[u8]) -> Result<ModuleRecord, ModuleStoreError> {
         serde_json::from_slice(raw).map_err(|e| ModuleStoreError::Corrupt {
             path: self.path.clone(),
             sha256: *sha256,
@@ -199,7 +199,7 @@ impl ModuleStore {
     }
 
     /// Every stored module's metadata, ordered by kind, then module version, then first seen.
-    pub fn list(&self) -> Result<Vec<StoredModule>, ModuleStoreError> {
+    pub fn list(&self) -> Result<Vec<ModuleRecord>, ModuleStoreError> {
         let mut out = Vec::new();
         for item in self.tree.scan_prefix(b"m") {
             let (key, raw) = item.map_err(|e| self.err(e))?;
@@ -234,7 +234,7 @@ impl ModuleStore {
         &self,
         sha256: &ModuleHash,
         bytes: &[u8],
-        meta: &StoredModule,
+        meta: &ModuleRecord,
     ) -> Result<(), ModuleStoreError> {
         let encoded = serde_json::to_vec(meta).map_err(|e| ModuleStoreError::Corrupt {
             path: self.path.clone(),
@@ -254,8 +254,8 @@ impl ModuleStore {
 mod tests {
     use super::*;
 
-    fn meta(kind: &str, version: u32, sha: &ModuleHash) -> StoredModule {
-        StoredModule {
+    fn meta(kind: &str, version: u32, sha: &ModuleHash) -> ModuleRecord {
+        ModuleRecord {
             sha256: *sha,
             kind: kind.into(),
             contract: "1.0.0".into(),

@@ -99,9 +99,10 @@ fn display_name(component: &ComponentInfo, version: Option<u32>) -> String {
     }
 }
 
-/// A loaded, compiled and linked module of any kind.
+/// A compiled, linked and described module of any kind: what the engine makes of a module
+/// (each a [`Module`], the typed form), before its warm-up.
 #[derive(Clone)]
-pub enum LoadedModule {
+pub enum LinkedModule {
     /// A deposits module.
     Deposits(deposits::DepositsModule),
     /// A checkpoint module.
@@ -110,22 +111,22 @@ pub enum LoadedModule {
     GossipPolicy(gossip_policy::GossipPolicyModule),
 }
 
-impl LoadedModule {
+impl LinkedModule {
     /// The module's identity.
     pub fn meta(&self) -> &ModuleMeta {
         match self {
-            LoadedModule::Deposits(m) => m.meta(),
-            LoadedModule::Checkpoint(m) => m.meta(),
-            LoadedModule::GossipPolicy(m) => m.meta(),
+            LinkedModule::Deposits(m) => m.meta(),
+            LinkedModule::Checkpoint(m) => m.meta(),
+            LinkedModule::GossipPolicy(m) => m.meta(),
         }
     }
 
     /// Warms the module (see [`Module::warm`]).
     pub fn warm(&self) -> Result<WarmupReport, CallError> {
         match self {
-            LoadedModule::Deposits(m) => m.warm(),
-            LoadedModule::Checkpoint(m) => m.warm(),
-            LoadedModule::GossipPolicy(m) => m.warm(),
+            LinkedModule::Deposits(m) => m.warm(),
+            LinkedModule::Checkpoint(m) => m.warm(),
+            LinkedModule::GossipPolicy(m) => m.warm(),
         }
     }
 }
@@ -203,9 +204,9 @@ impl Runtime {
 
     /// Validates, compiles (or loads from the cache), links with the host implementation of the
     /// contract the module declares, and instantiates a module once (its `describe`): after this
-    /// returns, no call pays compilation. [`LoadedModule::warm`] then
+    /// returns, no call pays compilation. [`LinkedModule::warm`] then
     /// runs it on realistic inputs.
-    pub fn load(&self, bytes: &[u8]) -> Result<LoadedModule, LoadError> {
+    pub fn load(&self, bytes: &[u8]) -> Result<LinkedModule, LoadError> {
         let info = inspect::validate(bytes)?;
         self.load_validated(bytes, info)
     }
@@ -216,7 +217,7 @@ impl Runtime {
         &self,
         bytes: &[u8],
         info: ComponentInfo,
-    ) -> Result<LoadedModule, LoadError> {
+    ) -> Result<LinkedModule, LoadError> {
         let name = display_name(&info, None);
         let component = self
             .cache
@@ -233,7 +234,7 @@ impl Runtime {
         &self,
         artifact: &std::path::Path,
         info: ComponentInfo,
-    ) -> Result<LoadedModule, LoadError> {
+    ) -> Result<LinkedModule, LoadError> {
         let name = display_name(&info, None);
         let component = cache::ArtifactCache::load_staged(&self.engine, artifact, &name)?;
         self.link(component, info)
@@ -245,22 +246,22 @@ impl Runtime {
         &self,
         component: wasmtime::component::Component,
         info: ComponentInfo,
-    ) -> Result<LoadedModule, LoadError> {
+    ) -> Result<LinkedModule, LoadError> {
         let settings = self.call_settings(info.kind);
         Ok(match info.kind {
-            Kind::Deposits => LoadedModule::Deposits(Module::prepare(
+            Kind::Deposits => LinkedModule::Deposits(Module::prepare(
                 settings,
                 &self.linkers.deposits,
                 &component,
                 info,
             )?),
-            Kind::Checkpoint => LoadedModule::Checkpoint(Module::prepare(
+            Kind::Checkpoint => LinkedModule::Checkpoint(Module::prepare(
                 settings,
                 &self.linkers.checkpoint,
                 &component,
                 info,
             )?),
-            Kind::GossipPolicy => LoadedModule::GossipPolicy(Module::prepare(
+            Kind::GossipPolicy => LinkedModule::GossipPolicy(Module::prepare(
                 settings,
                 &self.linkers.gossip_policy,
                 &component,
@@ -270,7 +271,7 @@ impl Runtime {
     }
 
     /// Loads a module that must be of `kind`.
-    pub fn load_kind(&self, bytes: &[u8], kind: Kind) -> Result<LoadedModule, LoadError> {
+    pub fn load_kind(&self, bytes: &[u8], kind: Kind) -> Result<LinkedModule, LoadError> {
         let info = inspect::validate(bytes)?;
         let found = info.kind;
         if found != kind {

@@ -37,7 +37,7 @@ use arc_swap::ArcSwap;
 use ledger::Ledger;
 pub use regen::{StateCacheError, StateSource};
 
-use crate::consensus::block::{Block, Hash};
+use crate::consensus::block::{Block, BlockHash};
 use crate::state::State;
 
 /// How the cache is bounded.
@@ -78,9 +78,9 @@ struct Entry {
 /// Everything behind the cache's lock.
 #[derive(Debug, Default)]
 struct Inner {
-    entries: HashMap<Hash, Entry>,
+    entries: HashMap<BlockHash, Entry>,
     ledger: Ledger,
-    head: Option<Hash>,
+    head: Option<BlockHash>,
     /// Bytes of every chunk the head holds (shared or not): excluded from the budget.
     head_chunk_bytes: usize,
     /// Sum of `own` over entries other than the head.
@@ -101,7 +101,7 @@ impl Inner {
             .saturating_add(self.reserved)
     }
 
-    fn remove(&mut self, hash: &Hash) -> Option<State> {
+    fn remove(&mut self, hash: &BlockHash) -> Option<State> {
         let entry = self.entries.remove(hash)?;
         self.ledger.remove(entry.id, entry.snapshot.chunk_ptrs());
         if self.head != Some(*hash) {
@@ -214,7 +214,7 @@ impl StateCache {
     }
 
     /// The cached state after block `hash`, counting a hit or a miss.
-    pub fn get(&self, hash: &Hash) -> Option<State> {
+    pub fn get(&self, hash: &BlockHash) -> Option<State> {
         let found = self.peek(hash);
         let counter = if found.is_some() {
             &self.hits
@@ -226,7 +226,7 @@ impl StateCache {
     }
 
     /// The cached state after block `hash`, without counting.
-    pub fn peek(&self, hash: &Hash) -> Option<State> {
+    pub fn peek(&self, hash: &BlockHash) -> Option<State> {
         self.lock()
             .entries
             .get(hash)
@@ -304,7 +304,7 @@ impl StateCache {
             inner.head_chunk_bytes = head_chunk_bytes;
         }
         let floor = finalized.saturating_sub(self.config.final_window);
-        let old: Vec<Hash> = inner
+        let old: Vec<BlockHash> = inner
             .entries
             .iter()
             .filter(|(h, e)| e.snapshot.height() < floor && !e.snapshot.is_shared() && **h != hash)
@@ -319,7 +319,7 @@ impl StateCache {
     /// The lowest cached state at `height` or above whose block is canonical (the head at
     /// worst), to rebuild a persisted anchor from.
     fn canonical_above(&self, height: u64) -> Result<Option<State>, StateCacheError> {
-        let mut candidates: Vec<(u64, Hash)> = self
+        let mut candidates: Vec<(u64, BlockHash)> = self
             .lock()
             .entries
             .values()
@@ -416,7 +416,7 @@ impl StateCache {
     }
 
     /// The state after block `hash`, from the cache or regenerated (see [`regen`]).
-    pub fn state(&self, hash: &Hash) -> Result<State, StateCacheError> {
+    pub fn state(&self, hash: &BlockHash) -> Result<State, StateCacheError> {
         regen::state(self, hash)
     }
 
@@ -434,7 +434,7 @@ impl StateCache {
     /// query's replay only uses CPU time that import and side-branch validation leave over.
     /// (A side branch whose parent is being regenerated for a query waits for that replay;
     /// it is rare, and the replay still runs whenever a core is free.)
-    pub fn query(&self, hash: &Hash) -> Result<State, StateCacheError> {
+    pub fn query(&self, hash: &BlockHash) -> Result<State, StateCacheError> {
         if self.behind.load(Ordering::Relaxed) {
             self.shed.fetch_add(1, Ordering::Relaxed);
             return Err(StateCacheError::Shed);

@@ -135,26 +135,28 @@ pub fn scan_range_by_prefix<S: KvStore + ?Sized>(
 
 /// The chain's key layout. Integers in keys are big-endian so that scans come in order.
 pub mod keys {
+    use crate::hashes::BlockHash;
+
     /// Encoded block by hash: `b` ‖ hash.
-    pub fn block(hash: &[u8; 32]) -> Vec<u8> {
-        [b"b".as_slice(), hash].concat()
+    pub fn block(hash: &BlockHash) -> Vec<u8> {
+        [b"b".as_slice(), hash.as_bytes()].concat()
     }
     /// Canonical block hash at a height: `h` ‖ height.
     pub fn height(height: u64) -> Vec<u8> {
         [b"h".as_slice(), &height.to_be_bytes()].concat()
     }
     /// Undo record of a block (what reverting it restores): `u` ‖ hash.
-    pub fn undo(hash: &[u8; 32]) -> Vec<u8> {
-        [b"u".as_slice(), hash].concat()
+    pub fn undo(hash: &BlockHash) -> Vec<u8> {
+        [b"u".as_slice(), hash.as_bytes()].concat()
     }
     /// The eth1 state after a block (agreed eth1 data, deposit index, votes): `e` ‖ hash.
-    pub fn eth1(hash: &[u8; 32]) -> Vec<u8> {
-        [b"e".as_slice(), hash].concat()
+    pub fn eth1(hash: &BlockHash) -> Vec<u8> {
+        [b"e".as_slice(), hash.as_bytes()].concat()
     }
     /// The module schedule after a block (scheduled modules, pending upgrade votes): `s` ‖
     /// hash.
-    pub fn schedule(hash: &[u8; 32]) -> Vec<u8> {
-        [b"s".as_slice(), hash].concat()
+    pub fn schedule(hash: &BlockHash) -> Vec<u8> {
+        [b"s".as_slice(), hash.as_bytes()].concat()
     }
     /// The first signed header this node saw for `(slot, proposer)` (header ‖ signature): what
     /// a second, different header of that authority at that slot is evidence against. One
@@ -213,8 +215,8 @@ pub mod keys {
     }
     /// deposits@3's queue extent after a block (entries ever pushed, front offset,
     /// `deposit_balance_to_consume`): `p` ‖ hash. Absent: the state has no queue.
-    pub fn pending(hash: &[u8; 32]) -> Vec<u8> {
-        [b"p".as_slice(), hash].concat()
+    pub fn pending(hash: &BlockHash) -> Vec<u8> {
+        [b"p".as_slice(), hash.as_bytes()].concat()
     }
     /// Prefix of the canonical chain's queued-deposit entries.
     pub const PENDING_ENTRY_PREFIX: &[u8] = b"n";
@@ -228,8 +230,8 @@ pub mod keys {
     /// A stored block that is not (or no longer) canonical at `height`: `k` ‖ height ‖ hash.
     /// Written when fork choice stores a side-branch block or reverts a canonical one, so
     /// pruning finds the blocks no height index names (the record is empty).
-    pub fn side_block(height: u64, hash: &[u8; 32]) -> Vec<u8> {
-        [SIDE_BLOCK_PREFIX, &height.to_be_bytes(), hash].concat()
+    pub fn side_block(height: u64, hash: &BlockHash) -> Vec<u8> {
+        [SIDE_BLOCK_PREFIX, &height.to_be_bytes(), hash.as_bytes()].concat()
     }
     /// Prefix of the first-signed-header records (see [`first_header`]).
     pub const FIRST_HEADER_PREFIX: &[u8] = b"q";

@@ -17,7 +17,7 @@ use proptest::prelude::*;
 enum Result {
     Imported {
         outcomes: Vec<modnode::consensus::DepositOutcome>,
-        root: [u8; 32],
+        root: modnode::hashes::StateRoot,
     },
     /// The deposits module refused the block (the reason, engine-independent).
     Rejected(String),

@@ -10,7 +10,7 @@ use super::server::ServerConfig;
 use super::token::AdminToken;
 use super::{AdminBackend, ModuleOp, ModuleOpError};
 use crate::http_server::{ClientAddr, ConnPhase, Phase};
-use crate::modules_store::StoredModule;
+use crate::modules_store::ModuleRecord;
 use crate::modules_store::upload::UploadOutcome;
 use crate::runtime::{Kind, Mode};
 use crate::state::schedule::Action;
@@ -118,7 +118,7 @@ struct ErrorBody {
 #[derive(Debug, serde::Serialize)]
 struct UploadAnswer<'a> {
     /// The stored module.
-    module: &'a StoredModule,
+    module: &'a ModuleRecord,
     /// `ready` or `already-stored`.
     status: &'static str,
 }

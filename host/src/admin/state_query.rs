@@ -197,7 +197,7 @@ mod tests {
     fn the_state_shows_deposits_v3_queue_length_and_balance_to_consume() {
         let state = |pending| {
             State::with_pending(
-                [1; 32],
+                crate::hashes::BlockHash::new([1; 32]),
                 9,
                 Registry::new(),
                 Eth1State::default(),

@@ -38,7 +38,7 @@ use modnode::checkpoint::{
     verify_all,
 };
 use modnode::runtime::checkpoint::{CheckpointModule, StateReader as _};
-use modnode::runtime::{LoadedModule, Runtime, RuntimeConfig};
+use modnode::runtime::{LinkedModule, Runtime, RuntimeConfig};
 use modnode::state::State;
 
 /// One version's numbers.
@@ -139,7 +139,7 @@ fn load(runtime: &Runtime, name: &str) -> anyhow::Result<CheckpointModule> {
     let bytes =
         modnode::artifacts::embedded(name).ok_or_else(|| anyhow::anyhow!("{name} not embedded"))?;
     match runtime.load(bytes)? {
-        LoadedModule::Checkpoint(m) => Ok(m),
+        LinkedModule::Checkpoint(m) => Ok(m),
         _ => anyhow::bail!("{name} is not a checkpoint module"),
     }
 }
@@ -337,7 +337,7 @@ fn after_deposit_blocks(state: &State, blocks: u64) -> anyhow::Result<State> {
         })?;
     }
     Ok(State::new(
-        [2; 32],
+        modnode::hashes::BlockHash::new([2; 32]),
         state.height() + blocks,
         registry,
         state.eth1().clone(),

@@ -31,10 +31,9 @@ use modnode::chain::eth1::{DepositProofs, Eth1Data, ProvenDeposit};
 use modnode::chain::genesis::Genesis;
 use modnode::chain::native_deposits::Verification;
 use modnode::chain::workload;
-use modnode::consensus::DepositOutcome;
+use modnode::consensus::{DepositContext, DepositOutcome};
 use modnode::crypto::{self, SignatureSet};
-use modnode::runtime::deposits::BlockContext;
-use modnode::runtime::{LoadedModule, Runtime, RuntimeConfig};
+use modnode::runtime::{LinkedModule, Runtime, RuntimeConfig};
 use modnode::state::{Registry, SharedRegistry};
 
 const BLOCK: usize = 16;
@@ -142,8 +141,14 @@ fn shared(registry: Registry) -> Arc<Registry> {
     Arc::new(registry)
 }
 
-fn ctx(height: u64, eth1: &Eth1Data, index: u64) -> BlockContext {
-    modnode::chain::block_context(height, height, FORK, eth1, index)
+fn ctx(height: u64, eth1: &Eth1Data, index: u64) -> DepositContext {
+    DepositContext {
+        height,
+        slot: height,
+        genesis_fork_version: FORK,
+        eth1_data: *eth1,
+        eth1_deposit_index: index,
+    }
 }
 
 /// A deposit contract holding `deposits`: its checkpoint and every deposit with its proof.
@@ -185,7 +190,7 @@ fn step(
         let verify_before = crypto::verify_time_on_this_thread();
         let start = Instant::now();
         let out = engine
-            .process(view, &ctx, block)?
+            .apply(view, &ctx, block)?
             .map_err(|e| anyhow::anyhow!("block {height} rejected: {e:?}"))?;
         let took = super::ms_since(start);
         if took < transition {
@@ -238,7 +243,7 @@ fn run_here(validators: u32, deposits: usize, repeat: usize) -> anyhow::Result<D
         let bytes = modnode::artifacts::embedded(name)
             .ok_or_else(|| anyhow::anyhow!("{name} not embedded"))?;
         match runtime.load(bytes)? {
-            LoadedModule::Deposits(m) => Ok(DepositEngine::Module(Box::new(m))),
+            LinkedModule::Deposits(m) => Ok(DepositEngine::Module(Box::new(m))),
             _ => anyhow::bail!("{name} is not a deposits module"),
         }
     };

@@ -54,9 +54,10 @@ use modnode::chain::preverify::Preverifier;
 use modnode::chain::workload;
 use modnode::chain::{Chain, DepositEngine, DepositModules};
 use modnode::crypto;
+use modnode::deposit::{ChainContext, DepositOutcome};
+use modnode::hashes::ModuleHash;
 use modnode::runtime::deposits::DepositsModule;
-use modnode::runtime::deposits::v3::{EpochContext, EpochOutcome};
-use modnode::runtime::{Kind, LoadedModule, Runtime, RuntimeConfig};
+use modnode::runtime::{Kind, LinkedModule, Runtime, RuntimeConfig};
 use modnode::state::{PendingDelta, PendingDeposit, PendingQueue, Registry, State, UpgradeOp};
 use modnode::store::MemoryStore;
 
@@ -154,16 +155,16 @@ fn load(runtime: &Runtime, name: &str) -> anyhow::Result<DepositsModule> {
     let bytes =
         modnode::artifacts::embedded(name).ok_or_else(|| anyhow::anyhow!("{name} not embedded"))?;
     match runtime.load(bytes)? {
-        LoadedModule::Deposits(m) => Ok(m),
+        LinkedModule::Deposits(m) => Ok(m),
         _ => anyhow::bail!("{name} is not a deposits module"),
     }
 }
 
 /// The prepared deposits modules, by hash, as a node's upgrade agent offers them.
-struct Prepared(HashMap<[u8; 32], DepositEngine>);
+struct ReadyEngines(HashMap<ModuleHash, DepositEngine>);
 
-impl DepositModules for Prepared {
-    fn deposits(&self, hash: &[u8; 32]) -> Option<DepositEngine> {
+impl DepositModules for ReadyEngines {
+    fn deposits(&self, hash: &ModuleHash) -> Option<DepositEngine> {
         self.0.get(hash).cloned()
     }
 }
@@ -251,16 +252,16 @@ fn epochs(
     let mut without_bls = Vec::with_capacity(epochs);
     let mut bls = Vec::with_capacity(epochs);
     for e in 0..epochs {
-        let ctx = EpochContext {
+        let ctx = ChainContext {
             height: 1_000 + e as u64,
             finality_depth: genesis.finality_depth,
-            genesis_fork_version: FORK.to_vec(),
+            genesis_fork_version: FORK,
         };
         let verify_before = crypto::verify_time_on_this_thread();
         let start = Instant::now();
         let shared = Arc::new(registry.clone());
         let out = module
-            .process_epoch(shared, queue.clone(), ctx)?
+            .apply_epoch(shared, queue.clone(), &ctx)?
             .map_err(|err| anyhow::anyhow!("epoch {e} rejected: {err:?}"))?;
         registry.apply(&out.delta)?;
         queue.apply(&out.pending)?;
@@ -274,7 +275,7 @@ fn epochs(
             .result
             .outcomes
             .iter()
-            .filter(|o| matches!(o, EpochOutcome::Created(_)))
+            .filter(|o| matches!(o, DepositOutcome::Created(_)))
             .count();
         anyhow::ensure!(
             created == PER_EPOCH,
@@ -317,16 +318,16 @@ fn block_stream(
     let open = |(v2, v3): Pair<'_>| -> anyhow::Result<Chain> {
         let active = DepositEngine::Module(Box::new(v2.clone()));
         let mut chain = Chain::open(Arc::new(MemoryStore::new()), genesis.clone(), active)?;
-        chain.set_deposit_modules(Arc::new(Prepared(HashMap::from([
-            (v2.hash().0, DepositEngine::Module(Box::new(v2.clone()))),
-            (v3.hash().0, DepositEngine::Module(Box::new(v3.clone()))),
+        chain.set_deposit_modules(Arc::new(ReadyEngines(HashMap::from([
+            (v2.hash(), DepositEngine::Module(Box::new(v2.clone()))),
+            (v3.hash(), DepositEngine::Module(Box::new(v3.clone()))),
         ]))));
         Ok(chain)
     };
     let mut producer = open((v2, v3))?;
     producer.propose_upgrade(UpgradeOp {
         kind: Kind::Deposits,
-        module: v3.hash().0,
+        module: v3.hash(),
         height: before + 1,
     })?;
     let count = usize::try_from(total)? * usize::from(BLOCK);
@@ -383,7 +384,7 @@ fn block_stream(
         cache.stats()
     );
     anyhow::ensure!(
-        follower.schedule().module_at(Kind::Deposits, before + 1) == Some(v3.hash().0),
+        follower.schedule().module_at(Kind::Deposits, before + 1) == Some(v3.hash()),
         "deposits-v3 was not scheduled at {}",
         before + 1
     );

@@ -24,7 +24,7 @@ use modnode::net::endpoint::{self, TransportLimits};
 use modnode::net::gossip::{self, GossipConfig, GossipEvent, GossipHandle};
 use modnode::net::identity::{NodeId, NodeIdentity};
 use modnode::runtime::gossip_policy::{GossipPolicyModule, KeptPolicy};
-use modnode::runtime::{LoadedModule, Runtime, RuntimeConfig};
+use modnode::runtime::{LinkedModule, Runtime, RuntimeConfig};
 use modnode_gossip::policy::MessageKind;
 use modnode_gossip::{EngineConfig, MessageId};
 
@@ -331,7 +331,7 @@ fn policy(runtime: &Runtime, name: &str) -> anyhow::Result<GossipPolicyModule> {
     let bytes =
         modnode::artifacts::embedded(name).ok_or_else(|| anyhow::anyhow!("{name} not embedded"))?;
     match runtime.load(bytes)? {
-        LoadedModule::GossipPolicy(m) => Ok(m),
+        LinkedModule::GossipPolicy(m) => Ok(m),
         _ => anyhow::bail!("{name} is not a gossip policy"),
     }
 }

@@ -25,7 +25,7 @@ use std::time::Instant;
 use serde::Serialize;
 
 use modnode::runtime::gossip_policy::{GossipPolicyModule, KeptPolicy};
-use modnode::runtime::{LoadedModule, Runtime, RuntimeConfig};
+use modnode::runtime::{LinkedModule, Runtime, RuntimeConfig};
 use modnode_gossip::policy::{LinkControl, MessageMeta, PeerStats, Policy, PolicyEvent, SendPlan};
 use modnode_gossip::sim::gossipsub::{Gossipsub, GossipsubConfig};
 use modnode_gossip::sim::{self, Scenario, SimConfig, SimReport};
@@ -171,7 +171,7 @@ fn module(runtime: &Runtime, name: &str) -> anyhow::Result<GossipPolicyModule> {
     let bytes =
         modnode::artifacts::embedded(name).ok_or_else(|| anyhow::anyhow!("{name} not embedded"))?;
     match runtime.load(bytes)? {
-        LoadedModule::GossipPolicy(m) => Ok(m),
+        LinkedModule::GossipPolicy(m) => Ok(m),
         _ => anyhow::bail!("{name} is not a gossip policy"),
     }
 }

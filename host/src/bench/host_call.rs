@@ -21,7 +21,7 @@ use super::{median, ms_since};
 use modnode::runtime::cache::ArtifactCache;
 use modnode::runtime::deposits::{BlockContext, Deposit, WitEth1Data};
 use modnode::runtime::gossip_policy::{GossipPolicyModule, MessageKind, MessageMeta, PeerStats};
-use modnode::runtime::{LoadedModule, Runtime, RuntimeConfig};
+use modnode::runtime::{LinkedModule, Runtime, RuntimeConfig};
 use modnode::state::{NewValidator, Registry, RegistryDelta, SharedRegistry};
 
 /// Results, as printed by `--json`.
@@ -86,7 +86,7 @@ fn policy(runtime: &Runtime, name: &str) -> anyhow::Result<GossipPolicyModule> {
     let bytes = modnode::artifacts::embedded(name)
         .ok_or_else(|| anyhow::anyhow!("{name} is not embedded in this build"))?;
     match runtime.load(bytes)? {
-        LoadedModule::GossipPolicy(m) => Ok(m),
+        LinkedModule::GossipPolicy(m) => Ok(m),
         _ => anyhow::bail!("{name} is not a gossip-policy module"),
     }
 }
@@ -151,7 +151,7 @@ fn run_here(params: &HostCallParams, hostcall_fixture: &[u8]) -> anyhow::Result<
     })?;
     let registry: SharedRegistry = Arc::new(registry);
 
-    let LoadedModule::Deposits(fixture) = runtime.load(hostcall_fixture)? else {
+    let LinkedModule::Deposits(fixture) = runtime.load(hostcall_fixture)? else {
         anyhow::bail!("fixture-hostcall is not a deposits module");
     };
     let deposit = Deposit {
@@ -194,7 +194,7 @@ fn run_here(params: &HostCallParams, hostcall_fixture: &[u8]) -> anyhow::Result<
     }
     let empty_call_us = median(&mut empty) / 1e3;
 
-    let LoadedModule::Deposits(v1) = runtime.load(deposits_v1)? else {
+    let LinkedModule::Deposits(v1) = runtime.load(deposits_v1)? else {
         anyhow::bail!("deposits-v1 is not a deposits module");
     };
     let mut inst: Vec<f64> = v1

@@ -32,7 +32,7 @@ use modnode::chain::block::Block;
 use modnode::chain::genesis::Genesis;
 use modnode::chain::workload::DevDepositLog;
 use modnode::chain::{Chain, DepositEngine};
-use modnode::runtime::{LoadedModule, Runtime, RuntimeConfig};
+use modnode::runtime::{LinkedModule, Runtime, RuntimeConfig};
 use modnode::state_cache::StateCacheConfig;
 use modnode::store::{KvStore, MemoryStore, SledStore};
 
@@ -229,7 +229,7 @@ fn run_here(
     let bytes = modnode::artifacts::embedded("deposits-v2")
         .ok_or_else(|| anyhow::anyhow!("deposits-v2 not embedded"))?;
     let engine = match runtime.load(bytes)? {
-        LoadedModule::Deposits(m) => DepositEngine::Module(Box::new(m)),
+        LinkedModule::Deposits(m) => DepositEngine::Module(Box::new(m)),
         _ => anyhow::bail!("deposits-v2 is not a deposits module"),
     };
     let genesis = Genesis::generated("bench-state-cache", validators, 42);

@@ -33,7 +33,7 @@ use modnode::hashes::ModuleHash;
 use modnode::runtime::deposits::DepositCall;
 use modnode::runtime::modules::InitialModules;
 use modnode::runtime::slot::SlotConfig;
-use modnode::runtime::{Kind, LoadedModule, Modules, Runtime, RuntimeConfig, inspect};
+use modnode::runtime::{Kind, LinkedModule, Modules, Runtime, RuntimeConfig, inspect};
 use modnode::state::UpgradeOp;
 use modnode::store::MemoryStore;
 
@@ -94,7 +94,7 @@ pub struct SwitchReport {
 struct Follower {
     modules: Arc<Modules>,
     cold: Option<Cold>,
-    loaded: Mutex<Vec<([u8; 32], DepositEngine)>>,
+    loaded: Mutex<Vec<(ModuleHash, DepositEngine)>>,
     first_lookup_ns: AtomicU64,
 }
 
@@ -116,21 +116,18 @@ impl Follower {
 }
 
 impl DepositModules for Follower {
-    fn deposits(&self, hash: &[u8; 32]) -> Option<DepositEngine> {
+    fn deposits(&self, hash: &ModuleHash) -> Option<DepositEngine> {
         let start = Instant::now();
         let mut loaded = self.loaded.lock().unwrap_or_else(|p| p.into_inner());
         if let Some((_, engine)) = loaded.iter().find(|(h, _)| h == hash) {
             return Some(engine.clone());
         }
-        let engine = match (
-            &self.cold,
-            self.modules.prepared_deposits(&ModuleHash(*hash)),
-        ) {
+        let engine = match (&self.cold, self.modules.prepared_deposits(hash)) {
             (None, Some(m)) => DepositEngine::Module(Box::new((*m).clone())),
             (Some(cold), _) => {
                 let bytes = cold.bytes.iter().find(|b| sha(b) == *hash)?;
                 match cold.runtime.load(bytes).ok()? {
-                    LoadedModule::Deposits(m) => DepositEngine::Module(Box::new(m)),
+                    LinkedModule::Deposits(m) => DepositEngine::Module(Box::new(m)),
                     _ => return None,
                 }
             }
@@ -151,8 +148,8 @@ fn embedded(name: &str) -> anyhow::Result<&'static [u8]> {
     modnode::artifacts::embedded(name).ok_or_else(|| anyhow::anyhow!("{name} not embedded"))
 }
 
-fn sha(bytes: &[u8]) -> [u8; 32] {
-    Sha256::digest(bytes).into()
+fn sha(bytes: &[u8]) -> ModuleHash {
+    ModuleHash(Sha256::digest(bytes).into())
 }
 
 /// The node's modules with `deposits` active, on `runtime`.
@@ -272,7 +269,7 @@ fn measure(
     heights: Heights,
 ) -> anyhow::Result<SwitchReport> {
     let mut genesis = genesis.clone();
-    genesis.deposits_module = Some(sha(switch.from));
+    genesis.deposits_module = Some(sha(switch.from).0);
     let produced = produce(&genesis, switch, deposits, heights)?;
     let Heights { blocks, at, .. } = heights;
 

@@ -28,8 +28,8 @@
 
 use std::collections::BTreeMap;
 
-use super::block::{Block, BlockHeader, HEADER_BYTES, Hash, Seal};
-use super::{Chain, ForkChoiceError, hex32};
+use super::block::{Block, BlockHash, BlockHeader, HEADER_BYTES, Seal};
+use super::{Chain, ForkChoiceError};
 use crate::store::{StoreError, WriteBatch, keys};
 
 /// Most evidence records kept (in the store and in memory); beyond it the record of the
@@ -126,7 +126,7 @@ impl Evidence {
 
     /// Whether this is evidence on the chain of `genesis`: one slot, one proposer — the slot's
     /// authority —, two different headers, both signatures valid.
-    pub fn verify(&self, genesis: &super::genesis::Genesis, genesis_hash: &Hash) -> bool {
+    pub fn verify(&self, genesis: &super::genesis::Genesis, genesis_hash: &BlockHash) -> bool {
         let (a, b) = (&self.first, &self.second);
         let slot = a.header.slot;
         let same_slot = slot == b.header.slot && a.header.proposer == b.header.proposer;
@@ -156,9 +156,9 @@ pub struct EvidenceSummary {
     /// The equivocating authority's index.
     pub proposer: u32,
     /// The block this node saw first.
-    pub first: Hash,
+    pub first: BlockHash,
     /// The conflicting block.
-    pub second: Hash,
+    pub second: BlockHash,
 }
 
 /// The evidence a chain holds, by `(slot, proposer)` (at most [`MAX_EVIDENCE`]).
@@ -168,7 +168,7 @@ pub(super) struct Equivocations {
     /// Blocks of a void slot or built on one (at most [`MAX_VOID`]): their children are
     /// refused without blaming the sender, who may have built on one before the evidence
     /// reached it.
-    void: std::collections::HashSet<Hash>,
+    void: std::collections::HashSet<BlockHash>,
     /// Evidence records found since the chain opened (the `/metrics` counter).
     found: u64,
 }
@@ -193,7 +193,7 @@ impl Equivocations {
 
 impl Chain {
     /// Remembers `hash` as void (bounded: the memory is cleared when full).
-    pub(super) fn remember_void(&mut self, hash: Hash) {
+    pub(super) fn remember_void(&mut self, hash: BlockHash) {
         let void = &mut self.equivocations.void;
         if void.len() >= MAX_VOID {
             void.clear();
@@ -202,7 +202,7 @@ impl Chain {
     }
 
     /// Whether `hash` is a block remembered as void.
-    pub(super) fn is_void_block(&self, hash: &Hash) -> bool {
+    pub(super) fn is_void_block(&self, hash: &BlockHash) -> bool {
         self.equivocations.void.contains(hash)
     }
 
@@ -221,7 +221,7 @@ impl Chain {
     pub(super) fn check_equivocation(
         &mut self,
         block: &Block,
-        name: &str,
+        hash: BlockHash,
     ) -> Result<(), ForkChoiceError> {
         let Some(signed) = SignedHeader::of(block) else {
             return Ok(());
@@ -235,13 +235,12 @@ impl Chain {
             // choice refuses it anyway, and no record is kept for it.
             return Ok(());
         }
-        let hash = block.hash();
         let refused = |first: &SignedHeader, new_evidence: bool, reverted: u64| {
             ForkChoiceError::Equivocation {
-                hash: name.to_string(),
+                hash,
                 slot,
                 proposer,
-                first: hex32(&first.header.hash()),
+                first: first.header.hash(),
                 new_evidence,
                 reverted,
             }
@@ -273,8 +272,8 @@ impl Chain {
         tracing::warn!(
             slot,
             authority = proposer,
-            first = %hex32(&first.header.hash()),
-            second = %name,
+            first = %first.header.hash(),
+            second = %hash,
             reverted,
             "authority signed two blocks for one slot: evidence recorded, the slot is void"
         );

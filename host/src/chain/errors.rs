@@ -2,6 +2,7 @@
 //! imported is [`crate::consensus::ImportError`]).
 
 use crate::consensus::ImportError;
+use crate::hashes::BlockHash;
 use crate::state::StateError;
 use crate::store::StoreError;
 
@@ -20,10 +21,10 @@ pub enum OpenError {
          use another --data-dir or the matching genesis file"
     )]
     GenesisMismatch {
-        /// Genesis hash in the store.
+        /// Genesis hash in the store (hex of the bytes found, whatever their length).
         stored: String,
         /// Genesis hash of the configuration.
-        configured: String,
+        configured: BlockHash,
     },
     /// The store is inconsistent; says what does not match.
     #[error(
@@ -55,8 +56,8 @@ pub enum RevertError {
     /// A record needed to revert is missing or malformed.
     #[error("cannot revert block {hash}: {reason}")]
     Corrupt {
-        /// The head block (hex).
-        hash: String,
+        /// The head block.
+        hash: BlockHash,
         /// What is missing or malformed.
         reason: String,
     },
@@ -66,8 +67,8 @@ pub enum RevertError {
         "reverted block {hash} on disk, but the in-memory state did not follow ({reason}); restart the node"
     )]
     Diverged {
-        /// The reverted block (hex).
-        hash: String,
+        /// The reverted block.
+        hash: BlockHash,
         /// Why.
         reason: String,
     },

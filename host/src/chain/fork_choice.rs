@@ -19,8 +19,8 @@
 //! which every block of that slot and every block built on one is refused, deterministically
 //! on every node that holds the evidence (`equivocation`).
 
-use super::block::{Block, BlockHeader, Hash};
-use super::{Chain, FailureClass, Head, ImportError, Imported, RevertError, SealLock, hex32};
+use super::block::{Block, BlockHash, BlockHeader};
+use super::{Chain, FailureClass, Head, ImportError, Imported, RevertError, SealLock};
 use crate::consensus::shell::ShellVerified;
 use crate::state_cache::StateCacheError;
 use crate::store::{StoreError, WriteBatch, keys};
@@ -49,18 +49,18 @@ pub enum ForkChoiceError {
     /// The block's parent is unknown: the caller must fetch it first (range sync).
     #[error("block {hash} at height {height}: parent {parent} is unknown; sync it first")]
     UnknownParent {
-        /// The block (hex).
-        hash: String,
+        /// The block.
+        hash: BlockHash,
         /// Its height.
         height: u64,
-        /// The missing parent (hex).
-        parent: String,
+        /// The missing parent.
+        parent: BlockHash,
     },
     /// The block's height does not follow its parent's.
     #[error("block {hash} has height {height} but its parent is at height {parent_height}")]
     BadHeight {
-        /// The block (hex).
-        hash: String,
+        /// The block.
+        hash: BlockHash,
         /// Its height.
         height: u64,
         /// The parent's height.
@@ -69,8 +69,8 @@ pub enum ForkChoiceError {
     /// The branch forks below the finalized height.
     #[error("block {hash} forks from height {ancestor}, below the finalized height {finalized}")]
     BeyondFinality {
-        /// The block (hex).
-        hash: String,
+        /// The block.
+        hash: BlockHash,
         /// Height of the common ancestor.
         ancestor: u64,
         /// The finalized height.
@@ -95,10 +95,10 @@ pub enum ForkChoiceError {
     /// The block descends from a block found invalid: the whole branch is invalid.
     #[error("block {hash} descends from invalid block {parent}")]
     InvalidAncestor {
-        /// The block (hex).
-        hash: String,
-        /// The invalid parent (hex).
-        parent: String,
+        /// The block.
+        hash: BlockHash,
+        /// The invalid parent.
+        parent: BlockHash,
     },
     /// The block's authority signed another block for the same slot: the slot is void, the
     /// block is neither stored nor executed. The authority is at fault, not necessarily the
@@ -108,14 +108,14 @@ pub enum ForkChoiceError {
          equivocation, the slot is void"
     )]
     Equivocation {
-        /// The block (hex).
-        hash: String,
+        /// The block.
+        hash: BlockHash,
         /// The slot.
         slot: u64,
         /// The equivocating authority's index.
         proposer: u32,
-        /// The block of that slot this node saw first (hex).
-        first: String,
+        /// The block of that slot this node saw first.
+        first: BlockHash,
         /// Whether this block proved the equivocation just now (relay it once, so peers
         /// learn the evidence) rather than being one more block of a slot already void.
         new_evidence: bool,
@@ -129,17 +129,17 @@ pub enum ForkChoiceError {
         "block {hash} descends from block {ancestor} of a void slot (its authority equivocated)"
     )]
     VoidAncestor {
-        /// The block (hex).
-        hash: String,
-        /// The void ancestor (hex).
-        ancestor: String,
+        /// The block.
+        hash: BlockHash,
+        /// The void ancestor.
+        ancestor: BlockHash,
     },
     /// The side branch's parent state could not be had (too old to regenerate, the cache
     /// budget full, a store failure): the block is neither stored nor relayed for now.
     #[error("block {hash}: cannot execute it on its parent's state: {source}")]
     ParentState {
-        /// The block (hex).
-        hash: String,
+        /// The block.
+        hash: BlockHash,
         /// Why the state is unavailable.
         #[source]
         source: Box<crate::state_cache::StateCacheError>,
@@ -160,7 +160,7 @@ impl From<ImportError> for ForkChoiceError {
 impl ForkChoiceError {
     /// The scheduled module (kind, hash) this node lacked, if that is why the block was not
     /// added: on import, on executing a side branch, or on regenerating its parent's state.
-    pub fn missing_module(&self) -> Option<(crate::runtime::Kind, Hash)> {
+    pub fn missing_module(&self) -> Option<(crate::runtime::Kind, [u8; 32])> {
         match self {
             Self::Invalid(e) | Self::NotChecked(e) => e.missing_module(),
             Self::ParentState { source, .. } => source.missing_module(),
@@ -174,7 +174,7 @@ const MAX_INVALID: usize = 4096;
 
 impl Chain {
     /// Remembers `hash` as invalid (bounded: the memory is cleared when full).
-    pub(super) fn remember_invalid(&mut self, hash: Hash) {
+    pub(super) fn remember_invalid(&mut self, hash: BlockHash) {
         if self.invalid.len() >= MAX_INVALID {
             self.invalid.clear();
         }
@@ -210,20 +210,20 @@ impl Chain {
             .is_none_or(|(epoch, source)| lock.allows(epoch, source))
     }
 
-    fn stored_block(&self, hash: &Hash) -> Result<Option<Block>, StoreError> {
+    fn stored_block(&self, hash: &BlockHash) -> Result<Option<Block>, StoreError> {
         let Some(bytes) = self.store.get(&keys::block(hash))? else {
             return Ok(None);
         };
         Block::decode(&bytes, self.genesis.max_deposits_per_block)
             .map(Some)
-            .map_err(|e| StoreError::Corrupt(format!("block {}: {e}", hex32(hash))))
+            .map_err(|e| StoreError::Corrupt(format!("block {}: {e}", hash)))
     }
 
     fn is_canonical(&self, header: &BlockHeader) -> Result<bool, StoreError> {
         let Some(hash) = self.store.get(&keys::height(header.height))? else {
             return Ok(false);
         };
-        Ok(hash.as_slice() == header.hash())
+        Ok(hash.as_slice() == header.hash().as_bytes())
     }
 
     /// Adds a block from the network: extends the head, is stored as a side branch, or
@@ -231,7 +231,6 @@ impl Chain {
     /// below the finalized height).
     pub fn add_block(&mut self, block: &Block) -> Result<Added, ForkChoiceError> {
         let hash = block.hash();
-        let name = hex32(&hash);
         // The hash covers the header only. Before a block is believed on any path (known,
         // extending, side branch, unknown parent) its seal and its body must match the header:
         // a forged seal or a swapped body is never "known", relayed or stored, and a sealed
@@ -244,15 +243,15 @@ impl Chain {
         // and every such height is final: the block cannot change the chain.
         if block.header.height > 0 && block.header.height < self.served_from() {
             return Err(ForkChoiceError::BeyondFinality {
-                hash: name,
+                hash,
                 ancestor: block.header.height.saturating_sub(1),
                 finalized: self.finalized_height(),
             });
         }
         // One block per authority per slot: a second one is never executed, stored or
         // weighed, and it voids the slot on this node.
-        self.check_equivocation(block, &name)?;
-        let added = self.add_unequivocal(&shell, name);
+        self.check_equivocation(block, hash)?;
+        let added = self.add_unequivocal(&shell);
         // The first signed header of the slot is remembered in the batch that stores or
         // imports the block (no flush of its own on those paths); a block refused or not
         // attached yet is remembered on its own, so a conflicting one is caught even then.
@@ -260,18 +259,14 @@ impl Chain {
             && !matches!(e, ForkChoiceError::Store(_))
             && let Err(store) = self.note_first_header_alone(block)
         {
-            tracing::warn!(block = %hex32(&hash), error = %store, "cannot remember the block's signed header");
+            tracing::warn!(block = %hash, error = %store, "cannot remember the block's signed header");
         }
         added
     }
 
     /// [`Chain::add_block`] for a sealed, non-canonical block that is the first (or the same)
     /// its authority signed for its slot.
-    fn add_unequivocal(
-        &mut self,
-        shell: &ShellVerified<'_>,
-        name: String,
-    ) -> Result<Added, ForkChoiceError> {
+    fn add_unequivocal(&mut self, shell: &ShellVerified<'_>) -> Result<Added, ForkChoiceError> {
         let (block, hash) = (shell.block(), shell.hash());
         if block.header.parent_hash == self.head.hash {
             return Ok(Added::Extended(self.import_verified(shell)?));
@@ -281,34 +276,34 @@ impl Chain {
         if self.invalid.contains(&block.header.parent_hash) {
             self.remember_invalid(hash);
             return Err(ForkChoiceError::InvalidAncestor {
-                hash: name,
-                parent: hex32(&block.header.parent_hash),
+                hash,
+                parent: block.header.parent_hash,
             });
         }
         if self.is_void_block(&block.header.parent_hash) {
             self.remember_void(hash);
             return Err(ForkChoiceError::VoidAncestor {
-                hash: name,
-                ancestor: hex32(&block.header.parent_hash),
+                hash,
+                ancestor: block.header.parent_hash,
             });
         }
         let Some(parent) = self.stored_block(&block.header.parent_hash)? else {
             return Err(ForkChoiceError::UnknownParent {
-                hash: name,
+                hash,
                 height: block.header.height,
-                parent: hex32(&block.header.parent_hash),
+                parent: block.header.parent_hash,
             });
         };
         if self.is_void(&parent.header) {
             self.remember_void(hash);
             return Err(ForkChoiceError::VoidAncestor {
-                hash: name,
-                ancestor: hex32(&block.header.parent_hash),
+                hash,
+                ancestor: block.header.parent_hash,
             });
         }
         if Some(block.header.height) != parent.header.height.checked_add(1) {
             return Err(ForkChoiceError::BadHeight {
-                hash: name,
+                hash,
                 height: block.header.height,
                 parent_height: parent.header.height,
             });
@@ -318,19 +313,19 @@ impl Chain {
         match self.states.execute(block) {
             Ok(_) => {}
             Err(StateCacheError::InvalidBlock(e)) => {
-                tracing::warn!(block = %name, error = %e, "invalid block on a side branch; the branch is invalid");
+                tracing::warn!(block = %hash, error = %e, "invalid block on a side branch; the branch is invalid");
                 self.remember_invalid(hash);
                 return Err(ForkChoiceError::Invalid(e));
             }
             // Ours, not the block's: not stored, not remembered; offered again (by sync, once
             // the module is ready) it is executed again.
             Err(StateCacheError::NotExecuted(e)) => {
-                tracing::info!(block = %name, error = %e, "side-branch block not checked for now (not its fault)");
+                tracing::info!(block = %hash, error = %e, "side-branch block not checked for now (not its fault)");
                 return Err(ForkChoiceError::NotChecked(e));
             }
             Err(source) => {
                 return Err(ForkChoiceError::ParentState {
-                    hash: name,
+                    hash,
                     source: Box::new(source),
                 });
             }
@@ -368,25 +363,25 @@ impl Chain {
             if self.is_void(&cursor.header) {
                 self.remember_void(hash);
                 return Err(ForkChoiceError::VoidAncestor {
-                    hash: name,
-                    ancestor: hex32(&cursor.hash()),
+                    hash,
+                    ancestor: cursor.hash(),
                 });
             }
             let parent_hash = cursor.header.parent_hash;
             branch.push(cursor);
-            cursor =
-                self.stored_block(&parent_hash)?
-                    .ok_or_else(|| ForkChoiceError::UnknownParent {
-                        hash: name.clone(),
-                        height: block.header.height,
-                        parent: hex32(&parent_hash),
-                    })?;
+            cursor = self
+                .stored_block(&parent_hash)?
+                .ok_or(ForkChoiceError::UnknownParent {
+                    hash,
+                    height: block.header.height,
+                    parent: parent_hash,
+                })?;
         }
         let ancestor = cursor.header.height;
         let finalized = self.finalized_height();
         if ancestor < finalized {
             return Err(ForkChoiceError::BeyondFinality {
-                hash: name,
+                hash,
                 ancestor,
                 finalized,
             });
@@ -404,7 +399,7 @@ impl Chain {
         }
         for new in branch.iter().rev() {
             if let Err(e) = self.import(new) {
-                tracing::warn!(block = %hex32(&new.hash()), error = %e, "block of a competing branch not imported; staying on the current one");
+                tracing::warn!(block = %new.hash(), error = %e, "block of a competing branch not imported; staying on the current one");
                 while self.head.height > ancestor {
                     self.revert_head()?;
                 }

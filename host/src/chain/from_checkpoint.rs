@@ -9,7 +9,7 @@
 //! (`checkpoint::checkpoint_height`, `CheckpointServer::list`, `checkpoint::final_offers`), and
 //! every reorganisation the restored node follows starts above `H`.
 
-use super::block::{Block, Hash};
+use super::block::{Block, BlockHash, StateRoot};
 use super::errors::OpenError;
 use super::genesis::Genesis;
 use super::{Head, STORE_FORMAT};
@@ -53,24 +53,22 @@ pub fn init_from_checkpoint(
     }
     let block = start.block;
     let hash = block.hash();
-    let name = hex::encode(hash);
     let pending_root = start.pending.map(PendingQueue::root);
-    let root = state_root_with(
+    let root = StateRoot::new(state_root_with(
         &start.registry.root(),
         start.eth1,
         start.schedule,
         pending_root.as_ref(),
-    );
+    ));
     if root != block.header.state_root {
         return Err(OpenError::Corrupt(format!(
-            "the restored state root {} is not the one block {name} commits to ({})",
-            hex::encode(root),
-            hex::encode(block.header.state_root)
+            "the restored state root {} is not the one block {hash} commits to ({})",
+            root, block.header.state_root
         )));
     }
     if block.body.root() != block.header.body_root {
         return Err(OpenError::Corrupt(format!(
-            "block {name}'s body does not match its header"
+            "block {hash}'s body does not match its header"
         )));
     }
     let genesis_registry = genesis.registry()?;
@@ -81,7 +79,7 @@ pub fn init_from_checkpoint(
             "a checkpoint at height 0 is the genesis; start from it instead".into(),
         ));
     }
-    check_seal(genesis, &genesis_hash, block, &name)
+    check_seal(genesis, &genesis_hash, block, hash)
         .map_err(|e| OpenError::Corrupt(format!("checkpoint block: {e}")))?;
     drop(genesis_registry);
     super::registry_store::write_registry(
@@ -110,7 +108,7 @@ pub fn init_from_checkpoint(
     batch.put(keys::eth1(&hash), start.eth1.encode());
     batch.put(keys::schedule(&hash), start.schedule.encode());
     batch.put(keys::HEAD, head.encode());
-    batch.put(keys::GENESIS, genesis_hash.to_vec());
+    batch.put(keys::GENESIS, genesis_hash.as_bytes().to_vec());
     batch.put(keys::BASE, block.header.height.to_be_bytes().to_vec());
     batch.put(keys::FORMAT, STORE_FORMAT.to_le_bytes().to_vec());
     store.commit(&batch)?;
@@ -143,7 +141,7 @@ fn write_pending_entries(store: &dyn KvStore, queue: &PendingQueue) -> Result<()
     Ok(())
 }
 
-fn put_block(batch: &mut WriteBatch, block: &Block, hash: &Hash) {
+fn put_block(batch: &mut WriteBatch, block: &Block, hash: &BlockHash) {
     batch.put(keys::block(hash), block.encode());
-    batch.put(keys::height(block.header.height), hash.to_vec());
+    batch.put(keys::height(block.header.height), hash.as_bytes().to_vec());
 }

@@ -27,14 +27,13 @@ impl Chain {
     fn check_next(&self, block: &Block) -> Result<(), ImportError> {
         let header = &block.header;
         let not_next = |reason: String| ImportError::NotNext {
-            hash: hex32(&block.hash()),
+            hash: block.hash(),
             reason,
         };
         if header.parent_hash != self.head.hash {
             return Err(not_next(format!(
                 "parent {} is not the head {}",
-                hex32(&header.parent_hash),
-                hex32(&self.head.hash)
+                header.parent_hash, self.head.hash
             )));
         }
         if Some(header.height) != self.head.height.checked_add(1) {
@@ -57,7 +56,6 @@ impl Chain {
         let block = shell.block();
         let header = &block.header;
         let hash = shell.hash();
-        let name = hex32(&hash);
         let Applied {
             state,
             outcomes,
@@ -72,9 +70,9 @@ impl Chain {
         let root = state.root();
         if root != header.state_root {
             return Err(ImportError::StateRootMismatch {
-                hash: name,
-                claimed: hex32(&header.state_root),
-                computed: hex32(&root),
+                hash,
+                claimed: header.state_root,
+                computed: root,
             });
         }
 
@@ -90,16 +88,10 @@ impl Chain {
         let parent = parent_state.registry();
         let undo = registry_store::put_delta(&mut batch, parent, &delta)
             .and_then(|()| parent.undo_for(&delta))
-            .map_err(|source| ImportError::State {
-                hash: name.clone(),
-                source,
-            })?;
+            .map_err(|source| ImportError::State { hash, source })?;
         let warm_input = self.deposit_call(block);
         self.note_first_header(block, &mut batch)
-            .map_err(|source| ImportError::Store {
-                hash: name.clone(),
-                source,
-            })?;
+            .map_err(|source| ImportError::Store { hash, source })?;
         batch.put(keys::block(&hash), block.encode());
         batch.put(keys::undo(&hash), undo.encode());
         batch.put(keys::eth1(&hash), state.eth1().encode());
@@ -108,7 +100,7 @@ impl Chain {
         batch.put(keys::schedule(&hash), state.schedule().encode());
         // deposits@3's queue: the entries this block pushed and the extent after it.
         pending_store::put_block(&mut batch, &hash, parent_state.pending(), state.pending());
-        batch.put(keys::height(head.height), hash.to_vec());
+        batch.put(keys::height(head.height), hash.as_bytes().to_vec());
         batch.put(keys::HEAD, head.encode());
         // The finalized root as of the parent (never reverted): a restart walks only above it.
         if let Some(root) = self.finality.root_record() {
@@ -116,10 +108,7 @@ impl Chain {
         }
         self.store
             .commit(&batch)
-            .map_err(|source| ImportError::Store {
-                hash: name.clone(),
-                source,
-            })?;
+            .map_err(|source| ImportError::Store { hash, source })?;
 
         // The batch is durable: the new state (built, and its root checked, before the batch
         // was written) becomes the head's, in the state cache.

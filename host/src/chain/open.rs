@@ -14,17 +14,18 @@ fn slot_and_proposer_at(
     let Some(hash) = store.get(&keys::height(height))? else {
         return Ok(None);
     };
-    let hash: Hash = hash.as_slice().try_into().map_err(|_| {
-        OpenError::Corrupt(format!(
-            "canonical hash record at height {height} is not 32 bytes"
-        ))
-    })?;
+    let hash = <[u8; 32]>::try_from(hash.as_slice())
+        .map(BlockHash::new)
+        .map_err(|_| {
+            OpenError::Corrupt(format!(
+                "canonical hash record at height {height} is not 32 bytes"
+            ))
+        })?;
     let Some(block) = store.get(&keys::block(&hash))? else {
         return Ok(None);
     };
-    let block = Block::decode(&block, genesis.max_deposits_per_block).map_err(|e| {
-        OpenError::Corrupt(format!("block {} at height {height}: {e}", hex32(&hash)))
-    })?;
+    let block = Block::decode(&block, genesis.max_deposits_per_block)
+        .map_err(|e| OpenError::Corrupt(format!("block {} at height {height}: {e}", hash)))?;
     Ok(Some((block.header.slot, block.header.proposer)))
 }
 
@@ -97,9 +98,9 @@ impl Chain {
                 batch.put(keys::block(&genesis_hash), genesis_block.encode());
                 batch.put(keys::eth1(&genesis_hash), eth1_genesis.encode());
                 batch.put(keys::schedule(&genesis_hash), schedule_genesis.encode());
-                batch.put(keys::height(0), genesis_hash.to_vec());
+                batch.put(keys::height(0), genesis_hash.as_bytes().to_vec());
                 batch.put(keys::HEAD, head.encode());
-                batch.put(keys::GENESIS, genesis_hash.to_vec());
+                batch.put(keys::GENESIS, genesis_hash.as_bytes().to_vec());
                 batch.put(keys::FORMAT, STORE_FORMAT.to_le_bytes().to_vec());
                 store.commit(&batch)?;
                 let state = State::new(
@@ -150,10 +151,10 @@ impl Chain {
                 let stored_genesis = store
                     .get(keys::GENESIS)?
                     .ok_or_else(|| OpenError::Corrupt("genesis hash missing".into()))?;
-                if stored_genesis.as_slice() != genesis_hash {
+                if stored_genesis.as_slice() != genesis_hash.as_bytes() {
                     return Err(OpenError::GenesisMismatch {
                         stored: hex::encode(&stored_genesis),
-                        configured: hex32(&genesis_hash),
+                        configured: genesis_hash,
                     });
                 }
                 drop(registry_genesis);
@@ -181,17 +182,15 @@ impl Chain {
                 let head = Head::decode(&head_bytes)
                     .ok_or_else(|| OpenError::Corrupt("head record malformed".into()))?;
                 let head_block = store.get(&keys::block(&head.hash))?.ok_or_else(|| {
-                    OpenError::Corrupt(format!("head block {} missing", hex32(&head.hash)))
+                    OpenError::Corrupt(format!("head block {} missing", head.hash))
                 })?;
                 let head_block = Block::decode(&head_block, genesis.max_deposits_per_block)
-                    .map_err(|e| {
-                        OpenError::Corrupt(format!("head block {}: {e}", hex32(&head.hash)))
-                    })?;
+                    .map_err(|e| OpenError::Corrupt(format!("head block {}: {e}", head.hash)))?;
                 if head_block.hash() != head.hash || head_block.header.state_root != head.state_root
                 {
                     return Err(OpenError::Corrupt(format!(
                         "head record and head block {} disagree",
-                        hex32(&head.hash)
+                        head.hash
                     )));
                 }
                 let registry = registry_store::load_registry(store.as_ref())?;
@@ -204,10 +203,7 @@ impl Chain {
                 if root != head.state_root {
                     return Err(OpenError::Corrupt(format!(
                         "state root {} does not match head block {} (height {}), which commits to {}",
-                        hex32(&root),
-                        hex32(&head.hash),
-                        head.height,
-                        hex32(&head.state_root)
+                        root, head.hash, head.height, head.state_root
                     )));
                 }
                 let states = new_state_cache(&store, &genesis, &deposits, state);

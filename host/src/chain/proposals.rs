@@ -65,7 +65,7 @@ mod tests {
     fn proposals_round_trip_and_a_malformed_record_is_named() {
         let op = |m: u8| UpgradeOp {
             kind: Kind::Deposits,
-            module: [m; 32],
+            module: crate::hashes::ModuleHash([m; 32]),
             height: u64::from(m) * 10,
         };
         let list = vec![(Action::Upgrade, op(1)), (Action::Cancel, op(2))];

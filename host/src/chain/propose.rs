@@ -24,8 +24,8 @@ pub enum ProposeError {
          /state: pending_deposits 0), or propose a module whose down-migration applies them"
     )]
     CannotHoldQueue {
-        /// The proposed module (hex sha256).
-        module: String,
+        /// The proposed module.
+        module: ModuleHash,
         /// Its contract.
         contract: String,
         /// Deposits queued after the head.
@@ -39,8 +39,8 @@ pub enum ProposeError {
          its activation would run it, {source}; at its height it would stop import"
     )]
     MigrationFails {
-        /// The proposed module (hex sha256).
-        module: String,
+        /// The proposed module.
+        module: ModuleHash,
         /// The head height whose state the migration ran on.
         height: u64,
         /// What failed.
@@ -54,8 +54,8 @@ pub enum ProposeError {
          the {queued} queued deposits cannot be checked: upload it first"
     )]
     ContractUnknown {
-        /// The proposed module (hex sha256).
-        module: String,
+        /// The proposed module.
+        module: ModuleHash,
         /// Deposits queued after the head.
         queued: u64,
     },
@@ -118,7 +118,7 @@ impl Chain {
             op.height,
         )
         .map_err(|source| ProposeError::MigrationFails {
-            module: hex32(&op.module),
+            module: op.module,
             height: self.head.height,
             source,
         })?;
@@ -152,7 +152,7 @@ impl Chain {
             },
             None => {
                 return Err(ProposeError::ContractUnknown {
-                    module: hex32(module),
+                    module: *module,
                     queued,
                 });
             }
@@ -161,7 +161,7 @@ impl Chain {
             return Ok(());
         }
         Err(ProposeError::CannotHoldQueue {
-            module: hex32(module),
+            module: *module,
             contract: contract.to_string(),
             queued,
         })
@@ -281,7 +281,7 @@ impl Chain {
 
     /// Whether this node holds the deposits module `hash` compiled and warmed: the engine the
     /// chain was opened with, or a prepared module.
-    fn holds_ready(&self, hash: &Hash) -> bool {
+    fn holds_ready(&self, hash: &crate::hashes::ModuleHash) -> bool {
         self.deposits.hash() == Some(*hash)
             || self.modules.as_ref().is_some_and(|m| m.is_ready(hash))
     }

@@ -36,7 +36,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use super::block::{Block, Hash};
+use super::block::{Block, BlockHash};
 use crate::state_cache::{StateCache, StateCacheConfig};
 use crate::store::{KvStore, StoreError, WriteBatch, keys};
 
@@ -315,12 +315,12 @@ impl Pruner {
         }))
     }
 
-    fn block(&self, store: &dyn KvStore, hash: &Hash) -> Result<Option<Block>, StoreError> {
+    fn block(&self, store: &dyn KvStore, hash: &BlockHash) -> Result<Option<Block>, StoreError> {
         store
             .get(&keys::block(hash))?
             .map(|bytes| {
                 Block::decode(&bytes, self.max_deposits)
-                    .map_err(|e| StoreError::Corrupt(format!("block {}: {e}", hex::encode(hash))))
+                    .map_err(|e| StoreError::Corrupt(format!("block {}: {e}", hash)))
             })
             .transpose()
     }
@@ -367,12 +367,16 @@ impl Pruner {
         if to.blocks > 0 {
             let mut seen = 0usize;
             store.scan_range(
-                &keys::side_block(0, &[0; 32]),
-                &keys::side_block(to.blocks, &[0; 32]),
+                &keys::side_block(0, &BlockHash::default()),
+                &keys::side_block(to.blocks, &BlockHash::default()),
                 limit,
                 &mut |key, _| {
                     seen = seen.saturating_add(1);
-                    if let Some(hash) = key.get(9..).and_then(|h| <[u8; 32]>::try_from(h).ok()) {
+                    if let Some(hash) = key
+                        .get(9..)
+                        .and_then(|h| <[u8; 32]>::try_from(h).ok())
+                        .map(BlockHash::new)
+                    {
                         batch.delete(keys::block(&hash));
                     }
                     batch.delete(key.to_vec());
@@ -503,11 +507,12 @@ impl Pruner {
 }
 
 /// The canonical block hash at `height` in `store`.
-fn canonical(store: &dyn KvStore, height: u64) -> Result<Option<Hash>, StoreError> {
+fn canonical(store: &dyn KvStore, height: u64) -> Result<Option<BlockHash>, StoreError> {
     store
         .get(&keys::height(height))?
         .map(|bytes| {
-            Hash::try_from(bytes.as_slice())
+            <[u8; 32]>::try_from(bytes.as_slice())
+                .map(BlockHash::new)
                 .map_err(|_| StoreError::Corrupt(format!("height index {height} is not a hash")))
         })
         .transpose()

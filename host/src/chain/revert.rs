@@ -3,9 +3,7 @@
 use std::sync::Arc;
 
 use super::block::Block;
-use super::{
-    Chain, Head, RevertError, hex32, load_eth1, load_schedule, pending_store, registry_store,
-};
+use super::{Chain, Head, RevertError, load_eth1, load_schedule, pending_store, registry_store};
 use crate::state::{RegistryUndo, State};
 use crate::store::{WriteBatch, keys};
 
@@ -18,9 +16,8 @@ impl Chain {
         if head.height == 0 {
             return Err(RevertError::Genesis);
         }
-        let name = hex32(&head.hash);
         let corrupt = |reason: String| RevertError::Corrupt {
-            hash: name.clone(),
+            hash: head.hash,
             reason,
         };
         let max = self.genesis.max_deposits_per_block;
@@ -39,7 +36,7 @@ impl Chain {
         let parent = self
             .store
             .get(&keys::block(&parent_hash))?
-            .ok_or_else(|| corrupt(format!("parent block {} missing", hex32(&parent_hash))))?;
+            .ok_or_else(|| corrupt(format!("parent block {} missing", parent_hash)))?;
         let parent =
             Block::decode(&parent, max).map_err(|e| corrupt(format!("parent block: {e}")))?;
         let new_head = Head {
@@ -87,7 +84,7 @@ impl Chain {
         self.store.commit(&batch)?;
 
         let diverged = |reason: String| RevertError::Diverged {
-            hash: name.clone(),
+            hash: head.hash,
             reason,
         };
         // A cached parent state is the registry after rollback: switch to it (a clone of its
@@ -115,8 +112,7 @@ impl Chain {
         if root != new_head.state_root {
             return Err(diverged(format!(
                 "state root {} after rollback, parent commits to {}",
-                hex32(&root),
-                hex32(&new_head.state_root)
+                root, new_head.state_root
             )));
         }
         drop(current);

@@ -106,7 +106,7 @@ impl StateLeaves for State {
     }
 
     fn state_root(&self) -> Hash32 {
-        self.root()
+        self.root().to_bytes()
     }
 
     fn pending(&self) -> Option<&PendingQueue> {
@@ -177,7 +177,13 @@ pub fn synthetic_state(validators: u32, seed: u64) -> Result<State, crate::state
             data: data(u64::from(validators).saturating_add(4), 9),
         }],
     };
-    Ok(State::new([0; 32], 0, registry, eth1, Schedule::default()))
+    Ok(State::new(
+        crate::hashes::BlockHash::default(),
+        0,
+        registry,
+        eth1,
+        Schedule::default(),
+    ))
 }
 
 #[cfg(test)]

@@ -430,7 +430,7 @@ pub fn import_loop(
             .ok_or_else(|| anyhow::anyhow!("deposits-v1 is not embedded in this build"))?;
         let op = modnode::state::UpgradeOp {
             kind: modnode::runtime::Kind::Deposits,
-            module: sha2::Sha256::digest(bytes).into(),
+            module: modnode::hashes::ModuleHash(sha2::Sha256::digest(bytes).into()),
             height,
         };
         if !chain.schedule().entries.contains(&op) {

@@ -8,12 +8,11 @@ use std::sync::Arc;
 
 use super::block::{Block, BlockBody, BlockHeader, Seal};
 use super::deposit_engine::{DepositEngine, DepositModules};
-use super::deposit_types::DepositOutcome;
 use super::errors::ImportError;
 use super::eth1::{DueDeposits, Eth1Data};
 use super::genesis::Genesis;
-use super::hex32;
 use super::transition::{self, Parent, Transition};
+use crate::deposit::DepositOutcome;
 use crate::runtime::deposits::DepositCall;
 use crate::state::{RegistryDelta, Schedule, State};
 
@@ -92,16 +91,14 @@ pub fn apply_block(
 ) -> Result<Applied, ImportError> {
     let header = &block.header;
     let hash = block.hash();
-    // The block's name in an error, formatted only when one is returned.
-    let name = || hex32(&hash);
     if header.parent_hash != parent.block_hash()
         || Some(header.height) != parent.height().checked_add(1)
     {
         return Err(ImportError::NotNext {
-            hash: name(),
+            hash,
             reason: format!(
                 "applied to the state of {} at height {}",
-                hex32(&parent.block_hash()),
+                parent.block_hash(),
                 parent.height()
             ),
         });
@@ -109,9 +106,9 @@ pub fn apply_block(
     let done = run(rules, parent, parent_slot, header, &block.body)?;
     if done.root != header.state_root {
         return Err(ImportError::StateRootMismatch {
-            hash: name(),
-            claimed: hex32(&header.state_root),
-            computed: hex32(&done.root),
+            hash,
+            claimed: header.state_root,
+            computed: done.root,
         });
     }
     // A clone of the parent's chunk tables, the touched chunks copied on write: the parent
@@ -119,10 +116,7 @@ pub fn apply_block(
     let mut registry = Arc::clone(parent.shared_registry());
     Arc::make_mut(&mut registry)
         .apply(&done.delta)
-        .map_err(|source| ImportError::State {
-            hash: name(),
-            source,
-        })?;
+        .map_err(|source| ImportError::State { hash, source })?;
     let state = State::from_shared(
         hash,
         header.height,
@@ -133,13 +127,12 @@ pub fn apply_block(
     );
     if state.root() != done.root {
         return Err(ImportError::Diverged {
-            hash: name(),
+            hash,
             height: header.height,
-            disk_root: hex32(&done.root),
-            memory_root: hex32(&state.root()),
+            disk_root: done.root,
+            memory_root: state.root().to_string(),
             reason: "the state root after applying the registry change differs from the one \
-                     computed before"
-                .into(),
+                     computed before",
         });
     }
     Ok(Applied {
@@ -176,7 +169,8 @@ pub fn due_deposits(
     proposer: u32,
     vote: Eth1Data,
 ) -> Result<DueDeposits, ImportError> {
-    let voted = transition::voted(genesis, state.eth1(), slot, proposer, vote, "being built")?;
+    let voted = transition::voted(genesis, state.eth1(), slot, proposer, vote)
+        .map_err(|source| ImportError::BuiltEth1Vote { source })?;
     Ok(DueDeposits {
         from: voted.deposit_index,
         count: voted.due(u64::from(genesis.max_deposits_per_block)),
@@ -194,10 +188,9 @@ pub fn deposit_call(genesis: &Genesis, parent: &State, block: &Block) -> Option<
         header.slot,
         header.proposer,
         block.body.eth1_vote,
-        "",
     )
     .ok()?;
-    Some(super::deposit_engine::deposit_call(
+    Some(DepositCall::new(
         parent.shared_registry().clone(),
         &transition::context(genesis, header, &voted),
         &block.body.deposits,

@@ -18,7 +18,11 @@
 
 use sha2::{Digest, Sha256};
 
+pub use crate::hashes::{BlockHash, StateRoot};
+
 use super::eth1::{DEPOSIT_PROOF_LEN, Eth1Data, ProvenDeposit};
+/// One deposit with its fixed-size fields (defined in [`crate::deposit`], below the runtime).
+pub use crate::deposit::DepositData;
 use crate::state::schedule::{
     MAX_READY_ATTESTATIONS, MAX_UPGRADE_VOTES, ScheduleError, UPGRADE_OP_BYTES, UpgradeOp,
 };
@@ -38,18 +42,19 @@ pub const SEAL_DOMAIN: &[u8] = b"modnode-block-seal-v1";
 /// What the proposer signs to seal a block: `sha256("modnode-block-seal-v1" ‖ genesis hash ‖
 /// block hash)`. Bound to the chain, and separated from anything else the node key signs (the
 /// TLS handshake signs raw 32-byte values too).
-pub fn seal_message(genesis_hash: &Hash, block_hash: &Hash) -> Hash {
+pub fn seal_message(genesis_hash: &BlockHash, block_hash: &BlockHash) -> Digest32 {
     let mut h = Sha256::new();
     h.update(SEAL_DOMAIN);
-    h.update(genesis_hash);
-    h.update(block_hash);
+    h.update(genesis_hash.as_bytes());
+    h.update(block_hash.as_bytes());
     h.finalize().into()
 }
 /// Default `max_deposits_per_block` (phase0 `MAX_DEPOSITS`).
 pub const DEFAULT_MAX_DEPOSITS: u16 = 16;
 
-/// A 32-byte hash.
-pub type Hash = [u8; 32];
+/// A SHA-256 digest that names neither a block nor a state: a body root, a deposit's id, a seal
+/// message (blocks are [`BlockHash`], state roots [`StateRoot`]).
+pub type Digest32 = [u8; 32];
 
 /// Why bytes are not a block.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -101,19 +106,6 @@ pub enum BlockError {
     },
 }
 
-/// One deposit with its fixed-size fields.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct DepositData {
-    /// BLS public key (compressed).
-    pub pubkey: [u8; 48],
-    /// Withdrawal credentials.
-    pub withdrawal_credentials: [u8; 32],
-    /// Amount in Gwei.
-    pub amount: u64,
-    /// BLS signature (compressed).
-    pub signature: [u8; 96],
-}
-
 impl DepositData {
     /// Canonical encoding: pubkey ‖ withdrawal credentials ‖ amount (LE) ‖ signature,
     /// [`DEPOSIT_BYTES`] long (the form deposits take in a block body and in gossip).
@@ -147,7 +139,7 @@ impl DepositData {
     }
 
     /// Identifies the deposit: `sha256(encode())`.
-    pub fn id(&self) -> Hash {
+    pub fn id(&self) -> Digest32 {
         Sha256::digest(self.encode()).into()
     }
 }
@@ -156,7 +148,7 @@ impl DepositData {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BlockHeader {
     /// Hash of the parent block (for genesis: the hash of the chain configuration).
-    pub parent_hash: Hash,
+    pub parent_hash: BlockHash,
     /// Height (genesis is 0).
     pub height: u64,
     /// Slot.
@@ -164,9 +156,9 @@ pub struct BlockHeader {
     /// Index of the proposing authority.
     pub proposer: u32,
     /// State root after this block.
-    pub state_root: Hash,
+    pub state_root: StateRoot,
     /// `sha256` of the encoded body.
-    pub body_root: Hash,
+    pub body_root: Digest32,
 }
 
 /// A block body.
@@ -268,18 +260,18 @@ impl BlockHeader {
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(HEADER_BYTES);
         out.push(BLOCK_VERSION);
-        out.extend_from_slice(&self.parent_hash);
+        out.extend_from_slice(self.parent_hash.as_bytes());
         out.extend_from_slice(&self.height.to_le_bytes());
         out.extend_from_slice(&self.slot.to_le_bytes());
         out.extend_from_slice(&self.proposer.to_le_bytes());
-        out.extend_from_slice(&self.state_root);
+        out.extend_from_slice(self.state_root.as_bytes());
         out.extend_from_slice(&self.body_root);
         out
     }
 
     /// The block hash: `sha256(encode())`.
-    pub fn hash(&self) -> Hash {
-        Sha256::digest(self.encode()).into()
+    pub fn hash(&self) -> BlockHash {
+        BlockHash::new(Sha256::digest(self.encode()).into())
     }
 
     /// Decodes a header encoded alone ([`BlockHeader::encode`]), refusing trailing bytes.
@@ -301,11 +293,11 @@ impl BlockHeader {
             });
         }
         Ok(Self {
-            parent_hash: *r.take("parent hash")?,
+            parent_hash: BlockHash::new(*r.take("parent hash")?),
             height: r.u64("height")?,
             slot: r.u64("slot")?,
             proposer: u32::from_le_bytes(*r.take("proposer")?),
-            state_root: *r.take("state root")?,
+            state_root: StateRoot::new(*r.take("state root")?),
             body_root: *r.take("body root")?,
         })
     }
@@ -346,7 +338,7 @@ impl BlockBody {
     }
 
     /// `sha256(encode())`.
-    pub fn root(&self) -> Hash {
+    pub fn root(&self) -> Digest32 {
         Sha256::digest(self.encode()).into()
     }
 
@@ -418,7 +410,7 @@ impl Block {
     }
 
     /// The block hash.
-    pub fn hash(&self) -> Hash {
+    pub fn hash(&self) -> BlockHash {
         self.header.hash()
     }
 }
@@ -456,12 +448,12 @@ mod tests {
 
         #[test]
         fn roundtrip(height: u64, slot: u64, proposer: u32, seeds in proptest::collection::vec((any::<u8>(), any::<u64>()), 0..16)) {
-            let upgrade_votes = (0..(height % 5)).map(|i| UpgradeOp { kind: crate::runtime::Kind::Deposits, module: [i as u8; 32], height: slot }).collect();
-            let op = |i: u64| UpgradeOp { kind: crate::runtime::Kind::Deposits, module: [i as u8; 32], height: slot };
+            let upgrade_votes = (0..(height % 5)).map(|i| UpgradeOp { kind: crate::runtime::Kind::Deposits, module: crate::hashes::ModuleHash([i as u8; 32]), height: slot }).collect();
+            let op = |i: u64| UpgradeOp { kind: crate::runtime::Kind::Deposits, module: crate::hashes::ModuleHash([i as u8; 32]), height: slot };
             let cancel_votes = (0..(slot % 5)).map(op).collect();
             let ready = (0..(height % 17)).map(op).collect();
             let body = BlockBody { eth1_vote: vote(height), deposits: seeds.iter().map(|(s, a)| deposit(*s, *a)).collect(), upgrade_votes, cancel_votes, ready };
-            let header = BlockHeader { parent_hash: [1; 32], height, slot, proposer, state_root: [2; 32], body_root: body.root() };
+            let header = BlockHeader { parent_hash: BlockHash::new([1; 32]), height, slot, proposer, state_root: StateRoot::new([2; 32]), body_root: body.root() };
             let block = Block { header, body, seal: if height % 2 == 0 { Seal::Unsigned } else { Seal::Ed25519([7; 64]) } };
             let bytes = block.encode();
             prop_assert_eq!(Block::decode(&bytes, 16), Ok(block.clone()));
@@ -479,11 +471,11 @@ mod tests {
             ..BlockBody::default()
         };
         let header = BlockHeader {
-            parent_hash: [0; 32],
+            parent_hash: BlockHash::new([0; 32]),
             height: 1,
             slot: 1,
             proposer: 0,
-            state_root: [0; 32],
+            state_root: StateRoot::new([0; 32]),
             body_root: body.root(),
         };
         let bytes = Block {
@@ -576,13 +568,21 @@ mod tests {
 
     #[test]
     fn the_seal_message_is_domain_separated_and_bound_to_the_chain() {
-        let block = [1u8; 32];
-        let m = seal_message(&[0; 32], &block);
-        assert_ne!(m, block);
-        assert_ne!(m, seal_message(&[9; 32], &block));
-        assert_ne!(m, seal_message(&[0; 32], &[2; 32]));
-        let expected: Hash =
-            Sha256::digest([b"modnode-block-seal-v1".as_slice(), &[0; 32], &block].concat()).into();
+        let block = BlockHash::new([1u8; 32]);
+        let genesis = BlockHash::new([0; 32]);
+        let m = seal_message(&genesis, &block);
+        assert_ne!(m, block.to_bytes());
+        assert_ne!(m, seal_message(&BlockHash::new([9; 32]), &block));
+        assert_ne!(m, seal_message(&genesis, &BlockHash::new([2; 32])));
+        let expected: Digest32 = Sha256::digest(
+            [
+                b"modnode-block-seal-v1".as_slice(),
+                &[0; 32],
+                block.as_bytes(),
+            ]
+            .concat(),
+        )
+        .into();
         assert_eq!(m, expected);
     }
 }

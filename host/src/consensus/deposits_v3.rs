@@ -19,10 +19,9 @@ use std::sync::Arc;
 
 use super::eth1::ProvenDeposit;
 use super::genesis::Genesis;
-use super::to_wit;
+use crate::deposit::{ChainContext, DepositContext, EpochDeposits};
 use crate::runtime::CallError;
-use crate::runtime::deposits::v3::{EpochContext, EpochProcessed};
-use crate::runtime::deposits::{BlockContext, Deposit, DepositsModule};
+use crate::runtime::deposits::DepositsModule;
 use crate::state::{PendingError, PendingQueue, Registry, RegistryDelta, StateError};
 
 /// Why a block's deposits@3 step failed. `Call` and `Rejected` are the module's verdicts or
@@ -79,7 +78,7 @@ pub struct V3Step {
     /// The queue after the block.
     pub pending: PendingQueue,
     /// The epoch transition's result, on the first block of an epoch.
-    pub epoch: Option<EpochProcessed>,
+    pub epoch: Option<EpochDeposits>,
     /// `eth1_deposit_index` after the block, as the module reported it.
     pub eth1_deposit_index: u64,
     /// Fuel of both calls.
@@ -94,22 +93,22 @@ pub fn run(
     registry: &Registry,
     pending: &PendingQueue,
     parent_slot: u64,
-    ctx: &BlockContext,
+    ctx: &DepositContext,
     deposits: &[ProvenDeposit],
 ) -> Result<V3Step, V3StepError> {
     let mut after = registry.clone();
     let mut queue = pending.clone();
     let mut fuel_used: u64 = 0;
     let epoch = if genesis.starts_epoch(parent_slot, ctx.slot) {
-        let epoch_ctx = EpochContext {
+        let epoch_ctx = ChainContext {
             height: ctx.height,
             finality_depth: genesis.finality_depth,
-            genesis_fork_version: genesis.genesis_fork_version.to_vec(),
+            genesis_fork_version: genesis.genesis_fork_version,
         };
         let shared = Arc::new(after.clone());
         let out = module
-            .process_epoch(shared, queue.clone(), epoch_ctx)?
-            .map_err(|e| V3StepError::Rejected(e.into()))?;
+            .apply_epoch(shared, queue.clone(), &epoch_ctx)?
+            .map_err(V3StepError::Rejected)?;
         after.apply(&out.delta)?;
         queue.apply(&out.pending)?;
         if out.result.deposit_balance_to_consume != queue.balance_to_consume() {
@@ -124,11 +123,10 @@ pub fn run(
     } else {
         None
     };
-    let wit: Vec<Deposit> = deposits.iter().map(to_wit).collect();
     let shared = Arc::new(after.clone());
     let out = module
-        .process_v3(shared, queue.clone(), ctx, &wit)?
-        .map_err(|e| V3StepError::Rejected(e.into()))?;
+        .queue_deposits(shared, queue.clone(), ctx, deposits)?
+        .map_err(V3StepError::Rejected)?;
     if !out.delta.is_empty() || out.pending.dropped != 0 || out.pending.balance_to_consume.is_some()
     {
         return Err(V3StepError::BlockCallWrote);

@@ -1,6 +1,7 @@
 //! Why a block was not imported, and whose fault that is.
 
-use super::deposit_types::DepositRejection;
+use crate::deposit::DepositRejection;
+use crate::hashes::{BlockHash, ModuleHash, StateRoot};
 use crate::runtime::{HostFailure, ModuleFault};
 use crate::state::{Eth1Error, StateError};
 use crate::store::StoreError;
@@ -11,40 +12,47 @@ pub enum ImportError {
     /// The header does not extend the head.
     #[error("block {hash} does not extend the head: {reason}")]
     NotNext {
-        /// The block's hash (hex).
-        hash: String,
+        /// The block's hash.
+        hash: BlockHash,
         /// What does not match.
         reason: String,
     },
     /// The proposer is not the slot's authority, or the seal does not verify.
     #[error("block {hash} is not properly sealed: {reason}")]
     BadSeal {
-        /// The block's hash (hex).
-        hash: String,
+        /// The block's hash.
+        hash: BlockHash,
         /// What is wrong.
         reason: String,
     },
     /// The body does not match the header's body root, or has too many deposits.
     #[error("block {hash} has an invalid body: {reason}")]
     BadBody {
-        /// The block's hash (hex).
-        hash: String,
+        /// The block's hash.
+        hash: BlockHash,
         /// What is wrong.
         reason: String,
     },
     /// The block's eth1 vote does not fit the state (it moves the deposit count backwards).
     #[error("block {hash} has an invalid eth1 vote: {source}")]
     Eth1Vote {
-        /// The block's hash (hex).
-        hash: String,
+        /// The block's hash.
+        hash: BlockHash,
+        /// Why.
+        source: Eth1Error,
+    },
+    /// The eth1 vote of a block being built (it has no hash yet) does not fit the state it
+    /// is built on.
+    #[error("block being built has an invalid eth1 vote: {source}")]
+    BuiltEth1Vote {
         /// Why.
         source: Eth1Error,
     },
     /// The block's upgrade votes break the schedule's rules (too late, a local kind, too many).
     #[error("block {hash} has an invalid upgrade vote: {source}")]
     UpgradeVote {
-        /// The block's hash (hex).
-        hash: String,
+        /// The block's hash.
+        hash: BlockHash,
         /// Why.
         source: crate::state::ScheduleError,
     },
@@ -58,8 +66,8 @@ pub enum ImportError {
     ModuleMissing {
         /// The kind.
         kind: crate::runtime::Kind,
-        /// The module's sha256 (hex).
-        module: String,
+        /// The module's sha256.
+        module: ModuleHash,
         /// The height that needs it.
         height: u64,
     },
@@ -68,8 +76,8 @@ pub enum ImportError {
         "block {hash} carries {found} deposits, but {expected} are due from deposit index {from}"
     )]
     WrongDepositCount {
-        /// The block's hash (hex).
-        hash: String,
+        /// The block's hash.
+        hash: BlockHash,
         /// `min(max_deposits_per_block, deposit_count - eth1_deposit_index)`.
         expected: u64,
         /// Deposits in the body.
@@ -83,8 +91,8 @@ pub enum ImportError {
         "block {hash}: the deposits module reports deposit index {reported} after the block, expected {expected}"
     )]
     DepositIndexMismatch {
-        /// The block's hash (hex).
-        hash: String,
+        /// The block's hash.
+        hash: BlockHash,
         /// What the module said.
         reported: u64,
         /// Index before the block plus its deposits.
@@ -93,8 +101,8 @@ pub enum ImportError {
     /// The deposits module rejected the block.
     #[error("block {hash} is invalid: deposits rejected: {error:?}")]
     Rejected {
-        /// The block's hash (hex).
-        hash: String,
+        /// The block's hash.
+        hash: BlockHash,
         /// The module's reason.
         error: DepositRejection,
     },
@@ -103,8 +111,8 @@ pub enum ImportError {
     /// (ours: `State`, `NotAnExtension`).
     #[error("block {hash}: {source}")]
     DepositsV3 {
-        /// The block's hash (hex).
-        hash: String,
+        /// The block's hash.
+        hash: BlockHash,
         /// What failed.
         source: super::deposits_v3::V3StepError,
     },
@@ -118,45 +126,45 @@ pub enum ImportError {
          finishes"
     )]
     Migration {
-        /// The block's hash (hex).
-        hash: String,
+        /// The block's hash.
+        hash: BlockHash,
         /// The activation height.
         height: u64,
-        /// The module whose migration failed (hex sha256).
-        module: String,
+        /// The module whose migration failed.
+        module: ModuleHash,
         /// What failed (boxed: it carries the module's error, and import errors travel far).
         source: Box<super::migration::MigrationError>,
     },
     /// The deposits module failed deterministically (trap, fuel, limits): the block is invalid.
     #[error("block {hash}: {0}", hash = .1)]
-    Module(#[source] ModuleFault, String),
+    Module(#[source] ModuleFault, BlockHash),
     /// The host failed while running the deposits module (poisoned lock, full instance pool,
     /// I/O): our problem, not the block's; it was not imported and is not invalid.
     #[error("block {hash} could not be checked: {0}", hash = .1)]
-    Host(#[source] HostFailure, String),
+    Host(#[source] HostFailure, BlockHash),
     /// The state root after the block differs from the header's.
     #[error("block {hash} claims state root {claimed}, but applying it gives {computed}")]
     StateRootMismatch {
-        /// The block's hash (hex).
-        hash: String,
+        /// The block's hash.
+        hash: BlockHash,
         /// Root in the header.
-        claimed: String,
+        claimed: StateRoot,
         /// Root computed.
-        computed: String,
+        computed: StateRoot,
     },
     /// The state rejected the module's changes.
     #[error("block {hash}: state update refused: {source}")]
     State {
-        /// The block's hash (hex).
-        hash: String,
+        /// The block's hash.
+        hash: BlockHash,
         /// Why.
         source: StateError,
     },
     /// Storage failed; the block was not imported.
     #[error("storing block {hash} failed: {source}")]
     Store {
-        /// The block's hash (hex).
-        hash: String,
+        /// The block's hash.
+        hash: BlockHash,
         /// Why.
         source: StoreError,
     },
@@ -168,16 +176,16 @@ pub enum ImportError {
          restart it to reload the state from disk"
     )]
     Diverged {
-        /// The block (hex).
-        hash: String,
+        /// The block.
+        hash: BlockHash,
         /// Its height.
         height: u64,
         /// The root on disk (the block's state root).
-        disk_root: String,
+        disk_root: StateRoot,
         /// The root in memory, or why it cannot be read.
         memory_root: String,
         /// What failed.
-        reason: String,
+        reason: &'static str,
     },
 }
 
@@ -210,6 +218,7 @@ impl ImportError {
             // A vote, deposit count or deposit index the chain's rules refuse: the block is
             // invalid whoever checks it.
             | Self::Eth1Vote { .. }
+            | Self::BuiltEth1Vote { .. }
             | Self::UpgradeVote { .. }
             | Self::WrongDepositCount { .. }
             | Self::DepositIndexMismatch { .. }
@@ -238,10 +247,67 @@ impl ImportError {
     /// The scheduled module this node lacked, if that is why the block failed.
     pub fn missing_module(&self) -> Option<(crate::runtime::Kind, [u8; 32])> {
         match self {
-            Self::ModuleMissing { kind, module, .. } => {
-                Some((*kind, hex::decode(module).ok()?.try_into().ok()?))
-            }
+            Self::ModuleMissing { kind, module, .. } => Some((*kind, module.to_bytes())),
             _ => None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bytes(seed: u8) -> [u8; 32] {
+        let mut out = [0u8; 32];
+        for (i, b) in out.iter_mut().enumerate() {
+            *b = seed.wrapping_mul(31).wrapping_add(u8::try_from(i).unwrap());
+        }
+        out
+    }
+
+    /// The typed hashes display as the hex `String`s the errors carried before.
+    #[test]
+    fn messages_read_as_with_hex_strings() {
+        let (block, claimed, computed) = (bytes(1), bytes(2), bytes(3));
+        let seal = ImportError::BadSeal {
+            hash: BlockHash::new(block),
+            reason: "forged".into(),
+        };
+        assert_eq!(
+            seal.to_string(),
+            format!(
+                "block {} is not properly sealed: forged",
+                hex::encode(block)
+            )
+        );
+        let root = ImportError::StateRootMismatch {
+            hash: BlockHash::new(block),
+            claimed: StateRoot::new(claimed),
+            computed: StateRoot::new(computed),
+        };
+        assert_eq!(
+            root.to_string(),
+            format!(
+                "block {} claims state root {}, but applying it gives {}",
+                hex::encode(block),
+                hex::encode(claimed),
+                hex::encode(computed)
+            )
+        );
+        let missing = ImportError::ModuleMissing {
+            kind: crate::runtime::Kind::Deposits,
+            module: ModuleHash::new(claimed),
+            height: 7,
+        };
+        assert!(
+            missing
+                .to_string()
+                .contains(&format!("module {} at height 7", hex::encode(claimed))),
+            "{missing}"
+        );
+        assert_eq!(
+            missing.missing_module(),
+            Some((crate::runtime::Kind::Deposits, claimed))
+        );
     }
 }

@@ -21,38 +21,30 @@
 
 use sha2::{Digest, Sha256};
 
-use super::block::{DepositData, Hash};
+use super::block::{DepositData, Digest32};
+/// A deposit as a block carries it (defined in [`crate::deposit`], below the runtime).
+pub use crate::deposit::ProvenDeposit;
 pub use crate::state::{ETH1_DATA_BYTES, Eth1Data, Eth1State};
 pub use deposits_common::tree::{
     DEPOSIT_CONTRACT_TREE_DEPTH, DEPOSIT_PROOF_BYTES, DEPOSIT_PROOF_LEN, DepositProof,
     empty_deposit_root,
 };
 
-/// A deposit as a block carries it: the data and its proof against the agreed deposit root at
-/// the deposit's index.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ProvenDeposit {
-    /// The deposit.
-    pub data: DepositData,
-    /// 32 sibling hashes (leaf level first), then the deposit count chunk.
-    pub proof: DepositProof,
-}
-
 impl ProvenDeposit {
     /// The deposit's leaf in the deposit tree: `hash_tree_root(DepositData)`.
-    pub fn leaf(&self) -> Hash {
+    pub fn leaf(&self) -> Digest32 {
         self.data.leaf()
     }
 
     /// Whether the proof places this deposit at `index` under `deposit_root`.
-    pub fn verify(&self, index: u64, deposit_root: &Hash) -> bool {
+    pub fn verify(&self, index: u64, deposit_root: &Digest32) -> bool {
         deposits_common::tree::verify_deposit_proof(&self.leaf(), &self.proof, index, deposit_root)
     }
 }
 
 impl DepositData {
     /// The deposit's leaf in the deposit tree: `hash_tree_root(DepositData)`.
-    pub fn leaf(&self) -> Hash {
+    pub fn leaf(&self) -> Digest32 {
         deposits_common::tree::deposit_data_root(
             &self.pubkey,
             &self.withdrawal_credentials,
@@ -63,7 +55,7 @@ impl DepositData {
 
     /// What the deposit's signature signs:
     /// `compute_signing_root(DepositMessage, compute_domain(DOMAIN_DEPOSIT, fork_version, 0))`.
-    pub fn signing_root(&self, fork_version: [u8; 4]) -> Hash {
+    pub fn signing_root(&self, fork_version: [u8; 4]) -> Digest32 {
         let mut pubkey_chunks = [0u8; 64];
         pubkey_chunks[..48].copy_from_slice(&self.pubkey);
         let pubkey_root: [u8; 32] = Sha256::digest(pubkey_chunks).into();

@@ -13,8 +13,9 @@ use rand::{RngCore, SeedableRng};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
-use super::block::{Block, BlockBody, BlockHeader, DEFAULT_MAX_DEPOSITS, DepositData, Hash};
+use super::block::{Block, BlockBody, BlockHeader, DEFAULT_MAX_DEPOSITS, DepositData, Digest32};
 use super::eth1::{Eth1Data, Eth1State};
+use crate::hashes::{BlockHash, StateRoot};
 use crate::state::{Registry, Schedule, StateError, Validator};
 
 /// Why a genesis configuration is unusable.
@@ -90,7 +91,7 @@ pub struct Genesis {
     pub deposits: Vec<DepositData>,
     /// sha256 of the deposits module that runs from genesis until the chain schedules another
     /// (`None`: whatever deposits engine the node opens the chain with — dev chains and tests).
-    pub deposits_module: Option<Hash>,
+    pub deposits_module: Option<[u8; 32]>,
     /// Upgrade votes count only when cast more than this many blocks before the operation's
     /// activation height, so nodes have time to fetch, precompile and warm the module; the
     /// readiness gate closes this many blocks before it.
@@ -501,16 +502,16 @@ impl Genesis {
 
     /// The genesis module schedule: the deposits module named by the genesis, if any.
     pub fn schedule(&self) -> Schedule {
-        let initial: Vec<(crate::runtime::Kind, Hash)> = self
+        let initial: Vec<(crate::runtime::Kind, crate::hashes::ModuleHash)> = self
             .deposits_module
             .iter()
-            .map(|&h| (crate::runtime::Kind::Deposits, h))
+            .map(|&h| (crate::runtime::Kind::Deposits, crate::hashes::ModuleHash(h)))
             .collect();
         Schedule::genesis(&initial)
     }
 
     /// Hash of everything in the configuration that is not in the genesis state.
-    pub fn config_hash(&self) -> Hash {
+    pub fn config_hash(&self) -> Digest32 {
         let mut h = Sha256::new();
         h.update(b"modnode-genesis-v2");
         h.update((self.chain_id.len() as u64).to_le_bytes());
@@ -549,11 +550,15 @@ impl Genesis {
         };
         Block {
             header: BlockHeader {
-                parent_hash: self.config_hash(),
+                parent_hash: BlockHash::new(self.config_hash()),
                 height: 0,
                 slot: 0,
                 proposer: 0,
-                state_root: crate::state::state_root(&registry.root(), &eth1, &self.schedule()),
+                state_root: StateRoot::new(crate::state::state_root(
+                    &registry.root(),
+                    &eth1,
+                    &self.schedule(),
+                )),
                 body_root: body.root(),
             },
             body,

@@ -15,10 +15,10 @@
 use std::sync::Arc;
 
 use super::genesis::Genesis;
+use crate::deposit::ChainContext;
 use crate::runtime::CallError;
 use crate::runtime::Kind;
 use crate::runtime::deposits::DepositsModule;
-use crate::runtime::deposits::migration::MigrationContext;
 use crate::state::{PendingError, PendingQueue, Registry, RegistryDelta, Schedule, StateError};
 
 /// Why a module's migration failed. Every variant stops import at the activation height.
@@ -73,7 +73,7 @@ pub struct Migrated {
 /// the deposits module `module`: the schedule has an entry for it at exactly `height` and a
 /// different module (or none) runs at `height − 1`. Re-scheduling the module already running
 /// migrates nothing; genesis (height 0) activates nothing.
-pub fn activates(schedule: &Schedule, height: u64, module: &[u8; 32]) -> bool {
+pub fn activates(schedule: &Schedule, height: u64, module: &crate::hashes::ModuleHash) -> bool {
     let Some(before) = height.checked_sub(1) else {
         return false;
     };
@@ -96,15 +96,15 @@ pub fn run(
     height: u64,
 ) -> Result<Migrated, MigrationError> {
     let queue = pending.cloned().unwrap_or_else(PendingQueue::new);
-    let ctx = MigrationContext {
+    let ctx = ChainContext {
         height,
         finality_depth: genesis.finality_depth,
-        genesis_fork_version: genesis.genesis_fork_version.to_vec(),
+        genesis_fork_version: genesis.genesis_fork_version,
     };
     let shared = Arc::new(registry.clone());
     let out = module
-        .migrate(shared, queue.clone(), ctx)?
-        .map_err(|e| MigrationError::Rejected(e.into()))?;
+        .run_migration(shared, queue.clone(), &ctx)?
+        .map_err(MigrationError::Rejected)?;
     let mut after = registry.clone();
     after.apply(&out.delta)?;
     let mut queue = queue;
@@ -113,7 +113,7 @@ pub fn run(
         registry: after,
         pending: queue,
         fuel_used: out.fuel_used,
-        changed: out.migrated.changed,
+        changed: out.migrated,
     })
 }
 

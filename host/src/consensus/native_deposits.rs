@@ -10,10 +10,9 @@ use sha2::{Digest, Sha256};
 
 use super::block::DepositData;
 use super::deposit_engine::DepositsResult;
-use super::deposit_types::DepositOutcome;
 use super::eth1::ProvenDeposit;
 use crate::crypto::{self, SignatureSet};
-use crate::runtime::deposits::{BlockContext, ProcessError, registry_error};
+use crate::deposit::{DepositContext, DepositOutcome, DepositRejection, RegistryRejection};
 use crate::state::{RegistryOverlay, SharedRegistry};
 
 const GWEI_PER_ETH: u64 = 1_000_000_000;
@@ -77,38 +76,29 @@ pub enum Verification {
 }
 
 /// Applies `deposits` over `registry`; returns the outcomes, the delta and the deposit index
-/// after the block, or why the block is invalid.
+/// after the block, or why the block is invalid. Written against the chain's deposit types: it
+/// is the oracle of what a deposits module does, not of how the module interface encodes it.
 pub fn process(
     registry: SharedRegistry,
-    ctx: &BlockContext,
+    ctx: &DepositContext,
     proven: &[ProvenDeposit],
     verification: Verification,
-) -> Result<DepositsResult, ProcessError> {
-    let fork_version = <[u8; 4]>::try_from(ctx.genesis_fork_version.as_slice()).map_err(|_| {
-        ProcessError::BadContext(format!(
-            "genesis fork version is {} bytes, expected 4",
-            ctx.genesis_fork_version.len()
-        ))
-    })?;
-    let root = <[u8; 32]>::try_from(ctx.eth1_data.deposit_root.as_slice()).map_err(|_| {
-        ProcessError::BadContext(format!(
-            "deposit root is {} bytes, expected 32",
-            ctx.eth1_data.deposit_root.len()
-        ))
-    })?;
+) -> Result<DepositsResult, DepositRejection> {
+    let fork_version = ctx.genesis_fork_version;
+    let root = ctx.eth1_data.deposit_root;
     let mut index = ctx.eth1_deposit_index;
     for p in proven {
         if !proof_is_valid(deposit_leaf(&p.data), &p.proof, index, &root) {
-            return Err(ProcessError::BadProof(index));
+            return Err(DepositRejection::BadProof(index));
         }
-        index = index
-            .checked_add(1)
-            .ok_or_else(|| ProcessError::BadContext("the eth1 deposit index overflows".into()))?;
+        index = index.checked_add(1).ok_or_else(|| {
+            DepositRejection::BadContext("the eth1 deposit index overflows".into())
+        })?;
     }
     let deposits: Vec<DepositData> = proven.iter().map(|p| p.data).collect();
     let deposits = deposits.as_slice();
     let mut overlay = RegistryOverlay::new(registry);
-    let lookup_err = |e| ProcessError::Registry(registry_error(&e));
+    let lookup_err = |e| DepositRejection::Registry(RegistryRejection::from(&e));
 
     // Batch pass: first deposit of each pubkey unknown before the block.
     let mut prevalidated = vec![false; deposits.len()];

@@ -8,15 +8,14 @@
 //! and is the block intake's (`node::intake`, with `clock`'s one skew rule).
 
 use super::ImportError;
-use super::block::{self, Block, Hash};
+use super::block::{self, Block, BlockHash};
 use super::genesis::Genesis;
-use super::hex32;
 
 /// A block whose shell was verified (seal and body against its header), with its hash.
 #[derive(Debug, Clone, Copy)]
 pub struct ShellVerified<'a> {
     block: &'a Block,
-    hash: Hash,
+    hash: BlockHash,
 }
 
 impl<'a> ShellVerified<'a> {
@@ -26,7 +25,7 @@ impl<'a> ShellVerified<'a> {
     }
 
     /// Its hash (the header's).
-    pub fn hash(&self) -> Hash {
+    pub fn hash(&self) -> BlockHash {
         self.hash
     }
 }
@@ -37,26 +36,22 @@ impl<'a> ShellVerified<'a> {
 pub fn verify_shell<'a>(
     block: &'a Block,
     genesis: &Genesis,
-    genesis_hash: &Hash,
+    genesis_hash: &BlockHash,
 ) -> Result<ShellVerified<'a>, ImportError> {
     let hash = block.hash();
-    let name = hex32(&hash);
-    check_seal(genesis, genesis_hash, block, &name)?;
-    check_body(block, genesis.max_deposits_per_block, &name)?;
+    check_seal(genesis, genesis_hash, block, hash)?;
+    check_body(block, genesis.max_deposits_per_block, hash)?;
     Ok(ShellVerified { block, hash })
 }
 
 /// Checks that `block` comes from its slot's authority (chains with an authority set).
 pub(crate) fn check_seal(
     genesis: &Genesis,
-    genesis_hash: &Hash,
+    genesis_hash: &BlockHash,
     block: &Block,
-    name: &str,
+    hash: BlockHash,
 ) -> Result<(), ImportError> {
-    let bad = |reason: String| ImportError::BadSeal {
-        hash: name.to_string(),
-        reason,
-    };
+    let bad = |reason: String| ImportError::BadSeal { hash, reason };
     let Some(expected) = genesis.proposer_for(block.header.slot) else {
         return Ok(());
     };
@@ -86,11 +81,12 @@ pub(crate) fn check_seal(
 }
 
 /// Checks that the body is the one the header commits to and within the deposit limit.
-pub(crate) fn check_body(block: &Block, max_deposits: u16, name: &str) -> Result<(), ImportError> {
-    let bad = |reason: String| ImportError::BadBody {
-        hash: name.to_string(),
-        reason,
-    };
+pub(crate) fn check_body(
+    block: &Block,
+    max_deposits: u16,
+    hash: BlockHash,
+) -> Result<(), ImportError> {
+    let bad = |reason: String| ImportError::BadBody { hash, reason };
     if block.body.deposits.len() > usize::from(max_deposits) {
         return Err(bad(format!(
             "{} deposits, limit {max_deposits}",

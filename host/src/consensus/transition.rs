@@ -4,17 +4,15 @@
 
 use std::sync::Arc;
 
-use super::block::{BlockBody, BlockHeader};
-use super::deposit_engine::wit_context;
+use super::block::{BlockBody, BlockHeader, StateRoot};
 use super::deposit_engine::{DepositEngine, DepositModules};
-use super::deposit_types::{DepositContext, DepositOutcome};
 use super::errors::ImportError;
 use super::eth1::{Eth1Data, Eth1State};
 use super::genesis::Genesis;
-use super::hex32;
 use super::{DepositsResult, deposits_v3, migration};
+use crate::deposit::{DepositContext, DepositOutcome};
 use crate::runtime::{CallError, Kind};
-use crate::state::{PendingQueue, Registry, RegistryDelta, Schedule, state_root_with};
+use crate::state::{Eth1Error, PendingQueue, Registry, RegistryDelta, Schedule, state_root_with};
 
 /// The major version of the deposits contract whose modules run a block through
 /// [`deposits_v3::run`] (Electra's pending-deposit queue).
@@ -28,7 +26,7 @@ pub(super) struct Transition {
     pub(super) schedule: Schedule,
     /// deposits@3's queue after the block: `Some` once the chain has run that contract.
     pub(super) pending: Option<PendingQueue>,
-    pub(super) root: [u8; 32],
+    pub(super) root: StateRoot,
 }
 
 /// The parent's state a block's transition reads besides its registry: eth1 state, module
@@ -65,7 +63,7 @@ pub(super) fn engine_for(
     }
     Err(ImportError::ModuleMissing {
         kind: Kind::Deposits,
-        module: hex32(&hash),
+        module: hash,
         height,
     })
 }
@@ -88,8 +86,7 @@ pub(super) fn voted(
     slot: u64,
     proposer: u32,
     vote: Eth1Data,
-    name: &str,
-) -> Result<Eth1State, ImportError> {
+) -> Result<Eth1State, Eth1Error> {
     eth1.with_vote(
         slot,
         proposer,
@@ -97,10 +94,6 @@ pub(super) fn voted(
         genesis.eth1_voting_period_slots,
         genesis.authorities.len(),
     )
-    .map_err(|source| ImportError::Eth1Vote {
-        hash: name.to_string(),
-        source,
-    })
 }
 
 /// Runs a block's body over `registry` and `parent` without changing any: the eth1 vote, the
@@ -119,15 +112,9 @@ pub(super) fn transition(
 ) -> Result<Transition, ImportError> {
     let eth1 = parent.eth1;
     let schedule = parent.schedule;
-    let hash = hex32(&header.hash());
-    let voted = voted(
-        genesis,
-        eth1,
-        header.slot,
-        header.proposer,
-        body.eth1_vote,
-        &hash,
-    )?;
+    let hash = header.hash();
+    let voted = voted(genesis, eth1, header.slot, header.proposer, body.eth1_vote)
+        .map_err(|source| ImportError::Eth1Vote { hash, source })?;
     let schedule = schedule
         .with_block(
             header.height,
@@ -135,10 +122,7 @@ pub(super) fn transition(
             body.schedule_votes(),
             &genesis.governance(),
         )
-        .map_err(|source| ImportError::UpgradeVote {
-            hash: hash.clone(),
-            source,
-        })?;
+        .map_err(|source| ImportError::UpgradeVote { hash, source })?;
     let deposits = engine_at(header.height)?;
     let expected = voted.due(u64::from(genesis.max_deposits_per_block));
     let found = u64::try_from(body.deposits.len()).unwrap_or(u64::MAX);
@@ -151,8 +135,8 @@ pub(super) fn transition(
         });
     }
     let call_error = |e: CallError| match e {
-        CallError::Module(fault) => ImportError::Module(fault, hash.clone()),
-        CallError::Host(failure) => ImportError::Host(failure, hash.clone()),
+        CallError::Module(fault) => ImportError::Module(fault, hash),
+        CallError::Host(failure) => ImportError::Host(failure, hash),
     };
     let ctx = context(genesis, header, &voted);
     // The module the height activates migrates the parent's state first, if it brings a
@@ -160,17 +144,17 @@ pub(super) fn transition(
     let migrated = match &deposits {
         DepositEngine::Module(module)
             if module.has_migration()
-                && migration::activates(parent.schedule, header.height, &module.hash().0) =>
+                && migration::activates(parent.schedule, header.height, &module.hash()) =>
         {
             let done = migration::run(module, genesis, registry, parent.pending, header.height)
                 .map_err(|source| ImportError::Migration {
-                    hash: hash.clone(),
+                    hash,
                     height: header.height,
-                    module: hex32(&module.hash().0),
+                    module: module.hash(),
                     source: Box::new(source),
                 })?;
             tracing::info!(
-                module = %hex32(&module.hash().0),
+                module = %module.hash(),
                 height = header.height,
                 fuel = done.fuel_used,
                 changed = done.changed,
@@ -181,9 +165,9 @@ pub(super) fn transition(
         _ => None,
     };
     let migration_error = |source: migration::MigrationError| ImportError::Migration {
-        hash: hash.clone(),
+        hash,
         height: header.height,
-        module: deposits.hash().map(|h| hex32(&h)).unwrap_or_default(),
+        module: deposits.hash().unwrap_or_default(),
         source: Box::new(source),
     };
     // The registry and queue the block's deposits run on.
@@ -205,15 +189,12 @@ pub(super) fn transition(
                 &work,
                 queue,
                 parent.slot,
-                &wit_context(&ctx),
+                &ctx,
                 &body.deposits,
             )
             .map_err(|source| match source {
                 deposits_v3::V3StepError::Call(e) => call_error(e),
-                source => ImportError::DepositsV3 {
-                    hash: hash.clone(),
-                    source,
-                },
+                source => ImportError::DepositsV3 { hash, source },
             })?;
             let result = DepositsResult {
                 outcomes: Vec::new(),
@@ -226,10 +207,7 @@ pub(super) fn transition(
             let result = deposits
                 .apply(work.clone(), &ctx, &body.deposits)
                 .map_err(call_error)?
-                .map_err(|error| ImportError::Rejected {
-                    hash: hash.clone(),
-                    error,
-                })?;
+                .map_err(|error| ImportError::Rejected { hash, error })?;
             (result, parent_pending.cloned())
         }
     };
@@ -240,10 +218,7 @@ pub(super) fn transition(
     }
     let eth1 = voted
         .after_deposits(found)
-        .map_err(|source| ImportError::Eth1Vote {
-            hash: hash.clone(),
-            source,
-        })?;
+        .map_err(|source| ImportError::Eth1Vote { hash, source })?;
     if result.eth1_deposit_index != eth1.deposit_index {
         return Err(ImportError::DepositIndexMismatch {
             hash,
@@ -258,7 +233,12 @@ pub(super) fn transition(
     Ok(Transition {
         outcomes: result.outcomes,
         delta: result.delta,
-        root: state_root_with(&registry_root, &eth1, &schedule, pending_root.as_ref()),
+        root: StateRoot::new(state_root_with(
+            &registry_root,
+            &eth1,
+            &schedule,
+            pending_root.as_ref(),
+        )),
         eth1,
         schedule,
         pending,

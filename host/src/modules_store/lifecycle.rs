@@ -10,31 +10,36 @@
 //!   it), validates with only the [`allowed_features`], and reads the component's world,
 //!   contract and imports; then the kind the chain scheduled, if any. Nothing parses the bytes
 //!   again before the engine compiles them.
-//! - **compile** ([`Compiled`]): in the admission's lane, under its deadline, into a private
-//!   staging directory, then loaded from there by the node's own runtime (its one engine: no
-//!   second runtime), linked and described. A stored module compiles (or loads from the node's
-//!   artifact cache) on the runtime directly.
-//! - **warm** ([`Warmed`]): the kind's built-in dry run plus the node's recent real inputs
-//!   ([`ReadyVersions::warm_loaded`]); a module the chain scheduled is never refused here.
-//! - **store** ([`Stored`]): the artifact moves from staging into the node's artifact cache,
-//!   then bytes and metadata go into the [`ModuleStore`] in one batch. Until here nothing of
+//! - **compile** ([`Compiled`], holding the engine's [`LinkedModule`]): in the admission's
+//!   lane, under its deadline, into a private staging directory, then loaded from there by the
+//!   node's own runtime (its one engine: no second runtime), linked and described. A stored
+//!   module compiles (or loads from the node's artifact cache) on the runtime directly.
+//! - **warm** ([`Warmed`], holding a [`ReadyModule`] not admitted yet): the kind's built-in dry
+//!   run plus the node's recent real inputs ([`ReadyVersions::warm_loaded`]); a module the
+//!   chain scheduled is never refused here.
+//! - **store** ([`Stored`], with its [`ModuleRecord`], the store's metadata): the artifact
+//!   moves from staging into the node's artifact cache, then bytes and metadata go into the
+//!   [`ModuleStore`] in one batch (not for a built-in module: it is not stored). Until here nothing of
 //!   the module is in the node's cache or store, so a module refused at any stage leaves
 //!   nothing behind (the staging directory goes with the [`Staging`] guard). A module read
 //!   from the store skips this stage: it is stored already.
-//! - **admit**: into the one ready-map ([`ReadyVersions`]): activatable by hash, runnable by
-//!   the chain at the heights its schedule names it for.
+//! - **admit**: the [`ReadyModule`] into the one ready-map ([`ReadyVersions`]): activatable by
+//!   hash, runnable by the chain at the heights its schedule names it for; reported as a
+//!   [`ReadyInfo`].
 //!
-//! Three paths enter it ([`LifePath`]): the operator's upload (`POST /modules`), a module the
+//! Four paths enter it ([`LifePath`]): the operator's upload (`POST /modules`), a module the
 //! chain scheduled fetched from a peer (`node/network/module_fetch.rs`; admitted on the
-//! chain's word — [`Admission::Scheduled`]), and the stored modules prepared at start
-//! (`node/module_ops.rs`; also a stored module activated or scheduled later).
+//! chain's word — [`Admission::Scheduled`]), the stored modules prepared at start
+//! (`node/module_ops.rs`; also a stored module activated or scheduled later), and the modules
+//! built into the binary prepared at start (`node/start.rs`; compiled in process, never
+//! stored).
 
 use std::path::PathBuf;
 use std::time::Instant;
 
 use sha2::{Digest, Sha256};
 
-use super::StoredModule;
+use super::ModuleRecord;
 use super::upload::code_limits::CodeCounter;
 use super::upload::{
     Admission, ModuleService, UploadError, UploadOutcome, allowed_features, local_limit,
@@ -42,8 +47,8 @@ use super::upload::{
 };
 use crate::hashes::ModuleHash;
 use crate::runtime::inspect::{self, OnePassError};
-use crate::runtime::modules::{Prepared, check_scheduled_kind};
-use crate::runtime::{ComponentInfo, LoadedModule, WarmupReport, modules};
+use crate::runtime::modules::{ReadyInfo, ReadyModule, check_scheduled_kind};
+use crate::runtime::{ComponentInfo, LinkedModule, WarmupReport};
 
 /// Which way a module came into the pipeline.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,6 +59,8 @@ pub enum LifePath {
     PeerFetch,
     /// A module read back from the store (at start, or when activated or scheduled later).
     StartUp,
+    /// A module built into the binary, prepared at start.
+    BuiltIn,
 }
 
 /// A stage of the pipeline, as the stage observer of the tests sees them.
@@ -84,15 +91,16 @@ pub struct Validated<'b> {
 /// fetch) or already in the node's cache (a stored module).
 pub struct Compiled<'b> {
     validated: Validated<'b>,
-    loaded: LoadedModule,
+    linked: LinkedModule,
     staged: Option<StagedArtifact>,
     compile_ms: u64,
 }
 
-/// A compiled module that passed its warm-up (or that the chain scheduled).
+/// A compiled module that passed its warm-up (or that the chain scheduled): ready, not
+/// admitted yet.
 pub struct Warmed<'b> {
     compiled: Compiled<'b>,
-    warmed: modules::Warmed,
+    ready: ReadyModule,
     warmup: WarmupReport,
     warm_us: u64,
 }
@@ -100,8 +108,8 @@ pub struct Warmed<'b> {
 /// A warmed module whose artifact is in the node's cache and whose bytes and metadata are in
 /// the store.
 pub struct Stored {
-    meta: StoredModule,
-    warmed: modules::Warmed,
+    record: ModuleRecord,
+    ready: ReadyModule,
 }
 
 /// A compiled artifact in its private staging directory, removed with it.
@@ -183,30 +191,50 @@ impl ModuleService {
         let warmed = self.warm(compiled, admission, path)?;
         let stored = self.store_module(warmed, source, path)?;
         tracing::info!(
-            module = %stored.meta.name(),
-            compile_ms = stored.meta.compile_ms,
-            warm_us = stored.meta.warm_us,
-            warm_fuel = stored.meta.warm_fuel,
-            warm_real_inputs = stored.meta.warm_real_inputs,
+            module = %stored.record.name(),
+            compile_ms = stored.record.compile_ms,
+            warm_us = stored.record.warm_us,
+            warm_fuel = stored.record.warm_fuel,
+            warm_real_inputs = stored.record.warm_real_inputs,
             source,
             "module uploaded, compiled and warmed: ready"
         );
-        let meta = stored.meta.clone();
+        let record = stored.record.clone();
         self.admit_stored(stored, path)?;
-        Ok(UploadOutcome::Ready(meta))
+        Ok(UploadOutcome::Ready(record))
     }
 
-    /// The pipeline for bytes read back from the store (or built into the binary): validate
-    /// once → compile (or load from the artifact cache) → warm → admit; the store stage is
-    /// already done. The features and the kind the chain scheduled refuse it as they would a
-    /// new module; the local limits were the upload's business. A module already ready is
-    /// not prepared again ([`Prepared::new`] is `false`).
+    /// The pipeline for bytes read back from the store: validate once → compile (or load
+    /// from the artifact cache) → warm → admit; the store stage is already done. The features
+    /// and the kind the chain scheduled refuse it as they would a new module; the local limits
+    /// were the upload's business. A module already ready is not prepared again
+    /// ([`ReadyInfo::new`] is `false`).
     pub fn prepare_stored(
         &self,
         bytes: &[u8],
         admission: Admission,
-    ) -> Result<Prepared, UploadError> {
-        let path = LifePath::StartUp;
+    ) -> Result<ReadyInfo, UploadError> {
+        self.prepare_known(bytes, admission, LifePath::StartUp)
+    }
+
+    /// The pipeline for a module built into the binary: validate once → compile → warm →
+    /// admit, as [`prepare_stored`](Self::prepare_stored) but without a store stage (built-in
+    /// modules are not stored). It compiles in this process, on the node's runtime (from the
+    /// node's artifact cache when compiled before): the bytes are the binary's own, so there
+    /// is no hostile compile to bound with a child process and a deadline. Every check
+    /// refuses ([`Admission::Operator`]); a module already ready is not prepared again.
+    pub fn prepare_built_in(&self, bytes: &[u8]) -> Result<ReadyInfo, UploadError> {
+        self.prepare_known(bytes, Admission::Operator, LifePath::BuiltIn)
+    }
+
+    /// Validate once → compile in process (or load from the artifact cache) → warm → admit:
+    /// the pipeline of bytes that need no store stage (stored or built in).
+    fn prepare_known(
+        &self,
+        bytes: &[u8],
+        admission: Admission,
+        path: LifePath,
+    ) -> Result<ReadyInfo, UploadError> {
         let versions = self.versions()?;
         let validated = self.validate(bytes, admission, false, path)?;
         if let Some(known) = versions.prepared_version(&validated.info.sha256) {
@@ -214,20 +242,20 @@ impl ModuleService {
         }
         let started = Instant::now();
         let name = validated.name.clone();
-        let loaded = versions
+        let linked = versions
             .runtime()
             .load_validated(bytes, validated.info.clone())
             .map_err(|source| UploadError::Warmup { name, source })?;
         passed(path, Stage::Compiled, validated.info.sha256);
         let compiled = Compiled {
             validated,
-            loaded,
+            linked,
             staged: None,
             compile_ms: elapsed_ms(started),
         };
         let warmed = self.warm(compiled, admission, path)?;
         let hash = warmed.compiled.validated.info.sha256;
-        let prepared = versions.admit(warmed.warmed);
+        let prepared = versions.admit(warmed.ready);
         passed(path, Stage::Admitted, hash);
         Ok(prepared)
     }
@@ -320,7 +348,7 @@ impl ModuleService {
             .artifact_file_name(hash.as_bytes());
         let staged = dir.0.join(file_name);
         std::fs::write(&staged, &artifact).map_err(staging_error("write", &staged))?;
-        let loaded = versions
+        let linked = versions
             .runtime()
             .load_staged(&staged, validated.info.clone())
             .map_err(|source| UploadError::Warmup {
@@ -330,7 +358,7 @@ impl ModuleService {
         passed(path, Stage::Compiled, hash);
         Ok(Compiled {
             validated,
-            loaded,
+            linked,
             staged: Some(StagedArtifact {
                 path: staged,
                 size,
@@ -353,28 +381,28 @@ impl ModuleService {
     ) -> Result<Warmed<'b>, UploadError> {
         let versions = self.versions()?;
         let started = Instant::now();
-        // A stored module is named as it describes itself, as the slots name it.
+        // A stored or built-in module is named as it describes itself, as the slots name it.
         let name = match path {
-            LifePath::StartUp => compiled.loaded.meta().name(),
+            LifePath::StartUp | LifePath::BuiltIn => compiled.linked.meta().name(),
             LifePath::Upload | LifePath::PeerFetch => compiled.validated.name.clone(),
         };
-        let warmed = match admission {
+        let ready = match admission {
             Admission::Operator => {
                 versions
-                    .warm_loaded(compiled.loaded.clone())
+                    .warm_loaded(compiled.linked.clone())
                     .map_err(|e| UploadError::DryRun {
                         name,
                         message: e.to_string(),
                     })?
             }
-            Admission::Scheduled { .. } => versions.warm_scheduled(compiled.loaded.clone()).0,
+            Admission::Scheduled { .. } => versions.warm_scheduled(compiled.linked.clone()).0,
         };
         let warm_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
-        let warmup = warmed.prepared().warmup;
+        let warmup = ready.info(true).warmup;
         passed(path, Stage::Warmed, compiled.validated.info.sha256);
         Ok(Warmed {
             compiled,
-            warmed,
+            ready,
             warmup,
             warm_us,
         })
@@ -390,16 +418,16 @@ impl ModuleService {
     ) -> Result<Stored, UploadError> {
         let Warmed {
             compiled,
-            warmed,
+            ready,
             warmup,
             warm_us,
         } = warmed;
         let info = &compiled.validated.info;
-        let meta = compiled.loaded.meta();
+        let meta = compiled.linked.meta();
         let staged = compiled.staged.as_ref().ok_or_else(|| {
             UploadError::Internal(format!("module {} has no staged artifact", info.sha256))
         })?;
-        let stored = StoredModule {
+        let record = ModuleRecord {
             sha256: info.sha256,
             kind: info.kind.to_string(),
             contract: info.contract.to_string(),
@@ -423,22 +451,19 @@ impl ModuleService {
             .map_err(staging_error("move the artifact to", &cached))?;
         if let Err(e) = self
             .store
-            .insert(&info.sha256, compiled.validated.bytes, &stored)
+            .insert(&info.sha256, compiled.validated.bytes, &record)
         {
             let _ = std::fs::remove_file(&cached);
             return Err(e.into());
         }
         passed(path, Stage::Stored, info.sha256);
-        Ok(Stored {
-            meta: stored,
-            warmed,
-        })
+        Ok(Stored { record, ready })
     }
 
     /// Admit: into the one ready-map.
-    fn admit_stored(&self, stored: Stored, path: LifePath) -> Result<Prepared, UploadError> {
-        let hash = stored.warmed.prepared().hash;
-        let prepared = self.versions()?.admit(stored.warmed);
+    fn admit_stored(&self, stored: Stored, path: LifePath) -> Result<ReadyInfo, UploadError> {
+        let hash = stored.ready.info(true).hash;
+        let prepared = self.versions()?.admit(stored.ready);
         passed(path, Stage::Admitted, hash);
         Ok(prepared)
     }

@@ -30,7 +30,7 @@ use std::time::Duration;
 use wasmparser::{Validator, WasmFeatures};
 
 use super::lifecycle::LifePath;
-use super::{ModuleStore, ModuleStoreError, StoredModule};
+use super::{ModuleRecord, ModuleStore, ModuleStoreError};
 
 mod admission;
 pub mod code_limits;
@@ -38,7 +38,7 @@ pub mod compiler;
 mod error;
 
 use crate::hashes::ModuleHash;
-use crate::runtime::modules::{Prepared, ReadyVersions};
+use crate::runtime::modules::{ReadyInfo, ReadyVersions};
 use crate::runtime::{Modules, Runtime, RuntimeConfig};
 pub use admission::Admission;
 pub(super) use admission::local_limit;
@@ -92,14 +92,14 @@ pub fn allowed_features() -> WasmFeatures {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum UploadOutcome {
     /// Validated, compiled, warmed and stored.
-    Ready(StoredModule),
+    Ready(ModuleRecord),
     /// The same bytes were already stored; nothing was done.
-    AlreadyStored(StoredModule),
+    AlreadyStored(ModuleRecord),
 }
 
 impl UploadOutcome {
     /// The module's metadata.
-    pub fn module(&self) -> &StoredModule {
+    pub fn module(&self) -> &ModuleRecord {
         match self {
             UploadOutcome::Ready(m) | UploadOutcome::AlreadyStored(m) => m,
         }
@@ -226,7 +226,7 @@ impl ModuleService {
 
     /// The ready version with this hash (uploaded, fetched or prepared from the store since
     /// start; built in too when the service runs the node's slots), if any.
-    pub fn ready(&self, sha256: &ModuleHash) -> Option<Prepared> {
+    pub fn ready(&self, sha256: &ModuleHash) -> Option<ReadyInfo> {
         let versions = self.versions.lock().unwrap_or_else(|p| p.into_inner());
         versions.as_ref()?.prepared_version(sha256)
     }

@@ -31,6 +31,8 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use modnode_peers::PeerAddr;
 
+use crate::hashes::ModuleHash;
+
 /// Most manifests a checkpoint list answer carries: the checkpoint server's bound, which
 /// decoding enforces on a peer's answer.
 pub use crate::checkpoint::MAX_CHECKPOINTS_PER_ANSWER;
@@ -81,7 +83,7 @@ pub struct ChainStatus {
     /// Its finalized height.
     pub finalized_height: u64,
     /// The modules its chain schedules that it has ready (fetched, compiled and warmed).
-    pub ready_modules: Vec<[u8; 32]>,
+    pub ready_modules: Vec<ModuleHash>,
 }
 
 /// A request.
@@ -101,7 +103,7 @@ pub enum Request {
     /// Send the module component with this sha256.
     Module {
         /// Its sha256.
-        hash: [u8; 32],
+        hash: ModuleHash,
     },
     /// Which checkpoints do you serve?
     Checkpoints,
@@ -235,7 +237,7 @@ impl Request {
                 (BLOCKS_REQUEST, out)
             }
             Self::Peers => (PEERS_REQUEST, Vec::new()),
-            Self::Module { hash } => (MODULE_REQUEST, hash.to_vec()),
+            Self::Module { hash } => (MODULE_REQUEST, hash.as_bytes().to_vec()),
             Self::Checkpoints => (CHECKPOINTS_REQUEST, Vec::new()),
             Self::Chunk { id, index } => {
                 let mut out = id.to_vec();
@@ -252,7 +254,7 @@ impl Request {
             STATUS_REQUEST => Self::Status,
             PEERS_REQUEST => Self::Peers,
             MODULE_REQUEST => Self::Module {
-                hash: r.array("module request hash")?,
+                hash: ModuleHash(r.array("module request hash")?),
             },
             CHECKPOINTS_REQUEST => Self::Checkpoints,
             CHUNK_REQUEST => Self::Chunk {
@@ -294,7 +296,7 @@ impl Response {
                 let n = s.ready_modules.len().min(MAX_READY_MODULES);
                 out.push(u8::try_from(n).unwrap_or(u8::MAX));
                 for hash in s.ready_modules.iter().take(n) {
-                    out.extend_from_slice(hash);
+                    out.extend_from_slice(hash.as_bytes());
                 }
                 (STATUS, out)
             }
@@ -391,7 +393,7 @@ impl Response {
                 }
                 let mut ready_modules = Vec::with_capacity(usize::from(n));
                 for _ in 0..n {
-                    ready_modules.push(r.array("status ready module")?);
+                    ready_modules.push(ModuleHash(r.array("status ready module")?));
                 }
                 Self::Status(ChainStatus {
                     head_height,
@@ -551,14 +553,21 @@ mod tests {
                 head_height: 9,
                 head_hash: [3; 32],
                 finalized_height: 2,
-                ready_modules: vec![[4; 32], [5; 32]],
+                ready_modules: vec![ModuleHash([4; 32]), ModuleHash([5; 32])],
             }),
         );
         roundtrip(
-            Request::Module { hash: [6; 32] },
+            Request::Module {
+                hash: ModuleHash([6; 32]),
+            },
             Response::Module(Some(vec![0, 97, 115, 109])),
         );
-        roundtrip(Request::Module { hash: [6; 32] }, Response::Module(None));
+        roundtrip(
+            Request::Module {
+                hash: ModuleHash([6; 32]),
+            },
+            Response::Module(None),
+        );
         roundtrip(
             Request::Checkpoints,
             Response::Checkpoints(vec![vec![1; 40], Vec::new(), vec![2; 3]]),

@@ -13,6 +13,7 @@ use crate::admin::{self, AdminBackend, BoxFuture, ModuleOp, ModuleOpError};
 use crate::checkpoint::CheckpointStore;
 use crate::clock::unix_ms;
 use crate::deposit_source::DepositSource;
+use crate::hashes::ModuleHash;
 use crate::modules_store::upload::{ModuleService, UploadError, UploadOutcome};
 use crate::runtime::Modules;
 use crate::state::schedule::Action;
@@ -296,9 +297,10 @@ impl AdminBackend for Backend {
                 .into_iter()
                 .find(|k| k.to_string() == kind)
                 .ok_or_else(|| format!("unknown module kind {kind:?}"))?;
-            let module: [u8; 32] = hex::decode(sha256.trim_start_matches("0x"))
+            let module = hex::decode(sha256.trim_start_matches("0x"))
                 .ok()
-                .and_then(|b| b.try_into().ok())
+                .and_then(|b| <[u8; 32]>::try_from(b).ok())
+                .map(ModuleHash)
                 .ok_or_else(|| format!("sha256 {sha256:?} is not 32 bytes of hex"))?;
             let op = crate::state::UpgradeOp {
                 kind,

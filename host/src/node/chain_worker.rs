@@ -483,7 +483,7 @@ impl Worker {
                 let head = self.chain.head();
                 tracing::debug!(
                     height = head.height,
-                    hash = %hex::encode(head.hash.get(..8).unwrap_or_default()),
+                    hash = %hex::encode(head.hash.as_bytes().get(..8).unwrap_or_default()),
                     "imported"
                 );
             }

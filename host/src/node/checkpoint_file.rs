@@ -15,7 +15,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 
-use crate::chain::block::Block;
+use crate::chain::block::{Block, BlockHash};
 use crate::chain::genesis::Genesis;
 use crate::chain::{CheckpointStart, init_from_checkpoint};
 use crate::checkpoint::file::{CheckpointFileError, CheckpointFileReader, write_file};
@@ -193,7 +193,7 @@ pub fn export(data_dir: &Path, which: &str, out: &Path) -> Result<ExportSummary,
         return Err(missing());
     }
     let block = chain
-        .get(&keys::block(&manifest.block_hash))
+        .get(&keys::block(&BlockHash::new(manifest.block_hash)))
         .map_err(|e| chain_storage(e.to_string()))?
         .ok_or_else(missing)?;
     // The typed reason a chunk stopped the write (the writer only needs to know it stopped).
@@ -368,24 +368,24 @@ pub fn restore_from_file(parts: &FileRestoreParts<'_>) -> Result<Option<u64>, Fi
                 reason: format!("does not decode: {e}"),
             }
         })?;
-    if block.hash() != manifest.block_hash || block.header.height != manifest.height {
+    if block.hash().to_bytes() != manifest.block_hash || block.header.height != manifest.height {
         return Err(FileRestoreError::Block {
             file,
             reason: format!(
                 "is block {} at height {}, the manifest names block {} at height {}",
-                hex::encode(block.hash()),
+                block.hash(),
                 block.header.height,
                 hex::encode(manifest.block_hash),
                 manifest.height
             ),
         });
     }
-    if block.header.state_root != manifest.state_root {
+    if block.header.state_root.to_bytes() != manifest.state_root {
         return Err(FileRestoreError::Block {
             file,
             reason: format!(
                 "commits to state root {}, the manifest lists {}",
-                hex::encode(block.header.state_root),
+                block.header.state_root,
                 hex::encode(manifest.state_root)
             ),
         });

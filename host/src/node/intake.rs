@@ -36,7 +36,7 @@ use modnode_peers::NodeId;
 
 use super::chain_worker::WorkerError;
 use super::verdict;
-use crate::chain::block::{Block, BlockError, Seal};
+use crate::chain::block::{Block, BlockError, BlockHash, Seal};
 use crate::chain::genesis::Genesis;
 use crate::chain::{Added, ImportError};
 use crate::clock;
@@ -111,7 +111,7 @@ pub enum IntakeAction {
         /// The block's height.
         height: u64,
         /// The block's hash.
-        hash: [u8; 32],
+        hash: BlockHash,
     },
     /// Count an event in the node's metrics.
     Count(IntakeCount),
@@ -172,7 +172,7 @@ pub enum Timing {
 /// skew rule, its body against its header, its seal against the slot's authority. Pure.
 pub fn check_shell(
     genesis: &Genesis,
-    genesis_hash: &[u8; 32],
+    genesis_hash: &BlockHash,
     block: &Block,
     now_ms: u64,
 ) -> Result<Timing, ShellError> {
@@ -201,8 +201,7 @@ fn check_slot(genesis: &Genesis, block: &Block, now_ms: u64) -> Result<Timing, S
 
 /// The body is the one the header commits to, within the deposit limit.
 fn check_body(genesis: &Genesis, block: &Block) -> Result<(), ShellError> {
-    let name = hex::encode(block.hash());
-    shell::check_body(block, genesis.max_deposits_per_block, &name).map_err(|source| {
+    shell::check_body(block, genesis.max_deposits_per_block, block.hash()).map_err(|source| {
         ShellError::Invalid {
             height: block.header.height,
             source,
@@ -211,17 +210,22 @@ fn check_body(genesis: &Genesis, block: &Block) -> Result<(), ShellError> {
 }
 
 /// The seal is the slot's authority's signature over the block.
-fn check_seal(genesis: &Genesis, genesis_hash: &[u8; 32], block: &Block) -> Result<(), ShellError> {
-    let name = hex::encode(block.hash());
-    shell::check_seal(genesis, genesis_hash, block, &name).map_err(|source| ShellError::Invalid {
-        height: block.header.height,
-        source,
+fn check_seal(
+    genesis: &Genesis,
+    genesis_hash: &BlockHash,
+    block: &Block,
+) -> Result<(), ShellError> {
+    shell::check_seal(genesis, genesis_hash, block, block.hash()).map_err(|source| {
+        ShellError::Invalid {
+            height: block.header.height,
+            source,
+        }
     })
 }
 
 /// What identifies a seal check's outcome: the block hash (which covers slot and proposer)
 /// and the signature.
-type SealKey = ([u8; 32], Option<[u8; 64]>);
+type SealKey = (BlockHash, Option<[u8; 64]>);
 
 /// Outcomes of recent seal checks, so a block relayed again (by the same or another peer, with
 /// any body) costs no second signature check. Bounded: [`MAX_SEALS_REMEMBERED`], oldest out.
@@ -236,7 +240,7 @@ impl SealMemory {
     fn check(
         &mut self,
         genesis: &Genesis,
-        genesis_hash: &[u8; 32],
+        genesis_hash: &BlockHash,
         block: &Block,
         stats: &mut IntakeStats,
     ) -> Result<(), ShellError> {
@@ -250,7 +254,7 @@ impl SealMemory {
         let refused = |reason: String| ShellError::Invalid {
             height: block.header.height,
             source: ImportError::BadSeal {
-                hash: hex::encode(key.0),
+                hash: key.0,
                 reason,
             },
         };
@@ -328,7 +332,7 @@ pub struct IntakeSizes {
 /// The sans-IO intake of gossiped blocks (see the module docs).
 pub struct BlockIntake {
     genesis: Genesis,
-    genesis_hash: [u8; 32],
+    genesis_hash: BlockHash,
     limits: IntakeLimits,
     /// Early blocks by (release time, arrival sequence).
     held: BTreeMap<(u64, u64), Held>,
@@ -344,7 +348,7 @@ pub struct BlockIntake {
 
 impl BlockIntake {
     /// An intake for blocks of `genesis` (whose genesis block hashes to `genesis_hash`).
-    pub fn new(genesis: Genesis, genesis_hash: [u8; 32], limits: IntakeLimits) -> Self {
+    pub fn new(genesis: Genesis, genesis_hash: BlockHash, limits: IntakeLimits) -> Self {
         Self {
             genesis,
             genesis_hash,

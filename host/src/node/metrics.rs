@@ -469,6 +469,7 @@ impl Collector for Described {
 mod tests {
     use super::*;
     use crate::chain::Head;
+    use crate::hashes::{BlockHash, StateRoot};
 
     #[test]
     fn the_ban_view_lists_running_bans_keeps_the_later_end_and_stays_bounded() {
@@ -504,10 +505,10 @@ mod tests {
         metrics.syncing.store(true, Ordering::Relaxed);
         let view = ChainView {
             head: Head {
-                hash: [0; 32],
+                hash: BlockHash::default(),
                 height: 42,
                 slot: 50,
-                state_root: [0; 32],
+                state_root: StateRoot::default(),
             },
             finalized_height: 10,
             served_from: 1,
@@ -551,10 +552,10 @@ mod tests {
         let metrics = Metrics::default();
         let mut view = ChainView {
             head: Head {
-                hash: [0; 32],
+                hash: BlockHash::default(),
                 height: 5,
                 slot: 5,
-                state_root: [0; 32],
+                state_root: StateRoot::default(),
             },
             finalized_height: 0,
             served_from: 1,
@@ -590,10 +591,10 @@ mod tests {
     fn scrapes_register_each_section_once_and_encode_their_own_values() {
         let view = |height| ChainView {
             head: Head {
-                hash: [0; 32],
+                hash: BlockHash::default(),
                 height,
                 slot: height,
-                state_root: [0; 32],
+                state_root: StateRoot::default(),
             },
             finalized_height: 0,
             served_from: 1,

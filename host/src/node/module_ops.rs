@@ -1,17 +1,35 @@
 //! The admin side of the module slots: what `GET /modules` lists, what `POST /modules/activate`,
-//! `/modules/rollback` and `/modules/cancel` do, and the preparation of stored modules at start so that every
-//! stored version can be activated by hash after a restart.
+//! `/modules/rollback` and `/modules/cancel` do, and the preparation of the built-in and the
+//! stored modules at start so that every such version can be activated by hash after a
+//! restart.
 //!
 //! The slot logic itself (swaps, shadow, canary, breaker) is in [`crate::runtime::slot`]; this
 //! file only maps between the module store, the slots and the admin API's JSON and errors.
 
 use serde_json::{Value, json};
 
+use super::NodeError;
 use crate::admin::{ModuleOp, ModuleOpError};
 use crate::hashes::ModuleHash;
 use crate::modules_store::upload::{Admission, ModuleService};
 use crate::modules_store::{ActiveModule, listing};
 use crate::runtime::{Kind, Modules, SlotError, SlotStatus};
+
+/// Prepares every module built into the binary through the module lifecycle (validate once,
+/// compile in process, warm, admit: `LifePath::BuiltIn`), so an operator can activate any of
+/// them by hash. One that does not prepare stops the start: it is this build's own.
+pub(crate) fn prepare_built_in(service: &ModuleService) -> Result<(), NodeError> {
+    for (name, bytes) in crate::artifacts::EMBEDDED {
+        let ready = service
+            .prepare_built_in(bytes)
+            .map_err(|e| NodeError::Module {
+                name: name.to_string(),
+                reason: e.to_string(),
+            })?;
+        tracing::debug!(module = %ready.name, "module ready");
+    }
+    Ok(())
+}
 
 /// Prepares every stored module through the module lifecycle (validate once, load from the
 /// artifact cache, warm, admit: `modules_store::lifecycle`), so each can be activated by hash.

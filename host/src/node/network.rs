@@ -45,7 +45,7 @@ use super::metrics::{Metrics, bump};
 use super::upgrades::UpgradeAgent;
 use super::verdict::{self, RequestError};
 use crate::chain::Added;
-use crate::chain::block::Block;
+use crate::chain::block::{Block, BlockHash};
 use crate::chain::genesis::Genesis;
 use crate::clock::{self, unix_ms};
 use crate::net::endpoint::{CLOSE_PROTOCOL_VIOLATION, NetError, TransportLimits};
@@ -145,7 +145,7 @@ pub(super) struct NetworkParts {
     pub endpoint: quinn::Endpoint,
     pub limits: TransportLimits,
     pub genesis: Genesis,
-    pub genesis_hash: [u8; 32],
+    pub genesis_hash: BlockHash,
     pub peers: PeerManager,
     pub sync: RangeSync,
     pub gossip: GossipHandle,
@@ -172,7 +172,7 @@ pub(super) struct Network {
     endpoint: quinn::Endpoint,
     limits: TransportLimits,
     genesis: Genesis,
-    genesis_hash: [u8; 32],
+    genesis_hash: BlockHash,
     listen_port: u16,
     peers: PeerManager,
     sync: RangeSync,
@@ -195,7 +195,7 @@ pub(super) struct Network {
     /// Range sync holds off after the chain could not check a block for a reason of ours,
     /// until the instant (then it tries once more) or until the scheduled module it waits for,
     /// if any, is ready (see [`Network::waiting_for_module`]).
-    module_wait: Option<(Option<[u8; 32]>, Instant)>,
+    module_wait: Option<(Option<crate::hashes::ModuleHash>, Instant)>,
     checkpoints: crate::checkpoint::CheckpointServer,
     produces: bool,
     /// The verdict on gossiped blocks (sans-IO; driven in `gossip_blocks`).
@@ -277,7 +277,7 @@ impl Network {
                 Some(event) = gossip_events.recv() => net.on_gossip(event),
                 Ok(()) = chain_view.changed() => {
                     let view = *chain_view.borrow_and_update();
-                    net.sync.handle_imported(view.head.height, view.head.hash);
+                    net.sync.handle_imported(view.head.height, view.head.hash.to_bytes());
                 }
                 _ = tokio::time::sleep_until(wake) => {}
             }
@@ -326,9 +326,9 @@ impl Network {
         Hello {
             protocol_version: PROTOCOL_VERSION,
             chain_id: self.genesis.chain_id.clone(),
-            genesis_hash: self.genesis_hash,
+            genesis_hash: self.genesis_hash.to_bytes(),
             head_height: head.height,
-            head_hash: head.hash,
+            head_hash: head.hash.to_bytes(),
             listen_port: self.listen_port,
         }
     }

@@ -57,7 +57,7 @@ pub(super) async fn produce(
                 tracing::info!(
                     slot,
                     height = block.header.height,
-                    hash = %hex::encode(block.hash().get(..8).unwrap_or_default()),
+                    hash = %hex::encode(block.hash().as_bytes().get(..8).unwrap_or_default()),
                     deposits = block.body.deposits.len(),
                     "produced block"
                 );

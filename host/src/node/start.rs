@@ -32,7 +32,7 @@ use crate::modules_store::upload::{ModuleService, UploadConfig};
 use crate::net::endpoint;
 use crate::net::gossip::{self, GossipConfig};
 use crate::net::identity::NodeIdentity;
-use crate::runtime::modules::InitialModules;
+use crate::runtime::modules::{InitialVersions, ReadyVersions};
 use crate::runtime::slot::SlotConfig;
 use crate::runtime::{Modules, Runtime, RuntimeConfig};
 use crate::store::{BanList, SledStore};
@@ -55,15 +55,19 @@ pub const CHECKPOINT_DIR: &str = "checkpoints";
 /// Directory of compiled module artifacts inside the data directory.
 const MODULE_CACHE_DIR: &str = "module-cache";
 
-/// Loads and warms every embedded module (warming the compiled-artifact cache in `data_dir`)
-/// and returns the node's module slots, with the default deposits module and the gossip policy
-/// `policy` active. Refuses a genesis whose engine profile is not this build's.
+/// Prepares every module built into the binary through the module lifecycle (validate once →
+/// compile → warm → admit, `modules_store::lifecycle`; warming the compiled-artifact cache in
+/// `data_dir`) and returns the node's module slots, with the default deposits module, the
+/// checkpoint module `checkpoint` and the gossip policy `policy` active, beside the module
+/// service (store and lifecycle, limits `upload`) admitting into the slots' ready-map. Refuses
+/// a genesis whose engine profile is not this build's.
 fn load_modules(
     data_dir: &Path,
     genesis: &Genesis,
     policy: &str,
     checkpoint: &str,
-) -> Result<Modules, NodeError> {
+    upload: UploadConfig,
+) -> Result<(Modules, ModuleService), NodeError> {
     genesis.engine_profile.check_against_build()?;
     let module_err = |name: &str, reason: String| NodeError::Module {
         name: name.to_string(),
@@ -78,49 +82,54 @@ fn load_modules(
         crate::artifacts::embedded(name)
             .ok_or_else(|| module_err(name, format!("not embedded in this build{hint}")))
     };
-    let initial = InitialModules {
-        deposits: embedded(DEFAULT_DEPOSITS, "")?,
-        checkpoint: embedded(checkpoint, " (checkpoint.create_version: try 1, 2 or 3)")?,
-        gossip_policy: embedded(policy, " (try gossip-policy-v1 or gossip-policy-v2)")?,
+    let deposits = embedded(DEFAULT_DEPOSITS, "")?;
+    let checkpoint_bytes = embedded(checkpoint, " (checkpoint.create_version: try 1, 2 or 3)")?;
+    let policy_bytes = embedded(policy, " (try gossip-policy-v1 or gossip-policy-v2)")?;
+    let config = SlotConfig::default();
+    let versions = Arc::new(ReadyVersions::new(runtime, config.warmup_real_time));
+    let service = ModuleService::open(data_dir, data_dir.join(MODULE_CACHE_DIR), upload)?;
+    service.admit_into(versions.clone());
+    let built_in = |name: &str, bytes: &[u8]| {
+        service
+            .prepare_built_in(bytes)
+            .map(|ready| ready.hash)
+            .map_err(|e| module_err(name, e.to_string()))
     };
-    let modules = Modules::new(runtime, initial, SlotConfig::default())
-        .map_err(|e| module_err("initial modules", e.to_string()))?;
+    let initial = InitialVersions {
+        deposits: built_in(DEFAULT_DEPOSITS, deposits)?,
+        checkpoint: built_in(checkpoint, checkpoint_bytes)?,
+        gossip_policy: built_in(policy, policy_bytes)?,
+    };
     // Every embedded version is prepared, so an operator can activate any of them by hash.
-    for (name, bytes) in crate::artifacts::EMBEDDED {
-        let prepared = modules
-            .prepare(bytes)
-            .map_err(|e| module_err(name, e.to_string()))?;
-        tracing::debug!(module = %prepared.name, "module ready");
-    }
+    module_ops::prepare_built_in(&service)?;
+    let modules = Modules::from_ready(versions, initial, config)
+        .map_err(|e| module_err("initial modules", e.to_string()))?;
     let stats = modules.runtime().cache().stats();
     tracing::info!(
         compiled = stats.compiles(),
         from_cache = stats.hits(),
         "modules warmed"
     );
-    Ok(modules)
+    Ok((modules, service))
 }
 
 /// Opens the chain in `data_dir` with the embedded deposits module, running the versions its
 /// schedule names from the embedded and stored modules.
 pub fn open_chain(data_dir: &Path, genesis: Genesis) -> Result<Chain, NodeError> {
     create_data_dir(data_dir)?;
-    let modules = Arc::new(load_modules(
+    let (modules, service) = load_modules(
         data_dir,
         &genesis,
         DEFAULT_GOSSIP_POLICY,
         DEFAULT_CHECKPOINT,
-    )?);
+        UploadConfig::default(),
+    )?;
+    let modules = Arc::new(modules);
     let (mut chain, _) = open_store(
         data_dir,
         genesis.clone(),
         &modules,
         crate::progress::ProgressDisplay::Log,
-    )?;
-    let service = ModuleService::open(
-        data_dir,
-        data_dir.join(MODULE_CACHE_DIR),
-        UploadConfig::default(),
     )?;
     let agent = UpgradeAgent::new(modules, Arc::new(service), genesis.authorities, [0; 32]);
     chain.set_deposit_modules(Arc::new(agent));
@@ -183,15 +192,14 @@ impl Node {
             let dir = data_dir.clone();
             let genesis = genesis.clone();
             tokio::task::spawn_blocking(crate::log_span::in_current_span(move || {
-                let modules = Arc::new(load_modules(
+                let (modules, module_store) = load_modules(
                     &dir,
                     &genesis,
                     &policy_name,
                     &checkpoint_name,
-                )?);
-                let module_store =
-                    ModuleService::open(&dir, dir.join(MODULE_CACHE_DIR), upload_config)?
-                        .with_slots(modules.clone());
+                    upload_config,
+                )?;
+                let modules = Arc::new(modules);
                 module_ops::prepare_stored(&module_store);
                 // What an operator activated before a restart, back in service.
                 slot_record::restore(&dir, &modules, &module_store);
@@ -438,7 +446,7 @@ impl Node {
         );
         let mut peers = PeerManager::new(peer_config, config.bootstrap.iter().copied(), seed, 0)?;
         bans::restore(&mut peers, &bans, &metrics.bans, unix_ms());
-        let sync = RangeSync::new(config.sync, head.height, head.hash)?;
+        let sync = RangeSync::new(config.sync, head.height, head.hash.to_bytes())?;
         let slot = Duration::from_millis(genesis.slot_ms);
 
         tasks.push(tokio::spawn(tracing::Instrument::in_current_span(

@@ -39,8 +39,6 @@ pub use serve_limit::{FETCH_RETRY, FETCH_RETRY_MAX, Refusal, ServeLimits};
 use serve_limit::{FetchPacing, ServeLimiter};
 use wanted::WantedModules;
 
-pub(crate) type Hash = [u8; 32];
-
 /// Why a module fetched from a peer was not taken.
 #[derive(Debug, thiserror::Error)]
 pub enum FetchError {
@@ -100,7 +98,7 @@ pub struct PeerTableSizes {
 pub struct UpgradeAgent {
     modules: Arc<Modules>,
     service: Arc<ModuleService>,
-    embedded: HashMap<Hash, &'static [u8]>,
+    embedded: HashMap<ModuleHash, &'static [u8]>,
     authorities: Vec<NodeId>,
     me: NodeId,
     /// The schedule after the head.
@@ -109,7 +107,7 @@ pub struct UpgradeAgent {
     /// is added only for a connected peer's status answer and removed by
     /// [`UpgradeAgent::peer_gone`] on every way a peer leaves (each list is bounded by the
     /// status answer's `MAX_READY_MODULES`).
-    peers: Mutex<HashMap<NodeId, Vec<Hash>>>,
+    peers: Mutex<HashMap<NodeId, Vec<ModuleHash>>>,
     fetching: AtomicBool,
     /// When each peer may be asked for a module again. Bounded by the connected peers (only
     /// they are asked; `peer_gone` forgets the others).
@@ -122,7 +120,7 @@ pub struct UpgradeAgent {
     /// Modules the chain needed on any branch and did not have ready.
     wanted: Mutex<WantedModules>,
     /// The module the last fetch was for (fetches take turns).
-    last_fetch: Mutex<Option<Hash>>,
+    last_fetch: Mutex<Option<ModuleHash>>,
     /// The chain's governance rules (for the tally shown to operators).
     rules: Governance,
     /// The chain's `max_deposits_per_block`: a proposed deposits module must finish a block
@@ -159,7 +157,7 @@ impl UpgradeAgent {
         }
         let embedded = crate::artifacts::EMBEDDED
             .iter()
-            .map(|(_, bytes)| (Sha256::digest(bytes).into(), *bytes))
+            .map(|(_, bytes)| (ModuleHash(Sha256::digest(bytes).into()), *bytes))
             .collect();
         Self {
             modules,
@@ -189,27 +187,22 @@ impl UpgradeAgent {
 
     /// Whether the prepared deposits module `hash` can finish a full block at `slot` within
     /// its budget ([`deposit_cost::check`]); the error says what was measured. Blocking.
-    pub fn check_deposit_cost(&self, hash: &Hash, slot: u64) -> Result<(), String> {
+    pub fn check_deposit_cost(&self, hash: &ModuleHash, slot: u64) -> Result<(), String> {
         let module = self
             .modules
-            .prepared_deposits(&ModuleHash(*hash))
-            .ok_or_else(|| format!("deposits module {} is not prepared here", hex::encode(hash)))?;
+            .prepared_deposits(hash)
+            .ok_or_else(|| format!("deposits module {} is not prepared here", hash.to_hex()))?;
         deposit_cost::check(&module, slot, self.max_deposits)
             .map(|cost| {
                 tracing::info!(
-                    module = %hex::encode(hash),
+                    module = %hash.to_hex(),
                     per_deposit = cost.per_deposit,
                     full_block = cost.full_block,
                     full_budget = cost.full_budget,
                     "proposed deposits module fits a full block"
                 );
             })
-            .map_err(|e| {
-                format!(
-                    "deposits module {} cannot be proposed: {e}",
-                    hex::encode(hash)
-                )
-            })
+            .map_err(|e| format!("deposits module {} cannot be proposed: {e}", hash.to_hex()))
     }
 
     /// Uses the chain's governance rules (lead, expiry, quotas) in what operators are shown.
@@ -225,7 +218,7 @@ impl UpgradeAgent {
             &self.schedule(),
             head_height,
             &self.rules,
-            |h| self.modules.deposits_warmed(&ModuleHash(*h)),
+            |h| self.modules.deposits_warmed(h),
             &self.readiness(head_height),
         )
     }
@@ -240,7 +233,7 @@ impl UpgradeAgent {
         self.serving.store(serving, Ordering::Release);
     }
 
-    fn scheduled_modules(&self) -> Vec<Hash> {
+    fn scheduled_modules(&self) -> Vec<ModuleHash> {
         let schedule = lock(&self.schedule);
         // Pending upgrades too: a node that holds a voted module before a majority has voted
         // can attest it ready in time for the gate, and its operator can propose it without
@@ -259,13 +252,13 @@ impl UpgradeAgent {
     }
 
     /// Whether the module `hash` is prepared (compiled and warmed) here.
-    pub fn is_ready(&self, hash: &Hash) -> bool {
-        self.modules.prepared_deposits(&ModuleHash(*hash)).is_some()
+    pub fn is_ready(&self, hash: &ModuleHash) -> bool {
+        self.modules.prepared_deposits(hash).is_some()
     }
 
     /// The scheduled modules this node has ready (what its status answers list).
-    pub fn ready_scheduled(&self) -> Vec<Hash> {
-        let mut ready: Vec<Hash> = self
+    pub fn ready_scheduled(&self) -> Vec<ModuleHash> {
+        let mut ready: Vec<ModuleHash> = self
             .scheduled_modules()
             .into_iter()
             .filter(|h| self.is_ready(h))
@@ -278,9 +271,9 @@ impl UpgradeAgent {
 
     /// Modules to fetch, sorted: those the head's schedule names and those the chain needed on
     /// any branch ([`DepositModules::missing`]), not ready here.
-    pub fn missing(&self) -> Vec<Hash> {
+    pub fn missing(&self) -> Vec<ModuleHash> {
         let wanted = lock(&self.wanted).pending(Instant::now(), |h| self.is_ready(h));
-        let mut missing: Vec<Hash> = self
+        let mut missing: Vec<ModuleHash> = self
             .scheduled_modules()
             .into_iter()
             .filter(|h| !self.is_ready(h))
@@ -292,27 +285,27 @@ impl UpgradeAgent {
     }
 
     /// Prepares `hash` from the local store, if it is there. Blocking (loads, maybe compiles).
-    pub fn prepare_local(&self, hash: &Hash) -> Result<bool, String> {
+    pub fn prepare_local(&self, hash: &ModuleHash) -> Result<bool, String> {
         self.prepare_local_kind(hash).map(|kind| kind.is_some())
     }
 
     /// Prepares `hash` from the local store for an on-chain operation of `kind`: `Ok(false)` if
     /// the bytes are not here, an error naming both kinds if the module is of another kind (a
     /// hash of the wrong kind can never be scheduled by this node). Blocking.
-    pub fn prepare_as(&self, kind: Kind, hash: &Hash) -> Result<bool, String> {
+    pub fn prepare_as(&self, kind: Kind, hash: &ModuleHash) -> Result<bool, String> {
         match self.prepare_local_kind(hash)? {
             None => Ok(false),
             Some(found) if found == kind => Ok(true),
             Some(found) => Err(format!(
                 "module {} is a {found} module, not a {kind} module: it cannot be scheduled as \
                  {kind}",
-                hex::encode(hash)
+                hash.to_hex()
             )),
         }
     }
 
     /// Prepares `hash` from the local store; its kind, or `None` if the bytes are not here.
-    fn prepare_local_kind(&self, hash: &Hash) -> Result<Option<Kind>, String> {
+    fn prepare_local_kind(&self, hash: &ModuleHash) -> Result<Option<Kind>, String> {
         if self.is_ready(hash) {
             return Ok(Some(Kind::Deposits));
         }
@@ -327,20 +320,16 @@ impl UpgradeAgent {
     }
 
     /// The bytes of module `hash` built into this binary or in the local store.
-    fn local_bytes(&self, hash: &Hash) -> Result<Option<Vec<u8>>, String> {
+    fn local_bytes(&self, hash: &ModuleHash) -> Result<Option<Vec<u8>>, String> {
         match self.embedded.get(hash) {
             Some(bytes) => Ok(Some(bytes.to_vec())),
-            None => self
-                .service
-                .store()
-                .bytes(&ModuleHash(*hash))
-                .map_err(|e| e.to_string()),
+            None => self.service.store().bytes(hash).map_err(|e| e.to_string()),
         }
     }
 
     /// The kind the chain scheduled (or is voting to schedule) module `hash` as, if the
     /// schedule after the head names it.
-    fn scheduled_kind(&self, hash: &Hash) -> Option<Kind> {
+    fn scheduled_kind(&self, hash: &ModuleHash) -> Option<Kind> {
         let schedule = lock(&self.schedule);
         let pending = schedule
             .pending
@@ -360,7 +349,7 @@ impl UpgradeAgent {
     /// it, a failed warm-up on this node's own history only warns
     /// ([`ModuleService::prepare_stored`] with [`Admission::Scheduled`]). Blocking (loads, maybe
     /// compiles).
-    pub fn prepare_scheduled(&self, hash: &Hash) -> Result<bool, String> {
+    pub fn prepare_scheduled(&self, hash: &ModuleHash) -> Result<bool, String> {
         if self.is_ready(hash) {
             return Ok(true);
         }
@@ -379,16 +368,21 @@ impl UpgradeAgent {
     /// only warns, store: [`Admission::Scheduled`]) and prepares them. Fetches are only made
     /// for modules a chain scheduled, so the module must be of the kind the schedule names, or
     /// of a consensus kind when the schedule after the head does not name it. Blocking.
-    pub fn accept_fetched(&self, hash: &Hash, bytes: &[u8], peer: &str) -> Result<(), FetchError> {
-        let got: Hash = Sha256::digest(bytes).into();
+    pub fn accept_fetched(
+        &self,
+        hash: &ModuleHash,
+        bytes: &[u8],
+        peer: &str,
+    ) -> Result<(), FetchError> {
+        let got = ModuleHash(Sha256::digest(bytes).into());
         if got != *hash {
             return Err(FetchError::WrongHash {
-                asked: hex::encode(hash),
-                got: hex::encode(got),
+                asked: hash.to_hex(),
+                got: got.to_hex(),
             });
         }
         let rejected = |reason: String| FetchError::Rejected {
-            hash: hex::encode(hash),
+            hash: hash.to_hex(),
             reason,
         };
         let admission = Admission::Scheduled {
@@ -406,7 +400,7 @@ impl UpgradeAgent {
                 .prepare_stored(bytes, admission)
                 .map_err(|e| rejected(e.to_string()))?;
         }
-        tracing::info!(module = %hex::encode(hash), %peer, "scheduled module fetched, compiled and warmed: ready");
+        tracing::info!(module = %hash.to_hex(), %peer, "scheduled module fetched, compiled and warmed: ready");
         Ok(())
     }
 
@@ -416,7 +410,7 @@ impl UpgradeAgent {
     /// ([`ServeLimits`]): over one, [`Refusal::Limited`] (answer "not here"); asking on
     /// regardless, [`Refusal::Abuse`] (a violation). The answer's [`Served`] holds the peer's
     /// one in-flight place until it is dropped, so keep it until the answer is sent.
-    pub fn serve(&self, peer: NodeId, hash: &Hash) -> Result<Served, Refusal> {
+    pub fn serve(&self, peer: NodeId, hash: &ModuleHash) -> Result<Served, Refusal> {
         let now = Instant::now();
         lock(&self.limiter).admit(peer, now)?;
         let mut served = Served {
@@ -434,15 +428,15 @@ impl UpgradeAgent {
         Ok(served)
     }
 
-    fn module_bytes(&self, hash: &Hash) -> Option<Vec<u8>> {
+    fn module_bytes(&self, hash: &ModuleHash) -> Option<Vec<u8>> {
         if !self.serving.load(Ordering::Acquire) {
             return None;
         }
-        let consensus = self.modules.prepared_deposits(&ModuleHash(*hash)).is_some()
+        let consensus = self.modules.prepared_deposits(hash).is_some()
             || self
                 .service
                 .store()
-                .meta(&ModuleHash(*hash))
+                .meta(hash)
                 .ok()
                 .flatten()
                 .is_some_and(|m| m.kind == Kind::Deposits.to_string());
@@ -452,11 +446,7 @@ impl UpgradeAgent {
         if let Some(bytes) = self.embedded.get(hash) {
             return Some(bytes.to_vec());
         }
-        self.service
-            .store()
-            .bytes(&ModuleHash(*hash))
-            .ok()
-            .flatten()
+        self.service.store().bytes(hash).ok().flatten()
     }
 
     /// A missing module ([`UpgradeAgent::missing`]; each in turn) to fetch now and the peers
@@ -464,7 +454,7 @@ impl UpgradeAgent {
     /// every [`FETCH_RETRY`], backing off from peers that answered without it), unless a fetch
     /// is already running; the caller must report each answer
     /// ([`UpgradeAgent::fetch_answered`]) and call [`UpgradeAgent::fetch_done`] when it ends.
-    pub fn next_fetch(&self, connected: &[NodeId]) -> Option<(Hash, Vec<NodeId>)> {
+    pub fn next_fetch(&self, connected: &[NodeId]) -> Option<(ModuleHash, Vec<NodeId>)> {
         let missing = self.missing();
         let mut last = lock(&self.last_fetch);
         let hash = wanted::next_in_turn(&missing, last.as_ref())?;
@@ -485,7 +475,7 @@ impl UpgradeAgent {
     }
 
     /// `peer` answered a request for `hash`: with the bytes (`served`) or without.
-    pub fn fetch_answered(&self, peer: NodeId, hash: &Hash, served: bool) {
+    pub fn fetch_answered(&self, peer: NodeId, hash: &ModuleHash, served: bool) {
         let now = Instant::now();
         if served {
             lock(&self.pacing).served(peer, now);
@@ -503,7 +493,7 @@ impl UpgradeAgent {
     }
 
     /// `peer` reported these modules ready.
-    pub fn peer_ready(&self, peer: NodeId, ready: Vec<Hash>) {
+    pub fn peer_ready(&self, peer: NodeId, ready: Vec<ModuleHash>) {
         lock(&self.peers).insert(peer, ready);
     }
 
@@ -558,20 +548,20 @@ impl UpgradeAgent {
 impl DepositModules for UpgradeAgent {
     /// Ready to attest: prepared and warmed here (a scheduled module admitted although its
     /// warm-up failed on this node's recent blocks runs, but is not attested).
-    fn is_ready(&self, hash: &Hash) -> bool {
-        self.modules.deposits_warmed(&ModuleHash(*hash))
+    fn is_ready(&self, hash: &ModuleHash) -> bool {
+        self.modules.deposits_warmed(hash)
     }
 
-    fn deposits(&self, hash: &Hash) -> Option<DepositEngine> {
+    fn deposits(&self, hash: &ModuleHash) -> Option<DepositEngine> {
         self.modules
-            .prepared_deposits(&ModuleHash(*hash))
+            .prepared_deposits(hash)
             .map(|m| DepositEngine::Module(Box::new((*m).clone())))
     }
 
-    fn missing(&self, kind: Kind, hash: &Hash, height: u64) {
+    fn missing(&self, kind: Kind, hash: &ModuleHash, height: u64) {
         if lock(&self.wanted).needed(kind, *hash, height, Instant::now()) {
             tracing::warn!(
-                module = %hex::encode(hash),
+                module = %hash.to_hex(),
                 %kind,
                 height,
                 "the chain needs a scheduled module this node does not have ready: blocks from \

@@ -1,5 +1,7 @@
 //! Host side of the `modnode:deposits` world: the registry overlay and BLS verification a
-//! deposits module imports, and typed calls into its `processor` export.
+//! deposits module imports, and typed calls into its `processor` export — in the chain's
+//! deposit types ([`Module::apply`], [`DepositCall::new`]; `convert` converts them) for the
+//! chain, in the WIT types for the runtime's own tests.
 
 use std::sync::OnceLock;
 
@@ -8,10 +10,12 @@ use wasmtime::component::{HasSelf, Linker};
 use super::error::{HostFailure, HostFailureKind};
 use super::module::{CallBase, Module, StoreData, World, unimplemented_contract};
 use super::{CallError, Kind, ModuleInfo, Version};
+use crate::deposit::{DepositContext, DepositOutcome, DepositRejection, ProvenDeposit};
 use crate::state::{
     OverlayError, PendingOverlay, PendingQueue, RegistryDelta, RegistryOverlay, SharedRegistry,
 };
 
+pub mod convert;
 pub mod migration;
 pub mod v3;
 
@@ -402,6 +406,17 @@ pub struct DepositCall {
     pub deposits: Vec<Deposit>,
 }
 
+impl DepositCall {
+    /// The deposits call of a block (its context and deposits) on `registry`.
+    pub fn new(registry: SharedRegistry, ctx: &DepositContext, deposits: &[ProvenDeposit]) -> Self {
+        Self {
+            registry,
+            ctx: convert::block_context(ctx),
+            deposits: deposits.iter().map(convert::deposit).collect(),
+        }
+    }
+}
+
 impl std::fmt::Debug for DepositCall {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
@@ -415,11 +430,12 @@ impl std::fmt::Debug for DepositCall {
     }
 }
 
-/// What a successful deposits call produced.
+/// What a successful deposits call produced: its outcomes in the WIT types ([`Module::process`])
+/// or the chain's ([`Module::apply`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DepositsOutput {
+pub struct DepositsOutput<O = Outcome> {
     /// One outcome per deposit, in order.
-    pub outcomes: Vec<Outcome>,
+    pub outcomes: Vec<O>,
     /// The registry changes to apply.
     pub delta: RegistryDelta,
     /// The `eth1_deposit_index` after the block, as the module reports it.
@@ -432,6 +448,27 @@ pub struct DepositsOutput {
 }
 
 impl Module<Deposits> {
+    /// [`Module::process`] in the chain's types: the block's deposits over `registry`.
+    /// `Ok(Err(_))`: the module rejected the block.
+    pub fn apply(
+        &self,
+        registry: SharedRegistry,
+        ctx: &DepositContext,
+        deposits: &[ProvenDeposit],
+    ) -> Result<Result<DepositsOutput<DepositOutcome>, DepositRejection>, CallError> {
+        let wit = deposits.iter().map(convert::deposit).collect();
+        Ok(self
+            .process(registry, convert::block_context(ctx), wit)?
+            .map(|out| DepositsOutput {
+                outcomes: out.outcomes.into_iter().map(DepositOutcome::from).collect(),
+                delta: out.delta,
+                eth1_deposit_index: out.eth1_deposit_index,
+                fuel_used: out.fuel_used,
+                host_fuel: out.host_fuel,
+            })
+            .map_err(DepositRejection::from))
+    }
+
     /// Applies a block's deposits over `registry`. `Ok(Err(_))` means the module rejected the
     /// block (it is invalid); `Err(_)` means the module or the host failed (see [`CallError`]).
     /// Either way nothing was written: the caller applies [`DepositsOutput::delta`] only on
@@ -550,14 +587,22 @@ mod tests {
             log.push(d);
         }
         let eth1 = log.eth1_data();
-        let ctx = crate::chain::block_context(1, 1, fork, &eth1, 0);
-        let deposits = log
+        let proven = log
             .proven_deposits(0, eth1.deposit_count, eth1.deposit_count)
-            .unwrap()
-            .iter()
-            .map(crate::chain::to_wit)
-            .collect();
-        (ctx, deposits)
+            .unwrap();
+        let ctx = DepositContext {
+            height: 1,
+            slot: 1,
+            genesis_fork_version: fork,
+            eth1_data: eth1,
+            eth1_deposit_index: 0,
+        };
+        let call = DepositCall::new(
+            std::sync::Arc::new(crate::state::Registry::new()),
+            &ctx,
+            &proven,
+        );
+        (call.ctx, call.deposits)
     }
 
     #[test]

@@ -1,12 +1,13 @@
-//! The node-facing module API: prepare (load + warm) versions, put them into service in their
-//! kind's [`Slot`], roll back, and report status. The admin API and `modnode module …` sit on
-//! top of this.
+//! The node-facing module API: put versions ready in the ready-map ([`ReadyVersions`]: the
+//! module lifecycle, `modules_store::lifecycle`, prepares them) into service in their kind's
+//! [`Slot`], roll back, and report status. The admin API and `modnode module …` sit on top of
+//! this.
 //!
 //! ```text
-//! let prepared = modules.prepare(&bytes)?;                       // compile + warm, by sha256
-//! modules.activate(Kind::GossipPolicy, prepared.hash, Mode::Shadow)?;
-//! modules.activate(Kind::GossipPolicy, prepared.hash, Mode::Canary(10))?;
-//! modules.activate(Kind::GossipPolicy, prepared.hash, Mode::Live)?;
+//! let hash = service.upload(&bytes, "admin")?.module().sha256;  // the lifecycle
+//! modules.activate(Kind::GossipPolicy, hash, Mode::Shadow)?;
+//! modules.activate(Kind::GossipPolicy, hash, Mode::Canary(10))?;
+//! modules.activate(Kind::GossipPolicy, hash, Mode::Live)?;
 //! modules.rollback(Kind::GossipPolicy)?;
 //! let list = modules.status();
 //! ```
@@ -27,15 +28,15 @@ use super::gossip_policy::{
 use super::slot::{
     Invocation, KeptState, Mode, Scheduled, ShadowWorker, Slot, SlotConfig, SlotStatus, SwapError,
 };
-use super::{CallError, Kind, LoadError, LoadedModule, Runtime, Scope};
+use super::{CallError, Kind, LinkedModule, LoadError, Runtime, Scope};
 use crate::hashes::ModuleHash;
 
 mod scheduled;
 pub mod versions;
 
 pub use scheduled::check_scheduled_kind;
-use versions::{AnyReady, RecentInputs, RecentReal, warm_any};
-pub use versions::{Prepared, ReadyVersions, WARMUP_REAL_INPUTS, WARMUP_REAL_TIME, Warmed};
+use versions::RecentInputs;
+pub use versions::{ReadyInfo, ReadyModule, ReadyVersions, WARMUP_REAL_INPUTS, WARMUP_REAL_TIME};
 
 /// Why a module operation was refused.
 #[derive(Debug, thiserror::Error)]
@@ -112,6 +113,18 @@ pub struct InitialModules<'a> {
     pub gossip_policy: &'a [u8],
 }
 
+/// The versions a node's slots start with, one per kind, by hash: each ready in the ready-map
+/// already.
+#[derive(Debug, Clone, Copy)]
+pub struct InitialVersions {
+    /// The deposits module.
+    pub deposits: ModuleHash,
+    /// The checkpoint module.
+    pub checkpoint: ModuleHash,
+    /// The gossip policy.
+    pub gossip_policy: ModuleHash,
+}
+
 /// Every slot of a node, and the versions ready for them ([`ReadyVersions`], the one
 /// ready-map). See the module docs.
 pub struct Modules {
@@ -129,38 +142,29 @@ impl std::fmt::Debug for Modules {
 }
 
 impl Modules {
-    /// Prepares the initial versions and makes them active.
-    pub fn new(
-        runtime: Runtime,
-        initial: InitialModules<'_>,
+    /// The node's slots over the ready-map `versions`, with the versions `initial` names
+    /// active (each ready there, of its kind: the node prepares them through the module
+    /// lifecycle first, `modules_store::lifecycle`).
+    pub fn from_ready(
+        versions: Arc<ReadyVersions>,
+        initial: InitialVersions,
         config: SlotConfig,
     ) -> Result<Self, SlotError> {
         let shadow = ShadowWorker::start(config.shadow_queue)
             .map_err(|e| SlotError::Thread(e.to_string()))?;
-        let load = |bytes: &[u8], kind: Kind| -> Result<AnyReady, SlotError> {
-            warm_any(runtime.load_kind(bytes, kind)?, RecentReal::default())
-        };
         let (
-            AnyReady::Deposits(deposits),
-            AnyReady::Checkpoint(checkpoint),
-            AnyReady::GossipPolicy(policy),
+            ReadyModule::Deposits(deposits),
+            ReadyModule::Checkpoint(checkpoint),
+            ReadyModule::GossipPolicy(policy),
         ) = (
-            load(initial.deposits, Kind::Deposits)?,
-            load(initial.checkpoint, Kind::Checkpoint)?,
-            load(initial.gossip_policy, Kind::GossipPolicy)?,
+            versions.get(Kind::Deposits, &initial.deposits)?,
+            versions.get(Kind::Checkpoint, &initial.checkpoint)?,
+            versions.get(Kind::GossipPolicy, &initial.gossip_policy)?,
         )
         else {
-            // `load_kind` checked each kind.
+            // `get` checked each kind.
             return Err(SlotError::Thread("initial module of the wrong kind".into()));
         };
-        let versions = Arc::new(ReadyVersions::new(runtime, config.warmup_real_time));
-        for ready in [
-            AnyReady::Deposits(deposits.clone()),
-            AnyReady::Checkpoint(checkpoint.clone()),
-            AnyReady::GossipPolicy(policy.clone()),
-        ] {
-            versions.admit(Warmed(ready));
-        }
         Ok(Self {
             recent_plans: versions.recent_plans(),
             versions,
@@ -168,6 +172,30 @@ impl Modules {
             checkpoint: Slot::new(checkpoint, config, shadow.clone()),
             gossip_policy: Arc::new(Slot::new(policy, config, shadow)),
         })
+    }
+
+    /// Prepares the initial versions on `runtime` alone ([`prepare`](Self::prepare)) and
+    /// makes them active: for tests and benches; a node prepares them through the module
+    /// lifecycle ([`from_ready`](Self::from_ready)).
+    #[cfg(any(test, feature = "test-utils"))]
+    pub fn new(
+        runtime: Runtime,
+        initial: InitialModules<'_>,
+        config: SlotConfig,
+    ) -> Result<Self, SlotError> {
+        let versions = Arc::new(ReadyVersions::new(runtime, config.warmup_real_time));
+        let prepare = |bytes: &[u8], kind: Kind| -> Result<ModuleHash, SlotError> {
+            let linked = versions.runtime().load_kind(bytes, kind)?;
+            let hash = linked.meta().component.sha256;
+            versions.admit(versions.warm_loaded(linked)?);
+            Ok(hash)
+        };
+        let initial = InitialVersions {
+            deposits: prepare(initial.deposits, Kind::Deposits)?,
+            checkpoint: prepare(initial.checkpoint, Kind::Checkpoint)?,
+            gossip_policy: prepare(initial.gossip_policy, Kind::GossipPolicy)?,
+        };
+        Self::from_ready(versions, initial, config)
     }
 
     /// The one ready-map: every version ready to activate or run, by hash.
@@ -180,22 +208,23 @@ impl Modules {
         self.versions.runtime()
     }
 
-    /// Validates, compiles, links, warms and admits a module built into the node or given by a
-    /// test (the module lifecycle, `modules_store::lifecycle`, is the path of every uploaded,
-    /// fetched or stored module): the same bytes twice is a no-op that says so
-    /// ([`Prepared::new`] is `false`). No lock is held while compiling.
-    pub fn prepare(&self, bytes: &[u8]) -> Result<Prepared, SlotError> {
+    /// Validates, compiles, links, warms and admits a module given by a test or a bench, on the
+    /// runtime alone (a node prepares every module through the module lifecycle,
+    /// `modules_store::lifecycle`): the same bytes twice is a no-op that says so
+    /// ([`ReadyInfo::new`] is `false`). No lock is held while compiling.
+    #[cfg(any(test, feature = "test-utils"))]
+    pub fn prepare(&self, bytes: &[u8]) -> Result<ReadyInfo, SlotError> {
         let info = super::inspect::validate(bytes).map_err(LoadError::from)?;
         if let Some(known) = self.versions.lookup(&info.sha256) {
-            return Ok(known.prepared(false));
+            return Ok(known.info(false));
         }
-        let loaded = self.runtime().load_validated(bytes, info)?;
-        let warmed = self.versions.warm_loaded(loaded)?;
-        Ok(self.versions.admit(warmed))
+        let linked = self.runtime().load_validated(bytes, info)?;
+        let ready = self.versions.warm_loaded(linked)?;
+        Ok(self.versions.admit(ready))
     }
 
     /// [`ReadyVersions::warm_loaded`].
-    pub fn warm_loaded(&self, module: LoadedModule) -> Result<Warmed, SlotError> {
+    pub fn warm_loaded(&self, module: LinkedModule) -> Result<ReadyModule, SlotError> {
         self.versions.warm_loaded(module)
     }
 
@@ -205,22 +234,22 @@ impl Modules {
     }
 
     /// [`ReadyVersions::admit`].
-    pub fn admit(&self, warmed: Warmed) -> Prepared {
-        self.versions.admit(warmed)
+    pub fn admit(&self, ready: ReadyModule) -> ReadyInfo {
+        self.versions.admit(ready)
     }
 
     /// [`ReadyVersions::prepared_version`].
-    pub fn prepared_version(&self, hash: &ModuleHash) -> Option<Prepared> {
+    pub fn prepared_version(&self, hash: &ModuleHash) -> Option<ReadyInfo> {
         self.versions.prepared_version(hash)
     }
 
     /// [`ReadyVersions::prepared`].
-    pub fn prepared(&self) -> Vec<Prepared> {
+    pub fn prepared(&self) -> Vec<ReadyInfo> {
         self.versions.prepared()
     }
 
     /// [`ReadyVersions::call_counts`].
-    pub fn call_counts(&self) -> Vec<(Prepared, CallCounts)> {
+    pub fn call_counts(&self) -> Vec<(ReadyInfo, CallCounts)> {
         self.versions.call_counts()
     }
 
@@ -235,9 +264,9 @@ impl Modules {
             return Err(SlotError::ConsensusKind { kind });
         }
         match self.versions.get(kind, &hash)? {
-            AnyReady::Checkpoint(r) => self.checkpoint.activate(r, mode)?,
-            AnyReady::GossipPolicy(r) => self.gossip_policy.activate(r, mode)?,
-            AnyReady::Deposits(_) => return Err(SlotError::ConsensusKind { kind }),
+            ReadyModule::Checkpoint(r) => self.checkpoint.activate(r, mode)?,
+            ReadyModule::GossipPolicy(r) => self.gossip_policy.activate(r, mode)?,
+            ReadyModule::Deposits(_) => return Err(SlotError::ConsensusKind { kind }),
         }
         Ok(self.kind_status(kind))
     }

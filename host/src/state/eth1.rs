@@ -389,8 +389,10 @@ mod tests {
             state_root(&[0; 32], &s, &none),
             state_root(&[1; 32], &s, &none)
         );
-        let scheduled =
-            super::super::schedule::Schedule::genesis(&[(crate::runtime::Kind::Deposits, [1; 32])]);
+        let scheduled = super::super::schedule::Schedule::genesis(&[(
+            crate::runtime::Kind::Deposits,
+            crate::hashes::ModuleHash([1; 32]),
+        )]);
         assert_ne!(
             state_root(&[0; 32], &s, &none),
             state_root(&[0; 32], &s, &scheduled)

@@ -27,6 +27,7 @@ mod codec;
 #[cfg(test)]
 mod tests;
 
+use crate::hashes::ModuleHash;
 use crate::kind::{Kind, Scope};
 
 /// A 32-byte hash.
@@ -57,7 +58,7 @@ pub struct UpgradeOp {
     /// The kind (a consensus kind for a valid vote).
     pub kind: Kind,
     /// sha256 of the module component.
-    pub module: Hash32,
+    pub module: ModuleHash,
     /// First height the module runs.
     pub height: u64,
 }
@@ -284,7 +285,7 @@ pub fn kind_from_code(code: u8) -> Result<Kind, ScheduleError> {
 
 impl UpgradeOp {
     fn module_hex(&self) -> String {
-        hex::encode(self.module)
+        self.module.to_hex()
     }
 }
 
@@ -349,7 +350,7 @@ pub struct Schedule {
 
 impl Schedule {
     /// The schedule at genesis: each named module runs from height 0.
-    pub fn genesis(initial: &[(Kind, Hash32)]) -> Self {
+    pub fn genesis(initial: &[(Kind, ModuleHash)]) -> Self {
         let mut entries: Vec<UpgradeOp> = initial
             .iter()
             .map(|&(kind, module)| UpgradeOp {
@@ -367,7 +368,7 @@ impl Schedule {
     }
 
     /// The module `kind` runs at `height`, if the schedule names one.
-    pub fn module_at(&self, kind: Kind, height: u64) -> Option<Hash32> {
+    pub fn module_at(&self, kind: Kind, height: u64) -> Option<ModuleHash> {
         self.entries
             .iter()
             .filter(|e| e.kind == kind && e.height <= height)

@@ -16,11 +16,12 @@ use super::pending::PendingQueue;
 use super::registry::Registry;
 use super::schedule::Schedule;
 use super::validator::{Pubkey, Validator};
+use crate::hashes::{BlockHash, StateRoot};
 
 /// What a snapshot holds; shared behind one `Arc`.
 #[derive(Debug)]
 struct Inner {
-    block: Hash32,
+    block: BlockHash,
     height: u64,
     /// Shared behind its own `Arc` so that the transition reads it without cloning its chunk
     /// tables and [`Self::shared_registry`] hands it out; never changed once here.
@@ -29,7 +30,7 @@ struct Inner {
     schedule: Schedule,
     /// deposits@3's queue, once a state has run that contract (see [`state_root_with`]).
     pending: Option<PendingQueue>,
-    root: Hash32,
+    root: StateRoot,
 }
 
 /// The immutable state after block `block_hash` at `height` (see the module docs).
@@ -42,7 +43,7 @@ impl State {
     /// The state after `block` at `height`: `registry`, `eth1` and the module `schedule`. The
     /// root is computed once.
     pub fn new(
-        block: Hash32,
+        block: BlockHash,
         height: u64,
         registry: Registry,
         eth1: Eth1State,
@@ -55,7 +56,7 @@ impl State {
     /// run that contract (the root then commits to it, [`state_root_with`]), `None` before
     /// (the root is exactly [`state_root`]'s).
     pub fn with_pending(
-        block: Hash32,
+        block: BlockHash,
         height: u64,
         registry: Registry,
         eth1: Eth1State,
@@ -68,7 +69,7 @@ impl State {
     /// [`with_pending`](Self::with_pending) over a registry already behind an `Arc` (the
     /// transition's result: no copy of its chunk tables).
     pub fn from_shared(
-        block: Hash32,
+        block: BlockHash,
         height: u64,
         registry: Arc<Registry>,
         eth1: Eth1State,
@@ -76,7 +77,12 @@ impl State {
         pending: Option<PendingQueue>,
     ) -> Self {
         let pending_root = pending.as_ref().map(PendingQueue::root);
-        let root = state_root_with(&registry.root(), &eth1, &schedule, pending_root.as_ref());
+        let root = StateRoot::new(state_root_with(
+            &registry.root(),
+            &eth1,
+            &schedule,
+            pending_root.as_ref(),
+        ));
         Self(Arc::new(Inner {
             block,
             height,
@@ -99,7 +105,7 @@ impl State {
     }
 
     /// Hash of the block this is the state after.
-    pub fn block_hash(&self) -> Hash32 {
+    pub fn block_hash(&self) -> BlockHash {
         self.0.block
     }
 
@@ -109,7 +115,7 @@ impl State {
     }
 
     /// The state root (registry and eth1 state), as the block's header commits to it.
-    pub fn root(&self) -> Hash32 {
+    pub fn root(&self) -> StateRoot {
         self.0.root
     }
 
@@ -251,7 +257,7 @@ mod tests {
             })
             .unwrap();
         let snapshot = State::new(
-            [1; 32],
+            BlockHash::new([1; 32]),
             1,
             registry.clone(),
             Eth1State::default(),
@@ -269,11 +275,11 @@ mod tests {
         assert_eq!(snapshot.index_of(&[9; 48]), None);
         assert_eq!(
             snapshot.root(),
-            state_root(
+            StateRoot::new(state_root(
                 &snapshot.registry().root(),
                 snapshot.eth1(),
                 snapshot.schedule()
-            )
+            ))
         );
         assert_eq!(snapshot.root(), root);
         assert_eq!(snapshot.validators(1, 10).count(), 2);
@@ -284,22 +290,22 @@ mod tests {
     fn a_state_with_a_queue_commits_it_and_one_without_hashes_as_before() {
         let registry = Registry::new();
         let plain = State::new(
-            [1; 32],
+            BlockHash::new([1; 32]),
             1,
             registry.clone(),
             Eth1State::default(),
             Schedule::default(),
         );
-        let v3 = state_root(
+        let v3 = StateRoot::new(state_root(
             &registry.root(),
             &Eth1State::default(),
             &Schedule::default(),
-        );
+        ));
         assert_eq!(plain.root(), v3);
         assert!(plain.pending().is_none());
         let mut queue = PendingQueue::new();
         let empty = State::with_pending(
-            [1; 32],
+            BlockHash::new([1; 32]),
             1,
             registry.clone(),
             Eth1State::default(),
@@ -315,7 +321,7 @@ mod tests {
             })
             .unwrap();
         let counted = State::with_pending(
-            [1; 32],
+            BlockHash::new([1; 32]),
             1,
             registry,
             Eth1State::default(),

@@ -28,7 +28,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use super::{StateCache, StateCacheError};
-use crate::consensus::block::{Block, Hash};
+use crate::consensus::block::{Block, BlockHash};
 use crate::state::{RegistryUndo, State};
 use crate::store::{KvStore, StoreError, WriteBatch, keys};
 
@@ -42,9 +42,9 @@ const VERSION: u8 = 1;
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Record {
     /// The canonical block at the anchor height.
-    anchor: Hash,
+    anchor: BlockHash,
     /// The canonical block `anchor_every` heights above, whose registry `undo` rolls back.
-    upper: Hash,
+    upper: BlockHash,
     undo: RegistryUndo,
 }
 
@@ -53,8 +53,8 @@ impl Record {
     fn encode(&self) -> Vec<u8> {
         [
             &[VERSION][..],
-            &self.anchor,
-            &self.upper,
+            self.anchor.as_bytes(),
+            self.upper.as_bytes(),
             &self.undo.encode(),
         ]
         .concat()
@@ -68,8 +68,8 @@ impl Record {
         let (anchor, rest) = rest.split_first_chunk::<32>()?;
         let (upper, rest) = rest.split_first_chunk::<32>()?;
         Some(Self {
-            anchor: *anchor,
-            upper: *upper,
+            anchor: BlockHash::new(*anchor),
+            upper: BlockHash::new(*upper),
             undo: RegistryUndo::decode(rest)?,
         })
     }
@@ -158,13 +158,13 @@ impl Anchors {
         let bytes = source.store.get(&keys::undo(&hash))?.ok_or_else(|| {
             StoreError::Corrupt(format!(
                 "undo record of block {} at height {height} missing",
-                hex::encode(hash)
+                hash
             ))
         })?;
         RegistryUndo::decode(&bytes).ok_or_else(|| {
             StoreError::Corrupt(format!(
                 "undo record of block {} at height {height} malformed",
-                hex::encode(hash)
+                hash
             ))
             .into()
         })
@@ -247,7 +247,7 @@ impl Anchors {
         let finalized = self.finalized.load(Ordering::Relaxed);
         if height < Self::floor(cache, finalized) {
             return Err(StateCacheError::TooOld {
-                hash: hex::encode(hash),
+                hash,
                 limit: cache
                     .config
                     .anchors_kept
@@ -324,9 +324,9 @@ impl Anchors {
                 height,
                 format!(
                     "rebuilt state root {} but block {} commits to {} (records used: {records})",
-                    hex::encode(state.root()),
-                    hex::encode(hash),
-                    hex::encode(block.header.state_root)
+                    state.root(),
+                    hash,
+                    block.header.state_root
                 ),
             ));
         }
@@ -374,8 +374,8 @@ mod tests {
     #[test]
     fn records_round_trip_and_refuse_every_truncation() {
         let record = Record {
-            anchor: [1; 32],
-            upper: [2; 32],
+            anchor: BlockHash::new([1; 32]),
+            upper: BlockHash::new([2; 32]),
             undo: RegistryUndo {
                 validators_before: 9,
                 balances: vec![(3, 4)],

@@ -14,8 +14,7 @@
 //! Opening reads the head's extent and its entries (every entry ever pushed: drained entries
 //! keep their leaves in the queue's tree, see `state/pending.rs`).
 
-use crate::consensus::block::Hash;
-use crate::consensus::hex32;
+use crate::consensus::block::BlockHash;
 use crate::state::{PendingDelta, PendingDeposit, PendingQueue, PendingUndo};
 use crate::store::{KvStore, StoreError, WriteBatch, keys};
 
@@ -52,7 +51,7 @@ pub(crate) fn decode_extent(bytes: &[u8]) -> Option<PendingUndo> {
 /// nothing (the state has no queue).
 pub(crate) fn put_block(
     batch: &mut WriteBatch,
-    hash: &Hash,
+    hash: &BlockHash,
     before: Option<&PendingQueue>,
     after: Option<&PendingQueue>,
 ) {
@@ -72,7 +71,7 @@ pub(crate) fn put_block(
 /// parent's queue `parent` (`None`: the parent had none).
 pub(crate) fn put_revert(
     batch: &mut WriteBatch,
-    hash: &Hash,
+    hash: &BlockHash,
     current: Option<&PendingQueue>,
     parent: Option<&PendingUndo>,
 ) {
@@ -87,7 +86,7 @@ pub(crate) fn put_revert(
 /// The extent stored after block `hash`, if the state after it has a queue.
 pub(crate) fn load_extent(
     store: &dyn KvStore,
-    hash: &Hash,
+    hash: &BlockHash,
 ) -> Result<Option<PendingUndo>, StoreError> {
     let Some(bytes) = store.get(&keys::pending(hash))? else {
         return Ok(None);
@@ -95,13 +94,16 @@ pub(crate) fn load_extent(
     decode_extent(&bytes).map(Some).ok_or_else(|| {
         StoreError::Corrupt(format!(
             "pending-deposit extent of block {} malformed",
-            hex32(hash)
+            hash
         ))
     })
 }
 
 /// The queue after canonical block `hash` (`None`: it has none), read from the store.
-pub(crate) fn load(store: &dyn KvStore, hash: &Hash) -> Result<Option<PendingQueue>, StoreError> {
+pub(crate) fn load(
+    store: &dyn KvStore,
+    hash: &BlockHash,
+) -> Result<Option<PendingQueue>, StoreError> {
     let Some(extent) = load_extent(store, hash)? else {
         return Ok(None);
     };

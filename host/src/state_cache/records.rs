@@ -2,28 +2,26 @@
 //! to rebuild a state: the eth1 state, the module schedule, deposits@3's queue
 //! ([`pending_store`](super::pending_store)) and the height the chain started from.
 
-use crate::consensus::block::Hash;
+use crate::consensus::block::BlockHash;
 use crate::consensus::eth1::Eth1State;
-use crate::consensus::hex32;
 use crate::state::{PendingError, PendingQueue, PendingUndo, Schedule};
 use crate::store::{KvStore, StoreError, keys};
 
 use super::pending_store;
 
 /// The eth1 state stored after block `hash`.
-pub fn load_eth1(store: &dyn KvStore, hash: &Hash) -> Result<Eth1State, StoreError> {
-    let bytes = store.get(&keys::eth1(hash))?.ok_or_else(|| {
-        StoreError::Corrupt(format!("eth1 state of block {} missing", hex32(hash)))
-    })?;
-    Eth1State::decode(&bytes).ok_or_else(|| {
-        StoreError::Corrupt(format!("eth1 state of block {} malformed", hex32(hash)))
-    })
+pub fn load_eth1(store: &dyn KvStore, hash: &BlockHash) -> Result<Eth1State, StoreError> {
+    let bytes = store
+        .get(&keys::eth1(hash))?
+        .ok_or_else(|| StoreError::Corrupt(format!("eth1 state of block {} missing", hash)))?;
+    Eth1State::decode(&bytes)
+        .ok_or_else(|| StoreError::Corrupt(format!("eth1 state of block {} malformed", hash)))
 }
 
 /// deposits@3's queue extent stored after block `hash` (`None`: that state has no queue).
 pub fn load_pending_extent(
     store: &dyn KvStore,
-    hash: &Hash,
+    hash: &BlockHash,
 ) -> Result<Option<PendingUndo>, StoreError> {
     pending_store::load_extent(store, hash)
 }
@@ -37,16 +35,12 @@ pub fn pending_rolled_back(
 }
 
 /// The module schedule stored after block `hash`.
-pub fn load_schedule(store: &dyn KvStore, hash: &Hash) -> Result<Schedule, StoreError> {
-    let bytes = store.get(&keys::schedule(hash))?.ok_or_else(|| {
-        StoreError::Corrupt(format!("module schedule of block {} missing", hex32(hash)))
-    })?;
-    Schedule::decode(&bytes).ok_or_else(|| {
-        StoreError::Corrupt(format!(
-            "module schedule of block {} malformed",
-            hex32(hash)
-        ))
-    })
+pub fn load_schedule(store: &dyn KvStore, hash: &BlockHash) -> Result<Schedule, StoreError> {
+    let bytes = store
+        .get(&keys::schedule(hash))?
+        .ok_or_else(|| StoreError::Corrupt(format!("module schedule of block {} missing", hash)))?;
+    Schedule::decode(&bytes)
+        .ok_or_else(|| StoreError::Corrupt(format!("module schedule of block {} malformed", hash)))
 }
 
 /// The height a chain in `store` was started from: the checkpoint's, or 0 for a chain that

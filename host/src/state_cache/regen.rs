@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError, RwLock};
 
 use super::StateCache;
-use crate::consensus::block::{Block, Hash};
+use crate::consensus::block::{Block, BlockHash};
 use crate::consensus::genesis::Genesis;
 use crate::consensus::{DepositEngine, DepositModules};
 use crate::consensus::{FailureClass, ImportError};
@@ -31,8 +31,8 @@ pub enum StateCacheError {
     /// No block with this hash is stored (the asker's mistake).
     #[error("no block {hash} is stored")]
     UnknownBlock {
-        /// The block (hex).
-        hash: String,
+        /// The block.
+        hash: BlockHash,
     },
     /// No canonical block at this height (the asker's mistake).
     #[error("no canonical block at height {height}")]
@@ -46,8 +46,8 @@ pub enum StateCacheError {
          states that old are not kept"
     )]
     TooOld {
-        /// The block (hex).
-        hash: String,
+        /// The block.
+        hash: BlockHash,
         /// The replay limit.
         limit: u64,
     },
@@ -103,7 +103,7 @@ pub enum StateCacheError {
 impl StateCacheError {
     /// The scheduled module (kind, hash) this node lacked, if that is why the state could not
     /// be had.
-    pub fn missing_module(&self) -> Option<(crate::runtime::Kind, Hash)> {
+    pub fn missing_module(&self) -> Option<(crate::runtime::Kind, [u8; 32])> {
         match self {
             Self::Replay(e) | Self::InvalidBlock(e) | Self::NotExecuted(e) => e.missing_module(),
             _ => None,
@@ -154,18 +154,18 @@ impl StateSource {
     }
 
     /// Hash of the canonical block at `height`.
-    pub fn canonical_hash(&self, height: u64) -> Result<Hash, StateCacheError> {
+    pub fn canonical_hash(&self, height: u64) -> Result<BlockHash, StateCacheError> {
         let bytes = self
             .store
             .get(&keys::height(height))?
             .ok_or(StateCacheError::UnknownHeight { height })?;
-        bytes
-            .try_into()
+        <[u8; 32]>::try_from(bytes)
+            .map(BlockHash::new)
             .map_err(|_| StoreError::Corrupt(format!("height index {height} malformed")).into())
     }
 
     /// The genesis state, built from the configuration (the stored ancestor of every state).
-    fn genesis_state(&self, hash: &Hash) -> Result<State, StateCacheError> {
+    fn genesis_state(&self, hash: &BlockHash) -> Result<State, StateCacheError> {
         let registry = self.genesis.registry().map_err(|e| {
             StoreError::Corrupt(format!("the configured genesis registry is invalid: {e}"))
         })?;
@@ -173,8 +173,8 @@ impl StateSource {
         if block.hash() != *hash {
             return Err(StoreError::Corrupt(format!(
                 "stored genesis block {} is not the configured genesis {}",
-                hex::encode(hash),
-                hex::encode(block.hash())
+                hash,
+                block.hash()
             ))
             .into());
         }
@@ -187,14 +187,13 @@ impl StateSource {
         ))
     }
 
-    fn block(&self, hash: &Hash) -> Result<Block, StateCacheError> {
-        let name = hex::encode(hash);
+    fn block(&self, hash: &BlockHash) -> Result<Block, StateCacheError> {
         let bytes = self
             .store
             .get(&keys::block(hash))?
-            .ok_or_else(|| StateCacheError::UnknownBlock { hash: name.clone() })?;
+            .ok_or(StateCacheError::UnknownBlock { hash: *hash })?;
         Block::decode(&bytes, self.genesis.max_deposits_per_block)
-            .map_err(|e| StoreError::Corrupt(format!("block {name}: {e}")).into())
+            .map_err(|e| StoreError::Corrupt(format!("block {hash}: {e}")).into())
     }
 }
 
@@ -228,7 +227,7 @@ impl Flight {
 /// The replays in flight, the one-at-a-time permit and the counters.
 pub(super) struct Regenerator {
     source: StateSource,
-    flights: Mutex<HashMap<Hash, Arc<Flight>>>,
+    flights: Mutex<HashMap<BlockHash, Arc<Flight>>>,
     permit: Mutex<()>,
     regenerations: AtomicU64,
     replayed: AtomicU64,
@@ -260,7 +259,7 @@ impl Regenerator {
         )
     }
 
-    fn flights(&self) -> std::sync::MutexGuard<'_, HashMap<Hash, Arc<Flight>>> {
+    fn flights(&self) -> std::sync::MutexGuard<'_, HashMap<BlockHash, Arc<Flight>>> {
         self.flights.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
@@ -292,7 +291,7 @@ pub fn max_replay(cache: &StateCache) -> u64 {
 }
 
 /// The state after `hash`: cached, joined onto a replay in flight, or replayed here.
-pub(super) fn state(cache: &StateCache, hash: &Hash) -> Result<State, StateCacheError> {
+pub(super) fn state(cache: &StateCache, hash: &BlockHash) -> Result<State, StateCacheError> {
     if let Some(state) = cache.get(hash) {
         return Ok(state);
     }
@@ -324,7 +323,7 @@ pub(super) fn state(cache: &StateCache, hash: &Hash) -> Result<State, StateCache
 }
 
 /// Walks back from `hash` to a cached state (or one being regenerated), then replays.
-fn regenerate(cache: &StateCache, hash: &Hash) -> Result<State, StateCacheError> {
+fn regenerate(cache: &StateCache, hash: &BlockHash) -> Result<State, StateCacheError> {
     let regen = &cache.regen;
     // A replay that finished between this request's cache miss and its becoming the leader
     // produced the state: this request shared that replay.
@@ -347,10 +346,7 @@ fn regenerate(cache: &StateCache, hash: &Hash) -> Result<State, StateCacheError>
             }
         }
         if u64::try_from(blocks.len()).unwrap_or(u64::MAX) >= limit {
-            return Err(StateCacheError::TooOld {
-                hash: hex::encode(hash),
-                limit,
-            });
+            return Err(StateCacheError::TooOld { hash: *hash, limit });
         }
         let block = regen.source.block(&cursor)?;
         // A canonical anchor height not cached (after a restart): rebuilt from the persisted

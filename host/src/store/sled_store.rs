@@ -452,6 +452,7 @@ impl KvStore for SledStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::hashes::BlockHash;
 
     fn batch(ops: &[(&[u8], Option<&[u8]>)]) -> WriteBatch {
         let mut batch = WriteBatch::new();
@@ -539,7 +540,7 @@ mod tests {
             for i in 0..100u32 {
                 let mut b = WriteBatch::new();
                 b.put(
-                    crate::store::keys::block(&[u8::try_from(i).unwrap(); 32]),
+                    crate::store::keys::block(&BlockHash::new([u8::try_from(i).unwrap(); 32])),
                     value(i),
                 );
                 b.put(crate::store::keys::height(u64::from(i)), vec![1]);
@@ -553,7 +554,7 @@ mod tests {
         assert!(crate::store::wait_released(&path, std::time::Duration::from_secs(30)).unwrap());
         let store = SledStore::open(&path).unwrap();
         for i in 0..100u32 {
-            let key = crate::store::keys::block(&[u8::try_from(i).unwrap(); 32]);
+            let key = crate::store::keys::block(&BlockHash::new([u8::try_from(i).unwrap(); 32]));
             assert_eq!(store.get(&key).unwrap(), Some(value(i)), "block {i}");
         }
         let listed = all(&store);
@@ -565,7 +566,9 @@ mod tests {
         assert!(listed.windows(2).all(|w| w[0].0 < w[1].0), "in key order");
         let mut b = WriteBatch::new();
         for i in 0..100u32 {
-            b.delete(crate::store::keys::block(&[u8::try_from(i).unwrap(); 32]));
+            b.delete(crate::store::keys::block(&BlockHash::new(
+                [u8::try_from(i).unwrap(); 32],
+            )));
         }
         store.commit(&b).unwrap();
         // The collector's thread removes the emptied segments (not the committing thread).
@@ -576,7 +579,9 @@ mod tests {
         assert_eq!(segments(&path), 1, "only the segment being written is left");
         assert_eq!(store.value_log_totals().live_bytes, 0);
         assert_eq!(
-            store.get(&crate::store::keys::block(&[3; 32])).unwrap(),
+            store
+                .get(&crate::store::keys::block(&BlockHash::new([3; 32])))
+                .unwrap(),
             None
         );
     }
@@ -632,7 +637,7 @@ mod tests {
     fn a_damaged_record_or_a_missing_segment_is_named_not_read_as_data() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("db");
-        let key = crate::store::keys::undo(&[9; 32]);
+        let key = crate::store::keys::undo(&BlockHash::new([9; 32]));
         {
             let store = SledStore::open(&path).unwrap();
             let mut b = WriteBatch::new();
@@ -719,27 +724,27 @@ mod tests {
                 for i in 0..300u32 {
                     let mut b = WriteBatch::new();
                     b.put(
-                        crate::store::keys::block(
-                            &[0; 28]
+                        crate::store::keys::block(&BlockHash::new(
+                            [0; 28]
                                 .iter()
                                 .copied()
                                 .chain(i.to_be_bytes())
                                 .collect::<Vec<_>>()
                                 .try_into()
                                 .unwrap(),
-                        ),
+                        )),
                         block_value(i),
                     );
                     if let Some(old) = i.checked_sub(10) {
-                        b.delete(crate::store::keys::block(
-                            &[0; 28]
+                        b.delete(crate::store::keys::block(&BlockHash::new(
+                            [0; 28]
                                 .iter()
                                 .copied()
                                 .chain(old.to_be_bytes())
                                 .collect::<Vec<_>>()
                                 .try_into()
                                 .unwrap(),
-                        ));
+                        )));
                     }
                     store.commit_unflushed(&b).unwrap();
                 }
@@ -789,7 +794,7 @@ mod tests {
     fn a_segment_no_commit_reached_is_removed_at_open_and_never_appended_to() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("db");
-        let key = crate::store::keys::eth1(&[4; 32]);
+        let key = crate::store::keys::eth1(&BlockHash::new([4; 32]));
         {
             let store = SledStore::open(&path).unwrap();
             let mut b = WriteBatch::new();
@@ -826,7 +831,7 @@ mod tests {
         let path = dir.path().join("db");
         let store = SledStore::open(&path).unwrap();
         let keys: Vec<_> = (0..3u8)
-            .map(|i| crate::store::keys::eth1(&[i; 32]))
+            .map(|i| crate::store::keys::eth1(&BlockHash::new([i; 32])))
             .collect();
         for key in &keys {
             let mut b = WriteBatch::new();
@@ -835,12 +840,12 @@ mod tests {
         }
         // Filler that closes the segment, then deleted: the segment is under half live.
         let filler = |i: u32| {
-            crate::store::keys::block(
-                &[[0u8; 28].as_slice(), &i.to_be_bytes()]
+            crate::store::keys::block(&BlockHash::new(
+                [[0u8; 28].as_slice(), &i.to_be_bytes()]
                     .concat()
                     .try_into()
                     .unwrap(),
-            )
+            ))
         };
         for i in 0..50u32 {
             let mut b = WriteBatch::new();
@@ -877,7 +882,10 @@ mod tests {
         let path = dir.path().join("db");
         let store = SledStore::open(&path).unwrap();
         let mut b = WriteBatch::new();
-        b.put(crate::store::keys::block(&[1; 32]), vec![9u8; 3000]);
+        b.put(
+            crate::store::keys::block(&BlockHash::new([1; 32])),
+            vec![9u8; 3000],
+        );
         b.put(crate::store::keys::height(1), vec![1]);
         store.commit(&b).unwrap();
         let err = SledStore::write_recovery_snapshot(&path, Duration::from_millis(200))
@@ -888,7 +896,9 @@ mod tests {
         SledStore::write_recovery_snapshot(&path, Duration::from_secs(30)).unwrap();
         let store = SledStore::open(&path).unwrap();
         assert_eq!(
-            store.get(&crate::store::keys::block(&[1; 32])).unwrap(),
+            store
+                .get(&crate::store::keys::block(&BlockHash::new([1; 32])))
+                .unwrap(),
             Some(vec![9u8; 3000])
         );
         assert_eq!(

@@ -17,8 +17,7 @@ use crate::chain::block::DepositData;
 use crate::chain::eth1::DepositProofs;
 use crate::chain::genesis::Genesis;
 use crate::chain::workload::DevDepositLog;
-use crate::chain::{block_context, to_wit};
-use crate::runtime::deposits::{BlockContext, Deposit, Outcome};
+use crate::deposit::{DepositContext, DepositOutcome, ProvenDeposit};
 use crate::state::{Registry, RegistryDelta};
 
 /// Largest generated registry: large enough that a registry scan per deposit costs more than
@@ -33,7 +32,7 @@ pub(crate) enum BlockResult {
     /// Accepted: outcomes, the deposit index and the registry root after the block.
     Imported {
         /// One per deposit.
-        outcomes: Vec<Outcome>,
+        outcomes: Vec<DepositOutcome>,
         /// `eth1_deposit_index` after the block.
         eth1_deposit_index: u64,
         /// Registry root after the block.
@@ -97,8 +96,8 @@ impl BlockResult {
 pub(crate) fn run_block(
     version: &Version,
     registry: &mut Arc<Registry>,
-    ctx: BlockContext,
-    deposits: Vec<Deposit>,
+    ctx: &DepositContext,
+    deposits: &[ProvenDeposit],
 ) -> Result<(BlockResult, u64), CheckError> {
     Ok(
         match version.process_deposits(registry.clone(), ctx, deposits) {
@@ -160,9 +159,15 @@ fn run_generated(
             .map_err(|e| CheckError::Host {
                 reason: format!("the generated deposit contract: {e}"),
             })?;
-        let wit = tamper.apply(honest).iter().map(to_wit).collect();
-        let ctx = block_context(height, height, fork, &eth1, index);
-        let (result, used) = run_block(version, &mut registry, ctx, wit)?;
+        let deposits = tamper.apply(honest);
+        let ctx = DepositContext {
+            height,
+            slot: height,
+            genesis_fork_version: fork,
+            eth1_data: eth1,
+            eth1_deposit_index: index,
+        };
+        let (result, used) = run_block(version, &mut registry, &ctx, &deposits)?;
         if let BlockResult::Imported {
             eth1_deposit_index, ..
         } = &result

@@ -37,7 +37,6 @@ use crate::chain::block::DepositData;
 use crate::chain::eth1::DepositProofs;
 use crate::chain::genesis::Genesis;
 use crate::chain::workload::DevDepositLog;
-use crate::chain::{block_context, to_wit};
 
 const ETH: u64 = 1_000_000_000;
 /// Largest generated registry (the churn limit is its 128-ETH floor for any of them).
@@ -310,8 +309,8 @@ impl<'a> CrossCheck<'a> {
                 height,
                 slot,
                 parent_slot,
-                ctx: block_context(height, slot, genesis.genesis_fork_version, &eth1, index),
-                deposits: tamper.apply(honest).iter().map(to_wit).collect(),
+                ctx: lane::context(height, slot, genesis.genesis_fork_version, &eth1, index),
+                deposits: tamper.apply(honest),
             };
             if let Err(f) = pair.block(&block, &genesis, settings)? {
                 return Ok(Err(f));

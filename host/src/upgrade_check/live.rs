@@ -15,7 +15,7 @@ use crate::chain::genesis::Genesis;
 use crate::chain::{Chain, CheckpointStart, DepositEngine, init_from_checkpoint};
 use crate::checkpoint::restore::{ChunkOpener, RestoredState};
 use crate::checkpoint::{Manifest, ManifestLimits, Restorer};
-use crate::runtime::LoadedModule;
+use crate::runtime::LinkedModule;
 use crate::store::MemoryStore;
 
 /// The checkpoint module versions this binary embeds, which open their own checkpoints' chunks.
@@ -91,9 +91,9 @@ pub fn verify_checkpoint(
         hex::encode(id),
         manifest.height
     );
-    if block.hash() != manifest.block_hash
+    if block.hash().to_bytes() != manifest.block_hash
         || block.header.height != manifest.height
-        || block.header.state_root != manifest.state_root
+        || block.header.state_root.to_bytes() != manifest.state_root
     {
         return Err(refused(format!(
             "{name}: it sent block {} at height {} with state root {}, the manifest names \
@@ -144,7 +144,7 @@ fn checkpoint_opener(hash: &[u8; 32]) -> Option<Box<dyn ChunkOpener>> {
             .filter(|bytes| <[u8; 32]>::from(sha2::Sha256::digest(bytes)) == *hash)
     })?;
     match versions::runtime().ok()?.load(bytes).ok()? {
-        LoadedModule::Checkpoint(module) => {
+        LinkedModule::Checkpoint(module) => {
             let opener: Box<dyn ChunkOpener> = Box::new(module);
             Some(opener)
         }

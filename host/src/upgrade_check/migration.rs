@@ -11,8 +11,8 @@
 
 use std::sync::Arc;
 
+use crate::deposit::ChainContext;
 use crate::runtime::deposits::DepositsModule;
-use crate::runtime::deposits::migration::MigrationContext;
 
 use crate::state::{PendingQueue, Registry};
 
@@ -65,7 +65,7 @@ fn once(
     module: &DepositsModule,
     registry: &Registry,
     pending: &PendingQueue,
-    ctx: &MigrationContext,
+    ctx: &ChainContext,
     run: &'static str,
 ) -> Result<(Registry, PendingQueue, u64), TwiceError> {
     let failed = |reason: String, module_fault: bool| TwiceError::Failed {
@@ -74,7 +74,7 @@ fn once(
         module_fault,
     };
     let shared = Arc::new(registry.clone());
-    let out = match module.migrate(shared, pending.clone(), ctx.clone()) {
+    let out = match module.run_migration(shared, pending.clone(), ctx) {
         Ok(Ok(out)) => out,
         Ok(Err(e)) => return Err(failed(format!("refuses the state: {e:?}"), true)),
         Err(e) => {
@@ -102,7 +102,7 @@ pub fn run_twice(
     module: &DepositsModule,
     registry: &Registry,
     pending: &PendingQueue,
-    ctx: &MigrationContext,
+    ctx: &ChainContext,
 ) -> Result<TwiceRun, TwiceError> {
     let (registry1, queue1, fuel_once) = once(module, registry, pending, ctx, "first")?;
     let (registry2, queue2, fuel_twice) = once(module, &registry1, &queue1, ctx, "second")?;

@@ -29,7 +29,8 @@ use super::{
 };
 use crate::chain::block::Block;
 use crate::chain::genesis::Genesis;
-use crate::chain::{Chain, DepositEngine, DepositModules, block_context, to_wit};
+use crate::chain::{Chain, DepositContext, DepositEngine, DepositModules};
+use crate::hashes::ModuleHash;
 use crate::store::{MemoryStore, SledStore};
 
 fn replay_error(origin: &str, reason: String) -> CheckError {
@@ -178,7 +179,7 @@ pub(crate) fn replay(
 struct Substitute(DepositEngine);
 
 impl DepositModules for Substitute {
-    fn deposits(&self, _hash: &[u8; 32]) -> Option<DepositEngine> {
+    fn deposits(&self, _hash: &ModuleHash) -> Option<DepositEngine> {
         Some(self.0.clone())
     }
 }
@@ -202,9 +203,14 @@ fn replay_version(
         let header = &block.header;
         let used = match chain.deposits_due(header.slot, header.proposer, &block.body.eth1_vote) {
             Ok(due) => {
-                let ctx = block_context(header.height, header.slot, fork, &due.eth1_data, due.from);
-                let deposits = block.body.deposits.iter().map(to_wit).collect();
-                match version.process_deposits(chain.registry(), ctx, deposits) {
+                let ctx = DepositContext {
+                    height: header.height,
+                    slot: header.slot,
+                    genesis_fork_version: fork,
+                    eth1_data: due.eth1_data,
+                    eth1_deposit_index: due.from,
+                };
+                match version.process_deposits(chain.registry(), &ctx, &block.body.deposits) {
                     BlockRun::Applied { fuel, .. } => fuel,
                     BlockRun::Failed(e) if is_host_failure(&e) => {
                         return Err(CheckError::Host {
@@ -219,9 +225,9 @@ fn replay_version(
         fuel.push(used);
         results.push(match chain.import(block) {
             Ok(imported) => BlockResult::Imported {
-                outcomes: imported.outcomes.into_iter().map(Into::into).collect(),
+                outcomes: imported.outcomes,
                 eth1_deposit_index: chain.eth1_state().deposit_index,
-                root: imported.head.state_root,
+                root: imported.head.state_root.to_bytes(),
                 delta: None,
             },
             Err(e) => BlockResult::Rejected(e.to_string()),
@@ -231,10 +237,10 @@ fn replay_version(
 }
 
 /// Deposits modules by component hash: what a node that has both versions prepared answers.
-struct ByHash(HashMap<[u8; 32], DepositEngine>);
+struct ByHash(HashMap<ModuleHash, DepositEngine>);
 
 impl DepositModules for ByHash {
-    fn deposits(&self, hash: &[u8; 32]) -> Option<DepositEngine> {
+    fn deposits(&self, hash: &ModuleHash) -> Option<DepositEngine> {
         self.0.get(hash).cloned()
     }
 }
@@ -254,14 +260,17 @@ pub(crate) fn chain_running(
             reason: format!("{} is not loaded as a deposits module", v.name),
         })
     };
-    let engines = HashMap::from([(from.sha256, engine(from)?), (to.sha256, engine(to)?)]);
-    let genesis_module = genesis.deposits_module.unwrap_or(from.sha256);
+    let engines = HashMap::from([
+        (ModuleHash(from.sha256), engine(from)?),
+        (ModuleHash(to.sha256), engine(to)?),
+    ]);
+    let genesis_module = ModuleHash(genesis.deposits_module.unwrap_or(from.sha256));
     let Some(genesis_engine) = engines.get(&genesis_module).cloned() else {
         return Err(replay_error(
             origin,
             format!(
                 "the genesis runs deposits module {}, which is neither --from nor --to",
-                hex::encode(genesis_module)
+                genesis_module.to_hex()
             ),
         ));
     };
@@ -286,15 +295,15 @@ pub(crate) fn replay_across(
     settings: &Settings,
 ) -> Result<Findings, CheckError> {
     let err = |reason: String| replay_error(origin, reason);
-    let name_of = |hash: &[u8; 32]| {
+    let name_of = |hash: &ModuleHash| {
         [from, to]
             .into_iter()
-            .find(|v| &v.sha256 == hash)
+            .find(|v| &v.sha256 == hash.as_bytes())
             .map(|v| v.name.clone())
     };
-    let genesis_module = genesis.deposits_module.unwrap_or(from.sha256);
+    let genesis_module = ModuleHash(genesis.deposits_module.unwrap_or(from.sha256));
     let mut chain = chain_running(from, to, &genesis, start, origin)?;
-    let mut heights: HashMap<[u8; 32], u64> = HashMap::new();
+    let mut heights: HashMap<ModuleHash, u64> = HashMap::new();
     let mut failure = None;
     for block in blocks {
         let height = block.header.height;
@@ -306,7 +315,7 @@ pub(crate) fn replay_across(
             return Err(err(format!(
                 "height {height} runs deposits module {} by the chain's schedule, which is \
                  neither --from nor --to",
-                hex::encode(module)
+                module.to_hex()
             )));
         }
         let ran = heights.entry(module).or_insert(0);
@@ -327,8 +336,8 @@ pub(crate) fn replay_across(
     }
     // From a checkpoint taken after the switch, every replayed height runs the newer
     // version: that is a replay on the chain's own schedule too.
-    let switched =
-        heights.contains_key(&to.sha256) && (heights.contains_key(&from.sha256) || start.is_some());
+    let switched = heights.contains_key(&ModuleHash(to.sha256))
+        && (heights.contains_key(&ModuleHash(from.sha256)) || start.is_some());
     if failure.is_none() && !switched {
         return deposits_cross::on_recorded(from, to, origin, start, blocks, &genesis, settings);
     }

@@ -4,13 +4,14 @@
 
 use std::sync::Arc;
 
-use crate::runtime::checkpoint::{ChunkContents, ChunkError, LeafRange, PlanParams, StateReader};
-use crate::runtime::deposits::v3::{
-    EpochContext, EpochProcessed, ProcessErrorV3, Queued, V3Output,
+use crate::deposit::{
+    ChainContext, DepositContext, DepositOutcome, DepositRejection, EpochDeposits, ProvenDeposit,
+    QueuedDeposits,
 };
-use crate::runtime::deposits::{BlockContext, Deposit, Outcome, ProcessError};
+use crate::runtime::checkpoint::{ChunkContents, ChunkError, LeafRange, PlanParams, StateReader};
+use crate::runtime::deposits::v3::{V3Applied, V3Output};
 use crate::runtime::gossip_policy::{MessageMeta, PeerStats, PolicyEvent, SendPlan};
-use crate::runtime::{CallError, LoadedModule, Runtime, RuntimeConfig, inspect};
+use crate::runtime::{CallError, LinkedModule, Runtime, RuntimeConfig, inspect};
 use crate::state::{PendingDelta, PendingQueue, RegistryDelta, SharedRegistry};
 
 use super::{CheckError, Kind, ModuleFile};
@@ -24,7 +25,7 @@ pub(crate) struct Version {
     pub(crate) version: u32,
     /// sha256 of the component.
     pub(crate) sha256: [u8; 32],
-    module: LoadedModule,
+    module: LinkedModule,
 }
 
 /// A runtime with the node's default settings (fuel budget and limits).
@@ -74,14 +75,14 @@ pub(crate) enum BlockRun {
     /// Processed: outcomes, the registry changes and the fuel used (`fuel`: the module's own
     /// computation; `total_fuel`: host calls included, what the budget bounds).
     Applied {
-        outcomes: Vec<Outcome>,
+        outcomes: Vec<DepositOutcome>,
         delta: RegistryDelta,
         eth1_deposit_index: u64,
         fuel: u64,
         total_fuel: u64,
     },
     /// The module rejected the block (it is invalid). The runtime does not report fuel here.
-    Rejected(ProcessError),
+    Rejected(DepositRejection),
     /// The call failed: trap, out of fuel, limit (deterministic) or a host failure.
     Failed(CallError),
 }
@@ -91,13 +92,13 @@ impl Version {
     pub(crate) fn process_deposits(
         &self,
         registry: SharedRegistry,
-        ctx: BlockContext,
-        deposits: Vec<Deposit>,
+        ctx: &DepositContext,
+        deposits: &[ProvenDeposit],
     ) -> BlockRun {
-        let LoadedModule::Deposits(module) = &self.module else {
+        let LinkedModule::Deposits(module) = &self.module else {
             return BlockRun::Failed(self.not_kind("deposits"));
         };
-        match module.process(registry, ctx, deposits) {
+        match module.apply(registry, ctx, deposits) {
             Ok(Ok(out)) => BlockRun::Applied {
                 outcomes: out.outcomes,
                 delta: out.delta,
@@ -115,7 +116,7 @@ impl Version {
     /// The deposits contract major the module implements (`None` for another kind).
     pub(crate) fn deposits_contract(&self) -> Option<u64> {
         match &self.module {
-            LoadedModule::Deposits(module) => Some(module.contract().major),
+            LinkedModule::Deposits(module) => Some(module.contract().major),
             _ => None,
         }
     }
@@ -124,7 +125,7 @@ impl Version {
     /// transition, its most entries applied); `None` for another kind or on overflow.
     pub(crate) fn deposits_budget(&self, items: u64) -> Option<u64> {
         match &self.module {
-            LoadedModule::Deposits(module) => module.budget_for(items),
+            LinkedModule::Deposits(module) => module.budget_for(items),
             _ => None,
         }
     }
@@ -135,13 +136,13 @@ impl Version {
         &self,
         registry: SharedRegistry,
         pending: PendingQueue,
-        ctx: &BlockContext,
-        deposits: &[Deposit],
-    ) -> V3Run<Queued> {
-        let LoadedModule::Deposits(module) = &self.module else {
+        ctx: &DepositContext,
+        deposits: &[ProvenDeposit],
+    ) -> V3Run<QueuedDeposits> {
+        let LinkedModule::Deposits(module) = &self.module else {
             return V3Run::Failed(self.not_kind("deposits"));
         };
-        V3Run::from(module.process_v3(registry, pending, ctx, deposits))
+        V3Run::from(module.queue_deposits(registry, pending, ctx, deposits))
     }
 
     /// `process-epoch` of `modnode:deposits@3.0.0` over `registry` and `pending` (neither is
@@ -150,18 +151,18 @@ impl Version {
         &self,
         registry: SharedRegistry,
         pending: PendingQueue,
-        ctx: EpochContext,
-    ) -> V3Run<EpochProcessed> {
-        let LoadedModule::Deposits(module) = &self.module else {
+        ctx: &ChainContext,
+    ) -> V3Run<EpochDeposits> {
+        let LinkedModule::Deposits(module) = &self.module else {
             return V3Run::Failed(self.not_kind("deposits"));
         };
-        V3Run::from(module.process_epoch(registry, pending, ctx))
+        V3Run::from(module.apply_epoch(registry, pending, ctx))
     }
 
     /// The deposits version as a chain's deposit engine (for replaying recorded blocks).
     pub(crate) fn deposit_engine(&self) -> Option<crate::chain::DepositEngine> {
         match &self.module {
-            LoadedModule::Deposits(module) => Some(crate::chain::DepositEngine::Module(Box::new(
+            LinkedModule::Deposits(module) => Some(crate::chain::DepositEngine::Module(Box::new(
                 module.clone(),
             ))),
             _ => None,
@@ -174,7 +175,7 @@ impl Version {
         msg: MessageMeta,
         peers: Vec<PeerStats>,
     ) -> Result<(SendPlan, u64), CallError> {
-        let LoadedModule::GossipPolicy(module) = &self.module else {
+        let LinkedModule::GossipPolicy(module) = &self.module else {
             return Err(self.not_kind("gossip-policy"));
         };
         module.plan_metered(msg, peers)
@@ -190,7 +191,7 @@ impl Version {
         msg: MessageMeta,
         peers: Vec<PeerStats>,
     ) -> Result<Option<(SendPlan, SendPlan)>, CallError> {
-        let LoadedModule::GossipPolicy(module) = &self.module else {
+        let LinkedModule::GossipPolicy(module) = &self.module else {
             return Err(self.not_kind("gossip-policy"));
         };
         if module.contract().major < 2 {
@@ -213,7 +214,7 @@ impl Version {
         &self,
     ) -> Option<crate::runtime::gossip_policy::GossipPolicyModule> {
         match &self.module {
-            LoadedModule::GossipPolicy(module) => Some(module.clone()),
+            LinkedModule::GossipPolicy(module) => Some(module.clone()),
             _ => None,
         }
     }
@@ -224,7 +225,7 @@ impl Version {
         reader: Arc<dyn StateReader>,
         params: PlanParams,
     ) -> Result<(Vec<LeafRange>, u64), CallError> {
-        let LoadedModule::Checkpoint(module) = &self.module else {
+        let LinkedModule::Checkpoint(module) = &self.module else {
             return Err(self.not_kind("checkpoint"));
         };
         module.plan_metered(reader, params)
@@ -236,7 +237,7 @@ impl Version {
         reader: Arc<dyn StateReader>,
         range: LeafRange,
     ) -> Result<(Result<Vec<u8>, ChunkError>, u64), CallError> {
-        let LoadedModule::Checkpoint(module) = &self.module else {
+        let LinkedModule::Checkpoint(module) = &self.module else {
             return Err(self.not_kind("checkpoint"));
         };
         module.build_chunk_metered(reader, range)
@@ -247,7 +248,7 @@ impl Version {
         &self,
         chunk: Vec<u8>,
     ) -> Result<(Result<ChunkContents, ChunkError>, u64), CallError> {
-        let LoadedModule::Checkpoint(module) = &self.module else {
+        let LinkedModule::Checkpoint(module) = &self.module else {
             return Err(self.not_kind("checkpoint"));
         };
         module.open_chunk_metered(chunk)
@@ -275,13 +276,13 @@ pub(crate) enum V3Run<T> {
         total_fuel: u64,
     },
     /// The module rejected the block (it is invalid).
-    Rejected(ProcessErrorV3),
+    Rejected(DepositRejection),
     /// The call failed: trap, out of fuel, limit (deterministic) or a host failure.
     Failed(CallError),
 }
 
-impl<T> From<Result<Result<V3Output<T>, ProcessErrorV3>, CallError>> for V3Run<T> {
-    fn from(r: Result<Result<V3Output<T>, ProcessErrorV3>, CallError>) -> Self {
+impl<T> From<V3Applied<T>> for V3Run<T> {
+    fn from(r: Result<Result<V3Output<T>, DepositRejection>, CallError>) -> Self {
         match r {
             Ok(Ok(out)) => V3Run::Applied {
                 result: out.result,

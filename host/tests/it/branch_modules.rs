@@ -6,40 +6,41 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use modnode::chain::block::{Block, Hash};
+use modnode::chain::block::Block;
 use modnode::chain::genesis::Genesis;
 use modnode::chain::native_deposits::Verification;
 use modnode::chain::{Added, Chain, DepositEngine, DepositModules, ForkChoiceError, ImportError};
+use modnode::hashes::ModuleHash;
 use modnode::node::chain_worker::WorkerError;
 use modnode::node::verdict::{self, Fault};
 use modnode::runtime::Kind;
 use modnode::state::UpgradeOp;
 use modnode::store::MemoryStore;
 
-const V1: Hash = [1; 32];
-const V2: Hash = [2; 32];
+const V1: ModuleHash = ModuleHash([1; 32]);
+const V2: ModuleHash = ModuleHash([2; 32]);
 /// The activation height the side branch schedules its module at.
 const H: u64 = 5;
 
 /// Deposits engines by hash (native engines standing in for module versions).
 #[derive(Default)]
-struct Engines(Mutex<HashMap<Hash, DepositEngine>>);
+struct Engines(Mutex<HashMap<ModuleHash, DepositEngine>>);
 
 impl Engines {
-    fn with(engines: &[(Hash, DepositEngine)]) -> Arc<Self> {
+    fn with(engines: &[(ModuleHash, DepositEngine)]) -> Arc<Self> {
         let this = Self::default();
         for (hash, engine) in engines {
             this.add(*hash, engine.clone());
         }
         Arc::new(this)
     }
-    fn add(&self, hash: Hash, engine: DepositEngine) {
+    fn add(&self, hash: ModuleHash, engine: DepositEngine) {
         self.0.lock().unwrap().insert(hash, engine);
     }
 }
 
 impl DepositModules for Engines {
-    fn deposits(&self, hash: &[u8; 32]) -> Option<DepositEngine> {
+    fn deposits(&self, hash: &ModuleHash) -> Option<DepositEngine> {
         self.0.lock().unwrap().get(hash).cloned()
     }
 }
@@ -48,9 +49,9 @@ fn native(v: Verification) -> DepositEngine {
     DepositEngine::Native(v)
 }
 
-fn genesis(deposits_module: Option<Hash>) -> Genesis {
+fn genesis(deposits_module: Option<ModuleHash>) -> Genesis {
     let mut g = Genesis::generated("branch-modules", 8, 5);
-    g.deposits_module = deposits_module;
+    g.deposits_module = deposits_module.map(ModuleHash::to_bytes);
     g.upgrade_lead_blocks = 2;
     g
 }
@@ -80,7 +81,7 @@ fn extend(chain: &mut Chain, n: u64, stride: u64) -> Vec<Block> {
         .collect()
 }
 
-fn at_h(module: Hash) -> UpgradeOp {
+fn at_h(module: ModuleHash) -> UpgradeOp {
     UpgradeOp {
         kind: Kind::Deposits,
         module,
@@ -134,7 +135,12 @@ fn a_side_branch_needing_a_module_we_lack_is_not_judged_and_imports_once_the_mod
                 ),
                 "{error}"
             );
-            assert_eq!(error.missing_module(), Some((Kind::Deposits, V2)));
+            assert_eq!(
+                error
+                    .missing_module()
+                    .map(|(k, h)| (k, ModuleHash::from(h))),
+                Some((Kind::Deposits, V2))
+            );
         } else {
             // Its parent was neither stored nor judged: to be synced, not an invalid branch.
             assert!(
@@ -174,7 +180,7 @@ fn a_module_only_a_competing_branch_schedules_is_fetched_and_the_branch_imports(
 
     use super::artifact;
     let x_bytes = artifact("deposits-v1");
-    let x: Hash = Sha256::digest(&x_bytes).into();
+    let x = ModuleHash(Sha256::digest(&x_bytes).into());
     let rt = super::runtime(1_000_000_000);
     let x_engine = DepositEngine::Module(Box::new(super::deposits_module(&rt, "deposits-v1")));
 
@@ -194,7 +200,7 @@ fn a_module_only_a_competing_branch_schedules_is_fetched_and_the_branch_imports(
     assert!(!agent.is_ready(&x));
     assert_eq!(
         agent.missing(),
-        Vec::<Hash>::new(),
+        Vec::<ModuleHash>::new(),
         "the head schedules nothing"
     );
 
@@ -215,7 +221,7 @@ fn a_module_only_a_competing_branch_schedules_is_fetched_and_the_branch_imports(
     agent.accept_fetched(&x, &x_bytes, "peer").unwrap();
     agent.fetch_done();
     assert!(agent.is_ready(&x));
-    assert_eq!(agent.missing(), Vec::<Hash>::new());
+    assert_eq!(agent.missing(), Vec::<ModuleHash>::new());
 
     // Sync offers the branch again: it imports and wins.
     let mut reorganised = false;

@@ -11,7 +11,7 @@ use modnode::checkpoint::{
     BlockRef, Checkpoint, CreateOptions, Fault, FetchConfig, Fetcher, Manifest, ManifestError,
     ManifestLimits, RestoreError, Restorer, StateLeaves, choose, create, synthetic_state,
 };
-use modnode::runtime::LoadedModule;
+use modnode::runtime::LinkedModule;
 use modnode::runtime::checkpoint::{CheckpointModule, LeafRange, StateReader};
 use modnode::state::State;
 use proptest::prelude::*;
@@ -21,7 +21,7 @@ use super::{artifact, runtime};
 
 pub(super) fn module(name: &str) -> CheckpointModule {
     match runtime(2_000_000_000).load(&artifact(name)).unwrap() {
-        LoadedModule::Checkpoint(m) => m,
+        LinkedModule::Checkpoint(m) => m,
         _ => panic!("{name} is not a checkpoint module"),
     }
 }
@@ -476,8 +476,8 @@ async fn a_node_creates_checkpoints_periodically_and_on_demand() {
         .expect("the on-demand checkpoint is stored");
     let block = node.chain().blocks(height, 1, usize::MAX).await.unwrap();
     let block = modnode::chain::block::Block::decode(&block[0], u16::MAX).unwrap();
-    assert_eq!(manifest.state_root, block.header.state_root);
-    assert_eq!(manifest.block_hash, block.hash());
+    assert_eq!(manifest.state_root, block.header.state_root.to_bytes());
+    assert_eq!(manifest.block_hash, block.hash().to_bytes());
     let id = manifest.id();
     let chunks: Vec<(usize, Vec<u8>)> = (0..manifest.chunks.len())
         .map(|i| (i, node.checkpoints().chunk(&id, i).unwrap().unwrap()))
@@ -488,7 +488,7 @@ async fn a_node_creates_checkpoints_periodically_and_on_demand() {
     modnode::checkpoint::verify_all(&mut restorer, &module, &chunks, 2, None).unwrap();
     assert_eq!(
         restorer.finish().unwrap().state_root,
-        block.header.state_root
+        block.header.state_root.to_bytes()
     );
     // Only `keep` are kept — checked once no creation is running: a creation stores its
     // checkpoint and then prunes, so a listing in between shows keep + 1.

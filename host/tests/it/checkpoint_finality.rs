@@ -67,8 +67,8 @@ async fn checkpoints_are_made_only_at_finalized_heights() {
             .await
             .unwrap();
         let block = Block::decode(&block[0], u16::MAX).unwrap();
-        assert_eq!(manifest.block_hash, block.hash());
-        assert_eq!(manifest.state_root, block.header.state_root);
+        assert_eq!(manifest.block_hash, block.hash().to_bytes());
+        assert_eq!(manifest.state_root, block.header.state_root.to_bytes());
     }
     let periodic: Vec<u64> = listed
         .iter()

@@ -104,7 +104,7 @@ fn checkpoint(modules: &Modules, state: &State, block: &Block) -> Checkpoint {
         Arc::new(state.clone()),
         BlockRef {
             height: block.header.height,
-            hash: block.hash(),
+            hash: block.hash().to_bytes(),
         },
         CreateOptions {
             target_chunk_bytes: TARGET_CHUNK_BYTES,
@@ -129,7 +129,7 @@ fn a_checkpoint_after_the_switch_carries_the_queue_and_the_restored_node_follows
     // At the checkpoint: 12 entries queued since H, the 2 final at slot 8 applied.
     assert_eq!(queued(&src.at_checkpoint), Some(10));
     let cp = checkpoint(&modules, &src.at_checkpoint, block);
-    assert_eq!(cp.manifest.state_root, block.header.state_root);
+    assert_eq!(cp.manifest.state_root, block.header.state_root.to_bytes());
     let queue = cp.manifest.queue.expect("the manifest carries the queue");
     assert_eq!((queue.total, queue.start), (12, 2));
     assert!(cp.manifest.queue_chunks().len() >= 2, "{queue:?}");
@@ -262,7 +262,7 @@ fn a_tampered_queue_chunk_is_the_peers_fault_and_forged_queue_bytes_or_counters_
     );
     let state = restorer.finish().unwrap();
     assert_eq!(state.pending.as_ref(), src.at_checkpoint.pending());
-    assert_eq!(state.state_root, block.header.state_root);
+    assert_eq!(state.state_root, block.header.state_root.to_bytes());
 
     // Listed bytes that do not prove (an entry's amount changed, its hash and size listed to
     // match): the producer's fault.
@@ -346,7 +346,7 @@ fn a_peer_serving_tampered_queue_chunks_is_dropped_and_they_are_fetched_from_the
     assert_eq!(delivered[1], 0);
     assert!(requested.iter().all(|&i| i >= k), "{requested:?}");
     let state = r.finish().unwrap();
-    assert_eq!(state.state_root, block.header.state_root);
+    assert_eq!(state.state_root, block.header.state_root.to_bytes());
     assert_eq!(state.pending.as_ref(), src.at_checkpoint.pending());
 }
 
@@ -387,6 +387,6 @@ fn a_restore_stopped_half_way_resumes_from_its_stored_chunks_queue_chunks_includ
     let rest: Vec<(usize, Vec<u8>)> = missing.iter().map(|&i| (i, cp.chunks[i].clone())).collect();
     verify_all(&mut r, opener.as_ref(), &rest, 2, Some(&store)).unwrap();
     let state = r.finish().unwrap();
-    assert_eq!(state.state_root, block.header.state_root);
+    assert_eq!(state.state_root, block.header.state_root.to_bytes());
     assert_eq!(state.pending.as_ref(), src.at_checkpoint.pending());
 }

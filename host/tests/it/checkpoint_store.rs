@@ -24,7 +24,7 @@ fn two_checkpoints() -> (Checkpoint, Checkpoint) {
     let mut eth1 = s.eth1().clone();
     eth1.vote_period += 1;
     let later = State::new(
-        [1; 32],
+        modnode::hashes::BlockHash::new([1; 32]),
         s.height() + 1,
         s.registry().clone(),
         eth1,

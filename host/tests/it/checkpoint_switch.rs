@@ -43,7 +43,7 @@ fn with_other_eth1(s: &State) -> State {
     eth1.vote_period += 1;
     eth1.votes.clear();
     State::new(
-        [1; 32],
+        modnode::hashes::BlockHash::new([1; 32]),
         s.height() + 1,
         s.registry().clone(),
         eth1,

@@ -472,7 +472,8 @@ async fn slow_peer(
     let genesis_block = source.chain().blocks(0, 1, usize::MAX).await.unwrap();
     let genesis_hash = modnode::chain::block::Block::decode(&genesis_block[0], 16)
         .unwrap()
-        .hash();
+        .hash()
+        .to_bytes();
     let hello = Hello {
         protocol_version: handshake::PROTOCOL_VERSION,
         chain_id: genesis.chain_id.clone(),

@@ -90,7 +90,7 @@ fn apply(state: &State, block: &Block, salt: u64) -> (State, BTreeSet<usize>) {
     touched.extend((len..len + added.len()).map(|i| i / per_chunk));
     registry.apply(&RegistryDelta { added, balances }).unwrap();
     let next = State::new(
-        [salt as u8; 32],
+        modnode::hashes::BlockHash::new([salt as u8; 32]),
         state.height() + 1,
         registry,
         state.eth1().clone(),

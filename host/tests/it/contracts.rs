@@ -11,14 +11,14 @@ use modnode::runtime::inspect::{ValidationError, Version, validate};
 use modnode::runtime::modules::{InitialModules, PlanCall};
 use modnode::runtime::slot::{Ready, Served, ShadowWorker, Slot, SlotConfig};
 use modnode::runtime::{
-    CallError, Kind, LoadError, LoadedModule, Mode, ModuleFault, Modules, Runtime, SlotError,
+    CallError, Kind, LinkedModule, LoadError, Mode, ModuleFault, Modules, Runtime, SlotError,
 };
 
 use super::{artifact, runtime};
 
 fn policy(rt: &Runtime, name: &str) -> GossipPolicyModule {
     match rt.load(&artifact(name)).unwrap() {
-        LoadedModule::GossipPolicy(m) => m,
+        LinkedModule::GossipPolicy(m) => m,
         _ => panic!("{name} is not a gossip policy"),
     }
 }
@@ -248,7 +248,7 @@ fn a_version_of_the_same_state_format_takes_the_old_state_over() {
         "modnode-test-tag",
         b"retagged",
     );
-    let LoadedModule::GossipPolicy(retagged) = rt.load(&bytes).unwrap() else {
+    let LinkedModule::GossipPolicy(retagged) = rt.load(&bytes).unwrap() else {
         panic!("not a policy")
     };
     slot.activate(Ready::warm(retagged).unwrap(), Mode::Live)

@@ -188,7 +188,7 @@ async fn gossiped_deposits_change_nothing_and_honest_ones_still_get_in() {
         node.status().deposit_index == 1
     })
     .await;
-    let genesis_hash = block_at(&node, 0).await.hash();
+    let genesis_hash = block_at(&node, 0).await.hash().to_bytes();
 
     // Peers gossip a forged new validator, a replay of the applied deposit, and a top-up of
     // u64::MAX Gwei for a genesis validator: each is a protocol violation.

@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use modnode::chain::block::DepositData;
 use modnode::chain::eth1::DepositProofs as _;
-use modnode::chain::to_wit;
 use modnode::chain::workload::{self, DevDepositLog};
+use modnode::runtime::deposits::convert::deposit as to_wit;
 use modnode::runtime::deposits::v3::EpochContext;
 use modnode::runtime::deposits::{BlockContext, Deposit, DepositsModule, WitEth1Data};
 use modnode::runtime::inspect::validate;
@@ -275,15 +275,11 @@ fn the_transition_step_runs_the_epoch_on_boundaries_before_the_blocks_deposits()
     }
     let eth1 = log.eth1_data();
     let proven = log.proven_deposits(0, 3, 3).unwrap();
-    let ctx_at = |height: u64, slot: u64, index: u64| BlockContext {
+    let ctx_at = |height: u64, slot: u64, index: u64| modnode::deposit::DepositContext {
         height,
         slot,
-        genesis_fork_version: FORK.to_vec(),
-        eth1_data: WitEth1Data {
-            deposit_root: eth1.deposit_root.to_vec(),
-            deposit_count: eth1.deposit_count,
-            block_hash: eth1.block_hash.to_vec(),
-        },
+        genesis_fork_version: FORK,
+        eth1_data: eth1,
         eth1_deposit_index: index,
     };
 

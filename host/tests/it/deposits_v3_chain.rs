@@ -10,10 +10,11 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use modnode::chain::block::{Block, Hash};
+use modnode::chain::block::{Block, BlockHash, StateRoot};
 use modnode::chain::genesis::Genesis;
 use modnode::chain::workload::{self, DevDepositLog};
 use modnode::chain::{Chain, DepositEngine, DepositModules, ProposeError};
+use modnode::hashes::ModuleHash;
 use modnode::runtime::Kind;
 use modnode::state::{PendingQueue, State, UpgradeOp};
 use modnode::state_cache::StateCacheConfig;
@@ -28,10 +29,10 @@ pub(super) const H: u64 = 6;
 pub(super) const GENESIS_VALIDATORS: u32 = 8;
 
 /// Deposits modules by hash (the node's prepared modules).
-struct Engines(HashMap<Hash, DepositEngine>);
+struct Engines(HashMap<ModuleHash, DepositEngine>);
 
 impl DepositModules for Engines {
-    fn deposits(&self, hash: &[u8; 32]) -> Option<DepositEngine> {
+    fn deposits(&self, hash: &ModuleHash) -> Option<DepositEngine> {
         self.0.get(hash).cloned()
     }
 }
@@ -40,14 +41,14 @@ pub(super) struct Setup {
     pub(super) genesis: Genesis,
     v2: DepositEngine,
     v3: DepositEngine,
-    pub(super) v3_hash: Hash,
+    pub(super) v3_hash: ModuleHash,
 }
 
 pub(super) fn setup() -> Setup {
     let rt = runtime(10_000_000_000);
     let v2 = deposits_module(&rt, "deposits-v2");
     let v3 = deposits_module(&rt, "deposits-v3");
-    let v3_hash = v3.hash().0;
+    let v3_hash = v3.hash();
     let mut genesis = Genesis::generated("deposits-v3-chain", GENESIS_VALIDATORS, 20);
     genesis.slots_per_epoch = Some(4);
     genesis.finality_depth = 2;
@@ -116,7 +117,9 @@ pub(super) fn queued(state: &State) -> Option<u64> {
 }
 
 /// What must be equal between two views of one state.
-pub(super) fn fingerprint(state: &State) -> (Hash, Hash, u32, Option<u64>, Option<Hash>) {
+pub(super) fn fingerprint(
+    state: &State,
+) -> (BlockHash, StateRoot, u32, Option<u64>, Option<[u8; 32]>) {
     (
         state.block_hash(),
         state.root(),
@@ -316,11 +319,18 @@ fn a_deposits_v3_module_warms_up_on_a_nodes_recent_real_deposits() {
         eth1.deposit_count,
     )
     .unwrap();
-    modules.record_deposits(DepositCall {
-        registry: super::shared(&modnode::state::Registry::new()),
-        ctx: modnode::chain::block_context(1, 1, [0; 4], &eth1, 0),
-        deposits: proven.iter().map(modnode::chain::to_wit).collect(),
-    });
+    let ctx = modnode::deposit::DepositContext {
+        height: 1,
+        slot: 1,
+        genesis_fork_version: [0; 4],
+        eth1_data: eth1,
+        eth1_deposit_index: 0,
+    };
+    modules.record_deposits(DepositCall::new(
+        super::shared(&modnode::state::Registry::new()),
+        &ctx,
+        &proven,
+    ));
     let prepared = modules.prepare(&super::artifact("deposits-v3"));
     assert!(prepared.is_ok(), "{:?}", prepared.err());
 }
@@ -351,8 +361,11 @@ fn pruning_drops_old_queue_extents_where_it_drops_eth1_records_and_the_chain_reo
     let head = chain.snapshot().unwrap();
     drop(chain);
     let store = SledStore::open(&path).unwrap();
-    let has = |prefix: &[u8], hash: &Hash| -> bool {
-        store.get(&[prefix, hash].concat()).unwrap().is_some()
+    let has = |prefix: &[u8], hash: &BlockHash| -> bool {
+        store
+            .get(&[prefix, hash.as_bytes()].concat())
+            .unwrap()
+            .is_some()
     };
     // Exactly where the eth1 state of a block is kept, its queue extent is (from H on).
     for (i, block) in blocks.iter().enumerate() {

@@ -6,13 +6,14 @@ use std::path::Path;
 
 use modnode::admin::client::{self, Target};
 use modnode::chain::genesis::Genesis;
+use modnode::hashes::ModuleHash;
 use modnode::node::Node;
 use sha2::{Digest, Sha256};
 
 use super::network::{LIVENESS, start};
 
-pub(super) fn sha(bytes: &[u8]) -> [u8; 32] {
-    Sha256::digest(bytes).into()
+pub(super) fn sha(bytes: &[u8]) -> ModuleHash {
+    ModuleHash(Sha256::digest(bytes).into())
 }
 
 /// Starts one node per dir, each bootstrapping from the one before.
@@ -29,7 +30,7 @@ pub(super) async fn start_all(paths: &[&Path], genesis: &Genesis) -> Vec<Node> {
 }
 
 /// Makes the node on `dir` vote the deposits module `module` in at `height`.
-pub(super) async fn propose(dir: &Path, module: &[u8; 32], height: u64) {
+pub(super) async fn propose(dir: &Path, module: &ModuleHash, height: u64) {
     let target = Target::data_dir(dir).unwrap();
     client::propose_upgrade(&target, "upgrade", "deposits", &hex::encode(module), height)
         .await

@@ -258,11 +258,11 @@ fn detached(
     let mut state_root = [0xaa; 32];
     state_root[..4].copy_from_slice(&variant.to_le_bytes());
     let header = BlockHeader {
-        parent_hash: [0xee; 32],
+        parent_hash: modnode::hashes::BlockHash::new([0xee; 32]),
         height: 1_000,
         slot,
         proposer,
-        state_root,
+        state_root: modnode::hashes::StateRoot::new(state_root),
         body_root: body.root(),
     };
     let seal = keys[proposer as usize]

@@ -122,7 +122,7 @@ fn watch_gossip(conn: quinn::Connection) -> Arc<Mutex<BTreeSet<MessageId>>> {
 }
 
 /// The canonical block hashes of `node` at heights `1..=top`.
-async fn hashes(node: &Node, top: u64) -> Vec<[u8; 32]> {
+async fn hashes(node: &Node, top: u64) -> Vec<modnode::hashes::BlockHash> {
     node.chain()
         .blocks(1, top, usize::MAX)
         .await
@@ -155,7 +155,7 @@ async fn an_equivocating_authority_splits_no_honest_node_of_a_4_node_devnet() {
         honest.iter().all(|n| n.status().height >= 3)
     })
     .await;
-    let genesis_hash = block_at(&n1, 0).await.hash();
+    let genesis_hash = block_at(&n1, 0).await.hash().to_bytes();
     let hello = hello(&genesis, genesis_hash, 0);
 
     // A watcher on n1 sees what n1 relays; the equivocator connects to all three.

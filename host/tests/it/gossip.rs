@@ -1,6 +1,6 @@
 //! The gossip-policy modules drive the host's gossip engine exactly like their native twins.
 
-use modnode::runtime::LoadedModule;
+use modnode::runtime::LinkedModule;
 use modnode_gossip::policy::Flood;
 use modnode_gossip::policy_v2::PolicyV2;
 use modnode_gossip::sim::{self, Scenario, SimConfig};
@@ -24,7 +24,7 @@ fn scenario() -> (SimConfig, Scenario) {
 
 fn policy_module(name: &str) -> modnode::runtime::gossip_policy::GossipPolicyModule {
     match runtime(100_000_000).load(&artifact(name)).unwrap() {
-        LoadedModule::GossipPolicy(m) => m,
+        LinkedModule::GossipPolicy(m) => m,
         _ => panic!("{name} is not a gossip policy"),
     }
 }

@@ -256,7 +256,7 @@ mod bans {
             .await
             .unwrap()
             .first()
-            .map(|b| Block::decode(b, 16).unwrap().hash())
+            .map(|b| Block::decode(b, 16).unwrap().hash().to_bytes())
             .unwrap();
         let villain = NodeIdentity::generate().unwrap();
         let conn = hello_as(&villain, &node, &genesis, genesis_hash)

@@ -8,7 +8,7 @@ use std::cell::Cell;
 use std::rc::Rc;
 use std::time::Instant;
 
-use modnode::runtime::LoadedModule;
+use modnode::runtime::LinkedModule;
 use modnode::runtime::gossip_policy::{GossipPolicyModule, KeptPolicy};
 use modnode_gossip::policy::{Flood, MessageMeta, PeerStats, Policy, SendPlan};
 use modnode_gossip::policy_v2::PolicyV2;
@@ -19,7 +19,7 @@ use super::{artifact, runtime};
 
 fn policy_module(name: &str) -> GossipPolicyModule {
     match runtime(100_000_000).load(&artifact(name)).unwrap() {
-        LoadedModule::GossipPolicy(m) => m,
+        LinkedModule::GossipPolicy(m) => m,
         _ => panic!("{name} is not a gossip policy"),
     }
 }

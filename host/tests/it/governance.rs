@@ -5,25 +5,26 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use modnode::chain::block::{Block, Hash, Seal};
+use modnode::chain::block::{Block, Seal};
 use modnode::chain::genesis::Genesis;
 use modnode::chain::native_deposits::Verification;
 use modnode::chain::{Chain, DepositEngine, DepositModules, ImportError, ProposeError};
+use modnode::hashes::ModuleHash;
 use modnode::net::identity::NodeIdentity;
 use modnode::runtime::Kind;
 use modnode::state::UpgradeOp;
 use modnode::state::schedule::{DropReason, ScheduleError};
 use modnode::store::MemoryStore;
 
-const V1: Hash = [1; 32];
-const V2: Hash = [2; 32];
+const V1: ModuleHash = ModuleHash([1; 32]);
+const V2: ModuleHash = ModuleHash([2; 32]);
 
 /// Deposits engines by hash: what a node holds compiled and warmed.
 #[derive(Default)]
-struct Held(Mutex<HashMap<Hash, DepositEngine>>);
+struct Held(Mutex<HashMap<ModuleHash, DepositEngine>>);
 
 impl Held {
-    fn with(hashes: &[Hash]) -> Arc<Self> {
+    fn with(hashes: &[ModuleHash]) -> Arc<Self> {
         let held = Self::default();
         for (i, h) in hashes.iter().enumerate() {
             let v = if i % 2 == 0 {
@@ -38,14 +39,14 @@ impl Held {
 }
 
 impl DepositModules for Held {
-    fn deposits(&self, hash: &[u8; 32]) -> Option<DepositEngine> {
+    fn deposits(&self, hash: &ModuleHash) -> Option<DepositEngine> {
         self.0.lock().unwrap().get(hash).cloned()
     }
 }
 
 fn genesis(authorities: &[&NodeIdentity]) -> Genesis {
     let mut g = Genesis::generated("governance", 8, 5);
-    g.deposits_module = Some(V1);
+    g.deposits_module = Some(V1.0);
     g.upgrade_lead_blocks = 3;
     g.upgrade_max_ahead_blocks = 1_000;
     g.authorities = authorities
@@ -66,7 +67,7 @@ fn chain(genesis: &Genesis, held: Arc<Held>) -> Chain {
     chain
 }
 
-fn op(module: Hash, height: u64) -> UpgradeOp {
+fn op(module: ModuleHash, height: u64) -> UpgradeOp {
     UpgradeOp {
         kind: Kind::Deposits,
         module,
@@ -172,7 +173,7 @@ struct Net {
 }
 
 impl Net {
-    fn new(held: &[Hash]) -> Self {
+    fn new(held: &[ModuleHash]) -> Self {
         let keys: Vec<NodeIdentity> = (0..3).map(|_| NodeIdentity::generate().unwrap()).collect();
         let g = genesis(&keys.iter().collect::<Vec<_>>());
         let nodes = (0..3).map(|_| chain(&g, Held::with(held))).collect();
@@ -209,12 +210,12 @@ fn junk_votes_from_one_authority_do_not_block_a_majority_upgrade() {
     let mut net = Net::new(&[V1, V2]);
     // Authority 2 proposes 16 junk upgrades; parking them near u64::MAX is refused outright.
     assert!(matches!(
-        net.nodes[2].propose_upgrade(op([0xee; 32], u64::MAX - 1)),
+        net.nodes[2].propose_upgrade(op(ModuleHash([0xee; 32]), u64::MAX - 1)),
         Err(ProposeError::Schedule(ScheduleError::TooFar { .. }))
     ));
     for i in 0..16u8 {
         net.nodes[2]
-            .propose_upgrade(op([0x80 + i; 32], 900))
+            .propose_upgrade(op(ModuleHash([0x80 + i; 32]), 900))
             .unwrap();
     }
     // Its blocks carry at most its quota of pending operations.
@@ -305,7 +306,7 @@ fn a_module_of_another_kind_is_refused_at_propose_and_never_attested_so_never_ac
     let dir = tempfile::tempdir().unwrap();
     let agent = Arc::new(super::node_agent(dir.path()));
     // The node holds the bytes (embedded): the operator's typo is refused, naming both kinds.
-    let policy: Hash = Sha256::digest(artifact("gossip-policy-v2")).into();
+    let policy = ModuleHash(Sha256::digest(artifact("gossip-policy-v2")).into());
     let err = agent.prepare_as(Kind::Deposits, &policy).unwrap_err();
     assert!(
         err.contains("is a gossip-policy module, not a deposits module"),
@@ -343,7 +344,7 @@ fn a_deposits_module_that_cannot_finish_a_full_block_is_refused_at_propose() {
     let agent = super::node_agent_on(dir.path(), runtime).with_max_deposits(4_096);
     // The modules in the tree fit a block of the largest maximum a genesis may set.
     for name in ["deposits-v1", "deposits-v2"] {
-        let hash: Hash = Sha256::digest(artifact(name)).into();
+        let hash = ModuleHash(Sha256::digest(artifact(name)).into());
         assert!(agent.prepare_as(Kind::Deposits, &hash).unwrap(), "{name}");
         agent
             .check_deposit_cost(&hash, 1)
@@ -353,7 +354,7 @@ fn a_deposits_module_that_cannot_finish_a_full_block_is_refused_at_propose() {
     // fuel per deposit, 4x the per-deposit budget. Such a module would run out of fuel on the
     // first full block and halt the chain there.
     let fixture = artifact("fixture-bls-loop");
-    let hash: Hash = Sha256::digest(&fixture).into();
+    let hash = ModuleHash(Sha256::digest(&fixture).into());
     agent
         .accept_fetched(&hash, &fixture, "test")
         .expect("prepared");

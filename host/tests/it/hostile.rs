@@ -150,7 +150,7 @@ fn local_failures_do_not_penalise_the_sender() {
         path: "/data/chain".into(),
         message: "No space left on device".into(),
     };
-    let hash = || "ab".repeat(32);
+    let hash = || modnode::hashes::BlockHash::new([0xab; 32]);
     let ours: Vec<(&str, WorkerError)> = vec![
         ("stopped worker", WorkerError::Stopped),
         (
@@ -617,7 +617,7 @@ pub(crate) mod quic {
             [&a, &b, &c].iter().all(|n| n.status().height >= 3)
         })
         .await;
-        let genesis_hash = block_at(&b, 0).await.hash();
+        let genesis_hash = block_at(&b, 0).await.hash().to_bytes();
 
         // A watcher on B sees everything B relays; an attacker pushes the forgery to B.
         let hello = hello(&genesis, genesis_hash, 0);
@@ -799,7 +799,7 @@ pub(crate) mod quic {
         let genesis = genesis("hostile-height", &[tmp[0].path()]);
         let node = start(tmp[0].path(), &genesis, vec![]).await;
         eventually("the node producing", || node.status().height >= 2).await;
-        let genesis_hash = block_at(&node, 0).await.hash();
+        let genesis_hash = block_at(&node, 0).await.hash().to_bytes();
         let me = NodeIdentity::generate().unwrap();
         let (_ep, liar) = raw_peer(
             &node,
@@ -833,7 +833,7 @@ pub(crate) mod quic {
         let tmp = dirs(1);
         let genesis = genesis("hostile-kinds", &[tmp[0].path()]);
         let node = start(tmp[0].path(), &genesis, vec![]).await;
-        let genesis_hash = block_at(&node, 0).await.hash();
+        let genesis_hash = block_at(&node, 0).await.hash().to_bytes();
         // Deposits come only from the deposit contract: a gossiped one is a violation too.
         for (byte, kind) in [
             (7, MessageKind::Consensus),
@@ -862,7 +862,7 @@ pub(crate) mod quic {
         let tmp = dirs(1);
         let genesis = genesis("hostile-restart", &[tmp[0].path()]);
         let node = start(tmp[0].path(), &genesis, vec![]).await;
-        let genesis_hash = block_at(&node, 0).await.hash();
+        let genesis_hash = block_at(&node, 0).await.hash().to_bytes();
         let me = NodeIdentity::generate().unwrap();
         let hello = hello(&genesis, genesis_hash, 0);
 

@@ -31,6 +31,9 @@ const RANK: &[(&str, u32)] = &[
     ("hashes", 0),
     // The state value and the key-value store it is saved in.
     ("state", 1),
+    // The chain's own deposit types (over `state`'s eth1 data and registry), which the runtime
+    // converts the deposits modules' WIT types to.
+    ("deposit", 1),
     ("store", 2),
     // The wasm engine, the module kinds and their host interfaces.
     ("runtime", 3),
@@ -243,4 +246,159 @@ fn apply_block_is_the_only_transition_the_chain_cache_checkpoint_and_upgrade_che
     );
     assert!(calls("upgrade_check", ".import(").contains(&"upgrade_check/replay.rs".to_string()));
     assert!(calls("checkpoint", "apply_block(").is_empty());
+}
+
+/// What the deposits modules' bindings export, by the names and paths `runtime::deposits`
+/// offers them under (its `@2.0.0` types, `v3`'s and `migration`'s, and the functions that
+/// build or read them). Outside `runtime/` the chain's own types (`crate::deposit`) stand for
+/// them: the runtime converts at the call.
+const DEPOSITS_WIT_NAMES: &[&str] = &[
+    // `runtime::deposits`
+    "BlockContext",
+    "Deposit",
+    "WitEth1Data",
+    "Outcome",
+    "ProcessError",
+    "RegistryError",
+    "SignatureSet",
+    "registry_error",
+    "bindings",
+    // `runtime::deposits::convert`: the conversions to them.
+    "convert",
+    // `runtime::deposits::v3`
+    "BlockContextV3",
+    "DepositV3",
+    "EpochContext",
+    "EpochProcessed",
+    "EpochOutcome",
+    "WitPendingDeposit",
+    "ProcessErrorV3",
+    "QueueError",
+    "Queued",
+    "RegistryErrorV3",
+    "V3Result",
+    "from_wit",
+    "to_wit",
+    "block_context",
+    "deposit",
+    // `runtime::deposits::migration`
+    "Migrated",
+    "MigrationContext",
+    "MigrationResult",
+];
+
+/// Files outside `runtime/` that still call a deposits module through its WIT types:
+/// `(file, why)`. Remove a line when the file no longer does.
+const KNOWN_WIT_CALLERS: &[(&str, &str)] = &[(
+    "bench/host_call.rs",
+    "measures the runtime's host-call cost through a fixture fed a deposit the chain's types \
+     cannot hold (an empty proof), as the runtime's own tests do",
+)];
+
+/// Every non-test `.rs` file under `dir`, as (path shown from `src`, code).
+fn sources_under(src: &Path, dir: &Path, out: &mut Vec<(String, String)>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        let shown = path.strip_prefix(src).unwrap().display().to_string();
+        let file_name = path.file_name().unwrap().to_string_lossy().to_string();
+        if shown == "runtime" || shown == "runtime.rs" || file_name == "tests" {
+            continue;
+        }
+        if path.is_dir() {
+            sources_under(src, &path, out);
+        } else if file_name.ends_with(".rs") && file_name != "tests.rs" {
+            out.push((shown, code_of(&std::fs::read_to_string(&path).unwrap())));
+        }
+    }
+}
+
+/// The names `code` takes from `runtime::deposits` (or a module under it): each path after
+/// `runtime::deposits::`, a `{ … }` group read whole, split into identifiers.
+fn names_from_runtime_deposits(code: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let mut rest = code;
+    while let Some(at) = rest.find("runtime::deposits::") {
+        rest = &rest[at + "runtime::deposits::".len()..];
+        let mut depth = 0usize;
+        let path: String = rest
+            .chars()
+            .take_while(|&c| match c {
+                '{' => {
+                    depth += 1;
+                    true
+                }
+                '}' => {
+                    depth = depth.saturating_sub(1);
+                    true
+                }
+                _ if depth > 0 => true,
+                c => c.is_alphanumeric() || c == '_' || c == ':',
+            })
+            .collect();
+        for name in path.split(|c: char| !(c.is_alphanumeric() || c == '_')) {
+            if !name.is_empty() {
+                out.insert(name.to_string());
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn no_file_outside_the_runtime_names_a_deposits_wit_type() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    sources_under(&src, &src, &mut files);
+    assert!(
+        files
+            .iter()
+            .any(|(f, _)| f == "consensus/deposit_engine.rs")
+    );
+    let mut found: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (file, code) in &files {
+        let mut names: Vec<String> = names_from_runtime_deposits(code)
+            .into_iter()
+            .filter(|n| DEPOSITS_WIT_NAMES.contains(&n.as_str()))
+            .collect();
+        if code.contains("bindgen!") {
+            names.push("bindgen!".to_string());
+        }
+        if !names.is_empty() {
+            found.insert(file.clone(), names);
+        }
+    }
+    let known: BTreeSet<&str> = KNOWN_WIT_CALLERS.iter().map(|(f, _)| *f).collect();
+    let new: Vec<String> = found
+        .iter()
+        .filter(|(file, _)| !known.contains(file.as_str()))
+        .map(|(file, names)| format!("{file}: {}", names.join(", ")))
+        .collect();
+    assert!(
+        new.is_empty(),
+        "WIT types of the deposits modules named outside runtime/ (use the chain's types in \
+         crate::deposit and the runtime's calls in them): {new:#?}"
+    );
+    let gone: Vec<&&str> = known.iter().filter(|f| !found.contains_key(**f)).collect();
+    assert!(
+        gone.is_empty(),
+        "these files no longer name a WIT type: take them off KNOWN_WIT_CALLERS: {gone:?}"
+    );
+}
+
+#[test]
+fn the_wit_scan_reads_grouped_and_nested_imports() {
+    let names = names_from_runtime_deposits(
+        "use crate::runtime::deposits::{DepositsModule, v3::{EpochContext, V3Output}};\n\
+         fn f(c: crate::runtime::deposits::migration::MigrationContext) {}",
+    );
+    for name in [
+        "DepositsModule",
+        "EpochContext",
+        "V3Output",
+        "migration",
+        "MigrationContext",
+    ] {
+        assert!(names.contains(name), "{names:?}");
+    }
+    assert!(!names.contains("fn"), "{names:?}");
 }

@@ -65,7 +65,7 @@ mod upload;
 
 use std::sync::Arc;
 
-use modnode::runtime::{LoadedModule, Runtime, RuntimeConfig};
+use modnode::runtime::{LinkedModule, Runtime, RuntimeConfig};
 use modnode::state::{Registry, SharedRegistry};
 
 /// Sends the nodes' logs to the test's captured output when `MODNODE_TEST_LOG` holds a filter
@@ -140,7 +140,7 @@ pub fn node_agent_on(
 /// Loads a deposits module artifact.
 pub fn deposits_module(rt: &Runtime, name: &str) -> modnode::runtime::deposits::DepositsModule {
     match rt.load(&artifact(name)).unwrap() {
-        LoadedModule::Deposits(m) => m,
+        LinkedModule::Deposits(m) => m,
         _ => panic!("{name} is not a deposits module"),
     }
 }

@@ -10,12 +10,13 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use modnode::chain::block::{Block, Hash};
+use modnode::chain::block::{Block, BlockHash, StateRoot};
 use modnode::chain::genesis::Genesis;
 use modnode::chain::workload::{self, DevDepositLog};
 use modnode::chain::{
     Chain, DepositEngine, DepositModules, FailureClass, ImportError, ProposeError,
 };
+use modnode::hashes::ModuleHash;
 use modnode::runtime::Kind;
 use modnode::runtime::inspect::validate;
 use modnode::state::{PendingQueue, State, UpgradeOp};
@@ -31,10 +32,10 @@ const H: u64 = 6;
 const GENESIS_VALIDATORS: u32 = 8;
 
 /// Deposits modules by hash (the node's prepared modules).
-struct Engines(HashMap<Hash, DepositEngine>);
+struct Engines(HashMap<ModuleHash, DepositEngine>);
 
 impl DepositModules for Engines {
-    fn deposits(&self, hash: &[u8; 32]) -> Option<DepositEngine> {
+    fn deposits(&self, hash: &ModuleHash) -> Option<DepositEngine> {
         self.0.get(hash).cloned()
     }
 }
@@ -46,7 +47,7 @@ struct Setup {
 }
 
 impl Setup {
-    fn hash(&self, name: &str) -> Hash {
+    fn hash(&self, name: &str) -> ModuleHash {
         self.engines[name].hash().unwrap()
     }
 
@@ -96,7 +97,7 @@ fn open(setup: &Setup, path: &Path) -> Chain {
     chain
 }
 
-fn upgrade(module: Hash, height: u64) -> UpgradeOp {
+fn upgrade(module: ModuleHash, height: u64) -> UpgradeOp {
     UpgradeOp {
         kind: Kind::Deposits,
         module,
@@ -142,7 +143,7 @@ fn marker(validators: u32, queued: u64) -> u64 {
     u64::from(validators) * 1_000 + queued * 10 + 7
 }
 
-fn fingerprint(state: &State) -> (Hash, Hash, u32, Option<u64>, Option<u64>) {
+fn fingerprint(state: &State) -> (BlockHash, StateRoot, u32, Option<u64>, Option<u64>) {
     (
         state.block_hash(),
         state.root(),
@@ -187,14 +188,14 @@ fn the_migration_flag_shows_on_modules_that_export_one_and_old_modules_keep_thei
 /// nothing; the propose-time check refuses one that does.
 #[test]
 fn a_migration_that_changes_the_state_again_when_run_twice_is_refused_by_the_check() {
-    use modnode::runtime::deposits::migration::MigrationContext;
+    use modnode::deposit::ChainContext;
     use modnode::upgrade_check::migration::{TwiceError, run_twice};
 
     let rt = runtime(1_000_000_000);
-    let ctx = MigrationContext {
+    let ctx = ChainContext {
         height: 2,
         finality_depth: 0,
-        genesis_fork_version: vec![0; 4],
+        genesis_fork_version: [0; 4],
     };
     let registry = modnode::state::Registry::new();
     let queue = PendingQueue::new();

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use modnode::runtime::LoadedModule;
+use modnode::runtime::LinkedModule;
 use modnode::runtime::checkpoint::{LeafRange, PlanParams, StateReader};
 use modnode::runtime::gossip_policy::{MessageKind, MessageMeta, PeerStats, Priority, SendMode};
 
@@ -31,7 +31,7 @@ impl StateReader for Leaves {
 #[test]
 fn checkpoint_v1_plans_builds_and_opens_chunks() {
     let rt = runtime(1_000_000_000);
-    let LoadedModule::Checkpoint(module) = rt.load(&artifact("checkpoint-v1")).unwrap() else {
+    let LinkedModule::Checkpoint(module) = rt.load(&artifact("checkpoint-v1")).unwrap() else {
         panic!()
     };
     assert_eq!(module.meta().info.version, 1);
@@ -76,7 +76,7 @@ fn checkpoint_v1_plans_builds_and_opens_chunks() {
 #[test]
 fn gossip_policy_v1_floods_to_peers_lacking_the_message() {
     let rt = runtime(100_000_000);
-    let LoadedModule::GossipPolicy(module) = rt.load(&artifact("gossip-policy-v1")).unwrap() else {
+    let LinkedModule::GossipPolicy(module) = rt.load(&artifact("gossip-policy-v1")).unwrap() else {
         panic!()
     };
     let peers: Vec<PeerStats> = (0..6)
@@ -113,7 +113,7 @@ fn module_template_builds_validates_and_plans() {
         "examples are not embedded"
     );
     let rt = runtime(100_000_000);
-    let LoadedModule::GossipPolicy(module) = rt.load(&bytes).unwrap() else {
+    let LinkedModule::GossipPolicy(module) = rt.load(&bytes).unwrap() else {
         panic!()
     };
     let peers: Vec<PeerStats> = [(0, 900), (1, 100), (2, 300), (3, 200), (4, 50)]

@@ -318,7 +318,12 @@ pub(super) async fn genesis_hash(node: &Node) -> [u8; 32] {
         .await
         .unwrap()
         .first()
-        .map(|b| modnode::chain::block::Block::decode(b, 16).unwrap().hash())
+        .map(|b| {
+            modnode::chain::block::Block::decode(b, 16)
+                .unwrap()
+                .hash()
+                .to_bytes()
+        })
         .unwrap()
 }
 
@@ -499,7 +504,7 @@ async fn a_peer_relaying_an_invalid_block_is_disconnected_and_the_block_dropped(
     let node = start(tmp[0].path(), &genesis, vec![]).await;
     let genesis_block = block_at(&node, 0).await;
     let parent = Block::decode(&genesis_block[0], 16).unwrap();
-    let conn = raw_peer(&node, &genesis, parent.hash()).await;
+    let conn = raw_peer(&node, &genesis, parent.hash().to_bytes()).await;
     eventually("the raw peer counted", || node.status().peers == 1).await;
 
     // A block for the current slot, sealed by a key that is not the authority's.
@@ -514,7 +519,7 @@ async fn a_peer_relaying_an_invalid_block_is_disconnected_and_the_block_dropped(
     };
     let forger = NodeIdentity::generate().unwrap();
     let block = Block {
-        seal: Seal::Ed25519(forger.sign(&header.hash()).unwrap()),
+        seal: Seal::Ed25519(forger.sign(header.hash().as_bytes()).unwrap()),
         header,
         body,
     };

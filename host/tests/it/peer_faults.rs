@@ -11,6 +11,7 @@ use modnode::chain::DepositModules;
 use modnode::chain::block::Block;
 use modnode::chain::genesis::Genesis;
 use modnode::clock::unix_ms;
+use modnode::hashes::ModuleHash;
 use modnode::net::codec;
 use modnode::net::identity::NodeIdentity;
 use modnode::net::rpc::{ChainStatus, Request, Response};
@@ -86,7 +87,7 @@ fn serve(
 }
 
 /// A status answer claiming `head_height` and `ready_modules`.
-fn status(head_height: u64, ready_modules: Vec<[u8; 32]>) -> Response {
+fn status(head_height: u64, ready_modules: Vec<ModuleHash>) -> Response {
     Response::Status(ChainStatus {
         head_height,
         head_hash: [0xee; 32],
@@ -115,7 +116,7 @@ async fn follower(chain_id: &str) -> (Vec<tempfile::TempDir>, Genesis, Node, [u8
     let tmp = dirs(2);
     let genesis = genesis(chain_id, &[tmp[1].path()]);
     let node = start(tmp[0].path(), &genesis, vec![]).await;
-    let genesis_hash = block_at(&node, 0).await.hash();
+    let genesis_hash = block_at(&node, 0).await.hash().to_bytes();
     (tmp, genesis, node, genesis_hash)
 }
 
@@ -134,7 +135,7 @@ async fn a_peer_serving_far_future_blocks_is_banned_not_asked_again_in_a_loop() 
     let slot = far_slot(&genesis);
     // The claimed head is the hash of the block served at its height: every answer is
     // consistent with the claim.
-    let head = far_future(&template, slot, 3).hash();
+    let head = far_future(&template, slot, 3).hash().to_bytes();
     let asked = Arc::new(Asked::default());
     let me = NodeIdentity::generate().unwrap();
     let mut claim = hello(&genesis, genesis_hash, 3);
@@ -198,7 +199,7 @@ async fn a_gossiped_far_future_block_bans_its_sender() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_oversized_module_answer_bans_its_sender() {
     let (_tmp, genesis, node, genesis_hash) = follower("peer-faults-module").await;
-    let module = [0x42; 32];
+    let module = ModuleHash([0x42; 32]);
     let asked = Arc::new(Asked::default());
     let me = NodeIdentity::generate().unwrap();
     let (_ep, conn) = raw_peer(&node, &me, loopback(), &hello(&genesis, genesis_hash, 0))
@@ -237,7 +238,7 @@ async fn an_oversized_module_answer_bans_its_sender() {
 }
 
 /// One module request on a new stream of `conn`; the answer is not read.
-async fn ask_module(conn: &quinn::Connection, hash: [u8; 32]) {
+async fn ask_module(conn: &quinn::Connection, hash: ModuleHash) {
     let (mut send, _recv) = conn.open_bi().await.unwrap();
     let (t, p) = Request::Module { hash }.encode();
     codec::write_frame(&mut send, t, &p, 64).await.unwrap();
@@ -252,7 +253,7 @@ async fn ask_module(conn: &quinn::Connection, hash: [u8; 32]) {
 async fn no_per_peer_table_outlives_a_ban() {
     const PEERS: usize = 16;
     let (_tmp, genesis, node, genesis_hash) = follower("peer-faults-tables").await;
-    let module = [0x43; 32];
+    let module = ModuleHash([0x43; 32]);
     let hello = hello(&genesis, genesis_hash, 0);
     for i in 0..PEERS {
         let me = NodeIdentity::generate().unwrap();
@@ -318,7 +319,7 @@ fn ten_thousand_banned_identities_leave_every_table_bounded_by_the_connected_set
     let agent = crate::node_agent(dir.path());
     let mut peers = PeerManager::new(PeerConfig::new([0; 32]), [], 7, 0).unwrap();
     let mut sync = RangeSync::new(SyncConfig::default(), 0, [0; 32]).unwrap();
-    let module = [0x44; 32];
+    let module = ModuleHash([0x44; 32]);
     for i in 0..IDENTITIES {
         let now = u64::from(i) * SECONDS;
         let mut node = [0xaa; 32];

@@ -4,13 +4,13 @@
 use modnode::runtime::gossip_policy::{
     GossipPolicyModule, MessageKind, MessageMeta, PeerStats, instances,
 };
-use modnode::runtime::{CallError, LoadedModule, ModuleFault, Runtime};
+use modnode::runtime::{CallError, LinkedModule, ModuleFault, Runtime};
 
 use super::{artifact, runtime};
 
 fn policy(rt: &Runtime, name: &str) -> GossipPolicyModule {
     match rt.load(&artifact(name)).unwrap() {
-        LoadedModule::GossipPolicy(m) => m,
+        LinkedModule::GossipPolicy(m) => m,
         _ => panic!("{name} is not a gossip policy"),
     }
 }

@@ -12,7 +12,7 @@ use modnode::runtime::gossip_policy::{
 use modnode::runtime::inspect::validate;
 use modnode::runtime::modules::InitialModules;
 use modnode::runtime::slot::SlotConfig;
-use modnode::runtime::{Kind, LoadedModule, Mode, Modules, Runtime};
+use modnode::runtime::{Kind, LinkedModule, Mode, Modules, Runtime};
 use modnode::upgrade_check::{Checker, Kind as CheckKind, ModuleFile, Settings, Verdict};
 use modnode_gossip::engine::{EngineConfig, GossipEngine};
 use modnode_gossip::policy as native;
@@ -24,7 +24,7 @@ use super::{artifact, runtime};
 
 fn policy(rt: &Runtime, name: &str) -> GossipPolicyModule {
     match rt.load(&artifact(name)).unwrap() {
-        LoadedModule::GossipPolicy(m) => m,
+        LinkedModule::GossipPolicy(m) => m,
         _ => panic!("{name} is not a gossip policy"),
     }
 }

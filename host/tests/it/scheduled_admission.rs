@@ -6,10 +6,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use modnode::chain::block::Hash;
 use modnode::chain::genesis::Genesis;
 use modnode::chain::native_deposits::Verification;
 use modnode::chain::{Chain, DepositEngine, DepositModules, ImportError};
+use modnode::hashes::ModuleHash;
 use modnode::modules_store::upload::{ModuleService, UploadConfig};
 use modnode::node::upgrades::UpgradeAgent;
 use modnode::runtime::Kind;
@@ -56,8 +56,8 @@ fn modules() -> Arc<Modules> {
     )
 }
 
-fn hash(bytes: &[u8]) -> Hash {
-    Sha256::digest(bytes).into()
+fn hash(bytes: &[u8]) -> ModuleHash {
+    ModuleHash(Sha256::digest(bytes).into())
 }
 
 /// A node's upgrade agent over `modules`, its module service in `dir` with `limits` warming on
@@ -71,10 +71,10 @@ fn agent(dir: &std::path::Path, modules: &Arc<Modules>, limits: UploadConfig) ->
 
 /// The modules of the producer: the scheduled hash runs a native engine (the blocks carry no
 /// deposits, so every engine computes the same state).
-struct Producer(Hash);
+struct Producer(ModuleHash);
 
 impl DepositModules for Producer {
-    fn deposits(&self, hash: &[u8; 32]) -> Option<DepositEngine> {
+    fn deposits(&self, hash: &ModuleHash) -> Option<DepositEngine> {
         (*hash == self.0).then_some(DepositEngine::Native(Verification::OneByOne))
     }
 }
@@ -150,13 +150,7 @@ fn a_node_with_tiny_upload_limits_admits_a_scheduled_module_and_imports_past_its
     .unwrap();
     let refused = service.upload(&v1, "operator").unwrap_err();
     assert_eq!(refused.code(), "too-large", "{refused}");
-    assert!(
-        service
-            .store()
-            .meta(&modnode::hashes::ModuleHash(v1_hash))
-            .unwrap()
-            .is_none()
-    );
+    assert!(service.store().meta(&v1_hash).unwrap().is_none());
 
     // Fetched for the chain: admitted (the limits only warn), stored, ready, served on.
     agent.accept_fetched(&v1_hash, &v1, "peer").unwrap();
@@ -281,9 +275,5 @@ fn a_fetched_module_of_another_kind_than_scheduled_is_refused() {
         .unwrap_err();
     assert!(err.to_string().contains("gossip-policy"), "{err}");
     assert!(!agent.is_ready(&policy_hash));
-    assert!(
-        modules
-            .prepared_version(&modnode::hashes::ModuleHash(policy_hash))
-            .is_none()
-    );
+    assert!(modules.prepared_version(&policy_hash).is_none());
 }

@@ -13,7 +13,7 @@ use modnode::runtime::gossip_policy::{
 use modnode::runtime::modules::{InitialModules, PlanCall};
 use modnode::runtime::slot::{Invocation, Ready, Served, ShadowWorker, Slot, SlotConfig};
 use modnode::runtime::{
-    CallError, Kind, LoadedModule, Mode, ModuleFault, Modules, Runtime, SlotError,
+    CallError, Kind, LinkedModule, Mode, ModuleFault, Modules, Runtime, SlotError,
 };
 use modnode::state::{Registry, SharedRegistry};
 use modnode_gossip::sim::{self, Scenario, SimConfig};
@@ -22,7 +22,7 @@ use super::{artifact, deposits_module, runtime};
 
 fn policy(rt: &Runtime, name: &str) -> GossipPolicyModule {
     match rt.load(&artifact(name)).unwrap() {
-        LoadedModule::GossipPolicy(m) => m,
+        LinkedModule::GossipPolicy(m) => m,
         _ => panic!("{name} is not a gossip policy"),
     }
 }
@@ -514,7 +514,7 @@ fn proven(data: modnode::chain::block::DepositData) -> (WitEth1Data, Deposit) {
             deposit_count: eth1.deposit_count,
             block_hash: eth1.block_hash.to_vec(),
         },
-        modnode::chain::to_wit(&deposit[0]),
+        modnode::runtime::deposits::convert::deposit(&deposit[0]),
     )
 }
 

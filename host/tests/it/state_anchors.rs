@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use modnode::chain::block::Hash;
+use modnode::chain::block::BlockHash;
 use modnode::chain::genesis::Genesis;
 use modnode::chain::workload::{self, DevDepositLog};
 use modnode::chain::{Added, Chain};
@@ -24,7 +24,7 @@ fn genesis() -> Genesis {
 
 /// Imports `blocks` blocks, each with a new validator and a top-up of an older one (so the
 /// anchors carry balances, not only validator counts); returns the canonical hashes by height.
-fn grow(chain: &mut Chain, log: &mut DevDepositLog, blocks: u64) -> Vec<Hash> {
+fn grow(chain: &mut Chain, log: &mut DevDepositLog, blocks: u64) -> Vec<BlockHash> {
     let mut hashes = vec![chain.head().hash];
     for height in 1..=blocks {
         let state = chain.snapshot().unwrap();
@@ -44,7 +44,7 @@ fn grow(chain: &mut Chain, log: &mut DevDepositLog, blocks: u64) -> Vec<Hash> {
 
 /// Asks a fresh cache (nothing but the head cached, like after a restart) for the state at
 /// `height`: the stored root, from an anchor at most `K` blocks below.
-fn check_regenerated(chain: &mut Chain, hashes: &[Hash], height: u64) {
+fn check_regenerated(chain: &mut Chain, hashes: &[BlockHash], height: u64) {
     chain.configure_state_cache(StateCacheConfig::default());
     let states = chain.states();
     let state = states.state(&hashes[height as usize]).unwrap();

@@ -3,7 +3,7 @@
 
 use std::sync::{Arc, Barrier};
 
-use modnode::chain::block::Hash;
+use modnode::chain::block::BlockHash;
 use modnode::chain::genesis::Genesis;
 use modnode::chain::native_deposits::Verification;
 use modnode::chain::workload::{self, DevDepositLog};
@@ -20,7 +20,7 @@ pub(crate) fn engine() -> DepositEngine {
 
 /// A chain of `blocks` blocks after genesis, each with two new validators; returns the chain,
 /// the canonical hashes by height and the deposit contract log.
-fn chain_with(blocks: u64, config: StateCacheConfig) -> (Chain, Vec<Hash>, DevDepositLog) {
+fn chain_with(blocks: u64, config: StateCacheConfig) -> (Chain, Vec<BlockHash>, DevDepositLog) {
     let mut chain = Chain::open(
         Arc::new(MemoryStore::new()),
         Genesis::generated("state-cache", 8, 3),
@@ -81,7 +81,7 @@ fn regenerated_roots_equal_stored_ones() {
     assert!(metrics.evictions >= 1, "{metrics:?}");
     // A block that is not stored is the asker's error.
     assert!(matches!(
-        states.state(&[7; 32]),
+        states.state(&BlockHash::new([7; 32])),
         Err(modnode::state_cache::StateCacheError::UnknownBlock { .. })
     ));
 }
@@ -176,7 +176,7 @@ fn accounted_bytes_match_allocator_growth_within_ten_percent() {
         })
         .unwrap();
     let head = State::new(
-        [0; 32],
+        modnode::hashes::BlockHash::new([0; 32]),
         0,
         registry.clone(),
         Default::default(),
@@ -211,7 +211,7 @@ fn accounted_bytes_match_allocator_growth_within_ten_percent() {
         let mut block = [0u8; 32];
         block[..8].copy_from_slice(&height.to_le_bytes());
         cache.insert(State::new(
-            block,
+            BlockHash::new(block),
             height,
             registry.clone(),
             Default::default(),
@@ -251,7 +251,7 @@ fn a_snapshot_is_unchanged_while_fifty_blocks_import() {
                         snapshot.eth1(),
                         snapshot.schedule()
                     ),
-                    root
+                    root.to_bytes()
                 );
                 assert_eq!(snapshot.validator_count(), count);
                 assert_eq!(snapshot.validators(0, u32::MAX).count(), count as usize);
@@ -348,7 +348,7 @@ fn a_side_branch_with_an_invalid_block_is_not_stored_relayed_or_counted() {
 
     // 5' with a wrong state root: executed on 4's cached state, refused, not stored.
     let mut bad = side[1].clone();
-    bad.header.state_root = [9; 32];
+    bad.header.state_root = modnode::hashes::StateRoot::new([9; 32]);
     let result = chain.add_block(&bad);
     assert!(
         matches!(result, Err(ForkChoiceError::Invalid(_))),
@@ -370,7 +370,7 @@ fn a_side_branch_with_an_invalid_block_is_not_stored_relayed_or_counted() {
             height: 6,
             slot: bad.header.slot + 1,
             proposer: 0,
-            state_root: [0; 32],
+            state_root: modnode::hashes::StateRoot::new([0; 32]),
             body_root: body.root(),
         },
         body,

@@ -13,12 +13,13 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use modnode::chain::block::{Block, Hash};
+use modnode::chain::block::{Block, StateRoot};
 use modnode::chain::genesis::Genesis;
 use modnode::chain::native_deposits::Verification;
 use modnode::chain::workload::{self, DevDepositLog};
 use modnode::chain::{Chain, DepositEngine, DepositModules};
 use modnode::consensus::{Rules, apply_block};
+use modnode::hashes::ModuleHash;
 use modnode::runtime::Kind;
 use modnode::state::UpgradeOp;
 use modnode::store::MemoryStore;
@@ -74,10 +75,10 @@ impl Rng {
 }
 
 /// Deposits modules by hash (the node's prepared modules).
-pub(super) struct Engines(pub(super) HashMap<Hash, DepositEngine>);
+pub(super) struct Engines(pub(super) HashMap<ModuleHash, DepositEngine>);
 
 impl DepositModules for Engines {
-    fn deposits(&self, hash: &[u8; 32]) -> Option<DepositEngine> {
+    fn deposits(&self, hash: &ModuleHash) -> Option<DepositEngine> {
         self.0.get(hash).cloned()
     }
 }
@@ -89,7 +90,7 @@ pub(super) struct Generated {
     pub(super) engine: DepositEngine,
     pub(super) modules: Option<Arc<Engines>>,
     pub(super) blocks: Vec<Block>,
-    pub(super) roots: Vec<Hash>,
+    pub(super) roots: Vec<StateRoot>,
 }
 
 /// Builds and imports `blocks` seeded blocks through `Chain::import` (see the module docs).
@@ -114,7 +115,7 @@ pub(super) fn generate(seed: u64, flavour: Flavour, blocks: u64) -> Generated {
             genesis.upgrade_lead_blocks = 2;
             genesis.deposits_module = Some(v2.hash().0);
             let modules = Engines(HashMap::from([(
-                v3.hash().0,
+                v3.hash(),
                 DepositEngine::Module(Box::new(v3)),
             )]));
             (DepositEngine::Module(Box::new(v2)), Some(Arc::new(modules)))
@@ -183,7 +184,7 @@ pub(super) fn generate(seed: u64, flavour: Flavour, blocks: u64) -> Generated {
     }
 }
 
-fn line(seed: u64, height: usize, root: &Hash) -> String {
+fn line(seed: u64, height: usize, root: &StateRoot) -> String {
     format!("{seed} {height} {}", hex::encode(root))
 }
 
@@ -192,7 +193,7 @@ fn fixture_path() -> std::path::PathBuf {
 }
 
 /// The recorded roots: `(seed, height) → root`.
-pub(super) fn recorded_roots() -> HashMap<(u64, u64), Hash> {
+pub(super) fn recorded_roots() -> HashMap<(u64, u64), [u8; 32]> {
     let text = std::fs::read_to_string(fixture_path()).unwrap();
     text.lines()
         .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
@@ -247,7 +248,7 @@ fn recorded() {
 
 /// The per-height roots of `consensus::apply_block` folded over `generated`'s blocks from the
 /// genesis state (the state a fresh chain of its genesis opens at).
-fn folded_roots(generated: &Generated) -> Vec<Hash> {
+fn folded_roots(generated: &Generated) -> Vec<StateRoot> {
     let fresh = Chain::open(
         Arc::new(MemoryStore::new()),
         generated.genesis.clone(),

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use modnode::chain::genesis::Genesis;
 use modnode::chain::workload::DevDepositLog;
 use modnode::chain::{Chain, DepositEngine, DepositModules, workload};
+use modnode::hashes::ModuleHash;
 use modnode::state::{State, UpgradeOp};
 use modnode::store::SledStore;
 use modnode::upgrade_check::{
@@ -454,7 +455,7 @@ fn the_walkthrough_policy_plans_differently_from_v1_and_passes_against_v2() {
     // And it is a real alternative: v1 floods, the example pushes to a few and announces.
     let rt = super::runtime(100_000_000);
     let plan = |name: &str| {
-        let modnode::runtime::LoadedModule::GossipPolicy(m) =
+        let modnode::runtime::LinkedModule::GossipPolicy(m) =
             rt.load(&super::artifact(name)).unwrap()
         else {
             panic!("{name} is not a gossip policy")
@@ -614,10 +615,10 @@ fn a_v3_that_reads_the_whole_queue_every_epoch_is_rejected_by_the_cost_gate() {
 }
 
 /// Deposits modules by hash (a node's prepared modules).
-struct Engines(HashMap<[u8; 32], DepositEngine>);
+struct Engines(HashMap<ModuleHash, DepositEngine>);
 
 impl DepositModules for Engines {
-    fn deposits(&self, hash: &[u8; 32]) -> Option<DepositEngine> {
+    fn deposits(&self, hash: &ModuleHash) -> Option<DepositEngine> {
         self.0.get(hash).cloned()
     }
 }
@@ -645,7 +646,7 @@ fn record_switching_to(
     let rt = super::runtime(2_000_000_000);
     let v2 = super::deposits_module(&rt, "deposits-v2");
     let v3 = super::deposits_module(&rt, to);
-    let v3_hash = v3.hash().0;
+    let v3_hash = v3.hash();
     let mut genesis = Genesis::generated("upgrade-check-across", 8, 21);
     genesis.slots_per_epoch = Some(4);
     genesis.finality_depth = 2;
@@ -764,7 +765,7 @@ fn a_replay_from_a_verified_checkpoint_runs_only_the_blocks_after_it() {
         let i = height as usize - 1;
         let at = BlockRef {
             height,
-            hash: blocks[i].hash(),
+            hash: blocks[i].hash().to_bytes(),
         };
         let options = CreateOptions {
             target_chunk_bytes: 1 << 10,
@@ -840,7 +841,7 @@ fn versions_of_one_contract_replay_from_a_verified_checkpoint() {
     let (genesis, blocks, states) = record_dev(dir.path(), 5);
     let at = BlockRef {
         height: 3,
-        hash: blocks[2].hash(),
+        hash: blocks[2].hash().to_bytes(),
     };
     let options = CreateOptions {
         target_chunk_bytes: 1 << 20,

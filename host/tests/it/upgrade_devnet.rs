@@ -11,6 +11,7 @@ use std::path::Path;
 
 use modnode::admin::client::{self, Target};
 use modnode::chain::genesis::Genesis;
+use modnode::hashes::ModuleHash;
 use modnode::node::Node;
 use modnode::runtime::Kind;
 use tempfile::TempDir;
@@ -26,7 +27,7 @@ use super::network::{
 /// genesis.
 fn upgrade_genesis(chain_id: &str, dirs: &[&Path], authorities: usize) -> Genesis {
     let mut g = genesis(chain_id, dirs, authorities);
-    g.deposits_module = Some(sha(&artifact("deposits-v1")));
+    g.deposits_module = Some(sha(&artifact("deposits-v1")).0);
     g
 }
 
@@ -203,7 +204,7 @@ async fn a_node_without_the_module_stops_at_the_height_and_resumes_once_a_peer_s
 
 /// One module request on a new stream of `conn`: the bytes if served, `None` if answered "not
 /// here", an error if the stream or connection broke.
-async fn ask_module(conn: &quinn::Connection, hash: [u8; 32]) -> Result<Option<Vec<u8>>, String> {
+async fn ask_module(conn: &quinn::Connection, hash: ModuleHash) -> Result<Option<Vec<u8>>, String> {
     use modnode::net::{codec, rpc};
     let (mut send, mut recv) = conn.open_bi().await.map_err(|e| e.to_string())?;
     let request = rpc::Request::Module { hash };

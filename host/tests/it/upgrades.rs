@@ -5,17 +5,18 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use modnode::chain::block::{Block, Hash};
+use modnode::chain::block::Block;
 use modnode::chain::genesis::Genesis;
 use modnode::chain::native_deposits::Verification;
 use modnode::chain::{Added, Chain, DepositEngine, DepositModules, ImportError};
+use modnode::hashes::ModuleHash;
 use modnode::node::verdict::Fault;
 use modnode::runtime::Kind;
 use modnode::state::UpgradeOp;
 use modnode::store::{MemoryStore, SledStore};
 
-const V1: Hash = [1; 32];
-const V2: Hash = [2; 32];
+const V1: ModuleHash = ModuleHash([1; 32]);
+const V2: ModuleHash = ModuleHash([2; 32]);
 /// The activation height the tests schedule V2 at.
 const H: u64 = 5;
 
@@ -23,8 +24,8 @@ const H: u64 = 5;
 /// which hash every transition asked for.
 #[derive(Default)]
 struct Recorder {
-    engines: Mutex<HashMap<Hash, DepositEngine>>,
-    asked: Mutex<Vec<Hash>>,
+    engines: Mutex<HashMap<ModuleHash, DepositEngine>>,
+    asked: Mutex<Vec<ModuleHash>>,
 }
 
 impl Recorder {
@@ -34,31 +35,31 @@ impl Recorder {
         r.add(V2, Verification::Batched);
         Arc::new(r)
     }
-    fn add(&self, hash: Hash, v: Verification) {
+    fn add(&self, hash: ModuleHash, v: Verification) {
         self.add_engine(hash, DepositEngine::Native(v));
     }
-    fn add_engine(&self, hash: Hash, engine: DepositEngine) {
+    fn add_engine(&self, hash: ModuleHash, engine: DepositEngine) {
         self.engines.lock().unwrap().insert(hash, engine);
     }
-    fn take(&self) -> Vec<Hash> {
+    fn take(&self) -> Vec<ModuleHash> {
         std::mem::take(&mut *self.asked.lock().unwrap())
     }
 }
 
 impl DepositModules for Recorder {
-    fn deposits(&self, hash: &[u8; 32]) -> Option<DepositEngine> {
+    fn deposits(&self, hash: &ModuleHash) -> Option<DepositEngine> {
         self.asked.lock().unwrap().push(*hash);
         self.engines.lock().unwrap().get(hash).cloned()
     }
     // The producer's readiness attestations ask too; only the engines used are recorded.
-    fn is_ready(&self, hash: &[u8; 32]) -> bool {
+    fn is_ready(&self, hash: &ModuleHash) -> bool {
         self.engines.lock().unwrap().contains_key(hash)
     }
 }
 
 fn genesis() -> Genesis {
     let mut g = Genesis::generated("upgrades", 8, 5);
-    g.deposits_module = Some(V1);
+    g.deposits_module = Some(V1.0);
     g.upgrade_lead_blocks = 2;
     g
 }
@@ -124,7 +125,7 @@ fn the_producer_votes_its_proposal_and_the_switch_happens_at_the_height() {
     extend(&mut a, H + 1, 1);
     let asked = modules.take();
     // Each height asks once while building and once while importing.
-    let per_height: Vec<Hash> = asked.chunks(2).map(|c| c[0]).collect();
+    let per_height: Vec<ModuleHash> = asked.chunks(2).map(|c| c[0]).collect();
     assert!(asked.chunks(2).all(|c| c[0] == c[1]), "{asked:?}");
     assert_eq!(per_height, vec![V1, V1, V1, V2, V2, V2]);
     // Scheduled: the producer votes no more.
@@ -204,7 +205,7 @@ fn states_below_at_and_above_the_activation_height_regenerate_with_their_own_ver
         let block = a.block_at(height).unwrap().unwrap();
         let state = a.states().state(&block.hash()).unwrap();
         assert_eq!(state.root(), block.header.state_root, "height {height}");
-        let expected: Vec<Hash> = (1..=height).map(|h| if h < H { V1 } else { V2 }).collect();
+        let expected: Vec<ModuleHash> = (1..=height).map(|h| if h < H { V1 } else { V2 }).collect();
         assert_eq!(modules.take(), expected, "height {height}");
         assert_eq!(a.states().metrics().replayed_blocks, height);
     }
@@ -234,7 +235,7 @@ fn a_node_without_the_scheduled_module_stops_at_the_height_and_resumes_once_it_h
             height,
         } => {
             assert_eq!(
-                (*kind, module.as_str(), *height),
+                (*kind, module.to_hex().as_str(), *height),
                 (Kind::Deposits, hex::encode(V2).as_str(), H)
             );
         }
@@ -275,7 +276,7 @@ fn sigkill_around_the_activation_height_restarts_consistently() {
     let rt = super::runtime(1_000_000_000);
     let v1 = super::deposits_module(&rt, "deposits-v1");
     let v2 = super::deposits_module(&rt, "deposits-v2");
-    let v1_hash = v1.hash().0;
+    let v1_hash = v1.hash();
     let modules = Arc::new(Recorder::default());
     modules.add_engine(v1_hash, DepositEngine::Module(Box::new(v1)));
     let open = |store: Arc<dyn modnode::store::KvStore>| {
@@ -334,7 +335,7 @@ fn fetched_module_bytes_must_hash_to_what_was_asked_and_pass_the_upload_checks()
     let dir = tempfile::tempdir().unwrap();
     let agent = super::node_agent(dir.path());
     let fixture = artifact("fixture-deposits-linear-scan");
-    let hash: Hash = Sha256::digest(&fixture).into();
+    let hash = ModuleHash(Sha256::digest(&fixture).into());
     assert!(agent.deposits(&hash).is_none());
 
     // Other bytes than asked for: the peer lied.
@@ -345,14 +346,14 @@ fn fetched_module_bytes_must_hash_to_what_was_asked_and_pass_the_upload_checks()
     ));
     // Bytes that hash right but are no module: refused by the upload checks, nothing ready.
     let junk = b"not a component".to_vec();
-    let junk_hash: Hash = Sha256::digest(&junk).into();
+    let junk_hash = ModuleHash(Sha256::digest(&junk).into());
     assert!(matches!(
         agent.accept_fetched(&junk_hash, &junk, "peer"),
         Err(FetchError::Rejected { .. })
     ));
     assert!(!agent.is_ready(&junk_hash));
     // What peer `n` is served (each peer well within its request limits).
-    let serve = |n: u8, hash: &Hash| agent.serve([n; 32], hash).unwrap().bytes;
+    let serve = |n: u8, hash: &ModuleHash| agent.serve([n; 32], hash).unwrap().bytes;
     assert!(serve(1, &junk_hash).is_none());
 
     // The real bytes: validated, compiled, warmed, stored, served on, and the chain can run
@@ -360,11 +361,11 @@ fn fetched_module_bytes_must_hash_to_what_was_asked_and_pass_the_upload_checks()
     agent.accept_fetched(&hash, &fixture, "peer").unwrap();
     assert!(agent.is_ready(&hash));
     assert!(agent.deposits(&hash).is_some());
-    let policy: Hash = Sha256::digest(artifact("gossip-policy-v2")).into();
+    let policy = ModuleHash(Sha256::digest(artifact("gossip-policy-v2")).into());
     assert_eq!(serve(2, &policy), None);
     let scheduled = modnode::state::Schedule::genesis(&[(Kind::Deposits, hash)]);
     agent.scheduled(&scheduled);
-    assert_eq!(agent.missing(), Vec::<Hash>::new());
+    assert_eq!(agent.missing(), Vec::<ModuleHash>::new());
     assert_eq!(agent.ready_scheduled(), vec![hash]);
     assert_eq!(serve(3, &hash), Some(fixture));
     agent.set_serving(false);
@@ -376,7 +377,7 @@ fn fetched_module_bytes_must_hash_to_what_was_asked_and_pass_the_upload_checks()
 struct Warmups(Arc<modnode::runtime::Modules>);
 
 impl DepositModules for Warmups {
-    fn deposits(&self, _hash: &[u8; 32]) -> Option<DepositEngine> {
+    fn deposits(&self, _hash: &ModuleHash) -> Option<DepositEngine> {
         None
     }
 
@@ -412,7 +413,7 @@ fn a_new_deposits_module_warms_up_on_the_deposits_of_the_latest_real_blocks() {
     );
     let warm_v1 = || {
         let loaded = modules.runtime().load(&artifact("deposits-v1")).unwrap();
-        modules.warm_loaded(loaded).unwrap().prepared().warmup
+        modules.warm_loaded(loaded).unwrap().info(true).warmup
     };
     // A fresh chain has no real blocks: the built-in inputs alone.
     let fresh = warm_v1();
@@ -453,26 +454,26 @@ fn a_new_deposits_module_warms_up_on_the_deposits_of_the_latest_real_blocks() {
 fn a_component_retagged_with_a_custom_section_is_a_separate_version_running_the_same_code() {
     use modnode::chain::workload::{self, DevDepositLog};
     use modnode::modules_store::upload::{ModuleService, UploadConfig, UploadOutcome};
-    use modnode::runtime::LoadedModule;
+    use modnode::runtime::LinkedModule;
     use modnode::runtime::inspect::{validate, with_custom_section};
     use sha2::{Digest, Sha256};
 
     // Different bytes and hash, the same world, exports and `describe()`.
     let v2 = super::artifact("deposits-v2");
     let retagged = with_custom_section(&v2, "modnode-retag", b"same code");
-    let h2: Hash = Sha256::digest(&v2).into();
-    let hr: Hash = Sha256::digest(&retagged).into();
+    let h2 = ModuleHash(Sha256::digest(&v2).into());
+    let hr = ModuleHash(Sha256::digest(&retagged).into());
     assert_ne!(h2, hr);
     let info = validate(&retagged).unwrap();
     assert_eq!(info.kind, Kind::Deposits);
-    assert_eq!(info.sha256.0, hr);
+    assert_eq!(info.sha256, hr);
     assert_eq!(info.exports, validate(&v2).unwrap().exports);
     let rt = super::runtime(1_000_000_000);
     let original = super::deposits_module(&rt, "deposits-v2");
-    let LoadedModule::Deposits(copy) = rt.load(&retagged).unwrap() else {
+    let LinkedModule::Deposits(copy) = rt.load(&retagged).unwrap() else {
         panic!("the re-tagged component does not load as a deposits module")
     };
-    assert_eq!(copy.hash().0, hr);
+    assert_eq!(copy.hash(), hr);
     assert_eq!(copy.meta().info, original.meta().info);
 
     // The module store keeps it as a version of its own next to the original.
@@ -494,7 +495,7 @@ fn a_component_retagged_with_a_custom_section_is_a_separate_version_running_the_
     let engine =
         |m: &modnode::runtime::deposits::DepositsModule| DepositEngine::Module(Box::new(m.clone()));
     let mut genesis = genesis();
-    genesis.deposits_module = Some(h2);
+    genesis.deposits_module = Some(h2.0);
     genesis.max_deposits_per_block = 2;
     let open = |modules: Arc<Recorder>| {
         let mut chain = Chain::open(

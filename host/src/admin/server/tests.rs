@@ -14,7 +14,7 @@ use tokio::time::{Instant, timeout};
 use super::*;
 use crate::admin::{BoxFuture, client};
 use crate::http_server::MAX_HEAD;
-use crate::modules_store::StoredModule;
+use crate::modules_store::ModuleRecord;
 use crate::modules_store::upload::{UploadError, UploadOutcome};
 
 #[derive(Default)]
@@ -23,8 +23,8 @@ struct FakeNode {
     refusal: Option<&'static str>,
 }
 
-fn stored(bytes: &[u8]) -> StoredModule {
-    StoredModule {
+fn stored(bytes: &[u8]) -> ModuleRecord {
+    ModuleRecord {
         sha256: crate::hashes::ModuleHash(<sha2::Sha256 as sha2::Digest>::digest(bytes).into()),
         kind: "gossip-policy".into(),
         contract: "1.0.0".into(),

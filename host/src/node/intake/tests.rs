@@ -10,7 +10,7 @@ use modnode_gossip::policy::MessageKind;
 use modnode_peers::NodeId;
 
 use super::*;
-use crate::chain::block::Seal;
+use crate::chain::block::{Seal, StateRoot};
 use crate::chain::native_deposits::Verification;
 use crate::chain::{Chain, DepositEngine, ForkChoiceError, ImportError, workload};
 use crate::net::identity::NodeIdentity;
@@ -242,7 +242,7 @@ fn the_workers_answer_decides_relay_sync_and_penalty() {
     let block = f.sealed(1);
     let payload = block.encode();
     let id = id_of(&payload);
-    let hash = || "ab".repeat(32);
+    let hash = || BlockHash::new([0xab; 32]);
     // (what, the worker's answer, relayed, sender penalised, synced from)
     type Case = (&'static str, Result<Added, WorkerError>, bool, bool, bool);
     let cases: Vec<Case> = vec![
@@ -382,12 +382,12 @@ fn hostile_blocks_at_scale_keep_state_bounded_and_blame_their_senders() {
     let orphans: Vec<Vec<u8>> = (0..32u8)
         .map(|n| {
             let mut b = f.sealed(5);
-            b.header.parent_hash = [n; 32];
+            b.header.parent_hash = BlockHash::new([n; 32]);
             reseal(&f.chain, &mut b, &f.authority);
             b.encode()
         })
         .collect();
-    let orphan_hashes: BTreeSet<[u8; 32]> = orphans
+    let orphan_hashes: BTreeSet<BlockHash> = orphans
         .iter()
         .map(|p| Block::decode(p, 16).unwrap().hash())
         .collect();
@@ -395,7 +395,7 @@ fn hostile_blocks_at_scale_keep_state_bounded_and_blame_their_senders() {
     let early_at = |f: &Fixture, now: u64, n: u64| {
         let slot = (now - GENESIS_MS) / SLOT_MS + 2 + n % 8;
         let mut b = f.sealed(slot);
-        b.header.state_root = [n as u8; 32];
+        b.header.state_root = StateRoot::new([n as u8; 32]);
         reseal(&f.chain, &mut b, &f.authority);
         b.encode()
     };
@@ -483,9 +483,9 @@ fn hostile_blocks_at_scale_keep_state_bounded_and_blame_their_senders() {
         {
             let result = if orphan_hashes.contains(&block.hash()) {
                 Err(WorkerError::Block(ForkChoiceError::UnknownParent {
-                    hash: hex::encode(block.hash()),
+                    hash: block.hash(),
                     height: block.header.height,
-                    parent: hex::encode(block.header.parent_hash),
+                    parent: block.header.parent_hash,
                 }))
             } else {
                 Ok(Added::Known)

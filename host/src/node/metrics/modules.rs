@@ -11,7 +11,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
 use crate::runtime::call_stats::CallCounts;
-use crate::runtime::modules::Prepared;
+use crate::runtime::modules::ReadyInfo;
 use crate::runtime::slot::VersionStatus;
 use crate::runtime::{Kind, SlotStatus};
 
@@ -165,7 +165,7 @@ static MODULE_FAMILIES: LazyLock<Mutex<ModuleFamilies>> =
 /// - `shadow_compared_total`, `shadow_divergences_total`, `shadow_skipped_total` per shadow;
 /// - `canary_share_percent{kind}` (0 without a canary), `breaker_trips_total{kind}` and
 ///   `failed_calls_total{kind}` (calls that failed after every fallback).
-pub fn render_modules(slots: &[SlotStatus], versions: &[(Prepared, CallCounts)]) -> String {
+pub fn render_modules(slots: &[SlotStatus], versions: &[(ReadyInfo, CallCounts)]) -> String {
     // One scrape at a time fills and encodes the families, so each encodes its own figures.
     let families = MODULE_FAMILIES
         .lock()
@@ -304,8 +304,8 @@ mod tests {
         }
     }
 
-    fn prepared(kind: Kind, name: &str, byte: u8) -> Prepared {
-        Prepared {
+    fn prepared(kind: Kind, name: &str, byte: u8) -> ReadyInfo {
+        ReadyInfo {
             kind,
             name: name.into(),
             version: u32::from(byte),

@@ -1,6 +1,6 @@
-//! The three ways a module comes to be ready — the operator's upload, a scheduled module
-//! fetched from a peer, a stored module prepared at start — each through the module
-//! lifecycle's stages, in order.
+//! The four ways a module comes to be ready — the operator's upload, a scheduled module
+//! fetched from a peer, a stored module prepared at start, a module built into the binary
+//! prepared at start — each through the module lifecycle's stages, in order.
 
 use std::sync::Arc;
 
@@ -85,16 +85,16 @@ fn upload_peer_fetch_and_start_up_each_pass_the_lifecycle_stages_in_order() {
     let fetched_hash = inspect::validate(&fetched).unwrap().sha256;
     agent.scheduled(&crate::state::Schedule::genesis(&[(
         Kind::Deposits,
-        fetched_hash.0,
+        fetched_hash,
     )]));
     agent
-        .accept_fetched(&fetched_hash.0, &fetched, "peer")
+        .accept_fetched(&fetched_hash, &fetched, "peer")
         .unwrap();
     assert_eq!(
         stages_of(fetched_hash),
         NEW.map(|s| (LifePath::PeerFetch, s))
     );
-    assert!(agent.is_ready(&fetched_hash.0));
+    assert!(agent.is_ready(&fetched_hash));
     drop((agent, service));
 
     // A restart: the stored modules are prepared again — every stage but the store, which
@@ -114,4 +114,33 @@ fn upload_peer_fetch_and_start_up_each_pass_the_lifecycle_stages_in_order() {
     assert_eq!(stages_in(&seen, fetched_hash), start_up);
     assert!(restarted.prepared_version(&policy_hash).is_some());
     assert!(restarted.prepared_deposits(&fetched_hash).is_some());
+}
+
+#[test]
+fn built_in_modules_pass_the_lifecycle_stages_in_order_and_are_not_stored() {
+    let dir = tempfile::tempdir().unwrap();
+    // The service's own ready-map, empty: as at a node's start, before its slots exist.
+    let service = ModuleService::open(
+        dir.path(),
+        dir.path().join("module-cache"),
+        UploadConfig::default(),
+    )
+    .unwrap();
+    observed::take();
+    super::prepare_built_in(&service).unwrap();
+    let seen = observed::take();
+    let built_in = [
+        Stage::Validated,
+        Stage::Compiled,
+        Stage::Warmed,
+        Stage::Admitted,
+    ]
+    .map(|s| (LifePath::BuiltIn, s));
+    assert!(!crate::artifacts::EMBEDDED.is_empty());
+    for (name, bytes) in crate::artifacts::EMBEDDED {
+        let hash = inspect::validate(bytes).unwrap().sha256;
+        assert_eq!(stages_in(&seen, hash), built_in, "{name}");
+        assert!(service.ready(&hash).is_some(), "{name}");
+    }
+    assert!(service.store().list().unwrap().is_empty());
 }

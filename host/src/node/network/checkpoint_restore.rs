@@ -396,7 +396,8 @@ impl Driver<'_> {
             let Ok(block) = Block::decode(bytes, self.parts.genesis.max_deposits_per_block) else {
                 continue;
             };
-            if block.hash() == manifest.block_hash && block.header.state_root == manifest.state_root
+            if block.hash().to_bytes() == manifest.block_hash
+                && block.header.state_root.to_bytes() == manifest.state_root
             {
                 return Ok(block);
             }

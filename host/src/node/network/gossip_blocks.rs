@@ -89,7 +89,8 @@ impl Network {
                     // Seal and body checked: the sender holds a real block at this height, so
                     // range sync can fetch the gap from it.
                     let now = self.now();
-                    self.sync.handle_peer_status(peer, height, hash, now);
+                    self.sync
+                        .handle_peer_status(peer, height, hash.to_bytes(), now);
                 }
                 IntakeAction::Count(count) => bump(match count {
                     IntakeCount::Rejected => &self.metrics.blocks_rejected,

@@ -4,6 +4,7 @@
 use super::{Event, Network, NodeId, REQUEST_TIMEOUT, SyncedBlocks, short};
 use crate::chain::ForkChoiceError;
 use crate::chain::block::Block;
+use crate::hashes::ModuleHash;
 use crate::net::codec;
 use crate::net::rpc::{self, MAX_BLOCKS_PER_REQUEST, Request, Response};
 use crate::node::chain_worker::{ChainHandle, WorkerError};
@@ -31,12 +32,12 @@ impl SyncImportError {
     /// ours — a scheduled module not ready here (on import, on a side branch or in a replay of
     /// its parent's state), the host, a lock, the store — which the same block from another
     /// peer would meet again at once.
-    fn hold(&self) -> Option<Option<[u8; 32]>> {
+    fn hold(&self) -> Option<Option<ModuleHash>> {
         let Self::Refused(WorkerError::Block(e)) = self else {
             return None;
         };
         if let Some((_, module)) = e.missing_module() {
-            return Some(Some(module));
+            return Some(Some(ModuleHash::from(module)));
         }
         matches!(e, ForkChoiceError::NotChecked(_)).then_some(None)
     }
@@ -177,7 +178,7 @@ impl Network {
         tokio::spawn(tracing::Instrument::in_current_span(async move {
             let hash = block.hash();
             let result = match chain.add_block(block.clone()).await {
-                Ok(_) => Ok(hash),
+                Ok(_) => Ok(hash.to_bytes()),
                 Err(WorkerError::Block(ForkChoiceError::UnknownParent { .. })) => {
                     Err(SyncImportError::Fork(Box::new(block)))
                 }
@@ -271,7 +272,7 @@ impl Network {
                 .map(|blocks| {
                     blocks
                         .into_iter()
-                        .map(|(block, bytes)| (block.header.height, block.hash(), bytes))
+                        .map(|(block, bytes)| (block.header.height, block.hash().to_bytes(), bytes))
                         .collect::<SyncedBlocks>()
                 });
             let _ = events
@@ -287,9 +288,9 @@ impl Network {
 /// Whether a hold `(module, until)` still holds at `now`: before `until`, and while the module
 /// it waits for (if any) is not ready.
 fn holds(
-    hold: Option<(Option<[u8; 32]>, Instant)>,
+    hold: Option<(Option<ModuleHash>, Instant)>,
     now: Instant,
-    is_ready: impl Fn(&[u8; 32]) -> bool,
+    is_ready: impl Fn(&ModuleHash) -> bool,
 ) -> bool {
     hold.is_some_and(|(module, until)| now < until && !module.is_some_and(|m| is_ready(&m)))
 }
@@ -336,7 +337,7 @@ async fn fetch_branch(
     chain
         .add_block(tip)
         .await
-        .map(|_| hash)
+        .map(|_| hash.to_bytes())
         .map_err(SyncImportError::Refused)
 }
 
@@ -419,7 +420,7 @@ mod tests {
     use crate::runtime::Kind;
     use crate::store::StoreError;
 
-    const X: [u8; 32] = [7; 32];
+    const X: ModuleHash = ModuleHash([7; 32]);
 
     fn refused(e: ForkChoiceError) -> SyncImportError {
         SyncImportError::Refused(WorkerError::Block(e))
@@ -429,17 +430,17 @@ mod tests {
     fn a_block_refused_for_a_missing_module_holds_sync_until_the_module_is_ready() {
         let missing = ImportError::ModuleMissing {
             kind: Kind::Deposits,
-            module: hex::encode(X),
+            module: X,
             height: 5,
         };
         // However the chain met it: on import (or a side branch), or replaying a parent state.
         let on_import = refused(ForkChoiceError::from(missing));
         let in_replay = refused(ForkChoiceError::ParentState {
-            hash: "ab".into(),
+            hash: crate::hashes::BlockHash::new([0xab; 32]),
             source: Box::new(crate::state_cache::StateCacheError::Replay(
                 ImportError::ModuleMissing {
                     kind: Kind::Deposits,
-                    module: hex::encode(X),
+                    module: X,
                     height: 5,
                 },
             )),
@@ -459,7 +460,7 @@ mod tests {
     #[test]
     fn a_block_not_checked_for_another_reason_of_ours_holds_sync_for_a_while_only() {
         let store = refused(ForkChoiceError::from(ImportError::Store {
-            hash: "ab".into(),
+            hash: crate::hashes::BlockHash::new([0xab; 32]),
             source: StoreError::Corrupt("test".into()),
         }));
         assert_ne!(store.fault(), Fault::Peer);
@@ -470,7 +471,7 @@ mod tests {
         assert!(!holds(hold, now + Duration::from_secs(5), |_| false));
         // A peer's fault or an unknown branch: no hold, the peer is dealt with instead.
         let invalid = refused(ForkChoiceError::from(ImportError::BadSeal {
-            hash: "ab".into(),
+            hash: crate::hashes::BlockHash::new([0xab; 32]),
             reason: "forged".into(),
         }));
         assert_eq!(invalid.hold(), None);

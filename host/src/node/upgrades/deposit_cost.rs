@@ -12,12 +12,10 @@
 use std::sync::{Arc, OnceLock};
 
 use crate::chain::eth1::DepositProofs as _;
-use crate::chain::to_wit;
 use crate::chain::workload::{self, DevDepositLog};
 use crate::consensus::QUEUE_CONTRACT_MAJOR;
+use crate::deposit::{ChainContext, DepositContext, Eth1Data};
 use crate::runtime::deposits::DepositsModule;
-use crate::runtime::deposits::migration::MigrationContext;
-use crate::runtime::deposits::v3::EpochContext;
 use crate::state::{PendingDelta, PendingDeposit, PendingQueue, Registry};
 
 /// The two block sizes the marginal cost is measured between, and their difference. Fuel is
@@ -88,28 +86,39 @@ fn inputs(n: u64, bad: bool) -> Result<&'static Inputs, String> {
         .ok_or_else(|| format!("no generated block of {n} deposits"))
 }
 
+/// The context of a generated block at height 1 and `slot` whose deposits prove against
+/// `eth1` from index 0.
+fn context(slot: u64, fork: [u8; 4], eth1: &Eth1Data) -> DepositContext {
+    DepositContext {
+        height: 1,
+        slot,
+        genesis_fork_version: fork,
+        eth1_data: *eth1,
+        eth1_deposit_index: 0,
+    }
+}
+
 /// Fuel of one block of `n` new-validator deposits at `slot` (one with a signature over
 /// something else when `bad`), on an empty registry.
 fn block_fuel(module: &DepositsModule, n: u64, bad: bool, slot: u64) -> Result<u64, String> {
     let fork = [0u8; 4];
     let (proven, eth1) = inputs(n, bad)?;
-    let ctx = crate::chain::block_context(1, slot, fork, eth1, 0);
+    let ctx = context(slot, fork, eth1);
     let registry = Arc::new(Registry::new());
     let which = if bad {
         "one bad signature"
     } else {
         "all valid"
     };
-    let wit: Vec<_> = proven.iter().map(to_wit).collect();
     // deposits@3 queues a block's deposits (its block call); @2 applies them.
     let fuel = if module.contract().major == QUEUE_CONTRACT_MAJOR {
         module
-            .process_v3(registry, PendingQueue::new(), &ctx, &wit)
+            .queue_deposits(registry, PendingQueue::new(), &ctx, proven)
             .map(|r| r.map(|out| out.fuel_used).map_err(|e| format!("{e:?}")))
     } else {
         module
-            .process(registry, ctx, wit)
-            .map(|r| r.map(|out| out.fuel_used).map_err(|e| e.to_string()))
+            .apply(registry, &ctx, proven)
+            .map(|r| r.map(|out| out.fuel_used).map_err(|e| format!("{e:?}")))
     };
     match fuel {
         Ok(Ok(fuel)) => Ok(fuel),
@@ -133,28 +142,28 @@ fn block_fuel(module: &DepositsModule, n: u64, bad: bool, slot: u64) -> Result<u
 fn epoch_fits(module: &DepositsModule, slot: u64) -> Result<(), String> {
     for bad in [false, true] {
         let (proven, eth1) = inputs(LARGE, bad)?;
-        let ctx = crate::chain::block_context(1, slot, [0u8; 4], eth1, 0);
-        let wit: Vec<_> = proven.iter().map(to_wit).collect();
+        let ctx = context(slot, [0u8; 4], eth1);
         let registry = Arc::new(Registry::new());
-        let queued = match module.process_v3(registry.clone(), PendingQueue::new(), &ctx, &wit) {
-            Ok(Ok(out)) => out.pending,
-            Ok(Err(e)) => {
-                return Err(format!(
-                    "it refuses to queue a valid block of {LARGE} deposits: {e:?}"
-                ));
-            }
-            Err(e) => return Err(format!("it cannot queue a block of {LARGE} deposits: {e}")),
-        };
+        let queued =
+            match module.queue_deposits(registry.clone(), PendingQueue::new(), &ctx, proven) {
+                Ok(Ok(out)) => out.pending,
+                Ok(Err(e)) => {
+                    return Err(format!(
+                        "it refuses to queue a valid block of {LARGE} deposits: {e:?}"
+                    ));
+                }
+                Err(e) => return Err(format!("it cannot queue a block of {LARGE} deposits: {e}")),
+            };
         let mut queue = PendingQueue::new();
         queue
             .apply(&queued)
             .map_err(|e| format!("its queued deposits do not apply: {e}"))?;
-        let epoch = EpochContext {
+        let epoch = ChainContext {
             height: 1,
             finality_depth: 0,
-            genesis_fork_version: vec![0; 4],
+            genesis_fork_version: [0; 4],
         };
-        match module.process_epoch(registry, queue, epoch) {
+        match module.apply_epoch(registry, queue, &epoch) {
             Ok(Ok(_)) => {}
             Ok(Err(e)) => {
                 return Err(format!(
@@ -212,10 +221,10 @@ fn migration_fits(module: &DepositsModule) -> Result<Option<u64>, String> {
             balance_to_consume: None,
         })
         .map_err(|e| format!("the generated queue does not build: {e}"))?;
-    let ctx = MigrationContext {
+    let ctx = ChainContext {
         height: 2,
         finality_depth: 0,
-        genesis_fork_version: vec![0; 4],
+        genesis_fork_version: [0; 4],
     };
     let budget = module.fuel_budget();
     match crate::upgrade_check::migration::run_twice(module, &Registry::new(), &queue, &ctx) {

@@ -9,6 +9,7 @@ use prometheus_client::registry::Registry;
 use serde_json::{Value, json};
 
 use super::ScheduledReadiness;
+use crate::hashes::ModuleHash;
 use crate::state::schedule::{Governance, Schedule, UpgradeOp};
 
 type Labels = Vec<(String, String)>;
@@ -16,7 +17,7 @@ type Labels = Vec<(String, String)>;
 fn op_json(op: &UpgradeOp) -> Value {
     json!({
         "kind": op.kind.to_string(),
-        "sha256": hex::encode(op.module),
+        "sha256": op.module.to_hex(),
         "height": op.height,
     })
 }
@@ -24,7 +25,7 @@ fn op_json(op: &UpgradeOp) -> Value {
 fn op_labels(op: &UpgradeOp) -> Labels {
     vec![
         ("kind".into(), op.kind.to_string()),
-        ("module".into(), hex::encode(op.module)),
+        ("module".into(), op.module.to_hex()),
         ("height".into(), op.height.to_string()),
     ]
 }
@@ -93,7 +94,7 @@ pub fn render_metrics(
     schedule: &Schedule,
     head_height: u64,
     rules: &Governance,
-    ready_here: impl Fn(&[u8; 32]) -> bool,
+    ready_here: impl Fn(&ModuleHash) -> bool,
     readiness: &[ScheduledReadiness],
 ) -> String {
     let mut registry = Registry::with_prefix("modnode_upgrade");
@@ -179,7 +180,7 @@ pub fn render_metrics(
                 .saturating_sub(rules.lead)
                 .saturating_sub(head_height),
         ));
-        let hash = hex::encode(e.module);
+        let hash = e.module.to_hex();
         let r = readiness
             .iter()
             .find(|r| r.kind == e.kind && r.sha256 == hash && r.height == e.height);
@@ -216,7 +217,7 @@ pub fn log_changes(before: &Schedule, after: &Schedule) {
             tracing::info!(
                 action = p.action.name(),
                 kind = %p.op.kind,
-                module = %hex::encode(p.op.module),
+                module = %p.op.module.to_hex(),
                 height = p.op.height,
                 votes = p.voters.len(),
                 "upgrade vote counted"
@@ -224,7 +225,7 @@ pub fn log_changes(before: &Schedule, after: &Schedule) {
         }
     }
     for e in after.entries.iter().filter(|e| !before.entries.contains(e)) {
-        tracing::info!(kind = %e.kind, module = %hex::encode(e.module), height = e.height,
+        tracing::info!(kind = %e.kind, module = %e.module.to_hex(), height = e.height,
             "upgrade scheduled by a majority of the authorities");
     }
     for p in before.pending.iter().filter(|p| {
@@ -238,7 +239,7 @@ pub fn log_changes(before: &Schedule, after: &Schedule) {
         tracing::info!(
             action = p.action.name(),
             kind = %p.op.kind,
-            module = %hex::encode(p.op.module),
+            module = %p.op.module.to_hex(),
             height = p.op.height,
             votes = p.voters.len(),
             "upgrade vote expired without a majority"
@@ -247,7 +248,7 @@ pub fn log_changes(before: &Schedule, after: &Schedule) {
     for d in after.dropped.iter().filter(|d| !before.dropped.contains(d)) {
         tracing::warn!(
             kind = %d.op.kind,
-            module = %hex::encode(d.op.module),
+            module = %d.op.module.to_hex(),
             height = d.op.height,
             reason = ?d.reason,
             attested = d.ready,
@@ -274,7 +275,7 @@ mod tests {
         };
         let op = UpgradeOp {
             kind: Kind::Deposits,
-            module: [7; 32],
+            module: ModuleHash([7; 32]),
             height: 30,
         };
         let one = [op];
@@ -303,7 +304,7 @@ mod tests {
             authorities_ready: 2,
             authorities: 3,
         }];
-        let text = render_metrics(&s, 2, &rules, |h| *h == [7; 32], &readiness);
+        let text = render_metrics(&s, 2, &rules, |h| *h == ModuleHash([7; 32]), &readiness);
         for line in [
             format!(
                 r#"modnode_upgrade_ready_here{{kind="deposits",module="{module}",height="30"}} 1"#

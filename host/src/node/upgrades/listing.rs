@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use modnode_peers::NodeId;
 
-use super::Hash;
+use crate::hashes::ModuleHash;
 use crate::runtime::Kind;
 use crate::state::Schedule;
 
@@ -37,10 +37,10 @@ pub struct ScheduledReadiness {
 pub(super) fn readiness_of(
     schedule: &Schedule,
     head_height: u64,
-    peers: &HashMap<NodeId, Vec<Hash>>,
+    peers: &HashMap<NodeId, Vec<ModuleHash>>,
     authorities: &[NodeId],
     me: &NodeId,
-    is_ready: impl Fn(&Hash) -> bool,
+    is_ready: impl Fn(&ModuleHash) -> bool,
 ) -> Vec<ScheduledReadiness> {
     let me_authority = authorities.contains(me);
     schedule
@@ -59,7 +59,7 @@ pub(super) fn readiness_of(
                 .saturating_add(usize::from(ready_here && me_authority));
             ScheduledReadiness {
                 kind: e.kind,
-                sha256: hex::encode(e.module),
+                sha256: e.module.to_hex(),
                 height: e.height,
                 ready_here,
                 peers_ready: ready_peers.len(),
@@ -74,7 +74,7 @@ pub(super) fn readiness_of(
 /// The module each kind of `schedule` ran the head block at `head_height` with: what a
 /// listing shows as active. A module activating at `head_height + 1` is not running yet (the
 /// block at its height is not imported), so it is only scheduled.
-pub fn running_at(schedule: &Schedule, head_height: u64) -> Vec<(Kind, Hash)> {
+pub fn running_at(schedule: &Schedule, head_height: u64) -> Vec<(Kind, ModuleHash)> {
     Kind::ALL
         .into_iter()
         .filter_map(|k| schedule.module_at(k, head_height).map(|h| (k, h)))
@@ -89,7 +89,7 @@ pub fn running_at(schedule: &Schedule, head_height: u64) -> Vec<(Kind, Hash)> {
 pub fn annotate_listing(
     listing: &mut serde_json::Value,
     readiness: &[ScheduledReadiness],
-    chain_active: &[(Kind, Hash)],
+    chain_active: &[(Kind, ModuleHash)],
 ) {
     if let Some(kinds) = listing.get_mut("kinds").and_then(|k| k.as_array_mut()) {
         for entry in kinds {
@@ -100,7 +100,7 @@ pub fn annotate_listing(
             let running = chain_active
                 .iter()
                 .find(|(k, _)| Some(k.to_string()) == kind)
-                .map(|(_, h)| hex::encode(h));
+                .map(|(_, h)| h.to_hex());
             let version = running.as_ref().and_then(|hash| {
                 entry
                     .get("ready")

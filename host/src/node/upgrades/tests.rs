@@ -3,14 +3,14 @@ use super::*;
 use crate::state::UpgradeOp;
 use serde_json::json;
 
-const OLD: Hash = [1; 32];
-const NEW: Hash = [2; 32];
+const OLD: ModuleHash = ModuleHash([1; 32]);
+const NEW: ModuleHash = ModuleHash([2; 32]);
 const H: u64 = 10;
 
 /// A `GET /modules` listing as `module_ops::list` builds it: the deposits slot running
 /// the node's own default, both versions ready.
 fn listing() -> serde_json::Value {
-    let ready = |hash: &Hash, name: &str, contract: &str| {
+    let ready = |hash: &ModuleHash, name: &str, contract: &str| {
         json!({"name": name, "sha256": hex::encode(hash), "module_version": 1,
             "contract": contract, "migration": false, "warmup": {}})
     };

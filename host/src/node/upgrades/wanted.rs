@@ -10,9 +10,8 @@
 
 use std::time::{Duration, Instant};
 
+use crate::hashes::ModuleHash;
 use crate::runtime::Kind;
-
-type Hash = [u8; 32];
 
 /// Most modules wanted at once. Only a branch of blocks sealed by the authorities can
 /// schedule a module, so this is head-room, not a limit honest chains meet.
@@ -25,7 +24,7 @@ pub const WANTED_FOR: Duration = Duration::from_secs(10 * 60);
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Wanted {
     kind: Kind,
-    hash: Hash,
+    hash: ModuleHash,
     /// The lowest height that needed it.
     height: u64,
     /// When it was last needed.
@@ -41,7 +40,7 @@ pub struct WantedModules {
 impl WantedModules {
     /// A block at `height` needed the `kind` module `hash` at `now` and it was not ready.
     /// Returns whether it was not wanted already (worth a warning).
-    pub fn needed(&mut self, kind: Kind, hash: Hash, height: u64, now: Instant) -> bool {
+    pub fn needed(&mut self, kind: Kind, hash: ModuleHash, height: u64, now: Instant) -> bool {
         if let Some(wanted) = self.entries.iter_mut().find(|w| w.hash == hash) {
             wanted.last = wanted.last.max(now);
             wanted.height = wanted.height.min(height);
@@ -71,8 +70,8 @@ impl WantedModules {
     pub fn pending(
         &mut self,
         now: Instant,
-        is_ready: impl Fn(&Hash) -> bool,
-    ) -> Vec<(Kind, Hash, u64)> {
+        is_ready: impl Fn(&ModuleHash) -> bool,
+    ) -> Vec<(Kind, ModuleHash, u64)> {
         self.entries
             .retain(|w| !is_ready(&w.hash) && now.saturating_duration_since(w.last) < WANTED_FOR);
         self.entries
@@ -84,7 +83,7 @@ impl WantedModules {
 
 /// The module of `missing` (sorted) to fetch after `last`: the next one in hash order,
 /// wrapping around, so a module no peer serves never keeps the others from being fetched.
-pub fn next_in_turn(missing: &[Hash], last: Option<&Hash>) -> Option<Hash> {
+pub fn next_in_turn(missing: &[ModuleHash], last: Option<&ModuleHash>) -> Option<ModuleHash> {
     last.and_then(|last| missing.iter().find(|h| *h > last))
         .or_else(|| missing.first())
         .copied()
@@ -94,7 +93,7 @@ pub fn next_in_turn(missing: &[Hash], last: Option<&Hash>) -> Option<Hash> {
 mod tests {
     use super::*;
 
-    const X: Hash = [7; 32];
+    const X: ModuleHash = ModuleHash([7; 32]);
 
     #[test]
     fn a_needed_module_is_pending_until_ready_and_warned_about_once() {
@@ -132,7 +131,7 @@ mod tests {
             let mut hash = [0; 32];
             hash[..4].copy_from_slice(&i.to_be_bytes());
             let now = start + Duration::from_millis(u64::from(i));
-            wanted.needed(Kind::Deposits, hash, 1, now);
+            wanted.needed(Kind::Deposits, ModuleHash(hash), 1, now);
             assert!(wanted.entries.len() <= MAX_WANTED);
         }
         let now = start + Duration::from_millis(100_000);
@@ -140,15 +139,19 @@ mod tests {
         assert_eq!(pending.len(), MAX_WANTED);
         let newest = 100_000u32 - MAX_WANTED as u32;
         assert!(
-            pending
-                .iter()
-                .all(|(_, h, _)| { u32::from_be_bytes([h[0], h[1], h[2], h[3]]) >= newest })
+            pending.iter().all(|(_, h, _)| {
+                u32::from_be_bytes([h.0[0], h.0[1], h.0[2], h.0[3]]) >= newest
+            })
         );
     }
 
     #[test]
     fn fetches_take_turns_so_an_unobtainable_module_does_not_block_the_others() {
-        let (a, b, c) = ([1; 32], [2; 32], [3; 32]);
+        let (a, b, c) = (
+            ModuleHash([1; 32]),
+            ModuleHash([2; 32]),
+            ModuleHash([3; 32]),
+        );
         let missing = [a, b, c];
         assert_eq!(next_in_turn(&missing, None), Some(a));
         assert_eq!(next_in_turn(&missing, Some(&a)), Some(b));

@@ -9,6 +9,7 @@
 
 use super::Deposits;
 use super::v3::ProcessErrorV3;
+use crate::deposit::{ChainContext, DepositRejection};
 use crate::runtime::CallError;
 use crate::runtime::error::{HostFailure, HostFailureKind};
 use crate::runtime::module::{CallBase, Module, StoreData as _, new_store};
@@ -55,11 +56,12 @@ pub(super) fn pre(
         })
 }
 
-/// What a successful migration produced: its answer and the changes to apply.
+/// What a successful migration produced: its answer (the WIT record, or in the chain's types
+/// the count of entries it reports it changed) and the changes to apply.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MigrationOutput {
+pub struct MigrationOutput<M = Migrated> {
     /// The module's answer.
-    pub migrated: Migrated,
+    pub migrated: M,
     /// The registry changes to apply.
     pub delta: RegistryDelta,
     /// The queue changes to apply.
@@ -75,6 +77,26 @@ impl Module<Deposits> {
     /// Whether the module exports a migration the chain runs at its activation height.
     pub fn has_migration(&self) -> bool {
         self.pre().migration().is_some()
+    }
+
+    /// [`Module::migrate`] in the chain's types: the migration's answer is the count of
+    /// entries it reports it changed.
+    pub fn run_migration(
+        &self,
+        registry: SharedRegistry,
+        pending: PendingQueue,
+        ctx: &ChainContext,
+    ) -> Result<Result<MigrationOutput<u64>, DepositRejection>, CallError> {
+        let ctx = super::convert::migration_context(ctx);
+        Ok(self
+            .migrate(registry, pending, ctx)?
+            .map(|out| MigrationOutput {
+                migrated: out.migrated.changed,
+                delta: out.delta,
+                pending: out.pending,
+                fuel_used: out.fuel_used,
+            })
+            .map_err(DepositRejection::from))
     }
 
     /// Runs the module's migration over `registry` and `pending` (the activation block's

@@ -6,6 +6,9 @@
 //! call succeeded.
 
 use super::{Deposits, DepositsCtx, NOT_FOUND, registry_error};
+use crate::deposit::{
+    ChainContext, DepositContext, DepositRejection, EpochDeposits, ProvenDeposit, QueuedDeposits,
+};
 use crate::runtime::error::{HostFailure, HostFailureKind};
 use crate::runtime::module::Module;
 use crate::runtime::{CallError, Kind};
@@ -258,6 +261,29 @@ pub struct V3Output<T> {
 /// A `@3.0.0` call's answer: the module's rejection inside, call failures outside.
 pub type V3Result<T> = Result<Result<V3Output<T>, ProcessErrorV3>, CallError>;
 
+/// A `@3.0.0` call's answer in the chain's types.
+pub type V3Applied<T> = Result<Result<V3Output<T>, DepositRejection>, CallError>;
+
+impl<T> V3Output<T> {
+    /// The same output with the module's answer converted.
+    fn convert<U: From<T>>(self) -> V3Output<U> {
+        V3Output {
+            result: U::from(self.result),
+            delta: self.delta,
+            pending: self.pending,
+            fuel_used: self.fuel_used,
+            host_fuel: self.host_fuel,
+        }
+    }
+}
+
+/// A `@3.0.0` answer in the chain's types.
+fn applied<T, U: From<T>>(result: V3Result<T>) -> V3Applied<U> {
+    Ok(result?
+        .map(V3Output::convert)
+        .map_err(DepositRejection::from))
+}
+
 impl Module<Deposits> {
     fn not_v3(&self, what: &str) -> CallError {
         HostFailure::new(
@@ -269,6 +295,32 @@ impl Module<Deposits> {
             ),
         )
         .into()
+    }
+
+    /// [`Module::process_v3`] in the chain's types: queues the block's deposits over
+    /// `registry` and `pending`.
+    pub fn queue_deposits(
+        &self,
+        registry: SharedRegistry,
+        pending: PendingQueue,
+        ctx: &DepositContext,
+        deposits: &[ProvenDeposit],
+    ) -> V3Applied<QueuedDeposits> {
+        let wit: Vec<super::Deposit> = deposits.iter().map(super::convert::deposit).collect();
+        let ctx = super::convert::block_context(ctx);
+        applied(self.process_v3(registry, pending, &ctx, &wit))
+    }
+
+    /// [`Module::process_epoch`] in the chain's types: the epoch transition over `registry`
+    /// and `pending`.
+    pub fn apply_epoch(
+        &self,
+        registry: SharedRegistry,
+        pending: PendingQueue,
+        ctx: &ChainContext,
+    ) -> V3Applied<EpochDeposits> {
+        let ctx = super::convert::epoch_context(ctx);
+        applied(self.process_epoch(registry, pending, ctx))
     }
 
     /// Queues a block's deposits (`process` of `@3.0.0`) over `registry` and `pending`.

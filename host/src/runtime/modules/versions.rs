@@ -1,5 +1,6 @@
-//! The one ready-map: every version that passed its warm-up (or that the chain scheduled),
-//! by module hash, with what its warm-up measured — what slots activate from, what the chain
+//! The one ready-map ([`ReadyVersions`]): every version that passed its warm-up (or that the
+//! chain scheduled), a [`ReadyModule`] by module hash, with what its warm-up measured
+//! (reported as a [`ReadyInfo`]) — what slots activate from, what the chain
 //! runs a scheduled height with, and what `GET /modules` lists as ready. The module lifecycle
 //! (`modules_store::lifecycle`) admits into it; [`Modules`](super::Modules) holds the node's
 //! and activates from it.
@@ -18,13 +19,14 @@ use crate::runtime::deposits::{DepositCall, Deposits, DepositsModule};
 use crate::runtime::gossip_policy::GossipPolicy;
 use crate::runtime::module::{Module, World};
 use crate::runtime::slot::Ready;
-use crate::runtime::{CallError, Kind, LoadedModule, Runtime, WarmupReport};
+use crate::runtime::{CallError, Kind, LinkedModule, Runtime, WarmupReport};
 
 use super::{PlanCall, SlotError};
 
-/// A prepared version, ready to be activated.
+/// What the node reports about a ready version (`GET /modules`, `modnode module list`,
+/// metrics): its identity and what its warm-up measured.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct Prepared {
+pub struct ReadyInfo {
     /// Its kind.
     pub kind: Kind,
     /// `<kind>-v<version>@<hash prefix>`.
@@ -43,19 +45,25 @@ pub struct Prepared {
     pub new: bool,
 }
 
-/// A ready version of any kind: what the ready-map holds.
+/// A ready version of any kind (each a [`Ready`], the typed form): what the ready-map holds,
+/// and what a warm-up returns before the module is admitted into it.
 #[derive(Clone)]
-pub(crate) enum AnyReady {
+pub enum ReadyModule {
+    /// A deposits module.
     Deposits(Ready<Deposits>),
+    /// A checkpoint module.
     Checkpoint(Ready<Checkpoint>),
+    /// A gossip-policy module.
     GossipPolicy(Ready<GossipPolicy>),
 }
 
-impl AnyReady {
-    pub(super) fn prepared(&self, new: bool) -> Prepared {
-        fn p<W: World>(r: &Ready<W>, new: bool) -> Prepared {
+impl ReadyModule {
+    /// What the node reports about it: its identity and what its warm-up measured (`new`:
+    /// whether it was prepared just now).
+    pub fn info(&self, new: bool) -> ReadyInfo {
+        fn p<W: World>(r: &Ready<W>, new: bool) -> ReadyInfo {
             let meta = r.module.meta();
-            Prepared {
+            ReadyInfo {
                 kind: W::KIND,
                 name: meta.name(),
                 version: meta.info.version,
@@ -67,17 +75,17 @@ impl AnyReady {
             }
         }
         match self {
-            AnyReady::Deposits(r) => p(r, new),
-            AnyReady::Checkpoint(r) => p(r, new),
-            AnyReady::GossipPolicy(r) => p(r, new),
+            ReadyModule::Deposits(r) => p(r, new),
+            ReadyModule::Checkpoint(r) => p(r, new),
+            ReadyModule::GossipPolicy(r) => p(r, new),
         }
     }
 
     fn call_counts(&self) -> CallCounts {
         match self {
-            AnyReady::Deposits(r) => r.module.call_counts(),
-            AnyReady::Checkpoint(r) => r.module.call_counts(),
-            AnyReady::GossipPolicy(r) => r.module.call_counts(),
+            ReadyModule::Deposits(r) => r.module.call_counts(),
+            ReadyModule::Checkpoint(r) => r.module.call_counts(),
+            ReadyModule::GossipPolicy(r) => r.module.call_counts(),
         }
     }
 }
@@ -176,12 +184,12 @@ pub(super) struct RecentReal<'a> {
 /// the registry each ran on (none on a fresh chain: then the built-in inputs alone).
 /// Checkpoint modules warm on their built-in realistic inputs.
 pub(super) fn warm_any(
-    module: LoadedModule,
+    module: LinkedModule,
     recent: RecentReal<'_>,
-) -> Result<AnyReady, SlotError> {
+) -> Result<ReadyModule, SlotError> {
     Ok(match module {
-        LoadedModule::Deposits(m) => {
-            AnyReady::Deposits(warm_on(m, recent.deposits, recent.budget, |m, call| {
+        LinkedModule::Deposits(m) => {
+            ReadyModule::Deposits(warm_on(m, recent.deposits, recent.budget, |m, call| {
                 // A rejection is an answer: the module ran (fuel is only reported on success).
                 if m.contract().major == 3 {
                     // deposits@3 queues the block's deposits (on an empty queue: the real queue
@@ -202,30 +210,19 @@ pub(super) fn warm_any(
                 Ok(out.map_or(0, |o| o.fuel_used))
             })?)
         }
-        LoadedModule::Checkpoint(m) => AnyReady::Checkpoint(warm(m)?),
-        LoadedModule::GossipPolicy(m) => {
-            AnyReady::GossipPolicy(warm_on(m, recent.plans, recent.budget, |m, call| {
+        LinkedModule::Checkpoint(m) => ReadyModule::Checkpoint(warm(m)?),
+        LinkedModule::GossipPolicy(m) => {
+            ReadyModule::GossipPolicy(warm_on(m, recent.plans, recent.budget, |m, call| {
                 Ok(m.plan_metered(call.msg, call.peers.clone())?.1)
             })?)
         }
     })
 }
 
-/// A module that passed its warm-up (or that the chain scheduled: see
-/// [`ReadyVersions::warm_scheduled`]), to be made ready with [`ReadyVersions::admit`].
-pub struct Warmed(pub(super) AnyReady);
-
-impl Warmed {
-    /// What the warm-up measured, and the module's identity.
-    pub fn prepared(&self) -> Prepared {
-        self.0.prepared(true)
-    }
-}
-
 /// Every ready version, by hash, and what warm-ups replay. See the module docs.
 pub struct ReadyVersions {
     runtime: Runtime,
-    ready: Mutex<HashMap<ModuleHash, AnyReady>>,
+    ready: Mutex<HashMap<ModuleHash, ReadyModule>>,
     recent_plans: Arc<RecentInputs<PlanCall>>,
     recent_deposits: RecentInputs<DepositCall>,
     /// How long a warm-up replays recent real inputs at most.
@@ -260,7 +257,7 @@ impl ReadyVersions {
         self.recent_plans.clone()
     }
 
-    pub(crate) fn lookup(&self, hash: &ModuleHash) -> Option<AnyReady> {
+    pub(crate) fn lookup(&self, hash: &ModuleHash) -> Option<ReadyModule> {
         self.ready
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -269,9 +266,11 @@ impl ReadyVersions {
     }
 
     /// Warms a loaded module: the built-in dry run of its kind plus the node's recent real
-    /// inputs of that kind. Nothing is kept until [`admit`](Self::admit), so a module that
-    /// fails here, or whose upload fails later, leaves nothing behind.
-    pub fn warm_loaded(&self, module: LoadedModule) -> Result<Warmed, SlotError> {
+    /// inputs of that kind: a module that passed (or that the chain scheduled: see
+    /// [`warm_scheduled`](Self::warm_scheduled)), not admitted yet. Nothing is kept until
+    /// [`admit`](Self::admit), so a module that fails here, or whose upload fails later,
+    /// leaves nothing behind.
+    pub fn warm_loaded(&self, module: LinkedModule) -> Result<ReadyModule, SlotError> {
         let plans = self.recent_plans.snapshot();
         let deposits = self.recent_deposits.snapshot();
         warm_any(
@@ -282,7 +281,6 @@ impl ReadyVersions {
                 budget: self.warmup_real_time,
             },
         )
-        .map(Warmed)
     }
 
     /// [`warm_loaded`](Self::warm_loaded) for a module the chain scheduled: a failed warm-up
@@ -290,7 +288,7 @@ impl ReadyVersions {
     /// blocks, which other nodes do not share) is logged as a warning and returned beside the
     /// module, never a refusal. Only the module's hash and its kind and contract decide whether
     /// the chain can run it; whether a block it runs is valid is decided block by block.
-    pub fn warm_scheduled(&self, module: LoadedModule) -> (Warmed, Option<SlotError>) {
+    pub fn warm_scheduled(&self, module: LinkedModule) -> (ReadyModule, Option<SlotError>) {
         match self.warm_loaded(module.clone()) {
             Ok(warmed) => (warmed, None),
             Err(e) => {
@@ -300,7 +298,7 @@ impl ReadyVersions {
                     "a module the chain scheduled failed its warm-up on this node; admitted \
                      anyway (the chain's schedule decides, local checks only warn)"
                 );
-                (Warmed(unwarmed(module)), Some(e))
+                (unwarmed(module), Some(e))
             }
         }
     }
@@ -312,45 +310,45 @@ impl ReadyVersions {
     }
 
     /// Makes a warmed module ready by its hash (a version already there stays as it was).
-    pub fn admit(&self, warmed: Warmed) -> Prepared {
-        let prepared = warmed.0.prepared(true);
+    pub fn admit(&self, ready: ReadyModule) -> ReadyInfo {
+        let prepared = ready.info(true);
         let mut map = self.ready.lock().unwrap_or_else(|p| p.into_inner());
-        map.entry(prepared.hash).or_insert(warmed.0);
+        map.entry(prepared.hash).or_insert(ready);
         tracing::info!(module = %prepared.name, fuel = prepared.warmup.fuel, latency_us = prepared.warmup.latency_us, real_inputs = prepared.warmup.real_inputs, "module prepared");
         prepared
     }
 
     /// The ready version with this hash, if any.
-    pub fn prepared_version(&self, hash: &ModuleHash) -> Option<Prepared> {
-        self.lookup(hash).map(|r| r.prepared(false))
+    pub fn prepared_version(&self, hash: &ModuleHash) -> Option<ReadyInfo> {
+        self.lookup(hash).map(|r| r.info(false))
     }
 
     /// Every ready version, by kind, version and hash.
-    pub fn prepared(&self) -> Vec<Prepared> {
+    pub fn prepared(&self) -> Vec<ReadyInfo> {
         let map = self.ready.lock().unwrap_or_else(|p| p.into_inner());
-        let mut list: Vec<Prepared> = map.values().map(|r| r.prepared(false)).collect();
+        let mut list: Vec<ReadyInfo> = map.values().map(|r| r.info(false)).collect();
         list.sort_by_key(|p| (p.kind, p.version, p.hash));
         list
     }
 
     /// Every ready version with what it has done since its warm-up (calls, faults, fuel), in
     /// [`prepared`](Self::prepared)'s order.
-    pub fn call_counts(&self) -> Vec<(Prepared, CallCounts)> {
+    pub fn call_counts(&self) -> Vec<(ReadyInfo, CallCounts)> {
         let map = self.ready.lock().unwrap_or_else(|p| p.into_inner());
-        let mut list: Vec<(Prepared, CallCounts)> = map
+        let mut list: Vec<(ReadyInfo, CallCounts)> = map
             .values()
-            .map(|r| (r.prepared(false), r.call_counts()))
+            .map(|r| (r.info(false), r.call_counts()))
             .collect();
         list.sort_by_key(|(p, _)| (p.kind, p.version, p.hash));
         list
     }
 
     /// The ready version `hash`, which must be of `kind`.
-    pub(crate) fn get(&self, kind: Kind, hash: &ModuleHash) -> Result<AnyReady, SlotError> {
+    pub(crate) fn get(&self, kind: Kind, hash: &ModuleHash) -> Result<ReadyModule, SlotError> {
         let ready = self
             .lookup(hash)
             .ok_or(SlotError::UnknownModule { hash: *hash })?;
-        let found = ready.prepared(false);
+        let found = ready.info(false);
         if found.kind != kind {
             return Err(SlotError::WrongKind {
                 module: found.name,
@@ -365,14 +363,14 @@ impl ReadyVersions {
     /// readiness attestation claims; a scheduled module whose warm-up failed here is ready
     /// but not attested).
     pub fn deposits_warmed(&self, hash: &ModuleHash) -> bool {
-        matches!(self.lookup(hash), Some(AnyReady::Deposits(r)) if !r.warmup.failed)
+        matches!(self.lookup(hash), Some(ReadyModule::Deposits(r)) if !r.warmup.failed)
     }
 
     /// The ready deposits module `hash`, if any: what the chain runs at the heights its
     /// schedule names that module for.
     pub fn prepared_deposits(&self, hash: &ModuleHash) -> Option<Arc<DepositsModule>> {
         match self.lookup(hash)? {
-            AnyReady::Deposits(r) => Some(r.module),
+            ReadyModule::Deposits(r) => Some(r.module),
             _ => None,
         }
     }
@@ -381,7 +379,7 @@ impl ReadyVersions {
     /// module made (every installed version restores).
     pub fn prepared_checkpoint(&self, hash: &ModuleHash) -> Option<Arc<CheckpointModule>> {
         match self.lookup(hash)? {
-            AnyReady::Checkpoint(r) => Some(r.module),
+            ReadyModule::Checkpoint(r) => Some(r.module),
             _ => None,
         }
     }
@@ -389,7 +387,7 @@ impl ReadyVersions {
 
 /// `module` admitted without a warm-up (the chain scheduled it and its warm-up failed here):
 /// the report says nothing ran.
-fn unwarmed(module: LoadedModule) -> AnyReady {
+fn unwarmed(module: LinkedModule) -> ReadyModule {
     fn ready<W: World>(module: Module<W>) -> Ready<W> {
         Ready::new(
             module,
@@ -400,8 +398,8 @@ fn unwarmed(module: LoadedModule) -> AnyReady {
         )
     }
     match module {
-        LoadedModule::Deposits(m) => AnyReady::Deposits(ready(m)),
-        LoadedModule::Checkpoint(m) => AnyReady::Checkpoint(ready(m)),
-        LoadedModule::GossipPolicy(m) => AnyReady::GossipPolicy(ready(m)),
+        LinkedModule::Deposits(m) => ReadyModule::Deposits(ready(m)),
+        LinkedModule::Checkpoint(m) => ReadyModule::Checkpoint(ready(m)),
+        LinkedModule::GossipPolicy(m) => ReadyModule::GossipPolicy(ready(m)),
     }
 }

@@ -2,6 +2,8 @@
 
 use sha2::{Digest, Sha256};
 
+use crate::hashes::ModuleHash;
+
 use super::{
     Action, DropReason, DroppedOp, Hash32, MAX_DROPPED, MAX_OPEN_OPS, PendingOp, Readiness,
     Schedule, ScheduleError, UPGRADE_OP_BYTES, UpgradeOp, kind_code, kind_from_code,
@@ -17,7 +19,7 @@ impl UpgradeOp {
         let (kind, rest) = out.split_at_mut(1);
         let (module, height) = rest.split_at_mut(32);
         kind.copy_from_slice(&[kind_code(self.kind)]);
-        module.copy_from_slice(&self.module);
+        module.copy_from_slice(self.module.as_bytes());
         height.copy_from_slice(&self.height.to_le_bytes());
         out
     }
@@ -35,7 +37,7 @@ impl UpgradeOp {
             .map_err(|_| ScheduleError::UnknownKind(0xff))?;
         Ok(Self {
             kind: kind_from_code(*kind)?,
-            module: *module,
+            module: ModuleHash(*module),
             height: u64::from_le_bytes(height),
         })
     }

@@ -1,9 +1,10 @@
 use super::*;
+use crate::hashes::ModuleHash;
 
 fn op(module: u8, height: u64) -> UpgradeOp {
     UpgradeOp {
         kind: Kind::Deposits,
-        module: [module; 32],
+        module: ModuleHash([module; 32]),
         height,
     }
 }
@@ -60,38 +61,38 @@ fn cancel(
 #[test]
 fn a_strict_majority_of_distinct_authorities_schedules_an_operation() {
     let r = rules(4, 4);
-    let s = Schedule::genesis(&[(Kind::Deposits, [1; 32])]);
+    let s = Schedule::genesis(&[(Kind::Deposits, ModuleHash([1; 32]))]);
     let v2 = op(2, 20);
     // 4 authorities: two voters are not a majority, the same one twice neither.
     let s = block(&s, 1, 0, &[v2], &[v2], &r).unwrap();
     let s = block(&s, 2, 1, &[v2], &[v2], &r).unwrap();
     let s = block(&s, 3, 1, &[v2], &[], &r).unwrap();
-    assert_eq!(s.module_at(Kind::Deposits, 25), Some([1; 32]));
+    assert_eq!(s.module_at(Kind::Deposits, 25), Some(ModuleHash([1; 32])));
     assert_eq!(s.pending[0].voters, vec![0, 1]);
     let s = block(&s, 4, 3, &[v2], &[v2], &r).unwrap();
     assert!(s.pending.is_empty());
-    assert_eq!(s.module_at(Kind::Deposits, 19), Some([1; 32]));
-    assert_eq!(s.module_at(Kind::Deposits, 20), Some([2; 32]));
+    assert_eq!(s.module_at(Kind::Deposits, 19), Some(ModuleHash([1; 32])));
+    assert_eq!(s.module_at(Kind::Deposits, 20), Some(ModuleHash([2; 32])));
     // Three of four attested: the upgrade passes the gate at 16.
     let s = (5..=16).fold(s, |s, h| block(&s, h, 0, &[], &[], &r).unwrap());
-    assert_eq!(s.module_at(Kind::Deposits, 20), Some([2; 32]));
+    assert_eq!(s.module_at(Kind::Deposits, 20), Some(ModuleHash([2; 32])));
     // Rollback: a new operation back to the old hash, later.
     let back = op(1, 30);
     let s = [0, 1, 2].iter().zip(17..).fold(s, |s, (&who, h)| {
         block(&s, h, who, &[back], &[back], &r).unwrap()
     });
-    assert_eq!(s.module_at(Kind::Deposits, 29), Some([2; 32]));
-    assert_eq!(s.module_at(Kind::Deposits, 30), Some([1; 32]));
+    assert_eq!(s.module_at(Kind::Deposits, 29), Some(ModuleHash([2; 32])));
+    assert_eq!(s.module_at(Kind::Deposits, 30), Some(ModuleHash([1; 32])));
 }
 
 #[test]
 fn one_authority_of_several_cannot_schedule_alone() {
     let r = rules(3, 4);
-    let mut s = Schedule::genesis(&[(Kind::Deposits, [1; 32])]);
+    let mut s = Schedule::genesis(&[(Kind::Deposits, ModuleHash([1; 32]))]);
     for h in 1..15 {
         s = block(&s, h, 0, &[op(2, 20)], &[], &r).unwrap();
     }
-    assert_eq!(s.module_at(Kind::Deposits, 100), Some([1; 32]));
+    assert_eq!(s.module_at(Kind::Deposits, 100), Some(ModuleHash([1; 32])));
     // Once the lead is reached the pending vote expires.
     let s = block(&s, 16, 1, &[], &[], &r).unwrap();
     assert!(s.pending.is_empty());
@@ -105,7 +106,7 @@ fn one_authority_of_several_cannot_schedule_alone() {
         &rules(0, 4),
     )
     .unwrap();
-    assert_eq!(solo.module_at(Kind::Deposits, 9), Some([2; 32]));
+    assert_eq!(solo.module_at(Kind::Deposits, 9), Some(ModuleHash([2; 32])));
 }
 
 #[test]
@@ -159,7 +160,7 @@ fn activation_heights_are_bounded_ahead() {
 #[test]
 fn junk_votes_from_one_authority_do_not_block_a_majority_upgrade() {
     let r = rules(4, 4);
-    let mut s = Schedule::genesis(&[(Kind::Deposits, [1; 32])]);
+    let mut s = Schedule::genesis(&[(Kind::Deposits, ModuleHash([1; 32]))]);
     // Authority 3 votes for 16 junk operations as far ahead as allowed, 4 per block.
     let junk: Vec<UpgradeOp> = (0..16u8).map(|i| op(100 + i, 900)).collect();
     let mut accepted = 0;
@@ -181,7 +182,7 @@ fn junk_votes_from_one_authority_do_not_block_a_majority_upgrade() {
     for (h, who) in (10..).zip([0, 1, 2]) {
         s = block(&s, h, who, &[v2], &[v2], &r).unwrap();
     }
-    assert_eq!(s.module_at(Kind::Deposits, 40), Some([2; 32]));
+    assert_eq!(s.module_at(Kind::Deposits, 40), Some(ModuleHash([2; 32])));
     // The junk expires by age (vote_ttl after its first vote), freeing authority 3's quota.
     let s = block(&s, 1 + r.vote_ttl, 0, &[], &[], &r).unwrap();
     assert!(s.pending.iter().all(|p| p.voters != vec![3]));
@@ -192,20 +193,20 @@ fn junk_votes_from_one_authority_do_not_block_a_majority_upgrade() {
 fn an_upgrade_without_majority_readiness_is_dropped_at_the_gate() {
     let r = rules(3, 4);
     let v2 = op(2, 20);
-    let s = Schedule::genesis(&[(Kind::Deposits, [1; 32])]);
+    let s = Schedule::genesis(&[(Kind::Deposits, ModuleHash([1; 32]))]);
     // Scheduled by two votes, but only authority 0 ever attests.
     let s = block(&s, 1, 0, &[v2], &[v2], &r).unwrap();
     let s = block(&s, 2, 1, &[v2], &[], &r).unwrap();
-    assert_eq!(s.module_at(Kind::Deposits, 20), Some([2; 32]));
+    assert_eq!(s.module_at(Kind::Deposits, 20), Some(ModuleHash([2; 32])));
     let s = (3..16).fold(s, |s, h| block(&s, h, 2, &[], &[], &r).unwrap());
     assert_eq!(
         s.module_at(Kind::Deposits, 20),
-        Some([2; 32]),
+        Some(ModuleHash([2; 32])),
         "dropped too early"
     );
     // Block 16 = 20 − lead: the gate closes.
     let s = block(&s, 16, 2, &[], &[], &r).unwrap();
-    assert_eq!(s.module_at(Kind::Deposits, 20), Some([1; 32]));
+    assert_eq!(s.module_at(Kind::Deposits, 20), Some(ModuleHash([1; 32])));
     assert_eq!(
         s.dropped,
         vec![DroppedOp {
@@ -218,11 +219,11 @@ fn an_upgrade_without_majority_readiness_is_dropped_at_the_gate() {
     assert!(s.ready.is_empty());
 
     // The same with a second attestation before the gate activates.
-    let s = Schedule::genesis(&[(Kind::Deposits, [1; 32])]);
+    let s = Schedule::genesis(&[(Kind::Deposits, ModuleHash([1; 32]))]);
     let s = block(&s, 1, 0, &[v2], &[v2], &r).unwrap();
     let s = block(&s, 2, 1, &[v2], &[], &r).unwrap();
     let s = block(&s, 16, 2, &[], &[v2], &r).unwrap();
-    assert_eq!(s.module_at(Kind::Deposits, 20), Some([2; 32]));
+    assert_eq!(s.module_at(Kind::Deposits, 20), Some(ModuleHash([2; 32])));
     assert!(s.dropped.is_empty());
 }
 
@@ -230,7 +231,7 @@ fn an_upgrade_without_majority_readiness_is_dropped_at_the_gate() {
 fn attestations_must_name_open_upgrades_once() {
     let r = rules(3, 4);
     let v2 = op(2, 20);
-    let s = Schedule::genesis(&[(Kind::Deposits, [1; 32])]);
+    let s = Schedule::genesis(&[(Kind::Deposits, ModuleHash([1; 32]))]);
     assert!(matches!(
         block(&s, 1, 0, &[], &[v2], &r),
         Err(ScheduleError::BadAttestation { .. })
@@ -257,7 +258,7 @@ fn attestations_must_name_open_upgrades_once() {
 fn a_majority_cancels_a_scheduled_upgrade_before_the_lead_and_not_after() {
     let r = rules(3, 4);
     let v2 = op(2, 20);
-    let s = Schedule::genesis(&[(Kind::Deposits, [1; 32])]);
+    let s = Schedule::genesis(&[(Kind::Deposits, ModuleHash([1; 32]))]);
     let s = block(&s, 1, 0, &[v2], &[v2], &r).unwrap();
     let s = block(&s, 2, 1, &[v2], &[v2], &r).unwrap();
     // Nothing to cancel that is not scheduled.
@@ -267,9 +268,9 @@ fn a_majority_cancels_a_scheduled_upgrade_before_the_lead_and_not_after() {
     ));
     // One vote is not enough; two of three cancel it.
     let one = cancel(&s, 3, 0, &[v2], &r).unwrap();
-    assert_eq!(one.module_at(Kind::Deposits, 20), Some([2; 32]));
+    assert_eq!(one.module_at(Kind::Deposits, 20), Some(ModuleHash([2; 32])));
     let two = cancel(&one, 4, 2, &[v2], &r).unwrap();
-    assert_eq!(two.module_at(Kind::Deposits, 20), Some([1; 32]));
+    assert_eq!(two.module_at(Kind::Deposits, 20), Some(ModuleHash([1; 32])));
     assert_eq!(two.dropped.len(), 1);
     assert_eq!(two.dropped[0].reason, DropReason::Cancelled);
     assert!(two.pending.is_empty() && two.ready.is_empty());
@@ -280,13 +281,16 @@ fn a_majority_cancels_a_scheduled_upgrade_before_the_lead_and_not_after() {
         Err(ScheduleError::TooLate { .. })
     ));
     let after = block(&late, 16, 0, &[], &[], &r).unwrap();
-    assert_eq!(after.module_at(Kind::Deposits, 20), Some([2; 32]));
+    assert_eq!(
+        after.module_at(Kind::Deposits, 20),
+        Some(ModuleHash([2; 32]))
+    );
 }
 
 #[test]
 fn dropped_history_is_bounded() {
     let r = rules(0, 2);
-    let mut s = Schedule::genesis(&[(Kind::Deposits, [1; 32])]);
+    let mut s = Schedule::genesis(&[(Kind::Deposits, ModuleHash([1; 32]))]);
     for i in 0..(MAX_DROPPED as u64 + 3) {
         let h = 1 + i * 10;
         let up = op(2 + i as u8, h + 5);
@@ -307,10 +311,10 @@ fn superseded_entries_are_dropped_and_the_encoding_is_strict() {
     assert_eq!(s.entries, vec![op(2, 6), op(3, 8)]);
     let s = block(&s, 7, 0, &[], &[], &r).unwrap();
     assert_eq!(s.entries, vec![op(3, 8)]);
-    assert_eq!(s.module_at(Kind::Deposits, 8), Some([3; 32]));
+    assert_eq!(s.module_at(Kind::Deposits, 8), Some(ModuleHash([3; 32])));
 
     let r = rules(4, 4);
-    let s = Schedule::genesis(&[(Kind::Deposits, [1; 32])]);
+    let s = Schedule::genesis(&[(Kind::Deposits, ModuleHash([1; 32]))]);
     let s = block(&s, 1, 2, &[op(2, 20)], &[op(2, 20)], &r).unwrap();
     let s = cancel(&s, 2, 1, &[], &r).unwrap();
     let mut with_all = s.clone();

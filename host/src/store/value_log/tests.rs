@@ -1,4 +1,5 @@
 use super::*;
+use crate::hashes::BlockHash;
 
 #[test]
 fn a_record_round_trips_and_a_flipped_byte_is_refused() {
@@ -38,10 +39,10 @@ fn pointers_and_uses_round_trip() {
 #[test]
 fn the_logged_prefixes_are_the_bulk_and_the_internal_keys_are_not_among_them() {
     for key in [
-        super::super::keys::block(&[1; 32]),
-        super::super::keys::undo(&[1; 32]),
-        super::super::keys::eth1(&[1; 32]),
-        super::super::keys::schedule(&[1; 32]),
+        super::super::keys::block(&BlockHash::new([1; 32])),
+        super::super::keys::undo(&BlockHash::new([1; 32])),
+        super::super::keys::eth1(&BlockHash::new([1; 32])),
+        super::super::keys::schedule(&BlockHash::new([1; 32])),
         super::super::keys::validator_chunk(3),
         super::super::keys::balance_chunk(3),
     ] {

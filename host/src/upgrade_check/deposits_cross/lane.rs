@@ -13,8 +13,9 @@ use super::super::versions::{BlockRun, V3Run, Version, is_host_failure};
 use super::super::{CheckError, Failure, Invariant, Settings};
 use super::{COST_GATE_PERCENT, PER_EPOCH};
 use crate::chain::genesis::Genesis;
-use crate::runtime::deposits::v3::{EpochContext, EpochOutcome, EpochProcessed};
-use crate::runtime::deposits::{BlockContext, Deposit, Outcome};
+use crate::deposit::{
+    ChainContext, DepositContext, DepositOutcome as Outcome, EpochDeposits, Eth1Data, ProvenDeposit,
+};
 use crate::state::{PendingDelta, PendingQueue, Registry, RegistryDelta};
 
 /// A block both versions are given.
@@ -22,16 +23,34 @@ pub(super) struct BlockIn {
     pub(super) height: u64,
     pub(super) slot: u64,
     pub(super) parent_slot: u64,
-    pub(super) ctx: BlockContext,
-    pub(super) deposits: Vec<Deposit>,
+    pub(super) ctx: DepositContext,
+    pub(super) deposits: Vec<ProvenDeposit>,
+}
+
+/// The context of the deposits call of the block at `height` and `slot` on the chain of
+/// `fork`, whose deposits prove against `eth1` from `eth1_deposit_index`.
+pub(super) fn context(
+    height: u64,
+    slot: u64,
+    fork: [u8; 4],
+    eth1: &Eth1Data,
+    eth1_deposit_index: u64,
+) -> DepositContext {
+    DepositContext {
+        height,
+        slot,
+        genesis_fork_version: fork,
+        eth1_data: *eth1,
+        eth1_deposit_index,
+    }
 }
 
 impl BlockIn {
     /// Sum of the block's deposit amounts.
     pub(super) fn amount(&self) -> u128 {
-        self.deposits
-            .iter()
-            .fold(0u128, |sum, d| sum.saturating_add(u128::from(d.amount)))
+        self.deposits.iter().fold(0u128, |sum, d| {
+            sum.saturating_add(u128::from(d.data.amount))
+        })
     }
 }
 
@@ -48,14 +67,6 @@ pub(super) fn host(reason: String) -> CheckError {
 
 fn shared(registry: &Registry) -> crate::state::SharedRegistry {
     Arc::new(registry.clone())
-}
-
-fn v3_outcome(o: &EpochOutcome) -> Outcome {
-    match o {
-        EpochOutcome::Created(i) => Outcome::Created(*i),
-        EpochOutcome::ToppedUp(i) => Outcome::ToppedUp(*i),
-        EpochOutcome::InvalidSignature => Outcome::InvalidSignature,
-    }
 }
 
 /// One version's chain in a case: its registry and queue, the deposit index, and what it did.
@@ -164,11 +175,9 @@ impl<'a> Lane<'a> {
 
     /// A @2.0.0 block: every deposit applied at once. `Ok(Ok(accepted))`.
     fn step_immediate(&mut self, block: &BlockIn) -> Judged<bool> {
-        let run = self.version.process_deposits(
-            shared(&self.registry),
-            block.ctx.clone(),
-            block.deposits.clone(),
-        );
+        let run =
+            self.version
+                .process_deposits(shared(&self.registry), &block.ctx, &block.deposits);
         let (outcomes, delta, index, fuel, total) = match run {
             BlockRun::Applied {
                 outcomes,
@@ -205,7 +214,7 @@ impl<'a> Lane<'a> {
             .zip(&block.deposits)
         {
             if outcome == Outcome::InvalidSignature {
-                self.burned = self.burned.saturating_add(u128::from(d.amount));
+                self.burned = self.burned.saturating_add(u128::from(d.data.amount));
             }
             self.carried_at.insert(at, block.height);
             if let Err(f) = self.record(at, outcome, block.height) {
@@ -233,12 +242,12 @@ impl<'a> Lane<'a> {
         let mut applied = Vec::new();
         let mut fuel = 0u64;
         if genesis.starts_epoch(block.parent_slot, block.slot) {
-            let ctx = EpochContext {
+            let ctx = ChainContext {
                 height: block.height,
                 finality_depth: genesis.finality_depth,
-                genesis_fork_version: genesis.genesis_fork_version.to_vec(),
+                genesis_fork_version: genesis.genesis_fork_version,
             };
-            let epoch = match self.epoch(&registry, &pending, ctx.clone())? {
+            let epoch = match self.epoch(&registry, &pending, &ctx)? {
                 Ok(epoch) => epoch,
                 Err(f) => return Ok(Err(f)),
             };
@@ -342,11 +351,10 @@ impl<'a> Lane<'a> {
         let first_wrong = (0..block.deposits.len().max(pushed.pushed.len())).find(|&at| {
             match (block.deposits.get(at), pushed.pushed.get(at)) {
                 (Some(d), Some(p)) => {
-                    p.pubkey.as_slice() != d.pubkey.as_slice()
-                        || p.withdrawal_credentials.as_slice()
-                            != d.withdrawal_credentials.as_slice()
-                        || p.amount != d.amount
-                        || p.signature.as_slice() != d.signature.as_slice()
+                    p.pubkey != d.data.pubkey
+                        || p.withdrawal_credentials != d.data.withdrawal_credentials
+                        || p.amount != d.data.amount
+                        || p.signature != d.data.signature
                         || p.slot != block.slot
                         || p.height != height
                 }
@@ -377,7 +385,7 @@ impl<'a> Lane<'a> {
         &self,
         registry: &Registry,
         pending: &PendingQueue,
-        ctx: EpochContext,
+        ctx: &ChainContext,
     ) -> Judged<EpochRun> {
         let height = ctx.height;
         let name = self.name().to_string();
@@ -406,7 +414,7 @@ impl<'a> Lane<'a> {
                 V3Run::Rejected(e) => return Ok(Err(liveness(format!("rejected ({e:?})")))),
                 V3Run::Failed(e) => return Ok(Err(liveness(format!("failed ({e})")))),
             };
-        let EpochProcessed {
+        let EpochDeposits {
             outcomes,
             deposit_balance_to_consume,
         } = result;
@@ -476,7 +484,7 @@ impl<'a> Lane<'a> {
                     ),
                 )));
             };
-            let outcome = v3_outcome(outcome);
+            let outcome = *outcome;
             let index = match outcome {
                 Outcome::Created(i) | Outcome::ToppedUp(i) => Some(i),
                 Outcome::InvalidSignature => None,
@@ -509,7 +517,7 @@ impl<'a> Lane<'a> {
 
 /// What one epoch transition did, checked.
 struct EpochRun {
-    outcomes: Vec<EpochOutcome>,
+    outcomes: Vec<Outcome>,
     delta: RegistryDelta,
     changes: PendingDelta,
     registry: Registry,

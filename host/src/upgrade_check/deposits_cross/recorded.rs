@@ -10,11 +10,10 @@ use super::super::versions::Version;
 use super::super::{CaseInput, CheckError, Counterexample, Failure, Findings, Invariant, Kind};
 use super::super::{Report, Settings, Verdict};
 use super::Difference;
-use super::lane::{BlockIn, invariant, queue_sum};
+use super::lane::{BlockIn, context, invariant, queue_sum};
 use super::pair::{Pair, drain_bound, next_epoch_slot};
 use crate::chain::block::Block;
 use crate::chain::genesis::Genesis;
-use crate::chain::{block_context, to_wit};
 use crate::upgrade_check::live::LiveCheckpoint;
 
 /// Runs `blocks` (a chain's canonical blocks after `start`, or from height 1 without one, read
@@ -76,8 +75,8 @@ pub(crate) fn on_recorded(
             height: header.height,
             slot: header.slot,
             parent_slot,
-            ctx: block_context(header.height, header.slot, fork, &due.eth1_data, due.from),
-            deposits: block.body.deposits.iter().map(to_wit).collect(),
+            ctx: context(header.height, header.slot, fork, &due.eth1_data, due.from),
+            deposits: block.body.deposits.clone(),
         };
         if let Err(f) = pair.block(&input, genesis, settings)? {
             failure = Some((header.height, f));
@@ -123,7 +122,7 @@ pub(crate) fn on_recorded(
                 height,
                 slot,
                 parent_slot: parent,
-                ctx: block_context(height, slot, fork, &last_eth1, pair.index()),
+                ctx: context(height, slot, fork, &last_eth1, pair.index()),
                 deposits: Vec::new(),
             };
             if let Err(f) = pair.block(&input, genesis, settings)? {

@@ -18,7 +18,7 @@ impl Driver<'_> {
 
     fn genesis_hash(&self) -> [u8; 32] {
         match self.parts.genesis.registry() {
-            Ok(registry) => self.parts.genesis.block(&registry).hash(),
+            Ok(registry) => self.parts.genesis.block(&registry).hash().to_bytes(),
             Err(_) => [0; 32],
         }
     }

@@ -4,7 +4,7 @@
 //! applies, never the queue's length (Lodestar's `processPendingDeposits` spike).
 
 use super::{EpochRun, Lane, host, invariant};
-use crate::runtime::deposits::v3::EpochContext;
+use crate::deposit::ChainContext;
 use crate::state::{PendingDelta, PendingDeposit, PendingQueue, Registry};
 use crate::upgrade_check::deposits_cross::{MIN_ACTIVATION_BALANCE, PAD_LONG, PAD_SHORT};
 use crate::upgrade_check::{CheckError, Failure, Invariant, Settings};
@@ -18,7 +18,7 @@ impl Lane<'_> {
         &self,
         registry: &Registry,
         pending: &PendingQueue,
-        ctx: &EpochContext,
+        ctx: &ChainContext,
         base: &EpochRun,
         settings: &Settings,
     ) -> Judged<()> {
@@ -27,7 +27,7 @@ impl Lane<'_> {
         let long = padded(&short, PAD_SHORT, PAD_LONG, height)?;
         let mut fuel = Vec::with_capacity(2);
         for (queue, behind) in [(&short, PAD_SHORT), (&long, PAD_LONG)] {
-            let run = match self.epoch(registry, queue, ctx.clone())? {
+            let run = match self.epoch(registry, queue, ctx)? {
                 Ok(run) => run,
                 Err(f) => return Ok(Err(with_probe(f, behind))),
             };

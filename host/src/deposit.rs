@@ -1,11 +1,38 @@
-//! What the chain sees of a block's deposits call, in its own types: the context the call
-//! runs in, what became of each deposit, why a block's deposits were refused. The deposits
-//! engine (`deposit_engine`) converts to and from the modules' WIT types at the call; nothing
-//! above it sees those.
+//! The chain's own deposit types, below the runtime so the deposits modules' host side can
+//! convert to them: a deposit as a block carries it ([`DepositData`], [`ProvenDeposit`]), the
+//! context a block's deposits call runs in, what became of each deposit, why a block's
+//! deposits were refused. The runtime converts to and from the modules' WIT types at the call;
+//! nothing above it sees those. The deposit's encoding, leaf and signing root are the block
+//! format's (`consensus::block`, `consensus::eth1`).
 
 use std::fmt;
 
-use super::eth1::Eth1Data;
+pub use crate::state::Eth1Data;
+use crate::state::OverlayError;
+use deposits_common::tree::DepositProof;
+
+/// One deposit with its fixed-size fields.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DepositData {
+    /// BLS public key (compressed).
+    pub pubkey: [u8; 48],
+    /// Withdrawal credentials.
+    pub withdrawal_credentials: [u8; 32],
+    /// Amount in Gwei.
+    pub amount: u64,
+    /// BLS signature (compressed).
+    pub signature: [u8; 96],
+}
+
+/// A deposit as a block carries it: the data and its proof against the agreed deposit root at
+/// the deposit's index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProvenDeposit {
+    /// The deposit.
+    pub data: DepositData,
+    /// 32 sibling hashes (leaf level first), then the deposit count chunk.
+    pub proof: DepositProof,
+}
 
 /// What the deposits engine is told about the block whose deposits it processes and the
 /// state before it.
@@ -23,6 +50,37 @@ pub struct DepositContext {
     /// Index of the block's first deposit in the contract; deposit `i` is proven at this
     /// index + `i`.
     pub eth1_deposit_index: u64,
+}
+
+/// What a deposits call that is not a block's is told (deposits@3's epoch transition, a
+/// module's migration): the height of the block whose transition runs it, the chain's finality
+/// depth and its genesis fork version.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChainContext {
+    /// Height of the block whose transition makes the call.
+    pub height: u64,
+    /// The chain's finality depth.
+    pub finality_depth: u64,
+    /// The chain's genesis fork version.
+    pub genesis_fork_version: [u8; 4],
+}
+
+/// What deposits@3 reports of queuing a block's deposits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueuedDeposits {
+    /// Deposits queued.
+    pub queued: u32,
+    /// `eth1_deposit_index` after the block.
+    pub eth1_deposit_index: u64,
+}
+
+/// What deposits@3's epoch transition (`process_pending_deposits`) reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EpochDeposits {
+    /// One outcome per queue entry applied, in queue order.
+    pub outcomes: Vec<DepositOutcome>,
+    /// The queue's `deposit_balance_to_consume` after the epoch.
+    pub deposit_balance_to_consume: u64,
 }
 
 /// What became of one deposit, in block order.
@@ -78,6 +136,19 @@ pub enum RegistryRejection {
     BalanceOverflow(u32),
     /// The registry holds 2^32 − 1 validators.
     RegistryFull,
+}
+
+impl From<&OverlayError> for RegistryRejection {
+    /// The registry's refusal of a write (every refusal is the deposits' input's).
+    fn from(e: &OverlayError) -> Self {
+        match e {
+            OverlayError::DuplicatePubkey => Self::DuplicatePubkey,
+            OverlayError::BadLength(field) => Self::BadLength((*field).to_string()),
+            OverlayError::UnknownIndex(i) => Self::UnknownIndex(*i),
+            OverlayError::BalanceOverflow(i) => Self::BalanceOverflow(*i),
+            OverlayError::RegistryFull => Self::RegistryFull,
+        }
+    }
 }
 
 // `Debug` shows the variants as the WIT types did (`Outcome::Created(3)`), so that log lines
