@@ -31,6 +31,18 @@ pub enum ProposeError {
         /// Deposits queued after the head.
         queued: u64,
     },
+    /// The operator's: the authorities revoked this very upgrade (module and height) on chain;
+    /// it is not voted for again. Propose the module at another height.
+    #[error(
+        "the upgrade to module {module} at height {height} was revoked on chain; propose it at \
+         another height"
+    )]
+    Revoked {
+        /// The proposed module.
+        module: ModuleHash,
+        /// The height it was revoked at.
+        height: u64,
+    },
     /// The proposed deposits module's migration fails on the head's state (traps, runs out of
     /// fuel, refuses the state): at its activation height it would stop import. The module's
     /// fault; fix its migration.
@@ -88,8 +100,17 @@ impl Chain {
         if action == Action::Upgrade && op.kind == Kind::Deposits {
             self.check_holds_queue(&op)?;
         }
+        if action == Action::Upgrade && self.cancelled_on_chain(&op) {
+            return Err(ProposeError::Revoked {
+                module: op.module,
+                height: op.height,
+            });
+        }
+        // One standing vote per upgrade: a revoke withdraws this node's vote for the upgrade
+        // (else its next block votes it back into the schedule), and proposing the upgrade again
+        // withdraws the revoke.
         let mut proposals = self.proposals.clone();
-        proposals.retain(|(a, p)| !(*a == action && *p == op));
+        proposals.retain(|(_, p)| *p != op);
         proposals.push((action, op));
         let mut batch = WriteBatch::new();
         batch.put(keys::PROPOSALS, proposals::encode(&proposals));
@@ -221,7 +242,11 @@ impl Chain {
                 .iter()
                 .filter(|(a, op)| *a == action && op.height > height.saturating_add(rules.lead))
                 .filter(|(a, op)| match a {
-                    Action::Upgrade => !schedule.entries.contains(op),
+                    // An upgrade the chain revoked is not voted back: the revoke was the
+                    // authorities' answer to it (proposing it again is refused: `Revoked`).
+                    Action::Upgrade => {
+                        !schedule.entries.contains(op) && !cancelled(&schedule.dropped, op)
+                    }
                     Action::Cancel => schedule.upcoming(height).any(|e| e == op),
                 })
                 .filter(|(a, op)| !voted(*a, op))
@@ -279,10 +304,22 @@ impl Chain {
         }
     }
 
+    /// Whether the head's schedule records `op` as revoked by the authorities.
+    fn cancelled_on_chain(&self, op: &UpgradeOp) -> bool {
+        cancelled(&self.head_state().schedule().dropped, op)
+    }
+
     /// Whether this node holds the deposits module `hash` compiled and warmed: the engine the
     /// chain was opened with, or a prepared module.
     fn holds_ready(&self, hash: &crate::hashes::ModuleHash) -> bool {
         self.deposits.hash() == Some(*hash)
             || self.modules.as_ref().is_some_and(|m| m.is_ready(hash))
     }
+}
+
+/// Whether `dropped` records `op` as revoked (cancelled by the authorities' votes).
+fn cancelled(dropped: &[crate::state::schedule::DroppedOp], op: &UpgradeOp) -> bool {
+    dropped
+        .iter()
+        .any(|d| d.op == *op && d.reason == crate::state::schedule::DropReason::Cancelled)
 }

@@ -13,7 +13,7 @@ use modnode::hashes::ModuleHash;
 use modnode::net::identity::NodeIdentity;
 use modnode::runtime::Kind;
 use modnode::state::UpgradeOp;
-use modnode::state::schedule::{DropReason, ScheduleError};
+use modnode::state::schedule::{Action, DropReason, ScheduleError};
 use modnode::store::MemoryStore;
 
 const V1: ModuleHash = ModuleHash([1; 32]);
@@ -163,6 +163,57 @@ fn a_revocation_works_before_the_gate_and_is_refused_after() {
     ));
     extend_solo(&mut a, g.upgrade_lead_blocks + 1).unwrap();
     assert_eq!(a.schedule().module_at(Kind::Deposits, h), Some(V2));
+}
+
+#[test]
+fn a_revoked_upgrade_stays_revoked_although_this_node_proposed_it() {
+    // The operator proposed V2 at h and then revoked it. The node's own standing proposal
+    // voted it back into the schedule in the next block, and V2 activated at h anyway.
+    let g = genesis(&[]);
+    let h = 12;
+    let mut a = chain(&g, Held::with(&[V1, V2]));
+    a.propose_upgrade(op(V2, h)).unwrap();
+    extend_solo(&mut a, 2).unwrap();
+    assert_eq!(a.schedule().module_at(Kind::Deposits, h), Some(V2));
+    a.propose_cancel(op(V2, h)).unwrap();
+    assert!(
+        !a.proposals()
+            .iter()
+            .any(|(action, p)| *action == Action::Upgrade && *p == op(V2, h)),
+        "the revoke withdraws this node's own vote for the upgrade: {:?}",
+        a.proposals()
+    );
+    extend_solo(&mut a, 1).unwrap();
+    assert_eq!(a.schedule().module_at(Kind::Deposits, h), Some(V1));
+    // Proposing the revoked upgrade again is refused, naming why; another height is not.
+    let err = a.propose_upgrade(op(V2, h)).unwrap_err();
+    assert!(matches!(err, ProposeError::Revoked { height, .. } if height == h), "{err}");
+    assert!(err.to_string().contains("revoked on chain"), "{err}");
+    // No later block votes for it again, and h runs V1.
+    let cancelled_at = a.head().height;
+    extend_solo(&mut a, h + 1 - cancelled_at).unwrap();
+    for height in cancelled_at + 1..=a.head().height {
+        let block = a.block_at(height).unwrap().unwrap();
+        assert!(
+            !block.body.upgrade_votes.contains(&op(V2, h)),
+            "block {height} votes for the revoked upgrade again"
+        );
+    }
+    assert!(a.head().height > h);
+    assert_eq!(a.schedule().module_at(Kind::Deposits, h), Some(V1));
+    let s = a.schedule();
+    assert!(
+        s.dropped
+            .iter()
+            .any(|d| d.op == op(V2, h) && d.reason == DropReason::Cancelled),
+        "{:?}",
+        s.dropped
+    );
+    // Proposing it again is up to the schedule's rules: here, too late for h.
+    assert!(matches!(
+        a.propose_upgrade(op(V2, h)),
+        Err(ProposeError::Schedule(ScheduleError::TooLate { .. }))
+    ));
 }
 
 /// Three authorities, each its own node (chain) importing the others' blocks.
