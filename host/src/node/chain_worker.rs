@@ -60,7 +60,21 @@ pub struct ImportStopped {
     /// The activation height no block could be imported at.
     pub height: u64,
     /// The deposits module whose migration failed.
-    pub module: [u8; 32],
+    pub module: crate::hashes::ModuleHash,
+}
+
+/// The stop an import error means: a deposits module's migration failed at its activation
+/// height (`None` for every other error).
+fn import_stopped_by(e: &ForkChoiceError) -> Option<ImportStopped> {
+    match e {
+        ForkChoiceError::NotChecked(ImportError::Migration { height, module, .. }) => {
+            Some(ImportStopped {
+                height: *height,
+                module: *module,
+            })
+        }
+        _ => None,
+    }
 }
 
 /// Why the worker could not do what was asked.
@@ -457,13 +471,8 @@ impl Worker {
             if fatal {
                 self.fatal = Some(e.to_string());
             }
-            if let ForkChoiceError::NotChecked(ImportError::Migration { height, module, .. }) = e
-                && let Some(module) = hex::decode(module).ok().and_then(|m| m.try_into().ok())
-            {
-                self.import_stopped = Some(ImportStopped {
-                    height: *height,
-                    module,
-                });
+            if let Some(stopped) = import_stopped_by(e) {
+                self.import_stopped = Some(stopped);
             }
             // Evidence voided the slot of a head block: the head moved back, a branch switch.
             if let ForkChoiceError::Equivocation { reverted, .. } = e
@@ -532,5 +541,34 @@ impl Worker {
             out.push(encoded);
         }
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::chain::migration::MigrationError;
+    use crate::hashes::{BlockHash, ModuleHash};
+
+    /// A failed migration stops import at its height and `/status` names the module: the
+    /// worker reads both from the error's typed fields.
+    #[test]
+    fn a_failed_migration_is_the_import_stop_status_shows() {
+        let module = ModuleHash([0xab; 32]);
+        let failed = ForkChoiceError::NotChecked(ImportError::Migration {
+            hash: BlockHash([1; 32]),
+            height: 40,
+            module,
+            source: Box::new(MigrationError::NotAnExtension),
+        });
+        assert_eq!(
+            import_stopped_by(&failed),
+            Some(ImportStopped { height: 40, module })
+        );
+        let other = ForkChoiceError::NotChecked(ImportError::BadSeal {
+            hash: BlockHash([1; 32]),
+            reason: "wrong proposer".into(),
+        });
+        assert_eq!(import_stopped_by(&other), None);
     }
 }

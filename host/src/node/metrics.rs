@@ -573,12 +573,12 @@ mod tests {
         assert!(json.get("import_stopped").is_none(), "{json}");
         view.import_stopped = Some(super::super::chain_worker::ImportStopped {
             height: 6,
-            module: [0xab; 32],
+            module: crate::hashes::ModuleHash([0xab; 32]),
         });
         let status = metrics.status("n".into(), "a".into(), &view);
         let stopped = status.import_stopped.clone().unwrap();
         assert_eq!(stopped.height, 6);
-        assert_eq!(stopped.module, "ab".repeat(32));
+        assert_eq!(stopped.module.to_hex(), "ab".repeat(32));
         assert!(stopped.reason.contains("migration"), "{}", stopped.reason);
         let json = serde_json::to_value(&status).unwrap();
         assert_eq!(json["import_stopped"]["height"], 6);

@@ -4,6 +4,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::Serialize;
 
+use crate::hashes::{BlockHash, ModuleHash};
+
 use super::super::chain_worker::ChainView;
 use super::{Metrics, RestoreCounters};
 
@@ -16,8 +18,8 @@ pub struct NodeStatus {
     pub p2p_addr: String,
     /// Head height.
     pub height: u64,
-    /// Head hash (hex).
-    pub head_hash: String,
+    /// Head hash (hex in JSON).
+    pub head_hash: BlockHash,
     /// Head slot.
     pub slot: u64,
     /// Finalized height.
@@ -59,8 +61,8 @@ pub struct NodeStatus {
 pub struct ImportStoppedStatus {
     /// The activation height no block imports at; the node stays below it.
     pub height: u64,
-    /// The deposits module whose migration fails there (hex sha256).
-    pub module: String,
+    /// The deposits module whose migration fails there (hex sha256 in JSON).
+    pub module: ModuleHash,
     /// What it means and what to do.
     pub reason: String,
 }
@@ -81,10 +83,10 @@ pub struct EquivocationStatus {
     pub slot: u64,
     /// The authority's index in the genesis authority set.
     pub authority: u32,
-    /// The block this node saw first (hex).
-    pub first: String,
-    /// The conflicting block (hex).
-    pub second: String,
+    /// The block this node saw first (hex in JSON).
+    pub first: BlockHash,
+    /// The conflicting block (hex in JSON).
+    pub second: BlockHash,
 }
 
 /// A restore from a checkpoint, as `/status` shows it.
@@ -144,7 +146,7 @@ impl Metrics {
             node_id,
             p2p_addr,
             height: view.head.height,
-            head_hash: hex::encode(view.head.hash),
+            head_hash: view.head.hash,
             slot: view.head.slot,
             finalized_height: view.finalized_height,
             served_from: view.served_from,
@@ -164,19 +166,18 @@ impl Metrics {
                 .map(|e| EquivocationStatus {
                     slot: e.slot,
                     authority: e.proposer,
-                    first: hex::encode(e.first),
-                    second: hex::encode(e.second),
+                    first: e.first,
+                    second: e.second,
                 })
                 .collect(),
             import_stopped: view.import_stopped.map(|s| ImportStoppedStatus {
                 height: s.height,
-                module: hex::encode(s.module),
+                module: s.module,
                 reason: format!(
                     "the migration of deposits module {} fails at its activation height {}: \
                      no block imports there (the log names the failure); the chain waits \
                      below it until the schedule names a module whose migration finishes",
-                    hex::encode(s.module),
-                    s.height
+                    s.module, s.height
                 ),
             }),
             bans: self
