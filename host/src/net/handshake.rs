@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use super::codec;
 use super::identity::NodeId;
+use crate::hashes::BlockHash;
 
 /// Codec message type of a hello.
 pub const HELLO_MESSAGE: u8 = 2;
@@ -27,11 +28,11 @@ pub struct Hello {
     /// Chain identifier from the genesis file.
     pub chain_id: String,
     /// Hash of the genesis block.
-    pub genesis_hash: [u8; 32],
+    pub genesis_hash: BlockHash,
     /// Height of the sender's head.
     pub head_height: u64,
     /// Hash of the sender's head.
-    pub head_hash: [u8; 32],
+    pub head_hash: BlockHash,
     /// UDP port the sender listens on (for peer exchange; 0 = does not accept connections).
     pub listen_port: u16,
 }
@@ -47,12 +48,12 @@ pub struct ChainMismatch {
     pub peer: NodeId,
     /// Its chain id.
     pub their_chain: String,
-    /// Its genesis hash (hex).
-    pub their_genesis: String,
+    /// Its genesis hash.
+    pub their_genesis: BlockHash,
     /// Our chain id.
     pub our_chain: String,
-    /// Our genesis hash (hex).
-    pub our_genesis: String,
+    /// Our genesis hash.
+    pub our_genesis: BlockHash,
 }
 
 /// Why a handshake failed.
@@ -110,9 +111,9 @@ impl Hello {
         out.extend_from_slice(&self.protocol_version.to_le_bytes());
         out.push(u8::try_from(chain.len()).unwrap_or(u8::MAX));
         out.extend_from_slice(chain);
-        out.extend_from_slice(&self.genesis_hash);
+        out.extend_from_slice(self.genesis_hash.as_bytes());
         out.extend_from_slice(&self.head_height.to_le_bytes());
-        out.extend_from_slice(&self.head_hash);
+        out.extend_from_slice(self.head_hash.as_bytes());
         out.extend_from_slice(&self.listen_port.to_le_bytes());
         out
     }
@@ -151,9 +152,9 @@ impl Hello {
         Ok(Self {
             protocol_version: u16::from_le_bytes(*version),
             chain_id,
-            genesis_hash: *genesis_hash,
+            genesis_hash: BlockHash::new(*genesis_hash),
             head_height: u64::from_le_bytes(*height),
-            head_hash: *head_hash,
+            head_hash: BlockHash::new(*head_hash),
             listen_port: u16::from_le_bytes(*port),
         })
     }
@@ -170,9 +171,9 @@ impl Hello {
             return Err(HandshakeError::WrongChain(Box::new(ChainMismatch {
                 peer,
                 their_chain: theirs.chain_id.clone(),
-                their_genesis: hex::encode(theirs.genesis_hash),
+                their_genesis: theirs.genesis_hash,
                 our_chain: self.chain_id.clone(),
-                our_genesis: hex::encode(self.genesis_hash),
+                our_genesis: self.genesis_hash,
             })));
         }
         Ok(())
@@ -279,9 +280,9 @@ mod tests {
         Hello {
             protocol_version: PROTOCOL_VERSION,
             chain_id: chain.into(),
-            genesis_hash: [genesis; 32],
+            genesis_hash: BlockHash([genesis; 32]),
             head_height: 7,
-            head_hash: [9; 32],
+            head_hash: BlockHash([9; 32]),
             listen_port: 4000,
         }
     }

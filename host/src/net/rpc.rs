@@ -31,7 +31,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use modnode_peers::PeerAddr;
 
-use crate::hashes::ModuleHash;
+use crate::hashes::{BlockHash, ModuleHash};
 
 /// Most manifests a checkpoint list answer carries: the checkpoint server's bound, which
 /// decoding enforces on a peer's answer.
@@ -79,7 +79,7 @@ pub struct ChainStatus {
     /// Height of its head.
     pub head_height: u64,
     /// Hash of its head.
-    pub head_hash: [u8; 32],
+    pub head_hash: BlockHash,
     /// Its finalized height.
     pub finalized_height: u64,
     /// The modules its chain schedules that it has ready (fetched, compiled and warmed).
@@ -291,7 +291,7 @@ impl Response {
             Self::Status(s) => {
                 let mut out = Vec::with_capacity(48);
                 out.extend_from_slice(&s.head_height.to_le_bytes());
-                out.extend_from_slice(&s.head_hash);
+                out.extend_from_slice(s.head_hash.as_bytes());
                 out.extend_from_slice(&s.finalized_height.to_le_bytes());
                 let n = s.ready_modules.len().min(MAX_READY_MODULES);
                 out.push(u8::try_from(n).unwrap_or(u8::MAX));
@@ -382,7 +382,7 @@ impl Response {
         let response = match request {
             Request::Status => {
                 let head_height = r.u64("status head height")?;
-                let head_hash = r.array("status head hash")?;
+                let head_hash = BlockHash(r.array("status head hash")?);
                 let finalized_height = r.u64("status finalized height")?;
                 let [n] = r.array::<1>("status ready module count")?;
                 if usize::from(n) > MAX_READY_MODULES {
@@ -551,7 +551,7 @@ mod tests {
             Request::Status,
             Response::Status(ChainStatus {
                 head_height: 9,
-                head_hash: [3; 32],
+                head_hash: BlockHash([3; 32]),
                 finalized_height: 2,
                 ready_modules: vec![ModuleHash([4; 32]), ModuleHash([5; 32])],
             }),
@@ -617,7 +617,7 @@ mod tests {
         // A status answer to a peers request.
         let (t, p) = Response::Status(ChainStatus {
             head_height: 0,
-            head_hash: [0; 32],
+            head_hash: BlockHash([0; 32]),
             finalized_height: 0,
             ready_modules: Vec::new(),
         })

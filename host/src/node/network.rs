@@ -326,9 +326,9 @@ impl Network {
         Hello {
             protocol_version: PROTOCOL_VERSION,
             chain_id: self.genesis.chain_id.clone(),
-            genesis_hash: self.genesis_hash.to_bytes(),
+            genesis_hash: self.genesis_hash,
             head_height: head.height,
-            head_hash: head.hash.to_bytes(),
+            head_hash: head.hash,
             listen_port: self.listen_port,
         }
     }
@@ -507,8 +507,12 @@ impl Network {
                 if self.conns.contains_key(&node) {
                     let now = self.now();
                     self.upgrades.peer_ready(node, status.ready_modules.clone());
-                    self.sync
-                        .handle_peer_status(node, status.head_height, status.head_hash, now);
+                    self.sync.handle_peer_status(
+                        node,
+                        status.head_height,
+                        status.head_hash.to_bytes(),
+                        now,
+                    );
                 }
             }
             Event::BlocksAnswer { request, result } => self.on_blocks_answer(request, result),

@@ -477,9 +477,9 @@ async fn slow_peer(
     let hello = Hello {
         protocol_version: handshake::PROTOCOL_VERSION,
         chain_id: genesis.chain_id.clone(),
-        genesis_hash,
+        genesis_hash: modnode::hashes::BlockHash(genesis_hash),
         head_height: source.status().height,
-        head_hash: [0xee; 32],
+        head_hash: modnode::hashes::BlockHash([0xee; 32]),
         listen_port: 0,
     };
     let asked = Arc::new(Mutex::new(SlowPeerLog::default()));

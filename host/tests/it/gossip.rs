@@ -413,9 +413,9 @@ mod handshake {
         Hello {
             protocol_version: handshake::PROTOCOL_VERSION,
             chain_id: "modnode-test".into(),
-            genesis_hash: [genesis; 32],
+            genesis_hash: modnode::hashes::BlockHash([genesis; 32]),
             head_height: 3,
-            head_hash: [4; 32],
+            head_hash: modnode::hashes::BlockHash([4; 32]),
             listen_port: 0,
         }
     }
@@ -474,7 +474,10 @@ mod handshake {
     async fn same_chain_completes_on_both_sides() {
         let (dialed, accepted, _conn) = pair(1, 1).await;
         assert_eq!(dialed.unwrap().head_height, 3);
-        assert_eq!(accepted.unwrap().genesis_hash, [1; 32]);
+        assert_eq!(
+            accepted.unwrap().genesis_hash,
+            modnode::hashes::BlockHash([1; 32])
+        );
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

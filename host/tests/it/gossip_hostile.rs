@@ -230,9 +230,9 @@ mod bans {
         let hello = Hello {
             protocol_version: handshake::PROTOCOL_VERSION,
             chain_id: genesis.chain_id.clone(),
-            genesis_hash,
+            genesis_hash: modnode::hashes::BlockHash(genesis_hash),
             head_height: 0,
-            head_hash: genesis_hash,
+            head_hash: modnode::hashes::BlockHash(genesis_hash),
             listen_port: 0,
         };
         handshake::exchange(&conn, peer, &hello, Role::Dialer, LIVENESS)

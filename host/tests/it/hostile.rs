@@ -513,9 +513,9 @@ pub(crate) mod quic {
         Hello {
             protocol_version: handshake::PROTOCOL_VERSION,
             chain_id: genesis.chain_id.clone(),
-            genesis_hash,
+            genesis_hash: modnode::hashes::BlockHash(genesis_hash),
             head_height,
-            head_hash: [0xee; 32],
+            head_hash: modnode::hashes::BlockHash([0xee; 32]),
             listen_port: 0,
         }
     }
@@ -771,7 +771,7 @@ pub(crate) mod quic {
                     let response = match request {
                         Request::Status => Response::Status(ChainStatus {
                             head_height: u64::MAX,
-                            head_hash: [0xee; 32],
+                            head_hash: modnode::hashes::BlockHash([0xee; 32]),
                             finalized_height: u64::MAX - 32,
                             ready_modules: Vec::new(),
                         }),

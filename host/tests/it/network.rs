@@ -342,9 +342,9 @@ pub(super) async fn raw_peer(
     let hello = Hello {
         protocol_version: handshake::PROTOCOL_VERSION,
         chain_id: genesis.chain_id.clone(),
-        genesis_hash: chain_genesis,
+        genesis_hash: modnode::hashes::BlockHash(chain_genesis),
         head_height: 0,
-        head_hash: chain_genesis,
+        head_hash: modnode::hashes::BlockHash(chain_genesis),
         listen_port: 0,
     };
     handshake::exchange(&conn, peer, &hello, Role::Dialer, Duration::from_secs(10))

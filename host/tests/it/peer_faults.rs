@@ -90,7 +90,7 @@ fn serve(
 fn status(head_height: u64, ready_modules: Vec<ModuleHash>) -> Response {
     Response::Status(ChainStatus {
         head_height,
-        head_hash: [0xee; 32],
+        head_hash: modnode::hashes::BlockHash([0xee; 32]),
         finalized_height: 0,
         ready_modules,
     })
@@ -139,7 +139,7 @@ async fn a_peer_serving_far_future_blocks_is_banned_not_asked_again_in_a_loop() 
     let asked = Arc::new(Asked::default());
     let me = NodeIdentity::generate().unwrap();
     let mut claim = hello(&genesis, genesis_hash, 3);
-    claim.head_hash = head;
+    claim.head_hash = modnode::hashes::BlockHash(head);
     let (_ep, liar) = raw_peer(&node, &me, loopback(), &claim).await.unwrap();
     serve(liar.clone(), asked.clone(), move |request| match request {
         // Only the first block of the range: a prefix is a well-formed answer.
@@ -148,7 +148,7 @@ async fn a_peer_serving_far_future_blocks_is_banned_not_asked_again_in_a_loop() 
         ])),
         Request::Status => Answer::Response(Response::Status(ChainStatus {
             head_height: 3,
-            head_hash: head,
+            head_hash: modnode::hashes::BlockHash(head),
             finalized_height: 0,
             ready_modules: Vec::new(),
         })),

@@ -226,7 +226,7 @@ impl Network {
         }
         let now = self.now();
         self.sync
-            .handle_peer_status(node, hello.head_height, hello.head_hash, now);
+            .handle_peer_status(node, hello.head_height, hello.head_hash.to_bytes(), now);
         let events = self.events.clone();
         let watched = conn.clone();
         tokio::spawn(tracing::Instrument::in_current_span(async move {

@@ -93,7 +93,7 @@ async fn serve_one(
             let view = chain.view();
             Response::Status(ChainStatus {
                 head_height: view.head.height,
-                head_hash: view.head.hash.to_bytes(),
+                head_hash: view.head.hash,
                 finalized_height: view.finalized_height,
                 ready_modules: served.upgrades.ready_scheduled(),
             })

@@ -2,6 +2,7 @@
 //! checkpoint to restore, and penalising a peer that misbehaved.
 
 use super::*;
+use crate::hashes::BlockHash;
 
 impl Driver<'_> {
     fn hello(&self) -> Hello {
@@ -16,10 +17,10 @@ impl Driver<'_> {
         }
     }
 
-    fn genesis_hash(&self) -> [u8; 32] {
+    fn genesis_hash(&self) -> BlockHash {
         match self.parts.genesis.registry() {
-            Ok(registry) => self.parts.genesis.block(&registry).hash().to_bytes(),
-            Err(_) => [0; 32],
+            Ok(registry) => self.parts.genesis.block(&registry).hash(),
+            Err(_) => BlockHash::default(),
         }
     }
 
