@@ -4,11 +4,12 @@
 
 use std::sync::Arc;
 
+use crate::chunk::{ChunkContents, ChunkError, LeafRange, PlanParams};
 use crate::deposit::{
     ChainContext, DepositContext, DepositOutcome, DepositRejection, EpochDeposits, ProvenDeposit,
     QueuedDeposits,
 };
-use crate::runtime::checkpoint::{ChunkContents, ChunkError, LeafRange, PlanParams, StateReader};
+use crate::runtime::checkpoint::StateReader;
 use crate::runtime::deposits::v3::{V3Applied, V3Output};
 use crate::runtime::gossip_policy::{MessageMeta, PeerStats, PolicyEvent, SendPlan};
 use crate::runtime::{CallError, LoadedModule, Runtime, RuntimeConfig, inspect};
