@@ -48,6 +48,7 @@ pub mod admin;
 pub mod alloc_stats;
 pub mod chain;
 pub mod checkpoint;
+pub mod chunk;
 pub mod clock;
 pub mod consensus;
 pub mod crypto;

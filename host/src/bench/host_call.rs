@@ -5,8 +5,9 @@
 //! - `instantiate_us`: instantiating a deposits module from its `InstancePre` in a fresh store.
 //! - `compile_ms`: compiling the deposits-v1 component.
 //! - `cached_load_ms`: loading deposits-v1's compiled artifact from the on-disk cache.
-//! - `plan_call_us`: one gossip-policy-v2 plan over 8 peers, end to end (arguments lowered, a
-//!   warm instance checked out with fresh fuel, run, the plan lifted and bounds-checked), on a
+//! - `plan_call_us`: one gossip-policy-v2 plan over 8 peers, end to end as the node calls it
+//!   (from the gossip engine's types: arguments converted and lowered, a warm instance checked
+//!   out with fresh fuel, run, the plan lifted, bounds-checked and converted back), on a
 //!   guest thread as the other figures; `plan_call_stateful_us` the same for
 //!   gossip-policy-v2-stateful (`@2.0.0`, its state passed in and out); `plan_call_handoff_us`
 //!   the gossip-policy-v2 plan called from a thread that is not a guest thread (the gossip
@@ -19,10 +20,11 @@ use serde::Serialize;
 
 use super::{median, ms_since};
 use modnode::runtime::cache::ArtifactCache;
-use modnode::runtime::deposits::{BlockContext, Deposit, WitEth1Data};
-use modnode::runtime::gossip_policy::{GossipPolicyModule, MessageKind, MessageMeta, PeerStats};
+use modnode::runtime::deposits::bench_support::time_unproven_process;
+use modnode::runtime::gossip_policy::GossipPolicyModule;
 use modnode::runtime::{LinkedModule, Runtime, RuntimeConfig};
 use modnode::state::{NewValidator, Registry, RegistryDelta, SharedRegistry};
+use modnode_gossip::policy::{MessageKind, MessageMeta, PeerStats};
 
 /// Results, as printed by `--json`.
 #[derive(Debug, Clone, Serialize)]
@@ -113,7 +115,7 @@ fn time_plans(module: &GossipPolicyModule, mut state: Vec<u8>) -> anyhow::Result
     };
     let plan = |state: &mut Vec<u8>| -> anyhow::Result<f64> {
         let start = Instant::now();
-        let planned = module.plan_with_state(msg, peers.clone(), std::mem::take(state))?;
+        let planned = module.engine_plan_with_state(&msg, &peers, std::mem::take(state))?;
         let elapsed = start.elapsed().as_secs_f64() * 1e6;
         *state = planned.state.unwrap_or_default();
         anyhow::ensure!(!planned.plan.targets.is_empty(), "the plan sends to nobody");
@@ -154,30 +156,9 @@ fn run_here(params: &HostCallParams, hostcall_fixture: &[u8]) -> anyhow::Result<
     let LinkedModule::Deposits(fixture) = runtime.load(hostcall_fixture)? else {
         anyhow::bail!("fixture-hostcall is not a deposits module");
     };
-    let deposit = Deposit {
-        pubkey: pubkey.to_vec(),
-        withdrawal_credentials: vec![0; 32],
-        amount: 1,
-        signature: vec![0; 96],
-        proof: Vec::new(),
-    };
     let timed = |calls: u64| -> anyhow::Result<f64> {
-        let ctx = BlockContext {
-            height: 0,
-            slot: calls,
-            genesis_fork_version: vec![0; 4],
-            eth1_data: WitEth1Data {
-                deposit_root: vec![0; 32],
-                deposit_count: 0,
-                block_hash: vec![0; 32],
-            },
-            eth1_deposit_index: 0,
-        };
-        let start = Instant::now();
-        let out = fixture.process(registry.clone(), ctx, vec![deposit.clone()])?;
-        let elapsed = start.elapsed().as_secs_f64() * 1e9;
-        out.map_err(|e| anyhow::anyhow!("fixture rejected the block: {e:?}"))?;
-        Ok(elapsed)
+        time_unproven_process(&fixture, registry.clone(), pubkey, calls)?
+            .map_err(|e| anyhow::anyhow!("fixture rejected the block: {e:?}"))
     };
     timed(params.calls)?; // warm caches and the pool
     let mut base = Vec::with_capacity(params.runs);

@@ -12,10 +12,9 @@ use sha2::{Digest, Sha256};
 use super::leaves::StateLeaves;
 use super::manifest::{ChunkEntry, Manifest, ManifestError, ManifestLimits};
 use super::queue::QueuePart;
+use crate::chunk::{ChunkError, LeafRange, PlanParams};
 use crate::runtime::CallError;
-use crate::runtime::checkpoint::{
-    CheckpointModule, ChunkError, ChunkSession, LeafRange, PlanParams, StateReader,
-};
+use crate::runtime::checkpoint::{CheckpointModule, ChunkSession, StateReader};
 use crate::runtime::threads::scoped_guest_workers;
 use crate::state::merkle::Hash32;
 

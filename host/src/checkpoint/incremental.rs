@@ -23,7 +23,8 @@ use super::create::{
 };
 use super::leaves::StateLeaves;
 use super::manifest::{ChunkEntry, Manifest, ManifestLimits};
-use crate::runtime::checkpoint::{CheckpointModule, LeafRange, PlanParams};
+use crate::chunk::{LeafRange, PlanParams};
+use crate::runtime::checkpoint::CheckpointModule;
 use crate::state::merkle::Hash32;
 
 /// What one creation made.

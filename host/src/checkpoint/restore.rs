@@ -17,8 +17,9 @@ use sha2::{Digest, Sha256};
 use super::assembly::Assembly;
 use super::manifest::{Manifest, ManifestError, ManifestLimits};
 use super::queue::{rebuild_queue, verify_queue_chunk};
+use crate::chunk::ChunkContents;
 use crate::runtime::CallError;
-use crate::runtime::checkpoint::{CheckpointModule, ChunkContents, ChunkSession};
+use crate::runtime::checkpoint::{CheckpointModule, ChunkSession};
 use crate::state::merkle::{
     Hash32, MerkleError, RangeNodes, RangeProof, verify_range_keeping_nodes,
 };

@@ -31,7 +31,6 @@ use tokio::time::Instant;
 use super::codec;
 use super::endpoint::CLOSE_PROTOCOL_VIOLATION;
 use super::identity::NodeId;
-use crate::runtime::gossip_policy::PolicyEvent;
 
 mod driver;
 
@@ -287,7 +286,7 @@ impl GossipHandle {
 /// (`duplicate`), an announced message not delivered within a tree-building policy's graft
 /// timer or a peer telling us GRAFT (`missing`), and the clock (a tick at most every
 /// [`POLICY_TICK`]).
-pub type PolicyEvents = Box<dyn FnMut(PolicyEvent) + Send>;
+pub type PolicyEvents = Box<dyn FnMut(modnode_gossip::PolicyEvent) + Send>;
 
 /// Shortest time between two ticks reported to the policy.
 pub const POLICY_TICK: Duration = Duration::from_secs(1);
@@ -356,7 +355,7 @@ impl<P: Policy> Policy for Reporting<P> {
     fn on_event(&mut self, event: &modnode_gossip::PolicyEvent) {
         self.inner.on_event(event);
         if let Some(tell) = &mut self.tell {
-            tell(crate::runtime::gossip_policy::to_wit_event(*event));
+            tell(*event);
         }
     }
 

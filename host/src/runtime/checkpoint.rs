@@ -19,8 +19,10 @@ mod bindings {
     });
 }
 
-pub use bindings::modnode::checkpoint::types::{ChunkContents, ChunkError, LeafRange, PlanParams};
+use crate::chunk::{ChunkContents, ChunkError, LeafRange, PlanParams};
 use bindings::modnode::checkpoint::{state_reader, types};
+
+mod convert;
 
 /// The state a checkpoint is made of, as position-indexed fixed-size leaves.
 pub trait StateReader: Send + Sync {
@@ -53,7 +55,7 @@ impl StoreData for CheckpointCtx {
 
 impl CheckpointCtx {
     /// Charges for `[start, end)` clipped to the state: the leaves a read or proof touches.
-    fn charge_leaves(&mut self, range: LeafRange) -> wasmtime::Result<()> {
+    fn charge_leaves(&mut self, range: types::LeafRange) -> wasmtime::Result<()> {
         let end = range.end.min(self.reader.leaf_count());
         let leaves = end.saturating_sub(range.start);
         let per_leaf = self.base.fuel().costs().state_read_per_leaf;
@@ -74,17 +76,17 @@ impl state_reader::Host for CheckpointCtx {
         Ok(self.reader.leaf_size())
     }
 
-    fn read_leaves(&mut self, range: LeafRange) -> wasmtime::Result<Vec<Vec<u8>>> {
+    fn read_leaves(&mut self, range: types::LeafRange) -> wasmtime::Result<Vec<Vec<u8>>> {
         self.charge_leaves(range)?;
         Ok(self.reader.read_leaves(range.start, range.end))
     }
 
-    fn read_leaf_bytes(&mut self, range: LeafRange) -> wasmtime::Result<Vec<u8>> {
+    fn read_leaf_bytes(&mut self, range: types::LeafRange) -> wasmtime::Result<Vec<u8>> {
         self.charge_leaves(range)?;
         Ok(self.reader.read_leaf_bytes(range.start, range.end))
     }
 
-    fn range_proof(&mut self, range: LeafRange) -> wasmtime::Result<Vec<u8>> {
+    fn range_proof(&mut self, range: types::LeafRange) -> wasmtime::Result<Vec<u8>> {
         self.charge_leaves(range)?;
         Ok(self.reader.range_proof(range.start, range.end))
     }
@@ -138,10 +140,11 @@ pub struct ChunkSession(Session<Checkpoint>);
 impl ChunkSession {
     /// Builds the chunk for one range (as [`CheckpointModule::build_chunk`]).
     pub fn build(&mut self, range: LeafRange) -> Result<Result<Vec<u8>, ChunkError>, CallError> {
+        let range = range.into();
         let built = self
             .0
             .call(|i, s| i.modnode_checkpoint_chunker().call_build_chunk(s, range))?;
-        checked_chunk(self.0.name(), built)
+        checked_chunk(self.0.name(), built.map_err(Into::into))
     }
 
     /// Decodes a chunk (as [`CheckpointModule::open_chunk`]).
@@ -149,7 +152,7 @@ impl ChunkSession {
         let opened = self
             .0
             .call(|i, s| i.modnode_checkpoint_chunker().call_open_chunk(s, chunk))?;
-        checked_opened(self.0.name(), opened)
+        checked_opened(self.0.name(), convert::opened(opened))
     }
 }
 
@@ -297,11 +300,12 @@ impl Module<Checkpoint> {
         params: PlanParams,
     ) -> Result<(Vec<LeafRange>, u64), CallError> {
         let count = reader.leaf_count();
+        let params = params.into();
         let (plan, fuel) = self.run_metered(reader, move |i, s| {
             i.modnode_checkpoint_chunker().call_plan(s, count, params)
         })?;
         output(&self.meta().name()).list("plan() ranges", plan.len())?;
-        Ok((plan, fuel))
+        Ok((plan.into_iter().map(Into::into).collect(), fuel))
     }
 
     /// Builds the chunk for one range.
@@ -319,10 +323,14 @@ impl Module<Checkpoint> {
         reader: Arc<dyn StateReader>,
         range: LeafRange,
     ) -> Result<(Result<Vec<u8>, ChunkError>, u64), CallError> {
+        let range = range.into();
         let (built, fuel) = self.run_metered(reader, move |i, s| {
             i.modnode_checkpoint_chunker().call_build_chunk(s, range)
         })?;
-        Ok((checked_chunk(&self.meta().name(), built)?, fuel))
+        Ok((
+            checked_chunk(&self.meta().name(), built.map_err(Into::into))?,
+            fuel,
+        ))
     }
 
     /// Decodes a chunk (the caller verifies its proof).
@@ -341,7 +349,10 @@ impl Module<Checkpoint> {
         let (opened, fuel) = self.run_metered(Arc::new(NoState), move |i, s| {
             i.modnode_checkpoint_chunker().call_open_chunk(s, &chunk)
         })?;
-        Ok((checked_opened(&self.meta().name(), opened)?, fuel))
+        Ok((
+            checked_opened(&self.meta().name(), convert::opened(opened))?,
+            fuel,
+        ))
     }
 
     /// One instance of this module reading `reader`, for building or opening many chunks on

@@ -15,6 +15,7 @@ use crate::state::{
     OverlayError, PendingOverlay, PendingQueue, RegistryDelta, RegistryOverlay, SharedRegistry,
 };
 
+pub mod bench_support;
 pub mod convert;
 pub mod migration;
 pub mod v3;

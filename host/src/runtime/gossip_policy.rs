@@ -44,41 +44,16 @@ pub use bindings::modnode::gossip_policy::types::{
     MessageKind, MessageMeta, PeerStats, Priority, SendMode, SendPlan, Target,
 };
 
-/// Something the host saw happen, reported to a stateful (`@2.0.0`) policy between plans.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PolicyEvent {
-    /// `peer` pushed a full copy of a message this node already had.
-    Duplicate {
-        /// The peer's handle.
-        peer: u32,
-        /// The first 8 bytes of the message id, little endian.
-        message: u64,
-        /// The message's kind.
-        kind: MessageKind,
-    },
-    /// `peer` announced a message that did not arrive in time.
-    Missing {
-        /// The peer's handle.
-        peer: u32,
-        /// The first 8 bytes of the message id, little endian.
-        message: u64,
-        /// The message's kind.
-        kind: MessageKind,
-    },
-    /// A peer connected.
-    PeerJoined(u32),
-    /// A peer left.
-    PeerLeft(u32),
-    /// Time passed: milliseconds on the host's monotonic clock.
-    Tick(u64),
-}
+/// Something the host saw happen, reported to a stateful (`@2.0.0`) policy between plans: the
+/// gossip engine's event, converted to the contract's at the call.
+pub use modnode_gossip::PolicyEvent;
 
 mod convert;
 pub mod instances;
 mod kept;
 
-use convert::{event_to_v2, meta_to_v2, peer_to_v2, plan_from_v2};
-pub use convert::{from_wit_plan, to_wit_event, to_wit_kind, to_wit_meta, to_wit_peers};
+pub use convert::{PlanShown, from_wit_plan, to_wit_kind, to_wit_meta, to_wit_peers};
+use convert::{event_to_v2, kind_from_wit, meta_to_v2, peer_to_v2, plan_from_v2};
 pub use kept::KeptPolicy;
 
 /// Store data of one policy call (every contract).
@@ -277,7 +252,7 @@ impl World for GossipPolicy {
                 PolicyEvent::Duplicate {
                     peer: 3,
                     message: 1,
-                    kind: msg.kind,
+                    kind: kind_from_wit(msg.kind),
                 },
                 PolicyEvent::Tick(1_000),
             ] {
@@ -302,11 +277,12 @@ impl World for GossipPolicy {
 }
 
 /// What one plan call made: the plan, the policy's new state (`None`: its contract keeps none)
-/// and the fuel the call used.
+/// and the fuel the call used. The plan is in the host's (`@1.0.0`) types, or in the gossip
+/// engine's (`Planned<modnode_gossip::SendPlan>`, from the engine-typed calls).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Planned {
-    /// The plan, in the host's (`@1.0.0`) types.
-    pub plan: SendPlan,
+pub struct Planned<P = SendPlan> {
+    /// The plan.
+    pub plan: P,
     /// The state to keep for the next call; `None` for a stateless (`@1.0.0`) policy.
     pub state: Option<Vec<u8>>,
     /// Fuel the call used.
@@ -351,6 +327,32 @@ impl Module<GossipPolicy> {
             instances::call(self, move |i, s| plan_on(i, s, msg, &peers, &state))?;
         self.check_plan(&plan, state.as_deref())?;
         Ok(Planned { plan, state, fuel })
+    }
+
+    /// [`plan_metered`](Self::plan_metered) in the gossip engine's types: what `upgrade-check`
+    /// compares across versions.
+    pub fn engine_plan_metered(
+        &self,
+        msg: &modnode_gossip::MessageMeta,
+        peers: &[modnode_gossip::PeerStats],
+    ) -> Result<(modnode_gossip::SendPlan, u64), CallError> {
+        let (plan, fuel) = self.plan_metered(to_wit_meta(msg), to_wit_peers(peers))?;
+        Ok((from_wit_plan(&plan), fuel))
+    }
+
+    /// [`plan_with_state`](Self::plan_with_state) in the gossip engine's types.
+    pub fn engine_plan_with_state(
+        &self,
+        msg: &modnode_gossip::MessageMeta,
+        peers: &[modnode_gossip::PeerStats],
+        state: Vec<u8>,
+    ) -> Result<Planned<modnode_gossip::SendPlan>, CallError> {
+        let planned = self.plan_with_state(to_wit_meta(msg), to_wit_peers(peers), state)?;
+        Ok(Planned {
+            plan: from_wit_plan(&planned.plan),
+            state: planned.state,
+            fuel: planned.fuel,
+        })
     }
 
     /// Checks a plan and the state that came with it against the kind's bounds.

@@ -15,8 +15,9 @@ use super::versions::{Version, is_host_failure};
 use super::{CaseInput, CheckError, Kind};
 use crate::checkpoint::manifest::ChunkEntry;
 use crate::checkpoint::roots::{RootTree, chunk_level};
+use crate::chunk::{LeafRange, PlanParams};
 use crate::runtime::CallError;
-use crate::runtime::checkpoint::{LeafRange, PlanParams, StateReader};
+use crate::runtime::checkpoint::StateReader;
 use crate::state::merkle::{Hash32, MerkleTree, RangeProof, verify_range};
 
 /// Largest generated state, in leaves.

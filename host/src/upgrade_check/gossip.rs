@@ -24,7 +24,8 @@ use super::runner::{CaseRun, Phase};
 use super::versions::{Version, is_host_failure};
 use super::{CaseInput, CheckError, Kind};
 use crate::runtime::CallError;
-use crate::runtime::gossip_policy::{MessageKind, MessageMeta, PeerStats, PolicyEvent, SendPlan};
+use crate::runtime::gossip_policy::PlanShown;
+use modnode_gossip::policy::{MessageKind, MessageMeta, PeerStats, PolicyEvent, SendPlan};
 
 /// Peers of one generated plan input (at most).
 const MAX_PEERS: usize = 48;
@@ -66,7 +67,7 @@ pub struct PlanCase {
 }
 
 impl PlanCase {
-    fn wit(&self) -> (MessageMeta, Vec<PeerStats>) {
+    fn inputs(&self) -> (MessageMeta, Vec<PeerStats>) {
         let kind = match self.kind % 4 {
             0 => MessageKind::Block,
             1 => MessageKind::Consensus,
@@ -215,7 +216,7 @@ fn plan(
     meta: &MessageMeta,
     peers: &[PeerStats],
 ) -> Result<Result<(SendPlan, u64), CallError>, CheckError> {
-    match version.plan_gossip(*meta, peers.to_vec()) {
+    match version.plan_gossip(meta, peers) {
         Err(e) if is_host_failure(&e) => Err(CheckError::Host {
             reason: e.to_string(),
         }),
@@ -251,7 +252,7 @@ impl Phase for PlanCheck<'_> {
     }
 
     fn run_case(&self, input: &PlanCase) -> Result<CaseRun, CheckError> {
-        let (meta, peers) = input.wit();
+        let (meta, peers) = input.inputs();
         let old = plan(self.from, &meta, &peers)?;
         let new = plan(self.to, &meta, &peers)?;
         let (new_plan, fuel_new) = match (&old, new) {
@@ -279,14 +280,16 @@ impl Phase for PlanCheck<'_> {
         match plan(self.to, &meta, &peers)? {
             Ok((again, _)) if again == new_plan => {}
             Ok((again, _)) => problems.push(format!(
-                "not deterministic: the same input gave {new_plan:?}, then {again:?}"
+                "not deterministic: the same input gave {:?}, then {:?}",
+                PlanShown(&new_plan),
+                PlanShown(&again)
             )),
             Err(e) => problems.push(format!(
                 "not deterministic: the same input planned once, then failed: {e}"
             )),
         }
         let events = events_of(&meta, &peers);
-        match self.to.plan_gossip_on_state(&events, meta, peers.clone()) {
+        match self.to.plan_gossip_on_state(&events, &meta, &peers) {
             Err(e) if is_host_failure(&e) => {
                 return Err(CheckError::Host {
                     reason: e.to_string(),
@@ -306,7 +309,9 @@ impl Phase for PlanCheck<'_> {
                 if first != again {
                     problems.push(format!(
                         "not deterministic on its kept state: the same input and state gave \
-                         {first:?}, then {again:?}"
+                         {:?}, then {:?}",
+                        PlanShown(&first),
+                        PlanShown(&again)
                     ));
                 }
             }
@@ -459,7 +464,7 @@ impl Phase for NetworkCheck {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::gossip_policy::{Priority, SendMode, Target};
+    use modnode_gossip::policy::{Priority, SendMode, Target};
 
     fn peer(peer: u32, is_origin: bool) -> PeerStats {
         PeerStats {
@@ -537,7 +542,7 @@ mod tests {
         let mut runner = proptest::test_runner::TestRunner::deterministic();
         for _ in 0..200 {
             let case = plan_case().new_tree(&mut runner).unwrap().current();
-            let (meta, peers) = case.wit();
+            let (meta, peers) = case.inputs();
             let ids: HashSet<u32> = peers.iter().map(|p| p.peer).collect();
             assert_eq!(ids.len(), peers.len());
             let origins = peers.iter().filter(|p| p.is_origin).count();

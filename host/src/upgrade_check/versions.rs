@@ -4,15 +4,16 @@
 
 use std::sync::Arc;
 
+use crate::chunk::{ChunkContents, ChunkError, LeafRange, PlanParams};
 use crate::deposit::{
     ChainContext, DepositContext, DepositOutcome, DepositRejection, EpochDeposits, ProvenDeposit,
     QueuedDeposits,
 };
-use crate::runtime::checkpoint::{ChunkContents, ChunkError, LeafRange, PlanParams, StateReader};
+use crate::runtime::checkpoint::StateReader;
 use crate::runtime::deposits::v3::{V3Applied, V3Output};
-use crate::runtime::gossip_policy::{MessageMeta, PeerStats, PolicyEvent, SendPlan};
 use crate::runtime::{CallError, LinkedModule, Runtime, RuntimeConfig, inspect};
 use crate::state::{PendingDelta, PendingQueue, RegistryDelta, SharedRegistry};
+use modnode_gossip::policy::{MessageMeta, PeerStats, PolicyEvent, SendPlan};
 
 use super::{CheckError, Kind, ModuleFile};
 
@@ -172,13 +173,13 @@ impl Version {
     /// Asks a gossip policy for a plan; returns it with the fuel used.
     pub(crate) fn plan_gossip(
         &self,
-        msg: MessageMeta,
-        peers: Vec<PeerStats>,
+        msg: &MessageMeta,
+        peers: &[PeerStats],
     ) -> Result<(SendPlan, u64), CallError> {
         let LinkedModule::GossipPolicy(module) = &self.module else {
             return Err(self.not_kind("gossip-policy"));
         };
-        module.plan_metered(msg, peers)
+        module.engine_plan_metered(msg, peers)
     }
 
     /// A stateful (`@2.0.0`) gossip policy's plan on the state it reaches from its initial one
@@ -188,8 +189,8 @@ impl Version {
     pub(crate) fn plan_gossip_on_state(
         &self,
         events: &[PolicyEvent],
-        msg: MessageMeta,
-        peers: Vec<PeerStats>,
+        msg: &MessageMeta,
+        peers: &[PeerStats],
     ) -> Result<Option<(SendPlan, SendPlan)>, CallError> {
         let LinkedModule::GossipPolicy(module) = &self.module else {
             return Err(self.not_kind("gossip-policy"));
@@ -203,8 +204,8 @@ impl Version {
                 state = next;
             }
         }
-        let first = module.plan_with_state(msg, peers.clone(), state.clone())?;
-        let second = module.plan_with_state(msg, peers, state)?;
+        let first = module.engine_plan_with_state(msg, peers, state.clone())?;
+        let second = module.engine_plan_with_state(msg, peers, state)?;
         Ok(Some((first.plan, second.plan)))
     }
 

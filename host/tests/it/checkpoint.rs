@@ -11,8 +11,9 @@ use modnode::checkpoint::{
     BlockRef, Checkpoint, CreateOptions, Fault, FetchConfig, Fetcher, Manifest, ManifestError,
     ManifestLimits, RestoreError, Restorer, StateLeaves, choose, create, synthetic_state,
 };
+use modnode::chunk::LeafRange;
 use modnode::runtime::LinkedModule;
-use modnode::runtime::checkpoint::{CheckpointModule, LeafRange, StateReader};
+use modnode::runtime::checkpoint::{CheckpointModule, StateReader};
 use modnode::state::State;
 use proptest::prelude::*;
 

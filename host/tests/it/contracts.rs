@@ -77,7 +77,7 @@ fn duplicate(peer: u32) -> PolicyEvent {
     PolicyEvent::Duplicate {
         peer,
         message: u64::from(peer),
-        kind: MessageKind::Block,
+        kind: modnode_gossip::MessageKind::Block,
     }
 }
 

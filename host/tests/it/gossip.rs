@@ -235,7 +235,7 @@ mod policy_events {
     use modnode::net::endpoint::{self, TransportLimits};
     use modnode::net::gossip::{self, GOSSIP_MESSAGE, GossipConfig};
     use modnode::net::identity::NodeIdentity;
-    use modnode::runtime::gossip_policy::{self as wit, PolicyEvent};
+    use modnode::runtime::gossip_policy::PolicyEvent;
     use modnode_gossip::policy::MessageKind;
     use modnode_gossip::policy_v2::PolicyV2;
     use modnode_gossip::{Frame, MessageId};
@@ -286,7 +286,7 @@ mod policy_events {
         let expected_duplicate = PolicyEvent::Duplicate {
             peer: 0,
             message: head,
-            kind: wit::MessageKind::Deposit,
+            kind: MessageKind::Deposit,
         };
         let (mut joined, mut duplicates, mut ticked) = (false, 0, false);
         // A liveness bound, not a speed target.
@@ -376,7 +376,7 @@ mod policy_events {
         let expected = PolicyEvent::Missing {
             peer: 0,
             message: head,
-            kind: wit::MessageKind::Deposit,
+            kind: MessageKind::Deposit,
         };
         // A liveness bound, not a speed target.
         let deadline = Instant::now() + Duration::from_secs(60);

@@ -187,7 +187,10 @@ fn a_revoked_upgrade_stays_revoked_although_this_node_proposed_it() {
     assert_eq!(a.schedule().module_at(Kind::Deposits, h), Some(V1));
     // Proposing the revoked upgrade again is refused, naming why; another height is not.
     let err = a.propose_upgrade(op(V2, h)).unwrap_err();
-    assert!(matches!(err, ProposeError::Revoked { height, .. } if height == h), "{err}");
+    assert!(
+        matches!(err, ProposeError::Revoked { height, .. } if height == h),
+        "{err}"
+    );
     assert!(err.to_string().contains("revoked on chain"), "{err}");
     // No later block votes for it again, and h runs V1.
     let cancelled_at = a.head().height;

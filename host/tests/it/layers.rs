@@ -34,6 +34,9 @@ const RANK: &[(&str, u32)] = &[
     // The chain's own deposit types (over `state`'s eth1 data and registry), which the runtime
     // converts the deposits modules' WIT types to.
     ("deposit", 1),
+    // Checkpoint chunking's own types (leaf ranges, plan parameters, chunk contents and
+    // errors), which the runtime converts the checkpoint modules' WIT types to.
+    ("chunk", 1),
     ("store", 2),
     // The wasm engine, the module kinds and their host interfaces.
     ("runtime", 3),
@@ -287,13 +290,56 @@ const DEPOSITS_WIT_NAMES: &[&str] = &[
     "MigrationResult",
 ];
 
-/// Files outside `runtime/` that still call a deposits module through its WIT types:
+/// What the checkpoint modules' bindings export, by the names and paths `runtime::checkpoint`
+/// could offer them under. Outside `runtime/` checkpoint chunking's own types (`crate::chunk`)
+/// stand for them.
+const CHECKPOINT_WIT_NAMES: &[&str] = &[
+    "LeafRange",
+    "PlanParams",
+    "ChunkContents",
+    "ChunkError",
+    "bindings",
+    "types",
+    "state_reader",
+    "chunker",
+    "convert",
+];
+
+/// What the gossip policies' bindings export (`@1.0.0`'s, the host's plan types, and
+/// `@2.0.0`'s), by the names and paths `runtime::gossip_policy` offers them under, and the
+/// conversions to and from them. Outside `runtime/` the gossip engine's types
+/// (`modnode_gossip::policy`) stand for them; its `PolicyEvent` is the runtime's.
+const GOSSIP_POLICY_WIT_NAMES: &[&str] = &[
+    "MessageKind",
+    "MessageMeta",
+    "PeerStats",
+    "Priority",
+    "SendMode",
+    "SendPlan",
+    "Target",
+    "bindings",
+    "bindings_v2",
+    "v2",
+    "convert",
+    "to_wit_kind",
+    "to_wit_meta",
+    "to_wit_peers",
+    "to_wit_event",
+    "from_wit_plan",
+];
+
+/// Each runtime module with bindgen types, as the path others would name it by, and the WIT
+/// names under it that no file outside `runtime/` may take.
+const WIT_NAMES: &[(&str, &[&str])] = &[
+    ("runtime::deposits::", DEPOSITS_WIT_NAMES),
+    ("runtime::checkpoint::", CHECKPOINT_WIT_NAMES),
+    ("runtime::gossip_policy::", GOSSIP_POLICY_WIT_NAMES),
+];
+
+/// Files outside `runtime/` that still call a module through its WIT types:
 /// `(file, why)`. Remove a line when the file no longer does.
-const KNOWN_WIT_CALLERS: &[(&str, &str)] = &[(
-    "bench/host_call.rs",
-    "measures the runtime's host-call cost through a fixture fed a deposit the chain's types \
-     cannot hold (an empty proof), as the runtime's own tests do",
-)];
+/// (`bench host-call`'s WIT-level deposits call is `runtime::deposits::bench_support`'s.)
+const KNOWN_WIT_CALLERS: &[(&str, &str)] = &[];
 
 /// Every non-test `.rs` file under `dir`, as (path shown from `src`, code).
 fn sources_under(src: &Path, dir: &Path, out: &mut Vec<(String, String)>) {
@@ -312,13 +358,14 @@ fn sources_under(src: &Path, dir: &Path, out: &mut Vec<(String, String)>) {
     }
 }
 
-/// The names `code` takes from `runtime::deposits` (or a module under it): each path after
-/// `runtime::deposits::`, a `{ … }` group read whole, split into identifiers.
-fn names_from_runtime_deposits(code: &str) -> BTreeSet<String> {
+/// The names `code` takes from the runtime module `prefix` names (or a module under it): each
+/// path after `prefix` (`"runtime::deposits::"`), a `{ … }` group read whole, split into
+/// identifiers.
+fn names_after(code: &str, prefix: &str) -> BTreeSet<String> {
     let mut out = BTreeSet::new();
     let mut rest = code;
-    while let Some(at) = rest.find("runtime::deposits::") {
-        rest = &rest[at + "runtime::deposits::".len()..];
+    while let Some(at) = rest.find(prefix) {
+        rest = &rest[at + prefix.len()..];
         let mut depth = 0usize;
         let path: String = rest
             .chars()
@@ -345,20 +392,31 @@ fn names_from_runtime_deposits(code: &str) -> BTreeSet<String> {
 }
 
 #[test]
-fn no_file_outside_the_runtime_names_a_deposits_wit_type() {
+fn no_file_outside_the_runtime_names_a_wit_type() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut files = Vec::new();
     sources_under(&src, &src, &mut files);
-    assert!(
-        files
-            .iter()
-            .any(|(f, _)| f == "consensus/deposit_engine.rs")
-    );
+    for scanned in [
+        "consensus/deposit_engine.rs",
+        "checkpoint/create.rs",
+        "upgrade_check/versions.rs",
+        "net/gossip.rs",
+        "bench/host_call.rs",
+    ] {
+        assert!(
+            files.iter().any(|(f, _)| f == scanned),
+            "{scanned} not scanned"
+        );
+    }
     let mut found: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for (file, code) in &files {
-        let mut names: Vec<String> = names_from_runtime_deposits(code)
-            .into_iter()
-            .filter(|n| DEPOSITS_WIT_NAMES.contains(&n.as_str()))
+        let mut names: Vec<String> = WIT_NAMES
+            .iter()
+            .flat_map(|(prefix, wit)| {
+                names_after(code, prefix)
+                    .into_iter()
+                    .filter(|n| wit.contains(&n.as_str()))
+            })
             .collect();
         if code.contains("bindgen!") {
             names.push("bindgen!".to_string());
@@ -375,8 +433,9 @@ fn no_file_outside_the_runtime_names_a_deposits_wit_type() {
         .collect();
     assert!(
         new.is_empty(),
-        "WIT types of the deposits modules named outside runtime/ (use the chain's types in \
-         crate::deposit and the runtime's calls in them): {new:#?}"
+        "WIT types of modules named outside runtime/ (use the chain's types in crate::deposit, \
+         chunking's in crate::chunk, the gossip engine's in modnode_gossip and the runtime's calls \
+         in them): {new:#?}"
     );
     let gone: Vec<&&str> = known.iter().filter(|f| !found.contains_key(**f)).collect();
     assert!(
@@ -387,9 +446,10 @@ fn no_file_outside_the_runtime_names_a_deposits_wit_type() {
 
 #[test]
 fn the_wit_scan_reads_grouped_and_nested_imports() {
-    let names = names_from_runtime_deposits(
+    let names = names_after(
         "use crate::runtime::deposits::{DepositsModule, v3::{EpochContext, V3Output}};\n\
          fn f(c: crate::runtime::deposits::migration::MigrationContext) {}",
+        "runtime::deposits::",
     );
     for name in [
         "DepositsModule",

@@ -2,8 +2,9 @@
 
 use std::sync::Arc;
 
+use modnode::chunk::{LeafRange, PlanParams};
 use modnode::runtime::LinkedModule;
-use modnode::runtime::checkpoint::{LeafRange, PlanParams, StateReader};
+use modnode::runtime::checkpoint::StateReader;
 use modnode::runtime::gossip_policy::{MessageKind, MessageMeta, PeerStats, Priority, SendMode};
 
 use super::{artifact, runtime};

@@ -86,10 +86,18 @@ fn a_stateful_policy_on_reused_instances_follows_the_same_states_as_on_fresh_one
         let planned = module.plan_with_state(m, p, state.clone()).unwrap();
         state = planned.state.unwrap();
         if seed.is_multiple_of(3) {
+            // The engine's kind of `m`'s (`msg(seed)`'s).
+            let kind = match seed % 4 {
+                0 => modnode_gossip::MessageKind::Block,
+                1 => modnode_gossip::MessageKind::Consensus,
+                2 => modnode_gossip::MessageKind::Deposit,
+                _ => modnode_gossip::MessageKind::PeerExchange,
+            };
+            assert_eq!(modnode::runtime::gossip_policy::to_wit_kind(kind), m.kind);
             let event = modnode::runtime::gossip_policy::PolicyEvent::Duplicate {
                 peer: seed % 7,
                 message: u64::from(seed),
-                kind: m.kind,
+                kind,
             };
             state = module.on_event(event, state).unwrap().unwrap();
         }

@@ -6,8 +6,7 @@
 //! repairing when parent links are cut.
 
 use modnode::runtime::gossip_policy::{
-    GossipPolicyModule, KeptPolicy, MessageKind, MessageMeta, PeerStats, PolicyEvent,
-    from_wit_plan, to_wit_event,
+    GossipPolicyModule, KeptPolicy, MessageMeta, PeerStats, PolicyEvent, from_wit_plan,
 };
 use modnode::runtime::inspect::validate;
 use modnode::runtime::modules::InitialModules;
@@ -98,7 +97,7 @@ fn the_module_plans_as_the_native_algorithm_on_the_same_state_and_keeps_it_in_bo
         let ev = event(seed);
         native::Policy::on_event(&mut native, &ev);
         state = module
-            .on_event(to_wit_event(ev), state)
+            .on_event(ev, state)
             .unwrap()
             .expect("a stateful module keeps state");
         assert!(state.len() <= MAX_STATE_BYTES);
@@ -128,7 +127,7 @@ fn the_module_plans_as_the_native_algorithm_on_the_same_state_and_keeps_it_in_bo
         let dup = PolicyEvent::Duplicate {
             peer,
             message: 1,
-            kind: MessageKind::Deposit,
+            kind: native::MessageKind::Deposit,
         };
         state = module.on_event(dup, state).unwrap().unwrap();
     }
@@ -154,7 +153,7 @@ fn a_state_it_cannot_read_is_empty_and_a_take_over_reads_only_its_own_format() {
         let dup = PolicyEvent::Duplicate {
             peer,
             message: 1,
-            kind: MessageKind::Deposit,
+            kind: native::MessageKind::Deposit,
         };
         v2_state = stateful_v2.on_event(dup, v2_state).unwrap().unwrap();
     }
@@ -165,10 +164,7 @@ fn a_state_it_cannot_read_is_empty_and_a_take_over_reads_only_its_own_format() {
     // Its own state carries over to a version of the same format (itself here).
     let mut own = Vec::new();
     for seed in 0..10 {
-        own = v3
-            .on_event(to_wit_event(event(seed)), own)
-            .unwrap()
-            .unwrap();
+        own = v3.on_event(event(seed), own).unwrap().unwrap();
     }
     let carried = v3
         .take_over(Some(v3.meta().info.clone()), own.clone())

@@ -37,7 +37,7 @@ pub(super) fn event_to_v2(e: PolicyEvent) -> v2::Event {
     let message = |peer, message, kind| v2::PeerMessage {
         peer,
         message,
-        kind: kind_to_v2(kind),
+        kind: kind_to_v2(to_wit_kind(kind)),
     };
     match e {
         PolicyEvent::Duplicate {
@@ -148,30 +148,86 @@ pub fn from_wit_plan(plan: &SendPlan) -> modnode_gossip::policy::SendPlan {
     }
 }
 
-/// The host's form of an event the gossip engine tells its policy.
-pub fn to_wit_event(event: modnode_gossip::PolicyEvent) -> PolicyEvent {
-    use modnode_gossip::PolicyEvent as Native;
-    match event {
-        Native::Duplicate {
-            peer,
-            message,
-            kind,
-        } => PolicyEvent::Duplicate {
-            peer,
-            message,
-            kind: to_wit_kind(kind),
+/// The gossip engine's form of a message kind.
+pub(super) fn kind_from_wit(kind: MessageKind) -> modnode_gossip::policy::MessageKind {
+    use modnode_gossip::policy as native;
+    match kind {
+        MessageKind::Block => native::MessageKind::Block,
+        MessageKind::Consensus => native::MessageKind::Consensus,
+        MessageKind::Deposit => native::MessageKind::Deposit,
+        MessageKind::PeerExchange => native::MessageKind::PeerExchange,
+    }
+}
+
+/// The WIT form of the gossip engine's plan.
+fn to_wit_plan(plan: &modnode_gossip::policy::SendPlan) -> SendPlan {
+    use modnode_gossip::policy as native;
+    SendPlan {
+        targets: plan
+            .targets
+            .iter()
+            .map(|t| Target {
+                peer: t.peer,
+                mode: match t.mode {
+                    native::SendMode::Push => SendMode::Push,
+                    native::SendMode::Announce => SendMode::Announce,
+                },
+            })
+            .collect(),
+        quorum: plan.quorum,
+        timeout_ms: plan.timeout_ms,
+        priority: match plan.priority {
+            native::Priority::High => Priority::High,
+            native::Priority::Normal => Priority::Normal,
+            native::Priority::Low => Priority::Low,
         },
-        Native::Missing {
-            peer,
-            message,
-            kind,
-        } => PolicyEvent::Missing {
-            peer,
-            message,
-            kind: to_wit_kind(kind),
-        },
-        Native::PeerJoined(p) => PolicyEvent::PeerJoined(p),
-        Native::PeerLeft(p) => PolicyEvent::PeerLeft(p),
-        Native::Tick(ms) => PolicyEvent::Tick(ms),
+    }
+}
+
+/// A gossip engine's plan shown (`Debug`) as the policy's WIT type shows it
+/// (`SendPlan { targets: [Target { peer: 1, mode: SendMode::Push }], … }`): how upgrade-check's
+/// report has always printed a plan.
+pub struct PlanShown<'a>(pub &'a modnode_gossip::policy::SendPlan);
+
+impl std::fmt::Debug for PlanShown<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        to_wit_plan(self.0).fmt(f)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use modnode_gossip::policy as native;
+
+    #[test]
+    fn a_plan_shows_as_the_wit_type_did_and_converts_both_ways() {
+        let wit = SendPlan {
+            targets: vec![
+                Target {
+                    peer: 1,
+                    mode: SendMode::Push,
+                },
+                Target {
+                    peer: 4,
+                    mode: SendMode::Announce,
+                },
+            ],
+            quorum: 1,
+            timeout_ms: 500,
+            priority: Priority::High,
+        };
+        let ours = from_wit_plan(&wit);
+        assert_eq!(to_wit_plan(&ours), wit);
+        assert_eq!(format!("{:?}", PlanShown(&ours)), format!("{wit:?}"));
+        assert_eq!(format!("{:#?}", PlanShown(&ours)), format!("{wit:#?}"));
+        for kind in [
+            native::MessageKind::Block,
+            native::MessageKind::Consensus,
+            native::MessageKind::Deposit,
+            native::MessageKind::PeerExchange,
+        ] {
+            assert_eq!(kind_from_wit(to_wit_kind(kind)), kind);
+        }
     }
 }

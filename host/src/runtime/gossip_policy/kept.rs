@@ -95,10 +95,7 @@ impl modnode_gossip::policy::Policy for KeptPolicy {
     }
 
     fn on_event(&mut self, event: &modnode_gossip::PolicyEvent) {
-        match self
-            .module
-            .on_event(to_wit_event(*event), self.state.clone())
-        {
+        match self.module.on_event(*event, self.state.clone()) {
             Ok(Some(next)) => self.state = next,
             Ok(None) => {}
             Err(_) => self.failures = self.failures.saturating_add(1),
