@@ -63,9 +63,7 @@ use crate::progress::ProgressDisplay;
 use crate::runtime::Kind;
 use crate::runtime::deposits::DepositCall;
 use crate::state::schedule::{Action, BlockVotes, MAX_READY_ATTESTATIONS, MAX_UPGRADE_VOTES};
-use crate::state::{
-    PendingQueue, Registry, RegistryRead, Schedule, State, StateError, StatePart, UpgradeOp,
-};
+use crate::state::{PendingQueue, Registry, RegistryRead, Schedule, State, StatePart, UpgradeOp};
 use crate::state_cache::{StateCache, StateCacheConfig, StateSource};
 use crate::store::{KvStore, StoreError, WriteBatch, keys};
 
@@ -265,8 +263,8 @@ impl Chain {
 
     /// The state after the head (immutable: later imports do not change it; one reference
     /// count).
-    pub fn snapshot(&self) -> Result<State, StateError> {
-        Ok(self.head_state())
+    pub fn snapshot(&self) -> State {
+        self.head_state()
     }
 
     /// What blocks are applied under on this chain: its genesis, its engine and the modules

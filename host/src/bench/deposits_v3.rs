@@ -391,7 +391,7 @@ fn block_stream(
     Ok(Stream {
         times,
         epoch,
-        head: follower.snapshot()?,
+        head: follower.snapshot(),
     })
 }
 

@@ -85,13 +85,13 @@ fn source(setup: &Setup) -> Source {
         };
         blocks.push(next(&mut chain, &mut log, &mut seed, deposits));
         if height == CHECKPOINT_AT {
-            at_checkpoint = Some(chain.snapshot().unwrap());
+            at_checkpoint = Some(chain.snapshot());
         }
     }
     Source {
         blocks,
         at_checkpoint: at_checkpoint.unwrap(),
-        head: chain.snapshot().unwrap(),
+        head: chain.snapshot(),
         deposited: u32::try_from(seed).unwrap(),
         _dir: dir,
     }
@@ -163,7 +163,7 @@ fn a_checkpoint_after_the_switch_carries_the_queue_and_the_restored_node_follows
     let chain_dir = data.path().join("chain");
     let mut restored = open(&setup, &chain_dir);
     assert_eq!(restored.head().hash, block.hash());
-    let state = restored.snapshot().unwrap();
+    let state = restored.snapshot();
     assert_eq!(fingerprint(&state), fingerprint(&src.at_checkpoint));
     assert_eq!(state.pending(), src.at_checkpoint.pending());
 
@@ -173,10 +173,7 @@ fn a_checkpoint_after_the_switch_carries_the_queue_and_the_restored_node_follows
         restored.import(b).unwrap();
         assert_eq!(restored.head().state_root, b.header.state_root);
     }
-    assert_eq!(
-        fingerprint(&restored.snapshot().unwrap()),
-        fingerprint(&src.head)
-    );
+    assert_eq!(fingerprint(&restored.snapshot()), fingerprint(&src.head));
     assert_eq!(queued(&src.head), Some(0));
     assert_eq!(
         src.head.validator_count(),
@@ -186,10 +183,7 @@ fn a_checkpoint_after_the_switch_carries_the_queue_and_the_restored_node_follows
     // And reopens on it after a restart.
     drop(restored);
     let reopened = open(&setup, &chain_dir);
-    assert_eq!(
-        fingerprint(&reopened.snapshot().unwrap()),
-        fingerprint(&src.head)
-    );
+    assert_eq!(fingerprint(&reopened.snapshot()), fingerprint(&src.head));
 }
 
 /// Manifests of states without a queue keep their format and bytes: the ids of a

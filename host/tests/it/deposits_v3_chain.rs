@@ -142,7 +142,7 @@ fn a_chain_switching_to_deposits_v3_queues_applies_at_epochs_reverts_restarts_an
     // Before H: deposits-v2, each deposit applied at once, no queue, a v3 state root.
     for height in 1..H {
         blocks.push(next(&mut chain, &mut log, &mut seed, 1));
-        let state = chain.snapshot().unwrap();
+        let state = chain.snapshot();
         assert_eq!(state.validator_count(), GENESIS_VALIDATORS + height as u32);
         assert_eq!(queued(&state), None, "height {height}");
     }
@@ -154,29 +154,29 @@ fn a_chain_switching_to_deposits_v3_queues_applies_at_epochs_reverts_restarts_an
 
     // H and H+1 (slots 6, 7): queued at once, nothing applied.
     blocks.push(next(&mut chain, &mut log, &mut seed, 2));
-    let at_h = chain.snapshot().unwrap();
+    let at_h = chain.snapshot();
     assert_eq!(at_h.validator_count(), before_h);
     assert_eq!(queued(&at_h), Some(2));
     blocks.push(next(&mut chain, &mut log, &mut seed, 2));
-    let at_7 = chain.snapshot().unwrap();
+    let at_7 = chain.snapshot();
     assert_eq!(at_7.validator_count(), before_h);
     assert_eq!(queued(&at_7), Some(4));
 
     // Slot 8 starts an epoch: the entries final at height 8 − 2 (H's two) are applied, H+1's
     // are not yet final; the block's own two are queued after the epoch.
     blocks.push(next(&mut chain, &mut log, &mut seed, 2));
-    let at_8 = chain.snapshot().unwrap();
+    let at_8 = chain.snapshot();
     assert_eq!(at_8.validator_count(), before_h + 2);
     assert_eq!(queued(&at_8), Some(4));
     for _ in 9..=11 {
         blocks.push(next(&mut chain, &mut log, &mut seed, 2));
     }
-    let at_11 = chain.snapshot().unwrap();
+    let at_11 = chain.snapshot();
     assert_eq!(at_11.validator_count(), before_h + 2);
     assert_eq!(queued(&at_11), Some(10));
     // Slot 12: at most the churn limit (128 ETH with this few validators: 4 deposits).
     blocks.push(next(&mut chain, &mut log, &mut seed, 0));
-    let at_12 = chain.snapshot().unwrap();
+    let at_12 = chain.snapshot();
     assert_eq!(at_12.validator_count(), before_h + 6);
     assert_eq!(queued(&at_12), Some(6));
 
@@ -184,28 +184,28 @@ fn a_chain_switching_to_deposits_v3_queues_applies_at_epochs_reverts_restarts_an
     while chain.head().height > 7 {
         chain.revert_head().unwrap();
     }
-    assert_eq!(fingerprint(&chain.snapshot().unwrap()), fingerprint(&at_7));
+    assert_eq!(fingerprint(&chain.snapshot()), fingerprint(&at_7));
     assert_eq!(chain.head().state_root, at_7.root());
     // The same blocks import again onto it, to the same states.
     for block in &blocks[7..] {
         chain.import(block).unwrap();
     }
-    assert_eq!(fingerprint(&chain.snapshot().unwrap()), fingerprint(&at_12));
+    assert_eq!(fingerprint(&chain.snapshot()), fingerprint(&at_12));
 
     // One more block, mid-drain; then a restart on the same directory.
     blocks.push(next(&mut chain, &mut log, &mut seed, 1));
-    let at_13 = chain.snapshot().unwrap();
+    let at_13 = chain.snapshot();
     assert_eq!(queued(&at_13), Some(7));
     drop(chain);
     let mut chain = open(&setup, &path);
     assert_eq!(chain.head().hash, at_13.block_hash());
-    assert_eq!(fingerprint(&chain.snapshot().unwrap()), fingerprint(&at_13));
+    assert_eq!(fingerprint(&chain.snapshot()), fingerprint(&at_13));
 
     // Empty blocks until the queue drains: every deposit applied exactly once.
     while chain.head().height < 40 {
         blocks.push(next(&mut chain, &mut log, &mut seed, 0));
     }
-    let head = chain.snapshot().unwrap();
+    let head = chain.snapshot();
     let deposited = u32::try_from(seed).unwrap();
     assert_eq!(head.validator_count(), GENESIS_VALIDATORS + deposited);
     assert_eq!(queued(&head), Some(0));
@@ -237,7 +237,7 @@ fn a_chain_switching_to_deposits_v3_queues_applies_at_epochs_reverts_restarts_an
     drop(states);
     drop(chain);
     let chain = open(&setup, &path);
-    assert_eq!(fingerprint(&chain.snapshot().unwrap()), head_fp);
+    assert_eq!(fingerprint(&chain.snapshot()), head_fp);
     let states = chain.states();
     for height in [33usize, 36] {
         let state = states.state(&blocks[height - 1].hash()).unwrap();
@@ -260,7 +260,7 @@ fn a_proposal_back_to_deposits_v2_is_refused_while_the_queue_holds_deposits() {
         let deposits = if chain.head().height + 1 == H { 2 } else { 0 };
         next(&mut chain, &mut log, &mut seed, deposits);
     }
-    assert_eq!(queued(&chain.snapshot().unwrap()), Some(2));
+    assert_eq!(queued(&chain.snapshot()), Some(2));
     let back = UpgradeOp {
         kind: Kind::Deposits,
         module: setup.v2.hash().unwrap(),
@@ -281,7 +281,7 @@ fn a_proposal_back_to_deposits_v2_is_refused_while_the_queue_holds_deposits() {
     while chain.head().height < 8 {
         next(&mut chain, &mut log, &mut seed, 0);
     }
-    assert_eq!(queued(&chain.snapshot().unwrap()), Some(0));
+    assert_eq!(queued(&chain.snapshot()), Some(0));
     chain.propose_upgrade(back).unwrap();
     assert_eq!(chain.proposals().len(), 1);
 }
@@ -358,7 +358,7 @@ fn pruning_drops_old_queue_extents_where_it_drops_eth1_records_and_the_chain_reo
         .pruner(History::Blocks(4))
         .run_until_done(256)
         .unwrap();
-    let head = chain.snapshot().unwrap();
+    let head = chain.snapshot();
     drop(chain);
     let store = SledStore::open(&path).unwrap();
     let has = |prefix: &[u8], hash: &BlockHash| -> bool {
@@ -378,6 +378,6 @@ fn pruning_drops_old_queue_extents_where_it_drops_eth1_records_and_the_chain_reo
     assert!(has(b"p", &head.block_hash()), "the head's extent is gone");
     drop(store);
     let chain = open(&setup, &path);
-    assert_eq!(fingerprint(&chain.snapshot().unwrap()), fingerprint(&head));
-    assert!(chain.snapshot().unwrap().pending().is_some());
+    assert_eq!(fingerprint(&chain.snapshot()), fingerprint(&head));
+    assert!(chain.snapshot().pending().is_some());
 }

@@ -228,7 +228,7 @@ fn a_migration_runs_exactly_once_at_its_activation_height_and_again_on_a_branch_
         blocks.push(next(&mut chain, &mut log, &mut seed, 1));
     }
     assert_eq!(chain.schedule().module_at(Kind::Deposits, H), Some(module));
-    let before = chain.snapshot().unwrap();
+    let before = chain.snapshot();
     assert_eq!(queued(&before), None, "nothing migrated before H");
     let validators = GENESIS_VALIDATORS + (H - 1) as u32;
     assert_eq!(before.validator_count(), validators);
@@ -236,7 +236,7 @@ fn a_migration_runs_exactly_once_at_its_activation_height_and_again_on_a_branch_
     // H: the migration ran on H − 1's state (13 validators, no queue), before the block's two
     // deposits were queued.
     blocks.push(next(&mut chain, &mut log, &mut seed, 2));
-    let at_h = chain.snapshot().unwrap();
+    let at_h = chain.snapshot();
     assert_eq!(queued(&at_h), Some(2));
     assert_eq!(to_consume(&at_h), Some(marker(validators, 0)));
 
@@ -244,9 +244,9 @@ fn a_migration_runs_exactly_once_at_its_activation_height_and_again_on_a_branch_
     // write the marker of a queue of 2.
     drop(chain);
     let mut chain = open(&setup, &path);
-    assert_eq!(fingerprint(&chain.snapshot().unwrap()), fingerprint(&at_h));
+    assert_eq!(fingerprint(&chain.snapshot()), fingerprint(&at_h));
     blocks.push(next(&mut chain, &mut log, &mut seed, 2));
-    let at_h1 = chain.snapshot().unwrap();
+    let at_h1 = chain.snapshot();
     assert_eq!(queued(&at_h1), Some(4));
     assert_eq!(to_consume(&at_h1), Some(marker(validators, 0)));
     assert_ne!(marker(validators, 0), marker(validators, 2));
@@ -264,10 +264,7 @@ fn a_migration_runs_exactly_once_at_its_activation_height_and_again_on_a_branch_
     // A reorg: H + 1 and H reverted, the parent's state is back (no queue, no marker)...
     chain.revert_head().unwrap();
     chain.revert_head().unwrap();
-    assert_eq!(
-        fingerprint(&chain.snapshot().unwrap()),
-        fingerprint(&before)
-    );
+    assert_eq!(fingerprint(&chain.snapshot()), fingerprint(&before));
     // ...and another block at H (three deposits, a slot later) runs the migration again on
     // the new branch.
     deposit(&mut log, &mut seed, 1);
@@ -277,7 +274,7 @@ fn a_migration_runs_exactly_once_at_its_activation_height_and_again_on_a_branch_
         .unwrap();
     assert_ne!(other.hash(), blocks[H as usize - 1].hash());
     chain.import(&other).unwrap();
-    let branch = chain.snapshot().unwrap();
+    let branch = chain.snapshot();
     assert_eq!(queued(&branch), Some(5));
     assert_eq!(to_consume(&branch), Some(marker(validators, 0)));
 
@@ -288,10 +285,7 @@ fn a_migration_runs_exactly_once_at_its_activation_height_and_again_on_a_branch_
     for block in blocks.iter().take(H as usize - 1).chain([&other]) {
         follower.import(block).unwrap();
     }
-    assert_eq!(
-        fingerprint(&follower.snapshot().unwrap()),
-        fingerprint(&branch)
-    );
+    assert_eq!(fingerprint(&follower.snapshot()), fingerprint(&branch));
 }
 
 #[test]
@@ -345,7 +339,7 @@ fn a_migration_that_runs_out_of_fuel_is_refused_at_propose_and_stops_import_at_i
     // A block at H from such a peer...
     deposit(&mut log, &mut seed, 1);
     let block = build(&chain, &log);
-    let parent = chain.snapshot().unwrap();
+    let parent = chain.snapshot();
     // ...is refused by a node that holds the real module: import stops at H − 1, naming the
     // module, blaming no one.
     chain.set_deposit_modules(setup.modules());
@@ -358,10 +352,7 @@ fn a_migration_that_runs_out_of_fuel_is_refused_at_propose_and_stops_import_at_i
     let message = err.to_string();
     assert!(message.contains(&hex::encode(looping)), "{message}");
     assert_eq!(chain.head().height, H - 1);
-    assert_eq!(
-        fingerprint(&chain.snapshot().unwrap()),
-        fingerprint(&parent)
-    );
+    assert_eq!(fingerprint(&chain.snapshot()), fingerprint(&parent));
     // The same again: the block is not remembered as invalid, and fails the same way.
     let again = chain.import(&block).unwrap_err();
     assert!(matches!(again, ImportError::Migration { .. }), "{again}");
@@ -395,7 +386,7 @@ fn a_switch_back_to_deposits_v2_with_deposits_queued_needs_a_down_migration_that
     while chain.head().height < H + 1 {
         both(&mut chain, &mut reference, &mut log, &mut seed, 2);
     }
-    assert_eq!(queued(&chain.snapshot().unwrap()), Some(4));
+    assert_eq!(queued(&chain.snapshot()), Some(4));
 
     // Back to deposits-v2 at H2: refused while deposits are queued, the reason given.
     const H2: u64 = 14;
@@ -416,17 +407,17 @@ fn a_switch_back_to_deposits_v2_with_deposits_queued_needs_a_down_migration_that
         both(&mut chain, &mut reference, &mut log, &mut seed, 2);
     }
     assert_eq!(chain.schedule().module_at(Kind::Deposits, H2), Some(drain));
-    let before = chain.snapshot().unwrap();
+    let before = chain.snapshot();
     let waiting = queued(&before).unwrap();
     assert!(waiting > 4, "{waiting} queued before H2");
-    assert!(before.validator_count() < reference.snapshot().unwrap().validator_count());
+    assert!(before.validator_count() < reference.snapshot().validator_count());
 
     // H2: the queue is drained into the registry, then the block's own deposits are applied
     // at once: every deposit applied exactly once, in deposit order, as deposits-v2 all along
     // applied them — the same registry, leaf for leaf.
     both(&mut chain, &mut reference, &mut log, &mut seed, 2);
-    let after = chain.snapshot().unwrap();
-    let expected = reference.snapshot().unwrap();
+    let after = chain.snapshot();
+    let expected = reference.snapshot();
     assert_eq!(queued(&after), Some(0));
     assert_eq!(to_consume(&after), Some(0));
     assert_eq!(after.validator_count(), GENESIS_VALIDATORS + seed as u32);
@@ -434,10 +425,7 @@ fn a_switch_back_to_deposits_v2_with_deposits_queued_needs_a_down_migration_that
     assert_eq!(after.registry_root(), expected.registry_root());
     // And deposits-v2 goes on applying at once.
     both(&mut chain, &mut reference, &mut log, &mut seed, 1);
-    let after = chain.snapshot().unwrap();
+    let after = chain.snapshot();
     assert_eq!(queued(&after), Some(0));
-    assert_eq!(
-        after.registry_root(),
-        reference.snapshot().unwrap().registry_root()
-    );
+    assert_eq!(after.registry_root(), reference.snapshot().registry_root());
 }

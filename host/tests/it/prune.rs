@@ -45,7 +45,7 @@ fn blocks_with_deposits(count: u64) -> Vec<Block> {
     let mut log = CachedDepositLog::new();
     let mut blocks = Vec::new();
     for height in 1..=count {
-        let state = chain.snapshot().unwrap();
+        let state = chain.snapshot();
         for i in 0..2u64 {
             let index = u32::try_from((height * 2 + i) % u64::from(state.validator_count()));
             let pubkey = state.validator(index.unwrap()).unwrap().0.pubkey;

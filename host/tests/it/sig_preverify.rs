@@ -95,17 +95,17 @@ fn import_both(blocks: &[Block]) -> (Follower, Vec<EpochBlock>) {
         wait_idle();
         let before = cache.stats();
         let checks_before = preverifier.stats().checks;
-        let count_before = warm.chain.snapshot().unwrap().validator_count();
+        let count_before = warm.chain.snapshot().validator_count();
         warm.chain.import(block).unwrap();
         // The import hands the pre-verifier the next entries as it ends, and the worker's
         // checks count in the same cache: wait for it, then leave its own checks out.
         wait_idle();
         let after = cache.stats();
         let worker_checks = preverifier.stats().checks - checks_before;
-        let state = warm.chain.snapshot().unwrap();
+        let state = warm.chain.snapshot();
         assert_eq!(
             fingerprint(&state),
-            fingerprint(&plain.chain.snapshot().unwrap()),
+            fingerprint(&plain.chain.snapshot()),
             "height {}",
             block.header.height
         );
@@ -166,7 +166,7 @@ fn an_invalid_queued_signature_is_not_cached_and_applies_one_by_one_as_before() 
         message: &root,
         signature: &deposit.signature,
     }));
-    let state = warm.chain.snapshot().unwrap();
+    let state = warm.chain.snapshot();
     assert_eq!(
         state.index_of(&deposit.pubkey),
         None,

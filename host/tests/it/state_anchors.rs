@@ -27,7 +27,7 @@ fn genesis() -> Genesis {
 fn grow(chain: &mut Chain, log: &mut DevDepositLog, blocks: u64) -> Vec<BlockHash> {
     let mut hashes = vec![chain.head().hash];
     for height in 1..=blocks {
-        let state = chain.snapshot().unwrap();
+        let state = chain.snapshot();
         let older = u32::try_from(height).unwrap() % state.validator_count();
         let pubkey = state.validator(older).unwrap().0.pubkey;
         log.push(workload::unsigned(pubkey, ETH));
@@ -165,14 +165,11 @@ fn a_reorg_onto_an_executed_branch_adopts_its_cached_states() {
     }
     assert!(adopted >= 2, "no reorg adopted the branch");
     assert_eq!(chain.head(), other.head());
-    assert_eq!(
-        chain.snapshot().unwrap().root(),
-        branch[3].header.state_root
-    );
+    assert_eq!(chain.snapshot().root(), branch[3].header.state_root);
     // The store agrees: a restart-free reopen of the same state is the cached one.
     assert_eq!(
-        chain.snapshot().unwrap().validator_count(),
-        other.snapshot().unwrap().validator_count()
+        chain.snapshot().validator_count(),
+        other.snapshot().validator_count()
     );
 }
 

@@ -255,7 +255,7 @@ fn folded_roots(generated: &Generated) -> Vec<StateRoot> {
         generated.engine.clone(),
     )
     .unwrap();
-    let mut state = fresh.snapshot().unwrap();
+    let mut state = fresh.snapshot();
     let mut parent_slot = fresh.head().slot;
     let modules: Option<Arc<dyn DepositModules>> = generated
         .modules

@@ -266,7 +266,7 @@ fn record_dev(dir: &Path, blocks: u64) -> (Genesis, Vec<modnode::chain::block::B
             .unwrap();
         chain.import(&block).unwrap();
         recorded.0.push(block);
-        recorded.1.push(chain.snapshot().unwrap());
+        recorded.1.push(chain.snapshot());
     }
     (genesis, recorded.0, recorded.1)
 }
@@ -684,9 +684,9 @@ fn record_switching_to(
             .unwrap();
         chain.import(&block).unwrap();
         recorded.0.push(block);
-        recorded.1.push(chain.snapshot().unwrap());
+        recorded.1.push(chain.snapshot());
     }
-    let head = chain.snapshot().unwrap();
+    let head = chain.snapshot();
     assert!(
         head.pending().is_some_and(|q| !q.is_empty()),
         "the queue is carried"
