@@ -208,7 +208,7 @@ fn measure_version(
     let restore_ms = super::ms_since(start);
     let restore_cpu_ms = process_cpu_ms() - cpu_start;
     anyhow::ensure!(
-        restored.state_root == state.state_root(),
+        *restored.state_root.as_bytes() == state.state_root(),
         "the restored state root differs from the snapshot's"
     );
     drop(restored);
@@ -363,7 +363,7 @@ fn measure_incremental(
     let later = Arc::new(after_deposit_blocks(state, INCREMENTAL_BLOCKS)?);
     let at = BlockRef {
         height: AT.height + INCREMENTAL_BLOCKS,
-        hash: [2; 32],
+        hash: modnode::hashes::BlockHash([2; 32]),
     };
     let cpu_start = process_cpu_ms();
     let start = Instant::now();
@@ -379,7 +379,7 @@ fn measure_incremental(
         again.built.len()
     );
     anyhow::ensure!(
-        made.manifest.state_root == later.state_root(),
+        *made.manifest.state_root.as_bytes() == later.state_root(),
         "the incremental checkpoint's state root differs from the state's"
     );
     Ok(IncrementalReport {
@@ -411,7 +411,7 @@ fn disk_bytes(dir: &std::path::Path) -> anyhow::Result<u64> {
 /// The block every benchmark checkpoint is said to be taken at.
 const AT: BlockRef = BlockRef {
     height: 1,
-    hash: [1; 32],
+    hash: modnode::hashes::BlockHash([1; 32]),
 };
 
 /// Blocks per round when idle and during-creation imports alternate.

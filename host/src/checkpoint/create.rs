@@ -55,7 +55,7 @@ pub struct BlockRef {
     /// Height.
     pub height: u64,
     /// Block hash.
-    pub hash: Hash32,
+    pub hash: crate::hashes::BlockHash,
 }
 
 /// A created checkpoint: the manifest and every chunk, in manifest order.
@@ -280,12 +280,12 @@ pub(super) fn assemble_manifest(
     let mut entries = entries;
     entries.extend(queue_entries);
     let manifest = Manifest {
-        module_hash: module.hash().0,
+        module_hash: module.hash(),
         module_version: info.version,
         params: manifest_params,
         height: at.height,
         block_hash: at.hash,
-        state_root: state.state_root(),
+        state_root: crate::hashes::StateRoot(state.state_root()),
         registry_root: state.registry_root(),
         leaf_count: state.leaf_count(),
         leaf_size: state.leaf_size(),

@@ -582,12 +582,12 @@ mod tests {
             })
             .collect();
         Manifest {
-            module_hash: [0; 32],
+            module_hash: crate::hashes::ModuleHash([0; 32]),
             module_version: 3,
             params: Vec::new(),
             height: 1,
-            block_hash: [0; 32],
-            state_root: [0; 32],
+            block_hash: crate::hashes::BlockHash([0; 32]),
+            state_root: crate::hashes::StateRoot([0; 32]),
             registry_root: [0; 32],
             leaf_count: sizes.len() as u64,
             leaf_size: 129,

@@ -449,13 +449,14 @@ mod tests {
             crate::checkpoint::manifest::encode_extras(&Default::default(), &Default::default());
         let registry_root = [7; 32];
         Manifest {
-            module_hash: [1; 32],
+            module_hash: crate::hashes::ModuleHash([1; 32]),
             module_version: 1,
             params: vec![("leaves-per-chunk".into(), "1".into())],
             height: 9,
-            block_hash: [2; 32],
-            state_root: crate::checkpoint::manifest::state_root_of(&registry_root, &extras)
-                .unwrap(),
+            block_hash: crate::hashes::BlockHash([2; 32]),
+            state_root: crate::hashes::StateRoot(
+                crate::checkpoint::manifest::state_root_of(&registry_root, &extras).unwrap(),
+            ),
             registry_root,
             leaf_count: sizes.len() as u64,
             leaf_size: crate::state::LEAF_BYTES as u32,

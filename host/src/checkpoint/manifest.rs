@@ -12,6 +12,7 @@
 use sha2::{Digest, Sha256};
 
 use super::queue::{QUEUE_PART_BYTES, QueuePart};
+use crate::hashes::{BlockHash, ModuleHash, StateRoot};
 use crate::state::merkle::Hash32;
 use crate::state::{Eth1State, Schedule, state_root, state_root_with};
 
@@ -19,7 +20,7 @@ const MAGIC: &[u8; 4] = b"MNCM";
 
 mod error;
 
-pub use error::ManifestError;
+pub use error::{ManifestError, StateRootMismatch};
 
 /// Version of the manifest encoding of checkpoints whose chunks carry their range proofs
 /// (checkpoint-v1, -v2).
@@ -81,7 +82,7 @@ pub struct ChunkEntry {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Manifest {
     /// sha256 of the chunking module's component.
-    pub module_hash: Hash32,
+    pub module_hash: ModuleHash,
     /// The chunking algorithm's version (its `describe`).
     pub module_version: u32,
     /// Every output-changing parameter: the module's own (`describe`) and the host's
@@ -90,9 +91,9 @@ pub struct Manifest {
     /// Height of the checkpointed block.
     pub height: u64,
     /// Hash of the checkpointed block.
-    pub block_hash: Hash32,
+    pub block_hash: BlockHash,
     /// The block's state root.
-    pub state_root: Hash32,
+    pub state_root: StateRoot,
     /// Root of the registry tree the chunks' range proofs lead to.
     pub registry_root: Hash32,
     /// Number of state leaves.
@@ -212,7 +213,7 @@ impl Manifest {
             Vec::with_capacity(256usize.saturating_add(self.chunks.len().saturating_mul(52)));
         out.extend_from_slice(MAGIC);
         out.push(self.format());
-        out.extend_from_slice(&self.module_hash);
+        out.extend_from_slice(self.module_hash.as_bytes());
         out.extend_from_slice(&self.module_version.to_le_bytes());
         put_len(&mut out, self.params.len());
         for (k, v) in &self.params {
@@ -220,8 +221,8 @@ impl Manifest {
             put_bytes(&mut out, v.as_bytes());
         }
         out.extend_from_slice(&self.height.to_le_bytes());
-        out.extend_from_slice(&self.block_hash);
-        out.extend_from_slice(&self.state_root);
+        out.extend_from_slice(self.block_hash.as_bytes());
+        out.extend_from_slice(self.state_root.as_bytes());
         out.extend_from_slice(&self.registry_root);
         out.extend_from_slice(&self.leaf_count.to_le_bytes());
         out.extend_from_slice(&self.leaf_size.to_le_bytes());
@@ -263,7 +264,7 @@ impl Manifest {
         {
             return Err(ManifestError::UnsupportedFormat(format));
         }
-        let module_hash = r.array::<32>("module hash")?;
+        let module_hash = ModuleHash(r.array::<32>("module hash")?);
         let module_version = u32::from_le_bytes(r.array("module version")?);
         let param_count = r.u32("parameter count")?;
         if param_count > limits.max_params as u64 {
@@ -280,8 +281,8 @@ impl Manifest {
             params.push((key, value));
         }
         let height = u64::from_le_bytes(r.array("height")?);
-        let block_hash = r.array::<32>("block hash")?;
-        let state_root = r.array::<32>("state root")?;
+        let block_hash = BlockHash(r.array::<32>("block hash")?);
+        let state_root = StateRoot(r.array::<32>("state root")?);
         let registry_root = r.array::<32>("registry root")?;
         let leaf_count = u64::from_le_bytes(r.array("leaf count")?);
         let leaf_size = u32::from_le_bytes(r.array("leaf size")?);
@@ -474,17 +475,18 @@ impl Manifest {
         if !self.chunk_roots.is_empty() {
             self.root_tree()?;
         }
-        let computed =
+        let computed = StateRoot(
             state_root_with_queue(&self.registry_root, &self.extras, self.queue.as_ref())
-                .ok_or(ManifestError::ExtrasMalformed)?;
+                .ok_or(ManifestError::ExtrasMalformed)?,
+        );
         if computed != self.state_root {
-            return Err(ManifestError::StateRoot {
+            return Err(ManifestError::StateRoot(Box::new(StateRootMismatch {
                 height: self.height,
-                block: hex::encode(self.block_hash),
-                claimed: hex::encode(self.state_root),
-                computed: hex::encode(computed),
+                block: self.block_hash,
+                claimed: self.state_root,
+                computed,
                 with_queue: self.queue.is_some(),
-            });
+            })));
         }
         Ok(())
     }

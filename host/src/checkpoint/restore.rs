@@ -113,7 +113,7 @@ pub struct RestoredState {
     /// has none).
     pub pending: Option<PendingQueue>,
     /// Its state root (equal to the manifest's).
-    pub state_root: Hash32,
+    pub state_root: crate::hashes::StateRoot,
 }
 
 /// Progress of a restore.
@@ -469,7 +469,7 @@ impl Restorer {
         };
         let pending_root = pending.as_ref().map(PendingQueue::root);
         let root = state_root_with(&registry.root(), &eth1, &schedule, pending_root.as_ref());
-        if root != self.verifier.manifest.state_root {
+        if root != *self.verifier.manifest.state_root.as_bytes() {
             return Err(RestoreError::RootMismatch {
                 computed: hex::encode(root),
                 expected: hex::encode(self.verifier.manifest.state_root),
@@ -480,7 +480,7 @@ impl Restorer {
             eth1,
             schedule,
             pending,
-            state_root: root,
+            state_root: crate::hashes::StateRoot(root),
         })
     }
 }

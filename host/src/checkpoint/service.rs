@@ -383,7 +383,7 @@ fn run_job(
     let start = Instant::now();
     let at = BlockRef {
         height: state.height(),
-        hash: state.block_hash().to_bytes(),
+        hash: state.block_hash(),
     };
     let options = CreateOptions {
         target_chunk_bytes: config.target_chunk_bytes,

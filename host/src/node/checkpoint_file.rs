@@ -15,7 +15,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 
-use crate::chain::block::{Block, BlockHash};
+use crate::chain::block::Block;
 use crate::chain::genesis::Genesis;
 use crate::chain::{CheckpointStart, init_from_checkpoint};
 use crate::checkpoint::file::{CheckpointFileError, CheckpointFileReader, write_file};
@@ -189,11 +189,11 @@ pub fn export(data_dir: &Path, which: &str, out: &Path) -> Result<ExportSummary,
     let canonical = chain
         .get(&keys::height(manifest.height))
         .map_err(|e| chain_storage(e.to_string()))?;
-    if canonical.as_deref() != Some(manifest.block_hash.as_slice()) {
+    if canonical.as_deref() != Some(manifest.block_hash.as_bytes().as_slice()) {
         return Err(missing());
     }
     let block = chain
-        .get(&keys::block(&BlockHash::new(manifest.block_hash)))
+        .get(&keys::block(&manifest.block_hash))
         .map_err(|e| chain_storage(e.to_string()))?
         .ok_or_else(missing)?;
     // The typed reason a chunk stopped the write (the writer only needs to know it stopped).
@@ -347,7 +347,7 @@ pub fn restore_from_file(parts: &FileRestoreParts<'_>) -> Result<Option<u64>, Fi
         let at_h = store
             .get(&keys::height(manifest.height))
             .map_err(|e| storage(e.to_string()))?;
-        if at_h.as_deref() == Some(manifest.block_hash.as_slice()) {
+        if at_h.as_deref() == Some(manifest.block_hash.as_bytes().as_slice()) {
             tracing::info!(
                 file = %file.display(),
                 checkpoint = %name,
@@ -368,7 +368,7 @@ pub fn restore_from_file(parts: &FileRestoreParts<'_>) -> Result<Option<u64>, Fi
                 reason: format!("does not decode: {e}"),
             }
         })?;
-    if block.hash().to_bytes() != manifest.block_hash || block.header.height != manifest.height {
+    if block.hash() != manifest.block_hash || block.header.height != manifest.height {
         return Err(FileRestoreError::Block {
             file,
             reason: format!(
@@ -380,7 +380,7 @@ pub fn restore_from_file(parts: &FileRestoreParts<'_>) -> Result<Option<u64>, Fi
             ),
         });
     }
-    if block.header.state_root.to_bytes() != manifest.state_root {
+    if block.header.state_root != manifest.state_root {
         return Err(FileRestoreError::Block {
             file,
             reason: format!(
@@ -390,10 +390,7 @@ pub fn restore_from_file(parts: &FileRestoreParts<'_>) -> Result<Option<u64>, Fi
             ),
         });
     }
-    let Some(opener) = parts
-        .modules
-        .prepared_checkpoint(&crate::hashes::ModuleHash(manifest.module_hash))
-    else {
+    let Some(opener) = parts.modules.prepared_checkpoint(&manifest.module_hash) else {
         return Err(FileRestoreError::ModuleMissing {
             file,
             module: hex::encode(manifest.module_hash),

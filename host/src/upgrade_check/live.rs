@@ -91,9 +91,9 @@ pub fn verify_checkpoint(
         hex::encode(id),
         manifest.height
     );
-    if block.hash().to_bytes() != manifest.block_hash
+    if block.hash() != manifest.block_hash
         || block.header.height != manifest.height
-        || block.header.state_root.to_bytes() != manifest.state_root
+        || block.header.state_root != manifest.state_root
     {
         return Err(refused(format!(
             "{name}: it sent block {} at height {} with state root {}, the manifest names \
@@ -105,7 +105,7 @@ pub fn verify_checkpoint(
             hex::encode(manifest.state_root)
         )));
     }
-    let opener = checkpoint_opener(&manifest.module_hash).ok_or_else(|| {
+    let opener = checkpoint_opener(manifest.module_hash.as_bytes()).ok_or_else(|| {
         refused(format!(
             "{name} was made by checkpoint module {} (version {}), which this binary does not \
              embed; run an upgrade-check built with it, or --from-genesis",

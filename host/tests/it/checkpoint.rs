@@ -46,7 +46,7 @@ pub(super) fn v3_leaves_per_chunk() -> u32 {
 fn at() -> BlockRef {
     BlockRef {
         height: 100,
-        hash: [7; 32],
+        hash: modnode::hashes::BlockHash([7; 32]),
     }
 }
 
@@ -94,12 +94,12 @@ proptest! {
         for name in ["checkpoint-v1", "checkpoint-v2"] {
             let m = module(name);
             let cp = make(&m, &s, target, 2);
-            prop_assert_eq!(cp.manifest.state_root, s.state_root());
+            prop_assert_eq!(*cp.manifest.state_root.as_bytes(), s.state_root());
             prop_assert_eq!(cp.manifest.leaf_count, u64::from(validators));
             let n = cp.chunks.len();
             let order: Vec<usize> = (0..n).map(|i| (i + rotate % n) % n).rev().collect();
             let r = restore(&m, &cp, order).unwrap();
-            prop_assert_eq!(r.state_root, s.state_root());
+            prop_assert_eq!(*r.state_root.as_bytes(), s.state_root());
             prop_assert_eq!(&r.registry, s.registry());
             // The tree assembled from the range proofs' nodes is the tree, every level of it,
             // and the pubkey index finds every validator.
@@ -368,10 +368,10 @@ fn manifest_decoding_is_bounded_and_checks_the_state_root() {
         Err(ManifestError::TooManyChunks { .. })
     ));
     let mut lying = cp.manifest.clone();
-    lying.state_root[0] ^= 1;
+    lying.state_root.0[0] ^= 1;
     assert!(matches!(
         lying.validate(&limits),
-        Err(ManifestError::StateRoot { .. })
+        Err(ManifestError::StateRoot(_))
     ));
     let mut other = cp.manifest.clone();
     other.params.push(("extra".into(), "1".into()));
@@ -430,7 +430,7 @@ fn the_checkpoint_store_keeps_the_newest() {
     for height in [10, 20, 30] {
         let at = BlockRef {
             height,
-            hash: [height as u8; 32],
+            hash: modnode::hashes::BlockHash([height as u8; 32]),
         };
         let cp = create(&m, s.clone(), at, CreateOptions::default()).unwrap();
         store.put(&cp, 2).unwrap();
@@ -477,8 +477,8 @@ async fn a_node_creates_checkpoints_periodically_and_on_demand() {
         .expect("the on-demand checkpoint is stored");
     let block = node.chain().blocks(height, 1, usize::MAX).await.unwrap();
     let block = modnode::chain::block::Block::decode(&block[0], u16::MAX).unwrap();
-    assert_eq!(manifest.state_root, block.header.state_root.to_bytes());
-    assert_eq!(manifest.block_hash, block.hash().to_bytes());
+    assert_eq!(manifest.state_root, block.header.state_root);
+    assert_eq!(manifest.block_hash, block.hash());
     let id = manifest.id();
     let chunks: Vec<(usize, Vec<u8>)> = (0..manifest.chunks.len())
         .map(|i| (i, node.checkpoints().chunk(&id, i).unwrap().unwrap()))
@@ -489,7 +489,7 @@ async fn a_node_creates_checkpoints_periodically_and_on_demand() {
     modnode::checkpoint::verify_all(&mut restorer, &module, &chunks, 2, None).unwrap();
     assert_eq!(
         restorer.finish().unwrap().state_root,
-        block.header.state_root.to_bytes()
+        block.header.state_root
     );
     // Only `keep` are kept — checked once no creation is running: a creation stores its
     // checkpoint and then prunes, so a listing in between shows keep + 1.

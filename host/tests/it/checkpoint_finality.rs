@@ -67,8 +67,8 @@ async fn checkpoints_are_made_only_at_finalized_heights() {
             .await
             .unwrap();
         let block = Block::decode(&block[0], u16::MAX).unwrap();
-        assert_eq!(manifest.block_hash, block.hash().to_bytes());
-        assert_eq!(manifest.state_root, block.header.state_root.to_bytes());
+        assert_eq!(manifest.block_hash, block.hash());
+        assert_eq!(manifest.state_root, block.header.state_root);
     }
     let periodic: Vec<u64> = listed
         .iter()
@@ -95,7 +95,7 @@ fn a_restorer_takes_only_offers_final_on_the_peer_offering_them() {
         let state = modnode::checkpoint::synthetic_state(16, 1).unwrap();
         let at = modnode::checkpoint::BlockRef {
             height,
-            hash: [height as u8; 32],
+            hash: modnode::hashes::BlockHash([height as u8; 32]),
         };
         let options = modnode::checkpoint::CreateOptions {
             target_chunk_bytes: 1 << 20,

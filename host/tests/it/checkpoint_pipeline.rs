@@ -30,7 +30,7 @@ fn checkpoint() -> Checkpoint {
     };
     let at = BlockRef {
         height: 5,
-        hash: [5; 32],
+        hash: modnode::hashes::BlockHash([5; 32]),
     };
     let cp = create(&m, Arc::new(state), at, options).unwrap();
     assert_eq!(cp.chunks.len(), 10);

@@ -104,7 +104,7 @@ fn checkpoint(modules: &Modules, state: &State, block: &Block) -> Checkpoint {
         Arc::new(state.clone()),
         BlockRef {
             height: block.header.height,
-            hash: block.hash().to_bytes(),
+            hash: block.hash(),
         },
         CreateOptions {
             target_chunk_bytes: TARGET_CHUNK_BYTES,
@@ -129,7 +129,7 @@ fn a_checkpoint_after_the_switch_carries_the_queue_and_the_restored_node_follows
     // At the checkpoint: 12 entries queued since H, the 2 final at slot 8 applied.
     assert_eq!(queued(&src.at_checkpoint), Some(10));
     let cp = checkpoint(&modules, &src.at_checkpoint, block);
-    assert_eq!(cp.manifest.state_root, block.header.state_root.to_bytes());
+    assert_eq!(cp.manifest.state_root, block.header.state_root);
     let queue = cp.manifest.queue.expect("the manifest carries the queue");
     assert_eq!((queue.total, queue.start), (12, 2));
     assert!(cp.manifest.queue_chunks().len() >= 2, "{queue:?}");
@@ -202,7 +202,7 @@ fn manifests_of_states_without_a_queue_keep_their_format_and_bytes() {
         };
         let at = BlockRef {
             height: 100,
-            hash: [7; 32],
+            hash: modnode::hashes::BlockHash([7; 32]),
         };
         let cp = create(&module, state.clone(), at, options).unwrap();
         made.push((cp.manifest.encode()[4], hex::encode(cp.manifest.id())));
@@ -256,7 +256,7 @@ fn a_tampered_queue_chunk_is_the_peers_fault_and_forged_queue_bytes_or_counters_
     );
     let state = restorer.finish().unwrap();
     assert_eq!(state.pending.as_ref(), src.at_checkpoint.pending());
-    assert_eq!(state.state_root, block.header.state_root.to_bytes());
+    assert_eq!(state.state_root, block.header.state_root);
 
     // Listed bytes that do not prove (an entry's amount changed, its hash and size listed to
     // match): the producer's fault.
@@ -277,7 +277,7 @@ fn a_tampered_queue_chunk_is_the_peers_fault_and_forged_queue_bytes_or_counters_
     counters.queue.as_mut().unwrap().balance_to_consume += 1;
     let err = Manifest::decode(&counters.encode(), &limits).unwrap_err();
     assert!(
-        matches!(err, ManifestError::StateRoot { height, .. } if height == CHECKPOINT_AT),
+        matches!(&err, ManifestError::StateRoot(m) if m.height == CHECKPOINT_AT),
         "{err}"
     );
     assert!(
@@ -291,7 +291,7 @@ fn a_tampered_queue_chunk_is_the_peers_fault_and_forged_queue_bytes_or_counters_
     old.chunks.truncate(k);
     assert_eq!(old.encode()[4], 1, "format 1");
     let err = Manifest::decode(&old.encode(), &limits).unwrap_err();
-    assert!(matches!(err, ManifestError::StateRoot { .. }), "{err}");
+    assert!(matches!(err, ManifestError::StateRoot(_)), "{err}");
     let text = err.to_string();
     assert!(
         text.contains(&hex::encode(block.hash())) && text.contains("pending-deposit queue"),
@@ -340,7 +340,7 @@ fn a_peer_serving_tampered_queue_chunks_is_dropped_and_they_are_fetched_from_the
     assert_eq!(delivered[1], 0);
     assert!(requested.iter().all(|&i| i >= k), "{requested:?}");
     let state = r.finish().unwrap();
-    assert_eq!(state.state_root, block.header.state_root.to_bytes());
+    assert_eq!(state.state_root, block.header.state_root);
     assert_eq!(state.pending.as_ref(), src.at_checkpoint.pending());
 }
 
@@ -381,6 +381,6 @@ fn a_restore_stopped_half_way_resumes_from_its_stored_chunks_queue_chunks_includ
     let rest: Vec<(usize, Vec<u8>)> = missing.iter().map(|&i| (i, cp.chunks[i].clone())).collect();
     verify_all(&mut r, opener.as_ref(), &rest, 2, Some(&store)).unwrap();
     let state = r.finish().unwrap();
-    assert_eq!(state.state_root, block.header.state_root.to_bytes());
+    assert_eq!(state.state_root, block.header.state_root);
     assert_eq!(state.pending.as_ref(), src.at_checkpoint.pending());
 }

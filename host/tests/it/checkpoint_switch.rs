@@ -27,7 +27,7 @@ use modnode::node::SyncMode;
 pub(crate) fn make(m: &CheckpointModule, state: &State, height: u64) -> Checkpoint {
     let at = BlockRef {
         height,
-        hash: [height as u8; 32],
+        hash: modnode::hashes::BlockHash([height as u8; 32]),
     };
     let options = CreateOptions {
         target_chunk_bytes: 8 << 10,

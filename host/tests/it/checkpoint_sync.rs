@@ -385,7 +385,7 @@ fn checkpoint_answers_are_bounded_and_unknown_ids_are_not_found() {
     for height in 1..=10u64 {
         let at = modnode::checkpoint::BlockRef {
             height,
-            hash: [height as u8; 32],
+            hash: modnode::hashes::BlockHash([height as u8; 32]),
         };
         let options = modnode::checkpoint::CreateOptions {
             target_chunk_bytes: 1,

@@ -32,7 +32,7 @@ fn options() -> CreateOptions {
 fn at(height: u64) -> BlockRef {
     BlockRef {
         height,
-        hash: [height as u8; 32],
+        hash: modnode::hashes::BlockHash([height as u8; 32]),
     }
 }
 
@@ -294,7 +294,7 @@ fn v3_restores_in_any_order_and_bad_chunk_roots_are_refused_before_any_fetch() {
         r.insert(chunk).unwrap();
     }
     let restored = r.finish().unwrap();
-    assert_eq!(restored.state_root, s.state_root());
+    assert_eq!(*restored.state_root.as_bytes(), s.state_root());
     assert_eq!(&restored.registry, s.registry());
 
     let mut bad = cp.manifest.clone();
@@ -351,7 +351,7 @@ fn chunks_verified_ahead_of_the_prefix_wait_and_taken_chunks_stay_verified() {
         Err(RestoreError::DuplicateRange { index: 0, .. })
     ));
     let restored = r.finish().unwrap();
-    assert_eq!(restored.state_root, s.state_root());
+    assert_eq!(*restored.state_root.as_bytes(), s.state_root());
     assert_eq!(&restored.registry, s.registry());
 }
 

@@ -765,7 +765,7 @@ fn a_replay_from_a_verified_checkpoint_runs_only_the_blocks_after_it() {
         let i = height as usize - 1;
         let at = BlockRef {
             height,
-            hash: blocks[i].hash().to_bytes(),
+            hash: blocks[i].hash(),
         };
         let options = CreateOptions {
             target_chunk_bytes: 1 << 10,
@@ -841,7 +841,7 @@ fn versions_of_one_contract_replay_from_a_verified_checkpoint() {
     let (genesis, blocks, states) = record_dev(dir.path(), 5);
     let at = BlockRef {
         height: 3,
-        hash: blocks[2].hash().to_bytes(),
+        hash: blocks[2].hash(),
     };
     let options = CreateOptions {
         target_chunk_bytes: 1 << 20,

@@ -1,5 +1,7 @@
 //! Why a manifest was refused: malformed, over a limit, or not matching what it claims.
 
+use crate::hashes::{BlockHash, StateRoot};
+
 use super::*;
 
 /// Why a manifest is refused. Every variant is the fault of whoever produced the manifest.
@@ -107,23 +109,29 @@ pub enum ManifestError {
     /// The state root does not follow from the registry root, the extras and the queue's
     /// root and counters: the producer's fault (for a manifest without a queue, possibly one
     /// made by a node that does not checkpoint deposits@3's queue, of a state that holds one).
-    #[error(
-        "manifest of block {block} at height {height}: state root {claimed} is not the root of {} ({computed}){}",
-        state_root_parts(*.with_queue),
-        state_root_hint(*.with_queue)
-    )]
-    StateRoot {
-        /// The checkpointed block's height.
-        height: u64,
-        /// The checkpointed block (hex).
-        block: String,
-        /// Root in the manifest.
-        claimed: String,
-        /// Root computed from its parts.
-        computed: String,
-        /// Whether the manifest carries a pending-deposit queue.
-        with_queue: bool,
-    },
+    #[error("{0}")]
+    StateRoot(Box<StateRootMismatch>),
+}
+
+/// A manifest's state root that does not follow from its parts (boxed in
+/// [`ManifestError::StateRoot`]: three hashes).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "manifest of block {block} at height {height}: state root {claimed} is not the root of {} ({computed}){}",
+    state_root_parts(self.with_queue),
+    state_root_hint(self.with_queue)
+)]
+pub struct StateRootMismatch {
+    /// The checkpointed block's height.
+    pub height: u64,
+    /// The checkpointed block.
+    pub block: BlockHash,
+    /// Root in the manifest.
+    pub claimed: StateRoot,
+    /// Root computed from its parts.
+    pub computed: StateRoot,
+    /// Whether the manifest carries a pending-deposit queue.
+    pub with_queue: bool,
 }
 
 /// What [`ManifestError::StateRoot`] computed the state root from.

@@ -289,7 +289,7 @@ impl Driver<'_> {
         let Some(opener) = self
             .parts
             .modules
-            .prepared_checkpoint(&crate::hashes::ModuleHash(manifest.module_hash))
+            .prepared_checkpoint(&manifest.module_hash)
         else {
             self.bad.insert(id);
             return Err(Stop::Bad(format!(
@@ -396,8 +396,7 @@ impl Driver<'_> {
             let Ok(block) = Block::decode(bytes, self.parts.genesis.max_deposits_per_block) else {
                 continue;
             };
-            if block.hash().to_bytes() == manifest.block_hash
-                && block.header.state_root.to_bytes() == manifest.state_root
+            if block.hash() == manifest.block_hash && block.header.state_root == manifest.state_root
             {
                 return Ok(block);
             }
