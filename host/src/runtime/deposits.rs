@@ -15,6 +15,7 @@ use crate::state::{
     OverlayError, PendingOverlay, PendingQueue, RegistryDelta, RegistryOverlay, SharedRegistry,
 };
 
+#[cfg(any(test, feature = "test-utils"))]
 pub mod bench_support;
 pub mod convert;
 pub mod migration;

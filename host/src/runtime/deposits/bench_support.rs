@@ -1,13 +1,14 @@
-//! What `modnode bench host-call` times through the deposits world at the WIT level: a
-//! fixture fed a deposit the chain's types cannot hold (an empty proof), as the runtime's own
-//! tests do. The bench names no WIT type; the call and its inputs are built here.
+//! What `modnode bench host-call` times through the deposits world at the WIT level (compiled
+//! with `test-utils` only): a fixture fed a deposit the chain's types cannot hold (an empty
+//! proof), as the runtime's own tests do. The bench names no WIT type; the call and its inputs
+//! are built here.
 
 use std::time::Instant;
 
-use super::{BlockContext, Deposit, DepositsModule, WitEth1Data};
-use crate::deposit::DepositRejection;
+use super::{Deposit, DepositsModule};
+use crate::deposit::{DepositContext, DepositRejection};
 use crate::runtime::CallError;
-use crate::state::SharedRegistry;
+use crate::state::{Eth1Data, SharedRegistry};
 
 /// A deposits@2 module's `process` on a block at height 0 and `slot` (zero eth1 data and fork
 /// version) carrying one deposit of `pubkey` (amount 1, zero credentials and signature) with an
@@ -26,17 +27,13 @@ pub fn time_unproven_process(
         signature: vec![0; 96],
         proof: Vec::new(),
     };
-    let ctx = BlockContext {
+    let ctx = super::convert::block_context(&DepositContext {
         height: 0,
         slot,
-        genesis_fork_version: vec![0; 4],
-        eth1_data: WitEth1Data {
-            deposit_root: vec![0; 32],
-            deposit_count: 0,
-            block_hash: vec![0; 32],
-        },
+        genesis_fork_version: [0; 4],
+        eth1_data: Eth1Data::default(),
         eth1_deposit_index: 0,
-    };
+    });
     let start = Instant::now();
     let out = module.process(registry, ctx, vec![deposit])?;
     let elapsed = start.elapsed().as_secs_f64() * 1e9;
