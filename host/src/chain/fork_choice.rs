@@ -160,7 +160,7 @@ impl From<ImportError> for ForkChoiceError {
 impl ForkChoiceError {
     /// The scheduled module (kind, hash) this node lacked, if that is why the block was not
     /// added: on import, on executing a side branch, or on regenerating its parent's state.
-    pub fn missing_module(&self) -> Option<(crate::runtime::Kind, [u8; 32])> {
+    pub fn missing_module(&self) -> Option<(crate::runtime::Kind, crate::hashes::ModuleHash)> {
         match self {
             Self::Invalid(e) | Self::NotChecked(e) => e.missing_module(),
             Self::ParentState { source, .. } => source.missing_module(),

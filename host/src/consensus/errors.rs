@@ -245,9 +245,9 @@ impl ImportError {
     }
 
     /// The scheduled module this node lacked, if that is why the block failed.
-    pub fn missing_module(&self) -> Option<(crate::runtime::Kind, [u8; 32])> {
+    pub fn missing_module(&self) -> Option<(crate::runtime::Kind, crate::hashes::ModuleHash)> {
         match self {
-            Self::ModuleMissing { kind, module, .. } => Some((*kind, module.to_bytes())),
+            Self::ModuleMissing { kind, module, .. } => Some((*kind, *module)),
             _ => None,
         }
     }
@@ -307,7 +307,7 @@ mod tests {
         );
         assert_eq!(
             missing.missing_module(),
-            Some((crate::runtime::Kind::Deposits, claimed))
+            Some((crate::runtime::Kind::Deposits, ModuleHash::new(claimed)))
         );
     }
 }

@@ -103,7 +103,7 @@ pub enum StateCacheError {
 impl StateCacheError {
     /// The scheduled module (kind, hash) this node lacked, if that is why the state could not
     /// be had.
-    pub fn missing_module(&self) -> Option<(crate::runtime::Kind, [u8; 32])> {
+    pub fn missing_module(&self) -> Option<(crate::runtime::Kind, crate::hashes::ModuleHash)> {
         match self {
             Self::Replay(e) | Self::InvalidBlock(e) | Self::NotExecuted(e) => e.missing_module(),
             _ => None,

@@ -37,7 +37,7 @@ impl SyncImportError {
             return None;
         };
         if let Some((_, module)) = e.missing_module() {
-            return Some(Some(ModuleHash::from(module)));
+            return Some(Some(module));
         }
         matches!(e, ForkChoiceError::NotChecked(_)).then_some(None)
     }
