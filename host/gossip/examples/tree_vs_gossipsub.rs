@@ -48,6 +48,7 @@ fn main() -> Result<(), Box<dyn Error>> {
         large_origin_quorum: env("V3_LARGE_QUORUM", defaults.large_origin_quorum)?,
         churn_ms: env("V3_CHURN_MS", u32::try_from(defaults.churn_ms)?)?.into(),
         announce_first_above: env("V3_ANNOUNCE_FIRST_ABOVE", defaults.announce_first_above)?,
+        base_timeout_ms: env("V3_BASE_TIMEOUT_MS", defaults.base_timeout_ms)?,
         ..defaults
     };
     let nodes = usize::try_from(arg(1, 200)?)?;
@@ -77,6 +78,15 @@ fn main() -> Result<(), Box<dyn Error>> {
                 max_time: 23_000_000,
                 ..SimConfig::default()
             };
+            let mut cfg = cfg;
+            cfg.engine.graft_after_misses =
+                env("GRAFT_AFTER_MISSES", cfg.engine.graft_after_misses)?;
+            cfg.engine.prune_after_duplicates =
+                env("PRUNE_AFTER", cfg.engine.prune_after_duplicates)?;
+            cfg.engine.max_inflight_per_peer = usize::try_from(env(
+                "MAX_INFLIGHT",
+                u32::try_from(cfg.engine.max_inflight_per_peer)?,
+            )?)?;
             let tree = sim::run(&cfg, &scenario, |_| PolicyV3 {
                 params: params.clone(),
                 ..PolicyV3::default()
@@ -91,12 +101,15 @@ fn main() -> Result<(), Box<dyn Error>> {
             println!("{size} B, churn {}%:", churn_permille / 10);
             println!("  v3        {tree}");
             println!(
-                "            rmr {:.4} grafts {} prunes {} missing {} dup pushes {}",
+                "            rmr {:.4} grafts {} prunes {} missing {} dup pushes {} timer pulls {} late tree copies {} tolerated {}",
                 tree.payload_rmr,
                 tree.engine.grafts_sent,
                 tree.engine.prunes_sent,
                 tree.engine.missing,
-                tree.engine.duplicate_pushes
+                tree.engine.duplicate_pushes,
+                tree.engine.timer_pulls,
+                tree.engine.late_tree_copies,
+                tree.engine.tolerated_duplicates
             );
             if let Some(gs) = gs {
                 println!("  gossipsub {gs}");

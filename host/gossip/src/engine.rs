@@ -28,13 +28,20 @@
 //! - what a stateful policy hears ([`Policy::on_event`]): duplicates, peers joining and
 //!   leaving, a tick every [`EngineConfig::policy_tick`]; and for a policy that builds a
 //!   spreading tree ([`Policy::link_control`]), the PlumTree mechanics: once this node is on
-//!   the tree (a link of it carried a GRAFT, or an unasked first copy), an announce of a small
-//!   message is waited on for the graft timer (tuned from measured gaps, [`crate::links`])
-//!   before it is pulled, and then reported `missing` and grafted; while the node is on no
-//!   tree link, such an announce is pulled at once and its announcer grafted the same way (the
-//!   node joins the tree through its fastest path); a duplicate push is answered with PRUNE; a
-//!   peer's PRUNE / GRAFT is heard as `duplicate` / `missing` of that link, within a per-peer
-//!   budget ([`EngineConfig::link_burst`]) whatever the peer sends.
+//!   the tree (a link of it carried a GRAFT, or an unasked first copy — which grafts a link
+//!   not on the tree yet, so both ends agree), an announce of a small message is waited on
+//!   for the graft timer (tuned from measured gaps, [`crate::links`]) before it is pulled; it
+//!   is reported `missing` and its announcer grafted only when the timer ran out
+//!   [`EngineConfig::graft_after_misses`] times more with no tree link delivering in between,
+//!   or a tree peer left (a late tree copy is not a lost link); while the node is on no tree
+//!   link, such an announce is pulled at once and its announcer grafted (the node joins the
+//!   tree through its fastest path); a duplicate push is answered with PRUNE — over a tree
+//!   link only when it is the [`EngineConfig::prune_after_duplicates`]th in a row with no
+//!   first copy between, and never when ours was pulled (the tree's copy is late, and two
+//!   copies of one message meeting on a tree link are no cycle: pruning every such link
+//!   cut the tree apart under traffic from many origins); a peer's PRUNE / GRAFT is heard as
+//!   `duplicate` / `missing` of that link, within a per-peer budget
+//!   ([`EngineConfig::link_burst`]) whatever the peer sends.
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -144,6 +151,15 @@ pub struct EngineStats {
     /// Announces pulled at once, their announcer grafted, because this node was on no tree
     /// link yet (it joined the tree).
     pub joins: u64,
+    /// Announced messages pulled when the graft timer ran out, without a graft: the tree's
+    /// links had delivered since the last miss (the tree copy is late, not lost).
+    pub timer_pulls: u64,
+    /// Copies a tree link pushed after this node had pulled the message: late, not redundant
+    /// (no PRUNE).
+    pub late_tree_copies: u64,
+    /// Duplicates a tree link pushed that were not (yet) answered with PRUNE
+    /// ([`EngineConfig::prune_after_duplicates`]).
+    pub tolerated_duplicates: u64,
 }
 
 /// How much state the engine holds: what the caps bound.
@@ -182,6 +198,9 @@ pub struct GossipEngine<P> {
     last_tick: Option<Time>,
     /// The graft timer of tree-building policies.
     gaps: GapTimer,
+    /// Graft timers run out in a row with no tree link delivering in between (a tree peer
+    /// leaving counts as enough of them).
+    tree_misses: u32,
 }
 
 impl<P: Policy> GossipEngine<P> {
@@ -202,6 +221,7 @@ impl<P: Policy> GossipEngine<P> {
             stats: EngineStats::default(),
             last_tick: None,
             gaps: GapTimer::default(),
+            tree_misses: 0,
         }
     }
 
@@ -243,9 +263,14 @@ impl<P: Policy> GossipEngine<P> {
     /// Forgets a disconnected peer: its queues and sends in flight are dropped, and fetches
     /// waiting on it move to another announcer.
     pub fn remove_peer(&mut self, peer: PeerId, now: Time) -> Result<(), GossipError> {
-        self.peers
+        let gone = self
+            .peers
             .remove(&peer)
             .ok_or(GossipError::UnknownPeer(peer))?;
+        if gone.tree {
+            // A tree link is gone: the next message the timer misses grafts a new one.
+            self.tree_misses = self.tree_misses.max(self.cfg.graft_after_misses);
+        }
         let mut retry = Vec::new();
         for (id, fetch) in &mut self.fetches {
             fetch.announcers.retain(|&p| p != peer);
@@ -421,6 +446,34 @@ impl<P: Policy> GossipEngine<P> {
         if self.seen.contains(&id, now) || self.store.contains_key(&id) {
             self.stats.duplicate_pushes += 1;
             self.note_has(id, from);
+            // Our first copy was pulled: a tree link's copy after it is late, not redundant —
+            // the link stays on the tree (pruning it would swap the tree towards this one
+            // message's origin, and messages from other origins racing on one cycle would
+            // cut it twice), and its gap tunes the graft timer.
+            let pulled = self.store.get(&id).and_then(|m| m.pulled);
+            let from_tree = self.peers.get(&from).is_some_and(|s| s.tree);
+            if let Some(announced_at) = pulled
+                && from_tree
+                && self.policy.link_control().is_some()
+            {
+                self.stats.late_tree_copies += 1;
+                self.tree_misses = 0;
+                self.gaps.sample(now.saturating_sub(announced_at));
+                return Ok(());
+            }
+            // A tree link's duplicate is pruned only when it keeps bringing nothing new.
+            let limit = self.cfg.prune_after_duplicates;
+            if self.policy.link_control().is_some()
+                && let Some(state) = self.peers.get_mut(&from)
+                && state.tree
+            {
+                state.duplicate_streak = state.duplicate_streak.saturating_add(1);
+                if state.duplicate_streak < limit {
+                    self.stats.tolerated_duplicates += 1;
+                    return Ok(());
+                }
+                state.duplicate_streak = 0;
+            }
             self.policy.on_event(&PolicyEvent::Duplicate {
                 peer: from,
                 message: id_head(&id),
@@ -440,16 +493,44 @@ impl<P: Policy> GossipEngine<P> {
             .fetches
             .get(&id)
             .is_some_and(|f| !f.waiting && f.current == Some(from));
+        let pulled = self
+            .fetches
+            .get(&id)
+            .filter(|_| asked)
+            .map(|f| f.announced_at);
+        // A first copy pushed unasked comes down a tree link (for a tree-building policy). Over
+        // a link not on the tree yet (say, an origin's push before it is on any tree link) the
+        // pusher took the link for a tree link: it is grafted on both sides, or the two ends
+        // would disagree — the pusher's part of the tree and ours joined only through graft
+        // timers.
+        let mut graft_pusher = false;
         if !asked
             && self.policy.link_control().is_some()
             && let Some(state) = self.peers.get_mut(&from)
         {
+            state.duplicate_streak = 0;
+            if state.tree {
+                self.tree_misses = 0;
+            } else {
+                graft_pusher = true;
+            }
             state.tree = true;
         }
         self.seen.insert(id, now);
         let announcers = self.finish_fetch(&id, now);
         let hops = hops.saturating_add(1);
         self.store_insert(id, kind, payload.clone(), hops, now);
+        if let Some(stored) = self.store.get_mut(&id) {
+            stored.pulled = pulled;
+        }
+        if graft_pusher {
+            self.policy.on_event(&PolicyEvent::Missing {
+                peer: from,
+                message: id_head(&id),
+                kind,
+            });
+            self.send_link(from, id, kind, LinkOp::Graft, now);
+        }
         self.note_has(id, from);
         for peer in announcers {
             self.note_has(id, peer);

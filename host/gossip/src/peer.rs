@@ -136,6 +136,8 @@ pub(crate) struct PeerState {
     /// The link is on a spreading tree, as far as the engine saw: a GRAFT crossed it (either
     /// way) or the peer pushed us a first copy unasked, and no PRUNE crossed it since.
     pub(crate) tree: bool,
+    /// Duplicates this tree link pushed since it last brought a first copy.
+    pub(crate) duplicate_streak: u32,
 }
 
 impl PeerState {

@@ -269,6 +269,9 @@ pub(crate) fn add_stats(sum: &mut EngineStats, s: &EngineStats) {
     sum.link_heard += s.link_heard;
     sum.link_ignored += s.link_ignored;
     sum.joins += s.joins;
+    sum.timer_pulls += s.timer_pulls;
+    sum.late_tree_copies += s.late_tree_copies;
+    sum.tolerated_duplicates += s.tolerated_duplicates;
 }
 
 /// Nearest-rank percentile of sorted values (0 if empty).

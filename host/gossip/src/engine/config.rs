@@ -84,6 +84,17 @@ pub struct EngineConfig {
     pub link_burst: u32,
     /// PRUNE / GRAFT items per second per peer and direction after the burst.
     pub link_per_sec: u32,
+    /// Graft timers that must run out in a row, with no tree link delivering in between,
+    /// before the announcer of a missing message is grafted (0: at the first, as PlumTree).
+    /// Before that a missing message is only pulled: a copy the tree brings late is not a
+    /// lost link, and grafting for it adds a cycle the next duplicates must prune. A tree
+    /// peer that leaves counts as enough misses.
+    pub graft_after_misses: u32,
+    /// Duplicates a tree link may push in a row, with no first copy in between, before it is
+    /// pruned (a link off the tree is pruned at its first). A single duplicate over a tree
+    /// link is where a message that entered the tree at two places (a pull) met itself, not
+    /// a cycle; pruning it would cut the tree in two.
+    pub prune_after_duplicates: u32,
 }
 
 /// The default message id: the sha256 of the payload, whatever the kind.
@@ -124,6 +135,8 @@ impl Default for EngineConfig {
             policy_tick: 1_000 * MS,
             link_burst: 32,
             link_per_sec: 16,
+            graft_after_misses: 1,
+            prune_after_duplicates: 3,
         }
     }
 }

@@ -21,6 +21,9 @@ pub(super) struct Stored {
     pub(super) pushes_done: u32,
     pub(super) priority: Priority,
     pub(super) timeout: Time,
+    /// The first copy was asked for, and when its first announce came: a copy a tree link
+    /// pushes later is late, not redundant (and its gap is measured).
+    pub(super) pulled: Option<Time>,
 }
 
 impl<P: Policy> GossipEngine<P> {
@@ -56,6 +59,7 @@ impl<P: Policy> GossipEngine<P> {
                 pushes_done: 0,
                 priority: kind.default_priority(),
                 timeout: self.cfg.serve_timeout,
+                pulled: None,
             },
         );
         self.store_order.push_back((expires, id));

@@ -80,6 +80,13 @@ impl<P: Policy> GossipEngine<P> {
         let joining = !fetch.waiting;
         fetch.waiting = false;
         let kind = fetch.kind;
+        if !joining && self.tree_misses < self.cfg.graft_after_misses {
+            // The tree delivered since the last miss: pull this one, keep the tree.
+            self.tree_misses = self.tree_misses.saturating_add(1);
+            self.stats.timer_pulls = self.stats.timer_pulls.saturating_add(1);
+            self.next_fetch_attempt(id, now);
+            return;
+        }
         self.next_fetch_attempt(id, now);
         let Some(peer) = self.fetches.get(&id).and_then(|f| f.current) else {
             return;

@@ -41,6 +41,11 @@ impl Policy for Recording {
 }
 
 impl Recording {
+    /// Forgets what was heard so far.
+    fn clear(&self) {
+        self.heard.borrow_mut().clear();
+    }
+
     fn links(&self) -> Vec<PolicyEvent> {
         self.heard
             .borrow()
@@ -66,6 +71,28 @@ fn node(policy: Recording, peers: &[u32]) -> GossipEngine<Recording> {
 
 fn drain(e: &mut GossipEngine<Recording>, now: u64) -> Vec<Transmit> {
     std::iter::from_fn(|| e.poll_transmit(now)).collect()
+}
+
+/// Drains `e` and acknowledges every transmission at once (no send deadline left armed).
+fn settle(e: &mut GossipEngine<Recording>, now: u64) -> Vec<Transmit> {
+    let txs = drain(e, now);
+    for tx in &txs {
+        e.handle_send_complete(tx.peer, tx.send_id, now);
+    }
+    txs
+}
+
+/// Makes `peer`'s link a tree link by its GRAFT.
+fn grafted_by(e: &mut GossipEngine<Recording>, peer: u32, now: u64) {
+    let graft = Frame::Link {
+        items: vec![LinkItem {
+            id: MessageId::of(&small(99)),
+            kind: MessageKind::Deposit,
+            op: LinkOp::Graft,
+        }],
+    };
+    e.handle_frame(peer, graft, now).unwrap();
+    settle(e, now);
 }
 
 /// Puts `e` on the tree: `parent` pushes it a first copy unasked, as a tree link does (its
@@ -131,23 +158,16 @@ fn requests_in(txs: &[Transmit], to: u32) -> Vec<MessageId> {
 }
 
 #[test]
-fn an_announce_waits_for_the_graft_timer_then_is_reported_missing_and_grafted() {
+fn a_first_copy_pushed_over_a_link_off_the_tree_grafts_it_on_both_sides() {
     let policy = Recording::default();
     let mut e = node(policy.clone(), &[1, 2]);
-    on_tree(&mut e, 2);
-    let msg = small(1);
+    let msg = vec![200; 300];
     let id = MessageId::of(&msg);
-    e.handle_frame(1, announce(&msg), 0).unwrap();
-    // Waiting for the eager copy: nothing is asked, the timer (the longest before any gap
-    // was measured) is armed.
-    assert!(drain(&mut e, 0).is_empty());
-    assert_eq!(e.poll_timeout(), Some(100 * MS));
-    assert!(policy.links().is_empty());
-    e.handle_timeout(100 * MS);
-    let txs = drain(&mut e, 100 * MS);
-    assert_eq!(requests_in(&txs, 1), vec![id]);
+    e.handle_frame(2, push(&msg), 0).unwrap();
+    let txs = drain(&mut e, 0);
+    // The pusher took the link for a tree link: it is one now, on both sides.
     assert_eq!(
-        links_in(&txs, 1),
+        links_in(&txs, 2),
         vec![LinkItem {
             id,
             kind: MessageKind::Deposit,
@@ -157,13 +177,168 @@ fn an_announce_waits_for_the_graft_timer_then_is_reported_missing_and_grafted() 
     assert_eq!(
         policy.links(),
         vec![PolicyEvent::Missing {
-            peer: 1,
+            peer: 2,
             message: id_head(&id),
             kind: MessageKind::Deposit
         }]
     );
-    assert_eq!(e.stats().missing, 1);
-    assert_eq!(e.stats().grafts_sent, 1);
+    // A later first copy over the same link is just the tree at work.
+    policy.clear();
+    e.handle_frame(2, push(&small(7)), MS).unwrap();
+    assert!(links_in(&drain(&mut e, MS), 2).is_empty());
+    assert!(policy.links().is_empty());
+}
+
+#[test]
+fn a_missed_announce_is_pulled_and_a_second_miss_in_a_row_grafts() {
+    let policy = Recording::default();
+    let mut e = node(policy.clone(), &[1, 2]);
+    on_tree(&mut e, 2);
+    policy.clear();
+    let msg = small(1);
+    let id = MessageId::of(&msg);
+    e.handle_frame(1, announce(&msg), 0).unwrap();
+    // Waiting for the eager copy: nothing is asked, the timer (the longest before any gap
+    // was measured) is armed.
+    assert!(drain(&mut e, 0).is_empty());
+    assert_eq!(e.poll_timeout(), Some(100 * MS));
+    e.handle_timeout(100 * MS);
+    // The first miss since the tree last delivered: pulled, the tree kept (its copy may be
+    // late, not lost).
+    let txs = drain(&mut e, 100 * MS);
+    assert_eq!(requests_in(&txs, 1), vec![id]);
+    assert!(links_in(&txs, 1).is_empty());
+    assert!(policy.links().is_empty());
+    assert_eq!((e.stats().timer_pulls, e.stats().missing), (1, 0));
+    // The pulled copy is no tree copy.
+    e.handle_frame(1, push(&msg), 150 * MS).unwrap();
+    settle(&mut e, 150 * MS);
+    // A second miss with no tree copy in between: the announcer is grafted.
+    let next = small(2);
+    let next_id = MessageId::of(&next);
+    e.handle_frame(1, announce(&next), 200 * MS).unwrap();
+    e.handle_timeout(300 * MS);
+    let txs = drain(&mut e, 300 * MS);
+    assert_eq!(requests_in(&txs, 1), vec![next_id]);
+    assert_eq!(
+        links_in(&txs, 1),
+        vec![LinkItem {
+            id: next_id,
+            kind: MessageKind::Deposit,
+            op: LinkOp::Graft
+        }]
+    );
+    assert_eq!(
+        policy.links(),
+        vec![PolicyEvent::Missing {
+            peer: 1,
+            message: id_head(&next_id),
+            kind: MessageKind::Deposit
+        }]
+    );
+    assert_eq!((e.stats().timer_pulls, e.stats().missing), (1, 1));
+    assert_eq!(e.stats().grafts_sent, 2, "the join of on_tree and this one");
+}
+
+#[test]
+fn a_tree_copy_between_two_misses_keeps_the_tree_and_a_lost_tree_peer_grafts_at_once() {
+    let policy = Recording::default();
+    let mut e = node(policy.clone(), &[1, 2, 3]);
+    on_tree(&mut e, 2);
+    grafted_by(&mut e, 3, MS);
+    policy.clear();
+    // Miss, pulled (and answered).
+    e.handle_frame(1, announce(&small(1)), 10 * MS).unwrap();
+    e.handle_timeout(110 * MS);
+    settle(&mut e, 110 * MS);
+    e.handle_frame(1, push(&small(1)), 120 * MS).unwrap();
+    settle(&mut e, 120 * MS);
+    // The tree delivers a first copy: the misses start over.
+    e.handle_frame(2, push(&small(2)), 150 * MS).unwrap();
+    settle(&mut e, 150 * MS);
+    e.handle_frame(1, announce(&small(3)), 200 * MS).unwrap();
+    e.handle_timeout(300 * MS);
+    settle(&mut e, 300 * MS);
+    e.handle_frame(1, push(&small(3)), 310 * MS).unwrap();
+    settle(&mut e, 310 * MS);
+    assert_eq!((e.stats().timer_pulls, e.stats().missing), (2, 0));
+    assert!(policy.links().is_empty());
+    // A tree peer leaves (3 is still a tree link): the next miss grafts at once.
+    e.remove_peer(2, 320 * MS).unwrap();
+    e.handle_frame(1, announce(&small(4)), 330 * MS).unwrap();
+    e.handle_timeout(430 * MS);
+    let txs = settle(&mut e, 430 * MS);
+    let ops: Vec<LinkOp> = links_in(&txs, 1).into_iter().map(|l| l.op).collect();
+    assert_eq!(ops, vec![LinkOp::Graft]);
+    assert_eq!((e.stats().timer_pulls, e.stats().missing), (2, 1));
+}
+
+#[test]
+fn a_tree_copy_after_our_pull_is_late_not_redundant() {
+    let policy = Recording::default();
+    let mut e = node(policy.clone(), &[1, 2]);
+    on_tree(&mut e, 2);
+    policy.clear();
+    let msg = small(1);
+    e.handle_frame(1, announce(&msg), 0).unwrap();
+    e.handle_timeout(100 * MS);
+    let txs = settle(&mut e, 100 * MS);
+    assert_eq!(requests_in(&txs, 1), vec![MessageId::of(&msg)]);
+    e.handle_frame(1, push(&msg), 130 * MS).unwrap();
+    settle(&mut e, 130 * MS);
+    // The tree's copy comes after the pulled one: no PRUNE, nothing heard, a measured gap.
+    e.handle_frame(2, push(&msg), 180 * MS).unwrap();
+    let txs = settle(&mut e, 180 * MS);
+    assert!(links_in(&txs, 2).is_empty());
+    assert!(policy.links().is_empty());
+    assert_eq!(e.stats().late_tree_copies, 1);
+    assert_eq!(e.stats().prunes_sent, 0);
+    // The gap (180 ms from the announce) tunes the timer: 1.5 × it, within the bounds.
+    e.handle_frame(1, announce(&small(2)), 200 * MS).unwrap();
+    assert_eq!(e.poll_timeout(), Some(200 * MS + 100 * MS));
+}
+
+#[test]
+fn a_tree_link_is_pruned_only_when_its_duplicates_keep_coming() {
+    let policy = Recording::default();
+    let mut e = node(policy.clone(), &[1, 2, 3]);
+    on_tree(&mut e, 2);
+    // Peer 3 is grafted too (its GRAFT heard): two tree links.
+    grafted_by(&mut e, 3, MS);
+    policy.clear();
+    let limit = EngineConfig::default().prune_after_duplicates;
+    assert!(limit >= 2);
+    let mut t = 10 * MS;
+    // A duplicate from 3, then a first copy from 3: the streak starts over, no PRUNE.
+    for n in 0..u8::try_from(limit).unwrap() - 1 {
+        let msg = small(10 + n);
+        e.handle_frame(2, push(&msg), t).unwrap();
+        e.handle_frame(3, push(&msg), t + MS).unwrap();
+        t += 10 * MS;
+    }
+    e.handle_frame(3, push(&small(50)), t).unwrap();
+    t += 10 * MS;
+    assert!(links_in(&drain(&mut e, t), 3).is_empty());
+    assert!(policy.links().is_empty());
+    // `limit` duplicates in a row: pruned.
+    for n in 0..u8::try_from(limit).unwrap() {
+        let msg = small(60 + n);
+        e.handle_frame(2, push(&msg), t).unwrap();
+        e.handle_frame(3, push(&msg), t + MS).unwrap();
+        t += 10 * MS;
+    }
+    let txs = drain(&mut e, t);
+    let prunes: Vec<LinkOp> = links_in(&txs, 3).into_iter().map(|l| l.op).collect();
+    assert_eq!(prunes, vec![LinkOp::Prune]);
+    assert!(matches!(
+        policy.links().as_slice(),
+        [PolicyEvent::Duplicate { peer: 3, .. }]
+    ));
+    assert_eq!(
+        e.stats().tolerated_duplicates,
+        u64::from(2 * limit - 2),
+        "the ones before each PRUNE or first copy"
+    );
 }
 
 #[test]
@@ -217,7 +392,8 @@ fn on_no_tree_link_an_announce_is_pulled_at_once_and_its_announcer_grafted() {
     e.handle_timeout(MS + 100 * MS);
     let txs = drain(&mut e, MS + 100 * MS);
     assert_eq!(requests_in(&txs, 2), vec![MessageId::of(&next)]);
-    assert_eq!(e.stats().missing, 1);
+    // The first miss is pulled without a graft.
+    assert_eq!((e.stats().timer_pulls, e.stats().missing), (1, 0));
 }
 
 #[test]
@@ -240,6 +416,8 @@ fn a_duplicate_push_is_heard_and_pruned() {
     let id = MessageId::of(&msg);
     e.handle_frame(1, push(&msg), 0).unwrap();
     drain(&mut e, 0);
+    // (Peer 1's unasked first copy grafted its link.)
+    policy.clear();
     e.handle_frame(2, push(&msg), MS).unwrap();
     let txs = drain(&mut e, MS);
     assert_eq!(

@@ -282,9 +282,12 @@ fn on_a_simulated_network_the_tree_cuts_duplicates_and_misses_nothing_even_with_
     let repaired = sim::run(&churn, &scenario, |_| PolicyV3::default()).unwrap();
     assert_eq!(repaired.missed, 0, "{repaired}");
     assert!(repaired.leaves > 0);
+    // Repaired by grafts: nodes that lost their tree links joined again, or missed twice.
+    let grafted = |r: &sim::SimReport| r.engine.joins + r.engine.missing;
     assert!(
-        repaired.engine.missing > 0,
-        "no graft under churn: {repaired}"
+        grafted(&repaired) > grafted(&tree),
+        "no graft under churn: {repaired} {:?}",
+        repaired.engine
     );
     // No control flood: grafts and prunes stay far below the messages' count per node.
     let links = repaired.engine.prunes_sent + repaired.engine.grafts_sent;
@@ -313,4 +316,35 @@ fn the_tree_repairs_when_parent_links_are_cut_while_messages_spread() {
     assert_eq!(cut.cuts, 12, "{cut}");
     assert_eq!(cut.missed, 0, "{cut}");
     assert!(cut.engine.missing + cut.engine.joins > 0, "no graft: {cut}");
+}
+
+/// Many origins publishing while earlier messages still spread: every message enters the tree
+/// somewhere else, copies meet on tree links and pulls race late tree copies. The tree must
+/// stay a tree — formed once, a late copy or a meeting point not taken for a cycle — not be
+/// rebuilt towards each message's origin (which cut the same cycle twice under concurrent
+/// messages: before, this network ran at RMR 0.37 with 4,594 grafts; now 0.05 and 173).
+#[test]
+fn under_sustained_traffic_from_many_origins_the_tree_stays_a_tree() {
+    let nodes = 100;
+    let scenario = Scenario {
+        deposits: 200,
+        deposit_size: 300,
+        blocks: 0,
+        block_size: 0,
+        duration: 8_000_000,
+    };
+    let cfg = SimConfig {
+        nodes,
+        degree: 12,
+        seed: 5,
+        latency_min: 10_000,
+        latency_max: 100_000,
+        ..SimConfig::default()
+    };
+    let tree = sim::run(&cfg, &scenario, |_| PolicyV3::default()).unwrap();
+    assert_eq!(tree.missed, 0, "{tree}");
+    assert!(tree.payload_rmr < 0.1, "{tree} {:?}", tree.engine);
+    // Formed once (a graft per node joining it), then kept: not regrafted per message.
+    let grafts = tree.engine.grafts_sent;
+    assert!(grafts < 3 * nodes as u64, "{grafts} grafts: {tree}");
 }

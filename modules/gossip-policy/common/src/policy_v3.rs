@@ -6,11 +6,13 @@
 //! (`missing`: this node pulled a message from that peer, or the peer told us GRAFT because it
 //! pulled one from us). The engine grafts the announcer it pulls from: at once while this node
 //! is on no tree link yet — so the first message builds the tree, every node pulling it from
-//! its first announcer, the fastest path, and grafting that link — and after the graft timer
-//! (tuned from the measured gaps within [`V3Params::graft_min_ms`] ..
-//! [`V3Params::graft_max_ms`]) once it is: the tree repairs itself through the announcer the
-//! engine found fastest and most reliable. A link that delivers a redundant copy (`duplicate`:
-//! the peer pushed us a copy we had, or told us PRUNE because ours was one for it) leaves the
+//! its first announcer, the fastest path, and grafting that link — and once it is, when the
+//! graft timer (tuned from the measured gaps within [`V3Params::graft_min_ms`] ..
+//! [`V3Params::graft_max_ms`]) runs out again with no tree copy in between, or a tree peer
+//! left (a single miss is only pulled: the tree's copy may be late, not lost): the tree
+//! repairs itself through the announcer the engine found fastest and most reliable. A link
+//! that delivers a redundant copy (`duplicate`: the peer pushed us a copy we had — over a tree
+//! link, one of several in a row — or told us PRUNE because ours was one for it) leaves the
 //! tree (lazy). A stable tree carries every small message once per node, without the round
 //! trip of a pull.
 //!
