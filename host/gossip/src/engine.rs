@@ -503,9 +503,14 @@ impl<P: Policy> GossipEngine<P> {
         // pusher took the link for a tree link: it is grafted on both sides, or the two ends
         // would disagree — the pusher's part of the tree and ours joined only through graft
         // timers.
+        // (Only for a size the tree carries: a larger message's origin pushes it to a few
+        // peers off the tree, and that makes no link a tree link.)
         let mut graft_pusher = false;
+        let tree_sized = self.policy.link_control().is_some_and(|c| {
+            payload.len() <= usize::try_from(c.announce_first_above).unwrap_or(usize::MAX)
+        });
         if !asked
-            && self.policy.link_control().is_some()
+            && tree_sized
             && let Some(state) = self.peers.get_mut(&from)
         {
             state.duplicate_streak = 0;

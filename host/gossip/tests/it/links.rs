@@ -190,6 +190,23 @@ fn a_first_copy_pushed_over_a_link_off_the_tree_grafts_it_on_both_sides() {
 }
 
 #[test]
+fn a_large_message_pushed_unasked_makes_no_tree_link() {
+    let policy = Recording::default();
+    let mut e = node(policy.clone(), &[1, 2]);
+    // An origin pushes its large message to a few peers, off the tree.
+    e.handle_frame(1, push(&vec![7; 4096]), 0).unwrap();
+    let txs = settle(&mut e, 0);
+    assert!(links_in(&txs, 1).is_empty(), "no graft");
+    assert!(policy.links().is_empty());
+    // Still on no tree link: a small message's announce is pulled at once (a join).
+    let msg = small(1);
+    e.handle_frame(2, announce(&msg), MS).unwrap();
+    let txs = settle(&mut e, MS);
+    assert_eq!(requests_in(&txs, 2), vec![MessageId::of(&msg)]);
+    assert_eq!(e.stats().joins, 1);
+}
+
+#[test]
 fn a_missed_announce_is_pulled_and_a_second_miss_in_a_row_grafts() {
     let policy = Recording::default();
     let mut e = node(policy.clone(), &[1, 2]);

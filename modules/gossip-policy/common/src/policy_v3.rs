@@ -20,7 +20,8 @@
 //! copy from its first announcer — the fastest path for that message's origin — so no large
 //! duplicate crosses a link whatever the tree. Only their origin pushes them, to its
 //! [`V3Params::large_origin_pushes`] fastest peers under a quorum: its neighbours cannot have
-//! them yet, so the first hop saves its announce round trip at no duplicate. (Pushing them down the tree instead was slower
+//! them yet, so the first hop saves its announce round trip at no duplicate, and no request
+//! has to reach an origin whose receive link is busy. (Pushing them down the tree instead was slower
 //! and costlier in the simulator, at 200 nodes with 100 KiB blocks: a shared tree is not every
 //! origin's fastest path, its hubs serialise a copy per child, and a tree copy that lags its
 //! announces past the graft timer is pulled too — t99 526 ms and 0.42 redundant copies per
@@ -101,10 +102,13 @@ impl Default for V3Params {
             churn_ms: 0,
             slow_queue: 8,
             slow_failures: 2,
-            // 16 under a quorum of 4 took 1,000 simulated nodes' 100 KiB t99 from 519 to 477 ms
-            // at the same RMR, but 150 nodes' RMR to 0.154 (over 0.15): off until tuned.
-            large_origin_pushes: 0,
-            large_origin_quorum: 4,
+            // An origin that waits for its neighbours' requests waits behind whatever its
+            // receive link is busy with: with 8 of 32 simulated nodes on a slow link, blocks
+            // from them made the fast nodes' high-priority p99 4,977 ms against 76 ms without
+            // them; pushing to 4 under a quorum of 2, 78 against 72 ms. It also took 1,000
+            // nodes' 100 KiB t99 from 519 to 483 ms at the same RMR (150 nodes: 0.131 → 0.141).
+            large_origin_pushes: 4,
+            large_origin_quorum: 2,
             base_timeout_ms: 100,
             timeout_bytes_per_ms: 1_000,
         }

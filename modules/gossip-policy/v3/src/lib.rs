@@ -3,8 +3,8 @@
 //! ones: the first announcer a node pulled from, fastest first), announces on the others,
 //! prune on duplicate, graft on missing (the host's graft timer, tuned from measured gaps
 //! within the bounds this module declares), redundant copies announced before they are sent,
-//! messages above 1 KiB announced (their origin may push them to its fastest peers under a
-//! quorum: `large_origin_pushes`, off by default), high priority never pushed to slow peers. The algorithm and its state are
+//! messages above 1 KiB announced (their origin pushes them to its 4 fastest peers under a
+//! quorum of 2: `large_origin_pushes`), high priority never pushed to slow peers. The algorithm and its state are
 //! [`gossip_policy_common::policy_v3`], which the host's simulator and tests also run natively.
 //!
 //! The parameters `graft-min-ms`, `graft-max-ms` and `announce-first-above` are what the host
