@@ -389,14 +389,17 @@ pub fn plan_v3(
     let mut quorum = 0;
     if msg.local_origin && large && params.large_origin_pushes > 0 {
         let mut left = params.large_origin_pushes;
+        let mut pushed: u32 = 0;
         for (target, peer) in targets.iter_mut().zip(&candidates) {
             if left == 0 || slow(peer) {
                 break;
             }
             target.mode = SendMode::Push;
             left = left.saturating_sub(1);
+            pushed = pushed.saturating_add(1);
         }
-        quorum = params.large_origin_quorum;
+        // Never more than the pushes made (none, with no healthy peer: no quorum).
+        quorum = params.large_origin_quorum.min(pushed);
     }
     SendPlan {
         targets,
@@ -597,6 +600,25 @@ mod tests {
             &ps,
         );
         assert_eq!(small.quorum, 0);
+    }
+
+    #[test]
+    fn an_origins_quorum_never_exceeds_the_pushes_it_made() {
+        let p = PolicyV3::default();
+        let big = meta(100 * 1024, MessageKind::Block, true);
+        // No peer at all, then only slow ones: nothing pushed, no quorum.
+        let none = plan_v3(&p.params, &p.state, &big, &[]);
+        assert_eq!((none.targets.len(), none.quorum), (0, 0));
+        let mut slow = peers(3);
+        for peer in &mut slow {
+            peer.recent_failures = 5;
+        }
+        let plan = plan_v3(&p.params, &p.state, &big, &slow);
+        assert!(pushed(&plan).is_empty());
+        assert_eq!(plan.quorum, 0);
+        // One healthy peer: one push, a quorum of one.
+        let plan = plan_v3(&p.params, &p.state, &big, &peers(1));
+        assert_eq!((pushed(&plan).len(), plan.quorum), (1, 1));
     }
 
     #[test]
