@@ -104,6 +104,33 @@ fn on_tree(e: &mut GossipEngine<Recording>, parent: u32) {
     }
 }
 
+/// A PRUNE or GRAFT about deposit `id`.
+fn link(id: &MessageId, op: LinkOp) -> LinkItem {
+    LinkItem {
+        id: *id,
+        kind: MessageKind::Deposit,
+        op,
+    }
+}
+
+/// What the policy hears when the link to `peer` is grafted for deposit `id`.
+fn heard_missing(peer: u32, id: &MessageId) -> PolicyEvent {
+    PolicyEvent::Missing {
+        peer,
+        message: id_head(id),
+        kind: MessageKind::Deposit,
+    }
+}
+
+/// What the policy hears when the link to `peer` is pruned for deposit `id`.
+fn heard_duplicate(peer: u32, id: &MessageId) -> PolicyEvent {
+    PolicyEvent::Duplicate {
+        peer,
+        message: id_head(id),
+        kind: MessageKind::Deposit,
+    }
+}
+
 fn small(n: u8) -> Vec<u8> {
     vec![n; 200]
 }
@@ -166,22 +193,8 @@ fn a_first_copy_pushed_over_a_link_off_the_tree_grafts_it_on_both_sides() {
     e.handle_frame(2, push(&msg), 0).unwrap();
     let txs = drain(&mut e, 0);
     // The pusher took the link for a tree link: it is one now, on both sides.
-    assert_eq!(
-        links_in(&txs, 2),
-        vec![LinkItem {
-            id,
-            kind: MessageKind::Deposit,
-            op: LinkOp::Graft
-        }]
-    );
-    assert_eq!(
-        policy.links(),
-        vec![PolicyEvent::Missing {
-            peer: 2,
-            message: id_head(&id),
-            kind: MessageKind::Deposit
-        }]
-    );
+    assert_eq!(links_in(&txs, 2), vec![link(&id, LinkOp::Graft)]);
+    assert_eq!(policy.links(), vec![heard_missing(2, &id)]);
     // A later first copy over the same link is just the tree at work.
     policy.clear();
     e.handle_frame(2, push(&small(7)), MS).unwrap();
@@ -237,22 +250,8 @@ fn a_missed_announce_is_pulled_and_a_second_miss_in_a_row_grafts() {
     e.handle_timeout(300 * MS);
     let txs = drain(&mut e, 300 * MS);
     assert_eq!(requests_in(&txs, 1), vec![next_id]);
-    assert_eq!(
-        links_in(&txs, 1),
-        vec![LinkItem {
-            id: next_id,
-            kind: MessageKind::Deposit,
-            op: LinkOp::Graft
-        }]
-    );
-    assert_eq!(
-        policy.links(),
-        vec![PolicyEvent::Missing {
-            peer: 1,
-            message: id_head(&next_id),
-            kind: MessageKind::Deposit
-        }]
-    );
+    assert_eq!(links_in(&txs, 1), vec![link(&next_id, LinkOp::Graft)]);
+    assert_eq!(policy.links(), vec![heard_missing(1, &next_id)]);
     assert_eq!((e.stats().timer_pulls, e.stats().missing), (1, 1));
     assert_eq!(e.stats().grafts_sent, 2, "the join of on_tree and this one");
 }
@@ -385,22 +384,8 @@ fn on_no_tree_link_an_announce_is_pulled_at_once_and_its_announcer_grafted() {
     e.handle_frame(1, announce(&msg), 0).unwrap();
     let txs = drain(&mut e, 0);
     assert_eq!(requests_in(&txs, 1), vec![id]);
-    assert_eq!(
-        links_in(&txs, 1),
-        vec![LinkItem {
-            id,
-            kind: MessageKind::Deposit,
-            op: LinkOp::Graft
-        }]
-    );
-    assert_eq!(
-        policy.links(),
-        vec![PolicyEvent::Missing {
-            peer: 1,
-            message: id_head(&id),
-            kind: MessageKind::Deposit
-        }]
-    );
+    assert_eq!(links_in(&txs, 1), vec![link(&id, LinkOp::Graft)]);
+    assert_eq!(policy.links(), vec![heard_missing(1, &id)]);
     assert_eq!((e.stats().joins, e.stats().missing), (1, 0));
     // Now on the tree: the next announce waits for the tree's copy.
     let next = small(2);
@@ -437,23 +422,9 @@ fn a_duplicate_push_is_heard_and_pruned() {
     policy.clear();
     e.handle_frame(2, push(&msg), MS).unwrap();
     let txs = drain(&mut e, MS);
-    assert_eq!(
-        links_in(&txs, 2),
-        vec![LinkItem {
-            id,
-            kind: MessageKind::Deposit,
-            op: LinkOp::Prune
-        }]
-    );
+    assert_eq!(links_in(&txs, 2), vec![link(&id, LinkOp::Prune)]);
     assert!(links_in(&txs, 1).is_empty() && links_in(&txs, 3).is_empty());
-    assert_eq!(
-        policy.links(),
-        vec![PolicyEvent::Duplicate {
-            peer: 2,
-            message: id_head(&id),
-            kind: MessageKind::Deposit
-        }]
-    );
+    assert_eq!(policy.links(), vec![heard_duplicate(2, &id)]);
 }
 
 #[test]

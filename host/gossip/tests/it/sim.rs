@@ -48,20 +48,26 @@ fn v2_cuts_redundancy_without_slowing_coverage() {
     }
 }
 
-#[test]
-fn v2_high_priority_latency_survives_slow_nodes() {
+/// With 8 of the 32 nodes on a slow receive link, the other nodes' high-priority p99 stays
+/// within 1.2× of theirs without slow nodes, and the slow nodes still get everything.
+fn assert_high_priority_survives_slow_nodes(run: fn(u64, usize) -> SimReport) {
     for seed in [7, 3] {
-        let fast = v2(seed, 0);
-        let slow = v2(seed, 8);
+        let fast = run(seed, 0);
+        let slow = run(seed, 8);
         eprintln!("seed {seed}\n fast: {fast}\n slow: {slow}");
         assert_eq!(slow.missed, 0, "throttled nodes still get everything");
         assert!(
             slow.hp_p99 as f64 <= 1.2 * fast.hp_p99 as f64,
-            "hp_p99 {} with slow nodes vs {}",
+            "seed {seed}: hp_p99 {} with slow nodes vs {}",
             slow.hp_p99,
             fast.hp_p99
         );
     }
+}
+
+#[test]
+fn v2_high_priority_latency_survives_slow_nodes() {
+    assert_high_priority_survives_slow_nodes(v2);
 }
 
 #[test]
@@ -160,16 +166,5 @@ fn v3(seed: u64, throttled: usize) -> SimReport {
 /// was 4,977 ms with slow nodes present against 76 ms without (seed 7).
 #[test]
 fn v3_high_priority_latency_survives_slow_nodes() {
-    for seed in [7, 3] {
-        let fast = v3(seed, 0);
-        let slow = v3(seed, 8);
-        eprintln!("seed {seed}\n fast: {fast}\n slow: {slow}");
-        assert_eq!(slow.missed, 0, "throttled nodes still get everything");
-        assert!(
-            slow.hp_p99 as f64 <= 1.2 * fast.hp_p99 as f64,
-            "hp_p99 {} with slow nodes vs {}",
-            slow.hp_p99,
-            fast.hp_p99
-        );
-    }
+    assert_high_priority_survives_slow_nodes(v3);
 }
