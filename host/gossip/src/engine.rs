@@ -443,6 +443,8 @@ impl<P: Policy> GossipEngine<P> {
         {
             return Err(PeerFault::ConflictingPayload { id });
         }
+        // Asked once: a wasm policy's answer goes through its slot and its parameters.
+        let control = self.policy.link_control();
         if self.seen.contains(&id, now) || self.store.contains_key(&id) {
             self.stats.duplicate_pushes += 1;
             self.note_has(id, from);
@@ -454,7 +456,7 @@ impl<P: Policy> GossipEngine<P> {
             let from_tree = self.peers.get(&from).is_some_and(|s| s.tree);
             if let Some(announced_at) = pulled
                 && from_tree
-                && self.policy.link_control().is_some()
+                && control.is_some()
             {
                 self.stats.late_tree_copies += 1;
                 self.tree_misses = 0;
@@ -463,7 +465,7 @@ impl<P: Policy> GossipEngine<P> {
             }
             // A tree link's duplicate is pruned only when it keeps bringing nothing new.
             let limit = self.cfg.prune_after_duplicates;
-            if self.policy.link_control().is_some()
+            if control.is_some()
                 && let Some(state) = self.peers.get_mut(&from)
                 && state.tree
             {
@@ -479,7 +481,7 @@ impl<P: Policy> GossipEngine<P> {
                 message: id_head(&id),
                 kind,
             });
-            if self.policy.link_control().is_some() {
+            if control.is_some() {
                 self.send_link(from, id, kind, LinkOp::Prune, now);
             }
             return Ok(());
@@ -506,7 +508,7 @@ impl<P: Policy> GossipEngine<P> {
         // (Only for a size the tree carries: a larger message's origin pushes it to a few
         // peers off the tree, and that makes no link a tree link.)
         let mut graft_pusher = false;
-        let tree_sized = self.policy.link_control().is_some_and(|c| {
+        let tree_sized = control.is_some_and(|c| {
             payload.len() <= usize::try_from(c.announce_first_above).unwrap_or(usize::MAX)
         });
         if !asked

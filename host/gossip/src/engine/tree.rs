@@ -71,8 +71,11 @@ impl<P: Policy> GossipEngine<P> {
     }
 
     /// The graft timer of a waited-for announce ran out (or, on no tree link yet, an announce
-    /// came): the message is missing. The best announcer is asked for it, told GRAFT, and the
-    /// policy hears `missing` for that link.
+    /// came): the message is missing. The best announcer is asked for it; unless the tree has
+    /// delivered since the last miss ([`EngineConfig::graft_after_misses`]), it is also told
+    /// GRAFT and the policy hears `missing` for that link.
+    ///
+    /// [`EngineConfig::graft_after_misses`]: super::EngineConfig::graft_after_misses
     pub(super) fn graft(&mut self, id: MessageId, now: Time) {
         let Some(fetch) = self.fetches.get_mut(&id) else {
             return;
@@ -80,14 +83,13 @@ impl<P: Policy> GossipEngine<P> {
         let joining = !fetch.waiting;
         fetch.waiting = false;
         let kind = fetch.kind;
+        self.next_fetch_attempt(id, now);
         if !joining && self.tree_misses < self.cfg.graft_after_misses {
             // The tree delivered since the last miss: pull this one, keep the tree.
             self.tree_misses = self.tree_misses.saturating_add(1);
             self.stats.timer_pulls = self.stats.timer_pulls.saturating_add(1);
-            self.next_fetch_attempt(id, now);
             return;
         }
-        self.next_fetch_attempt(id, now);
         let Some(peer) = self.fetches.get(&id).and_then(|f| f.current) else {
             return;
         };
