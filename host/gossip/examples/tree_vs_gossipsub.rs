@@ -7,12 +7,14 @@
 //!
 //! Prints, per message size (1 KiB, 100 KiB) and churn (0 %, 10 %), each protocol's report.
 //! For design work (`V3_EAGER_MAX`, `V3_GRAFT_MIN_MS`, `V3_GRAFT_MAX_MS`, `V3_CHURN_MS`,
-//! `V3_ANNOUNCE_FIRST_ABOVE`, `V3_LARGE_PUSHES`, `V3_LARGE_QUORUM` in the environment override
-//! v3's parameters; `SIM_SIZES=1024,102400` picks the sizes, `SKIP_GOSSIPSUB=1` runs v3 only);
+//! `V3_ANNOUNCE_FIRST_ABOVE`, `V3_LARGE_PUSHES`, `V3_LARGE_QUORUM`, `V3_BASE_TIMEOUT_MS` in the
+//! environment override v3's parameters, `GRAFT_AFTER_MISSES`, `PRUNE_AFTER`, `MAX_INFLIGHT` the
+//! engine's; `SIM_SIZES=1024,102400` picks the sizes, `SKIP_GOSSIPSUB=1` runs v3 only);
 //! the numbers of record come from the benchmark (the wasm modules).
 
 use std::error::Error;
 
+use modnode_gossip::engine::EngineConfig;
 use modnode_gossip::policy_v3::{PolicyV3, V3Params};
 use modnode_gossip::sim::gossipsub::{Gossipsub, GossipsubConfig};
 use modnode_gossip::sim::{self, Scenario, SimConfig};
@@ -51,6 +53,16 @@ fn main() -> Result<(), Box<dyn Error>> {
         base_timeout_ms: env("V3_BASE_TIMEOUT_MS", defaults.base_timeout_ms)?,
         ..defaults
     };
+    let sim_defaults = SimConfig::default().engine;
+    let engine = EngineConfig {
+        graft_after_misses: env("GRAFT_AFTER_MISSES", sim_defaults.graft_after_misses)?,
+        prune_after_duplicates: env("PRUNE_AFTER", sim_defaults.prune_after_duplicates)?,
+        max_inflight_per_peer: usize::try_from(env(
+            "MAX_INFLIGHT",
+            u32::try_from(sim_defaults.max_inflight_per_peer)?,
+        )?)?,
+        ..sim_defaults
+    };
     let nodes = usize::try_from(arg(1, 200)?)?;
     let messages = usize::try_from(arg(2, 20)?)?;
     let seed = arg(3, 7)?;
@@ -76,17 +88,9 @@ fn main() -> Result<(), Box<dyn Error>> {
                 churn_downtime: 2_000_000,
                 publish_start: 3_000_000,
                 max_time: 23_000_000,
+                engine: engine.clone(),
                 ..SimConfig::default()
             };
-            let mut cfg = cfg;
-            cfg.engine.graft_after_misses =
-                env("GRAFT_AFTER_MISSES", cfg.engine.graft_after_misses)?;
-            cfg.engine.prune_after_duplicates =
-                env("PRUNE_AFTER", cfg.engine.prune_after_duplicates)?;
-            cfg.engine.max_inflight_per_peer = usize::try_from(env(
-                "MAX_INFLIGHT",
-                u32::try_from(cfg.engine.max_inflight_per_peer)?,
-            )?)?;
             let tree = sim::run(&cfg, &scenario, |_| PolicyV3 {
                 params: params.clone(),
                 ..PolicyV3::default()
