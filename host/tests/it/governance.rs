@@ -75,6 +75,16 @@ fn op(module: ModuleHash, height: u64) -> UpgradeOp {
     }
 }
 
+/// A solo chain holding V1 and V2 whose operator proposed V2 at `h`, two blocks on: the
+/// upgrade is scheduled.
+fn with_v2_scheduled_at(genesis: &Genesis, h: u64) -> Chain {
+    let mut a = chain(genesis, Held::with(&[V1, V2]));
+    a.propose_upgrade(op(V2, h)).unwrap();
+    extend_solo(&mut a, 2).unwrap();
+    assert_eq!(a.schedule().module_at(Kind::Deposits, h), Some(V2));
+    a
+}
+
 /// The solo producer of an unpermissioned chain builds and imports `n` blocks.
 fn extend_solo(chain: &mut Chain, n: u64) -> Result<(), ImportError> {
     for _ in 0..n {
@@ -131,10 +141,7 @@ fn an_upgrade_the_producer_holds_is_attested_in_its_blocks_and_activates() {
 fn a_revocation_works_before_the_gate_and_is_refused_after() {
     let g = genesis(&[]);
     let h = 12;
-    let mut a = chain(&g, Held::with(&[V1, V2]));
-    a.propose_upgrade(op(V2, h)).unwrap();
-    extend_solo(&mut a, 2).unwrap();
-    assert_eq!(a.schedule().module_at(Kind::Deposits, h), Some(V2));
+    let mut a = with_v2_scheduled_at(&g, h);
     // Revoking something that is not scheduled is refused at once.
     assert!(matches!(
         a.propose_cancel(op(V1, h)),
@@ -171,10 +178,7 @@ fn a_revoked_upgrade_stays_revoked_although_this_node_proposed_it() {
     // voted it back into the schedule in the next block, and V2 activated at h anyway.
     let g = genesis(&[]);
     let h = 12;
-    let mut a = chain(&g, Held::with(&[V1, V2]));
-    a.propose_upgrade(op(V2, h)).unwrap();
-    extend_solo(&mut a, 2).unwrap();
-    assert_eq!(a.schedule().module_at(Kind::Deposits, h), Some(V2));
+    let mut a = with_v2_scheduled_at(&g, h);
     a.propose_cancel(op(V2, h)).unwrap();
     assert!(
         !a.proposals()
