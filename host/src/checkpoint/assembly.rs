@@ -4,23 +4,40 @@
 //! nodes added to the tree, and is then dropped. A chunk verified out of order waits in the
 //! [`Restorer`](super::Restorer) until the prefix reaches it.
 //!
-//! This moves the copies a restore's finish used to make of the whole state (records, tree
-//! levels) into the time the chunks arrive, and frees each chunk's decoded copy at once, so
-//! the memory the next chunks decode into is reused instead of faulted in fresh. What is left
-//! for [`Assembly::finish`] is the pubkey index and the root.
+//! Each chunk's validators enter the pubkey index and the sum of effective balances as they
+//! are taken.
+//!
+//! This moves the work a restore's finish used to do over the whole state (records, tree
+//! levels, the pubkey index) into the time the chunks arrive, on the thread that receives
+//! them while others verify, and frees what each chunk does not hand over at once, so the
+//! memory the next chunks decode into is reused instead of faulted in fresh. What is left for
+//! [`Assembly::finish`] is cutting the index's table into chunks and the root.
 
 use super::restore::{RestoreError, VerifiedChunk};
 use crate::state::chunked::ChunkedBuilder;
 use crate::state::merkle::ProvenTreeBuilder;
+use crate::state::pubkey_index::IndexBuilder;
 use crate::state::{Registry, StateError, Validator};
+
+/// How far ahead of the verified validators the pubkey index is sized, as a multiple of them:
+/// growing it a few times at the start rather than at every doubling, without sizing it from
+/// the manifest's claimed leaf count alone (a peer's number). Its table costs at most ~12
+/// bytes per validator it is sized for, so ~100 bytes per verified validator at most, under
+/// what each verified validator's record already holds.
+const INDEX_AHEAD: u64 = 8;
 
 /// The registry's parts built from the verified prefix of a restore's registry chunks.
 #[derive(Debug)]
 pub(super) struct Assembly {
     /// Registry chunks taken so far: manifest chunks `0..next`.
     next: usize,
+    /// The manifest's leaf count: the index is never sized beyond it.
+    leaf_count: u64,
     validators: ChunkedBuilder<Validator>,
-    balances: Vec<u64>,
+    balances: ChunkedBuilder<u64>,
+    index: IndexBuilder,
+    /// Saturating sum of the effective balances taken so far.
+    total_effective: u64,
     tree: ProvenTreeBuilder,
 }
 
@@ -30,8 +47,11 @@ impl Assembly {
     pub(super) fn new(leaf_count: u64) -> Self {
         Self {
             next: 0,
+            leaf_count,
             validators: ChunkedBuilder::new(),
-            balances: Vec::new(),
+            balances: ChunkedBuilder::new(),
+            index: IndexBuilder::new(),
+            total_effective: 0,
             tree: ProvenTreeBuilder::new(leaf_count),
         }
     }
@@ -42,7 +62,8 @@ impl Assembly {
     }
 
     /// Takes `chunk`, which must be registry chunk [`next`](Self::next) (the restorer only
-    /// hands it that one): its records, balances and tree nodes move into the registry.
+    /// hands it that one): its records, balances and tree nodes move into the registry, its
+    /// pubkeys into the index. A duplicate pubkey fails here (`StateError::Index`).
     pub(super) fn take(&mut self, chunk: VerifiedChunk) -> Result<(), RestoreError> {
         if chunk.index != self.next {
             return Err(RestoreError::Local(format!(
@@ -50,22 +71,44 @@ impl Assembly {
                 chunk.index, self.next
             )));
         }
-        self.validators.extend_from_slice(&chunk.validators);
-        self.balances.extend_from_slice(&chunk.balances);
         self.tree
             .push(&chunk.hashes, &chunk.nodes)
+            .map_err(StateError::from)?;
+        self.total_effective = chunk
+            .validators
+            .iter()
+            .fold(self.total_effective, |sum, v| {
+                sum.saturating_add(v.effective_balance)
+            });
+        self.balances.extend_from_slice(&chunk.balances);
+        self.validators.extend_from_slice(&chunk.validators);
+        let len = u32::try_from(self.validators.len()).map_err(|_| StateError::Full)?;
+        let ahead = u64::from(len)
+            .saturating_mul(INDEX_AHEAD)
+            .min(self.leaf_count)
+            .max(u64::from(len));
+        self.index
+            .reserve(u32::try_from(ahead).unwrap_or(len))
+            .map_err(StateError::from)?;
+        let validators = &self.validators;
+        self.index
+            .extend_to(len, |i| {
+                validators.get(usize::try_from(i).ok()?).map(|v| &v.pubkey)
+            })
             .map_err(StateError::from)?;
         self.next = self.next.saturating_add(1);
         Ok(())
     }
 
-    /// The registry: its pubkey index built and its tree checked to cover every leaf.
+    /// The registry: its tree checked to cover every leaf.
     pub(super) fn finish(self) -> Result<Registry, RestoreError> {
         let tree = self.tree.finish().map_err(StateError::from)?;
         Ok(Registry::from_assembled(
             self.validators.finish(),
-            self.balances,
+            self.balances.finish(),
+            self.index.finish(),
             tree,
+            self.total_effective,
         )?)
     }
 }

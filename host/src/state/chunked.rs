@@ -401,6 +401,16 @@ impl<T: Clone> ChunkedBuilder<T> {
         }
     }
 
+    /// Element `index` of those appended so far.
+    pub fn get(&self, index: usize) -> Option<&T> {
+        let chunk = index >> CHUNK_SHIFT;
+        match self.chunks.get(chunk) {
+            Some(full) => full.get(index & CHUNK_MASK),
+            None if chunk == self.chunks.len() => self.current.get(index & CHUNK_MASK),
+            None => None,
+        }
+    }
+
     /// The vector of everything appended.
     pub fn finish(mut self) -> ChunkedVec<T> {
         if !self.current.is_empty() {

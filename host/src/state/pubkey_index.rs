@@ -31,8 +31,10 @@ use std::fmt;
 
 use super::chunked::ChunkedVec;
 
+mod builder;
 mod error;
 
+pub use builder::IndexBuilder;
 pub use error::IndexError;
 
 /// A compressed BLS public key.
@@ -204,87 +206,16 @@ impl PubkeyIndex {
     /// so it never rehashes. Fails on a duplicate pubkey or a missing one.
     ///
     /// The table is the one [`insert`](Self::insert)ing `0..count` in order makes, and so are
-    /// the errors, but a probe compares the high half of the keys' hashes, kept in a small
-    /// array that stays in cache, before it reads a key: at millions of validators a key read
-    /// per occupied slot on the way is a cache miss each, and it only matters for a duplicate.
+    /// the errors, but it is built by an [`IndexBuilder`], whose probes compare the keys'
+    /// hashes before they read a key (see its docs).
     pub fn rebuild<'k>(
         count: u32,
         key_at: impl Fn(u32) -> Option<&'k Pubkey>,
     ) -> Result<Self, IndexError> {
-        let mut index = Self::with_capacity(count)?;
-        index.fill_in_order(count, &key_at)?;
-        Ok(index)
-    }
-
-    /// Inserts validators `0..count` into this empty index, sized for them (see
-    /// [`rebuild`](Self::rebuild)).
-    fn fill_in_order<'k>(
-        &mut self,
-        count: u32,
-        key_at: &impl Fn(u32) -> Option<&'k Pubkey>,
-    ) -> Result<(), IndexError> {
-        if self.len != 0 || self.over_load(count) {
-            return Err(IndexError::Internal(
-                "filling an index that is not empty and sized",
-            ));
-        }
-        // Filled as one flat table, then cut into the shared chunks once: a probe is one
-        // bounds-checked read, not a chunk lookup, and a write no copy-on-write check.
-        let mut table = vec![EMPTY; self.slots.len()];
-        let mask = table.len().wrapping_sub(1);
-        let mut tags: Vec<u32> = Vec::with_capacity(usize::try_from(count).unwrap_or(0));
-        for validator in 0..count {
-            // The table is tens of megabytes at millions of validators and every home slot a
-            // cache miss: ask for the slot of the key `PREFETCH_AHEAD` places on now.
-            if let Some(ahead) = validator
-                .checked_add(PREFETCH_AHEAD)
-                .filter(|&a| a < count)
-                .and_then(key_at)
-            {
-                prefetch(table.get(self.home(ahead, mask)));
-            }
-            let key = key_at(validator).ok_or(IndexError::MissingKey { index: validator })?;
-            let hash = self.hasher.hash(key);
-            let tag = u32::try_from(hash >> 32).unwrap_or(0);
-            let mut slot = self.home(key, mask);
-            let mut steps = 0usize;
-            loop {
-                match table.get(slot) {
-                    None => return Err(IndexError::Internal("probe left the table")),
-                    Some(&EMPTY) => break,
-                    Some(&value) => {
-                        let candidate = value.wrapping_sub(1);
-                        let same_tag = usize::try_from(candidate)
-                            .ok()
-                            .and_then(|c| tags.get(c))
-                            .is_some_and(|&t| t == tag);
-                        if same_tag && key_at(candidate).is_some_and(|k| k == key) {
-                            return Err(IndexError::Duplicate {
-                                existing: candidate,
-                            });
-                        }
-                    }
-                }
-                slot = slot.wrapping_add(1) & mask;
-                steps = steps.wrapping_add(1);
-                // Sized under the load cap there is always an empty slot; this only makes
-                // termination obvious.
-                if steps > mask {
-                    return Err(IndexError::Internal("no empty slot below the load cap"));
-                }
-            }
-            let value = validator
-                .checked_add(1)
-                .ok_or(IndexError::Internal("validator below len is u32::MAX"))?;
-            let cell = table
-                .get_mut(slot)
-                .ok_or(IndexError::Internal("vacant slot outside the table"))?;
-            *cell = value;
-            tags.push(tag);
-        }
-        self.slots = ChunkedVec::from(table.as_slice());
-        self.len = count;
-        Ok(())
+        let mut builder = IndexBuilder::new();
+        builder.reserve(count)?;
+        builder.extend_to(count, key_at)?;
+        Ok(builder.finish())
     }
 
     /// Number of validators in the index.

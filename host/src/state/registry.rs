@@ -137,17 +137,25 @@ impl Registry {
         Self::with_index(chunked, balances, index?, tree?)
     }
 
-    /// A registry from its parts already built: `validators` (copied into chunks as a restore
-    /// received them), their `balances`, and the tree over their leaves (assembled from the
-    /// restore's range proofs). Builds the pubkey index; the tree must be the tree over
-    /// `validators[i].leaf_hash(balances[i])`, or the root will not be the state's.
+    /// A registry from its parts built as a restore received them: `validators` (each chunk
+    /// moved or copied once), their `balances`, their pubkey `index`, the tree over their
+    /// leaves (assembled from the restore's range proofs) and `total_effective`, the saturating
+    /// sum of their effective balances, which the caller added up as it appended them. The
+    /// tree must be the tree over `validators[i].leaf_hash(balances[i])`, or the root will not
+    /// be the state's; the lengths are checked against each other.
     pub fn from_assembled(
         validators: ChunkedVec<Validator>,
-        balances: Vec<u64>,
+        balances: ChunkedVec<u64>,
+        index: PubkeyIndex,
         tree: MerkleTree,
+        total_effective: u64,
     ) -> Result<Self, StateError> {
-        let index = pubkey_index(validators.len(), |i| validators.get(i))?;
-        Self::with_index(validators, balances, index, tree)
+        if usize::try_from(index.len()).ok() != Some(validators.len()) {
+            return Err(StateError::Index(IndexError::Internal(
+                "an assembled pubkey index does not hold every validator",
+            )));
+        }
+        Self::checked(validators, balances, index, tree, total_effective)
     }
 
     /// The registry of `validators`, `balances`, their pubkey `index` and their `tree`, their
@@ -157,6 +165,20 @@ impl Registry {
         balances: Vec<u64>,
         index: PubkeyIndex,
         tree: MerkleTree,
+    ) -> Result<Self, StateError> {
+        let total_effective = validators
+            .iter()
+            .fold(0u64, |sum, v| sum.saturating_add(v.effective_balance));
+        Self::checked(validators, balances.into(), index, tree, total_effective)
+    }
+
+    /// The registry of its parts, their lengths checked against each other.
+    fn checked(
+        validators: ChunkedVec<Validator>,
+        balances: ChunkedVec<u64>,
+        index: PubkeyIndex,
+        tree: MerkleTree,
+        total_effective: u64,
     ) -> Result<Self, StateError> {
         let count = validators.len();
         if count != balances.len() {
@@ -171,12 +193,9 @@ impl Registry {
                 balances: usize::try_from(tree.len()).unwrap_or(usize::MAX),
             });
         }
-        let total_effective = validators
-            .iter()
-            .fold(0u64, |sum, v| sum.saturating_add(v.effective_balance));
         Ok(Self {
             validators,
-            balances: balances.into(),
+            balances,
             index,
             tree,
             total_effective,

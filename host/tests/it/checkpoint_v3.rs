@@ -353,6 +353,22 @@ fn chunks_verified_ahead_of_the_prefix_wait_and_taken_chunks_stay_verified() {
     let restored = r.finish().unwrap();
     assert_eq!(*restored.state_root.as_bytes(), s.state_root());
     assert_eq!(&restored.registry, s.registry());
+    // The pubkey index and the sum of effective balances, built as the chunks were taken
+    // (the index grown on the way), are the registry's.
+    use modnode::state::RegistryRead as _;
+    for (i, v) in s.registry().validators().iter().enumerate() {
+        assert_eq!(
+            restored.registry.index_of(&v.pubkey),
+            Some(i as u32),
+            "validator {i}"
+        );
+    }
+    assert_eq!(restored.registry.index_of(&[0xEE; 48]), None);
+    assert_eq!(
+        restored.registry.total_effective_balance(),
+        s.registry().total_effective_balance()
+    );
+    assert!(restored.registry.total_effective_balance() > 0);
 }
 
 #[test]

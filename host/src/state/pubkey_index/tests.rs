@@ -560,16 +560,16 @@ proptest! {
                 break;
             }
         }
-        let mut filled = fixed_index(hash_keys);
-        filled.slots = alloc_slots(slots_for(u64::from(n)).unwrap()).unwrap();
-        let built = filled.fill_in_order(n, &key_at);
+        let mut builder = IndexBuilder::with_hasher(fixed_index(hash_keys).hasher);
+        let built = builder.reserve(n).and_then(|()| builder.extend_to(n, key_at));
         prop_assert_eq!(
             PubkeyIndex::rebuild(n, key_at).map(|_| ()),
             built.clone(),
-            "rebuild fails as filling does, whatever its hash keys"
+            "rebuild fails as the builder does, whatever its hash keys"
         );
         match (expected, built) {
             (Ok(()), Ok(())) => {
+                let filled = builder.finish();
                 prop_assert!(filled.slots == inserted.slots);
                 prop_assert_eq!(filled.len, n);
                 check_table(&filled, &keys)?;
@@ -577,6 +577,54 @@ proptest! {
             }
             (Err(a), Err(b)) => prop_assert_eq!(a, b),
             (a, b) => prop_assert!(false, "insert: {:?}, rebuild: {:?}", a, b),
+        }
+    }
+
+    /// Built in pieces, growing as it goes (sized ahead or not), the builder's index is the
+    /// table inserting `0..n` one by one into a table of its final size makes, and a duplicate
+    /// fails in the piece that holds it, naming the validator inserting found.
+    #[test]
+    fn building_in_pieces_is_inserting_in_order(
+        hash_keys in any::<[u64; 4]>(),
+        picks in prop_oneof![vec(0u64..60, 1..200), vec(0u64..1_000_000, 1..200)],
+        cuts in vec(0usize..200, 0..8),
+        ahead in 0u32..400,
+    ) {
+        let keys: Vec<Pubkey> = picks.iter().map(|&p| key(p)).collect();
+        let n = keys.len() as u32;
+        let key_at = |i: u32| keys.get(i as usize);
+        let mut ends: Vec<u32> = cuts.iter().map(|&c| (c as u32).min(n)).collect();
+        ends.push(n);
+        ends.sort_unstable();
+        let mut builder = IndexBuilder::with_hasher(fixed_index(hash_keys).hasher);
+        let mut built = Ok(());
+        for &end in &ends {
+            built = builder
+                .reserve(end.saturating_add(ahead).min(n))
+                .and_then(|()| builder.extend_to(end, key_at));
+            if built.is_err() {
+                break;
+            }
+            prop_assert_eq!(builder.len(), end);
+        }
+        let mut inserted = fixed_index(hash_keys);
+        inserted.slots = alloc_slots(builder.table_len().max(16)).unwrap();
+        let mut expected = Ok(());
+        for (i, k) in keys.iter().enumerate() {
+            if let Err(e) = inserted.insert(k, i as u32, key_at) {
+                expected = Err(e);
+                break;
+            }
+        }
+        match (expected, built) {
+            (Ok(()), Ok(())) => {
+                let filled = builder.finish();
+                prop_assert!(filled.slots == inserted.slots);
+                check_table(&filled, &keys)?;
+                check_gets(&filled, &keys, n);
+            }
+            (Err(a), Err(b)) => prop_assert_eq!(a, b),
+            (a, b) => prop_assert!(false, "insert: {:?}, builder: {:?}", a, b),
         }
     }
 
