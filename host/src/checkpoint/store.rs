@@ -4,9 +4,13 @@
 //! costs CPU, not the network).
 //!
 //! Layout of the progress directory:
-//! - `progress/` (sled): `manifest` → the encoded manifest; `log` → the chunk log's current
-//!   generation; `chunk/<index>` → where the chunk's bytes are ([`Location`]: generation,
-//!   offset, length, sha256).
+//! - `progress/` (sled): in tree `checkpoint-restore`, `log` → the chunk log's current
+//!   generation and `chunk/<index>` → where the chunk's bytes are ([`Location`]: generation,
+//!   offset, length, sha256); in tree `checkpoint-restore-manifest`, `manifest` → the encoded
+//!   manifest. The manifest has a tree of its own because sled rewrites a node whole when a
+//!   record in it changes: beside the records, a checkpoint-v3 manifest (~650 KB at 2M
+//!   validators) was written again as a sled blob at every flush. Progress written before
+//!   the split (the manifest beside the records) is moved over on open.
 //! - `chunks-<generation>.log`: the verified chunks' bytes, appended. sled would write each
 //!   chunk about three times over; an append-only file writes it once.
 //!
@@ -17,10 +21,10 @@
 //! record. A dropped record means the chunk is fetched again, never a failed restore.
 //!
 //! Switching checkpoints re-keys the carried chunks' records and replaces the manifest in one
-//! atomic sled batch; their bytes stay where they are, unless most of the file would be
-//! abandoned bytes: then they are copied to a new generation first, the batch points at it,
-//! and the old file is removed (a crash leaves a file of the other generation, removed on
-//! open).
+//! atomic sled transaction over both trees; their bytes stay where they are, unless most of
+//! the file would be abandoned bytes: then they are copied to a new generation first, the
+//! transaction points at it, and the old file is removed (a crash leaves a file of the other
+//! generation, removed on open).
 
 mod chunk_log;
 
@@ -29,6 +33,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use sha2::{Digest, Sha256};
+use sled::Transactional as _;
 
 pub use self::chunk_log::LogError;
 use self::chunk_log::{ChunkLog, Location, remove_other_generations};
@@ -36,6 +41,7 @@ use super::manifest::{Manifest, ManifestError, ManifestLimits};
 use crate::state::merkle::Hash32;
 
 const TREE: &str = "checkpoint-restore";
+const MANIFEST_TREE: &str = "checkpoint-restore-manifest";
 const PROGRESS_DB: &str = "progress";
 const MANIFEST_KEY: &[u8] = b"manifest";
 const GENERATION_KEY: &[u8] = b"log";
@@ -83,7 +89,10 @@ struct Appender {
 #[derive(Debug, Clone)]
 pub struct RestoreStore {
     dir: PathBuf,
+    /// The generation and the chunk records.
     tree: sled::Tree,
+    /// The manifest, alone.
+    manifests: sled::Tree,
     appender: Arc<Mutex<Appender>>,
     /// Held by whoever makes records durable (flush, switch, clear), so records reach sled in
     /// the order their bytes were written.
@@ -101,6 +110,8 @@ impl RestoreStore {
         })?;
         let db = crate::store::open_sled(&sled::Config::new().path(dir.join(PROGRESS_DB)))?;
         let tree = db.open_tree(TREE)?;
+        let manifests = db.open_tree(MANIFEST_TREE)?;
+        move_manifest_out(&tree, &manifests)?;
         let generation = match tree.get(GENERATION_KEY)? {
             None => 0,
             Some(bytes) => <[u8; 8]>::try_from(bytes.as_ref())
@@ -133,6 +144,7 @@ impl RestoreStore {
         let store = Self {
             dir: dir.to_path_buf(),
             tree,
+            manifests,
             appender: Arc::new(Mutex::new(Appender {
                 log: None,
                 generation,
@@ -167,7 +179,7 @@ impl RestoreStore {
 
     /// The manifest being restored, if any.
     pub fn manifest(&self) -> Result<Option<Manifest>, RestoreStoreError> {
-        match self.tree.get(MANIFEST_KEY)? {
+        match self.manifests.get(MANIFEST_KEY)? {
             None => Ok(None),
             Some(bytes) => Ok(Some(Manifest::decode(&bytes, &ManifestLimits::default())?)),
         }
@@ -176,18 +188,19 @@ impl RestoreStore {
     /// Starts (or continues) restoring `manifest`: progress of any other checkpoint is dropped.
     pub fn begin(&self, manifest: &Manifest) -> Result<(), RestoreStoreError> {
         let encoded = manifest.encode();
-        if self.tree.get(MANIFEST_KEY)?.as_deref() == Some(encoded.as_slice()) {
+        if self.manifests.get(MANIFEST_KEY)?.as_deref() == Some(encoded.as_slice()) {
             return Ok(());
         }
         self.switch(manifest, &[])
     }
 
     /// Replaces the progress with `manifest` and the chunks carried over to it (`(index in
-    /// `manifest`, bytes)`, already verified against it), as one atomic sled batch, flushed: a
-    /// crash at any point leaves either the old progress whole or the new one whole, never the
-    /// new manifest with an old checkpoint's chunk under one of its indices. Carried bytes
-    /// already in the log stay where they are; when the abandoned bytes would outweigh the
-    /// kept ones, the carried chunks move to a new log file and the old one is removed.
+    /// `manifest`, bytes)`, already verified against it), as one atomic sled transaction over
+    /// both trees, flushed: a crash at any point leaves either the old progress whole or the
+    /// new one whole, never the new manifest with an old checkpoint's chunk under one of its
+    /// indices. Carried bytes already in the log stay where they are; when the abandoned bytes
+    /// would outweigh the kept ones, the carried chunks move to a new log file and the old one
+    /// is removed.
     pub fn switch(
         &self,
         manifest: &Manifest,
@@ -258,12 +271,18 @@ impl RestoreStore {
             batch.remove(key?);
         }
         // A key both removed and inserted ends inserted: the batch keeps the last write.
-        batch.insert(MANIFEST_KEY, manifest.encode());
         batch.insert(GENERATION_KEY, &generation.to_be_bytes());
         for (index, at) in &placed {
             batch.insert(chunk_key(*index), at.encode());
         }
-        self.tree.apply_batch(batch)?;
+        let encoded = manifest.encode();
+        committed(
+            (&self.tree, &self.manifests).transaction(|(tree, manifests)| {
+                tree.apply_batch(&batch)?;
+                manifests.insert(MANIFEST_KEY, encoded.as_slice())?;
+                Ok(())
+            }),
+        )?;
         self.tree.flush()?;
         if compact {
             if let Some(old) = appender.log.take()
@@ -400,7 +419,17 @@ impl RestoreStore {
         let mut appender = self.lock()?;
         appender.pending.clear();
         appender.pending_bytes = 0;
-        self.tree.clear()?;
+        let mut batch = sled::Batch::default();
+        for key in self.tree.iter().keys() {
+            batch.remove(key?);
+        }
+        committed(
+            (&self.tree, &self.manifests).transaction(|(tree, manifests)| {
+                tree.apply_batch(&batch)?;
+                manifests.remove(MANIFEST_KEY)?;
+                Ok(())
+            }),
+        )?;
         self.tree.flush()?;
         appender.end = 0;
         if let Some(log) = appender.log.take() {
@@ -426,6 +455,35 @@ impl RestoreStore {
         self.tree.apply_batch(batch)?;
         self.tree.flush()?;
         Ok(())
+    }
+}
+
+/// Moves a manifest stored beside the records (progress written before the manifest had a
+/// tree of its own) into `manifests`, atomically.
+fn move_manifest_out(tree: &sled::Tree, manifests: &sled::Tree) -> Result<(), RestoreStoreError> {
+    let Some(old) = tree.get(MANIFEST_KEY)? else {
+        return Ok(());
+    };
+    committed((tree, manifests).transaction(|(tree, manifests)| {
+        manifests.insert(MANIFEST_KEY, old.clone())?;
+        tree.remove(MANIFEST_KEY)?;
+        Ok(())
+    }))?;
+    tree.flush()?;
+    tracing::info!("restore progress: the manifest moved to a tree of its own");
+    Ok(())
+}
+
+/// The outcome of a sled transaction that never aborts by itself.
+fn committed(
+    result: sled::transaction::TransactionResult<(), ()>,
+) -> Result<(), RestoreStoreError> {
+    match result {
+        Ok(()) => Ok(()),
+        Err(sled::transaction::TransactionError::Storage(e)) => Err(e.into()),
+        Err(sled::transaction::TransactionError::Abort(())) => Err(RestoreStoreError::Sled(
+            sled::Error::ReportableBug("a restore progress transaction aborted".into()),
+        )),
     }
 }
 

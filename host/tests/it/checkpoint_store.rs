@@ -281,3 +281,95 @@ fn clearing_the_progress_removes_the_log() {
     assert!(store.manifest().unwrap().is_none());
     assert!(store.chunks().unwrap().is_empty());
 }
+
+/// Bytes of every file under `dir`.
+fn disk_bytes(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .map(|p| {
+            if p.is_dir() {
+                disk_bytes(&p)
+            } else {
+                std::fs::metadata(&p).unwrap().len()
+            }
+        })
+        .sum()
+}
+
+/// `cp`'s manifest grown to `chunks` entries, as large as a checkpoint-v3 manifest of about
+/// `chunks` × 256 validators (only stored here, never verified).
+fn large_manifest(cp: &Checkpoint, chunks: u64) -> modnode::checkpoint::Manifest {
+    let mut manifest = cp.manifest.clone();
+    let entry = manifest.chunks[0];
+    manifest.chunks = (0..chunks)
+        .map(|i| modnode::checkpoint::ChunkEntry {
+            hash: sha(&i.to_le_bytes()),
+            start: i,
+            end: i + 1,
+            ..entry
+        })
+        .collect();
+    manifest
+}
+
+#[test]
+fn recording_chunks_flush_after_flush_does_not_write_a_large_manifest_again() {
+    // A checkpoint-v3 manifest at 2M validators is ~650 KB. Beside the records in one sled
+    // tree, each flush rewrote the node holding it as a blob: 100 flushes left ~40 MB of
+    // blobs behind (and wrote more) for 100 small chunks.
+    let (cp, _) = two_checkpoints();
+    let manifest = large_manifest(&cp, 10_000);
+    let manifest_bytes = manifest.encode().len() as u64;
+    assert!(manifest_bytes > 400_000, "{manifest_bytes}");
+    let dir = tempfile::tempdir().unwrap();
+    let store = RestoreStore::open(dir.path()).unwrap();
+    store.begin(&manifest).unwrap();
+    for i in 0..100usize {
+        let bytes = vec![i as u8; 1000];
+        store.put_chunk(i, &bytes, &sha(&bytes)).unwrap();
+        store.flush().unwrap();
+    }
+    drop(store);
+    let progress = disk_bytes(&dir.path().join("progress"));
+    assert!(
+        progress < 3 * manifest_bytes,
+        "the progress database holds {progress} bytes for a {manifest_bytes}-byte manifest and 100 records"
+    );
+    let store = RestoreStore::open(dir.path()).unwrap();
+    assert_eq!(store.chunks().unwrap().len(), 100);
+}
+
+#[test]
+fn progress_written_with_the_manifest_beside_the_records_opens_with_both() {
+    let (cp, _) = two_checkpoints();
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let store = RestoreStore::open(dir.path()).unwrap();
+        store.begin(&cp.manifest).unwrap();
+        put(&store, &cp, 0..3);
+        store.flush().unwrap();
+    }
+    // The layout before the manifest had a tree of its own.
+    {
+        let db = sled::open(dir.path().join("progress")).unwrap();
+        let records = db.open_tree("checkpoint-restore").unwrap();
+        let manifests = db.open_tree("checkpoint-restore-manifest").unwrap();
+        let manifest = manifests.remove(b"manifest").unwrap().unwrap();
+        records.insert(b"manifest", manifest).unwrap();
+        db.flush().unwrap();
+    }
+    let store = RestoreStore::open(dir.path()).unwrap();
+    assert_eq!(store.manifest().unwrap(), Some(cp.manifest.clone()));
+    assert_eq!(indices(&store.chunks().unwrap()), vec![0, 1, 2]);
+    // Beginning the same checkpoint again keeps its progress.
+    store.begin(&cp.manifest).unwrap();
+    assert_eq!(indices(&store.chunks().unwrap()), vec![0, 1, 2]);
+    drop(store);
+    let db = sled::open(dir.path().join("progress")).unwrap();
+    let records = db.open_tree("checkpoint-restore").unwrap();
+    assert!(
+        records.get(b"manifest").unwrap().is_none(),
+        "moved, not copied"
+    );
+}
