@@ -79,6 +79,14 @@ fn put(store: &RestoreStore, cp: &Checkpoint, range: std::ops::Range<usize>) {
     }
 }
 
+/// Progress in `dir` restoring `cp`, its chunks `range` stored and flushed, the store closed.
+fn stored_progress(dir: &Path, cp: &Checkpoint, range: std::ops::Range<usize>) {
+    let store = RestoreStore::open(dir).unwrap();
+    store.begin(&cp.manifest).unwrap();
+    put(&store, cp, range);
+    store.flush().unwrap();
+}
+
 fn bytes_of(cp: &Checkpoint, range: std::ops::Range<usize>) -> u64 {
     cp.chunks[range].iter().map(|c| c.len() as u64).sum()
 }
@@ -249,12 +257,7 @@ fn a_switch_keeps_carried_chunks_in_place_and_one_abandoning_most_of_the_log_sta
 fn a_log_left_by_a_switch_that_never_committed_is_removed_and_the_old_progress_kept() {
     let (cp, _) = two_checkpoints();
     let dir = tempfile::tempdir().unwrap();
-    {
-        let store = RestoreStore::open(dir.path()).unwrap();
-        store.begin(&cp.manifest).unwrap();
-        put(&store, &cp, 0..2);
-        store.flush().unwrap();
-    }
+    stored_progress(dir.path(), &cp, 0..2);
     let (log, _) = only_log(dir.path());
     // What a crash between writing a new generation and committing its records leaves.
     let orphan = dir.path().join("chunks-9.log");
@@ -344,12 +347,7 @@ fn recording_chunks_flush_after_flush_does_not_write_a_large_manifest_again() {
 fn progress_written_with_the_manifest_beside_the_records_opens_with_both() {
     let (cp, _) = two_checkpoints();
     let dir = tempfile::tempdir().unwrap();
-    {
-        let store = RestoreStore::open(dir.path()).unwrap();
-        store.begin(&cp.manifest).unwrap();
-        put(&store, &cp, 0..3);
-        store.flush().unwrap();
-    }
+    stored_progress(dir.path(), &cp, 0..3);
     // The layout before the manifest had a tree of its own.
     {
         let db = sled::open(dir.path().join("progress")).unwrap();
