@@ -38,6 +38,8 @@ pub(super) struct Assembly {
     index: IndexBuilder,
     /// Saturating sum of the effective balances taken so far.
     total_effective: u64,
+    /// Why a chunk could not join the registry: nothing is taken after it.
+    failed: Option<StateError>,
     tree: ProvenTreeBuilder,
 }
 
@@ -52,6 +54,7 @@ impl Assembly {
             balances: ChunkedBuilder::new(),
             index: IndexBuilder::new(),
             total_effective: 0,
+            failed: None,
             tree: ProvenTreeBuilder::new(leaf_count),
         }
     }
@@ -63,17 +66,35 @@ impl Assembly {
 
     /// Takes `chunk`, which must be registry chunk [`next`](Self::next) (the restorer only
     /// hands it that one): its records, balances and tree nodes move into the registry, its
-    /// pubkeys into the index. A duplicate pubkey fails here (`StateError::Index`).
+    /// pubkeys into the index. A chunk that cannot join the registry (a duplicate pubkey, a
+    /// tree that does not fit) fails here with `RestoreError::Registry`, and so does every
+    /// later take and [`failure`](Self::failure) names it: the assembly holds part of that
+    /// chunk and takes nothing more.
     pub(super) fn take(&mut self, chunk: VerifiedChunk) -> Result<(), RestoreError> {
+        if let Some(failed) = &self.failed {
+            return Err(RestoreError::Registry(failed.clone()));
+        }
         if chunk.index != self.next {
             return Err(RestoreError::Local(format!(
                 "chunk {} assembled out of order (next is {})",
                 chunk.index, self.next
             )));
         }
-        self.tree
-            .push(&chunk.hashes, &chunk.nodes)
-            .map_err(StateError::from)?;
+        if let Err(e) = self.append(&chunk) {
+            self.failed = Some(e.clone());
+            return Err(RestoreError::Registry(e));
+        }
+        self.next = self.next.saturating_add(1);
+        Ok(())
+    }
+
+    /// Why a chunk could not join the registry, if one could not.
+    pub(super) fn failure(&self) -> Option<&StateError> {
+        self.failed.as_ref()
+    }
+
+    fn append(&mut self, chunk: &VerifiedChunk) -> Result<(), StateError> {
+        self.tree.push(&chunk.hashes, &chunk.nodes)?;
         self.total_effective = chunk
             .validators
             .iter()
@@ -87,16 +108,11 @@ impl Assembly {
             .saturating_mul(INDEX_AHEAD)
             .min(self.leaf_count)
             .max(u64::from(len));
-        self.index
-            .reserve(u32::try_from(ahead).unwrap_or(len))
-            .map_err(StateError::from)?;
+        self.index.reserve(u32::try_from(ahead).unwrap_or(len))?;
         let validators = &self.validators;
-        self.index
-            .extend_to(len, |i| {
-                validators.get(usize::try_from(i).ok()?).map(|v| &v.pubkey)
-            })
-            .map_err(StateError::from)?;
-        self.next = self.next.saturating_add(1);
+        self.index.extend_to(len, |i| {
+            validators.get(usize::try_from(i).ok()?).map(|v| &v.pubkey)
+        })?;
         Ok(())
     }
 

@@ -446,6 +446,9 @@ impl Restorer {
         let (eth1, schedule) = super::manifest::decode_extras(&self.verifier.manifest.extras)
             .ok_or(RestoreError::Manifest(ManifestError::ExtrasMalformed))?;
         let registry_chunks = self.verifier.manifest.registry_chunk_count();
+        if let Some(failed) = self.assembly.failure() {
+            return Err(RestoreError::Registry(failed.clone()));
+        }
         if self.assembly.next() != registry_chunks {
             return Err(RestoreError::Local(format!(
                 "{} of {registry_chunks} registry chunks assembled in a complete restore",

@@ -459,3 +459,76 @@ async fn a_fresh_node_restores_a_v3_checkpoint_and_follows_the_chain() {
     restored.shutdown().await;
     a.shutdown().await;
 }
+
+#[test]
+fn a_registry_holding_a_pubkey_twice_fails_the_restore_naming_the_duplicate() {
+    // No chain holds such a state (deposits never register a pubkey twice); it is built here
+    // around the registry's own checks, with an index over other keys. The restore proves its
+    // leaves against its root and must refuse it as a registry — when the chunk holding the
+    // second copy is taken, and again at `finish` — not report an assembly that stopped.
+    use modnode::state::chunked::ChunkedVec;
+    use modnode::state::merkle::MerkleTree;
+    use modnode::state::pubkey_index::IndexError;
+    use modnode::state::pubkey_index::PubkeyIndex;
+    use modnode::state::{Registry, StateError};
+
+    let m = module("checkpoint-v3");
+    let per_chunk = v3_leaves_per_chunk();
+    let s = synthetic_state(3 * per_chunk, 9).unwrap();
+    let mut validators: Vec<_> = s.registry().validators().iter().cloned().collect();
+    let balances: Vec<u64> = s.registry().balances().iter().copied().collect();
+    let second = per_chunk as usize + 10;
+    validators[second].pubkey = validators[5].pubkey;
+    let leaves: Vec<Hash32> = validators
+        .iter()
+        .zip(&balances)
+        .map(|(v, b)| v.leaf_hash(*b))
+        .collect();
+    let other_keys: Vec<[u8; 48]> = (0..validators.len() as u64)
+        .map(|i| {
+            let mut k = [7u8; 48];
+            k[..8].copy_from_slice(&i.to_le_bytes());
+            k
+        })
+        .collect();
+    let total = validators.iter().map(|v| v.effective_balance).sum();
+    let registry = Registry::from_assembled(
+        ChunkedVec::from(validators.as_slice()),
+        ChunkedVec::from(balances.as_slice()),
+        PubkeyIndex::from_keys(&other_keys).unwrap(),
+        MerkleTree::from_leaves(leaves),
+        total,
+    )
+    .unwrap();
+    let state = State::new(
+        modnode::hashes::BlockHash([3; 32]),
+        s.height(),
+        registry,
+        s.eth1().clone(),
+        s.schedule().clone(),
+    );
+    let cp = create(&m, Arc::new(state), at(5), options()).unwrap();
+    assert_eq!(cp.chunks.len(), 3);
+    let duplicate = |e: &RestoreError| {
+        matches!(
+            e,
+            RestoreError::Registry(StateError::Index(IndexError::Duplicate { existing: 5 }))
+        )
+    };
+    let mut r = Restorer::new(cp.manifest.clone(), &ManifestLimits::default()).unwrap();
+    let mut refused = Vec::new();
+    for i in 0..cp.chunks.len() {
+        let chunk = r
+            .verify(&m, i, &cp.chunks[i])
+            .expect("every leaf is proven");
+        if let Err(e) = r.insert(chunk) {
+            assert!(duplicate(&e), "chunk {i}: {e}");
+            refused.push(i);
+        }
+    }
+    // The chunk holding the second copy is refused; the one after it is held, never taken.
+    assert_eq!(refused, vec![1]);
+    let e = r.finish().unwrap_err();
+    assert!(duplicate(&e), "{e}");
+    assert!(e.to_string().contains("validator 5"), "{e}");
+}
