@@ -132,9 +132,7 @@ impl fmt::Debug for PubkeyIndex {
     }
 }
 
-/// Table size for `validators` entries: the smallest power of two, at least [`MIN_SLOTS`], that
-/// keeps the load at or below 70%.
-/// How many keys ahead [`PubkeyIndex::rebuild`] prefetches home slots.
+/// How many keys ahead an [`IndexBuilder`] prefetches home slots.
 const PREFETCH_AHEAD: u32 = 16;
 
 /// Hints the CPU to bring `slot`'s cache line in (a no-op off x86-64, and for `None`).
@@ -154,6 +152,8 @@ fn prefetch(slot: Option<&u32>) {
     let _ = slot;
 }
 
+/// Table size for `validators` entries: the smallest power of two, at least [`MIN_SLOTS`], that
+/// keeps the load at or below 70%.
 fn slots_for(validators: u64) -> Result<usize, IndexError> {
     let overflow = IndexError::CapacityOverflow { validators };
     if validators == 0 {
@@ -166,6 +166,21 @@ fn slots_for(validators: u64) -> Result<usize, IndexError> {
     let slots = needed.checked_next_power_of_two().ok_or(overflow.clone())?;
     let slots = usize::try_from(slots).map_err(|_| overflow)?;
     Ok(slots.max(MIN_SLOTS))
+}
+
+/// Whether `len` entries put a table of `slots` slots over 70% load.
+fn over_load(len: u32, slots: usize) -> bool {
+    let slots = u64::try_from(slots).unwrap_or(u64::MAX);
+    u64::from(len).saturating_mul(LOAD_DEN) > slots.saturating_mul(LOAD_NUM)
+}
+
+/// The home slot of a key of hash `hash` in a table with the given mask.
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "only the low bits of the hash pick the slot"
+)]
+fn home_slot(hash: u64, mask: usize) -> usize {
+    (hash as usize) & mask
 }
 
 /// A zeroed table of `slots` slots, reporting allocation failure instead of aborting.
@@ -183,15 +198,6 @@ impl PubkeyIndex {
             len: 0,
             hasher: KeyedHash::random(),
         }
-    }
-
-    /// An empty index that holds `validators` entries without growing.
-    pub fn with_capacity(validators: u32) -> Result<Self, IndexError> {
-        Ok(Self {
-            slots: alloc_slots(slots_for(u64::from(validators))?)?,
-            len: 0,
-            hasher: KeyedHash::random(),
-        })
     }
 
     /// Builds the index over `keys`, where `keys[i]` is validator `i`'s pubkey.
@@ -458,17 +464,12 @@ impl PubkeyIndex {
 
     /// Whether holding `len` entries would put the table over 70% load.
     fn over_load(&self, len: u32) -> bool {
-        let slots = u64::try_from(self.slots.len()).unwrap_or(u64::MAX);
-        u64::from(len).saturating_mul(LOAD_DEN) > slots.saturating_mul(LOAD_NUM)
+        over_load(len, self.slots.len())
     }
 
     /// Home slot of `pubkey` in a table with the given mask.
-    #[allow(
-        clippy::cast_possible_truncation,
-        reason = "only the low bits of the hash pick the slot"
-    )]
     fn home(&self, pubkey: &Pubkey, mask: usize) -> usize {
-        (self.hasher.hash(pubkey) as usize) & mask
+        home_slot(self.hasher.hash(pubkey), mask)
     }
 
     /// Walks the probe run of `pubkey`, confirming each candidate through `key_at`.

@@ -12,10 +12,8 @@
 //! makes: linear probing places a key by the keys inserted before it, and growth re-places
 //! them in order.
 
-use super::{
-    EMPTY, IndexError, KeyedHash, LOAD_DEN, LOAD_NUM, PREFETCH_AHEAD, Pubkey, PubkeyIndex,
-};
-use super::{prefetch, slots_for};
+use super::{EMPTY, IndexError, KeyedHash, PREFETCH_AHEAD, Pubkey, PubkeyIndex};
+use super::{home_slot as home, over_load, prefetch, slots_for};
 use crate::state::chunked::ChunkedVec;
 
 /// A [`PubkeyIndex`] under construction over validators `0..len()`, appended in order.
@@ -44,14 +42,6 @@ impl std::fmt::Debug for IndexBuilder {
     }
 }
 
-#[allow(
-    clippy::cast_possible_truncation,
-    reason = "only the low bits of the hash pick the slot"
-)]
-fn home(hash: u64, mask: usize) -> usize {
-    (hash as usize) & mask
-}
-
 /// The first empty slot of `table` at or after `slot`, wrapping.
 fn vacant(table: &[u32], mut slot: usize, mask: usize) -> Result<usize, IndexError> {
     for _ in 0..table.len() {
@@ -67,15 +57,11 @@ fn vacant(table: &[u32], mut slot: usize, mask: usize) -> Result<usize, IndexErr
 impl IndexBuilder {
     /// An empty builder; allocates nothing until validators are added.
     pub fn new() -> Self {
-        Self {
-            table: Vec::new(),
-            hashes: Vec::new(),
-            hasher: KeyedHash::random(),
-        }
+        Self::with_hasher(KeyedHash::random())
     }
 
-    /// An empty builder hashing with `hasher` (tests: a failing case replays).
-    #[cfg(test)]
+    /// An empty builder hashing with `hasher` (random in use; fixed in tests, so that a
+    /// failing case replays).
     pub(super) fn with_hasher(hasher: KeyedHash) -> Self {
         Self {
             table: Vec::new(),
@@ -207,8 +193,7 @@ impl IndexBuilder {
     }
 
     fn over_load(&self, len: u32) -> bool {
-        let slots = u64::try_from(self.table.len()).unwrap_or(u64::MAX);
-        u64::from(len).saturating_mul(LOAD_DEN) > slots.saturating_mul(LOAD_NUM)
+        over_load(len, self.table.len())
     }
 
     /// The index of every validator added, its table cut into shared chunks.
