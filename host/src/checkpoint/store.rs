@@ -266,24 +266,18 @@ impl RestoreStore {
             file.sync()?;
             log = Some(file);
         }
-        let mut batch = sled::Batch::default();
-        for key in self.tree.iter().keys() {
-            batch.remove(key?);
-        }
+        let mut batch = self.removing_every_record()?;
         // A key both removed and inserted ends inserted: the batch keeps the last write.
         batch.insert(GENERATION_KEY, &generation.to_be_bytes());
         for (index, at) in &placed {
             batch.insert(chunk_key(*index), at.encode());
         }
-        let encoded = manifest.encode();
-        committed(
-            (&self.tree, &self.manifests).transaction(|(tree, manifests)| {
-                tree.apply_batch(&batch)?;
-                manifests.insert(MANIFEST_KEY, encoded.as_slice())?;
-                Ok(())
-            }),
+        commit(
+            &self.tree,
+            &self.manifests,
+            &batch,
+            Some(&manifest.encode()),
         )?;
-        self.tree.flush()?;
         if compact {
             if let Some(old) = appender.log.take()
                 && let Err(e) = old.remove(&self.dir)
@@ -419,23 +413,26 @@ impl RestoreStore {
         let mut appender = self.lock()?;
         appender.pending.clear();
         appender.pending_bytes = 0;
-        let mut batch = sled::Batch::default();
-        for key in self.tree.iter().keys() {
-            batch.remove(key?);
-        }
-        committed(
-            (&self.tree, &self.manifests).transaction(|(tree, manifests)| {
-                tree.apply_batch(&batch)?;
-                manifests.remove(MANIFEST_KEY)?;
-                Ok(())
-            }),
+        commit(
+            &self.tree,
+            &self.manifests,
+            &self.removing_every_record()?,
+            None,
         )?;
-        self.tree.flush()?;
         appender.end = 0;
         if let Some(log) = appender.log.take() {
             log.remove(&self.dir)?;
         }
         Ok(())
+    }
+
+    /// A batch removing every record (the generation and the chunks').
+    fn removing_every_record(&self) -> Result<sled::Batch, RestoreStoreError> {
+        let mut batch = sled::Batch::default();
+        for key in self.tree.iter().keys() {
+            batch.remove(key?);
+        }
+        Ok(batch)
     }
 
     /// Removes the records under `keys`, with a warning saying `why`.
@@ -464,27 +461,41 @@ fn move_manifest_out(tree: &sled::Tree, manifests: &sled::Tree) -> Result<(), Re
     let Some(old) = tree.get(MANIFEST_KEY)? else {
         return Ok(());
     };
-    committed((tree, manifests).transaction(|(tree, manifests)| {
-        manifests.insert(MANIFEST_KEY, old.clone())?;
-        tree.remove(MANIFEST_KEY)?;
-        Ok(())
-    }))?;
-    tree.flush()?;
+    let mut batch = sled::Batch::default();
+    batch.remove(MANIFEST_KEY);
+    commit(tree, manifests, &batch, Some(&old))?;
     tracing::info!("restore progress: the manifest moved to a tree of its own");
     Ok(())
 }
 
-/// The outcome of a sled transaction that never aborts by itself.
-fn committed(
-    result: sled::transaction::TransactionResult<(), ()>,
+/// Applies `records` to the records `tree` and puts `manifest` in `manifests` (removes it for
+/// `None`) in one sled transaction, then flushes the database.
+fn commit(
+    tree: &sled::Tree,
+    manifests: &sled::Tree,
+    records: &sled::Batch,
+    manifest: Option<&[u8]>,
 ) -> Result<(), RestoreStoreError> {
+    let result: sled::transaction::TransactionResult<(), ()> =
+        (tree, manifests).transaction(|(tree, manifests)| {
+            tree.apply_batch(records)?;
+            match manifest {
+                Some(bytes) => manifests.insert(MANIFEST_KEY, bytes).map(drop)?,
+                None => manifests.remove(MANIFEST_KEY).map(drop)?,
+            }
+            Ok(())
+        });
     match result {
-        Ok(()) => Ok(()),
-        Err(sled::transaction::TransactionError::Storage(e)) => Err(e.into()),
-        Err(sled::transaction::TransactionError::Abort(())) => Err(RestoreStoreError::Sled(
-            sled::Error::ReportableBug("a restore progress transaction aborted".into()),
-        )),
+        Ok(()) => {}
+        Err(sled::transaction::TransactionError::Storage(e)) => return Err(e.into()),
+        Err(sled::transaction::TransactionError::Abort(())) => {
+            return Err(RestoreStoreError::Sled(sled::Error::ReportableBug(
+                "a restore progress transaction aborted".into(),
+            )));
+        }
     }
+    tree.flush()?;
+    Ok(())
 }
 
 fn chunk_key(index: usize) -> Vec<u8> {
