@@ -531,4 +531,10 @@ fn a_registry_holding_a_pubkey_twice_fails_the_restore_naming_the_duplicate() {
     let e = r.finish().unwrap_err();
     assert!(duplicate(&e), "{e}");
     assert!(e.to_string().contains("validator 5"), "{e}");
+    // Proven leaves that cannot form a registry are the manifest's fault (its offerers are
+    // blamed); the index's own invariant failing while it is built is ours.
+    use modnode::checkpoint::Fault;
+    assert_eq!(e.fault(), Fault::Manifest);
+    let bug = RestoreError::Registry(StateError::Index(IndexError::Internal("probe left")));
+    assert_eq!(bug.fault(), Fault::Ours, "{bug}");
 }

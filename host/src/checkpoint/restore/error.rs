@@ -149,6 +149,11 @@ impl RestoreError {
     pub fn fault(&self) -> Fault {
         match self {
             Self::WrongSize { .. } | Self::Tampered { .. } => Fault::ChunkPeer,
+            // The registry's own invariant broken while assembling it: a bug here, whatever
+            // the leaves (a peer is banned for a manifest's fault).
+            Self::Registry(StateError::Index(
+                crate::state::pubkey_index::IndexError::Internal(_),
+            )) => Fault::Ours,
             Self::Manifest(_)
             | Self::Malformed { .. }
             | Self::WrongRange { .. }
