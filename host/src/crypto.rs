@@ -8,6 +8,7 @@
 
 pub mod cache;
 pub mod identity;
+pub mod sha256_many;
 
 pub use cache::{CacheStats, SigCache};
 

@@ -18,6 +18,7 @@ use super::assembly::Assembly;
 use super::manifest::{Manifest, ManifestError, ManifestLimits};
 use super::queue::{rebuild_queue, verify_queue_chunk};
 use crate::chunk::ChunkContents;
+use crate::crypto::sha256_many;
 use crate::runtime::CallError;
 use crate::runtime::checkpoint::{CheckpointModule, ChunkSession};
 use crate::state::merkle::{
@@ -234,11 +235,8 @@ impl ChunkVerifier {
         {
             return Err(bad_bytes());
         }
-        let hashes: Vec<Hash32> = contents
-            .leaves
-            .chunks_exact(leaf_bytes)
-            .map(|leaf| Sha256::digest(leaf).into())
-            .collect();
+        let mut hashes: Vec<Hash32> = Vec::new();
+        sha256_many::hash_each(&contents.leaves, leaf_bytes, &mut hashes);
         let proof = match &self.roots {
             None => RangeProof::from_bytes(&contents.proof),
             Some(_) if !contents.proof.is_empty() => {

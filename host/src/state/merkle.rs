@@ -27,6 +27,8 @@ use std::sync::OnceLock;
 
 use deposits_common::ssz::hash_pair;
 
+use crate::crypto::sha256_many;
+
 use super::chunked::ChunkedVec;
 
 mod error;
@@ -101,14 +103,8 @@ pub(crate) fn map_halves<T: Sync, U: Send>(
 /// [`hash_level`] on the calling thread.
 fn hash_pairs(lower: &[Hash32], zero: &Hash32) -> Vec<Hash32> {
     let mut upper = Vec::with_capacity(lower.len().div_ceil(2));
-    let pairs = lower.chunks_exact(2);
-    let last = pairs.remainder();
-    for pair in pairs {
-        if let [left, right] = pair {
-            upper.push(hash_pair(left, right));
-        }
-    }
-    if let [left] = last {
+    sha256_many::hash_pairs(lower, &mut upper);
+    if let [left] = lower.chunks_exact(2).remainder() {
         upper.push(hash_pair(left, zero));
     }
     upper

@@ -244,14 +244,24 @@ pub fn verify_range_keeping_nodes(
         } else {
             Some(zero_hash(depth))
         };
-        let mut row = left.into_iter().chain(nodes.iter().copied()).chain(right);
-        let mut upper = Vec::with_capacity(nodes.len().div_ceil(2).saturating_add(1));
-        while let Some(first) = row.next() {
-            let second = row
-                .next()
-                .ok_or(MerkleError::Internal("range widened to an odd width"))?;
-            upper.push(hash_pair(&first, &second));
+        // The nodes widened to the pairs they belong to (a range aligned on both sides, as a
+        // checkpoint chunk's usually is, needs no copy).
+        let widened;
+        let row = if left.is_none() && right.is_none() {
+            nodes
+        } else {
+            widened = left
+                .into_iter()
+                .chain(nodes.iter().copied())
+                .chain(right)
+                .collect::<Vec<_>>();
+            widened.as_slice()
+        };
+        if row.len() % 2 != 0 {
+            return Err(MerkleError::Internal("range widened to an odd width"));
         }
+        let mut upper = Vec::with_capacity(row.len() / 2);
+        sha256_many::hash_pairs(row, &mut upper);
         rows.push(upper);
         start >>= 1;
         end = end.div_ceil(2);
