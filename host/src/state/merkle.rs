@@ -29,7 +29,7 @@ use deposits_common::ssz::hash_pair;
 
 use crate::crypto::sha256_many;
 
-use super::chunked::ChunkedVec;
+use super::chunked::{ChunkedBuilder, ChunkedVec};
 
 mod error;
 mod range_proof;

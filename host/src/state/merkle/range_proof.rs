@@ -137,7 +137,9 @@ pub struct RangeNodes {
 #[derive(Debug, Clone)]
 pub struct ProvenTreeBuilder {
     len: u64,
-    levels: Vec<Vec<Hash32>>,
+    /// Each level appended into the chunks it keeps in the tree: no regrowth copies, and
+    /// [`finish`](Self::finish) hands the chunks over without copying them again.
+    levels: Vec<ChunkedBuilder<Hash32>>,
 }
 
 impl ProvenTreeBuilder {
@@ -147,7 +149,7 @@ impl ProvenTreeBuilder {
         let levels = if len == 0 {
             Vec::new()
         } else {
-            vec![Vec::new(); depth_for_len(len).saturating_add(1)]
+            vec![ChunkedBuilder::new(); depth_for_len(len).saturating_add(1)]
         };
         Self { len, levels }
     }
@@ -188,7 +190,7 @@ impl ProvenTreeBuilder {
                     "the proven ranges do not cover the tree",
                 ));
             }
-            levels.push(Level::from(level));
+            levels.push(level.finish());
         }
         Ok(MerkleTree { levels })
     }
