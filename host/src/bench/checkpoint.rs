@@ -123,6 +123,9 @@ pub struct CheckpointReport {
     pub read_hash_floor_cpu_ms: f64,
     /// Worker threads for v2 creation and for restore verification.
     pub threads: usize,
+    /// Whether restore verification hashed sixteen messages at a time (AVX-512 lanes,
+    /// `crypto::sha256_many`); without, it hashes one at a time with `sha2` as the floor does.
+    pub sha256_lanes: bool,
     /// checkpoint-v1.
     pub v1: VersionReport,
     /// checkpoint-v2.
@@ -541,6 +544,7 @@ pub fn run(
         read_hash_floor_ms,
         read_hash_floor_cpu_ms,
         threads,
+        sha256_lanes: modnode::crypto::sha256_many::runs_sixteen_lanes(),
         v1: v1_report,
         v2: v2_report,
         v3: v3_report,

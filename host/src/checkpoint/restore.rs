@@ -180,6 +180,26 @@ impl ChunkVerifier {
         index: usize,
         bytes: &[u8],
     ) -> Result<VerifiedChunk, RestoreError> {
+        self.verify_hashed(opener, index, bytes, None)
+    }
+
+    /// Whether `len` is chunk `index`'s size in the manifest: the chunks worth hashing.
+    pub fn has_size(&self, index: usize, len: usize) -> bool {
+        self.manifest
+            .chunks
+            .get(index)
+            .is_some_and(|entry| u32::try_from(len).ok() == Some(entry.size))
+    }
+
+    /// [`verify`](Self::verify), with the SHA-256 of `bytes` when it was computed already
+    /// (with other chunks', [`sha256_many::hash_messages`]).
+    pub fn verify_hashed(
+        &self,
+        opener: &dyn ChunkOpener,
+        index: usize,
+        bytes: &[u8],
+        hash: Option<&Hash32>,
+    ) -> Result<VerifiedChunk, RestoreError> {
         let entry = *self
             .manifest
             .chunks
@@ -195,7 +215,10 @@ impl ChunkVerifier {
                 expected: entry.size,
             });
         }
-        let hash: Hash32 = Sha256::digest(bytes).into();
+        let hash: Hash32 = match hash {
+            Some(hash) => *hash,
+            None => Sha256::digest(bytes).into(),
+        };
         if hash != entry.hash {
             return Err(RestoreError::Tampered {
                 index,

@@ -103,6 +103,73 @@ fn each_chunk_is_reported_once_after_it_is_durable_and_the_state_rebuilds_in_any
     );
 }
 
+/// Verifiers take every chunk waiting (up to sixteen) and hash them together: a chunk of the
+/// wrong size and two tampered ones among forty submitted at once are each refused for what
+/// is wrong with them, and every other chunk is verified with its own hash.
+#[test]
+fn chunks_hashed_together_are_each_judged_by_their_own_bytes() {
+    let m = module("checkpoint-v3");
+    let state = synthetic_state(40 * v3_leaves_per_chunk(), 12).unwrap();
+    let options = CreateOptions {
+        target_chunk_bytes: 1 << 20,
+        threads: 2,
+        background: false,
+    };
+    let at = BlockRef {
+        height: 5,
+        hash: modnode::hashes::BlockHash([5; 32]),
+    };
+    let cp = create(&m, Arc::new(state), at, options).unwrap();
+    assert_eq!(cp.chunks.len(), 40);
+    let mut restorer = Restorer::new(cp.manifest.clone(), &ManifestLimits::default()).unwrap();
+    let mut pipeline = Pipeline::start(restorer.verifier(), opener(), NoSink, config(40)).unwrap();
+    for (index, chunk) in cp.chunks.iter().enumerate() {
+        let mut bytes = chunk.clone();
+        match index {
+            3 => {
+                bytes.pop();
+            }
+            7 | 20 => bytes[100] ^= 1,
+            _ => {}
+        }
+        pipeline.submit(index, bytes, ()).unwrap();
+    }
+    let mut refused = Vec::new();
+    while let Some(outcome) = pipeline.next_blocking() {
+        match outcome {
+            Outcome::Stored { chunk, .. } => {
+                restorer.insert(chunk).unwrap();
+            }
+            Outcome::Refused { index, error, .. } => refused.push((index, error)),
+            Outcome::NotStored { reason, .. } => panic!("{reason}"),
+        }
+    }
+    refused.sort_by_key(|(index, _)| *index);
+    let indices: Vec<usize> = refused.iter().map(|(index, _)| *index).collect();
+    assert_eq!(indices, vec![3, 7, 20]);
+    assert!(
+        matches!(refused[0].1, RestoreError::WrongSize { index: 3, .. }),
+        "{}",
+        refused[0].1
+    );
+    for (index, error) in &refused[1..] {
+        assert!(
+            matches!(error, RestoreError::Tampered { index: i, .. } if i == index),
+            "{error}"
+        );
+    }
+    assert_eq!(restorer.missing(), vec![3, 7, 20]);
+    for index in [3, 7, 20] {
+        let chunk = restorer.verify(&m, index, &cp.chunks[index]).unwrap();
+        restorer.insert(chunk).unwrap();
+    }
+    drop(pipeline);
+    assert_eq!(
+        restorer.finish().unwrap().state_root,
+        cp.manifest.state_root
+    );
+}
+
 #[test]
 fn a_bad_chunk_mid_pipeline_is_refused_its_peer_dropped_and_it_is_fetched_again() {
     let cp = checkpoint();

@@ -1,7 +1,7 @@
 use proptest::prelude::*;
 use sha2::{Digest, Sha256};
 
-use super::{hash_each, hash_pairs, lanes};
+use super::{hash_each, hash_messages, hash_pairs, lanes};
 
 fn one_by_one(data: &[u8], size: usize) -> Vec<[u8; 32]> {
     data.chunks_exact(size)
@@ -82,7 +82,51 @@ fn a_zero_size_yields_nothing_and_appends_after_what_is_there() {
     assert_eq!(out, vec![[9u8; 32], Sha256::digest([1, 2, 3]).into()]);
 }
 
+/// Messages of different lengths in one group: the lanes run the blocks all of them have and
+/// each finishes on its own, whatever its tail (every padding shape, and an empty message,
+/// which makes the common part nothing).
+#[test]
+fn messages_of_different_lengths_hash_as_sha2_does() {
+    let lengths: Vec<usize> = (0..40).map(|i| 300 + i * 61 % 257).collect();
+    let owned: Vec<Vec<u8>> = lengths.iter().map(|&n| bytes(n, n as u8)).collect();
+    let messages: Vec<&[u8]> = owned.iter().map(Vec::as_slice).collect();
+    let mut got = Vec::new();
+    hash_messages(&messages, &mut got);
+    let expected: Vec<[u8; 32]> = messages.iter().map(|m| Sha256::digest(m).into()).collect();
+    assert_eq!(got, expected);
+
+    let mut with_empty = messages.clone();
+    with_empty[3] = &[];
+    with_empty[20] = &owned[0][..64];
+    let mut got = Vec::new();
+    hash_messages(&with_empty, &mut got);
+    let expected: Vec<[u8; 32]> = with_empty
+        .iter()
+        .map(|m| Sha256::digest(m).into())
+        .collect();
+    assert_eq!(got, expected);
+    if lanes::available() {
+        let mut out = Vec::new();
+        assert_eq!(
+            lanes::hash_message_groups(&messages, &mut out),
+            32,
+            "two groups in lanes"
+        );
+    }
+}
+
 proptest! {
+    #![proptest_config(ProptestConfig { failure_persistence: None, ..ProptestConfig::default() })]
+    #[test]
+    fn any_messages_hash_as_sha2_does(lengths in proptest::collection::vec(0usize..700, 0..40), seed: u8) {
+        let owned: Vec<Vec<u8>> = lengths.iter().map(|&n| bytes(n, seed ^ n as u8)).collect();
+        let messages: Vec<&[u8]> = owned.iter().map(Vec::as_slice).collect();
+        let mut got = Vec::new();
+        hash_messages(&messages, &mut got);
+        let expected: Vec<[u8; 32]> = messages.iter().map(|m| Sha256::digest(m).into()).collect();
+        prop_assert_eq!(got, expected);
+    }
+
     #[test]
     fn any_bytes_hash_as_sha2_does(data in proptest::collection::vec(any::<u8>(), 0..6000), size in 1usize..300) {
         let mut got = Vec::new();
