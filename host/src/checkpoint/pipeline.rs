@@ -347,14 +347,20 @@ fn verify_loop<T>(
         if stop.load(Ordering::Relaxed) {
             return;
         }
-        // Only chunks of their manifest size are hashed (the others fail on their size).
+        // Only chunks of their manifest size are hashed (the others fail on their size). A
+        // panic while hashing leaves every chunk to hash its own bytes below, under the
+        // per-chunk guard.
         let sized: Vec<&[u8]> = batch
             .iter()
             .filter(|job| verifier.has_size(job.index, job.bytes.len()))
             .map(|job| job.bytes.as_slice())
             .collect();
-        let mut hashes = Vec::with_capacity(sized.len());
-        sha256_many::hash_messages(&sized, &mut hashes);
+        let hashes = std::panic::catch_unwind(|| {
+            let mut hashes = Vec::with_capacity(sized.len());
+            sha256_many::hash_messages(&sized, &mut hashes);
+            hashes
+        })
+        .unwrap_or_default();
         let mut hashes = hashes.into_iter();
         for job in batch {
             if stop.load(Ordering::Relaxed) {
