@@ -490,11 +490,11 @@ mod lanes {
         words
     }
 
-    /// Σ or σ: three rotations or shifts of `x` combined by exclusive or.
-    #[inline(always)]
+    /// Σ or σ: three rotations or shifts combined by exclusive or.
+    #[target_feature(enable = "avx512f")]
+    #[inline]
     fn xor3(a: __m512i, b: __m512i, c: __m512i) -> __m512i {
-        // SAFETY: only called from functions compiled with AVX-512 F.
-        unsafe { _mm512_ternarylogic_epi32::<0x96>(a, b, c) }
+        _mm512_ternarylogic_epi32::<0x96>(a, b, c)
     }
 
     /// One round on the working variables with `kw = K[t] + W[t]` (every lane).
