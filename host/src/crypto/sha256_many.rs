@@ -55,26 +55,37 @@ fn finish_message(mut state: [u32; 8], message: &[u8], done: usize) -> [u8; 32] 
     use sha2::digest::generic_array::GenericArray;
     let rest = message.get(done..).unwrap_or(&[]);
     let blocks = rest.chunks_exact(64);
-    let tail = blocks.remainder();
-    for block in blocks {
+    let (last, last_blocks) = padded_tail(blocks.remainder(), message.len());
+    for block in blocks.chain(last.chunks_exact(64).take(last_blocks)) {
         sha2::compress256(&mut state, &[*GenericArray::from_slice(block)]);
     }
+    hash_of(state)
+}
+
+/// The last block or two of a `len`-byte message whose last `len % 64` bytes are `tail`: the
+/// tail, the 0x80 byte, zeros and the bit length — one block when they fit in 64 bytes, two
+/// when they do not. Returns them and how many blocks they are.
+fn padded_tail(tail: &[u8], len: usize) -> ([u8; 128], usize) {
     let mut last = [0u8; 128];
-    let tail_blocks = if tail.len() < 56 { 1 } else { 2 };
+    let (blocks, len_at) = if tail.len() < 56 {
+        (1, 56..64)
+    } else {
+        (2, 120..128)
+    };
     if let Some(dst) = last.get_mut(..tail.len()) {
         dst.copy_from_slice(tail);
     }
     if let Some(mark) = last.get_mut(tail.len()) {
         *mark = 0x80;
     }
-    let bits = (message.len() as u64).wrapping_mul(8).to_be_bytes();
-    let len_at = if tail_blocks == 1 { 56..64 } else { 120..128 };
     if let Some(dst) = last.get_mut(len_at) {
-        dst.copy_from_slice(&bits);
+        dst.copy_from_slice(&(len as u64).wrapping_mul(8).to_be_bytes());
     }
-    for block in last.chunks_exact(64).take(tail_blocks) {
-        sha2::compress256(&mut state, &[*GenericArray::from_slice(block)]);
-    }
+    (last, blocks)
+}
+
+/// A final compression state as the hash: its words big-endian.
+fn hash_of(state: [u32; 8]) -> [u8; 32] {
     let mut hash = [0u8; 32];
     for (bytes, word) in hash.chunks_exact_mut(4).zip(state) {
         bytes.copy_from_slice(&word.to_be_bytes());
@@ -186,20 +197,40 @@ mod lanes {
     /// The CPU has AVX-512 F and BW.
     #[target_feature(enable = "avx512f,avx512bw")]
     unsafe fn compress_common(group: &[&[u8]], blocks: usize) -> [[u32; 8]; LANES] {
+        let mut state = initial_state();
+        compress_blocks(&mut state, group, blocks);
+        lane_states(state)
+    }
+
+    /// The initial hash value in every lane.
+    #[target_feature(enable = "avx512f")]
+    fn initial_state() -> [__m512i; 8] {
         let mut state = [_mm512_setzero_si512(); 8];
         for (lanes, word) in state.iter_mut().zip(IV) {
             *lanes = _mm512_set1_epi32(word as i32);
         }
+        state
+    }
+
+    /// Compresses the first `blocks` blocks of each of `messages` (lane `l` the `l`-th; every
+    /// message has at least that many) into `state`.
+    #[target_feature(enable = "avx512f,avx512bw")]
+    fn compress_blocks(state: &mut [__m512i; 8], messages: &[&[u8]], blocks: usize) {
         for block in 0..blocks {
             let at = block.wrapping_mul(64);
-            let mut blocks = [None; LANES];
-            for (block, message) in blocks.iter_mut().zip(group) {
-                *block = message
+            let mut loaded = [None; LANES];
+            for (lane, message) in loaded.iter_mut().zip(messages) {
+                *lane = message
                     .get(at..at.wrapping_add(64))
                     .and_then(|b| b.try_into().ok());
             }
-            compress(&mut state, load_blocks(blocks));
+            compress(state, load_blocks(loaded));
         }
+    }
+
+    /// Each lane's compression state.
+    #[target_feature(enable = "avx512f")]
+    fn lane_states(state: [__m512i; 8]) -> [[u32; 8]; LANES] {
         let mut rows = [[0u32; LANES]; 8];
         for (row, word) in rows.iter_mut().zip(state) {
             // SAFETY: `row` is 16 writable `u32`s, the 64 bytes one store writes.
@@ -226,51 +257,28 @@ mod lanes {
         padding: Option<&[[u32; 16]; 4]>,
         out: &mut [[u8; 32]; LANES],
     ) {
-        let mut state = [_mm512_setzero_si512(); 8];
-        for (lanes, word) in state.iter_mut().zip(IV) {
-            *lanes = _mm512_set1_epi32(word as i32);
+        let mut pieces = [&[][..]; LANES];
+        for (piece, bytes) in pieces.iter_mut().zip(group.chunks_exact(size)) {
+            *piece = bytes;
         }
-        // Offsets below stay inside `group` (a slice), so `wrapping_*` never wraps.
-        let whole_blocks = size / 64;
-        for block in 0..whole_blocks {
-            let at = block.wrapping_mul(64);
-            let mut blocks = [None; LANES];
-            for (lane, block) in blocks.iter_mut().enumerate() {
-                let from = lane.wrapping_mul(size).wrapping_add(at);
-                *block = group
-                    .get(from..from.wrapping_add(64))
-                    .and_then(|b| b.try_into().ok());
-            }
-            compress(&mut state, load_blocks(blocks));
-        }
-        // The last `size % 64` bytes of each message, the 0x80 byte, zeros and the bit length:
-        // one block when they fit in 64 bytes, two when they do not.
-        let tail = size % 64;
+        let mut state = initial_state();
+        let whole = size / 64;
+        compress_blocks(&mut state, &pieces, whole);
         if let Some(padding) = padding {
             // Whole blocks (Merkle pairs): the padding block is the same in every lane.
             compress_scheduled(&mut state, padding);
             store_hashes(state, out);
             return;
         }
-        let tail_blocks: usize = if tail < 56 { 1 } else { 2 };
-        let len_at = tail_blocks.wrapping_mul(64).wrapping_sub(8);
+        // The rest of each message and its padding, one block or two, the same count in
+        // every lane (the messages are of one length).
         let mut padded = [[0u8; 128]; LANES];
-        let bit_len = (size as u64).wrapping_mul(8).to_be_bytes();
-        for (lane, block) in padded.iter_mut().enumerate() {
-            let from = lane
-                .wrapping_mul(size)
-                .wrapping_add(whole_blocks.wrapping_mul(64));
-            let src = group.get(from..from.wrapping_add(tail));
-            if let (Some(dst), Some(src)) = (block.get_mut(..tail), src) {
-                dst.copy_from_slice(src);
-            }
-            if let Some(mark) = block.get_mut(tail) {
-                *mark = 0x80;
-            }
-            if let Some(dst) = block.get_mut(len_at..len_at.wrapping_add(8)) {
-                dst.copy_from_slice(&bit_len);
-            }
+        let mut tail_blocks = 0;
+        for (block, piece) in padded.iter_mut().zip(pieces) {
+            let tail = piece.get(whole.wrapping_mul(64)..).unwrap_or(&[]);
+            (*block, tail_blocks) = super::padded_tail(tail, size);
         }
+        let tail = size % 64;
         let padded_starts = lane_offsets(128);
         let [first_lane, ..] = &padded;
         for (block, first_lane) in first_lane.chunks_exact(64).take(tail_blocks).enumerate() {
@@ -299,17 +307,8 @@ mod lanes {
     /// The lanes' final states as sixteen big-endian hashes.
     #[target_feature(enable = "avx512f")]
     fn store_hashes(state: [__m512i; 8], out: &mut [[u8; 32]; LANES]) {
-        let mut rows = [[0u32; LANES]; 8];
-        for (row, word) in rows.iter_mut().zip(state) {
-            // SAFETY: `row` is 16 writable `u32`s, the 64 bytes one store writes.
-            unsafe { _mm512_storeu_si512(row.as_mut_ptr().cast(), word) };
-        }
-        for (lane, hash) in out.iter_mut().enumerate() {
-            for (bytes, row) in hash.chunks_exact_mut(4).zip(&rows) {
-                if let Some(word) = row.get(lane) {
-                    bytes.copy_from_slice(&word.to_be_bytes());
-                }
-            }
+        for (hash, lane) in out.iter_mut().zip(lane_states(state)) {
+            *hash = super::hash_of(lane);
         }
     }
 
