@@ -350,27 +350,28 @@ fn verify_loop<T>(
         // Only chunks of their manifest size are hashed (the others fail on their size). A
         // panic while hashing leaves every chunk to hash its own bytes below, under the
         // per-chunk guard.
-        let sized: Vec<&[u8]> = batch
+        let sized: Vec<bool> = batch
             .iter()
-            .filter(|job| verifier.has_size(job.index, job.bytes.len()))
-            .map(|job| job.bytes.as_slice())
+            .map(|job| verifier.has_size(job.index, job.bytes.len()))
+            .collect();
+        let to_hash: Vec<&[u8]> = batch
+            .iter()
+            .zip(&sized)
+            .filter(|(_, sized)| **sized)
+            .map(|(job, _)| job.bytes.as_slice())
             .collect();
         let hashes = std::panic::catch_unwind(|| {
-            let mut hashes = Vec::with_capacity(sized.len());
-            sha256_many::hash_messages(&sized, &mut hashes);
+            let mut hashes = Vec::with_capacity(to_hash.len());
+            sha256_many::hash_messages(&to_hash, &mut hashes);
             hashes
         })
         .unwrap_or_default();
         let mut hashes = hashes.into_iter();
-        for job in batch {
+        for (job, sized) in batch.into_iter().zip(sized) {
             if stop.load(Ordering::Relaxed) {
                 return;
             }
-            let hash = if verifier.has_size(job.index, job.bytes.len()) {
-                hashes.next()
-            } else {
-                None
-            };
+            let hash = if sized { hashes.next() } else { None };
             // A panic here would leave the chunk held forever (its outcome never sent): it
             // is refused as our fault instead, and fetched again.
             let verified = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {

@@ -184,7 +184,7 @@ impl ChunkVerifier {
     }
 
     /// Whether `len` is chunk `index`'s size in the manifest: the chunks worth hashing.
-    pub fn has_size(&self, index: usize, len: usize) -> bool {
+    pub(crate) fn has_size(&self, index: usize, len: usize) -> bool {
         self.manifest
             .chunks
             .get(index)
@@ -192,8 +192,9 @@ impl ChunkVerifier {
     }
 
     /// [`verify`](Self::verify), with the SHA-256 of `bytes` when it was computed already
-    /// (with other chunks', [`sha256_many::hash_messages`]).
-    pub fn verify_hashed(
+    /// (with other chunks', [`sha256_many::hash_messages`]). Crate-only: the caller vouches
+    /// that `hash` is the SHA-256 of `bytes`.
+    pub(crate) fn verify_hashed(
         &self,
         opener: &dyn ChunkOpener,
         index: usize,
