@@ -152,6 +152,17 @@ fn prefetch(slot: Option<&u32>) {
     let _ = slot;
 }
 
+/// Puts validator `validator` in the vacant slot `cell` (`None`: a slot outside the table, our
+/// bug): the slot holds `validator + 1`, 0 being empty. Returns that value.
+fn occupy_cell(cell: Option<&mut u32>, validator: u32) -> Result<u32, IndexError> {
+    let value = validator
+        .checked_add(1)
+        .ok_or(IndexError::Internal("validator below len is u32::MAX"))?;
+    let cell = cell.ok_or(IndexError::Internal("vacant slot outside the table"))?;
+    *cell = value;
+    Ok(value)
+}
+
 /// Table size for `validators` entries: the smallest power of two, at least [`MIN_SLOTS`], that
 /// keeps the load at or below 70%.
 fn slots_for(validators: u64) -> Result<usize, IndexError> {
@@ -300,15 +311,7 @@ impl PubkeyIndex {
     /// Puts validator `validator`, the next one, in vacant `slot`: the slot holds
     /// `validator + 1` (0 is empty), which is also the new length.
     fn occupy(&mut self, slot: usize, validator: u32) -> Result<(), IndexError> {
-        let value = validator
-            .checked_add(1)
-            .ok_or(IndexError::Internal("validator below len is u32::MAX"))?;
-        let cell = self
-            .slots
-            .get_mut(slot)
-            .ok_or(IndexError::Internal("vacant slot outside the table"))?;
-        *cell = value;
-        self.len = value;
+        self.len = occupy_cell(self.slots.get_mut(slot), validator)?;
         Ok(())
     }
 

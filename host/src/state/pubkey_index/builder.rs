@@ -13,7 +13,7 @@
 //! them in order.
 
 use super::{EMPTY, IndexError, KeyedHash, PREFETCH_AHEAD, Pubkey, PubkeyIndex};
-use super::{home_slot as home, over_load, prefetch, slots_for};
+use super::{home_slot as home, occupy_cell, over_load, prefetch, slots_for};
 use crate::state::chunked::ChunkedVec;
 
 /// A [`PubkeyIndex`] under construction over validators `0..len()`, appended in order.
@@ -95,12 +95,9 @@ impl IndexBuilder {
         }
         let mut table = vec![EMPTY; slots];
         let mask = slots.wrapping_sub(1);
-        for (value, &hash) in (1u32..).zip(&self.hashes) {
+        for (validator, &hash) in (0u32..).zip(&self.hashes) {
             let slot = vacant(&table, home(hash, mask), mask)?;
-            let cell = table
-                .get_mut(slot)
-                .ok_or(IndexError::Internal("vacant slot outside the table"))?;
-            *cell = value;
+            occupy_cell(table.get_mut(slot), validator)?;
         }
         self.table = table;
         Ok(())
@@ -147,14 +144,7 @@ impl IndexBuilder {
                 prefetch(self.table.get(home(next, mask)));
             }
             let slot = self.vacant_for(validator, hash, mask, &key_at)?;
-            let value = validator
-                .checked_add(1)
-                .ok_or(IndexError::Internal("validator below len is u32::MAX"))?;
-            let cell = self
-                .table
-                .get_mut(slot)
-                .ok_or(IndexError::Internal("vacant slot outside the table"))?;
-            *cell = value;
+            occupy_cell(self.table.get_mut(slot), validator)?;
         }
         missing.map_or(Ok(()), Err)
     }
