@@ -21,8 +21,13 @@ use super::checkpoint::{module, v3_leaves_per_chunk};
 
 /// A checkpoint-v3 checkpoint of a state of 10 chunks.
 fn checkpoint() -> Checkpoint {
+    checkpoint_of(10, 11)
+}
+
+/// A checkpoint-v3 checkpoint of a synthetic state (`seed`) of `chunks` chunks.
+fn checkpoint_of(chunks: u32, seed: u64) -> Checkpoint {
     let m = module("checkpoint-v3");
-    let state = synthetic_state(10 * v3_leaves_per_chunk(), 11).unwrap();
+    let state = synthetic_state(chunks * v3_leaves_per_chunk(), seed).unwrap();
     let options = CreateOptions {
         target_chunk_bytes: 1 << 20,
         threads: 2,
@@ -33,7 +38,7 @@ fn checkpoint() -> Checkpoint {
         hash: modnode::hashes::BlockHash([5; 32]),
     };
     let cp = create(&m, Arc::new(state), at, options).unwrap();
-    assert_eq!(cp.chunks.len(), 10);
+    assert_eq!(cp.chunks.len(), chunks as usize);
     cp
 }
 
@@ -109,18 +114,7 @@ fn each_chunk_is_reported_once_after_it_is_durable_and_the_state_rebuilds_in_any
 #[test]
 fn chunks_hashed_together_are_each_judged_by_their_own_bytes() {
     let m = module("checkpoint-v3");
-    let state = synthetic_state(40 * v3_leaves_per_chunk(), 12).unwrap();
-    let options = CreateOptions {
-        target_chunk_bytes: 1 << 20,
-        threads: 2,
-        background: false,
-    };
-    let at = BlockRef {
-        height: 5,
-        hash: modnode::hashes::BlockHash([5; 32]),
-    };
-    let cp = create(&m, Arc::new(state), at, options).unwrap();
-    assert_eq!(cp.chunks.len(), 40);
+    let cp = checkpoint_of(40, 12);
     let mut restorer = Restorer::new(cp.manifest.clone(), &ManifestLimits::default()).unwrap();
     let mut pipeline = Pipeline::start(restorer.verifier(), opener(), NoSink, config(40)).unwrap();
     for (index, chunk) in cp.chunks.iter().enumerate() {
