@@ -14,6 +14,7 @@ use modnode::checkpoint::{
     ManifestError, ManifestLimits, RestoreError, RestoreStore, Restorer, StateLeaves, carry_over,
     create, synthetic_state, verify_all,
 };
+use modnode::runtime::checkpoint::StateReader as _;
 use modnode::state::merkle::Hash32;
 use modnode::state::{NewValidator, RegistryDelta, State};
 use proptest::prelude::*;
@@ -537,4 +538,61 @@ fn a_registry_holding_a_pubkey_twice_fails_the_restore_naming_the_duplicate() {
     assert_eq!(e.fault(), Fault::Manifest);
     let bug = RestoreError::Registry(StateError::Index(IndexError::Internal("probe left")));
     assert_eq!(bug.fault(), Fault::Ours, "{bug}");
+}
+
+/// The wasm module's chunks are exactly what the `checkpoint-v3` crate's format, built
+/// natively, makes of the same leaves: the module transposes with wasm SIMD, the native build
+/// runs the same blocks on byte arrays, so this holds the vector code to the reference (and
+/// the native decoding gives the state's leaves back). Synthetic states whose last chunk is
+/// partial (1,000 and 2,500 validators: 232 and 196 leaves, so the 16×16 blocks, the 8×8
+/// strips and the single bytes all run), and one with every balance scrambled.
+#[test]
+fn the_modules_chunks_are_the_native_format_byte_for_byte() {
+    let m = module("checkpoint-v3");
+    let small = synthetic_state(1_000, 9).unwrap();
+    let mut registry = small.registry().clone();
+    let balances = (0..1_000u32)
+        .map(|i| (i, u64::from(i).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 3))
+        .collect();
+    registry
+        .apply(&RegistryDelta {
+            added: Vec::new(),
+            balances,
+        })
+        .unwrap();
+    let scrambled = State::new(
+        modnode::hashes::BlockHash::new([1; 32]),
+        small.height() + 1,
+        registry,
+        small.eth1().clone(),
+        small.schedule().clone(),
+    );
+    let states = [
+        ("1,000 validators", small),
+        ("2,500 validators", synthetic_state(2_500, 4).unwrap()),
+        ("scrambled balances", scrambled),
+    ];
+    for (name, state) in states {
+        let cp = create(&m, Arc::new(state.clone()), at(5), options()).unwrap();
+        assert!(cp.chunks.len() >= 4, "{name}: {} chunks", cp.chunks.len());
+        for (entry, bytes) in cp.manifest.chunks.iter().zip(&cp.chunks) {
+            let leaves = state.read_leaf_bytes(entry.start, entry.end);
+            let header = checkpoint_common::wire::Header {
+                version: 3,
+                start: entry.start,
+                end: entry.end,
+                leaf_size: cp.manifest.leaf_size,
+            };
+            let native = checkpoint_v3::format::encode(&header, &leaves).unwrap();
+            assert!(
+                native == *bytes,
+                "{name}: chunk {}..{} is not the native encoding",
+                entry.start,
+                entry.end
+            );
+            assert_eq!(checkpoint_v3::format::decode(bytes).unwrap().leaves, leaves);
+        }
+        let dir = tempfile::tempdir().unwrap();
+        restore_into(dir.path(), &cp);
+    }
 }
