@@ -14,6 +14,7 @@
 //! [`Assembly::finish`] is cutting the index's table into chunks and the root.
 
 use super::restore::{RestoreError, VerifiedChunk};
+use super::roots::RootTree;
 use crate::state::chunked::ChunkedBuilder;
 use crate::state::merkle::ProvenTreeBuilder;
 use crate::state::pubkey_index::IndexBuilder;
@@ -45,9 +46,19 @@ pub(super) struct Assembly {
 
 impl Assembly {
     /// An empty assembly of a registry of `leaf_count` leaves. Nothing is reserved for them
-    /// up front: the count comes from a manifest, and only verified chunks take memory.
-    pub(super) fn new(leaf_count: u64) -> Self {
-        Self {
+    /// up front: the count comes from a manifest, and only verified chunks take memory. With
+    /// the manifest's chunk roots (`roots`, already checked against the registry root) the
+    /// tree's levels above the chunks are taken from them, and each chunk brings only the
+    /// levels up to its subtree root.
+    pub(super) fn new(leaf_count: u64, roots: Option<&RootTree>) -> Result<Self, RestoreError> {
+        let tree = match roots {
+            None => ProvenTreeBuilder::new(leaf_count),
+            Some(roots) => {
+                ProvenTreeBuilder::above(leaf_count, roots.level(), roots.upper_levels())
+                    .map_err(StateError::from)?
+            }
+        };
+        Ok(Self {
             next: 0,
             leaf_count,
             validators: ChunkedBuilder::new(),
@@ -55,8 +66,8 @@ impl Assembly {
             index: IndexBuilder::new(),
             total_effective: 0,
             failed: None,
-            tree: ProvenTreeBuilder::new(leaf_count),
-        }
+            tree,
+        })
     }
 
     /// The manifest index of the next registry chunk to take.

@@ -22,7 +22,7 @@ use crate::crypto::sha256_many;
 use crate::runtime::CallError;
 use crate::runtime::checkpoint::{CheckpointModule, ChunkSession};
 use crate::state::merkle::{
-    Hash32, MerkleError, RangeNodes, RangeProof, verify_range_keeping_nodes,
+    Hash32, MerkleError, RangeNodes, RangeProof, subtree_keeping_nodes, verify_range_keeping_nodes,
 };
 use crate::state::{
     Eth1State, LEAF_BYTES, PendingDeposit, PendingQueue, Registry, Schedule, StateError,
@@ -261,8 +261,21 @@ impl ChunkVerifier {
         }
         let mut hashes: Vec<Hash32> = Vec::new();
         sha256_many::hash_each(&contents.leaves, leaf_bytes, &mut hashes);
-        let proof = match &self.roots {
-            None => RangeProof::from_bytes(&contents.proof),
+        let proof_error = |source| RestoreError::Proof { index, source };
+        let nodes = match &self.roots {
+            None => {
+                let proof = RangeProof::from_bytes(&contents.proof).map_err(proof_error)?;
+                if proof.tree_len() != self.manifest.leaf_count {
+                    return Err(proof_error(MerkleError::RootMismatch));
+                }
+                verify_range_keeping_nodes(
+                    &self.manifest.registry_root,
+                    entry.start,
+                    &hashes,
+                    &proof,
+                )
+                .map_err(proof_error)?
+            }
             Some(_) if !contents.proof.is_empty() => {
                 return Err(RestoreError::Malformed {
                     index,
@@ -270,18 +283,22 @@ impl ChunkVerifier {
                         .into(),
                 });
             }
-            Some(roots) => roots.proof(index),
-        }
-        .map_err(|source| RestoreError::Proof { index, source })?;
-        if proof.tree_len() != self.manifest.leaf_count {
-            return Err(RestoreError::Proof {
-                index,
-                source: MerkleError::RootMismatch,
-            });
-        }
-        let nodes =
-            verify_range_keeping_nodes(&self.manifest.registry_root, entry.start, &hashes, &proof)
-                .map_err(|source| RestoreError::Proof { index, source })?;
+            // The listed roots were hashed up to the registry root once (`RootTree::new`): the
+            // chunk's leaves have to lead to its own.
+            Some(roots) => {
+                let (node, nodes) = subtree_keeping_nodes(
+                    entry.start,
+                    &hashes,
+                    self.manifest.leaf_count,
+                    roots.level(),
+                )
+                .map_err(proof_error)?;
+                if roots.chunk_root(index) != Some(&node) {
+                    return Err(proof_error(MerkleError::RootMismatch));
+                }
+                nodes
+            }
+        };
         let (validators, balances) = decode_leaves(entry.start, &contents.leaves, leaf_bytes)?;
         Ok(VerifiedChunk {
             index,
@@ -309,7 +326,7 @@ impl Restorer {
         Ok(Self {
             id: manifest.id(),
             total_bytes: manifest.total_bytes(),
-            assembly: Assembly::new(manifest.leaf_count),
+            assembly: Assembly::new(manifest.leaf_count, roots.as_ref())?,
             verifier: Arc::new(ChunkVerifier { manifest, roots }),
             chunks: vec![None; count],
             covered: BTreeMap::new(),

@@ -6,11 +6,14 @@
 //! chunk's subtree root — the tree's node at level `log2 L` (level `depth` when there is a
 //! single chunk: the tree root itself). [`RootTree::new`] hashes those roots up to the registry
 //! root once, before any chunk is fetched (a manifest whose roots do not lead to its registry
-//! root is refused: the manifest producer's fault). From the levels it computed,
-//! [`RootTree::proof`] gives chunk `i` the very range proof the registry tree would give
-//! (`MerkleTree::range_proof`): no sibling below the chunk's level (the range is the whole
-//! subtree), the other subtrees' nodes above it. The restorer then verifies the chunk's leaves
-//! with that proof exactly as it verifies a proof carried in a chunk.
+//! root is refused: the manifest producer's fault). The restorer then hashes each chunk's
+//! leaves up to its subtree root and compares it with the listed one
+//! (`merkle::subtree_keeping_nodes`): the path above the chunks is hashed once for all of
+//! them, here, and the restored tree takes its levels above the chunks from
+//! [`RootTree::upper_levels`]. [`RootTree::proof`] still gives chunk `i` the very range proof
+//! the registry tree would give (`MerkleTree::range_proof`) — no sibling below the chunk's
+//! level, the other subtrees' nodes above it — for `upgrade-check`, which holds a chunk to
+//! the registry root on its own.
 
 use deposits_common::ssz::hash_pair;
 
@@ -168,6 +171,18 @@ impl RootTree {
     /// The chunks' level in the registry tree.
     pub fn level(&self) -> usize {
         self.level
+    }
+
+    /// Chunk `index`'s subtree root, as the manifest lists it (checked against the registry
+    /// root by [`new`](Self::new)).
+    pub fn chunk_root(&self, index: usize) -> Option<&Hash32> {
+        self.levels.first().and_then(|roots| roots.get(index))
+    }
+
+    /// The registry tree's levels above the chunks' level, each complete, up to the tree root:
+    /// `upper_levels()[k]` is level `level() + 1 + k`.
+    pub fn upper_levels(&self) -> &[Vec<Hash32>] {
+        self.levels.get(1..).unwrap_or_default()
     }
 }
 

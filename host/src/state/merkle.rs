@@ -36,7 +36,8 @@ mod range_proof;
 
 pub use error::MerkleError;
 pub use range_proof::{
-    ProvenTreeBuilder, RangeNodes, RangeProof, verify_range, verify_range_keeping_nodes,
+    ProvenTreeBuilder, RangeNodes, RangeProof, subtree_keeping_nodes, verify_range,
+    verify_range_keeping_nodes,
 };
 
 /// One level of the tree: a persistent chunked vector, so clones of the tree share it.

@@ -313,6 +313,37 @@ fn v3_restores_in_any_order_and_bad_chunk_roots_are_refused_before_any_fetch() {
     ));
 }
 
+/// A chunk is held to its own listed subtree root: a manifest whose roots lead to its registry
+/// root but which names, for one chunk, the bytes of another state's chunk at the same place
+/// (a well-formed chunk with the right range) gets that chunk refused as a proof mismatch,
+/// every other chunk verifies, and the chunks at the tree's right edge (a partial last chunk)
+/// verify against roots padded as the tree pads.
+#[test]
+fn a_chunk_whose_leaves_do_not_lead_to_its_listed_root_is_refused() {
+    let (a, b, built) = a_and_b();
+    let changed = *built.iter().next().unwrap();
+    assert_ne!(a.chunks[changed], b.chunks[changed]);
+    let mut lying = b.manifest.clone();
+    lying.chunks[changed].hash = Sha256::digest(&a.chunks[changed]).into();
+    lying.chunks[changed].size = a.chunks[changed].len() as u32;
+    let m = module("checkpoint-v3");
+    let r = Restorer::new(lying, &ManifestLimits::default()).unwrap();
+    let err = r.verify(&m, changed, &a.chunks[changed]).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            RestoreError::Proof {
+                index,
+                source: modnode::state::merkle::MerkleError::RootMismatch
+            } if index == changed
+        ),
+        "{err}"
+    );
+    for i in (0..b.chunks.len()).rev().filter(|&i| i != changed) {
+        r.verify(&m, i, &b.chunks[i]).unwrap();
+    }
+}
+
 /// The restorer builds the registry from the verified prefix of its chunks as they arrive:
 /// chunks verified ahead of it wait, and a chunk already taken into the registry still counts
 /// as verified (never fetched or inserted again).

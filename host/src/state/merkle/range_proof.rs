@@ -154,6 +154,29 @@ impl ProvenTreeBuilder {
         Self { len, levels }
     }
 
+    /// A builder of the tree over `len` leaves whose levels above `level` are already known
+    /// and checked: `upper[k]` is level `level + 1 + k`, complete, up to the tree root. The
+    /// ranges added then need to bring only the levels up to `level`.
+    pub fn above(len: u64, level: usize, upper: &[Vec<Hash32>]) -> Result<Self, MerkleError> {
+        let mut builder = Self::new(len);
+        let known = builder
+            .levels
+            .get_mut(level.saturating_add(1)..)
+            .unwrap_or_default();
+        if known.len() != upper.len() {
+            return Err(MerkleError::Internal(
+                "the known upper levels do not reach the tree root",
+            ));
+        }
+        for (depth, (known, row)) in (level.saturating_add(1)..).zip(known.iter_mut().zip(upper)) {
+            if u64::try_from(row.len()).ok() != Some(level_count(len, depth)) {
+                return Err(MerkleError::Internal("a known upper level is not complete"));
+            }
+            known.extend_from_slice(row);
+        }
+        Ok(builder)
+    }
+
     /// Adds the range whose leaf hashes are `leaves` and whose verification computed `nodes`;
     /// it must start where the ranges added so far end (fails on a gap).
     pub fn push(&mut self, leaves: &[Hash32], nodes: &RangeNodes) -> Result<(), MerkleError> {
@@ -193,6 +216,48 @@ impl ProvenTreeBuilder {
             levels.push(level.finish());
         }
         Ok(MerkleTree { levels })
+    }
+}
+
+/// The node at `level` of the tree of `len` leaves above the leaves `start..start +
+/// leaves.len()`, which must be that node's whole subtree — `start` a multiple of `2^level`,
+/// every leaf below the node (fewer only at the tree's right edge, where the tree pads with
+/// zero hashes) — with the nodes computed on the way up, kept as
+/// [`verify_range_keeping_nodes`] keeps them (levels `1..=level`).
+///
+/// A restore whose manifest lists every chunk's subtree root (checked against the root once,
+/// for all chunks) compares each chunk's node with its listed root: the path above it needs
+/// hashing only once, not once per chunk.
+pub fn subtree_keeping_nodes(
+    start: u64,
+    leaves: &[Hash32],
+    len: u64,
+    level: usize,
+) -> Result<(Hash32, RangeNodes), MerkleError> {
+    let count = u64::try_from(leaves.len()).unwrap_or(u64::MAX);
+    let end = start.saturating_add(count);
+    let invalid = MerkleError::InvalidRange { start, end, len };
+    let width = u32::try_from(level)
+        .ok()
+        .and_then(|shift| 1u64.checked_shl(shift))
+        .filter(|_| level <= depth_for_len(len))
+        .ok_or(invalid.clone())?;
+    if start.checked_rem(width) != Some(0)
+        || start >= len
+        || end != start.saturating_add(width).min(len)
+    {
+        return Err(invalid);
+    }
+    let mut rows: Vec<Vec<Hash32>> = Vec::with_capacity(level);
+    for depth in 0..level {
+        let nodes = rows.last().map_or(leaves, Vec::as_slice);
+        rows.push(hash_pairs(nodes, &zero_hash(depth)));
+    }
+    match rows.last().map_or(leaves, Vec::as_slice) {
+        [node] => Ok((*node, RangeNodes { start, rows })),
+        _ => Err(MerkleError::Internal(
+            "a subtree did not reduce to one node",
+        )),
     }
 }
 

@@ -592,6 +592,42 @@ proptest! {
         prop_assert!(MerkleTree::from_proven_ranges(n as u64, &gapped).is_err());
     }
 
+    /// Subtrees of one size hashed on their own give the tree's nodes at their level, and
+    /// with the levels above them known they build the tree; a subtree cut short or
+    /// misaligned is refused, and so are known levels that do not reach the root.
+    #[test]
+    fn subtrees_give_the_trees_nodes_and_with_the_levels_above_build_the_tree(
+        leaves in vec(any::<Hash32>(), 1..300),
+        level in 0usize..10,
+    ) {
+        let tree = MerkleTree::from_leaves(leaves.clone());
+        let n = leaves.len() as u64;
+        let depth = depth_for_len(n);
+        let level = level.min(depth);
+        let width = 1usize << level;
+        let upper: Vec<Vec<Hash32>> = (level + 1..=depth)
+            .map(|d| (0..level_count(n, d)).map(|i| tree.node(d, i).unwrap()).collect())
+            .collect();
+        let mut builder = ProvenTreeBuilder::above(n, level, &upper).unwrap();
+        for (k, slice) in leaves.chunks(width).enumerate() {
+            let start = (k * width) as u64;
+            let (node, nodes) = subtree_keeping_nodes(start, slice, n, level).unwrap();
+            prop_assert_eq!(node, tree.node(level, k as u64).unwrap());
+            builder.push(slice, &nodes).unwrap();
+            if slice.len() > 1 {
+                prop_assert!(subtree_keeping_nodes(start, &slice[1..], n, level).is_err());
+            }
+            if level > 0 {
+                prop_assert!(subtree_keeping_nodes(start + 1, slice, n, level).is_err());
+            }
+        }
+        prop_assert!(builder.finish().unwrap() == tree);
+        prop_assert!(subtree_keeping_nodes(n, &leaves[..1], n, 0).is_err());
+        if let Some((_, short)) = upper.split_first() {
+            prop_assert!(ProvenTreeBuilder::above(n, level, short).is_err());
+        }
+    }
+
     #[test]
     fn from_bytes_never_panics_and_accepts_only_canonical(
         bytes in vec(any::<u8>(), 0..300),
