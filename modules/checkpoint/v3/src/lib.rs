@@ -7,7 +7,7 @@
 //! through its siblings, so it would change whenever any leaf anywhere changed, and with it
 //! the chunk's hash. Instead the manifest lists each chunk's subtree root (the registry tree's
 //! node above the chunk's leaves), checked against the registry root before any fetch; the host
-//! derives each chunk's range proof from that list (`describe` says so with
+//! holds each chunk's leaves to its listed root (`describe` says so with
 //! `chunk-proof = manifest-roots`). A chunk's bytes are then a pure function of its range and
 //! leaves: a chunk no block touched keeps its bytes and hash from one checkpoint to the next,
 //! so the host reuses it by hash instead of building it again, and a restorer holding an older
