@@ -21,7 +21,7 @@
 //! re-proven from an old proof: a proof against the old root says nothing about the new one.
 //!
 //! That is checkpoint-v1 and -v2, whose chunks carry their proofs. A checkpoint-v3 chunk holds
-//! only its leaves, and its proof comes from the new manifest's chunk roots
+//! only its leaves, and is held to the subtree root the new manifest lists for it
 //! ([`super::roots`]): every chunk whose leaves no block between the two heights touched is
 //! listed again with the same bytes and carries over, proven against the new root — a restorer
 //! holding an older v3 checkpoint fetches only the chunks that changed.

@@ -135,14 +135,15 @@ pub struct Progress {
 }
 
 /// What verifies a chunk of one checkpoint on its own: the manifest and, for a manifest
-/// listing chunk roots, the tree its chunks' range proofs come from. Shared read-only between
+/// listing chunk roots, those roots hashed up to the registry root (each chunk is held to its
+/// own). Shared read-only between
 /// verification threads (a restore pipeline's workers) while the [`Restorer`] that made it
 /// tracks coverage.
 #[derive(Debug)]
 pub struct ChunkVerifier {
     manifest: Manifest,
-    /// For a manifest listing chunk roots (checkpoint-v3): where each chunk's range proof
-    /// comes from, its chunks carrying none.
+    /// For a manifest listing chunk roots (checkpoint-v3): the roots, checked against the
+    /// registry root, that its chunks (carrying no proof) are held to.
     roots: Option<super::roots::RootTree>,
 }
 
