@@ -10,15 +10,12 @@
 //! leaves up to its subtree root and compares it with the listed one
 //! (`merkle::subtree_keeping_nodes`): the path above the chunks is hashed once for all of
 //! them, here, and the restored tree takes its levels above the chunks from
-//! [`RootTree::upper_levels`]. [`RootTree::proof`] still gives chunk `i` the very range proof
-//! the registry tree would give (`MerkleTree::range_proof`) — no sibling below the chunk's
-//! level, the other subtrees' nodes above it — for `upgrade-check`, which holds a chunk to
-//! the registry root on its own.
+//! [`RootTree::upper_levels`]. `upgrade-check` holds a candidate module's chunks the same way.
 
 use deposits_common::ssz::hash_pair;
 
 use super::manifest::ChunkEntry;
-use crate::state::merkle::{Hash32, MerkleError, RANGE_PROOF_VERSION, RangeProof};
+use crate::state::merkle::Hash32;
 
 /// `ceil(log2(max(len, 1)))`, the registry tree's depth for `len` leaves.
 pub fn depth_for_len(len: u64) -> usize {
@@ -138,36 +135,6 @@ impl RootTree {
         })
     }
 
-    /// The range proof of chunk `index`'s leaves against the registry root, as the registry
-    /// tree itself would make it.
-    pub fn proof(&self, index: usize) -> Result<RangeProof, MerkleError> {
-        let mut hashes: Vec<Hash32> = Vec::new();
-        let mut position = index;
-        for row in self.levels.iter().take(self.levels.len().saturating_sub(1)) {
-            if position & 1 == 1
-                && let Some(left) = row.get(position.saturating_sub(1))
-            {
-                hashes.push(*left);
-            }
-            let end = position.saturating_add(1);
-            if end & 1 == 1
-                && let Some(right) = row.get(end)
-            {
-                hashes.push(*right);
-            }
-            position >>= 1;
-        }
-        let count = u32::try_from(hashes.len()).unwrap_or(u32::MAX);
-        let mut bytes = Vec::with_capacity(hashes.len().saturating_mul(32).saturating_add(13));
-        bytes.push(RANGE_PROOF_VERSION);
-        bytes.extend_from_slice(&self.leaf_count.to_le_bytes());
-        bytes.extend_from_slice(&count.to_le_bytes());
-        for hash in &hashes {
-            bytes.extend_from_slice(hash);
-        }
-        RangeProof::from_bytes(&bytes)
-    }
-
     /// The chunks' level in the registry tree.
     pub fn level(&self) -> usize {
         self.level
@@ -189,7 +156,7 @@ impl RootTree {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::state::merkle::{MerkleTree, verify_range};
+    use crate::state::merkle::{MerkleTree, subtree_keeping_nodes};
 
     fn tiling(len: u64, width: u64) -> Vec<ChunkEntry> {
         let mut out = Vec::new();
@@ -207,8 +174,10 @@ mod tests {
         out
     }
 
+    /// The roots and the levels above them are the registry tree's own nodes, each chunk's
+    /// leaves lead to its listed root, and roots that do not lead to the root are refused.
     #[test]
-    fn derived_proofs_are_the_trees_own_and_verify() {
+    fn chunk_roots_and_the_levels_above_are_the_trees_own() {
         for len in [1u64, 5, 8, 9, 16, 17, 33, 64, 100] {
             let leaves: Vec<Hash32> = (0..len).map(|i| [i as u8 ^ 0x5a; 32]).collect();
             let tree = MerkleTree::from_leaves(leaves.clone());
@@ -220,10 +189,19 @@ mod tests {
                     .collect();
                 let roots_tree = RootTree::new(&chunks, &roots, len, &tree.root()).unwrap();
                 for (i, c) in chunks.iter().enumerate() {
-                    let proof = roots_tree.proof(i).unwrap();
-                    assert_eq!(proof, tree.range_proof(c.start, c.end).unwrap());
                     let slice = &leaves[c.start as usize..c.end as usize];
-                    verify_range(&tree.root(), c.start, slice, &proof).unwrap();
+                    let (node, _) = subtree_keeping_nodes(c.start, slice, len, level).unwrap();
+                    assert_eq!(roots_tree.chunk_root(i), Some(&node));
+                    assert_eq!(node, tree.node(level, i as u64).unwrap());
+                }
+                assert_eq!(roots_tree.chunk_root(chunks.len()), None);
+                for (k, row) in roots_tree.upper_levels().iter().enumerate() {
+                    let depth = level + 1 + k;
+                    let own: Vec<Hash32> = (0..row.len() as u64)
+                        .map(|j| tree.node(depth, j).unwrap())
+                        .collect();
+                    assert_eq!(row, &own, "level {depth}");
+                    assert!(tree.node(depth, row.len() as u64).is_err());
                 }
                 let mut bad = roots.clone();
                 bad[0][0] ^= 1;

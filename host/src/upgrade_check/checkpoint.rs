@@ -18,7 +18,9 @@ use crate::checkpoint::roots::{RootTree, chunk_level};
 use crate::chunk::{LeafRange, PlanParams};
 use crate::runtime::CallError;
 use crate::runtime::checkpoint::StateReader;
-use crate::state::merkle::{Hash32, MerkleTree, RangeProof, verify_range};
+use crate::state::merkle::{
+    Hash32, MerkleError, MerkleTree, RangeProof, subtree_keeping_nodes, verify_range,
+};
 
 /// Largest generated state, in leaves.
 const MAX_LEAVES: u32 = 1500;
@@ -204,18 +206,23 @@ fn run_version(
                 .push(format!("{where_}: a leaf is not 32 bytes after opening"));
             return Ok(run);
         };
-        let proof = if contents.proof.is_empty() {
-            roots
-                .as_ref()
-                .map_err(Clone::clone)
-                .and_then(|roots| roots.proof(index).map_err(|e| e.to_string()))
+        // A chunk without a proof is held, as a restorer holds it, to the subtree root its
+        // manifest would list (the state tree's own node, checked up to the root).
+        let verified = if contents.proof.is_empty() {
+            roots.as_ref().map_err(Clone::clone).and_then(|roots| {
+                let (node, _) =
+                    subtree_keeping_nodes(range.start, &leaves, state.tree.len(), roots.level())
+                        .map_err(|e| e.to_string())?;
+                match roots.chunk_root(index) {
+                    Some(root) if *root == node => Ok(()),
+                    _ => Err(MerkleError::RootMismatch.to_string()),
+                }
+            })
         } else {
-            RangeProof::from_bytes(&contents.proof).map_err(|e| e.to_string())
-        };
-        let verified = proof.and_then(|proof| {
-            verify_range(&state.tree.root(), range.start, &leaves, &proof)
+            RangeProof::from_bytes(&contents.proof)
+                .and_then(|proof| verify_range(&state.tree.root(), range.start, &leaves, &proof))
                 .map_err(|e| e.to_string())
-        });
+        };
         if let Err(e) = verified {
             run.problems
                 .push(format!("{where_}: proof does not verify: {e}"));
