@@ -53,9 +53,16 @@ impl Assembly {
     pub(super) fn new(leaf_count: u64, roots: Option<&RootTree>) -> Result<Self, RestoreError> {
         let tree = match roots {
             None => ProvenTreeBuilder::new(leaf_count),
+            // The root tree was checked against the registry root when the manifest was
+            // read: levels that do not fit the registry tree are our bug, not the manifest's.
             Some(roots) => {
-                ProvenTreeBuilder::above(leaf_count, roots.level(), roots.upper_levels())
-                    .map_err(StateError::from)?
+                ProvenTreeBuilder::above(leaf_count, roots.level(), roots.upper_levels()).map_err(
+                    |e| {
+                        RestoreError::Local(format!(
+                            "the manifest's checked chunk roots do not fit the registry tree: {e}"
+                        ))
+                    },
+                )?
             }
         };
         Ok(Self {
