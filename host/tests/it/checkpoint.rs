@@ -246,7 +246,8 @@ fn a_chunk_whose_leaves_do_not_prove_is_the_manifests_fault() {
     assert_eq!(err.fault(), Fault::Manifest);
 }
 
-fn sha(bytes: &[u8]) -> [u8; 32] {
+/// SHA-256 of `bytes`, as manifests list chunk hashes.
+pub(super) fn sha(bytes: &[u8]) -> [u8; 32] {
     use sha2::Digest;
     sha2::Sha256::digest(bytes).into()
 }

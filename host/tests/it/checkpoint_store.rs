@@ -14,7 +14,7 @@ use modnode::checkpoint::{
 };
 use modnode::state::State;
 
-use super::checkpoint::module;
+use super::checkpoint::{module, sha};
 use super::checkpoint_switch::make;
 
 /// Two checkpoints of the same registry at different heights (the same chunks, different ids).
@@ -36,11 +36,6 @@ fn two_checkpoints() -> (Checkpoint, Checkpoint) {
     assert_eq!(old.chunks, new.chunks);
     assert_ne!(old.manifest.id(), new.manifest.id());
     (old, new)
-}
-
-fn sha(bytes: &[u8]) -> [u8; 32] {
-    use sha2::Digest;
-    sha2::Sha256::digest(bytes).into()
 }
 
 /// The chunk log files in `dir`, sorted, with their lengths.

@@ -13,7 +13,9 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::Ordering;
 
 use modnode::chain::genesis::Genesis;
-use modnode::checkpoint::{Checkpoint, CheckpointServer, CheckpointStore, Manifest, ServeCounters};
+use modnode::checkpoint::{
+    Checkpoint, CheckpointServer, CheckpointStore, Manifest, RestoreStore, ServeCounters,
+};
 use modnode::node::{CHECKPOINT_DIR, Node, SyncMode};
 use modnode_peers::PeerAddr;
 
@@ -357,6 +359,49 @@ async fn a_restore_killed_halfway_resumes_without_fetching_verified_chunks_again
     .await;
     kill(&mut child);
     p.shutdown().await;
+    a.shutdown().await;
+}
+
+/// Stores restore progress of `checkpoint` (its manifest and first chunks) in the data
+/// directory `dir`, as a restore killed after initialising the chain leaves it.
+fn leave_restore_progress(dir: &Path, checkpoint: &Checkpoint) -> std::path::PathBuf {
+    let path = dir.join(modnode::node::RESTORE_DIR);
+    let store = RestoreStore::open(&path).unwrap();
+    store.begin(&checkpoint.manifest).unwrap();
+    for (i, bytes) in checkpoint.chunks.iter().enumerate().take(2) {
+        store
+            .put_chunk(i, bytes, &super::checkpoint::sha(bytes))
+            .unwrap();
+    }
+    store.flush().unwrap();
+    assert!(store.manifest().unwrap().is_some());
+    path
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_on_an_initialised_chain_removes_restore_progress_left_behind() {
+    let d = dirs(2);
+    let (genesis, _) = test_genesis("ckpt-sync-leftover", d[0].path());
+    let a = node(d[0].path(), &genesis, Vec::new(), 2, SyncMode::Full).await;
+    height_at_least(&a, 3).await;
+    let cp = checkpoint_now(d[0].path(), &a).await;
+    let bootstrap = vec![a.peer_addr().unwrap()];
+    let b = node(d[1].path(), &genesis, bootstrap.clone(), 2, SyncMode::Full).await;
+    height_at_least(&b, cp.manifest.height).await;
+    b.shutdown().await;
+    // Both sync modes: a checkpoint restore finds the chain initialised, a full sync too.
+    for mode in [SyncMode::Checkpoint, SyncMode::Full] {
+        let progress = leave_restore_progress(d[1].path(), &cp);
+        let b = node(d[1].path(), &genesis, bootstrap.clone(), 2, mode).await;
+        assert!(
+            !progress.exists(),
+            "{mode:?}: the restore progress is still in {}",
+            progress.display()
+        );
+        let restarted_at = b.status().height;
+        height_at_least(&b, restarted_at + 1).await;
+        b.shutdown().await;
+    }
     a.shutdown().await;
 }
 

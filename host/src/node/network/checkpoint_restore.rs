@@ -29,8 +29,9 @@
 //!    fetched elsewhere; a chunk whose listed bytes do not prove bans every peer that offered
 //!    the manifest (peers offer only checkpoints they made), and the checkpoint is dropped;
 //! 5. rebuild the state, check its root (a mismatch bans the manifest's offerers too), and
-//!    initialise the chain store with it ([`init_from_checkpoint`]); the node then
-//!    range-syncs from `H + 1`.
+//!    initialise the chain store with it ([`init_from_checkpoint`]), then clear the progress
+//!    (a start that finds the chain initialised removes progress a kill between the two left);
+//!    the node then range-syncs from `H + 1`.
 //!
 //! Progress goes to `/metrics` ([`RestoreCounters`]) and to the log, or to a progress bar
 //! when `modnode run` has a terminal ([`ProgressDisplay`](super::checkpoint_progress::ProgressDisplay)).
@@ -163,10 +164,12 @@ pub async fn restore_if_needed(
     parts: RestoreParts<'_>,
     mode: SyncMode,
 ) -> Result<Option<u64>, CheckpointSyncError> {
-    if mode == SyncMode::Full {
+    let progress_path = parts.data_dir.join(RESTORE_DIR);
+    // Full sync restores nothing; it only looks at the chain when a restore left progress.
+    if mode == SyncMode::Full && !progress_path.exists() {
         return Ok(None);
     }
-    if parts.bootstrap.is_empty() {
+    if mode != SyncMode::Full && parts.bootstrap.is_empty() {
         return match mode {
             SyncMode::Checkpoint => Err(CheckpointSyncError::NoBootstrap),
             _ => Ok(None),
@@ -183,12 +186,16 @@ pub async fn restore_if_needed(
         .map_err(|e| storage(&chain_path, e.to_string()))?
         .is_some()
     {
+        remove_finished_progress(&progress_path);
+        return Ok(None);
+    }
+    if mode == SyncMode::Full {
+        // The chain starts from genesis now; the progress goes at the next start.
         return Ok(None);
     }
     let bans = store
         .ban_list()
         .map_err(|e| storage(&chain_path, e.to_string()))?;
-    let progress_path = parts.data_dir.join(RESTORE_DIR);
     let progress =
         RestoreStore::open(&progress_path).map_err(|e| storage(&progress_path, e.to_string()))?;
     let bind = match parts.bootstrap.first().map(|p| p.addr.ip()) {
@@ -426,6 +433,28 @@ impl Driver<'_> {
             self.penalise(peers, *holder, &blame);
         }
         Stop::Bad(reason)
+    }
+}
+
+/// Removes the restore progress in `path` of a node whose chain is already initialised, which
+/// no restore can use any more: a restore killed after it initialised the chain and before it
+/// cleared its progress left it (up to the whole state's chunks, in the chunk log), or a full
+/// sync started over an unfinished restore. Failing to remove it costs only disk space, so a
+/// failure is a warning, not a failed start.
+fn remove_finished_progress(path: &Path) {
+    if !path.exists() {
+        return;
+    }
+    match std::fs::remove_dir_all(path) {
+        Ok(()) => tracing::info!(
+            dir = %path.display(),
+            "removed checkpoint restore progress: the chain is already initialised"
+        ),
+        Err(e) => tracing::warn!(
+            dir = %path.display(),
+            error = %e,
+            "could not remove checkpoint restore progress the initialised chain has no use for; it only takes disk space"
+        ),
     }
 }
 
