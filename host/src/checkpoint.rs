@@ -77,6 +77,6 @@ pub use restore::{
 pub use serve::{CheckpointServer, MAX_CHECKPOINTS_PER_ANSWER, ServeCounters};
 pub use service::{
     CheckpointConfig, CheckpointServiceError, CheckpointStore, CheckpointSummary, Checkpointer,
-    FrozenState, checkpoint_height, checkpoint_height_at,
+    CreatorThread, FrozenState, checkpoint_height, checkpoint_height_at,
 };
 pub use store::{RestoreStore, RestoreStoreError};

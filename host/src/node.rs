@@ -75,7 +75,7 @@ pub struct Node {
     tasks: Vec<JoinHandle<()>>,
     worker: Option<std::thread::JoinHandle<()>>,
     /// The checkpoint creator; it stops after the worker (the holder of its job channel).
-    creator: Option<std::thread::JoinHandle<()>>,
+    creator: Option<crate::checkpoint::CreatorThread>,
     checkpoints: CheckpointStore,
     /// The span every log line of the node is in (`node{label=…}`; none without a label).
     span: tracing::Span,
@@ -172,7 +172,8 @@ impl Node {
         if let Some(worker) = worker {
             let _ = tokio::task::spawn_blocking(move || worker.join()).await;
         }
-        // With the worker gone the creator finishes what it is creating and stops.
+        // With the worker gone the creator finishes what it is creating and stops (joined at
+        // normal priority: idle, on a busy machine, it took seconds to wake).
         if let Some(creator) = creator {
             let _ = tokio::task::spawn_blocking(move || creator.join()).await;
         }

@@ -9,6 +9,7 @@
 
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::mpsc;
 use std::time::Instant;
 
@@ -306,19 +307,51 @@ impl std::fmt::Debug for Checkpointer {
     }
 }
 
+/// The background creator's thread: [`join`](Self::join) it after dropping every
+/// [`Checkpointer`].
+#[derive(Debug)]
+pub struct CreatorThread {
+    handle: std::thread::JoinHandle<()>,
+    /// The thread's Linux thread id once it has started (0 before).
+    tid: Arc<AtomicI32>,
+}
+
+impl CreatorThread {
+    /// Moves the thread back to normal priority (best effort; see
+    /// [`raise_to_normal`](crate::thread_priority::raise_to_normal)): someone now waits for it.
+    pub fn raise_priority(&self) {
+        let tid = self.tid.load(Ordering::Acquire);
+        if tid != 0 {
+            crate::thread_priority::raise_to_normal(tid);
+        }
+    }
+
+    /// Waits for the thread to end (once every [`Checkpointer`] is dropped), first raising it to
+    /// normal priority: at `SCHED_IDLE` on a busy machine it took seconds (up to 20 s measured
+    /// with both cores busy) to wake, drop its checkpoint store and exit, and a node's shutdown
+    /// waited that long. A creation in progress still finishes first.
+    pub fn join(self) -> std::thread::Result<()> {
+        self.raise_priority();
+        self.handle.join()
+    }
+}
+
 impl Checkpointer {
     /// Starts the creator thread. It stops when every [`Checkpointer`] is dropped.
     pub fn start(
         module: ModuleSource,
         store: CheckpointStore,
         config: CheckpointConfig,
-    ) -> std::io::Result<(Self, std::thread::JoinHandle<()>)> {
+    ) -> std::io::Result<(Self, CreatorThread)> {
         // One job running and one queued: a creation that cannot keep up skips heights
         // instead of piling up snapshots (each pins the chunks import has since replaced).
         let (jobs, rx) = mpsc::sync_channel::<Job>(1);
-        let thread = std::thread::Builder::new()
+        let tid = Arc::new(AtomicI32::new(0));
+        let shared_tid = Arc::clone(&tid);
+        let handle = std::thread::Builder::new()
             .name("checkpoint-creator".into())
             .spawn(crate::log_span::in_current_span(move || {
+                shared_tid.store(crate::thread_priority::this_threads_id(), Ordering::Release);
                 // Planning, the manifest and the sled writes are background work too.
                 crate::runtime::threads::lower_this_threads_priority();
                 // The previous checkpoint's chunks, reused by the next creation.
@@ -345,7 +378,7 @@ impl Checkpointer {
                     }
                 }
             }))?;
-        Ok((Self { jobs, config }, thread))
+        Ok((Self { jobs, config }, CreatorThread { handle, tid }))
     }
 
     /// The configuration.
@@ -451,4 +484,44 @@ pub fn summaries(
         .iter()
         .map(|m| CheckpointSummary::of(m, 0))
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The scheduling class of thread `tid`.
+    fn class(tid: i32) -> i32 {
+        // SAFETY: only reads the scheduling class of a thread of this process.
+        unsafe { libc::sched_getscheduler(tid) }
+    }
+
+    #[test]
+    fn joining_the_creator_raises_it_from_idle_priority_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = CheckpointStore::open(dir.path()).unwrap();
+        let module: ModuleSource = Arc::new(|| panic!("no checkpoint is created here"));
+        let (checkpointer, creator) =
+            Checkpointer::start(module, store, CheckpointConfig::default()).unwrap();
+        let deadline = Instant::now() + std::time::Duration::from_secs(30);
+        let tid = loop {
+            let tid = creator.tid.load(Ordering::Acquire);
+            if tid != 0 && class(tid) == libc::SCHED_IDLE {
+                break tid;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the creator never ran at idle priority"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        };
+        creator.raise_priority();
+        // Root (as on CI) may leave SCHED_IDLE; others only with a nice limit allowing it.
+        // SAFETY: geteuid only reads the process's effective user id.
+        if unsafe { libc::geteuid() } == 0 {
+            assert_eq!(class(tid), libc::SCHED_OTHER);
+        }
+        drop(checkpointer);
+        creator.join().unwrap();
+    }
 }
