@@ -32,7 +32,7 @@
 //! old heights see the serving floor ([`Chain::served_from`](super::Chain::served_from)) rise
 //! before the deletion is committed, so a block missing below it is "pruned", never corrupt.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -210,13 +210,30 @@ pub struct Shared {
     floor: AtomicU64,
     head: AtomicU64,
     finalized: AtomicU64,
+    /// The background pruner's Linux thread id (0 when none runs).
+    pruner_tid: AtomicI32,
+}
+
+impl Drop for Shared {
+    /// The chain is gone: a background pruner at `SCHED_IDLE` goes back to normal priority, so
+    /// that on a busy machine the step it may be in (holding the store, and with it sled's lock
+    /// on the directory) ends at once instead of when idle CPU time comes, and a restart
+    /// reopens the store without waiting for it.
+    fn drop(&mut self) {
+        let tid = *self.pruner_tid.get_mut();
+        if tid != 0 {
+            crate::thread_priority::raise_to_normal(tid);
+        }
+    }
 }
 
 impl Shared {
     pub(super) fn new(floor: u64) -> Arc<Self> {
         Arc::new(Self {
             floor: AtomicU64::new(floor),
-            ..Self::default()
+            head: AtomicU64::new(0),
+            finalized: AtomicU64::new(0),
+            pruner_tid: AtomicI32::new(0),
         })
     }
 
@@ -485,6 +502,11 @@ impl Pruner {
         std::thread::Builder::new()
             .name("pruner".into())
             .spawn(crate::log_span::in_current_span(move || {
+                if let Some(shared) = self.shared.upgrade() {
+                    shared
+                        .pruner_tid
+                        .store(crate::thread_priority::this_threads_id(), Ordering::Release);
+                }
                 crate::runtime::threads::lower_this_threads_priority();
                 tracing::info!(history = %self.history, "pruning below finality in the background");
                 while self.shared.strong_count() > 0 {
@@ -521,6 +543,34 @@ fn canonical(store: &dyn KvStore, height: u64) -> Result<Option<BlockHash>, Stor
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn dropping_the_chains_shared_heights_raises_its_pruner_from_idle_priority() {
+        // SAFETY: only reads the scheduling class of a thread of this process.
+        let class = |tid: i32| unsafe { libc::sched_getscheduler(tid) };
+        let shared = Shared::new(0);
+        let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let pruner = std::thread::spawn(move || {
+            crate::runtime::threads::lower_this_threads_priority();
+            tid_tx
+                .send(crate::thread_priority::this_threads_id())
+                .unwrap();
+            // Still alive (and inspectable) until the test has looked.
+            let _ = done_rx.recv();
+        });
+        let tid = tid_rx.recv().unwrap();
+        assert_eq!(class(tid), libc::SCHED_IDLE);
+        shared.pruner_tid.store(tid, Ordering::Release);
+        drop(shared);
+        // Root (as on CI) may leave SCHED_IDLE; others only with a nice limit allowing it.
+        // SAFETY: geteuid only reads the process's effective user id.
+        if unsafe { libc::geteuid() } == 0 {
+            assert_eq!(class(tid), libc::SCHED_OTHER);
+        }
+        done_tx.send(()).unwrap();
+        pruner.join().unwrap();
+    }
 
     fn inputs(head: u64, history: History) -> Inputs {
         Inputs {
