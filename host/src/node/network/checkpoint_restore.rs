@@ -159,7 +159,8 @@ enum Stop {
 
 /// Restores the chain in `parts.data_dir` from a checkpoint if `mode` asks for it and the node
 /// has no local state; returns the height restored, or `None` when the node should sync from
-/// genesis (or from its local state).
+/// genesis (or from its local state). A node with local state has any restore progress left in
+/// its data directory removed, in every mode: no restore can use it any more.
 pub async fn restore_if_needed(
     parts: RestoreParts<'_>,
     mode: SyncMode,
