@@ -22,7 +22,7 @@ use crate::crypto::sha256_many;
 use crate::runtime::CallError;
 use crate::runtime::checkpoint::{CheckpointModule, ChunkSession};
 use crate::state::merkle::{
-    Hash32, MerkleError, RangeNodes, RangeProof, subtree_keeping_nodes, verify_range_keeping_nodes,
+    Hash32, MerkleError, RangeNodes, RangeProof, verify_range_keeping_nodes,
 };
 use crate::state::{
     Eth1State, LEAF_BYTES, PendingDeposit, PendingQueue, Registry, Schedule, StateError,
@@ -286,19 +286,9 @@ impl ChunkVerifier {
             }
             // The listed roots were hashed up to the registry root once (`RootTree::new`): the
             // chunk's leaves have to lead to its own.
-            Some(roots) => {
-                let (node, nodes) = subtree_keeping_nodes(
-                    entry.start,
-                    &hashes,
-                    self.manifest.leaf_count,
-                    roots.level(),
-                )
-                .map_err(proof_error)?;
-                if roots.chunk_root(index) != Some(&node) {
-                    return Err(proof_error(MerkleError::RootMismatch));
-                }
-                nodes
-            }
+            Some(roots) => roots
+                .hold(index, entry.start, &hashes)
+                .map_err(proof_error)?,
         };
         let (validators, balances) = decode_leaves(entry.start, &contents.leaves, leaf_bytes)?;
         Ok(VerifiedChunk {

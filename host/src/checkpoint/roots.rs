@@ -10,12 +10,13 @@
 //! leaves up to its subtree root and compares it with the listed one
 //! (`merkle::subtree_keeping_nodes`): the path above the chunks is hashed once for all of
 //! them, here, and the restored tree takes its levels above the chunks from
-//! [`RootTree::upper_levels`]. `upgrade-check` holds a candidate module's chunks the same way.
+//! [`RootTree::upper_levels`]. [`RootTree::hold`] is that comparison, for the restorer and for
+//! `upgrade-check`, which holds a candidate module's chunks the same way.
 
 use deposits_common::ssz::hash_pair;
 
 use super::manifest::ChunkEntry;
-use crate::state::merkle::Hash32;
+use crate::state::merkle::{Hash32, MerkleError, RangeNodes, subtree_keeping_nodes};
 
 /// `ceil(log2(max(len, 1)))`, the registry tree's depth for `len` leaves.
 pub fn depth_for_len(len: u64) -> usize {
@@ -71,8 +72,8 @@ pub fn chunk_level(chunks: &[ChunkEntry], leaf_count: u64) -> Result<usize, Stri
     Ok(usize::try_from(width.trailing_zeros()).unwrap_or(usize::MAX))
 }
 
-/// The chunk roots hashed up to the registry root: everything needed to give each chunk its
-/// range proof.
+/// The chunk roots hashed up to the registry root: everything needed to hold each chunk to its
+/// own root, and the restored tree's levels above the chunks.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RootTree {
     leaf_count: u64,
@@ -146,6 +147,22 @@ impl RootTree {
         self.levels.first().and_then(|roots| roots.get(index))
     }
 
+    /// Holds chunk `index` to its listed root, as a restorer and `upgrade-check` do: `leaves`
+    /// (the leaf hashes, from leaf `start`) hashed up to the chunks' level must give it. Returns
+    /// the tree nodes that hashing computed, for the restored tree.
+    pub fn hold(
+        &self,
+        index: usize,
+        start: u64,
+        leaves: &[Hash32],
+    ) -> Result<RangeNodes, MerkleError> {
+        let (node, nodes) = subtree_keeping_nodes(start, leaves, self.leaf_count, self.level)?;
+        match self.chunk_root(index) {
+            Some(root) if *root == node => Ok(nodes),
+            _ => Err(MerkleError::RootMismatch),
+        }
+    }
+
     /// The registry tree's levels above the chunks' level, each complete, up to the tree root:
     /// `upper_levels()[k]` is level `level() + 1 + k`.
     pub fn upper_levels(&self) -> &[Vec<Hash32>] {
@@ -156,7 +173,7 @@ impl RootTree {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::state::merkle::{MerkleTree, subtree_keeping_nodes};
+    use crate::state::merkle::MerkleTree;
 
     fn tiling(len: u64, width: u64) -> Vec<ChunkEntry> {
         let mut out = Vec::new();
@@ -175,7 +192,8 @@ mod tests {
     }
 
     /// The roots and the levels above them are the registry tree's own nodes, each chunk's
-    /// leaves lead to its listed root, and roots that do not lead to the root are refused.
+    /// leaves are held to its listed root (and only its own: an altered leaf, another chunk's
+    /// leaves or an unlisted index fail), and roots that do not lead to the root are refused.
     #[test]
     fn chunk_roots_and_the_levels_above_are_the_trees_own() {
         for len in [1u64, 5, 8, 9, 16, 17, 33, 64, 100] {
@@ -188,13 +206,23 @@ mod tests {
                     .map(|i| tree.node(level, i).unwrap())
                     .collect();
                 let roots_tree = RootTree::new(&chunks, &roots, len, &tree.root()).unwrap();
+                let slice = |c: &ChunkEntry| &leaves[c.start as usize..c.end as usize];
                 for (i, c) in chunks.iter().enumerate() {
-                    let slice = &leaves[c.start as usize..c.end as usize];
-                    let (node, _) = subtree_keeping_nodes(c.start, slice, len, level).unwrap();
-                    assert_eq!(roots_tree.chunk_root(i), Some(&node));
-                    assert_eq!(node, tree.node(level, i as u64).unwrap());
+                    assert_eq!(roots_tree.chunk_root(i), Some(&roots[i]));
+                    assert_eq!(roots[i], tree.node(level, i as u64).unwrap());
+                    roots_tree.hold(i, c.start, slice(c)).unwrap();
+                    let mut altered = slice(c).to_vec();
+                    altered[0][5] ^= 1;
+                    assert!(
+                        roots_tree.hold(i, c.start, &altered).is_err(),
+                        "len {len}, width {width}, chunk {i}: an altered leaf passed"
+                    );
+                }
+                if let [first, second, ..] = chunks.as_slice() {
+                    assert!(roots_tree.hold(0, first.start, slice(second)).is_err());
                 }
                 assert_eq!(roots_tree.chunk_root(chunks.len()), None);
+                assert!(roots_tree.hold(chunks.len(), 0, slice(&chunks[0])).is_err());
                 for (k, row) in roots_tree.upper_levels().iter().enumerate() {
                     let depth = level + 1 + k;
                     let own: Vec<Hash32> = (0..row.len() as u64)

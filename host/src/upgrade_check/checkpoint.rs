@@ -18,9 +18,7 @@ use crate::checkpoint::roots::{RootTree, chunk_level};
 use crate::chunk::{LeafRange, PlanParams};
 use crate::runtime::CallError;
 use crate::runtime::checkpoint::StateReader;
-use crate::state::merkle::{
-    Hash32, MerkleError, MerkleTree, RangeProof, subtree_keeping_nodes, verify_range,
-};
+use crate::state::merkle::{Hash32, MerkleTree, RangeProof, verify_range};
 
 /// Largest generated state, in leaves.
 const MAX_LEAVES: u32 = 1500;
@@ -210,7 +208,10 @@ fn run_version(
         // manifest would list (the state tree's own node, checked up to the root).
         let verified = if contents.proof.is_empty() {
             roots.as_ref().map_err(Clone::clone).and_then(|roots| {
-                held_to_listed_root(roots, index, range.start, &leaves, state.tree.len())
+                roots
+                    .hold(index, range.start, &leaves)
+                    .map(drop)
+                    .map_err(|e| e.to_string())
             })
         } else {
             RangeProof::from_bytes(&contents.proof)
@@ -233,23 +234,6 @@ fn run_version(
         ));
     }
     Ok(run)
-}
-
-/// Whether the leaves a proofless chunk `index` opened to (`leaves`, from leaf `start` of a
-/// `tree_len`-leaf tree) lead to the subtree root `roots` lists for it, as a restorer requires.
-fn held_to_listed_root(
-    roots: &RootTree,
-    index: usize,
-    start: u64,
-    leaves: &[Hash32],
-    tree_len: u64,
-) -> Result<(), String> {
-    let (node, _) =
-        subtree_keeping_nodes(start, leaves, tree_len, roots.level()).map_err(|e| e.to_string())?;
-    match roots.chunk_root(index) {
-        Some(root) if *root == node => Ok(()),
-        _ => Err(MerkleError::RootMismatch.to_string()),
-    }
 }
 
 /// The chunk roots a manifest of `ranges` would list, hashed up to the state's root.
@@ -330,49 +314,5 @@ impl Phase for CheckpointCheck<'_> {
             divergence: (!problems.is_empty())
                 .then(|| format!("the new version: {}", problems.join("; "))),
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_proofless_chunk_is_held_to_its_own_listed_root() {
-        let case = CheckpointCase {
-            leaves: 100,
-            leaf_seed: 7,
-            target_chunk_bytes: 0,
-        };
-        let state = LeafState::new(&case);
-        let len = state.tree.len();
-        // Chunks of 16 leaves (a subtree each), the last one short.
-        let ranges: Vec<LeafRange> = (0..len)
-            .step_by(16)
-            .map(|start| LeafRange {
-                start,
-                end: (start + 16).min(len),
-            })
-            .collect();
-        let roots = manifest_roots(&state, &ranges).unwrap();
-        for (index, range) in ranges.iter().enumerate() {
-            let leaves = state.slice(range.start, range.end).unwrap();
-            assert_eq!(
-                held_to_listed_root(&roots, index, range.start, leaves, len),
-                Ok(())
-            );
-            let mut altered = leaves.to_vec();
-            altered[0][5] ^= 1;
-            assert!(
-                held_to_listed_root(&roots, index, range.start, &altered, len).is_err(),
-                "chunk {index}: an altered leaf passed"
-            );
-        }
-        // Another chunk's leaves under this chunk's index and place do not pass either.
-        let second = state.slice(ranges[1].start, ranges[1].end).unwrap();
-        assert!(held_to_listed_root(&roots, 0, ranges[0].start, second, len).is_err());
-        // Nor does a chunk index the manifest does not list.
-        let first = state.slice(ranges[0].start, ranges[0].end).unwrap();
-        assert!(held_to_listed_root(&roots, ranges.len(), ranges[0].start, first, len).is_err());
     }
 }
