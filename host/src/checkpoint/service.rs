@@ -319,7 +319,7 @@ pub struct CreatorThread {
 impl CreatorThread {
     /// Moves the thread back to normal priority (best effort; see
     /// [`raise_to_normal`](crate::thread_priority::raise_to_normal)): someone now waits for it.
-    pub fn raise_priority(&self) {
+    fn raise_priority(&self) {
         let tid = self.tid.load(Ordering::Acquire);
         if tid != 0 {
             crate::thread_priority::raise_to_normal(tid);
@@ -328,8 +328,8 @@ impl CreatorThread {
 
     /// Waits for the thread to end (once every [`Checkpointer`] is dropped), first raising it to
     /// normal priority: at `SCHED_IDLE` on a busy machine it took seconds (up to 20 s measured
-    /// with both cores busy) to wake, drop its checkpoint store and exit, and a node's shutdown
-    /// waited that long. A creation in progress still finishes first.
+    /// in debug-built test nodes with both cores busy) to wake, drop its checkpoint store and
+    /// exit, and a node's shutdown waited that long. A creation in progress still finishes first.
     pub fn join(self) -> std::thread::Result<()> {
         self.raise_priority();
         self.handle.join()

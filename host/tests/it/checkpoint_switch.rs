@@ -18,8 +18,8 @@ use modnode::state::State;
 
 use super::checkpoint::{module, sha};
 use super::checkpoint_sync::{
-    FINALITY, admin_status, checkpoint_now, first_chunks, follows, height_at_least, kill, node,
-    seed, seeded_follower, spawn_restoring, test_genesis,
+    FINALITY, admin_status, checkpoint_now, first_chunks, follows, height_at_least, kill,
+    leave_restore_progress, node, seed, seeded_follower, spawn_restoring, test_genesis,
 };
 use super::network::{dirs, eventually};
 use modnode::node::SyncMode;
@@ -293,17 +293,7 @@ async fn a_restore_killed_around_its_switch_to_a_newer_checkpoint_loses_no_verif
     // offers any more: P offers only the new one.
     let seed_progress = || {
         let _ = std::fs::remove_dir_all(&restoring);
-        let path = restoring.join(modnode::node::RESTORE_DIR);
-        let store = RestoreStore::open(&path).unwrap();
-        store.begin(&old.manifest).unwrap();
-        for (i, bytes) in stored(&old, half) {
-            store.put_chunk(i, &bytes, &sha(&bytes)).unwrap();
-        }
-        store.flush().unwrap();
-        drop(store);
-        let released =
-            modnode::store::wait_released(&path.join("progress"), Duration::from_secs(30));
-        assert!(released.unwrap(), "the seeded progress store stays locked");
+        leave_restore_progress(&restoring, &old.manifest, &stored(&old, half));
     };
     // P serves the first half corrupt: a restore from it alone cannot fetch those chunks.
     let p = seeded_follower(

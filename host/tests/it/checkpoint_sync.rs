@@ -362,19 +362,29 @@ async fn a_restore_killed_halfway_resumes_without_fetching_verified_chunks_again
     a.shutdown().await;
 }
 
-/// Stores restore progress of `checkpoint` (its manifest and first chunks) in the data
-/// directory `dir`, as a restore killed after initialising the chain leaves it.
-fn leave_restore_progress(dir: &Path, checkpoint: &Checkpoint) -> std::path::PathBuf {
+/// Stores restore progress of `manifest` with `chunks` (`(index, bytes)`, as verified) in the
+/// data directory `dir`, as a killed restore leaves it; returns the progress directory. The
+/// store is released before this returns, so another process opens it without waiting.
+pub(super) fn leave_restore_progress(
+    dir: &Path,
+    manifest: &Manifest,
+    chunks: &[(usize, Vec<u8>)],
+) -> std::path::PathBuf {
     let path = dir.join(modnode::node::RESTORE_DIR);
     let store = RestoreStore::open(&path).unwrap();
-    store.begin(&checkpoint.manifest).unwrap();
-    for (i, bytes) in checkpoint.chunks.iter().enumerate().take(2) {
+    store.begin(manifest).unwrap();
+    for (i, bytes) in chunks {
         store
-            .put_chunk(i, bytes, &super::checkpoint::sha(bytes))
+            .put_chunk(*i, bytes, &super::checkpoint::sha(bytes))
             .unwrap();
     }
     store.flush().unwrap();
     assert!(store.manifest().unwrap().is_some());
+    drop(store);
+    // The progress's sled database (`checkpoint::store` describes the layout).
+    let released =
+        modnode::store::wait_released(&path.join("progress"), std::time::Duration::from_secs(30));
+    assert!(released.unwrap(), "the restore progress store stays locked");
     path
 }
 
@@ -391,7 +401,8 @@ async fn a_start_on_an_initialised_chain_removes_restore_progress_left_behind() 
     b.shutdown().await;
     // Both sync modes: a checkpoint restore finds the chain initialised, a full sync too.
     for mode in [SyncMode::Checkpoint, SyncMode::Full] {
-        let progress = leave_restore_progress(d[1].path(), &cp);
+        let first: Vec<(usize, Vec<u8>)> = cp.chunks.iter().cloned().enumerate().take(2).collect();
+        let progress = leave_restore_progress(d[1].path(), &cp.manifest, &first);
         let b = node(d[1].path(), &genesis, bootstrap.clone(), 2, mode).await;
         assert!(
             !progress.exists(),
