@@ -1,7 +1,7 @@
 use proptest::prelude::*;
 use sha2::{Digest, Sha256};
 
-use super::{hash_each, hash_messages, hash_pairs, lanes};
+use super::{hash_each, hash_messages, hash_pairs, lanes, shani};
 
 fn one_by_one(data: &[u8], size: usize) -> Vec<[u8; 32]> {
     data.chunks_exact(size)
@@ -52,6 +52,37 @@ fn the_sixteen_lanes_hash_as_sha2_does_where_the_cpu_has_them() {
         );
         assert_eq!(got, one_by_one(&data, size), "size {size}");
     }
+}
+
+/// The SHA-NI ways on their own (`hash_each` reaches them only where AVX-512 is missing, or
+/// for what the sixteen lanes leave): whole groups of four of every padding shape, and
+/// messages of different lengths finished one by one past their common blocks.
+#[test]
+fn the_sha_extension_ways_hash_as_sha2_does_where_the_cpu_has_them() {
+    if !shani::available() {
+        eprintln!("no SHA extensions here: the ways are not run");
+        return;
+    }
+    for size in [
+        1, 55, 56, 63, 64, 65, 119, 120, 121, 128, 129, 130, 256, 1000,
+    ] {
+        let data = bytes(size * 12 + size / 2, size as u8);
+        let mut got = Vec::new();
+        let done = shani::hash_groups(&data, size, &mut got);
+        assert_eq!(done, size * 12, "size {size}: three whole groups of four");
+        assert_eq!(got, one_by_one(&data[..done], size), "size {size}");
+    }
+    let data = bytes(9000, 0x33);
+    let lengths = [0, 64, 65, 700, 701, 4096, 63, 8999, 1, 128, 129, 3000, 55];
+    let messages: Vec<&[u8]> = lengths.iter().map(|&len| &data[..len]).collect();
+    let mut got = Vec::new();
+    let done = shani::hash_message_groups(&messages, &mut got);
+    assert_eq!(done, 12, "three whole groups of four");
+    let expected: Vec<[u8; 32]> = messages[..done]
+        .iter()
+        .map(|m| Sha256::digest(m).into())
+        .collect();
+    assert_eq!(got, expected);
 }
 
 #[test]
