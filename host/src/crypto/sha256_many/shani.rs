@@ -14,9 +14,9 @@
 //! `sha256msg1`/`sha256msg2`.
 
 use std::arch::x86_64::{
-    __m128i, _mm_add_epi32, _mm_alignr_epi8, _mm_blend_epi16, _mm_loadu_si128, _mm_set_epi64x,
-    _mm_setzero_si128, _mm_sha256msg1_epu32, _mm_sha256msg2_epu32, _mm_sha256rnds2_epu32,
-    _mm_shuffle_epi8, _mm_shuffle_epi32, _mm_storeu_si128,
+    __m128i, _mm_add_epi32, _mm_alignr_epi8, _mm_blend_epi16, _mm_loadu_si128, _mm_or_si128,
+    _mm_set_epi64x, _mm_setzero_si128, _mm_sha256msg1_epu32, _mm_sha256msg2_epu32,
+    _mm_sha256rnds2_epu32, _mm_shuffle_epi8, _mm_shuffle_epi32, _mm_storeu_si128,
 };
 
 /// Messages compressed together.
@@ -44,6 +44,8 @@ pub(super) fn hash_groups(data: &[u8], size: usize, out: &mut Vec<[u8; 32]>) -> 
     let padding = size
         .is_multiple_of(64)
         .then(|| super::lanes::padding_schedule(size));
+    // SAFETY: `available()` checked that the CPU has SHA, SSSE3 and SSE4.1.
+    let tail = unsafe { Tail::new(size) };
     let mut done = 0usize;
     for group in data.chunks_exact(group_bytes) {
         let mut messages = [&[][..]; WAYS];
@@ -54,10 +56,20 @@ pub(super) fn hash_groups(data: &[u8], size: usize, out: &mut Vec<[u8; 32]>) -> 
         let mut states = unsafe { initial_states() };
         // SAFETY: as above.
         unsafe { compress_blocks(&mut states, &messages, 0, blocks) };
-        match &padding {
+        match (&padding, &tail) {
             // SAFETY: as above.
-            Some(kw) => unsafe { compress_scheduled(&mut states, kw) },
-            None => {
+            (Some(kw), _) => unsafe { compress_scheduled(&mut states, kw) },
+            (None, Some(tail)) => {
+                // SAFETY: as above.
+                let mut words = [[unsafe { _mm_setzero_si128() }; 4]; WAYS];
+                for (words, message) in words.iter_mut().zip(messages) {
+                    // SAFETY: as above.
+                    *words = unsafe { tail.block(message) };
+                }
+                // SAFETY: as above.
+                unsafe { compress_words(&mut states, words) };
+            }
+            (None, None) => {
                 let tail_at = blocks.saturating_mul(64);
                 let tails =
                     messages.map(|m| super::padded_tail(m.get(tail_at..).unwrap_or(&[]), size));
@@ -105,6 +117,101 @@ pub(super) fn hash_message_groups(messages: &[&[u8]], out: &mut Vec<[u8; 32]>) -
         done = done.saturating_add(WAYS);
     }
     done
+}
+
+/// The last block of every `size`-byte message of a group made in registers, where it is one
+/// block and the message has at least 16 bytes (the state's 129-byte leaves): the message's
+/// last bytes shuffled into place over a padding template. Built in memory (bytes, then the
+/// 0x80 mark, then the length) and loaded whole, each load waited on the narrower stores before
+/// it: a tenth of the restore's hashing went there.
+#[derive(Clone, Copy)]
+struct Tail {
+    /// Message bytes in the last block (`size % 64`, under 56).
+    len: usize,
+    /// The block without the message's bytes: `0x80` after them, zeros, the bit length.
+    template: [__m128i; 4],
+    /// Moves the message's last 16 bytes to where the register the message ends in wants
+    /// them, zeroing the bytes past the end (`pshufb` indexes, 0x80 for zero).
+    shift: __m128i,
+}
+
+impl Tail {
+    /// The tail of `size`-byte messages, when it can be made this way.
+    ///
+    /// # Safety
+    /// The CPU has SSSE3.
+    #[target_feature(enable = "ssse3")]
+    unsafe fn new(size: usize) -> Option<Self> {
+        let len = size % 64;
+        if size < 16 || len >= 56 {
+            return None;
+        }
+        let (padded, blocks) = super::padded_tail([0; 64].get(..len).unwrap_or(&[]), size);
+        if blocks != 1 {
+            return None;
+        }
+        let mut template = [_mm_setzero_si128(); 4];
+        for (word, bytes) in template.iter_mut().zip(padded.chunks_exact(16)) {
+            // SAFETY: `bytes` is 16 readable bytes, one unaligned load.
+            *word = unsafe { _mm_loadu_si128(bytes.as_ptr().cast()) };
+        }
+        // The register the message ends in holds `ends` of its bytes: in the message's last
+        // 16 they are the final `ends`.
+        let ends = len % 16;
+        let mut shift = [0x80u8; 16];
+        for (j, index) in shift.iter_mut().enumerate().take(ends) {
+            *index = u8::try_from(j.wrapping_add(16).wrapping_sub(ends)).unwrap_or(0x80);
+        }
+        // SAFETY: `shift` is 16 readable bytes, one unaligned load.
+        let shift = unsafe { _mm_loadu_si128(shift.as_ptr().cast()) };
+        Some(Self {
+            len,
+            template,
+            shift,
+        })
+    }
+
+    /// The big-endian words of `message`'s last block (`message` is `size` bytes).
+    ///
+    /// # Safety
+    /// The CPU has SSSE3.
+    #[target_feature(enable = "ssse3")]
+    unsafe fn block(&self, message: &[u8]) -> [__m128i; 4] {
+        let swap = byte_swap();
+        let tail_at = message.len().wrapping_sub(self.len);
+        let last16 = message.len().wrapping_sub(16);
+        let mut words = self.template;
+        for (part, word) in words.iter_mut().enumerate() {
+            let from = part.wrapping_mul(16);
+            if from >= self.len {
+                break;
+            }
+            let whole = tail_at
+                .checked_add(from)
+                .and_then(|at| message.get(at..at.wrapping_add(16)))
+                .filter(|_| from.wrapping_add(16) <= self.len);
+            let bytes = match whole {
+                // SAFETY: `bytes` is 16 readable bytes, one unaligned load.
+                Some(bytes) => unsafe { _mm_loadu_si128(bytes.as_ptr().cast()) },
+                None => match message.get(last16..) {
+                    // SAFETY: as above (the message's last 16 bytes).
+                    Some(last) => _mm_or_si128(
+                        _mm_shuffle_epi8(
+                            unsafe { _mm_loadu_si128(last.as_ptr().cast()) },
+                            self.shift,
+                        ),
+                        *word,
+                    ),
+                    None => *word,
+                },
+            };
+            *word = bytes;
+        }
+        for word in &mut words {
+            *word = _mm_shuffle_epi8(*word, swap);
+        }
+        words
+    }
 }
 
 /// One message's compression state as `sha256rnds2` wants it: words `ABEF` and `CDGH`.
@@ -209,19 +316,37 @@ unsafe fn compress_scheduled(states: &mut [State; WAYS], kw: &[[u32; 16]; 4]) {
 /// The CPU has SHA, SSSE3 and SSE4.1.
 #[target_feature(enable = "sha,ssse3,sse4.1")]
 unsafe fn compress(states: &mut [State; WAYS], blocks: [Option<&[u8; 64]>; WAYS]) {
-    let swap = _mm_set_epi64x(0x0C0D_0E0F_0809_0A0B, 0x0405_0607_0001_0203);
+    let swap = byte_swap();
+    // Loops, not closures: a closure is not compiled with the function's target features, and
+    // was a call per block.
+    let mut words = [[_mm_setzero_si128(); 4]; WAYS];
+    for (words, block) in words.iter_mut().zip(blocks) {
+        let Some(block) = block else { continue };
+        for (word, bytes) in words.iter_mut().zip(block.chunks_exact(16)) {
+            // SAFETY: `bytes` is 16 readable bytes, one unaligned load.
+            *word = _mm_shuffle_epi8(unsafe { _mm_loadu_si128(bytes.as_ptr().cast()) }, swap);
+        }
+    }
+    // SAFETY: the caller vouches for the CPU.
+    unsafe { compress_words(states, words) };
+}
+
+/// The shuffle that turns four little-endian loaded words into SHA-256's big-endian ones.
+#[target_feature(enable = "sse2")]
+fn byte_swap() -> __m128i {
+    _mm_set_epi64x(0x0C0D_0E0F_0809_0A0B, 0x0405_0607_0001_0203)
+}
+
+/// One block into each way's state, given as its sixteen big-endian message words (four to a
+/// register), the ways' rounds interleaved.
+///
+/// # Safety
+/// The CPU has SHA, SSSE3 and SSE4.1.
+#[target_feature(enable = "sha,ssse3,sse4.1")]
+unsafe fn compress_words(states: &mut [State; WAYS], words: [[__m128i; 4]; WAYS]) {
     let saved = *states;
     // Each way's last sixteen schedule words, four to a register, oldest first.
-    let mut schedule = blocks.map(|block| {
-        let mut words = [_mm_setzero_si128(); 4];
-        if let Some(block) = block {
-            for (word, bytes) in words.iter_mut().zip(block.chunks_exact(16)) {
-                // SAFETY: `bytes` is 16 readable bytes, one unaligned load.
-                *word = _mm_shuffle_epi8(unsafe { _mm_loadu_si128(bytes.as_ptr().cast()) }, swap);
-            }
-        }
-        words
-    });
+    let mut schedule = words;
     for (round, k) in K.as_flattened().chunks_exact(4).enumerate() {
         // SAFETY: `k` is four readable words, one 16-byte load.
         let k = unsafe { _mm_loadu_si128(k.as_ptr().cast()) };
