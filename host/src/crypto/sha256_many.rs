@@ -73,6 +73,27 @@ fn finish_message(mut state: [u32; 8], message: &[u8], done: usize) -> [u8; 32] 
     hash_of(state)
 }
 
+/// Hashes the whole groups of `N` messages at the start of `messages` into `out`: `common`
+/// gives each message's compression state after the blocks every message of its group has
+/// (the shortest one's whole blocks), each message's rest and padding is finished on its own.
+/// Returns how many messages it hashed.
+fn hash_in_groups<const N: usize>(
+    messages: &[&[u8]],
+    out: &mut Vec<[u8; 32]>,
+    common: impl Fn(&[&[u8]], usize) -> [[u32; 8]; N],
+) -> usize {
+    let mut done = 0usize;
+    for group in messages.chunks_exact(N) {
+        let blocks = group.iter().map(|m| m.len() / 64).min().unwrap_or(0);
+        let states = common(group, blocks);
+        for (message, state) in group.iter().zip(states) {
+            out.push(finish_message(state, message, blocks.saturating_mul(64)));
+        }
+        done = done.saturating_add(N);
+    }
+    done
+}
+
 /// The last block or two of a `len`-byte message whose last `len % 64` bytes are `tail`: the
 /// tail, the 0x80 byte, zeros and the bit length — one block when they fit in 64 bytes, two
 /// when they do not. Returns them and how many blocks they are.
@@ -184,21 +205,10 @@ mod lanes {
         if !available() {
             return 0;
         }
-        let mut done = 0usize;
-        for group in messages.chunks_exact(LANES) {
-            let common = group.iter().map(|m| m.len() / 64).min().unwrap_or(0);
+        super::hash_in_groups::<LANES>(messages, out, |group, blocks| {
             // SAFETY: `available()` checked that the CPU has AVX-512 F and BW.
-            let states = unsafe { compress_common(group, common) };
-            for (message, state) in group.iter().zip(states) {
-                out.push(super::finish_message(
-                    state,
-                    message,
-                    common.saturating_mul(64),
-                ));
-            }
-            done = done.saturating_add(LANES);
-        }
-        done
+            unsafe { compress_common(group, blocks) }
+        })
     }
 
     /// The compression state of each of `group`'s messages after its first `blocks` blocks

@@ -55,7 +55,7 @@ pub(super) fn hash_groups(data: &[u8], size: usize, out: &mut Vec<[u8; 32]>) -> 
         // SAFETY: `available()` checked that the CPU has SHA, SSSE3 and SSE4.1.
         let mut states = unsafe { initial_states() };
         // SAFETY: as above.
-        unsafe { compress_blocks(&mut states, &messages, 0, blocks) };
+        unsafe { compress_blocks(&mut states, &messages, blocks) };
         match (&padding, &tail) {
             // SAFETY: as above.
             (Some(kw), _) => unsafe { compress_scheduled(&mut states, kw) },
@@ -76,7 +76,7 @@ pub(super) fn hash_groups(data: &[u8], size: usize, out: &mut Vec<[u8; 32]>) -> 
                 let tail_refs = tails.each_ref().map(|(last, _)| last.as_slice());
                 let tail_blocks = tails.first().map_or(0, |(_, n)| *n);
                 // SAFETY: as above.
-                unsafe { compress_blocks(&mut states, &tail_refs, 0, tail_blocks) };
+                unsafe { compress_blocks(&mut states, &tail_refs, tail_blocks) };
             }
         }
         // SAFETY: as above.
@@ -94,29 +94,18 @@ pub(super) fn hash_message_groups(messages: &[&[u8]], out: &mut Vec<[u8; 32]>) -
     if !available() {
         return 0;
     }
-    let mut done = 0usize;
-    for group in messages.chunks_exact(WAYS) {
+    super::hash_in_groups::<WAYS>(messages, out, |group, blocks| {
         let mut ways = [&[][..]; WAYS];
         for (way, message) in ways.iter_mut().zip(group) {
             *way = message;
         }
-        let common = ways.iter().map(|m| m.len() / 64).min().unwrap_or(0);
         // SAFETY: `available()` checked that the CPU has SHA, SSSE3 and SSE4.1.
-        let mut states = unsafe { initial_states() };
-        // SAFETY: as above.
-        unsafe { compress_blocks(&mut states, &ways, 0, common) };
-        // SAFETY: as above.
-        let states = unsafe { word_states(states) };
-        for (message, state) in ways.iter().zip(states) {
-            out.push(super::finish_message(
-                state,
-                message,
-                common.saturating_mul(64),
-            ));
+        unsafe {
+            let mut states = initial_states();
+            compress_blocks(&mut states, &ways, blocks);
+            word_states(states)
         }
-        done = done.saturating_add(WAYS);
-    }
-    done
+    })
 }
 
 /// The last block of every `size`-byte message of a group made in registers, where it is one
@@ -264,19 +253,14 @@ unsafe fn word_states(states: [State; WAYS]) -> [[u32; 8]; WAYS] {
     })
 }
 
-/// Compresses blocks `first..first + count` of every way's message into its state (a block a
+/// Compresses the first `count` blocks of every way's message into its state (a block a
 /// message does not have reads as zeros; callers pass messages that have them all).
 ///
 /// # Safety
 /// The CPU has SHA, SSSE3 and SSE4.1.
 #[target_feature(enable = "sha,ssse3,sse4.1")]
-unsafe fn compress_blocks(
-    states: &mut [State; WAYS],
-    messages: &[&[u8]; WAYS],
-    first: usize,
-    count: usize,
-) {
-    for block in first..first.saturating_add(count) {
+unsafe fn compress_blocks(states: &mut [State; WAYS], messages: &[&[u8]; WAYS], count: usize) {
+    for block in 0..count {
         let at = block.saturating_mul(64);
         let blocks = messages.map(|m| {
             m.get(at..at.saturating_add(64))
