@@ -182,10 +182,11 @@ mod lanes {
     /// Hashes the whole groups of sixteen `size`-byte pieces at the start of `data` into `out`
     /// when the CPU can; returns how many bytes of `data` it hashed (0 when it cannot).
     pub(super) fn hash_groups(data: &[u8], size: usize, out: &mut Vec<[u8; 32]>) -> usize {
-        if !available() || size == 0 {
+        let group_bytes = size.saturating_mul(LANES);
+        // Not even one group (a Merkle level's last few pairs): no padding schedule to make.
+        if !available() || size == 0 || data.len() < group_bytes {
             return 0;
         }
-        let group_bytes = size.saturating_mul(LANES);
         // The padding block of whole-block messages, the same for every group: scheduled once.
         let padding = size.is_multiple_of(64).then(|| padding_schedule(size));
         let mut done = 0usize;

@@ -19,10 +19,10 @@ use std::arch::x86_64::{
     _mm_sha256rnds2_epu32, _mm_shuffle_epi8, _mm_shuffle_epi32, _mm_storeu_si128,
 };
 
+use super::lanes::{IV, K};
+
 /// Messages compressed together.
 const WAYS: usize = 4;
-
-use super::lanes::{IV, K};
 
 /// The CPU has the SHA extensions and the SSE levels their code uses (std caches the answer).
 pub(super) fn available() -> bool {
@@ -34,10 +34,11 @@ pub(super) fn available() -> bool {
 /// Hashes the whole groups of [`WAYS`] `size`-byte pieces at the start of `data` into `out`
 /// when the CPU can; returns how many bytes of `data` it hashed (0 when it cannot).
 pub(super) fn hash_groups(data: &[u8], size: usize, out: &mut Vec<[u8; 32]>) -> usize {
-    if !available() || size == 0 {
+    let group_bytes = size.saturating_mul(WAYS);
+    // Not even one group (a Merkle level's last few pairs): nothing to set up the padding for.
+    if !available() || size == 0 || data.len() < group_bytes {
         return 0;
     }
-    let group_bytes = size.saturating_mul(WAYS);
     let blocks = size / 64;
     // The padding block of whole-block messages (Merkle pairs), the same for every message:
     // its `K + W` computed once, so only its rounds run.
