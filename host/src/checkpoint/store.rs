@@ -12,7 +12,9 @@
 //!   validators) was written again as a sled blob at every flush. Progress written before
 //!   the split (the manifest beside the records) is moved over on open.
 //! - `chunks-<generation>.log`: the verified chunks' bytes, appended. sled would write each
-//!   chunk about three times over; an append-only file writes it once.
+//!   chunk about three times over; an append-only file writes it once — where the file system
+//!   allows, directly (`O_DIRECT`: staged in block-aligned memory and written in whole blocks,
+//!   see `staging`), since a restore does not read its chunks again unless it resumes.
 //!
 //! Crash safety: a chunk's record is written only after its bytes are `fdatasync`ed, so a
 //! record never points at bytes that were not durable. On open, records that point past the
@@ -27,6 +29,7 @@
 //! generation, removed on open).
 
 mod chunk_log;
+mod staging;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -37,6 +40,7 @@ use sled::Transactional as _;
 
 pub use self::chunk_log::LogError;
 use self::chunk_log::{ChunkLog, Location, remove_other_generations};
+use self::staging::Staging;
 use super::manifest::{Manifest, ManifestError, ManifestLimits};
 use crate::state::merkle::Hash32;
 
@@ -83,6 +87,55 @@ struct Appender {
     /// Written, not yet durable nor recorded.
     pending: Vec<(usize, Location)>,
     pending_bytes: u64,
+    /// Appends not yet written, when the log writes directly (see `staging`); `None` until
+    /// the first append after an open, a switch or a failed write.
+    staging: Option<Staging>,
+}
+
+impl Appender {
+    /// Notes chunk `index`, written at `offset` of `log`, for the next flush to record.
+    fn record_pending(
+        &mut self,
+        index: usize,
+        log: &ChunkLog,
+        offset: u64,
+        len: u32,
+        hash: &Hash32,
+    ) {
+        let at = Location {
+            generation: log.generation(),
+            offset,
+            len,
+            hash: *hash,
+        };
+        self.pending.push((index, at));
+        self.pending_bytes = self.pending_bytes.saturating_add(u64::from(len));
+    }
+
+    /// Forgets the appends not yet durable (their records and staged bytes).
+    fn abandon_pending(&mut self) {
+        self.pending.clear();
+        self.pending_bytes = 0;
+        self.staging = None;
+    }
+
+    /// Writes out what is staged for `log` (`padded`: all of it, the last block padded, before
+    /// a sync; else its whole blocks, once a stage is full). A failed write abandons every
+    /// pending append: none of them is recorded, so each is fetched again.
+    fn write_staged(&mut self, log: &ChunkLog, padded: bool) -> Result<(), RestoreStoreError> {
+        let Some(staging) = self.staging.as_mut() else {
+            return Ok(());
+        };
+        let written = match padded {
+            true => staging.write_padded(log),
+            false if staging.is_full() => staging.write_blocks(log),
+            false => Ok(()),
+        };
+        if written.is_err() {
+            self.abandon_pending();
+        }
+        Ok(written?)
+    }
 }
 
 /// The restore progress of a node: a sled database and the chunk log, in one directory.
@@ -151,6 +204,7 @@ impl RestoreStore {
                 end,
                 pending: Vec::new(),
                 pending_bytes: 0,
+                staging: None,
             })),
             recording: Arc::new(Mutex::new(())),
         };
@@ -208,8 +262,7 @@ impl RestoreStore {
     ) -> Result<(), RestoreStoreError> {
         let _recording = self.recording()?;
         let mut appender = self.lock()?;
-        appender.pending.clear();
-        appender.pending_bytes = 0;
+        appender.abandon_pending();
         let mut in_place: HashMap<Hash32, Location> = HashMap::new();
         for entry in self.tree.scan_prefix(CHUNK_PREFIX).values() {
             if let Some(at) = Location::decode(&entry?)
@@ -321,25 +374,50 @@ impl RestoreStore {
                 None => {
                     let log = ChunkLog::create(&self.dir, appender.generation)?;
                     appender.end = 0;
+                    appender.staging = None;
                     appender.log = Some(log.clone());
                     log
                 }
             };
             let offset = appender.end;
             appender.end = offset.checked_add(u64::from(len)).ok_or_else(too_large)?;
+            if log.is_direct() {
+                // Staged under the lock (a copy), written out in whole blocks when a stage
+                // is full, and the rest by the next flush.
+                let staging = match appender.staging.take() {
+                    Some(staging) if staging.end() == offset => staging,
+                    _ => Staging::at(&log, offset)?,
+                };
+                appender.staging = Some(staging);
+                if let Some(staging) = appender.staging.as_mut() {
+                    staging.push(bytes);
+                }
+                appender.write_staged(&log, false)?;
+                appender.record_pending(index, &log, offset, len, hash);
+                return Ok(());
+            }
+            if appender.staging.is_some() {
+                // The file system began refusing direct writes: what is staged goes out
+                // (its padding ends in this chunk's range, written after it) before this
+                // chunk is written through the page cache.
+                appender.write_staged(&log, true)?;
+                appender.staging = None;
+            }
             (log, offset)
         };
         // Outside the lock: each writer has its own range.
         log.write_at(offset, bytes)?;
-        let at = Location {
-            generation: log.generation(),
-            offset,
-            len,
-            hash: *hash,
-        };
-        let mut appender = self.lock()?;
-        appender.pending.push((index, at));
-        appender.pending_bytes = appender.pending_bytes.saturating_add(u64::from(len));
+        self.lock()?.record_pending(index, &log, offset, len, hash);
+        Ok(())
+    }
+
+    /// Makes the chunk log write through the page cache from now on, as a file system that
+    /// refuses direct writes does (tests of that path).
+    #[cfg(test)]
+    fn refuse_direct_writes(&self) -> Result<(), RestoreStoreError> {
+        if let Some(log) = &self.lock()?.log {
+            log.refuse_direct();
+        }
         Ok(())
     }
 
@@ -349,6 +427,11 @@ impl RestoreStore {
         let _recording = self.recording()?;
         let (log, generation, pending) = {
             let mut appender = self.lock()?;
+            if !appender.pending.is_empty()
+                && let Some(log) = appender.log.clone()
+            {
+                appender.write_staged(&log, true)?;
+            }
             appender.pending_bytes = 0;
             let pending = std::mem::take(&mut appender.pending);
             (appender.log.clone(), appender.generation, pending)
@@ -411,8 +494,7 @@ impl RestoreStore {
     pub fn clear(&self) -> Result<(), RestoreStoreError> {
         let _recording = self.recording()?;
         let mut appender = self.lock()?;
-        appender.pending.clear();
-        appender.pending_bytes = 0;
+        appender.abandon_pending();
         commit(
             &self.tree,
             &self.manifests,

@@ -12,10 +12,16 @@ use std::io;
 use std::os::unix::fs::FileExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use sha2::{Digest, Sha256};
 
 use crate::state::merkle::Hash32;
+
+/// What direct writes are aligned to: file offsets, lengths and buffer addresses (the largest
+/// logical block size of common disks; a file system that wants more refuses the write, and
+/// the log falls back to the page cache).
+pub const DIRECT_ALIGN: usize = 4096;
 
 /// Bytes of an encoded [`Location`].
 const LOCATION_BYTES: usize = 8 + 8 + 4 + 32;
@@ -128,11 +134,54 @@ pub fn remove_other_generations(dir: &Path, keep: u64) -> Result<usize, LogError
 }
 
 /// One generation's file, opened for appending at reserved offsets.
+///
+/// Beside the ordinary handle it holds, where the file system allows it, a second one opened
+/// for direct I/O (`O_DIRECT`, Linux): [`write_direct`](Self::write_direct) writes whole
+/// aligned blocks through it, from the caller's memory to the disk, without the page cache —
+/// a restore's chunks are written once and not read again unless it is resumed, and the page
+/// cache's copy and bookkeeping were most of the writer's CPU (140 MB at 2M validators:
+/// ~140 ms buffered against ~35 ms direct, the copy into the aligned buffer included).
 #[derive(Debug, Clone)]
 pub struct ChunkLog {
     file: Arc<File>,
+    direct: Option<Arc<DirectFile>>,
     path: PathBuf,
     generation: u64,
+}
+
+/// The log's direct-I/O handle, and whether it still works (a file system may accept the
+/// flag and refuse the writes; then the log writes through the page cache from there on).
+#[derive(Debug)]
+struct DirectFile {
+    file: File,
+    refused: AtomicBool,
+}
+
+/// Opens `path` for direct writes, if this platform and file system allow it.
+fn open_direct(path: &Path) -> Option<Arc<DirectFile>> {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::unix::fs::OpenOptionsExt as _;
+        match OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(path)
+        {
+            Ok(file) => Some(Arc::new(DirectFile {
+                file,
+                refused: AtomicBool::new(false),
+            })),
+            Err(e) => {
+                tracing::debug!(file = %path.display(), error = %e, "no direct I/O for the chunk log; writing through the page cache");
+                None
+            }
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = path;
+        None
+    }
 }
 
 impl ChunkLog {
@@ -150,6 +199,7 @@ impl ChunkLog {
         sync_dir(dir, &path)?;
         Ok(Self {
             file: Arc::new(file),
+            direct: open_direct(&path),
             path,
             generation,
         })
@@ -161,6 +211,7 @@ impl ChunkLog {
         match OpenOptions::new().read(true).write(true).open(&path) {
             Ok(file) => Ok(Some(Self {
                 file: Arc::new(file),
+                direct: open_direct(&path),
                 path,
                 generation,
             })),
@@ -196,12 +247,77 @@ impl ChunkLog {
             .map_err(fail("truncate", &self.path))
     }
 
+    /// Sets the file's length to `len` (cutting the padding of a direct write); durable with
+    /// the next [`sync`](Self::sync).
+    pub fn set_len(&self, len: u64) -> Result<(), LogError> {
+        self.file
+            .set_len(len)
+            .map_err(fail("set the length of", &self.path))
+    }
+
     /// Writes `bytes` at `offset` (a range reserved by the caller); not durable until
     /// [`sync`](Self::sync).
     pub fn write_at(&self, offset: u64, bytes: &[u8]) -> Result<(), LogError> {
         self.file
             .write_all_at(bytes, offset)
             .map_err(fail("write", &self.path))
+    }
+
+    /// Whether [`write_direct`](Self::write_direct) bypasses the page cache (else it is an
+    /// ordinary write).
+    pub fn is_direct(&self) -> bool {
+        self.direct
+            .as_ref()
+            .is_some_and(|d| !d.refused.load(Ordering::Relaxed))
+    }
+
+    /// Writes `bytes` at `offset` like [`write_at`](Self::write_at), directly to the disk when
+    /// the log [`is_direct`](Self::is_direct): `offset`, the length and the address of `bytes`
+    /// must then be multiples of [`DIRECT_ALIGN`]. A direct write the file system refuses
+    /// (`EINVAL`: it wants another alignment, or none of it) is written through the page cache
+    /// instead, and so is every later one.
+    pub fn write_direct(&self, offset: u64, bytes: &[u8]) -> Result<(), LogError> {
+        if let Some(direct) = self
+            .direct
+            .as_ref()
+            .filter(|d| !d.refused.load(Ordering::Relaxed))
+        {
+            match direct.file.write_all_at(bytes, offset) {
+                Ok(()) => return Ok(()),
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                    tracing::info!(file = %self.path.display(), error = %e, "the file system refuses direct writes to the chunk log; writing through the page cache");
+                    direct.refused.store(true, Ordering::Relaxed);
+                }
+                Err(e) => return Err(fail("write", &self.path)(e)),
+            }
+        }
+        self.write_at(offset, bytes)
+    }
+
+    /// Makes [`write_direct`](Self::write_direct) write through the page cache from now on,
+    /// as a file system that refuses direct writes does (tests of that path).
+    #[cfg(test)]
+    pub fn refuse_direct(&self) {
+        if let Some(direct) = &self.direct {
+            direct.refused.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Reads up to `len` bytes at `offset`; fewer where the file ends before.
+    pub fn read_up_to(&self, offset: u64, len: usize) -> Result<Vec<u8>, LogError> {
+        let mut bytes = vec![0; len];
+        let mut got = 0;
+        while let Some(rest) = bytes.get_mut(got..).filter(|rest| !rest.is_empty()) {
+            let at = offset.saturating_add(u64::try_from(got).unwrap_or(u64::MAX));
+            match self.file.read_at(rest, at) {
+                Ok(0) => break,
+                Ok(n) => got = got.saturating_add(n),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(fail("read", &self.path)(e)),
+            }
+        }
+        bytes.truncate(got);
+        Ok(bytes)
     }
 
     /// Makes every byte written so far durable (`fdatasync`).
