@@ -18,9 +18,9 @@
 //! meanwhile: a slow writer backs up the fetching, never memory.
 //!
 //! The writer gathers whatever has been verified when it is ready for more (up to
-//! `batch_bytes`; while it holds less than half of that, waiting up to [`GATHER`] for more), so
-//! a slow disk amortises its flush over many chunks and a fast one still flushes a few
-//! milliseconds' worth at a time, not chunk by chunk.
+//! `batch_bytes`; while it holds less than half of that, waiting up to `GATHER`, 4 ms, for
+//! more), so a slow disk amortises its flush over many chunks and a fast one still flushes a
+//! few milliseconds' worth at a time, not chunk by chunk.
 //!
 //! [`Restorer`]: super::Restorer
 
