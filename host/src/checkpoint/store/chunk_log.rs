@@ -273,9 +273,9 @@ impl ChunkLog {
 
     /// Writes `bytes` at `offset` like [`write_at`](Self::write_at), directly to the disk when
     /// the log [`is_direct`](Self::is_direct): `offset`, the length and the address of `bytes`
-    /// must then be multiples of [`DIRECT_ALIGN`]. A direct write the file system refuses
-    /// (`EINVAL`: it wants another alignment, or none of it) is written through the page cache
-    /// instead, and so is every later one.
+    /// must then be multiples of [`DIRECT_ALIGN`]. A direct write that fails (a file system
+    /// that wants another alignment, or none of it, says `EINVAL`) is written through the page
+    /// cache instead, and so is every later one; what fails there is the error.
     pub fn write_direct(&self, offset: u64, bytes: &[u8]) -> Result<(), LogError> {
         if let Some(direct) = self
             .direct
@@ -284,11 +284,12 @@ impl ChunkLog {
         {
             match direct.file.write_all_at(bytes, offset) {
                 Ok(()) => return Ok(()),
-                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
-                    tracing::info!(file = %self.path.display(), error = %e, "the file system refuses direct writes to the chunk log; writing through the page cache");
+                // Written again through the page cache: a disk error or a full disk fails
+                // there too, and is reported; anything else was the direct path's alone.
+                Err(e) => {
+                    tracing::info!(file = %self.path.display(), error = %e, "a direct write to the chunk log failed; writing through the page cache from now on");
                     direct.refused.store(true, Ordering::Relaxed);
                 }
-                Err(e) => return Err(fail("write", &self.path)(e)),
             }
         }
         self.write_at(offset, bytes)
