@@ -145,7 +145,8 @@ pub fn remove_other_generations(dir: &Path, keep: u64) -> Result<usize, LogError
 pub struct ChunkLog {
     file: Arc<File>,
     direct: Option<Arc<DirectFile>>,
-    path: PathBuf,
+    /// Shared, so that the store's clone of its log for each append allocates nothing.
+    path: Arc<Path>,
     generation: u64,
 }
 
@@ -200,7 +201,7 @@ impl ChunkLog {
         Ok(Self {
             file: Arc::new(file),
             direct: open_direct(&path),
-            path,
+            path: path.into(),
             generation,
         })
     }
@@ -212,7 +213,7 @@ impl ChunkLog {
             Ok(file) => Ok(Some(Self {
                 file: Arc::new(file),
                 direct: open_direct(&path),
-                path,
+                path: path.into(),
                 generation,
             })),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
