@@ -134,9 +134,12 @@ impl Compiler for InProcessCompiler {
         let spawned = std::thread::Builder::new()
             .name("module-compile".into())
             .spawn(crate::log_span::in_current_span(move || {
-                let _lane = lane;
                 let engine = runtime::engine::compile_engine();
-                let _ = tx.send(engine.precompile_component(&owned));
+                let compiled = engine.precompile_component(&owned);
+                // Freed before the answer is sent, so whoever receives it finds the lane free
+                // (it was freed after the send: a caller could see its compile still running).
+                drop(lane);
+                let _ = tx.send(compiled);
             }));
         if let Err(source) = spawned {
             return Err(UploadError::Staging {
