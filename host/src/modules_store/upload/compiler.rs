@@ -116,7 +116,7 @@ fn warn_overrun(name: &str, limit: Duration) {
 }
 
 /// Compiles on a thread of this process. An overrun compile cannot be stopped: it is
-/// abandoned, keeps its lane until it ends and its output is dropped. For library use and
+/// abandoned and keeps its lane until it ends (its output is then dropped). For library use and
 /// tests; the node runs [`SubprocessCompiler`].
 #[derive(Debug, Default, Clone, Copy)]
 pub struct InProcessCompiler;
