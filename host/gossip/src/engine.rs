@@ -48,20 +48,23 @@ use std::collections::{BTreeMap, VecDeque};
 mod config;
 mod fetch;
 mod plan;
+mod routes;
 mod sends;
 mod store;
 mod tree;
 
 pub use config::{EngineConfig, payload_message_id};
 use fetch::Fetch;
+use routes::RouteTable;
+pub use routes::{RouteStats, RoutingConfig};
 use store::Stored;
 
 use crate::error::{GossipError, PeerFault};
 use crate::links::GapTimer;
-use crate::peer::PeerState;
+use crate::peer::{Item, PeerState};
 use crate::policy::{MessageKind, PeerStats, Policy, PolicyEvent, Priority};
 use crate::seen::SeenCache;
-use crate::wire::{Frame, LinkOp, MAX_PAYLOAD, MessageId, Payload};
+use crate::wire::{Frame, LinkOp, MAX_PAYLOAD, MessageId, Payload, RouteItem};
 use crate::{PeerId, Time};
 
 /// Identifies one transmission handed out by [`GossipEngine::poll_transmit`].
@@ -201,6 +204,8 @@ pub struct GossipEngine<P> {
     /// Graft timers run out in a row with no tree link delivering in between (a tree peer
     /// leaving counts as enough of them).
     tree_misses: u32,
+    /// Distance-vector routes, when the engine routes ([`EngineConfig::routing`]).
+    routes: Option<RouteTable>,
 }
 
 impl<P: Policy> GossipEngine<P> {
@@ -208,6 +213,7 @@ impl<P: Policy> GossipEngine<P> {
     pub fn new(cfg: EngineConfig, policy: P) -> Self {
         GossipEngine {
             seen: SeenCache::new(cfg.seen_capacity, cfg.seen_ttl),
+            routes: cfg.routing.clone().map(RouteTable::new),
             cfg,
             policy,
             peers: BTreeMap::new(),
@@ -240,6 +246,22 @@ impl<P: Policy> GossipEngine<P> {
         &self.stats
     }
 
+    /// Routing counters, when the engine routes.
+    pub fn route_stats(&self) -> Option<&RouteStats> {
+        self.routes.as_ref().map(|r| &r.stats)
+    }
+
+    /// The next hop towards `origin` and the distance (microseconds) through it, when the
+    /// engine routes and has a route.
+    pub fn route_to(&self, origin: u64) -> Option<(PeerId, u32)> {
+        self.routes.as_ref().and_then(|r| r.route(origin))
+    }
+
+    /// Origins the route table holds (0 when the engine does not route).
+    pub fn route_origins(&self) -> usize {
+        self.routes.as_ref().map_or(0, RouteTable::len)
+    }
+
     /// Sets the network size given to the policy.
     pub fn set_network_size(&mut self, n: u32) {
         self.cfg.network_size = Some(n);
@@ -256,6 +278,9 @@ impl<P: Policy> GossipEngine<P> {
             return Err(GossipError::PeerExists(peer));
         }
         self.peers.insert(peer, PeerState::default());
+        if let Some(routes) = self.routes.as_mut() {
+            routes.peer_added(peer);
+        }
         self.policy.on_event(&PolicyEvent::PeerJoined(peer));
         Ok(())
     }
@@ -284,7 +309,12 @@ impl<P: Policy> GossipEngine<P> {
         for id in retry {
             self.next_fetch_attempt(id, now);
         }
+        let (peers, initial) = (&self.peers, self.cfg.initial_rtt_us);
+        if let Some(routes) = self.routes.as_mut() {
+            routes.peer_removed(peer, now, &|p| link_cost(peers, initial, p));
+        }
         self.policy.on_event(&PolicyEvent::PeerLeft(peer));
+        self.route_upkeep(now);
         Ok(())
     }
 
@@ -337,10 +367,15 @@ impl<P: Policy> GossipEngine<P> {
         self.seen.insert(id, now);
         let announcers = self.finish_fetch(&id, now);
         self.store_insert(id, kind, payload, 0, now);
+        let own = self.routes.as_ref().map(RouteTable::own);
+        if let Some(stored) = self.store.get_mut(&id) {
+            stored.origin = own;
+        }
         for peer in announcers {
             self.note_has(id, peer);
         }
         self.disseminate(id, None, now);
+        self.route_upkeep(now);
         Ok(id)
     }
 
@@ -370,7 +405,9 @@ impl<P: Policy> GossipEngine<P> {
         }
         self.expire(now);
         self.tick(now);
-        self.on_frame(from, frame, now)?;
+        let handled = self.on_frame(from, frame, now);
+        self.route_upkeep(now);
+        handled?;
         Ok(())
     }
 
@@ -397,8 +434,10 @@ impl<P: Policy> GossipEngine<P> {
                 id,
                 kind,
                 hops,
+                origin,
                 payload,
-            } => self.on_push(from, id, kind, hops, payload, now)?,
+            } => self.on_push(from, id, kind, hops, origin, payload, now)?,
+            Frame::Routes { items } => self.on_routes(from, &items, now),
             Frame::Announce { items } => {
                 for item in items {
                     self.on_announce(from, item, now)?;
@@ -423,12 +462,14 @@ impl<P: Policy> GossipEngine<P> {
         Ok(())
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn on_push(
         &mut self,
         from: PeerId,
         id: MessageId,
         kind: MessageKind,
         hops: u32,
+        origin: Option<u64>,
         payload: Payload,
         now: Time,
     ) -> Result<(), PeerFault> {
@@ -443,8 +484,19 @@ impl<P: Policy> GossipEngine<P> {
         {
             return Err(PeerFault::ConflictingPayload { id });
         }
-        // Asked once: a wasm policy's answer goes through its slot and its parameters.
-        let control = self.policy.link_control();
+        // Asked once: a wasm policy's answer goes through its slot and its parameters. A
+        // message that follows its origin's routes is no business of the tree mechanics: its
+        // pushes come from the parent, and a duplicate is a route changing, not a link to prune.
+        let routed = origin.is_some_and(|o| {
+            self.routes
+                .as_ref()
+                .is_some_and(|r| r.route(o).is_some() || r.own() == o)
+        });
+        let control = if routed {
+            None
+        } else {
+            self.policy.link_control()
+        };
         if self.seen.contains(&id, now) || self.store.contains_key(&id) {
             self.stats.duplicate_pushes += 1;
             self.note_has(id, from);
@@ -527,8 +579,10 @@ impl<P: Policy> GossipEngine<P> {
         let announcers = self.finish_fetch(&id, now);
         let hops = hops.saturating_add(1);
         self.store_insert(id, kind, payload.clone(), hops, now);
+        let routing = self.routes.is_some();
         if let Some(stored) = self.store.get_mut(&id) {
             stored.pulled = pulled;
+            stored.origin = origin.filter(|_| routing);
         }
         if graft_pusher {
             self.policy.on_event(&PolicyEvent::Missing {
@@ -589,6 +643,48 @@ impl<P: Policy> GossipEngine<P> {
     pub fn poll_event(&mut self) -> Option<Event> {
         self.events.pop_front()
     }
+
+    /// A peer's route frame (ignored when this engine does not route).
+    fn on_routes(&mut self, from: PeerId, items: &[RouteItem], now: Time) {
+        let (peers, initial) = (&self.peers, self.cfg.initial_rtt_us);
+        if let Some(routes) = self.routes.as_mut() {
+            routes.heard(from, items, now, &|p| link_cost(peers, initial, p));
+        }
+    }
+
+    /// Routing's upkeep: hold-downs, the periodic refresh, and the route frames due to each
+    /// peer (one queued per peer at most; what changes meanwhile goes in the next).
+    fn route_upkeep(&mut self, now: Time) {
+        let (peers, initial) = (&self.peers, self.cfg.initial_rtt_us);
+        let Some(routes) = self.routes.as_mut() else {
+            return;
+        };
+        routes.maintain(now, &|p| link_cost(peers, initial, p));
+        let timeout = self.cfg.serve_timeout;
+        for peer in routes.peers_due() {
+            let Some(state) = self.peers.get_mut(&peer) else {
+                continue;
+            };
+            if state.has_routes_queued() {
+                routes.defer(peer, now);
+                continue;
+            }
+            if let Some(items) = routes.take_due(peer, now) {
+                state.enqueue(Priority::High, Item::Routes { items }, timeout);
+            }
+        }
+    }
+}
+
+/// The cost of the link to `peer` for routing: half its smoothed RTT (a one-way latency),
+/// microseconds; at least 1.
+fn link_cost(peers: &BTreeMap<PeerId, PeerState>, initial_rtt_us: u32, peer: PeerId) -> u32 {
+    peers
+        .get(&peer)
+        .and_then(|s| s.srtt_us)
+        .unwrap_or(initial_rtt_us)
+        .div_ceil(2)
+        .max(1)
 }
 
 /// The first 8 bytes of a message id, little endian: how a policy names a message.

@@ -30,14 +30,14 @@ pub type Time = u64;
 pub use gossip_policy_common::PeerId;
 
 pub use engine::{
-    EngineConfig, EngineStats, Event, GossipEngine, SendId, StateSizes, Transmit, id_head,
-    payload_message_id,
+    EngineConfig, EngineStats, Event, GossipEngine, RouteStats, RoutingConfig, SendId, StateSizes,
+    Transmit, id_head, payload_message_id,
 };
 pub use error::{GossipError, PeerFault, WireError};
 pub use policy::{
     Flood, LinkControl, MessageKind, MessageMeta, PeerStats, Policy, PolicyEvent, Priority,
-    SendMode, SendPlan, Target,
+    RouteRole, SendMode, SendPlan, Target,
 };
 pub use policy_v2::{PolicyV2, V2Params, plan_v2};
 pub use policy_v3::{PolicyV3, TreeState, V3Params, plan_v3};
-pub use wire::{AnnounceItem, Frame, LinkItem, LinkOp, MessageId, Payload};
+pub use wire::{AnnounceItem, Frame, LinkItem, LinkOp, MessageId, Payload, RouteAdvert, RouteItem};

@@ -7,7 +7,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use crate::Time;
 use crate::links::LinkBudget;
 use crate::policy::{MessageKind, Priority};
-use crate::wire::{AnnounceItem, Frame, LinkItem, LinkOp, MessageId, Payload};
+use crate::wire::{AnnounceItem, Frame, LinkItem, LinkOp, MessageId, Payload, RouteItem};
 
 /// One unit of work queued to a peer.
 #[derive(Clone, Debug)]
@@ -18,6 +18,8 @@ pub(crate) enum Item {
         kind: MessageKind,
         /// Hops to write in the frame (the sender's own hop count).
         hops: u32,
+        /// Routing id of the message's creator, when this engine routes.
+        origin: Option<u64>,
         payload: Payload,
         /// Part of a plan: its delivery counts towards the plan's quorum and it may be cancelled.
         planned: bool,
@@ -36,7 +38,13 @@ pub(crate) enum Item {
         kind: MessageKind,
         op: LinkOp,
     },
+    /// Distance-vector routes (at most one such item is queued per peer: it is keyed by the
+    /// zero id, which names no message).
+    Routes { items: Vec<RouteItem> },
 }
+
+/// The id a [`Item::Routes`] is keyed by.
+pub(crate) const ROUTES_KEY: MessageId = MessageId([0; 32]);
 
 impl Item {
     /// The message the item is about.
@@ -46,16 +54,20 @@ impl Item {
             | Item::Announce { id, .. }
             | Item::Request { id }
             | Item::Link { id, .. } => *id,
+            Item::Routes { .. } => ROUTES_KEY,
         }
     }
 
     /// Bytes the item adds to a frame (an estimate that is exact for pushes).
     pub(crate) fn wire_len(&self) -> usize {
         match self {
-            Item::Push { payload, .. } => 45 + payload.len(),
+            Item::Push {
+                payload, origin, ..
+            } => 45 + if origin.is_some() { 8 } else { 0 } + payload.len(),
             Item::Announce { .. } => 38,
             Item::Request { .. } => 32,
             Item::Link { .. } => 34,
+            Item::Routes { items } => 3 + items.len().saturating_mul(12),
         }
     }
 
@@ -63,7 +75,10 @@ impl Item {
     pub(crate) fn batchable(&self, threshold: usize) -> bool {
         match self {
             Item::Push { payload, .. } => payload.len() < threshold,
-            Item::Announce { .. } | Item::Request { .. } | Item::Link { .. } => true,
+            Item::Announce { .. }
+            | Item::Request { .. }
+            | Item::Link { .. }
+            | Item::Routes { .. } => true,
         }
     }
 
@@ -79,6 +94,7 @@ impl Item {
             Item::Link {
                 op: LinkOp::Graft, ..
             } => Tag::Graft,
+            Item::Routes { .. } => Tag::Routes,
         };
         (tag, self.id())
     }
@@ -92,6 +108,7 @@ pub(crate) enum Tag {
     Request,
     Prune,
     Graft,
+    Routes,
 }
 
 /// An item waiting in a queue, with the timeout its send will get.
@@ -176,6 +193,10 @@ impl PeerState {
     }
 
     /// True if a push of `id` is queued or in flight.
+    pub(crate) fn has_routes_queued(&self) -> bool {
+        self.queued_keys.contains(&(Tag::Routes, ROUTES_KEY))
+    }
+
     pub(crate) fn has_push(&self, id: &MessageId) -> bool {
         self.queued_keys.contains(&(Tag::Push, *id)) || self.inflight_pushes.contains_key(id)
     }
@@ -360,12 +381,14 @@ pub(crate) fn frame_for(items: &[Item]) -> Frame {
                 id,
                 kind,
                 hops,
+                origin,
                 payload,
                 ..
             } => frames.push(Frame::Push {
                 id: *id,
                 kind: *kind,
                 hops: *hops,
+                origin: *origin,
                 payload: payload.clone(),
             }),
             Item::Announce { id, kind, size } => announces.push(AnnounceItem {
@@ -378,6 +401,9 @@ pub(crate) fn frame_for(items: &[Item]) -> Frame {
                 id: *id,
                 kind: *kind,
                 op: *op,
+            }),
+            Item::Routes { items } => frames.push(Frame::Routes {
+                items: items.clone(),
             }),
         }
     }

@@ -295,8 +295,13 @@ pub fn run<P: Policy>(
     engine_cfg.network_size = Some(u32::try_from(cfg.nodes.max(2)).unwrap_or(u32::MAX));
     let encode = cfg.encode_frames;
     run_nodes(cfg, scenario, |setup| {
+        let mut node_cfg = engine_cfg.clone();
+        // A node's routing id is its place in the network: the same in every life.
+        if let Some(routing) = node_cfg.routing.as_mut() {
+            routing.node_id = u64::try_from(setup.index).unwrap_or(u64::MAX);
+        }
         EngineNode::new(
-            GossipEngine::new(engine_cfg.clone(), make_policy(setup.index)),
+            GossipEngine::new(node_cfg, make_policy(setup.index)),
             encode,
         )
     })

@@ -10,11 +10,17 @@
 //!          | 0x02 count:varint { id:[32] }*count                           ; Request
 //!          | 0x03 count:varint { len:varint body:[len] }*count              ; Batch (no nesting)
 //!          | 0x04 count:varint { id:[32] kind:u8 op:u8 }*count             ; Link (op 0 PRUNE, 1 GRAFT)
+//!          | 0x05 id:[32] kind:u8 hops:varint origin:[8] len:varint payload:[len] ; Push with origin
+//!          | 0x06 count:varint { origin:[8] route:varint }*count         ; Routes
 //! ```
 //!
 //! `Link` frames (tag 4) are newer than the others under the same version byte: an engine
 //! older than them refuses the tag, so they are sent only by policies that ask for them
-//! ([`crate::policy::LinkControl`]).
+//! ([`crate::policy::LinkControl`]). So are tags 5 and 6, sent only by engines that route
+//! ([`crate::EngineConfig::routing`]): a push that names the node that created the message
+//! (`origin`, little endian), and a distance-vector advertisement — per origin, the sender's
+//! distance to it (`route` = 2 + microseconds), or 0 "my route to it runs through you", or 1
+//! "I have no route to it".
 //!
 //! Decoding checks every length against the input and the limits below, rejects trailing
 //! bytes, and never panics.
@@ -39,6 +45,11 @@ const TAG_ANNOUNCE: u8 = 1;
 const TAG_REQUEST: u8 = 2;
 const TAG_BATCH: u8 = 3;
 const TAG_LINK: u8 = 4;
+const TAG_PUSH_FROM: u8 = 5;
+const TAG_ROUTES: u8 = 6;
+
+/// Longest distance a route may advertise, microseconds (an hour).
+pub const MAX_ROUTE_US: u32 = 3_600_000_000;
 
 /// Shared, immutable message payload (cloning is cheap).
 pub type Payload = Arc<[u8]>;
@@ -123,6 +134,55 @@ pub struct LinkItem {
     pub op: LinkOp,
 }
 
+/// What a [`RouteItem`] says of the sender's route to an origin.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum RouteAdvert {
+    /// "I reach it in this many microseconds" (at most [`MAX_ROUTE_US`]).
+    Distance(u32),
+    /// "My route to it runs through you" (poisoned reverse): the receiver is the sender's
+    /// parent on that origin's tree.
+    ViaYou,
+    /// "I have no route to it."
+    Unreachable,
+}
+
+impl RouteAdvert {
+    fn code(self) -> u32 {
+        match self {
+            RouteAdvert::ViaYou => 0,
+            RouteAdvert::Unreachable => 1,
+            RouteAdvert::Distance(us) => us.min(MAX_ROUTE_US).saturating_add(2),
+        }
+    }
+
+    fn from_code(code: u32) -> Result<RouteAdvert, WireError> {
+        match code {
+            0 => Ok(RouteAdvert::ViaYou),
+            1 => Ok(RouteAdvert::Unreachable),
+            c => {
+                let us = c.saturating_sub(2);
+                if us > MAX_ROUTE_US {
+                    return Err(WireError::TooLarge {
+                        what: "route distance",
+                        value: u64::from(us),
+                        limit: u64::from(MAX_ROUTE_US),
+                    });
+                }
+                Ok(RouteAdvert::Distance(us))
+            }
+        }
+    }
+}
+
+/// One entry of a [`Frame::Routes`]: the sender's route to one origin.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RouteItem {
+    /// The origin: a node's routing id ([`crate::EngineConfig::routing`]).
+    pub origin: u64,
+    /// The sender's route to it.
+    pub route: RouteAdvert,
+}
+
 /// A wire message.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Frame {
@@ -134,6 +194,8 @@ pub enum Frame {
         kind: MessageKind,
         /// Hops travelled before this transmission (0 from the creator).
         hops: u32,
+        /// Routing id of the node that created the message, when the sender routes.
+        origin: Option<u64>,
         /// The message.
         payload: Payload,
     },
@@ -152,6 +214,11 @@ pub enum Frame {
         /// The control items.
         items: Vec<LinkItem>,
     },
+    /// Distance-vector routes: the sender's route to each origin named.
+    Routes {
+        /// The routes.
+        items: Vec<RouteItem>,
+    },
     /// Several non-batch frames sent as one transmission.
     Batch {
         /// The inner frames (none of them a batch).
@@ -166,7 +233,10 @@ impl Frame {
         match self {
             Frame::Push { kind, .. } => u64::from(*kind == MessageKind::Block),
             Frame::Batch { frames } => frames.iter().map(Frame::block_pushes).sum(),
-            Frame::Announce { .. } | Frame::Request { .. } | Frame::Link { .. } => 0,
+            Frame::Announce { .. }
+            | Frame::Request { .. }
+            | Frame::Link { .. }
+            | Frame::Routes { .. } => 0,
         }
     }
 }
@@ -204,9 +274,15 @@ impl Frame {
 
     fn body_len(&self) -> usize {
         match self {
-            Frame::Push { hops, payload, .. } => {
+            Frame::Push {
+                hops,
+                payload,
+                origin,
+                ..
+            } => {
                 let len = u32::try_from(payload.len()).unwrap_or(u32::MAX);
-                1 + 32 + 1 + varint_len(*hops) + varint_len(len) + payload.len()
+                let origin = if origin.is_some() { 8 } else { 0 };
+                1 + 32 + 1 + varint_len(*hops) + origin + varint_len(len) + payload.len()
             }
             Frame::Announce { items } => {
                 1 + varint_len(count_u32(items.len()))
@@ -214,6 +290,13 @@ impl Frame {
             }
             Frame::Request { ids } => 1 + varint_len(count_u32(ids.len())) + 32 * ids.len(),
             Frame::Link { items } => 1 + varint_len(count_u32(items.len())) + 34 * items.len(),
+            Frame::Routes { items } => {
+                1 + varint_len(count_u32(items.len()))
+                    + items
+                        .iter()
+                        .map(|i| 8 + varint_len(i.route.code()))
+                        .sum::<usize>()
+            }
             Frame::Batch { frames } => {
                 1 + varint_len(count_u32(frames.len()))
                     + frames
@@ -233,13 +316,21 @@ impl Frame {
                 id,
                 kind,
                 hops,
+                origin,
                 payload,
             } => {
                 let len = check_limit("payload length", payload.len(), MAX_PAYLOAD)?;
-                out.push(TAG_PUSH);
+                out.push(if origin.is_some() {
+                    TAG_PUSH_FROM
+                } else {
+                    TAG_PUSH
+                });
                 out.extend_from_slice(&id.0);
                 out.push(kind.code());
                 put_varint(out, *hops);
+                if let Some(origin) = origin {
+                    out.extend_from_slice(&origin.to_le_bytes());
+                }
                 put_varint(out, len);
                 out.extend_from_slice(payload);
             }
@@ -269,6 +360,15 @@ impl Frame {
                     out.extend_from_slice(&item.id.0);
                     out.push(item.kind.code());
                     out.push(item.op.code());
+                }
+            }
+            Frame::Routes { items } => {
+                let count = check_count("routes", items.len())?;
+                out.push(TAG_ROUTES);
+                put_varint(out, count);
+                for item in items {
+                    out.extend_from_slice(&item.origin.to_le_bytes());
+                    put_varint(out, item.route.code());
                 }
             }
             Frame::Batch { frames } => {
@@ -355,6 +455,12 @@ impl<'a> Reader<'a> {
         Ok(MessageId(id))
     }
 
+    fn u64_le(&mut self) -> Result<u64, WireError> {
+        let mut bytes = [0u8; 8];
+        bytes.copy_from_slice(self.take(8)?);
+        Ok(u64::from_le_bytes(bytes))
+    }
+
     fn kind(&mut self) -> Result<MessageKind, WireError> {
         let code = self.u8()?;
         MessageKind::from_code(code).ok_or(WireError::UnknownKind(code))
@@ -398,10 +504,15 @@ impl<'a> Reader<'a> {
 
 fn decode_body(r: &mut Reader<'_>, in_batch: bool) -> Result<Frame, WireError> {
     match r.u8()? {
-        TAG_PUSH => {
+        tag @ (TAG_PUSH | TAG_PUSH_FROM) => {
             let id = r.id()?;
             let kind = r.kind()?;
             let hops = r.varint()?;
+            let origin = if tag == TAG_PUSH_FROM {
+                Some(r.u64_le()?)
+            } else {
+                None
+            };
             let len = r.varint()?;
             if len > MAX_PAYLOAD {
                 return Err(WireError::TooLarge {
@@ -415,8 +526,23 @@ fn decode_body(r: &mut Reader<'_>, in_batch: bool) -> Result<Frame, WireError> {
                 id,
                 kind,
                 hops,
+                origin,
                 payload,
             })
+        }
+        TAG_ROUTES => {
+            let n = r.count("routes")?;
+            // Each item is at least 9 bytes: reject impossible counts before allocating.
+            if r.buf.len() < n.saturating_mul(9) {
+                return Err(WireError::Truncated);
+            }
+            let mut items = Vec::with_capacity(n);
+            for _ in 0..n {
+                let origin = r.u64_le()?;
+                let route = RouteAdvert::from_code(r.varint()?)?;
+                items.push(RouteItem { origin, route });
+            }
+            Ok(Frame::Routes { items })
         }
         TAG_ANNOUNCE => {
             let n = r.count("announce")?;
@@ -496,6 +622,7 @@ mod tests {
             id: id(n),
             kind: MessageKind::Deposit,
             hops: 300,
+            origin: None,
             payload: vec![n; len].into(),
         }
     }
@@ -504,6 +631,33 @@ mod tests {
         vec![
             push(1, 0),
             push(2, 200_000),
+            Frame::Push {
+                id: id(11),
+                kind: MessageKind::Block,
+                hops: 2,
+                origin: Some(0x0102_0304_0506_0708),
+                payload: vec![11; 70].into(),
+            },
+            Frame::Routes {
+                items: vec![
+                    RouteItem {
+                        origin: 1,
+                        route: RouteAdvert::Distance(0),
+                    },
+                    RouteItem {
+                        origin: u64::MAX,
+                        route: RouteAdvert::Distance(MAX_ROUTE_US),
+                    },
+                    RouteItem {
+                        origin: 7,
+                        route: RouteAdvert::ViaYou,
+                    },
+                    RouteItem {
+                        origin: 8,
+                        route: RouteAdvert::Unreachable,
+                    },
+                ],
+            },
             Frame::Announce {
                 items: vec![
                     AnnounceItem {
@@ -579,6 +733,18 @@ mod tests {
             Err(WireError::UnsupportedVersion(9))
         );
         assert_eq!(Frame::decode(&[1, 7]), Err(WireError::UnknownTag(7)));
+        assert_eq!(Frame::decode(&[1, 6, 0]), Err(WireError::Empty("routes")));
+        // A route distance beyond the hour.
+        let mut routes = vec![1, 6, 1];
+        routes.extend_from_slice(&[0; 8]);
+        put_varint(&mut routes, MAX_ROUTE_US + 3);
+        assert!(matches!(
+            Frame::decode(&routes),
+            Err(WireError::TooLarge {
+                what: "route distance",
+                ..
+            })
+        ));
         assert_eq!(Frame::decode(&[1, 2, 0]), Err(WireError::Empty("request")));
         assert_eq!(Frame::decode(&[1, 4, 0]), Err(WireError::Empty("link")));
         let mut link = vec![1, 4, 1];

@@ -79,6 +79,7 @@ async fn push(conn: &quinn::Connection, block: &Block) -> bool {
         id,
         kind: MessageKind::Block,
         hops: 0,
+        origin: None,
         payload: payload.into(),
     }
     .encode()
@@ -101,7 +102,7 @@ fn watch_gossip(conn: quinn::Connection) -> Arc<Mutex<BTreeSet<MessageId>>> {
             }
             Frame::Announce { items } => ids.extend(items.iter().map(|i| i.id)),
             Frame::Batch { frames } => frames.into_iter().for_each(|f| collect(f, ids)),
-            Frame::Request { .. } | Frame::Link { .. } => {}
+            Frame::Request { .. } | Frame::Link { .. } | Frame::Routes { .. } => {}
         }
     }
     let seen = Arc::new(Mutex::new(BTreeSet::new()));

@@ -265,6 +265,7 @@ mod policy_events {
             id,
             kind: MessageKind::Deposit,
             hops: 0,
+            origin: None,
             payload: Arc::from(&payload[..]),
         }
         .encode()

@@ -558,6 +558,7 @@ pub(crate) mod quic {
             id,
             kind,
             hops: 0,
+            origin: None,
             payload: payload.into(),
         }
         .encode()
@@ -581,7 +582,7 @@ pub(crate) mod quic {
                 }
                 Frame::Announce { items } => ids.extend(items.iter().map(|i| i.id)),
                 Frame::Batch { frames } => frames.into_iter().for_each(|f| collect(f, ids)),
-                Frame::Request { .. } | Frame::Link { .. } => {}
+                Frame::Request { .. } | Frame::Link { .. } | Frame::Routes { .. } => {}
             }
         }
         let seen = Arc::new(Mutex::new(BTreeSet::new()));

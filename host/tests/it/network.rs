@@ -525,6 +525,7 @@ async fn a_peer_relaying_an_invalid_block_is_disconnected_and_the_block_dropped(
     };
     let payload = block.encode();
     let frame = Frame::Push {
+        origin: None,
         id: modnode::net::gossip::message_id(MessageKind::Block, &payload),
         kind: MessageKind::Block,
         hops: 0,

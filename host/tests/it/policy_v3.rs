@@ -259,6 +259,7 @@ fn a_v3_canary_gets_the_tree_mechanics_and_a_v3_shadow_sends_nothing() {
         id,
         kind: native::MessageKind::Deposit,
         hops: 0,
+        origin: None,
         payload: payload.into(),
     };
     engine.handle_frame(1, push.clone(), 0).unwrap();

@@ -1,5 +1,6 @@
 //! The tunables of the engine's mechanics ([`EngineConfig`]) and the default message id.
 
+use super::routes::RoutingConfig;
 use crate::Time;
 use crate::policy::MessageKind;
 use crate::wire::{MAX_PAYLOAD, MessageId};
@@ -95,6 +96,11 @@ pub struct EngineConfig {
     /// link is where a message that entered the tree at two places (a pull) met itself, not
     /// a cycle; pruning it would cut the tree in two.
     pub prune_after_duplicates: u32,
+    /// Distance-vector routing ([`RoutingConfig`]): with it, pushes name their origin, route
+    /// frames are exchanged with every peer, and the policy plans knowing each peer's place on
+    /// the origin's shortest-path tree ([`crate::policy::Policy::plan_routed`]). `None`: no
+    /// routing (and nothing of it on the wire).
+    pub routing: Option<RoutingConfig>,
 }
 
 /// The default message id: the sha256 of the payload, whatever the kind.
@@ -137,6 +143,7 @@ impl Default for EngineConfig {
             link_per_sec: 16,
             graft_after_misses: 1,
             prune_after_duplicates: 3,
+            routing: None,
         }
     }
 }

@@ -96,12 +96,14 @@ impl<P: Policy> GossipEngine<P> {
         // A tree-building policy pushes small messages along its tree and announces them on
         // the other links: on the tree, wait for the tree's copy before pulling (the graft
         // timer); on no tree link yet, pull at once and graft the announcer (join the tree).
-        // Larger messages it announces to every peer before sending: pulled at once.
+        // Larger messages it announces to every peer before sending: pulled at once. A routing
+        // node waits for every announced message: its parent on the origin's tree pushes it.
+        let routing = self.routes.as_ref().is_some_and(|r| r.has_routes());
         let control = self
             .policy
             .link_control()
-            .filter(|c| item.size <= c.announce_first_above);
-        let on_tree = control.is_some() && self.peers.values().any(|s| s.tree);
+            .filter(|c| routing || item.size <= c.announce_first_above);
+        let on_tree = control.is_some() && (routing || self.peers.values().any(|s| s.tree));
         let wait = control.filter(|_| on_tree).map(|c| self.gaps.timer(&c));
         self.fetches.insert(
             id,
@@ -144,6 +146,7 @@ impl<P: Policy> GossipEngine<P> {
             id,
             kind: msg.kind,
             hops: msg.hops,
+            origin: msg.origin,
             payload: msg.payload.clone(),
             planned: false,
         };

@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 
 use super::{GossipEngine, MS};
 use crate::peer::Item;
-use crate::policy::{MessageMeta, PeerStats, Policy, SendMode};
+use crate::policy::{MessageMeta, PeerStats, Policy, RouteRole, SendMode};
 use crate::wire::MessageId;
 use crate::{PeerId, Time};
 
@@ -50,7 +50,17 @@ impl<P: Policy> GossipEngine<P> {
             network_size: self.network_size(),
         };
         let peer_stats = self.stats_for(Some(&msg.have), origin, now);
-        let mut plan = self.policy.plan(&meta, &peer_stats);
+        let message_origin = msg.origin;
+        let mut plan = match (&self.routes, message_origin) {
+            (Some(routes), Some(from)) => {
+                let roles: Vec<RouteRole> = peer_stats
+                    .iter()
+                    .map(|p| routes.role(from, p.peer))
+                    .collect();
+                self.policy.plan_routed(&meta, &peer_stats, &roles)
+            }
+            _ => self.policy.plan(&meta, &peer_stats),
+        };
         // A plan may name each peer it was offered once, so its length is bounded by the peer
         // set: a longer one is the policy's fault, its targets are not walked, and the message
         // is flooded instead (delivery never depends on the policy).
@@ -73,6 +83,7 @@ impl<P: Policy> GossipEngine<P> {
                     id,
                     kind,
                     hops,
+                    origin: message_origin,
                     payload: payload.clone(),
                     planned: true,
                 },

@@ -38,7 +38,7 @@ impl<P: Policy> GossipEngine<P> {
                     }
                 }
                 Item::Request { id } => self.request_acked(id, peer, now),
-                Item::Announce { .. } | Item::Link { .. } => {}
+                Item::Announce { .. } | Item::Link { .. } | Item::Routes { .. } => {}
             }
         }
         true
@@ -67,6 +67,11 @@ impl<P: Policy> GossipEngine<P> {
                 Item::Push {
                     id, planned: true, ..
                 } if self.cfg.announce_failed_pushes => self.announce_to(peer, id),
+                Item::Routes { .. } => {
+                    if let Some(routes) = self.routes.as_mut() {
+                        routes.resend_all(peer);
+                    }
+                }
                 Item::Request { id }
                     if self
                         .fetches
@@ -119,6 +124,7 @@ impl<P: Policy> GossipEngine<P> {
     pub fn handle_timeout(&mut self, now: Time) {
         self.expire(now);
         self.tick(now);
+        self.route_upkeep(now);
         let mut expired = Vec::new();
         for (&peer, state) in &mut self.peers {
             expired.extend(state.take_expired(now).into_iter().map(|f| (peer, f)));
@@ -153,7 +159,8 @@ impl<P: Policy> GossipEngine<P> {
     pub fn poll_timeout(&self) -> Option<Time> {
         let sends = self.peers.values().flat_map(PeerState::inflight_deadlines);
         let fetches = self.fetches.values().map(|f| f.deadline);
-        sends.chain(fetches).min()
+        let routes = self.routes.as_ref().and_then(|r| r.next_timeout());
+        sends.chain(fetches).chain(routes).min()
     }
 
     /// The next transmission, if some peer has queued work and a free in-flight slot. Peers are

@@ -24,6 +24,8 @@ pub(super) struct Stored {
     /// The first copy was asked for, and when its first announce came: a copy a tree link
     /// pushes later is late, not redundant (and its gap is measured).
     pub(super) pulled: Option<Time>,
+    /// Routing id of the node that created it, when known ([`super::EngineConfig::routing`]).
+    pub(super) origin: Option<u64>,
 }
 
 impl<P: Policy> GossipEngine<P> {
@@ -60,6 +62,7 @@ impl<P: Policy> GossipEngine<P> {
                 priority: kind.default_priority(),
                 timeout: self.cfg.serve_timeout,
                 pulled: None,
+                origin: None,
             },
         );
         self.store_order.push_back((expires, id));

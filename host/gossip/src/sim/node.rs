@@ -146,7 +146,10 @@ fn add_contents(frame: &Frame, cost: &mut FrameCost) {
             cost.payloads += 1;
             cost.block_payloads += u64::from(*kind == MessageKind::Block);
         }
-        Frame::Announce { .. } | Frame::Request { .. } | Frame::Link { .. } => cost.control += 1,
+        Frame::Announce { .. }
+        | Frame::Request { .. }
+        | Frame::Link { .. }
+        | Frame::Routes { .. } => cost.control += 1,
         Frame::Batch { frames } => {
             for inner in frames {
                 add_contents(inner, cost);

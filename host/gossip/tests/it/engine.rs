@@ -85,6 +85,7 @@ fn deliver<P: Policy>(to: &mut GossipEngine<P>, from: u32, tx: &Transmit, now: u
 
 fn push_frame(payload: &[u8], kind: MessageKind) -> Frame {
     Frame::Push {
+        origin: None,
         id: MessageId::of(payload),
         kind,
         hops: 0,
@@ -178,6 +179,7 @@ fn payload_must_match_id() {
         id: MessageId::of(b"real"),
         kind: MessageKind::Block,
         hops: 0,
+        origin: None,
         payload: b"forged".to_vec().into(),
     };
     b.handle_frame(1, forged, 0).unwrap();
@@ -495,6 +497,7 @@ fn policy_sees_has_message_and_origin() {
             id,
             kind: MessageKind::Consensus,
             hops: 2,
+            origin: None,
             payload: payload.into(),
         },
         1,
@@ -612,6 +615,7 @@ fn checking_node(peers: &[u32]) -> GossipEngine<Flood> {
 
 fn prefix_push(payload: &[u8]) -> Frame {
     Frame::Push {
+        origin: None,
         id: prefix_id(MessageKind::Block, payload),
         kind: MessageKind::Block,
         hops: 0,

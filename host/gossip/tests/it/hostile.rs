@@ -154,6 +154,7 @@ fn announce_flood_stays_bounded_and_does_not_stretch_honest_timeouts() {
 fn push(n: u64) -> Frame {
     let payload = n.to_le_bytes().to_vec();
     Frame::Push {
+        origin: None,
         id: MessageId::of(&payload),
         kind: MessageKind::Deposit,
         hops: 0,

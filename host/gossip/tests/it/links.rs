@@ -147,6 +147,7 @@ fn announce(payload: &[u8]) -> Frame {
 
 fn push(payload: &[u8]) -> Frame {
     Frame::Push {
+        origin: None,
         id: MessageId::of(payload),
         kind: MessageKind::Deposit,
         hops: 0,

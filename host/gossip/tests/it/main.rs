@@ -4,6 +4,7 @@ mod engine;
 mod gossipsub;
 mod hostile;
 mod links;
+mod routes;
 mod sim;
 mod tree;
 mod wire_props;

@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 
 use modnode_gossip::engine::{EngineConfig, Event, GossipEngine};
-use modnode_gossip::policy::MessageKind;
+use modnode_gossip::policy::{MessageKind, Policy};
 use modnode_gossip::policy_v3::{PolicyV3, V3Params};
 use modnode_gossip::sim::{self, Scenario, SimConfig};
 use modnode_gossip::wire::{Frame, MessageId};
@@ -18,29 +18,43 @@ const MS: u64 = 1_000;
 type InFlight = (usize, usize, u64, Option<Frame>);
 
 /// A hand-built network of engines: fixed one-way latencies, deliveries in time order, a
-/// transmission acknowledged one latency after it arrived. Nodes can be killed.
-struct Net {
-    nodes: Vec<Option<GossipEngine<PolicyV3>>>,
+/// transmission acknowledged one latency after it arrived. Nodes can be killed (a killed
+/// node's links stay: what is sent to it is lost, unacknowledged, as with a black hole).
+pub(crate) struct Net<P: Policy = PolicyV3> {
+    nodes: Vec<Option<GossipEngine<P>>>,
     latency: BTreeMap<(usize, usize), u64>,
     /// (time, sequence) → (from, to, send id, frame).
     queue: BTreeMap<(u64, u64), InFlight>,
     seq: u64,
-    now: u64,
-    delivered: BTreeMap<(usize, MessageId), u64>,
+    pub(crate) now: u64,
+    pub(crate) delivered: BTreeMap<(usize, MessageId), u64>,
 }
 
-impl Net {
+impl Net<PolicyV3> {
     fn new(n: usize, links: &[(usize, usize, u64)]) -> Net {
-        let mut nodes: Vec<Option<GossipEngine<PolicyV3>>> = (0..n)
-            .map(|_| {
-                Some(GossipEngine::new(
-                    EngineConfig {
-                        verify_payload_ids: true,
-                        ..EngineConfig::default()
-                    },
-                    PolicyV3::default(),
-                ))
-            })
+        Net::build(
+            n,
+            links,
+            |_| EngineConfig {
+                verify_payload_ids: true,
+                ..EngineConfig::default()
+            },
+            |_| PolicyV3::default(),
+        )
+    }
+}
+
+impl<P: Policy> Net<P> {
+    /// `n` nodes, node `v` with the configuration and policy made for it, linked as `links`
+    /// says: (a, b, one-way latency in ms).
+    pub(crate) fn build(
+        n: usize,
+        links: &[(usize, usize, u64)],
+        config: impl Fn(usize) -> EngineConfig,
+        policy: impl Fn(usize) -> P,
+    ) -> Net<P> {
+        let mut nodes: Vec<Option<GossipEngine<P>>> = (0..n)
+            .map(|v| Some(GossipEngine::new(config(v), policy(v))))
             .collect();
         let mut latency = BTreeMap::new();
         for &(a, b, ms) in links {
@@ -63,7 +77,7 @@ impl Net {
         }
     }
 
-    fn node(&mut self, v: usize) -> &mut GossipEngine<PolicyV3> {
+    pub(crate) fn node(&mut self, v: usize) -> &mut GossipEngine<P> {
         self.nodes[v].as_mut().unwrap()
     }
 
@@ -92,7 +106,7 @@ impl Net {
         }
     }
 
-    fn publish(&mut self, v: usize, payload: Vec<u8>) -> MessageId {
+    pub(crate) fn publish(&mut self, v: usize, payload: Vec<u8>) -> MessageId {
         let now = self.now;
         let id = self
             .node(v)
@@ -104,7 +118,7 @@ impl Net {
     }
 
     /// Runs events until `until`.
-    fn run_until(&mut self, until: u64) {
+    pub(crate) fn run_until(&mut self, until: u64) {
         loop {
             let next_msg = self.queue.keys().next().map(|k| k.0);
             let next_timer = self
@@ -156,7 +170,7 @@ impl Net {
         }
     }
 
-    fn kill(&mut self, v: usize) {
+    pub(crate) fn kill(&mut self, v: usize) {
         self.nodes[v] = None;
         let now = self.now;
         let peers: Vec<usize> = self
@@ -173,7 +187,20 @@ impl Net {
         }
     }
 
-    fn duplicates(&self) -> u64 {
+    /// Takes node `v` off the network without telling its peers (a black hole: frames to it
+    /// are lost, unacknowledged); `frame` can still be sent in its name.
+    pub(crate) fn silence(&mut self, v: usize) {
+        self.nodes[v] = None;
+    }
+
+    /// Delivers `frame` from `from` to `to` now, as if it had just arrived.
+    pub(crate) fn inject(&mut self, from: usize, to: usize, frame: Frame) {
+        let now = self.now;
+        self.node(to).handle_frame(from as u32, frame, now).unwrap();
+        self.pump(to);
+    }
+
+    pub(crate) fn duplicates(&self) -> u64 {
         self.nodes
             .iter()
             .flatten()
@@ -182,7 +209,7 @@ impl Net {
     }
 }
 
-fn payload(i: u32) -> Vec<u8> {
+pub(crate) fn payload(i: u32) -> Vec<u8> {
     let mut p = vec![7u8; 300];
     p[..4].copy_from_slice(&i.to_le_bytes());
     p

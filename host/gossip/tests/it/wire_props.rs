@@ -3,7 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use modnode_gossip::policy::MessageKind;
-use modnode_gossip::wire::{AnnounceItem, Frame, MessageId};
+use modnode_gossip::wire::{AnnounceItem, Frame, MAX_ROUTE_US, MessageId, RouteAdvert, RouteItem};
 use proptest::prelude::*;
 
 fn kind() -> impl Strategy<Value = MessageKind> {
@@ -20,14 +20,29 @@ fn leaf() -> impl Strategy<Value = Frame> {
             id(),
             kind(),
             any::<u32>(),
+            any::<Option<u64>>(),
             prop::collection::vec(any::<u8>(), 0..300)
         )
-            .prop_map(|(id, kind, hops, payload)| Frame::Push {
+            .prop_map(|(id, kind, hops, origin, payload)| Frame::Push {
                 id,
                 kind,
                 hops,
+                origin,
                 payload: payload.into(),
             }),
+        prop::collection::vec(
+            (
+                any::<u64>(),
+                prop_oneof![
+                    (0..=MAX_ROUTE_US).prop_map(RouteAdvert::Distance),
+                    Just(RouteAdvert::ViaYou),
+                    Just(RouteAdvert::Unreachable),
+                ]
+            )
+                .prop_map(|(origin, route)| RouteItem { origin, route }),
+            1..40
+        )
+        .prop_map(|items| Frame::Routes { items }),
         prop::collection::vec(
             (id(), kind(), any::<u32>()).prop_map(|(id, kind, size)| AnnounceItem {
                 id,

@@ -194,6 +194,21 @@ pub struct LinkControl {
     pub announce_first_above: u32,
 }
 
+/// Where a peer stands on the shortest-path tree of a message's origin, as the engine's
+/// distance-vector routes know it (host-side only: no WIT contract carries it yet).
+#[cfg(not(target_arch = "wasm32"))]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum RouteRole {
+    /// No route to the origin is known (or the message names none).
+    Unknown,
+    /// The peer is this node's next hop towards the origin.
+    Parent,
+    /// The peer's route to the origin runs through this node.
+    Child,
+    /// Neither.
+    Other,
+}
+
 /// A gossip policy: decides, for one message, who gets it and how.
 ///
 /// The engine calls [`Policy::plan`] once per message this node publishes or receives for the
@@ -210,6 +225,20 @@ pub trait Policy {
     fn link_control(&self) -> Option<LinkControl> {
         None
     }
+
+    /// Decides who gets `msg` knowing each peer's place on the origin's shortest-path tree
+    /// (`routes[i]` is `peers[i]`'s), when the engine routes. A policy that does not use
+    /// routes plans as [`Policy::plan`].
+    #[cfg(not(target_arch = "wasm32"))]
+    fn plan_routed(
+        &mut self,
+        msg: &MessageMeta,
+        peers: &[PeerStats],
+        routes: &[RouteRole],
+    ) -> SendPlan {
+        let _ = routes;
+        self.plan(msg, peers)
+    }
 }
 
 impl<P: Policy + ?Sized> Policy for Box<P> {
@@ -223,6 +252,16 @@ impl<P: Policy + ?Sized> Policy for Box<P> {
 
     fn link_control(&self) -> Option<LinkControl> {
         (**self).link_control()
+    }
+
+    #[cfg(not(target_arch = "wasm32"))]
+    fn plan_routed(
+        &mut self,
+        msg: &MessageMeta,
+        peers: &[PeerStats],
+        routes: &[RouteRole],
+    ) -> SendPlan {
+        (**self).plan_routed(msg, peers, routes)
     }
 }
 

@@ -418,6 +418,67 @@ pub fn plan_v3(
     }
 }
 
+/// v3's plan for a message whose origin's routes the engine knows
+/// ([`Policy::plan_routed`], [`RouteRole`]): pushed to this node's children on the origin's
+/// shortest-path tree — unless the message is high priority and the child slow — and
+/// announced to every other peer lacking it, whatever its size. On a settled network each node
+/// gets one copy, from its parent, along the fastest path from the origin; the announces
+/// repair what a route change or a lost parent breaks (the engine waits for the parent's copy
+/// for the graft timer, then pulls). `None` when no route is known (every role
+/// [`RouteRole::Unknown`]): [`plan_v3`] decides. Host-side only for now: no WIT contract gives
+/// a module the roles yet.
+///
+/// [`RouteRole`]: gossip_policy_common::policy::RouteRole
+/// [`RouteRole::Unknown`]: gossip_policy_common::policy::RouteRole::Unknown
+#[cfg(not(target_arch = "wasm32"))]
+pub fn plan_v3_routed(
+    params: &V3Params,
+    msg: &MessageMeta,
+    peers: &[PeerStats],
+    routes: &[gossip_policy_common::policy::RouteRole],
+) -> Option<SendPlan> {
+    use gossip_policy_common::policy::RouteRole;
+    if routes.len() != peers.len() || routes.iter().all(|r| *r == RouteRole::Unknown) {
+        return None;
+    }
+    let priority = priority_of(msg);
+    let timeout_ms = params.base_timeout_ms.saturating_add(
+        msg.size
+            .checked_div(params.timeout_bytes_per_ms)
+            .unwrap_or(0),
+    );
+    let slow = |p: &PeerStats| {
+        p.queue_depth >= params.slow_queue || p.recent_failures >= params.slow_failures
+    };
+    let mut candidates: Vec<(&PeerStats, RouteRole)> = peers
+        .iter()
+        .zip(routes.iter().copied())
+        .filter(|(p, _)| !p.has_message && !p.is_origin)
+        .collect();
+    // Children first, the healthy and fast among them first.
+    candidates.sort_by_key(|(p, role)| (*role != RouteRole::Child, slow(p), p.rtt_us, p.peer));
+    let targets = candidates
+        .iter()
+        .map(|(p, role)| {
+            let slowed = priority == Priority::High && slow(p);
+            Target {
+                peer: p.peer,
+                mode: if *role == RouteRole::Child && !slowed {
+                    SendMode::Push
+                } else {
+                    SendMode::Announce
+                },
+            }
+        })
+        .collect();
+    Some(SendPlan {
+        targets,
+        quorum: 0,
+        timeout_ms,
+        priority,
+    })
+}
+
 /// v3 as a native [`Policy`] keeping its own state (the simulator's and the tests' form; the
 /// wasm module keeps the same state in the host).
 #[derive(Clone, Debug, Default)]
@@ -439,6 +500,17 @@ impl Policy for PolicyV3 {
 
     fn link_control(&self) -> Option<LinkControl> {
         Some(self.params.link_control())
+    }
+
+    #[cfg(not(target_arch = "wasm32"))]
+    fn plan_routed(
+        &mut self,
+        msg: &MessageMeta,
+        peers: &[PeerStats],
+        routes: &[gossip_policy_common::policy::RouteRole],
+    ) -> SendPlan {
+        plan_v3_routed(&self.params, msg, peers, routes)
+            .unwrap_or_else(|| plan_v3(&self.params, &self.state, msg, peers))
     }
 }
 
