@@ -14,6 +14,12 @@
 //! `control_msgs_per_node` (announces and requests; GRAFT, PRUNE, IHAVE, IWANT, IDONTWANT)
 //! received per node, without churn.
 //!
+//! `v3_routed_native` is a design measurement, not a module's: the native `PolicyV3` on
+//! engines that route (`EngineConfig::routing`: distance-vector routes to every origin, each
+//! message pushed down its origin's shortest-path tree and announced to the other peers,
+//! `plan_v3_routed`). No WIT contract gives a module the routes yet, so no wasm policy can
+//! plan this way; the entry shows what one will.
+//!
 //! JSON: `policies` holds the 100 KiB runs (the size `message_bytes` names), `by_size` both
 //! sizes in the same shape, keyed by bytes; `run` says how much work and time it took.
 
@@ -29,6 +35,7 @@ use modnode::runtime::{LinkedModule, Runtime, RuntimeConfig};
 use modnode_gossip::policy::{LinkControl, MessageMeta, PeerStats, Policy, PolicyEvent, SendPlan};
 use modnode_gossip::sim::gossipsub::{Gossipsub, GossipsubConfig};
 use modnode_gossip::sim::{self, Scenario, SimConfig, SimReport};
+use modnode_gossip::{PolicyV3, RoutingConfig};
 
 /// Benchmark parameters.
 #[derive(Debug, Clone)]
@@ -83,7 +90,8 @@ pub struct PolicyReport {
 /// The policies at one message size.
 #[derive(Debug, Clone, Serialize)]
 pub struct SizeReport {
-    /// Per policy: `flood`, `v2`, `v3`, `gossipsub`.
+    /// Per policy: `flood`, `v2`, `v3`, `gossipsub`, and `v3_routed_native` (see the module
+    /// docs).
     pub policies: BTreeMap<String, PolicyReport>,
 }
 
@@ -270,6 +278,20 @@ pub fn run(params: &GossipSimParams) -> anyhow::Result<GossipSimReport> {
             *wasm_plans.entry((*name).to_owned()).or_insert(0) += plans.get();
             policies.insert((*name).to_owned(), policy_report(&reports[0], &reports[1]));
         }
+        let mut reports = Vec::new();
+        for churn in [0, 100] {
+            eprintln!("{size} B, churn {}%: v3_routed_native …", churn / 10);
+            let mut cfg = network(params, churn);
+            // Each node's id is set by the simulator (its place in the network).
+            cfg.engine.routing = Some(RoutingConfig::new(0));
+            reports.push(timed("v3_routed_native", &mut || {
+                Ok(sim::run(&cfg, &scenario, |_| PolicyV3::default())?)
+            })?);
+        }
+        policies.insert(
+            "v3_routed_native".to_owned(),
+            policy_report(&reports[0], &reports[1]),
+        );
         let mut reports = Vec::new();
         for churn in [0, 100] {
             eprintln!("{size} B, churn {}%: gossipsub …", churn / 10);
