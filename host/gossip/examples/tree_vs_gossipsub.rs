@@ -9,12 +9,14 @@
 //! For design work (`V3_EAGER_MAX`, `V3_GRAFT_MIN_MS`, `V3_GRAFT_MAX_MS`, `V3_CHURN_MS`,
 //! `V3_ANNOUNCE_FIRST_ABOVE`, `V3_LARGE_PUSHES`, `V3_LARGE_QUORUM`, `V3_BASE_TIMEOUT_MS` in the
 //! environment override v3's parameters, `GRAFT_AFTER_MISSES`, `PRUNE_AFTER`, `MAX_INFLIGHT` the
-//! engine's; `SIM_SIZES=1024,102400` picks the sizes, `SKIP_GOSSIPSUB=1` runs v3 only);
+//! engine's; `ROUTED=1` gives the engines distance-vector routes (v3 then plans along each
+//! origin's shortest-path tree), `HOP_COST_US` the routes' cost per hop; `SIM_SIZES=1024,102400`
+//! picks the sizes, `SIM_CHURN=0,100` the churn (per mille), `SKIP_GOSSIPSUB=1` runs v3 only);
 //! the numbers of record come from the benchmark (the wasm modules).
 
 use std::error::Error;
 
-use modnode_gossip::engine::EngineConfig;
+use modnode_gossip::engine::{EngineConfig, RoutingConfig};
 use modnode_gossip::policy_v3::{PolicyV3, V3Params};
 use modnode_gossip::sim::gossipsub::{Gossipsub, GossipsubConfig};
 use modnode_gossip::sim::{self, Scenario, SimConfig};
@@ -61,6 +63,14 @@ fn main() -> Result<(), Box<dyn Error>> {
             "MAX_INFLIGHT",
             u32::try_from(sim_defaults.max_inflight_per_peer)?,
         )?)?,
+        routing: std::env::var_os("ROUTED")
+            .map(|_| -> Result<_, Box<dyn Error>> {
+                Ok(RoutingConfig {
+                    hop_cost_us: env("HOP_COST_US", 0)?,
+                    ..RoutingConfig::new(0)
+                })
+            })
+            .transpose()?,
         ..sim_defaults
     };
     let nodes = usize::try_from(arg(1, 200)?)?;
@@ -75,7 +85,11 @@ fn main() -> Result<(), Box<dyn Error>> {
             block_size: size,
             duration: 10_000_000,
         };
-        for churn_permille in [0, 100] {
+        let churns: Vec<u32> = match std::env::var("SIM_CHURN") {
+            Ok(v) => v.split(',').map(str::parse).collect::<Result<_, _>>()?,
+            Err(_) => vec![0, 100],
+        };
+        for churn_permille in churns {
             let cfg = SimConfig {
                 nodes,
                 degree: 16,

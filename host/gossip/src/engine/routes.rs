@@ -56,6 +56,10 @@ pub struct RoutingConfig {
     /// A route whose distance changed by less than this (and by less than a twentieth) is not
     /// advertised again, microseconds.
     pub min_change_us: u32,
+    /// Added to every link's cost, microseconds: what a hop costs beyond its latency (a
+    /// large message is taken in and sent out again at every hop), so that of two paths of
+    /// nearly the same latency the one with fewer hops wins.
+    pub hop_cost_us: u32,
 }
 
 impl RoutingConfig {
@@ -71,6 +75,7 @@ impl RoutingConfig {
             items_burst: 32_768,
             items_per_sec: 4_096,
             min_change_us: 2_000,
+            hop_cost_us: 0,
         }
     }
 }
@@ -160,9 +165,10 @@ impl RouteTable {
         self.routes.get(&origin).and_then(|r| r.best)
     }
 
-    /// Whether this node has any route (it takes part in routing).
+    /// Whether this node takes part in routing yet: it knows an origin, or a peer told it its
+    /// route to this node (constant time: asked for every announce).
     pub(super) fn has_routes(&self) -> bool {
-        self.routes.values().any(|r| r.best.is_some()) || !self.own_heard.is_empty()
+        !self.routes.is_empty() || !self.own_heard.is_empty()
     }
 
     /// Where `peer` stands on `origin`'s tree as seen from this node.
@@ -268,10 +274,14 @@ impl RouteTable {
                     },
                 );
             }
-            if let Some(route) = self.routes.get_mut(&item.origin) {
-                route.heard.insert(peer, item.route);
+            // The same news again (a resend after a failed frame, a reconnect) changes nothing.
+            let unchanged = self
+                .routes
+                .get_mut(&item.origin)
+                .is_none_or(|route| route.heard.insert(peer, item.route) == Some(item.route));
+            if !unchanged {
+                self.recompute(item.origin, now, cost);
             }
-            self.recompute(item.origin, now, cost);
         }
     }
 
@@ -290,7 +300,10 @@ impl RouteTable {
             if distance >= route.feasible {
                 continue;
             }
-            let total = distance.saturating_add(cost(peer)).min(MAX_ROUTE_US);
+            let total = distance
+                .saturating_add(cost(peer))
+                .saturating_add(self.cfg.hop_cost_us)
+                .min(MAX_ROUTE_US);
             if best.is_none_or(|(_, b)| total < b) {
                 best = Some((peer, total));
             }
