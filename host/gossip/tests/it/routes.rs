@@ -272,3 +272,93 @@ fn on_a_simulated_network_routed_messages_take_the_shortest_paths_once_even_with
     assert_eq!(churned.missed, 0, "{churned}");
     assert!(churned.payload_rmr < 0.2, "{churned}");
 }
+
+/// Follows `v`'s next hops towards `origin`: `Err` names a loop (a node visited twice);
+/// `Ok(false)` a path that ends at a node with no route, or at a dead one (routes still
+/// converging); `Ok(true)` a path to the origin.
+fn follow(net: &mut Net, alive: &[bool], v: usize, origin: usize) -> Result<bool, Vec<usize>> {
+    let mut path = vec![v];
+    let mut at = v;
+    while at != origin {
+        if !alive[at] {
+            return Ok(false);
+        }
+        let Some((via, _)) = net.node(at).route_to(origin as u64) else {
+            return Ok(false);
+        };
+        at = via as usize;
+        if path.contains(&at) {
+            path.push(at);
+            return Err(path);
+        }
+        path.push(at);
+    }
+    Ok(true)
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig {
+        cases: 24,
+        failure_persistence: None,
+        ..proptest::prelude::ProptestConfig::default()
+    })]
+
+    /// Whatever the topology and whichever nodes die when, no route ever runs in a loop — not
+    /// even while the routes converge again — and once they settle every node reaches every
+    /// origin it is still connected to.
+    #[test]
+    fn routes_never_loop_and_settle_to_every_reachable_origin(
+        extra in proptest::collection::vec((0usize..8, 0usize..8, 1u64..60), 4..14),
+        chain in proptest::collection::vec(1u64..60, 7),
+        deaths in proptest::collection::vec((0usize..8, 1u64..400), 1..3),
+    ) {
+        // A chain keeps the graph connected at first; extra links make cycles.
+        let mut links: Vec<(usize, usize, u64)> =
+            chain.iter().enumerate().map(|(i, &ms)| (i, i + 1, ms)).collect();
+        for (a, b, ms) in extra {
+            if a != b && !links.iter().any(|&(x, y, _)| (x, y) == (a, b) || (x, y) == (b, a)) {
+                links.push((a, b, ms));
+            }
+        }
+        let mut net = Net::build(8, &links, routed, |_| PolicyV3::default());
+        net.run_until(1_500 * MS);
+        let mut alive = [true; 8];
+        let mut t = net.now;
+        for (v, after_ms) in deaths {
+            t += after_ms * MS;
+            net.run_until(t);
+            if alive[v] {
+                net.kill(v);
+                alive[v] = false;
+            }
+            // Watch the routes converge again, every 5 ms for a second.
+            for _ in 0..200 {
+                t += 5 * MS;
+                net.run_until(t);
+                for v in (0..8).filter(|&v| alive[v]) {
+                    for o in (0..8).filter(|&o| o != v) {
+                        let path = follow(&mut net, &alive, v, o);
+                        proptest::prop_assert!(path.is_ok(), "loop {:?} at {} ms", path, t / MS);
+                    }
+                }
+            }
+        }
+        net.run_until(t + 3_000 * MS);
+        // Settled: whatever is still connected is reached.
+        let d = {
+            let live: Vec<(usize, usize, u64)> = links
+                .iter()
+                .copied()
+                .filter(|&(a, b, _)| alive[a] && alive[b])
+                .collect();
+            shortest(8, &live, None)
+        };
+        for v in (0..8).filter(|&v| alive[v]) {
+            for o in (0..8).filter(|&o| o != v && alive[o]) {
+                let connected = d[v][o] < u64::MAX / 4;
+                let reached = follow(&mut net, &alive, v, o);
+                proptest::prop_assert_eq!(reached, Ok(connected), "{} → {}", v, o);
+            }
+        }
+    }
+}
