@@ -11,7 +11,9 @@
 //!   ids only announced so far are tracked as fetches, so they are requested once; a bounded,
 //!   expiring store of recent messages serves requests;
 //! - one FIFO per priority class and peer; high is always dequeued first, and each peer's
-//!   queues drain independently, limited only by that peer's `max_inflight_per_peer`;
+//!   queues drain independently, limited only by that peer's `max_inflight_per_peer`; among
+//!   the peers that can send, the oldest item of the highest class goes first, so a plan's
+//!   targets are served in the order it names them;
 //! - per-send timeouts, counted into [`PeerStats::recent_failures`];
 //! - quorum-and-cancel: once `quorum` planned pushes of a message are delivered, its planned
 //!   pushes that have not started are cancelled (downgraded to announces by default); pushes
@@ -62,7 +64,7 @@ use store::Stored;
 use crate::error::{GossipError, PeerFault};
 use crate::links::GapTimer;
 use crate::peer::{Item, PeerState};
-use crate::policy::{MessageKind, PeerStats, Policy, PolicyEvent, Priority};
+use crate::policy::{MessageKind, PeerStats, Policy, PolicyEvent, Priority, RouteRole};
 use crate::seen::SeenCache;
 use crate::wire::{Frame, LinkOp, MAX_PAYLOAD, MessageId, Payload, RouteItem};
 use crate::{PeerId, Time};
@@ -195,7 +197,6 @@ pub struct GossipEngine<P> {
     awaiting: BTreeMap<MessageId, PeerId>,
     events: VecDeque<Event>,
     next_send_id: SendId,
-    rr_cursor: Option<PeerId>,
     stats: EngineStats,
     /// When the policy last heard a tick.
     last_tick: Option<Time>,
@@ -206,6 +207,9 @@ pub struct GossipEngine<P> {
     tree_misses: u32,
     /// Distance-vector routes, when the engine routes ([`EngineConfig::routing`]).
     routes: Option<RouteTable>,
+    /// Items queued so far, over all peers: the order they are sent in (oldest first among
+    /// the peers that can send, highest class first).
+    queued_seq: u64,
 }
 
 impl<P: Policy> GossipEngine<P> {
@@ -214,6 +218,7 @@ impl<P: Policy> GossipEngine<P> {
         GossipEngine {
             seen: SeenCache::new(cfg.seen_capacity, cfg.seen_ttl),
             routes: cfg.routing.clone().map(RouteTable::new),
+            queued_seq: 0,
             cfg,
             policy,
             peers: BTreeMap::new(),
@@ -223,7 +228,6 @@ impl<P: Policy> GossipEngine<P> {
             awaiting: BTreeMap::new(),
             events: VecDeque::new(),
             next_send_id: 0,
-            rr_cursor: None,
             stats: EngineStats::default(),
             last_tick: None,
             gaps: GapTimer::default(),
@@ -255,6 +259,14 @@ impl<P: Policy> GossipEngine<P> {
     /// engine routes and has a route.
     pub fn route_to(&self, origin: u64) -> Option<(PeerId, u32)> {
         self.routes.as_ref().and_then(|r| r.route(origin))
+    }
+
+    /// Where `peer` stands on `origin`'s tree as this node's routes see it
+    /// ([`RouteRole::Unknown`] when the engine does not route).
+    pub fn route_role(&self, origin: u64, peer: PeerId) -> RouteRole {
+        self.routes
+            .as_ref()
+            .map_or(RouteRole::Unknown, |r| r.role(origin, peer))
     }
 
     /// Origins the route table holds (0 when the engine does not route).
@@ -639,6 +651,12 @@ impl<P: Policy> GossipEngine<P> {
         true
     }
 
+    /// The queueing order of the next item queued.
+    pub(super) fn next_seq(&mut self) -> u64 {
+        self.queued_seq = self.queued_seq.saturating_add(1);
+        self.queued_seq
+    }
+
     /// The next application event.
     pub fn poll_event(&mut self) -> Option<Event> {
         self.events.pop_front()
@@ -661,6 +679,7 @@ impl<P: Policy> GossipEngine<P> {
         };
         routes.maintain(now, &|p| link_cost(peers, initial, p));
         let timeout = self.cfg.serve_timeout;
+        let seq = &mut self.queued_seq;
         for peer in routes.peers_due() {
             let Some(state) = self.peers.get_mut(&peer) else {
                 continue;
@@ -670,7 +689,8 @@ impl<P: Policy> GossipEngine<P> {
                 continue;
             }
             if let Some(items) = routes.take_due(peer, now) {
-                state.enqueue(Priority::High, Item::Routes { items }, timeout);
+                *seq = seq.saturating_add(1);
+                state.enqueue(Priority::High, Item::Routes { items }, timeout, *seq);
             }
         }
     }

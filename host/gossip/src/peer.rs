@@ -116,6 +116,8 @@ pub(crate) enum Tag {
 pub(crate) struct Queued {
     pub(crate) item: Item,
     pub(crate) timeout: Time,
+    /// When it was queued, in the engine's order of queueing (across all peers).
+    pub(crate) seq: u64,
 }
 
 /// A transmission handed to the driver and not yet completed.
@@ -184,12 +186,25 @@ impl PeerState {
     }
 
     /// Queues `item` unless the same kind of item for the same message is already queued.
-    pub(crate) fn enqueue(&mut self, priority: Priority, item: Item, timeout: Time) -> bool {
+    pub(crate) fn enqueue(
+        &mut self,
+        priority: Priority,
+        item: Item,
+        timeout: Time,
+        seq: u64,
+    ) -> bool {
         if !self.queued_keys.insert(item.key()) {
             return false;
         }
-        self.queues[priority.index()].push_back(Queued { item, timeout });
+        self.queues[priority.index()].push_back(Queued { item, timeout, seq });
         true
+    }
+
+    /// The class and queueing order of the item [`PeerState::take_next`] would take first.
+    pub(crate) fn head_key(&self) -> Option<(usize, u64)> {
+        Priority::ALL
+            .into_iter()
+            .find_map(|p| self.queues[p.index()].front().map(|q| (p.index(), q.seq)))
     }
 
     /// True if a push of `id` is queued or in flight.

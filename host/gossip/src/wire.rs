@@ -19,8 +19,8 @@
 //! ([`crate::policy::LinkControl`]). So are tags 5 and 6, sent only by engines that route
 //! ([`crate::EngineConfig::routing`]): a push that names the node that created the message
 //! (`origin`, little endian), and a distance-vector advertisement — per origin, the sender's
-//! distance to it (`route` = 2 + microseconds), or 0 "my route to it runs through you", or 1
-//! "I have no route to it".
+//! distance to it (`route` = 33 + microseconds), or `w` < 32 "my route to it runs through you,
+//! and about 2^`w` nodes' routes run through me", or 32 "I have no route to it".
 //!
 //! Decoding checks every length against the input and the limits below, rejects trailing
 //! bytes, and never panics.
@@ -50,6 +50,10 @@ const TAG_ROUTES: u8 = 6;
 
 /// Longest distance a route may advertise, microseconds (an hour).
 pub const MAX_ROUTE_US: u32 = 3_600_000_000;
+/// Largest subtree size class a "through you" route may carry.
+pub const MAX_SUBTREE_CLASS: u8 = 31;
+const UNREACHABLE_CODE: u32 = 32;
+const DISTANCE_BASE: u32 = 33;
 
 /// Shared, immutable message payload (cloning is cheap).
 pub type Payload = Arc<[u8]>;
@@ -140,8 +144,9 @@ pub enum RouteAdvert {
     /// "I reach it in this many microseconds" (at most [`MAX_ROUTE_US`]).
     Distance(u32),
     /// "My route to it runs through you" (poisoned reverse): the receiver is the sender's
-    /// parent on that origin's tree.
-    ViaYou,
+    /// parent on that origin's tree; and the sender's subtree on it holds about 2^`n` nodes
+    /// (`n` < 32: the size class of its subtree, itself included).
+    ViaYou(u8),
     /// "I have no route to it."
     Unreachable,
 }
@@ -149,18 +154,18 @@ pub enum RouteAdvert {
 impl RouteAdvert {
     fn code(self) -> u32 {
         match self {
-            RouteAdvert::ViaYou => 0,
-            RouteAdvert::Unreachable => 1,
-            RouteAdvert::Distance(us) => us.min(MAX_ROUTE_US).saturating_add(2),
+            RouteAdvert::ViaYou(class) => u32::from(class.min(MAX_SUBTREE_CLASS)),
+            RouteAdvert::Unreachable => UNREACHABLE_CODE,
+            RouteAdvert::Distance(us) => us.min(MAX_ROUTE_US).saturating_add(DISTANCE_BASE),
         }
     }
 
     fn from_code(code: u32) -> Result<RouteAdvert, WireError> {
         match code {
-            0 => Ok(RouteAdvert::ViaYou),
-            1 => Ok(RouteAdvert::Unreachable),
+            c if c < UNREACHABLE_CODE => Ok(RouteAdvert::ViaYou(u8::try_from(c).unwrap_or(0))),
+            UNREACHABLE_CODE => Ok(RouteAdvert::Unreachable),
             c => {
-                let us = c.saturating_sub(2);
+                let us = c.saturating_sub(DISTANCE_BASE);
                 if us > MAX_ROUTE_US {
                     return Err(WireError::TooLarge {
                         what: "route distance",
@@ -650,7 +655,11 @@ mod tests {
                     },
                     RouteItem {
                         origin: 7,
-                        route: RouteAdvert::ViaYou,
+                        route: RouteAdvert::ViaYou(0),
+                    },
+                    RouteItem {
+                        origin: 9,
+                        route: RouteAdvert::ViaYou(MAX_SUBTREE_CLASS),
                     },
                     RouteItem {
                         origin: 8,
@@ -737,7 +746,7 @@ mod tests {
         // A route distance beyond the hour.
         let mut routes = vec![1, 6, 1];
         routes.extend_from_slice(&[0; 8]);
-        put_varint(&mut routes, MAX_ROUTE_US + 3);
+        put_varint(&mut routes, MAX_ROUTE_US + DISTANCE_BASE + 1);
         assert!(matches!(
             Frame::decode(&routes),
             Err(WireError::TooLarge {

@@ -150,7 +150,13 @@ impl<P: Policy> GossipEngine<P> {
             payload: msg.payload.clone(),
             planned: false,
         };
-        if peer.enqueue(msg.kind.default_priority(), item, self.cfg.serve_timeout) {
+        self.queued_seq = self.queued_seq.saturating_add(1);
+        if peer.enqueue(
+            msg.kind.default_priority(),
+            item,
+            self.cfg.serve_timeout,
+            self.queued_seq,
+        ) {
             self.stats.requests_served += 1;
         }
     }
@@ -226,7 +232,8 @@ impl<P: Policy> GossipEngine<P> {
         }
         if let Some(state) = self.peers.get_mut(&peer) {
             state.fetch_bytes = state.fetch_bytes.saturating_add(size);
-            if state.enqueue(priority, Item::Request { id }, ack_timeout) {
+            self.queued_seq = self.queued_seq.saturating_add(1);
+            if state.enqueue(priority, Item::Request { id }, ack_timeout, self.queued_seq) {
                 self.stats.requests_sent += 1;
             }
         }

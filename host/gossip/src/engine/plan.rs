@@ -93,7 +93,8 @@ impl<P: Policy> GossipEngine<P> {
                     size: meta.size,
                 },
             };
-            state.enqueue(plan.priority, item, timeout);
+            self.queued_seq = self.queued_seq.saturating_add(1);
+            state.enqueue(plan.priority, item, timeout, self.queued_seq);
         }
         if let Some(msg) = self.store.get_mut(&id) {
             msg.quorum = plan.quorum;

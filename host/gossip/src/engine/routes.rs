@@ -26,7 +26,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::links::LinkBudget;
 use crate::policy::RouteRole;
-use crate::wire::{MAX_ROUTE_US, RouteAdvert, RouteItem};
+use crate::wire::{MAX_ROUTE_US, MAX_SUBTREE_CLASS, RouteAdvert, RouteItem};
 use crate::{PeerId, Time};
 
 const MS: Time = 1_000;
@@ -89,6 +89,9 @@ struct Route {
     best: Option<(PeerId, u32)>,
     /// The distance last advertised (to the peers other than the next hop).
     advertised: Option<u32>,
+    /// The size class of this node's subtree on the origin's tree (`log2` of 1 + the
+    /// children's sizes), as told to the next hop.
+    class: u8,
     /// The feasibility distance: the smallest distance this node has had since it last lost
     /// the route (`u32::MAX` = none, every route is feasible).
     feasible: u32,
@@ -181,8 +184,8 @@ impl RouteTable {
                 None => return RouteRole::Unknown,
             }
         };
-        if heard == Some(&RouteAdvert::ViaYou) {
-            RouteRole::Child
+        if let Some(&RouteAdvert::ViaYou(class)) = heard {
+            RouteRole::Child(class)
         } else if best.is_some_and(|(via, _)| via == peer) {
             RouteRole::Parent
         } else {
@@ -196,7 +199,9 @@ impl RouteTable {
             return RouteAdvert::Distance(0);
         }
         match self.routes.get(&origin).and_then(|r| r.best) {
-            Some((via, _)) if via == peer => RouteAdvert::ViaYou,
+            Some((via, _)) if via == peer => {
+                RouteAdvert::ViaYou(self.routes.get(&origin).map_or(0, |r| r.class))
+            }
             Some((_, distance)) => RouteAdvert::Distance(distance),
             None => RouteAdvert::Unreachable,
         }
@@ -275,11 +280,31 @@ impl RouteTable {
                 );
             }
             // The same news again (a resend after a failed frame, a reconnect) changes nothing.
-            let unchanged = self
-                .routes
-                .get_mut(&item.origin)
-                .is_none_or(|route| route.heard.insert(peer, item.route) == Some(item.route));
-            if !unchanged {
+            let Some(route) = self.routes.get_mut(&item.origin) else {
+                continue;
+            };
+            let before = route.heard.insert(peer, item.route);
+            if before == Some(item.route) {
+                continue;
+            }
+            // A child's subtree changed size: so may ours, which our next hop hears.
+            if matches!(before, Some(RouteAdvert::ViaYou(_)))
+                || matches!(item.route, RouteAdvert::ViaYou(_))
+            {
+                let class = subtree_class(&route.heard);
+                if class != route.class {
+                    route.class = class;
+                    if let Some((via, _)) = route.best
+                        && let Some(due) = self.due.get_mut(&via)
+                    {
+                        due.insert(item.origin);
+                    }
+                }
+            }
+            if !matches!(
+                (before, item.route),
+                (Some(RouteAdvert::ViaYou(_)), RouteAdvert::ViaYou(_))
+            ) {
                 self.recompute(item.origin, now, cost);
             }
         }
@@ -478,4 +503,16 @@ impl RouteTable {
             .map(|&t| t.saturating_add(self.cfg.hold_down));
         sends.chain(holds).min()
     }
+}
+
+/// The size class of a subtree whose children are the peers that told us "through you":
+/// `log2` of 1 (this node) + 2^class of each child.
+fn subtree_class(heard: &BTreeMap<PeerId, RouteAdvert>) -> u8 {
+    let size = heard.values().fold(1u64, |size, advert| match advert {
+        RouteAdvert::ViaYou(class) => size.saturating_add(1u64 << (*class).min(MAX_SUBTREE_CLASS)),
+        _ => size,
+    });
+    u8::try_from(size.ilog2())
+        .unwrap_or(MAX_SUBTREE_CLASS)
+        .min(MAX_SUBTREE_CLASS)
 }

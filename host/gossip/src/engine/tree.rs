@@ -30,10 +30,12 @@ impl<P: Policy> GossipEngine<P> {
         }
         // A GRAFT puts the link on the tree (the peer will push to us), a PRUNE takes it off.
         state.tree = op == LinkOp::Graft;
+        self.queued_seq = self.queued_seq.saturating_add(1);
         if state.enqueue(
             kind.default_priority(),
             Item::Link { id, kind, op },
             timeout,
+            self.queued_seq,
         ) {
             match op {
                 LinkOp::Prune => self.stats.prunes_sent = self.stats.prunes_sent.saturating_add(1),

@@ -12,6 +12,7 @@
 )]
 
 use modnode_gossip::engine::{EngineConfig, RoutingConfig};
+use modnode_gossip::policy::RouteRole;
 use modnode_gossip::policy_v3::PolicyV3;
 use modnode_gossip::sim::{self, Scenario, SimConfig};
 use modnode_gossip::wire::{Frame, RouteAdvert, RouteItem};
@@ -92,6 +93,33 @@ fn routes_converge_to_the_shortest_paths_and_each_message_follows_its_origins_tr
                 hop + d[via as usize][o],
                 d[v][o],
                 "node {v} → {o} via {via}"
+            );
+        }
+    }
+    // Each node's parent knows it as a child, with its subtree's size class: log2 of 1 + the
+    // children's 2^class, computed here from the routes' tree.
+    for o in 0..6 {
+        let parent: Vec<Option<usize>> = (0..6)
+            .map(|v| (v != o).then(|| net.node(v).route_to(o as u64).unwrap().0 as usize))
+            .collect();
+        // Deepest first: a node's class needs its children's.
+        let mut order: Vec<usize> = (0..6).collect();
+        order.sort_by_key(|&v| std::cmp::Reverse(d[o][v]));
+        let mut class = [0u8; 6];
+        for &v in &order {
+            let size: u64 = 1
+                + (0..6)
+                    .filter(|&c| parent[c] == Some(v))
+                    .map(|c| 1u64 << class[c])
+                    .sum::<u64>();
+            class[v] = size.ilog2() as u8;
+        }
+        for v in (0..6).filter(|&v| v != o) {
+            let p = parent[v].unwrap();
+            assert_eq!(
+                net.node(p).route_role(o as u64, v as u32),
+                RouteRole::Child(class[v]),
+                "{v} under {p} on {o}'s tree"
             );
         }
     }

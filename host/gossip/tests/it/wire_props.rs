@@ -3,7 +3,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use modnode_gossip::policy::MessageKind;
-use modnode_gossip::wire::{AnnounceItem, Frame, MAX_ROUTE_US, MessageId, RouteAdvert, RouteItem};
+use modnode_gossip::wire::{
+    AnnounceItem, Frame, MAX_ROUTE_US, MAX_SUBTREE_CLASS, MessageId, RouteAdvert, RouteItem,
+};
 use proptest::prelude::*;
 
 fn kind() -> impl Strategy<Value = MessageKind> {
@@ -35,7 +37,7 @@ fn leaf() -> impl Strategy<Value = Frame> {
                 any::<u64>(),
                 prop_oneof![
                     (0..=MAX_ROUTE_US).prop_map(RouteAdvert::Distance),
-                    Just(RouteAdvert::ViaYou),
+                    (0..=MAX_SUBTREE_CLASS).prop_map(RouteAdvert::ViaYou),
                     Just(RouteAdvert::Unreachable),
                 ]
             )

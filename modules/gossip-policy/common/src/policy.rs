@@ -203,8 +203,10 @@ pub enum RouteRole {
     Unknown,
     /// The peer is this node's next hop towards the origin.
     Parent,
-    /// The peer's route to the origin runs through this node.
-    Child,
+    /// The peer's route to the origin runs through this node; about 2^`n` nodes' routes run
+    /// through the peer (its subtree's size class, itself included): a large subtree is served
+    /// first.
+    Child(u8),
     /// Neither.
     Other,
 }

@@ -455,15 +455,29 @@ pub fn plan_v3_routed(
         .zip(routes.iter().copied())
         .filter(|(p, _)| !p.has_message && !p.is_origin)
         .collect();
-    // Children first, the healthy and fast among them first.
-    candidates.sort_by_key(|(p, role)| (*role != RouteRole::Child, slow(p), p.rtt_us, p.peer));
+    // Children first — the largest subtrees first (the engine sends a plan's pushes in its
+    // order: a hub's copies leave one at a time, and the nodes behind a big subtree wait
+    // longest), the healthy and fast among equals first.
+    let subtree = |role: &RouteRole| match role {
+        RouteRole::Child(class) => Some(core::cmp::Reverse(*class)),
+        _ => None,
+    };
+    candidates.sort_by_key(|(p, role)| {
+        (
+            subtree(role).is_none(),
+            subtree(role),
+            slow(p),
+            p.rtt_us,
+            p.peer,
+        )
+    });
     let targets = candidates
         .iter()
         .map(|(p, role)| {
             let slowed = priority == Priority::High && slow(p);
             Target {
                 peer: p.peer,
-                mode: if *role == RouteRole::Child && !slowed {
+                mode: if matches!(role, RouteRole::Child(_)) && !slowed {
                     SendMode::Push
                 } else {
                     SendMode::Announce
@@ -799,5 +813,48 @@ mod tests {
         assert!(p.state.encode().len() <= MAX_STATE_BYTES);
         const { assert!(MAX_STATE_BYTES < 64 * 1024) };
         assert!(p.state.links.windows(2).all(|w| w[0].peer < w[1].peer));
+    }
+
+    #[test]
+    fn a_routed_plan_pushes_to_children_largest_subtree_first_and_announces_to_the_rest() {
+        use gossip_policy_common::policy::RouteRole;
+        let params = V3Params::default();
+        let mut peers = peers(6);
+        peers[5].has_message = true;
+        let routes = [
+            RouteRole::Parent,
+            RouteRole::Child(1),
+            RouteRole::Other,
+            RouteRole::Child(4),
+            RouteRole::Child(1),
+            RouteRole::Child(7),
+        ];
+        let large = meta(100 * 1024, MessageKind::Block, false);
+        let plan = plan_v3_routed(&params, &large, &peers, &routes).unwrap();
+        let order: Vec<(u32, SendMode)> = plan.targets.iter().map(|t| (t.peer, t.mode)).collect();
+        // The biggest subtree first; equal ones the faster first (4 has the lower RTT); the one
+        // that has it skipped; parent and others announced, whatever the size.
+        assert_eq!(
+            order,
+            vec![
+                (3, SendMode::Push),
+                (4, SendMode::Push),
+                (1, SendMode::Push),
+                (2, SendMode::Announce),
+                (0, SendMode::Announce),
+            ]
+        );
+        assert_eq!(plan.quorum, 0);
+        // A slow child gets an announce for high priority.
+        peers[3].queue_depth = params.slow_queue;
+        let plan = plan_v3_routed(&params, &large, &peers, &routes).unwrap();
+        assert!(
+            plan.targets
+                .iter()
+                .any(|t| t.peer == 3 && t.mode == SendMode::Announce)
+        );
+        // No route known: v3's own plan decides.
+        let unknown = [RouteRole::Unknown; 6];
+        assert!(plan_v3_routed(&params, &large, &peers, &unknown).is_none());
     }
 }
