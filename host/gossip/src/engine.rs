@@ -11,9 +11,9 @@
 //!   ids only announced so far are tracked as fetches, so they are requested once; a bounded,
 //!   expiring store of recent messages serves requests;
 //! - one FIFO per priority class and peer; high is always dequeued first, and each peer's
-//!   queues drain independently, limited only by that peer's `max_inflight_per_peer`; among
-//!   the peers that can send, the oldest item of the highest class goes first, so a plan's
-//!   targets are served in the order it names them;
+//!   queues drain independently, limited only by that peer's `max_inflight_per_peer`; peers
+//!   are served round-robin, or, when the engine routes, oldest item of the highest class
+//!   first, so a routed plan's targets are served in the order it names them;
 //! - per-send timeouts, counted into [`PeerStats::recent_failures`];
 //! - quorum-and-cancel: once `quorum` planned pushes of a message are delivered, its planned
 //!   pushes that have not started are cancelled (downgraded to announces by default); pushes
@@ -207,9 +207,11 @@ pub struct GossipEngine<P> {
     tree_misses: u32,
     /// Distance-vector routes, when the engine routes ([`EngineConfig::routing`]).
     routes: Option<RouteTable>,
-    /// Items queued so far, over all peers: the order they are sent in (oldest first among
-    /// the peers that can send, highest class first).
+    /// Items queued so far, over all peers: the order a routing engine sends them in (oldest
+    /// first among the peers that can send, highest class first).
     queued_seq: u64,
+    /// The peer served last (round-robin, when the engine does not route).
+    rr_cursor: Option<PeerId>,
 }
 
 impl<P: Policy> GossipEngine<P> {
@@ -219,6 +221,7 @@ impl<P: Policy> GossipEngine<P> {
             seen: SeenCache::new(cfg.seen_capacity, cfg.seen_ttl),
             routes: cfg.routing.clone().map(RouteTable::new),
             queued_seq: 0,
+            rr_cursor: None,
             cfg,
             policy,
             peers: BTreeMap::new(),

@@ -1,6 +1,8 @@
 //! The send queue: transmissions handed to the driver, their completion, failure and
 //! timeout, quorum-and-cancel, and the timers of the whole engine.
 
+use std::ops::Bound;
+
 use super::{GossipEngine, SendId, Transmit};
 use crate::peer::{Inflight, Item, PeerState, frame_for};
 use crate::policy::Policy;
@@ -163,19 +165,34 @@ impl<P: Policy> GossipEngine<P> {
         sends.chain(fetches).chain(routes).min()
     }
 
-    /// The next transmission, if some peer has queued work and a free in-flight slot. Among
-    /// the peers that can send, the one whose next item is of the highest class and, within
-    /// it, was queued first: the order a plan names its targets in is the order they are
-    /// served, and none is starved.
+    /// The next transmission, if some peer has queued work and a free in-flight slot. Peers are
+    /// served round-robin so none is starved — or, when the engine routes, the peer whose next
+    /// item is of the highest class and, within it, was queued first: the order a routed plan
+    /// names its targets in (largest subtree first) is the order they are served. (Oldest
+    /// first for every engine moved the 32-node QUIC benchmark's v3 t99 above v2's in 3 runs
+    /// of 4, so it is kept to routing engines.)
     pub fn poll_transmit(&mut self, now: Time) -> Option<Transmit> {
         let max = self.cfg.max_inflight_per_peer.max(1);
-        let peer = self
-            .peers
-            .iter()
-            .filter(|(_, s)| s.inflight_len() < max)
-            .filter_map(|(p, s)| s.head_key().map(|k| (k, *p)))
-            .min()
-            .map(|(_, p)| p)?;
+        let peer = if self.routes.is_some() {
+            self.peers
+                .iter()
+                .filter(|(_, s)| s.inflight_len() < max)
+                .filter_map(|(p, s)| s.head_key().map(|k| (k, *p)))
+                .min()
+                .map(|(_, p)| p)?
+        } else {
+            let ready = |state: &PeerState| state.inflight_len() < max && state.queued() > 0;
+            match self.rr_cursor {
+                Some(c) => self
+                    .peers
+                    .range((Bound::Excluded(c), Bound::Unbounded))
+                    .chain(self.peers.range(..=c))
+                    .find(|(_, s)| ready(s))
+                    .map(|(p, _)| *p),
+                None => self.peers.iter().find(|(_, s)| ready(s)).map(|(p, _)| *p),
+            }?
+        };
+        self.rr_cursor = Some(peer);
         let (threshold, max_bytes) = (self.cfg.batch_threshold, self.cfg.batch_max_bytes);
         let rtt_max = self.cfg.rtt_sample_max_bytes;
         let state = self.peers.get_mut(&peer)?;
