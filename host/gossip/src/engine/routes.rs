@@ -234,11 +234,14 @@ impl RouteTable {
     }
 
     /// A route frame that could not be delivered: all of it is due again.
+    /// (Only what is due: the peer's budget and pacing stay, or a peer that makes our frames
+    /// fail would refill its own allowance.)
     pub(super) fn resend_all(&mut self, peer: PeerId) {
-        if !self.due.contains_key(&peer) {
-            return;
+        let mut all: BTreeSet<u64> = self.routes.keys().copied().collect();
+        all.insert(self.cfg.node_id);
+        if let Some(due) = self.due.get_mut(&peer) {
+            due.append(&mut all);
         }
-        self.peer_added(peer);
     }
 
     /// A peer's route items, within its budget.

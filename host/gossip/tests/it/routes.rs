@@ -390,3 +390,32 @@ proptest::proptest! {
         }
     }
 }
+
+/// A peer that makes our route frames to it fail must not refill its own budget: a failed
+/// send is re-sent, the peer's allowance of route items it sends us stays spent.
+#[test]
+fn a_failed_route_frame_does_not_refill_the_peers_budget() {
+    let mut cfg = routed(0);
+    let routing = cfg.routing.as_mut().unwrap();
+    routing.items_burst = 1_000;
+    routing.items_per_sec = 1;
+    let mut engine = modnode_gossip::GossipEngine::new(cfg, PolicyV3::default());
+    engine.add_peer(1).unwrap();
+    let frame = |base: u64| Frame::Routes {
+        items: (0..1_000u64)
+            .map(|i| RouteItem {
+                origin: base + i,
+                route: RouteAdvert::Distance(5_000),
+            })
+            .collect(),
+    };
+    engine.handle_frame(1, frame(1_000), 0).unwrap();
+    let tx = engine
+        .poll_transmit(0)
+        .expect("our route frame to the peer");
+    assert!(engine.handle_send_failed(1, tx.send_id, 1));
+    engine.handle_frame(1, frame(5_000), 2).unwrap();
+    let stats = engine.route_stats().unwrap();
+    assert_eq!(stats.items_heard, 1_000, "{stats:?}");
+    assert_eq!(stats.items_ignored, 1_000, "{stats:?}");
+}
